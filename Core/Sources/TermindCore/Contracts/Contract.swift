@@ -1,0 +1,92 @@
+import Foundation
+
+/// A named, versioned request/response pair: the one definition of an operation that the
+/// CLI, the control socket, MCP and plugins all reach. The JSON Schemas of `Request` and
+/// `Response` are derived from their Codable shape and exported by `termind contracts`.
+///
+/// A new incompatible shape is a new version (`@2`) beside the old one, never an edit.
+public protocol Contract: Sendable {
+    associatedtype Request: Codable & Sendable
+    associatedtype Response: Codable & Sendable
+    /// Dotted lowercase name, owned by one feature (`kernel.features`).
+    static var name: String { get }
+    static var version: Int { get }
+    /// One line for `termind contracts` and MCP tool lists.
+    static var summary: String { get }
+}
+
+extension Contract {
+    public static var id: ContractID { ContractID(name: name, version: version) }
+}
+
+/// An empty request or response body (`{}`).
+public struct Empty: Codable, Sendable, Equatable {
+    public init() {}
+}
+
+/// Who is calling a contract. Features may use it for policy (e.g. interactions travel
+/// back to the client that started an operation); it is never logged with user data.
+public enum CallOrigin: Sendable, Equatable {
+    case inProcess
+    case controlSocket(connection: UInt64)
+    case plugin(id: String)
+    case feature(id: String)
+}
+
+/// The type-erased form the kernel routes: JSON bytes in, JSON bytes out.
+public struct ContractEndpoint: Sendable {
+    public let id: ContractID
+    public let summary: String
+    public let owner: String
+    public let requestSchema: JSONSchema
+    public let responseSchema: JSONSchema
+    public let handler: @Sendable (Data, CallOrigin) async throws -> Data
+
+    public init(id: ContractID, summary: String, owner: String, requestSchema: JSONSchema, responseSchema: JSONSchema,
+                handler: @escaping @Sendable (Data, CallOrigin) async throws -> Data) {
+        self.id = id
+        self.summary = summary
+        self.owner = owner
+        self.requestSchema = requestSchema
+        self.responseSchema = responseSchema
+        self.handler = handler
+    }
+
+    /// Wraps a typed handler: validates the body against the request schema (every
+    /// problem named by field), decodes, calls, encodes.
+    public static func typed<C: Contract>(_ contract: C.Type, owner: String,
+                                          handler: @escaping @Sendable (C.Request, CallOrigin) async throws -> C.Response) -> ContractEndpoint {
+        let requestSchema = SchemaDerivation.schema(for: C.Request.self)
+        return ContractEndpoint(
+            id: C.id, summary: C.summary, owner: owner,
+            requestSchema: requestSchema,
+            responseSchema: SchemaDerivation.schema(for: C.Response.self)
+        ) { body, origin in
+            let request: C.Request = try ContractCoding.decodeRequest(body, schema: requestSchema, contract: C.id)
+            return try JSONCoding.encode(try await handler(request, origin))
+        }
+    }
+}
+
+public enum ContractCoding {
+    /// Decodes a request body after checking it against `schema`, so a bad body gets a
+    /// message naming each offending field instead of a decoder dump.
+    public static func decodeRequest<T: Decodable>(_ body: Data, schema: JSONSchema, contract: ContractID) throws -> T {
+        let value = body.isEmpty ? JSONValue.object([:]) : try JSONCoding.parse(body, source: "The request body for \(contract)")
+        let problems = schema.problems(in: value)
+        if !problems.isEmpty {
+            throw TermindError.badRequest("Invalid request for \(contract): \(problems.prefix(5).joined(separator: "; "))\(problems.count > 5 ? "; …" : "").")
+        }
+        do {
+            return try JSONDecoder().decode(T.self, from: JSONCoding.encode(value))
+        } catch let DecodingError.dataCorrupted(context) {
+            throw TermindError.badRequest("Invalid request for \(contract): \(path(context.codingPath)): \(context.debugDescription).")
+        } catch {
+            throw TermindError.badRequest("Invalid request for \(contract): the body does not match the contract's schema.")
+        }
+    }
+
+    static func path(_ keys: [any CodingKey]) -> String {
+        (["body"] + keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }).joined(separator: ".")
+    }
+}

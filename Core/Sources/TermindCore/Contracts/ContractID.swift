@@ -1,0 +1,41 @@
+/// A contract's name and version, written `name@version` (`vault.host.list@1`).
+public struct ContractID: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+    public let name: String
+    public let version: Int
+
+    public init(name: String, version: Int) {
+        self.name = name
+        self.version = version
+    }
+
+    /// Parses `name@version`; nil unless the name is dotted lowercase words and version ≥ 1.
+    public init?(parsing text: String) {
+        let parts = text.split(separator: "@", omittingEmptySubsequences: false)
+        guard parts.count == 2, let version = Int(parts[1]), version >= 1,
+              RegistryValidator.isValidPortID(String(parts[0])) else { return nil }
+        self.init(name: String(parts[0]), version: version)
+    }
+
+    public var description: String { "\(name)@\(version)" }
+
+    public static func < (lhs: ContractID, rhs: ContractID) -> Bool {
+        (lhs.name, lhs.version) < (rhs.name, rhs.version)
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let id = ContractID(parsing: text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "'\(text)' is not name@version"))
+        }
+        self = id
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(description)
+    }
+}
+
+extension ContractID: SchemaDescribable {
+    public static var schema: JSONSchema { .string(format: "contract-id") }
+}

@@ -1,0 +1,38 @@
+/// A C function signature declared in a plugin manifest, e.g. `uint32(string, uint64)`.
+/// Parsed here (pure); bound and called through libffi by the kernel.
+public struct FunctionSignature: Sendable, Equatable {
+    public enum CType: String, Sendable, CaseIterable {
+        case void, int32, uint32, int64, uint64, double, bool, string
+    }
+
+    public let returns: CType
+    public let parameters: [CType]
+
+    /// Upper bound on parameters; keeps argument marshalling allocation-bounded.
+    public static let maximumParameters = 16
+
+    public static func parse(_ text: String) -> Result<FunctionSignature, TermindError> {
+        let compact = text.filter { !$0.isWhitespace }
+        guard let open = compact.firstIndex(of: "("), compact.last == ")" else {
+            return .failure(.init(code: "signature.malformed", message: "signature '\(text)' must look like 'uint32(string, uint64)'"))
+        }
+        let returnName = String(compact[..<open])
+        guard let returns = CType(rawValue: returnName) else {
+            return .failure(.init(code: "signature.type", message: "signature '\(text)': return type '\(returnName)' is not one of \(CType.allCases.map(\.rawValue).joined(separator: ", "))"))
+        }
+        let inner = compact[compact.index(after: open)..<compact.index(before: compact.endIndex)]
+        var parameters: [CType] = []
+        if !inner.isEmpty {
+            for name in inner.split(separator: ",", omittingEmptySubsequences: false) {
+                guard let type = CType(rawValue: String(name)), type != .void else {
+                    return .failure(.init(code: "signature.type", message: "signature '\(text)': parameter type '\(name)' is not one of \(CType.allCases.filter { $0 != .void }.map(\.rawValue).joined(separator: ", "))"))
+                }
+                parameters.append(type)
+            }
+        }
+        guard parameters.count <= maximumParameters else {
+            return .failure(.init(code: "signature.arity", message: "signature '\(text)' has \(parameters.count) parameters; at most \(maximumParameters) are supported"))
+        }
+        return .success(FunctionSignature(returns: returns, parameters: parameters))
+    }
+}

@@ -1,0 +1,110 @@
+/// Contracts the kernel itself answers; they need no feature.
+public enum KernelContracts {
+    /// Echo, for health checks and round-trip benchmarks.
+    public enum Ping: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var payload: String
+            public init(payload: String) { self.payload = payload }
+        }
+        public typealias Response = Request
+        public static let name = "kernel.ping"
+        public static let version = 1
+        public static let summary = "Echo the payload back (health check, benchmarks)."
+    }
+
+    /// The features of this process, in boot order, with status and reasons.
+    public enum Features: Contract {
+        public typealias Request = Empty
+        public struct Response: Codable, Sendable, Equatable {
+            public var features: [FeatureStatus]
+            public init(features: [FeatureStatus]) { self.features = features }
+        }
+        public static let name = "kernel.features"
+        public static let version = 1
+        public static let summary = "List features in boot order with their status and, if disabled, why."
+    }
+
+    /// Every routed contract with its JSON Schemas.
+    public enum Contracts: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            /// Only contracts whose id starts with this prefix.
+            public var prefix: String?
+            public init(prefix: String? = nil) { self.prefix = prefix }
+        }
+        public struct Response: Codable, Sendable, Equatable {
+            public var contracts: [ContractInfo]
+            public init(contracts: [ContractInfo]) { self.contracts = contracts }
+        }
+        public static let name = "kernel.contracts"
+        public static let version = 1
+        public static let summary = "List contracts with their owner and request/response JSON Schemas."
+    }
+
+    /// Versions of termind and what it is built from.
+    public enum Version: Contract {
+        public typealias Request = Empty
+        public struct Response: Codable, Sendable, Equatable {
+            public var termind: String
+            public var signature: BuildSignature
+            public var pluginABI: Int
+            public var libraries: [String: String]
+            public init(termind: String, signature: BuildSignature, pluginABI: Int, libraries: [String: String]) {
+                self.termind = termind
+                self.signature = signature
+                self.pluginABI = pluginABI
+                self.libraries = libraries
+            }
+        }
+        public static let name = "kernel.version"
+        public static let version = 1
+        public static let summary = "Termind version, build signature, plugin ABI and C library versions."
+    }
+}
+
+/// The state of one feature as reported by `kernel.features@1` and `termind features`.
+public struct FeatureStatus: Sendable, Equatable, Codable {
+    public enum State: String, Sendable, Codable, SchemaEnum {
+        case running, disabled, stopped
+    }
+    public var id: String
+    public var version: String
+    public var kind: FeatureManifest.Kind
+    public var state: State
+    /// Why the feature is disabled; nil while it runs.
+    public var reason: String?
+    public var reasonCode: String?
+    public var permanent: Bool
+    public var source: String
+    public var contracts: [String]
+    public var provides: [String]
+
+    public init(id: String, version: String, kind: FeatureManifest.Kind, state: State, reason: String?, reasonCode: String?,
+                permanent: Bool, source: String, contracts: [String], provides: [String]) {
+        self.id = id
+        self.version = version
+        self.kind = kind
+        self.state = state
+        self.reason = reason
+        self.reasonCode = reasonCode
+        self.permanent = permanent
+        self.source = source
+        self.contracts = contracts
+        self.provides = provides
+    }
+}
+
+public struct ContractInfo: Sendable, Equatable, Codable {
+    public var id: String
+    public var owner: String
+    public var summary: String
+    public var request: JSONValue
+    public var response: JSONValue
+
+    public init(id: String, owner: String, summary: String, request: JSONValue, response: JSONValue) {
+        self.id = id
+        self.owner = owner
+        self.summary = summary
+        self.request = request
+        self.response = response
+    }
+}

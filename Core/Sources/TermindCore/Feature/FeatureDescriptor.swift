@@ -1,0 +1,64 @@
+import Foundation
+
+/// What a Swift feature library hands the kernel from its entry point. Must match the
+/// manifest (id, version, ABI); `signature` must equal the host's, because Swift has no
+/// stable ABI on Linux.
+public final class FeatureDescriptor: Sendable {
+    public let id: String
+    public let version: String
+    public let abi: Int
+    public let signature: BuildSignature
+    public let makeFeature: @Sendable () -> any Feature
+
+    public init(id: String, version: String, abi: Int, signature: BuildSignature, makeFeature: @escaping @Sendable () -> any Feature) {
+        self.id = id
+        self.version = version
+        self.abi = abi
+        self.signature = signature
+        self.makeFeature = makeFeature
+    }
+
+    /// The value a feature's `@_cdecl("termind_feature_entry_v1")` function returns.
+    /// Emitted into the feature's own image, so `BuildSignature.ofThisImage` records the
+    /// compiler and contracts the *feature* was built with.
+    @_alwaysEmitIntoClient
+    public static func export(id: String, version: String, makeFeature: @escaping @Sendable () -> any Feature) -> UnsafeMutableRawPointer {
+        let descriptor = FeatureDescriptor(id: id, version: version, abi: FeatureDescriptor.abiVersion,
+                                           signature: BuildSignature.ofThisImage, makeFeature: makeFeature)
+        return Unmanaged.passRetained(descriptor).toOpaque()
+    }
+
+    /// The Swift feature ABI this Core speaks; bumped only with an incompatible change.
+    public static let abiVersion = 1
+    /// The entry symbol every Swift feature library exports.
+    public static let entrySymbol = "termind_feature_entry_v1"
+}
+
+/// Compiler, target and contracts a Swift image was built with.
+public struct BuildSignature: Sendable, Equatable, Codable, CustomStringConvertible {
+    public let compiler: String
+    public let target: String
+    public let contractsHash: String
+
+    public init(compiler: String, target: String, contractsHash: String) {
+        self.compiler = compiler
+        self.target = target
+        self.contractsHash = contractsHash
+    }
+
+    /// The signature of the image this expression is compiled into.
+    @_alwaysEmitIntoClient
+    public static var ofThisImage: BuildSignature {
+        #if arch(x86_64)
+        let arch = "x86_64"
+        #elseif arch(arm64)
+        let arch = "aarch64"
+        #else
+        let arch = "unknown"
+        #endif
+        return BuildSignature(compiler: GeneratedBuildSignature.compiler, target: "\(arch)-unknown-linux-gnu",
+                              contractsHash: GeneratedBuildSignature.contractsHash)
+    }
+
+    public var description: String { "\(compiler) / \(target) / contracts \(contractsHash)" }
+}

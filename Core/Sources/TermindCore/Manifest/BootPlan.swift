@@ -1,0 +1,262 @@
+/// The outcome of validating a set of manifests: what will be loaded, in which order,
+/// and why anything else will not. Pure: computed before any library is opened.
+public struct BootPlan: Sendable, Equatable {
+    /// Features to load, dependencies first, then by `order`, then by id.
+    public var ordered: [FeatureManifest]
+    /// Features that will not load, each with the reason (one problem per feature).
+    public var disabled: [FeatureProblem]
+    /// Problems that stop boot: a permanent feature that cannot run.
+    public var fatal: [FeatureProblem]
+}
+
+/// Validates manifests and computes the boot order.
+///
+/// Rules: unique ids; supported ABI; the library exists; contract ids are well formed and
+/// unique; every required dependency exists and is enabled; no dependency cycles; one
+/// provider per port; every required port has an enabled provider. A feature that breaks
+/// a rule is disabled together with everything that requires it. Permanent features
+/// that end up disabled are fatal.
+public struct RegistryValidator: Sendable {
+    public static let supportedABI = 1
+
+    public var libraryExists: @Sendable (String) -> Bool
+
+    public init(libraryExists: @escaping @Sendable (String) -> Bool) {
+        self.libraryExists = libraryExists
+    }
+
+    /// - Parameters:
+    ///   - manifests: everything declared, in declaration order (registry first, then plugins).
+    ///   - rejected: entries that could not even be read.
+    ///   - selection: when set, only these ids plus what they require (and permanent features).
+    public func plan(_ manifests: [FeatureManifest], rejected: [FeatureProblem] = [], selection: Set<String>? = nil) throws -> BootPlan {
+        var disabled: [String: FeatureProblem] = [:]
+        var anonymous: [FeatureProblem] = []
+        var byID: [String: FeatureManifest] = [:]
+        var declared: [String] = []
+
+        func disable(_ id: String, field: String?, code: String, _ message: String) {
+            guard disabled[id] == nil else { return }
+            disabled[id] = FeatureProblem(featureID: id, field: field, code: code, message: message)
+        }
+
+        for problem in rejected {
+            if let id = problem.featureID, byID[id] == nil, disabled[id] == nil { disabled[id] = problem } else { anonymous.append(problem) }
+        }
+
+        // Identity, ABI, library, declarations.
+        for m in manifests {
+            let name = "feature '\(m.id)' (\(m.source))"
+            guard Self.isValidID(m.id) else {
+                anonymous.append(FeatureProblem(featureID: nil, field: "id", code: "manifest.invalid_id",
+                                                message: "\(m.source): field \"id\" '\(m.id)' must be 1–64 characters of a–z, 0–9, '-' or '_', starting with a letter."))
+                continue
+            }
+            if let first = byID[m.id] {
+                anonymous.append(FeatureProblem(featureID: m.id, field: "id", code: "registry.duplicate_id",
+                                                message: "\(name): field \"id\" duplicates '\(m.id)' already declared in \(first.source); this copy is ignored."))
+                continue
+            }
+            if disabled[m.id] != nil {
+                anonymous.append(FeatureProblem(featureID: m.id, field: "id", code: "registry.duplicate_id",
+                                                message: "\(name): field \"id\" duplicates an earlier entry '\(m.id)' that could not be read; this copy is ignored."))
+                continue
+            }
+            byID[m.id] = m
+            declared.append(m.id)
+            if m.abi != Self.supportedABI {
+                disable(m.id, field: "abi", code: "manifest.abi", "\(name): field \"abi\" is \(m.abi), but this termind speaks plugin ABI \(Self.supportedABI).")
+            } else if !libraryExists(m.libraryPath) {
+                disable(m.id, field: "library", code: "manifest.library_missing", "\(name): field \"library\": no file at \(m.libraryPath).")
+            } else if let bad = m.contracts.first(where: { ContractID(parsing: $0) == nil }) {
+                disable(m.id, field: "contracts", code: "manifest.contract_id", "\(name): field \"contracts\": '\(bad)' is not of the form name@version (e.g. vault.host.list@1).")
+            } else if let bad = (m.ports.provides + m.ports.requires + m.ports.optional).first(where: { !Self.isValidPortID($0) }) {
+                disable(m.id, field: "ports", code: "manifest.port_id", "\(name): field \"ports\": '\(bad)' is not a valid port id (lowercase words separated by dots).")
+            } else if let problem = Self.functionProblem(m) {
+                disable(m.id, field: "functions", code: "manifest.function", "\(name): field \"functions\": \(problem).")
+            } else if let problem = Self.commandProblem(m) {
+                disable(m.id, field: "commands", code: "manifest.command", "\(name): field \"commands\": \(problem).")
+            }
+        }
+
+        // Selection: the chosen ids, what they require, and permanent features.
+        var active = Set(declared)
+        if let selection {
+            let unknown = selection.subtracting(declared).sorted()
+            guard unknown.isEmpty else {
+                throw TermindError(code: "features.unknown", message: "Unknown feature\(unknown.count == 1 ? "" : "s") \(unknown.map { "'\($0)'" }.joined(separator: ", ")) in --features / TERMIND_FEATURES. Known: \(declared.sorted().joined(separator: ", ")).")
+            }
+            var wanted = selection.union(declared.filter { byID[$0]!.permanent })
+            var frontier = Array(wanted)
+            while let id = frontier.popLast() {
+                guard let m = byID[id] else { continue }
+                var next = m.dependencies.required
+                for port in m.ports.requires {
+                    next += declared.filter { byID[$0]!.ports.provides.contains(port) }
+                }
+                for dep in next where !wanted.contains(dep) { wanted.insert(dep); frontier.append(dep) }
+            }
+            active = wanted
+        }
+
+        let sortKey: (String) -> (Int, String) = { (byID[$0]!.order, $0) }
+        let candidates = declared.filter { active.contains($0) }.sorted { sortKey($0) < sortKey($1) }
+
+        // Unknown required dependencies.
+        for id in candidates {
+            let m = byID[id]!
+            if let missing = m.dependencies.required.first(where: { byID[$0] == nil }) {
+                disable(id, field: "dependencies.required", code: "manifest.dependency_unknown",
+                        "feature '\(id)' (\(m.source)): field \"dependencies.required\" names '\(missing)', which no registry entry or plugin declares.")
+            }
+        }
+
+        // Cycles over required dependencies.
+        for cycle in Self.cycles(candidates, edges: { byID[$0]?.dependencies.required.filter { byID[$0] != nil } ?? [] }) {
+            let path = (cycle + [cycle[0]]).map { "'\($0)'" }.joined(separator: " → ")
+            for id in cycle {
+                disable(id, field: "dependencies.required", code: "registry.dependency_cycle",
+                        "feature '\(id)' (\(byID[id]!.source)): field \"dependencies.required\" forms a cycle \(path).")
+            }
+        }
+
+        // Unique contracts and ports: the first in boot order keeps them.
+        var contractOwner: [String: String] = [:]
+        var portOwner: [String: String] = [:]
+        for id in candidates where disabled[id] == nil {
+            let m = byID[id]!
+            if let clash = m.contracts.first(where: { contractOwner[$0] != nil }) {
+                disable(id, field: "contracts", code: "registry.contract_conflict",
+                        "feature '\(id)' (\(m.source)): field \"contracts\": '\(clash)' is already handled by '\(contractOwner[clash]!)'.")
+                continue
+            }
+            if let clash = m.ports.provides.first(where: { portOwner[$0] != nil }) {
+                disable(id, field: "ports.provides", code: "registry.port_conflict",
+                        "feature '\(id)' (\(m.source)): field \"ports.provides\": port '\(clash)' already has a provider, '\(portOwner[clash]!)'; a port has exactly one.")
+                continue
+            }
+            for c in m.contracts { contractOwner[c] = id }
+            for p in m.ports.provides { portOwner[p] = id }
+        }
+
+        // Propagate: a feature whose required dependency or port provider is disabled is disabled.
+        var changed = true
+        while changed {
+            changed = false
+            for id in candidates where disabled[id] == nil {
+                let m = byID[id]!
+                if let dep = m.dependencies.required.first(where: { disabled[$0] != nil || !active.contains($0) }) {
+                    disable(id, field: "dependencies.required", code: "feature.dependency_disabled",
+                            "feature '\(id)' (\(m.source)): requires '\(dep)', which is disabled: \(disabled[dep]?.message ?? "not selected").")
+                    changed = true
+                } else if let port = m.ports.requires.first(where: { p in portOwner[p].map { disabled[$0] != nil } ?? true }) {
+                    let reason = portOwner[port].map { "its provider '\($0)' is disabled" } ?? "no feature provides it"
+                    disable(id, field: "ports.requires", code: "feature.port_unprovided",
+                            "feature '\(id)' (\(m.source)): requires port '\(port)', but \(reason).")
+                    changed = true
+                }
+            }
+        }
+
+        // Order the survivors: dependencies (required, present optional, port providers) first, then order, then id.
+        let enabled = candidates.filter { disabled[$0] == nil }
+        let enabledSet = Set(enabled)
+        var incoming: [String: Set<String>] = [:]
+        for id in enabled {
+            let m = byID[id]!
+            var before = Set(m.dependencies.required + m.dependencies.optional).intersection(enabledSet)
+            for port in m.ports.requires + m.ports.optional { if let p = portOwner[port], enabledSet.contains(p) { before.insert(p) } }
+            before.remove(id)
+            incoming[id] = before
+        }
+        // Optional dependencies must not create cycles: drop optional edges that would.
+        var ordered: [String] = []
+        var placed = Set<String>()
+        while ordered.count < enabled.count {
+            let ready = enabled.filter { !placed.contains($0) && incoming[$0]!.isSubset(of: placed) }
+            let next: String
+            if let first = ready.min(by: { sortKey($0) < sortKey($1) }) {
+                next = first
+            } else {
+                // Only optional edges can remain in a cycle here; break it deterministically.
+                next = enabled.filter { !placed.contains($0) }.min(by: { sortKey($0) < sortKey($1) })!
+            }
+            ordered.append(next)
+            placed.insert(next)
+        }
+
+        let disabledList = declared.compactMap { disabled[$0] } + anonymous
+        let fatal = declared.compactMap { id -> FeatureProblem? in
+            guard byID[id]!.permanent, let problem = disabled[id] else { return nil }
+            return FeatureProblem(featureID: id, field: problem.field, code: "feature.permanent_failed",
+                                  message: "Permanent feature '\(id)' cannot run, so termind cannot start: \(problem.message)")
+        }
+        return BootPlan(ordered: ordered.map { byID[$0]! }, disabled: disabledList, fatal: fatal)
+    }
+
+    // MARK: - Rules
+
+    public static func isValidID(_ id: String) -> Bool {
+        guard let first = id.utf8.first, (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(first), id.utf8.count <= 64 else { return false }
+        return id.utf8.allSatisfy { isLowerAlnum($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }
+    }
+
+    public static func isValidPortID(_ id: String) -> Bool {
+        let parts = id.split(separator: ".", omittingEmptySubsequences: false)
+        return !parts.isEmpty && parts.allSatisfy { isValidID(String($0)) }
+    }
+
+    private static func isLowerAlnum(_ b: UInt8) -> Bool {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(b) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b)
+    }
+
+    private static func functionProblem(_ m: FeatureManifest) -> String? {
+        if !m.functions.isEmpty && m.kind != .c { return "only C plugins (kind \"c\") declare functions" }
+        var seen = Set<String>()
+        for f in m.functions {
+            guard isValidID(f.name) else { return "function name '\(f.name)' must be lowercase letters, digits, '-' or '_'" }
+            guard seen.insert(f.name).inserted else { return "function '\(f.name)' is declared twice" }
+            guard !f.symbol.isEmpty, f.symbol.utf8.allSatisfy({ isLowerAlnum($0) || $0 == UInt8(ascii: "_") || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) }) else {
+                return "function '\(f.name)': symbol '\(f.symbol)' is not a C identifier"
+            }
+            if case .failure(let error) = FunctionSignature.parse(f.signature) { return "function '\(f.name)': \(error.message)" }
+        }
+        return nil
+    }
+
+    private static func commandProblem(_ m: FeatureManifest) -> String? {
+        let functionContracts = m.functions.map { "\(m.id).fn.\($0.name)@1" }
+        for c in m.commands {
+            guard isValidID(c.name) else { return "command name '\(c.name)' must be lowercase letters, digits, '-' or '_'" }
+            guard m.contracts.contains(c.contract) || functionContracts.contains(c.contract) else {
+                return "command '\(c.name)' maps to '\(c.contract)', which this feature does not declare"
+            }
+        }
+        return nil
+    }
+
+    /// Strongly connected components with more than one member, or a self-loop (Tarjan).
+    static func cycles(_ nodes: [String], edges: (String) -> [String]) -> [[String]] {
+        var index = 0
+        var indices: [String: Int] = [:], low: [String: Int] = [:]
+        var stack: [String] = [], onStack = Set<String>()
+        var result: [[String]] = []
+        let nodeSet = Set(nodes)
+
+        func connect(_ v: String) {
+            indices[v] = index; low[v] = index; index += 1
+            stack.append(v); onStack.insert(v)
+            for w in edges(v) where nodeSet.contains(w) {
+                if indices[w] == nil { connect(w); low[v] = min(low[v]!, low[w]!) }
+                else if onStack.contains(w) { low[v] = min(low[v]!, indices[w]!) }
+            }
+            if low[v] == indices[v] {
+                var component: [String] = []
+                while let w = stack.popLast() { onStack.remove(w); component.append(w); if w == v { break } }
+                if component.count > 1 || edges(v).contains(v) { result.append(component.reversed()) }
+            }
+        }
+        for v in nodes where indices[v] == nil { connect(v) }
+        return result
+    }
+}

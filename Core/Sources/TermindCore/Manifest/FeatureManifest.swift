@@ -1,0 +1,154 @@
+import Foundation
+
+/// One feature or plugin as declared in Registry.json or a plugin's plugin.json.
+/// Read and validated before any library is opened; no code runs at this stage.
+public struct FeatureManifest: Sendable, Equatable, Codable {
+    public enum Kind: String, Sendable, Codable, SchemaEnum {
+        /// A Swift library built with this exact toolchain against these contracts.
+        case swift
+        /// Any library exposing the C plugin ABI (termind_plugin.h).
+        case c
+    }
+
+    public struct Dependencies: Sendable, Equatable, Codable {
+        public var required: [String]
+        public var optional: [String]
+        public init(required: [String] = [], optional: [String] = []) {
+            self.required = required
+            self.optional = optional
+        }
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            required = try c.decodeIfPresent([String].self, forKey: .required) ?? []
+            optional = try c.decodeIfPresent([String].self, forKey: .optional) ?? []
+        }
+        enum CodingKeys: String, CodingKey { case required, optional }
+    }
+
+    public struct Ports: Sendable, Equatable, Codable {
+        /// Ports this feature provides; each port has exactly one provider.
+        public var provides: [String]
+        /// Ports this feature cannot run without.
+        public var requires: [String]
+        /// Ports this feature uses when present.
+        public var optional: [String]
+        public init(provides: [String] = [], requires: [String] = [], optional: [String] = []) {
+            self.provides = provides
+            self.requires = requires
+            self.optional = optional
+        }
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            provides = try c.decodeIfPresent([String].self, forKey: .provides) ?? []
+            requires = try c.decodeIfPresent([String].self, forKey: .requires) ?? []
+            optional = try c.decodeIfPresent([String].self, forKey: .optional) ?? []
+        }
+        enum CodingKeys: String, CodingKey { case provides, requires, optional }
+    }
+
+    /// A C function the plugin exports, called through libffi with a run-time signature
+    /// and reachable as the contract `<id>.fn.<name>@1`.
+    public struct Function: Sendable, Equatable, Codable {
+        public var name: String
+        public var symbol: String
+        /// `"<return>(<param>, ...)"` over: void, int32, uint32, int64, uint64, double, bool, string.
+        public var signature: String
+        public var summary: String?
+
+        public init(name: String, symbol: String, signature: String, summary: String? = nil) {
+            self.name = name
+            self.symbol = symbol
+            self.signature = signature
+            self.summary = summary
+        }
+    }
+
+    /// A CLI subcommand that maps positional arguments onto fields of a contract request.
+    public struct Command: Sendable, Equatable, Codable {
+        public var name: String
+        public var contract: String
+        public var arguments: [String]
+        public var summary: String?
+
+        public init(name: String, contract: String, arguments: [String] = [], summary: String? = nil) {
+            self.name = name
+            self.contract = contract
+            self.arguments = arguments
+            self.summary = summary
+        }
+    }
+
+    public var id: String
+    public var version: String
+    public var abi: Int
+    public var kind: Kind
+    public var library: String
+    public var order: Int
+    public var permanent: Bool
+    public var dependencies: Dependencies
+    public var ports: Ports
+    public var contracts: [String]
+    public var functions: [Function]
+    public var commands: [Command]
+    public var summary: String?
+
+    /// Where this manifest came from, for messages ("Registry.json", a plugin.json path).
+    public var source: String = ""
+    /// The folder `library` is resolved against (the executable's folder for Registry.json,
+    /// the plugin's own folder for plugins).
+    public var baseDirectory: String = ""
+
+    enum CodingKeys: String, CodingKey {
+        case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, functions, commands, summary
+    }
+
+    public init(id: String, version: String = "1.0.0", abi: Int = 1, kind: Kind = .swift, library: String,
+                order: Int = 100, permanent: Bool = false, dependencies: Dependencies = .init(), ports: Ports = .init(),
+                contracts: [String] = [], functions: [Function] = [], commands: [Command] = [], summary: String? = nil,
+                source: String = "", baseDirectory: String = "") {
+        self.id = id
+        self.version = version
+        self.abi = abi
+        self.kind = kind
+        self.library = library
+        self.order = order
+        self.permanent = permanent
+        self.dependencies = dependencies
+        self.ports = ports
+        self.contracts = contracts
+        self.functions = functions
+        self.commands = commands
+        self.summary = summary
+        self.source = source
+        self.baseDirectory = baseDirectory
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(String.self, forKey: .id)
+        version = try c.decode(String.self, forKey: .version)
+        abi = try c.decode(Int.self, forKey: .abi)
+        kind = try c.decodeIfPresent(Kind.self, forKey: .kind) ?? .swift
+        library = try c.decode(String.self, forKey: .library)
+        order = try c.decodeIfPresent(Int.self, forKey: .order) ?? 100
+        permanent = try c.decodeIfPresent(Bool.self, forKey: .permanent) ?? false
+        dependencies = try c.decodeIfPresent(Dependencies.self, forKey: .dependencies) ?? .init()
+        ports = try c.decodeIfPresent(Ports.self, forKey: .ports) ?? .init()
+        contracts = try c.decodeIfPresent([String].self, forKey: .contracts) ?? []
+        functions = try c.decodeIfPresent([Function].self, forKey: .functions) ?? []
+        commands = try c.decodeIfPresent([Command].self, forKey: .commands) ?? []
+        summary = try c.decodeIfPresent(String.self, forKey: .summary)
+    }
+
+    /// The absolute path of the library. Relative names resolve against `baseDirectory`,
+    /// never against the working directory.
+    public var libraryPath: String {
+        library.hasPrefix("/") ? library : (baseDirectory as NSString).appendingPathComponent(library)
+    }
+}
+
+/// The top-level Registry.json document.
+public struct RegistryDocument: Sendable, Equatable, Codable {
+    public var schema: Int
+    public var features: [FeatureManifest]
+}

@@ -1,0 +1,90 @@
+import Foundation
+
+/// Reads Registry.json and plugin.json files into manifests. Structural problems of one
+/// entry (a missing field, a wrong type) disable that entry with a message naming the
+/// feature and the field; a file that is not JSON at all is rejected with its line.
+public enum ManifestReader {
+    public static let schemaVersion = 1
+
+    public struct Result: Sendable {
+        public var manifests: [FeatureManifest] = []
+        /// Entries that could not be read, keyed by id when the id was readable.
+        public var rejected: [FeatureProblem] = []
+    }
+
+    /// Parses a Registry.json document. Throws only when the file as a whole is unusable.
+    public static func readRegistry(_ data: Data, source: String, baseDirectory: String) throws -> Result {
+        let root = try JSONCoding.parse(data, source: source)
+        guard case .object(let object) = root else {
+            throw TermindError(code: "registry.malformed", message: "\(source): the top level must be an object with \"schema\" and \"features\", not \(root.typeName).")
+        }
+        guard case .integer(let schema)? = object["schema"] else {
+            throw TermindError(code: "registry.malformed", message: "\(source): field \"schema\" is missing or not an integer (this termind reads schema \(schemaVersion)).")
+        }
+        guard schema == schemaVersion else {
+            throw TermindError(code: "registry.schema", message: "\(source): schema \(schema) is not supported (this termind reads schema \(schemaVersion)).")
+        }
+        guard case .array(let entries)? = object["features"] else {
+            throw TermindError(code: "registry.malformed", message: "\(source): field \"features\" is missing or not an array.")
+        }
+        var result = Result()
+        for (index, entry) in entries.enumerated() {
+            switch readEntry(entry, label: "\(source) features[\(index)]", source: source, baseDirectory: baseDirectory) {
+            case .success(let manifest): result.manifests.append(manifest)
+            case .failure(let problem): result.rejected.append(problem)
+            }
+        }
+        return result
+    }
+
+    /// Parses one plugin.json; the library resolves against the plugin's own folder.
+    public static func readPlugin(_ data: Data, source: String, baseDirectory: String) -> Swift.Result<FeatureManifest, FeatureProblem> {
+        let value: JSONValue
+        do { value = try JSONCoding.parse(data, source: source) } catch let error as TermindError {
+            return .failure(FeatureProblem(featureID: nil, field: nil, code: error.code, message: error.message))
+        } catch {
+            return .failure(FeatureProblem(featureID: nil, field: nil, code: "json.malformed", message: "\(source) is not valid JSON."))
+        }
+        return readEntry(value, label: source, source: source, baseDirectory: baseDirectory)
+    }
+
+    private static let schema = SchemaDerivation.schema(for: FeatureManifest.self)
+
+    static func readEntry(_ entry: JSONValue, label: String, source: String, baseDirectory: String) -> Swift.Result<FeatureManifest, FeatureProblem> {
+        let id = entry["id"]?.stringValue
+        let name = id.map { "feature '\($0)' (\(label))" } ?? label
+        let problems = schema.problems(in: entry, at: "")
+        if let first = problems.first {
+            let field = String(first.prefix { $0 != ":" }).trimmingCharacters(in: CharacterSet(charactersIn: "."))
+            let detail = first.drop { $0 != ":" }.dropFirst().trimmingCharacters(in: .whitespaces)
+            let more = problems.count > 1 ? " (and \(problems.count - 1) more problem\(problems.count == 2 ? "" : "s"))" : ""
+            return .failure(FeatureProblem(featureID: id, field: field, code: "manifest.invalid_field",
+                                           message: "\(name): field \"\(field)\" \(detail)\(more)."))
+        }
+        do {
+            var manifest = try JSONDecoder().decode(FeatureManifest.self, from: JSONCoding.encode(entry))
+            manifest.source = source
+            manifest.baseDirectory = baseDirectory
+            return .success(manifest)
+        } catch {
+            return .failure(FeatureProblem(featureID: id, field: nil, code: "manifest.invalid", message: "\(name): cannot be read as a feature manifest."))
+        }
+    }
+}
+
+/// One reason a feature cannot run, naming the feature and (when there is one) the field.
+public struct FeatureProblem: Sendable, Equatable, Codable, Error, CustomStringConvertible {
+    public var featureID: String?
+    public var field: String?
+    public var code: String
+    public var message: String
+
+    public init(featureID: String?, field: String?, code: String, message: String) {
+        self.featureID = featureID
+        self.field = field
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { message }
+}

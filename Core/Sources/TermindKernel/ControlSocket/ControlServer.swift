@@ -1,0 +1,161 @@
+import CTermindSystem
+import Foundation
+import TermindCore
+
+/// The control socket of `termind serve`: a Unix stream socket, mode 0600 in a 0700
+/// folder, that accepts only peers with this process's uid. Each connection gets a
+/// thread that reads NDJSON envelopes; requests are pipelined (up to
+/// `maximumInFlightPerConnection` at once) and answered by id. A malformed, oversized or
+/// unknown envelope gets an error reply; a client that vanishes affects nobody else.
+public final class ControlServer: @unchecked Sendable {
+    public static let maximumClients = 128
+    public static let maximumInFlightPerConnection = 32
+
+    public let path: String
+    private let kernel: Kernel
+    private let logger: Logger
+    private let lock = NSLock()
+    private var listener: Int32 = -1
+    private var clients: [UInt64: Int32] = [:]
+    private var nextConnection: UInt64 = 1
+    private var stopped = false
+
+    public init(path: String, kernel: Kernel, logger: Logger) {
+        self.path = path
+        self.kernel = kernel
+        self.logger = logger.child("socket")
+    }
+
+    /// Binds and listens. Refuses to replace a socket another server still answers on.
+    public func start() throws {
+        let directory = (path as NSString).deletingLastPathComponent
+        if !FileManager.default.fileExists(atPath: directory) {
+            guard mkdir(directory, 0o700) == 0 || errno == EEXIST else {
+                throw TermindError.posix("socket.directory", "Cannot create the socket folder \(directory)")
+            }
+        }
+        var info = stat()
+        if lstat(path, &info) == 0 {
+            guard (info.st_mode & S_IFMT) == S_IFSOCK else {
+                throw TermindError(code: "socket.path_in_use", message: "\(path) exists and is not a socket; remove it or choose another path with --socket.")
+            }
+            if let fd = try? SocketIO.connect(path) {
+                close(fd)
+                throw TermindError(code: "socket.in_use", message: "Another termind server is already listening on \(path).")
+            }
+            unlink(path) // stale socket of a server that is gone
+        }
+        var address = try SocketIO.unixAddress(path)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw TermindError.posix("socket.create_failed", "Cannot create the control socket") }
+        // Create the socket file already restricted; chmod below makes it exact.
+        let previous = umask(0o177)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        umask(previous)
+        guard bound == 0 else {
+            let error = TermindError.posix("socket.bind_failed", "Cannot bind the control socket at \(path)")
+            close(fd)
+            throw error
+        }
+        chmod(path, 0o600)
+        guard listen(fd, 64) == 0 else {
+            let error = TermindError.posix("socket.listen_failed", "Cannot listen on \(path)")
+            close(fd)
+            throw error
+        }
+        lock.withLock { listener = fd }
+        let thread = Thread { [self] in acceptLoop(fd) }
+        thread.name = "termind.accept"
+        thread.start()
+        logger.info("socket.listening")
+    }
+
+    /// Stops accepting, closes every connection and removes the socket file.
+    public func stop() {
+        let (fd, open): (Int32, [Int32]) = lock.withLock {
+            stopped = true
+            defer { listener = -1; clients.removeAll() }
+            return (listener, Array(clients.values))
+        }
+        if fd >= 0 { shutdown(fd, Int32(SHUT_RDWR)); close(fd); unlink(path) }
+        for client in open { shutdown(client, Int32(SHUT_RDWR)) }
+    }
+
+    public var connectionCount: Int { lock.withLock { clients.count } }
+
+    private func acceptLoop(_ fd: Int32) {
+        while true {
+            let client = termind_accept_cloexec(fd)
+            if client < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                if errno == EMFILE || errno == ENFILE { usleep(10_000); continue }
+                return // listener closed
+            }
+            var uid: uid_t = 0
+            guard termind_peer_uid(client, &uid) == 0, uid == getuid() else {
+                logger.warning("socket.peer_rejected")
+                SocketIO.writeAll(client, Envelope.failure(id: .null, error: TermindError(code: "socket.peer_rejected", message: "This termind server accepts only its own user.")))
+                close(client)
+                continue
+            }
+            let connection: UInt64? = lock.withLock {
+                guard !stopped, clients.count < Self.maximumClients else { return nil }
+                let id = nextConnection
+                nextConnection += 1
+                clients[id] = client
+                return id
+            }
+            guard let connection else {
+                SocketIO.writeAll(client, Envelope.failure(id: .null, error: TermindError(code: "socket.busy", message: "The termind server has \(Self.maximumClients) clients already; try again shortly.")))
+                close(client)
+                continue
+            }
+            let thread = Thread { [self] in serve(client, connection: connection) }
+            thread.name = "termind.client"
+            thread.start()
+        }
+    }
+
+    private func serve(_ fd: Int32, connection: UInt64) {
+        logger.debug("socket.client.connected", ["connection": .int(Int(connection))])
+        let writeLock = NSLock()
+        let slots = DispatchSemaphore(value: Self.maximumInFlightPerConnection)
+        let group = DispatchGroup()
+        let kernel = self.kernel
+        var reader = LineReader(fd: fd, maximum: Envelope.maximumBytes)
+        let reply: @Sendable (Data) -> Void = { line in writeLock.withLock { _ = SocketIO.writeAll(fd, line) } }
+        loop: while true {
+            switch reader.next() {
+            case .end:
+                break loop
+            case .oversized:
+                reply(Envelope.failure(id: .null, error: TermindError(code: "envelope.too_large", message: "The envelope is larger than \(Envelope.maximumBytes) bytes and was skipped.")))
+            case .line(let line):
+                switch Envelope.parseRequest(line) {
+                case .failure(let failure):
+                    reply(Envelope.failure(id: failure.id, error: failure.error))
+                case .success(let request):
+                    slots.wait()
+                    group.enter()
+                    Task {
+                        defer { slots.signal(); group.leave() }
+                        do {
+                            let body = try await kernel.call(request.contract, body: request.body, origin: .controlSocket(connection: connection))
+                            reply(Envelope.success(id: request.id, body: body))
+                        } catch let error as TermindError {
+                            reply(Envelope.failure(id: request.id, error: error))
+                        } catch {
+                            reply(Envelope.failure(id: request.id, error: .internalFailure("The operation failed: \(type(of: error)).")))
+                        }
+                    }
+                }
+            }
+        }
+        group.wait()
+        lock.withLock { _ = clients.removeValue(forKey: connection) }
+        close(fd)
+        logger.debug("socket.client.disconnected", ["connection": .int(Int(connection))])
+    }
+}

@@ -1,0 +1,95 @@
+import TermindCore
+import Foundation
+
+/// Small POSIX helpers for the Unix control socket. All descriptors are CLOEXEC.
+enum SocketIO {
+    static func unixAddress(_ path: String) throws -> sockaddr_un {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        let capacity = MemoryLayout.size(ofValue: address.sun_path)
+        guard bytes.count < capacity else {
+            throw TermindError(code: "socket.path_too_long", message: "The socket path \(path) is \(bytes.count) bytes; Unix sockets allow at most \(capacity - 1).")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        return address
+    }
+
+    static func connect(_ path: String) throws -> Int32 {
+        var address = try unixAddress(path)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw TermindError.posix("socket.create_failed", "Cannot create a Unix socket") }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard result == 0 else {
+            let code = errno
+            close(fd)
+            errno = code
+            throw TermindError.posix("socket.connect_failed", "Cannot connect to the termind server at \(path)")
+        }
+        return fd
+    }
+
+    /// Writes all of `data`; false when the peer is gone.
+    @discardableResult
+    static func writeAll(_ fd: Int32, _ data: Data) -> Bool {
+        data.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                if n < 0 { if errno == EINTR { continue }; return false }
+                offset += n
+            }
+            return true
+        }
+    }
+}
+
+/// Reads newline-delimited frames from a descriptor with a size bound.
+struct LineReader {
+    enum Event { case line(Data), oversized, end }
+
+    let fd: Int32
+    let maximum: Int
+    private var buffer = Data()
+    private var discarding = false
+
+    init(fd: Int32, maximum: Int) {
+        self.fd = fd
+        self.maximum = maximum
+    }
+
+    mutating func next() -> Event {
+        var chunk = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            if let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = buffer[buffer.startIndex..<newline]
+                buffer.removeSubrange(buffer.startIndex...newline)
+                if discarding { discarding = false; continue }
+                if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") || $0 == UInt8(ascii: "\t") }) { continue }
+                return .line(Data(line))
+            }
+            if !discarding && buffer.count > maximum {
+                buffer.removeAll(keepingCapacity: true)
+                discarding = true
+                return .oversized
+            }
+            if discarding { buffer.removeAll(keepingCapacity: true) }
+            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return .end }
+            buffer.append(contentsOf: chunk[0..<n])
+        }
+    }
+}
+
+extension TermindError {
+    /// An error for a failed system call, with the reason from errno appended.
+    static func posix(_ code: String, _ message: String) -> TermindError {
+        TermindError(code: code, message: "\(message): \(String(cString: strerror(errno))).")
+    }
+}

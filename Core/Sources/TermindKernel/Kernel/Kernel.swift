@@ -1,0 +1,289 @@
+import Foundation
+import TermindCore
+
+/// The actor kernel. Lifecycle: discover (read manifests, no code runs) → validate
+/// (`RegistryValidator`) → load (dlopen by absolute path, one entry symbol, descriptor
+/// checked against the manifest) → register (ports and contracts) → start in order →
+/// (serve) → stop in reverse order. The registry is frozen after boot and libraries are
+/// never closed. A feature that fails is disabled with its reason, together with every
+/// feature that requires it; boot fails only for permanent features.
+public actor Kernel {
+    public nonisolated let logger: Logger
+    public nonisolated let configuration: KernelConfiguration
+    private let sink: LogSink
+    nonisolated let routes = RoutingTable()
+
+    private var manifests: [String: FeatureManifest] = [:]
+    private var order: [String] = []
+    private var statuses: [String: FeatureStatus] = [:]
+    private var running: [(id: String, feature: any Feature)] = []
+    private var booted = false
+
+    public init(configuration: KernelConfiguration, sink: LogSink) {
+        self.configuration = configuration
+        self.sink = sink
+        self.logger = Logger(label: "kernel", sink: sink)
+        installKernelContracts()
+    }
+
+    // MARK: - Boot
+
+    /// Boots once. Returns the statuses of every declared feature in boot order (disabled
+    /// ones last); throws `BootFailure` when a permanent feature cannot run.
+    @discardableResult
+    public func boot() async throws -> [FeatureStatus] {
+        precondition(!booted, "a kernel boots once")
+        booted = true
+        let started = DispatchTime.now().uptimeNanoseconds
+
+        // Discover.
+        let discovery = try discover()
+        // Validate.
+        let validator = RegistryValidator(libraryExists: { FileManager.default.isReadableFile(atPath: $0) })
+        let plan: BootPlan
+        do {
+            plan = try validator.plan(discovery.manifests, rejected: discovery.rejected, selection: configuration.selection)
+        } catch let error as TermindError {
+            throw BootFailure(problems: [FeatureProblem(featureID: nil, field: nil, code: error.code, message: error.message)])
+        }
+        guard plan.fatal.isEmpty else { throw BootFailure(problems: plan.fatal) }
+        for m in discovery.manifests where manifests[m.id] == nil { manifests[m.id] = m }
+        order = plan.ordered.map(\.id)
+        for m in plan.ordered { setStatus(m, .stopped, nil) }
+        for problem in plan.disabled {
+            guard let id = problem.featureID, let m = manifests[id], statuses[id] == nil else { continue }
+            setStatus(m, .disabled, problem)
+            order.append(id)
+            logger.warning("kernel.feature.disabled", ["feature": .identifier(id), "reason": .identifier(problem.code)])
+        }
+        for problem in plan.disabled where problem.featureID == nil || manifests[problem.featureID!] == nil {
+            unattributed.append(problem)
+        }
+
+        // Load.
+        var loaded: [(FeatureManifest, any Feature)] = []
+        for m in plan.ordered where statuses[m.id]?.state != .disabled {
+            do {
+                loaded.append((m, try FeatureLoader.load(m, sink: sink, hostVersion: configuration.hostVersion)))
+                logger.debug("kernel.feature.loaded", ["feature": .identifier(m.id)])
+            } catch {
+                disable(m.id, Self.problem(error, feature: m.id, code: "feature.load_failed"))
+            }
+        }
+
+        // Register.
+        for (m, feature) in loaded where statuses[m.id]?.state != .disabled {
+            do {
+                try register(feature, manifest: m)
+            } catch {
+                routes.remove(owner: m.id)
+                disable(m.id, Self.problem(error, feature: m.id, code: "feature.register_failed"))
+            }
+        }
+
+        // Start, in order.
+        for (m, feature) in loaded where statuses[m.id]?.state != .disabled {
+            do {
+                try await feature.start(context(for: m))
+                running.append((m.id, feature))
+                setStatus(m, .running, nil)
+                logger.info("kernel.feature.started", ["feature": .identifier(m.id)])
+            } catch {
+                routes.remove(owner: m.id)
+                disable(m.id, Self.problem(error, feature: m.id, code: "feature.start_failed"))
+            }
+        }
+        routes.freeze()
+
+        if let failed = order.compactMap({ statuses[$0] }).first(where: { $0.permanent && $0.state == .disabled }) {
+            await shutdown()
+            throw BootFailure(problems: [FeatureProblem(featureID: failed.id, field: nil, code: "feature.permanent_failed",
+                                                        message: "Permanent feature '\(failed.id)' cannot run, so termind cannot start: \(failed.reason ?? "unknown reason")")])
+        }
+        let elapsed = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
+        logger.info("kernel.booted", ["running": .int(running.count), "disabled": .int(statuses.values.filter { $0.state == .disabled }.count), "elapsed": .seconds(elapsed)])
+        return featureStatuses()
+    }
+
+    /// Problems that belong to no loadable feature (unreadable entries, duplicates).
+    public private(set) var unattributed: [FeatureProblem] = []
+
+    /// Stops running features in reverse start order. Idempotent.
+    public func shutdown() async {
+        while let (id, feature) = running.popLast() {
+            await feature.stop()
+            if let m = manifests[id] { setStatus(m, .stopped, nil) }
+            logger.info("kernel.feature.stopped", ["feature": .identifier(id)])
+        }
+    }
+
+    public func featureStatuses() -> [FeatureStatus] { order.compactMap { statuses[$0] } }
+
+    /// Manifests of features that are running (for CLI command mapping).
+    public func runningManifests() -> [FeatureManifest] {
+        order.compactMap { statuses[$0]?.state == .running ? manifests[$0] : nil }
+    }
+
+    // MARK: - Calls
+
+    /// Routes a contract call. Safe to call from any task concurrently; never blocks on
+    /// the kernel actor.
+    public nonisolated func call(_ id: ContractID, body: Data, origin: CallOrigin = .inProcess) async throws -> Data {
+        guard let endpoint = routes.endpoint(id) else { throw TermindError.unknownContract(id.description) }
+        return try await endpoint.handler(body, origin)
+    }
+
+    /// Routes a call given as text (`name@version`), as it arrives from a client.
+    public nonisolated func call(_ text: String, body: Data, origin: CallOrigin = .inProcess) async throws -> Data {
+        guard let id = ContractID(parsing: text) else {
+            throw TermindError.badRequest("'\(text)' is not a contract id; expected name@version, e.g. kernel.features@1.")
+        }
+        return try await call(id, body: body, origin: origin)
+    }
+
+    public nonisolated func call<C: Contract>(_ contract: C.Type, _ request: C.Request, origin: CallOrigin = .inProcess) async throws -> C.Response {
+        let reply = try await call(C.id, body: JSONCoding.encode(request), origin: origin)
+        return try JSONDecoder().decode(C.Response.self, from: reply)
+    }
+
+    public nonisolated func contractInfos(prefix: String? = nil) -> [ContractInfo] {
+        routes.allEndpoints()
+            .filter { prefix == nil || $0.id.description.hasPrefix(prefix!) }
+            .map { ContractInfo(id: $0.id.description, owner: $0.owner, summary: $0.summary, request: $0.requestSchema.json, response: $0.responseSchema.json) }
+    }
+
+    // MARK: - Internals
+
+    private struct Discovery {
+        var manifests: [FeatureManifest] = []
+        var rejected: [FeatureProblem] = []
+    }
+
+    private func discover() throws -> Discovery {
+        var result = Discovery()
+        if let path = configuration.registryPath {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw BootFailure(problems: [FeatureProblem(featureID: nil, field: nil, code: "registry.missing",
+                                                            message: "Cannot read the feature registry at \(path). Pass --registry PATH or set TERMIND_REGISTRY.")])
+            }
+            let base = configuration.libraryDirectory ?? (path as NSString).deletingLastPathComponent
+            do {
+                let read = try ManifestReader.readRegistry(data, source: (path as NSString).lastPathComponent, baseDirectory: base)
+                result.manifests += read.manifests
+                result.rejected += read.rejected
+            } catch let error as TermindError {
+                throw BootFailure(problems: [FeatureProblem(featureID: nil, field: nil, code: error.code, message: error.message)])
+            }
+        }
+        for directory in configuration.pluginDirectories {
+            for pluginDirectory in Self.pluginFolders(in: directory) {
+                let path = (pluginDirectory as NSString).appendingPathComponent("plugin.json")
+                guard let data = FileManager.default.contents(atPath: path) else { continue }
+                switch ManifestReader.readPlugin(data, source: path, baseDirectory: pluginDirectory) {
+                case .success(let m): result.manifests.append(m)
+                case .failure(let problem): result.rejected.append(problem)
+                }
+            }
+        }
+        return result
+    }
+
+    /// A plugin folder holds plugin.json itself, or one plugin per subfolder (sorted).
+    static func pluginFolders(in directory: String) -> [String] {
+        let fm = FileManager.default
+        if fm.fileExists(atPath: (directory as NSString).appendingPathComponent("plugin.json")) { return [directory] }
+        let names = (try? fm.contentsOfDirectory(atPath: directory)) ?? []
+        return names.sorted().map { (directory as NSString).appendingPathComponent($0) }
+            .filter { fm.fileExists(atPath: ($0 as NSString).appendingPathComponent("plugin.json")) }
+    }
+
+    private func register(_ feature: any Feature, manifest m: FeatureManifest) throws {
+        let registrar = FeatureRegistrar(featureID: m.id)
+        try feature.register(registrar)
+        let published = Set(registrar.publishedEndpoints.map(\.id.description))
+        let declared = Set(m.contracts + m.functions.map { "\(m.id).fn.\($0.name)@1" })
+        if let extra = published.subtracting(declared).sorted().first {
+            throw FeatureProblem(featureID: m.id, field: "contracts", code: "feature.undeclared_contract",
+                                 message: "feature '\(m.id)' publishes contract '\(extra)', which its manifest does not declare under \"contracts\".")
+        }
+        if let missing = declared.subtracting(published).sorted().first {
+            throw FeatureProblem(featureID: m.id, field: "contracts", code: "feature.missing_contract",
+                                 message: "feature '\(m.id)' declares contract '\(missing)' but registers no handler for it.")
+        }
+        let ports = Set(registrar.publishedPorts.keys)
+        if let extra = ports.subtracting(m.ports.provides).sorted().first {
+            throw FeatureProblem(featureID: m.id, field: "ports.provides", code: "feature.undeclared_port",
+                                 message: "feature '\(m.id)' provides port '\(extra)', which its manifest does not declare under \"ports.provides\".")
+        }
+        if let missing = Set(m.ports.provides).subtracting(ports).sorted().first {
+            throw FeatureProblem(featureID: m.id, field: "ports.provides", code: "feature.missing_port",
+                                 message: "feature '\(m.id)' declares port '\(missing)' but provides no implementation.")
+        }
+        for endpoint in registrar.publishedEndpoints { try routes.add(endpoint) }
+        for (id, value) in registrar.publishedPorts { try routes.addPort(id, owner: m.id, value: value) }
+    }
+
+    private func context(for m: FeatureManifest) -> FeatureContext {
+        let declared = Set(m.ports.requires + m.ports.optional)
+        let routes = self.routes
+        let id = m.id
+        return FeatureContext(
+            featureID: id,
+            logger: Logger(label: id, sink: sink),
+            ports: PortDirectory { port in declared.contains(port) ? routes.port(port) : nil },
+            call: { [weak self] contract, body in
+                guard let self else { throw TermindError.internalFailure("The kernel has shut down.") }
+                return try await self.call(contract, body: body, origin: .feature(id: id))
+            }
+        )
+    }
+
+    /// Disables a feature and, transitively, every feature that requires it or one of its ports.
+    private func disable(_ id: String, _ problem: FeatureProblem) {
+        guard let m = manifests[id], statuses[id]?.state != .disabled else { return }
+        setStatus(m, .disabled, problem)
+        logger.warning("kernel.feature.disabled", ["feature": .identifier(id), "reason": .identifier(problem.code)])
+        for dependent in order where statuses[dependent]?.state != .disabled {
+            guard let d = manifests[dependent] else { continue }
+            let needsFeature = d.dependencies.required.contains(id)
+            let needsPort = !Set(d.ports.requires).isDisjoint(with: m.ports.provides)
+            guard needsFeature || needsPort else { continue }
+            if !running.contains(where: { $0.id == dependent }) { routes.remove(owner: dependent) }
+            disable(dependent, FeatureProblem(featureID: dependent, field: needsFeature ? "dependencies.required" : "ports.requires",
+                                              code: "feature.dependency_disabled",
+                                              message: "feature '\(dependent)': requires '\(id)', which is disabled: \(problem.message)"))
+        }
+    }
+
+    private func setStatus(_ m: FeatureManifest, _ state: FeatureStatus.State, _ problem: FeatureProblem?) {
+        statuses[m.id] = FeatureStatus(
+            id: m.id, version: m.version, kind: m.kind, state: state, reason: problem?.message, reasonCode: problem?.code,
+            permanent: m.permanent, source: m.source, contracts: m.contracts + m.functions.map { "\(m.id).fn.\($0.name)@1" },
+            provides: m.ports.provides)
+    }
+
+    private static func problem(_ error: any Error, feature: String, code: String) -> FeatureProblem {
+        if let p = error as? FeatureProblem { return p }
+        if let e = error as? TermindError {
+            return FeatureProblem(featureID: feature, field: nil, code: e.code, message: e.message.hasPrefix("feature '") ? e.message : "feature '\(feature)': \(e.message)")
+        }
+        return FeatureProblem(featureID: feature, field: nil, code: code, message: "feature '\(feature)': \(String(describing: error))")
+    }
+
+    private nonisolated func installKernelContracts() {
+        let registrar = FeatureRegistrar(featureID: "kernel")
+        registrar.handle(KernelContracts.Ping.self) { request, _ in request }
+        registrar.handle(KernelContracts.Features.self) { [weak self] _, _ in
+            .init(features: await self?.featureStatuses() ?? [])
+        }
+        registrar.handle(KernelContracts.Contracts.self) { [weak self] request, _ in
+            .init(contracts: self?.contractInfos(prefix: request.prefix) ?? [])
+        }
+        let configuration = self.configuration
+        registrar.handle(KernelContracts.Version.self) { _, _ in
+            .init(termind: configuration.hostVersion, signature: .ofThisImage, pluginABI: FeatureDescriptor.abiVersion,
+                  libraries: configuration.libraryVersions)
+        }
+        for endpoint in registrar.publishedEndpoints { try! routes.add(endpoint) }
+    }
+}

@@ -1,0 +1,34 @@
+import Foundation
+import TermindCore
+
+/// What the kernel boots from. Paths are absolute; the host resolves them from the
+/// executable's folder and the environment, never from the working directory.
+public struct KernelConfiguration: Sendable {
+    /// Registry.json; nil boots with plugins only.
+    public var registryPath: String?
+    /// Folder that Registry.json library names resolve against (default: the registry's folder).
+    public var libraryDirectory: String?
+    /// Opt-in plugin folders: each holds a plugin.json, or subfolders that do.
+    public var pluginDirectories: [String]
+    /// When set, only these features plus what they require (and permanent ones).
+    public var selection: Set<String>?
+    public var hostVersion: String
+    /// C library versions reported by `kernel.version@1` (libssh2, OpenSSL, ...).
+    public var libraryVersions: [String: String]
+
+    public init(registryPath: String?, libraryDirectory: String? = nil, pluginDirectories: [String] = [], selection: Set<String>? = nil,
+                hostVersion: String = "0.1.0", libraryVersions: [String: String] = [:]) {
+        self.registryPath = registryPath
+        self.libraryDirectory = libraryDirectory
+        self.pluginDirectories = pluginDirectories
+        self.selection = selection
+        self.hostVersion = hostVersion
+        self.libraryVersions = libraryVersions
+    }
+}
+
+/// Boot stopped: a permanent feature cannot run, or the registry itself is unusable.
+public struct BootFailure: Error, Sendable, CustomStringConvertible {
+    public let problems: [FeatureProblem]
+    public var description: String { problems.map(\.message).joined(separator: "\n") }
+}

@@ -1,0 +1,29 @@
+import CTermindSystem
+import TermindCore
+
+/// An opened shared library. Never closed: Swift images cannot be unloaded safely, and a
+/// plugin's static data may be referenced for the life of the process.
+struct DynamicLibrary: @unchecked Sendable {
+    let path: String
+    private let handle: UnsafeMutableRawPointer
+
+    /// Opens `path` (absolute) with RTLD_NOW | RTLD_LOCAL.
+    static func open(_ path: String, feature: String) throws -> DynamicLibrary {
+        precondition(path.hasPrefix("/"), "libraries are opened by absolute path only")
+        var error = [CChar](repeating: 0, count: 1024)
+        guard let handle = termind_dlopen_now_local(path, &error, UInt(error.count)) else {
+            throw FeatureProblem(featureID: feature, field: "library", code: "feature.load_failed",
+                                 message: "feature '\(feature)': cannot load \(path): \(String(nulTerminated: error)).")
+        }
+        return DynamicLibrary(path: path, handle: handle)
+    }
+
+    func symbol(_ name: String, feature: String) throws -> UnsafeMutableRawPointer {
+        var error = [CChar](repeating: 0, count: 1024)
+        guard let symbol = termind_dlsym(handle, name, &error, UInt(error.count)) else {
+            throw FeatureProblem(featureID: feature, field: "library", code: "feature.entry_missing",
+                                 message: "feature '\(feature)': \(path) does not export the entry symbol '\(name)'.")
+        }
+        return symbol
+    }
+}

@@ -1,0 +1,69 @@
+import CTermindPluginABI
+import Foundation
+import TermindCore
+
+/// Opens a feature's library and checks that what it hands back matches its manifest.
+enum FeatureLoader {
+    static func load(_ m: FeatureManifest, sink: LogSink, hostVersion: String) throws -> any Feature {
+        let library = try DynamicLibrary.open(m.libraryPath, feature: m.id)
+        switch m.kind {
+        case .swift: return try loadSwift(m, library: library)
+        case .c: return try loadC(m, library: library, sink: sink, hostVersion: hostVersion)
+        }
+    }
+
+    private static func loadSwift(_ m: FeatureManifest, library: DynamicLibrary) throws -> any Feature {
+        typealias Entry = @convention(c) () -> UnsafeMutableRawPointer?
+        let symbol = try library.symbol(FeatureDescriptor.entrySymbol, feature: m.id)
+        let entry = unsafeBitCast(symbol, to: Entry.self)
+        guard let raw = entry() else {
+            throw mismatch(m, "its entry point returned nothing")
+        }
+        let object = Unmanaged<AnyObject>.fromOpaque(raw).takeRetainedValue()
+        guard let descriptor = object as? FeatureDescriptor else {
+            throw mismatch(m, "its entry point did not return a FeatureDescriptor of this Core (the library embeds its own copy of TermindCore or was built against another)")
+        }
+        try check(m, id: descriptor.id, version: descriptor.version, abi: descriptor.abi)
+        let host = BuildSignature.ofThisImage
+        guard descriptor.signature == host else {
+            throw FeatureProblem(featureID: m.id, field: "library", code: "feature.signature_mismatch",
+                                 message: "feature '\(m.id)': built with \(descriptor.signature), but this termind is \(host). Rebuild the feature with this toolchain and Core.")
+        }
+        return descriptor.makeFeature()
+    }
+
+    private static func loadC(_ m: FeatureManifest, library: DynamicLibrary, sink: LogSink, hostVersion: String) throws -> any Feature {
+        typealias Entry = @convention(c) (UnsafePointer<termind_host_api>?) -> UnsafePointer<termind_plugin_descriptor>?
+        let symbol = try library.symbol(TERMIND_PLUGIN_ENTRY_SYMBOL, feature: m.id)
+        let entry = unsafeBitCast(symbol, to: Entry.self)
+        let host = CPluginHost(logger: Logger(label: m.id, sink: sink), hostVersion: hostVersion)
+        guard let descriptor = entry(host.table) else {
+            throw mismatch(m, "its entry point returned no descriptor")
+        }
+        let d = descriptor.pointee
+        guard d.size >= UInt32(MemoryLayout<termind_plugin_descriptor>.size) else {
+            throw mismatch(m, "its descriptor is \(d.size) bytes, smaller than ABI \(m.abi) requires")
+        }
+        guard let idPointer = d.id, let versionPointer = d.version else {
+            throw mismatch(m, "its descriptor has no id or version")
+        }
+        try check(m, id: String(cString: idPointer), version: String(cString: versionPointer), abi: Int(d.abi_version))
+        var functions: [ForeignFunction] = []
+        for f in m.functions {
+            guard case .success(let signature) = FunctionSignature.parse(f.signature) else { continue }
+            let pointer = try library.symbol(f.symbol, feature: m.id)
+            functions.append(try ForeignFunction(name: f.name, signature: signature, symbol: pointer))
+        }
+        return CPluginFeature(manifest: m, descriptor: descriptor, functions: functions)
+    }
+
+    private static func check(_ m: FeatureManifest, id: String, version: String, abi: Int) throws {
+        if id != m.id { throw mismatch(m, "its descriptor says id '\(id)' but the manifest says '\(m.id)'", field: "id") }
+        if version != m.version { throw mismatch(m, "its descriptor says version '\(version)' but the manifest says '\(m.version)'", field: "version") }
+        if abi != m.abi { throw mismatch(m, "its descriptor speaks ABI \(abi) but the manifest says \(m.abi)", field: "abi") }
+    }
+
+    private static func mismatch(_ m: FeatureManifest, _ detail: String, field: String = "library") -> FeatureProblem {
+        FeatureProblem(featureID: m.id, field: field, code: "feature.descriptor_mismatch", message: "feature '\(m.id)' (\(m.libraryPath)): \(detail).")
+    }
+}

@@ -1,0 +1,144 @@
+import CTermindPluginABI
+import Dispatch
+import Foundation
+import TermindCore
+
+/// Adapts a C ABI plugin to `Feature`: its contracts become endpoints whose handler calls
+/// the plugin's `handle` off the cooperative pool, and its manifest functions become
+/// `<id>.fn.<name>@1` contracts called through libffi.
+final class CPluginFeature: Feature, @unchecked Sendable {
+    private let manifest: FeatureManifest
+    private let descriptor: UnsafePointer<termind_plugin_descriptor>
+    private let functions: [ForeignFunction]
+    /// Replies and errors from a plugin are capped; a larger one is an error, not a crash.
+    static let maximumReplyBytes = 4 << 20
+
+    init(manifest: FeatureManifest, descriptor: UnsafePointer<termind_plugin_descriptor>, functions: [ForeignFunction]) {
+        self.manifest = manifest
+        self.descriptor = descriptor
+        self.functions = functions
+    }
+
+    func register(_ registrar: FeatureRegistrar) throws {
+        let id = manifest.id
+        for text in manifest.contracts {
+            guard let contract = ContractID(parsing: text) else { continue }
+            let summary = manifest.commands.first { $0.contract == text }?.summary ?? "Handled by C plugin '\(id)'."
+            registrar.handle(ContractEndpoint(id: contract, summary: summary, owner: id, requestSchema: .any, responseSchema: .any) { [self] body, _ in
+                try await self.handle(contract: text, body: body)
+            })
+        }
+        for function in functions {
+            let contract = ContractID(name: "\(id).fn.\(function.name)", version: 1)
+            let summary = manifest.functions.first { $0.name == function.name }?.summary ?? "C function \(function.name)\(function.signature)"
+            registrar.handle(ContractEndpoint(
+                id: contract, summary: summary, owner: id,
+                requestSchema: SchemaDerivation.schema(for: ForeignFunctionCall.Request.self),
+                responseSchema: SchemaDerivation.schema(for: ForeignFunctionCall.Response.self)
+            ) { body, _ in
+                let request: ForeignFunctionCall.Request = try ContractCoding.decodeRequest(
+                    body, schema: SchemaDerivation.schema(for: ForeignFunctionCall.Request.self), contract: contract)
+                let result = try await Self.offPool { try function.call(request.args) }
+                return try JSONCoding.encode(ForeignFunctionCall.Response(result: result))
+            })
+        }
+    }
+
+    func start(_ context: FeatureContext) async throws {
+        guard let start = descriptor.pointee.start else { return }
+        let id = manifest.id
+        try await Self.offPool {
+            var error: UnsafeMutablePointer<CChar>?
+            let status = start(&error)
+            let message = Self.take(error)
+            guard status == Int32(TERMIND_OK) else {
+                throw TermindError(code: "feature.start_failed", message: "feature '\(id)' failed to start: \(message ?? "status \(status)").")
+            }
+        }
+    }
+
+    func stop() async {
+        guard let stop = descriptor.pointee.stop else { return }
+        await Self.offPool { stop() }
+    }
+
+    private func handle(contract: String, body: Data) async throws -> Data {
+        let id = manifest.id
+        let handler = descriptor.pointee.handle
+        return try await Self.offPool {
+            guard let handler else { throw TermindError.unknownContract(contract) }
+            var reply: UnsafeMutablePointer<CChar>?
+            let status = contract.withCString { c in
+                body.withUnsafeBytes { raw -> Int32 in
+                    // Give the plugin a NUL-terminated copy, so C string functions are safe.
+                    let copy = UnsafeMutablePointer<CChar>.allocate(capacity: raw.count + 1)
+                    defer { copy.deallocate() }
+                    raw.copyBytes(to: UnsafeMutableRawBufferPointer(start: copy, count: raw.count))
+                    copy[raw.count] = 0
+                    return handler(c, copy, raw.count, &reply)
+                }
+            }
+            let text = Self.take(reply)
+            switch Int(status) {
+            case TERMIND_OK:
+                guard let text else { return Data("null".utf8) }
+                let data = Data(text.utf8)
+                _ = try JSONCoding.parse(data, source: "The reply of plugin '\(id)' to \(contract)")
+                return data
+            case TERMIND_ERR_BAD_REQUEST:
+                throw TermindError.badRequest("Invalid request for \(contract): \(text ?? "rejected by plugin '\(id)'").")
+            case TERMIND_ERR_UNKNOWN:
+                throw TermindError.unknownContract(contract)
+            default:
+                throw TermindError(code: "plugin.failed", message: "plugin '\(id)' failed on \(contract): \(text ?? "status \(status)").")
+            }
+        }
+    }
+
+    /// Takes ownership of a string the plugin allocated with host->alloc.
+    private static func take(_ pointer: UnsafeMutablePointer<CChar>?) -> String? {
+        guard let pointer else { return nil }
+        defer { free(pointer) }
+        let length = strnlen(pointer, maximumReplyBytes + 1)
+        guard length <= maximumReplyBytes else { return "reply larger than \(maximumReplyBytes) bytes" }
+        return String(decoding: UnsafeRawBufferPointer(start: pointer, count: length), as: UTF8.self)
+    }
+
+    /// Runs blocking C code on a Dispatch thread instead of a cooperative-pool thread.
+    static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
+        }
+    }
+
+    static func offPool(_ body: @escaping @Sendable () -> Void) async {
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async { body(); continuation.resume() }
+        }
+    }
+}
+
+/// The per-plugin host API table and the context behind it. Allocated once per plugin and
+/// never freed (the plugin may keep the pointer for the life of the process).
+final class CPluginHost: @unchecked Sendable {
+    let logger: Logger
+    let table: UnsafeMutablePointer<termind_host_api>
+
+    init(logger: Logger, hostVersion: String) {
+        self.logger = logger
+        table = .allocate(capacity: 1)
+        table.initialize(to: termind_host_api())
+        table.pointee.size = UInt32(MemoryLayout<termind_host_api>.size)
+        table.pointee.abi_version = UInt32(TERMIND_PLUGIN_ABI_VERSION)
+        table.pointee.host_version = UnsafePointer(strdup(hostVersion))
+        table.pointee.alloc = { malloc($0) }
+        table.pointee.log = { host, level, code in
+            guard let host, let context = host.pointee.host_context, let code else { return }
+            let plugin = Unmanaged<CPluginHost>.fromOpaque(context).takeUnretainedValue()
+            let logLevel = LogLevel(rawValue: Int(level)) ?? .info
+            plugin.logger.log(logLevel, LogCode(sanitizing: String(cString: code)))
+        }
+        // The table outlives every call; keep the context alive with it.
+        table.pointee.host_context = Unmanaged.passRetained(self).toOpaque()
+    }
+}
