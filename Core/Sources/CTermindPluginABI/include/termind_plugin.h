@@ -58,6 +58,14 @@ typedef struct termind_host_api {
     void (*log)(const struct termind_host_api *host, int level, const char *code);
     /* Opaque to plugins: identifies the plugin to the host. */
     void *host_context;
+    /* Free memory returned by the host (json_* results). */
+    void (*free)(void *pointer);
+    /* The string value of top-level field `key` of JSON object `json`, as a
+     * NUL-terminated UTF-8 copy (free with host->free), or NULL when the field is
+     * absent, not a string, or contains a NUL byte. */
+    char *(*json_string_field)(const char *json, const char *key);
+    /* `text` as a quoted, escaped JSON string literal (free with host->free). */
+    char *(*json_quote)(const char *text);
 } termind_host_api;
 
 /* Returned by the plugin's entry point; must stay valid for the process lifetime. */

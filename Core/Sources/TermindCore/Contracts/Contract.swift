@@ -20,8 +20,9 @@ extension Contract {
 }
 
 /// An empty request or response body (`{}`).
-public struct Empty: Codable, Sendable, Equatable {
+public struct Empty: Codable, Sendable, Equatable, SchemaDescribable {
     public init() {}
+    public static var schema: JSONSchema { .object([]) }
 }
 
 /// Who is calling a contract. Features may use it for policy (e.g. interactions travel

@@ -77,9 +77,11 @@ public struct FeatureStatus: Sendable, Equatable, Codable {
     public var source: String
     public var contracts: [String]
     public var provides: [String]
+    /// CLI subcommands the feature adds.
+    public var commands: [FeatureManifest.Command]
 
     public init(id: String, version: String, kind: FeatureManifest.Kind, state: State, reason: String?, reasonCode: String?,
-                permanent: Bool, source: String, contracts: [String], provides: [String]) {
+                permanent: Bool, source: String, contracts: [String], provides: [String], commands: [FeatureManifest.Command] = []) {
         self.id = id
         self.version = version
         self.kind = kind
@@ -90,6 +92,7 @@ public struct FeatureStatus: Sendable, Equatable, Codable {
         self.source = source
         self.contracts = contracts
         self.provides = provides
+        self.commands = commands
     }
 }
 

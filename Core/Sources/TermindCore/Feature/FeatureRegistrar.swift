@@ -13,6 +13,11 @@ public final class FeatureRegistrar {
         ports[key.id] = implementation
     }
 
+    /// Publishes a port implementation by id (the harness's scripted fakes).
+    public func provideErased(_ id: String, _ implementation: any Sendable) {
+        ports[id] = implementation
+    }
+
     /// Publishes a handler for a contract declared under `contracts`.
     public func handle<C: Contract>(_ contract: C.Type,
                                     _ handler: @escaping @Sendable (C.Request, CallOrigin) async throws -> C.Response) {

@@ -84,7 +84,10 @@ public enum JSONCoding {
         // Foundation reports "... around character N." (a byte offset, 0-based).
         guard let range = detail.range(of: "character "),
               let offset = Int(detail[range.upperBound...].prefix(while: \.isNumber)) else {
-            return data.isEmpty ? "the input is empty" : detail
+            if data.isEmpty { return "the input is empty" }
+            let lines = data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).count
+            let reason = detail.hasSuffix(".") ? String(detail.dropLast()) : detail
+            return "\(reason.prefix(1).lowercased() + reason.dropFirst()) (input ends at line \(lines))"
         }
         var line = 1, column = 1
         for byte in data.prefix(offset) {

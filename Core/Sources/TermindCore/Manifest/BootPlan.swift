@@ -40,9 +40,8 @@ public struct RegistryValidator: Sendable {
             disabled[id] = FeatureProblem(featureID: id, field: field, code: code, message: message)
         }
 
-        for problem in rejected {
-            if let id = problem.featureID, byID[id] == nil, disabled[id] == nil { disabled[id] = problem } else { anonymous.append(problem) }
-        }
+        // Entries that could not be read never become candidates; report each as is.
+        anonymous += rejected
 
         // Identity, ABI, library, declarations.
         for m in manifests {
@@ -55,11 +54,6 @@ public struct RegistryValidator: Sendable {
             if let first = byID[m.id] {
                 anonymous.append(FeatureProblem(featureID: m.id, field: "id", code: "registry.duplicate_id",
                                                 message: "\(name): field \"id\" duplicates '\(m.id)' already declared in \(first.source); this copy is ignored."))
-                continue
-            }
-            if disabled[m.id] != nil {
-                anonymous.append(FeatureProblem(featureID: m.id, field: "id", code: "registry.duplicate_id",
-                                                message: "\(name): field \"id\" duplicates an earlier entry '\(m.id)' that could not be read; this copy is ignored."))
                 continue
             }
             byID[m.id] = m

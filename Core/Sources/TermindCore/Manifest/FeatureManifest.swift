@@ -68,12 +68,16 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         public var name: String
         public var contract: String
         public var arguments: [String]
+        /// Fields that hold local file paths: the CLI makes them absolute before sending,
+        /// since a server's working directory is not the caller's.
+        public var paths: [String]?
         public var summary: String?
 
-        public init(name: String, contract: String, arguments: [String] = [], summary: String? = nil) {
+        public init(name: String, contract: String, arguments: [String] = [], paths: [String]? = nil, summary: String? = nil) {
             self.name = name
             self.contract = contract
             self.arguments = arguments
+            self.paths = paths
             self.summary = summary
         }
     }

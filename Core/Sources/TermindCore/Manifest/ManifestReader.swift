@@ -59,7 +59,7 @@ public enum ManifestReader {
             let detail = first.drop { $0 != ":" }.dropFirst().trimmingCharacters(in: .whitespaces)
             let more = problems.count > 1 ? " (and \(problems.count - 1) more problem\(problems.count == 2 ? "" : "s"))" : ""
             return .failure(FeatureProblem(featureID: id, field: field, code: "manifest.invalid_field",
-                                           message: "\(name): field \"\(field)\" \(detail)\(more)."))
+                                           message: "\(name): field \"\(field)\": \(detail)\(more)."))
         }
         do {
             var manifest = try JSONDecoder().decode(FeatureManifest.self, from: JSONCoding.encode(entry))

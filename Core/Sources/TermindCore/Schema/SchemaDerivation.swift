@@ -127,6 +127,23 @@ private struct KeyedRecorder<Key: CodingKey>: KeyedDecodingContainerProtocol {
         try record(type, key: key, required: false)
     }
 
+    // The concrete overloads' default implementations call `decode`, which would record
+    // the field as required; route them all through `record` explicitly.
+    func decodeIfPresent(_ type: Bool.Type, forKey key: Key) throws -> Bool? { try record(type, key: key, required: false) }
+    func decodeIfPresent(_ type: String.Type, forKey key: Key) throws -> String? { try record(type, key: key, required: false) }
+    func decodeIfPresent(_ type: Double.Type, forKey key: Key) throws -> Double? { try record(type, key: key, required: false) }
+    func decodeIfPresent(_ type: Float.Type, forKey key: Key) throws -> Float? { try record(type, key: key, required: false) }
+    func decodeIfPresent(_ type: Int.Type, forKey key: Key) throws -> Int? { try record(type, key: key, required: false) }
+    func decodeIfPresent(_ type: Int8.Type, forKey key: Key) throws -> Int8? { try record(type, key: key, required: false) }
+    func decodeIfPresent(_ type: Int16.Type, forKey key: Key) throws -> Int16? { try record(type, key: key, required: false) }
+    func decodeIfPresent(_ type: Int32.Type, forKey key: Key) throws -> Int32? { try record(type, key: key, required: false) }
+    func decodeIfPresent(_ type: Int64.Type, forKey key: Key) throws -> Int64? { try record(type, key: key, required: false) }
+    func decodeIfPresent(_ type: UInt.Type, forKey key: Key) throws -> UInt? { try record(type, key: key, required: false) }
+    func decodeIfPresent(_ type: UInt8.Type, forKey key: Key) throws -> UInt8? { try record(type, key: key, required: false) }
+    func decodeIfPresent(_ type: UInt16.Type, forKey key: Key) throws -> UInt16? { try record(type, key: key, required: false) }
+    func decodeIfPresent(_ type: UInt32.Type, forKey key: Key) throws -> UInt32? { try record(type, key: key, required: false) }
+    func decodeIfPresent(_ type: UInt64.Type, forKey key: Key) throws -> UInt64? { try record(type, key: key, required: false) }
+
     private func record<T: Decodable>(_ type: T.Type, key: Key, required: Bool) throws -> T {
         let (node, depth) = decoder.child()
         if !decoder.describedOnly,

@@ -39,7 +39,8 @@ public actor Kernel {
         // Discover.
         let discovery = try discover()
         // Validate.
-        let validator = RegistryValidator(libraryExists: { FileManager.default.isReadableFile(atPath: $0) })
+        let inProcess = Dictionary(configuration.inProcessFeatures.map { ($0.manifest.id, $0) }, uniquingKeysWith: { first, _ in first })
+        let validator = RegistryValidator(libraryExists: { $0.isEmpty || FileManager.default.isReadableFile(atPath: $0) })
         let plan: BootPlan
         do {
             plan = try validator.plan(discovery.manifests, rejected: discovery.rejected, selection: configuration.selection)
@@ -64,7 +65,11 @@ public actor Kernel {
         var loaded: [(FeatureManifest, any Feature)] = []
         for m in plan.ordered where statuses[m.id]?.state != .disabled {
             do {
-                loaded.append((m, try FeatureLoader.load(m, sink: sink, hostVersion: configuration.hostVersion)))
+                if m.library.isEmpty, let feature = inProcess[m.id] {
+                    loaded.append((m, feature.make()))
+                } else {
+                    loaded.append((m, try FeatureLoader.load(m, sink: sink, hostVersion: configuration.hostVersion)))
+                }
                 logger.debug("kernel.feature.loaded", ["feature": .identifier(m.id)])
             } catch {
                 disable(m.id, Self.problem(error, feature: m.id, code: "feature.load_failed"))
@@ -161,6 +166,7 @@ public actor Kernel {
 
     private func discover() throws -> Discovery {
         var result = Discovery()
+        result.manifests = configuration.inProcessFeatures.map(\.manifest) + configuration.manifests
         if let path = configuration.registryPath {
             guard let data = FileManager.default.contents(atPath: path) else {
                 throw BootFailure(problems: [FeatureProblem(featureID: nil, field: nil, code: "registry.missing",
@@ -259,7 +265,7 @@ public actor Kernel {
         statuses[m.id] = FeatureStatus(
             id: m.id, version: m.version, kind: m.kind, state: state, reason: problem?.message, reasonCode: problem?.code,
             permanent: m.permanent, source: m.source, contracts: m.contracts + m.functions.map { "\(m.id).fn.\($0.name)@1" },
-            provides: m.ports.provides)
+            provides: m.ports.provides, commands: m.commands)
     }
 
     private static func problem(_ error: any Error, feature: String, code: String) -> FeatureProblem {

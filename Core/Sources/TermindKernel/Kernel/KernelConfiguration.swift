@@ -15,6 +15,11 @@ public struct KernelConfiguration: Sendable {
     public var hostVersion: String
     /// C library versions reported by `kernel.version@1` (libssh2, OpenSSL, ...).
     public var libraryVersions: [String: String]
+    /// Features that live in this process instead of a library: the harness's scripted
+    /// port fakes. Validated, ordered, registered and started like any other feature.
+    public var inProcessFeatures: [InProcessFeature] = []
+    /// Manifests given directly rather than read from a file (the harness's feature under test).
+    public var manifests: [FeatureManifest] = []
 
     public init(registryPath: String?, libraryDirectory: String? = nil, pluginDirectories: [String] = [], selection: Set<String>? = nil,
                 hostVersion: String = "0.1.0", libraryVersions: [String: String] = [:]) {
@@ -31,4 +36,18 @@ public struct KernelConfiguration: Sendable {
 public struct BootFailure: Error, Sendable, CustomStringConvertible {
     public let problems: [FeatureProblem]
     public var description: String { problems.map(\.message).joined(separator: "\n") }
+}
+
+/// A feature that is not loaded from a library (test fakes, host-side adapters).
+public struct InProcessFeature: Sendable {
+    public var manifest: FeatureManifest
+    public var make: @Sendable () -> any Feature
+
+    public init(manifest: FeatureManifest, make: @escaping @Sendable () -> any Feature) {
+        var manifest = manifest
+        manifest.library = ""
+        if manifest.source.isEmpty { manifest.source = "in-process" }
+        self.manifest = manifest
+        self.make = make
+    }
 }

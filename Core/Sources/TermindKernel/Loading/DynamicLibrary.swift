@@ -9,7 +9,10 @@ struct DynamicLibrary: @unchecked Sendable {
 
     /// Opens `path` (absolute) with RTLD_NOW | RTLD_LOCAL.
     static func open(_ path: String, feature: String) throws -> DynamicLibrary {
-        precondition(path.hasPrefix("/"), "libraries are opened by absolute path only")
+        guard path.hasPrefix("/") else {
+            throw FeatureProblem(featureID: feature, field: "library", code: "manifest.library_missing",
+                                 message: "feature '\(feature)': field \"library\" must name a library file (resolved to an absolute path), got '\(path)'.")
+        }
         var error = [CChar](repeating: 0, count: 1024)
         guard let handle = termind_dlopen_now_local(path, &error, UInt(error.count)) else {
             throw FeatureProblem(featureID: feature, field: "library", code: "feature.load_failed",

@@ -138,6 +138,18 @@ final class CPluginHost: @unchecked Sendable {
             let logLevel = LogLevel(rawValue: Int(level)) ?? .info
             plugin.logger.log(logLevel, LogCode(sanitizing: String(cString: code)))
         }
+        table.pointee.free = { free($0) }
+        table.pointee.json_string_field = { json, key in
+            guard let json, let key else { return nil }
+            let value = try? JSONCoding.parse(Data(String(cString: json).utf8), source: "plugin JSON")
+            guard let text = value?[String(cString: key)]?.stringValue, !text.utf8.contains(0) else { return nil }
+            return strdup(text)
+        }
+        table.pointee.json_quote = { text in
+            let value = text.map { String(cString: $0) } ?? ""
+            guard let data = try? JSONCoding.encode(value) else { return strdup("\"\"") }
+            return strdup(String(decoding: data, as: UTF8.self))
+        }
         // The table outlives every call; keep the context alive with it.
         table.pointee.host_context = Unmanaged.passRetained(self).toOpaque()
     }

@@ -1,0 +1,280 @@
+import Dispatch
+import Foundation
+import TermindCore
+import TermindKernel
+
+/// `termind bench`: boot time with the registry and every opted-in plugin, and contract
+/// round trips (kernel.ping@1) in-process and over the control socket. The socket figures
+/// are set against a raw Unix-socket line echo with the same framing in the same run, so
+/// the ratio shows what the kernel (envelope parsing, routing, schema check, coding) adds.
+enum Bench {
+    struct Figure: Encodable {
+        let name: String
+        let value: Double
+        let unit: String
+        var baseline: Double?
+        var ratio: Double? { baseline.map { value / $0 } }
+        enum CodingKeys: String, CodingKey { case name, value, unit, baseline, ratio }
+        func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(name, forKey: .name)
+            try c.encode(value, forKey: .value)
+            try c.encode(unit, forKey: .unit)
+            try c.encodeIfPresent(baseline, forKey: .baseline)
+            try c.encodeIfPresent(ratio, forKey: .ratio)
+        }
+    }
+
+    static func run(_ inv: Invocation) async throws -> Invocation.Exit {
+        let iterations = try parseIterations(inv.arguments)
+        var configuration = inv.kernelConfiguration()
+        if configuration.pluginDirectories.isEmpty {
+            let examples = ExecutablePaths.executableDirectory() + "/plugins"
+            if FileManager.default.fileExists(atPath: examples) { configuration.pluginDirectories = [examples] }
+        }
+        var figures: [Figure] = []
+
+        // Boot: the first boot maps the libraries; later boots find them mapped.
+        var boots: [Double] = []
+        var loaded = 0
+        for index in 0..<21 {
+            let kernel = Kernel(configuration: configuration, sink: .disabled())
+            let start = now()
+            let statuses = try await kernel.boot()
+            boots.append(now() - start)
+            if index == 0 { loaded = statuses.filter { $0.state == .running }.count }
+            await kernel.shutdown()
+        }
+        figures.append(Figure(name: "boot, first (dlopen of \(loaded) features/plugins)", value: boots[0] * 1e3, unit: "ms"))
+        figures.append(Figure(name: "boot, median of 20 more", value: median(Array(boots.dropFirst())) * 1e3, unit: "ms"))
+
+        let kernel = Kernel(configuration: configuration, sink: .disabled())
+        try await kernel.boot()
+        let body = try JSONCoding.encode(KernelContracts.Ping.Request(payload: "termind-benchmark"))
+
+        // In-process round trips.
+        var latencies: [Double] = []
+        latencies.reserveCapacity(iterations)
+        let sequentialStart = now()
+        for _ in 0..<iterations {
+            let t = now()
+            _ = try await kernel.call(KernelContracts.Ping.id, body: body)
+            latencies.append(now() - t)
+        }
+        let sequential = now() - sequentialStart
+        figures.append(Figure(name: "in-process round trip, median", value: median(latencies) * 1e6, unit: "µs"))
+        figures.append(Figure(name: "in-process round trip, p99", value: percentile(latencies, 0.99) * 1e6, unit: "µs"))
+        figures.append(Figure(name: "in-process throughput, 1 caller", value: Double(iterations) / sequential, unit: "calls/s"))
+        let concurrentStart = now()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<8 {
+                group.addTask { for _ in 0..<(iterations / 8) { _ = try await kernel.call(KernelContracts.Ping.id, body: body) } }
+            }
+            try await group.waitForAll()
+        }
+        figures.append(Figure(name: "in-process throughput, 8 callers", value: Double(iterations / 8 * 8) / (now() - concurrentStart), unit: "calls/s"))
+
+        // Control socket vs raw echo.
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("termind-bench-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let server = ControlServer(path: directory + "/control.sock", kernel: kernel, logger: kernel.logger)
+        try server.start()
+        let echo = try EchoServer(path: directory + "/echo.sock")
+        let line = Envelope.encodeRequest(id: .integer(1), contract: KernelContracts.Ping.id.description, body: body)
+        let socketIterations = max(iterations / 4, 1)
+
+        let socketSequential = try await blocking { try LineClient.sequential(path: directory + "/control.sock", line: line, count: socketIterations) }
+        let echoSequential = try await blocking { try LineClient.sequential(path: directory + "/echo.sock", line: line, count: socketIterations) }
+        figures.append(Figure(name: "socket round trip, median", value: median(socketSequential) * 1e6, unit: "µs", baseline: median(echoSequential) * 1e6))
+        figures.append(Figure(name: "socket round trip, p99", value: percentile(socketSequential, 0.99) * 1e6, unit: "µs", baseline: percentile(echoSequential, 0.99) * 1e6))
+        let pipelined = try await blocking { try LineClient.pipelined(path: directory + "/control.sock", line: line, count: socketIterations, window: 32) }
+        let echoPipelined = try await blocking { try LineClient.pipelined(path: directory + "/echo.sock", line: line, count: socketIterations, window: 32) }
+        figures.append(Figure(name: "socket throughput, 1 client, 32 in flight", value: Double(socketIterations) / pipelined, unit: "calls/s", baseline: Double(socketIterations) / echoPipelined))
+        let clients = 8
+        let perClient = max(socketIterations / clients, 1)
+        let manyStart = now()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<clients {
+                group.addTask { _ = try await blocking { try LineClient.sequential(path: directory + "/control.sock", line: line, count: perClient) } }
+            }
+            try await group.waitForAll()
+        }
+        let many = now() - manyStart
+        let echoManyStart = now()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<clients {
+                group.addTask { _ = try await blocking { try LineClient.sequential(path: directory + "/echo.sock", line: line, count: perClient) } }
+            }
+            try await group.waitForAll()
+        }
+        let echoMany = now() - echoManyStart
+        figures.append(Figure(name: "socket throughput, \(clients) clients", value: Double(perClient * clients) / many, unit: "calls/s", baseline: Double(perClient * clients) / echoMany))
+        server.stop()
+        echo.stop()
+        await kernel.shutdown()
+
+        if inv.json {
+            struct Report: Encodable { let iterations: Int; let peer: String; let figures: [Figure] }
+            Output.json(Report(iterations: iterations, peer: "raw Unix-socket line echo (same framing, no kernel)", figures: figures))
+        } else {
+            Output.line("termind bench — \(iterations) in-process calls, \(socketIterations) socket calls; peer: raw Unix-socket line echo")
+            Output.table(["FIGURE", "VALUE", "PEER", "RATIO"], figures.map { f in
+                [f.name, format(f.value) + " " + f.unit, f.baseline.map { format($0) + " " + f.unit } ?? "", f.ratio.map { String(format: "%.2f×", $0) } ?? ""]
+            })
+        }
+        return .success
+    }
+
+    static func parseIterations(_ arguments: [String]) throws -> Int {
+        var iterations = 20_000
+        var args = arguments[...]
+        while let arg = args.popFirst() {
+            guard arg == "--iterations", let v = args.popFirst().flatMap(Int.init), v >= 8 else {
+                throw Invocation.UsageError(description: "bench takes only --iterations N (N ≥ 8).")
+            }
+            iterations = v
+        }
+        return iterations
+    }
+
+    static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+
+    static func median(_ values: [Double]) -> Double { percentile(values, 0.5) }
+
+    static func percentile(_ values: [Double], _ p: Double) -> Double {
+        guard !values.isEmpty else { return 0 }
+        let sorted = values.sorted()
+        return sorted[min(sorted.count - 1, Int(Double(sorted.count - 1) * p))]
+    }
+
+    static func format(_ value: Double) -> String {
+        value >= 100 ? String(format: "%.0f", value) : String(format: "%.2f", value)
+    }
+
+    /// Runs blocking socket code on its own thread, off the cooperative pool.
+    static func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread { continuation.resume(with: Result { try body() }) }.start()
+        }
+    }
+}
+
+/// Minimal line client for the benchmark (both peers speak newline-framed lines).
+enum LineClient {
+    static func connect(_ path: String) throws -> Int32 {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            let bytes = Array(path.utf8)
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        let ok = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard fd >= 0, ok == 0 else { throw TermindError(code: "bench.connect", message: "cannot connect to \(path)") }
+        return fd
+    }
+
+    static func sequential(path: String, line: Data, count: Int) throws -> [Double] {
+        let fd = try connect(path)
+        defer { close(fd) }
+        var reader = Lines(fd: fd)
+        var latencies: [Double] = []
+        latencies.reserveCapacity(count)
+        for _ in 0..<count {
+            let t = Bench.now()
+            write(fd, line)
+            guard reader.next() else { throw TermindError(code: "bench.closed", message: "peer closed") }
+            latencies.append(Bench.now() - t)
+        }
+        return latencies
+    }
+
+    static func pipelined(path: String, line: Data, count: Int, window: Int) throws -> Double {
+        let fd = try connect(path)
+        defer { close(fd) }
+        var reader = Lines(fd: fd)
+        let start = Bench.now()
+        var sent = 0, received = 0
+        while received < count {
+            while sent < count && sent - received < window { write(fd, line); sent += 1 }
+            guard reader.next() else { throw TermindError(code: "bench.closed", message: "peer closed") }
+            received += 1
+        }
+        return Bench.now() - start
+    }
+
+    static func write(_ fd: Int32, _ data: Data) {
+        data.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                if n <= 0 { return }
+                offset += n
+            }
+        }
+    }
+
+    /// Counts newline-terminated lines.
+    struct Lines {
+        let fd: Int32
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var pending = 0 // newlines already read but not yet consumed
+        mutating func next() -> Bool {
+            while pending == 0 {
+                let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
+                guard n > 0 else { return false }
+                pending += buffer[0..<n].reduce(0) { $0 + ($1 == 10 ? 1 : 0) }
+            }
+            pending -= 1
+            return true
+        }
+    }
+}
+
+/// The benchmark's peer: echoes each line back on a thread per connection.
+final class EchoServer: @unchecked Sendable {
+    private let fd: Int32
+    private let path: String
+
+    init(path: String) throws {
+        self.path = path
+        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            let bytes = Array(path.utf8)
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard bound == 0, listen(fd, 64) == 0 else { throw TermindError(code: "bench.echo", message: "cannot start the echo peer") }
+        let listener = fd
+        Thread {
+            while true {
+                let client = accept(listener, nil, nil)
+                guard client >= 0 else { return }
+                Thread {
+                    var buffer = [UInt8](repeating: 0, count: 65_536)
+                    while true {
+                        let n = buffer.withUnsafeMutableBytes { recv(client, $0.baseAddress!, $0.count, 0) }
+                        guard n > 0 else { break }
+                        LineClient.write(client, Data(buffer[0..<n]))
+                    }
+                    close(client)
+                }.start()
+            }
+        }.start()
+    }
+
+    func stop() {
+        shutdown(fd, Int32(SHUT_RDWR))
+        close(fd)
+        unlink(path)
+    }
+}

@@ -1,0 +1,40 @@
+enum Help {
+    static let general = """
+    termind — an SSH workspace runtime: a vault of hosts and keys, SSH sessions, SFTP,
+    port forwards, metrics and an AI assistant, as a kernel of loadable features.
+
+    Usage: termind [options] <command> [arguments]
+
+    Commands:
+      features                 List features in boot order: state, and why any is disabled.
+      contracts [PREFIX]       List contracts (the operations features offer) with their
+                               request/response JSON Schemas (full schemas with --json).
+      call CONTRACT [BODY|-]   Call a contract, e.g. termind call kernel.ping@1 '{"payload":"hi"}'.
+                               BODY is a JSON object; '-' reads it from standard input.
+      serve                    Run the long-lived termind process with its control socket.
+                               Other termind commands then run inside it.
+      version                  Print termind, build signature and library versions.
+      plugins check DIR        Check a plugin the way termind loads it (for plugin authors).
+      bench [--iterations N]   Measure boot time and contract round trips (in-process and socket).
+      help [COMMAND]           Show this help, or a plugin command's usage.
+      <plugin command> ...     Commands added by loaded features/plugins (see 'termind help').
+
+    Options (anywhere before '--'):
+      --json                   Machine-readable output; errors too ({"error": {code, message}}).
+      --registry PATH          Feature registry (default: Registry.json beside the executable;
+                               env TERMIND_REGISTRY).
+      --plugins DIR            Opt in to plugins in DIR (a plugin.json, or one per subfolder).
+                               Repeatable; env TERMIND_PLUGINS=dir1:dir2.
+      --features A,B           Load only these features and what they require (permanent
+                               features always load); env TERMIND_FEATURES.
+      --socket PATH            Control socket (env TERMIND_SOCKET; default
+                               $XDG_RUNTIME_DIR/termind/control.sock or /tmp/termind-UID/).
+      --local                  Run in this process even when a server is running.
+                               (--registry, --plugins and --features imply it.)
+      --debug                  Debug log to standard error (env TERMIND_DEBUG=1). Off by default.
+      --log-file PATH          Append the log to PATH (mode 0600; env TERMIND_LOG_FILE).
+      -h, --help               Show help.
+
+    Exit codes: 0 success · 1 the operation failed · 2 bad usage · 3 termind could not boot.
+    """
+}

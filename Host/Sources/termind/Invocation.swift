@@ -1,0 +1,128 @@
+import Foundation
+import TermindCore
+import TermindKernel
+
+/// The parsed command line. Global options may appear anywhere before `--`.
+struct Invocation {
+    var registryPath: String?
+    var pluginDirectories: [String] = []
+    var selection: Set<String>?
+    var socketPath: String
+    var local = false
+    var json = false
+    var debug = false
+    var logFile: String?
+    var help = false
+    /// True when --registry/--plugins/--features were given: the result depends on a boot
+    /// shaped by this invocation, so it runs in-process rather than on a running server.
+    var shapesBoot = false
+    var command: String?
+    var arguments: [String] = []
+
+    static let version = "0.1.0"
+
+    /// Exit codes: 0 success, 1 the operation failed, 2 bad usage, 3 termind could not boot.
+    enum Exit: Int32 {
+        case success = 0, failure = 1, usage = 2, bootFailed = 3
+    }
+
+    struct UsageError: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    static func parse(_ argv: [String], environment: [String: String]) throws -> Invocation {
+        var inv = Invocation(socketPath: environment["TERMIND_SOCKET"].flatMap { $0.isEmpty ? nil : $0 } ?? ExecutablePaths.defaultSocketPath(environment: environment))
+        inv.registryPath = environment["TERMIND_REGISTRY"].flatMap { $0.isEmpty ? nil : $0 }
+        if let plugins = environment["TERMIND_PLUGINS"], !plugins.isEmpty {
+            inv.pluginDirectories = plugins.split(separator: ":").map(String.init)
+        }
+        if let features = environment["TERMIND_FEATURES"], !features.isEmpty {
+            inv.selection = Set(features.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
+        }
+        inv.debug = ["1", "true", "yes"].contains(environment["TERMIND_DEBUG"]?.lowercased() ?? "")
+        inv.logFile = environment["TERMIND_LOG_FILE"].flatMap { $0.isEmpty ? nil : $0 }
+
+        var rest: [String] = []
+        var index = 0
+        func value(_ flag: String) throws -> String {
+            index += 1
+            guard index < argv.count, !argv[index].isEmpty else { throw UsageError(description: "\(flag) needs a value.") }
+            return argv[index]
+        }
+        var afterSeparator = false
+        while index < argv.count {
+            let arg = argv[index]
+            if afterSeparator { rest.append(arg); index += 1; continue }
+            // `--flag=value` form.
+            var flag = arg
+            var inline: String?
+            if arg.hasPrefix("--"), let eq = arg.firstIndex(of: "=") {
+                flag = String(arg[..<eq])
+                inline = String(arg[arg.index(after: eq)...])
+            }
+            func take(_ name: String) throws -> String {
+                if let inline { guard !inline.isEmpty else { throw UsageError(description: "\(name) needs a value.") }; return inline }
+                return try value(name)
+            }
+            switch flag {
+            case "--registry": inv.registryPath = try take(flag); inv.shapesBoot = true
+            case "--plugins": inv.pluginDirectories.append(try take(flag)); inv.shapesBoot = true
+            case "--features":
+                let list = try take(flag).split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+                guard !list.isEmpty else { throw UsageError(description: "--features needs a comma-separated list of feature ids.") }
+                inv.selection = Set(list)
+                inv.shapesBoot = true
+            case "--socket": inv.socketPath = try take(flag)
+            case "--log-file": inv.logFile = try take(flag)
+            case "--local": inv.local = true
+            case "--json": inv.json = true
+            case "--debug": inv.debug = true
+            case "-h", "--help": inv.help = true
+            case "--": afterSeparator = true; rest.append(arg)
+            default: rest.append(arg)
+            }
+            index += 1
+        }
+        if let first = rest.first, first != "--" {
+            inv.command = first
+            inv.arguments = Array(rest.dropFirst())
+        } else {
+            inv.arguments = rest
+        }
+        inv.pluginDirectories = inv.pluginDirectories.map(absolute)
+        inv.registryPath = inv.registryPath.map(absolute)
+        inv.socketPath = absolute(inv.socketPath)
+        return inv
+    }
+
+    static func absolute(_ path: String) -> String {
+        if path.hasPrefix("/") { return (path as NSString).standardizingPath }
+        let cwd = FileManager.default.currentDirectoryPath
+        return ((cwd as NSString).appendingPathComponent(path) as NSString).standardizingPath
+    }
+
+    /// Registry.json: --registry, TERMIND_REGISTRY, beside the executable, or ../share/termind.
+    func resolvedRegistry() -> String? {
+        if let registryPath { return registryPath }
+        let dir = ExecutablePaths.executableDirectory()
+        for candidate in ["\(dir)/Registry.json", "\(dir)/../share/termind/Registry.json"] where FileManager.default.fileExists(atPath: candidate) {
+            return (candidate as NSString).standardizingPath
+        }
+        return nil
+    }
+
+    func kernelConfiguration() -> KernelConfiguration {
+        KernelConfiguration(
+            registryPath: resolvedRegistry(),
+            libraryDirectory: ExecutablePaths.executableDirectory(),
+            pluginDirectories: pluginDirectories,
+            selection: selection,
+            hostVersion: Invocation.version)
+    }
+
+    func logSink() throws -> LogSink {
+        guard debug || logFile != nil else { return .disabled() }
+        if let logFile { return try .file(at: Invocation.absolute(logFile), level: debug ? .debug : .info) }
+        return .descriptor(STDERR_FILENO, level: .debug)
+    }
+}

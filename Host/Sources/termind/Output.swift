@@ -1,0 +1,83 @@
+import Foundation
+import TermindCore
+import TermindKernel
+
+/// Writing results: JSON for scripts (`--json`), aligned text for people.
+enum Output {
+    static func line(_ text: String) {
+        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+    }
+
+    static func error(_ text: String) {
+        FileHandle.standardError.write(Data("termind: \(text)\n".utf8))
+    }
+
+    static func json(_ data: Data) {
+        let value = (try? JSONCoding.parse(data, source: "reply")) ?? .null
+        json(value)
+    }
+
+    static func json<T: Encodable>(_ value: T) {
+        let data = (try? JSONCoding.encode(value, pretty: true)) ?? Data("null".utf8)
+        FileHandle.standardOutput.write(data + Data("\n".utf8))
+    }
+
+    /// Rows with aligned columns.
+    static func table(_ header: [String], _ rows: [[String]]) {
+        let all = [header] + rows
+        let widths = header.indices.map { column in all.map { $0[column].count }.max() ?? 0 }
+        for row in all {
+            let cells = row.enumerated().map { index, cell in
+                index == row.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
+            }
+            line(cells.joined(separator: "  ").trimmingCharacters(in: .whitespaces))
+        }
+    }
+
+    /// A JSON value for people: objects as `key: value` lines, nested values as compact JSON.
+    static func human(_ value: JSONValue) {
+        switch value {
+        case .object(let o):
+            let width = o.keys.map(\.count).max() ?? 0
+            for key in o.keys.sorted() {
+                line("\(key.padding(toLength: width, withPad: " ", startingAt: 0))  \(scalar(o[key]!))")
+            }
+        default:
+            line(scalar(value))
+        }
+    }
+
+    static func scalar(_ value: JSONValue) -> String {
+        switch value {
+        case .string(let s): return s
+        case .integer(let i): return String(i)
+        case .double(let d): return String(d)
+        case .bool(let b): return b ? "true" : "false"
+        case .null: return "null"
+        default:
+            return (try? String(decoding: JSONCoding.encode(value), as: UTF8.self)) ?? ""
+        }
+    }
+
+    /// Reports an error in the form the caller asked for and returns the exit code.
+    static func failure(_ error: any Error, json: Bool) -> Invocation.Exit {
+        switch error {
+        case let e as TermindError:
+            if json { Output.json(["error": ["code": e.code, "message": e.message]]) } else { Output.error(e.message) }
+            return .failure
+        case let e as BootFailure:
+            if json {
+                Output.json(["error": ["code": e.problems.first?.code ?? "boot.failed", "message": e.description]])
+            } else {
+                Output.error("cannot start:\n" + e.problems.map { "  - \($0.message)" }.joined(separator: "\n"))
+            }
+            return .bootFailed
+        case let e as Invocation.UsageError:
+            if json { Output.json(["error": ["code": "usage", "message": e.description]]) } else { Output.error("\(e.description) Run 'termind --help'.") }
+            return .usage
+        default:
+            if json { Output.json(["error": ["code": "internal", "message": "\(type(of: error))"]]) } else { Output.error("failed: \(type(of: error))") }
+            return .failure
+        }
+    }
+}

@@ -1,0 +1,96 @@
+import Foundation
+import TermindCore
+import TermindKernel
+
+/// Runs a command a feature declared in its manifest: positional arguments fill the
+/// declared fields in order, `--field value` fills any other field, values are typed by
+/// the contract's schema, and declared path fields are made absolute.
+enum PluginCommand {
+    static func run(_ name: String, _ inv: Invocation) async throws -> Invocation.Exit {
+        return try await Session.with(inv) { session in
+            let features = try await session.call(KernelContracts.Features.self, Empty()).features
+            guard let owner = features.first(where: { $0.state == .running && $0.commands.contains { $0.name == name } }),
+                  let command = owner.commands.first(where: { $0.name == name }) else {
+                let disabled = features.first { $0.commands.contains { $0.name == name } }
+                if let disabled {
+                    throw TermindError(code: "command.unavailable", message: "'\(name)' belongs to feature '\(disabled.id)', which is disabled: \(disabled.reason ?? "unknown reason").")
+                }
+                let available = features.filter { $0.state == .running }.flatMap(\.commands).map(\.name)
+                throw Invocation.UsageError(description: "Unknown command '\(name)'.\(available.isEmpty ? "" : " Plugin commands available: \(available.sorted().joined(separator: ", ")).")")
+            }
+            if inv.help {
+                usage(command)
+                return .success
+            }
+            let schema = try await session.call(KernelContracts.Contracts.self, .init(prefix: command.contract))
+                .contracts.first { $0.id == command.contract }?.request ?? .object([:])
+            let body = try buildBody(command, arguments: inv.arguments, schema: schema)
+            let reply = try await session.call(command.contract, body: JSONCoding.encode(body))
+            if inv.json { Output.json(reply) } else { Output.human(try JSONCoding.parse(reply, source: "reply")) }
+            return .success
+        }
+    }
+
+    static func usage(_ command: FeatureManifest.Command) {
+        Output.line("Usage: termind \(command.name) \(command.arguments.map { $0.uppercased() }.joined(separator: " ")) [--FIELD VALUE ...]")
+        if let summary = command.summary { Output.line(summary) }
+        Output.line("Calls contract \(command.contract); see 'termind contracts \(command.contract)' for every field.")
+    }
+
+    static func buildBody(_ command: FeatureManifest.Command, arguments: [String], schema: JSONValue) throws -> [String: JSONValue] {
+        var body: [String: JSONValue] = [:]
+        var positional: [String] = []
+        var index = 0
+        while index < arguments.count {
+            let arg = arguments[index]
+            if arg.hasPrefix("--"), arg.count > 2 {
+                var key = String(arg.dropFirst(2))
+                var value: String
+                if let eq = key.firstIndex(of: "=") {
+                    value = String(key[key.index(after: eq)...])
+                    key = String(key[..<eq])
+                } else {
+                    index += 1
+                    guard index < arguments.count else { throw Invocation.UsageError(description: "--\(key) needs a value.") }
+                    value = arguments[index]
+                }
+                body[key] = try typed(value, field: key, schema: schema)
+            } else {
+                positional.append(arg)
+            }
+            index += 1
+        }
+        guard positional.count <= command.arguments.count else {
+            throw Invocation.UsageError(description: "\(command.name) takes \(command.arguments.count) argument\(command.arguments.count == 1 ? "" : "s") (\(command.arguments.map { $0.uppercased() }.joined(separator: " "))), got \(positional.count).")
+        }
+        for (field, value) in zip(command.arguments, positional) {
+            body[field] = try typed(value, field: field, schema: schema)
+        }
+        if let missing = command.arguments.first(where: { body[$0] == nil }) {
+            throw Invocation.UsageError(description: "\(command.name) needs \(missing.uppercased()).")
+        }
+        for field in command.paths ?? [] {
+            if case .string(let path)? = body[field] { body[field] = .string(Invocation.absolute(path)) }
+        }
+        return body
+    }
+
+    static func typed(_ text: String, field: String, schema: JSONValue) throws -> JSONValue {
+        switch schema["properties"]?[field]?["type"]?.stringValue {
+        case "integer"?:
+            guard let v = Int64(text) else { throw Invocation.UsageError(description: "--\(field) must be an integer, got '\(text)'.") }
+            return .integer(v)
+        case "number"?:
+            guard let v = Double(text) else { throw Invocation.UsageError(description: "--\(field) must be a number, got '\(text)'.") }
+            return .double(v)
+        case "boolean"?:
+            switch text.lowercased() {
+            case "true", "yes", "1": return .bool(true)
+            case "false", "no", "0": return .bool(false)
+            default: throw Invocation.UsageError(description: "--\(field) must be true or false, got '\(text)'.")
+            }
+        default:
+            return .string(text)
+        }
+    }
+}

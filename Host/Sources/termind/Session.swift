@@ -1,0 +1,67 @@
+import Foundation
+import TermindCore
+import TermindKernel
+
+/// Where contract calls go: the running server (over the control socket) or a kernel
+/// booted in this process.
+final class Session {
+    private let client: ControlClient?
+    private let kernel: Kernel?
+    let isRemote: Bool
+
+    private init(client: ControlClient?, kernel: Kernel?) {
+        self.client = client
+        self.kernel = kernel
+        isRemote = client != nil
+    }
+
+    /// Uses the server at the socket unless `--local` or boot-shaping options were given;
+    /// otherwise boots in-process. Throws `BootFailure` when a local boot cannot proceed.
+    static func open(_ inv: Invocation) async throws -> Session {
+        if !inv.local && !inv.shapesBoot, let client = try? ControlClient(path: inv.socketPath) {
+            return Session(client: client, kernel: nil)
+        }
+        let kernel = Kernel(configuration: inv.kernelConfiguration(), sink: try inv.logSink())
+        let statuses = try await kernel.boot()
+        let disabled = statuses.filter { $0.state == .disabled }
+        let unattributed = await kernel.unattributed
+        if !disabled.isEmpty || !unattributed.isEmpty {
+            let count = disabled.count + unattributed.count
+            FileHandle.standardError.write(Data("termind: \(count) feature problem\(count == 1 ? "" : "s") (run 'termind features' for details).\n".utf8))
+        }
+        return Session(client: nil, kernel: kernel)
+    }
+
+    /// Opens a session, runs `body`, and always shuts a local kernel down afterwards.
+    static func with<T>(_ inv: Invocation, _ body: (Session) async throws -> T) async throws -> T {
+        let session = try await open(inv)
+        do {
+            let result = try await body(session)
+            await session.close()
+            return result
+        } catch {
+            await session.close()
+            throw error
+        }
+    }
+
+    func call(_ contract: String, body: Data) async throws -> Data {
+        if let client { return try client.call(contract, body: body) }
+        return try await kernel!.call(contract, body: body)
+    }
+
+    func call<C: Contract>(_ contract: C.Type, _ request: C.Request) async throws -> C.Response {
+        let reply = try await call(C.id.description, body: JSONCoding.encode(request))
+        return try JSONDecoder().decode(C.Response.self, from: reply)
+    }
+
+    /// Problems not tied to a loaded feature (local boots only).
+    func unattributedProblems() async -> [FeatureProblem] {
+        guard let kernel else { return [] }
+        return await kernel.unattributed
+    }
+
+    func close() async {
+        if let kernel { await kernel.shutdown() }
+    }
+}

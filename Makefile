@@ -1,0 +1,10 @@
+# Entry points; each script installs what it needs first.
+.PHONY: test run bench build
+test:
+	./scripts/test
+run:
+	./scripts/termind $(ARGS)
+bench:
+	./scripts/bench $(ARGS)
+build:
+	bash -c 'source scripts/lib.sh && ensure_packages && build'

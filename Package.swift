@@ -1,0 +1,70 @@
+// swift-tools-version:6.1
+// The root package: the host executable, one dynamic library per feature and plugin,
+// the per-feature test harness, and the tests. Everything depends on Core through its
+// single dynamic product, so exactly one libTermindCore.so exists in the process.
+// Build every product (`swift build`) before `swift run termind`: the host loads the
+// feature libraries at run time, so SwiftPM does not know it needs them.
+import PackageDescription
+
+let core = Target.Dependency.product(name: "TermindCore", package: "Core")
+
+let package = Package(
+    name: "Termind",
+    products: [
+        .executable(name: "termind", targets: ["termind"]),
+        // Example third-party plugins (opt-in: loaded only from --plugins / TERMIND_PLUGINS).
+        .library(name: "TermindWakeOnLAN", type: .dynamic, targets: ["WakeOnLAN"]),
+        .library(name: "TermindDigest", type: .dynamic, targets: ["Digest"]),
+        // The per-feature harness, for our features and for plugin authors.
+        .library(name: "TermindHarness", targets: ["TermindHarness"]),
+        // Fixture features the kernel tests load (never listed in Registry.json).
+        .library(name: "TermindFixtureEcho", type: .dynamic, targets: ["FixtureEcho"]),
+        .library(name: "TermindFixtureFailingStart", type: .dynamic, targets: ["FixtureFailingStart"]),
+    ],
+    dependencies: [
+        .package(path: "Core"),
+    ],
+    targets: [
+        .executableTarget(
+            name: "termind",
+            dependencies: [core],
+            path: "Host/Sources/termind"
+        ),
+        .target(
+            name: "WakeOnLAN",
+            dependencies: [core],
+            path: "Plugins/Examples/WakeOnLAN/Sources"
+        ),
+        .target(
+            name: "Digest",
+            path: "Plugins/Examples/Digest/Sources",
+            cSettings: [.headerSearchPath("../../../../Core/Sources/CTermindPluginABI/include")],
+            linkerSettings: [.linkedLibrary("crypto")]
+        ),
+        .target(
+            name: "TermindHarness",
+            dependencies: [core],
+            path: "Tests/Harness"
+        ),
+        .target(
+            name: "FixtureEcho",
+            dependencies: [core],
+            path: "Tests/Fixtures/Echo"
+        ),
+        .target(
+            name: "FixtureFailingStart",
+            dependencies: [core],
+            path: "Tests/Fixtures/FailingStart"
+        ),
+        .testTarget(
+            name: "KernelTests",
+            dependencies: [core, "TermindHarness"],
+            path: "Tests/KernelTests"
+        ),
+        .testTarget(
+            name: "PluginTests",
+            dependencies: [core, "TermindHarness"],
+            path: "Tests/PluginTests"
+        ),
+    ]
+)

@@ -1,0 +1,45 @@
+# Shared set-up for termind's scripts: install what the build needs from Debian
+# packages (only when missing), build every product, and lay out the build folder the
+# way termind expects it (Registry.json beside the executable, example plugins under
+# plugins/). Sourced by scripts/termind, scripts/test and scripts/bench.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Debian packages the build and the tests need.
+PACKAGES=(pkg-config libffi-dev libssl-dev libsqlite3-dev binutils)
+
+log() { printf 'termind-setup: %s\n' "$*" >&2; }
+
+ensure_packages() {
+    local missing=()
+    for p in "${PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        log "installing ${missing[*]}"
+        local sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        $sudo apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2
+    fi
+    command -v swift >/dev/null || { log "swift is not on PATH (expected the Swift 6 toolchain, e.g. /opt/swift/usr/bin)"; exit 1; }
+}
+
+# build [extra swift build flags...]: builds all products and lays out the bin folder.
+build() {
+    cd "$ROOT"
+    swift build "$@" >&2
+    BIN="$(swift build "$@" --show-bin-path)"
+    cp Registry.json "$BIN/Registry.json"
+    # Example plugins, opt-in: termind --plugins "$BIN/plugins" ...
+    for manifest in Plugins/Examples/*/plugin.json; do
+        local dir name lib
+        dir="$(dirname "$manifest")"
+        name="$(basename "$dir")"
+        lib="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["library"])' "$manifest")"
+        mkdir -p "$BIN/plugins/$name"
+        cp "$manifest" "$BIN/plugins/$name/plugin.json"
+        cp "$BIN/$lib" "$BIN/plugins/$name/$lib"
+    done
+    export BIN
+}
