@@ -20,6 +20,7 @@ let package = Package(
         // Fixture features the kernel tests load (never listed in Registry.json).
         .library(name: "TermindFixtureEcho", type: .dynamic, targets: ["FixtureEcho"]),
         .library(name: "TermindFixtureFailingStart", type: .dynamic, targets: ["FixtureFailingStart"]),
+        .library(name: "TermindFixtureWrongSignature", type: .dynamic, targets: ["FixtureWrongSignature"]),
     ],
     dependencies: [
         .package(path: "Core"),
@@ -55,6 +56,11 @@ let package = Package(
             name: "FixtureFailingStart",
             dependencies: [core],
             path: "Tests/Fixtures/FailingStart"
+        ),
+        .target(
+            name: "FixtureWrongSignature",
+            dependencies: [core],
+            path: "Tests/Fixtures/WrongSignature"
         ),
         .testTarget(
             name: "KernelTests",

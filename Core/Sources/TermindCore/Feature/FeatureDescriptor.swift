@@ -25,8 +25,17 @@ public final class FeatureDescriptor: Sendable {
     public static func export(id: String, version: String, makeFeature: @escaping @Sendable () -> any Feature) -> UnsafeMutableRawPointer {
         let descriptor = FeatureDescriptor(id: id, version: version, abi: FeatureDescriptor.abiVersion,
                                            signature: BuildSignature.ofThisImage, makeFeature: makeFeature)
-        return Unmanaged.passRetained(descriptor).toOpaque()
+        // A small record with a magic header, so the kernel can tell a Swift feature's
+        // answer from whatever a mislabelled C library returns before touching an object.
+        let record = UnsafeMutableRawPointer.allocate(byteCount: 24, alignment: 8)
+        record.storeBytes(of: FeatureDescriptor.entryMagic, as: UInt64.self)
+        record.storeBytes(of: UInt64(FeatureDescriptor.abiVersion), toByteOffset: 8, as: UInt64.self)
+        record.storeBytes(of: Unmanaged.passRetained(descriptor).toOpaque(), toByteOffset: 16, as: UnsafeMutableRawPointer.self)
+        return record
     }
+
+    /// "TRMNDFE1": the first 8 bytes of every Swift feature entry record.
+    public static let entryMagic: UInt64 = 0x5452_4D4E_4446_4531
 
     /// The Swift feature ABI this Core speaks; bumped only with an incompatible change.
     public static let abiVersion = 1

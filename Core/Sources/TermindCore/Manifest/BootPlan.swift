@@ -144,7 +144,8 @@ public struct RegistryValidator: Sendable {
                             "feature '\(id)' (\(m.source)): requires '\(dep)', which is disabled: \(disabled[dep]?.message ?? "not selected").")
                     changed = true
                 } else if let port = m.ports.requires.first(where: { p in portOwner[p].map { disabled[$0] != nil } ?? true }) {
-                    let reason = portOwner[port].map { "its provider '\($0)' is disabled" } ?? "no feature provides it"
+                    let declaredBy = candidates.first { byID[$0]!.ports.provides.contains(port) }
+                    let reason = (portOwner[port] ?? declaredBy).map { "its provider '\($0)' is disabled" } ?? "no feature provides it"
                     disable(id, field: "ports.requires", code: "feature.port_unprovided",
                             "feature '\(id)' (\(m.source)): requires port '\(port)', but \(reason).")
                     changed = true

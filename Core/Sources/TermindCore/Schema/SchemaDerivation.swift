@@ -124,7 +124,14 @@ private struct KeyedRecorder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     }
 
     func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
-        try record(type, key: key, required: false)
+        // Past the depth bound, an optional (recursive) field ends the recursion as `any`.
+        if decoder.depth + 1 >= SchemaDerivation.maximumDepth {
+            if !decoder.describedOnly, !decoder.node.properties.contains(where: { $0.name == key.stringValue }) {
+                decoder.node.properties.append((key.stringValue, SchemaNode(), false))
+            }
+            return nil
+        }
+        return try record(type, key: key, required: false)
     }
 
     // The concrete overloads' default implementations call `decode`, which would record
@@ -174,7 +181,9 @@ private struct UnkeyedRecorder: UnkeyedDecodingContainer {
     var codingPath: [any CodingKey] { decoder.codingPath }
     var count: Int? { 1 }
     var currentIndex = 0
-    var isAtEnd: Bool { currentIndex >= 1 }
+    /// One placeholder element records the element schema; past the depth bound an array
+    /// is empty, which ends recursive types.
+    var isAtEnd: Bool { currentIndex >= 1 || decoder.depth + 1 >= SchemaDerivation.maximumDepth }
 
     init(decoder: SchemaDecoder) {
         self.decoder = decoder

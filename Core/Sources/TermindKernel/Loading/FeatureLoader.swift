@@ -16,9 +16,17 @@ enum FeatureLoader {
         typealias Entry = @convention(c) () -> UnsafeMutableRawPointer?
         let symbol = try library.symbol(FeatureDescriptor.entrySymbol, feature: m.id)
         let entry = unsafeBitCast(symbol, to: Entry.self)
-        guard let raw = entry() else {
+        guard let record = entry() else {
             throw mismatch(m, "its entry point returned nothing")
         }
+        guard record.load(as: UInt64.self) == FeatureDescriptor.entryMagic else {
+            throw mismatch(m, "its entry point did not return a Swift feature record (is it a C plugin? then set \"kind\": \"c\")", field: "kind")
+        }
+        let recordABI = record.load(fromByteOffset: 8, as: UInt64.self)
+        guard recordABI == UInt64(FeatureDescriptor.abiVersion) else {
+            throw mismatch(m, "it was built for Swift feature ABI \(recordABI), this termind speaks \(FeatureDescriptor.abiVersion)", field: "abi")
+        }
+        let raw = record.load(fromByteOffset: 16, as: UnsafeMutableRawPointer.self)
         let object = Unmanaged<AnyObject>.fromOpaque(raw).takeRetainedValue()
         guard let descriptor = object as? FeatureDescriptor else {
             throw mismatch(m, "its entry point did not return a FeatureDescriptor of this Core (the library embeds its own copy of TermindCore or was built against another)")

@@ -1,0 +1,179 @@
+import TermindCore
+import XCTest
+
+/// The boot plan is pure: these drive `RegistryValidator` directly with manifests.
+final class RegistryValidatorTests: XCTestCase {
+    private let validator = RegistryValidator(libraryExists: { !$0.contains("missing") })
+
+    private func feature(_ id: String, order: Int = 100, requires: [String] = [], optional: [String] = [],
+                         provides: [String] = [], needsPorts: [String] = [], contracts: [String] = [],
+                         permanent: Bool = false, abi: Int = 1, library: String? = nil) -> FeatureManifest {
+        FeatureManifest(id: id, abi: abi, library: library ?? "/lib/\(id).so", order: order, permanent: permanent,
+                        dependencies: .init(required: requires, optional: optional),
+                        ports: .init(provides: provides, requires: needsPorts), contracts: contracts, source: "Registry.json")
+    }
+
+    private func reason(_ plan: BootPlan, _ id: String) -> FeatureProblem? { plan.disabled.first { $0.featureID == id } }
+
+    func testOrderIsDependenciesFirstThenOrderThenID() throws {
+        let plan = try validator.plan([
+            feature("sftp", order: 10, requires: ["vault"]),
+            feature("vault", order: 50),
+            feature("metrics", order: 10),
+            feature("assistant", order: 10),
+            feature("forwarding", order: 5, needsPorts: ["sftp.scheduler"]),
+            feature("transfers", order: 90, provides: ["sftp.scheduler"]),
+        ])
+        XCTAssertEqual(plan.ordered.map(\.id), ["assistant", "metrics", "vault", "sftp", "transfers", "forwarding"])
+        XCTAssertTrue(plan.disabled.isEmpty)
+    }
+
+    func testOrderIsDeterministicWhateverTheDeclarationOrder() throws {
+        let features = [feature("b", order: 1), feature("a", order: 1), feature("c", order: 0, requires: ["a"])]
+        let first = try validator.plan(features).ordered.map(\.id)
+        let second = try validator.plan(features.reversed()).ordered.map(\.id)
+        // c (order 0) becomes ready once a is placed, and then precedes b (order 1).
+        XCTAssertEqual(first, ["a", "c", "b"])
+        XCTAssertEqual(first, second)
+    }
+
+    func testDuplicateIDKeepsTheFirstAndNamesBothSources() throws {
+        var copy = feature("vault")
+        copy.source = "/plugins/evil/plugin.json"
+        let plan = try validator.plan([feature("vault"), copy])
+        XCTAssertEqual(plan.ordered.map(\.id), ["vault"])
+        let problem = try XCTUnwrap(plan.disabled.first { $0.code == "registry.duplicate_id" })
+        XCTAssertEqual(problem.field, "id")
+        XCTAssertTrue(problem.message.contains("/plugins/evil/plugin.json"), problem.message)
+        XCTAssertTrue(problem.message.contains("Registry.json"), problem.message)
+    }
+
+    func testMissingLibraryDisablesWithTheFieldAndPath() throws {
+        let plan = try validator.plan([feature("vault", library: "/opt/missing/libVault.so"), feature("metrics")])
+        XCTAssertEqual(plan.ordered.map(\.id), ["metrics"])
+        let problem = try XCTUnwrap(reason(plan, "vault"))
+        XCTAssertEqual(problem.field, "library")
+        XCTAssertTrue(problem.message.contains("/opt/missing/libVault.so"), problem.message)
+    }
+
+    func testUnsupportedABIDisables() throws {
+        let plan = try validator.plan([feature("future", abi: 2)])
+        XCTAssertEqual(reason(plan, "future")?.field, "abi")
+        XCTAssertTrue(reason(plan, "future")!.message.contains("ABI 1"))
+    }
+
+    func testDependencyCycleDisablesEveryMemberAndShowsTheCycle() throws {
+        let plan = try validator.plan([
+            feature("a", requires: ["b"]), feature("b", requires: ["c"]), feature("c", requires: ["a"]),
+            feature("d", requires: ["a"]), feature("e"),
+        ])
+        XCTAssertEqual(plan.ordered.map(\.id), ["e"])
+        for id in ["a", "b", "c"] {
+            let problem = try XCTUnwrap(reason(plan, id))
+            XCTAssertEqual(problem.code, "registry.dependency_cycle")
+            XCTAssertTrue(problem.message.contains("'a' → 'b' → 'c' → 'a'"), problem.message)
+        }
+        XCTAssertEqual(reason(plan, "d")?.code, "feature.dependency_disabled")
+    }
+
+    func testSelfDependencyIsACycle() throws {
+        let plan = try validator.plan([feature("a", requires: ["a"])])
+        XCTAssertEqual(reason(plan, "a")?.code, "registry.dependency_cycle")
+    }
+
+    func testPortWithTwoProvidersDisablesTheLaterOne() throws {
+        let plan = try validator.plan([feature("vault", order: 1, provides: ["vault.hosts"]), feature("other", order: 2, provides: ["vault.hosts"])])
+        XCTAssertEqual(plan.ordered.map(\.id), ["vault"])
+        let problem = try XCTUnwrap(reason(plan, "other"))
+        XCTAssertEqual(problem.code, "registry.port_conflict")
+        XCTAssertEqual(problem.field, "ports.provides")
+        XCTAssertTrue(problem.message.contains("'vault'"))
+    }
+
+    func testContractHandledTwiceDisablesTheLaterOne() throws {
+        let plan = try validator.plan([feature("a", order: 1, contracts: ["x.y@1"]), feature("b", order: 2, contracts: ["x.y@1"])])
+        XCTAssertEqual(reason(plan, "b")?.code, "registry.contract_conflict")
+    }
+
+    func testMalformedContractIDDisables() throws {
+        let plan = try validator.plan([feature("a", contracts: ["NotAContract"])])
+        XCTAssertEqual(reason(plan, "a")?.field, "contracts")
+    }
+
+    func testRequiredPortWithoutProviderDisables() throws {
+        let plan = try validator.plan([feature("sftp", needsPorts: ["vault.hosts"])])
+        let problem = try XCTUnwrap(reason(plan, "sftp"))
+        XCTAssertEqual(problem.code, "feature.port_unprovided")
+        XCTAssertTrue(problem.message.contains("no feature provides it"))
+    }
+
+    func testDisabledDependencyDisablesDependentsTransitively() throws {
+        let plan = try validator.plan([
+            feature("vault", provides: ["vault.hosts"], library: "/missing.so"),
+            feature("sftp", requires: ["vault"]),
+            feature("assistant", requires: ["sftp"]),
+            feature("metrics", needsPorts: ["vault.hosts"]),
+            feature("settings"),
+        ])
+        XCTAssertEqual(plan.ordered.map(\.id), ["settings"])
+        XCTAssertTrue(reason(plan, "assistant")!.message.contains("requires 'sftp'"))
+        XCTAssertTrue(reason(plan, "metrics")!.message.contains("provider 'vault' is disabled"))
+    }
+
+    func testUnknownRequiredDependencyDisablesButUnknownOptionalDoesNot() throws {
+        let plan = try validator.plan([feature("a", requires: ["ghost"]), feature("b", optional: ["ghost"])])
+        XCTAssertEqual(plan.ordered.map(\.id), ["b"])
+        XCTAssertEqual(reason(plan, "a")?.code, "manifest.dependency_unknown")
+    }
+
+    func testOptionalDependencyOrdersAfterItButAnOptionalCycleDoesNotDisable() throws {
+        let plan = try validator.plan([feature("a", order: 1, optional: ["b"]), feature("b", order: 2, optional: ["a"]), feature("c", order: 0, optional: ["b"])])
+        XCTAssertEqual(Set(plan.ordered.map(\.id)), ["a", "b", "c"])
+        XCTAssertTrue(plan.disabled.isEmpty)
+        let plan2 = try validator.plan([feature("a", order: 1, optional: ["b"]), feature("b", order: 2)])
+        XCTAssertEqual(plan2.ordered.map(\.id), ["b", "a"])
+    }
+
+    func testPermanentFeatureThatCannotRunIsFatal() throws {
+        let plan = try validator.plan([feature("vault", permanent: true, library: "/missing.so")])
+        XCTAssertEqual(plan.fatal.count, 1)
+        XCTAssertTrue(plan.fatal[0].message.contains("Permanent feature 'vault'"))
+    }
+
+    func testSelectionLoadsChosenPlusWhatTheyRequireAndPermanentOnes() throws {
+        let plan = try validator.plan([
+            feature("vault", provides: ["vault.hosts"], permanent: true),
+            feature("settings"),
+            feature("sftp", requires: ["settings"], needsPorts: ["vault.hosts"]),
+            feature("metrics"),
+        ], selection: ["sftp"])
+        XCTAssertEqual(Set(plan.ordered.map(\.id)), ["vault", "settings", "sftp"])
+        XCTAssertTrue(plan.disabled.isEmpty, "unselected features are simply not loaded")
+    }
+
+    func testUnknownSelectionIsAnErrorNamingIt() {
+        XCTAssertThrowsError(try validator.plan([feature("vault")], selection: ["vault", "sfpt"])) { error in
+            let e = error as? TermindError
+            XCTAssertEqual(e?.code, "features.unknown")
+            XCTAssertTrue(e?.message.contains("'sfpt'") ?? false)
+            XCTAssertTrue(e?.message.contains("Known: vault") ?? false)
+        }
+    }
+
+    func testInvalidIDAndFunctionSignatureAreReported() throws {
+        var c = feature("digest")
+        c.kind = .c
+        c.functions = [.init(name: "crc", symbol: "crc", signature: "uint32(char*)")]
+        let plan = try validator.plan([feature("Bad ID"), c])
+        XCTAssertTrue(plan.disabled.contains { $0.field == "id" })
+        XCTAssertEqual(reason(plan, "digest")?.field, "functions")
+        XCTAssertTrue(reason(plan, "digest")!.message.contains("char*"))
+    }
+
+    func testCommandMustMapToADeclaredContract() throws {
+        var m = feature("wol", contracts: ["wol.wake@1"])
+        m.commands = [.init(name: "wol", contract: "wol.sleep@1", arguments: ["target"])]
+        let plan = try validator.plan([m])
+        XCTAssertEqual(reason(plan, "wol")?.field, "commands")
+    }
+}
