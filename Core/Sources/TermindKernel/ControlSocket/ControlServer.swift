@@ -10,6 +10,8 @@ import TermindCore
 public final class ControlServer: @unchecked Sendable {
     public static let maximumClients = 128
     public static let maximumInFlightPerConnection = 32
+    /// A client that does not read its replies for this long is disconnected.
+    public static let sendTimeoutSeconds = 20
 
     public let path: String
     private let kernel: Kernel
@@ -120,12 +122,27 @@ public final class ControlServer: @unchecked Sendable {
 
     private func serve(_ fd: Int32, connection: UInt64) {
         logger.debug("socket.client.connected", ["connection": .int(Int(connection))])
-        let writeLock = NSLock()
+        var timeout = timeval(tv_sec: Self.sendTimeoutSeconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         let slots = DispatchSemaphore(value: Self.maximumInFlightPerConnection)
         let group = DispatchGroup()
         let kernel = self.kernel
         var reader = LineReader(fd: fd, maximum: Envelope.maximumBytes)
-        let reply: @Sendable (Data) -> Void = { line in writeLock.withLock { _ = SocketIO.writeAll(fd, line) } }
+        // Replies go through one serial queue per connection: a client that stops reading
+        // blocks only its own queue (never the cooperative pool that runs every handler),
+        // and once a send times out the connection is shut down.
+        let writes = DispatchQueue(label: "termind.client.write")
+        let logger = self.logger
+        let reply: @Sendable (Data) -> Void = { line in
+            group.enter()
+            writes.async {
+                defer { group.leave() }
+                if !SocketIO.writeAll(fd, line) {
+                    logger.warning("socket.client.write_failed", ["connection": .int(Int(connection))])
+                    shutdown(fd, Int32(SHUT_RDWR))
+                }
+            }
+        }
         loop: while true {
             switch reader.next() {
             case .end:

@@ -49,13 +49,18 @@ enum SocketIO {
     }
 }
 
-/// Reads newline-delimited frames from a descriptor with a size bound.
+/// Reads newline-delimited frames from a descriptor with a size bound. Each byte is
+/// scanned for a newline once (memchr over the newly read bytes only), so a long line
+/// costs linear time; a line over `maximum` is reported once and skipped to its end.
 struct LineReader {
     enum Event { case line(Data), oversized, end }
 
     let fd: Int32
     let maximum: Int
-    private var buffer = Data()
+    private var buffer: [UInt8] = []
+    private var chunk = [UInt8](repeating: 0, count: 65_536)
+    private var start = 0      // first unconsumed byte
+    private var scanned = 0    // bytes from `start` already known to hold no newline
     private var discarding = false
 
     init(fd: Int32, maximum: Int) {
@@ -64,26 +69,53 @@ struct LineReader {
     }
 
     mutating func next() -> Event {
-        var chunk = [UInt8](repeating: 0, count: 65_536)
         while true {
-            if let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
-                let line = buffer[buffer.startIndex..<newline]
-                buffer.removeSubrange(buffer.startIndex...newline)
+            if let newline = findNewline() {
+                let line = buffer[start..<newline]
+                start = newline + 1
+                scanned = 0
                 if discarding { discarding = false; continue }
+                // The newline can arrive in the same read that crosses the bound.
+                if line.count > maximum { return .oversized }
                 if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") || $0 == UInt8(ascii: "\t") }) { continue }
                 return .line(Data(line))
             }
-            if !discarding && buffer.count > maximum {
-                buffer.removeAll(keepingCapacity: true)
+            if !discarding && buffer.count - start > maximum {
+                dropPending()
                 discarding = true
                 return .oversized
             }
-            if discarding { buffer.removeAll(keepingCapacity: true) }
+            if discarding { dropPending() }
+            compact()
             let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { return .end }
-            buffer.append(contentsOf: chunk[0..<n])
+            chunk.withUnsafeBufferPointer { buffer.append(contentsOf: UnsafeBufferPointer(rebasing: $0[0..<n])) }
         }
+    }
+
+    private mutating func findNewline() -> Int? {
+        let from = start + scanned
+        guard from < buffer.count else { return nil }
+        let found = buffer.withUnsafeBytes { raw -> Int? in
+            guard let hit = memchr(raw.baseAddress! + from, Int32(UInt8(ascii: "\n")), raw.count - from) else { return nil }
+            return raw.baseAddress!.distance(to: UnsafeRawPointer(hit))
+        }
+        if found == nil { scanned = buffer.count - start }
+        return found
+    }
+
+    private mutating func dropPending() {
+        buffer.removeAll(keepingCapacity: true)
+        start = 0
+        scanned = 0
+    }
+
+    /// Moves unconsumed bytes to the front once the consumed prefix dominates.
+    private mutating func compact() {
+        guard start > 0, start >= buffer.count - start else { return }
+        buffer.removeFirst(start)
+        start = 0
     }
 }
 
