@@ -194,37 +194,3 @@ final class KernelLifecycleTests: XCTestCase {
         XCTAssertFalse(errorText.contains(secret), "the secret reached an error message")
     }
 }
-
-/// A UDP socket on 127.0.0.1 with a free port, to catch what a plugin sends.
-final class UDPReceiver {
-    let fd: Int32
-    let port: UInt16
-
-    init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-        self.fd = fd
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        guard bound else {
-            Foundation.close(fd)
-            throw TermindError(code: "test.udp", message: "cannot bind a UDP socket")
-        }
-        port = UInt16(bigEndian: address.sin_port)
-        var timeout = timeval(tv_sec: 5, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-    }
-
-    func receive() -> [UInt8]? {
-        var buffer = [UInt8](repeating: 0, count: 2048)
-        let n = recv(fd, &buffer, buffer.count, 0)
-        return n > 0 ? Array(buffer[0..<n]) : nil
-    }
-
-    func close() { Foundation.close(fd) }
-}

@@ -5,6 +5,7 @@ import TermindKernel
 /// The built-in commands. Each returns the process exit code.
 enum Commands {
     static func features(_ inv: Invocation) async throws -> Invocation.Exit {
+        guard inv.arguments.isEmpty else { throw Invocation.UsageError(description: "features takes no arguments, got '\(inv.arguments[0])'.") }
         return try await Session.with(inv) { session in
             let reply = try await session.call(KernelContracts.Features.self, Empty())
             let problems = await session.unattributedProblems()
@@ -68,7 +69,11 @@ enum Commands {
         var body = Data("{}".utf8)
         if inv.arguments.count == 2 {
             body = inv.arguments[1] == "-" ? FileHandle.standardInput.readDataToEndOfFile() : Data(inv.arguments[1].utf8)
-            _ = try JSONCoding.parse(body, source: "The BODY argument")
+            do {
+                _ = try JSONCoding.parse(body, source: inv.arguments[1] == "-" ? "The BODY read from standard input" : "The BODY argument")
+            } catch let error as TermindError {
+                throw Invocation.UsageError(description: error.message)
+            }
         }
         return try await Session.with(inv) { session in
             Output.json(try await session.call(contract, body: body))
@@ -77,6 +82,7 @@ enum Commands {
     }
 
     static func version(_ inv: Invocation) async throws -> Invocation.Exit {
+        guard inv.arguments.isEmpty else { throw Invocation.UsageError(description: "version takes no arguments.") }
         let kernel = Kernel(configuration: inv.kernelConfiguration(), sink: .disabled())
         let reply = try await kernel.call(KernelContracts.Version.self, Empty())
         if inv.json { Output.json(reply); return .success }

@@ -65,6 +65,9 @@ enum Output {
         case let e as TermindError:
             if json { Output.json(["error": ["code": e.code, "message": e.message]]) } else { Output.error(e.message) }
             return .failure
+        case let e as BootFailure where e.problems.first?.code == "features.unknown":
+            if json { Output.json(["error": ["code": "features.unknown", "message": e.description]]) } else { Output.error("\(e.description) Run 'termind --help'.") }
+            return .usage
         case let e as BootFailure:
             if json {
                 Output.json(["error": ["code": e.problems.first?.code ?? "boot.failed", "message": e.description]])

@@ -52,13 +52,14 @@ public actor Kernel {
         order = plan.ordered.map(\.id)
         for m in plan.ordered { setStatus(m, .stopped, nil) }
         for problem in plan.disabled {
-            guard let id = problem.featureID, let m = manifests[id], statuses[id] == nil else { continue }
-            setStatus(m, .disabled, problem)
-            order.append(id)
-            logger.warning("kernel.feature.disabled", ["feature": .identifier(id), "reason": .identifier(problem.code)])
-        }
-        for problem in plan.disabled where problem.featureID == nil || manifests[problem.featureID!] == nil {
-            unattributed.append(problem)
+            if let id = problem.featureID, let m = manifests[id], statuses[id] == nil {
+                setStatus(m, .disabled, problem)
+                order.append(id)
+                logger.warning("kernel.feature.disabled", ["feature": .identifier(id), "reason": .identifier(problem.code)])
+            } else {
+                // Unreadable entries and ignored duplicates: not a feature of their own.
+                unattributed.append(problem)
+            }
         }
 
         // Load.

@@ -1,0 +1,114 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import XCTest
+
+/// Source checks of the layering. They read the checkout and fail closed: a root that
+/// should hold sources but is missing or empty is a failure, not a pass.
+final class ArchitectureTests: XCTestCase {
+    /// Modules any feature or plugin may import.
+    private let featureAllowed: Set<String> = ["Foundation", "FoundationEssentials", "Glibc", "Dispatch", "Synchronization", "TermindCore"]
+    /// C wrapper modules and the one Swift module allowed to import each.
+    private let cModuleOwners: [String: String] = [
+        "CFFI": "Core/Sources/TermindKernel",
+        "CTermindSystem": "Core/Sources/TermindKernel",
+        "CTermindPluginABI": "Core/Sources/TermindKernel",
+    ]
+
+    struct Import: CustomStringConvertible {
+        let file: String
+        let line: Int
+        let module: String
+        var description: String { "\(file):\(line) imports \(module)" }
+    }
+
+    private func swiftFiles(in relative: String) throws -> [String] {
+        let root = Repository.path(relative)
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
+            throw TermindError(code: "architecture.root_missing", message: "source root \(relative) is missing")
+        }
+        let files = (FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String } ?? [])
+            .filter { $0.hasSuffix(".swift") }.map { "\(relative)/\($0)" }
+        guard !files.isEmpty else { throw TermindError(code: "architecture.root_empty", message: "source root \(relative) has no Swift files") }
+        return files
+    }
+
+    private func imports(in relative: String) throws -> [Import] {
+        let pattern = try NSRegularExpression(pattern: #"^\s*(?:@[A-Za-z_]+(?:\([^)]*\))?\s+)*import\s+(?:(?:typealias|struct|class|enum|protocol|let|var|func)\s+)?([A-Za-z_][A-Za-z0-9_]*)"#)
+        var found: [Import] = []
+        for file in try swiftFiles(in: relative) {
+            let text = try String(contentsOfFile: Repository.path(file), encoding: .utf8)
+            for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                let l = String(line)
+                if let m = pattern.firstMatch(in: l, range: NSRange(l.startIndex..., in: l)), let r = Range(m.range(at: 1), in: l) {
+                    found.append(Import(file: file, line: index + 1, module: String(l[r])))
+                }
+            }
+        }
+        return found
+    }
+
+    /// Feature and plugin source roots: Features/* and Plugins/Examples/*/Sources.
+    private func featureRoots() throws -> [String] {
+        var roots: [String] = []
+        let fm = FileManager.default
+        if let features = try? fm.contentsOfDirectory(atPath: Repository.path("Features")) {
+            roots += features.sorted().filter { !$0.hasPrefix(".") }.map { "Features/\($0)" }
+        } else {
+            // Fail closed: if the registry declares features, their sources must be here.
+            let registry = try XCTUnwrap(fm.contents(atPath: Repository.path("Registry.json")))
+            let declared = try ManifestReader.readRegistry(registry, source: "Registry.json", baseDirectory: "/").manifests
+            XCTAssertTrue(declared.isEmpty, "Registry.json declares \(declared.map(\.id)) but Features/ is missing")
+        }
+        let examples = try fm.contentsOfDirectory(atPath: Repository.path("Plugins/Examples")).sorted().filter { !$0.hasPrefix(".") }
+        roots += examples.compactMap { name in
+            let sources = "Plugins/Examples/\(name)/Sources"
+            return (try? swiftFiles(in: sources)) != nil ? sources : nil
+        }
+        XCTAssertFalse(roots.isEmpty, "no feature or plugin sources found: the check would pass vacuously")
+        return roots
+    }
+
+    func testFeaturesAndPluginsImportOnlyCoreAndTheToolchain() throws {
+        let roots = try featureRoots() + ["Tests/Fixtures"]
+        let moduleNames = Set(roots.map { ($0 as NSString).lastPathComponent == "Sources" ? (($0 as NSString).deletingLastPathComponent as NSString).lastPathComponent : ($0 as NSString).lastPathComponent })
+        var violations: [String] = []
+        for root in roots {
+            for i in try imports(in: root) where !featureAllowed.contains(i.module) {
+                let why = i.module == "TermindKernel" ? "kernel internals" : moduleNames.contains(i.module) ? "another feature" : i.module.first == "C" ? "a C module outside its wrapper" : "not an allowed module"
+                violations.append("\(i) (\(why))")
+            }
+        }
+        XCTAssertEqual(violations, [])
+    }
+
+    func testCoreValuesImportNoKernelAndNoCLibrary() throws {
+        let violations = try imports(in: "Core/Sources/TermindCore").filter { $0.module == "TermindKernel" || cModuleOwners[$0.module] != nil }
+        XCTAssertEqual(violations.map(\.description), [])
+    }
+
+    func testEachCModuleIsImportedByExactlyOneSwiftModule() throws {
+        let roots = ["Core/Sources/TermindCore", "Core/Sources/TermindKernel", "Host/Sources/termind", "Tests/Harness", "Tests/KernelTests", "Tests/PluginTests"]
+        var importers: [String: Set<String>] = [:]
+        for root in roots {
+            for i in try imports(in: root) where cModuleOwners[i.module] != nil || (i.module.hasPrefix("C") && i.module.dropFirst().first?.isUppercase == true) {
+                importers[i.module, default: []].insert(root)
+            }
+        }
+        for (module, owners) in importers {
+            XCTAssertEqual(owners, [cModuleOwners[module] ?? "(no declared owner)"], "\(module) is imported by \(owners.sorted())")
+        }
+        XCTAssertFalse(importers.isEmpty, "no C module import found at all: the check would pass vacuously")
+    }
+
+    func testTheCheckFailsClosedOnAMissingOrEmptyRoot() throws {
+        XCTAssertThrowsError(try swiftFiles(in: "Features/DoesNotExist"))
+        let empty = try TemporaryDirectory()
+        defer { empty.remove() }
+        let relative = "Tests/.architecture-empty-\(getpid())"
+        try FileManager.default.createDirectory(atPath: Repository.path(relative), withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: Repository.path(relative)) }
+        XCTAssertThrowsError(try swiftFiles(in: relative)) { XCTAssertEqual(($0 as? TermindError)?.code, "architecture.root_empty") }
+    }
+}

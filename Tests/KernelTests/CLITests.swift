@@ -1,0 +1,192 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import XCTest
+
+/// The termind executable as a user and a script see it: exit codes, --json, errors.
+final class CLITests: XCTestCase {
+    private var directory: TemporaryDirectory!
+    private var termind: String { FeatureHarness.buildDirectory + "/termind" }
+    private var plugins: String { FeatureHarness.buildDirectory + "/plugins" }
+
+    override func setUpWithError() throws {
+        directory = try TemporaryDirectory()
+    }
+
+    override func tearDown() {
+        directory?.remove()
+    }
+
+    /// A registry in a temp folder; library names resolve next to the executable.
+    private func registry(_ features: String) throws -> String {
+        try directory.write("Registry.json", #"{"schema": 1, "features": [\#(features)]}"#)
+    }
+
+    private let echoEntry = #"{"id": "fixture-echo", "version": "1.0.0", "abi": 1, "library": "libTermindFixtureEcho.so", "order": 10, "ports": {"provides": ["vault.hosts"]}, "contracts": ["fixture.echo@1"]}"#
+    private let failingEntry = #"{"id": "fixture-failing", "version": "1.0.0", "abi": 1, "library": "libTermindFixtureFailingStart.so", "order": 5}"#
+
+    private func run(_ arguments: [String], stdin: String? = nil, cwd: String? = nil, socket: String? = nil) throws -> ProcessResult {
+        var environment = ProcessInfo.processInfo.environment
+        environment["TERMIND_SOCKET"] = socket ?? directory.file("no-server.sock")
+        environment.removeValue(forKey: "TERMIND_PLUGINS")
+        environment.removeValue(forKey: "TERMIND_FEATURES")
+        environment.removeValue(forKey: "TERMIND_REGISTRY")
+        return try ProcessRunner.run(termind, arguments, environment: environment, stdin: stdin, currentDirectory: cwd)
+    }
+
+    private func json(_ result: ProcessResult) throws -> JSONValue {
+        try JSONCoding.parse(Data(result.stdout.utf8), source: "stdout")
+    }
+
+    func testFeaturesListsBootOrderStatesAndReasons() throws {
+        var dependent = echoEntry
+        dependent.insert(contentsOf: #""dependencies": {"required": ["fixture-failing"]}, "#, at: dependent.index(after: dependent.startIndex))
+        let path = try registry([failingEntry, dependent].joined(separator: ","))
+        let result = try run(["--registry", path, "features", "--json"])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        guard case .array(let features)? = try json(result)["features"] else { return XCTFail(result.stdout) }
+        XCTAssertEqual(features.map { $0["id"]?.stringValue }, ["fixture-failing", "fixture-echo"])
+        XCTAssertEqual(features.map { $0["state"]?.stringValue }, ["disabled", "disabled"])
+        XCTAssertTrue(features[1]["reason"]?.stringValue?.contains("requires 'fixture-failing'") ?? false)
+
+        let human = try run(["--registry", path, "features"])
+        XCTAssertEqual(human.status, 0)
+        XCTAssertTrue(human.stdout.contains("fixture-failing"), human.stdout)
+        XCTAssertTrue(human.stdout.contains("the fixture refuses to start (as designed)"), human.stdout)
+        XCTAssertTrue(human.stderr.contains("2 feature problems"), human.stderr)
+    }
+
+    func testChosenFeaturesAndUnknownIDs() throws {
+        let path = try registry([echoEntry, failingEntry].joined(separator: ","))
+        let chosen = try run(["--registry", path, "--features", "fixture-echo", "features", "--json"])
+        XCTAssertEqual(chosen.status, 0, chosen.stderr)
+        guard case .array(let features)? = try json(chosen)["features"] else { return XCTFail(chosen.stdout) }
+        XCTAssertEqual(features.map { $0["id"]?.stringValue }, ["fixture-echo"])
+
+        let unknown = try run(["--registry", path, "--features", "fixture-echo,vualt", "features"])
+        XCTAssertEqual(unknown.status, 2)
+        XCTAssertTrue(unknown.stderr.contains("Unknown feature 'vualt'"), unknown.stderr)
+        XCTAssertTrue(unknown.stderr.contains("Known: fixture-echo, fixture-failing"), unknown.stderr)
+    }
+
+    func testABrokenRegistryStopsBootWithItsLine() throws {
+        let path = try directory.write("Registry.json", "{\n  \"schema\": 1,\n  \"features\": [\n    {\"id\": \"x\" \"abi\": 1}\n  ]\n}\n")
+        let result = try run(["--registry", path, "features"])
+        XCTAssertEqual(result.status, 3)
+        XCTAssertTrue(result.stderr.contains("Registry.json is not valid JSON"), result.stderr)
+        XCTAssertTrue(result.stderr.contains("line 4"), result.stderr)
+        let missing = try run(["--registry", directory.file("nope.json"), "features", "--json"])
+        XCTAssertEqual(missing.status, 3)
+        XCTAssertEqual(try json(missing)["error"]?["code"], .string("registry.missing"))
+    }
+
+    func testAPermanentFeatureThatFailsStopsBoot() throws {
+        let permanent = failingEntry.replacingOccurrences(of: #""order": 5"#, with: #""order": 5, "permanent": true"#)
+        let result = try run(["--registry", try registry(permanent), "features"])
+        XCTAssertEqual(result.status, 3)
+        XCTAssertTrue(result.stderr.contains("Permanent feature 'fixture-failing' cannot run"), result.stderr)
+    }
+
+    func testCallContractsAndErrorsForScripts() throws {
+        let path = try registry(echoEntry)
+        let ok = try run(["--registry", path, "call", "fixture.echo@1", "-"], stdin: #"{"message": "hi", "secret": "pw"}"#)
+        XCTAssertEqual(ok.status, 0, ok.stderr)
+        XCTAssertEqual(try json(ok)["secretLength"], .integer(2))
+
+        let unknown = try run(["--registry", path, "--json", "call", "vault.host.list@1"])
+        XCTAssertEqual(unknown.status, 1)
+        XCTAssertEqual(try json(unknown)["error"]?["code"], .string("contract.unknown"))
+
+        let badBody = try run(["--registry", path, "call", "fixture.echo@1", "{not json"])
+        XCTAssertEqual(badBody.status, 2)
+        XCTAssertTrue(badBody.stderr.contains("The BODY argument is not valid JSON"), badBody.stderr)
+
+        let invalid = try run(["--registry", path, "call", "fixture.echo@1", #"{"message": 1}"#])
+        XCTAssertEqual(invalid.status, 1)
+        XCTAssertTrue(invalid.stderr.contains("body.message: expected string, got integer"), invalid.stderr)
+        XCTAssertTrue(invalid.stderr.contains("body.secret: required field is missing"), invalid.stderr)
+    }
+
+    func testContractsPrintSchemas() throws {
+        let result = try run(["--registry", try registry(echoEntry), "contracts", "--json", "fixture."])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let first = try json(result)["contracts"].flatMap { if case .array(let a) = $0 { return a.first } else { return nil } }
+        XCTAssertEqual(first?["id"], .string("fixture.echo@1"))
+        XCTAssertEqual(first?["request"]?["properties"]?["secret"]?["type"], .string("string"))
+        let human = try run(["--registry", try registry(echoEntry), "contracts", "kernel.ping"])
+        XCTAssertTrue(human.stdout.contains("request:  {payload: string}"), human.stdout)
+    }
+
+    func testUsageErrorsAndHelp() throws {
+        let help = try run(["--help"])
+        XCTAssertEqual(help.status, 0)
+        XCTAssertTrue(help.stdout.contains("Usage: termind [options] <command>"))
+        XCTAssertTrue(help.stdout.contains("Exit codes:"))
+        XCTAssertEqual(try run(["features", "extra"]).status, 2)
+        XCTAssertEqual(try run(["--registry"]).status, 2)
+        let unknown = try run(["--registry", try registry(""), "frobnicate"])
+        XCTAssertEqual(unknown.status, 2)
+        XCTAssertTrue(unknown.stderr.contains("Unknown command 'frobnicate'"), unknown.stderr)
+        let version = try run(["version", "--json"])
+        XCTAssertEqual(version.status, 0)
+        XCTAssertEqual(try json(version)["pluginABI"], .integer(1))
+    }
+
+    func testPluginCommandsMapArgumentsTypeOptionsAndResolvePaths() throws {
+        let file = try directory.write("data/payload.txt", "termind\n")
+        let digest = try run(["--plugins", plugins, "--json", "digest", "payload.txt", "--algorithm", "sha256"], cwd: directory.file("data"))
+        XCTAssertEqual(digest.status, 0, digest.stderr)
+        XCTAssertEqual(try json(digest)["digest"], .string(try sha256(file)))
+        let badPort = try run(["--plugins", plugins, "wol", "00:11:22:33:44:55", "--port", "nine"])
+        XCTAssertEqual(badPort.status, 2)
+        XCTAssertTrue(badPort.stderr.contains("--port must be an integer, got 'nine'"), badPort.stderr)
+        let help = try run(["--plugins", plugins, "help", "wol"])
+        XCTAssertEqual(help.status, 0)
+        XCTAssertTrue(help.stdout.contains("Usage: termind wol TARGET"), help.stdout)
+    }
+
+    func testServeAnswersClientsAndStopsCleanlyOnSIGTERM() throws {
+        let socket = directory.file("s/control.sock")
+        let path = try registry(echoEntry)
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: termind)
+        server.arguments = ["--registry", path, "--plugins", plugins, "--socket", socket, "serve", "--json"]
+        let out = Pipe()
+        server.standardOutput = out
+        server.standardError = FileHandle.nullDevice
+        try server.run()
+        defer { if server.isRunning { server.terminate() } }
+        // The ready line is printed once the socket listens.
+        let ready = try JSONCoding.parse(readLine(out.fileHandleForReading), source: "ready line")
+        XCTAssertEqual(ready["event"], .string("ready"))
+        XCTAssertEqual(ready["running"], .integer(3))
+
+        let features = try run(["--json", "features"], socket: socket)
+        XCTAssertEqual(features.status, 0, features.stderr)
+        XCTAssertEqual(try json(features)["server"], .bool(true))
+        // A plugin command run from another folder reaches the server with an absolute path.
+        let file = try directory.write("elsewhere/f.txt", "abc")
+        let digest = try run(["--json", "digest", "f.txt"], cwd: directory.file("elsewhere"), socket: socket)
+        XCTAssertEqual(digest.status, 0, digest.stderr)
+        XCTAssertEqual(try json(digest)["digest"], .string(try sha256(file)))
+
+        server.terminate() // SIGTERM
+        server.waitUntilExit()
+        XCTAssertEqual(server.terminationStatus, 0)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: socket), "the socket is removed on shutdown")
+    }
+
+    private func readLine(_ handle: FileHandle) throws -> Data {
+        var line = Data()
+        while true {
+            let byte = handle.readData(ofLength: 1)
+            if byte.isEmpty || byte == Data("\n".utf8) { return line }
+            line += byte
+        }
+    }
+
+    private func sha256(_ path: String) throws -> String {
+        let result = try ProcessRunner.run("/usr/bin/sha256sum", [path])
+        return String(result.stdout.prefix(64))
+    }
+}

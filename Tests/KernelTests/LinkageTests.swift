@@ -1,0 +1,67 @@
+import Foundation
+import TermindHarness
+import XCTest
+
+/// Proves the shape DESIGN.md depends on: one libTermindCore.so in the process. Every
+/// Swift image links it dynamically and defines none of its symbols globally; C plugins
+/// do not touch it at all.
+final class LinkageTests: XCTestCase {
+    private let coreSymbolPrefixes = ["$s11TermindCore", "$s13TermindKernel"]
+
+    private func tool(_ name: String, _ arguments: [String]) throws -> String {
+        let result = try ProcessRunner.run("/usr/bin/\(name)", arguments)
+        XCTAssertEqual(result.status, 0, "\(name) \(arguments): \(result.stderr)")
+        return result.stdout
+    }
+
+    private func needed(_ path: String) throws -> [String] {
+        try tool("readelf", ["-d", path]).split(separator: "\n").filter { $0.contains("(NEEDED)") }.compactMap { line in
+            line.split(separator: "[").last?.split(separator: "]").first.map(String.init)
+        }
+    }
+
+    /// Defined Core symbols: (in the dynamic table, with global binding).
+    private func coreDefinitions(_ path: String) throws -> (dynamic: [String], global: [String]) {
+        let isCore: (Substring) -> Bool = { line in self.coreSymbolPrefixes.contains { line.contains($0) } }
+        let dynamic = try tool("nm", ["-D", "--defined-only", path]).split(separator: "\n").filter(isCore).map(String.init)
+        let global = try tool("nm", ["--defined-only", path]).split(separator: "\n").filter(isCore).filter { line in
+            let parts = line.split(separator: " ")
+            return parts.count >= 3 && parts[1].first.map { $0.isUppercase } == true
+        }.map(String.init)
+        return (dynamic, global)
+    }
+
+    func testEverySwiftImageUsesTheOneSharedCore() throws {
+        let dir = FeatureHarness.buildDirectory
+        let libraries = try FileManager.default.contentsOfDirectory(atPath: dir)
+            .filter { $0.hasPrefix("libTermind") && $0.hasSuffix(".so") && $0 != "libTermindCore.so" && $0 != "libTermindDigest.so" }
+        for expected in ["libTermindWakeOnLAN.so", "libTermindFixtureEcho.so", "libTermindFixtureFailingStart.so"] {
+            XCTAssertTrue(libraries.contains(expected), "\(expected) was not built")
+        }
+        for image in ["termind"] + libraries.sorted() {
+            let path = dir + "/" + image
+            XCTAssertTrue(try needed(path).contains("libTermindCore.so"), "\(image) does not link libTermindCore.so")
+            let defs = try coreDefinitions(path)
+            XCTAssertEqual(defs.dynamic, [], "\(image) exports Core symbols")
+            XCTAssertEqual(defs.global, [], "\(image) embeds Core definitions")
+        }
+    }
+
+    func testTheCPluginDoesNotTouchCoreAndCoreReallyHoldsTheSymbols() throws {
+        let dir = FeatureHarness.buildDirectory
+        let digest = dir + "/libTermindDigest.so"
+        XCTAssertFalse(try needed(digest).contains("libTermindCore.so"))
+        XCTAssertEqual(try coreDefinitions(digest).dynamic, [])
+        // Sanity: the same check finds Core's own symbols where they belong.
+        let core = try coreDefinitions(dir + "/libTermindCore.so")
+        XCTAssertGreaterThan(core.dynamic.count, 100)
+        XCTAssertTrue(core.dynamic.contains { $0.contains("$s13TermindKernel") }, "the kernel module lives in the same library")
+    }
+
+    func testNoImageCarriesAStaticSwiftRuntime() throws {
+        let dir = FeatureHarness.buildDirectory
+        for image in ["termind", "libTermindCore.so", "libTermindWakeOnLAN.so"] {
+            XCTAssertTrue(try needed(dir + "/" + image).contains("libswiftCore.so"), "\(image) must use the shared Swift runtime")
+        }
+    }
+}
