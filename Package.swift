@@ -7,6 +7,8 @@
 import PackageDescription
 
 let core = Target.Dependency.product(name: "TermindCore", package: "Core")
+/// Records compiler and contracts hash in each Swift feature (FeatureDescriptor.export).
+let signature = Target.PluginUsage.plugin(name: "BuildSignature", package: "Core")
 
 let package = Package(
     name: "Termind",
@@ -34,7 +36,8 @@ let package = Package(
         .target(
             name: "WakeOnLAN",
             dependencies: [core],
-            path: "Plugins/Examples/WakeOnLAN/Sources"
+            path: "Plugins/Examples/WakeOnLAN/Sources",
+            plugins: [signature]
         ),
         .target(
             name: "Digest",
@@ -50,17 +53,20 @@ let package = Package(
         .target(
             name: "FixtureEcho",
             dependencies: [core],
-            path: "Tests/Fixtures/Echo"
+            path: "Tests/Fixtures/Echo",
+            plugins: [signature]
         ),
         .target(
             name: "FixtureFailingStart",
             dependencies: [core],
-            path: "Tests/Fixtures/FailingStart"
+            path: "Tests/Fixtures/FailingStart",
+            plugins: [signature]
         ),
         .target(
             name: "FixtureWrongSignature",
             dependencies: [core],
-            path: "Tests/Fixtures/WrongSignature"
+            path: "Tests/Fixtures/WrongSignature",
+            plugins: [signature]
         ),
         .testTarget(
             name: "KernelTests",

@@ -13,6 +13,8 @@ let package = Package(
             type: .dynamic,
             targets: ["TermindCore", "TermindKernel", "CTermindPluginABI"]
         ),
+        // Every Swift feature or plugin target applies it (see the plugin's doc comment).
+        .plugin(name: "BuildSignature", targets: ["BuildSignature"]),
     ],
     targets: [
         // C libraries: one system-library target each, imported by exactly one Swift module.

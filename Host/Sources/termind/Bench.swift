@@ -62,9 +62,18 @@ enum Bench {
             latencies.append(now() - t)
         }
         let sequential = now() - sequentialStart
-        figures.append(Figure(name: "in-process round trip, median", value: median(latencies) * 1e6, unit: "µs"))
-        figures.append(Figure(name: "in-process round trip, p99", value: percentile(latencies, 0.99) * 1e6, unit: "µs"))
-        figures.append(Figure(name: "in-process throughput, 1 caller", value: Double(iterations) / sequential, unit: "calls/s"))
+        figures.append(Figure(name: "in-process JSON round trip, median", value: median(latencies) * 1e6, unit: "µs"))
+        figures.append(Figure(name: "in-process JSON round trip, p99", value: percentile(latencies, 0.99) * 1e6, unit: "µs"))
+        figures.append(Figure(name: "in-process JSON throughput, 1 caller", value: Double(iterations) / sequential, unit: "calls/s"))
+        let ping = KernelContracts.Ping.Request(payload: "termind-benchmark")
+        var typedLatencies: [Double] = []
+        typedLatencies.reserveCapacity(iterations)
+        for _ in 0..<iterations {
+            let t = now()
+            _ = try await kernel.call(KernelContracts.Ping.self, ping)
+            typedLatencies.append(now() - t)
+        }
+        figures.append(Figure(name: "in-process typed call (feature to feature, no JSON), median", value: median(typedLatencies) * 1e6, unit: "µs"))
         let concurrentStart = now()
         try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<8 {
@@ -72,7 +81,7 @@ enum Bench {
             }
             try await group.waitForAll()
         }
-        figures.append(Figure(name: "in-process throughput, 8 callers", value: Double(iterations / 8 * 8) / (now() - concurrentStart), unit: "calls/s"))
+        figures.append(Figure(name: "in-process JSON throughput, 8 callers", value: Double(iterations / 8 * 8) / (now() - concurrentStart), unit: "calls/s"))
 
         // Control socket vs raw echo.
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("termind-bench-\(getpid())").path

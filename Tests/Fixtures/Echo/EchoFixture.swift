@@ -57,5 +57,5 @@ final class EchoFeature: Feature {
 
 @_cdecl("termind_feature_entry_v1")
 public func termindFeatureEntry() -> UnsafeMutableRawPointer {
-    FeatureDescriptor.export(id: "fixture-echo", version: "1.0.0") { EchoFeature() }
+    FeatureDescriptor.export(id: "fixture-echo", version: "1.0.0", signature: TermindLibrary.signature) { EchoFeature() }
 }

@@ -11,5 +11,5 @@ final class FailingStartFeature: Feature {
 
 @_cdecl("termind_feature_entry_v1")
 public func termindFeatureEntry() -> UnsafeMutableRawPointer {
-    FeatureDescriptor.export(id: "fixture-failing", version: "1.0.0") { FailingStartFeature() }
+    FeatureDescriptor.export(id: "fixture-failing", version: "1.0.0", signature: TermindLibrary.signature) { FailingStartFeature() }
 }

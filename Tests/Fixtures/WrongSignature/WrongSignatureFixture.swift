@@ -9,7 +9,7 @@ final class WrongSignatureFeature: Feature {
 
 @_cdecl("termind_feature_entry_v1")
 public func termindFeatureEntry() -> UnsafeMutableRawPointer {
-    let signature = BuildSignature(compiler: "Swift version 5.9 (swift-5.9-RELEASE)", target: BuildSignature.ofThisImage.target,
+    let signature = BuildSignature(compiler: "Swift version 5.9 (swift-5.9-RELEASE)", target: TermindLibrary.signature.target,
                                    contractsHash: "0000000000000000")
     let descriptor = FeatureDescriptor(id: "fixture-wrong-signature", version: "1.0.0", abi: FeatureDescriptor.abiVersion,
                                        signature: signature) { WrongSignatureFeature() }

@@ -42,14 +42,25 @@ public struct ContractEndpoint: Sendable {
     public let requestSchema: JSONSchema
     public let responseSchema: JSONSchema
     public let handler: @Sendable (Data, CallOrigin) async throws -> Data
+    /// For Swift endpoints: the handler without JSON, used when an in-process caller uses
+    /// the same request and response types (the type system already guarantees the shape).
+    public let typed: TypedHandler?
+
+    public struct TypedHandler: Sendable {
+        public let requestType: ObjectIdentifier
+        public let responseType: ObjectIdentifier
+        public let call: @Sendable (any Sendable, CallOrigin) async throws -> any Sendable
+    }
 
     public init(id: ContractID, summary: String, owner: String, requestSchema: JSONSchema, responseSchema: JSONSchema,
+                typed: TypedHandler? = nil,
                 handler: @escaping @Sendable (Data, CallOrigin) async throws -> Data) {
         self.id = id
         self.summary = summary
         self.owner = owner
         self.requestSchema = requestSchema
         self.responseSchema = responseSchema
+        self.typed = typed
         self.handler = handler
     }
 
@@ -61,7 +72,10 @@ public struct ContractEndpoint: Sendable {
         return ContractEndpoint(
             id: C.id, summary: C.summary, owner: owner,
             requestSchema: requestSchema,
-            responseSchema: SchemaDerivation.schema(for: C.Response.self)
+            responseSchema: SchemaDerivation.schema(for: C.Response.self),
+            typed: TypedHandler(requestType: ObjectIdentifier(C.Request.self), responseType: ObjectIdentifier(C.Response.self)) { request, origin in
+                try await handler(request as! C.Request, origin)
+            }
         ) { body, origin in
             let request: C.Request = try ContractCoding.decodeRequest(body, schema: requestSchema, contract: C.id)
             return try JSONCoding.encode(try await handler(request, origin))
@@ -79,7 +93,8 @@ public enum ContractCoding {
             throw TermindError.badRequest("Invalid request for \(contract): \(problems.prefix(5).joined(separator: "; "))\(problems.count > 5 ? "; …" : "").")
         }
         do {
-            return try JSONDecoder().decode(T.self, from: JSONCoding.encode(value))
+            // The body is valid JSON matching the schema: decode it as it came.
+            return try JSONDecoder().decode(T.self, from: body.isEmpty ? Data("{}".utf8) : body)
         } catch let DecodingError.dataCorrupted(context) {
             throw TermindError.badRequest("Invalid request for \(contract): \(path(context.codingPath)): \(context.debugDescription).")
         } catch {

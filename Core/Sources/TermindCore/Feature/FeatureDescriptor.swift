@@ -19,12 +19,13 @@ public final class FeatureDescriptor: Sendable {
     }
 
     /// The value a feature's `@_cdecl("termind_feature_entry_v1")` function returns.
-    /// Emitted into the feature's own image, so `BuildSignature.ofThisImage` records the
-    /// compiler and contracts the *feature* was built with.
-    @_alwaysEmitIntoClient
-    public static func export(id: String, version: String, makeFeature: @escaping @Sendable () -> any Feature) -> UnsafeMutableRawPointer {
+    /// `signature` is `TermindLibrary.signature`, generated into the feature's own module by the
+    /// BuildSignature plugin, so it records the compiler and contracts the *feature* was
+    /// built with.
+    public static func export(id: String, version: String, signature: BuildSignature,
+                              makeFeature: @escaping @Sendable () -> any Feature) -> UnsafeMutableRawPointer {
         let descriptor = FeatureDescriptor(id: id, version: version, abi: FeatureDescriptor.abiVersion,
-                                           signature: BuildSignature.ofThisImage, makeFeature: makeFeature)
+                                           signature: signature, makeFeature: makeFeature)
         // A small record with a magic header, so the kernel can tell a Swift feature's
         // answer from whatever a mislabelled C library returns before touching an object.
         let record = UnsafeMutableRawPointer.allocate(byteCount: 24, alignment: 8)
@@ -55,19 +56,9 @@ public struct BuildSignature: Sendable, Equatable, Codable, CustomStringConverti
         self.contractsHash = contractsHash
     }
 
-    /// The signature of the image this expression is compiled into.
-    @_alwaysEmitIntoClient
-    public static var ofThisImage: BuildSignature {
-        #if arch(x86_64)
-        let arch = "x86_64"
-        #elseif arch(arm64)
-        let arch = "aarch64"
-        #else
-        let arch = "unknown"
-        #endif
-        return BuildSignature(compiler: GeneratedBuildSignature.compiler, target: "\(arch)-unknown-linux-gnu",
-                              contractsHash: GeneratedBuildSignature.contractsHash)
-    }
+    /// The signature of this Core (and so of the host that loaded it).
+    public static let host = BuildSignature(compiler: GeneratedBuildSignature.compiler, target: GeneratedBuildSignature.target,
+                                            contractsHash: GeneratedBuildSignature.contractsHash)
 
     public var description: String { "\(compiler) / \(target) / contracts \(contractsHash)" }
 }

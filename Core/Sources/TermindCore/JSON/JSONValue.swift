@@ -35,6 +35,24 @@ public enum JSONValue: Sendable, Hashable, Codable {
         }
     }
 
+    /// Converts JSONSerialization's output (one parse, no thrown errors on the way).
+    init(foundation object: Any) {
+        switch object {
+        case let s as String: self = .string(s)
+        case let n as NSNumber:
+            // Booleans come back as __NSCFBoolean, whose objCType is "c".
+            switch String(cString: n.objCType) {
+            case "c" where type(of: n) != NSNumber.self: self = .bool(n.boolValue)
+            case "d", "f": self = .double(n.doubleValue)
+            case "Q" where n.uint64Value > UInt64(Int64.max): self = .double(n.doubleValue)
+            default: self = .integer(n.int64Value)
+            }
+        case let a as [Any]: self = .array(a.map(JSONValue.init(foundation:)))
+        case let o as [String: Any]: self = .object(o.mapValues(JSONValue.init(foundation:)))
+        default: self = .null
+        }
+    }
+
     /// The JSON type name used in validation messages.
     public var typeName: String {
         switch self {
@@ -71,12 +89,13 @@ public enum JSONCoding {
     /// Parses `data` as JSON, reporting syntax errors with a line and column.
     /// `source` names the input in the message ("Registry.json", "request body").
     public static func parse(_ data: Data, source: String) throws -> JSONValue {
+        let object: Any
         do {
-            _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
+            object = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
         } catch {
             throw TermindError(code: "json.malformed", message: "\(source) is not valid JSON: \(syntaxLocation(of: error, in: data)).")
         }
-        return try JSONDecoder().decode(JSONValue.self, from: data)
+        return JSONValue(foundation: object)
     }
 
     private static func syntaxLocation(of error: any Error, in data: Data) -> String {

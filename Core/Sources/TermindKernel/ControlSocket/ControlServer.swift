@@ -128,21 +128,10 @@ public final class ControlServer: @unchecked Sendable {
         let group = DispatchGroup()
         let kernel = self.kernel
         var reader = LineReader(fd: fd, maximum: Envelope.maximumBytes)
-        // Replies go through one serial queue per connection: a client that stops reading
-        // blocks only its own queue (never the cooperative pool that runs every handler),
-        // and once a send times out the connection is shut down.
-        let writes = DispatchQueue(label: "termind.client.write")
-        let logger = self.logger
-        let reply: @Sendable (Data) -> Void = { line in
-            group.enter()
-            writes.async {
-                defer { group.leave() }
-                if !SocketIO.writeAll(fd, line) {
-                    logger.warning("socket.client.write_failed", ["connection": .int(Int(connection))])
-                    shutdown(fd, Int32(SHUT_RDWR))
-                }
-            }
+        let writer = ReplyWriter(fd: fd, group: group) { [logger] in
+            logger.warning("socket.client.write_failed", ["connection": .int(Int(connection))])
         }
+        let reply: @Sendable (Data) -> Void = { line in writer.send(line) }
         loop: while true {
             switch reader.next() {
             case .end:
@@ -174,5 +163,59 @@ public final class ControlServer: @unchecked Sendable {
         lock.withLock { _ = clients.removeValue(forKey: connection) }
         close(fd)
         logger.debug("socket.client.disconnected", ["connection": .int(Int(connection))])
+    }
+}
+
+/// Writes reply lines to one connection without ever blocking the caller: a line goes out
+/// directly with a non-blocking send when nothing is queued, and otherwise (socket full,
+/// earlier lines pending) onto a serial queue that blocks only itself. A client that stops
+/// reading therefore stalls only its own queue, never the cooperative pool that runs the
+/// handlers; after `sendTimeoutSeconds` of blocking the connection is shut down.
+final class ReplyWriter: @unchecked Sendable {
+    private let fd: Int32
+    private let lock = NSLock()
+    private var queued = 0
+    private let queue = DispatchQueue(label: "termind.client.write")
+    private let group: DispatchGroup
+    private let onFailure: @Sendable () -> Void
+
+    init(fd: Int32, group: DispatchGroup, onFailure: @escaping @Sendable () -> Void) {
+        self.fd = fd
+        self.group = group
+        self.onFailure = onFailure
+    }
+
+    func send(_ line: Data) {
+        lock.lock()
+        if queued == 0 {
+            let sent = line.withUnsafeBytes { Foundation.send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+            if sent == line.count { lock.unlock(); return }
+            if sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK {
+                lock.unlock()
+                fail()
+                return
+            }
+            enqueue(sent > 0 ? line.dropFirst(sent) : line)
+        } else {
+            enqueue(line)
+        }
+        lock.unlock()
+    }
+
+    /// Called with the lock held.
+    private func enqueue(_ bytes: Data) {
+        queued += 1
+        group.enter()
+        queue.async { [self] in
+            defer { group.leave() }
+            let ok = SocketIO.writeAll(fd, Data(bytes))
+            lock.withLock { queued -= 1 }
+            if !ok { fail() }
+        }
+    }
+
+    private func fail() {
+        onFailure()
+        shutdown(fd, Int32(SHUT_RDWR))
     }
 }

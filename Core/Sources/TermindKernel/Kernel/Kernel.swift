@@ -147,8 +147,16 @@ public actor Kernel {
         return try await call(id, body: body, origin: origin)
     }
 
+    /// A typed call. When the endpoint is a Swift handler of these very request and
+    /// response types, the value crosses without JSON; otherwise (a C plugin, a client-side
+    /// declaration of the contract) it is encoded, validated and decoded like any request.
     public nonisolated func call<C: Contract>(_ contract: C.Type, _ request: C.Request, origin: CallOrigin = .inProcess) async throws -> C.Response {
-        let reply = try await call(C.id, body: JSONCoding.encode(request), origin: origin)
+        guard let endpoint = routes.endpoint(C.id) else { throw TermindError.unknownContract(C.id.description) }
+        if let typed = endpoint.typed, typed.requestType == ObjectIdentifier(C.Request.self),
+           typed.responseType == ObjectIdentifier(C.Response.self) {
+            return try await typed.call(request, origin) as! C.Response
+        }
+        let reply = try await endpoint.handler(JSONCoding.encode(request), origin)
         return try JSONDecoder().decode(C.Response.self, from: reply)
     }
 
@@ -288,7 +296,7 @@ public actor Kernel {
         }
         let configuration = self.configuration
         registrar.handle(KernelContracts.Version.self) { _, _ in
-            .init(termind: configuration.hostVersion, signature: .ofThisImage, pluginABI: FeatureDescriptor.abiVersion,
+            .init(termind: configuration.hostVersion, signature: .host, pluginABI: FeatureDescriptor.abiVersion,
                   libraries: configuration.libraryVersions)
         }
         for endpoint in registrar.publishedEndpoints { try! routes.add(endpoint) }

@@ -32,7 +32,7 @@ enum FeatureLoader {
             throw mismatch(m, "its entry point did not return a FeatureDescriptor of this Core (the library embeds its own copy of TermindCore or was built against another)")
         }
         try check(m, id: descriptor.id, version: descriptor.version, abi: descriptor.abi)
-        let host = BuildSignature.ofThisImage
+        let host = BuildSignature.host
         guard descriptor.signature == host else {
             throw FeatureProblem(featureID: m.id, field: "library", code: "feature.signature_mismatch",
                                  message: "feature '\(m.id)': built with \(descriptor.signature), but this termind is \(host). Rebuild the feature with this toolchain and Core.")

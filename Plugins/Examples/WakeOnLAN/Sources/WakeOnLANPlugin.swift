@@ -117,5 +117,5 @@ enum MagicPacket {
 
 @_cdecl("termind_feature_entry_v1")
 public func termindFeatureEntry() -> UnsafeMutableRawPointer {
-    FeatureDescriptor.export(id: "wol", version: "1.0.0") { WakeOnLANFeature() }
+    FeatureDescriptor.export(id: "wol", version: "1.0.0", signature: TermindLibrary.signature) { WakeOnLANFeature() }
 }
