@@ -6,7 +6,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Debian packages the build and the tests need.
-PACKAGES=(pkg-config libffi-dev libssl-dev libsqlite3-dev binutils)
+PACKAGES=(pkg-config libffi-dev libssl-dev libsqlite3-dev binutils gcc openssl python3 util-linux)
 
 log() { printf 'termind-setup: %s\n' "$*" >&2; }
 

@@ -53,14 +53,18 @@ final class ArchitectureTests: XCTestCase {
     private func featureRoots() throws -> [String] {
         var roots: [String] = []
         let fm = FileManager.default
-        if let features = try? fm.contentsOfDirectory(atPath: Repository.path("Features")) {
-            roots += features.sorted().filter { !$0.hasPrefix(".") }.map { "Features/\($0)" }
-        } else {
-            // Fail closed: if the registry declares features, their sources must be here.
-            let registry = try XCTUnwrap(fm.contents(atPath: Repository.path("Registry.json")))
-            let declared = try ManifestReader.readRegistry(registry, source: "Registry.json", baseDirectory: "/").manifests
-            XCTAssertTrue(declared.isEmpty, "Registry.json declares \(declared.map(\.id)) but Features/ is missing")
+        let featuresRoot = Repository.path("Features")
+        XCTAssertTrue(fm.fileExists(atPath: featuresRoot), "Features/ is missing")
+        let folders = ((try? fm.contentsOfDirectory(atPath: featuresRoot)) ?? []).sorted().filter { name in
+            var isDirectory: ObjCBool = false
+            return !name.hasPrefix(".") && fm.fileExists(atPath: "\(featuresRoot)/\(name)", isDirectory: &isDirectory) && isDirectory.boolValue
         }
+        // Each feature folder must hold Swift sources (swiftFiles fails closed otherwise).
+        roots += folders.map { "Features/\($0)" }
+        // Fail closed: every feature the registry declares needs its folder here.
+        let registry = try XCTUnwrap(fm.contents(atPath: Repository.path("Registry.json")))
+        let declared = try ManifestReader.readRegistry(registry, source: "Registry.json", baseDirectory: "/").manifests
+        XCTAssertTrue(declared.count <= folders.count, "Registry.json declares \(declared.map(\.id)) but Features/ holds only \(folders)")
         let examples = try fm.contentsOfDirectory(atPath: Repository.path("Plugins/Examples")).sorted().filter { !$0.hasPrefix(".") }
         roots += examples.compactMap { name in
             let sources = "Plugins/Examples/\(name)/Sources"

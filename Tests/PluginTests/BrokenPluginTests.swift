@@ -99,6 +99,10 @@ final class BrokenPluginTests: XCTestCase {
         try plugin("zdup", id: "good")
         try plugin("badreply", id: "badreply", defines: ["BAD_REPLY"])
         try directory.write("plugins/unreadable/plugin.json", #"{"id": "unreadable", "version": 1}"#)
+        try plugin("writable", id: "writable")
+        chmod(directory.file("plugins/writable/libwritable.so"), 0o777)
+        try plugin("openfolder", id: "openfolder")
+        chmod(directory.file("plugins/openfolder"), 0o777)
 
         let (kernel, byID, unattributed) = try await boot()
         XCTAssertEqual(byID["good"]?.state, .running)
@@ -118,6 +122,10 @@ final class BrokenPluginTests: XCTestCase {
         }
         XCTAssertTrue(unattributed.contains { $0.code == "registry.duplicate_id" && $0.message.contains("zdup") }, "\(unattributed)")
         XCTAssertTrue(unattributed.contains { $0.message.contains("unreadable") && $0.field == "version" && $0.message.contains("expected string, got integer") }, "\(unattributed)")
+        for (id, detail) in [("writable", "libwritable.so is writable by group or others (mode 777)"), ("openfolder", "openfolder is writable by group or others (mode 777)")] {
+            XCTAssertNil(byID[id], "an unsafe plugin is never loaded")
+            XCTAssertTrue(unattributed.contains { $0.code == "plugin.insecure" && $0.message.contains(detail) }, "\(id): \(unattributed)")
+        }
 
         // The survivors still answer; a plugin's malformed reply is an error, not a crash.
         let digest = try JSONCoding.parse(try await kernel.call("digest.fn.crc32@1", body: Data(#"{"args": ["a"]}"#.utf8)), source: "r")

@@ -195,12 +195,34 @@ public actor Kernel {
                 let path = (pluginDirectory as NSString).appendingPathComponent("plugin.json")
                 guard let data = FileManager.default.contents(atPath: path) else { continue }
                 switch ManifestReader.readPlugin(data, source: path, baseDirectory: pluginDirectory) {
-                case .success(let m): result.manifests.append(m)
+                case .success(let m):
+                    if let unsafe = Self.unsafeFile(among: [pluginDirectory, path, m.libraryPath]) {
+                        result.rejected.append(FeatureProblem(featureID: m.id, field: "library", code: "plugin.insecure",
+                                                              message: "plugin '\(m.id)' (\(path)) is not loaded: \(unsafe). Fix it with chmod go-w or chown."))
+                    } else {
+                        result.manifests.append(m)
+                    }
                 case .failure(let problem): result.rejected.append(problem)
                 }
             }
         }
         return result
+    }
+
+    /// Plugin code runs with the user's credentials at hand: like OpenSSH with its config
+    /// files, refuse a plugin whose folder, manifest or library someone else could change.
+    static func unsafeFile(among paths: [String]) -> String? {
+        for path in paths {
+            var info = stat()
+            guard stat(path, &info) == 0 else { continue } // a missing library is reported by validation
+            if info.st_uid != getuid() && info.st_uid != 0 {
+                return "\(path) is owned by uid \(info.st_uid), not by you or root"
+            }
+            if info.st_mode & 0o022 != 0 {
+                return "\(path) is writable by group or others (mode \(String(info.st_mode & 0o777, radix: 8)))"
+            }
+        }
+        return nil
     }
 
     /// A plugin folder holds plugin.json itself, or one plugin per subfolder (sorted).
