@@ -14,6 +14,8 @@ let package = Package(
     name: "Termind",
     products: [
         .executable(name: "termind", targets: ["termind"]),
+        // Features (listed in Registry.json).
+        .library(name: "TermindVault", type: .dynamic, targets: ["Vault"]),
         // Example third-party plugins (opt-in: loaded only from --plugins / TERMIND_PLUGINS).
         .library(name: "TermindWakeOnLAN", type: .dynamic, targets: ["WakeOnLAN"]),
         .library(name: "TermindDigest", type: .dynamic, targets: ["Digest"]),
@@ -46,6 +48,18 @@ let package = Package(
             linkerSettings: [.linkedLibrary("crypto")]
         ),
         .target(
+            name: "Vault",
+            dependencies: [core, "VaultRules"],
+            path: "Features/Vault/Sources/Vault",
+            plugins: [signature]
+        ),
+        // The Vault's pure rules (known_hosts, ssh_config, quick-connect), unit-tested directly.
+        .target(
+            name: "VaultRules",
+            dependencies: [core],
+            path: "Features/Vault/Sources/VaultRules"
+        ),
+        .target(
             name: "TermindHarness",
             dependencies: [core],
             path: "Tests/Harness"
@@ -62,6 +76,12 @@ let package = Package(
             path: "Tests/Fixtures/FailingStart",
             plugins: [signature]
         ),
+        // A separate process that writes to a shared database (store tests kill it mid-write).
+        .executableTarget(
+            name: "termind-test-store-writer",
+            dependencies: [core],
+            path: "Tests/Tools/StoreWriter"
+        ),
         .target(
             name: "FixtureWrongSignature",
             dependencies: [core],
@@ -72,6 +92,23 @@ let package = Package(
             name: "KernelTests",
             dependencies: [core, "TermindHarness"],
             path: "Tests/KernelTests"
+        ),
+        .testTarget(
+            name: "StoreTests",
+            dependencies: [core, "TermindHarness"],
+            path: "Tests/StoreTests"
+        ),
+        .testTarget(
+            name: "VaultTests",
+            dependencies: [core, "TermindHarness"],
+            path: "Tests/VaultTests",
+            // Schema fixtures are read from the checkout by path.
+            exclude: ["Fixtures"]
+        ),
+        .testTarget(
+            name: "VaultRulesTests",
+            dependencies: [core, "VaultRules", "TermindHarness"],
+            path: "Tests/VaultRulesTests"
         ),
         .testTarget(
             name: "PluginTests",

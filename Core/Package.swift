@@ -11,7 +11,7 @@ let package = Package(
         .library(
             name: "TermindCore",
             type: .dynamic,
-            targets: ["TermindCore", "TermindKernel", "CTermindPluginABI"]
+            targets: ["TermindCore", "TermindKernel", "TermindCrypto", "TermindStore", "CTermindPluginABI"]
         ),
         // Every Swift feature or plugin target applies it (see the plugin's doc comment).
         .plugin(name: "BuildSignature", targets: ["BuildSignature"]),
@@ -23,6 +23,18 @@ let package = Package(
             path: "Sources/CFFI",
             pkgConfig: "libffi",
             providers: [.apt(["libffi-dev"])]
+        ),
+        .systemLibrary(
+            name: "CCrypto",
+            path: "Sources/CCrypto",
+            pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]
+        ),
+        .systemLibrary(
+            name: "CSQLite",
+            path: "Sources/CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]
         ),
         // Our own small C: socket credentials and other calls Swift cannot express.
         .target(name: "CTermindSystem", path: "Sources/CTermindSystem"),
@@ -37,9 +49,13 @@ let package = Package(
         // The kernel: lifecycle, loader, contract routing, control socket, libffi binding.
         .target(
             name: "TermindKernel",
-            dependencies: ["TermindCore", "CFFI", "CTermindSystem", "CTermindPluginABI"],
+            dependencies: ["TermindCore", "TermindStore", "TermindCrypto", "CFFI", "CTermindSystem", "CTermindPluginABI"],
             path: "Sources/TermindKernel"
         ),
+        // Digests, MACs, AEAD, KDFs and keys through OpenSSL (the only wrapper of CCrypto).
+        .target(name: "TermindCrypto", dependencies: ["TermindCore", "CCrypto"], path: "Sources/TermindCrypto"),
+        // The process database (SQLite, WAL, per-feature migrations) and the secret store.
+        .target(name: "TermindStore", dependencies: ["TermindCore", "TermindCrypto", "CSQLite"], path: "Sources/TermindStore"),
         .plugin(
             name: "BuildSignature",
             capability: .buildTool(),

@@ -39,9 +39,16 @@ public enum FeatureHarness {
     }
 
     /// Boots the kernel with `feature` plus an in-process feature providing `fakes`.
+    /// `storeDirectory` holds the database, secret store and key file behind the kernel's
+    /// store ports (a fresh temporary folder when nil, removed at shutdown).
     public static func boot(_ feature: FeatureManifest, fakes: [PortFake] = [], others: [FeatureManifest] = [],
-                            logSink: LogSink = .disabled()) async throws -> HarnessSession {
+                            storeDirectory: String? = nil, logSink: LogSink = .disabled()) async throws -> HarnessSession {
         var configuration = KernelConfiguration(registryPath: nil, hostVersion: "harness")
+        let temporary = storeDirectory == nil ? try TemporaryDirectory("termind-harness") : nil
+        let directory = storeDirectory ?? temporary!.path
+        configuration.storePath = directory + "/termind.sqlite"
+        configuration.secretsPath = directory + "/secrets.sqlite"
+        configuration.secretsKey = .keyFile(directory + "/secrets.key")
         if !fakes.isEmpty {
             let manifest = FeatureManifest(id: "harness-fakes", library: "", order: 0, ports: .init(provides: fakes.map(\.portID)),
                                            source: "harness")
@@ -50,7 +57,7 @@ public enum FeatureHarness {
         configuration.manifests = [feature] + others
         let kernel = Kernel(configuration: configuration, sink: logSink)
         let statuses = try await kernel.boot()
-        return HarnessSession(kernel: kernel, statuses: statuses, featureID: feature.id)
+        return HarnessSession(kernel: kernel, statuses: statuses, featureID: feature.id, temporary: temporary, storeDirectory: directory)
     }
 }
 
@@ -78,11 +85,16 @@ public final class HarnessSession: Sendable {
     /// Statuses as boot returned them (the feature's reason, if it was disabled).
     public let statuses: [FeatureStatus]
     public let featureID: String
+    /// Where the database and secret store of this session live.
+    public let storeDirectory: String
+    private let temporary: TemporaryDirectory?
 
-    init(kernel: Kernel, statuses: [FeatureStatus], featureID: String) {
+    init(kernel: Kernel, statuses: [FeatureStatus], featureID: String, temporary: TemporaryDirectory?, storeDirectory: String) {
         self.kernel = kernel
         self.statuses = statuses
         self.featureID = featureID
+        self.temporary = temporary
+        self.storeDirectory = storeDirectory
     }
 
     public var status: FeatureStatus? { statuses.first { $0.id == featureID } }
@@ -96,5 +108,9 @@ public final class HarnessSession: Sendable {
         try await kernel.call(contract, body: Data(json.utf8))
     }
 
-    public func shutdown() async { await kernel.shutdown() }
+    /// Stops the features and removes a temporary store folder.
+    public func shutdown() async {
+        await kernel.shutdown()
+        temporary?.remove()
+    }
 }

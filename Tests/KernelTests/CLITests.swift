@@ -28,6 +28,12 @@ final class CLITests: XCTestCase {
     private func run(_ arguments: [String], stdin: String? = nil, cwd: String? = nil, socket: String? = nil) throws -> ProcessResult {
         var environment = ProcessInfo.processInfo.environment
         environment["TERMIND_SOCKET"] = socket ?? directory.file("no-server.sock")
+        // Never touch the real user's store, key or runtime folders.
+        environment["HOME"] = directory.file("home")
+        environment["XDG_DATA_HOME"] = directory.file("home/data")
+        environment["XDG_CONFIG_HOME"] = directory.file("home/config")
+        environment["XDG_RUNTIME_DIR"] = directory.file("home/run")
+        for name in ["TERMIND_STORE", "TERMIND_SECRETS", "TERMIND_SECRETS_KEY", "TERMIND_SECRETS_PASSPHRASE_FILE"] { environment.removeValue(forKey: name) }
         environment.removeValue(forKey: "TERMIND_PLUGINS")
         environment.removeValue(forKey: "TERMIND_FEATURES")
         environment.removeValue(forKey: "TERMIND_REGISTRY")
@@ -150,7 +156,8 @@ final class CLITests: XCTestCase {
         let path = try registry(echoEntry)
         let server = Process()
         server.executableURL = URL(fileURLWithPath: termind)
-        server.arguments = ["--registry", path, "--plugins", plugins, "--socket", socket, "serve", "--json"]
+        server.arguments = ["--registry", path, "--plugins", plugins, "--socket", socket, "--store", directory.file("db.sqlite"),
+                            "--secrets-key", directory.file("secrets.key"), "serve", "--json"]
         let out = Pipe()
         server.standardOutput = out
         server.standardError = FileHandle.nullDevice

@@ -27,7 +27,13 @@ enum Bench {
 
     static func run(_ inv: Invocation) async throws -> Invocation.Exit {
         let iterations = try parseIterations(inv.arguments)
-        var configuration = inv.kernelConfiguration()
+        var configuration = try inv.kernelConfiguration()
+        // Benchmarks never touch the user's store: the Vault gets a throwaway one.
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("termind-bench-store-\(getpid())").path
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        configuration.storePath = scratch + "/termind.sqlite"
+        configuration.secretsPath = scratch + "/secrets.sqlite"
+        configuration.secretsKey = .keyFile(scratch + "/secrets.key")
         if configuration.pluginDirectories.isEmpty {
             let examples = ExecutablePaths.executableDirectory() + "/plugins"
             if FileManager.default.fileExists(atPath: examples) { configuration.pluginDirectories = [examples] }

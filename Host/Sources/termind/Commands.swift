@@ -83,7 +83,7 @@ enum Commands {
 
     static func version(_ inv: Invocation) async throws -> Invocation.Exit {
         guard inv.arguments.isEmpty else { throw Invocation.UsageError(description: "version takes no arguments.") }
-        let kernel = Kernel(configuration: inv.kernelConfiguration(), sink: .disabled())
+        let kernel = Kernel(configuration: try inv.kernelConfiguration(), sink: .disabled())
         let reply = try await kernel.call(KernelContracts.Version.self, Empty())
         if inv.json { Output.json(reply); return .success }
         Output.line("termind \(reply.termind)")

@@ -31,6 +31,15 @@ enum Help {
                                $XDG_RUNTIME_DIR/termind/control.sock or /tmp/termind-UID/).
       --local                  Run in this process even when a server is running.
                                (--registry, --plugins and --features imply it.)
+      --store PATH             The database (env TERMIND_STORE; default
+                               $XDG_DATA_HOME/termind/termind.sqlite, ~/.local/share/...).
+      --secrets PATH           The encrypted secret store (env TERMIND_SECRETS; default
+                               secrets.sqlite beside the database).
+      --secrets-key PATH       Its key file, created mode 0600 on first use (env
+                               TERMIND_SECRETS_KEY; default ~/.config/termind/secrets.key).
+      --secrets-passphrase-file PATH
+                               Protect/open the secret store with the passphrase on the
+                               file's first line instead (env TERMIND_SECRETS_PASSPHRASE_FILE).
       --debug                  Debug log to standard error (env TERMIND_DEBUG=1). Off by default.
       --log-file PATH          Append the log to PATH (mode 0600; env TERMIND_LOG_FILE).
       -h, --help               Show help.

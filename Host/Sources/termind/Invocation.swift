@@ -1,6 +1,8 @@
 import Foundation
 import TermindCore
+import TermindCrypto
 import TermindKernel
+import TermindStore
 
 /// The parsed command line. Global options may appear anywhere before `--`.
 struct Invocation {
@@ -12,6 +14,10 @@ struct Invocation {
     var json = false
     var debug = false
     var logFile: String?
+    var storePath: String
+    var secretsPath: String?
+    var secretsKeyPath: String
+    var passphraseFile: String?
     var help = false
     /// True when --registry/--plugins/--features were given: the result depends on a boot
     /// shaped by this invocation, so it runs in-process rather than on a running server.
@@ -31,7 +37,15 @@ struct Invocation {
     }
 
     static func parse(_ argv: [String], environment: [String: String]) throws -> Invocation {
-        var inv = Invocation(socketPath: environment["TERMIND_SOCKET"].flatMap { $0.isEmpty ? nil : $0 } ?? ExecutablePaths.defaultSocketPath(environment: environment))
+        func env(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
+        let home = env("HOME") ?? NSHomeDirectory()
+        let dataHome = env("XDG_DATA_HOME").flatMap { $0.hasPrefix("/") ? $0 : nil } ?? "\(home)/.local/share"
+        let configHome = env("XDG_CONFIG_HOME").flatMap { $0.hasPrefix("/") ? $0 : nil } ?? "\(home)/.config"
+        var inv = Invocation(socketPath: env("TERMIND_SOCKET") ?? ExecutablePaths.defaultSocketPath(environment: environment),
+                             storePath: env("TERMIND_STORE") ?? "\(dataHome)/termind/termind.sqlite",
+                             secretsPath: env("TERMIND_SECRETS"),
+                             secretsKeyPath: env("TERMIND_SECRETS_KEY") ?? "\(configHome)/termind/secrets.key",
+                             passphraseFile: env("TERMIND_SECRETS_PASSPHRASE_FILE"))
         inv.registryPath = environment["TERMIND_REGISTRY"].flatMap { $0.isEmpty ? nil : $0 }
         if let plugins = environment["TERMIND_PLUGINS"], !plugins.isEmpty {
             inv.pluginDirectories = plugins.split(separator: ":").map(String.init)
@@ -74,6 +88,10 @@ struct Invocation {
                 inv.shapesBoot = true
             case "--socket": inv.socketPath = try take(flag)
             case "--log-file": inv.logFile = try take(flag)
+            case "--store": inv.storePath = try take(flag)
+            case "--secrets": inv.secretsPath = try take(flag)
+            case "--secrets-key": inv.secretsKeyPath = try take(flag)
+            case "--secrets-passphrase-file": inv.passphraseFile = try take(flag)
             case "--local": inv.local = true
             case "--json": inv.json = true
             case "--debug": inv.debug = true
@@ -92,6 +110,10 @@ struct Invocation {
         inv.pluginDirectories = inv.pluginDirectories.map(absolute)
         inv.registryPath = inv.registryPath.map(absolute)
         inv.socketPath = absolute(inv.socketPath)
+        inv.storePath = absolute(inv.storePath)
+        inv.secretsPath = inv.secretsPath.map(absolute)
+        inv.secretsKeyPath = absolute(inv.secretsKeyPath)
+        inv.passphraseFile = inv.passphraseFile.map(absolute)
         return inv
     }
 
@@ -111,13 +133,30 @@ struct Invocation {
         return nil
     }
 
-    func kernelConfiguration() -> KernelConfiguration {
-        KernelConfiguration(
+    func kernelConfiguration() throws -> KernelConfiguration {
+        var configuration = KernelConfiguration(
             registryPath: resolvedRegistry(),
             libraryDirectory: ExecutablePaths.executableDirectory(),
             pluginDirectories: pluginDirectories,
             selection: selection,
-            hostVersion: Invocation.version)
+            hostVersion: Invocation.version,
+            libraryVersions: ["openssl": CryptoLibrary.version, "sqlite": Database.sqliteVersion])
+        configuration.storePath = storePath
+        configuration.secretsPath = secretsPath ?? ((storePath as NSString).deletingLastPathComponent as NSString).appendingPathComponent("secrets.sqlite")
+        configuration.secretsKey = try secretsKeySource()
+        return configuration
+    }
+
+    /// The secret store's key: a passphrase read from --secrets-passphrase-file (first
+    /// line), or the key file (created with mode 0600 on first use).
+    func secretsKeySource() throws -> SecretStore.KeySource {
+        guard let passphraseFile else { return .keyFile(secretsKeyPath) }
+        guard let data = FileManager.default.contents(atPath: passphraseFile) else {
+            throw UsageError(description: "Cannot read the passphrase file \(passphraseFile).")
+        }
+        let line = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).first.map(String.init) ?? ""
+        guard !line.isEmpty else { throw UsageError(description: "The passphrase file \(passphraseFile) is empty.") }
+        return .passphrase(Secret(line))
     }
 
     func logSink() throws -> LogSink {

@@ -36,6 +36,18 @@ enum Output {
 
     /// A JSON value for people: objects as `key: value` lines, nested values as compact JSON.
     static func human(_ value: JSONValue) {
+        // A reply holding one list of records (`{"hosts": [...]}`) prints as a table.
+        if case .object(let o) = value, o.count == 1, case .array(let rows)? = o.values.first {
+            let records = rows.compactMap { row -> [String: JSONValue]? in if case .object(let r) = row { return r } else { return nil } }
+            if records.count == rows.count {
+                if records.isEmpty { line("(none)"); return }
+                let columns = records.flatMap(\.keys).reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
+                    .filter { key in !key.hasSuffix("At") && records.allSatisfy { isShort($0[key]) } }
+                    .sorted { (rank($0), $0) < (rank($1), $1) }
+                table(columns.map { $0.uppercased() }, records.map { r in columns.map { r[$0].map(scalar) ?? "" } })
+                return
+            }
+        }
         switch value {
         case .object(let o):
             let width = o.keys.map(\.count).max() ?? 0
@@ -47,13 +59,28 @@ enum Output {
         }
     }
 
+    private static func isShort(_ value: JSONValue?) -> Bool {
+        switch value {
+        case nil, .null?, .string?, .integer?, .double?, .bool?: return true
+        case .array(let items)?: return items.allSatisfy { if case .string = $0 { return true } else { return false } }
+        default: return false
+        }
+    }
+
+    /// Identifying columns first.
+    private static func rank(_ key: String) -> Int {
+        ["id": 0, "label": 1, "name": 2].first { $0.key == key }?.value ?? 3
+    }
+
     static func scalar(_ value: JSONValue) -> String {
         switch value {
         case .string(let s): return s
         case .integer(let i): return String(i)
         case .double(let d): return String(d)
         case .bool(let b): return b ? "true" : "false"
-        case .null: return "null"
+        case .null: return "-"
+        case .array(let items) where items.allSatisfy({ if case .string = $0 { return true } else { return false } }):
+            return items.isEmpty ? "-" : items.compactMap(\.stringValue).joined(separator: ",")
         default:
             return (try? String(decoding: JSONCoding.encode(value), as: UTF8.self)) ?? ""
         }

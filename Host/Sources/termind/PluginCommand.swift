@@ -9,14 +9,23 @@ enum PluginCommand {
     static func run(_ name: String, _ inv: Invocation) async throws -> Invocation.Exit {
         return try await Session.with(inv) { session in
             let features = try await session.call(KernelContracts.Features.self, Empty()).features
-            guard let owner = features.first(where: { $0.state == .running && $0.commands.contains { $0.name == name } }),
-                  let command = owner.commands.first(where: { $0.name == name }) else {
-                let disabled = features.first { $0.commands.contains { $0.name == name } }
-                if let disabled {
+            let words = [name] + inv.arguments
+            let running = features.filter { $0.state == .running }.flatMap(\.commands)
+            // The longest declared command whose words start the command line.
+            guard let command = running.filter({ words.starts(with: $0.words) }).max(by: { $0.words.count < $1.words.count }) else {
+                let prefix = words.prefix { !$0.hasPrefix("-") }
+                let partial = running.filter { $0.words.starts(with: prefix) && !prefix.isEmpty }
+                if !partial.isEmpty {
+                    // `termind vault host`: list what can follow.
+                    Output.line("Usage: termind \(prefix.joined(separator: " ")) <command>")
+                    for c in partial.sorted(by: { $0.name < $1.name }) { Output.line("  \(c.name.padding(toLength: 24, withPad: " ", startingAt: 0))  \(c.summary ?? "")") }
+                    return inv.help ? .success : .usage
+                }
+                if let disabled = features.first(where: { $0.state != .running && $0.commands.contains { words.starts(with: $0.words) } }) {
                     throw TermindError(code: "command.unavailable", message: "'\(name)' belongs to feature '\(disabled.id)', which is disabled: \(disabled.reason ?? "unknown reason").")
                 }
-                let available = features.filter { $0.state == .running }.flatMap(\.commands).map(\.name)
-                throw Invocation.UsageError(description: "Unknown command '\(name)'.\(available.isEmpty ? "" : " Plugin commands available: \(available.sorted().joined(separator: ", ")).")")
+                let available = Set(running.map { $0.words[0] })
+                throw Invocation.UsageError(description: "Unknown command '\(name)'.\(available.isEmpty ? "" : " Commands from features and plugins: \(available.sorted().joined(separator: ", ")).")")
             }
             if inv.help {
                 usage(command)
@@ -24,7 +33,7 @@ enum PluginCommand {
             }
             let schema = try await session.call(KernelContracts.Contracts.self, .init(prefix: command.contract))
                 .contracts.first { $0.id == command.contract }?.request ?? .object([:])
-            let body = try buildBody(command, arguments: inv.arguments, schema: schema)
+            let body = try buildBody(command, arguments: Array(words.dropFirst(command.words.count)), schema: schema)
             let reply = try await session.call(command.contract, body: JSONCoding.encode(body))
             if inv.json { Output.json(reply) } else { Output.human(try JSONCoding.parse(reply, source: "reply")) }
             return .success
@@ -54,7 +63,14 @@ enum PluginCommand {
                     guard index < arguments.count else { throw Invocation.UsageError(description: "--\(key) needs a value.") }
                     value = arguments[index]
                 }
-                body[key] = try typed(value, field: key, schema: schema)
+                if command.secrets?.contains(key) == true {
+                    guard value == "-" else {
+                        throw Invocation.UsageError(description: "--\(key) is a secret: give it as '--\(key) -' and type it or pipe it on standard input, never on the command line.")
+                    }
+                    body[key] = .string(try SecretInput.read(prompt: "\(key): "))
+                } else {
+                    body[key] = try typed(value, field: key, schema: schema)
+                }
             } else {
                 positional.append(arg)
             }
@@ -77,6 +93,8 @@ enum PluginCommand {
 
     static func typed(_ text: String, field: String, schema: JSONValue) throws -> JSONValue {
         switch schema["properties"]?[field]?["type"]?.stringValue {
+        case "array"?:
+            return .array(text.split(separator: ",", omittingEmptySubsequences: true).map { .string(String($0).trimmingCharacters(in: .whitespaces)) })
         case "integer"?:
             guard let v = Int64(text) else { throw Invocation.UsageError(description: "--\(field) must be an integer, got '\(text)'.") }
             return .integer(v)
@@ -92,5 +110,27 @@ enum PluginCommand {
         default:
             return .string(text)
         }
+    }
+}
+
+/// Reads a secret: from the terminal with echo off, or the first line of standard input.
+enum SecretInput {
+    static func read(prompt: String) throws -> String {
+        if isatty(STDIN_FILENO) == 1 {
+            FileHandle.standardError.write(Data(prompt.utf8))
+            var original = termios()
+            tcgetattr(STDIN_FILENO, &original)
+            var silent = original
+            silent.c_lflag &= ~tcflag_t(ECHO)
+            tcsetattr(STDIN_FILENO, TCSAFLUSH, &silent)
+            defer {
+                tcsetattr(STDIN_FILENO, TCSAFLUSH, &original)
+                FileHandle.standardError.write(Data("\n".utf8))
+            }
+            return Swift.readLine(strippingNewline: true) ?? ""
+        }
+        let data = FileHandle.standardInput.readDataToEndOfFile()
+        let text = String(decoding: data, as: UTF8.self)
+        return text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
     }
 }

@@ -9,7 +9,7 @@ import TermindKernel
 enum Serve {
     static func run(_ inv: Invocation) async throws -> Invocation.Exit {
         guard inv.arguments.isEmpty else { throw Invocation.UsageError(description: "serve takes no arguments.") }
-        let kernel = Kernel(configuration: inv.kernelConfiguration(), sink: try inv.logSink())
+        let kernel = Kernel(configuration: try inv.kernelConfiguration(), sink: try inv.logSink())
         let statuses = try await kernel.boot()
         let server = ControlServer(path: inv.socketPath, kernel: kernel, logger: kernel.logger)
         do {

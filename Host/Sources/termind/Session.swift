@@ -21,7 +21,7 @@ final class Session {
         if !inv.local && !inv.shapesBoot, let client = try? ControlClient(path: inv.socketPath) {
             return Session(client: client, kernel: nil)
         }
-        let kernel = Kernel(configuration: inv.kernelConfiguration(), sink: try inv.logSink())
+        let kernel = Kernel(configuration: try inv.kernelConfiguration(), sink: try inv.logSink())
         let statuses = try await kernel.boot()
         let disabled = statuses.filter { $0.state == .disabled }
         let unattributed = await kernel.unattributed

@@ -20,9 +20,13 @@ public struct RegistryValidator: Sendable {
     public static let supportedABI = 1
 
     public var libraryExists: @Sendable (String) -> Bool
+    /// Ports the kernel provides itself (the store, the secret store): always available
+    /// to require, never to provide.
+    public var kernelPorts: Set<String>
 
-    public init(libraryExists: @escaping @Sendable (String) -> Bool) {
+    public init(libraryExists: @escaping @Sendable (String) -> Bool, kernelPorts: Set<String> = []) {
         self.libraryExists = libraryExists
+        self.kernelPorts = kernelPorts
     }
 
     /// - Parameters:
@@ -117,6 +121,7 @@ public struct RegistryValidator: Sendable {
         // Unique contracts and ports: the first in boot order keeps them.
         var contractOwner: [String: String] = [:]
         var portOwner: [String: String] = [:]
+        for port in kernelPorts { portOwner[port] = "kernel" }
         for id in candidates where disabled[id] == nil {
             let m = byID[id]!
             if let clash = m.contracts.first(where: { contractOwner[$0] != nil }) {
@@ -143,9 +148,9 @@ public struct RegistryValidator: Sendable {
                     disable(id, field: "dependencies.required", code: "feature.dependency_disabled",
                             "feature '\(id)' (\(m.source)): requires '\(dep)', which is disabled: \(disabled[dep]?.message ?? "not selected").")
                     changed = true
-                } else if let port = m.ports.requires.first(where: { p in portOwner[p].map { disabled[$0] != nil } ?? true }) {
+                } else if let port = m.ports.requires.first(where: { p in portOwner[p].map { $0 != "kernel" && disabled[$0] != nil } ?? true }) {
                     let declaredBy = candidates.first { byID[$0]!.ports.provides.contains(port) }
-                    let reason = (portOwner[port] ?? declaredBy).map { "its provider '\($0)' is disabled" } ?? "no feature provides it"
+                    let reason = (portOwner[port].flatMap { $0 == "kernel" ? nil : $0 } ?? declaredBy).map { "its provider '\($0)' is disabled" } ?? "no feature provides it"
                     disable(id, field: "ports.requires", code: "feature.port_unprovided",
                             "feature '\(id)' (\(m.source)): requires port '\(port)', but \(reason).")
                     changed = true
@@ -222,7 +227,9 @@ public struct RegistryValidator: Sendable {
     private static func commandProblem(_ m: FeatureManifest) -> String? {
         let functionContracts = m.functions.map { "\(m.id).fn.\($0.name)@1" }
         for c in m.commands {
-            guard isValidID(c.name) else { return "command name '\(c.name)' must be lowercase letters, digits, '-' or '_'" }
+            guard !c.words.isEmpty, c.words.joined(separator: " ") == c.name, c.words.allSatisfy(isValidID) else {
+                return "command name '\(c.name)' must be words of lowercase letters, digits, '-' or '_' separated by single spaces"
+            }
             guard m.contracts.contains(c.contract) || functionContracts.contains(c.contract) else {
                 return "command '\(c.name)' maps to '\(c.contract)', which this feature does not declare"
             }

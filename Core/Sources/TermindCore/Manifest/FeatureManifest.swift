@@ -71,15 +71,23 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         /// Fields that hold local file paths: the CLI makes them absolute before sending,
         /// since a server's working directory is not the caller's.
         public var paths: [String]?
+        /// Fields that hold secrets: the CLI never takes them from the command line (other
+        /// users see it in `ps`); `--field -` reads the value from standard input.
+        public var secrets: [String]?
         public var summary: String?
 
-        public init(name: String, contract: String, arguments: [String] = [], paths: [String]? = nil, summary: String? = nil) {
+        public init(name: String, contract: String, arguments: [String] = [], paths: [String]? = nil, secrets: [String]? = nil,
+                    summary: String? = nil) {
             self.name = name
             self.contract = contract
             self.arguments = arguments
             self.paths = paths
+            self.secrets = secrets
             self.summary = summary
         }
+
+        /// The command's words: "vault host add" → ["vault", "host", "add"].
+        public var words: [String] { name.split(separator: " ").map(String.init) }
     }
 
     public var id: String

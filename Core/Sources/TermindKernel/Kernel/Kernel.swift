@@ -1,5 +1,6 @@
 import Foundation
 import TermindCore
+import TermindStore
 
 /// The actor kernel. Lifecycle: discover (read manifests, no code runs) → validate
 /// (`RegistryValidator`) → load (dlopen by absolute path, one entry symbol, descriptor
@@ -40,7 +41,8 @@ public actor Kernel {
         let discovery = try discover()
         // Validate.
         let inProcess = Dictionary(configuration.inProcessFeatures.map { ($0.manifest.id, $0) }, uniquingKeysWith: { first, _ in first })
-        let validator = RegistryValidator(libraryExists: { $0.isEmpty || FileManager.default.isReadableFile(atPath: $0) })
+        let validator = RegistryValidator(libraryExists: { $0.isEmpty || FileManager.default.isReadableFile(atPath: $0) },
+                                          kernelPorts: KernelPorts.all)
         let plan: BootPlan
         do {
             plan = try validator.plan(discovery.manifests, rejected: discovery.rejected, selection: configuration.selection)
@@ -86,6 +88,9 @@ public actor Kernel {
                 disable(m.id, Self.problem(error, feature: m.id, code: "feature.register_failed"))
             }
         }
+
+        // Kernel ports: open the stores that a surviving feature asked for.
+        openKernelPorts(for: loaded.map(\.0).filter { statuses[$0.id]?.state != .disabled })
 
         // Start, in order.
         for (m, feature) in loaded where statuses[m.id]?.state != .disabled {
@@ -158,6 +163,11 @@ public actor Kernel {
         }
         let reply = try await endpoint.handler(JSONCoding.encode(request), origin)
         return try JSONDecoder().decode(C.Response.self, from: reply)
+    }
+
+    /// The provider of a port (for the host and tests; features use their context).
+    public nonisolated func port<P>(_ key: PortKey<P>) -> P? {
+        routes.port(key.id) as? P
     }
 
     public nonisolated func contractInfos(prefix: String? = nil) -> [ContractInfo] {
@@ -258,6 +268,49 @@ public actor Kernel {
         }
         for endpoint in registrar.publishedEndpoints { try routes.add(endpoint) }
         for (id, value) in registrar.publishedPorts { try routes.addPort(id, owner: m.id, value: value) }
+    }
+
+    /// Opens the database and secret store if some feature lists their ports. A store that
+    /// cannot be opened disables the features that require it, with the store's reason.
+    private func openKernelPorts(for manifests: [FeatureManifest]) {
+        let wanted = Set(manifests.flatMap { $0.ports.requires + $0.ports.optional })
+        var failures: [String: FeatureProblem] = [:]
+        if wanted.contains("kernel.store") {
+            do {
+                guard let path = configuration.storePath else {
+                    throw TermindError(code: "store.unconfigured", message: "No database path is configured (--store or TERMIND_STORE).")
+                }
+                try routes.addPort("kernel.store", owner: "kernel", value: try Database(path: path))
+                logger.info("kernel.store.opened")
+            } catch {
+                failures["kernel.store"] = Self.storeProblem(error, port: "kernel.store")
+            }
+        }
+        if wanted.contains("kernel.secrets") {
+            do {
+                guard let path = configuration.secretsPath, let key = configuration.secretsKey else {
+                    throw TermindError(code: "secret.unconfigured", message: "No secret store is configured (--secrets or TERMIND_SECRETS).")
+                }
+                try routes.addPort("kernel.secrets", owner: "kernel", value: try SecretStore(path: path, keySource: key))
+                logger.info("kernel.secrets.opened")
+            } catch {
+                failures["kernel.secrets"] = Self.storeProblem(error, port: "kernel.secrets")
+            }
+        }
+        for m in manifests {
+            guard let port = m.ports.requires.first(where: { failures[$0] != nil }), let failure = failures[port] else { continue }
+            disable(m.id, FeatureProblem(featureID: m.id, field: "ports.requires", code: failure.code,
+                                         message: "feature '\(m.id)': \(failure.message)"))
+            routes.remove(owner: m.id)
+        }
+    }
+
+    private static func storeProblem(_ error: any Error, port: String) -> FeatureProblem {
+        switch error {
+        case let e as StoreError: FeatureProblem(featureID: nil, field: nil, code: e.code, message: e.message)
+        case let e as TermindError: FeatureProblem(featureID: nil, field: nil, code: e.code, message: e.message)
+        default: FeatureProblem(featureID: nil, field: nil, code: "store.open_failed", message: "\(port) could not be opened.")
+        }
     }
 
     private func context(for m: FeatureManifest) -> FeatureContext {

@@ -1,5 +1,6 @@
 import Foundation
 import TermindCore
+import TermindStore
 
 /// What the kernel boots from. Paths are absolute; the host resolves them from the
 /// executable's folder and the environment, never from the working directory.
@@ -20,6 +21,12 @@ public struct KernelConfiguration: Sendable {
     public var inProcessFeatures: [InProcessFeature] = []
     /// Manifests given directly rather than read from a file (the harness's feature under test).
     public var manifests: [FeatureManifest] = []
+    /// The process database behind the `kernel.store` port, opened only when a loaded
+    /// feature lists that port.
+    public var storePath: String?
+    /// The secret store behind `kernel.secrets`, and how its key is obtained.
+    public var secretsPath: String?
+    public var secretsKey: SecretStore.KeySource?
 
     public init(registryPath: String?, libraryDirectory: String? = nil, pluginDirectories: [String] = [], selection: Set<String>? = nil,
                 hostVersion: String = "0.1.0", libraryVersions: [String: String] = [:]) {

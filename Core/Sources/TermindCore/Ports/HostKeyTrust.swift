@@ -1,0 +1,42 @@
+import Foundation
+
+/// A server's public host key as presented in the SSH handshake.
+public struct PublicHostKey: Sendable, Hashable, Codable {
+    /// SSH algorithm name, e.g. "ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa".
+    public var algorithm: String
+    /// The key in SSH wire format.
+    public var blob: Data
+
+    public init(algorithm: String, blob: Data) {
+        self.algorithm = algorithm
+        self.blob = blob
+    }
+}
+
+/// The trust decision for a host key, made with OpenSSH's exact known_hosts rules.
+public enum TrustVerdict: Sendable, Equatable {
+    /// A known_hosts entry for this host and port holds this key.
+    case trusted
+    /// Only a port-less entry holds this key (OpenSSH: "found matching key w/out port").
+    case trustedWithoutPort
+    /// No entry for this host: the caller asks the user (accept once, accept and save, reject).
+    case unknown
+    /// An entry for this host holds another key: fail closed. Fingerprints (SHA256) of the known keys.
+    case changed(knownFingerprints: [String])
+    /// The key is marked @revoked: refuse.
+    case revoked
+}
+
+/// Host-key trust, provided by the Vault: independent of saved hosts (editing or deleting a
+/// host never changes trust). Once-only acceptance is the caller's and is never saved.
+public protocol HostKeyTrust: Sendable {
+    func verdict(host: String, port: Int, key: PublicHostKey) async throws -> TrustVerdict
+    /// Saves the key for host:port after the user approved it.
+    func trust(host: String, port: Int, key: PublicHostKey) async throws
+    /// SHA256 fingerprint as `ssh-keygen -l` prints it.
+    func fingerprint(_ key: PublicHostKey) -> String
+}
+
+extension PortKey where P == any HostKeyTrust {
+    public static var hostKeyTrust: Self { PortKey("vault.trust") }
+}

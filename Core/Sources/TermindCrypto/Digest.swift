@@ -1,0 +1,58 @@
+import CCrypto
+import Foundation
+
+/// Hashes and MACs through OpenSSL's EVP interface. One-shot, allocation-bounded, never
+/// logs. These are the only digest implementations in termind.
+public enum Digest {
+    public enum Algorithm: String, Sendable {
+        case sha1 = "SHA1", sha256 = "SHA256", sha384 = "SHA384", sha512 = "SHA512"
+    }
+
+    public static func hash(_ algorithm: Algorithm, _ data: some DataProtocol) -> Data {
+        let input = Data(data)
+        var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var length: UInt32 = 0
+        let md = EVP_MD_fetch(nil, algorithm.rawValue, nil)
+        defer { EVP_MD_free(md) }
+        let ok = input.withUnsafeBytes { raw in
+            EVP_Digest(raw.baseAddress, raw.count, &output, &length, md, nil)
+        }
+        precondition(ok == 1, "OpenSSL digest \(algorithm.rawValue) failed")
+        return Data(output.prefix(Int(length)))
+    }
+
+    public static func sha1(_ data: some DataProtocol) -> Data { hash(.sha1, data) }
+    public static func sha256(_ data: some DataProtocol) -> Data { hash(.sha256, data) }
+    public static func sha512(_ data: some DataProtocol) -> Data { hash(.sha512, data) }
+
+    /// HMAC with the given hash (e.g. HMAC-SHA1 for OpenSSH's hashed known_hosts names).
+    public static func hmac(_ algorithm: Algorithm, key: some DataProtocol, data: some DataProtocol) -> Data {
+        let k = Data(key), d = Data(data)
+        var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var length = 0
+        let result = k.withUnsafeBytes { kr in
+            d.withUnsafeBytes { dr in
+                EVP_Q_mac(nil, "HMAC", nil, algorithm.rawValue, nil,
+                          kr.baseAddress ?? UnsafeRawPointer(bitPattern: 1), kr.count,
+                          dr.baseAddress?.assumingMemoryBound(to: UInt8.self), dr.count,
+                          &output, output.count, &length)
+            }
+        }
+        precondition(result != nil, "OpenSSL HMAC-\(algorithm.rawValue) failed")
+        return Data(output.prefix(length))
+    }
+}
+
+/// Cryptographically secure random bytes (OpenSSL's DRBG, seeded by the kernel).
+public enum SecureRandom {
+    public static func bytes(_ count: Int) -> Data {
+        var buffer = [UInt8](repeating: 0, count: count)
+        precondition(RAND_bytes(&buffer, Int32(count)) == 1, "OpenSSL RAND_bytes failed")
+        return Data(buffer)
+    }
+}
+
+/// The OpenSSL version in use, for `termind version`.
+public enum CryptoLibrary {
+    public static var version: String { String(cString: termind_openssl_version()) }
+}

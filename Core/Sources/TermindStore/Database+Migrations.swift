@@ -1,0 +1,91 @@
+import Foundation
+import TermindCore
+import TermindCrypto
+
+/// One step of a feature's schema. Migrations are append-only: once released, a
+/// migration's SQL never changes (its checksum is recorded and verified), and a schema
+/// change is a new migration at the end.
+public struct Migration: Sendable {
+    public let version: Int
+    public let name: String
+    public let sql: String
+
+    public init(_ version: Int, _ name: String, _ sql: String) {
+        self.version = version
+        self.name = name
+        self.sql = sql
+    }
+
+    var checksum: String { Digest.sha256(Data(sql.utf8)).prefix(8).map { String(format: "%02x", $0) }.joined() }
+}
+
+/// A feature's tables: its id and ordered migrations (versions 1, 2, 3, … without gaps).
+public struct Schema: Sendable {
+    public let feature: String
+    public let migrations: [Migration]
+
+    public init(feature: String, migrations: [Migration]) {
+        self.feature = feature
+        self.migrations = migrations
+    }
+
+    public var latestVersion: Int { migrations.last?.version ?? 0 }
+}
+
+extension Database {
+    /// What `migrate` did.
+    public struct MigrationReport: Sendable, Equatable {
+        public let feature: String
+        public let from: Int
+        public let to: Int
+        public var applied: [Int] { from < to ? Array((from + 1)...to) : [] }
+    }
+
+    /// Brings the feature's tables to its latest version in one transaction: either every
+    /// pending migration is applied or none is. Refuses a database written by a newer
+    /// termind (it knows versions this build does not) and migrations edited after release.
+    @discardableResult
+    public func migrate(_ schema: Schema) throws -> MigrationReport {
+        for (index, migration) in schema.migrations.enumerated() where migration.version != index + 1 {
+            throw StoreError(code: "store.migration_order", message: "Feature '\(schema.feature)': migration '\(migration.name)' has version \(migration.version); versions must be 1, 2, 3, … in order.")
+        }
+        return try transaction {
+            try execute("""
+                CREATE TABLE IF NOT EXISTS termind_migrations (
+                    feature TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL,
+                    checksum TEXT NOT NULL, applied_at TEXT NOT NULL,
+                    PRIMARY KEY (feature, version))
+                """)
+            let applied = try query("SELECT version, name, checksum FROM termind_migrations WHERE feature = ? ORDER BY version", [schema.feature])
+            let current = applied.last?.int("version") ?? 0
+            if current > schema.latestVersion {
+                throw StoreError(code: "store.too_new", message: "The database \(path) holds version \(current) of '\(schema.feature)', but this termind knows only up to \(schema.latestVersion): it was written by a newer termind. Upgrade termind; the database was left untouched.")
+            }
+            for row in applied {
+                guard let version = row.int("version"), version >= 1, version <= schema.migrations.count else { continue }
+                let migration = schema.migrations[version - 1]
+                if row.string("checksum") != migration.checksum {
+                    throw StoreError(code: "store.migration_changed", message: "Migration \(version) ('\(migration.name)') of '\(schema.feature)' differs from the one applied to \(path). Released migrations must not change; add a new one instead.")
+                }
+            }
+            for migration in schema.migrations where migration.version > current {
+                do {
+                    try executeScript(migration.sql)
+                } catch let error as StoreError {
+                    throw StoreError(code: "store.migration_failed", message: "Migration \(migration.version) ('\(migration.name)') of '\(schema.feature)' failed on \(path), nothing was changed: \(error.message)")
+                }
+                try execute("INSERT INTO termind_migrations (feature, version, name, checksum, applied_at) VALUES (?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+                            [schema.feature, migration.version, migration.name, migration.checksum])
+            }
+            return MigrationReport(feature: schema.feature, from: current, to: schema.latestVersion)
+        }
+    }
+
+    /// The applied version of a feature's schema (0 when none).
+    public func schemaVersion(of feature: String) throws -> Int {
+        let exists = try scalar("SELECT count(*) FROM sqlite_schema WHERE name = 'termind_migrations'")
+        guard exists == .integer(1) else { return 0 }
+        if case .integer(let v) = try scalar("SELECT max(version) FROM termind_migrations WHERE feature = ?", [feature]) { return Int(v) }
+        return 0
+    }
+}

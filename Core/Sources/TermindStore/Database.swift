@@ -1,0 +1,204 @@
+import CSQLite
+import Foundation
+import TermindCore
+
+/// The process database: one SQLite file in WAL mode, shared by every feature, each
+/// owning its tables and ordered migrations (`Database+Migrations.swift`).
+///
+/// Ownership: the `sqlite3` handle is private to this object, used only under its lock
+/// (one statement at a time per process) and closed in `deinit`. Several processes may
+/// use the same file: SQLite's locking serialises writers (a busy writer waits up to
+/// `busyTimeout`). `synchronous=FULL`: a committed transaction survives a killed process
+/// and a power loss. A file that cannot be opened or is not a termind database is
+/// reported and left untouched — never deleted or recreated.
+public final class Database: @unchecked Sendable {
+    public let path: String
+    private let handle: OpaquePointer
+    private let lock = NSRecursiveLock()
+    public static let busyTimeoutMilliseconds: Int32 = 5_000
+    /// The SQLite library version in use, for `termind version`.
+    public static var sqliteVersion: String { String(cString: sqlite3_libversion()) }
+
+    /// Opens (creating if absent, with mode 0600 in a 0700 folder) the database at `path`.
+    public init(path: String) throws {
+        self.path = path
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
+            do {
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            } catch {
+                throw StoreError.openFailed(path, "cannot create its folder \(directory)")
+            }
+        }
+        let existed = FileManager.default.fileExists(atPath: path)
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW
+        let previous = umask(0o077)
+        let status = sqlite3_open_v2(path, &db, flags, nil)
+        umask(previous)
+        guard status == SQLITE_OK, let db else {
+            let reason = db.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(status))
+            if let db { sqlite3_close_v2(db) }
+            throw StoreError.openFailed(path, reason)
+        }
+        handle = db
+        sqlite3_extended_result_codes(db, 1)
+        sqlite3_busy_timeout(db, Self.busyTimeoutMilliseconds)
+        do {
+            // Reading the schema validates the header: a file that is not SQLite fails here.
+            _ = try scalar("SELECT count(*) FROM sqlite_schema")
+            let mode = try scalar("PRAGMA journal_mode = WAL")
+            guard case .text(let m) = mode, m.lowercased() == "wal" else {
+                throw StoreError.openFailed(path, "it cannot use write-ahead logging (journal mode \(mode))")
+            }
+            try execute("PRAGMA synchronous = FULL")
+            try execute("PRAGMA foreign_keys = ON")
+        } catch let error as StoreError {
+            sqlite3_close_v2(db)
+            if !existed { unlink(path) } // only a file we just created ourselves
+            throw error.code == "store.sql" ? StoreError.notADatabase(path, error.message) : error
+        }
+    }
+
+    deinit { sqlite3_close_v2(handle) }
+
+    // MARK: - Statements
+
+    /// Runs one statement (or several without bindings), discarding rows.
+    public func execute(_ sql: String, _ bindings: [any SQLBindable] = []) throws {
+        _ = try query(sql, bindings)
+    }
+
+    /// Runs one statement and returns its rows.
+    public func query(_ sql: String, _ bindings: [any SQLBindable] = []) throws -> [Row] {
+        lock.lock()
+        defer { lock.unlock() }
+        var statement: OpaquePointer?
+        var trailing = ""
+        let prepared = sql.withCString { text -> Int32 in
+            var tail: UnsafePointer<CChar>?
+            let status = sqlite3_prepare_v3(handle, text, -1, 0, &statement, &tail)
+            if let tail { trailing = String(cString: tail) }
+            return status
+        }
+        guard prepared == SQLITE_OK, let statement else { throw failure(prepared, sql) }
+        defer { sqlite3_finalize(statement) }
+        guard trailing.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+            throw StoreError.sql(path, "query runs one statement; use executeScript for several")
+        }
+        var status: Int32
+        for (index, value) in bindings.enumerated() {
+            status = bind(value.sqlValue, to: statement, at: Int32(index + 1))
+            guard status == SQLITE_OK else { throw failure(status, sql) }
+        }
+        var rows: [Row] = []
+        let columnCount = sqlite3_column_count(statement)
+        let columns = (0..<columnCount).map { String(cString: sqlite3_column_name(statement, $0)) }
+        while true {
+            status = sqlite3_step(statement)
+            if status == SQLITE_DONE { break }
+            guard status == SQLITE_ROW else { throw failure(status, sql) }
+            rows.append(Row(columns: columns, values: (0..<columnCount).map { column(statement, $0) }))
+        }
+        return rows
+    }
+
+    /// The first column of the first row.
+    public func scalar(_ sql: String, _ bindings: [any SQLBindable] = []) throws -> SQLValue {
+        try query(sql, bindings).first?.values.first ?? .null
+    }
+
+    /// Runs `body` in one immediate transaction: commits if it returns, rolls back if it
+    /// throws. Nested calls join the outer transaction.
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        if sqlite3_get_autocommit(handle) == 0 { return try body() }
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// Rows changed by the last statement.
+    public var changes: Int { lock.withLock { Int(sqlite3_changes(handle)) } }
+
+    // MARK: - Internals
+
+    /// Runs several statements without bindings (migrations).
+    public func executeScript(_ sql: String) throws {
+        lock.lock()
+        defer { lock.unlock() }
+        var message: UnsafeMutablePointer<CChar>?
+        let status = sqlite3_exec(handle, sql, nil, nil, &message)
+        defer { sqlite3_free(message) }
+        guard status == SQLITE_OK else {
+            throw StoreError.sql(path, message.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(status)))
+        }
+    }
+
+    private func bind(_ value: SQLValue, to statement: OpaquePointer, at index: Int32) -> Int32 {
+        switch value {
+        case .null: return sqlite3_bind_null(statement, index)
+        case .integer(let i): return sqlite3_bind_int64(statement, index, i)
+        case .real(let d): return sqlite3_bind_double(statement, index, d)
+        case .text(let s): return sqlite3_bind_text(statement, index, s, -1, termind_sqlite_transient())
+        case .blob(let d):
+            return d.withUnsafeBytes { raw in
+                sqlite3_bind_blob64(statement, index, raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1), UInt64(raw.count), termind_sqlite_transient())
+            }
+        }
+    }
+
+    private func column(_ statement: OpaquePointer, _ index: Int32) -> SQLValue {
+        switch sqlite3_column_type(statement, index) {
+        case SQLITE_INTEGER: return .integer(sqlite3_column_int64(statement, index))
+        case SQLITE_FLOAT: return .real(sqlite3_column_double(statement, index))
+        case SQLITE_TEXT: return .text(String(cString: sqlite3_column_text(statement, index)))
+        case SQLITE_BLOB:
+            let count = Int(sqlite3_column_bytes(statement, index))
+            guard count > 0, let pointer = sqlite3_column_blob(statement, index) else { return .blob(Data()) }
+            return .blob(Data(bytes: pointer, count: count))
+        default: return .null
+        }
+    }
+
+    /// SQLite's message for the failure; never the statement's bound values.
+    private func failure(_ status: Int32, _ sql: String) -> StoreError {
+        let message = String(cString: sqlite3_errmsg(handle))
+        switch status & 0xFF {
+        case SQLITE_BUSY, SQLITE_LOCKED:
+            return StoreError(code: "store.busy", message: "The database \(path) is busy (another termind process holds a write lock); try again.")
+        case SQLITE_CORRUPT, SQLITE_NOTADB:
+            return StoreError.notADatabase(path, message)
+        case SQLITE_CONSTRAINT:
+            return StoreError(code: "store.constraint", message: message)
+        default:
+            return StoreError.sql(path, message)
+        }
+    }
+}
+
+/// Errors of the store: what failed, on which file, what to do. Never statement values.
+public struct StoreError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let code: String
+    public let message: String
+    public var description: String { message }
+
+    public var termindError: TermindError { TermindError(code: code, message: message) }
+
+    static func openFailed(_ path: String, _ reason: String) -> StoreError {
+        StoreError(code: "store.open_failed", message: "Cannot open the database \(path): \(reason). It was left untouched.")
+    }
+    static func notADatabase(_ path: String, _ reason: String) -> StoreError {
+        StoreError(code: "store.corrupt", message: "\(path) is not a readable termind database (\(reason)). It was left untouched; restore it from a backup or move it aside and start over with --store.")
+    }
+    static func sql(_ path: String, _ reason: String) -> StoreError {
+        StoreError(code: "store.sql", message: "A database operation on \(path) failed: \(reason).")
+    }
+}

@@ -1,0 +1,146 @@
+import Foundation
+import TermindCore
+import TermindStore
+
+/// Identities in the process database; their passwords live in the secret store,
+/// referenced by handle. A secret is written before the record that references it and
+/// removed again if that record cannot be saved, so neither store keeps an orphan.
+struct IdentityRepository: Sendable {
+    let db: Database
+    let secrets: SecretStore
+
+    func list() throws -> [IdentityRecord] {
+        try db.query("SELECT * FROM vault_identities ORDER BY label COLLATE NOCASE").map(Self.record)
+    }
+
+    func find(_ ref: String) throws -> IdentityRecord? {
+        try db.query("SELECT * FROM vault_identities WHERE id = ? OR label = ? COLLATE NOCASE ORDER BY id = ? DESC LIMIT 1", [ref, ref, ref])
+            .first.map(Self.record)
+    }
+
+    func get(_ ref: String) throws -> IdentityRecord {
+        guard let identity = try find(ref) else {
+            throw TermindError(code: "vault.identity_not_found", message: "No identity with id or label '\(ref)'. Run 'termind vault identity list'.")
+        }
+        return identity
+    }
+
+    /// The stored password of an identity, for the credentials port only.
+    func password(of id: String) throws -> Secret? {
+        guard let handle = try db.query("SELECT password_handle FROM vault_identities WHERE id = ?", [id]).first?.string("password_handle") else {
+            return nil
+        }
+        return try secrets.secret(handle)
+    }
+
+    func add(_ r: VaultContracts.IdentityAdd.Request) throws -> IdentityRecord {
+        let username = try VaultValidation.user(r.username, field: "username")
+        let label = try VaultValidation.label(r.label ?? "").isEmpty ? username : VaultValidation.label(r.label ?? "")
+        let id = HostRepository.newID("ident")
+        let handle = try r.password.flatMap { $0.isEmpty ? nil : try secrets.store($0, purpose: "identity.password") }
+        do {
+            try db.transaction {
+                try ensureLabelFree(label, excluding: nil)
+                try db.execute("INSERT INTO vault_identities (id, label, username, password_handle, key_id) VALUES (?, ?, ?, ?, ?)",
+                               [id, label, username, handle, r.key.flatMap { $0.isEmpty ? nil : $0 }])
+            }
+        } catch {
+            if let handle { try? secrets.delete(handle) }
+            throw error
+        }
+        return try get(id)
+    }
+
+    func update(_ r: VaultContracts.IdentityUpdate.Request) throws -> IdentityRecord {
+        let current = try get(r.identity)
+        let oldHandle = try db.query("SELECT password_handle FROM vault_identities WHERE id = ?", [current.id]).first?.string("password_handle")
+        var newHandle: String?? = .none // .none: unchanged; .some(nil): removed; .some(h): replaced
+        if let password = r.password {
+            newHandle = .some(password.isEmpty ? nil : try secrets.store(password, purpose: "identity.password"))
+        }
+        do {
+            try db.transaction {
+                let username = try r.username.map { try VaultValidation.user($0, field: "username") } ?? current.username
+                var label = current.label
+                if let requested = r.label {
+                    let typed = try VaultValidation.label(requested)
+                    label = typed.isEmpty ? username : typed
+                    try ensureLabelFree(label, excluding: current.id)
+                }
+                let key = r.key.map { $0.isEmpty ? nil : $0 } ?? current.key
+                let handle = newHandle ?? oldHandle
+                try db.execute("""
+                    UPDATE vault_identities SET label = ?, username = ?, password_handle = ?, key_id = ?,
+                        updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?
+                    """, [label, username, handle, key, current.id])
+            }
+        } catch {
+            if case .some(.some(let h)) = newHandle { try? secrets.delete(h) }
+            throw error
+        }
+        // The old secret goes only once the record no longer references it.
+        if newHandle != nil, let oldHandle { try? secrets.delete(oldHandle) }
+        return try get(current.id)
+    }
+
+    /// Refused while hosts use the identity; the hosts are named.
+    func delete(_ ref: String, hosts: HostRepository) throws -> String {
+        let identity = try get(ref)
+        let users = try hosts.labels(usingIdentity: identity.id)
+        guard users.isEmpty else {
+            throw TermindError(code: "vault.identity_in_use", message: "Identity '\(identity.label)' is used by \(users.count == 1 ? "host" : "hosts") \(users.map { "'\($0)'" }.joined(separator: ", ")); change or delete \(users.count == 1 ? "it" : "them") first.")
+        }
+        let handle = try db.query("SELECT password_handle FROM vault_identities WHERE id = ?", [identity.id]).first?.string("password_handle")
+        try db.execute("DELETE FROM vault_identities WHERE id = ?", [identity.id])
+        if let handle { try? secrets.delete(handle) }
+        return identity.id
+    }
+
+    private func ensureLabelFree(_ label: String, excluding id: String?) throws {
+        let owner = try db.query("SELECT id FROM vault_identities WHERE label = ? COLLATE NOCASE", [label]).first?.string("id")
+        if let owner, owner != id {
+            throw TermindError(code: "vault.label_taken", message: "label: '\(label)' is already used by another identity; choose a label.")
+        }
+    }
+
+    static func record(_ row: Row) -> IdentityRecord {
+        IdentityRecord(id: row.string("id") ?? "", label: row.string("label") ?? "", username: row.string("username") ?? "",
+                       hasPassword: row.string("password_handle") != nil, key: row.string("key_id"),
+                       createdAt: row.string("created_at") ?? "", updatedAt: row.string("updated_at") ?? "")
+    }
+}
+
+/// Snippets: saved commands.
+struct SnippetRepository: Sendable {
+    let db: Database
+
+    func list() throws -> [SnippetRecord] {
+        try db.query("SELECT * FROM vault_snippets ORDER BY label COLLATE NOCASE").map(Self.record)
+    }
+
+    func add(_ r: VaultContracts.SnippetAdd.Request) throws -> SnippetRecord {
+        guard !r.body.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else { throw TermindError.badRequest("body: must not be empty.") }
+        guard r.body.utf8.count <= 65_536 else { throw TermindError.badRequest("body: at most 64 KiB.") }
+        var label = try VaultValidation.label(r.label ?? "")
+        if label.isEmpty {
+            let first = r.body.split(separator: "\n").first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+            label = String(first.prefix(60))
+        }
+        let id = HostRepository.newID("snip")
+        try db.execute("INSERT INTO vault_snippets (id, label, body) VALUES (?, ?, ?)", [id, label, r.body])
+        return try db.query("SELECT * FROM vault_snippets WHERE id = ?", [id]).map(Self.record)[0]
+    }
+
+    func delete(_ ref: String) throws -> String {
+        guard let id = try db.query("SELECT id FROM vault_snippets WHERE id = ? OR label = ? ORDER BY id = ? DESC LIMIT 1", [ref, ref, ref]).first?.string("id") else {
+            throw TermindError(code: "vault.snippet_not_found", message: "No snippet with id or label '\(ref)'.")
+        }
+        try db.execute("DELETE FROM vault_snippets WHERE id = ?", [id])
+        return id
+    }
+
+    static func record(_ row: Row) -> SnippetRecord {
+        SnippetRecord(id: row.string("id") ?? "", label: row.string("label") ?? "", body: row.string("body") ?? "",
+                      createdAt: row.string("created_at") ?? "", updatedAt: row.string("updated_at") ?? "")
+    }
+}

@@ -1,0 +1,129 @@
+import Foundation
+import TermindCore
+import TermindStore
+import VaultRules
+
+/// Trusted host keys, stored one OpenSSH known_hosts line per row so the one parser in
+/// VaultRules is the only interpretation. Independent of hosts: no host operation touches
+/// this table.
+struct KnownHostRepository: Sendable {
+    let db: Database
+
+    struct Stored {
+        let id: String
+        let entry: KnownHostEntry
+        let createdAt: String
+    }
+
+    func all() throws -> [Stored] {
+        try db.query("SELECT id, line, created_at FROM vault_known_hosts ORDER BY created_at, id").compactMap { row in
+            guard let id = row.string("id"), let line = row.string("line"),
+                  let entry = KnownHosts.parse(line, source: "vault").entries.first else { return nil }
+            return Stored(id: id, entry: entry, createdAt: row.string("created_at") ?? "")
+        }
+    }
+
+    func list(host: String?, port: Int?) throws -> [KnownHostRecord] {
+        let stored = try all()
+        guard let host else { return stored.map(Self.record) }
+        let name = KnownHosts.lookupName(host: host, port: port ?? 22)
+        return stored.filter { KnownHosts.matches($0.entry, lookupName: name) }.map(Self.record)
+    }
+
+    func check(host: String, port: Int, key: HostKey) throws -> TrustDecision {
+        KnownHosts.check(host: host, port: port, key: key, entries: try all().map(\.entry))
+    }
+
+    /// Adds an entry; an identical line is not added twice.
+    @discardableResult
+    func add(_ entry: KnownHostEntry) throws -> (record: KnownHostRecord, added: Bool) {
+        try db.transaction {
+            let line = entry.lineText
+            if let existing = try db.query("SELECT id, created_at FROM vault_known_hosts WHERE line = ?", [line]).first {
+                return (Self.record(Stored(id: existing.string("id") ?? "", entry: entry, createdAt: existing.string("created_at") ?? "")), false)
+            }
+            let id = HostRepository.newID("kh")
+            try db.execute("INSERT INTO vault_known_hosts (id, line) VALUES (?, ?)", [id, line])
+            let created = try db.scalar("SELECT created_at FROM vault_known_hosts WHERE id = ?", [id])
+            guard case .text(let at) = created else { return (Self.record(Stored(id: id, entry: entry, createdAt: "")), true) }
+            return (Self.record(Stored(id: id, entry: entry, createdAt: at)), true)
+        }
+    }
+
+    func remove(_ id: String) throws -> String {
+        try db.execute("DELETE FROM vault_known_hosts WHERE id = ?", [id])
+        guard db.changes == 1 else {
+            throw TermindError(code: "vault.knownhost_not_found", message: "No known-host entry with id '\(id)'. Run 'termind vault knownhost list'.")
+        }
+        return id
+    }
+
+    /// Imports a known_hosts text: every readable line in one transaction; bad lines reported.
+    func importText(_ text: String, source: String) throws -> KnownHostContracts.Import.Response {
+        let parsed = KnownHosts.parse(text, source: source)
+        var imported = 0, duplicates = 0
+        try db.transaction {
+            for entry in parsed.entries {
+                if try add(entry).added { imported += 1 } else { duplicates += 1 }
+            }
+        }
+        return .init(imported: imported, duplicates: duplicates, problems: parsed.problems.map(\.description))
+    }
+
+    func exportText() throws -> (text: String, count: Int) {
+        let entries = try all().map(\.entry)
+        return (KnownHosts.render(entries), entries.count)
+    }
+
+    static func record(_ stored: Stored) -> KnownHostRecord {
+        let e = stored.entry
+        let marker: String
+        switch e.marker {
+        case .none: marker = ""
+        case .revoked: marker = "@revoked"
+        case .certAuthority: marker = "@cert-authority"
+        }
+        let hashed: Bool
+        if case .hashed = e.names { hashed = true } else { hashed = false }
+        return KnownHostRecord(id: stored.id, marker: marker, names: e.namesText, hashed: hashed, keyType: e.key.algorithm,
+                               fingerprint: e.key.fingerprintSHA256, comment: e.comment, createdAt: stored.createdAt)
+    }
+}
+
+/// `vault.trust`: OpenSSH's trust decision on the Vault's known hosts.
+struct VaultTrust: HostKeyTrust {
+    let vault: VaultFeature
+
+    func verdict(host: String, port: Int, key: PublicHostKey) async throws -> TrustVerdict {
+        let decision = try vault.knownHosts().check(host: host, port: port, key: try HostKey(algorithm: key.algorithm, blob: key.blob))
+        return Self.verdict(decision)
+    }
+
+    func trust(host: String, port: Int, key: PublicHostKey) async throws {
+        try vault.knownHosts().add(KnownHostEntry(host: host, port: port, key: try HostKey(algorithm: key.algorithm, blob: key.blob), hashed: false))
+    }
+
+    func fingerprint(_ key: PublicHostKey) -> String {
+        (try? HostKey(algorithm: key.algorithm, blob: key.blob))?.fingerprintSHA256 ?? "unparseable key"
+    }
+
+    static func verdict(_ decision: TrustDecision) -> TrustVerdict {
+        switch decision {
+        case .trusted: .trusted
+        case .trustedWithoutPort: .trustedWithoutPort
+        case .unknown: .unknown
+        case .changed(let known): .changed(knownFingerprints: known.map(\.fingerprintSHA256))
+        case .revoked: .revoked
+        }
+    }
+
+    static func name(_ verdict: TrustVerdict) -> String {
+        switch verdict {
+        case .trusted: "trusted"
+        case .trustedWithoutPort: "trusted-without-port"
+        case .unknown: "unknown"
+        case .changed: "changed"
+        case .revoked: "revoked"
+        }
+    }
+}

@@ -1,0 +1,158 @@
+import Foundation
+import Synchronization
+import TermindCore
+import TermindStore
+import VaultRules
+
+/// The Vault: hosts, identities and snippets in the process database, secrets in the
+/// encrypted secret store. Provides `vault.hosts` (HostDirectory) to other features.
+final class VaultFeature: Feature {
+    private struct State: Sendable {
+        let hosts: HostRepository
+        let identities: IdentityRepository
+        let snippets: SnippetRepository
+        let knownHosts: KnownHostRepository
+        let logger: Logger
+    }
+
+    private let state = Mutex<State?>(nil)
+
+    private func current() throws -> State {
+        guard let state = state.withLock({ $0 }) else { throw TermindError.internalFailure("The Vault is not started.") }
+        return state
+    }
+
+    func register(_ registrar: FeatureRegistrar) throws {
+        registrar.provide(.hostDirectory, VaultHostDirectory(vault: self))
+        registrar.provide(.credentials, VaultCredentials(vault: self))
+        registrar.provide(.hostKeyTrust, VaultTrust(vault: self))
+        registerKnownHosts(registrar)
+        registrar.handle(ImportContracts.Preview.self) { [self] r, _ in try ConfigImporter(hosts: try current().hosts).preview(r.path) }
+        registrar.handle(ImportContracts.Commit.self) { [self] r, _ in
+            let s = try current()
+            let result = try ConfigImporter(hosts: s.hosts).commit(r, identities: s.identities)
+            s.logger.info("vault.import.committed", ["created": .int(result.created.count), "skipped": .int(result.skipped.count)])
+            return result
+        }
+        registrar.handle(VaultContracts.HostList.self) { [self] r, _ in .init(hosts: try current().hosts.list(tag: r.tag)) }
+        registrar.handle(VaultContracts.HostGet.self) { [self] r, _ in try current().hosts.get(r.host) }
+        registrar.handle(VaultContracts.HostAdd.self) { [self] r, _ in
+            let s = try current()
+            let host = try s.hosts.add(r, identities: s.identities)
+            s.logger.info("vault.host.added")
+            return host
+        }
+        registrar.handle(VaultContracts.HostUpdate.self) { [self] r, _ in
+            let s = try current()
+            return try s.hosts.update(r, identities: s.identities)
+        }
+        registrar.handle(VaultContracts.HostDelete.self) { [self] r, _ in
+            let s = try current()
+            let id = try s.hosts.delete(r.host)
+            s.logger.info("vault.host.deleted")
+            return .init(deleted: id)
+        }
+        registrar.handle(VaultContracts.IdentityList.self) { [self] _, _ in .init(identities: try current().identities.list()) }
+        registrar.handle(VaultContracts.IdentityAdd.self) { [self] r, _ in try current().identities.add(r) }
+        registrar.handle(VaultContracts.IdentityUpdate.self) { [self] r, _ in try current().identities.update(r) }
+        registrar.handle(VaultContracts.IdentityDelete.self) { [self] r, _ in
+            let s = try current()
+            return .init(deleted: try s.identities.delete(r.identity, hosts: s.hosts))
+        }
+        registrar.handle(VaultContracts.SnippetList.self) { [self] _, _ in .init(snippets: try current().snippets.list()) }
+        registrar.handle(VaultContracts.SnippetAdd.self) { [self] r, _ in try current().snippets.add(r) }
+        registrar.handle(VaultContracts.SnippetDelete.self) { [self] r, _ in .init(deleted: try current().snippets.delete(r.snippet)) }
+    }
+
+    func start(_ context: FeatureContext) async throws {
+        let db = try context.ports.require(.store)
+        let secrets = try context.ports.require(.secrets)
+        do {
+            let report = try db.migrate(VaultSchema.schema)
+            if !report.applied.isEmpty { context.logger.info("vault.migrated", ["to": .int(report.to)]) }
+        } catch let error as StoreError {
+            throw error.termindError
+        }
+        state.withLock {
+            $0 = State(hosts: HostRepository(db: db), identities: IdentityRepository(db: db, secrets: secrets),
+                       snippets: SnippetRepository(db: db), knownHosts: KnownHostRepository(db: db), logger: context.logger)
+        }
+    }
+
+    func stop() async {
+        state.withLock { $0 = nil }
+    }
+
+    func hosts() throws -> HostRepository { try current().hosts }
+    func knownHosts() throws -> KnownHostRepository { try current().knownHosts }
+    func repositories() throws -> (HostRepository, IdentityRepository) {
+        let s = try current()
+        return (s.hosts, s.identities)
+    }
+}
+
+extension VaultFeature {
+    func registerKnownHosts(_ registrar: FeatureRegistrar) {
+        registrar.handle(KnownHostContracts.List.self) { [self] r, _ in .init(entries: try knownHosts().list(host: r.host, port: r.port)) }
+        registrar.handle(KnownHostContracts.Add.self) { [self] r, _ in
+            let key = try Self.hostKey(r.key)
+            let port = try VaultValidation.port(r.port ?? 22)
+            let host = try VaultValidation.address(r.host)
+            return try knownHosts().add(KnownHostEntry(host: host, port: port, key: key, hashed: r.hashed ?? false)).record
+        }
+        registrar.handle(KnownHostContracts.Remove.self) { [self] r, _ in .init(removed: try knownHosts().remove(r.id)) }
+        registrar.handle(KnownHostContracts.Check.self) { [self] r, _ in
+            let key = try Self.hostKey(r.key)
+            let verdict = VaultTrust.verdict(try knownHosts().check(host: r.host, port: try VaultValidation.port(r.port ?? 22), key: key))
+            var known: [String] = []
+            if case .changed(let fingerprints) = verdict { known = fingerprints }
+            return .init(verdict: VaultTrust.name(verdict), fingerprint: key.fingerprintSHA256, knownFingerprints: known)
+        }
+        registrar.handle(KnownHostContracts.Import.self) { [self] r, _ in
+            guard let data = FileManager.default.contents(atPath: r.path) else {
+                throw TermindError(code: "vault.import_unreadable", message: "Cannot read the known_hosts file \(r.path).")
+            }
+            return try knownHosts().importText(String(decoding: data, as: UTF8.self), source: r.path)
+        }
+        registrar.handle(KnownHostContracts.Export.self) { [self] r, _ in
+            let (text, count) = try knownHosts().exportText()
+            guard let path = r.path else { return .init(entries: count, text: text) }
+            let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            guard fd >= 0 else {
+                throw TermindError(code: "vault.export_failed", message: "Cannot create \(path): \(String(cString: strerror(errno))) (an existing file is never overwritten).")
+            }
+            defer { close(fd) }
+            let bytes = Array(text.utf8)
+            guard write(fd, bytes, bytes.count) == bytes.count else {
+                throw TermindError(code: "vault.export_failed", message: "Writing \(path) failed: \(String(cString: strerror(errno))).")
+            }
+            return .init(entries: count, text: nil)
+        }
+    }
+
+    static func hostKey(_ line: String) throws -> HostKey {
+        do {
+            return try HostKey(openSSHLine: line)
+        } catch let error as TermindError {
+            throw TermindError.badRequest("key: \(error.message)")
+        }
+    }
+}
+
+/// `vault.hosts`: host lookup for other features (public metadata only).
+struct VaultHostDirectory: HostDirectory {
+    let vault: VaultFeature
+
+    func host(named name: String) async throws -> HostSummary? {
+        try vault.hosts().find(name)?.summary
+    }
+
+    func allHosts() async throws -> [HostSummary] {
+        try vault.hosts().list(tag: nil).map(\.summary)
+    }
+}
+
+@_cdecl("termind_feature_entry_v1")
+public func termindFeatureEntry() -> UnsafeMutableRawPointer {
+    FeatureDescriptor.export(id: "vault", version: "0.1.0", signature: TermindLibrary.signature) { VaultFeature() }
+}

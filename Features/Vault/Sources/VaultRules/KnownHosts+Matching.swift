@@ -1,0 +1,173 @@
+import Foundation
+import TermindCrypto
+
+// MARK: - Host names and patterns (mirrors match.c and hostfile.c match_maybe_hashed)
+
+extension KnownHosts {
+    /// The name ssh looks up for `host:port` (misc.c put_host_port, lowercased as ssh.c does):
+    /// `host` for port 22 (or 0), `[host]:port` otherwise. Lowercasing is ASCII-only, as C's tolower.
+    public static func lookupName(host: String, port: Int) -> String {
+        let name = asciiLowercased(host)
+        return port == 0 || port == 22 ? name : "[\(name)]:\(port)"
+    }
+
+    /// Whether an entry's host field names `lookupName` (hostfile.c match_maybe_hashed): a hashed
+    /// name must hash to the same value; a pattern list must match positively with no negated
+    /// pattern matching (match.c match_hostname). Pattern matching ignores ASCII case.
+    public static func matches(_ entry: KnownHostEntry, lookupName: String) -> Bool {
+        switch entry.names {
+        case .hashed(let salt, let hash):
+            return Digest.hmac(.sha1, key: salt, data: Data(lookupName.utf8)) == hash
+        case .patterns(let list):
+            return matchPatternList(Array(asciiLowercased(lookupName).utf8), Array(list.utf8)) == 1
+        }
+    }
+
+    /// match.c match_pattern_list with dolower: 1 if a pattern matches, -1 if a `!pattern`
+    /// matches (whatever else matched), 0 otherwise; a subpattern of 1023+ bytes makes the whole
+    /// list fail, as OpenSSH's fixed buffer does.
+    static func matchPatternList(_ name: [UInt8], _ list: [UInt8]) -> Int {
+        var gotPositive = false
+        var i = 0
+        while i < list.count {
+            let negated = list[i] == UInt8(ascii: "!")
+            if negated { i += 1 }
+            var sub: [UInt8] = []
+            while i < list.count, list[i] != UInt8(ascii: ",") {
+                sub.append(asciiLower(list[i]))
+                i += 1
+            }
+            if sub.count >= 1023 { return 0 }
+            if i < list.count { i += 1 } // skip the comma
+            if matchPattern(name[...], sub[...]) {
+                if negated { return -1 }
+                gotPositive = true
+            }
+        }
+        return gotPositive ? 1 : 0
+    }
+
+    /// match.c match_pattern: `*` matches any run (including none), `?` any one byte, every
+    /// other byte itself (so `[`, `]` and `:` are literal).
+    static func matchPattern(_ s: ArraySlice<UInt8>, _ pattern: ArraySlice<UInt8>) -> Bool {
+        var s = s, pattern = pattern
+        while true {
+            guard let p = pattern.first else { return s.isEmpty }
+            if p == UInt8(ascii: "*") {
+                pattern = pattern.drop(while: { $0 == UInt8(ascii: "*") })
+                if pattern.isEmpty { return true }
+                while true {
+                    if matchPattern(s, pattern) { return true }
+                    if s.isEmpty { return false }
+                    s = s.dropFirst()
+                }
+            }
+            guard let c = s.first else { return false }
+            if p != UInt8(ascii: "?") && p != c { return false }
+            s = s.dropFirst()
+            pattern = pattern.dropFirst()
+        }
+    }
+
+    static func asciiLower(_ byte: UInt8) -> UInt8 {
+        (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte
+    }
+
+    static func asciiLowercased(_ text: String) -> String {
+        String(decoding: text.utf8.map(asciiLower), as: UTF8.self)
+    }
+}
+
+// MARK: - Trust decision (mirrors sshconnect.c check_host_key and hostfile.c check_hostkeys_by_key_or_type)
+
+extension KnownHosts {
+    /// Decides whether `key`, presented by `host:port`, is trusted by `entries`, as OpenSSH 9's
+    /// `ssh` decides with these lines in its known_hosts files (CheckHostIP off, no HostKeyAlias).
+    ///
+    /// - Lines whose key type OpenSSH cannot read are ignored, as OpenSSH drops them.
+    /// - The lookup name's lines decide: the key on a plain line → `.trusted`; a `@revoked` line
+    ///   with the key → `.revoked` (whatever else matches); other plain keys of any type and none
+    ///   equal → `.changed`; `@cert-authority` lines never vouch for a plain key.
+    /// - Only when nothing is known for `[host]:port` (HOST_NEW) on a non-22 port, the port-less
+    ///   `host` lines are consulted: the same key → `.trustedWithoutPort` ("found matching key
+    ///   w/out port"); a different key there is still `.unknown`, not `.changed`.
+    /// - Deliberate difference: if that port-less lookup finds the key `@revoked`, OpenSSH warns
+    ///   "REVOKED HOST KEY DETECTED" and then treats the host as new; we return `.revoked` so no
+    ///   caller offers to trust a key its user revoked.
+    /// - Certificates are not validated here (no signature or principal checks): a certificate is
+    ///   never trusted, only reported `.revoked` or `.unknown`.
+    public static func check(host: String, port: Int, key: HostKey, entries: [KnownHostEntry]) -> TrustDecision {
+        let status = hostStatus(lookupName: lookupName(host: host, port: port), key: key, entries: entries)
+        switch status {
+        case .ok(let entry): return .trusted(entry)
+        case .revoked(let entry): return .revoked(entry)
+        case .changed(let known): return .changed(known: known)
+        case .new:
+            guard port != 0, port != 22 else { return .unknown }
+            // sshconnect.c: "checking without port identifier", a read-only recursive check.
+            switch hostStatus(lookupName: lookupName(host: host, port: 22), key: key, entries: entries) {
+            case .ok(let entry): return .trustedWithoutPort(entry)
+            case .revoked(let entry): return .revoked(entry)
+            case .changed, .new: return .unknown
+            }
+        }
+    }
+
+    enum HostStatus {
+        case ok(KnownHostEntry), new, changed([HostKey]), revoked(KnownHostEntry)
+    }
+
+    /// load_hostkeys (lines naming `lookupName` whose key parses) then check_key_in_hostkeys.
+    static func hostStatus(lookupName: String, key: HostKey, entries: [KnownHostEntry]) -> HostStatus {
+        let loaded = entries.filter { $0.key.isSupported && matches($0, lookupName: lookupName) }
+        let presented = key.publicPart
+        // check_key_not_revoked compares public parts (sshkey_equal_public), before anything else wins.
+        if let revoked = loaded.first(where: { $0.marker == .revoked && $0.key.publicPart == presented }) {
+            return .revoked(revoked)
+        }
+        if key.isCertificate { return .new } // want_cert: only CA lines, and we do not verify certificates
+        var status = HostStatus.new
+        var others: [HostKey] = []
+        for entry in loaded where entry.marker == .none {
+            // sshkey_equal: same plain type and public material (a certificate line compares its key).
+            if entry.key.publicPart == presented { return .ok(entry) }
+            others.append(entry.key)
+            status = .changed(others)
+        }
+        return status
+    }
+}
+
+extension HostKey {
+    /// The plain public key: itself, or for a certificate the key it certifies (the fields
+    /// after the nonce, under the plain type name). Used where OpenSSH compares public parts.
+    var publicPart: HostKey {
+        guard isCertificate else { return self }
+        let plainType = String(algorithm.dropLast("-cert-v01@openssh.com".count))
+        let fieldCount: Int
+        switch plainType {
+        case "ssh-ed25519": fieldCount = 1
+        case "sk-ssh-ed25519@openssh.com", "ssh-rsa": fieldCount = 2
+        case "sk-ecdsa-sha2-nistp256@openssh.com": fieldCount = 3
+        case "ssh-dss": fieldCount = 4
+        default: fieldCount = 2 // ecdsa-sha2-*: curve, point
+        }
+        var reader = WireReader(blob)
+        guard reader.string() != nil, reader.string() != nil else { return self } // type, nonce
+        var plain = Data()
+        plain.appendSSHString(Data(plainType.utf8))
+        for _ in 0..<fieldCount {
+            guard let field = reader.string() else { return self }
+            plain.appendSSHString(Data(field))
+        }
+        return (try? HostKey(algorithm: plainType, blob: plain)) ?? self
+    }
+}
+
+extension Data {
+    mutating func appendSSHString(_ bytes: Data) {
+        let n = UInt32(bytes.count)
+        append(contentsOf: [UInt8(n >> 24), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)])
+        append(bytes)
+    }
+}

@@ -1,0 +1,252 @@
+import Foundation
+
+extension SSHConfig {
+    /// What `ssh -G alias` would use, following OpenSSH: blocks in file order with Includes
+    /// inline, the first value obtained wins, `Match host` sees the `HostName` obtained so far,
+    /// and a second ("final") pass runs when a `Match final` exists or `CanonicalizeHostname`
+    /// is on, matching `Host` lines against the resolved host name. `localUser` is what
+    /// `Match localuser` and (without `User`) `Match user` compare; it defaults to the
+    /// current user.
+    public func resolve(alias: String, localUser: String? = nil) -> ResolvedHost {
+        var run = Evaluation(alias: alias, localUser: localUser ?? ProcessInfo.processInfo.userName)
+        var active = true
+        run.apply(entries, host: alias, active: &active, neverMatch: false)
+
+        var hostname = alias
+        if let configured = run.hostname, let at = run.hostnameAt {
+            hostname = run.expandHostName(configured, host: alias, at: at)
+        }
+        // ssh lowercases the name, but leaves names with ':' (addresses) or '%' as they are
+        // (observed with OpenSSH 9.2; `ssh -G` prints `FE80::AB` and `Up%C.a` unchanged).
+        if !hostname.contains(":") && !hostname.contains("%") { hostname = hostname.lowercased() }
+
+        let canonicalize = run.other.first(where: { $0.keyword == "canonicalizehostname" })
+        if let canonicalize, let value = canonicalize.arguments.first, ["yes", "true", "always"].contains(value.lowercased()) {
+            run.warn(Location(file: canonicalize.file, line: canonicalize.line),
+                     "CanonicalizeHostname is not applied by termind (no DNS lookups); the host name is used as written")
+            run.wantFinalPass = true
+        }
+        if run.wantFinalPass {
+            run.finalPass = true
+            run.hostname = hostname
+            active = true
+            run.apply(entries, host: hostname, active: &active, neverMatch: false)
+        }
+        return ResolvedHost(alias: alias, hostname: hostname, user: run.user, port: run.port ?? 22,
+                            identityFiles: run.identityFiles, proxyJump: run.jumpHops, forwards: run.forwards,
+                            otherOptions: run.other, warnings: run.warnings)
+    }
+
+    /// One resolved host per concrete alias named on a `Host` line (no `*`, `?` or `!`), in
+    /// file order with Includes inline, each alias once.
+    public func importCandidates(localUser: String? = nil) -> [ResolvedHost] {
+        var aliases: [String] = []
+        var seen: Set<String> = []
+        func collect(_ entries: [Entry]) {
+            for entry in entries {
+                switch entry {
+                case .host(let patterns, _):
+                    for pattern in patterns where !pattern.contains(where: { $0 == "*" || $0 == "?" || $0 == "!" }) {
+                        if seen.insert(pattern).inserted { aliases.append(pattern) }
+                    }
+                case .include(let files, _):
+                    for file in files { collect(file.entries) }
+                default:
+                    break
+                }
+            }
+        }
+        collect(entries)
+        return aliases.map { resolve(alias: $0, localUser: localUser) }
+    }
+
+    /// The options obtained so far while walking the entries for one host.
+    struct Evaluation {
+        let alias: String
+        let localUser: String
+        var finalPass = false
+        var wantFinalPass = false
+        var hostname: String?
+        var hostnameAt: Location?
+        var user: String?
+        var port: Int?
+        var identityFiles: [String] = []
+        var jumpSet = false
+        var jumpHops: [SSHJumpHop] = []
+        var proxyCommandAt: Location?
+        var forwards: [SSHForward] = []
+        var other: [SSHConfigOption] = []
+        var appliedOther: Set<String> = []
+        var warnings: [SSHConfigWarning] = []
+
+        init(alias: String, localUser: String) {
+            self.alias = alias
+            self.localUser = localUser
+        }
+
+        mutating func warn(_ at: Location, _ message: String) {
+            let warning = SSHConfigWarning(file: at.file, line: at.line, message: message)
+            if !warnings.contains(warning) { warnings.append(warning) }
+        }
+
+        /// OpenSSH's `read_config_file_depth` loop: `active` is the "activep" flag; files
+        /// included while inactive are read with Host/Match never matching.
+        mutating func apply(_ entries: [Entry], host: String, active: inout Bool, neverMatch: Bool) {
+            for entry in entries {
+                switch entry {
+                case .host(let patterns, _):
+                    active = false
+                    if neverMatch { continue }
+                    for pattern in patterns {
+                        let negated = pattern.hasPrefix("!")
+                        guard SSHPattern.match(host, negated ? String(pattern.dropFirst()) : pattern) else { continue }
+                        if negated { active = false; break }
+                        active = true
+                    }
+                case .match(let criteria, let at):
+                    let matched = evaluate(criteria, host: host, at: at, neverMatch: neverMatch)
+                    active = neverMatch ? false : matched
+                case .brokenBlock:
+                    active = false
+                case .include(let files, _):
+                    let outer = active
+                    for file in files {
+                        apply(file.entries, host: host, active: &active, neverMatch: neverMatch || !outer)
+                        active = outer
+                    }
+                case .option(let option, let at, let warning):
+                    guard active else { continue }
+                    if let warning { warn(at, warning) }
+                    set(option, at: at)
+                }
+            }
+        }
+
+        private mutating func set(_ option: Option, at: Location) {
+            switch option {
+            case .hostname(let value):
+                if hostname == nil { hostname = value; hostnameAt = at }
+            case .user(let value):
+                if user == nil { user = value }
+            case .port(let value):
+                if port == nil { port = value }
+            case .identityFile(let path):
+                if identityFiles.contains(path) { return }
+                if identityFiles.count >= SSHConfig.maxIdentityFiles {
+                    warn(at, "Too many identity files specified (max \(SSHConfig.maxIdentityFiles)); \(path) is ignored")
+                } else {
+                    identityFiles.append(path)
+                }
+            case .proxyJump(let hops):
+                if let proxyCommandAt, !jumpSet {
+                    warn(at, "ProxyJump is ignored because ProxyCommand (\(proxyCommandAt.file) line \(proxyCommandAt.line)) was obtained first, as in OpenSSH")
+                }
+                guard !jumpSet, proxyCommandAt == nil else { return }
+                jumpSet = true
+                jumpHops = hops ?? []
+            case .proxyCommand:
+                if proxyCommandAt == nil && !jumpSet { proxyCommandAt = at }
+            case .forward(let forward):
+                if !forwards.contains(forward) { forwards.append(forward) }
+            case .other(let value):
+                if appliedOther.insert("\(value.file)\u{0}\(value.line)").inserted { other.append(value) }
+            }
+        }
+
+        /// OpenSSH's `match_cfg_line`, except that `exec` is never run and fails the block.
+        private mutating func evaluate(_ criteria: [MatchCriterion], host: String, at: Location, neverMatch: Bool) -> Bool {
+            let remoteUser = user ?? localUser
+            let matchHost: String
+            if finalPass {
+                matchHost = hostname ?? host
+            } else if let hostname {
+                matchHost = expandHostName(hostname, host: host, at: nil)
+            } else {
+                matchHost = host
+            }
+            var result = true
+            for criterion in criteria {
+                let matched: Bool
+                switch criterion.kind {
+                case .all:
+                    if result { result = !criterion.negated }
+                    return result
+                case .canonical, .final:
+                    if criterion.kind == .final && !finalPass { wantFinalPass = true }
+                    matched = finalPass
+                case .host:
+                    matched = SSHPattern.matchList(matchHost.lowercased(), criterion.argument ?? "", lowercasePatterns: true)
+                case .originalhost:
+                    matched = SSHPattern.matchList(alias.lowercased(), criterion.argument ?? "", lowercasePatterns: true)
+                case .user:
+                    matched = SSHPattern.matchList(remoteUser, criterion.argument ?? "", lowercasePatterns: false)
+                case .localuser:
+                    matched = SSHPattern.matchList(localUser, criterion.argument ?? "", lowercasePatterns: false)
+                case .exec:
+                    if result && !neverMatch { warn(at, SSHConfig.matchExecWarning) }
+                    result = false
+                    continue
+                }
+                if matched == criterion.negated { result = false }
+            }
+            return result
+        }
+
+        /// `%h` and `%%` in HostName, as ssh does; any other token is left as written and
+        /// reported (OpenSSH refuses to connect with one).
+        mutating func expandHostName(_ value: String, host: String, at: Location?) -> String {
+            var out = ""
+            var unsupported: [String] = []
+            var iterator = value.makeIterator()
+            while let c = iterator.next() {
+                guard c == "%" else { out.append(c); continue }
+                switch iterator.next() {
+                case "%": out.append("%")
+                case "h": out += host
+                case let other?: out += "%\(other)"; unsupported.append("%\(other)")
+                case nil: out.append("%"); unsupported.append("%")
+                }
+            }
+            if let at, !unsupported.isEmpty {
+                warn(at, "HostName token \(unsupported.joined(separator: ", ")) is not expanded (only %h and %% are); OpenSSH refuses this HostName")
+            }
+            return out
+        }
+    }
+}
+
+/// OpenSSH's `match_pattern` (`*` and `?` globs, byte-wise, case-sensitive) and
+/// `match_pattern_list` (comma-separated, `!` negates and wins).
+enum SSHPattern {
+    static func match(_ string: String, _ pattern: String) -> Bool {
+        let s = Array(string.utf8), p = Array(pattern.utf8)
+        var si = 0, pi = 0, starP = -1, starS = 0
+        while si < s.count {
+            if pi < p.count && (p[pi] == UInt8(ascii: "?") || (p[pi] == s[si] && p[pi] != UInt8(ascii: "*"))) {
+                si += 1; pi += 1
+            } else if pi < p.count && p[pi] == UInt8(ascii: "*") {
+                starP = pi; starS = si; pi += 1
+            } else if starP >= 0 {
+                pi = starP + 1; starS += 1; si = starS
+            } else {
+                return false
+            }
+        }
+        while pi < p.count && p[pi] == UInt8(ascii: "*") { pi += 1 }
+        return pi == p.count
+    }
+
+    static func matchList(_ string: String, _ list: String, lowercasePatterns: Bool) -> Bool {
+        var positive = false
+        for item in list.split(separator: ",", omittingEmptySubsequences: false) {
+            let negated = item.hasPrefix("!")
+            var pattern = String(item.dropFirst(negated ? 1 : 0))
+            if lowercasePatterns { pattern = pattern.lowercased() }
+            if match(string, pattern) {
+                if negated { return false }
+                positive = true
+            }
+        }
+        return positive
+    }
+}

@@ -1,0 +1,177 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import TermindStore
+import XCTest
+
+final class DatabaseTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+
+    override func setUpWithError() throws { directory = try TemporaryDirectory() }
+    override func tearDown() { directory?.remove() }
+
+    private let notes = Schema(feature: "notes", migrations: [
+        Migration(1, "create notes", "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);"),
+        Migration(2, "add tags", "ALTER TABLE notes ADD COLUMN tags TEXT NOT NULL DEFAULT ''; CREATE INDEX notes_tags ON notes (tags);"),
+    ])
+
+    func testANewDatabaseIsOwnerOnlyAndInWALMode() throws {
+        let path = directory.file("state/termind.sqlite")
+        let db = try Database(path: path)
+        XCTAssertEqual(try db.scalar("PRAGMA journal_mode"), .text("wal"))
+        XCTAssertEqual(try db.scalar("PRAGMA synchronous"), .integer(2), "FULL")
+        var info = stat()
+        XCTAssertEqual(stat(path, &info), 0)
+        XCTAssertEqual(info.st_mode & 0o777, 0o600)
+        XCTAssertEqual(stat(directory.file("state"), &info), 0)
+        XCTAssertEqual(info.st_mode & 0o777, 0o700)
+    }
+
+    func testMigrationsApplyInOrderOnceAndAreRecorded() throws {
+        let db = try Database(path: directory.file("t.sqlite"))
+        let first = try db.migrate(notes)
+        XCTAssertEqual(first.applied, [1, 2])
+        XCTAssertEqual(try db.migrate(notes).applied, [], "a second run applies nothing")
+        try db.execute("INSERT INTO notes (body, tags) VALUES (?, ?)", ["hello", "a"])
+        XCTAssertEqual(try db.query("SELECT body, tags FROM notes").first?.string("tags"), "a")
+        XCTAssertEqual(try db.schemaVersion(of: "notes"), 2)
+        XCTAssertEqual(try db.query("SELECT name FROM termind_migrations ORDER BY version").map { $0.string("name") }, ["create notes", "add tags"])
+    }
+
+    func testMigratingFromEveryPastVersionReachesTheSameSchemaAndKeepsData() throws {
+        for version in 0..<notes.latestVersion {
+            let db = try Database(path: directory.file("v\(version).sqlite"))
+            if version > 0 {
+                // The database exactly as a build with `version` migrations left it, with data.
+                try db.migrate(Schema(feature: "notes", migrations: Array(notes.migrations.prefix(version))))
+                try db.execute("INSERT INTO notes (body) VALUES ('kept')")
+            }
+            XCTAssertEqual(try db.migrate(notes).applied, Array((version + 1)...notes.latestVersion))
+            XCTAssertEqual(try db.query("SELECT name FROM pragma_table_info('notes') ORDER BY cid").compactMap { $0.string("name") }, ["id", "body", "tags"])
+            XCTAssertEqual(try db.query("SELECT body FROM notes").compactMap { $0.string("body") }, version > 0 ? ["kept"] : [])
+        }
+    }
+
+    func testAFailingMigrationChangesNothing() throws {
+        let db = try Database(path: directory.file("t.sqlite"))
+        try db.migrate(Schema(feature: "notes", migrations: [notes.migrations[0]]))
+        try db.execute("INSERT INTO notes (body) VALUES ('precious')")
+        let broken = Schema(feature: "notes", migrations: [notes.migrations[0], Migration(2, "broken", "ALTER TABLE notes ADD COLUMN x TEXT; CREATE TABLE notes (id INTEGER);")])
+        XCTAssertThrowsError(try db.migrate(broken)) { error in
+            XCTAssertEqual((error as? StoreError)?.code, "store.migration_failed")
+            XCTAssertTrue("\(error)".contains("Migration 2 ('broken') of 'notes' failed"), "\(error)")
+        }
+        XCTAssertEqual(try db.schemaVersion(of: "notes"), 1)
+        XCTAssertEqual(try db.query("SELECT name FROM pragma_table_info('notes')").count, 2, "the half-applied ALTER was rolled back")
+        XCTAssertEqual(try db.scalar("SELECT body FROM notes"), .text("precious"))
+    }
+
+    func testADatabaseFromANewerTermindOrAnEditedMigrationIsRefused() throws {
+        let db = try Database(path: directory.file("t.sqlite"))
+        try db.migrate(notes)
+        XCTAssertThrowsError(try db.migrate(Schema(feature: "notes", migrations: [notes.migrations[0]]))) {
+            XCTAssertEqual(($0 as? StoreError)?.code, "store.too_new")
+            XCTAssertTrue("\($0)".contains("written by a newer termind"))
+        }
+        let edited = Schema(feature: "notes", migrations: [notes.migrations[0], Migration(2, "add tags", "ALTER TABLE notes ADD COLUMN labels TEXT;")])
+        XCTAssertThrowsError(try db.migrate(edited)) { XCTAssertEqual(($0 as? StoreError)?.code, "store.migration_changed") }
+        XCTAssertThrowsError(try db.migrate(Schema(feature: "x", migrations: [Migration(2, "gap", "SELECT 1;")]))) {
+            XCTAssertEqual(($0 as? StoreError)?.code, "store.migration_order")
+        }
+    }
+
+    func testAFileThatIsNotADatabaseIsReportedAndLeftUntouched() throws {
+        let path = try directory.write("garbage.sqlite", String(repeating: "not a database at all ", count: 100))
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+        XCTAssertThrowsError(try Database(path: path)) { error in
+            XCTAssertEqual((error as? StoreError)?.code, "store.corrupt")
+            XCTAssertTrue("\(error)".contains("left untouched"), "\(error)")
+        }
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: path)), before)
+    }
+
+    func testATruncatedDatabaseIsReportedAndLeftUntouched() throws {
+        let path = directory.file("t.sqlite")
+        do {
+            let db = try Database(path: path)
+            try db.migrate(notes)
+            let body = String(repeating: "x", count: 2000)
+            try db.transaction { for _ in 0..<200 { try db.execute("INSERT INTO notes (body) VALUES (?)", [body]) } }
+            try db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+        let full = try Data(contentsOf: URL(fileURLWithPath: path))
+        try full.prefix(full.count / 3).write(to: URL(fileURLWithPath: path))
+        let truncated = try Data(contentsOf: URL(fileURLWithPath: path))
+        do {
+            let db = try Database(path: path)
+            _ = try db.query("SELECT count(*), sum(length(body)) FROM notes")
+            XCTFail("reading a truncated database must fail")
+        } catch let error as StoreError {
+            XCTAssertEqual(error.code, "store.corrupt", error.message)
+        }
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: path)), truncated)
+    }
+
+    func testStatementValuesNeverAppearInErrors() throws {
+        let db = try Database(path: directory.file("t.sqlite"))
+        try db.migrate(notes)
+        try db.execute("CREATE UNIQUE INDEX notes_body ON notes (body)")
+        try db.execute("INSERT INTO notes (body) VALUES (?)", ["hunter2-password"])
+        XCTAssertThrowsError(try db.execute("INSERT INTO notes (body) VALUES (?)", ["hunter2-password"])) { error in
+            XCTAssertEqual((error as? StoreError)?.code, "store.constraint")
+            XCTAssertFalse("\(error)".contains("hunter2"), "\(error)")
+        }
+        XCTAssertThrowsError(try db.query("SELECT 1; SELECT 2")) { XCTAssertTrue("\($0)".contains("one statement")) }
+    }
+
+    func testTransactionsRollBackOnError() throws {
+        let db = try Database(path: directory.file("t.sqlite"))
+        try db.migrate(notes)
+        struct Stop: Error {}
+        XCTAssertThrowsError(try db.transaction {
+            try db.execute("INSERT INTO notes (body) VALUES ('a')")
+            throw Stop()
+        })
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM notes"), .integer(0))
+    }
+
+    func testConcurrentProcessesNeverCorruptAndAKilledWriterLosesNothingCommitted() throws {
+        let path = directory.file("shared.sqlite")
+        let writer = FeatureHarness.buildDirectory + "/termind-test-store-writer"
+        // Two steady writers and one that is killed mid-way.
+        var processes: [(Process, Pipe)] = []
+        for (name, count, slow) in [("a", 300, false), ("b", 300, false), ("victim", 100_000, true)] {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: writer)
+            process.arguments = [path, name, String(count)] + (slow ? ["--slow"] : [])
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            try process.run()
+            processes.append((process, pipe))
+        }
+        // Let the victim commit some rows, then SIGKILL it.
+        let victim = processes[2]
+        var acknowledged = -1
+        var buffer = Data()
+        while acknowledged < 50 {
+            let chunk = victim.1.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            buffer += chunk
+            let lines = String(decoding: buffer, as: UTF8.self).split(separator: "\n")
+            acknowledged = lines.compactMap { Int($0) }.max() ?? -1
+        }
+        kill(victim.0.processIdentifier, SIGKILL)
+        victim.0.waitUntilExit()
+        for (process, _) in processes.prefix(2) {
+            process.waitUntilExit()
+            XCTAssertEqual(process.terminationStatus, 0)
+        }
+        let db = try Database(path: path)
+        XCTAssertEqual(try db.scalar("PRAGMA integrity_check"), .text("ok"))
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM rows WHERE writer = 'a'"), .integer(300))
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM rows WHERE writer = 'b'"), .integer(300))
+        guard case .integer(let kept) = try db.scalar("SELECT count(*) FROM rows WHERE writer = 'victim'") else { return XCTFail() }
+        XCTAssertGreaterThanOrEqual(Int(kept), acknowledged + 1, "every row the victim reported committed is there")
+        XCTAssertEqual(try db.scalar("SELECT max(sequence) + 1 = count(*) FROM rows WHERE writer = 'victim'"), .integer(1), "no gaps")
+    }
+}

@@ -1,0 +1,117 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import TermindStore
+import XCTest
+
+final class SecretStoreTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+    private var storePath: String { directory.file("secrets.sqlite") }
+    private var keyPath: String { directory.file("secrets.key") }
+    private let password = "correct-horse-\(UUID().uuidString)"
+
+    override func setUpWithError() throws { directory = try TemporaryDirectory() }
+    override func tearDown() { directory?.remove() }
+
+    /// Every byte termind wrote for the store: the database, its WAL and shared memory.
+    private func storeBytes() -> Data {
+        ["", "-wal", "-shm"].reduce(into: Data()) { all, suffix in
+            if let data = FileManager.default.contents(atPath: storePath + suffix) { all += data }
+        }
+    }
+
+    func testSecretsRoundTripAndNeverReachTheFilesInPlaintext() throws {
+        let store = try SecretStore(path: storePath, keySource: .keyFile(keyPath))
+        let handle = try store.store(Secret(password), purpose: "identity.password")
+        XCTAssertTrue(handle.hasPrefix("sec_"))
+        XCTAssertEqual(try store.secret(handle).withPlaintext { $0 }, password)
+        XCTAssertNil(storeBytes().range(of: Data(password.utf8)), "plaintext found in the store files")
+        // A fresh process (new instance) with the same key file reads it.
+        let reopened = try SecretStore(path: storePath, keySource: .keyFile(keyPath))
+        XCTAssertEqual(try reopened.secret(handle).withPlaintext { $0 }, password)
+        var info = stat()
+        XCTAssertEqual(stat(keyPath, &info), 0)
+        XCTAssertEqual(info.st_mode & 0o777, 0o600)
+    }
+
+    func testAWrongPassphraseIsClearAndChangesNothing() throws {
+        let handle: String
+        do {
+            let store = try SecretStore(path: storePath, keySource: .passphrase(Secret("first passphrase")))
+            handle = try store.store(Secret(password), purpose: "key.passphrase")
+        }
+        XCTAssertThrowsError(try SecretStore(path: storePath, keySource: .passphrase(Secret("wrong passphrase")))) { error in
+            XCTAssertEqual((error as? TermindError)?.code, "secret.wrong_passphrase")
+            XCTAssertFalse("\(error)".contains("wrong passphrase\""), "the attempted passphrase is not echoed")
+        }
+        XCTAssertThrowsError(try SecretStore(path: storePath, keySource: .keyFile(keyPath))) {
+            XCTAssertEqual(($0 as? TermindError)?.code, "secret.wrong_key")
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: keyPath), "a failed open creates no key file")
+        let store = try SecretStore(path: storePath, keySource: .passphrase(Secret("first passphrase")))
+        XCTAssertEqual(try store.secret(handle).withPlaintext { $0 }, password)
+    }
+
+    func testChangingThePassphraseKeepsEverySecret() throws {
+        let store = try SecretStore(path: storePath, keySource: .passphrase(Secret("old")))
+        let handles = try (0..<20).map { try store.store(Secret("secret-\($0)"), purpose: "test") }
+        try store.changeProtection(to: .passphrase(Secret("new")))
+        XCTAssertThrowsError(try SecretStore(path: storePath, keySource: .passphrase(Secret("old"))))
+        let reopened = try SecretStore(path: storePath, keySource: .passphrase(Secret("new")))
+        for (index, handle) in handles.enumerated() {
+            XCTAssertEqual(try reopened.secret(handle).withPlaintext { $0 }, "secret-\(index)")
+        }
+        // And from a passphrase to a key file.
+        try reopened.changeProtection(to: .keyFile(keyPath))
+        let keyed = try SecretStore(path: storePath, keySource: .keyFile(keyPath))
+        XCTAssertEqual(try keyed.secret(handles[7]).withPlaintext { $0 }, "secret-7")
+        XCTAssertEqual(try keyed.protection(), "key file")
+    }
+
+    func testATamperedOrSwappedSecretFailsAuthenticationAndOthersStillOpen() throws {
+        let store = try SecretStore(path: storePath, keySource: .keyFile(keyPath))
+        let a = try store.store(Secret("alpha"), purpose: "t")
+        let b = try store.store(Secret("bravo"), purpose: "t")
+        let c = try store.store(Secret("charlie"), purpose: "t")
+        // Edit the file behind the store's back, as an attacker or a disk fault would.
+        let raw = try Database(path: storePath)
+        let sealedA = try XCTUnwrap(raw.query("SELECT sealed FROM secrets WHERE handle = ?", [a]).first?.data("sealed"))
+        var flipped = sealedA
+        flipped[flipped.count - 20] ^= 0x01
+        try raw.execute("UPDATE secrets SET sealed = ? WHERE handle = ?", [flipped, a])
+        try raw.execute("UPDATE secrets SET sealed = ? WHERE handle = ?", [sealedA, b]) // a's sealed value under b's handle
+        for handle in [a, b] {
+            XCTAssertThrowsError(try store.secret(handle)) { error in
+                XCTAssertEqual((error as? TermindError)?.code, "secret.tampered")
+                XCTAssertFalse("\(error)".contains("alpha") || "\(error)".contains("bravo"))
+            }
+        }
+        XCTAssertEqual(try store.secret(c).withPlaintext { $0 }, "charlie")
+        XCTAssertThrowsError(try store.secret("sec_missing")) { XCTAssertEqual(($0 as? TermindError)?.code, "secret.missing") }
+    }
+
+    func testAKeyFileOthersCanReadIsRefusedAndAMissingOneIsNamed() throws {
+        let store = try SecretStore(path: storePath, keySource: .keyFile(keyPath))
+        _ = try store.store(Secret("x"), purpose: "t")
+        chmod(keyPath, 0o644)
+        XCTAssertThrowsError(try SecretStore(path: storePath, keySource: .keyFile(keyPath))) {
+            XCTAssertEqual(($0 as? TermindError)?.code, "secret.key_permissions")
+            XCTAssertTrue("\($0)".contains("chmod 600"))
+        }
+        chmod(keyPath, 0o600)
+        try FileManager.default.moveItem(atPath: keyPath, toPath: keyPath + ".moved")
+        XCTAssertThrowsError(try SecretStore(path: storePath, keySource: .keyFile(keyPath))) {
+            XCTAssertEqual(($0 as? TermindError)?.code, "secret.key_missing")
+        }
+    }
+
+    func testUpdateAndDelete() throws {
+        let store = try SecretStore(path: storePath, keySource: .keyFile(keyPath))
+        let handle = try store.store(Secret("one"), purpose: "t")
+        try store.update(handle, to: Secret("two"))
+        XCTAssertEqual(try store.secret(handle).withPlaintext { $0 }, "two")
+        try store.delete(handle)
+        XCTAssertEqual(try store.handles(), [])
+        XCTAssertThrowsError(try store.update(handle, to: Secret("three")))
+    }
+}

@@ -1,0 +1,121 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import XCTest
+
+/// ssh_config import through the Vault: preview → selection → commit, on real files.
+final class VaultImportTests: XCTestCase {
+    private var session: HarnessSession!
+    private var directory: TemporaryDirectory!
+
+    override func setUp() async throws {
+        directory = try TemporaryDirectory()
+        let data = try XCTUnwrap(FileManager.default.contents(atPath: Repository.path("Registry.json")))
+        let manifest = try XCTUnwrap(ManifestReader.readRegistry(data, source: "Registry.json", baseDirectory: FeatureHarness.buildDirectory).manifests.first)
+        session = try await FeatureHarness.boot(manifest)
+    }
+
+    override func tearDown() async throws {
+        await session?.shutdown()
+        directory?.remove()
+    }
+
+    private func writeConfig() throws -> String {
+        let marker = directory.file("proxycommand-ran")
+        try directory.write("conf.d/gpu.conf", """
+        Host gpu
+            HostName 10.20.0.5
+            User ml
+            ProxyJump bastion
+        """)
+        return try directory.write("config", """
+        Include \(directory.file("conf.d"))/*.conf
+
+        Host bastion
+            HostName bastion.example.com
+            Port 2222
+            User jump
+
+        Host legacy
+            HostName legacy.example.com
+            ProxyCommand touch \(marker)
+
+        Host existing
+            HostName new-address.example.com
+
+        Host *
+            User default-user
+            IdentityFile ~/.ssh/id_ed25519
+        """)
+    }
+
+    func testPreviewShowsCandidatesAndNeverRunsCommands() async throws {
+        _ = try await session.call(VaultContracts.HostAdd.self, .init(address: "old.example.com", label: "existing"))
+        let path = try writeConfig()
+        let preview = try await session.call(ImportContracts.Preview.self, .init(path: path))
+        XCTAssertEqual(preview.candidates.map(\.alias), ["gpu", "bastion", "legacy", "existing"])
+        let gpu = try XCTUnwrap(preview.candidates.first { $0.alias == "gpu" })
+        XCTAssertEqual(gpu.hostname, "10.20.0.5")
+        XCTAssertEqual(gpu.user, "ml")
+        XCTAssertEqual(gpu.jump, ["bastion"])
+        let bastion = try XCTUnwrap(preview.candidates.first { $0.alias == "bastion" })
+        XCTAssertEqual(bastion.port, 2222)
+        XCTAssertEqual(bastion.user, "jump", "first obtained value wins over Host *")
+        XCTAssertTrue(preview.candidates.first { $0.alias == "existing" }?.exists ?? false)
+        XCTAssertTrue(preview.warnings.contains { $0.contains("ProxyCommand") }, "\(preview.warnings)")
+        XCTAssertEqual(preview.files.count, 2, "the config and its Include are digested")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: directory.file("proxycommand-ran")), "nothing was executed")
+        let saved = try await session.call(VaultContracts.HostList.self, .init()).hosts
+        XCTAssertEqual(saved.count, 1, "a preview saves nothing")
+    }
+
+    func testCommitImportsTheSelectionInOrderNeverOverwritingOrTakingCredentials() async throws {
+        let original = try await session.call(VaultContracts.HostAdd.self, .init(address: "old.example.com", label: "existing"))
+        let path = try writeConfig()
+        let preview = try await session.call(ImportContracts.Preview.self, .init(path: path))
+        let result = try await session.call(ImportContracts.Commit.self, .init(path: path, select: ["gpu", "bastion", "existing"], files: preview.files))
+        XCTAssertEqual(result.created.map(\.label), ["bastion", "gpu"], "the jump host is created before the host that uses it")
+        XCTAssertEqual(result.skipped.map(\.alias), ["existing"])
+        let gpu = try XCTUnwrap(result.created.first { $0.label == "gpu" })
+        XCTAssertEqual(gpu.jump, [result.created[0].id])
+        XCTAssertNil(gpu.identity, "selecting a host never selects credentials")
+        let existing = try await session.call(VaultContracts.HostGet.self, .init(host: "existing"))
+        XCTAssertEqual(existing, original, "an existing record is never overwritten")
+        let identities = try await session.call(VaultContracts.IdentityList.self, Empty()).identities
+        XCTAssertEqual(identities, [])
+    }
+
+    func testACommitFailsClosedWhenAFileChangedSinceThePreview() async throws {
+        let path = try writeConfig()
+        let preview = try await session.call(ImportContracts.Preview.self, .init(path: path))
+        try directory.write("conf.d/gpu.conf", "Host gpu\n    HostName 10.66.6.6\n")
+        do {
+            _ = try await session.call(ImportContracts.Commit.self, .init(path: path, select: ["gpu", "bastion"], files: preview.files))
+            XCTFail("the commit must refuse a changed file")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "vault.import_changed")
+            XCTAssertTrue(error.message.contains("gpu.conf"), error.message)
+        }
+        let hosts = try await session.call(VaultContracts.HostList.self, .init()).hosts
+        XCTAssertEqual(hosts, [])
+    }
+
+    func testAMissingJumpHostImportsNothing() async throws {
+        let path = try writeConfig()
+        do {
+            _ = try await session.call(ImportContracts.Commit.self, .init(path: path, select: ["legacy", "gpu"]))
+            XCTFail()
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "vault.import_jump_missing")
+            XCTAssertTrue(error.message.contains("'bastion' of 'gpu'"), error.message)
+        }
+        let hosts = try await session.call(VaultContracts.HostList.self, .init()).hosts
+        XCTAssertEqual(hosts, [], "one transaction: legacy was not kept either")
+        do {
+            _ = try await session.call(ImportContracts.Commit.self, .init(path: path, select: ["nope"]))
+            XCTFail()
+        } catch let error as TermindError {
+            XCTAssertTrue(error.message.contains("'nope' is not a host"), error.message)
+        }
+    }
+}

@@ -1,0 +1,50 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import TermindStore
+import XCTest
+
+/// Every past schema version of the Vault has a fixture (a text dump of a real database
+/// at that version, with data). Booting the current Vault on each must migrate it and keep
+/// every record.
+final class VaultSchemaFixtureTests: XCTestCase {
+    private static let fixtures = ["vault-v1.sql"]
+
+    func testEveryPastSchemaVersionMigratesAndKeepsItsRecords() async throws {
+        let data = try XCTUnwrap(FileManager.default.contents(atPath: Repository.path("Registry.json")))
+        let manifest = try XCTUnwrap(ManifestReader.readRegistry(data, source: "Registry.json", baseDirectory: FeatureHarness.buildDirectory).manifests.first)
+        XCTAssertFalse(Self.fixtures.isEmpty)
+        for fixture in Self.fixtures {
+            let directory = try TemporaryDirectory()
+            defer { directory.remove() }
+            let dump = try String(contentsOfFile: Repository.path("Tests/VaultTests/Fixtures/\(fixture)"), encoding: .utf8)
+            do {
+                let restored = try Database(path: directory.file("termind.sqlite"))
+                try restored.executeScript(dump)
+            }
+            let session = try await FeatureHarness.boot(manifest, storeDirectory: directory.path)
+            XCTAssertEqual(session.status?.state, .running, "\(fixture): \(session.status?.reason ?? "")")
+
+            let hosts = try await session.call(VaultContracts.HostList.self, .init()).hosts
+            XCTAssertEqual(hosts.map(\.label), ["10.0.0.5", "gpu-box"], fixture)
+            let gpu = try XCTUnwrap(hosts.first { $0.label == "gpu-box" })
+            XCTAssertEqual(gpu.jump, [hosts[0].id])
+            XCTAssertEqual(gpu.shellIntegration, .enabled)
+            XCTAssertEqual(hosts[0].port, 2222)
+            XCTAssertEqual(hosts[0].tags, ["gpu", "mac=00:11:22:33:44:55"])
+            let identities = try await session.call(VaultContracts.IdentityList.self, Empty()).identities
+            XCTAssertEqual(identities.map(\.username), ["deploy"])
+            XCTAssertEqual(gpu.identity, identities[0].id)
+            let snippets = try await session.call(VaultContracts.SnippetList.self, Empty()).snippets
+            XCTAssertEqual(snippets.map(\.body), ["nvidia-smi"])
+            let known = try await session.call(KnownHostContracts.List.self, .init(host: "gpu.example.com")).entries
+            XCTAssertEqual(known.count, 1)
+            XCTAssertEqual(known.first?.keyType, "ssh-ed25519")
+
+            let db = try Database(path: directory.file("termind.sqlite"))
+            XCTAssertEqual(try db.schemaVersion(of: "vault"), 1, "the latest Vault schema version")
+            XCTAssertEqual(try db.scalar("PRAGMA integrity_check"), .text("ok"))
+            await session.shutdown()
+        }
+    }
+}
