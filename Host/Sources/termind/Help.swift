@@ -16,6 +16,7 @@ enum Help {
       version                  Print termind, build signature and library versions.
       plugins check DIR        Check a plugin the way termind loads it (for plugin authors).
       bench [--iterations N]   Measure boot time and contract round trips (in-process and socket).
+      bench vault [--hosts N]  Import N hosts from an ssh_config, list and look them up.
       help [COMMAND]           Show this help, or a plugin command's usage.
       <plugin command> ...     Commands added by loaded features/plugins (see 'termind help').
 

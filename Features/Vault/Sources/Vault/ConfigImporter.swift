@@ -63,42 +63,50 @@ struct ConfigImporter {
         guard unknown.isEmpty else {
             throw TermindError.badRequest("select: \(unknown.map { "'\($0)'" }.joined(separator: ", ")) \(unknown.count == 1 ? "is" : "are") not a host in \(request.path).")
         }
+        var seen = Set<String>()
+        let selected = request.select.filter { seen.insert($0).inserted }
+        let order = try Self.dependencyOrder(selected, hops: { candidates[$0]!.proxyJump.map(\.host) })
         return try hosts.db.transaction {
             var created: [HostRecord] = []
             var skipped: [ImportContracts.Commit.Skipped] = []
-            var pending = request.select.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
-            // Hosts whose hops are resolvable go first; a pass without progress means a hop is missing.
-            while !pending.isEmpty {
-                var progressed = false
-                for alias in pending {
-                    let resolved = candidates[alias]!
-                    if try hosts.find(alias) != nil {
-                        skipped.append(.init(alias: alias, reason: "a saved host already has the label '\(alias)'"))
-                        pending.removeAll { $0 == alias }
-                        progressed = true
-                        continue
-                    }
-                    let hops = resolved.proxyJump.map { $0.host }
-                    if hops.contains(where: { pending.contains($0) && $0 != alias }) { continue }
-                    var jump: [String] = []
-                    for hop in hops {
-                        guard let saved = try hosts.find(hop) else {
-                            throw TermindError(code: "vault.import_jump_missing", message: "Jump host '\(hop)' of '\(alias)' is neither saved nor selected; select it too. Nothing was imported.")
-                        }
-                        jump.append(saved.id)
-                    }
-                    let host = try hosts.add(.init(address: resolved.hostname, label: alias, port: resolved.port, user: resolved.user,
-                                                   jump: jump), identities: identities)
-                    created.append(host)
-                    pending.removeAll { $0 == alias }
-                    progressed = true
+            for alias in order {
+                let resolved = candidates[alias]!
+                if try hosts.find(alias) != nil {
+                    skipped.append(.init(alias: alias, reason: "a saved host already has the label '\(alias)'"))
+                    continue
                 }
-                if !progressed {
-                    throw TermindError(code: "vault.import_jump_cycle", message: "The jump routes of \(pending.map { "'\($0)'" }.joined(separator: ", ")) form a cycle. Nothing was imported.")
+                var jump: [String] = []
+                for hop in resolved.proxyJump.map(\.host) {
+                    guard let saved = try hosts.find(hop) else {
+                        throw TermindError(code: "vault.import_jump_missing", message: "Jump host '\(hop)' of '\(alias)' is neither saved nor selected; select it too. Nothing was imported.")
+                    }
+                    jump.append(saved.id)
                 }
+                created.append(try hosts.add(.init(address: resolved.hostname, label: alias, port: resolved.port, user: resolved.user,
+                                                   jump: jump), identities: identities))
             }
             return .init(created: created, skipped: skipped)
         }
+    }
+
+    /// Selected aliases ordered so each jump host comes before the hosts that use it
+    /// (depth-first, selection order otherwise). A cycle among them is an error.
+    static func dependencyOrder(_ selected: [String], hops: (String) -> [String]) throws -> [String] {
+        let chosen = Set(selected)
+        var order: [String] = []
+        var state: [String: Bool] = [:] // false: visiting, true: done
+        func visit(_ alias: String) throws {
+            if state[alias] == true { return }
+            if state[alias] == false {
+                throw TermindError(code: "vault.import_jump_cycle", message: "The jump route of '\(alias)' leads back to itself. Nothing was imported.")
+            }
+            state[alias] = false
+            for hop in hops(alias) where chosen.contains(hop) && hop != alias { try visit(hop) }
+            state[alias] = true
+            order.append(alias)
+        }
+        for alias in selected { try visit(alias) }
+        return order
     }
 
     /// glob(3) with sorted results; no match is an empty list.

@@ -19,8 +19,9 @@ struct HostRepository: Sendable {
 
     /// By id, else by label (case-insensitive).
     func find(_ ref: String) throws -> HostRecord? {
-        try db.query("SELECT * FROM vault_hosts WHERE id = ? OR label = ? COLLATE NOCASE ORDER BY id = ? DESC LIMIT 1", [ref, ref, ref])
-            .first.map(Self.record)
+        // Two indexed lookups: an OR across both columns would scan the table.
+        if let byID = try db.query("SELECT * FROM vault_hosts WHERE id = ?", [ref]).first { return Self.record(byID) }
+        return try db.query("SELECT * FROM vault_hosts WHERE label = ? COLLATE NOCASE", [ref]).first.map(Self.record)
     }
 
     func get(_ ref: String) throws -> HostRecord {

@@ -14,8 +14,8 @@ struct IdentityRepository: Sendable {
     }
 
     func find(_ ref: String) throws -> IdentityRecord? {
-        try db.query("SELECT * FROM vault_identities WHERE id = ? OR label = ? COLLATE NOCASE ORDER BY id = ? DESC LIMIT 1", [ref, ref, ref])
-            .first.map(Self.record)
+        if let byID = try db.query("SELECT * FROM vault_identities WHERE id = ?", [ref]).first { return Self.record(byID) }
+        return try db.query("SELECT * FROM vault_identities WHERE label = ? COLLATE NOCASE", [ref]).first.map(Self.record)
     }
 
     func get(_ ref: String) throws -> IdentityRecord {
@@ -132,7 +132,8 @@ struct SnippetRepository: Sendable {
     }
 
     func delete(_ ref: String) throws -> String {
-        guard let id = try db.query("SELECT id FROM vault_snippets WHERE id = ? OR label = ? ORDER BY id = ? DESC LIMIT 1", [ref, ref, ref]).first?.string("id") else {
+        guard let id = try db.query("SELECT id FROM vault_snippets WHERE id = ?", [ref]).first?.string("id")
+                ?? db.query("SELECT id FROM vault_snippets WHERE label = ? LIMIT 1", [ref]).first?.string("id") else {
             throw TermindError(code: "vault.snippet_not_found", message: "No snippet with id or label '\(ref)'.")
         }
         try db.execute("DELETE FROM vault_snippets WHERE id = ?", [id])

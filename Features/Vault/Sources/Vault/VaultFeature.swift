@@ -27,6 +27,11 @@ final class VaultFeature: Feature {
         registrar.provide(.credentials, VaultCredentials(vault: self))
         registrar.provide(.hostKeyTrust, VaultTrust(vault: self))
         registerKnownHosts(registrar)
+        registrar.handle(ConnectContracts.Resolve.self) { [self] r, _ in try QuickConnectResolver(hosts: try current().hosts).resolve(r.input) }
+        registrar.handle(ConnectContracts.Save.self) { [self] r, _ in
+            let s = try current()
+            return try QuickConnectResolver(hosts: s.hosts).save(r, identities: s.identities)
+        }
         registrar.handle(ImportContracts.Preview.self) { [self] r, _ in try ConfigImporter(hosts: try current().hosts).preview(r.path) }
         registrar.handle(ImportContracts.Commit.self) { [self] r, _ in
             let s = try current()

@@ -27,6 +27,13 @@ extension SSHConfig {
     struct IncludedFile: Sendable {
         let path: String
         let entries: [Entry]
+        let index: BlockIndex
+
+        init(path: String, entries: [Entry]) {
+            self.path = path
+            self.entries = entries
+            index = BlockIndex(entries)
+        }
     }
 
     struct MatchCriterion: Sendable {

@@ -10,7 +10,7 @@ extension SSHConfig {
     public func resolve(alias: String, localUser: String? = nil) -> ResolvedHost {
         var run = Evaluation(alias: alias, localUser: localUser ?? ProcessInfo.processInfo.userName)
         var active = true
-        run.apply(entries, host: alias, active: &active, neverMatch: false)
+        run.apply(entries, index: index, host: alias, active: &active, neverMatch: false)
 
         var hostname = alias
         if let configured = run.hostname, let at = run.hostnameAt {
@@ -30,7 +30,7 @@ extension SSHConfig {
             run.finalPass = true
             run.hostname = hostname
             active = true
-            run.apply(entries, host: hostname, active: &active, neverMatch: false)
+            run.apply(entries, index: index, host: hostname, active: &active, neverMatch: false)
         }
         return ResolvedHost(alias: alias, hostname: hostname, user: run.user, port: run.port ?? 22,
                             identityFiles: run.identityFiles, proxyJump: run.jumpHops, forwards: run.forwards,
@@ -91,34 +91,45 @@ extension SSHConfig {
 
         /// OpenSSH's `read_config_file_depth` loop: `active` is the "activep" flag; files
         /// included while inactive are read with Host/Match never matching.
-        mutating func apply(_ entries: [Entry], host: String, active: inout Bool, neverMatch: Bool) {
-            for entry in entries {
-                switch entry {
-                case .host(let patterns, _):
-                    active = false
-                    if neverMatch { continue }
-                    for pattern in patterns {
-                        let negated = pattern.hasPrefix("!")
-                        guard SSHPattern.match(host, negated ? String(pattern.dropFirst()) : pattern) else { continue }
-                        if negated { active = false; break }
-                        active = true
-                    }
-                case .match(let criteria, let at):
-                    let matched = evaluate(criteria, host: host, at: at, neverMatch: neverMatch)
-                    active = neverMatch ? false : matched
-                case .brokenBlock:
-                    active = false
-                case .include(let files, _):
-                    let outer = active
-                    for file in files {
-                        apply(file.entries, host: host, active: &active, neverMatch: neverMatch || !outer)
-                        active = outer
-                    }
-                case .option(let option, let at, let warning):
-                    guard active else { continue }
-                    if let warning { warn(at, warning) }
-                    set(option, at: at)
+        mutating func apply(_ entries: [Entry], index: BlockIndex, host: String, active: inout Bool, neverMatch: Bool) {
+            guard !neverMatch else {
+                // Read while inactive: walk everything (nothing can match; rare).
+                for entry in entries { step(entry, host: host, active: &active, neverMatch: true) }
+                return
+            }
+            for position in index.preamble { step(entries[position], host: host, active: &active, neverMatch: false) }
+            for block in index.blocks(for: host) {
+                for position in block { step(entries[position], host: host, active: &active, neverMatch: false) }
+            }
+        }
+
+        /// One entry of OpenSSH's loop.
+        private mutating func step(_ entry: Entry, host: String, active: inout Bool, neverMatch: Bool) {
+            switch entry {
+            case .host(let patterns, _):
+                active = false
+                if neverMatch { return }
+                for pattern in patterns {
+                    let negated = pattern.hasPrefix("!")
+                    guard SSHPattern.match(host, negated ? String(pattern.dropFirst()) : pattern) else { continue }
+                    if negated { active = false; break }
+                    active = true
                 }
+            case .match(let criteria, let at):
+                let matched = evaluate(criteria, host: host, at: at, neverMatch: neverMatch)
+                active = neverMatch ? false : matched
+            case .brokenBlock:
+                active = false
+            case .include(let files, _):
+                let outer = active
+                for file in files {
+                    apply(file.entries, index: file.index, host: host, active: &active, neverMatch: neverMatch || !outer)
+                    active = outer
+                }
+            case .option(let option, let at, let warning):
+                guard active else { return }
+                if let warning { warn(at, warning) }
+                set(option, at: at)
             }
         }
 

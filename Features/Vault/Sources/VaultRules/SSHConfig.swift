@@ -44,12 +44,14 @@ public struct SSHConfig: Sendable {
     public let warnings: [SSHConfigWarning]
 
     let entries: [Entry]
+    let index: BlockIndex
     let origin: Origin
 
     init(path: String, origin: Origin, entries: [Entry], errors: [TermindError], warnings: [SSHConfigWarning]) {
         self.path = path
         self.origin = origin
         self.entries = entries
+        self.index = BlockIndex(entries)
         self.errors = errors
         self.warnings = warnings
     }

@@ -1,0 +1,93 @@
+import Foundation
+import TermindCore
+import TermindKernel
+
+/// `termind bench vault [--hosts N]`: imports N hosts from a generated ssh_config through
+/// the Vault's contracts (preview, then commit), lists them and looks hosts up by label.
+/// The peer is OpenSSH resolving one host from the same file (`ssh -G -F FILE alias`).
+extension Bench {
+    static func vault(_ inv: Invocation, arguments: [String]) async throws -> Invocation.Exit {
+        var count = 10_000
+        var args = arguments[...]
+        while let arg = args.popFirst() {
+            guard arg == "--hosts", let v = args.popFirst().flatMap(Int.init), v > 0 else {
+                throw Invocation.UsageError(description: "bench vault takes only --hosts N (N > 0).")
+            }
+            count = v
+        }
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("termind-bench-vault-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        var configuration = try inv.kernelConfiguration()
+        configuration.pluginDirectories = []
+        configuration.storePath = scratch + "/termind.sqlite"
+        configuration.secretsPath = scratch + "/secrets.sqlite"
+        configuration.secretsKey = .keyFile(scratch + "/secrets.key")
+        let kernel = Kernel(configuration: configuration, sink: .disabled())
+        try await kernel.boot()
+        defer { Task { await kernel.shutdown() } }
+
+        // A realistic config: N hosts in blocks, a shared bastion, and a catch-all.
+        var text = "Host bastion\n    HostName bastion.example.com\n    Port 2222\n\n"
+        for i in 0..<count {
+            text += "Host node-\(i)\n    HostName 10.\(i / 65_536 % 256).\(i / 256 % 256).\(i % 256)\n    User ops\n"
+            if i % 10 == 0 { text += "    ProxyJump bastion\n" }
+            text += "\n"
+        }
+        text += "Host *\n    ServerAliveInterval 30\n"
+        let path = scratch + "/config"
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        var figures: [Figure] = []
+
+        var start = now()
+        let preview = try await kernel.call(ImportContracts.Preview.self, .init(path: path))
+        figures.append(Figure(name: "import preview of \(count + 1) hosts", value: (now() - start) * 1e3, unit: "ms"))
+        start = now()
+        let committed = try await kernel.call(ImportContracts.Commit.self, .init(path: path, select: preview.candidates.map(\.alias), files: preview.files))
+        figures.append(Figure(name: "import commit (one transaction)", value: (now() - start) * 1e3, unit: "ms"))
+        guard committed.created.count == count + 1 else {
+            throw TermindError.internalFailure("the benchmark imported \(committed.created.count) hosts, expected \(count + 1)")
+        }
+        start = now()
+        let listed = try await kernel.call(VaultContracts.HostList.self, .init()).hosts
+        figures.append(Figure(name: "list \(listed.count) hosts", value: (now() - start) * 1e3, unit: "ms"))
+
+        let lookups = 1_000
+        start = now()
+        for i in 0..<lookups { _ = try await kernel.call(VaultContracts.HostGet.self, .init(host: "node-\(i * 7 % count)")) }
+        let lookup = (now() - start) / Double(lookups)
+        // Peer: OpenSSH resolving one alias from the same file (a process start per lookup).
+        let ssh = "/usr/bin/ssh"
+        var peer: Double?
+        if FileManager.default.isExecutableFile(atPath: ssh) {
+            let samples = 20
+            start = now()
+            for i in 0..<samples {
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: ssh)
+                process.arguments = ["-G", "-F", path, "node-\(i * 97 % count)"]
+                process.standardOutput = FileHandle.nullDevice
+                process.standardError = FileHandle.nullDevice
+                try process.run()
+                process.waitUntilExit()
+            }
+            peer = (now() - start) / Double(samples)
+        }
+        figures.append(Figure(name: "lookup by label (contract call), mean of \(lookups)", value: lookup * 1e6, unit: "µs", baseline: peer.map { $0 * 1e6 }))
+        let database = ["", "-wal"].reduce(0) { total, suffix in
+            total + ((try? FileManager.default.attributesOfItem(atPath: scratch + "/termind.sqlite" + suffix)[.size] as? Int) ?? 0)
+        }
+        figures.append(Figure(name: "database size (with WAL)", value: Double(database) / 1_048_576, unit: "MiB"))
+
+        if inv.json {
+            struct Report: Encodable { let hosts: Int; let peer: String; let figures: [Figure] }
+            Output.json(Report(hosts: count + 1, peer: "ssh -G -F FILE alias (OpenSSH resolving one host from the same file)", figures: figures))
+        } else {
+            Output.line("termind bench vault — \(count + 1) hosts from a generated ssh_config; peer: ssh -G -F FILE alias")
+            Output.table(["FIGURE", "VALUE", "PEER", "RATIO"], figures.map { f in
+                [f.name, format(f.value) + " " + f.unit, f.baseline.map { format($0) + " " + f.unit } ?? "", f.ratio.map { String(format: "%.3f×", $0) } ?? ""]
+            })
+        }
+        return .success
+    }
+}
