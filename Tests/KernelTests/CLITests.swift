@@ -183,6 +183,39 @@ final class CLITests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: socket), "the socket is removed on shutdown")
     }
 
+    func testTheVaultRunsOnAnIsolatedStoreAndTheSecretStoreCanChangeProtection() throws {
+        let store = ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("secrets.key")]
+        let added = try run(store + ["--json", "vault", "identity", "add", "deploy", "--password", "-"], stdin: "s3cret-pw\n")
+        XCTAssertEqual(added.status, 0, added.stderr)
+        XCTAssertEqual(try json(added)["hasPassword"], .bool(true))
+        let onCommandLine = try run(store + ["vault", "identity", "add", "other", "--password", "hunter2"])
+        XCTAssertEqual(onCommandLine.status, 2)
+        XCTAssertTrue(onCommandLine.stderr.contains("never on the command line"), onCommandLine.stderr)
+
+        let protect = try run(store + ["secrets", "protect", "--passphrase", "-"], stdin: "correct horse battery\n")
+        XCTAssertEqual(protect.status, 0, protect.stderr)
+        XCTAssertTrue(protect.stdout.contains("passphrase (scrypt)"), protect.stdout)
+        let withoutPassphrase = try run(store + ["vault", "identity", "list"])
+        XCTAssertEqual(withoutPassphrase.status, 3)
+        XCTAssertTrue(withoutPassphrase.stderr.contains("protected by a passphrase"), withoutPassphrase.stderr)
+        let wrong = try directory.write("wrong.txt", "wrong one\n")
+        let rejected = try run(store + ["--secrets-passphrase-file", wrong, "vault", "identity", "list"])
+        XCTAssertEqual(rejected.status, 3)
+        XCTAssertTrue(rejected.stderr.contains("Wrong passphrase"), rejected.stderr)
+        let right = try directory.write("right.txt", "correct horse battery\n")
+        let listed = try run(store + ["--secrets-passphrase-file", right, "--json", "vault", "identity", "list"])
+        XCTAssertEqual(listed.status, 0, listed.stderr)
+        XCTAssertTrue(listed.stdout.contains("deploy"))
+        XCTAssertFalse(listed.stdout.contains("s3cret") || listed.stderr.contains("s3cret"), "no secret in output")
+        let back = try run(store + ["--secrets-passphrase-file", right, "secrets", "protect", "--key-file"])
+        XCTAssertEqual(back.status, 0, back.stderr)
+        XCTAssertEqual(try run(store + ["vault", "identity", "list"]).status, 0)
+        for file in try FileManager.default.contentsOfDirectory(atPath: directory.path) {
+            let bytes = FileManager.default.contents(atPath: directory.file(file)) ?? Data()
+            XCTAssertNil(bytes.range(of: Data("s3cret-pw".utf8)), "plaintext secret in \(file)")
+        }
+    }
+
     private func readLine(_ handle: FileHandle) throws -> Data {
         var line = Data()
         while true {

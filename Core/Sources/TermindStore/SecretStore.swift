@@ -47,7 +47,7 @@ public final class SecretStore: @unchecked Sendable {
             if let wrapped = try database.query("SELECT value FROM secret_meta WHERE name = 'data_key'").first?.data("value") {
                 let passphraseProtected = try !database.query("SELECT 1 FROM secret_meta WHERE name = 'kdf'").isEmpty
                 if case .keyFile = keySource, passphraseProtected {
-                    throw TermindError(code: "secret.wrong_key", message: "The secret store \(path) is protected by a passphrase, not a key file. Nothing was changed.")
+                    throw TermindError(code: "secret.wrong_key", message: "The secret store \(path) is protected by a passphrase, not a key file (give it with --secrets-passphrase-file FILE). Nothing was changed.")
                 }
                 let kek = try Self.keyEncryptionKey(keySource, database: database, creating: false, storePath: path)
                 guard let box = AEAD.SealedBox(combined: wrapped),

@@ -93,6 +93,34 @@ enum Commands {
         return .success
     }
 
+    /// `termind secrets status` and `termind secrets protect [--passphrase -]`.
+    static func secrets(_ inv: Invocation) async throws -> Invocation.Exit {
+        let response: SecretStoreContracts.Status.Response
+        switch inv.arguments {
+        case ["status"]:
+            response = try await Session.with(inv) { try await $0.call(SecretStoreContracts.Status.self, Empty()) }
+        case ["protect", "--passphrase", "-"]:
+            let first = try SecretInput.read(prompt: "New passphrase: ")
+            if isatty(STDIN_FILENO) == 1 {
+                guard try SecretInput.read(prompt: "Again: ") == first else {
+                    throw TermindError.badRequest("passphrase: the two entries differ; nothing was changed.")
+                }
+            }
+            guard !first.isEmpty else { throw Invocation.UsageError(description: "The new passphrase is empty.") }
+            response = try await Session.with(inv) { try await $0.call(SecretStoreContracts.Protect.self, .init(passphrase: Secret(first))) }
+        case ["protect", "--key-file"]:
+            response = try await Session.with(inv) { try await $0.call(SecretStoreContracts.Protect.self, .init()) }
+        default:
+            throw Invocation.UsageError(description: "usage: termind secrets status | termind secrets protect --passphrase - | termind secrets protect --key-file")
+        }
+        if inv.json { Output.json(response) } else {
+            Output.line("protection  \(response.protection)")
+            Output.line("store       \(response.path)")
+            Output.line("secrets     \(response.secrets)")
+        }
+        return .success
+    }
+
     static func plugins(_ inv: Invocation) async throws -> Invocation.Exit {
         guard inv.arguments.count == 2, inv.arguments[0] == "check" else {
             throw Invocation.UsageError(description: "usage: termind plugins check DIR")

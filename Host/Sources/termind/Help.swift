@@ -15,6 +15,14 @@ enum Help {
                                Other termind commands then run inside it.
       version                  Print termind, build signature and library versions.
       plugins check DIR        Check a plugin the way termind loads it (for plugin authors).
+      secrets status           How the encrypted secret store is protected.
+      secrets protect --passphrase -
+                               Protect it with a passphrase typed (or piped) on standard input;
+                               later runs need --secrets-passphrase-file. No secret is lost.
+      secrets protect --key-file
+                               Protect it with the key file again.
+      vault ...                Hosts, identities, snippets, known hosts, ssh_config import,
+                               quick connect: 'termind vault' lists the commands.
       bench [--iterations N]   Measure boot time and contract round trips (in-process and socket).
       bench vault [--hosts N]  Import N hosts from an ssh_config, list and look them up.
       help [COMMAND]           Show this help, or a plugin command's usage.

@@ -144,6 +144,7 @@ struct Invocation {
         configuration.storePath = storePath
         configuration.secretsPath = secretsPath ?? ((storePath as NSString).deletingLastPathComponent as NSString).appendingPathComponent("secrets.sqlite")
         configuration.secretsKey = try secretsKeySource()
+        configuration.secretsKeyFilePath = secretsKeyPath
         return configuration
     }
 

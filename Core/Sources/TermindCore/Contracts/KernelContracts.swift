@@ -111,3 +111,37 @@ public struct ContractInfo: Sendable, Equatable, Codable {
         self.response = response
     }
 }
+
+/// The secret store's protection (the store itself is a kernel service).
+public enum SecretStoreContracts {
+    public enum Status: Contract {
+        public typealias Request = Empty
+        public struct Response: Codable, Sendable, Equatable {
+            /// "key file" or "passphrase (scrypt)".
+            public var protection: String
+            public var path: String
+            public var secrets: Int
+            public init(protection: String, path: String, secrets: Int) {
+                self.protection = protection
+                self.path = path
+                self.secrets = secrets
+            }
+        }
+        public static let name = "kernel.secrets.status"
+        public static let version = 1
+        public static let summary = "How the secret store is protected and how many secrets it holds."
+    }
+
+    /// Re-wraps the store's data key: every secret stays readable.
+    public enum Protect: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            /// The new passphrase; empty or absent switches to the key file.
+            public var passphrase: Secret?
+            public init(passphrase: Secret? = nil) { self.passphrase = passphrase }
+        }
+        public typealias Response = SecretStoreContracts.Status.Response
+        public static let name = "kernel.secrets.protect"
+        public static let version = 1
+        public static let summary = "Protect the secret store with a new passphrase (or the key file); no secret is lost."
+    }
+}

@@ -374,6 +374,31 @@ public actor Kernel {
             .init(termind: configuration.hostVersion, signature: .host, pluginABI: FeatureDescriptor.abiVersion,
                   libraries: configuration.libraryVersions)
         }
+        let routes = self.routes
+        let secretStatus: @Sendable () throws -> SecretStoreContracts.Status.Response = {
+            guard let store = routes.port("kernel.secrets") as? SecretStore else {
+                throw TermindError(code: "secret.unavailable", message: "The secret store is not open: no loaded feature uses it.")
+            }
+            return .init(protection: try store.protection(), path: store.path, secrets: try store.handles().count)
+        }
+        registrar.handle(SecretStoreContracts.Status.self) { _, _ in try secretStatus() }
+        registrar.handle(SecretStoreContracts.Protect.self) { request, _ in
+            guard let store = routes.port("kernel.secrets") as? SecretStore else { return try secretStatus() }
+            if let passphrase = request.passphrase, !passphrase.isEmpty {
+                guard passphrase.withPlaintext({ $0.count }) >= 8 else {
+                    throw TermindError.badRequest("passphrase: use at least 8 characters.")
+                }
+                try store.changeProtection(to: .passphrase(passphrase))
+            } else {
+                var keyFile = configuration.secretsKeyFilePath
+                if keyFile == nil, case .keyFile(let path)? = configuration.secretsKey { keyFile = path }
+                guard let keyFile else {
+                    throw TermindError.badRequest("passphrase: no key file is configured to switch to (--secrets-key).")
+                }
+                try store.changeProtection(to: .keyFile(keyFile))
+            }
+            return try secretStatus()
+        }
         for endpoint in registrar.publishedEndpoints { try! routes.add(endpoint) }
     }
 }

@@ -27,6 +27,8 @@ public struct KernelConfiguration: Sendable {
     /// The secret store behind `kernel.secrets`, and how its key is obtained.
     public var secretsPath: String?
     public var secretsKey: SecretStore.KeySource?
+    /// The key file used when protection switches from a passphrase to a key file.
+    public var secretsKeyFilePath: String?
 
     public init(registryPath: String?, libraryDirectory: String? = nil, pluginDirectories: [String] = [], selection: Set<String>? = nil,
                 hostVersion: String = "0.1.0", libraryVersions: [String: String] = [:]) {
