@@ -38,6 +38,20 @@ public enum FeatureHarness {
         }
     }
 
+    /// A feature's entry in the checkout's Registry.json, its library resolved in the build
+    /// folder: what our own features' tests boot.
+    public static func registryManifest(id: String) throws -> FeatureManifest {
+        let path = Repository.path("Registry.json")
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw TermindError(code: "harness.registry_missing", message: "No Registry.json at \(path).")
+        }
+        let registry = try ManifestReader.readRegistry(data, source: "Registry.json", baseDirectory: buildDirectory)
+        guard let manifest = registry.manifests.first(where: { $0.id == id }) else {
+            throw TermindError(code: "harness.feature_missing", message: "Registry.json declares no feature '\(id)'.")
+        }
+        return manifest
+    }
+
     /// Boots the kernel with `feature` plus an in-process feature providing `fakes`.
     /// `storeDirectory` holds the database, secret store and key file behind the kernel's
     /// store ports (a fresh temporary folder when nil, removed at shutdown).

@@ -11,9 +11,7 @@ final class VaultFeatureTests: XCTestCase {
     private var session: HarnessSession!
 
     private static func manifest() throws -> FeatureManifest {
-        let data = try XCTUnwrap(FileManager.default.contents(atPath: Repository.path("Registry.json")))
-        let registry = try ManifestReader.readRegistry(data, source: "Registry.json", baseDirectory: FeatureHarness.buildDirectory)
-        return try XCTUnwrap(registry.manifests.first { $0.id == "vault" })
+        try FeatureHarness.registryManifest(id: "vault")
     }
 
     override func setUp() async throws {

@@ -10,8 +10,7 @@ final class VaultImportTests: XCTestCase {
 
     override func setUp() async throws {
         directory = try TemporaryDirectory()
-        let data = try XCTUnwrap(FileManager.default.contents(atPath: Repository.path("Registry.json")))
-        let manifest = try XCTUnwrap(ManifestReader.readRegistry(data, source: "Registry.json", baseDirectory: FeatureHarness.buildDirectory).manifests.first)
+        let manifest = try FeatureHarness.registryManifest(id: "vault")
         session = try await FeatureHarness.boot(manifest)
     }
 

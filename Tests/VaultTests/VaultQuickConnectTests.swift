@@ -7,8 +7,7 @@ final class VaultQuickConnectTests: XCTestCase {
     private var session: HarnessSession!
 
     override func setUp() async throws {
-        let data = try XCTUnwrap(FileManager.default.contents(atPath: Repository.path("Registry.json")))
-        let manifest = try XCTUnwrap(ManifestReader.readRegistry(data, source: "Registry.json", baseDirectory: FeatureHarness.buildDirectory).manifests.first)
+        let manifest = try FeatureHarness.registryManifest(id: "vault")
         session = try await FeatureHarness.boot(manifest)
         _ = try await session.call(VaultContracts.HostAdd.self, .init(address: "bastion.example.com", label: "bastion", port: 2200, user: "jump"))
         _ = try await session.call(VaultContracts.HostAdd.self, .init(address: "10.0.0.9", label: "db", user: "postgres"))

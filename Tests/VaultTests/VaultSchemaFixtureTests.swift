@@ -11,8 +11,7 @@ final class VaultSchemaFixtureTests: XCTestCase {
     private static let fixtures = ["vault-v1.sql"]
 
     func testEveryPastSchemaVersionMigratesAndKeepsItsRecords() async throws {
-        let data = try XCTUnwrap(FileManager.default.contents(atPath: Repository.path("Registry.json")))
-        let manifest = try XCTUnwrap(ManifestReader.readRegistry(data, source: "Registry.json", baseDirectory: FeatureHarness.buildDirectory).manifests.first)
+        let manifest = try FeatureHarness.registryManifest(id: "vault")
         XCTAssertFalse(Self.fixtures.isEmpty)
         for fixture in Self.fixtures {
             let directory = try TemporaryDirectory()
