@@ -41,7 +41,7 @@ final class VaultSchemaFixtureTests: XCTestCase {
             XCTAssertEqual(known.first?.keyType, "ssh-ed25519")
 
             let db = try Database(path: directory.file("termind.sqlite"))
-            XCTAssertEqual(try db.schemaVersion(of: "vault"), 1, "the latest Vault schema version")
+            XCTAssertEqual(try db.schemaVersion(of: "vault"), 2, "migrated to the latest Vault schema version")
             XCTAssertEqual(try db.scalar("PRAGMA integrity_check"), .text("ok"))
             await session.shutdown()
         }

@@ -35,14 +35,18 @@ public struct HostCredentials: Sendable {
     public var passwordSource: PasswordSource
     /// The identity whose secrets were considered, if any.
     public var identity: String?
+    /// The selected identity's private key (unencrypted OpenSSH text), if it has one.
+    public var privateKey: Secret?
 
-    public init(address: String, port: Int, username: String?, password: Secret?, passwordSource: PasswordSource, identity: String?) {
+    public init(address: String, port: Int, username: String?, password: Secret?, passwordSource: PasswordSource, identity: String?,
+                privateKey: Secret? = nil) {
         self.address = address
         self.port = port
         self.username = username
         self.password = password
         self.passwordSource = passwordSource
         self.identity = identity
+        self.privateKey = privateKey
     }
 }
 

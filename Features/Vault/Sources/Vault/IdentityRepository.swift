@@ -8,6 +8,7 @@ import TermindStore
 struct IdentityRepository: Sendable {
     let db: Database
     let secrets: SecretStore
+    let keys: KeyRepository
 
     func list() throws -> [IdentityRecord] {
         try db.query("SELECT * FROM vault_identities ORDER BY label COLLATE NOCASE").map(Self.record)
@@ -41,8 +42,9 @@ struct IdentityRepository: Sendable {
         do {
             try db.transaction {
                 try ensureLabelFree(label, excluding: nil)
+                let key = try r.key.flatMap { $0.isEmpty ? nil : try keys.get($0).id }
                 try db.execute("INSERT INTO vault_identities (id, label, username, password_handle, key_id) VALUES (?, ?, ?, ?, ?)",
-                               [id, label, username, handle, r.key.flatMap { $0.isEmpty ? nil : $0 }])
+                               [id, label, username, handle, key])
             }
         } catch {
             if let handle { try? secrets.delete(handle) }
@@ -67,7 +69,7 @@ struct IdentityRepository: Sendable {
                     label = typed.isEmpty ? username : typed
                     try ensureLabelFree(label, excluding: current.id)
                 }
-                let key = r.key.map { $0.isEmpty ? nil : $0 } ?? current.key
+                let key = try r.key.map { $0.isEmpty ? nil : try keys.get($0).id } ?? current.key
                 let handle = newHandle ?? oldHandle
                 try db.execute("""
                     UPDATE vault_identities SET label = ?, username = ?, password_handle = ?, key_id = ?,

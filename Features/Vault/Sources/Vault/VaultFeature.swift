@@ -12,6 +12,7 @@ final class VaultFeature: Feature {
         let identities: IdentityRepository
         let snippets: SnippetRepository
         let knownHosts: KnownHostRepository
+        let keys: KeyRepository
         let logger: Logger
     }
 
@@ -27,6 +28,16 @@ final class VaultFeature: Feature {
         registrar.provide(.credentials, VaultCredentials(vault: self))
         registrar.provide(.hostKeyTrust, VaultTrust(vault: self))
         registerKnownHosts(registrar)
+        registrar.handle(KeyContracts.List.self) { [self] _, _ in .init(keys: try current().keys.list()) }
+        registrar.handle(KeyContracts.Generate.self) { [self] r, _ in
+            let s = try current()
+            let key = try s.keys.generate(r)
+            s.logger.info("vault.key.generated")
+            return key
+        }
+        registrar.handle(KeyContracts.Import.self) { [self] r, _ in try current().keys.importFile(r) }
+        registrar.handle(KeyContracts.Show.self) { [self] r, _ in try current().keys.get(r.key) }
+        registrar.handle(KeyContracts.Delete.self) { [self] r, _ in .init(deleted: try current().keys.delete(r.key)) }
         registrar.handle(ConnectContracts.Resolve.self) { [self] r, _ in try QuickConnectResolver(hosts: try current().hosts).resolve(r.input) }
         registrar.handle(ConnectContracts.Save.self) { [self] r, _ in
             let s = try current()
@@ -78,9 +89,10 @@ final class VaultFeature: Feature {
         } catch let error as StoreError {
             throw error.termindError
         }
+        let keys = KeyRepository(db: db, secrets: secrets)
         state.withLock {
-            $0 = State(hosts: HostRepository(db: db), identities: IdentityRepository(db: db, secrets: secrets),
-                       snippets: SnippetRepository(db: db), knownHosts: KnownHostRepository(db: db), logger: context.logger)
+            $0 = State(hosts: HostRepository(db: db), identities: IdentityRepository(db: db, secrets: secrets, keys: keys),
+                       snippets: SnippetRepository(db: db), knownHosts: KnownHostRepository(db: db), keys: keys, logger: context.logger)
         }
     }
 
@@ -90,9 +102,9 @@ final class VaultFeature: Feature {
 
     func hosts() throws -> HostRepository { try current().hosts }
     func knownHosts() throws -> KnownHostRepository { try current().knownHosts }
-    func repositories() throws -> (HostRepository, IdentityRepository) {
+    func repositories() throws -> (HostRepository, IdentityRepository, KeyRepository) {
         let s = try current()
-        return (s.hosts, s.identities)
+        return (s.hosts, s.identities, s.keys)
     }
 }
 

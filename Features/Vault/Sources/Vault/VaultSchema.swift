@@ -38,5 +38,18 @@ enum VaultSchema {
                 created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
                 updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')));
             """),
+        Migration(2, "ssh keys", """
+            CREATE TABLE vault_keys (
+                id TEXT PRIMARY KEY,
+                label TEXT NOT NULL,
+                algorithm TEXT NOT NULL,
+                bits INTEGER NOT NULL,
+                fingerprint TEXT NOT NULL,
+                public_key TEXT NOT NULL,
+                private_handle TEXT NOT NULL,
+                created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')));
+            CREATE UNIQUE INDEX vault_keys_label ON vault_keys (label COLLATE NOCASE);
+            CREATE INDEX vault_identities_key ON vault_identities (key_id);
+            """),
     ])
 }
