@@ -185,8 +185,12 @@ final class CLITests: XCTestCase {
 
     func testTheVaultRunsOnAnIsolatedStoreAndTheSecretStoreCanChangeProtection() throws {
         let store = ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("secrets.key")]
-        let added = try run(store + ["--json", "vault", "identity", "add", "deploy", "--password", "-"], stdin: "s3cret-pw\n")
+        let log = directory.file("debug.log")
+        let added = try run(store + ["--debug", "--log-file", log, "--json", "vault", "identity", "add", "deploy", "--password", "-"], stdin: "s3cret-pw\n")
         XCTAssertEqual(added.status, 0, added.stderr)
+        let logged = try String(contentsOfFile: log, encoding: .utf8)
+        XCTAssertTrue(logged.contains("kernel.secrets.opened"), "debug logging was on:\n\(logged)")
+        XCTAssertFalse(logged.contains("s3cret"), "the password reached the log")
         XCTAssertEqual(try json(added)["hasPassword"], .bool(true))
         let onCommandLine = try run(store + ["vault", "identity", "add", "other", "--password", "hunter2"])
         XCTAssertEqual(onCommandLine.status, 2)

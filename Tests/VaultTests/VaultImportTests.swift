@@ -118,3 +118,94 @@ final class VaultImportTests: XCTestCase {
         }
     }
 }
+
+/// Identities and keys from an ssh_config: only with selected keys, re-read at commit.
+final class VaultImportIdentityTests: XCTestCase {
+    private var session: HarnessSession!
+    private var directory: TemporaryDirectory!
+
+    override func setUp() async throws {
+        directory = try TemporaryDirectory()
+        session = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
+    }
+
+    override func tearDown() async throws {
+        await session?.shutdown()
+        directory?.remove()
+    }
+
+    private func setUpConfig() throws -> (config: String, key: String, locked: String) {
+        let key = directory.file("id_ed25519"), locked = directory.file("id_locked")
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", key]).status, 0)
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "secret pass", "-f", locked]).status, 0)
+        let config = try directory.write("config", """
+        Host app
+            HostName app.example.com
+            User deploy
+            IdentityFile \(key)
+            IdentityFile \(locked)
+        Host nouser
+            HostName nouser.example.com
+            IdentityFile \(key)
+        """)
+        return (config, key, locked)
+    }
+
+    func testAnIdentityIsImportedOnlyWithSelectedKeysAndAttachedToItsNewHost() async throws {
+        let (config, key, _) = try setUpConfig()
+        let preview = try await session.call(ImportContracts.Preview.self, .init(path: config))
+        XCTAssertTrue(preview.files.contains { $0.path == key }, "the key file is digested by the preview")
+        // Selecting the host imports no credentials.
+        let hostOnly = try await session.call(ImportContracts.Commit.self, .init(path: config, select: ["app"], files: preview.files))
+        XCTAssertNil(hostOnly.created.first?.identity)
+        XCTAssertEqual(hostOnly.identities, [])
+        _ = try await session.call(VaultContracts.HostDelete.self, .init(host: "app"))
+
+        let result = try await session.call(ImportContracts.Commit.self, .init(
+            path: config, select: ["app"], identities: [.init(alias: "app", keys: [key])], files: preview.files))
+        XCTAssertEqual(result.identities.map(\.username), ["deploy"])
+        XCTAssertEqual(result.keys.count, 1)
+        XCTAssertEqual(result.keys[0].label, "id_ed25519")
+        let listed = try ProcessRunner.run("/usr/bin/ssh-keygen", ["-l", "-E", "sha256", "-f", key]).stdout
+        XCTAssertTrue(listed.contains(result.keys[0].fingerprint), listed)
+        XCTAssertEqual(result.created.first?.identity, result.identities[0].id)
+    }
+
+    func testTheCommitFailsClosedWhenAKeyChangedOrIsNotSelectable() async throws {
+        let (config, key, locked) = try setUpConfig()
+        let preview = try await session.call(ImportContracts.Preview.self, .init(path: config))
+        // The key is replaced between preview and commit.
+        try FileManager.default.removeItem(atPath: key)
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", key]).status, 0)
+        await expect("vault.import_changed", "changed since the preview",
+                     .init(path: config, select: ["app"], identities: [.init(alias: "app", keys: [key])], files: preview.files))
+        let fresh = try await session.call(ImportContracts.Preview.self, .init(path: config))
+        await expect("key.passphrase_required", "vault key import",
+                     .init(path: config, select: ["app"], identities: [.init(alias: "app", keys: [locked])], files: fresh.files))
+        await expect("request.invalid", "needs at least one selected key",
+                     .init(path: config, select: [], identities: [.init(alias: "app", keys: [])], files: fresh.files))
+        await expect("request.invalid", "has no User",
+                     .init(path: config, select: [], identities: [.init(alias: "nouser", keys: [key])], files: fresh.files))
+        await expect("request.invalid", "is not an IdentityFile",
+                     .init(path: config, select: [], identities: [.init(alias: "app", keys: ["/etc/passwd"])], files: fresh.files))
+        // Nothing was written by any of the failed commits: no host, identity, key or secret.
+        let hosts = try await session.call(VaultContracts.HostList.self, .init()).hosts
+        let identities = try await session.call(VaultContracts.IdentityList.self, Empty()).identities
+        let keys = try await session.call(KeyContracts.List.self, Empty()).keys
+        XCTAssertEqual(hosts.count + identities.count + keys.count, 0)
+        let secrets = try await session.call(SecretStoreContracts.Status.self, Empty())
+        XCTAssertEqual(secrets.secrets, 0)
+    }
+
+    private func expect(_ code: String, _ text: String, _ request: ImportContracts.Commit.Request, line: UInt = #line) async {
+        do {
+            _ = try await session.call(ImportContracts.Commit.self, request)
+            XCTFail("expected \(code)", line: line)
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, code, error.message, line: line)
+            XCTAssertTrue(error.message.contains(text), error.message, line: line)
+        } catch {
+            XCTFail("\(error)", line: line)
+        }
+    }
+}

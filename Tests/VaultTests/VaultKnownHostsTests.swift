@@ -116,6 +116,23 @@ final class VaultKnownHostsTests: XCTestCase {
         }
     }
 
+    func testAChangedKeyIsRefusedWithBothFingerprintsAndTheWayToResolveIt() async throws {
+        let old = try key("ed25519", "old"), new = try key("ed25519", "new")
+        let added = try await session.call(KnownHostContracts.Add.self, .init(host: "db.example", port: 2222, key: old))
+        let parts = new.split(separator: " ")
+        let presented = PublicHostKey(algorithm: String(parts[0]), blob: try XCTUnwrap(Data(base64Encoded: String(parts[1]))))
+        let trust = try XCTUnwrap(session.kernel.port(.hostKeyTrust))
+        let message = try await trust.refusal(host: "db.example", port: 2222, key: presented)
+        let text = try XCTUnwrap(message)
+        XCTAssertTrue(text.contains("[db.example]:2222 has CHANGED"), text)
+        XCTAssertTrue(text.contains(trust.fingerprint(presented)), text)
+        XCTAssertTrue(text.contains(added.fingerprint), text)
+        XCTAssertTrue(text.contains("termind vault knownhost remove \(added.id)"), text)
+        let trustedOne = PublicHostKey(algorithm: String(old.split(separator: " ")[0]), blob: try XCTUnwrap(Data(base64Encoded: String(old.split(separator: " ")[1]))))
+        let none = try await trust.refusal(host: "db.example", port: 2222, key: trustedOne)
+        XCTAssertNil(none)
+    }
+
     func testABadKeyIsRejectedWithItsReason() async throws {
         do {
             _ = try await session.call(KnownHostContracts.Add.self, .init(host: "x.example", key: "ssh-ed25519 !!!notbase64"))

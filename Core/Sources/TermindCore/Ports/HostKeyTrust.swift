@@ -35,6 +35,9 @@ public protocol HostKeyTrust: Sendable {
     func trust(host: String, port: Int, key: PublicHostKey) async throws
     /// SHA256 fingerprint as `ssh-keygen -l` prints it.
     func fingerprint(_ key: PublicHostKey) -> String
+    /// For a changed or revoked key: the message to fail closed with, naming the presented and
+    /// the known fingerprints and how to resolve it; nil when the key is not refused.
+    func refusal(host: String, port: Int, key: PublicHostKey) async throws -> String?
 }
 
 extension PortKey where P == any HostKeyTrust {

@@ -1,12 +1,15 @@
 import Foundation
 import TermindCore
 import TermindCrypto
+import TermindStore
 import VaultRules
 
 /// Reads an ssh_config file and its Includes from disk (bounded by VaultRules), digesting
 /// every file read, and turns the result into previews and host records. Executes nothing.
 struct ConfigImporter {
     let hosts: HostRepository
+    var identities: IdentityRepository?
+    var keys: KeyRepository?
 
     struct Reading {
         let config: SSHConfig
@@ -37,28 +40,63 @@ struct ConfigImporter {
 
     func preview(_ path: String) throws -> ImportContracts.Preview.Response {
         let reading = try Self.read(path)
-        let candidates = try reading.config.importCandidates().map { resolved in
+        let resolved = reading.config.importCandidates()
+        let candidates = try resolved.map { resolved in
             ImportContracts.Candidate(
                 alias: resolved.alias, hostname: resolved.hostname, user: resolved.user, port: resolved.port,
-                jump: resolved.proxyJump.map(\.description), identityFiles: resolved.identityFiles,
+                jump: resolved.proxyJump.map(\.description), identityFiles: resolved.identityFiles.map(Self.expand),
                 forwards: resolved.forwards.map(\.description), exists: try hosts.find(resolved.alias) != nil,
                 warnings: resolved.warnings.map(\.description))
         }
+        // Key files are digested (never kept) so a commit can tell whether they changed.
+        var keyDigests: [ImportContracts.FileDigest] = []
+        for file in Set(candidates.flatMap(\.identityFiles)).sorted() {
+            if let digest = Self.digest(file) { keyDigests.append(digest) }
+        }
         return .init(candidates: candidates, warnings: reading.config.warnings.map(\.description),
-                     errors: reading.config.errors.map(\.message), files: reading.files)
+                     errors: reading.config.errors.map(\.message), files: reading.files + keyDigests)
+    }
+
+    static func expand(_ path: String) -> String {
+        let home = ProcessInfo.processInfo.environment["HOME"] ?? NSHomeDirectory()
+        return path.hasPrefix("~/") ? home + path.dropFirst(1) : path
+    }
+
+    static func digest(_ path: String) -> ImportContracts.FileDigest? {
+        guard let data = FileManager.default.contents(atPath: path), data.count <= 64 * 1024 else { return nil }
+        return .init(path: path, sha256: Digest.sha256(data).map { String(format: "%02x", $0) }.joined())
     }
 
     /// Creates the selected hosts in one transaction. Jump hops must be saved hosts or be
     /// selected too; otherwise nothing is written.
     func commit(_ request: ImportContracts.Commit.Request, identities: IdentityRepository) throws -> ImportContracts.Commit.Response {
         let reading = try Self.read(request.path)
-        if let expected = request.files, expected != reading.files {
+        let candidates = Dictionary(reading.config.importCandidates().map { ($0.alias, $0) }, uniquingKeysWith: { first, _ in first })
+        let keyPaths = Set(candidates.values.flatMap { $0.identityFiles.map(Self.expand) })
+        if let expected = request.files?.filter({ !keyPaths.contains($0.path) }), expected != reading.files {
             let changed = Set(expected.map(\.path)).union(reading.files.map(\.path)).sorted().filter { path in
                 expected.first { $0.path == path }?.sha256 != reading.files.first { $0.path == path }?.sha256
             }
             throw TermindError(code: "vault.import_changed", message: "\(changed.joined(separator: ", ")) changed since the preview; preview again. Nothing was imported.")
         }
-        let candidates = Dictionary(reading.config.importCandidates().map { ($0.alias, $0) }, uniquingKeysWith: { first, _ in first })
+        let identitySelections = try (request.identities ?? []).map { selection -> (ImportContracts.IdentitySelection, [SSHPrivateKey]) in
+            guard let candidate = candidates[selection.alias] else {
+                throw TermindError.badRequest("identities: '\(selection.alias)' is not a host in \(request.path).")
+            }
+            guard candidate.user != nil else {
+                throw TermindError.badRequest("identities: '\(selection.alias)' has no User in \(request.path), so there is no identity to import.")
+            }
+            guard !selection.keys.isEmpty else {
+                throw TermindError.badRequest("identities: '\(selection.alias)': an imported identity needs at least one selected key.")
+            }
+            let offered = candidate.identityFiles.map(Self.expand)
+            return (selection, try selection.keys.map { path in
+                guard offered.contains(path) else {
+                    throw TermindError.badRequest("identities: '\(path)' is not an IdentityFile of '\(selection.alias)' (\(offered.joined(separator: ", "))).")
+                }
+                return try Self.rereadKey(path, expected: request.files)
+            })
+        }
         let unknown = request.select.filter { candidates[$0] == nil }
         guard unknown.isEmpty else {
             throw TermindError.badRequest("select: \(unknown.map { "'\($0)'" }.joined(separator: ", ")) \(unknown.count == 1 ? "is" : "are") not a host in \(request.path).")
@@ -66,26 +104,83 @@ struct ConfigImporter {
         var seen = Set<String>()
         let selected = request.select.filter { seen.insert($0).inserted }
         let order = try Self.dependencyOrder(selected, hops: { candidates[$0]!.proxyJump.map(\.host) })
-        return try hosts.db.transaction {
-            var created: [HostRecord] = []
-            var skipped: [ImportContracts.Commit.Skipped] = []
-            for alias in order {
-                let resolved = candidates[alias]!
-                if try hosts.find(alias) != nil {
-                    skipped.append(.init(alias: alias, reason: "a saved host already has the label '\(alias)'"))
-                    continue
-                }
-                var jump: [String] = []
-                for hop in resolved.proxyJump.map(\.host) {
-                    guard let saved = try hosts.find(hop) else {
-                        throw TermindError(code: "vault.import_jump_missing", message: "Jump host '\(hop)' of '\(alias)' is neither saved nor selected; select it too. Nothing was imported.")
+        var storedSecrets: [String] = []
+        do {
+            return try hosts.db.transaction {
+                var created: [HostRecord] = []
+                var skipped: [ImportContracts.Commit.Skipped] = []
+                for alias in order {
+                    let resolved = candidates[alias]!
+                    if try hosts.find(alias) != nil {
+                        skipped.append(.init(alias: alias, reason: "a saved host already has the label '\(alias)'"))
+                        continue
                     }
-                    jump.append(saved.id)
+                    var jump: [String] = []
+                    for hop in resolved.proxyJump.map(\.host) {
+                        guard let saved = try hosts.find(hop) else {
+                            throw TermindError(code: "vault.import_jump_missing", message: "Jump host '\(hop)' of '\(alias)' is neither saved nor selected; select it too. Nothing was imported.")
+                        }
+                        jump.append(saved.id)
+                    }
+                    created.append(try hosts.add(.init(address: resolved.hostname, label: alias, port: resolved.port, user: resolved.user,
+                                                       jump: jump), identities: identities))
                 }
-                created.append(try hosts.add(.init(address: resolved.hostname, label: alias, port: resolved.port, user: resolved.user,
-                                                   jump: jump), identities: identities))
+                var importedIdentities: [IdentityRecord] = []
+                var importedKeys: [KeyRecord] = []
+                for (selection, parsedKeys) in identitySelections {
+                    guard let keys = self.keys, let identityRepository = self.identities else { break }
+                    let user = candidates[selection.alias]!.user!
+                    var keyIDs: [String] = []
+                    for (path, key) in zip(selection.keys, parsedKeys) {
+                        if let existing = try keys.find(key.publicKey.fingerprintSHA256) {
+                            keyIDs.append(existing.id)
+                            continue
+                        }
+                        let saved = try keys.save(key, label: nil, defaultLabel: (path as NSString).lastPathComponent)
+                        storedSecrets.append(saved.handle)
+                        importedKeys.append(saved.record)
+                        keyIDs.append(saved.record.id)
+                    }
+                    // An identity holds one key: the first selected; reuse one with the same user and key.
+                    let identity: IdentityRecord
+                    if let same = try identityRepository.list().first(where: { $0.username == user && $0.key == keyIDs[0] }) {
+                        identity = same
+                    } else {
+                        let label = try identityRepository.find(user) == nil ? user : "\(user) (\(selection.alias))"
+                        identity = try identityRepository.add(.init(username: user, label: label, key: keyIDs[0]))
+                        importedIdentities.append(identity)
+                    }
+                    // Attach only to a host this commit created; existing hosts are never changed.
+                    if let host = created.first(where: { $0.label == selection.alias }) {
+                        let updated = try hosts.update(.init(host: host.id, identity: identity.id), identities: identityRepository)
+                        created[created.firstIndex { $0.id == host.id }!] = updated
+                    }
+                }
+                return .init(created: created, identities: importedIdentities, keys: importedKeys, skipped: skipped)
             }
-            return .init(created: created, skipped: skipped)
+        } catch {
+            for handle in storedSecrets { try? keys?.secrets.delete(handle) }
+            throw error
+        }
+    }
+
+    /// Re-reads a selected key at commit: it must be the file the preview digested, unencrypted
+    /// (a protected key is imported with `vault key import`, which takes its passphrase).
+    static func rereadKey(_ path: String, expected: [ImportContracts.FileDigest]?) throws -> SSHPrivateKey {
+        guard let now = digest(path), let data = FileManager.default.contents(atPath: path) else {
+            throw TermindError(code: "vault.import_changed", message: "The key file \(path) is gone or unreadable since the preview. Nothing was imported.")
+        }
+        if let expected {
+            guard let before = expected.first(where: { $0.path == path }), before.sha256 == now.sha256 else {
+                throw TermindError(code: "vault.import_changed", message: "The key file \(path) changed since the preview; preview again. Nothing was imported.")
+            }
+        }
+        do {
+            return try SSHPrivateKey.parse(Secret(String(decoding: data, as: UTF8.self)), passphrase: nil)
+        } catch let error as TermindError where error.code == "key.passphrase_required" {
+            throw TermindError(code: "key.passphrase_required", message: "The key file \(path) is passphrase-protected: import it with 'termind vault key import \(path) --passphrase -' and select the identity without it. Nothing was imported.")
+        } catch let error as TermindError {
+            throw TermindError(code: error.code, message: "\(path): \(error.message) Nothing was imported.")
         }
     }
 

@@ -65,11 +65,17 @@ struct KeyRepository: Sendable {
 
     /// Stores the private key first, then the record; the secret is removed if the record fails.
     private func save(_ key: SSHPrivateKey, label requested: String?) throws -> KeyRecord {
+        try save(key, label: requested, defaultLabel: Self.shortName(key.algorithm)).record
+    }
+
+    /// As `save`, returning the secret handle so a caller's larger transaction can remove
+    /// it if that transaction fails later.
+    func save(_ key: SSHPrivateKey, label requested: String?, defaultLabel: String) throws -> (record: KeyRecord, handle: String) {
         let id = HostRepository.newID("key")
         let handle = try secrets.store(key.openSSHPrivateKeyText(), purpose: "key.private")
         do {
             try db.transaction {
-                let label = try uniqueLabel(requested, default: Self.shortName(key.algorithm))
+                let label = try uniqueLabel(requested, default: defaultLabel)
                 try db.execute("""
                     INSERT INTO vault_keys (id, label, algorithm, bits, fingerprint, public_key, private_handle)
                     VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -80,7 +86,7 @@ struct KeyRepository: Sendable {
             try? secrets.delete(handle)
             throw error
         }
-        return try get(id)
+        return (try get(id), handle)
     }
 
     func delete(_ ref: String) throws -> String {

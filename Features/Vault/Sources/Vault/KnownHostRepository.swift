@@ -103,6 +103,25 @@ struct VaultTrust: HostKeyTrust {
         try vault.knownHosts().add(KnownHostEntry(host: host, port: port, key: try HostKey(algorithm: key.algorithm, blob: key.blob), hashed: false))
     }
 
+    func refusal(host: String, port: Int, key: PublicHostKey) async throws -> String? {
+        let target = port == 22 ? host : "[\(host)]:\(port)"
+        let presented = fingerprint(key)
+        switch try await verdict(host: host, port: port, key: key) {
+        case .changed(let known):
+            let entries = try vault.knownHosts().list(host: host, port: port).filter { known.contains($0.fingerprint) }
+            return """
+                The host key of \(target) has CHANGED: it presents \(key.algorithm) \(presented), but termind trusts \(known.joined(separator: ", ")) for it. \
+                This can mean someone is intercepting the connection; the connection was refused. If the server's key was \
+                really replaced, verify the new fingerprint with its administrator, then remove the old entry \
+                (termind vault knownhost remove \(entries.map(\.id).joined(separator: " "))) and connect again.
+                """
+        case .revoked:
+            return "The host key \(key.algorithm) \(presented) presented by \(target) is marked @revoked in termind's known hosts; the connection was refused."
+        case .trusted, .trustedWithoutPort, .unknown:
+            return nil
+        }
+    }
+
     func fingerprint(_ key: PublicHostKey) -> String {
         (try? HostKey(algorithm: key.algorithm, blob: key.blob))?.fingerprintSHA256 ?? "unparseable key"
     }

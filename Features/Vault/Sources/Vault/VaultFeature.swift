@@ -46,7 +46,7 @@ final class VaultFeature: Feature {
         registrar.handle(ImportContracts.Preview.self) { [self] r, _ in try ConfigImporter(hosts: try current().hosts).preview(r.path) }
         registrar.handle(ImportContracts.Commit.self) { [self] r, _ in
             let s = try current()
-            let result = try ConfigImporter(hosts: s.hosts).commit(r, identities: s.identities)
+            let result = try ConfigImporter(hosts: s.hosts, identities: s.identities, keys: s.keys).commit(r, identities: s.identities)
             s.logger.info("vault.import.committed", ["created": .int(result.created.count), "skipped": .int(result.skipped.count)])
             return result
         }

@@ -64,16 +64,31 @@ public enum ImportContracts {
         public static let summary = "Preview the hosts an ssh_config file would import (nothing is executed or saved)."
     }
 
+    /// An identity to import for a host alias: its User with the chosen key files (at least
+    /// one; an identity is never imported without a selected key).
+    public struct IdentitySelection: Codable, Sendable, Equatable {
+        public var alias: String
+        /// Key files among the alias's IdentityFile entries.
+        public var keys: [String]
+        public init(alias: String, keys: [String]) {
+            self.alias = alias
+            self.keys = keys
+        }
+    }
+
     public enum Commit: Contract {
         public struct Request: Codable, Sendable, Equatable {
             public var path: String
-            /// Aliases to import.
+            /// Aliases to import as hosts (address, port, user, jump route; never credentials).
             public var select: [String]
+            /// Identities to import, each with its selected keys.
+            public var identities: [IdentitySelection]?
             /// The digests the preview returned: the commit fails closed if any file changed.
             public var files: [FileDigest]?
-            public init(path: String, select: [String], files: [FileDigest]? = nil) {
+            public init(path: String, select: [String], identities: [IdentitySelection]? = nil, files: [FileDigest]? = nil) {
                 self.path = path
                 self.select = select
+                self.identities = identities
                 self.files = files
             }
         }
@@ -87,9 +102,13 @@ public enum ImportContracts {
         }
         public struct Response: Codable, Sendable, Equatable {
             public var created: [HostRecord]
+            public var identities: [IdentityRecord]
+            public var keys: [KeyRecord]
             public var skipped: [Skipped]
-            public init(created: [HostRecord], skipped: [Skipped]) {
+            public init(created: [HostRecord], identities: [IdentityRecord], keys: [KeyRecord], skipped: [Skipped]) {
                 self.created = created
+                self.identities = identities
+                self.keys = keys
                 self.skipped = skipped
             }
         }
