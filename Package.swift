@@ -106,6 +106,11 @@ let package = Package(
             exclude: ["Fixtures"]
         ),
         .testTarget(
+            name: "SSHTests",
+            dependencies: [core, "TermindHarness"],
+            path: "Tests/SSHTests"
+        ),
+        .testTarget(
             name: "VaultRulesTests",
             dependencies: [core, "VaultRules", "TermindHarness"],
             path: "Tests/VaultRulesTests"

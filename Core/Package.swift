@@ -11,7 +11,7 @@ let package = Package(
         .library(
             name: "TermindCore",
             type: .dynamic,
-            targets: ["TermindCore", "TermindKernel", "TermindCrypto", "TermindStore", "CTermindPluginABI"]
+            targets: ["TermindCore", "TermindKernel", "TermindCrypto", "TermindStore", "TermindSSH", "CTermindPluginABI"]
         ),
         // Every Swift feature or plugin target applies it (see the plugin's doc comment).
         .plugin(name: "BuildSignature", targets: ["BuildSignature"]),
@@ -36,6 +36,13 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
+        // libssh2 >= 1.11.1: built from Debian 13's source package by scripts/deps/libssh2.sh when
+        // the system's is older, and found through its pkg-config file.
+        .systemLibrary(
+            name: "CLibSSH2",
+            path: "Sources/CLibSSH2",
+            pkgConfig: "termind-libssh2"
+        ),
         // Our own small C: socket credentials and other calls Swift cannot express.
         .target(name: "CTermindSystem", path: "Sources/CTermindSystem"),
         // The plugin C ABI header (termind_plugin.h), shared by the kernel and C plugins.
@@ -56,6 +63,8 @@ let package = Package(
         .target(name: "TermindCrypto", dependencies: ["TermindCore", "CCrypto"], path: "Sources/TermindCrypto"),
         // The process database (SQLite, WAL, per-feature migrations) and the secret store.
         .target(name: "TermindStore", dependencies: ["TermindCore", "TermindCrypto", "CSQLite"], path: "Sources/TermindStore"),
+        // The SSH transport: libssh2 sessions, each owned by one serial worker (the only wrapper of CLibSSH2).
+        .target(name: "TermindSSH", dependencies: ["TermindCore", "TermindCrypto", "CLibSSH2"], path: "Sources/TermindSSH"),
         .plugin(
             name: "BuildSignature",
             capability: .buildTool(),

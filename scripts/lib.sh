@@ -6,7 +6,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Debian packages the build and the tests need.
-PACKAGES=(pkg-config libffi-dev libssl-dev libsqlite3-dev binutils gcc openssl python3 util-linux)
+PACKAGES=(pkg-config libffi-dev libssl-dev libsqlite3-dev binutils gcc openssl python3 util-linux openssh-client openssh-server)
 
 log() { printf 'termind-setup: %s\n' "$*" >&2; }
 
@@ -20,9 +20,18 @@ ensure_packages() {
         local sudo=""
         [ "$(id -u)" -eq 0 ] || sudo="sudo"
         $sudo apt-get update -qq >&2
+        # Installing openssh-server must not start a system sshd: the tests start their own
+        # on free loopback ports. policy-rc.d exit 101 forbids service starts during the install.
+        local policy=/usr/sbin/policy-rc.d added_policy=""
+        if [ ! -e "$policy" ]; then
+            printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null && $sudo chmod +x "$policy" && added_policy=1
+        fi
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2
+        [ -z "$added_policy" ] || $sudo rm -f "$policy"
     fi
     command -v swift >/dev/null || { log "swift is not on PATH (expected the Swift 6 toolchain, e.g. /opt/swift/usr/bin)"; exit 1; }
+    # libssh2 >= 1.11.1 (built from Debian 13's source package when the system one is older).
+    bash "$ROOT/scripts/deps/libssh2.sh"
 }
 
 # build [extra swift build flags...]: builds all products and lays out the bin folder.

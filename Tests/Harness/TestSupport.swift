@@ -33,34 +33,145 @@ public struct ProcessResult: Sendable {
     public let stderr: String
 }
 
+/// Runs programs with posix_spawn and reaps them with waitpid. (Foundation's Process on
+/// Linux can miss a child's exit while another child runs — seen here with an sshd
+/// fixture alive — and then waits forever on a zombie.)
 public enum ProcessRunner {
     public static func run(_ executable: String, _ arguments: [String], environment: [String: String]? = nil,
                            stdin: String? = nil, currentDirectory: String? = nil) throws -> ProcessResult {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        if let environment { process.environment = environment }
-        if let currentDirectory { process.currentDirectoryURL = URL(fileURLWithPath: currentDirectory) }
-        let out = Pipe(), err = Pipe(), input = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = input
-        try process.run()
-        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-        try input.fileHandleForWriting.close()
-        // Read both pipes concurrently so neither can fill up and block the child.
+        let child = try SpawnedProcess(executable, arguments, environment: environment, currentDirectory: currentDirectory,
+                                       captureOutput: true)
+        if let stdin { child.writeInput(Data(stdin.utf8)) }
+        child.closeInput()
+        let (output, error) = child.readAll()
+        let status = child.wait()
+        return ProcessResult(status: status, stdout: String(decoding: output, as: UTF8.self), stderr: String(decoding: error, as: UTF8.self))
+    }
+}
+
+/// A child process started with posix_spawn: pipes for its standard streams (or /dev/null),
+/// `wait()` reaps it, `signal()` sends it a signal.
+public final class SpawnedProcess: @unchecked Sendable {
+    public let pid: pid_t
+    private var inputFD: Int32 = -1
+    private var outputFD: Int32 = -1
+    private var errorFD: Int32 = -1
+    private var reaped: Int32?
+    private let lock = NSLock()
+
+    public init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil,
+                currentDirectory: String? = nil, captureOutput: Bool) throws {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        var inPipe: [Int32] = [-1, -1], outPipe: [Int32] = [-1, -1], errPipe: [Int32] = [-1, -1]
+        guard pipe(&inPipe) == 0 else { throw TermindError(code: "test.spawn", message: "pipe failed") }
+        posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
+        posix_spawn_file_actions_addclose(&actions, inPipe[1])
+        if captureOutput {
+            guard pipe(&outPipe) == 0, pipe(&errPipe) == 0 else { throw TermindError(code: "test.spawn", message: "pipe failed") }
+            posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
+            posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+            posix_spawn_file_actions_addclose(&actions, outPipe[0])
+            posix_spawn_file_actions_addclose(&actions, errPipe[0])
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+            posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        }
+        // A working directory goes through coreutils' `env -C` (posix_spawn's chdir action
+        // is not visible to Swift here).
+        let program = currentDirectory == nil ? executable : "/usr/bin/env"
+        let fullArguments = currentDirectory.map { ["-C", $0, executable] + arguments } ?? arguments
+        let env = (environment ?? ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
+        let argv = ([program] + fullArguments).map { strdup($0) } + [nil]
+        let envp = env.map { strdup($0) } + [nil]
+        defer { (argv + envp).forEach { free($0) } }
+        var child: pid_t = 0
+        let status = posix_spawn(&child, program, &actions, nil, argv, envp)
+        close(inPipe[0])
+        if captureOutput { close(outPipe[1]); close(errPipe[1]) }
+        guard status == 0 else {
+            close(inPipe[1])
+            if captureOutput { close(outPipe[0]); close(errPipe[0]) }
+            throw TermindError(code: "test.spawn", message: "Cannot start \(executable): \(String(cString: strerror(status)))")
+        }
+        pid = child
+        inputFD = inPipe[1]
+        if captureOutput { outputFD = outPipe[0]; errorFD = errPipe[0] }
+    }
+
+    deinit {
+        for fd in [inputFD, outputFD, errorFD] where fd >= 0 { close(fd) }
+    }
+
+    public func writeInput(_ data: Data) {
+        data.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = write(inputFD, raw.baseAddress! + offset, raw.count - offset)
+                if n <= 0 { return }
+                offset += n
+            }
+        }
+    }
+
+    public func closeInput() {
+        if inputFD >= 0 { close(inputFD); inputFD = -1 }
+    }
+
+    /// Reads standard output and error to their ends (concurrently, so neither pipe fills).
+    public func readAll() -> (Data, Data) {
         let errorData = SendableBox<Data>(Data())
         let done = DispatchSemaphore(value: 0)
+        let errFD = errorFD
         Thread {
-            errorData.value = err.fileHandleForReading.readDataToEndOfFile()
+            errorData.value = Self.drain(errFD)
             done.signal()
         }.start()
-        let output = out.fileHandleForReading.readDataToEndOfFile()
+        let output = Self.drain(outputFD)
         done.wait()
-        process.waitUntilExit()
-        return ProcessResult(status: process.terminationStatus,
-                             stdout: String(decoding: output, as: UTF8.self),
-                             stderr: String(decoding: errorData.value, as: UTF8.self))
+        return (output, errorData.value)
+    }
+
+    private static func drain(_ fd: Int32) -> Data {
+        guard fd >= 0 else { return Data() }
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let n = read(fd, &buffer, buffer.count)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return data }
+            data.append(contentsOf: buffer[0..<n])
+        }
+    }
+
+    public func signal(_ number: Int32) { Foundation.kill(pid, number) }
+
+    /// Reaps the child and returns its exit status (128 + signal when killed).
+    @discardableResult
+    public func wait() -> Int32 {
+        lock.lock()
+        defer { lock.unlock() }
+        if let reaped { return reaped }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let code = (status & 0x7F) == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+        reaped = code
+        return code
+    }
+
+    /// Whether it still runs (reaps it if it ended).
+    public var isRunning: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        if reaped != nil { return false }
+        var status: Int32 = 0
+        let result = waitpid(pid, &status, WNOHANG)
+        if result == pid {
+            reaped = (status & 0x7F) == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+            return false
+        }
+        return result == 0
     }
 }
 

@@ -16,6 +16,7 @@ final class ArchitectureTests: XCTestCase {
         "CTermindPluginABI": "Core/Sources/TermindKernel",
         "CCrypto": "Core/Sources/TermindCrypto",
         "CSQLite": "Core/Sources/TermindStore",
+        "CLibSSH2": "Core/Sources/TermindSSH",
     ]
 
     struct Import: CustomStringConvertible {
@@ -100,13 +101,14 @@ final class ArchitectureTests: XCTestCase {
 
     func testCoreValuesImportNoKernelAndNoCLibrary() throws {
         let violations = try imports(in: "Core/Sources/TermindCore").filter {
-            ["TermindKernel", "TermindStore", "TermindCrypto"].contains($0.module) || cModuleOwners[$0.module] != nil
+            ["TermindKernel", "TermindStore", "TermindCrypto", "TermindSSH"].contains($0.module) || cModuleOwners[$0.module] != nil
         }
         XCTAssertEqual(violations.map(\.description), [])
     }
 
     func testEachCModuleIsImportedByExactlyOneSwiftModule() throws {
         let roots = ["Core/Sources/TermindCore", "Core/Sources/TermindKernel", "Core/Sources/TermindCrypto", "Core/Sources/TermindStore",
+                     "Core/Sources/TermindSSH",
                      "Host/Sources/termind", "Tests/Harness", "Tests/KernelTests", "Tests/PluginTests"]
         var importers: [String: Set<String>] = [:]
         for root in roots {

@@ -2,6 +2,7 @@ import Foundation
 import TermindCore
 import TermindCrypto
 import TermindKernel
+import TermindSSH
 import TermindStore
 
 /// The parsed command line. Global options may appear anywhere before `--`.
@@ -140,7 +141,7 @@ struct Invocation {
             pluginDirectories: pluginDirectories,
             selection: selection,
             hostVersion: Invocation.version,
-            libraryVersions: ["openssl": CryptoLibrary.version, "sqlite": Database.sqliteVersion])
+            libraryVersions: ["openssl": CryptoLibrary.version, "sqlite": Database.sqliteVersion, "libssh2": SSHLibrary.version])
         configuration.storePath = storePath
         configuration.secretsPath = secretsPath ?? ((storePath as NSString).deletingLastPathComponent as NSString).appendingPathComponent("secrets.sqlite")
         configuration.secretsKey = try secretsKeySource()

@@ -1,0 +1,133 @@
+import Foundation
+import TermindCore
+
+/// A real OpenSSH sshd on a free 127.0.0.1 port, started by the test itself: its own host
+/// keys, config and authorized keys in a temporary folder, running as the test's user. It
+/// accepts public keys from `authorizedKeys`; stop() (or deinit) ends it.
+public final class SSHServerFixture: @unchecked Sendable {
+    public let port: Int
+    public let directory: TemporaryDirectory
+    /// Host public key lines ("type base64"), by algorithm.
+    public private(set) var hostKeys: [String: String] = [:]
+    private var process: SpawnedProcess!
+
+    /// Starts sshd; `authorizedKeys` are public key lines accepted for the current user.
+    public init(authorizedKeys: [String], extraConfig: [String] = []) throws {
+        directory = try TemporaryDirectory("termind-sshd")
+        chmod(directory.path, 0o755)
+        for type in ["ed25519", "ecdsa", "rsa"] {
+            let path = directory.file("ssh_host_\(type)_key")
+            let made = try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", type, "-N", "", "-f", path] + (type == "rsa" ? ["-b", "3072"] : []))
+            guard made.status == 0 else { throw TermindError(code: "fixture.sshd", message: "ssh-keygen failed: \(made.stderr)") }
+            let line = try String(contentsOfFile: path + ".pub", encoding: .utf8).split(separator: " ").prefix(2).joined(separator: " ")
+            hostKeys[String(line.split(separator: " ")[0])] = line
+        }
+        try (authorizedKeys.joined(separator: "\n") + "\n").write(toFile: directory.file("authorized_keys"), atomically: true, encoding: .utf8)
+        chmod(directory.file("authorized_keys"), 0o600)
+        port = try Self.freePort()
+        let config = [
+            "Port \(port)",
+            "ListenAddress 127.0.0.1",
+            "HostKey \(directory.file("ssh_host_ed25519_key"))",
+            "HostKey \(directory.file("ssh_host_ecdsa_key"))",
+            "HostKey \(directory.file("ssh_host_rsa_key"))",
+            "PidFile \(directory.file("sshd.pid"))",
+            "AuthorizedKeysFile \(directory.file("authorized_keys"))",
+            "StrictModes no",
+            "UsePAM no",
+            "PermitRootLogin prohibit-password",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "PubkeyAuthentication yes",
+            "LogLevel VERBOSE",
+            "Subsystem sftp internal-sftp",
+        ] + extraConfig
+        try (config.joined(separator: "\n") + "\n").write(toFile: directory.file("sshd_config"), atomically: true, encoding: .utf8)
+        try? FileManager.default.createDirectory(atPath: "/run/sshd", withIntermediateDirectories: true)
+        process = try SpawnedProcess("/usr/sbin/sshd", ["-D", "-e", "-f", directory.file("sshd_config")], captureOutput: false)
+        process.closeInput()
+        do {
+            try waitUntilListening()
+        } catch {
+            stop()
+            throw error
+        }
+    }
+
+    deinit { stop() }
+
+    public func stop() {
+        if let process, process.isRunning {
+            let sessions = Self.descendants(of: process.pid)
+            process.signal(SIGTERM)
+            process.wait()
+            for pid in sessions { Foundation.kill(pid, SIGKILL) }
+        }
+        directory.remove()
+    }
+
+    public var isRunning: Bool { process?.isRunning ?? false }
+
+    /// Kills sshd and its session children at once, as a crash or a pulled cable would.
+    public func kill() {
+        guard let process else { return }
+        // Per-connection sshd processes rename themselves, so find them by ancestry.
+        for pid in [process.pid] + Self.descendants(of: process.pid) { Foundation.kill(pid, SIGKILL) }
+        process.wait()
+    }
+
+    /// Every process below `root`, from /proc.
+    static func descendants(of root: pid_t) -> [pid_t] {
+        var parents: [pid_t: pid_t] = [:]
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+            guard let pid = pid_t(entry), let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { continue }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            if fields.count > 1, let ppid = pid_t(fields[1]) { parents[pid] = ppid }
+        }
+        var result: [pid_t] = []
+        var frontier = [root]
+        while let next = frontier.popLast() {
+            let children = parents.filter { $0.value == next }.map(\.key)
+            result += children
+            frontier += children
+        }
+        return result
+    }
+
+    private func waitUntilListening() throws {
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            guard process.isRunning else {
+                throw TermindError(code: "fixture.sshd", message: "sshd exited with status \(process.wait()); check \(directory.file("sshd_config"))")
+            }
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = UInt16(port).bigEndian
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            close(fd)
+            if connected == 0 { return }
+            usleep(20_000)
+        }
+        throw TermindError(code: "fixture.sshd", message: "sshd did not listen on 127.0.0.1:\(port) within 10 s")
+    }
+
+    /// A port the kernel says is free now (bound to port 0, then released).
+    public static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ok = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard ok else { throw TermindError(code: "fixture.port", message: "no free loopback port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}

@@ -1,0 +1,189 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import TermindSSH
+import XCTest
+
+/// The SSH transport against a real OpenSSH sshd started by the test, with the real Vault
+/// (loaded from its .so) deciding host-key trust.
+final class SSHConnectionTests: XCTestCase {
+    private var vault: HarnessSession!
+    private var directory: TemporaryDirectory!
+    private var server: SSHServerFixture!
+    private var clientKey: String!   // private key text
+    private var trust: (any HostKeyTrust)!
+    private let user = NSUserName()
+
+    override func setUp() async throws {
+        directory = try TemporaryDirectory()
+        clientKey = try makeKey("ed25519", "client")
+        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: directory.file("client.pub"), encoding: .utf8)])
+        vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
+        trust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
+    }
+
+    override func tearDown() async throws {
+        server?.stop()
+        await vault?.shutdown()
+        directory?.remove()
+    }
+
+    private func makeKey(_ type: String, _ name: String) throws -> String {
+        let path = directory.file(name)
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", type, "-N", "", "-f", path] + (type == "rsa" ? ["-b", "3072"] : [])).status, 0)
+        return try String(contentsOfFile: path, encoding: .utf8)
+    }
+
+    private func connect(key: String? = nil, answer: HostKeyAnswer = .acceptAndSave, deadlines: SSHDeadlines = SSHDeadlines(),
+                         asked: AskedLog? = nil) async throws -> SSHConnection {
+        try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: server.port, username: user),
+                                     credentials: SSHCredentials(privateKey: Secret(key ?? clientKey)), trust: trust, deadlines: deadlines) { question in
+            asked?.append(question)
+            return answer
+        }
+    }
+
+    func testAnUnknownHostKeyIsAskedAboutInsideTheHandshakeAndSaved() async throws {
+        let asked = AskedLog()
+        let connection = try await connect(asked: asked)
+        XCTAssertEqual(connection.authenticatedWith, "publickey")
+        XCTAssertEqual(asked.questions.count, 1)
+        // The key we were asked about is one of the server's own host keys.
+        let serverLine = try XCTUnwrap(server.hostKeys[connection.hostKey.algorithm], connection.hostKey.algorithm)
+        XCTAssertEqual(serverLine, "\(connection.hostKey.algorithm) \(connection.hostKey.blob.base64EncodedString())")
+        let listed = try ProcessRunner.run("/usr/bin/ssh-keygen", ["-l", "-E", "sha256", "-f", server.directory.file("ssh_host_\(connection.hostKey.algorithm == "ssh-ed25519" ? "ed25519" : connection.hostKey.algorithm.hasPrefix("ecdsa") ? "ecdsa" : "rsa")_key.pub")])
+        XCTAssertTrue(listed.stdout.contains(asked.questions[0].fingerprint), listed.stdout)
+        await connection.close()
+        // Saved: the next connection asks nothing.
+        let again = AskedLog()
+        let second = try await connect(asked: again)
+        XCTAssertEqual(again.questions.count, 0)
+        await second.close()
+    }
+
+    func testRejectedAndOnceOnlyHostKeysAreNeverSaved() async throws {
+        do {
+            _ = try await connect(answer: .reject)
+            XCTFail("a rejected host key must stop the connection")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.host_key_rejected")
+        }
+        let once = try await connect(answer: .acceptOnce)
+        let verdict = try await trust.verdict(host: "127.0.0.1", port: server.port, key: once.hostKey)
+        XCTAssertEqual(verdict, .unknown, "once-only trust is not saved")
+        await once.close()
+    }
+
+    func testAChangedHostKeyFailsClosedWithBothFingerprints() async throws {
+        let impostor = try makeKey("ed25519", "impostor")
+        _ = impostor
+        let fake = try String(contentsOfFile: directory.file("impostor.pub"), encoding: .utf8)
+        for algorithm in server.hostKeys.keys {
+            _ = try await vault.call(KnownHostContracts.Add.self, .init(host: "127.0.0.1", port: server.port,
+                                                                       key: fake.replacingOccurrences(of: "ssh-ed25519", with: "ssh-ed25519")))
+            _ = algorithm
+        }
+        let asked = AskedLog()
+        do {
+            _ = try await connect(asked: asked)
+            XCTFail("a changed host key must fail closed")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.host_key_changed", error.message)
+            XCTAssertTrue(error.message.contains("has CHANGED"), error.message)
+            XCTAssertTrue(error.message.contains("termind vault knownhost remove"), error.message)
+        }
+        XCTAssertEqual(asked.questions.count, 0, "a changed key is never offered for acceptance")
+    }
+
+    func testExecKeepsStreamsApartPassesInputAndReturnsTheExitStatus() async throws {
+        let connection = try await connect()
+        let result = try await connection.exec("echo to-out; echo to-err >&2; exit 3")
+        XCTAssertEqual(String(decoding: result.stdout, as: UTF8.self), "to-out\n")
+        XCTAssertEqual(String(decoding: result.stderr, as: UTF8.self), "to-err\n")
+        XCTAssertEqual(result.exitStatus, 3)
+        let echoed = try await connection.exec("cat", stdin: Data("from stdin\n".utf8))
+        XCTAssertEqual(String(decoding: echoed.stdout, as: UTF8.self), "from stdin\n")
+        XCTAssertEqual(echoed.exitStatus, 0)
+        let big = try await connection.exec("head -c 300000 /dev/zero", outputLimit: 100_000)
+        XCTAssertEqual(big.stdout.count, 100_000)
+        XCTAssertTrue(big.truncated)
+        let killed = try await connection.exec("kill -TERM $$")
+        XCTAssertEqual(killed.exitSignal, "TERM")
+        XCTAssertNil(killed.exitStatus)
+        await connection.close()
+    }
+
+    func testRSAAndECDSAKeysAuthenticateAgainstSshdDefaults() async throws {
+        let rsa = try makeKey("rsa", "rsa-client")
+        let ecdsa = try makeKey("ecdsa", "ecdsa-client")
+        server.stop()
+        server = try SSHServerFixture(authorizedKeys: ["rsa-client", "ecdsa-client"].map { try! String(contentsOfFile: directory.file("\($0).pub"), encoding: .utf8) })
+        for key in [rsa, ecdsa] {
+            let connection = try await connect(key: key)
+            XCTAssertEqual(connection.authenticatedWith, "publickey")
+            let whoami = try await connection.exec("id -un")
+            XCTAssertEqual(String(decoding: whoami.stdout, as: UTF8.self), "\(user)\n")
+            await connection.close()
+        }
+    }
+
+    func testRejectedAuthenticationNamesTheOfferedMethods() async throws {
+        let stranger = try makeKey("ed25519", "stranger")
+        do {
+            _ = try await connect(key: stranger)
+            XCTFail()
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.auth_failed")
+            XCTAssertTrue(error.message.contains("the server offers publickey"), error.message)
+            XCTAssertTrue(error.message.contains("publickey was rejected"), error.message)
+        }
+    }
+
+    func testAServerThatNeverAnswersHitsTheHandshakeDeadline() async throws {
+        // A TCP listener that accepts and then says nothing.
+        let port = try SSHServerFixture.freePort()
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        listen(listener, 4)
+        var deadlines = SSHDeadlines()
+        deadlines.handshake = 1
+        let start = Date()
+        do {
+            _ = try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: port, username: user), credentials: SSHCredentials(),
+                                             trust: trust, deadlines: deadlines) { _ in .reject }
+            XCTFail()
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.timeout", error.message)
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(start), 5, "the deadline bounds the wait")
+    }
+
+    func testAServerKilledMidCommandGivesAClearErrorNotAHang() async throws {
+        let connection = try await connect()
+        let start = Date()
+        Task.detached { [server] in
+            try await Task.sleep(nanoseconds: 500_000_000)
+            server?.kill()
+        }
+        do {
+            _ = try await connection.exec("sleep 30", timeout: 20)
+            XCTFail("the command cannot finish")
+        } catch let error as TermindError {
+            XCTAssertTrue(["ssh.connection_lost", "ssh.socket"].contains(error.code), "\(error.code): \(error.message)")
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(start), 10)
+        await connection.close()
+    }
+}
+
+final class AskedLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [HostKeyQuestion] = []
+    func append(_ q: HostKeyQuestion) { lock.withLock { items.append(q) } }
+    var questions: [HostKeyQuestion] { lock.withLock { items } }
+}
