@@ -187,3 +187,60 @@ final class AskedLog: @unchecked Sendable {
     func append(_ q: HostKeyQuestion) { lock.withLock { items.append(q) } }
     var questions: [HostKeyQuestion] { lock.withLock { items } }
 }
+
+/// `termind exec` as a user runs it, against a real sshd.
+final class ExecCommandTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+    private var server: SSHServerFixture!
+
+    override func setUpWithError() throws {
+        directory = try TemporaryDirectory()
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", directory.file("id")]).status, 0)
+        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: directory.file("id.pub"), encoding: .utf8)])
+    }
+
+    override func tearDown() {
+        server?.stop()
+        directory?.remove()
+    }
+
+    private func termind(_ arguments: [String], stdin: String? = nil) throws -> ProcessResult {
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = directory.file("home")
+        environment["TERMIND_SOCKET"] = directory.file("none.sock")
+        return try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind",
+                                     ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")] + arguments,
+                                     environment: environment, stdin: stdin)
+    }
+
+    func testExecOnASavedHostStreamsSeparatelyAndExitsWithTheRemoteStatus() throws {
+        XCTAssertEqual(try termind(["vault", "key", "import", directory.file("id"), "--label", "ci"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "identity", "add", NSUserName(), "--key", "ci"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
+
+        // Without a terminal an unknown host key is refused, and nothing runs.
+        let refused = try termind(["exec", "box", "--", "touch \(directory.file("ran"))"])
+        XCTAssertEqual(refused.status, 1)
+        XCTAssertTrue(refused.stderr.contains("was not accepted"), refused.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: directory.file("ran")))
+
+        let result = try termind(["exec", "box", "--accept-host-key", "save", "--", "echo out; echo err >&2; cat; exit 7"], stdin: "piped\n")
+        XCTAssertEqual(result.status, 7)
+        XCTAssertEqual(result.stdout, "out\npiped\n")
+        XCTAssertEqual(result.stderr, "err\n")
+        // The key was saved: no flag needed any more.
+        let json = try termind(["--json", "exec", "box", "--", "printf", "%s", "two words"])
+        XCTAssertEqual(json.status, 0, json.stderr)
+        let report = try JSONCoding.parse(Data(json.stdout.utf8), source: "stdout")
+        XCTAssertEqual(report["stdout"], .string("two words"), "arguments reach the remote shell as words")
+        XCTAssertEqual(report["exitStatus"], .integer(0))
+    }
+
+    func testExecOnAQuickConnectTargetWithAKeyFile() throws {
+        let result = try termind(["exec", "ssh -p \(server.port) -i \(directory.file("id")) \(NSUserName())@127.0.0.1", "--accept-host-key", "once", "--", "id", "-un"])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        XCTAssertEqual(result.stdout, "\(NSUserName())\n")
+        let usage = try termind(["exec", "box"])
+        XCTAssertEqual(usage.status, 2)
+    }
+}

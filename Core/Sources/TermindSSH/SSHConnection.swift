@@ -55,6 +55,11 @@ public enum HostKeyAnswer: Sendable, Equatable {
     case reject
 }
 
+/// Which stream a chunk of command output came from.
+public enum ExecStream: Sendable, Equatable {
+    case stdout, stderr
+}
+
 /// The result of a command run with `exec`.
 public struct ExecResult: Sendable, Equatable {
     public var stdout: Data
@@ -135,8 +140,11 @@ public final class SSHConnection: Sendable {
     }
 
     /// Runs `command`, feeding `stdin`, and returns stdout and stderr separately (each at
-    /// most `outputLimit` bytes, the rest read and discarded) with the exit status.
-    public func exec(_ command: String, stdin: Data? = nil, outputLimit: Int = 16 << 20, timeout: Double? = nil) async throws -> ExecResult {
+    /// most `outputLimit` bytes, the rest read and discarded) with the exit status. With
+    /// `output`, chunks are handed over as they arrive (on the session's worker) instead of
+    /// being collected.
+    public func exec(_ command: String, stdin: Data? = nil, outputLimit: Int = 16 << 20, timeout: Double? = nil,
+                     output: (@Sendable (ExecStream, Data) -> Void)? = nil) async throws -> ExecResult {
         let deadlines = self.deadlines
         let endpoint = worker.endpoint
         return try await worker.perform { worker in
@@ -175,7 +183,9 @@ public final class SSHConnection: Sendable {
                     if n > 0 {
                         progressed = true
                         let chunk = buffer.withUnsafeBytes { Data($0.prefix(n)) }
-                        if isError {
+                        if let output {
+                            output(isError ? .stderr : .stdout, chunk)
+                        } else if isError {
                             if err.count + chunk.count <= outputLimit { err += chunk } else { err += chunk.prefix(max(0, outputLimit - err.count)); truncated = true }
                         } else {
                             if out.count + chunk.count <= outputLimit { out += chunk } else { out += chunk.prefix(max(0, outputLimit - out.count)); truncated = true }

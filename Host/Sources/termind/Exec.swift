@@ -1,0 +1,143 @@
+import Foundation
+import TermindCore
+import TermindKernel
+import TermindSSH
+
+/// `termind exec HOST [options] -- COMMAND...`: runs a command over SSH on a saved host (or a
+/// quick-connect target), streams its stdout and stderr to ours as they arrive, passes our
+/// standard input when it is not a terminal, and exits with the remote exit status.
+///
+/// Host-key trust is decided inside the connection: an unknown key is asked about on the
+/// terminal (or accepted with --accept-host-key once|save), a changed one fails closed.
+/// Runs in this process: interactions cannot yet travel over the control socket.
+enum Exec {
+    struct Options {
+        var target = ""
+        var command: [String] = []
+        var user: String?
+        var identity: String?
+        var acceptHostKey: HostKeyAnswer?
+        var timeout: Double?
+    }
+
+    static func parse(_ arguments: [String]) throws -> Options {
+        guard let separator = arguments.firstIndex(of: "--") else {
+            throw Invocation.UsageError(description: "usage: termind exec HOST [--user U] [--identity I] [--accept-host-key once|save] [--timeout S] -- COMMAND...")
+        }
+        var options = Options()
+        var head = arguments[..<separator].makeIterator()
+        while let arg = head.next() {
+            switch arg {
+            case "--user": options.user = head.next()
+            case "--identity": options.identity = head.next()
+            case "--timeout":
+                guard let value = head.next().flatMap(Double.init), value > 0 else { throw Invocation.UsageError(description: "--timeout needs a number of seconds.") }
+                options.timeout = value
+            case "--accept-host-key":
+                switch head.next() {
+                case "once"?: options.acceptHostKey = .acceptOnce
+                case "save"?: options.acceptHostKey = .acceptAndSave
+                default: throw Invocation.UsageError(description: "--accept-host-key takes once or save.")
+                }
+            default:
+                guard options.target.isEmpty, !arg.hasPrefix("-") else { throw Invocation.UsageError(description: "exec: unexpected '\(arg)' before --.") }
+                options.target = arg
+            }
+        }
+        options.command = Array(arguments[arguments.index(after: separator)...])
+        guard !options.target.isEmpty else { throw Invocation.UsageError(description: "exec needs a HOST (a saved host or user@host:port).") }
+        guard !options.command.isEmpty else { throw Invocation.UsageError(description: "exec needs a COMMAND after --.") }
+        return options
+    }
+
+    static func run(_ inv: Invocation) async throws -> Invocation.Exit {
+        let options = try parse(inv.arguments)
+        let kernel = Kernel(configuration: try inv.kernelConfiguration(), sink: try inv.logSink())
+        try await kernel.boot()
+        do {
+            return try await run(options, inv: inv, kernel: kernel)
+        } catch {
+            await kernel.shutdown()
+            throw error
+        }
+    }
+
+    private static func run(_ options: Options, inv: Invocation, kernel: Kernel) async throws -> Invocation.Exit {
+        guard let trust = kernel.port(.hostKeyTrust), let credentialsPort = kernel.port(.credentials) else {
+            throw TermindError(code: "exec.unavailable", message: "termind exec needs the Vault, which is not running (termind features).")
+        }
+        let (target, credentials) = try await resolve(options, kernel: kernel, credentials: credentialsPort)
+        let connection = try await SSHConnection.open(target, credentials: credentials, trust: trust) { question in
+            if let answer = options.acceptHostKey { return answer }
+            return ask(question)
+        }
+        let stdin: Data? = isatty(STDIN_FILENO) == 1 ? nil : FileHandle.standardInput.readDataToEndOfFile()
+        let command = options.command.count == 1 ? options.command[0] : options.command.map(shellQuote).joined(separator: " ")
+        let result: ExecResult
+        if inv.json {
+            result = try await connection.exec(command, stdin: stdin, timeout: options.timeout)
+            struct Report: Encodable { let exitStatus: Int32?; let exitSignal: String?; let stdout: String; let stderr: String; let truncated: Bool }
+            Output.json(Report(exitStatus: result.exitStatus, exitSignal: result.exitSignal, stdout: String(decoding: result.stdout, as: UTF8.self),
+                               stderr: String(decoding: result.stderr, as: UTF8.self), truncated: result.truncated))
+        } else {
+            result = try await connection.exec(command, stdin: stdin, timeout: options.timeout) { stream, chunk in
+                (stream == .stdout ? FileHandle.standardOutput : FileHandle.standardError).write(chunk)
+            }
+        }
+        await connection.close()
+        await kernel.shutdown()
+        if let signal = result.exitSignal {
+            if !inv.json { Output.error("the remote command was killed by SIG\(signal).") }
+            exit(128 + 15)
+        }
+        exit(result.exitStatus ?? 255)
+    }
+
+    /// A saved host (credentials from the Vault), or a quick-connect line (one hop for now).
+    private static func resolve(_ options: Options, kernel: Kernel, credentials: any CredentialProvider) async throws -> (SSHTarget, SSHCredentials) {
+        let localUser = NSUserName()
+        if let _ = try? await kernel.call(VaultContracts.HostGet.self, .init(host: options.target)) {
+            let granted = try await credentials.credentials(for: CredentialRequest(host: options.target, explicitUser: options.user,
+                                                                                     explicitIdentity: options.identity))
+            return (SSHTarget(host: granted.address, port: granted.port, username: granted.username ?? localUser),
+                    SSHCredentials(password: granted.password, privateKey: granted.privateKey))
+        }
+        let route = try await kernel.call(ConnectContracts.Resolve.self, .init(input: options.target))
+        guard route.route.count == 1, let endpoint = route.route.last else {
+            throw TermindError(code: "exec.jump_unsupported", message: "Jump routes are not supported by termind exec yet; connect to the target directly.")
+        }
+        var key: Secret?
+        if let file = route.identityFiles.first {
+            guard let data = FileManager.default.contents(atPath: Invocation.absolute(file)) else {
+                throw TermindError(code: "exec.key_unreadable", message: "Cannot read the key file \(file).")
+            }
+            key = Secret(String(decoding: data, as: UTF8.self))
+        }
+        return (SSHTarget(host: endpoint.address, port: endpoint.port, username: options.user ?? endpoint.user ?? localUser),
+                SSHCredentials(privateKey: key))
+    }
+
+    /// Asks on the terminal; without one, refuses (fail closed).
+    private static func ask(_ question: HostKeyQuestion) -> HostKeyAnswer {
+        let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
+        guard tty >= 0 else { return .reject }
+        defer { close(tty) }
+        let target = question.port == 22 ? question.host : "[\(question.host)]:\(question.port)"
+        let prompt = "The authenticity of host \(target) can't be established.\n\(question.algorithm) key fingerprint is \(question.fingerprint).\nTrust it? [s]ave / [o]nce / [N]o: "
+        _ = prompt.withCString { write(tty, $0, strlen($0)) }
+        var buffer = [UInt8](repeating: 0, count: 64)
+        let n = read(tty, &buffer, buffer.count)
+        let answer = n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines).lowercased() : ""
+        switch answer {
+        case "s", "save", "yes", "y": return .acceptAndSave
+        case "o", "once": return .acceptOnce
+        default: return .reject
+        }
+    }
+
+    /// POSIX single-quoting, so each argument reaches the remote shell as one word.
+    static func shellQuote(_ word: String) -> String {
+        let plain = !word.isEmpty && word.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "-_./=:@%+,".unicodeScalars.contains($0) }
+        return plain ? word : "'" + word.replacingOccurrences(of: "'", with: #"'\''"#) + "'"
+    }
+}
