@@ -152,6 +152,38 @@ final class ControlServerTests: XCTestCase {
         server = nil
     }
 
+    func testASocketFolderOthersCanEnterIsRefused() throws {
+        let open = directory.file("open")
+        try FileManager.default.createDirectory(atPath: open, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        let server = ControlServer(path: open + "/control.sock", kernel: kernel, logger: kernel.logger)
+        XCTAssertThrowsError(try server.start()) { XCTAssertEqual(($0 as? TermindError)?.code, "socket.directory_unsafe") }
+    }
+
+    func testTheClientRefusesAServerRunningAsAnotherUser() throws {
+        guard getuid() == 0 else { throw XCTSkip("needs root to run a server as another user") }
+        let shared = directory.file("shared")
+        try FileManager.default.createDirectory(atPath: shared, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o777])
+        chmod(directory.path, 0o755)
+        let impostorPath = shared + "/control.sock"
+        let script = """
+        import os, socket, sys
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o777); s.listen(1)
+        print("ready", flush=True)
+        c, _ = s.accept()
+        data = c.recv(4096)
+        sys.exit(3 if data else 0)
+        """
+        let impostor = try SpawnedProcess("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script, impostorPath],
+                                          captureOutput: true)
+        let deadline = Date().addingTimeInterval(10)
+        while !FileManager.default.fileExists(atPath: impostorPath) && Date() < deadline { usleep(20_000) }
+        XCTAssertThrowsError(try ControlClient(path: impostorPath)) { XCTAssertEqual(($0 as? TermindError)?.code, "socket.peer_rejected") }
+        impostor.closeInput()
+        _ = impostor.readAll()
+        XCTAssertEqual(impostor.wait(), 0, "the impostor received nothing")
+    }
+
     func testAPeerWithAnotherUIDIsRejected() throws {
         guard getuid() == 0 else { throw XCTSkip("needs root to run a client as another user") }
         // Open the folder and socket to everyone so that only the peer-credential check stands.

@@ -113,6 +113,27 @@ final class SSHConnectionTests: XCTestCase {
         await connection.close()
     }
 
+    func testLargeInputAndOutputFlowTogetherWithoutDeadlock() async throws {
+        // More than the 2 MiB channel window each way: writing all input before reading any
+        // output would stall once the remote's output filled our window.
+        let connection = try await connect()
+        let payload = Data((0..<(4 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        let echoed = try await connection.exec("cat", stdin: payload, outputLimit: 8 << 20, timeout: 60)
+        XCTAssertEqual(echoed.stdout.count, payload.count)
+        XCTAssertTrue(echoed.stdout == payload, "the bytes came back unchanged")
+        await connection.close()
+    }
+
+    func testACommandOutlivingTheChannelDeadlineStillSucceeds() async throws {
+        var deadlines = SSHDeadlines()
+        deadlines.channel = 1
+        let connection = try await connect(deadlines: deadlines)
+        let result = try await connection.exec("sleep 2; echo done", timeout: 30)
+        XCTAssertEqual(String(decoding: result.stdout, as: UTF8.self), "done\n")
+        XCTAssertEqual(result.exitStatus, 0)
+        await connection.close()
+    }
+
     func testRSAAndECDSAKeysAuthenticateAgainstSshdDefaults() async throws {
         let rsa = try makeKey("rsa", "rsa-client")
         let ecdsa = try makeKey("ecdsa", "ecdsa-client")

@@ -188,6 +188,8 @@ final class VaultImportIdentityTests: XCTestCase {
                      .init(path: config, select: [], identities: [.init(alias: "nouser", keys: [key])], files: fresh.files))
         await expect("request.invalid", "is not an IdentityFile",
                      .init(path: config, select: [], identities: [.init(alias: "app", keys: ["/etc/passwd"])], files: fresh.files))
+        await expect("request.invalid", "needs the digests the preview returned",
+                     .init(path: config, select: ["app"], identities: [.init(alias: "app", keys: [key])], files: nil))
         // Nothing was written by any of the failed commits: no host, identity, key or secret.
         let hosts = try await session.call(VaultContracts.HostList.self, .init()).hosts
         let identities = try await session.call(VaultContracts.IdentityList.self, Empty()).identities

@@ -153,7 +153,8 @@ public final class SSHConnection: Sendable {
             guard let channel = try worker.retryPointer("Opening a channel", deadline: openDeadline, { termind_ssh2_channel_open_session($0) }) else {
                 throw SSHError.make("ssh.channel_failed", "\(endpoint) refused a session channel: \(worker.lastError()).")
             }
-            defer { libssh2_channel_free(channel) }
+            // Freeing an open channel closes it first, which can return EAGAIN: retry, bounded.
+            defer { _ = try? worker.retry("Freeing the channel", deadline: .now() + 2) { _ in libssh2_channel_free(channel) } }
             let bytes = Array(command.utf8)
             let started = try worker.retry("Starting the command", deadline: openDeadline) { _ in
                 bytes.withUnsafeBufferPointer { buffer in
@@ -161,23 +162,31 @@ public final class SSHConnection: Sendable {
                 }
             }
             guard started == 0 else { throw SSHError.make("ssh.exec_failed", "\(endpoint) did not start the command: \(worker.lastError()).") }
-            if let stdin, !stdin.isEmpty {
-                var offset = 0
-                while offset < stdin.count {
-                    let written = stdin.withUnsafeBytes { raw -> Int in
-                        Int(libssh2_channel_write_ex(channel, 0, raw.baseAddress!.assumingMemoryBound(to: CChar.self) + offset, raw.count - offset))
-                    }
-                    if written == Int(termind_ssh2_error_eagain()) { try worker.waitForSocket("Sending input", deadline: deadline); continue }
-                    guard written >= 0 else { throw SSHError.make("ssh.channel_failed", "Sending input to \(endpoint) failed: \(worker.lastError()).") }
-                    offset += written
-                }
-            }
-            _ = try worker.retry("Closing input", deadline: deadline) { _ in libssh2_channel_send_eof(channel) }
 
+            // One loop writes input and reads output: the remote stops reading our input once
+            // its output fills our window, which only reading reopens.
+            let input = stdin ?? Data()
+            var written = 0
+            var inputClosed = false
             var out = Data(), err = Data(), truncated = false
             var buffer = [CChar](repeating: 0, count: 65_536)
             while true {
                 var progressed = false
+                if written < input.count {
+                    let n = input.withUnsafeBytes { raw -> Int in
+                        Int(libssh2_channel_write_ex(channel, 0, raw.baseAddress!.assumingMemoryBound(to: CChar.self) + written, raw.count - written))
+                    }
+                    if n > 0 { written += n; progressed = true }
+                    else if n < 0 && n != Int(termind_ssh2_error_eagain()) {
+                        throw SSHError.make("ssh.channel_failed", "Sending input to \(endpoint) failed: \(worker.lastError()).")
+                    }
+                } else if !inputClosed {
+                    let rc = libssh2_channel_send_eof(channel)
+                    if rc == 0 { inputClosed = true; progressed = true }
+                    else if rc != termind_ssh2_error_eagain() {
+                        throw SSHError.make("ssh.channel_failed", "Closing input to \(endpoint) failed: \(worker.lastError()).")
+                    }
+                }
                 for (stream, isError) in [(Int32(0), false), (SSH_EXTENDED_DATA_STDERR, true)] {
                     let n = termind_ssh2_channel_read(channel, stream, &buffer, buffer.count)
                     if n > 0 {
@@ -197,8 +206,9 @@ public final class SSHConnection: Sendable {
                 if libssh2_channel_eof(channel) == 1 && !progressed { break }
                 if !progressed { try worker.waitForSocket("The command", deadline: deadline) }
             }
-            _ = try worker.retry("Closing the channel", deadline: openDeadline) { _ in libssh2_channel_close(channel) }
-            _ = try worker.retry("Closing the channel", deadline: openDeadline) { _ in libssh2_channel_wait_closed(channel) }
+            let closeDeadline = DispatchTime.now() + deadlines.channel
+            _ = try worker.retry("Closing the channel", deadline: closeDeadline) { _ in libssh2_channel_close(channel) }
+            _ = try worker.retry("Closing the channel", deadline: closeDeadline) { _ in libssh2_channel_wait_closed(channel) }
             var signal: UnsafeMutablePointer<CChar>?
             var signalLength = 0
             libssh2_channel_get_exit_signal(channel, &signal, &signalLength, nil, nil, nil, nil)
@@ -209,8 +219,11 @@ public final class SSHConnection: Sendable {
         }
     }
 
-    /// Disconnects and frees the session.
-    public func close() async { await worker.shutdown() }
+    /// Disconnects and frees the session; an operation still running is cancelled first.
+    public func close() async {
+        worker.cancel()
+        await worker.shutdown()
+    }
 
     // MARK: - Internals
 

@@ -94,13 +94,12 @@ final class SessionWorker: @unchecked Sendable {
         return message.map { String(cString: $0) } ?? "unknown error"
     }
 
-    /// Sends a disconnect (best effort, bounded) and frees the session and socket.
+    /// Sends a disconnect (one non-blocking attempt: a full socket just skips the courtesy)
+    /// and frees the session and socket. Runs after any operation in flight, which a
+    /// preceding `cancel()` ends promptly.
     func shutdown() async {
         _ = try? await perform { worker in
-            if let session = worker.session {
-                let deadline = DispatchTime.now() + .milliseconds(500)
-                _ = try? worker.retry("Disconnecting", deadline: deadline) { _ in termind_ssh2_session_disconnect(session, "termind closing") }
-            }
+            if let session = worker.session { _ = termind_ssh2_session_disconnect(session, "termind closing") }
             worker.teardown()
         }
     }

@@ -94,8 +94,10 @@ public final class SecretStore: @unchecked Sendable {
     /// Replaces the secret behind an existing handle.
     public func update(_ handle: String, to secret: Secret) throws {
         let sealed = secret.withPlaintext { AEAD.seal(Data($0.utf8), key: dataKey, associatedData: Data(handle.utf8)) }
-        try database.execute("UPDATE secrets SET sealed = ? WHERE handle = ?", [sealed.combined, handle])
-        guard database.changes == 1 else { throw TermindError(code: "secret.missing", message: "No secret with handle \(handle) in \(path).") }
+        try database.transaction {
+            try database.execute("UPDATE secrets SET sealed = ? WHERE handle = ?", [sealed.combined, handle])
+            guard database.changes == 1 else { throw TermindError(code: "secret.missing", message: "No secret with handle \(handle) in \(path).") }
+        }
     }
 
     public func delete(_ handle: String) throws {

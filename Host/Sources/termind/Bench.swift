@@ -92,7 +92,7 @@ enum Bench {
 
         // Control socket vs raw echo.
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("termind-bench-\(getpid())").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let server = ControlServer(path: directory + "/control.sock", kernel: kernel, logger: kernel.logger)
         try server.start()

@@ -36,6 +36,9 @@ public final class ControlServer: @unchecked Sendable {
                 throw TermindError.posix("socket.directory", "Cannot create the socket folder \(directory)")
             }
         }
+        // The folder guards the socket: someone else's (or a shared one) could hold an
+        // impostor socket or swap ours, so it must be ours alone.
+        try SocketIO.checkPrivateDirectory(directory)
         var info = stat()
         if lstat(path, &info) == 0 {
             guard (info.st_mode & S_IFMT) == S_IFSOCK else {

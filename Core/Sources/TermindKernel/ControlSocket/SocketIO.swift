@@ -1,3 +1,4 @@
+import CTermindSystem
 import TermindCore
 import Foundation
 
@@ -18,7 +19,28 @@ enum SocketIO {
         return address
     }
 
+    /// Refuses a folder that is not a directory owned by this user with no group/other access.
+    static func checkPrivateDirectory(_ directory: String) throws {
+        var info = stat()
+        guard lstat(directory, &info) == 0 else { throw TermindError.posix("socket.directory", "Cannot inspect the socket folder \(directory)") }
+        guard (info.st_mode & S_IFMT) == S_IFDIR, info.st_uid == getuid(), info.st_mode & 0o077 == 0 else {
+            throw TermindError(code: "socket.directory_unsafe", message: "The socket folder \(directory) must be a directory owned by you with mode 0700 (it is mode \(String(info.st_mode & 0o777, radix: 8)), owner uid \(info.st_uid)); another user could impersonate the server. Remove it or choose another path with --socket.")
+        }
+    }
+
+    /// Connects and checks that the server runs as this user (SO_PEERCRED): requests may
+    /// carry secrets, so they go to nobody else.
     static func connect(_ path: String) throws -> Int32 {
+        let fd = try connectUnchecked(path)
+        var uid: uid_t = 0
+        guard termind_peer_uid(fd, &uid) == 0, uid == getuid() else {
+            close(fd)
+            throw TermindError(code: "socket.peer_rejected", message: "The process listening on \(path) does not run as you; termind will not send it anything.")
+        }
+        return fd
+    }
+
+    private static func connectUnchecked(_ path: String) throws -> Int32 {
         var address = try unixAddress(path)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw TermindError.posix("socket.create_failed", "Cannot create a Unix socket") }

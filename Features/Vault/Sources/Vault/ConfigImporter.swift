@@ -79,6 +79,9 @@ struct ConfigImporter {
             }
             throw TermindError(code: "vault.import_changed", message: "\(changed.joined(separator: ", ")) changed since the preview; preview again. Nothing was imported.")
         }
+        if !(request.identities ?? []).isEmpty && request.files == nil {
+            throw TermindError.badRequest("files: importing identities imports private keys, so the commit needs the digests the preview returned (its files) to check nothing changed since.")
+        }
         let identitySelections = try (request.identities ?? []).map { selection -> (ImportContracts.IdentitySelection, [SSHPrivateKey]) in
             guard let candidate = candidates[selection.alias] else {
                 throw TermindError.badRequest("identities: '\(selection.alias)' is not a host in \(request.path).")
@@ -167,11 +170,13 @@ struct ConfigImporter {
     /// Re-reads a selected key at commit: it must be the file the preview digested, unencrypted
     /// (a protected key is imported with `vault key import`, which takes its passphrase).
     static func rereadKey(_ path: String, expected: [ImportContracts.FileDigest]?) throws -> SSHPrivateKey {
-        guard let now = digest(path), let data = FileManager.default.contents(atPath: path) else {
+        // One read: the bytes digested are the bytes parsed.
+        guard let data = FileManager.default.contents(atPath: path), data.count <= 64 * 1024 else {
             throw TermindError(code: "vault.import_changed", message: "The key file \(path) is gone or unreadable since the preview. Nothing was imported.")
         }
+        let now = Digest.sha256(data).map { String(format: "%02x", $0) }.joined()
         if let expected {
-            guard let before = expected.first(where: { $0.path == path }), before.sha256 == now.sha256 else {
+            guard let before = expected.first(where: { $0.path == path }), before.sha256 == now else {
                 throw TermindError(code: "vault.import_changed", message: "The key file \(path) changed since the preview; preview again. Nothing was imported.")
             }
         }

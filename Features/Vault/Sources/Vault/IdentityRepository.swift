@@ -54,14 +54,16 @@ struct IdentityRepository: Sendable {
     }
 
     func update(_ r: VaultContracts.IdentityUpdate.Request) throws -> IdentityRecord {
-        let current = try get(r.identity)
-        let oldHandle = try db.query("SELECT password_handle FROM vault_identities WHERE id = ?", [current.id]).first?.string("password_handle")
-        var newHandle: String?? = .none // .none: unchanged; .some(nil): removed; .some(h): replaced
-        if let password = r.password {
-            newHandle = .some(password.isEmpty ? nil : try secrets.store(password, purpose: "identity.password"))
-        }
+        // A new password is stored first (the secret store is another file); the record,
+        // read and written in one transaction, then points at it, and only after the commit
+        // is the replaced secret removed — or the new one, if the transaction failed.
+        let newHandle: String?? = try r.password.map { $0.isEmpty ? nil : try secrets.store($0, purpose: "identity.password") }
+        let replaced: String?
+        let id: String
         do {
-            try db.transaction {
+            (id, replaced) = try db.transaction {
+                let current = try get(r.identity)
+                let oldHandle = try db.query("SELECT password_handle FROM vault_identities WHERE id = ?", [current.id]).first?.string("password_handle")
                 let username = try r.username.map { try VaultValidation.user($0, field: "username") } ?? current.username
                 var label = current.label
                 if let requested = r.label {
@@ -75,27 +77,30 @@ struct IdentityRepository: Sendable {
                     UPDATE vault_identities SET label = ?, username = ?, password_handle = ?, key_id = ?,
                         updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?
                     """, [label, username, handle, key, current.id])
+                return (current.id, newHandle != nil ? oldHandle : nil)
             }
         } catch {
             if case .some(.some(let h)) = newHandle { try? secrets.delete(h) }
             throw error
         }
-        // The old secret goes only once the record no longer references it.
-        if newHandle != nil, let oldHandle { try? secrets.delete(oldHandle) }
-        return try get(current.id)
+        if let replaced { try? secrets.delete(replaced) }
+        return try get(id)
     }
 
     /// Refused while hosts use the identity; the hosts are named.
     func delete(_ ref: String, hosts: HostRepository) throws -> String {
-        let identity = try get(ref)
-        let users = try hosts.labels(usingIdentity: identity.id)
-        guard users.isEmpty else {
-            throw TermindError(code: "vault.identity_in_use", message: "Identity '\(identity.label)' is used by \(users.count == 1 ? "host" : "hosts") \(users.map { "'\($0)'" }.joined(separator: ", ")); change or delete \(users.count == 1 ? "it" : "them") first.")
+        let (id, handle): (String, String?) = try db.transaction {
+            let identity = try get(ref)
+            let users = try hosts.labels(usingIdentity: identity.id)
+            guard users.isEmpty else {
+                throw TermindError(code: "vault.identity_in_use", message: "Identity '\(identity.label)' is used by \(users.count == 1 ? "host" : "hosts") \(users.map { "'\($0)'" }.joined(separator: ", ")); change or delete \(users.count == 1 ? "it" : "them") first.")
+            }
+            let handle = try db.query("SELECT password_handle FROM vault_identities WHERE id = ?", [identity.id]).first?.string("password_handle")
+            try db.execute("DELETE FROM vault_identities WHERE id = ?", [identity.id])
+            return (identity.id, handle)
         }
-        let handle = try db.query("SELECT password_handle FROM vault_identities WHERE id = ?", [identity.id]).first?.string("password_handle")
-        try db.execute("DELETE FROM vault_identities WHERE id = ?", [identity.id])
         if let handle { try? secrets.delete(handle) }
-        return identity.id
+        return id
     }
 
     private func ensureLabelFree(_ label: String, excluding id: String?) throws {

@@ -84,6 +84,8 @@ public enum ImportContracts {
             /// Identities to import, each with its selected keys.
             public var identities: [IdentitySelection]?
             /// The digests the preview returned: the commit fails closed if any file changed.
+            /// Required when importing identities (private keys); without it a hosts-only
+            /// commit imports the file as it is now.
             public var files: [FileDigest]?
             public init(path: String, select: [String], identities: [IdentitySelection]? = nil, files: [FileDigest]? = nil) {
                 self.path = path
