@@ -82,6 +82,12 @@ let package = Package(
             dependencies: [core],
             path: "Tests/Tools/StoreWriter"
         ),
+        // `make bench`: the SSH transport against OpenSSH's client on the same sshd.
+        .executableTarget(
+            name: "termind-ssh-bench",
+            dependencies: [core, "TermindHarness"],
+            path: "Tests/Tools/SSHBench"
+        ),
         .target(
             name: "FixtureWrongSignature",
             dependencies: [core],
