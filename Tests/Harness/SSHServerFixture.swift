@@ -11,7 +11,8 @@ public final class SSHServerFixture: @unchecked Sendable {
     public private(set) var hostKeys: [String: String] = [:]
     private var process: SpawnedProcess!
 
-    /// Starts sshd; `authorizedKeys` are public key lines accepted for the current user.
+    /// Starts sshd; `authorizedKeys` are public key lines accepted for the current user;
+    /// `extraConfig` lines override the defaults below (e.g. "PasswordAuthentication yes").
     public init(authorizedKeys: [String], extraConfig: [String] = []) throws {
         directory = try TemporaryDirectory("termind-sshd")
         chmod(directory.path, 0o755)
@@ -25,7 +26,8 @@ public final class SSHServerFixture: @unchecked Sendable {
         try (authorizedKeys.joined(separator: "\n") + "\n").write(toFile: directory.file("authorized_keys"), atomically: true, encoding: .utf8)
         chmod(directory.file("authorized_keys"), 0o600)
         port = try Self.freePort()
-        let config = [
+        // sshd keeps the first value it reads for an option: extra lines go first to override.
+        let config = extraConfig + [
             "Port \(port)",
             "ListenAddress 127.0.0.1",
             "HostKey \(directory.file("ssh_host_ed25519_key"))",
@@ -41,7 +43,7 @@ public final class SSHServerFixture: @unchecked Sendable {
             "PubkeyAuthentication yes",
             "LogLevel VERBOSE",
             "Subsystem sftp internal-sftp",
-        ] + extraConfig
+        ]
         try (config.joined(separator: "\n") + "\n").write(toFile: directory.file("sshd_config"), atomically: true, encoding: .utf8)
         try? FileManager.default.createDirectory(atPath: "/run/sshd", withIntermediateDirectories: true)
         process = try SpawnedProcess("/usr/sbin/sshd", ["-D", "-e", "-f", directory.file("sshd_config")], captureOutput: false)

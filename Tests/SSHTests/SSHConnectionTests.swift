@@ -202,6 +202,42 @@ final class SSHConnectionTests: XCTestCase {
     }
 }
 
+/// Password authentication needs a real account with a password: as root, the test creates
+/// a throwaway user with a random password and removes it afterwards.
+final class PasswordAuthenticationTests: XCTestCase {
+    func testPasswordAuthenticationAndAWrongPasswordAgainstSshd() async throws {
+        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/sbin/useradd") else {
+            throw XCTSkip("needs root to create a throwaway account")
+        }
+        let name = "tmd\(UInt32.random(in: 100_000...999_999))"
+        let password = "pw-\(UUID().uuidString)"
+        XCTAssertEqual(try ProcessRunner.run("/usr/sbin/useradd", ["-M", "-s", "/bin/sh", name]).status, 0)
+        defer { _ = try? ProcessRunner.run("/usr/sbin/userdel", [name]) }
+        XCTAssertEqual(try ProcessRunner.run("/usr/sbin/chpasswd", [], stdin: "\(name):\(password)\n").status, 0)
+        let server = try SSHServerFixture(authorizedKeys: [], extraConfig: ["PasswordAuthentication yes", "PermitEmptyPasswords no"])
+        defer { server.stop() }
+        let vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
+        let trust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
+        let target = SSHTarget(host: "127.0.0.1", port: server.port, username: name)
+
+        let connection = try await SSHConnection.open(target, credentials: SSHCredentials(password: Secret(password)), trust: trust) { _ in .acceptOnce }
+        XCTAssertEqual(connection.authenticatedWith, "password")
+        let whoami = try await connection.exec("id -un")
+        XCTAssertEqual(String(decoding: whoami.stdout, as: UTF8.self), "\(name)\n")
+        await connection.close()
+
+        do {
+            _ = try await SSHConnection.open(target, credentials: SSHCredentials(password: Secret("not-the-password")), trust: trust) { _ in .acceptOnce }
+            XCTFail("a wrong password must be rejected")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.auth_failed")
+            XCTAssertTrue(error.message.contains("password was rejected"), error.message)
+            XCTAssertFalse(error.message.contains("not-the-password"), "the password is never echoed")
+        }
+        await vault.shutdown()
+    }
+}
+
 final class AskedLog: @unchecked Sendable {
     private let lock = NSLock()
     private var items: [HostKeyQuestion] = []
