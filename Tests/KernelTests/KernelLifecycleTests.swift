@@ -102,10 +102,8 @@ final class KernelLifecycleTests: XCTestCase {
     }
 
     func testACLibraryLabelledSwiftIsRefusedWithoutCrashing() async throws {
-        let digest = try FeatureHarness.manifest(pluginJSON: Repository.path("Plugins/Examples/Digest/plugin.json"))
         var mislabelled = manifest("digest", product: "TermindDigest", contracts: ["digest.file@1"])
         mislabelled.kind = .swift
-        _ = digest
         let (_, statuses) = try await boot([mislabelled])
         XCTAssertEqual(statuses.first?.state, .disabled)
         XCTAssertTrue(statuses.first?.reason?.contains("does not export the entry symbol 'termind_feature_entry_v1'") ?? false, statuses.first?.reason ?? "")

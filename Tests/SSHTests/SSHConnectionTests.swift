@@ -75,14 +75,10 @@ final class SSHConnectionTests: XCTestCase {
     }
 
     func testAChangedHostKeyFailsClosedWithBothFingerprints() async throws {
-        let impostor = try makeKey("ed25519", "impostor")
-        _ = impostor
+        // Another key saved for this host:port: whatever key the server presents has changed.
+        _ = try makeKey("ed25519", "impostor")
         let fake = try String(contentsOfFile: directory.file("impostor.pub"), encoding: .utf8)
-        for algorithm in server.hostKeys.keys {
-            _ = try await vault.call(KnownHostContracts.Add.self, .init(host: "127.0.0.1", port: server.port,
-                                                                       key: fake.replacingOccurrences(of: "ssh-ed25519", with: "ssh-ed25519")))
-            _ = algorithm
-        }
+        _ = try await vault.call(KnownHostContracts.Add.self, .init(host: "127.0.0.1", port: server.port, key: fake))
         let asked = AskedLog()
         do {
             _ = try await connect(asked: asked)

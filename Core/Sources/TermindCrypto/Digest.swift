@@ -43,6 +43,11 @@ public enum Digest {
     }
 }
 
+extension Data {
+    /// Lowercase hexadecimal, two digits a byte (digests, ids, checksums).
+    public var hexEncoded: String { map { String(format: "%02x", $0) }.joined() }
+}
+
 /// Cryptographically secure random bytes (OpenSSL's DRBG, seeded by the kernel).
 public enum SecureRandom {
     public static func bytes(_ count: Int) -> Data {

@@ -16,7 +16,7 @@ public struct Migration: Sendable {
         self.sql = sql
     }
 
-    var checksum: String { Digest.sha256(Data(sql.utf8)).prefix(8).map { String(format: "%02x", $0) }.joined() }
+    var checksum: String { Data(Digest.sha256(Data(sql.utf8)).prefix(8)).hexEncoded }
 }
 
 /// A feature's tables: its id and ordered migrations (versions 1, 2, 3, … without gaps).

@@ -73,7 +73,7 @@ public final class SecretStore: @unchecked Sendable {
 
     /// Stores a secret and returns its new handle.
     public func store(_ secret: Secret, purpose: String) throws -> String {
-        let handle = "sec_" + SecureRandom.bytes(16).map { String(format: "%02x", $0) }.joined()
+        let handle = "sec_" + SecureRandom.bytes(16).hexEncoded
         let sealed = secret.withPlaintext { AEAD.seal(Data($0.utf8), key: dataKey, associatedData: Data(handle.utf8)) }
         try database.execute("INSERT INTO secrets (handle, purpose, sealed) VALUES (?, ?, ?)", [handle, purpose, sealed.combined])
         return handle

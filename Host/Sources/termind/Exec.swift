@@ -96,7 +96,7 @@ enum Exec {
     /// A saved host (credentials from the Vault), or a quick-connect line (one hop for now).
     private static func resolve(_ options: Options, kernel: Kernel, credentials: any CredentialProvider) async throws -> (SSHTarget, SSHCredentials) {
         let localUser = NSUserName()
-        if let _ = try? await kernel.call(VaultContracts.HostGet.self, .init(host: options.target)) {
+        if try await isSavedHost(options.target, kernel: kernel) {
             let granted = try await credentials.credentials(for: CredentialRequest(host: options.target, explicitUser: options.user,
                                                                                      explicitIdentity: options.identity))
             return (SSHTarget(host: granted.address, port: granted.port, username: granted.username ?? localUser),
@@ -115,6 +115,16 @@ enum Exec {
         }
         return (SSHTarget(host: endpoint.address, port: endpoint.port, username: options.user ?? endpoint.user ?? localUser),
                 SSHCredentials(privateKey: key))
+    }
+
+    /// Whether `name` is a saved host; any failure but "not found" (a store error) is reported.
+    private static func isSavedHost(_ name: String, kernel: Kernel) async throws -> Bool {
+        do {
+            _ = try await kernel.call(VaultContracts.HostGet.self, .init(host: name))
+            return true
+        } catch let error as TermindError where error.code == "vault.host_not_found" {
+            return false
+        }
     }
 
     /// Asks on the terminal; without one, refuses (fail closed).

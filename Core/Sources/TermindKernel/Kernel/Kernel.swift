@@ -130,11 +130,6 @@ public actor Kernel {
 
     public func featureStatuses() -> [FeatureStatus] { order.compactMap { statuses[$0] } }
 
-    /// Manifests of features that are running (for CLI command mapping).
-    public func runningManifests() -> [FeatureManifest] {
-        order.compactMap { statuses[$0]?.state == .running ? manifests[$0] : nil }
-    }
-
     // MARK: - Calls
 
     /// Routes a contract call. Safe to call from any task concurrently; never blocks on

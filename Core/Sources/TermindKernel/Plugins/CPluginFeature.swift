@@ -28,16 +28,17 @@ final class CPluginFeature: Feature, @unchecked Sendable {
                 try await self.handle(contract: text, body: body)
             })
         }
+        let requestSchema = SchemaDerivation.schema(for: ForeignFunctionCall.Request.self)
+        let responseSchema = SchemaDerivation.schema(for: ForeignFunctionCall.Response.self)
         for function in functions {
             let contract = ContractID(name: "\(id).fn.\(function.name)", version: 1)
             let summary = manifest.functions.first { $0.name == function.name }?.summary ?? "C function \(function.name)\(function.signature)"
             registrar.handle(ContractEndpoint(
                 id: contract, summary: summary, owner: id,
-                requestSchema: SchemaDerivation.schema(for: ForeignFunctionCall.Request.self),
-                responseSchema: SchemaDerivation.schema(for: ForeignFunctionCall.Response.self)
+                requestSchema: requestSchema,
+                responseSchema: responseSchema
             ) { body, _ in
-                let request: ForeignFunctionCall.Request = try ContractCoding.decodeRequest(
-                    body, schema: SchemaDerivation.schema(for: ForeignFunctionCall.Request.self), contract: contract)
+                let request: ForeignFunctionCall.Request = try ContractCoding.decodeRequest(body, schema: requestSchema, contract: contract)
                 let result = try await Self.offPool { try function.call(request.args) }
                 return try JSONCoding.encode(ForeignFunctionCall.Response(result: result))
             })

@@ -64,7 +64,11 @@ struct ConfigImporter {
 
     static func digest(_ path: String) -> ImportContracts.FileDigest? {
         guard let data = FileManager.default.contents(atPath: path), data.count <= 64 * 1024 else { return nil }
-        return .init(path: path, sha256: Digest.sha256(data).map { String(format: "%02x", $0) }.joined())
+        return fileDigest(path, data)
+    }
+
+    static func fileDigest(_ path: String, _ data: Data) -> ImportContracts.FileDigest {
+        .init(path: path, sha256: Digest.sha256(data).hexEncoded)
     }
 
     /// Creates the selected hosts in one transaction. Jump hops must be saved hosts or be
@@ -174,7 +178,7 @@ struct ConfigImporter {
         guard let data = FileManager.default.contents(atPath: path), data.count <= 64 * 1024 else {
             throw TermindError(code: "vault.import_changed", message: "The key file \(path) is gone or unreadable since the preview. Nothing was imported.")
         }
-        let now = Digest.sha256(data).map { String(format: "%02x", $0) }.joined()
+        let now = fileDigest(path, data).sha256
         if let expected {
             guard let before = expected.first(where: { $0.path == path }), before.sha256 == now else {
                 throw TermindError(code: "vault.import_changed", message: "The key file \(path) changed since the preview; preview again. Nothing was imported.")
@@ -223,6 +227,6 @@ struct ConfigImporter {
 private final class Digests: @unchecked Sendable {
     private(set) var all: [ImportContracts.FileDigest] = []
     func add(_ path: String, _ data: Data) {
-        all.append(.init(path: path, sha256: Digest.sha256(data).map { String(format: "%02x", $0) }.joined()))
+        all.append(ConfigImporter.fileDigest(path, data))
     }
 }

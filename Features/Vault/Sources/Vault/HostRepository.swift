@@ -8,10 +8,6 @@ import TermindStore
 struct HostRepository: Sendable {
     let db: Database
 
-    static func newID(_ prefix: String) -> String {
-        prefix + "_" + SecureRandom.bytes(6).map { String(format: "%02x", $0) }.joined()
-    }
-
     func list(tag: String?) throws -> [HostRecord] {
         try db.query("SELECT * FROM vault_hosts ORDER BY label COLLATE NOCASE").map(Self.record)
             .filter { tag == nil || $0.tags.contains(tag!) }
@@ -35,7 +31,7 @@ struct HostRepository: Sendable {
         try db.transaction {
             let address = try VaultValidation.address(r.address)
             let port = try VaultValidation.port(r.port ?? 22)
-            let id = Self.newID("host")
+            let id = RecordID.make("host")
             let label = try resolvedLabel(r.label, address: address, port: port, excluding: nil)
             let user = try r.user.flatMap { $0.isEmpty ? nil : try VaultValidation.user($0) }
             let identity = try r.identity.flatMap { $0.isEmpty ? nil : try identities.get($0).id }

@@ -37,7 +37,7 @@ struct IdentityRepository: Sendable {
     func add(_ r: VaultContracts.IdentityAdd.Request) throws -> IdentityRecord {
         let username = try VaultValidation.user(r.username, field: "username")
         let label = try VaultValidation.label(r.label ?? "").isEmpty ? username : VaultValidation.label(r.label ?? "")
-        let id = HostRepository.newID("ident")
+        let id = RecordID.make("ident")
         let handle = try r.password.flatMap { $0.isEmpty ? nil : try secrets.store($0, purpose: "identity.password") }
         do {
             try db.transaction {
@@ -133,7 +133,7 @@ struct SnippetRepository: Sendable {
             let first = r.body.split(separator: "\n").first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
             label = String(first.prefix(60))
         }
-        let id = HostRepository.newID("snip")
+        let id = RecordID.make("snip")
         try db.execute("INSERT INTO vault_snippets (id, label, body) VALUES (?, ?, ?)", [id, label, r.body])
         return try db.query("SELECT * FROM vault_snippets WHERE id = ?", [id]).map(Self.record)[0]
     }

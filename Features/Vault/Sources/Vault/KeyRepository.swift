@@ -71,7 +71,7 @@ struct KeyRepository: Sendable {
     /// As `save`, returning the secret handle so a caller's larger transaction can remove
     /// it if that transaction fails later.
     func save(_ key: SSHPrivateKey, label requested: String?, defaultLabel: String) throws -> (record: KeyRecord, handle: String) {
-        let id = HostRepository.newID("key")
+        let id = RecordID.make("key")
         let handle = try secrets.store(key.openSSHPrivateKeyText(), purpose: "key.private")
         do {
             try db.transaction {

@@ -42,7 +42,7 @@ struct KnownHostRepository: Sendable {
             if let existing = try db.query("SELECT id, created_at FROM vault_known_hosts WHERE line = ?", [line]).first {
                 return (Self.record(Stored(id: existing.string("id") ?? "", entry: entry, createdAt: existing.string("created_at") ?? "")), false)
             }
-            let id = HostRepository.newID("kh")
+            let id = RecordID.make("kh")
             try db.execute("INSERT INTO vault_known_hosts (id, line) VALUES (?, ?)", [id, line])
             let created = try db.scalar("SELECT created_at FROM vault_known_hosts WHERE id = ?", [id])
             guard case .text(let at) = created else { return (Self.record(Stored(id: id, entry: entry, createdAt: "")), true) }

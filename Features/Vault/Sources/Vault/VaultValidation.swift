@@ -1,5 +1,6 @@
 import Foundation
 import TermindCore
+import TermindCrypto
 
 /// Field rules shared by every Vault write. Each failure names the field and the value's
 /// problem, never a secret.
@@ -50,4 +51,9 @@ enum VaultValidation {
 
     /// A route is at most eight hosts including the target.
     static let maximumRoute = 8
+}
+
+/// Record ids: a kind prefix and 48 random bits ("host_1a2b3c4d5e6f").
+enum RecordID {
+    static func make(_ prefix: String) -> String { prefix + "_" + SecureRandom.bytes(6).hexEncoded }
 }
