@@ -135,6 +135,18 @@ final class DatabaseTests: XCTestCase {
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM notes"), .integer(0))
     }
 
+    func testProcessesOpeningANewDatabaseTogetherAllSucceedAndShareIt() throws {
+        // A losing opener once deleted the file the winner was writing: race fresh opens.
+        let writer = FeatureHarness.buildDirectory + "/termind-test-store-writer"
+        for round in 0..<20 {
+            let path = directory.file("race-\(round).sqlite")
+            let writers = try ["a", "b", "c"].map { try SpawnedProcess(writer, [path, $0, "3"], captureOutput: false) }
+            for process in writers { XCTAssertEqual(process.wait(), 0, "round \(round): a writer failed") }
+            let db = try Database(path: path)
+            XCTAssertEqual(try db.scalar("SELECT count(*) FROM rows"), .integer(9), "round \(round): every writer's rows are in the one file")
+        }
+    }
+
     func testConcurrentProcessesNeverCorruptAndAKilledWriterLosesNothingCommitted() throws {
         let path = directory.file("shared.sqlite")
         let writer = FeatureHarness.buildDirectory + "/termind-test-store-writer"

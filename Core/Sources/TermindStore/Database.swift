@@ -30,7 +30,6 @@ public final class Database: @unchecked Sendable {
                 throw StoreError.openFailed(path, "cannot create its folder \(directory)")
             }
         }
-        let existed = FileManager.default.fileExists(atPath: path)
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW
         let previous = umask(0o077)
@@ -44,18 +43,29 @@ public final class Database: @unchecked Sendable {
         handle = db
         sqlite3_extended_result_codes(db, 1)
         sqlite3_busy_timeout(db, Self.busyTimeoutMilliseconds)
+        // Never unlink on failure: another process may have created this file a moment ago
+        // and be writing to it (seen: a losing opener deleted a live database).
         do {
-            // Reading the schema validates the header: a file that is not SQLite fails here.
-            _ = try scalar("SELECT count(*) FROM sqlite_schema")
-            let mode = try scalar("PRAGMA journal_mode = WAL")
-            guard case .text(let m) = mode, m.lowercased() == "wal" else {
-                throw StoreError.openFailed(path, "it cannot use write-ahead logging (journal mode \(mode))")
+            // Switching a new file to WAL needs a moment alone with it; several processes
+            // opening it together wait their turn, bounded by the busy timeout.
+            let deadline = Date().addingTimeInterval(Double(Self.busyTimeoutMilliseconds) / 1000)
+            while true {
+                do {
+                    // Reading the schema validates the header: a file that is not SQLite fails here.
+                    _ = try scalar("SELECT count(*) FROM sqlite_schema")
+                    let mode = try scalar("PRAGMA journal_mode = WAL")
+                    guard case .text(let m) = mode, m.lowercased() == "wal" else {
+                        throw StoreError.openFailed(path, "it cannot use write-ahead logging (journal mode \(mode))")
+                    }
+                    break
+                } catch let error as StoreError where error.code == "store.busy" && Date() < deadline {
+                    usleep(10_000)
+                }
             }
             try execute("PRAGMA synchronous = FULL")
             try execute("PRAGMA foreign_keys = ON")
         } catch let error as StoreError {
             sqlite3_close_v2(db)
-            if !existed { unlink(path) } // only a file we just created ourselves
             throw error.code == "store.sql" ? StoreError.notADatabase(path, error.message) : error
         }
     }
