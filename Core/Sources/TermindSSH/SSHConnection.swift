@@ -5,7 +5,7 @@ import TermindCore
 import TermindCrypto
 
 /// Where to connect and as whom.
-public struct SSHTarget: Sendable, Equatable {
+public struct SSHTarget: Sendable, Equatable, Hashable {
     public var host: String
     public var port: Int
     public var username: String
@@ -23,20 +23,36 @@ public struct SSHCredentials: Sendable {
     /// An OpenSSH or PEM private key (unencrypted, or with `passphrase`).
     public var privateKey: Secret?
     public var passphrase: Secret?
-    public init(password: Secret? = nil, privateKey: Secret? = nil, passphrase: Secret? = nil) {
+    /// The ssh-agent socket to offer keys from; by default `SSH_AUTH_SOCK`. Empty: none.
+    public var agentSocket: String?
+    public init(password: Secret? = nil, privateKey: Secret? = nil, passphrase: Secret? = nil, agentSocket: String? = nil) {
         self.password = password
         self.privateKey = privateKey
         self.passphrase = passphrase
+        self.agentSocket = agentSocket
     }
 }
 
 /// Deadlines (seconds) for each phase; an operation past its deadline fails with `ssh.timeout`.
+/// Time spent waiting for a person (a keyboard-interactive prompt) does not count.
 public struct SSHDeadlines: Sendable {
+    public var resolve: Double = 10
     public var connect: Double = 10
     public var handshake: Double = 15
     public var authentication: Double = 30
     public var channel: Double = 30
     public init() {}
+}
+
+/// Keepalive: a request every `interval` seconds while the connection is open (0: off);
+/// after `countMax` unanswered intervals the connection counts as lost.
+public struct SSHKeepalive: Sendable {
+    public var interval: Int
+    public var countMax: Int
+    public init(interval: Int = 15, countMax: Int = 3) {
+        self.interval = interval
+        self.countMax = countMax
+    }
 }
 
 /// What the user is asked about a host key nobody has trusted yet (inside the handshake).
@@ -55,10 +71,24 @@ public enum HostKeyAnswer: Sendable, Equatable {
     case reject
 }
 
-/// Which stream a chunk of command output came from.
-public enum ExecStream: Sendable, Equatable {
-    case stdout, stderr
+/// One keyboard-interactive round, with the server's literal text.
+public struct KeyboardInteractiveChallenge: Sendable, Equatable {
+    public struct Prompt: Sendable, Equatable {
+        public var text: String
+        /// Whether the answer may be shown while typed.
+        public var echo: Bool
+    }
+    /// Distinguishes rounds; an answer belongs to exactly one.
+    public var requestID: UInt64
+    public var host: String
+    public var name: String
+    public var instruction: String
+    public var prompts: [Prompt]
 }
+
+/// Answers one round (one answer per prompt; empty answers are fine), or nil to give up.
+/// Answers are used once and never cached, logged or stored.
+public typealias KeyboardInteractiveResponder = @Sendable (KeyboardInteractiveChallenge) async -> [Secret]?
 
 /// The result of a command run with `exec`.
 public struct ExecResult: Sendable, Equatable {
@@ -71,43 +101,81 @@ public struct ExecResult: Sendable, Equatable {
     public var truncated: Bool
 }
 
-/// An authenticated SSH connection. The libssh2 session belongs to one serial worker;
-/// host-key trust is decided inside this very connection's handshake, never on a separate
-/// discovery connection.
+/// A terminal for a shell or command channel.
+public struct PTYRequest: Sendable, Equatable {
+    public var term: String
+    public var columns: Int
+    public var rows: Int
+    public init(term: String = "xterm-256color", columns: Int = 80, rows: Int = 24) {
+        self.term = term
+        self.columns = columns
+        self.rows = rows
+    }
+}
+
+/// An authenticated SSH connection. The libssh2 session belongs to one engine thread;
+/// any number of channels share it. Host-key trust is decided inside this very
+/// connection's handshake, never on a separate discovery connection.
 public final class SSHConnection: Sendable {
     public let target: SSHTarget
     public let hostKey: PublicHostKey
-    /// "none", "publickey" or "password".
+    /// "none", "publickey", "agent", "password" or "keyboard-interactive".
     public let authenticatedWith: String
-    private let worker: SessionWorker
+    /// The connection this one tunnels through (a jump host), kept alive with it.
+    public let via: SSHConnection?
+    let engine: SessionEngine
     private let deadlines: SSHDeadlines
 
-    private init(target: SSHTarget, hostKey: PublicHostKey, authenticatedWith: String, worker: SessionWorker, deadlines: SSHDeadlines) {
+    private init(target: SSHTarget, hostKey: PublicHostKey, authenticatedWith: String, via: SSHConnection?, engine: SessionEngine, deadlines: SSHDeadlines) {
         self.target = target
         self.hostKey = hostKey
         self.authenticatedWith = authenticatedWith
-        self.worker = worker
+        self.via = via
+        self.engine = engine
         self.deadlines = deadlines
     }
 
-    /// Connects, verifies the host key with `trust` (asking `askUnknownHostKey` about an
-    /// unknown one; a changed or revoked key fails closed), then authenticates: none first,
-    /// then the advertised methods the credentials allow.
+    deinit {
+        let engine = self.engine
+        Task { await engine.shutdown() }
+    }
+
+    /// Which session generation this is (a reconnect gets a new one).
+    public var generation: UInt64 { engine.generation }
+    /// False once the connection was closed or lost.
+    public var isAlive: Bool { engine.isAlive }
+
+    /// Calls `observer` once when the connection ends, with the reason.
+    public func onClose(_ observer: @escaping @Sendable (TermindError) -> Void) { engine.onDeath(observer) }
+
+    /// Connects (through `via` when given: a direct-tcpip channel of that connection),
+    /// verifies the host key with `trust` (asking `askUnknownHostKey` about an unknown one;
+    /// a changed or revoked key fails closed), then authenticates: none first, then the
+    /// advertised methods the credentials allow — public key, ssh-agent keys, password,
+    /// keyboard-interactive through `keyboardInteractive`.
     public static func open(_ target: SSHTarget, credentials: SSHCredentials, trust: any HostKeyTrust,
-                            deadlines: SSHDeadlines = SSHDeadlines(),
+                            deadlines: SSHDeadlines = SSHDeadlines(), keepalive: SSHKeepalive = SSHKeepalive(),
+                            via: SSHConnection? = nil,
+                            keyboardInteractive: KeyboardInteractiveResponder? = nil,
                             askUnknownHostKey: @escaping @Sendable (HostKeyQuestion) async -> HostKeyAnswer) async throws -> SSHConnection {
         let endpoint = target.port == 22 ? target.host : "\(target.host):\(target.port)"
-        let fd = try await offPool { try SocketConnector.connect(host: target.host, port: target.port, deadline: .now() + deadlines.connect) }
-        let worker = try SessionWorker(fd: fd, endpoint: endpoint)
+        let fd: Int32
+        if let via {
+            fd = try await via.tunnel(to: target.host, port: target.port)
+        } else {
+            fd = try await SocketConnector.connect(host: target.host, port: target.port,
+                                                   resolveDeadline: deadlines.resolve, connectDeadline: deadlines.connect)
+        }
+        let engine = try SessionEngine(fd: fd, endpoint: via.map { "\(endpoint) (via \($0.engine.endpoint))" } ?? endpoint)
         do {
-            let hostKey = try await worker.perform { worker -> PublicHostKey in
+            let hostKey = try await engine.perform { engine -> PublicHostKey in
                 let deadline = DispatchTime.now() + deadlines.handshake
-                let rc = try worker.retry("The SSH handshake", deadline: deadline) { libssh2_session_handshake($0, worker.fd) }
-                guard rc == 0 else { throw SSHError.make("ssh.handshake_failed", "The SSH handshake with \(endpoint) failed: \(worker.lastError()).") }
+                let rc = try engine.retry("The SSH handshake", deadline: deadline) { libssh2_session_handshake($0, engine.fd) }
+                guard rc == 0 else { throw SSHError.make("ssh.handshake_failed", "The SSH handshake with \(engine.endpoint) failed: \(engine.lastError()).") }
                 var length = 0
                 var type: Int32 = 0
-                guard let session = worker.session, let raw = libssh2_session_hostkey(session, &length, &type), length > 4 else {
-                    throw SSHError.make("ssh.handshake_failed", "\(endpoint) presented no host key.")
+                guard let session = engine.session, let raw = libssh2_session_hostkey(session, &length, &type), length > 4 else {
+                    throw SSHError.make("ssh.handshake_failed", "\(engine.endpoint) presented no host key.")
                 }
                 let blob = Data(bytes: raw, count: length)
                 return PublicHostKey(algorithm: Self.algorithm(of: blob), blob: blob)
@@ -129,163 +197,228 @@ public final class SSHConnection: Sendable {
                     ?? "The host key of \(endpoint) is not trusted; the connection was refused."
                 throw SSHError.make("ssh.host_key_changed", message)
             }
-            let method = try await worker.perform { worker in
-                try Self.authenticate(worker, target: target, credentials: credentials, deadline: .now() + deadlines.authentication)
+            try Task.checkCancellation()
+            let method = try await engine.perform { engine in
+                try Authenticator(engine: engine, target: target, credentials: credentials, responder: keyboardInteractive,
+                                  deadline: .now() + deadlines.authentication).run()
             }
-            return SSHConnection(target: target, hostKey: hostKey, authenticatedWith: method, worker: worker, deadlines: deadlines)
+            engine.configureKeepalive(interval: keepalive.interval, countMax: keepalive.countMax)
+            return SSHConnection(target: target, hostKey: hostKey, authenticatedWith: method, via: via, engine: engine, deadlines: deadlines)
+        } catch is CancellationError {
+            await engine.shutdown()
+            throw SSHError.make("ssh.cancelled", "Connecting to \(endpoint) was cancelled.")
         } catch {
-            await worker.shutdown()
+            await engine.shutdown()
             throw error
         }
     }
 
+    // MARK: - Channels
+
+    public enum ChannelKind: Sendable, Equatable {
+        case exec(String)
+        case shell
+        case subsystem(String)
+    }
+
+    /// Opens a session channel and starts `kind` on it, with a terminal when `pty` is given.
+    /// `bufferLimit` bounds unread output and unsent input for this channel.
+    public func openChannel(_ kind: ChannelKind, pty: PTYRequest? = nil, environment: [String: String] = [:],
+                            bufferLimit: Int = 1 << 20) async throws -> SSHChannel {
+        let endpoint = engine.endpoint
+        let engine = self.engine
+        let channel = try await openRawChannel("Opening a channel") { session in
+            termind_ssh2_channel_open_session(session)
+        }
+        let state = ChannelState(limit: bufferLimit)
+        let pump = ChannelPump(channel: channel, state: state, endpoint: endpoint)
+        let handle = UncheckedBox(channel)
+        let deadline = DispatchTime.now() + deadlines.channel
+        do {
+            for (name, value) in environment.sorted(by: { $0.key < $1.key }) {
+                // Servers commonly refuse variables outside AcceptEnv: not an error.
+                _ = try await engine.run("Setting \(name)", lane: pump, deadline: deadline) { _ -> Int32? in
+                    let rc = libssh2_channel_setenv_ex(handle.value, name, UInt32(name.utf8.count), value, UInt32(value.utf8.count))
+                    return rc == termind_ssh2_error_eagain() ? nil : rc
+                }
+            }
+            if let pty {
+                guard pty.columns > 0, pty.rows > 0 else {
+                    throw SSHError.make("ssh.bad_size", "A terminal size must be at least 1×1, not \(pty.columns)×\(pty.rows).")
+                }
+                _ = try await engine.run("Requesting a terminal", lane: pump, deadline: deadline) { _ -> Int32? in
+                    let rc = libssh2_channel_request_pty_ex(handle.value, pty.term, UInt32(pty.term.utf8.count), nil, 0,
+                                                            Int32(pty.columns), Int32(pty.rows), 0, 0)
+                    if rc == termind_ssh2_error_eagain() { return nil }
+                    guard rc == 0 else { throw SSHError.make("ssh.pty_failed", "\(endpoint) refused a terminal for the channel.") }
+                    return rc
+                }
+            }
+            _ = try await engine.run("Starting the channel", lane: pump, deadline: deadline) { _ -> Int32? in
+                let rc: Int32
+                switch kind {
+                case .exec(let command):
+                    rc = command.withCString { termind_ssh2_channel_exec(handle.value, $0, UInt32(command.utf8.count)) }
+                case .shell:
+                    rc = termind_ssh2_channel_shell(handle.value)
+                case .subsystem(let name):
+                    rc = name.withCString { termind_ssh2_channel_subsystem(handle.value, $0, UInt32(name.utf8.count)) }
+                }
+                if rc == termind_ssh2_error_eagain() { return nil }
+                guard rc == 0 else {
+                    switch kind {
+                    case .exec: throw SSHError.make("ssh.exec_failed", "\(endpoint) did not start the command.")
+                    case .shell: throw SSHError.make("ssh.shell_failed", "\(endpoint) did not start a shell.")
+                    case .subsystem(let name): throw SSHError.make("ssh.subsystem_failed", "\(endpoint) did not start the \(name) subsystem.")
+                    }
+                }
+                return rc
+            }
+        } catch {
+            // The channel is half set up: let the engine close and free it.
+            state.requestClose()
+            engine.attach(pump)
+            throw error
+        }
+        engine.attach(pump)
+        return SSHChannel(engine: engine, pump: pump, isPTY: pty != nil)
+    }
+
     /// Runs `command`, feeding `stdin`, and returns stdout and stderr separately (each at
     /// most `outputLimit` bytes, the rest read and discarded) with the exit status. With
-    /// `output`, chunks are handed over as they arrive (on the session's worker) instead of
-    /// being collected.
+    /// `output`, chunks are handed over as they arrive instead of being collected. Other
+    /// channels of the connection keep running meanwhile.
     public func exec(_ command: String, stdin: Data? = nil, outputLimit: Int = 16 << 20, timeout: Double? = nil,
                      output: (@Sendable (ExecStream, Data) -> Void)? = nil) async throws -> ExecResult {
-        let deadlines = self.deadlines
-        let endpoint = worker.endpoint
-        return try await worker.perform { worker in
-            let deadline = DispatchTime.now() + (timeout ?? 86_400)
-            let openDeadline = DispatchTime.now() + deadlines.channel
-            guard let channel = try worker.retryPointer("Opening a channel", deadline: openDeadline, { termind_ssh2_channel_open_session($0) }) else {
-                throw SSHError.make("ssh.channel_failed", "\(endpoint) refused a session channel: \(worker.lastError()).")
-            }
-            // Freeing an open channel closes it first, which can return EAGAIN: retry, bounded.
-            defer { _ = try? worker.retry("Freeing the channel", deadline: .now() + 2) { _ in libssh2_channel_free(channel) } }
-            let bytes = Array(command.utf8)
-            let started = try worker.retry("Starting the command", deadline: openDeadline) { _ in
-                bytes.withUnsafeBufferPointer { buffer in
-                    buffer.withMemoryRebound(to: CChar.self) { termind_ssh2_channel_exec(channel, $0.baseAddress, UInt32(buffer.count)) }
+        let channel = try await openChannel(.exec(command))
+        let endpoint = engine.endpoint
+        let work: @Sendable () async throws -> ExecResult = {
+            async let fed: Void = {
+                if let stdin, !stdin.isEmpty { try await channel.write(stdin) }
+                channel.closeInput()
+            }()
+            let (out, err, truncated) = try await channel.collect(limit: outputLimit, output: output)
+            try? await fed
+            let exit = channel.exit
+            return ExecResult(stdout: out, stderr: err, exitStatus: exit?.signal == nil ? exit?.status : nil,
+                              exitSignal: exit?.signal, truncated: truncated)
+        }
+        do {
+            guard let timeout else { return try await withTaskCancellationHandler { try await work() } onCancel: { channel.close() } }
+            return try await withThrowingTaskGroup(of: ExecResult?.self) { group in
+                group.addTask { try await work() }
+                group.addTask {
+                    try await Task.sleep(nanoseconds: UInt64(timeout * 1_000_000_000))
+                    return nil
                 }
-            }
-            guard started == 0 else { throw SSHError.make("ssh.exec_failed", "\(endpoint) did not start the command: \(worker.lastError()).") }
-
-            // One loop writes input and reads output: the remote stops reading our input once
-            // its output fills our window, which only reading reopens.
-            let input = stdin ?? Data()
-            var written = 0
-            var inputClosed = false
-            var out = Data(), err = Data(), truncated = false
-            var buffer = [CChar](repeating: 0, count: 65_536)
-            while true {
-                var progressed = false
-                if written < input.count {
-                    let n = input.withUnsafeBytes { raw -> Int in
-                        Int(libssh2_channel_write_ex(channel, 0, raw.baseAddress!.assumingMemoryBound(to: CChar.self) + written, raw.count - written))
-                    }
-                    if n > 0 { written += n; progressed = true }
-                    else if n < 0 && n != Int(termind_ssh2_error_eagain()) {
-                        throw SSHError.make("ssh.channel_failed", "Sending input to \(endpoint) failed: \(worker.lastError()).")
-                    }
-                } else if !inputClosed {
-                    let rc = libssh2_channel_send_eof(channel)
-                    if rc == 0 { inputClosed = true; progressed = true }
-                    else if rc != termind_ssh2_error_eagain() {
-                        throw SSHError.make("ssh.channel_failed", "Closing input to \(endpoint) failed: \(worker.lastError()).")
-                    }
+                defer { group.cancelAll() }
+                guard let first = try await group.next(), let result = first else {
+                    channel.close()
+                    throw SSHError.make("ssh.timeout", "The command on \(endpoint) did not finish within \(Self.seconds(timeout)).")
                 }
-                for (stream, isError) in [(Int32(0), false), (SSH_EXTENDED_DATA_STDERR, true)] {
-                    let n = termind_ssh2_channel_read(channel, stream, &buffer, buffer.count)
-                    if n > 0 {
-                        progressed = true
-                        let chunk = buffer.withUnsafeBytes { Data($0.prefix(n)) }
-                        if let output {
-                            output(isError ? .stderr : .stdout, chunk)
-                        } else if isError {
-                            if err.count + chunk.count <= outputLimit { err += chunk } else { err += chunk.prefix(max(0, outputLimit - err.count)); truncated = true }
-                        } else {
-                            if out.count + chunk.count <= outputLimit { out += chunk } else { out += chunk.prefix(max(0, outputLimit - out.count)); truncated = true }
-                        }
-                    } else if n < 0 && n != Int(termind_ssh2_error_eagain()) {
-                        throw SSHError.make("ssh.connection_lost", "The connection to \(endpoint) was lost while the command ran: \(worker.lastError()).")
-                    }
-                }
-                if libssh2_channel_eof(channel) == 1 && !progressed { break }
-                if !progressed { try worker.waitForSocket("The command", deadline: deadline) }
+                return result
             }
-            let closeDeadline = DispatchTime.now() + deadlines.channel
-            _ = try worker.retry("Closing the channel", deadline: closeDeadline) { _ in libssh2_channel_close(channel) }
-            _ = try worker.retry("Closing the channel", deadline: closeDeadline) { _ in libssh2_channel_wait_closed(channel) }
-            var signal: UnsafeMutablePointer<CChar>?
-            var signalLength = 0
-            libssh2_channel_get_exit_signal(channel, &signal, &signalLength, nil, nil, nil, nil)
-            let signalName = signal.map { String(cString: $0) }
-            if let signal, let session = worker.session { libssh2_free(session, signal) }
-            let status = libssh2_channel_get_exit_status(channel)
-            return ExecResult(stdout: out, stderr: err, exitStatus: signalName == nil ? status : nil, exitSignal: signalName, truncated: truncated)
+        } catch {
+            channel.close()
+            throw error
         }
     }
 
-    /// Disconnects and frees the session; an operation still running is cancelled first.
+    /// Opens a direct-tcpip channel to `host`:`port` as the server sees it; its bytes arrive
+    /// as stdout and `write` sends to it.
+    public func openDirectTCPIP(host: String, port: Int, bufferLimit: Int = 1 << 20) async throws -> SSHChannel {
+        let channel = try await openDirect(host: host, port: port)
+        let pump = ChannelPump(channel: channel, state: ChannelState(limit: bufferLimit), endpoint: engine.endpoint)
+        engine.attach(pump)
+        return SSHChannel(engine: engine, pump: pump, isPTY: false)
+    }
+
+    /// Connects `fd` (a local stream socket, owned from now on) to `host`:`port` through
+    /// the server: bytes are copied both ways until either side ends.
+    public func forward(_ fd: Int32, to host: String, port: Int, onEnd: @escaping @Sendable (TermindError?) -> Void = { _ in }) async throws {
+        let channel: OpaquePointer
+        do {
+            channel = try await openDirect(host: host, port: port)
+        } catch {
+            Foundation.close(fd)
+            throw error
+        }
+        engine.attach(BridgePump(channel: channel, fd: fd, endpoint: engine.endpoint, onEnd: onEnd))
+    }
+
+    /// A socket whose other end is a direct-tcpip channel to `host`:`port` (a jump route's
+    /// next hop runs its own SSH session over it).
+    func tunnel(to host: String, port: Int) async throws -> Int32 {
+        var pair: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+            throw SSHError.make("ssh.socket", "Could not create a socket pair: \(String(cString: strerror(errno))).")
+        }
+        try await forward(pair[0], to: host, port: port)
+        _ = fcntl(pair[1], F_SETFL, fcntl(pair[1], F_GETFL) | O_NONBLOCK)
+        return pair[1]
+    }
+
+    private func openDirect(host: String, port: Int) async throws -> OpaquePointer {
+        guard (1...65_535).contains(port) else { throw SSHError.make("ssh.bad_port", "Port \(port) is not between 1 and 65535.") }
+        let endpoint = engine.endpoint
+        do {
+            return try await openRawChannel("Opening a tunnel to \(host):\(port)") { session in
+                host.withCString { termind_ssh2_direct_tcpip(session, $0, Int32(port)) }
+            }
+        } catch let error as TermindError where error.code == "ssh.channel_failed" {
+            throw SSHError.make("ssh.tunnel_refused", "\(endpoint) could not open a connection to \(host):\(port) (\(error.message)).")
+        }
+    }
+
+    /// One channel open at a time per session (libssh2 keeps one open state): the session
+    /// lane orders them. A channel whose caller gave up is closed when it arrives.
+    private func openRawChannel(_ what: String, _ open: @escaping (OpaquePointer) -> OpaquePointer?) async throws -> OpaquePointer {
+        let engine = self.engine
+        let endpoint = engine.endpoint
+        let box = try await engine.run(what, deadline: .now() + deadlines.channel, discard: { (late: UncheckedBox<OpaquePointer>) in
+            let state = ChannelState(limit: 0)
+            state.requestClose()
+            engine.attach(ChannelPump(channel: late.value, state: state, endpoint: endpoint))
+        }) { session -> UncheckedBox<OpaquePointer>? in
+            if let channel = open(session) { return UncheckedBox(channel) }
+            let errno = libssh2_session_last_errno(session)
+            if errno == termind_ssh2_error_eagain() { return nil }
+            throw SSHError.make("ssh.channel_failed", "\(what) on \(endpoint) failed: \(engine.lastError())")
+        }
+        return box.value
+    }
+
+    // MARK: - Remote forwarding
+
+    /// Asks the server to listen on `host`:`port` (0: the server picks) and hand each
+    /// connection to this client (tcpip-forward).
+    public func listen(host: String = "127.0.0.1", port: Int, queue: Int = 16) async throws -> SSHForwardListener {
+        guard (0...65_535).contains(port) else { throw SSHError.make("ssh.bad_port", "Port \(port) is not between 0 and 65535.") }
+        let endpoint = engine.endpoint
+        let engine = self.engine
+        var bound: Int32 = 0
+        let boundBox = UncheckedBox<Int32>(0)
+        let listener = try await engine.run("Listening on \(host):\(port)", deadline: .now() + deadlines.channel, discard: { (late: UncheckedBox<OpaquePointer>) in
+            _ = libssh2_channel_forward_cancel(late.value)
+        }) { session -> UncheckedBox<OpaquePointer>? in
+            if let listener = host.withCString({ libssh2_channel_forward_listen_ex(session, $0, Int32(port), &boundBox.value, Int32(queue)) }) {
+                return UncheckedBox(listener)
+            }
+            if libssh2_session_last_errno(session) == termind_ssh2_error_eagain() { return nil }
+            throw SSHError.make("ssh.listen_refused", "\(endpoint) refused to listen on \(host):\(port): \(engine.lastError()).")
+        }
+        bound = boundBox.value
+        return SSHForwardListener(connection: self, listener: listener.value, boundPort: Int(bound == 0 ? Int32(port) : bound))
+    }
+
+    // MARK: - Closing
+
+    /// Disconnects and frees the session; channels still open end with `ssh.closed`.
     public func close() async {
-        worker.cancel()
-        await worker.shutdown()
+        await engine.shutdown()
     }
 
     // MARK: - Internals
-
-    private static func authenticate(_ worker: SessionWorker, target: SSHTarget, credentials: SSHCredentials, deadline: DispatchTime) throws -> String {
-        let user = Array(target.username.utf8)
-        // "none" first: userauth_list answers with the methods, or nil when none succeeded.
-        let list = try worker.retryPointer("Authentication", deadline: deadline) { session -> UnsafeMutablePointer<CChar>? in
-            user.withUnsafeBufferPointer { u in
-                u.withMemoryRebound(to: CChar.self) { libssh2_userauth_list(session, $0.baseAddress, UInt32(u.count)) }
-            }
-        }
-        if list == nil, let session = worker.session, libssh2_userauth_authenticated(session) == 1 { return "none" }
-        let methods = list.map { String(cString: $0).split(separator: ",").map(String.init) } ?? []
-        var tried: [String] = []
-        if let key = credentials.privateKey, methods.contains("publickey") {
-            tried.append("publickey")
-            let parsed = try SSHPrivateKey.parse(key, passphrase: credentials.passphrase)
-            let publicLine = Array(parsed.publicKey.openSSHLine(comment: nil).utf8)
-            let privateText = parsed.openSSHPrivateKeyText()
-            let rc = try privateText.withPlaintext { text -> Int32 in
-                let privateBytes = Array(text.utf8)
-                return try worker.retry("Public key authentication", deadline: deadline) { session in
-                    user.withUnsafeBufferPointer { u in
-                        publicLine.withUnsafeBufferPointer { p in
-                            privateBytes.withUnsafeBufferPointer { k in
-                                u.withMemoryRebound(to: CChar.self) { uc in
-                                    p.withMemoryRebound(to: CChar.self) { pc in
-                                        k.withMemoryRebound(to: CChar.self) { kc in
-                                            libssh2_userauth_publickey_frommemory(session, uc.baseAddress, u.count, pc.baseAddress, p.count,
-                                                                                  kc.baseAddress, k.count, nil)
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            if rc == 0 { return "publickey" }
-        }
-        if let password = credentials.password, methods.contains("password") {
-            tried.append("password")
-            let rc = try password.withPlaintext { text -> Int32 in
-                let bytes = Array(text.utf8)
-                return try worker.retry("Password authentication", deadline: deadline) { session in
-                    user.withUnsafeBufferPointer { u in
-                        bytes.withUnsafeBufferPointer { p in
-                            u.withMemoryRebound(to: CChar.self) { uc in
-                                p.withMemoryRebound(to: CChar.self) { pc in
-                                    termind_ssh2_userauth_password(session, uc.baseAddress, UInt32(u.count), pc.baseAddress, UInt32(p.count))
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            if rc == 0 { return "password" }
-        }
-        let offered = methods.isEmpty ? "none" : methods.joined(separator: ", ")
-        let attempted = tried.isEmpty ? "no credential termind holds matches them" : "\(tried.joined(separator: " and ")) \(tried.count == 1 ? "was" : "were") rejected"
-        throw SSHError.make("ssh.auth_failed", "\(target.display) did not accept termind's credentials: the server offers \(offered); \(attempted).")
-    }
 
     /// The algorithm name at the start of an SSH wire-format key blob.
     static func algorithm(of blob: Data) -> String {
@@ -296,9 +429,53 @@ public final class SSHConnection: Sendable {
         return String(decoding: bytes[4..<(4 + length)], as: UTF8.self)
     }
 
-    private static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
+    static func seconds(_ value: Double) -> String {
+        value == value.rounded() ? "\(Int(value)) s" : String(format: "%.1f s", value)
+    }
+}
+
+/// A tcpip-forward listener on the server; `accept` hands over each connection as a channel.
+public final class SSHForwardListener: Sendable {
+    public let connection: SSHConnection
+    /// The port the server listens on (the one it picked when 0 was asked).
+    public let boundPort: Int
+    private let listener: UncheckedBox<OpaquePointer?>
+
+    init(connection: SSHConnection, listener: OpaquePointer, boundPort: Int) {
+        self.connection = connection
+        self.listener = UncheckedBox(listener)
+        self.boundPort = boundPort
+    }
+
+    /// Waits for the next connection to the remote port (no deadline; cancel the task to stop
+    /// waiting).
+    public func accept(bufferLimit: Int = 1 << 20) async throws -> SSHChannel {
+        let engine = connection.engine
+        let listener = self.listener
+        let box = try await engine.run("Accepting a forwarded connection", lane: listener, discard: { (late: UncheckedBox<OpaquePointer>) in
+            let state = ChannelState(limit: 0)
+            state.requestClose()
+            engine.attach(ChannelPump(channel: late.value, state: state, endpoint: engine.endpoint))
+        }) { session -> UncheckedBox<OpaquePointer>? in
+            guard let handle = listener.value else { throw SSHError.make("ssh.closed", "The listener is closed.") }
+            if let channel = libssh2_channel_forward_accept(handle) { return UncheckedBox(channel) }
+            if libssh2_session_last_errno(session) == termind_ssh2_error_eagain() { return nil }
+            throw SSHError.make("ssh.accept_failed", "Accepting a forwarded connection failed: \(engine.lastError()).")
+        }
+        let pump = ChannelPump(channel: box.value, state: ChannelState(limit: bufferLimit), endpoint: engine.endpoint)
+        engine.attach(pump)
+        return SSHChannel(engine: engine, pump: pump, isPTY: false)
+    }
+
+    /// Asks the server to stop listening.
+    public func cancel() async throws {
+        let listener = self.listener
+        _ = try await connection.engine.run("Stopping a remote listener", lane: listener) { _ -> Int32? in
+            guard let handle = listener.value else { return 0 }
+            let rc = libssh2_channel_forward_cancel(handle)
+            if rc == termind_ssh2_error_eagain() { return nil }
+            listener.value = nil
+            return rc
         }
     }
 }

@@ -2,29 +2,78 @@ import Dispatch
 import Foundation
 import TermindCore
 
-/// TCP connect with a deadline: name resolution, then a non-blocking connect to each
-/// address in turn, waiting with poll(). Returns a connected, non-blocking socket.
+/// TCP connect with deadlines: name resolution (getaddrinfo cannot be interrupted, so it
+/// runs on its own thread and a late answer is dropped), then a non-blocking connect to
+/// each address in turn, waiting with poll(). Returns a connected, non-blocking socket.
 enum SocketConnector {
-    static func connect(host: String, port: Int, deadline: DispatchTime) throws -> Int32 {
+    static func connect(host: String, port: Int, resolveDeadline: Double, connectDeadline: Double) async throws -> Int32 {
+        let addresses = try await resolve(host: host, port: port, within: resolveDeadline)
+        try Task.checkCancellation()
+        return try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                continuation.resume(with: Result { try connect(addresses, host: host, port: port, deadline: .now() + connectDeadline) })
+            }
+        }
+    }
+
+    struct Address: Sendable {
+        var family: Int32
+        var socktype: Int32
+        var proto: Int32
+        var bytes: [UInt8]
+    }
+
+    static func resolve(host: String, port: Int, within seconds: Double) async throws -> [Address] {
+        let outcome = UncheckedBox<Result<[Address], TermindError>?>(nil)
+        let lock = NSLock()
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[Address], Error>) in
+            let finish: @Sendable (Result<[Address], TermindError>) -> Void = { result in
+                let first: Bool = lock.withLock {
+                    guard outcome.value == nil else { return false }
+                    outcome.value = result
+                    return true
+                }
+                if first { continuation.resume(with: result.mapError { $0 as Error }) }
+            }
+            Thread.detachNewThread { finish(lookup(host: host, port: port)) }
+            DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
+                finish(.failure(SSHError.make("ssh.timeout", "Resolving \(host) took longer than \(SSHConnection.seconds(seconds)).")))
+            }
+        }
+    }
+
+    private static func lookup(host: String, port: Int) -> Result<[Address], TermindError> {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var results: UnsafeMutablePointer<addrinfo>?
         let status = getaddrinfo(host, String(port), &hints, &results)
-        guard status == 0, let first = results else {
-            throw SSHError.make("ssh.resolve_failed", "Cannot resolve \(host): \(String(cString: gai_strerror(status))).")
+        guard status == 0, results != nil else {
+            return .failure(SSHError.make("ssh.resolve_failed", "Cannot resolve \(host): \(String(cString: gai_strerror(status)))."))
         }
         defer { freeaddrinfo(results) }
-        var lastError = "no address"
-        var cursor: UnsafeMutablePointer<addrinfo>? = first
+        var addresses: [Address] = []
+        var cursor = results
         while let info = cursor {
             cursor = info.pointee.ai_next
-            let fd = socket(info.pointee.ai_family, info.pointee.ai_socktype | Int32(SOCK_CLOEXEC.rawValue), info.pointee.ai_protocol)
+            let bytes = [UInt8](UnsafeRawBufferPointer(start: info.pointee.ai_addr, count: Int(info.pointee.ai_addrlen)))
+            addresses.append(Address(family: info.pointee.ai_family, socktype: info.pointee.ai_socktype, proto: info.pointee.ai_protocol, bytes: bytes))
+        }
+        return .success(addresses)
+    }
+
+    private static func connect(_ addresses: [Address], host: String, port: Int, deadline: DispatchTime) throws -> Int32 {
+        var lastError = "no address"
+        for address in addresses {
+            let fd = socket(address.family, address.socktype | Int32(SOCK_CLOEXEC.rawValue), address.proto)
             guard fd >= 0 else { continue }
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
             var one: Int32 = 1
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-            if Foundation.connect(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0 { return fd }
+            let started = address.bytes.withUnsafeBytes { raw in
+                Foundation.connect(fd, raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(raw.count))
+            }
+            if started == 0 { return fd }
             guard errno == EINPROGRESS else {
                 lastError = String(cString: strerror(errno))
                 close(fd)

@@ -1,0 +1,232 @@
+import CLibSSH2
+import Dispatch
+import Foundation
+import TermindCore
+import TermindCrypto
+
+/// Authentication on the engine thread: "none" first (a username-only identity may be all
+/// the server wants), then the advertised methods the credentials allow, in OpenSSH's
+/// order — public key (the given key, then ssh-agent keys), keyboard-interactive, password.
+/// Nothing here is cached, logged or stored.
+struct Authenticator {
+    let engine: SessionEngine
+    let target: SSHTarget
+    let credentials: SSHCredentials
+    let responder: KeyboardInteractiveResponder?
+    let deadline: DispatchTime
+
+    private static let requestIDs = GenerationCounter()
+
+    func run() throws -> String {
+        let user = Array(target.username.utf8)
+        // userauth_list sends "none": it answers with the methods, or nil when none succeeded.
+        let list = try engine.retryPointer("Authentication", deadline: deadline) { session -> UnsafeMutablePointer<CChar>? in
+            user.withUnsafeBufferPointer { u in
+                u.withMemoryRebound(to: CChar.self) { libssh2_userauth_list(session, $0.baseAddress, UInt32(u.count)) }
+            }
+        }
+        if list == nil, let session = engine.session, libssh2_userauth_authenticated(session) == 1 { return "none" }
+        let methods = list.map { String(cString: $0).split(separator: ",").map(String.init) } ?? []
+        var tried: [String] = []
+
+        if methods.contains("publickey") {
+            if let key = credentials.privateKey {
+                tried.append("publickey")
+                if try publicKey(key) { return "publickey" }
+            }
+            let socket = credentials.agentSocket ?? ProcessInfo.processInfo.environment["SSH_AUTH_SOCK"] ?? ""
+            if !socket.isEmpty {
+                switch try agent(socket) {
+                case .accepted: return "agent"
+                case .rejected(let count): if count > 0 { tried.append("\(count) agent key\(count == 1 ? "" : "s")") }
+                case .unavailable: break
+                }
+            }
+        }
+        if let responder, methods.contains("keyboard-interactive") {
+            tried.append("keyboard-interactive")
+            if try keyboardInteractive(responder) { return "keyboard-interactive" }
+        }
+        if let password = credentials.password, methods.contains("password") {
+            tried.append("password")
+            if try self.password(password) { return "password" }
+        }
+        let offered = methods.isEmpty ? "none" : methods.joined(separator: ", ")
+        let attempted = tried.isEmpty ? "no credential termind holds matches them" : "\(tried.joined(separator: " and ")) \(tried.count == 1 ? "was" : "were") rejected"
+        throw SSHError.make("ssh.auth_failed", "\(target.display) did not accept termind's credentials: the server offers \(offered); \(attempted).")
+    }
+
+    private func publicKey(_ key: Secret) throws -> Bool {
+        let user = Array(target.username.utf8)
+        let parsed = try SSHPrivateKey.parse(key, passphrase: credentials.passphrase)
+        let publicLine = Array(parsed.publicKey.openSSHLine(comment: nil).utf8)
+        let privateText = parsed.openSSHPrivateKeyText()
+        let rc = try privateText.withPlaintext { text -> Int32 in
+            let privateBytes = Array(text.utf8)
+            return try engine.retry("Public key authentication", deadline: deadline) { session in
+                user.withUnsafeBufferPointer { u in
+                    publicLine.withUnsafeBufferPointer { p in
+                        privateBytes.withUnsafeBufferPointer { k in
+                            u.withMemoryRebound(to: CChar.self) { uc in
+                                p.withMemoryRebound(to: CChar.self) { pc in
+                                    k.withMemoryRebound(to: CChar.self) { kc in
+                                        libssh2_userauth_publickey_frommemory(session, uc.baseAddress, u.count, pc.baseAddress, p.count,
+                                                                              kc.baseAddress, k.count, nil)
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        try failIfLost(rc)
+        return rc == 0
+    }
+
+    private enum AgentOutcome { case accepted, rejected(Int), unavailable }
+
+    /// Offers each key the agent holds (the agent signs; no private key enters termind).
+    private func agent(_ socket: String) throws -> AgentOutcome {
+        guard let session = engine.session, let agent = libssh2_agent_init(session) else { return .unavailable }
+        defer { libssh2_agent_free(agent) }
+        libssh2_agent_set_identity_path(agent, socket)
+        guard try engine.retry("Connecting to ssh-agent", deadline: deadline, { _ in libssh2_agent_connect(agent) }) == 0 else { return .unavailable }
+        defer { libssh2_agent_disconnect(agent) }
+        guard try engine.retry("Listing ssh-agent keys", deadline: deadline, { _ in libssh2_agent_list_identities(agent) }) == 0 else { return .unavailable }
+        var previous: UnsafeMutablePointer<libssh2_agent_publickey>?
+        var offered = 0
+        while true {
+            var identity: UnsafeMutablePointer<libssh2_agent_publickey>?
+            guard libssh2_agent_get_identity(agent, &identity, previous) == 0, let identity else { break }
+            previous = identity
+            offered += 1
+            let rc = try engine.retry("ssh-agent authentication", deadline: deadline) { _ in
+                libssh2_agent_userauth(agent, target.username, identity)
+            }
+            if rc == 0 { return .accepted }
+            try failIfLost(rc)
+        }
+        return offered == 0 ? .unavailable : .rejected(offered)
+    }
+
+    private func password(_ password: Secret) throws -> Bool {
+        let user = Array(target.username.utf8)
+        let rc = try password.withPlaintext { text -> Int32 in
+            let bytes = Array(text.utf8)
+            return try engine.retry("Password authentication", deadline: deadline) { session in
+                user.withUnsafeBufferPointer { u in
+                    bytes.withUnsafeBufferPointer { p in
+                        u.withMemoryRebound(to: CChar.self) { uc in
+                            p.withMemoryRebound(to: CChar.self) { pc in
+                                termind_ssh2_userauth_password(session, uc.baseAddress, UInt32(u.count), pc.baseAddress, UInt32(p.count))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        try failIfLost(rc)
+        return rc == 0
+    }
+
+    /// libssh2 calls back, on this thread, once per round; the callback waits (cancellably,
+    /// outside the network deadline) for the async responder.
+    private func keyboardInteractive(_ responder: @escaping KeyboardInteractiveResponder) throws -> Bool {
+        let user = Array(target.username.utf8)
+        let host = target.port == 22 ? target.host : "\(target.host):\(target.port)"
+        let context = KeyboardInteractiveContext(engine: engine, host: host, responder: responder)
+        engine.keyboardInteractive = context
+        defer { engine.keyboardInteractive = nil }
+        let rc = try engine.retry("Keyboard-interactive authentication", deadline: deadline) { session in
+            user.withUnsafeBufferPointer { u in
+                u.withMemoryRebound(to: CChar.self) { uc in
+                    termind_ssh2_userauth_kbdint(session, uc.baseAddress, UInt32(u.count)) { name, nameLength, instruction, instructionLength, count, prompts, responses, abstract in
+                        guard let raw = termind_ssh2_abstract(abstract) else { return }
+                        let engine = Unmanaged<SessionEngine>.fromOpaque(raw).takeUnretainedValue()
+                        engine.keyboardInteractive?.answer(name: Self.text(name, nameLength), instruction: Self.text(instruction, instructionLength),
+                                                           count: Int(count), prompts: prompts, responses: responses)
+                    }
+                }
+            }
+        }
+        if let error = context.error { throw error }
+        try failIfLost(rc)
+        return rc == 0
+    }
+
+    private func failIfLost(_ rc: Int32) throws {
+        if rc != 0 && SessionEngine.isFatal(rc) {
+            throw SSHError.make("ssh.connection_lost", "The connection to \(engine.endpoint) was lost during authentication: \(engine.lastError()).")
+        }
+    }
+
+    fileprivate static func text(_ pointer: UnsafePointer<CChar>?, _ length: Int32) -> String {
+        guard let pointer, length > 0 else { return "" }
+        return pointer.withMemoryRebound(to: UInt8.self, capacity: Int(length)) {
+            String(decoding: UnsafeBufferPointer(start: $0, count: Int(length)), as: UTF8.self)
+        }
+    }
+
+    fileprivate static func nextRequestID() -> UInt64 { requestIDs.next() }
+}
+
+/// The state of one keyboard-interactive attempt, reached from libssh2's C callback.
+final class KeyboardInteractiveContext {
+    let engine: SessionEngine
+    let host: String
+    let responder: KeyboardInteractiveResponder
+    /// Set when the person gave up or the wait was cancelled: the attempt fails with it.
+    var error: TermindError?
+
+    init(engine: SessionEngine, host: String, responder: @escaping KeyboardInteractiveResponder) {
+        self.engine = engine
+        self.host = host
+        self.responder = responder
+    }
+
+    func answer(name: String, instruction: String, count: Int,
+                prompts: UnsafePointer<LIBSSH2_USERAUTH_KBDINT_PROMPT>?, responses: UnsafeMutablePointer<LIBSSH2_USERAUTH_KBDINT_RESPONSE>?) {
+        guard count > 0, let prompts, let responses else { return }  // zero prompts need no form
+        var list: [KeyboardInteractiveChallenge.Prompt] = []
+        for index in 0..<count {
+            var length = 0
+            var echo: Int32 = 0
+            let text = termind_ssh2_prompt_text(prompts, Int32(index), &length, &echo)
+            let string = text.map { String(decoding: UnsafeBufferPointer(start: $0, count: length), as: UTF8.self) } ?? ""
+            list.append(.init(text: string, echo: echo != 0))
+        }
+        // After a refusal every later round is answered empty without asking.
+        var answers: [Secret]?
+        if error == nil {
+            let challenge = KeyboardInteractiveChallenge(requestID: Authenticator.nextRequestID(), host: host, name: name,
+                                                         instruction: instruction, prompts: list)
+            let responder = self.responder
+            do {
+                answers = try engine.waitForInteraction("Keyboard-interactive authentication") { await responder(challenge) }
+                if answers == nil {
+                    error = SSHError.make("ssh.auth_cancelled", "Keyboard-interactive authentication on \(host) was cancelled; nothing more was sent.")
+                } else if answers!.count != count {
+                    error = SSHError.make("ssh.auth_bad_answers", "The server asked \(count) question\(count == 1 ? "" : "s") but \(answers!.count) answer\(answers!.count == 1 ? " was" : "s were") given.")
+                    answers = nil
+                }
+            } catch let failure as TermindError {
+                error = failure
+            } catch {
+                self.error = SSHError.make("ssh.cancelled", "Keyboard-interactive authentication on \(host) was cancelled.")
+            }
+        }
+        for index in 0..<count {
+            let answer = answers?[index]
+            let ok: Int32
+            if let answer {
+                ok = answer.withPlaintext { text in
+                    text.withCString { termind_ssh2_set_response(responses, Int32(index), $0, UInt32(text.utf8.count)) }
+                }
+            } else {
+                ok = termind_ssh2_set_response(responses, Int32(index), "", 0)
+            }
+            _ = ok
+        }
+    }
+}

@@ -1,0 +1,149 @@
+import CLibSSH2
+import Dispatch
+import Foundation
+import TermindCore
+
+/// Copies bytes both ways between a channel (direct-tcpip or forwarded-tcpip) and a local
+/// stream descriptor — the socket pair a jump route's next session runs on, or an accepted
+/// TCP connection of a forward. Each direction has one bounded buffer whose bytes are
+/// offered again after EAGAIN; a full buffer stops reading its source (backpressure both
+/// ways). Half-close drains: EOF from the descriptor becomes the channel's EOF once the
+/// buffer is written, and the channel's EOF shuts the descriptor's write side.
+final class BridgePump: EnginePump, @unchecked Sendable {
+    private var channel: OpaquePointer?
+    private let fd: Int32
+    private let endpoint: String
+    private let onEnd: @Sendable (TermindError?) -> Void
+    private var toChannel = Data()
+    private var toChannelOffset = 0
+    private var toLocal = Data()
+    private var toLocalOffset = 0
+    private var localEOF = false
+    private var channelEOFSent = false
+    private var remoteEOF = false
+    private var localShut = false
+    private var closeSent = false
+    private var failed = false
+    private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+    private static let capacity = 256 * 1024
+
+    /// Takes ownership of `fd` (closed when the bridge ends).
+    init(channel: OpaquePointer, fd: Int32, endpoint: String, onEnd: @escaping @Sendable (TermindError?) -> Void) {
+        self.channel = channel
+        self.fd = fd
+        self.endpoint = endpoint
+        self.onEnd = onEnd
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+    }
+
+    override var wantsSessionInput: Bool { toLocal.count - toLocalOffset < Self.capacity }
+
+    override var pollRequest: pollfd? {
+        var events: Int16 = 0
+        if !localEOF && toChannel.count - toChannelOffset < Self.capacity { events |= Int16(POLLIN) }
+        if toLocalOffset < toLocal.count { events |= Int16(POLLOUT) }
+        return events == 0 ? nil : pollfd(fd: fd, events: events, revents: 0)
+    }
+
+    override func step(_ engine: SessionEngine, _ session: OpaquePointer) -> PumpStep {
+        guard let channel else { return .finished }
+        let eagain = Int(termind_ssh2_error_eagain())
+        var progressed = false
+
+        // Local → channel.
+        if !localEOF && toChannel.count - toChannelOffset < Self.capacity {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, Self.capacity - (toChannel.count - toChannelOffset))) }
+            if n > 0 {
+                if toChannelOffset > 0 { toChannel.removeFirst(toChannelOffset); toChannelOffset = 0 }
+                toChannel.append(contentsOf: buffer[0..<n])
+                progressed = true
+            } else if n == 0 || (errno != EAGAIN && errno != EINTR) {
+                localEOF = true
+                progressed = true
+            }
+        }
+        while toChannelOffset < toChannel.count {
+            let n = toChannel.withUnsafeBytes { raw in
+                Int(termind_ssh2_channel_write(channel, raw.baseAddress!.assumingMemoryBound(to: CChar.self) + toChannelOffset, raw.count - toChannelOffset))
+            }
+            if n > 0 { toChannelOffset += n; progressed = true; continue }
+            if n == eagain { break }
+            if SessionEngine.isFatal(Int32(n)) { return end(.sessionLost("while forwarding a stream"), session) }
+            return finish(error: nil, session)
+        }
+        if toChannelOffset == toChannel.count { toChannel.removeAll(keepingCapacity: true); toChannelOffset = 0 }
+        if localEOF && toChannel.isEmpty && !channelEOFSent {
+            let rc = libssh2_channel_send_eof(channel)
+            if rc == 0 { channelEOFSent = true; progressed = true }
+            else if rc != Int32(eagain) { channelEOFSent = true }
+        }
+
+        // Channel → local.
+        if !remoteEOF && toLocal.count - toLocalOffset < Self.capacity {
+            let room = min(buffer.count, Self.capacity - (toLocal.count - toLocalOffset))
+            let n = buffer.withUnsafeMutableBytes { raw in
+                termind_ssh2_channel_read(channel, 0, raw.baseAddress!.assumingMemoryBound(to: CChar.self), room)
+            }
+            if n > 0 {
+                if toLocalOffset > 0 { toLocal.removeFirst(toLocalOffset); toLocalOffset = 0 }
+                toLocal.append(contentsOf: buffer[0..<n])
+                progressed = true
+            } else if n == 0 || libssh2_channel_eof(channel) == 1 {
+                if libssh2_channel_eof(channel) == 1 { remoteEOF = true; progressed = true }
+            } else if n != eagain {
+                if SessionEngine.isFatal(Int32(n)) { return end(.sessionLost("while forwarding a stream"), session) }
+                remoteEOF = true
+            }
+        }
+        while toLocalOffset < toLocal.count {
+            let n = toLocal.withUnsafeBytes { raw in write(fd, raw.baseAddress! + toLocalOffset, raw.count - toLocalOffset) }
+            if n > 0 { toLocalOffset += n; progressed = true; continue }
+            if n < 0 && (errno == EAGAIN || errno == EINTR) { break }
+            // The local side is gone: nothing more can be delivered.
+            return finish(error: nil, session)
+        }
+        if toLocalOffset == toLocal.count { toLocal.removeAll(keepingCapacity: true); toLocalOffset = 0 }
+        if remoteEOF && toLocal.isEmpty && !localShut {
+            shutdown(fd, Int32(SHUT_WR))
+            localShut = true
+            progressed = true
+        }
+        if localShut && channelEOFSent {
+            return finish(error: nil, session)
+        }
+        return progressed ? .progressed : .idle
+    }
+
+    /// Closes and frees the channel (repeating after EAGAIN), then the descriptor.
+    private func finish(error: TermindError?, _ session: OpaquePointer) -> PumpStep {
+        guard let channel else { return .finished }
+        let eagain = termind_ssh2_error_eagain()
+        if !closeSent {
+            let rc = libssh2_channel_close(channel)
+            if rc == eagain { return .idle }
+            closeSent = true
+        }
+        let freed = libssh2_channel_free(channel)
+        if freed == eagain { return .idle }
+        self.channel = nil
+        close(fd)
+        onEnd(error)
+        return .finished
+    }
+
+    private func end(_ step: PumpStep, _ session: OpaquePointer) -> PumpStep {
+        channel = nil
+        close(fd)
+        if case .sessionLost(let context) = step {
+            onEnd(SSHError.make("ssh.connection_lost", "The connection to \(endpoint) was lost \(context)."))
+        }
+        return step
+    }
+
+    override func fail(_ error: TermindError) {
+        guard channel != nil else { return }
+        channel = nil
+        close(fd)
+        onEnd(error)
+    }
+}

@@ -1,0 +1,366 @@
+import CLibSSH2
+import Dispatch
+import Foundation
+import TermindCore
+
+/// Which stream a chunk of channel output came from.
+public enum ExecStream: Sendable, Equatable {
+    case stdout, stderr
+}
+
+/// How a channel's remote process ended.
+public struct ChannelExit: Sendable, Equatable {
+    /// The remote exit status; nil when the process ended by a signal or reported nothing.
+    public var status: Int32?
+    public var signal: String?
+}
+
+/// One channel of a shared SSH connection: a command, a shell with a PTY, a direct-tcpip
+/// stream. Its output arrives through `next()` with backpressure: when `bufferLimit`
+/// bytes wait unread, the session stops reading this channel, so the server's window for
+/// it closes and only this channel pauses. `write` suspends while `bufferLimit` bytes of
+/// input are queued. Closing it never disturbs other channels of the connection.
+public final class SSHChannel: Sendable {
+    let engine: SessionEngine
+    let state: ChannelState
+    private let pump: ChannelPump
+    let isPTY: Bool
+
+    init(engine: SessionEngine, pump: ChannelPump, isPTY: Bool) {
+        self.engine = engine
+        self.pump = pump
+        self.state = pump.state
+        self.isPTY = isPTY
+    }
+
+    /// The next chunk of output, or nil once the channel has ended (then `exit` is set).
+    /// Throws when the connection was lost or the channel failed.
+    public func next() async throws -> (ExecStream, Data)? {
+        try await state.next(wake: engine)
+    }
+
+    /// Queues `data` for the remote side, suspending while the input queue is full.
+    public func write(_ data: Data) async throws {
+        guard !data.isEmpty else { return }
+        try await state.enqueue(data, wake: engine)
+    }
+
+    /// Sends EOF once the queued input has been written (the remote side sees its stdin end).
+    public func closeInput() {
+        state.requestEOF()
+        engine.wake()
+    }
+
+    /// Changes the PTY's size (a window-change request). Requests are ordered; while one is
+    /// in flight only the newest pending size is kept.
+    public func resize(columns: Int, rows: Int) async throws {
+        guard isPTY else { throw SSHError.make("ssh.not_a_terminal", "This channel has no terminal to resize.") }
+        guard columns > 0, rows > 0, columns <= 10_000, rows <= 10_000 else {
+            throw SSHError.make("ssh.bad_size", "A terminal size must be between 1×1 and 10000×10000, not \(columns)×\(rows).")
+        }
+        guard state.claimResize(columns: columns, rows: rows) else { return }
+        let pump = self.pump
+        let endpoint = engine.endpoint
+        while let size = state.takeResize() {
+            _ = try await engine.run("Resizing the terminal", lane: pump) { _ -> Int32? in
+                guard let channel = pump.channel else { throw SSHError.make("ssh.closed", "The channel to \(endpoint) is closed.") }
+                let rc = libssh2_channel_request_pty_size_ex(channel, Int32(size.columns), Int32(size.rows), 0, 0)
+                if rc == termind_ssh2_error_eagain() { return nil }
+                guard rc == 0 else { throw SSHError.make("ssh.resize_failed", "\(endpoint) refused the window change.") }
+                return rc
+            }
+        }
+    }
+
+    /// How the remote process ended; nil until the channel has ended.
+    public var exit: ChannelExit? { state.exitInfo }
+
+    /// Closes this channel only (unread output is discarded, unsent input dropped).
+    public func close() {
+        state.requestClose()
+        engine.wake()
+    }
+
+    /// Reads everything until the channel ends, each stream bounded by `limit` bytes (the
+    /// rest is read and discarded, and `truncated` is set).
+    func collect(limit: Int, output: (@Sendable (ExecStream, Data) -> Void)?) async throws -> (Data, Data, Bool) {
+        var out = Data(), err = Data(), truncated = false
+        while let (stream, chunk) = try await next() {
+            if let output { output(stream, chunk); continue }
+            if stream == .stdout {
+                let room = max(0, limit - out.count)
+                out += chunk.prefix(room)
+                if chunk.count > room { truncated = true }
+            } else {
+                let room = max(0, limit - err.count)
+                err += chunk.prefix(room)
+                if chunk.count > room { truncated = true }
+            }
+        }
+        return (out, err, truncated)
+    }
+}
+
+/// The channel's buffers between its consumer/producer (any thread) and its pump (the
+/// engine thread).
+final class ChannelState: @unchecked Sendable {
+    let limit: Int
+    private let lock = NSLock()
+    private var output: [(ExecStream, Data)] = []
+    private var outputBytes = 0
+    private var waiter: CheckedContinuation<(ExecStream, Data)?, Error>?
+    private var ended = false
+    private var failure: TermindError?
+    private(set) var exitValue: ChannelExit?
+
+    private var input: [Data] = []
+    private var inputBytes = 0
+    private var inputOffset = 0
+    private var writers: [(Int, CheckedContinuation<Void, Error>)] = []  // (queued bytes then, writer)
+    private var eofRequested = false
+    private var closeRequested = false
+    private var pendingResize: (columns: Int, rows: Int)?
+    private var resizing = false
+
+    init(limit: Int) { self.limit = max(64 * 1024, limit) }
+
+    var exitInfo: ChannelExit? { lock.withLock { exitValue } }
+
+    // Consumer side.
+    func next(wake engine: SessionEngine) async throws -> (ExecStream, Data)? {
+        try await withCheckedThrowingContinuation { continuation in
+            var wakeEngine = false
+            let immediate: Result<(ExecStream, Data)?, Error>? = lock.withLock {
+                if !output.isEmpty {
+                    let wasFull = outputBytes >= limit
+                    let item = output.removeFirst()
+                    outputBytes -= item.1.count
+                    wakeEngine = wasFull && outputBytes < limit
+                    return .success(item)
+                }
+                if let failure { return .failure(failure) }
+                if ended { return .success(nil) }
+                waiter = continuation
+                return nil
+            }
+            if wakeEngine { engine.wake() }
+            if let immediate { continuation.resume(with: immediate) }
+        }
+    }
+
+    func enqueue(_ data: Data, wake engine: SessionEngine) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+            let immediate: Result<Void, Error>? = lock.withLock {
+                if let failure { return .failure(failure) }
+                if ended || closeRequested || eofRequested {
+                    return .failure(SSHError.make("ssh.closed", "The channel's input is closed."))
+                }
+                input.append(data)
+                inputBytes += data.count
+                if inputBytes <= limit { return .success(()) }
+                writers.append((inputBytes, continuation))
+                return nil
+            }
+            engine.wake()
+            if let immediate { continuation.resume(with: immediate) }
+        }
+    }
+
+    func requestEOF() { lock.withLock { eofRequested = true } }
+    func requestClose() { lock.withLock { closeRequested = true } }
+
+    func claimResize(columns: Int, rows: Int) -> Bool {
+        lock.withLock {
+            pendingResize = (columns, rows)
+            if resizing { return false }
+            resizing = true
+            return true
+        }
+    }
+
+    func takeResize() -> (columns: Int, rows: Int)? {
+        lock.withLock {
+            guard let size = pendingResize else { resizing = false; return nil }
+            pendingResize = nil
+            return size
+        }
+    }
+
+    // Pump side (engine thread).
+    var roomForOutput: Int { lock.withLock { ended || failure != nil ? 0 : max(0, limit - outputBytes) } }
+    var wantsClose: Bool { lock.withLock { closeRequested } }
+    var wantsEOF: Bool { lock.withLock { eofRequested && input.isEmpty } }
+
+    func deliver(_ stream: ExecStream, _ data: Data) {
+        let waiting: CheckedContinuation<(ExecStream, Data)?, Error>? = lock.withLock {
+            if closeRequested { return nil }
+            if let waiter {
+                self.waiter = nil
+                return waiter
+            }
+            output.append((stream, data))
+            outputBytes += data.count
+            return nil
+        }
+        waiting?.resume(returning: (stream, data))
+    }
+
+    /// The unsent input at the head of the queue (the same bytes until `consumed`).
+    func pendingInput() -> Data? {
+        lock.withLock {
+            guard let head = input.first else { return nil }
+            return inputOffset == 0 ? head : head.dropFirst(inputOffset)
+        }
+    }
+
+    func consumed(_ count: Int) {
+        var released: [CheckedContinuation<Void, Error>] = []
+        lock.withLock {
+            inputOffset += count
+            inputBytes -= count
+            if let head = input.first, inputOffset >= head.count {
+                input.removeFirst()
+                inputOffset = 0
+            }
+            if inputBytes <= limit {
+                released = writers.map(\.1)
+                writers.removeAll()
+            }
+        }
+        for writer in released { writer.resume() }
+    }
+
+    func finish(exit: ChannelExit?, error: TermindError?) {
+        var waiting: CheckedContinuation<(ExecStream, Data)?, Error>?
+        var blocked: [CheckedContinuation<Void, Error>] = []
+        lock.withLock {
+            guard !ended else { return }
+            ended = true
+            exitValue = exit
+            failure = error
+            waiting = waiter
+            waiter = nil
+            blocked = writers.map(\.1)
+            writers.removeAll()
+            input.removeAll()
+            inputBytes = 0
+        }
+        if let waiting {
+            if let error { waiting.resume(throwing: error) } else { waiting.resume(returning: nil) }
+        }
+        for writer in blocked { writer.resume(throwing: error ?? SSHError.make("ssh.closed", "The channel closed before its input was sent.")) }
+    }
+}
+
+/// Moves one channel's data in bounded steps: input out, stdout and stderr in (while the
+/// consumer has room), EOF, then the close handshake, the exit status, and freeing.
+final class ChannelPump: EnginePump, @unchecked Sendable {
+    private(set) var channel: OpaquePointer?
+    let state: ChannelState
+    private let endpoint: String
+    private var eofSent = false
+    private var remoteEOF = false
+    private var closing = false
+    private var closeSent = false
+    private var buffer = [CChar](repeating: 0, count: 64 * 1024)
+    /// At most this many bytes move per step, so one busy channel cannot starve the others.
+    private static let stepBudget = 256 * 1024
+
+    init(channel: OpaquePointer, state: ChannelState, endpoint: String) {
+        self.channel = channel
+        self.state = state
+        self.endpoint = endpoint
+    }
+
+    override var wantsSessionInput: Bool { closing || state.roomForOutput > 0 }
+
+    override func step(_ engine: SessionEngine, _ session: OpaquePointer) -> PumpStep {
+        guard let channel else { return .finished }
+        let eagain = Int(termind_ssh2_error_eagain())
+        var progressed = false
+        if !closing && state.wantsClose { closing = true }
+
+        if !closing {
+            // Input: the same bytes are offered again after EAGAIN.
+            var budget = Self.stepBudget
+            while budget > 0, let pending = state.pendingInput() {
+                let n = pending.withUnsafeBytes { raw in
+                    Int(termind_ssh2_channel_write(channel, raw.baseAddress!.assumingMemoryBound(to: CChar.self), min(raw.count, budget)))
+                }
+                if n > 0 { state.consumed(n); budget -= n; progressed = true; continue }
+                if n == eagain { break }
+                if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while sending input") }
+                closing = true  // the channel is gone on the server side
+                break
+            }
+            if !eofSent && state.wantsEOF {
+                let rc = libssh2_channel_send_eof(channel)
+                if rc == 0 { eofSent = true; progressed = true }
+                else if rc != Int32(eagain) {
+                    if SessionEngine.isFatal(rc) { return .sessionLost("while closing input") }
+                    eofSent = true
+                }
+            }
+            // Output, while the consumer has room.
+            var readBudget = Self.stepBudget
+            for (id, stream) in [(Int32(0), ExecStream.stdout), (SSH_EXTENDED_DATA_STDERR, ExecStream.stderr)] {
+                while readBudget > 0 {
+                    let room = min(state.roomForOutput, buffer.count, readBudget)
+                    guard room > 0 else { break }
+                    let n = termind_ssh2_channel_read(channel, id, &buffer, room)
+                    if n > 0 {
+                        state.deliver(stream, buffer.withUnsafeBytes { Data($0.prefix(n)) })
+                        readBudget -= n
+                        progressed = true
+                        continue
+                    }
+                    if n < 0 && n != eagain {
+                        if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while the channel was open") }
+                        closing = true
+                    }
+                    break
+                }
+            }
+            if libssh2_channel_eof(channel) == 1 && !progressed && state.roomForOutput > 0 {
+                // Everything the server sent has been delivered.
+                remoteEOF = true
+                closing = true
+            }
+        }
+        guard closing else { return progressed ? .progressed : .idle }
+
+        // The close handshake; each call is repeated after EAGAIN.
+        if !closeSent {
+            let rc = libssh2_channel_close(channel)
+            if rc == Int32(eagain) { return progressed ? .progressed : .idle }
+            if rc != 0 && SessionEngine.isFatal(rc) { return .sessionLost("while closing a channel") }
+            closeSent = true
+        }
+        let waited = libssh2_channel_wait_closed(channel)
+        if waited == Int32(eagain) {
+            // Drain what still arrives so the server's CLOSE can be read.
+            _ = termind_ssh2_channel_read(channel, 0, &buffer, buffer.count)
+            _ = termind_ssh2_channel_read(channel, SSH_EXTENDED_DATA_STDERR, &buffer, buffer.count)
+            return .idle
+        }
+        if waited != 0 && SessionEngine.isFatal(waited) { return .sessionLost("while closing a channel") }
+        var signal: UnsafeMutablePointer<CChar>?
+        var signalLength = 0
+        libssh2_channel_get_exit_signal(channel, &signal, &signalLength, nil, nil, nil, nil)
+        let signalName = signal.map { String(cString: $0) }
+        if let signal { libssh2_free(session, signal) }
+        let status = libssh2_channel_get_exit_status(channel)
+        let freed = libssh2_channel_free(channel)
+        if freed == Int32(eagain) { return .idle }
+        self.channel = nil
+        state.finish(exit: ChannelExit(status: signalName == nil ? status : nil, signal: signalName), error: nil)
+        _ = remoteEOF
+        return .finished
+    }
+
+    override func fail(_ error: TermindError) {
+        // The session is gone (its free releases every channel); only report.
+        channel = nil
+        state.finish(exit: nil, error: error)
+    }
+}

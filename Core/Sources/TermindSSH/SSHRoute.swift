@@ -1,0 +1,176 @@
+import Foundation
+import TermindCore
+
+/// A route: jump hosts in order, then the target. Each hop runs its own SSH session over a
+/// direct-tcpip channel of the previous one, and is verified and authenticated on its own.
+public struct SSHRoute: Sendable, Hashable, CustomStringConvertible {
+    /// At most this many hosts, the target included (as the Vault stores routes).
+    public static let maxHosts = 8
+    public var hops: [SSHTarget]
+
+    public init(_ hops: [SSHTarget]) { self.hops = hops }
+    public init(jumps: [SSHTarget], target: SSHTarget) { hops = jumps + [target] }
+
+    public var target: SSHTarget? { hops.last }
+    public var description: String { hops.map(\.display).joined(separator: " -> ") }
+
+    /// Rejects an empty route, a longer one than `maxHosts`, and one that visits an endpoint
+    /// twice — before anything connects.
+    public func validate() throws {
+        guard !hops.isEmpty else { throw SSHError.make("ssh.route_empty", "The route has no host to connect to.") }
+        if hops.count > Self.maxHosts {
+            throw SSHError.make("ssh.route_too_long", "The route \(description) has \(hops.count) hosts; at most \(Self.maxHosts) are allowed, including the target.")
+        }
+        var seen: [String: Int] = [:]
+        for (index, hop) in hops.enumerated() {
+            guard (1...65_535).contains(hop.port) else {
+                throw SSHError.make("ssh.bad_port", "Hop \(index + 1) of the route (\(hop.display)) has port \(hop.port); ports run from 1 to 65535.")
+            }
+            guard !hop.host.isEmpty else { throw SSHError.make("ssh.route_bad_host", "Hop \(index + 1) of the route has no host name.") }
+            let key = "\(hop.host.lowercased()):\(hop.port)"
+            if let first = seen[key] {
+                throw SSHError.make("ssh.route_cycle", "The route \(description) visits \(hop.host):\(hop.port) twice (hops \(first + 1) and \(index + 1)); a route cannot loop.")
+            }
+            seen[key] = index
+        }
+    }
+}
+
+/// How to open each hop of a route.
+public struct SSHOpenPolicy: Sendable {
+    public var trust: any HostKeyTrust
+    public var deadlines: SSHDeadlines
+    public var keepalive: SSHKeepalive
+    /// Credentials for one hop; asked each time a hop connects, never cached here.
+    public var credentials: @Sendable (SSHTarget) async throws -> SSHCredentials
+    public var askUnknownHostKey: @Sendable (HostKeyQuestion) async -> HostKeyAnswer
+    public var keyboardInteractive: KeyboardInteractiveResponder?
+
+    public init(trust: any HostKeyTrust, deadlines: SSHDeadlines = SSHDeadlines(), keepalive: SSHKeepalive = SSHKeepalive(),
+                credentials: @escaping @Sendable (SSHTarget) async throws -> SSHCredentials,
+                keyboardInteractive: KeyboardInteractiveResponder? = nil,
+                askUnknownHostKey: @escaping @Sendable (HostKeyQuestion) async -> HostKeyAnswer) {
+        self.trust = trust
+        self.deadlines = deadlines
+        self.keepalive = keepalive
+        self.credentials = credentials
+        self.keyboardInteractive = keyboardInteractive
+        self.askUnknownHostKey = askUnknownHostKey
+    }
+}
+
+extension SSHConnection {
+    /// Opens every hop of `route` in turn (no sharing); the returned connection keeps the
+    /// jump connections alive and closing it ends them.
+    public static func open(route: SSHRoute, policy: SSHOpenPolicy) async throws -> SSHConnection {
+        try route.validate()
+        var previous: SSHConnection?
+        for (index, hop) in route.hops.enumerated() {
+            do {
+                previous = try await open(hop, credentials: try await policy.credentials(hop), trust: policy.trust,
+                                          deadlines: policy.deadlines, keepalive: policy.keepalive, via: previous,
+                                          keyboardInteractive: policy.keyboardInteractive, askUnknownHostKey: policy.askUnknownHostKey)
+            } catch let error as TermindError where route.hops.count > 1 {
+                await previous?.closeRoute()
+                throw TermindError(code: error.code, message: "Hop \(index + 1) of \(route.hops.count) (\(hop.display)): \(error.message)")
+            } catch {
+                await previous?.closeRoute()
+                throw error
+            }
+        }
+        return previous!
+    }
+
+    /// Closes this connection and every jump connection under it.
+    public func closeRoute() async {
+        await close()
+        await via?.closeRoute()
+    }
+}
+
+/// One live connection per route, shared by everyone who asks for it: each user opens its
+/// own channels, and closing a channel never disturbs another's. Jump prefixes are shared
+/// too (routes A→B→T and A→C share the connection to A). Concurrent requests for a route
+/// wait for the same opening. A connection that ends leaves the pool (by generation, so a
+/// late notice from a retired connection never removes its replacement); the next request
+/// opens a new one, asking about trust again — once-only trust never authorizes that.
+public actor SSHConnectionPool {
+    private enum Entry {
+        case opening(Task<SSHConnection, Error>, UInt64)
+        case open(SSHConnection)
+    }
+    private var entries: [SSHRoute: Entry] = [:]
+    private var tickets: UInt64 = 0
+
+    public init() {}
+
+    /// The shared connection for `route`, opened (hop by hop, reusing live prefixes) if needed.
+    public func connection(for route: SSHRoute, policy: SSHOpenPolicy) async throws -> SSHConnection {
+        try route.validate()
+        if let entry = entries[route] {
+            switch entry {
+            case .open(let connection) where connection.isAlive: return connection
+            case .open: entries[route] = nil
+            case .opening(let task, _): return try await task.value
+            }
+        }
+        let via: SSHConnection? = route.hops.count > 1 ? try await connection(for: SSHRoute(Array(route.hops.dropLast())), policy: policy) : nil
+        if let entry = entries[route] {  // someone else finished meanwhile
+            switch entry {
+            case .open(let connection) where connection.isAlive: return connection
+            case .open: entries[route] = nil
+            case .opening(let task, _): return try await task.value
+            }
+        }
+        tickets += 1
+        let ticket = tickets
+        let hop = route.hops[route.hops.count - 1]
+        let task = Task {
+            try await SSHConnection.open(hop, credentials: try await policy.credentials(hop), trust: policy.trust,
+                                         deadlines: policy.deadlines, keepalive: policy.keepalive, via: via,
+                                         keyboardInteractive: policy.keyboardInteractive, askUnknownHostKey: policy.askUnknownHostKey)
+        }
+        entries[route] = .opening(task, ticket)
+        do {
+            let connection = try await task.value
+            if case .opening(_, ticket)? = entries[route] { entries[route] = .open(connection) }
+            let generation = connection.generation
+            connection.onClose { [weak self] _ in
+                Task { await self?.retire(route, generation: generation) }
+            }
+            return connection
+        } catch {
+            if case .opening(_, ticket)? = entries[route] { entries[route] = nil }
+            throw error
+        }
+    }
+
+    /// The live connections, by route.
+    public var routes: [SSHRoute] {
+        entries.compactMap { route, entry in
+            if case .open(let connection) = entry, connection.isAlive { return route }
+            return nil
+        }
+    }
+
+    /// Closes every connection (targets before the jumps they run through).
+    public func closeAll() async {
+        let open = entries.compactMap { _, entry -> SSHConnection? in
+            if case .open(let connection) = entry { return connection }
+            return nil
+        }
+        entries.removeAll()
+        for connection in open.sorted(by: { depth($0) > depth($1) }) { await connection.close() }
+    }
+
+    private func depth(_ connection: SSHConnection) -> Int {
+        var count = 0
+        var cursor = connection.via
+        while let next = cursor { count += 1; cursor = next.via }
+        return count
+    }
+
+    private func retire(_ route: SSHRoute, generation: UInt64) {
+        if case .open(let connection)? = entries[route], connection.generation == generation { entries[route] = nil }
+    }
+}

@@ -1,0 +1,558 @@
+import CLibSSH2
+import Dispatch
+import Foundation
+import TermindCore
+
+/// The one owner of a libssh2 session and its socket: a dedicated thread runs every libssh2
+/// call for the session, in non-blocking mode, driven by socket readiness.
+///
+/// Two phases:
+/// - Opening (handshake, authentication): `perform` runs a body on the thread; the body
+///   repeats EAGAIN calls with identical arguments through `retry`, waiting with poll().
+///   Keyboard-interactive callbacks wait here for their async responder.
+/// - Multiplexing: operations (`run`) and channel pumps (`attach`) share the session. Each
+///   pass steps every pump once (bounded work each: fair) and the head operation of every
+///   lane (a lane keeps libssh2's one-request-in-flight rules: the session lane for channel
+///   opens and global requests, one lane per channel for its requests). When a pass makes
+///   no progress the thread sleeps in poll() on the socket, the pumps' descriptors and a
+///   wake eventfd, bounded by the nearest deadline and the keepalive timer.
+///
+/// An operation whose caller gave up (cancelled, deadline) keeps running to completion on
+/// the session — libssh2 holds session-wide state for it — and its late result is
+/// discarded. Every engine has a generation; owners ignore events of retired generations.
+final class SessionEngine: @unchecked Sendable {
+    let endpoint: String
+    let fd: Int32
+    let generation: UInt64
+    /// Touched only on the engine thread (and by deinit).
+    private(set) var session: OpaquePointer?
+
+    private let wakeFD: Int32
+    private let lock = NSLock()
+    private var inbox: [(SessionEngine) -> Void] = []
+    private var stopping = false
+    private var deathError: TermindError?
+    private var deathObservers: [(TermindError) -> Void] = []
+
+    // Engine-thread state.
+    private var operations: [EngineOperation] = []
+    private var pumps: [EnginePump] = []
+    private var keepaliveInterval = 0
+    private var keepaliveCountMax = 3
+    private var lastInbound = DispatchTime.now()
+    /// Cancellation of the body `perform` is running.
+    private var performCancelled: ManagedAtomicFlag?
+    /// Time spent waiting for a person inside the current `perform`: not network time.
+    private(set) var interactionPause: UInt64 = 0
+    /// The keyboard-interactive attempt in progress (its C callback finds it here).
+    var keyboardInteractive: KeyboardInteractiveContext?
+
+    private static let generations = GenerationCounter()
+
+    init(fd: Int32, endpoint: String) throws {
+        SSHLibrary.initialize()
+        self.fd = fd
+        self.endpoint = endpoint
+        generation = Self.generations.next()
+        wakeFD = termind_ssh2_wake_fd()
+        guard wakeFD >= 0 else {
+            close(fd)
+            throw SSHError.make("ssh.session_failed", "Could not create a wake descriptor for \(endpoint): \(String(cString: strerror(errno))).")
+        }
+        // The session's abstract pointer lets C callbacks find this engine; the engine
+        // outlives its session (the session is freed before the engine goes away).
+        guard let session = termind_ssh2_session_init(Unmanaged.passUnretained(self).toOpaque()) else {
+            close(fd)
+            close(wakeFD)
+            throw SSHError.make("ssh.session_failed", "Could not create an SSH session for \(endpoint).")
+        }
+        libssh2_session_set_blocking(session, 0)
+        self.session = session
+        let thread = Thread { [self] in self.runLoop() }
+        thread.name = "termind.ssh"
+        thread.start()
+    }
+
+    deinit {
+        close(wakeFD)
+    }
+
+    // MARK: - Submitting work (any thread)
+
+    /// Runs `body` on the engine thread, for the opening phase (handshake, authentication).
+    /// Swift task cancellation makes the body's waits throw `ssh.cancelled`.
+    func perform<T: Sendable>(_ body: @escaping @Sendable (SessionEngine) throws -> T) async throws -> T {
+        let cancelled = ManagedAtomicFlag()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
+                submit { engine in
+                    if let error = engine.deathError { continuation.resume(throwing: error); return }
+                    engine.performCancelled = cancelled
+                    engine.interactionPause = 0
+                    defer { engine.performCancelled = nil }
+                    continuation.resume(with: Result { try body(engine) })
+                }
+            }
+        } onCancel: {
+            cancelled.set()
+            self.wake()
+        }
+    }
+
+    /// Runs a non-blocking libssh2 call on the engine thread until it stops saying EAGAIN:
+    /// `attempt` returns nil for EAGAIN and is called again with the same arguments. Calls
+    /// on one `lane` run one at a time, in submission order. If the caller is cancelled or
+    /// the deadline passes, the caller gets the error at once while the call still runs to
+    /// completion on the session, and `discard` receives its late result.
+    func run<T>(_ what: String, lane: AnyObject? = nil, deadline: DispatchTime? = nil,
+                discard: ((T) -> Void)? = nil,
+                _ attempt: @escaping (OpaquePointer) throws -> T?) async throws -> T {
+        let box = UncheckedBox<EngineOperation?>(nil)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<UncheckedBox<T>, Error>) in
+                let operation = EngineOperation(what: what, lane: lane.map(ObjectIdentifier.init) ?? ObjectIdentifier(self), deadline: deadline,
+                    attempt: { session in try attempt(session).map { UncheckedBox($0) } },
+                    complete: { result in continuation.resume(with: result.map { $0 as! UncheckedBox<T> }) },
+                    discard: { value in discard?((value as! UncheckedBox<T>).value) })
+                box.value = operation
+                submit { engine in engine.add(operation) }
+            }.value
+        } onCancel: {
+            self.submit { engine in
+                box.value?.abandon(SSHError.make("ssh.cancelled", "\(what) on \(self.endpoint) was cancelled."))
+            }
+        }
+    }
+
+    /// Adds a pump (channel data, a bridge) to the fair passes.
+    func attach(_ pump: EnginePump) {
+        submit { engine in
+            if let error = engine.deathError { pump.fail(error); return }
+            engine.pumps.append(pump)
+        }
+    }
+
+    /// Sends keepalives every `interval` seconds (0: off); the connection counts as lost
+    /// after `countMax` intervals without a byte from the server.
+    func configureKeepalive(interval: Int, countMax: Int) {
+        submit { engine in
+            guard engine.deathError == nil else { return }
+            engine.keepaliveInterval = max(0, interval)
+            engine.keepaliveCountMax = max(1, countMax)
+            engine.lastInbound = .now()
+            if let session = engine.session { libssh2_keepalive_config(session, 1, UInt32(max(0, interval))) }
+        }
+    }
+
+    /// `observer` learns why the session ended (immediately if it already has).
+    func onDeath(_ observer: @escaping @Sendable (TermindError) -> Void) {
+        let already: TermindError? = lock.withLock {
+            if let deathError { return deathError }
+            deathObservers.append(observer)
+            return nil
+        }
+        if let already { observer(already) }
+    }
+
+    var isAlive: Bool { lock.withLock { deathError == nil && !stopping } }
+
+    /// Wakes the thread from poll(): new work, a consumer drained a buffer, a cancellation.
+    func wake() {
+        var one: UInt64 = 1
+        _ = write(wakeFD, &one, 8)
+    }
+
+    /// Ends the session: everything pending fails with `ssh.closed`, a disconnect is sent
+    /// (one non-blocking attempt), the session and socket are freed. Returns afterwards.
+    func shutdown() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let accepted: Bool = lock.withLock {
+                guard deathError == nil else { return false }
+                inbox.append { engine in
+                    engine.die(SSHError.make("ssh.closed", "The SSH connection to \(engine.endpoint) was closed."), disconnect: true)
+                    continuation.resume()
+                }
+                return true
+            }
+            if accepted { wake() } else { continuation.resume() }
+        }
+    }
+
+    private func submit(_ work: @escaping (SessionEngine) -> Void) {
+        let rejected: TermindError? = lock.withLock {
+            if let deathError { return deathError }
+            inbox.append(work)
+            return nil
+        }
+        if rejected != nil {
+            // The thread is gone; run the work here: it sees deathError and fails fast.
+            work(self)
+            return
+        }
+        wake()
+    }
+
+    // MARK: - Opening phase helpers (engine thread, inside `perform`)
+
+    /// Repeats `call` while it returns EAGAIN, waiting for socket readiness in between.
+    func retry(_ what: String, deadline: DispatchTime, _ call: (OpaquePointer) -> Int32) throws -> Int32 {
+        guard let session else { throw SSHError.make("ssh.closed", "The SSH connection to \(endpoint) is closed.") }
+        while true {
+            let rc = call(session)
+            guard rc == termind_ssh2_error_eagain() else { return rc }
+            try waitForSocket(what, deadline: deadline)
+        }
+    }
+
+    /// As `retry`, for calls that return a pointer and report EAGAIN through last_errno.
+    func retryPointer<T>(_ what: String, deadline: DispatchTime, _ call: (OpaquePointer) -> T?) throws -> T? {
+        guard let session else { throw SSHError.make("ssh.closed", "The SSH connection to \(endpoint) is closed.") }
+        while true {
+            if let value = call(session) { return value }
+            guard libssh2_session_last_errno(session) == termind_ssh2_error_eagain() else { return nil }
+            try waitForSocket(what, deadline: deadline)
+        }
+    }
+
+    /// poll() on the directions libssh2 is blocked on and the wake descriptor. The deadline
+    /// excludes time spent waiting for a person (`interactionPause`).
+    func waitForSocket(_ what: String, deadline: DispatchTime) throws {
+        guard let session else { return }
+        while true {
+            try checkCancelled(what)
+            let now = DispatchTime.now()
+            let effective = deadline.uptimeNanoseconds &+ interactionPause
+            guard now.uptimeNanoseconds < effective else {
+                throw SSHError.make("ssh.timeout", "\(what) on \(endpoint) timed out; the server did not answer in time.")
+            }
+            var fds = [pollfd(fd: fd, events: Self.events(for: libssh2_session_block_directions(session)), revents: 0),
+                       pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
+            let remainingMs = Int32(min(1000, max(1, (effective - now.uptimeNanoseconds) / 1_000_000)))
+            let ready = poll(&fds, 2, remainingMs)
+            if ready < 0 && errno != EINTR {
+                throw SSHError.make("ssh.socket", "Waiting on the connection to \(endpoint) failed: \(String(cString: strerror(errno))).")
+            }
+            if fds[1].revents != 0 { drainWake() }
+            if fds[0].revents != 0 { return }
+        }
+    }
+
+    func checkCancelled(_ what: String) throws {
+        if performCancelled?.isSet == true { throw SSHError.make("ssh.cancelled", "\(what) on \(endpoint) was cancelled.") }
+    }
+
+    /// Waits on the engine thread for a person's answer (a keyboard-interactive prompt): the
+    /// wait is cancellable and does not count against network deadlines.
+    func waitForInteraction<T: Sendable>(_ what: String, _ body: @escaping @Sendable () async -> T?) throws -> T? {
+        let started = DispatchTime.now().uptimeNanoseconds
+        defer { interactionPause &+= DispatchTime.now().uptimeNanoseconds &- started }
+        let result = UncheckedBox<T?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        let task = Task { result.value = await body(); done.signal() }
+        while done.wait(timeout: .now() + .milliseconds(100)) == .timedOut {
+            if performCancelled?.isSet == true {
+                task.cancel()
+                throw SSHError.make("ssh.cancelled", "\(what) on \(endpoint) was cancelled.")
+            }
+        }
+        return result.value
+    }
+
+    /// libssh2's last error message for this session (never contains secrets).
+    func lastError() -> String {
+        guard let session else { return "the session is closed" }
+        var message: UnsafeMutablePointer<CChar>?
+        var length: Int32 = 0
+        libssh2_session_last_error(session, &message, &length, 0)
+        return message.map { String(cString: $0) } ?? "unknown error"
+    }
+
+    var lastErrno: Int32 { session.map { libssh2_session_last_errno($0) } ?? LIBSSH2_ERROR_SOCKET_DISCONNECT }
+
+    /// Errors after which the session as a whole is unusable.
+    static func isFatal(_ rc: Int32) -> Bool {
+        [LIBSSH2_ERROR_SOCKET_NONE, LIBSSH2_ERROR_BANNER_RECV, LIBSSH2_ERROR_BANNER_SEND, LIBSSH2_ERROR_INVALID_MAC,
+         LIBSSH2_ERROR_KEX_FAILURE, LIBSSH2_ERROR_ALLOC, LIBSSH2_ERROR_SOCKET_SEND, LIBSSH2_ERROR_KEY_EXCHANGE_FAILURE,
+         LIBSSH2_ERROR_TIMEOUT, LIBSSH2_ERROR_DECRYPT, LIBSSH2_ERROR_SOCKET_DISCONNECT, LIBSSH2_ERROR_PROTO,
+         LIBSSH2_ERROR_SOCKET_TIMEOUT, LIBSSH2_ERROR_SOCKET_RECV, LIBSSH2_ERROR_ENCRYPT, LIBSSH2_ERROR_BAD_SOCKET,
+         LIBSSH2_ERROR_MAC_FAILURE].contains(rc)
+    }
+
+    /// An operation's attempt moved data without finishing: the loop runs another pass
+    /// instead of sleeping (libssh2 may hold more already).
+    func noteProgress() { operationProgressed = true }
+    private var operationProgressed = false
+
+    /// Marks the session lost after a fatal libssh2 error seen by a pump or an operation.
+    func sessionFailed(_ context: String) {
+        die(SSHError.make("ssh.connection_lost", "The connection to \(endpoint) was lost \(context): \(lastError())."), disconnect: false)
+    }
+
+    // MARK: - The loop (engine thread)
+
+    private func add(_ operation: EngineOperation) {
+        if let error = deathError { operation.finish(.failure(error)); return }
+        operations.append(operation)
+    }
+
+    private func runLoop() {
+        var idlePasses = 0
+        while true {
+            let work: [(SessionEngine) -> Void] = lock.withLock {
+                defer { inbox.removeAll() }
+                return inbox
+            }
+            for item in work { item(self) }
+            if session == nil { break }
+
+            var progressed = !work.isEmpty
+            if keepaliveInterval > 0, let session {
+                var next: Int32 = 0
+                _ = libssh2_keepalive_send(session, &next)
+            }
+            progressed = stepOperations() || progressed
+            if session == nil { break }
+            progressed = stepPumps() || progressed
+            if session == nil { break }
+            expireDeadlines()
+            if progressed && idlePasses < 64 {
+                idlePasses += 1
+                continue
+            }
+            idlePasses = 0
+            sleep()
+            if session == nil { break }
+        }
+        let observers: [(TermindError) -> Void] = lock.withLock {
+            defer { deathObservers.removeAll() }
+            return deathObservers
+        }
+        let error = deathError ?? SSHError.make("ssh.closed", "The SSH connection to \(endpoint) was closed.")
+        for observer in observers { observer(error) }
+    }
+
+    private func stepOperations() -> Bool {
+        guard let session, !operations.isEmpty else { return false }
+        operationProgressed = false
+        defer { operationProgressed = false }
+        var progressed = false
+        var busyLanes = Set<ObjectIdentifier>()
+        var index = 0
+        while index < operations.count {
+            let operation = operations[index]
+            guard !busyLanes.contains(operation.lane) else { index += 1; continue }
+            busyLanes.insert(operation.lane)
+            do {
+                if let value = try operation.attempt(session) {
+                    operation.finish(.success(value))
+                    operations.remove(at: index)
+                    progressed = true
+                    continue
+                }
+            } catch let error as TermindError {
+                operation.finish(.failure(error))
+                operations.remove(at: index)
+                progressed = true
+                if Self.isFatal(lastErrno) { sessionFailed("during \(operation.what.lowercased())"); return true }
+                continue
+            } catch {
+                operation.finish(.failure(SSHError.make("ssh.failed", "\(operation.what) on \(endpoint) failed.")))
+                operations.remove(at: index)
+                continue
+            }
+            if self.session == nil { return true }
+            index += 1
+        }
+        return progressed || operationProgressed
+    }
+
+    private func stepPumps() -> Bool {
+        guard let session, !pumps.isEmpty else { return false }
+        var progressed = false
+        var index = 0
+        while index < pumps.count {
+            let pump = pumps[index]
+            switch pump.step(self, session) {
+            case .progressed: progressed = true; index += 1
+            case .idle: index += 1
+            case .finished: pumps.remove(at: index); progressed = true
+            case .sessionLost(let context):
+                // die() fails every pump, this one included.
+                sessionFailed(context)
+                return true
+            }
+            if self.session == nil { return true }
+        }
+        return progressed
+    }
+
+    private func expireDeadlines() {
+        let now = DispatchTime.now()
+        for operation in operations where !operation.isAbandoned {
+            if let deadline = operation.deadline, now >= deadline {
+                operation.abandon(SSHError.make("ssh.timeout", "\(operation.what) on \(endpoint) timed out; the server did not answer in time."))
+            }
+        }
+        for pump in pumps { pump.checkDeadline(now) }
+        if keepaliveInterval > 0, wantsInbound {
+            let silent = now.uptimeNanoseconds &- lastInbound.uptimeNanoseconds
+            if silent > UInt64(keepaliveInterval * (keepaliveCountMax + 1)) * 1_000_000_000 {
+                die(SSHError.make("ssh.connection_lost",
+                                  "The connection to \(endpoint) was lost: no answer to \(keepaliveCountMax) keepalives in \(keepaliveInterval * (keepaliveCountMax + 1)) s."),
+                    disconnect: false)
+            }
+        }
+    }
+
+    /// Whether the loop wants bytes from the server now. With every pump held back by a
+    /// full consumer buffer and nothing else pending it does not read at all: TCP flow
+    /// control pushes back to the server, and keepalive silence is not counted.
+    private var wantsInbound: Bool {
+        !operations.isEmpty || pumps.contains { $0.wantsSessionInput }
+    }
+
+    private func sleep() {
+        guard let session else { return }
+        let inbound = wantsInbound
+        if !inbound { lastInbound = .now() }
+        var events = Self.events(for: libssh2_session_block_directions(session))
+        if !inbound { events &= ~Int16(POLLIN) }
+        if inbound { events |= Int16(POLLIN) }
+        var fds = [pollfd(fd: fd, events: events, revents: 0), pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
+        var owners: [EnginePump] = []
+        for pump in pumps {
+            if let request = pump.pollRequest { fds.append(request); owners.append(pump) }
+        }
+        var timeoutMs: Int64 = 1000
+        let now = DispatchTime.now().uptimeNanoseconds
+        for operation in operations where !operation.isAbandoned {
+            if let deadline = operation.deadline?.uptimeNanoseconds {
+                timeoutMs = min(timeoutMs, deadline > now ? Int64((deadline - now) / 1_000_000) + 1 : 0)
+            }
+        }
+        if keepaliveInterval > 0 { timeoutMs = min(timeoutMs, Int64(keepaliveInterval) * 1000) }
+        let ready = poll(&fds, nfds_t(fds.count), Int32(timeoutMs))
+        guard ready > 0 else { return }
+        if fds[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 { lastInbound = .now() }
+        if fds[1].revents != 0 { drainWake() }
+        for (offset, pump) in owners.enumerated() { pump.polled(fds[2 + offset].revents) }
+    }
+
+    private func drainWake() {
+        var value: UInt64 = 0
+        _ = read(wakeFD, &value, 8)
+    }
+
+    private static func events(for directions: Int32) -> Int16 {
+        var events: Int16 = 0
+        if directions & LIBSSH2_SESSION_BLOCK_INBOUND != 0 { events |= Int16(POLLIN) }
+        if directions & LIBSSH2_SESSION_BLOCK_OUTBOUND != 0 { events |= Int16(POLLOUT) }
+        return events == 0 ? Int16(POLLIN) : events
+    }
+
+    /// Fails everything pending with `error`, frees the session and the socket, and lets
+    /// the loop end. Engine thread only.
+    private func die(_ error: TermindError, disconnect: Bool) {
+        guard let session else { return }
+        lock.withLock {
+            if deathError == nil { deathError = error }
+            stopping = true
+        }
+        let pending = operations
+        operations.removeAll()
+        for operation in pending { operation.finish(.failure(error)) }
+        let attached = pumps
+        pumps.removeAll()
+        for pump in attached { pump.fail(error) }
+        if disconnect { _ = termind_ssh2_session_disconnect(session, "termind closing") }
+        libssh2_session_free(session)
+        self.session = nil
+        close(fd)
+        // Work that raced in after death fails fast.
+        let late: [(SessionEngine) -> Void] = lock.withLock {
+            defer { inbox.removeAll() }
+            return inbox
+        }
+        for item in late { item(self) }
+    }
+}
+
+/// One libssh2 call repeated until it completes (see `SessionEngine.run`).
+final class EngineOperation {
+    let what: String
+    let lane: ObjectIdentifier
+    let deadline: DispatchTime?
+    let attempt: (OpaquePointer) throws -> Any?
+    private var complete: ((Result<Any, Error>) -> Void)?
+    private let discard: (Any) -> Void
+    private(set) var isAbandoned = false
+
+    init(what: String, lane: ObjectIdentifier, deadline: DispatchTime?, attempt: @escaping (OpaquePointer) throws -> Any?,
+         complete: @escaping (Result<Any, Error>) -> Void, discard: @escaping (Any) -> Void) {
+        self.what = what
+        self.lane = lane
+        self.deadline = deadline
+        self.attempt = attempt
+        self.complete = complete
+        self.discard = discard
+    }
+
+    /// The caller stops waiting; the call itself goes on and its result is discarded.
+    func abandon(_ error: TermindError) {
+        guard let complete else { return }
+        self.complete = nil
+        isAbandoned = true
+        complete(.failure(error))
+    }
+
+    func finish(_ result: Result<Any, Error>) {
+        if let complete {
+            self.complete = nil
+            complete(result)
+        } else if case .success(let value) = result {
+            discard(value)
+        }
+    }
+}
+
+enum PumpStep {
+    case progressed, idle, finished
+    case sessionLost(String)
+}
+
+/// Work the engine steps in every fair pass: a channel's data, a bridge between a channel
+/// and a descriptor. Touched only on the engine thread (handles to it may travel).
+class EnginePump: @unchecked Sendable {
+    func step(_ engine: SessionEngine, _ session: OpaquePointer) -> PumpStep { .finished }
+    func fail(_ error: TermindError) {}
+    /// An extra descriptor to wait on while the loop sleeps.
+    var pollRequest: pollfd? { nil }
+    func polled(_ revents: Int16) {}
+    func checkDeadline(_ now: DispatchTime) {}
+    /// Whether this pump would read from the session now (false while its consumer is full).
+    var wantsSessionInput: Bool { true }
+}
+
+/// A set-once flag readable from any thread.
+final class ManagedAtomicFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    func set() { lock.withLock { value = true } }
+    var isSet: Bool { lock.withLock { value } }
+}
+
+/// Carries a non-Sendable value across a boundary the engine serialises.
+final class UncheckedBox<T>: @unchecked Sendable {
+    var value: T
+    init(_ value: T) { self.value = value }
+}
+
+final class GenerationCounter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: UInt64 = 0
+    func next() -> UInt64 { lock.withLock { value += 1; return value } }
+}
+
+enum SSHError {
+    static func make(_ code: String, _ message: String) -> TermindError { TermindError(code: code, message: message) }
+}
