@@ -167,7 +167,12 @@ final class ChannelState: @unchecked Sendable {
     }
 
     func requestEOF() { lock.withLock { eofRequested = true } }
-    func requestClose() { lock.withLock { closeRequested = true } }
+    /// Closing ends the consumer's side at once (unread output is dropped, `next()` returns
+    /// nil); the pump finishes the close handshake with the server in the background.
+    func requestClose() {
+        lock.withLock { closeRequested = true }
+        finish(exit: nil, error: nil)
+    }
 
     func claimResize(columns: Int, rows: Int) -> Bool {
         lock.withLock {
@@ -187,7 +192,7 @@ final class ChannelState: @unchecked Sendable {
     }
 
     // Pump side (engine thread).
-    var roomForOutput: Int { lock.withLock { ended || failure != nil ? 0 : max(0, limit - outputBytes) } }
+    var roomForOutput: Int { lock.withLock { closeRequested ? limit : ended || failure != nil ? 0 : max(0, limit - outputBytes) } }
     var wantsClose: Bool { lock.withLock { closeRequested } }
     var wantsEOF: Bool { lock.withLock { eofRequested && input.isEmpty } }
 

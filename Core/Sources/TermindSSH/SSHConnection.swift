@@ -227,8 +227,14 @@ public final class SSHConnection: Sendable {
                             bufferLimit: Int = 1 << 20) async throws -> SSHChannel {
         let endpoint = engine.endpoint
         let engine = self.engine
-        let channel = try await openRawChannel("Opening a channel") { session in
-            termind_ssh2_channel_open_session(session)
+        let channel: OpaquePointer
+        do {
+            channel = try await openRawChannel("Opening a channel") { session in
+                termind_ssh2_channel_open_session(session)
+            }
+        } catch let error as TermindError where error.code == "ssh.channel_failed" {
+            throw SSHError.make("ssh.channel_refused", "\(endpoint) refused another session channel on this connection (\(error.message)); "
+                + "OpenSSH allows MaxSessions (10 by default) at once.")
         }
         let state = ChannelState(limit: bufferLimit)
         let pump = ChannelPump(channel: channel, state: state, endpoint: endpoint)
@@ -299,6 +305,7 @@ public final class SSHConnection: Sendable {
             }()
             let (out, err, truncated) = try await channel.collect(limit: outputLimit, output: output)
             try? await fed
+            if Task.isCancelled { throw SSHError.make("ssh.cancelled", "The command on \(endpoint) was cancelled; its channel was closed.") }
             let exit = channel.exit
             return ExecResult(stdout: out, stderr: err, exitStatus: exit?.signal == nil ? exit?.status : nil,
                               exitSignal: exit?.signal, truncated: truncated)

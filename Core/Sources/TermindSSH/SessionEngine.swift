@@ -140,7 +140,6 @@ final class SessionEngine: @unchecked Sendable {
             engine.keepaliveInterval = max(0, interval)
             engine.keepaliveCountMax = max(1, countMax)
             engine.lastInbound = .now()
-            if let session = engine.session { libssh2_keepalive_config(session, 1, UInt32(max(0, interval))) }
         }
     }
 
@@ -306,15 +305,13 @@ final class SessionEngine: @unchecked Sendable {
             if session == nil { break }
 
             var progressed = !work.isEmpty
-            if keepaliveInterval > 0, let session {
-                var next: Int32 = 0
-                _ = libssh2_keepalive_send(session, &next)
-            }
             progressed = stepOperations() || progressed
             if session == nil { break }
             progressed = stepPumps() || progressed
             if session == nil { break }
             expireDeadlines()
+            if session == nil { break }
+            if progressed { lastInbound = .now() }
             if progressed && idlePasses < 64 {
                 idlePasses += 1
                 continue
@@ -398,17 +395,45 @@ final class SessionEngine: @unchecked Sendable {
             let silent = now.uptimeNanoseconds &- lastInbound.uptimeNanoseconds
             if silent > UInt64(keepaliveInterval * (keepaliveCountMax + 1)) * 1_000_000_000 {
                 die(SSHError.make("ssh.connection_lost",
-                                  "The connection to \(endpoint) was lost: no answer to \(keepaliveCountMax) keepalives in \(keepaliveInterval * (keepaliveCountMax + 1)) s."),
+                                  "The connection to \(endpoint) was lost: the server did not answer keepalives for \(keepaliveInterval * (keepaliveCountMax + 1)) s."),
                     disconnect: false)
+                return
             }
+            if silent >= UInt64(keepaliveInterval) * 1_000_000_000 { probe() }
         }
     }
+
+    /// A keepalive with an answer that cannot be confused with anything else: a session
+    /// channel opened and closed at once. (libssh2's keepalive is a global request whose
+    /// reply it queues unmatched; a later tcpip-forward would take that stale reply as its
+    /// own.) Any answer — confirmation or refusal — shows the server is there.
+    private func probe() {
+        guard !probing else { return }
+        probing = true
+        let endpoint = self.endpoint
+        let operation = EngineOperation(what: "Keepalive", lane: ObjectIdentifier(self), deadline: nil, attempt: { [unowned self] session in
+            if let channel = termind_ssh2_channel_open_session(session) {
+                let state = ChannelState(limit: 0)
+                state.requestClose()
+                self.pumps.append(ChannelPump(channel: channel, state: state, endpoint: endpoint))
+                self.probing = false
+                return true
+            }
+            let code = libssh2_session_last_errno(session)
+            if code == termind_ssh2_error_eagain() { return nil }
+            self.probing = false
+            if Self.isFatal(code) { throw SSHError.make("ssh.connection_lost", "The connection to \(endpoint) was lost.") }
+            return true  // refused, but answered
+        }, complete: { _ in }, discard: { _ in })
+        operations.append(operation)
+    }
+    private var probing = false
 
     /// Whether the loop wants bytes from the server now. With every pump held back by a
     /// full consumer buffer and nothing else pending it does not read at all: TCP flow
     /// control pushes back to the server, and keepalive silence is not counted.
     private var wantsInbound: Bool {
-        !operations.isEmpty || pumps.contains { $0.wantsSessionInput }
+        !operations.isEmpty || pumps.isEmpty || pumps.contains { $0.wantsSessionInput }
     }
 
     private func sleep() {
@@ -430,10 +455,15 @@ final class SessionEngine: @unchecked Sendable {
                 timeoutMs = min(timeoutMs, deadline > now ? Int64((deadline - now) / 1_000_000) + 1 : 0)
             }
         }
-        if keepaliveInterval > 0 { timeoutMs = min(timeoutMs, Int64(keepaliveInterval) * 1000) }
+        if keepaliveInterval > 0 { timeoutMs = min(timeoutMs, 1000) }
         let ready = poll(&fds, nfds_t(fds.count), Int32(timeoutMs))
         guard ready > 0 else { return }
-        if fds[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 { lastInbound = .now() }
+        if fds[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
+            lastInbound = .now()
+            // Bytes nobody will read (an idle session: the server's own keepalive, say) would
+            // keep poll() returning at once: a probe reads them through libssh2.
+            if operations.isEmpty && !pumps.contains(where: { $0.wantsSessionInput }) { probe() }
+        }
         if fds[1].revents != 0 { drainWake() }
         for (offset, pump) in owners.enumerated() { pump.polled(fds[2 + offset].revents) }
     }

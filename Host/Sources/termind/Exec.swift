@@ -9,7 +9,9 @@ import TermindSSH
 ///
 /// Host-key trust is decided inside the connection: an unknown key is asked about on the
 /// terminal (or accepted with --accept-host-key once|save), a changed one fails closed.
-/// Runs in this process: interactions cannot yet travel over the control socket.
+/// Keyboard-interactive prompts are shown on the terminal. A saved host's jump route and
+/// quick-connect `-J` routes are followed hop by hop. Runs in this process: interactions
+/// cannot yet travel over the control socket.
 enum Exec {
     struct Options {
         var target = ""
@@ -66,11 +68,14 @@ enum Exec {
         guard let trust = kernel.port(.hostKeyTrust), let credentialsPort = kernel.port(.credentials) else {
             throw TermindError(code: "exec.unavailable", message: "termind exec needs the Vault, which is not running (termind features).")
         }
-        let (target, credentials) = try await resolve(options, kernel: kernel, credentials: credentialsPort)
-        let connection = try await SSHConnection.open(target, credentials: credentials, trust: trust) { question in
+        let (route, credentials) = try await resolve(options, kernel: kernel, credentials: credentialsPort)
+        let policy = SSHOpenPolicy(trust: trust, credentials: { hop in
+            credentials["\(hop.host.lowercased()):\(hop.port)"] ?? SSHCredentials()
+        }, keyboardInteractive: { challenge in askKeyboardInteractive(challenge) }) { question in
             if let answer = options.acceptHostKey { return answer }
             return ask(question)
         }
+        let connection = try await SSHConnection.open(route: route, policy: policy)
         let stdin: Data? = isatty(STDIN_FILENO) == 1 ? nil : FileHandle.standardInput.readDataToEndOfFile()
         let command = options.command.count == 1 ? options.command[0] : options.command.map(shellQuote).joined(separator: " ")
         let result: ExecResult
@@ -84,7 +89,7 @@ enum Exec {
                 (stream == .stdout ? FileHandle.standardOutput : FileHandle.standardError).write(chunk)
             }
         }
-        await connection.close()
+        await connection.closeRoute()
         await kernel.shutdown()
         if let signal = result.exitSignal {
             if !inv.json { Output.error("the remote command was killed by SIG\(signal).") }
@@ -93,38 +98,89 @@ enum Exec {
         exit(result.exitStatus ?? 255)
     }
 
-    /// A saved host (credentials from the Vault), or a quick-connect line (one hop for now).
-    private static func resolve(_ options: Options, kernel: Kernel, credentials: any CredentialProvider) async throws -> (SSHTarget, SSHCredentials) {
+    /// The route (jump hosts, then the target) and each hop's credentials, by "host:port".
+    /// A saved host brings its own jump route; each saved hop gets its credentials from the
+    /// Vault. On a quick-connect line, `-i` key files and --user/--identity apply to the
+    /// target only (as with OpenSSH's -J); unsaved jump hosts can use ssh-agent keys.
+    private static func resolve(_ options: Options, kernel: Kernel, credentials: any CredentialProvider) async throws -> (SSHRoute, [String: SSHCredentials]) {
         let localUser = NSUserName()
-        if try await isSavedHost(options.target, kernel: kernel) {
-            let granted = try await credentials.credentials(for: CredentialRequest(host: options.target, explicitUser: options.user,
-                                                                                     explicitIdentity: options.identity))
-            return (SSHTarget(host: granted.address, port: granted.port, username: granted.username ?? localUser),
-                    SSHCredentials(password: granted.password, privateKey: granted.privateKey))
+        var hops: [SSHTarget] = []
+        var secrets: [String: SSHCredentials] = [:]
+        func saved(_ host: String, isTarget: Bool) async throws {
+            let granted = try await credentials.credentials(for: CredentialRequest(host: host, explicitUser: isTarget ? options.user : nil,
+                                                                                     explicitIdentity: isTarget ? options.identity : nil))
+            let hop = SSHTarget(host: granted.address, port: granted.port, username: granted.username ?? localUser)
+            hops.append(hop)
+            secrets["\(hop.host.lowercased()):\(hop.port)"] = SSHCredentials(password: granted.password, privateKey: granted.privateKey)
         }
-        let route = try await kernel.call(ConnectContracts.Resolve.self, .init(input: options.target))
-        guard route.route.count == 1, let endpoint = route.route.last else {
-            throw TermindError(code: "exec.jump_unsupported", message: "Jump routes are not supported by termind exec yet; connect to the target directly.")
+        if let record = try await savedHost(options.target, kernel: kernel) {
+            for jump in record.jump { try await saved(jump, isTarget: false) }
+            try await saved(record.id, isTarget: true)
+            return (SSHRoute(hops), secrets)
         }
-        var key: Secret?
-        if let file = route.identityFiles.first {
-            guard let data = FileManager.default.contents(atPath: Invocation.absolute(file)) else {
-                throw TermindError(code: "exec.key_unreadable", message: "Cannot read the key file \(file).")
+        let resolved = try await kernel.call(ConnectContracts.Resolve.self, .init(input: options.target))
+        for (index, endpoint) in resolved.route.enumerated() {
+            let isTarget = index == resolved.route.count - 1
+            if let id = endpoint.savedHost, !(isTarget && (options.user != nil || options.identity != nil || !resolved.identityFiles.isEmpty)) {
+                try await saved(id, isTarget: isTarget)
+                continue
             }
-            key = Secret(String(decoding: data, as: UTF8.self))
+            let hop = SSHTarget(host: endpoint.address, port: endpoint.port, username: (isTarget ? options.user : nil) ?? endpoint.user ?? localUser)
+            hops.append(hop)
+            var key: Secret?
+            if isTarget, let file = resolved.identityFiles.first {
+                guard let data = FileManager.default.contents(atPath: Invocation.absolute(file)) else {
+                    throw TermindError(code: "exec.key_unreadable", message: "Cannot read the key file \(file).")
+                }
+                key = Secret(String(decoding: data, as: UTF8.self))
+            }
+            secrets["\(hop.host.lowercased()):\(hop.port)"] = SSHCredentials(privateKey: key)
         }
-        return (SSHTarget(host: endpoint.address, port: endpoint.port, username: options.user ?? endpoint.user ?? localUser),
-                SSHCredentials(privateKey: key))
+        return (SSHRoute(hops), secrets)
     }
 
-    /// Whether `name` is a saved host; any failure but "not found" (a store error) is reported.
-    private static func isSavedHost(_ name: String, kernel: Kernel) async throws -> Bool {
+    /// The saved host named `name`, or nil; any failure but "not found" (a store error) is reported.
+    private static func savedHost(_ name: String, kernel: Kernel) async throws -> HostRecord? {
         do {
-            _ = try await kernel.call(VaultContracts.HostGet.self, .init(host: name))
-            return true
+            return try await kernel.call(VaultContracts.HostGet.self, .init(host: name))
         } catch let error as TermindError where error.code == "vault.host_not_found" {
-            return false
+            return nil
         }
+    }
+
+    /// Shows the server's literal keyboard-interactive prompts on the terminal, reading each
+    /// answer with echo as the server asks; without a terminal, gives up (fail closed).
+    private static func askKeyboardInteractive(_ challenge: KeyboardInteractiveChallenge) -> [Secret]? {
+        let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
+        guard tty >= 0 else { return nil }
+        defer { close(tty) }
+        func say(_ text: String) { _ = text.withCString { write(tty, $0, strlen($0)) } }
+        say("(\(challenge.host))\n")
+        if !challenge.name.isEmpty { say(challenge.name + "\n") }
+        if !challenge.instruction.isEmpty { say(challenge.instruction + (challenge.instruction.hasSuffix("\n") ? "" : "\n")) }
+        var answers: [Secret] = []
+        for prompt in challenge.prompts {
+            say(prompt.text)
+            var saved = termios()
+            tcgetattr(tty, &saved)
+            if !prompt.echo {
+                var quiet = saved
+                quiet.c_lflag &= ~tcflag_t(ECHO)
+                tcsetattr(tty, TCSANOW, &quiet)
+            }
+            var bytes: [UInt8] = []
+            var byte: UInt8 = 0
+            while read(tty, &byte, 1) == 1, byte != 10 { bytes.append(byte) }
+            if !prompt.echo {
+                tcsetattr(tty, TCSANOW, &saved)
+                say("\n")
+            }
+            answers.append(Secret(String(decoding: bytes, as: UTF8.self)))
+            bytes.withUnsafeMutableBufferPointer { buffer in
+                for index in buffer.indices { buffer[index] = 0 }
+            }
+        }
+        return answers
     }
 
     /// Asks on the terminal; without one, refuses (fail closed).

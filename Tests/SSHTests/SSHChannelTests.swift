@@ -1,0 +1,384 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import TermindSSH
+import XCTest
+
+/// Many channels over one session against a real sshd: independence, backpressure,
+/// keepalive, cancellation, PTY shells, tunnels, remote listeners, SFTP, sharing.
+final class SSHChannelTests: XCTestCase {
+    private var vault: HarnessSession!
+    private var directory: TemporaryDirectory!
+    private var server: SSHServerFixture!
+    private var clientKey: String!
+    private var trust: (any HostKeyTrust)!
+    private let user = NSUserName()
+
+    override func setUp() async throws {
+        directory = try TemporaryDirectory()
+        let path = directory.file("client")
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", path]).status, 0)
+        clientKey = try String(contentsOfFile: path, encoding: .utf8)
+        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: path + ".pub", encoding: .utf8)])
+        vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
+        trust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
+    }
+
+    override func tearDown() async throws {
+        server?.stop()
+        await vault?.shutdown()
+        directory?.remove()
+    }
+
+    private var target: SSHTarget { SSHTarget(host: "127.0.0.1", port: server.port, username: user) }
+
+    private func connect(keepalive: SSHKeepalive = SSHKeepalive()) async throws -> SSHConnection {
+        try await SSHConnection.open(target, credentials: SSHCredentials(privateKey: Secret(clientKey), agentSocket: ""), trust: trust,
+                                     keepalive: keepalive) { _ in .acceptOnce }
+    }
+
+    /// Reads a channel to its end, concatenating stdout.
+    private func drain(_ channel: SSHChannel) async throws -> Data {
+        var out = Data()
+        while let (stream, chunk) = try await channel.next() {
+            if stream == .stdout { out += chunk }
+        }
+        return out
+    }
+
+    func testChannelsRunConcurrentlyAndClosingOneLeavesTheOthers() async throws {
+        let connection = try await connect()
+        // An interactive cat waits for input while other channels start, run and finish.
+        let cat = try await connection.openChannel(.exec("cat"))
+        try await cat.write(Data("first\n".utf8))
+        let started = Date()
+        async let slow = connection.exec("sleep 1; echo slow")
+        async let counted = connection.exec("seq 1 200000 | wc -l")
+        async let many = withThrowingTaskGroup(of: String.self) { group in
+            // sshd allows 10 sessions per connection (MaxSessions): cat, slow, counted and six.
+            for index in 0..<6 { group.addTask { String(decoding: try await connection.exec("echo \(index)").stdout, as: UTF8.self) } }
+            return try await group.reduce(into: [String]()) { $0.append($1) }
+        }
+        let (slowResult, countResult, manyResults) = try await (slow, counted, many)
+        XCTAssertEqual(String(decoding: slowResult.stdout, as: UTF8.self), "slow\n")
+        XCTAssertEqual(String(decoding: countResult.stdout, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines), "200000")
+        XCTAssertEqual(Set(manyResults), Set((0..<6).map { "\($0)\n" }))
+        // The six quick commands did not queue behind the one-second one.
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5)
+
+        // cat is still open and echoes what it got; closing it leaves another channel running.
+        let firstEcho = try await cat.next()
+        let (stream, echoed) = try XCTUnwrap(firstEcho)
+        XCTAssertEqual(stream, .stdout)
+        XCTAssertEqual(String(decoding: echoed, as: UTF8.self), "first\n")
+        let other = try await connection.openChannel(.exec("cat"))
+        cat.close()
+        let value1 = try await cat.next()
+        XCTAssertNil(value1, "a closed channel ends")
+        try await other.write(Data("still here\n".utf8))
+        other.closeInput()
+        let drained = try await drain(other)
+        XCTAssertEqual(String(decoding: drained, as: UTF8.self), "still here\n")
+        XCTAssertEqual(other.exit?.status, 0)
+        let after = try await connection.exec("echo after")
+        XCTAssertEqual(after.stdout, Data("after\n".utf8))
+        await connection.close()
+    }
+
+    func testAnUnreadChannelHoldsTheServerBackWithoutBlockingOthers() async throws {
+        let connection = try await connect()
+        let marker = directory.file("streamed")
+        // 64 MiB that nobody reads yet: the window closes and the remote writer blocks.
+        let flood = try await connection.openChannel(.exec("head -c 67108864 /dev/zero; echo done > \(marker)"), bufferLimit: 1 << 20)
+        flood.closeInput()
+        try await Task.sleep(nanoseconds: 1_500_000_000)
+        // Meanwhile other channels work normally.
+        for index in 0..<5 {
+            let result = try await connection.exec("echo ping \(index)")
+            XCTAssertEqual(String(decoding: result.stdout, as: UTF8.self), "ping \(index)\n")
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: marker), "the remote writer must be held back while nobody reads")
+        var total = 0
+        while let (_, chunk) = try await flood.next() { total += chunk.count }
+        XCTAssertEqual(total, 64 << 20)
+        XCTAssertEqual(flood.exit?.status, 0)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: marker))
+        await connection.close()
+    }
+
+    func testKeepaliveNoticesAServerThatStoppedAnswering() async throws {
+        let connection = try await connect(keepalive: SSHKeepalive(interval: 1, countMax: 2))
+        let reason = UncheckedSendableBox<TermindError?>(nil)
+        connection.onClose { reason.value = $0 }
+        let started = Date()
+        // Freeze sshd and its session processes: the TCP connection stays up, nothing answers.
+        server.signalAll(SIGSTOP)
+        defer { server.signalAll(SIGCONT) }
+        do {
+            _ = try await connection.exec("sleep 60", timeout: 30)
+            XCTFail("a frozen server cannot finish the command")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.connection_lost", error.message)
+            XCTAssertTrue(error.message.contains("keepalive"), error.message)
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 15)
+        XCTAssertFalse(connection.isAlive)
+        XCTAssertEqual(reason.value?.code, "ssh.connection_lost")
+    }
+
+    func testCancellingACommandClosesOnlyItsChannel() async throws {
+        let connection = try await connect()
+        let task = Task { try await connection.exec("sleep 30") }
+        try await Task.sleep(nanoseconds: 500_000_000)
+        let started = Date()
+        task.cancel()
+        do {
+            _ = try await task.value
+            XCTFail("a cancelled command cannot succeed")
+        } catch {}
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5)
+        XCTAssertTrue(connection.isAlive)
+        let value2 = try await connection.exec("echo alive").stdout
+        XCTAssertEqual(value2, Data("alive\n".utf8))
+        await connection.close()
+    }
+
+    func testAShellWithATerminalFollowsWindowChanges() async throws {
+        let connection = try await connect()
+        let shell = try await connection.openChannel(.shell, pty: PTYRequest(term: "xterm", columns: 80, rows: 24))
+        try await shell.write(Data("stty size; echo TERM=$TERM\n".utf8))
+        var seen = try await read(shell, until: "TERM=xterm")
+        XCTAssertTrue(seen.contains("24 80"), seen)
+        try await shell.resize(columns: 132, rows: 43)
+        try await shell.write(Data("stty size\n".utf8))
+        seen = try await read(shell, until: "43 132")
+        XCTAssertTrue(seen.contains("43 132"), seen)
+        do {
+            try await shell.resize(columns: 0, rows: 10)
+            XCTFail("a zero-width terminal is refused")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.bad_size")
+        }
+        try await shell.write(Data("exit 7\n".utf8))
+        while try await shell.next() != nil {}
+        XCTAssertEqual(shell.exit?.status, 7)
+        await connection.close()
+    }
+
+    private func read(_ channel: SSHChannel, until marker: String) async throws -> String {
+        var text = ""
+        while !text.contains(marker) {
+            guard let (_, chunk) = try await channel.next() else { break }
+            text += String(decoding: chunk, as: UTF8.self)
+        }
+        return text
+    }
+
+    func testDirectTCPIPAndABridgedSocketReachAServerBehindSshd() async throws {
+        let echo = try EchoServer()
+        defer { echo.stop() }
+        let connection = try await connect()
+        let tunnel = try await connection.openDirectTCPIP(host: "127.0.0.1", port: echo.port)
+        try await tunnel.write(Data("over the tunnel\n".utf8))
+        let echoedBack = try await tunnel.next()
+        let (_, back) = try XCTUnwrap(echoedBack)
+        XCTAssertEqual(String(decoding: back, as: UTF8.self), "over the tunnel\n")
+        tunnel.close()
+
+        // A local socket bridged through the server, with 4 MiB each way.
+        var pair: [Int32] = [-1, -1]
+        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair), 0)
+        try await connection.forward(pair[0], to: "127.0.0.1", port: echo.port)
+        let payload = Data((0..<(4 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        let local = pair[1]
+        let writer = Thread { payload.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = Foundation.write(local, raw.baseAddress! + offset, raw.count - offset)
+                if n <= 0 { break }
+                offset += n
+            }
+            shutdown(local, Int32(SHUT_WR))
+        } }
+        writer.start()
+        var received = Data()
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let n = Foundation.read(local, &buffer, buffer.count)
+            if n <= 0 { break }
+            received.append(contentsOf: buffer[0..<n])
+        }
+        close(local)
+        XCTAssertEqual(received.count, payload.count)
+        XCTAssertTrue(received == payload)
+
+        do {
+            _ = try await connection.openDirectTCPIP(host: "127.0.0.1", port: try SSHServerFixture.freePort())
+            XCTFail("nothing listens there")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.tunnel_refused", error.message)
+        }
+        let value3 = try await connection.exec("echo fine").stdout
+        XCTAssertEqual(value3, Data("fine\n".utf8), "a refused tunnel leaves the session usable")
+        await connection.close()
+    }
+
+    func testARemoteListenerHandsConnectionsToTheClient() async throws {
+        // Keepalives run first: their answers must not be taken for the listen request's.
+        let connection = try await connect(keepalive: SSHKeepalive(interval: 1, countMax: 3))
+        try await Task.sleep(nanoseconds: 2_500_000_000)
+        XCTAssertTrue(connection.isAlive, "an idle connection that answers keepalives stays up")
+        let listener = try await connection.listen(host: "127.0.0.1", port: 0)
+        XCTAssertGreaterThan(listener.boundPort, 0)
+        async let accepted = listener.accept()
+        // A client on the server's side connects to the remote port.
+        let remote = Task.detached { try ProcessRunner.run("/usr/bin/python3", ["-c", """
+            import socket
+            s = socket.create_connection(("127.0.0.1", \(listener.boundPort)))
+            s.sendall(b"hello from the far side\\n")
+            print(s.recv(100).decode(), end="")
+            """]) }
+        let channel = try await accepted
+        let first = try await channel.next()
+        let (_, greeting) = try XCTUnwrap(first)
+        XCTAssertEqual(String(decoding: greeting, as: UTF8.self), "hello from the far side\n")
+        try await channel.write(Data("and back".utf8))
+        channel.closeInput()
+        let result = try await remote.value
+        XCTAssertEqual(result.stdout, "and back", result.stderr)
+        channel.close()
+        try await listener.cancel()
+        await connection.close()
+    }
+
+    func testSFTPRunsBesideCommandsOnTheSameSession() async throws {
+        let connection = try await connect()
+        let sftp = try await SSHSFTP.open(on: connection)
+        let folder = directory.file("remote")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let payload = Data((0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        async let written: Void = sftp.write(folder + "/blob.bin", payload, mode: 0o600)
+        async let command = connection.exec("echo side by side")
+        _ = try await (written, command)
+        let attributes = try await sftp.stat(folder + "/blob.bin")
+        XCTAssertEqual(attributes.size, UInt64(payload.count))
+        XCTAssertEqual(attributes.permissions.map { $0 & 0o777 }, 0o600)
+        XCTAssertTrue(attributes.isRegularFile)
+        let value4 = try await sftp.list(folder).map(\.name)
+        XCTAssertEqual(value4, ["blob.bin"])
+        let value5 = try await sftp.realpath(folder + "/../remote")
+        XCTAssertEqual(value5, (folder as NSString).standardizingPath)
+        let back = try await sftp.read(folder + "/blob.bin")
+        XCTAssertTrue(back == payload)
+        do {
+            _ = try await sftp.read(folder + "/blob.bin", limit: 1000)
+            XCTFail("over the limit")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.sftp_too_large")
+        }
+        do {
+            _ = try await sftp.stat(folder + "/missing")
+            XCTFail("no such file")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.sftp_not_found")
+            XCTAssertTrue(error.message.contains("missing"), error.message)
+        }
+        try await sftp.remove(folder + "/blob.bin")
+        let value6 = try await sftp.list(folder).count
+        XCTAssertEqual(value6, 0)
+        await sftp.close()
+        let value7 = try await connection.exec("echo still").stdout
+        XCTAssertEqual(value7, Data("still\n".utf8))
+        await connection.close()
+    }
+
+    func testThePoolSharesOneConnectionPerRoute() async throws {
+        let pool = SSHConnectionPool()
+        let key = clientKey!
+        let policy = SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(key), agentSocket: "") }) { _ in .acceptOnce }
+        let route = SSHRoute([target])
+        async let first = pool.connection(for: route, policy: policy)
+        async let second = pool.connection(for: route, policy: policy)
+        let (a, b) = try await (first, second)
+        XCTAssertTrue(a === b, "concurrent requests share one opening")
+        let shell = try await a.openChannel(.exec("cat"))
+        shell.close()
+        let value8 = try await b.exec("echo shared").stdout
+        XCTAssertEqual(value8, Data("shared\n".utf8))
+        XCTAssertEqual(server.acceptedConnections(), 1, "one TCP connection and one authentication for the route")
+        await a.close()
+        // A closed connection leaves the pool; the next request opens a new generation.
+        let c = try await pool.connection(for: route, policy: policy)
+        XCTAssertFalse(c === a)
+        XCTAssertNotEqual(c.generation, a.generation)
+        await pool.closeAll()
+        XCTAssertFalse(c.isAlive)
+    }
+
+    func testRoutesAreCheckedBeforeAnythingConnects() async throws {
+        let hop = { (host: String, port: Int) in SSHTarget(host: host, port: port, username: "u") }
+        XCTAssertThrowsError(try SSHRoute([hop("a", 22), hop("b", 22), hop("A", 22)]).validate()) { error in
+            XCTAssertEqual((error as? TermindError)?.code, "ssh.route_cycle")
+        }
+        XCTAssertThrowsError(try SSHRoute((1...9).map { hop("h\($0)", 22) }).validate()) { error in
+            XCTAssertEqual((error as? TermindError)?.code, "ssh.route_too_long")
+        }
+        XCTAssertNoThrow(try SSHRoute((1...8).map { hop("h\($0)", 22) }).validate())
+        XCTAssertNoThrow(try SSHRoute([hop("a", 22), hop("a", 2222)]).validate(), "same host, other port is another endpoint")
+        XCTAssertThrowsError(try SSHRoute([]).validate())
+        XCTAssertThrowsError(try SSHRoute([hop("a", 0)]).validate())
+    }
+}
+
+final class UncheckedSendableBox<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: T
+    init(_ value: T) { stored = value }
+    var value: T {
+        get { lock.withLock { stored } }
+        set { lock.withLock { stored = newValue } }
+    }
+}
+
+/// A TCP echo server on a free loopback port (python3), for tunnels.
+final class EchoServer {
+    let port: Int
+    private let process: SpawnedProcess
+
+    init() throws {
+        port = try SSHServerFixture.freePort()
+        process = try SpawnedProcess("/usr/bin/python3", ["-c", """
+            import socket, threading
+            srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            srv.bind(("127.0.0.1", \(port))); srv.listen(16)
+            def serve(c):
+                while True:
+                    d = c.recv(65536)
+                    if not d: break
+                    c.sendall(d)
+                c.shutdown(socket.SHUT_WR); c.close()
+            while True:
+                c, _ = srv.accept()
+                threading.Thread(target=serve, args=(c,), daemon=True).start()
+            """], captureOutput: false)
+        process.closeInput()
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = UInt16(port).bigEndian
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let ok = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            close(fd)
+            if ok == 0 { return }
+            usleep(20_000)
+        }
+        throw TermindError(code: "fixture.echo", message: "the echo server did not listen")
+    }
+
+    func stop() {
+        process.signal(SIGKILL)
+        process.wait()
+    }
+}
