@@ -14,9 +14,11 @@ extension SSHServerFixture {
         for pid in [root] + Self.descendants(of: root) { Foundation.kill(pid, signal) }
     }
 
-    /// How many TCP connections to sshd's port are established now (from `ss`).
+    /// How many TCP connections to sshd's port are established now (from `ss`, in sshd's
+    /// namespace).
     public func acceptedConnections() -> Int {
-        guard let result = try? ProcessRunner.run("/usr/bin/ss", ["-Htn", "state", "established", "( sport = :\(port) )"]) else { return -1 }
+        let (program, arguments) = NetworkChain.command(namespace: namespace, "/usr/bin/ss", ["-Htn", "state", "established", "( sport = :\(port) )"])
+        guard let result = try? ProcessRunner.run(program, arguments) else { return -1 }
         return result.stdout.split(separator: "\n").filter { !$0.trimmingCharacters(in: .whitespaces).isEmpty }.count
     }
 }

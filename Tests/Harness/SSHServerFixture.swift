@@ -1,19 +1,42 @@
 import Foundation
 import TermindCore
 
-/// A real OpenSSH sshd on a free 127.0.0.1 port, started by the test itself: its own host
-/// keys, config and authorized keys in a temporary folder, running as the test's user. It
-/// accepts public keys from `authorizedKeys`; stop() (or deinit) ends it.
+/// A real OpenSSH sshd on a free port, started by the test itself: its own host keys, config
+/// and authorized keys in a temporary folder, running as the test's user. It accepts public
+/// keys from `authorizedKeys`; stop() (or deinit) ends it. By default it listens on
+/// 127.0.0.1 in the test's own network namespace; `namespace` runs it in another one (see
+/// NetworkChain) through `ip netns exec`, and `listenAddress` picks the address.
 public final class SSHServerFixture: @unchecked Sendable {
     public let port: Int
     public let directory: TemporaryDirectory
+    /// The address in sshd's ListenAddress.
+    public let listenAddress: String
+    /// The network namespace sshd runs in (nil: the test's own).
+    public let namespace: String?
     /// Host public key lines ("type base64"), by algorithm.
     public private(set) var hostKeys: [String: String] = [:]
     private var process: SpawnedProcess!
+    private let onStop: (() -> Void)?
+    private let stopped = NSLock()
+    private var didRunOnStop = false
 
     /// Starts sshd; `authorizedKeys` are public key lines accepted for the current user;
     /// `extraConfig` lines override the defaults below (e.g. "PasswordAuthentication yes").
-    public init(authorizedKeys: [String], extraConfig: [String] = []) throws {
+    /// `namespace` is a network namespace name (e.g. `chain.name(of: 2)`); `listenAddress`
+    /// is where sshd listens in it (e.g. `chain.address(of: 2)`, or "0.0.0.0").
+    public convenience init(authorizedKeys: [String], extraConfig: [String] = [], namespace: String? = nil,
+                            listenAddress: String = "127.0.0.1") throws {
+        try self.init(authorizedKeys: authorizedKeys, extraConfig: extraConfig, namespace: namespace,
+                      listenAddress: listenAddress, executable: "/usr/sbin/sshd", onStop: nil)
+    }
+
+    /// `executable` is the sshd to run (a symlink to /usr/sbin/sshd names the PAM service, see
+    /// KeyboardInteractiveFixture); `onStop` runs once sshd has ended in stop().
+    init(authorizedKeys: [String], extraConfig: [String], namespace: String?, listenAddress: String,
+         executable: String, onStop: (() -> Void)?) throws {
+        self.listenAddress = listenAddress
+        self.namespace = namespace
+        self.onStop = onStop
         directory = try TemporaryDirectory("termind-sshd")
         chmod(directory.path, 0o755)
         for type in ["ed25519", "ecdsa", "rsa"] {
@@ -29,7 +52,7 @@ public final class SSHServerFixture: @unchecked Sendable {
         // sshd keeps the first value it reads for an option: extra lines go first to override.
         let config = extraConfig + [
             "Port \(port)",
-            "ListenAddress 127.0.0.1",
+            "ListenAddress \(listenAddress)",
             "HostKey \(directory.file("ssh_host_ed25519_key"))",
             "HostKey \(directory.file("ssh_host_ecdsa_key"))",
             "HostKey \(directory.file("ssh_host_rsa_key"))",
@@ -46,7 +69,9 @@ public final class SSHServerFixture: @unchecked Sendable {
         ]
         try (config.joined(separator: "\n") + "\n").write(toFile: directory.file("sshd_config"), atomically: true, encoding: .utf8)
         try? FileManager.default.createDirectory(atPath: "/run/sshd", withIntermediateDirectories: true)
-        process = try SpawnedProcess("/usr/sbin/sshd", ["-D", "-e", "-f", directory.file("sshd_config")], captureOutput: false)
+        // With a namespace, `ip netns exec` execs sshd in place: the spawned pid is sshd's own.
+        let (program, arguments) = NetworkChain.command(namespace: namespace, executable, ["-D", "-e", "-f", directory.file("sshd_config")])
+        process = try SpawnedProcess(program, arguments, captureOutput: false)
         process.closeInput()
         do {
             try waitUntilListening()
@@ -66,6 +91,21 @@ public final class SSHServerFixture: @unchecked Sendable {
             for pid in sessions { Foundation.kill(pid, SIGKILL) }
         }
         directory.remove()
+        stopped.lock()
+        let run = !didRunOnStop
+        didRunOnStop = true
+        stopped.unlock()
+        if run { onStop?() }
+    }
+
+    /// The address a client in sshd's namespace connects to: `listenAddress`, or loopback
+    /// when sshd listens on every address.
+    public var connectAddress: String {
+        switch listenAddress {
+        case "0.0.0.0", "*": return "127.0.0.1"
+        case "::", "[::]": return "::1"
+        default: return listenAddress.hasPrefix("[") ? String(listenAddress.dropFirst().dropLast()) : listenAddress
+        }
     }
 
     public var isRunning: Bool { process?.isRunning ?? false }
@@ -76,6 +116,21 @@ public final class SSHServerFixture: @unchecked Sendable {
         // Per-connection sshd processes rename themselves, so find them by ancestry.
         for pid in [process.pid] + Self.descendants(of: process.pid) { Foundation.kill(pid, SIGKILL) }
         process.wait()
+    }
+
+    /// The words of a process's command line. sshd's setproctitle rewrites it to one string,
+    /// "<progname>: <argv…> [listener] …", so words are split on NULs and spaces.
+    static func commandLineWords(of pid: pid_t) -> [String] {
+        guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { return [] }
+        return data.split(separator: 0).flatMap { String(decoding: $0, as: UTF8.self).split(separator: " ").map(String.init) }
+    }
+
+    /// The fixture folder ("…/termind-sshd-XXXXXX") of a fixture sshd's command line
+    /// ("-f <folder>/sshd_config"), for removing what a crashed run left behind.
+    static func fixtureFolder(inCommandLine words: [String]) -> String? {
+        guard let flag = words.firstIndex(of: "-f"), flag + 1 < words.count else { return nil }
+        let folder = (words[flag + 1] as NSString).deletingLastPathComponent
+        return (folder as NSString).lastPathComponent.hasPrefix("termind-sshd-") ? folder : nil
     }
 
     /// Every process below `root`, from /proc.
@@ -99,23 +154,33 @@ public final class SSHServerFixture: @unchecked Sendable {
 
     private func waitUntilListening() throws {
         let deadline = Date().addingTimeInterval(10)
+        let host = connectAddress
         while Date() < deadline {
             guard process.isRunning else {
                 throw TermindError(code: "fixture.sshd", message: "sshd exited with status \(process.wait()); check \(directory.file("sshd_config"))")
             }
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = UInt16(port).bigEndian
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            if namespace != nil || host.contains(":") {
+                // Another namespace (or IPv6): a python3 connect run there through `ip netns exec`.
+                if NetworkChain.canConnect(namespace: namespace, host: host, port: port, timeout: 1) { return }
+            } else if Self.canConnect(host: host, port: port) {
+                return
             }
-            close(fd)
-            if connected == 0 { return }
             usleep(20_000)
         }
-        throw TermindError(code: "fixture.sshd", message: "sshd did not listen on 127.0.0.1:\(port) within 10 s")
+        throw TermindError(code: "fixture.sshd", message: "sshd did not listen on \(host):\(port)\(namespace.map { " in namespace \($0)" } ?? "") within 10 s")
+    }
+
+    private static func canConnect(host: String, port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        address.sin_addr.s_addr = inet_addr(host)
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        return connected == 0
     }
 
     /// A port the kernel says is free now (bound to port 0, then released).

@@ -315,6 +315,42 @@ final class SSHChannelTests: XCTestCase {
         XCTAssertFalse(c.isAlive)
     }
 
+    func testKeysHeldByAnSSHAgentAuthenticate() async throws {
+        let agentDirectory = try TemporaryDirectory("termind-agent")
+        defer { agentDirectory.remove() }
+        let socket = agentDirectory.file("agent.sock")
+        let agent = try SpawnedProcess("/usr/bin/ssh-agent", ["-D", "-a", socket], captureOutput: false)
+        defer { agent.signal(SIGKILL); agent.wait() }
+        agent.closeInput()
+        for _ in 0..<200 where !FileManager.default.fileExists(atPath: socket) { usleep(10_000) }
+        // A stranger key first, then the authorized one: the agent's keys are offered in turn.
+        let stranger = agentDirectory.file("stranger")
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ecdsa", "-N", "", "-f", stranger]).status, 0)
+        let keyFile = agentDirectory.file("authorized")
+        try clientKey.write(toFile: keyFile, atomically: true, encoding: .utf8)
+        chmod(keyFile, 0o600)
+        for file in [stranger, keyFile] {
+            let added = try ProcessRunner.run("/usr/bin/ssh-add", ["-q", file], environment: ["SSH_AUTH_SOCK": socket])
+            XCTAssertEqual(added.status, 0, added.stderr)
+        }
+        let connection = try await SSHConnection.open(target, credentials: SSHCredentials(agentSocket: socket), trust: trust) { _ in .acceptOnce }
+        XCTAssertEqual(connection.authenticatedWith, "agent")
+        let who = try await connection.exec("echo agent-ok")
+        XCTAssertEqual(who.stdout, Data("agent-ok\n".utf8))
+        await connection.close()
+
+        // Only the stranger left: rejected, and the error says the agent's key was tried.
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-add", ["-D"], environment: ["SSH_AUTH_SOCK": socket]).status, 0)
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-add", ["-q", stranger], environment: ["SSH_AUTH_SOCK": socket]).status, 0)
+        do {
+            _ = try await SSHConnection.open(target, credentials: SSHCredentials(agentSocket: socket), trust: trust) { _ in .acceptOnce }
+            XCTFail("the stranger key is not authorized")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.auth_failed")
+            XCTAssertTrue(error.message.contains("1 agent key was rejected"), error.message)
+        }
+    }
+
     func testRoutesAreCheckedBeforeAnythingConnects() async throws {
         let hop = { (host: String, port: Int) in SSHTarget(host: host, port: port, username: "u") }
         XCTAssertThrowsError(try SSHRoute([hop("a", 22), hop("b", 22), hop("A", 22)]).validate()) { error in

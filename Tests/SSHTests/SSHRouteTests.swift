@@ -1,0 +1,262 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import TermindSSH
+import XCTest
+
+/// Jump routes against sshd processes in a chain of network namespaces: from the test's own
+/// namespace only the first jump host is reachable; each later host only from the one
+/// before it. Each hop has its own key, and trust is decided per hop by the real Vault.
+final class SSHRouteTests: XCTestCase {
+    private var vault: HarnessSession!
+    private var directory: TemporaryDirectory!
+    private var chain: NetworkChain!
+    private var servers: [SSHServerFixture] = []
+    private var keys: [String] = []
+    private var trust: (any HostKeyTrust)!
+
+    override func setUp() async throws {
+        try XCTSkipUnless(NetworkChain.isAvailable, "network namespaces need root and iproute2")
+        directory = try TemporaryDirectory()
+        chain = try NetworkChain(count: 3)
+        for hop in 1...3 {
+            let path = directory.file("key\(hop)")
+            XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", path]).status, 0)
+            keys.append(try String(contentsOfFile: path, encoding: .utf8))
+            // Each server accepts only its own hop's key: every hop authenticates on its own.
+            servers.append(try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: path + ".pub", encoding: .utf8)],
+                                                namespace: chain.name(of: hop), listenAddress: "0.0.0.0"))
+        }
+        vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
+        trust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
+    }
+
+    override func tearDown() async throws {
+        for server in servers { server.stop() }
+        chain?.teardown()
+        await vault?.shutdown()
+        directory?.remove()
+    }
+
+    private func hop(_ index: Int) -> SSHTarget {
+        SSHTarget(host: chain.address(of: index), port: servers[index - 1].port, username: NSUserName())
+    }
+
+    private func policy(asked: AskedLog? = nil, keyFor: (@Sendable (SSHTarget) -> String?)? = nil) -> SSHOpenPolicy {
+        let keys = self.keys
+        let hops = (1...3).map(hop)
+        return SSHOpenPolicy(trust: trust, credentials: { target in
+            let index = hops.firstIndex(of: target)!
+            return SSHCredentials(privateKey: Secret(keyFor?(target) ?? keys[index]), agentSocket: "")
+        }) { question in
+            asked?.append(question)
+            return .acceptAndSave
+        }
+    }
+
+    func testATargetReachableOnlyThroughTwoJumpsIsVerifiedAndAuthenticatedHopByHop() async throws {
+        XCTAssertFalse(chain.canConnect(from: 0, to: chain.address(of: 3), port: servers[2].port), "the target must not be reachable directly")
+        XCTAssertFalse(chain.canConnect(from: 0, to: chain.address(of: 2), port: servers[1].port))
+        let asked = AskedLog()
+        let route = SSHRoute(jumps: [hop(1), hop(2)], target: hop(3))
+        let connection = try await SSHConnection.open(route: route, policy: policy(asked: asked))
+        // Three host keys were asked about, each for its own endpoint, and each was saved.
+        XCTAssertEqual(asked.questions.map { "\($0.host):\($0.port)" }, (1...3).map { "\(hop($0).host):\(hop($0).port)" })
+        var cursor: SSHConnection? = connection
+        for index in stride(from: 3, through: 1, by: -1) {
+            let current = try XCTUnwrap(cursor)
+            XCTAssertEqual(current.target, hop(index))
+            let verdict = try await trust.verdict(host: hop(index).host, port: hop(index).port, key: current.hostKey)
+            XCTAssertEqual(verdict, .trusted)
+            cursor = current.via
+        }
+        // The command runs in the target's namespace.
+        let result = try await connection.exec("ip -o -4 addr show")
+        XCTAssertTrue(String(decoding: result.stdout, as: UTF8.self).contains(chain.address(of: 3) + "/"), String(decoding: result.stdout, as: UTF8.self))
+        // Several channels through the tunnel at once.
+        async let a = connection.exec("head -c 3000000 /dev/zero | wc -c")
+        async let b = connection.exec("echo b")
+        let (big, small) = try await (a, b)
+        XCTAssertEqual(String(decoding: big.stdout, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines), "3000000")
+        XCTAssertEqual(small.stdout, Data("b\n".utf8))
+        await connection.closeRoute()
+        XCTAssertFalse(connection.via?.isAlive ?? true, "closing the route closes its jumps")
+
+        // Saved trust: the same route again asks nothing.
+        let again = AskedLog()
+        let second = try await SSHConnection.open(route: route, policy: policy(asked: again))
+        XCTAssertEqual(again.questions.count, 0)
+        await second.closeRoute()
+    }
+
+    func testAHopThatRejectsItsKeyIsNamedAndNothingStaysOpen() async throws {
+        let wrong = keys[0]
+        let target = hop(3)
+        let route = SSHRoute(jumps: [hop(1), hop(2)], target: target)
+        do {
+            _ = try await SSHConnection.open(route: route, policy: policy(keyFor: { $0 == target ? wrong : nil }))
+            XCTFail("the target does not accept the first hop's key")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.auth_failed")
+            XCTAssertTrue(error.message.hasPrefix("Hop 3 of 3 (\(target.username)@\(target.host):\(target.port))"), error.message)
+        }
+        // The jump connections opened for the attempt were closed again.
+        try await Task.sleep(nanoseconds: 300_000_000)
+        XCTAssertEqual(servers[0].acceptedConnections(), 0)
+    }
+
+    func testAJumpHostDroppedMidCommandEndsTheTargetSessionWithAClearError() async throws {
+        let route = SSHRoute(jumps: [hop(1), hop(2)], target: hop(3))
+        let connection = try await SSHConnection.open(route: route, policy: policy())
+        let started = Date()
+        Task.detached { [servers] in
+            try await Task.sleep(nanoseconds: 500_000_000)
+            servers[1].kill()   // the second jump host dies
+        }
+        do {
+            _ = try await connection.exec("sleep 30", timeout: 25)
+            XCTFail("the route is broken; the command cannot finish")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.connection_lost", error.message)
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 10)
+        XCTAssertFalse(connection.isAlive)
+        XCTAssertTrue(connection.via?.via?.isAlive ?? false, "the first jump host is still fine")
+        await connection.closeRoute()
+    }
+
+    func testThePoolSharesJumpConnectionsBetweenRoutes() async throws {
+        let pool = SSHConnectionPool()
+        let policy = self.policy()
+        let full = try await pool.connection(for: SSHRoute(jumps: [hop(1), hop(2)], target: hop(3)), policy: policy)
+        let middle = try await pool.connection(for: SSHRoute(jumps: [hop(1)], target: hop(2)), policy: policy)
+        XCTAssertTrue(full.via === middle, "the route to hop 2 is the prefix of the route to hop 3")
+        XCTAssertEqual(servers[1].acceptedConnections(), 1)
+        let first = try await middle.exec("echo jump")
+        XCTAssertEqual(first.stdout, Data("jump\n".utf8))
+        let second = try await full.exec("echo target")
+        XCTAssertEqual(second.stdout, Data("target\n".utf8))
+        await pool.closeAll()
+        XCTAssertFalse(full.isAlive)
+        XCTAssertFalse(middle.isAlive)
+    }
+}
+
+/// Keyboard-interactive against sshd with PAM (a test module asks scripted rounds).
+final class KeyboardInteractiveTests: XCTestCase {
+    private var vault: HarnessSession!
+    private var trust: (any HostKeyTrust)!
+
+    override func setUp() async throws {
+        try XCTSkipUnless(KeyboardInteractiveFixture.isAvailable, "needs root, cc and the PAM headers")
+        vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
+        trust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
+    }
+
+    override func tearDown() async throws {
+        await vault?.shutdown()
+    }
+
+    private func open(_ fixture: KeyboardInteractiveFixture, deadlines: SSHDeadlines = SSHDeadlines(),
+                      responder: @escaping KeyboardInteractiveResponder) async throws -> SSHConnection {
+        try await Self.open(port: fixture.port, trust: trust, deadlines: deadlines, responder: responder)
+    }
+
+    /// A connect whose responder never answers (until cancelled).
+    private static func unansweredAttempt(port: Int, trust: any HostKeyTrust, log: ChallengeLog) -> Task<SSHConnection, Error> {
+        let responder: KeyboardInteractiveResponder = { challenge in
+            log.append(challenge)
+            while !Task.isCancelled { try? await Task.sleep(nanoseconds: 50_000_000) }
+            return nil
+        }
+        return Task { try await open(port: port, trust: trust, responder: responder) }
+    }
+
+    private static func open(port: Int, trust: any HostKeyTrust, deadlines: SSHDeadlines = SSHDeadlines(),
+                             responder: @escaping KeyboardInteractiveResponder) async throws -> SSHConnection {
+        try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: port, username: "root"),
+                                     credentials: SSHCredentials(agentSocket: ""), trust: trust, deadlines: deadlines,
+                                     keyboardInteractive: responder) { _ in .acceptOnce }
+    }
+
+    func testLiteralPromptsWithEchoFlagsAcrossRoundsAndAnEmptyAnswer() async throws {
+        let fixture = try KeyboardInteractiveFixture(rounds: [
+            PAMRound(.prompt("Password: ", answer: "correct horse"), .prompt("Token (visible): ", echo: true, answer: "123456")),
+            PAMRound(.info("Second round."), .prompt("Anything else? ", echo: true, answer: "")),
+        ])
+        defer { fixture.stop() }
+        let seen = ChallengeLog()
+        let answers = ["Password: ": "correct horse", "Token (visible): ": "123456", "Second round.\nAnything else? ": ""]
+        let connection = try await open(fixture) { challenge in
+            seen.append(challenge)
+            return challenge.prompts.map { Secret(answers[$0.text] ?? "?") }
+        }
+        XCTAssertEqual(connection.authenticatedWith, "keyboard-interactive")
+        let prompts = seen.all.flatMap(\.prompts)
+        XCTAssertEqual(prompts.map(\.text), ["Password: ", "Token (visible): ", "Second round.\nAnything else? "])
+        XCTAssertEqual(prompts.map(\.echo), [false, true, true])
+        XCTAssertFalse(seen.all.contains { $0.prompts.isEmpty }, "a round without prompts needs no form")
+        XCTAssertEqual(Set(seen.all.map(\.requestID)).count, seen.all.count, "each round has its own request id")
+        XCTAssertTrue(seen.all.allSatisfy { $0.host == "127.0.0.1:\(fixture.port)" })
+        XCTAssertTrue(fixture.log.contains("auth success"), fixture.log.joined(separator: "\n"))
+        let result = try await connection.exec("echo in")
+        XCTAssertEqual(result.stdout, Data("in\n".utf8))
+        await connection.close()
+    }
+
+    func testAWrongAnswerIsRejectedAndGivingUpSendsNothingMore() async throws {
+        let fixture = try KeyboardInteractiveFixture(rounds: [PAMRound(.prompt("Code: ", answer: "42"))])
+        defer { fixture.stop() }
+        do {
+            _ = try await open(fixture) { challenge in challenge.prompts.map { _ in Secret("41") } }
+            XCTFail("a wrong code must not authenticate")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.auth_failed", error.message)
+            XCTAssertTrue(error.message.contains("keyboard-interactive"), error.message)
+            XCTAssertFalse(error.message.contains("41"), "answers never appear in errors")
+        }
+        XCTAssertTrue(fixture.log.contains { $0.contains("wrong") }, fixture.log.joined(separator: "\n"))
+        do {
+            _ = try await open(fixture) { _ in nil }
+            XCTFail("giving up cannot authenticate")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.auth_cancelled", error.message)
+        }
+    }
+
+    func testWaitingForAPersonIsNotNetworkTimeAndCancellationInterruptsIt() async throws {
+        let fixture = try KeyboardInteractiveFixture(rounds: [PAMRound(.prompt("Code: ", answer: "42"))])
+        defer { fixture.stop() }
+        var quick = SSHDeadlines()
+        quick.authentication = 1
+        // The person takes 2.5 s, longer than the 1 s authentication deadline: still fine.
+        let connection = try await open(fixture, deadlines: quick) { challenge in
+            try? await Task.sleep(nanoseconds: 2_500_000_000)
+            return challenge.prompts.map { _ in Secret("42") }
+        }
+        XCTAssertEqual(connection.authenticatedWith, "keyboard-interactive")
+        await connection.close()
+
+        // Nobody answers; cancelling the connect ends the wait and the attempt at once.
+        let waiting = ChallengeLog()
+        let attempt = Self.unansweredAttempt(port: fixture.port, trust: trust, log: waiting)
+        for _ in 0..<100 where waiting.all.isEmpty { try await Task.sleep(nanoseconds: 50_000_000) }
+        XCTAssertEqual(waiting.all.count, 1, "the prompt reached the responder")
+        let cancelled = Date()
+        attempt.cancel()
+        do {
+            _ = try await attempt.value
+            XCTFail("a cancelled connect cannot succeed")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.cancelled", error.message)
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(cancelled), 3)
+    }
+}
+
+final class ChallengeLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [KeyboardInteractiveChallenge] = []
+    func append(_ challenge: KeyboardInteractiveChallenge) { lock.withLock { items.append(challenge) } }
+    var all: [KeyboardInteractiveChallenge] { lock.withLock { items } }
+}
