@@ -234,6 +234,31 @@ final class PasswordAuthenticationTests: XCTestCase {
     }
 }
 
+/// A username-only identity: "none" goes first, and a server that accepts it (an account
+/// with an empty password and PermitEmptyPasswords) needs nothing more.
+final class NoneAuthenticationTests: XCTestCase {
+    func testAUsernameOnlyIdentityLogsInWithNone() async throws {
+        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/sbin/useradd") else {
+            throw XCTSkip("needs root to create a throwaway account")
+        }
+        let name = "tmd\(UInt32.random(in: 100_000...999_999))"
+        XCTAssertEqual(try ProcessRunner.run("/usr/sbin/useradd", ["-M", "-s", "/bin/sh", name]).status, 0)
+        defer { _ = try? ProcessRunner.run("/usr/sbin/userdel", [name]) }
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/passwd", ["-d", name]).status, 0)
+        let server = try SSHServerFixture(authorizedKeys: [], extraConfig: ["PasswordAuthentication yes", "PermitEmptyPasswords yes"])
+        defer { server.stop() }
+        let vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
+        let trust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
+        let connection = try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: server.port, username: name),
+                                                      credentials: SSHCredentials(agentSocket: ""), trust: trust) { _ in .acceptOnce }
+        XCTAssertEqual(connection.authenticatedWith, "none")
+        let whoami = try await connection.exec("id -un")
+        XCTAssertEqual(String(decoding: whoami.stdout, as: UTF8.self), "\(name)\n")
+        await connection.close()
+        await vault.shutdown()
+    }
+}
+
 final class AskedLog: @unchecked Sendable {
     private let lock = NSLock()
     private var items: [HostKeyQuestion] = []

@@ -260,3 +260,77 @@ final class ChallengeLog: @unchecked Sendable {
     func append(_ challenge: KeyboardInteractiveChallenge) { lock.withLock { items.append(challenge) } }
     var all: [KeyboardInteractiveChallenge] { lock.withLock { items } }
 }
+
+/// `termind exec` through a saved host's jump route, and its connect deadline against a name
+/// server that never answers — both inside network namespaces the test creates.
+final class ExecRouteCommandTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+
+    override func setUpWithError() throws {
+        try XCTSkipUnless(NetworkChain.isAvailable, "network namespaces need root and iproute2")
+        directory = try TemporaryDirectory()
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", directory.file("id")]).status, 0)
+    }
+
+    override func tearDown() {
+        directory?.remove()
+    }
+
+    private func termind(_ arguments: [String], namespace: String? = nil, stdin: String? = nil) throws -> ProcessResult {
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = directory.file("home")
+        environment["TERMIND_SOCKET"] = directory.file("none.sock")
+        environment["SSH_AUTH_SOCK"] = nil
+        let (program, args) = NetworkChain.command(namespace: namespace, FeatureHarness.buildDirectory + "/termind",
+                                                   ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")] + arguments)
+        return try ProcessRunner.run(program, args, environment: environment, stdin: stdin)
+    }
+
+    func testExecFollowsASavedHostsJumpRoute() throws {
+        let chain = try NetworkChain(count: 2)
+        defer { chain.teardown() }
+        let key = try String(contentsOfFile: directory.file("id.pub"), encoding: .utf8)
+        let jump = try SSHServerFixture(authorizedKeys: [key], namespace: chain.name(of: 1), listenAddress: "0.0.0.0")
+        let target = try SSHServerFixture(authorizedKeys: [key], namespace: chain.name(of: 2), listenAddress: chain.address(of: 2))
+        defer { target.stop(); jump.stop() }
+        XCTAssertEqual(try termind(["vault", "key", "import", directory.file("id"), "--label", "ci"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "identity", "add", NSUserName(), "--key", "ci"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "host", "add", chain.address(of: 1), "--label", "bastion", "--port", "\(jump.port)", "--identity", NSUserName()]).status, 0)
+        let added = try termind(["vault", "host", "add", chain.address(of: 2), "--label", "inner", "--port", "\(target.port)",
+                                 "--identity", NSUserName(), "--jump", "bastion"])
+        XCTAssertEqual(added.status, 0, added.stderr)
+
+        let result = try termind(["exec", "inner", "--accept-host-key", "save", "--", "ip -o -4 addr show; echo err >&2; exit 3"])
+        XCTAssertEqual(result.status, 3, result.stderr)
+        XCTAssertTrue(result.stdout.contains(chain.address(of: 2) + "/"), result.stdout)
+        XCTAssertEqual(result.stderr, "err\n")
+        // Both hops' keys were saved under their own endpoints.
+        let known = try termind(["--json", "vault", "knownhost", "list"])
+        XCTAssertTrue(known.stdout.contains("[\(chain.address(of: 1))]:\(jump.port)"), known.stdout)
+        XCTAssertTrue(known.stdout.contains("[\(chain.address(of: 2))]:\(target.port)"), known.stdout)
+    }
+
+    func testConnectTimeoutBoundsANameServerThatNeverAnswers() throws {
+        let chain = try NetworkChain(count: 1)
+        defer { chain.teardown() }
+        // Inside the namespace, /etc/resolv.conf names a server on 127.0.0.1 that reads and
+        // never answers; glibc alone would wait 2 × 30 s.
+        let netns = "/etc/netns/\(chain.name(of: 1))"
+        try FileManager.default.createDirectory(atPath: netns, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: netns) }
+        try "nameserver 127.0.0.1\noptions timeout:30 attempts:2\n".write(toFile: netns + "/resolv.conf", atomically: true, encoding: .utf8)
+        let silent = try chain.spawn(in: 1, "/usr/bin/python3", ["-c", """
+            import socket, time
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 53))
+            while True: s.recvfrom(4096)
+            """])
+        defer { silent.signal(SIGKILL); silent.wait() }
+        usleep(300_000)
+        let started = Date()
+        let result = try termind(["exec", "someone@build-box.termind-test.invalid", "--connect-timeout", "2", "--", "true"], namespace: chain.name(of: 1))
+        let elapsed = Date().timeIntervalSince(started)
+        XCTAssertEqual(result.status, 1, result.stderr)
+        XCTAssertTrue(result.stderr.contains("Resolving build-box.termind-test.invalid took longer than 2 s"), result.stderr)
+        XCTAssertLessThan(elapsed, 20, "the deadline, not glibc's 60 s, ends the wait")
+    }
+}

@@ -20,11 +20,12 @@ enum Exec {
         var identity: String?
         var acceptHostKey: HostKeyAnswer?
         var timeout: Double?
+        var connectTimeout: Double?
     }
 
     static func parse(_ arguments: [String]) throws -> Options {
         guard let separator = arguments.firstIndex(of: "--") else {
-            throw Invocation.UsageError(description: "usage: termind exec HOST [--user U] [--identity I] [--accept-host-key once|save] [--timeout S] -- COMMAND...")
+            throw Invocation.UsageError(description: "usage: termind exec HOST [--user U] [--identity I] [--accept-host-key once|save] [--timeout S] [--connect-timeout S] -- COMMAND...")
         }
         var options = Options()
         var head = arguments[..<separator].makeIterator()
@@ -35,6 +36,9 @@ enum Exec {
             case "--timeout":
                 guard let value = head.next().flatMap(Double.init), value > 0 else { throw Invocation.UsageError(description: "--timeout needs a number of seconds.") }
                 options.timeout = value
+            case "--connect-timeout":
+                guard let value = head.next().flatMap(Double.init), value > 0 else { throw Invocation.UsageError(description: "--connect-timeout needs a number of seconds.") }
+                options.connectTimeout = value
             case "--accept-host-key":
                 switch head.next() {
                 case "once"?: options.acceptHostKey = .acceptOnce
@@ -69,7 +73,14 @@ enum Exec {
             throw TermindError(code: "exec.unavailable", message: "termind exec needs the Vault, which is not running (termind features).")
         }
         let (route, credentials) = try await resolve(options, kernel: kernel, credentials: credentialsPort)
-        let policy = SSHOpenPolicy(trust: trust, credentials: { hop in
+        var deadlines = SSHDeadlines()
+        if let limit = options.connectTimeout {
+            // As OpenSSH's ConnectTimeout: name resolution, TCP connect and the handshake, per hop.
+            deadlines.resolve = limit
+            deadlines.connect = limit
+            deadlines.handshake = limit
+        }
+        let policy = SSHOpenPolicy(trust: trust, deadlines: deadlines, credentials: { hop in
             credentials["\(hop.host.lowercased()):\(hop.port)"] ?? SSHCredentials()
         }, keyboardInteractive: { challenge in askKeyboardInteractive(challenge) }) { question in
             if let answer = options.acceptHostKey { return answer }

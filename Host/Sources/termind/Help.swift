@@ -15,10 +15,15 @@ enum Help {
                                Other termind commands then run inside it.
       version                  Print termind, build signature and library versions.
       plugins check DIR        Check a plugin the way termind loads it (for plugin authors).
-      exec HOST [--user U] [--identity I] [--accept-host-key once|save] [--timeout S] -- COMMAND...
-                               Run a command over SSH on a saved host or user@host:port;
+      exec HOST [--user U] [--identity I] [--accept-host-key once|save] [--timeout S]
+           [--connect-timeout S] -- COMMAND...
+                               Run a command over SSH on a saved host (through its jump
+                               route) or a quick-connect line ('ssh -J j1,j2 user@host:port');
                                stdout/stderr stream separately, stdin is passed, the exit
-                               status is the remote one (--json: status and output).
+                               status is the remote one (--json: status and output). Every
+                               hop's host key is checked; keyboard-interactive prompts and
+                               unknown keys are asked on the terminal (refused without one).
+                               --connect-timeout bounds DNS, TCP connect and handshake per hop.
       secrets status           How the encrypted secret store is protected.
       secrets protect --passphrase -
                                Protect it with a passphrase typed (or piped) on standard input;
