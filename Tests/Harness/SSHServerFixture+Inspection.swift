@@ -7,6 +7,9 @@ extension SSHServerFixture {
             .flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
     }
 
+    /// sshd's log so far (LogLevel VERBOSE unless the extra config says otherwise).
+    public var log: String { (try? String(contentsOfFile: directory.file("sshd.log"), encoding: .utf8)) ?? "" }
+
     /// Sends `signal` to sshd and every session process under it (SIGSTOP freezes the server
     /// with its TCP connections still up, as a hung host would; SIGCONT thaws it).
     public func signalAll(_ signal: Int32) {

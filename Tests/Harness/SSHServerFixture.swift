@@ -70,7 +70,7 @@ public final class SSHServerFixture: @unchecked Sendable {
         try (config.joined(separator: "\n") + "\n").write(toFile: directory.file("sshd_config"), atomically: true, encoding: .utf8)
         try? FileManager.default.createDirectory(atPath: "/run/sshd", withIntermediateDirectories: true)
         // With a namespace, `ip netns exec` execs sshd in place: the spawned pid is sshd's own.
-        let (program, arguments) = NetworkChain.command(namespace: namespace, executable, ["-D", "-e", "-f", directory.file("sshd_config")])
+        let (program, arguments) = NetworkChain.command(namespace: namespace, executable, ["-D", "-E", directory.file("sshd.log"), "-f", directory.file("sshd_config")])
         process = try SpawnedProcess(program, arguments, captureOutput: false)
         process.closeInput()
         do {

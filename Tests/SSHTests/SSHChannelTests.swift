@@ -19,7 +19,7 @@ final class SSHChannelTests: XCTestCase {
         let path = directory.file("client")
         XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", path]).status, 0)
         clientKey = try String(contentsOfFile: path, encoding: .utf8)
-        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: path + ".pub", encoding: .utf8)])
+        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: path + ".pub", encoding: .utf8)], extraConfig: ["LogLevel DEBUG1"])
         vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
         trust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
     }
@@ -126,20 +126,43 @@ final class SSHChannelTests: XCTestCase {
         XCTAssertEqual(reason.value?.code, "ssh.connection_lost")
     }
 
-    func testCancellingACommandClosesOnlyItsChannel() async throws {
-        let connection = try await connect()
-        let task = Task { try await connection.exec("sleep 30") }
+    func testCancellingACommandClosesOnlyItsChannelAndSignalsTheCommand() async throws {
+        // sshd delivers signal requests only to sessions of unprivileged users (for root it
+        // refuses: "session signalling requires privilege separation"), so as root the test
+        // logs in as a throwaway account; the fixture's authorized_keys serves every user.
+        var account = user
+        if getuid() == 0 {
+            account = "tmd\(UInt32.random(in: 100_000...999_999))"
+            XCTAssertEqual(try ProcessRunner.run("/usr/sbin/useradd", ["-M", "-s", "/bin/sh", account]).status, 0)
+            // Not locked ("!"), just without a password: sshd refuses locked accounts.
+            XCTAssertEqual(try ProcessRunner.run("/usr/sbin/usermod", ["-p", "*", account]).status, 0)
+            chmod(server.directory.file("authorized_keys"), 0o644)  // sshd reads it as that user
+        }
+        defer { if account != user { _ = try? ProcessRunner.run("/usr/sbin/userdel", [account]) } }
+        let connection = try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: server.port, username: account),
+                                                      credentials: SSHCredentials(privateKey: Secret(clientKey), agentSocket: ""),
+                                                      trust: trust) { _ in .acceptOnce }
+        let task = Task { try await connection.exec("sleep 31.5; echo never") }
         try await Task.sleep(nanoseconds: 500_000_000)
         let started = Date()
         task.cancel()
         do {
             _ = try await task.value
             XCTFail("a cancelled command cannot succeed")
-        } catch {}
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.cancelled", error.message)
+        }
         XCTAssertLessThan(Date().timeIntervalSince(started), 5)
         XCTAssertTrue(connection.isAlive)
-        let value2 = try await connection.exec("echo alive").stdout
-        XCTAssertEqual(value2, Data("alive\n".utf8))
+        // The remote command was told to stop (a TERM signal request to its process group).
+        var running = true
+        for _ in 0..<50 where running {
+            running = try ProcessRunner.run("/usr/bin/pgrep", ["-u", account, "-f", "sleep 31.5"]).status == 0
+            if running { try await Task.sleep(nanoseconds: 100_000_000) }
+        }
+        XCTAssertFalse(running, "the cancelled command still runs on the server; sshd said:\n\(server.log)")
+        let alive = try await connection.exec("echo alive")
+        XCTAssertEqual(alive.stdout, Data("alive\n".utf8))
         await connection.close()
     }
 

@@ -25,8 +25,11 @@ public final class SSHChannel: Sendable {
     let state: ChannelState
     private let pump: ChannelPump
     let isPTY: Bool
+    /// The connection (and through it the route) stays open while a channel is in use.
+    private let owner: (any Sendable)?
 
-    init(engine: SessionEngine, pump: ChannelPump, isPTY: Bool) {
+    init(engine: SessionEngine, pump: ChannelPump, isPTY: Bool, owner: (any Sendable)? = nil) {
+        self.owner = owner
         self.engine = engine
         self.pump = pump
         self.state = pump.state
@@ -267,14 +270,19 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
     private var remoteEOF = false
     private var closing = false
     private var closeSent = false
-    private var buffer = [CChar](repeating: 0, count: 64 * 1024)
     /// At most this many bytes move per step, so one busy channel cannot starve the others.
-    private static let stepBudget = 256 * 1024
+    private static let stepBudget = 512 * 1024
 
-    init(channel: OpaquePointer, state: ChannelState, endpoint: String) {
+    /// Sent to the remote process group when this side closes the channel first (OpenSSH
+    /// otherwise keeps a running command and its channel until the command exits).
+    private let hangup: String?
+    private var hangupSent = false
+
+    init(channel: OpaquePointer, state: ChannelState, endpoint: String, hangup: String? = nil) {
         self.channel = channel
         self.state = state
         self.endpoint = endpoint
+        self.hangup = hangup
     }
 
     override var wantsSessionInput: Bool { closing || state.roomForOutput > 0 }
@@ -310,11 +318,11 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
             var readBudget = Self.stepBudget
             for (id, stream) in [(Int32(0), ExecStream.stdout), (SSH_EXTENDED_DATA_STDERR, ExecStream.stderr)] {
                 while readBudget > 0 {
-                    let room = min(state.roomForOutput, buffer.count, readBudget)
+                    let room = min(state.roomForOutput, SessionEngine.scratchSize, readBudget)
                     guard room > 0 else { break }
-                    let n = termind_ssh2_channel_read(channel, id, &buffer, room)
+                    let n = termind_ssh2_channel_read(channel, id, engine.scratch, room)
                     if n > 0 {
-                        state.deliver(stream, buffer.withUnsafeBytes { Data($0.prefix(n)) })
+                        state.deliver(stream, Data(bytes: engine.scratch, count: n))
                         readBudget -= n
                         progressed = true
                         continue
@@ -335,6 +343,11 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
         guard closing else { return progressed ? .progressed : .idle }
 
         // The close handshake; each call is repeated after EAGAIN.
+        if let hangup, !hangupSent, !remoteEOF, libssh2_channel_eof(channel) == 0 {
+            let rc = hangup.withCString { libssh2_channel_signal_ex(channel, $0, hangup.utf8.count) }
+            if rc == Int32(eagain) { return progressed ? .progressed : .idle }
+            hangupSent = true  // refused or sent: either way, close next
+        }
         if !closeSent {
             let rc = libssh2_channel_close(channel)
             if rc == Int32(eagain) { return progressed ? .progressed : .idle }
@@ -344,8 +357,8 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
         let waited = libssh2_channel_wait_closed(channel)
         if waited == Int32(eagain) {
             // Drain what still arrives so the server's CLOSE can be read.
-            _ = termind_ssh2_channel_read(channel, 0, &buffer, buffer.count)
-            _ = termind_ssh2_channel_read(channel, SSH_EXTENDED_DATA_STDERR, &buffer, buffer.count)
+            _ = termind_ssh2_channel_read(channel, 0, engine.scratch, SessionEngine.scratchSize)
+            _ = termind_ssh2_channel_read(channel, SSH_EXTENDED_DATA_STDERR, engine.scratch, SessionEngine.scratchSize)
             return .idle
         }
         if waited != 0 && SessionEngine.isFatal(waited) { return .sessionLost("while closing a channel") }
@@ -359,7 +372,6 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
         if freed == Int32(eagain) { return .idle }
         self.channel = nil
         state.finish(exit: ChannelExit(status: signalName == nil ? status : nil, signal: signalName), error: nil)
-        _ = remoteEOF
         return .finished
     }
 

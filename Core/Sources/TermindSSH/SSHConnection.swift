@@ -237,7 +237,13 @@ public final class SSHConnection: Sendable {
                 + "OpenSSH allows MaxSessions (10 by default) at once.")
         }
         let state = ChannelState(limit: bufferLimit)
-        let pump = ChannelPump(channel: channel, state: state, endpoint: endpoint)
+        let hangup: String?
+        switch kind {
+        case .exec: hangup = "TERM"
+        case .shell: hangup = "HUP"
+        case .subsystem: hangup = nil
+        }
+        let pump = ChannelPump(channel: channel, state: state, endpoint: endpoint, hangup: hangup)
         let handle = UncheckedBox(channel)
         let deadline = DispatchTime.now() + deadlines.channel
         do {
@@ -287,7 +293,7 @@ public final class SSHConnection: Sendable {
             throw error
         }
         engine.attach(pump)
-        return SSHChannel(engine: engine, pump: pump, isPTY: pty != nil)
+        return SSHChannel(engine: engine, pump: pump, isPTY: pty != nil, owner: self)
     }
 
     /// Runs `command`, feeding `stdin`, and returns stdout and stderr separately (each at
@@ -337,7 +343,7 @@ public final class SSHConnection: Sendable {
         let channel = try await openDirect(host: host, port: port)
         let pump = ChannelPump(channel: channel, state: ChannelState(limit: bufferLimit), endpoint: engine.endpoint)
         engine.attach(pump)
-        return SSHChannel(engine: engine, pump: pump, isPTY: false)
+        return SSHChannel(engine: engine, pump: pump, isPTY: false, owner: self)
     }
 
     /// Connects `fd` (a local stream socket, owned from now on) to `host`:`port` through
@@ -471,7 +477,7 @@ public final class SSHForwardListener: Sendable {
         }
         let pump = ChannelPump(channel: box.value, state: ChannelState(limit: bufferLimit), endpoint: engine.endpoint)
         engine.attach(pump)
-        return SSHChannel(engine: engine, pump: pump, isPTY: false)
+        return SSHChannel(engine: engine, pump: pump, isPTY: false, owner: connection)
     }
 
     /// Asks the server to stop listening.

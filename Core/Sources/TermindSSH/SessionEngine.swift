@@ -49,6 +49,11 @@ final class SessionEngine: @unchecked Sendable {
 
     private static let generations = GenerationCounter()
 
+    /// One read buffer for all of this session's pumps (they run one at a time, on this
+    /// thread): per-channel memory stays in the channels' own bounded queues.
+    static let scratchSize = 256 * 1024
+    let scratch = UnsafeMutablePointer<CChar>.allocate(capacity: SessionEngine.scratchSize)
+
     init(fd: Int32, endpoint: String) throws {
         SSHLibrary.initialize()
         self.fd = fd
@@ -75,6 +80,7 @@ final class SessionEngine: @unchecked Sendable {
 
     deinit {
         close(wakeFD)
+        scratch.deallocate()
     }
 
     // MARK: - Submitting work (any thread)

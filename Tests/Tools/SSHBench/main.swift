@@ -8,6 +8,7 @@ import TermindSSH
 // (started here on a free loopback port), in one run:
 //   connection set-up        vs  ssh host true
 //   exec round trip          vs  ssh through a ControlMaster connection
+//   8 commands at once       vs  8 ssh clients on the same ControlMaster at once
 //   1 GiB over one channel   vs  ssh (same ControlMaster) 'head -c 1G /dev/zero' > /dev/null
 // Usage: termind-ssh-bench [--mib N]
 
@@ -89,7 +90,27 @@ for _ in 0..<50 {
 }
 rows.append(("exec round trip on an open connection, median of 50", median(ours) * 1e3, median(theirs) * 1e3, "ms"))
 
-// 3. Throughput over one channel.
+// 3. Eight commands at once: channels of one connection vs eight ssh clients on the master.
+ours = []
+theirs = []
+for _ in 0..<10 {
+    var start = now()
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        for _ in 0..<8 { group.addTask { _ = try await connection.exec("true") } }
+        try await group.waitForAll()
+    }
+    ours.append(now() - start)
+    start = now()
+    let failures = Counter()
+    DispatchQueue.concurrentPerform(iterations: 8) { _ in
+        if (try? ssh(["-S", control], "true")) == nil { failures.add(1) }
+    }
+    guard failures.value == 0 else { throw TermindError(code: "bench.ssh", message: "a concurrent ssh failed") }
+    theirs.append(now() - start)
+}
+rows.append(("8 commands at once on one connection, median of 10", median(ours) * 1e3, median(theirs) * 1e3, "ms"))
+
+// 4. Throughput over one channel.
 let bytes = mib << 20
 let received = Counter()
 var start = now()
