@@ -217,7 +217,7 @@ final class SSHChannelTests: XCTestCase {
         let writer = Thread { payload.withUnsafeBytes { raw in
             var offset = 0
             while offset < raw.count {
-                let n = Foundation.write(local, raw.baseAddress! + offset, raw.count - offset)
+                let n = send(local, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
                 if n <= 0 { break }
                 offset += n
             }

@@ -96,7 +96,8 @@ final class BridgePump: EnginePump, @unchecked Sendable {
             }
         }
         while toLocalOffset < toLocal.count {
-            let n = toLocal.withUnsafeBytes { raw in write(fd, raw.baseAddress! + toLocalOffset, raw.count - toLocalOffset) }
+            // send() with MSG_NOSIGNAL: a peer that went away is an error here, never a SIGPIPE.
+            let n = toLocal.withUnsafeBytes { raw in send(fd, raw.baseAddress! + toLocalOffset, raw.count - toLocalOffset, Int32(MSG_NOSIGNAL)) }
             if n > 0 { toLocalOffset += n; progressed = true; continue }
             if n < 0 && (errno == EAGAIN || errno == EINTR) { break }
             // The local side is gone: nothing more can be delivered.
