@@ -374,6 +374,34 @@ final class SSHChannelTests: XCTestCase {
         }
     }
 
+    func testAPassphraseProtectedKeyAuthenticatesAndAWrongPassphraseIsNamed() async throws {
+        let path = directory.file("protected")
+        let passphrase = "correct horse battery"
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ecdsa", "-b", "384", "-N", passphrase, "-f", path]).status, 0)
+        let authorized = server.directory.file("authorized_keys")
+        let lines = try String(contentsOfFile: authorized, encoding: .utf8) + (try String(contentsOfFile: path + ".pub", encoding: .utf8))
+        try lines.write(toFile: authorized, atomically: true, encoding: .utf8)
+        let key = Secret(try String(contentsOfFile: path, encoding: .utf8))
+        let connection = try await SSHConnection.open(target, credentials: SSHCredentials(privateKey: key, passphrase: Secret(passphrase), agentSocket: ""),
+                                                      trust: trust) { _ in .acceptOnce }
+        XCTAssertEqual(connection.authenticatedWith, "publickey")
+        await connection.close()
+        do {
+            _ = try await SSHConnection.open(target, credentials: SSHCredentials(privateKey: key, passphrase: Secret("wrong horse"), agentSocket: ""),
+                                             trust: trust) { _ in .acceptOnce }
+            XCTFail("a wrong passphrase cannot open the key")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "key.wrong_passphrase")
+            XCTAssertFalse(error.message.contains("horse"), "passphrases never appear in errors")
+        }
+        do {
+            _ = try await SSHConnection.open(target, credentials: SSHCredentials(privateKey: key, agentSocket: ""), trust: trust) { _ in .acceptOnce }
+            XCTFail("an encrypted key needs its passphrase")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "key.passphrase_required")
+        }
+    }
+
     func testRoutesAreCheckedBeforeAnythingConnects() async throws {
         let hop = { (host: String, port: Int) in SSHTarget(host: host, port: port, username: "u") }
         XCTAssertThrowsError(try SSHRoute([hop("a", 22), hop("b", 22), hop("A", 22)]).validate()) { error in
