@@ -56,14 +56,14 @@ let package = Package(
         // The kernel: lifecycle, loader, contract routing, control socket, libffi binding.
         .target(
             name: "TermindKernel",
-            dependencies: ["TermindCore", "TermindStore", "TermindCrypto", "CFFI", "CTermindSystem", "CTermindPluginABI"],
+            dependencies: ["TermindCore", "TermindStore", "TermindCrypto", "TermindSSH", "CFFI", "CTermindSystem", "CTermindPluginABI"],
             path: "Sources/TermindKernel"
         ),
         // Digests, MACs, AEAD, KDFs and keys through OpenSSL (the only wrapper of CCrypto).
         .target(name: "TermindCrypto", dependencies: ["TermindCore", "CCrypto"], path: "Sources/TermindCrypto"),
         // The process database (SQLite, WAL, per-feature migrations) and the secret store.
         .target(name: "TermindStore", dependencies: ["TermindCore", "TermindCrypto", "CSQLite"], path: "Sources/TermindStore"),
-        // The SSH transport: libssh2 sessions, each owned by one serial worker (the only wrapper of CLibSSH2).
+        // The SSH transport: libssh2 sessions, each owned by one engine thread (the only wrapper of CLibSSH2).
         .target(name: "TermindSSH", dependencies: ["TermindCore", "TermindCrypto", "CLibSSH2"], path: "Sources/TermindSSH"),
         .plugin(
             name: "BuildSignature",

@@ -2,6 +2,7 @@ import Foundation
 import TermindCore
 import TermindHarness
 import TermindKernel
+import TermindSSH
 import XCTest
 
 /// Boots real kernels that dlopen the fixture and example libraries from the build folder.
@@ -33,6 +34,23 @@ final class KernelLifecycleTests: XCTestCase {
         await kernel.shutdown()
         let after = await kernel.featureStatuses()
         XCTAssertEqual(after.map(\.state), [.stopped])
+    }
+
+    func testTheKernelSharesOneSSHConnectionPoolWithFeaturesThatListIt() async throws {
+        // Not listed: no pool.
+        let (plain, _) = try await boot([echo])
+        XCTAssertNil(plain.port(.sshConnections))
+        await plain.shutdown()
+        var user = echo
+        user.ports.requires = ["kernel.ssh"]
+        let (kernel, statuses) = try await boot([user])
+        XCTAssertEqual(statuses.map(\.state), [.running])
+        let first = try XCTUnwrap(kernel.port(.sshConnections))
+        let second = try XCTUnwrap(kernel.port(.sshConnections))
+        XCTAssertTrue(first === second, "one pool per process")
+        let routes = await first.routes
+        XCTAssertEqual(routes, [])
+        await kernel.shutdown()
     }
 
     func testAPortCrossesTwoLibrariesWithoutEitherImportingTheOther() async throws {

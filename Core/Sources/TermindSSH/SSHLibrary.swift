@@ -1,4 +1,4 @@
-import CLibSSH2
+internal import CLibSSH2
 import Foundation
 
 /// The libssh2 library in use, initialised once per process before any session exists.

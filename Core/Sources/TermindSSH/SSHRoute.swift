@@ -174,3 +174,10 @@ public actor SSHConnectionPool {
         if case .open(let connection)? = entries[route], connection.generation == generation { entries[route] = nil }
     }
 }
+
+extension PortKey where P == SSHConnectionPool {
+    /// The process's one connection pool, provided by the kernel to features that list
+    /// `kernel.ssh`: terminals, SFTP, forwarding, metrics and the assistant share live
+    /// connections (one per route) and open their own channels on them.
+    public static var sshConnections: Self { PortKey("kernel.ssh") }
+}

@@ -1,4 +1,4 @@
-import CLibSSH2
+internal import CLibSSH2
 import Dispatch
 import Foundation
 import TermindCore

@@ -10,7 +10,8 @@ extension PortKey where P == SecretStore {
     public static var secrets: Self { PortKey("kernel.secrets") }
 }
 
-/// Ports the kernel itself provides (never a feature).
+/// Ports the kernel itself provides (never a feature): the process database, the secret
+/// store, and the process's shared SSH connections (`kernel.ssh`, an `SSHConnectionPool`).
 public enum KernelPorts {
-    public static let all: Set<String> = ["kernel.store", "kernel.secrets"]
+    public static let all: Set<String> = ["kernel.store", "kernel.secrets", "kernel.ssh"]
 }

@@ -1,5 +1,6 @@
 import Foundation
 import TermindCore
+import TermindSSH
 import TermindStore
 
 /// The actor kernel. Lifecycle: discover (read manifests, no code runs) → validate
@@ -18,6 +19,8 @@ public actor Kernel {
     private var order: [String] = []
     private var statuses: [String: FeatureStatus] = [:]
     private var running: [(id: String, feature: any Feature)] = []
+    /// The `kernel.ssh` pool, when a loaded feature lists it.
+    private var sshPool: SSHConnectionPool?
     private var booted = false
 
     public init(configuration: KernelConfiguration, sink: LogSink) {
@@ -125,6 +128,11 @@ public actor Kernel {
             await feature.stop()
             if let m = manifests[id] { setStatus(m, .stopped, nil) }
             logger.info("kernel.feature.stopped", ["feature": .identifier(id)])
+        }
+        // Features have stopped using them: close the shared SSH connections.
+        if let pool = sshPool {
+            sshPool = nil
+            await pool.closeAll()
         }
     }
 
@@ -291,6 +299,11 @@ public actor Kernel {
             } catch {
                 failures["kernel.secrets"] = Self.storeProblem(error, port: "kernel.secrets")
             }
+        }
+        if wanted.contains("kernel.ssh") {
+            let pool = SSHConnectionPool()
+            sshPool = pool
+            try? routes.addPort("kernel.ssh", owner: "kernel", value: pool)
         }
         for m in manifests {
             guard let port = m.ports.requires.first(where: { failures[$0] != nil }), let failure = failures[port] else { continue }
