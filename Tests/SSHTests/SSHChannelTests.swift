@@ -1,5 +1,6 @@
 import Foundation
 import TermindCore
+import TermindCrypto
 import TermindHarness
 import TermindSSH
 import XCTest
@@ -400,6 +401,68 @@ final class SSHChannelTests: XCTestCase {
         } catch let error as TermindError {
             XCTAssertEqual(error.code, "key.passphrase_required")
         }
+    }
+
+    func testConcurrentUploadsOnSeveralChannelsArriveIntact() async throws {
+        // Every channel sends at once, so libssh2's sends meet a full socket often; each
+        // packet must still go out exactly once and in order.
+        let connection = try await connect()
+        let payloads = (0..<4).map { seed in Data((0..<(6 << 20)).map { UInt8(truncatingIfNeeded: ($0 &* 2_654_435_761) >> 7 &+ seed &* 17) }) }
+        let digests = try await withThrowingTaskGroup(of: (Int, String).self) { group in
+            for (index, payload) in payloads.enumerated() {
+                group.addTask {
+                    let result = try await connection.exec("sha256sum | cut -d' ' -f1", stdin: payload)
+                    return (index, String(decoding: result.stdout, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+                }
+            }
+            return try await group.reduce(into: [Int: String]()) { $0[$1.0] = $1.1 }
+        }
+        for (index, payload) in payloads.enumerated() {
+            XCTAssertEqual(digests[index], Digest.sha256(payload).hexEncoded, "channel \(index)")
+        }
+        await connection.close()
+    }
+
+    func testWaitingReadersAndAcceptsCanBeCancelled() async throws {
+        let connection = try await connect()
+        // A reader waiting on a quiet shell.
+        let shell = try await connection.openChannel(.shell, pty: PTYRequest())
+        let reader = Task { () -> Bool in
+            do {
+                while try await shell.next() != nil {}
+                return false
+            } catch {
+                return true
+            }
+        }
+        try await Task.sleep(nanoseconds: 1_000_000_000)
+        reader.cancel()
+        let readerEnded = await reader.value
+        XCTAssertTrue(readerEnded, "a cancelled reader ends with an error")
+        shell.close()
+
+        // An accept nobody satisfies, cancelled; the listener still works afterwards.
+        let listener = try await connection.listen(host: "127.0.0.1", port: 0)
+        let waiting = Task { try await listener.accept() }
+        try await Task.sleep(nanoseconds: 300_000_000)
+        waiting.cancel()
+        do {
+            _ = try await waiting.value
+            XCTFail("nothing connected")
+        } catch {}
+        async let next = listener.accept()
+        let port = listener.boundPort
+        let client = Task.detached { try ProcessRunner.run("/usr/bin/python3", ["-c", """
+            import socket
+            s = socket.create_connection(("127.0.0.1", \(port))); s.sendall(b"x"); s.close()
+            """]) }
+        let channel = try await next
+        let first = try await channel.next()
+        XCTAssertEqual(first?.1, Data("x".utf8), "the connection after a cancelled accept is not lost")
+        _ = try await client.value
+        channel.close()
+        try await listener.cancel()
+        await connection.close()
     }
 
     func testRoutesAreCheckedBeforeAnythingConnects() async throws {

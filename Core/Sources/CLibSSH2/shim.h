@@ -4,15 +4,125 @@
 #include <libssh2_sftp.h>
 
 // libssh2's convenience names are macros Swift cannot import; these are their expansions.
+#include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 
 // The session engine's wake descriptor.
 static inline int termind_ssh2_wake_fd(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
 
-// `abstract` comes back to callbacks (keyboard-interactive) as *abstract.
-static inline LIBSSH2_SESSION *termind_ssh2_session_init(void *abstract) { return libssh2_session_init_ex(NULL, NULL, NULL, abstract); }
+static inline void termind_ssh2_wipe(void *pointer, size_t length) { if (pointer && length) explicit_bzero(pointer, length); }
+
+// ---------------------------------------------------------------------------------------
+// Memory: libssh2 holds passwords, keyboard-interactive answers, private keys and session
+// keys in its own allocations; every block is wiped before it is freed.
+static inline void *termind_ssh2_alloc(size_t count, void **abstract) { (void)abstract; return malloc(count); }
+static inline void termind_ssh2_free(void *pointer, void **abstract) {
+    (void)abstract;
+    if (!pointer) return;
+    explicit_bzero(pointer, malloc_usable_size(pointer));
+    free(pointer);
+}
+static inline void *termind_ssh2_realloc(void *pointer, size_t count, void **abstract) {
+    if (!pointer) return malloc(count);
+    size_t old = malloc_usable_size(pointer);
+    void *moved = malloc(count ? count : 1);
+    if (!moved) return NULL;
+    memcpy(moved, pointer, old < count ? old : count);
+    termind_ssh2_free(pointer, abstract);
+    return moved;
+}
+
+// ---------------------------------------------------------------------------------------
+// Sending: libssh2 hands each complete encrypted packet to `termind_ssh2_send`, which always
+// takes all of it into the session's own outbound buffer. libssh2 therefore never sees
+// EAGAIN on a send — a send it had to repeat would otherwise be completed by whichever
+// channel called next, losing that channel's packet and repeating the first one. The
+// engine flushes the buffer when the socket is writable and holds back new channel data
+// while the backlog is large (backpressure outside library calls).
+typedef struct termind_ssh2_context {
+    void *owner;               // the Swift engine, for callbacks
+    int fd;                    // the session's socket (libssh2 also sends to ssh-agent through the callback)
+    unsigned char *out;
+    size_t out_length, out_capacity, out_start;
+    int discard;               // never send anything more (authentication was abandoned)
+} termind_ssh2_context;
+
+static inline termind_ssh2_context *termind_ssh2_context_new(void *owner) {
+    termind_ssh2_context *context = calloc(1, sizeof(termind_ssh2_context));
+    if (context) { context->owner = owner; context->fd = -1; }
+    return context;
+}
+static inline void termind_ssh2_context_free(termind_ssh2_context *context) {
+    if (!context) return;
+    if (context->out) { explicit_bzero(context->out, context->out_capacity); free(context->out); }
+    free(context);
+}
+static inline size_t termind_ssh2_backlog(const termind_ssh2_context *context) { return context->out_length - context->out_start; }
+static inline void termind_ssh2_discard_output(termind_ssh2_context *context) {
+    context->discard = 1;
+    context->out_start = context->out_length = 0;
+}
+
+static inline ssize_t termind_ssh2_send(libssh2_socket_t socket, const void *buffer, size_t length, int flags, void **abstract) {
+    termind_ssh2_context *context = (termind_ssh2_context *)*abstract;
+    if (socket != context->fd) {
+        // Not the SSH connection (libssh2 talks to ssh-agent through this callback too): a
+        // plain send, as libssh2's own callback does.
+        ssize_t sent = send(socket, buffer, length, flags | MSG_NOSIGNAL);
+        return sent < 0 ? -errno : sent;
+    }
+    if (context->discard) return (ssize_t)length;
+    if (context->out_start > 0 && context->out_start == context->out_length) context->out_start = context->out_length = 0;
+    if (context->out_length + length > context->out_capacity) {
+        if (context->out_start > 0) {   // compact first
+            memmove(context->out, context->out + context->out_start, context->out_length - context->out_start);
+            context->out_length -= context->out_start;
+            context->out_start = 0;
+        }
+        if (context->out_length + length > context->out_capacity) {
+            size_t capacity = context->out_capacity ? context->out_capacity : 65536;
+            while (capacity < context->out_length + length) capacity *= 2;
+            unsigned char *grown = malloc(capacity);
+            if (!grown) return -ENOMEM;
+            if (context->out) {
+                memcpy(grown, context->out, context->out_length);
+                explicit_bzero(context->out, context->out_capacity);
+                free(context->out);
+            }
+            context->out = grown;
+            context->out_capacity = capacity;
+        }
+    }
+    memcpy(context->out + context->out_length, buffer, length);
+    context->out_length += length;
+    return (ssize_t)length;
+}
+
+/// Writes what it can without blocking: 0 when the buffer is empty, 1 when bytes remain,
+/// -1 on a socket error (errno set).
+static inline int termind_ssh2_flush(termind_ssh2_context *context, int fd) {
+    while (context->out_start < context->out_length) {
+        ssize_t sent = send(fd, context->out + context->out_start, context->out_length - context->out_start, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (sent > 0) { context->out_start += (size_t)sent; continue; }
+        if (sent < 0 && errno == EINTR) continue;
+        if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 1;
+        return -1;
+    }
+    context->out_start = context->out_length = 0;
+    return 0;
+}
+
+// The session's abstract pointer is the context: it comes back to callbacks as *abstract.
+static inline LIBSSH2_SESSION *termind_ssh2_session_init(termind_ssh2_context *context, int fd) {
+    context->fd = fd;
+    LIBSSH2_SESSION *session = libssh2_session_init_ex(termind_ssh2_alloc, termind_ssh2_free, termind_ssh2_realloc, context);
+    if (session) libssh2_session_callback_set2(session, LIBSSH2_CALLBACK_SEND, (libssh2_cb_generic *)termind_ssh2_send);
+    return session;
+}
 static inline int termind_ssh2_session_disconnect(LIBSSH2_SESSION *s, const char *description) {
     return libssh2_session_disconnect_ex(s, SSH_DISCONNECT_BY_APPLICATION, description, "");
 }
@@ -63,7 +173,9 @@ static inline int termind_ssh2_set_response(LIBSSH2_USERAUTH_KBDINT_RESPONSE *re
     responses[index].length = length;
     return 0;
 }
-static inline void *termind_ssh2_abstract(void **abstract) { return abstract ? *abstract : NULL; }
+static inline void *termind_ssh2_abstract(void **abstract) {
+    return abstract && *abstract ? ((termind_ssh2_context *)*abstract)->owner : NULL;
+}
 
 static inline LIBSSH2_CHANNEL *termind_ssh2_direct_tcpip(LIBSSH2_SESSION *s, const char *host, int port) {
     return libssh2_channel_direct_tcpip_ex(s, host, port, "127.0.0.1", 0);

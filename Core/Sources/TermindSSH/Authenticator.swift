@@ -62,7 +62,8 @@ struct Authenticator {
         let publicLine = Array(parsed.publicKey.openSSHLine(comment: nil).utf8)
         let privateText = parsed.openSSHPrivateKeyText()
         let rc = try privateText.withPlaintext { text -> Int32 in
-            let privateBytes = Array(text.utf8)
+            var privateBytes = Array(text.utf8)
+            defer { privateBytes.withUnsafeMutableBytes { termind_ssh2_wipe($0.baseAddress, $0.count) } }
             return try engine.retry("Public key authentication", deadline: deadline) { session in
                 user.withUnsafeBufferPointer { u in
                     publicLine.withUnsafeBufferPointer { p in
@@ -113,7 +114,8 @@ struct Authenticator {
     private func password(_ password: Secret) throws -> Bool {
         let user = Array(target.username.utf8)
         let rc = try password.withPlaintext { text -> Int32 in
-            let bytes = Array(text.utf8)
+            var bytes = Array(text.utf8)
+            defer { bytes.withUnsafeMutableBytes { termind_ssh2_wipe($0.baseAddress, $0.count) } }
             return try engine.retry("Password authentication", deadline: deadline) { session in
                 user.withUnsafeBufferPointer { u in
                     bytes.withUnsafeBufferPointer { p in
@@ -138,7 +140,7 @@ struct Authenticator {
         let context = KeyboardInteractiveContext(engine: engine, host: host, responder: responder)
         engine.keyboardInteractive = context
         defer { engine.keyboardInteractive = nil }
-        let rc = try engine.retry("Keyboard-interactive authentication", deadline: deadline) { session in
+        let rc = try engine.retry("Keyboard-interactive authentication", deadline: deadline, abort: { context.error }) { session in
             user.withUnsafeBufferPointer { u in
                 u.withMemoryRebound(to: CChar.self) { uc in
                     termind_ssh2_userauth_kbdint(session, uc.baseAddress, UInt32(u.count)) { name, nameLength, instruction, instructionLength, count, prompts, responses, abstract in
@@ -216,17 +218,24 @@ final class KeyboardInteractiveContext {
                 self.error = SSHError.make("ssh.cancelled", "Keyboard-interactive authentication on \(host) was cancelled.")
             }
         }
+        if error != nil {
+            // Given up: the (empty) responses libssh2 now sends never leave this process,
+            // and the attempt ends with `error`.
+            engine.discardOutput()
+        }
         for index in 0..<count {
-            let answer = answers?[index]
-            let ok: Int32
-            if let answer {
-                ok = answer.withPlaintext { text in
-                    text.withCString { termind_ssh2_set_response(responses, Int32(index), $0, UInt32(text.utf8.count)) }
+            // libssh2 frees (and our allocator wipes) each response.
+            if let answer = answers?[index] {
+                _ = answer.withPlaintext { text in
+                    var bytes = Array(text.utf8)
+                    defer { bytes.withUnsafeMutableBytes { termind_ssh2_wipe($0.baseAddress, $0.count) } }
+                    return bytes.withUnsafeBufferPointer { buffer in
+                        buffer.withMemoryRebound(to: CChar.self) { termind_ssh2_set_response(responses, Int32(index), $0.baseAddress, UInt32(buffer.count)) }
+                    }
                 }
             } else {
-                ok = termind_ssh2_set_response(responses, Int32(index), "", 0)
+                _ = termind_ssh2_set_response(responses, Int32(index), "", 0)
             }
-            _ = ok
         }
     }
 }

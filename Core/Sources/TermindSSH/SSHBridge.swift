@@ -36,7 +36,7 @@ final class BridgePump: EnginePump, @unchecked Sendable {
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
     }
 
-    override var wantsSessionInput: Bool { toLocal.count - toLocalOffset < Self.capacity }
+    override var wantsSessionInput: Bool { !remoteEOF && toLocal.count - toLocalOffset < Self.capacity }
 
     override var pollRequest: pollfd? {
         var events: Int16 = 0
@@ -62,7 +62,7 @@ final class BridgePump: EnginePump, @unchecked Sendable {
                 progressed = true
             }
         }
-        while toChannelOffset < toChannel.count {
+        while toChannelOffset < toChannel.count && engine.canSend {
             let n = toChannel.withUnsafeBytes { raw in
                 Int(termind_ssh2_channel_write(channel, raw.baseAddress!.assumingMemoryBound(to: CChar.self) + toChannelOffset, raw.count - toChannelOffset))
             }

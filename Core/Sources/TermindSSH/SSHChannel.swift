@@ -64,6 +64,10 @@ public final class SSHChannel: Sendable {
         guard state.claimResize(columns: columns, rows: rows) else { return }
         let pump = self.pump
         let endpoint = engine.endpoint
+        let state = self.state
+        var finished = false
+        // A failed or cancelled resize must not leave later ones blocked.
+        defer { if !finished { state.resetResize() } }
         while let size = state.takeResize() {
             _ = try await engine.run("Resizing the terminal", lane: pump) { _ -> Int32? in
                 guard let channel = pump.channel else { throw SSHError.make("ssh.closed", "The channel to \(endpoint) is closed.") }
@@ -73,6 +77,7 @@ public final class SSHChannel: Sendable {
                 return rc
             }
         }
+        finished = true
     }
 
     /// How the remote process ended; nil until the channel has ended.
@@ -80,6 +85,12 @@ public final class SSHChannel: Sendable {
 
     /// Closes this channel only (unread output is discarded, unsent input dropped).
     public func close() {
+        state.requestClose()
+        engine.wake()
+    }
+
+    /// A channel nobody holds any more is closed, giving its slot (sshd's MaxSessions) back.
+    deinit {
         state.requestClose()
         engine.wake()
     }
@@ -119,7 +130,8 @@ final class ChannelState: @unchecked Sendable {
     private var input: [Data] = []
     private var inputBytes = 0
     private var inputOffset = 0
-    private var writers: [(Int, CheckedContinuation<Void, Error>)] = []  // (queued bytes then, writer)
+    private var writers: [(UInt64, CheckedContinuation<Void, Error>)] = []  // (ticket, writer)
+    private var nextTicket: UInt64 = 0
     private var eofRequested = false
     private var closeRequested = false
     private var pendingResize: (columns: Int, rows: Int)?
@@ -131,6 +143,18 @@ final class ChannelState: @unchecked Sendable {
 
     // Consumer side.
     func next(wake engine: SessionEngine) async throws -> (ExecStream, Data)? {
+        try await withTaskCancellationHandler {
+            try await waitForOutput(wake: engine)
+        } onCancel: {
+            let waiting: CheckedContinuation<(ExecStream, Data)?, Error>? = lock.withLock {
+                defer { waiter = nil }
+                return waiter
+            }
+            waiting?.resume(throwing: CancellationError())
+        }
+    }
+
+    private func waitForOutput(wake engine: SessionEngine) async throws -> (ExecStream, Data)? {
         try await withCheckedThrowingContinuation { continuation in
             var wakeEngine = false
             let immediate: Result<(ExecStream, Data)?, Error>? = lock.withLock {
@@ -143,6 +167,7 @@ final class ChannelState: @unchecked Sendable {
                 }
                 if let failure { return .failure(failure) }
                 if ended { return .success(nil) }
+                if Task.isCancelled { return .failure(CancellationError()) }
                 waiter = continuation
                 return nil
             }
@@ -152,6 +177,20 @@ final class ChannelState: @unchecked Sendable {
     }
 
     func enqueue(_ data: Data, wake engine: SessionEngine) async throws {
+        let token = UncheckedBox<UInt64?>(nil)
+        try await withTaskCancellationHandler {
+            try await queueInput(data, wake: engine, token: token)
+        } onCancel: {
+            // The bytes stay queued (they are part of the stream); only the wait ends.
+            let waiting: CheckedContinuation<Void, Error>? = lock.withLock {
+                guard let mine = token.value, let index = writers.firstIndex(where: { $0.0 == mine }) else { return nil }
+                return writers.remove(at: index).1
+            }
+            waiting?.resume(throwing: CancellationError())
+        }
+    }
+
+    private func queueInput(_ data: Data, wake engine: SessionEngine, token: UncheckedBox<UInt64?>) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
             let immediate: Result<Void, Error>? = lock.withLock {
                 if let failure { return .failure(failure) }
@@ -161,7 +200,10 @@ final class ChannelState: @unchecked Sendable {
                 input.append(data)
                 inputBytes += data.count
                 if inputBytes <= limit { return .success(()) }
-                writers.append((inputBytes, continuation))
+                if Task.isCancelled { return .failure(CancellationError()) }
+                nextTicket += 1
+                token.value = nextTicket
+                writers.append((nextTicket, continuation))
                 return nil
             }
             engine.wake()
@@ -185,6 +227,8 @@ final class ChannelState: @unchecked Sendable {
             return true
         }
     }
+
+    func resetResize() { lock.withLock { resizing = false; pendingResize = nil } }
 
     func takeResize() -> (columns: Int, rows: Int)? {
         lock.withLock {
@@ -296,7 +340,7 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
         if !closing {
             // Input: the same bytes are offered again after EAGAIN.
             var budget = Self.stepBudget
-            while budget > 0, let pending = state.pendingInput() {
+            while budget > 0, engine.canSend, let pending = state.pendingInput() {
                 let n = pending.withUnsafeBytes { raw in
                     Int(termind_ssh2_channel_write(channel, raw.baseAddress!.assumingMemoryBound(to: CChar.self), min(raw.count, budget)))
                 }
@@ -341,6 +385,9 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
             }
         }
         guard closing else { return progressed ? .progressed : .idle }
+        // Requests still queued on this channel's lane (a resize, the start of a channel
+        // whose opener gave up) use the channel: it is closed and freed after them.
+        if engine.hasPendingOperations(lane: self) { return progressed ? .progressed : .idle }
 
         // The close handshake; each call is repeated after EAGAIN.
         if let hangup, !hangupSent, !remoteEOF, libssh2_channel_eof(channel) == 0 {

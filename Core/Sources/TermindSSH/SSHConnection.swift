@@ -287,7 +287,8 @@ public final class SSHConnection: Sendable {
                 return rc
             }
         } catch {
-            // The channel is half set up: let the engine close and free it.
+            // The channel is half set up: the pump closes and frees it once the requests
+            // still queued on its lane (one may be in flight) are done.
             state.requestClose()
             engine.attach(pump)
             throw error
@@ -331,6 +332,9 @@ public final class SSHConnection: Sendable {
                 }
                 return result
             }
+        } catch is CancellationError {
+            channel.close()
+            throw SSHError.make("ssh.cancelled", "The command on \(endpoint) was cancelled; its channel was closed.")
         } catch {
             channel.close()
             throw error
@@ -366,7 +370,12 @@ public final class SSHConnection: Sendable {
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
             throw SSHError.make("ssh.socket", "Could not create a socket pair: \(String(cString: strerror(errno))).")
         }
-        try await forward(pair[0], to: host, port: port)
+        do {
+            try await forward(pair[0], to: host, port: port)
+        } catch {
+            Foundation.close(pair[1])  // forward closed pair[0]
+            throw error
+        }
         _ = fcntl(pair[1], F_SETFL, fcntl(pair[1], F_GETFL) | O_NONBLOCK)
         return pair[1]
     }
@@ -412,7 +421,9 @@ public final class SSHConnection: Sendable {
         var bound: Int32 = 0
         let boundBox = UncheckedBox<Int32>(0)
         let listener = try await engine.run("Listening on \(host):\(port)", deadline: .now() + deadlines.channel, discard: { (late: UncheckedBox<OpaquePointer>) in
-            _ = libssh2_channel_forward_cancel(late.value)
+            engine.enqueue("Stopping a late remote listener") { _ in
+                libssh2_channel_forward_cancel(late.value) == termind_ssh2_error_eagain() ? nil : true
+            }
         }) { session -> UncheckedBox<OpaquePointer>? in
             if let listener = host.withCString({ libssh2_channel_forward_listen_ex(session, $0, Int32(port), &boundBox.value, Int32(queue)) }) {
                 return UncheckedBox(listener)
@@ -465,7 +476,7 @@ public final class SSHForwardListener: Sendable {
     public func accept(bufferLimit: Int = 1 << 20) async throws -> SSHChannel {
         let engine = connection.engine
         let listener = self.listener
-        let box = try await engine.run("Accepting a forwarded connection", lane: listener, discard: { (late: UncheckedBox<OpaquePointer>) in
+        let box = try await engine.run("Accepting a forwarded connection", lane: listener, dropIfAbandoned: true, discard: { (late: UncheckedBox<OpaquePointer>) in
             let state = ChannelState(limit: 0)
             state.requestClose()
             engine.attach(ChannelPump(channel: late.value, state: state, endpoint: engine.endpoint))

@@ -38,7 +38,9 @@ public final class SSHSFTP: Sendable {
         let engine = connection.engine
         let endpoint = engine.endpoint
         let box = try await engine.run("Starting SFTP", deadline: .now() + seconds, discard: { (late: UncheckedBox<OpaquePointer>) in
-            _ = libssh2_sftp_shutdown(late.value)
+            engine.enqueue("Stopping a late SFTP session") { _ in
+                libssh2_sftp_shutdown(late.value) == termind_ssh2_error_eagain() ? nil : true
+            }
         }) { session -> UncheckedBox<OpaquePointer>? in
             if let sftp = libssh2_sftp_init(session) { return UncheckedBox(sftp) }
             if libssh2_session_last_errno(session) == termind_ssh2_error_eagain() { return nil }
@@ -133,7 +135,7 @@ public final class SSHSFTP: Sendable {
         do {
             _ = try await request("Writing \(path)") { _ -> Bool? in
                 var moved = 0
-                while offset.value < data.count && moved < Self.stepBytes {
+                while offset.value < data.count && moved < Self.stepBytes && self.engine.canSend {
                     // The same bytes are offered again after EAGAIN.
                     let n = data.withUnsafeBytes { raw in
                         termind_ssh2_sftp_write_shim(file.value, raw.baseAddress!.assumingMemoryBound(to: CChar.self) + offset.value,

@@ -26,6 +26,10 @@ final class SessionEngine: @unchecked Sendable {
     let generation: UInt64
     /// Touched only on the engine thread (and by deinit).
     private(set) var session: OpaquePointer?
+    /// The outbound buffer libssh2's send callback fills (see shim.h); engine thread only.
+    private var context: UnsafeMutablePointer<termind_ssh2_context>?
+    /// Above this many unsent bytes, pumps hold back new channel data until the socket drains.
+    static let sendBacklogLimit = 1 << 20
 
     private let wakeFD: Int32
     private let lock = NSLock()
@@ -60,18 +64,25 @@ final class SessionEngine: @unchecked Sendable {
         self.endpoint = endpoint
         generation = Self.generations.next()
         wakeFD = termind_ssh2_wake_fd()
+        // (deinit closes wakeFD when init throws from here on.)
         guard wakeFD >= 0 else {
             close(fd)
             throw SSHError.make("ssh.session_failed", "Could not create a wake descriptor for \(endpoint): \(String(cString: strerror(errno))).")
         }
-        // The session's abstract pointer lets C callbacks find this engine; the engine
-        // outlives its session (the session is freed before the engine goes away).
-        guard let session = termind_ssh2_session_init(Unmanaged.passUnretained(self).toOpaque()) else {
+        // The context lets C callbacks find this engine; the engine outlives its session
+        // (the session is freed before the engine goes away).
+        guard let context = termind_ssh2_context_new(nil) else {
             close(fd)
-            close(wakeFD)
             throw SSHError.make("ssh.session_failed", "Could not create an SSH session for \(endpoint).")
         }
+        guard let session = termind_ssh2_session_init(context, fd) else {
+            termind_ssh2_context_free(context)
+            close(fd)
+            throw SSHError.make("ssh.session_failed", "Could not create an SSH session for \(endpoint).")
+        }
+        context.pointee.owner = Unmanaged.passUnretained(self).toOpaque()
         libssh2_session_set_blocking(session, 0)
+        self.context = context
         self.session = session
         let thread = Thread { [self] in self.runLoop() }
         thread.name = "termind.ssh"
@@ -110,23 +121,68 @@ final class SessionEngine: @unchecked Sendable {
     /// on one `lane` run one at a time, in submission order. If the caller is cancelled or
     /// the deadline passes, the caller gets the error at once while the call still runs to
     /// completion on the session, and `discard` receives its late result.
-    func run<T>(_ what: String, lane: AnyObject? = nil, deadline: DispatchTime? = nil,
+    /// `dropIfAbandoned`: the call keeps no libssh2 state between attempts (accepting a
+    /// forwarded connection), so a caller that gives up removes it at once.
+    func run<T>(_ what: String, lane: AnyObject? = nil, deadline: DispatchTime? = nil, dropIfAbandoned: Bool = false,
                 discard: ((T) -> Void)? = nil,
                 _ attempt: @escaping (OpaquePointer) throws -> T?) async throws -> T {
         let box = UncheckedBox<EngineOperation?>(nil)
+        let cancelled = ManagedAtomicFlag()
+        let endpoint = self.endpoint
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<UncheckedBox<T>, Error>) in
                 let operation = EngineOperation(what: what, lane: lane.map(ObjectIdentifier.init) ?? ObjectIdentifier(self), deadline: deadline,
+                    dropIfAbandoned: dropIfAbandoned,
                     attempt: { session in try attempt(session).map { UncheckedBox($0) } },
                     complete: { result in continuation.resume(with: result.map { $0 as! UncheckedBox<T> }) },
                     discard: { value in discard?((value as! UncheckedBox<T>).value) })
                 box.value = operation
-                submit { engine in engine.add(operation) }
+                submit { engine in
+                    // Cancelled before it was queued: it never touched libssh2.
+                    if cancelled.isSet {
+                        operation.finish(.failure(SSHError.make("ssh.cancelled", "\(what) on \(endpoint) was cancelled.")))
+                        return
+                    }
+                    engine.add(operation)
+                }
             }.value
         } onCancel: {
+            cancelled.set()
             self.submit { engine in
-                box.value?.abandon(SSHError.make("ssh.cancelled", "\(what) on \(self.endpoint) was cancelled."))
+                guard let operation = box.value else { return }
+                engine.abandon(operation, SSHError.make("ssh.cancelled", "\(what) on \(endpoint) was cancelled."))
             }
+        }
+    }
+
+    /// Queues `body` on `lane` without waiting for it (closing a late channel, cancelling a
+    /// late listener): it runs after the lane's earlier operations, repeated while it
+    /// returns nil.
+    func enqueue(_ what: String, lane: AnyObject? = nil, _ body: @escaping (OpaquePointer) -> Bool?) {
+        let operation = EngineOperation(what: what, lane: lane.map(ObjectIdentifier.init) ?? ObjectIdentifier(self), deadline: nil,
+                                        dropIfAbandoned: false, attempt: { session in body(session) },
+                                        complete: { _ in }, discard: { _ in })
+        submit { engine in engine.add(operation) }
+    }
+
+    /// Whether operations on `lane` are still queued or running (a pump waits for them
+    /// before it closes and frees its channel).
+    func hasPendingOperations(lane: AnyObject) -> Bool {
+        let id = ObjectIdentifier(lane)
+        return operations.contains { $0.lane == id }
+    }
+
+    /// Whether channels may hand libssh2 more data now (the unsent backlog is small).
+    var canSend: Bool { context.map { termind_ssh2_backlog($0) < Self.sendBacklogLimit } ?? false }
+
+    /// After an abandoned authentication: nothing more leaves this session.
+    func discardOutput() { if let context { termind_ssh2_discard_output(context) } }
+
+    private func abandon(_ operation: EngineOperation, _ error: TermindError) {
+        operation.abandon(error)
+        // An operation that never started, or keeps no libssh2 state, leaves at once.
+        if !operation.started || operation.dropIfAbandoned {
+            operations.removeAll { $0 === operation }
         }
     }
 
@@ -199,11 +255,21 @@ final class SessionEngine: @unchecked Sendable {
 
     // MARK: - Opening phase helpers (engine thread, inside `perform`)
 
+    /// Writes buffered packets without blocking; false when the socket failed.
+    @discardableResult
+    func flush() -> Bool {
+        guard let context else { return true }
+        return termind_ssh2_flush(context, fd) >= 0
+    }
+
     /// Repeats `call` while it returns EAGAIN, waiting for socket readiness in between.
-    func retry(_ what: String, deadline: DispatchTime, _ call: (OpaquePointer) -> Int32) throws -> Int32 {
+    /// `abort` ends the wait early with its error (a person gave up a prompt).
+    func retry(_ what: String, deadline: DispatchTime, abort: () -> TermindError? = { nil },
+               _ call: (OpaquePointer) -> Int32) throws -> Int32 {
         guard let session else { throw SSHError.make("ssh.closed", "The SSH connection to \(endpoint) is closed.") }
         while true {
             let rc = call(session)
+            if let error = abort() { throw error }
             guard rc == termind_ssh2_error_eagain() else { return rc }
             try waitForSocket(what, deadline: deadline)
         }
@@ -230,7 +296,12 @@ final class SessionEngine: @unchecked Sendable {
             guard now.uptimeNanoseconds < effective else {
                 throw SSHError.make("ssh.timeout", "\(what) on \(endpoint) timed out; the server did not answer in time.")
             }
-            var fds = [pollfd(fd: fd, events: Self.events(for: libssh2_session_block_directions(session)), revents: 0),
+            guard flush() else {
+                throw SSHError.make("ssh.connection_lost", "The connection to \(endpoint) was lost during \(what.lowercased()): \(String(cString: strerror(errno))).")
+            }
+            var events = Self.events(for: libssh2_session_block_directions(session))
+            if let context, termind_ssh2_backlog(context) > 0 { events |= Int16(POLLOUT) }
+            var fds = [pollfd(fd: fd, events: events, revents: 0),
                        pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
             let remainingMs = Int32(min(1000, max(1, (effective - now.uptimeNanoseconds) / 1_000_000)))
             let ready = poll(&fds, 2, remainingMs)
@@ -317,6 +388,10 @@ final class SessionEngine: @unchecked Sendable {
             if session == nil { break }
             expireDeadlines()
             if session == nil { break }
+            if !flush() {
+                die(SSHError.make("ssh.connection_lost", "The connection to \(endpoint) was lost: \(String(cString: strerror(errno)))."), disconnect: false)
+                break
+            }
             if progressed { lastInbound = .now() }
             if progressed && idlePasses < 64 {
                 idlePasses += 1
@@ -345,6 +420,7 @@ final class SessionEngine: @unchecked Sendable {
             let operation = operations[index]
             guard !busyLanes.contains(operation.lane) else { index += 1; continue }
             busyLanes.insert(operation.lane)
+            operation.started = true
             do {
                 if let value = try operation.attempt(session) {
                     operation.finish(.success(value))
@@ -393,7 +469,7 @@ final class SessionEngine: @unchecked Sendable {
         let now = DispatchTime.now()
         for operation in operations where !operation.isAbandoned {
             if let deadline = operation.deadline, now >= deadline {
-                operation.abandon(SSHError.make("ssh.timeout", "\(operation.what) on \(endpoint) timed out; the server did not answer in time."))
+                abandon(operation, SSHError.make("ssh.timeout", "\(operation.what) on \(endpoint) timed out; the server did not answer in time."))
             }
         }
         for pump in pumps { pump.checkDeadline(now) }
@@ -417,7 +493,8 @@ final class SessionEngine: @unchecked Sendable {
         guard !probing else { return }
         probing = true
         let endpoint = self.endpoint
-        let operation = EngineOperation(what: "Keepalive", lane: ObjectIdentifier(self), deadline: nil, attempt: { [unowned self] session in
+        let operation = EngineOperation(what: "Keepalive", lane: ObjectIdentifier(self), deadline: nil, dropIfAbandoned: false,
+                                        attempt: { [unowned self] session in
             if let channel = termind_ssh2_channel_open_session(session) {
                 let state = ChannelState(limit: 0)
                 state.requestClose()
@@ -449,6 +526,7 @@ final class SessionEngine: @unchecked Sendable {
         var events = Self.events(for: libssh2_session_block_directions(session))
         if !inbound { events &= ~Int16(POLLIN) }
         if inbound { events |= Int16(POLLIN) }
+        if let context, termind_ssh2_backlog(context) > 0 { events |= Int16(POLLOUT) }
         var fds = [pollfd(fd: fd, events: events, revents: 0), pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
         var owners: [EnginePump] = []
         for pump in pumps {
@@ -464,7 +542,7 @@ final class SessionEngine: @unchecked Sendable {
         if keepaliveInterval > 0 { timeoutMs = min(timeoutMs, 1000) }
         let ready = poll(&fds, nfds_t(fds.count), Int32(timeoutMs))
         guard ready > 0 else { return }
-        if fds[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
+        if fds[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 && events & Int16(POLLIN) != 0 {
             lastInbound = .now()
             // Bytes nobody will read (an idle session: the server's own keepalive, say) would
             // keep poll() returning at once: a probe reads them through libssh2.
@@ -500,9 +578,19 @@ final class SessionEngine: @unchecked Sendable {
         let attached = pumps
         pumps.removeAll()
         for pump in attached { pump.fail(error) }
-        if disconnect { _ = termind_ssh2_session_disconnect(session, "termind closing") }
-        libssh2_session_free(session)
+        if disconnect {
+            _ = termind_ssh2_session_disconnect(session, "termind closing")
+            flush()  // one non-blocking attempt: a full socket just skips the courtesy
+        }
+        // Whatever libssh2 still sends while freeing (channel closes) lands in the buffer,
+        // which is wiped and dropped: the socket is closed right after.
+        var attempts = 0
+        while libssh2_session_free(session) == termind_ssh2_error_eagain() && attempts < 3 { attempts += 1 }
         self.session = nil
+        if let context {
+            termind_ssh2_context_free(context)
+            self.context = nil
+        }
         close(fd)
         // Work that raced in after death fails fast.
         let late: [(SessionEngine) -> Void] = lock.withLock {
@@ -518,32 +606,46 @@ final class EngineOperation {
     let what: String
     let lane: ObjectIdentifier
     let deadline: DispatchTime?
+    let dropIfAbandoned: Bool
     let attempt: (OpaquePointer) throws -> Any?
+    /// Set on the engine thread once libssh2 has been called for it.
+    var started = false
+    private let lock = NSLock()
     private var complete: ((Result<Any, Error>) -> Void)?
     private let discard: (Any) -> Void
-    private(set) var isAbandoned = false
+    private var abandoned = false
 
-    init(what: String, lane: ObjectIdentifier, deadline: DispatchTime?, attempt: @escaping (OpaquePointer) throws -> Any?,
+    init(what: String, lane: ObjectIdentifier, deadline: DispatchTime?, dropIfAbandoned: Bool,
+         attempt: @escaping (OpaquePointer) throws -> Any?,
          complete: @escaping (Result<Any, Error>) -> Void, discard: @escaping (Any) -> Void) {
         self.what = what
         self.lane = lane
         self.deadline = deadline
+        self.dropIfAbandoned = dropIfAbandoned
         self.attempt = attempt
         self.complete = complete
         self.discard = discard
     }
 
+    var isAbandoned: Bool { lock.withLock { abandoned } }
+
+    /// Hands out the completion exactly once (a cancel and the engine's end may race).
+    private func takeCompletion(abandoning: Bool) -> ((Result<Any, Error>) -> Void)? {
+        lock.withLock {
+            let taken = complete
+            complete = nil
+            if abandoning && taken != nil { abandoned = true }
+            return taken
+        }
+    }
+
     /// The caller stops waiting; the call itself goes on and its result is discarded.
     func abandon(_ error: TermindError) {
-        guard let complete else { return }
-        self.complete = nil
-        isAbandoned = true
-        complete(.failure(error))
+        takeCompletion(abandoning: true)?(.failure(error))
     }
 
     func finish(_ result: Result<Any, Error>) {
-        if let complete {
-            self.complete = nil
+        if let complete = takeCompletion(abandoning: false) {
             complete(result)
         } else if case .success(let value) = result {
             discard(value)
