@@ -465,6 +465,40 @@ final class SSHChannelTests: XCTestCase {
         await connection.close()
     }
 
+    func testThePoolClosesConnectionsNobodyUses() async throws {
+        let pool = SSHConnectionPool(idleTimeout: 1)
+        let key = clientKey!
+        let policy = SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(key), agentSocket: "") }) { _ in .acceptOnce }
+        let connection = try await pool.connection(for: SSHRoute([target]), policy: policy)
+        // Busy for 2.5 s (longer than the timeout): kept.
+        let busy = try await connection.exec("sleep 2.5; echo done")
+        XCTAssertEqual(busy.stdout, Data("done\n".utf8))
+        XCTAssertTrue(connection.isAlive, "a connection in use is never idle")
+        // Then idle: closed within a couple of sweeps, and the pool forgets it.
+        for _ in 0..<40 where connection.isAlive { try await Task.sleep(nanoseconds: 100_000_000) }
+        XCTAssertFalse(connection.isAlive)
+        let routes = await pool.routes
+        XCTAssertEqual(routes, [])
+        await pool.closeAll()
+    }
+
+    func testManyCancelledCommandsLeaveTheSessionSound() async throws {
+        // Cancellation at every stage of opening (queued, opening, starting, running):
+        // late channels are closed after their queued requests, never used after free.
+        let connection = try await connect()
+        for round in 0..<4 {
+            var tasks: [Task<ExecResult, Error>] = []
+            for _ in 0..<8 { tasks.append(Task { try await connection.exec("echo hi") }) }
+            try await Task.sleep(nanoseconds: UInt64(round) * 5_000_000)
+            for (index, task) in tasks.enumerated() where index % 2 == 0 { task.cancel() }
+            for task in tasks { _ = try? await task.value }
+        }
+        let after = try await connection.exec("echo sound")
+        XCTAssertEqual(after.stdout, Data("sound\n".utf8))
+        XCTAssertTrue(connection.isAlive)
+        await connection.close()
+    }
+
     func testRoutesAreCheckedBeforeAnythingConnects() async throws {
         let hop = { (host: String, port: Int) in SSHTarget(host: host, port: port, username: "u") }
         XCTAssertThrowsError(try SSHRoute([hop("a", 22), hop("b", 22), hop("A", 22)]).validate()) { error in

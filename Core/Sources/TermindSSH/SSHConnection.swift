@@ -145,6 +145,12 @@ public final class SSHConnection: Sendable {
     /// False once the connection was closed or lost.
     public var isAlive: Bool { engine.isAlive }
 
+    /// Seconds since the last channel or operation on this connection ended; nil while
+    /// something uses it (a jump host carrying a route is in use).
+    public var idleSeconds: Double? {
+        engine.idleSince.map { Double(DispatchTime.now().uptimeNanoseconds &- $0.uptimeNanoseconds) / 1e9 }
+    }
+
     /// Calls `observer` once when the connection ends, with the reason.
     public func onClose(_ observer: @escaping @Sendable (TermindError) -> Void) { engine.onDeath(observer) }
 

@@ -101,8 +101,17 @@ public actor SSHConnectionPool {
     }
     private var entries: [SSHRoute: Entry] = [:]
     private var tickets: UInt64 = 0
+    /// A connection nobody has used for this long is closed (nil: kept until closed).
+    public let idleTimeout: Double?
+    private var sweeper: Task<Void, Never>?
 
-    public init() {}
+    /// `idleTimeout`: seconds a connection may sit unused before the pool closes it
+    /// (180 by default, as the assistant's idle pool; nil keeps connections until closed).
+    public init(idleTimeout: Double? = 180) {
+        self.idleTimeout = idleTimeout
+    }
+
+    deinit { sweeper?.cancel() }
 
     /// The shared connection for `route`, opened (hop by hop, reusing live prefixes) if needed.
     public func connection(for route: SSHRoute, policy: SSHOpenPolicy) async throws -> SSHConnection {
@@ -134,6 +143,7 @@ public actor SSHConnectionPool {
         do {
             let connection = try await task.value
             if case .opening(_, ticket)? = entries[route] { entries[route] = .open(connection) }
+            startSweeping()
             let generation = connection.generation
             connection.onClose { [weak self] _ in
                 Task { await self?.retire(route, generation: generation) }
@@ -160,6 +170,8 @@ public actor SSHConnectionPool {
             return nil
         }
         entries.removeAll()
+        sweeper?.cancel()
+        sweeper = nil
         for connection in open.sorted(by: { depth($0) > depth($1) }) { await connection.close() }
     }
 
@@ -168,6 +180,34 @@ public actor SSHConnectionPool {
         var cursor = connection.via
         while let next = cursor { count += 1; cursor = next.via }
         return count
+    }
+
+    /// Closes connections idle for `idleTimeout` (a jump host is busy while a route runs
+    /// through it, so targets go first and their jumps follow on a later sweep).
+    public func closeIdle() async {
+        guard let idleTimeout else { return }
+        var idle: [(SSHRoute, SSHConnection)] = []
+        for (route, entry) in entries {
+            if case .open(let connection) = entry, let seconds = connection.idleSeconds, seconds >= idleTimeout {
+                idle.append((route, connection))
+            }
+        }
+        for (route, connection) in idle {
+            if case .open(let current)? = entries[route], current === connection { entries[route] = nil }
+            await connection.close()
+        }
+    }
+
+    private func startSweeping() {
+        guard sweeper == nil, let idleTimeout else { return }
+        let interval = UInt64(max(0.05, min(30, idleTimeout / 2)) * 1_000_000_000)
+        sweeper = Task { [weak self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(nanoseconds: interval)
+                guard let self else { return }
+                await self.closeIdle()
+            }
+        }
     }
 
     private func retire(_ route: SSHRoute, generation: UInt64) {

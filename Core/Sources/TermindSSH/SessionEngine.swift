@@ -217,6 +217,19 @@ final class SessionEngine: @unchecked Sendable {
 
     var isAlive: Bool { lock.withLock { deathError == nil && !stopping } }
 
+    /// Since when nothing has used the session (no channel, no operation); nil while busy.
+    var idleSince: DispatchTime? { lock.withLock { idleSinceValue } }
+    private var idleSinceValue: DispatchTime? = .now()
+    private var wasBusy = false
+
+    /// Records busy/idle changes (engine thread, once per pass; the lock only on a change).
+    private func noteActivity() {
+        let busy = !pumps.isEmpty || operations.contains { $0.what != "Keepalive" }
+        guard busy != wasBusy else { return }
+        wasBusy = busy
+        lock.withLock { idleSinceValue = busy ? nil : .now() }
+    }
+
     /// Wakes the thread from poll(): new work, a consumer drained a buffer, a cancellation.
     func wake() {
         var one: UInt64 = 1
@@ -393,6 +406,7 @@ final class SessionEngine: @unchecked Sendable {
                 break
             }
             if progressed { lastInbound = .now() }
+            noteActivity()
             if progressed && idlePasses < 64 {
                 idlePasses += 1
                 continue
