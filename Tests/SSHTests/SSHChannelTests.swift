@@ -466,16 +466,16 @@ final class SSHChannelTests: XCTestCase {
     }
 
     func testThePoolClosesConnectionsNobodyUses() async throws {
-        let pool = SSHConnectionPool(idleTimeout: 1)
+        let pool = SSHConnectionPool(idleTimeout: 2)
         let key = clientKey!
         let policy = SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(key), agentSocket: "") }) { _ in .acceptOnce }
         let connection = try await pool.connection(for: SSHRoute([target]), policy: policy)
-        // Busy for 2.5 s (longer than the timeout): kept.
-        let busy = try await connection.exec("sleep 2.5; echo done")
+        // Busy for 3 s (longer than the timeout): kept.
+        let busy = try await connection.exec("sleep 3; echo done")
         XCTAssertEqual(busy.stdout, Data("done\n".utf8))
         XCTAssertTrue(connection.isAlive, "a connection in use is never idle")
         // Then idle: closed within a couple of sweeps, and the pool forgets it.
-        for _ in 0..<40 where connection.isAlive { try await Task.sleep(nanoseconds: 100_000_000) }
+        for _ in 0..<80 where connection.isAlive { try await Task.sleep(nanoseconds: 100_000_000) }
         XCTAssertFalse(connection.isAlive)
         let routes = await pool.routes
         XCTAssertEqual(routes, [])

@@ -145,6 +145,9 @@ public final class SSHConnection: Sendable {
     /// False once the connection was closed or lost.
     public var isAlive: Bool { engine.isAlive }
 
+    /// Restarts the idle clock: the connection was just handed to someone who will use it.
+    func touch() { engine.touch() }
+
     /// Seconds since the last channel or operation on this connection ended; nil while
     /// something uses it (a jump host carrying a route is in use).
     public var idleSeconds: Double? {

@@ -115,6 +115,12 @@ public actor SSHConnectionPool {
 
     /// The shared connection for `route`, opened (hop by hop, reusing live prefixes) if needed.
     public func connection(for route: SSHRoute, policy: SSHOpenPolicy) async throws -> SSHConnection {
+        let connection = try await share(route, policy: policy)
+        connection.touch()
+        return connection
+    }
+
+    private func share(_ route: SSHRoute, policy: SSHOpenPolicy) async throws -> SSHConnection {
         try route.validate()
         if let entry = entries[route] {
             switch entry {
@@ -123,7 +129,7 @@ public actor SSHConnectionPool {
             case .opening(let task, _): return try await task.value
             }
         }
-        let via: SSHConnection? = route.hops.count > 1 ? try await connection(for: SSHRoute(Array(route.hops.dropLast())), policy: policy) : nil
+        let via: SSHConnection? = route.hops.count > 1 ? try await share(SSHRoute(Array(route.hops.dropLast())), policy: policy) : nil
         if let entry = entries[route] {  // someone else finished meanwhile
             switch entry {
             case .open(let connection) where connection.isAlive: return connection

@@ -222,6 +222,9 @@ final class SessionEngine: @unchecked Sendable {
     private var idleSinceValue: DispatchTime? = .now()
     private var wasBusy = false
 
+    /// Restarts the idle clock (a pool handing the connection to a new user).
+    func touch() { lock.withLock { if idleSinceValue != nil { idleSinceValue = .now() } } }
+
     /// Records busy/idle changes (engine thread, once per pass; the lock only on a change).
     private func noteActivity() {
         let busy = !pumps.isEmpty || operations.contains { $0.what != "Keepalive" }
