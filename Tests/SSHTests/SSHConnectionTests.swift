@@ -1,6 +1,7 @@
 import Foundation
 import TermindCore
 import TermindHarness
+import TermindKernel
 import TermindSSH
 import XCTest
 
@@ -320,5 +321,131 @@ final class ExecCommandTests: XCTestCase {
         XCTAssertEqual(result.stdout, "\(NSUserName())\n")
         let usage = try termind(["exec", "box"])
         XCTAssertEqual(usage.status, 2)
+    }
+}
+
+/// `termind exec` inside a running `termind serve`: the server's pool keeps the connection
+/// between invocations, and questions come back to the client over the control socket.
+final class ExecInServerTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+    private var server: SSHServerFixture!
+    private var serve: SpawnedProcess?
+
+    override func setUpWithError() throws {
+        directory = try TemporaryDirectory()
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", directory.file("id")]).status, 0)
+        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: directory.file("id.pub"), encoding: .utf8)])
+    }
+
+    override func tearDown() {
+        serve?.signal(SIGTERM)
+        serve?.wait()
+        server?.stop()
+        directory?.remove()
+    }
+
+    private var environment: [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = directory.file("home")
+        environment["TERMIND_SOCKET"] = directory.file("control.sock")
+        environment["SSH_AUTH_SOCK"] = nil
+        return environment
+    }
+
+    private func termind(_ arguments: [String], stdin: String? = nil) throws -> ProcessResult {
+        try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind",
+                              ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")] + arguments,
+                              environment: environment, stdin: stdin)
+    }
+
+    private func startServer() throws -> ControlClient {
+        serve = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind",
+                                   ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k"), "serve", "--json"],
+                                   environment: environment, captureOutput: false)
+        serve?.closeInput()
+        for _ in 0..<200 {
+            if let client = try? ControlClient(path: directory.file("control.sock")) { return client }
+            usleep(25_000)
+        }
+        throw TermindError(code: "test.serve", message: "termind serve did not start")
+    }
+
+    private var acceptedLogins: Int { server.log.components(separatedBy: "Accepted publickey").count - 1 }
+
+    func testExecRunsInsideTheServerAndReusesItsConnection() throws {
+        XCTAssertEqual(try termind(["vault", "key", "import", directory.file("id"), "--label", "ci"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "identity", "add", NSUserName(), "--key", "ci"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
+        _ = try startServer()
+
+        // No terminal to ask on: the unknown key the server asks about is refused here.
+        let refused = try termind(["exec", "box", "--", "true"])
+        XCTAssertEqual(refused.status, 1)
+        XCTAssertTrue(refused.stderr.contains("was not accepted"), refused.stderr)
+
+        let first = try termind(["exec", "box", "--accept-host-key", "save", "--", "echo out; echo err >&2; cat; exit 5"], stdin: "through the server\n")
+        XCTAssertEqual(first.status, 5, first.stderr)
+        XCTAssertEqual(first.stdout, "out\nthrough the server\n")
+        XCTAssertEqual(first.stderr, "err\n")
+        let second = try termind(["--json", "exec", "box", "--", "printf", "%s", "two words"])
+        XCTAssertEqual(second.status, 0, second.stderr)
+        let report = try JSONCoding.parse(Data(second.stdout.utf8), source: "stdout")
+        XCTAssertEqual(report["stdout"], .string("two words"))
+        // Two invocations, one login: the server kept the connection.
+        XCTAssertEqual(acceptedLogins, 1, server.log)
+        // --local still runs in-process, with its own connection.
+        let local = try termind(["--local", "exec", "box", "--", "true"])
+        XCTAssertEqual(local.status, 0, local.stderr)
+        XCTAssertEqual(acceptedLogins, 2)
+    }
+
+    func testHostKeyQuestionsTravelOverTheSocket() throws {
+        let client = try startServer()
+        let target = "ssh -p \(server.port) -i \(directory.file("id")) \(NSUserName())@127.0.0.1"
+        let body = try JSONCoding.encode(JSONValue.object(["target": .string(target), "command": .string("echo asked")]))
+        var questions: [JSONValue] = []
+        var output = Data()
+        let reply = try client.stream("ssh.exec@1", body: body, onOpen: { id in
+            client.streamMessage(id: id, ["inputEnd": .bool(true)])
+        }) { event in
+            switch event["event"]?.stringValue {
+            case "ask"?:
+                questions.append(event["ask"] ?? .null)
+                guard case .integer(let askID)? = event["askID"] else { return nil }
+                return .object(["askID": .integer(askID), "answer": .string("once")])
+            case "stdout"?:
+                output += Data(base64Encoded: event["data"]?.stringValue ?? "") ?? Data()
+                return nil
+            default:
+                return nil
+            }
+        }
+        XCTAssertEqual(questions.count, 1)
+        XCTAssertEqual(questions.first?["kind"], .string("hostKey"))
+        XCTAssertEqual(questions.first?["port"], .integer(Int64(server.port)))
+        XCTAssertTrue(questions.first?["fingerprint"]?.stringValue?.hasPrefix("SHA256:") ?? false)
+        XCTAssertEqual(String(decoding: output, as: UTF8.self), "asked\n")
+        XCTAssertEqual(try JSONCoding.parse(reply, source: "reply")["exitStatus"], .integer(0))
+
+        // Declined over the socket: fails closed, nothing runs.
+        do {
+            // Another way of writing the target is another context: a new connection, asked again.
+            let other = "ssh -l \(NSUserName()) -p \(server.port) -i \(directory.file("id")) 127.0.0.1"
+            _ = try client.stream("ssh.exec@1", body: try JSONCoding.encode(JSONValue.object(["target": .string(other),
+                                                                                              "command": .string("touch \(directory.file("ran"))")]))) { event in
+                guard case .integer(let askID)? = event["askID"] else { return nil }
+                return .object(["askID": .integer(askID), "answer": .string("reject")])
+            }
+            XCTFail("a rejected host key must stop the command")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.host_key_rejected", error.message)
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: directory.file("ran")))
+        do {
+            _ = try client.stream("ssh.nope@1", body: Data("{}".utf8)) { _ in nil }
+            XCTFail("unknown stream")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "stream.unknown")
+        }
     }
 }

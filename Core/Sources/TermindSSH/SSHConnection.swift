@@ -61,6 +61,12 @@ public struct HostKeyQuestion: Sendable, Equatable {
     public var port: Int
     public var algorithm: String
     public var fingerprint: String
+    public init(host: String, port: Int, algorithm: String, fingerprint: String) {
+        self.host = host
+        self.port = port
+        self.algorithm = algorithm
+        self.fingerprint = fingerprint
+    }
 }
 
 public enum HostKeyAnswer: Sendable, Equatable {
@@ -77,6 +83,10 @@ public struct KeyboardInteractiveChallenge: Sendable, Equatable {
         public var text: String
         /// Whether the answer may be shown while typed.
         public var echo: Bool
+        public init(text: String, echo: Bool) {
+            self.text = text
+            self.echo = echo
+        }
     }
     /// Distinguishes rounds; an answer belongs to exactly one.
     public var requestID: UInt64
@@ -84,6 +94,13 @@ public struct KeyboardInteractiveChallenge: Sendable, Equatable {
     public var name: String
     public var instruction: String
     public var prompts: [Prompt]
+    public init(requestID: UInt64, host: String, name: String, instruction: String, prompts: [Prompt]) {
+        self.requestID = requestID
+        self.host = host
+        self.name = name
+        self.instruction = instruction
+        self.prompts = prompts
+    }
 }
 
 /// Answers one round (one answer per prompt; empty answers are fine), or nil to give up.

@@ -7,9 +7,18 @@ public struct SSHRoute: Sendable, Hashable, CustomStringConvertible {
     /// At most this many hosts, the target included (as the Vault stores routes).
     public static let maxHosts = 8
     public var hops: [SSHTarget]
+    /// Tells apart connections to the same endpoints made with different credentials (the
+    /// pool shares a connection only within one context): e.g. the identity chosen.
+    public var context: String
 
-    public init(_ hops: [SSHTarget]) { self.hops = hops }
-    public init(jumps: [SSHTarget], target: SSHTarget) { hops = jumps + [target] }
+    public init(_ hops: [SSHTarget], context: String = "") {
+        self.hops = hops
+        self.context = context
+    }
+    public init(jumps: [SSHTarget], target: SSHTarget, context: String = "") {
+        hops = jumps + [target]
+        self.context = context
+    }
 
     public var target: SSHTarget? { hops.last }
     public var description: String { hops.map(\.display).joined(separator: " -> ") }
@@ -129,7 +138,7 @@ public actor SSHConnectionPool {
             case .opening(let task, _): return try await task.value
             }
         }
-        let via: SSHConnection? = route.hops.count > 1 ? try await share(SSHRoute(Array(route.hops.dropLast())), policy: policy) : nil
+        let via: SSHConnection? = route.hops.count > 1 ? try await share(SSHRoute(Array(route.hops.dropLast()), context: route.context), policy: policy) : nil
         if let entry = entries[route] {  // someone else finished meanwhile
             switch entry {
             case .open(let connection) where connection.isAlive: return connection

@@ -10,8 +10,8 @@ import TermindSSH
 /// Host-key trust is decided inside the connection: an unknown key is asked about on the
 /// terminal (or accepted with --accept-host-key once|save), a changed one fails closed.
 /// Keyboard-interactive prompts are shown on the terminal. A saved host's jump route and
-/// quick-connect `-J` routes are followed hop by hop. Runs in this process: interactions
-/// cannot yet travel over the control socket.
+/// quick-connect `-J` routes are followed hop by hop. With a `termind serve` running, the
+/// command runs inside it (see ExecStream) and reuses its connections.
 enum Exec {
     struct Options {
         var target = ""
@@ -58,6 +58,11 @@ enum Exec {
 
     static func run(_ inv: Invocation) async throws -> Invocation.Exit {
         let options = try parse(inv.arguments)
+        // Inside a running `termind serve` when one answers: its connections are shared
+        // between invocations, and questions come back here over the socket.
+        if !inv.local && !inv.shapesBoot, let client = try? ControlClient(path: inv.socketPath) {
+            return try ExecStream.runRemote(options, inv: inv, client: client)
+        }
         let kernel = Kernel(configuration: try inv.kernelConfiguration(), sink: try inv.logSink())
         try await kernel.boot()
         do {
@@ -113,7 +118,7 @@ enum Exec {
     /// A saved host brings its own jump route; each saved hop gets its credentials from the
     /// Vault. On a quick-connect line, `-i` key files and --user/--identity apply to the
     /// target only (as with OpenSSH's -J); unsaved jump hosts can use ssh-agent keys.
-    private static func resolve(_ options: Options, kernel: Kernel, credentials: any CredentialProvider) async throws -> (SSHRoute, [String: SSHCredentials]) {
+    static func resolve(_ options: Options, kernel: Kernel, credentials: any CredentialProvider) async throws -> (SSHRoute, [String: SSHCredentials]) {
         let localUser = NSUserName()
         var hops: [SSHTarget] = []
         var secrets: [String: SSHCredentials] = [:]
@@ -161,7 +166,7 @@ enum Exec {
 
     /// Shows the server's literal keyboard-interactive prompts on the terminal, reading each
     /// answer with echo as the server asks; without a terminal, gives up (fail closed).
-    private static func askKeyboardInteractive(_ challenge: KeyboardInteractiveChallenge) -> [Secret]? {
+    static func askKeyboardInteractive(_ challenge: KeyboardInteractiveChallenge) -> [Secret]? {
         let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
         guard tty >= 0 else { return nil }
         defer { close(tty) }
@@ -195,7 +200,7 @@ enum Exec {
     }
 
     /// Asks on the terminal; without one, refuses (fail closed).
-    private static func ask(_ question: HostKeyQuestion) -> HostKeyAnswer {
+    static func ask(_ question: HostKeyQuestion) -> HostKeyAnswer {
         let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
         guard tty >= 0 else { return .reject }
         defer { close(tty) }

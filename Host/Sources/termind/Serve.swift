@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import TermindCore
 import TermindKernel
+import TermindSSH
 
 /// `termind serve`: boots the kernel once, listens on the control socket, and runs until
 /// SIGINT or SIGTERM; then stops accepting, stops features in reverse order and removes
@@ -12,6 +13,9 @@ enum Serve {
         let kernel = Kernel(configuration: try inv.kernelConfiguration(), sink: try inv.logSink())
         let statuses = try await kernel.boot()
         let server = ControlServer(path: inv.socketPath, kernel: kernel, logger: kernel.logger)
+        // termind exec runs in here: its connections are shared between invocations.
+        let pool = SSHConnectionPool()
+        ExecStream.register(on: server, kernel: kernel, pool: pool)
         do {
             try server.start()
         } catch {
@@ -29,6 +33,7 @@ enum Serve {
         }
         let signal = await waitForTerminationSignal()
         server.stop()
+        await pool.closeAll()
         await kernel.shutdown()
         if !inv.json { Output.error("stopped (\(signal == SIGINT ? "SIGINT" : "SIGTERM")).") }
         return .success

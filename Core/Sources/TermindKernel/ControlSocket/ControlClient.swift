@@ -2,7 +2,7 @@ import Foundation
 import TermindCore
 
 /// A blocking client of the control socket, for the CLI and tests. One request at a time.
-public final class ControlClient {
+public final class ControlClient: @unchecked Sendable {
     private let fd: Int32
     private var reader: LineReader
     private var nextID: Int64 = 1
@@ -24,6 +24,50 @@ public final class ControlClient {
         }
         return try readReply()
     }
+
+    /// Runs a stream (see StreamSession): `onEvent` gets each event object (its reply, if
+    /// any, is sent back — an answer); returns the final body or throws its error.
+    /// `send` may be used from another thread meanwhile (standard input).
+    public func stream(_ name: String, body: Data, onOpen: (JSONValue) -> Void = { _ in },
+                       onEvent: ([String: JSONValue]) throws -> JSONValue?) throws -> Data {
+        let id = JSONValue.integer(nextID)
+        nextID += 1
+        var open = Data("{\"id\":".utf8)
+        open += (try? JSONCoding.encode(id)) ?? Data("null".utf8)
+        open += Data(",\"stream\":".utf8) + ((try? JSONCoding.encode(name)) ?? Data("\"\"".utf8))
+        open += Data(",\"body\":".utf8) + (body.isEmpty ? Data("{}".utf8) : body) + Data("}\n".utf8)
+        guard send(open) else { throw TermindError(code: "socket.closed", message: "The termind server closed the connection.") }
+        onOpen(id)
+        while true {
+            guard case .line(let line) = reader.next() else {
+                throw TermindError(code: "socket.closed", message: "The termind server closed the connection before the operation ended.")
+            }
+            let value = try JSONCoding.parse(line, source: "The server's reply")
+            guard case .object(let object) = value else { continue }
+            if object["ok"] != nil {
+                return try Envelope.parseReply(line).result.get()
+            }
+            if let answer = try onEvent(object) {
+                _ = streamMessage(id: id, ["answer": answer])
+            }
+        }
+    }
+
+    /// Sends one stream message (input, inputEnd, cancel) for stream `id`.
+    @discardableResult
+    public func streamMessage(id: JSONValue, _ fields: [String: JSONValue]) -> Bool {
+        var object = fields
+        object["id"] = id
+        guard var line = try? JSONCoding.encode(JSONValue.object(object)) else { return false }
+        line += Data("\n".utf8)
+        return send(line)
+    }
+
+    /// The id the next stream or call will use.
+    public var upcomingID: JSONValue { .integer(nextID) }
+
+    private let writeLock = NSLock()
+    private func send(_ data: Data) -> Bool { writeLock.withLock { SocketIO.writeAll(fd, data) } }
 
     /// Sends raw bytes (tests use this to send malformed envelopes).
     public func sendRaw(_ data: Data) -> Bool { SocketIO.writeAll(fd, data) }

@@ -21,11 +21,17 @@ public final class ControlServer: @unchecked Sendable {
     private var clients: [UInt64: Int32] = [:]
     private var nextConnection: UInt64 = 1
     private var stopped = false
+    private var streamHandlers: [String: StreamSession.Handler] = [:]
 
     public init(path: String, kernel: Kernel, logger: Logger) {
         self.path = path
         self.kernel = kernel
         self.logger = logger.child("socket")
+    }
+
+    /// Serves streams named `name` (e.g. "ssh.exec@1") with `handler`; see StreamSession.
+    public func register(stream name: String, handler: @escaping StreamSession.Handler) {
+        lock.withLock { streamHandlers[name] = handler }
     }
 
     /// Binds and listens. Refuses to replace a socket another server still answers on.
@@ -135,6 +141,7 @@ public final class ControlServer: @unchecked Sendable {
             logger.warning("socket.client.write_failed", ["connection": .int(Int(connection))])
         }
         let reply: @Sendable (Data) -> Void = { line in writer.send(line) }
+        let streams = StreamTable()
         loop: while true {
             switch reader.next() {
             case .end:
@@ -142,6 +149,37 @@ public final class ControlServer: @unchecked Sendable {
             case .oversized:
                 reply(Envelope.failure(id: .null, error: TermindError(code: "envelope.too_large", message: "The envelope is larger than \(Envelope.maximumBytes) bytes and was skipped.")))
             case .line(let line):
+                if let streamLine = StreamLine.parse(line) {
+                    switch streamLine {
+                    case .message(let id, let object):
+                        streams.session(id)?.receive(object)
+                    case .open(let id, let name, let body):
+                        guard let handler = lock.withLock({ streamHandlers[name] }) else {
+                            reply(Envelope.failure(id: id, error: TermindError(code: "stream.unknown", message: "This termind server has no stream '\(name)'.")))
+                            continue
+                        }
+                        let session = StreamSession(id: id, emit: reply)
+                        guard streams.add(session) else {
+                            reply(Envelope.failure(id: id, error: TermindError(code: "stream.duplicate_id", message: "A stream with this id is already running on the connection.")))
+                            continue
+                        }
+                        slots.wait()
+                        group.enter()
+                        session.start(Task {
+                            defer { streams.remove(session); session.finish(); slots.signal(); group.leave() }
+                            do {
+                                reply(Envelope.success(id: id, body: try await handler(body, session)))
+                            } catch let error as TermindError {
+                                reply(Envelope.failure(id: id, error: error))
+                            } catch is CancellationError {
+                                reply(Envelope.failure(id: id, error: TermindError(code: "stream.cancelled", message: "The operation was cancelled.")))
+                            } catch {
+                                reply(Envelope.failure(id: id, error: .internalFailure("The operation failed: \(type(of: error)).")))
+                            }
+                        })
+                    }
+                    continue
+                }
                 switch Envelope.parseRequest(line) {
                 case .failure(let failure):
                     reply(Envelope.failure(id: failure.id, error: failure.error))
@@ -162,6 +200,8 @@ public final class ControlServer: @unchecked Sendable {
                 }
             }
         }
+        // The client is gone: its streams are cancelled (nobody can answer their questions).
+        streams.cancelAll()
         group.wait()
         lock.withLock { _ = clients.removeValue(forKey: connection) }
         close(fd)
@@ -220,5 +260,29 @@ final class ReplyWriter: @unchecked Sendable {
     private func fail() {
         onFailure()
         shutdown(fd, Int32(SHUT_RDWR))
+    }
+}
+
+/// The streams running on one connection, by id.
+final class StreamTable: @unchecked Sendable {
+    private let lock = NSLock()
+    private var sessions: [JSONValue: StreamSession] = [:]
+
+    func add(_ session: StreamSession) -> Bool {
+        lock.withLock {
+            guard sessions[session.id] == nil else { return false }
+            sessions[session.id] = session
+            return true
+        }
+    }
+
+    func session(_ id: JSONValue) -> StreamSession? { lock.withLock { sessions[id] } }
+
+    func remove(_ session: StreamSession) {
+        lock.withLock { if sessions[session.id] === session { sessions[session.id] = nil } }
+    }
+
+    func cancelAll() {
+        for session in lock.withLock({ Array(sessions.values) }) { session.cancel() }
     }
 }

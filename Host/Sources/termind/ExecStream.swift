@@ -1,0 +1,224 @@
+import Foundation
+import TermindCore
+import TermindKernel
+import TermindSSH
+
+/// `termind exec` inside `termind serve`: the stream "ssh.exec@1" over the control socket.
+/// The server resolves the route with its Vault, opens (or reuses) the route's connection
+/// from its pool, and streams stdout/stderr back; host-key and keyboard-interactive
+/// questions travel to the client, which asks on its terminal; the client's standard input
+/// travels to the command. Connections stay in the server's pool for the next invocation.
+enum ExecStream {
+    static let name = "ssh.exec@1"
+
+    struct Request: Codable {
+        var target: String
+        var command: String
+        var user: String?
+        var identity: String?
+        var timeout: Double?
+        var connectTimeout: Double?
+        /// "once" or "save": answer an unknown host key without asking.
+        var acceptHostKey: String?
+    }
+
+    struct Result: Codable {
+        var exitStatus: Int32?
+        var exitSignal: String?
+    }
+
+    // MARK: - Server
+
+    /// Registers the stream on `server`; connections live in `pool`.
+    static func register(on server: ControlServer, kernel: Kernel, pool: SSHConnectionPool) {
+        server.register(stream: name) { body, session in
+            let request: Request
+            do {
+                request = try JSONDecoder().decode(Request.self, from: body)
+            } catch {
+                throw TermindError.badRequest("The ssh.exec@1 request needs target and command (strings).")
+            }
+            return try JSONCoding.encode(try await serve(request, session: session, kernel: kernel, pool: pool))
+        }
+    }
+
+    private static func serve(_ request: Request, session: StreamSession, kernel: Kernel, pool: SSHConnectionPool) async throws -> Result {
+        guard let trust = kernel.port(.hostKeyTrust), let credentialsPort = kernel.port(.credentials) else {
+            throw TermindError(code: "exec.unavailable", message: "termind exec needs the Vault, which is not running in this server (termind features).")
+        }
+        var options = Exec.Options()
+        options.target = request.target
+        options.user = request.user
+        options.identity = request.identity
+        options.timeout = request.timeout
+        options.connectTimeout = request.connectTimeout
+        let (resolved, credentials) = try await Exec.resolve(options, kernel: kernel, credentials: credentialsPort)
+        // Connections are shared only between invocations that asked for the same thing.
+        let route = SSHRoute(resolved.hops, context: "\(request.target)\u{1F}\(request.user ?? "")\u{1F}\(request.identity ?? "")")
+        var deadlines = SSHDeadlines()
+        if let limit = request.connectTimeout {
+            deadlines.resolve = limit
+            deadlines.connect = limit
+            deadlines.handshake = limit
+        }
+        let preset = request.acceptHostKey
+        let policy = SSHOpenPolicy(trust: trust, deadlines: deadlines, credentials: { hop in
+            credentials["\(hop.host.lowercased()):\(hop.port)"] ?? SSHCredentials()
+        }, keyboardInteractive: { challenge in
+            let prompts = challenge.prompts.map { JSONValue.object(["text": .string($0.text), "echo": .bool($0.echo)]) }
+            let answer = await session.ask(.object(["kind": .string("keyboardInteractive"), "host": .string(challenge.host),
+                                                    "name": .string(challenge.name), "instruction": .string(challenge.instruction),
+                                                    "prompts": .array(prompts)]))
+            guard case .array(let answers)? = answer?["answers"] else { return nil }
+            return answers.map { Secret($0.stringValue ?? "") }
+        }) { question in
+            if preset == "once" { return .acceptOnce }
+            if preset == "save" { return .acceptAndSave }
+            let answer = await session.ask(.object(["kind": .string("hostKey"), "host": .string(question.host), "port": .integer(Int64(question.port)),
+                                                    "algorithm": .string(question.algorithm), "fingerprint": .string(question.fingerprint)]))
+            switch answer?["answer"]?.stringValue {
+            case "once"?: return .acceptOnce
+            case "save"?: return .acceptAndSave
+            default: return .reject
+            }
+        }
+        let connection = try await pool.connection(for: route, policy: policy)
+        let channel = try await connection.openChannel(.exec(request.command))
+        let feeder = Task {
+            for await chunk in session.input { try await channel.write(chunk) }
+            channel.closeInput()
+        }
+        let timedOut = TimeoutFlag()
+        let timer = request.timeout.map { seconds in
+            Task {
+                try await Task.sleep(nanoseconds: UInt64(seconds * 1_000_000_000))
+                timedOut.set()
+                channel.close()
+            }
+        }
+        defer {
+            feeder.cancel()
+            timer?.cancel()
+        }
+        do {
+            while let (stream, data) = try await channel.next() {
+                session.emit(stream == .stdout ? "stdout" : "stderr", data: data)
+            }
+        } catch {
+            channel.close()
+            throw error
+        }
+        if timedOut.isSet {
+            throw TermindError(code: "ssh.timeout", message: "The command on \(connection.target.host) did not finish within \(request.timeout ?? 0) s; its channel was closed.")
+        }
+        guard let exit = channel.exit else {
+            throw TermindError(code: "ssh.cancelled", message: "The command was cancelled; its channel was closed.")
+        }
+        return Result(exitStatus: exit.signal == nil ? exit.status : nil, exitSignal: exit.signal)
+    }
+
+    // MARK: - Client
+
+    /// Runs the command through the server at `client`, with questions asked here.
+    static func runRemote(_ options: Exec.Options, inv: Invocation, client: ControlClient) throws -> Invocation.Exit {
+        let command = options.command.count == 1 ? options.command[0] : options.command.map(Exec.shellQuote).joined(separator: " ")
+        let preset: String? = switch options.acceptHostKey {
+        case .acceptOnce?: "once"
+        case .acceptAndSave?: "save"
+        default: nil
+        }
+        let request = Request(target: options.target, command: command, user: options.user, identity: options.identity,
+                              timeout: options.timeout, connectTimeout: options.connectTimeout, acceptHostKey: preset)
+        let collected = Collected()
+        let body = try client.stream(name, body: try JSONCoding.encode(request), onOpen: { id in
+            // Standard input follows the open line (the command sees EOF at once on a terminal).
+            guard isatty(STDIN_FILENO) != 1 else {
+                client.streamMessage(id: id, ["inputEnd": .bool(true)])
+                return
+            }
+            let thread = Thread {
+                var buffer = [UInt8](repeating: 0, count: 65_536)
+                while true {
+                    let n = read(STDIN_FILENO, &buffer, buffer.count)
+                    if n < 0 && errno == EINTR { continue }
+                    guard n > 0 else { break }
+                    guard client.streamMessage(id: id, ["input": .string(Data(buffer[0..<n]).base64EncodedString())]) else { return }
+                }
+                client.streamMessage(id: id, ["inputEnd": .bool(true)])
+            }
+            thread.start()
+        }) { event in
+            switch event["event"]?.stringValue {
+            case "stdout"?, "stderr"?:
+                guard let data = event["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }) else { return nil }
+                let isOut = event["event"]?.stringValue == "stdout"
+                if inv.json { collected.add(data, stdout: isOut) } else {
+                    (isOut ? FileHandle.standardOutput : FileHandle.standardError).write(data)
+                }
+                return nil
+            case "ask"?:
+                guard case .integer(let askID)? = event["askID"], let ask = event["ask"] else { return nil }
+                return answer(ask, askID: askID)
+            default:
+                return nil
+            }
+        }
+        let result = try JSONDecoder().decode(Result.self, from: body)
+        if inv.json {
+            struct Report: Encodable { let exitStatus: Int32?; let exitSignal: String?; let stdout: String; let stderr: String; let truncated: Bool }
+            Output.json(Report(exitStatus: result.exitStatus, exitSignal: result.exitSignal, stdout: String(decoding: collected.out, as: UTF8.self),
+                               stderr: String(decoding: collected.err, as: UTF8.self), truncated: collected.truncated))
+        }
+        if let signal = result.exitSignal {
+            if !inv.json { Output.error("the remote command was killed by SIG\(signal).") }
+            exit(128 + 15)
+        }
+        exit(result.exitStatus ?? 255)
+    }
+
+    /// Asks the person at this terminal what the server asks.
+    private static func answer(_ ask: JSONValue, askID: Int64) -> JSONValue {
+        switch ask["kind"]?.stringValue {
+        case "hostKey"?:
+            let question = HostKeyQuestion(host: ask["host"]?.stringValue ?? "?", port: { if case .integer(let port)? = ask["port"] { return Int(port) }; return 22 }(),
+                                           algorithm: ask["algorithm"]?.stringValue ?? "?", fingerprint: ask["fingerprint"]?.stringValue ?? "?")
+            let decision: String = switch Exec.ask(question) {
+            case .acceptOnce: "once"
+            case .acceptAndSave: "save"
+            case .reject: "reject"
+            }
+            return .object(["askID": .integer(askID), "answer": .string(decision)])
+        case "keyboardInteractive"?:
+            var prompts: [KeyboardInteractiveChallenge.Prompt] = []
+            if case .array(let list)? = ask["prompts"] {
+                prompts = list.map { .init(text: $0["text"]?.stringValue ?? "", echo: $0["echo"] == .bool(true)) }
+            }
+            let challenge = KeyboardInteractiveChallenge(requestID: UInt64(askID), host: ask["host"]?.stringValue ?? "",
+                                                         name: ask["name"]?.stringValue ?? "", instruction: ask["instruction"]?.stringValue ?? "",
+                                                         prompts: prompts)
+            guard let answers = Exec.askKeyboardInteractive(challenge) else { return .object(["askID": .integer(askID)]) }
+            return .object(["askID": .integer(askID), "answers": .array(answers.map { secret in secret.withPlaintext { JSONValue.string($0) } })])
+        default:
+            return .object(["askID": .integer(askID)])
+        }
+    }
+
+    private final class TimeoutFlag: @unchecked Sendable {
+        private let lock = NSLock()
+        private var value = false
+        func set() { lock.withLock { value = true } }
+        var isSet: Bool { lock.withLock { value } }
+    }
+
+    /// Output kept for --json, each stream bounded like in-process exec.
+    private final class Collected: @unchecked Sendable {
+        static let limit = 16 << 20
+        var out = Data(), err = Data(), truncated = false
+        func add(_ data: Data, stdout: Bool) {
+            let current = stdout ? out.count : err.count
+            let room = max(0, Self.limit - current)
+            if data.count > room { truncated = true }
+            if stdout { out += data.prefix(room) } else { err += data.prefix(room) }
+        }
+    }
+}
