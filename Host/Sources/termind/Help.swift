@@ -24,6 +24,8 @@ enum Help {
                                hop's host key is checked; keyboard-interactive prompts and
                                unknown keys are asked on the terminal (refused without one).
                                --connect-timeout bounds DNS, TCP connect and handshake per hop.
+                               With 'termind serve' running, exec runs inside it and reuses
+                               its connection to the route (--local: in this process).
       secrets status           How the encrypted secret store is protected.
       secrets protect --passphrase -
                                Protect it with a passphrase typed (or piped) on standard input;
