@@ -61,10 +61,8 @@ struct Authenticator {
         let parsed = try SSHPrivateKey.parse(key, passphrase: credentials.passphrase)
         let publicLine = Array(parsed.publicKey.openSSHLine(comment: nil).utf8)
         let privateText = parsed.openSSHPrivateKeyText()
-        let rc = try privateText.withPlaintext { text -> Int32 in
-            var privateBytes = Array(text.utf8)
-            defer { privateBytes.withUnsafeMutableBytes { termind_ssh2_wipe($0.baseAddress, $0.count) } }
-            return try engine.retry("Public key authentication", deadline: deadline) { session in
+        let rc = try Self.withWipedBytes(privateText) { privateBytes -> Int32 in
+            try engine.retry("Public key authentication", deadline: deadline) { session in
                 user.withUnsafeBufferPointer { u in
                     publicLine.withUnsafeBufferPointer { p in
                         privateBytes.withUnsafeBufferPointer { k in
@@ -113,10 +111,8 @@ struct Authenticator {
 
     private func password(_ password: Secret) throws -> Bool {
         let user = Array(target.username.utf8)
-        let rc = try password.withPlaintext { text -> Int32 in
-            var bytes = Array(text.utf8)
-            defer { bytes.withUnsafeMutableBytes { termind_ssh2_wipe($0.baseAddress, $0.count) } }
-            return try engine.retry("Password authentication", deadline: deadline) { session in
+        let rc = try Self.withWipedBytes(password) { bytes -> Int32 in
+            try engine.retry("Password authentication", deadline: deadline) { session in
                 user.withUnsafeBufferPointer { u in
                     bytes.withUnsafeBufferPointer { p in
                         u.withMemoryRebound(to: CChar.self) { uc in
@@ -171,6 +167,15 @@ struct Authenticator {
     }
 
     fileprivate static func nextRequestID() -> UInt64 { requestIDs.next() }
+
+    /// The secret's UTF-8 bytes for `body`, wiped afterwards.
+    static func withWipedBytes<T>(_ secret: Secret, _ body: ([UInt8]) throws -> T) rethrows -> T {
+        try secret.withPlaintext { text in
+            var bytes = Array(text.utf8)
+            defer { bytes.withUnsafeMutableBytes { termind_ssh2_wipe($0.baseAddress, $0.count) } }
+            return try body(bytes)
+        }
+    }
 }
 
 /// The state of one keyboard-interactive attempt, reached from libssh2's C callback.
@@ -226,10 +231,8 @@ final class KeyboardInteractiveContext {
         for index in 0..<count {
             // libssh2 frees (and our allocator wipes) each response.
             if let answer = answers?[index] {
-                _ = answer.withPlaintext { text in
-                    var bytes = Array(text.utf8)
-                    defer { bytes.withUnsafeMutableBytes { termind_ssh2_wipe($0.baseAddress, $0.count) } }
-                    return bytes.withUnsafeBufferPointer { buffer in
+                _ = Authenticator.withWipedBytes(answer) { bytes in
+                    bytes.withUnsafeBufferPointer { buffer in
                         buffer.withMemoryRebound(to: CChar.self) { termind_ssh2_set_response(responses, Int32(index), $0.baseAddress, UInt32(buffer.count)) }
                     }
                 }

@@ -72,9 +72,8 @@ public final class SSHSFTP: Sendable {
 
     /// The names in a directory (without "." and ".."), with their attributes.
     public func list(_ path: String) async throws -> [(name: String, attributes: SFTPAttributes)] {
-        let file = try await openHandle(path, flags: 0, mode: 0, directory: true)
-        var entries: [(String, SFTPAttributes)] = []
-        do {
+        let entries = try await withHandle(path, flags: 0, mode: 0, directory: true) { file -> [(String, SFTPAttributes)] in
+            var entries: [(String, SFTPAttributes)] = []
             while true {
                 let next: (String, SFTPAttributes)?? = try await request("Listing \(path)") { _ in
                     var buffer = [CChar](repeating: 0, count: 1024)
@@ -89,20 +88,16 @@ public final class SSHSFTP: Sendable {
                 guard let entry = next ?? nil else { break }
                 if entry.0 != "." && entry.0 != ".." { entries.append(entry) }
             }
-        } catch {
-            await closeHandle(file)
-            throw error
+            return entries
         }
-        await closeHandle(file)
         return entries.sorted { $0.0 < $1.0 }.map { (name: $0.0, attributes: $0.1) }
     }
 
     /// Reads a whole file, at most `limit` bytes (a longer file is an error naming it).
     public func read(_ path: String, limit: Int = 64 << 20) async throws -> Data {
-        let file = try await openHandle(path, flags: UInt(LIBSSH2_FXF_READ), mode: 0, directory: false)
         let collected = UncheckedBox(Data())
-        do {
-            _ = try await request("Reading \(path)") { _ -> Bool? in
+        try await withHandle(path, flags: UInt(LIBSSH2_FXF_READ), mode: 0, directory: false) { file in
+            _ = try await self.request("Reading \(path)") { _ -> Bool? in
                 var buffer = [CChar](repeating: 0, count: Self.stepBytes)
                 var moved = 0
                 while moved < Self.stepBytes {
@@ -119,21 +114,16 @@ public final class SSHSFTP: Sendable {
                 if moved > 0 { self.engine.noteProgress() }
                 return nil
             }
-        } catch {
-            await closeHandle(file)
-            throw error
         }
-        await closeHandle(file)
         return collected.value
     }
 
     /// Writes `data` to `path`, creating or truncating it with `mode`.
     public func write(_ path: String, _ data: Data, mode: Int = 0o644) async throws {
         let flags = UInt(LIBSSH2_FXF_WRITE | LIBSSH2_FXF_CREAT | LIBSSH2_FXF_TRUNC)
-        let file = try await openHandle(path, flags: flags, mode: mode, directory: false)
         let offset = UncheckedBox(0)
-        do {
-            _ = try await request("Writing \(path)") { _ -> Bool? in
+        try await withHandle(path, flags: flags, mode: mode, directory: false) { file in
+            _ = try await self.request("Writing \(path)") { _ -> Bool? in
                 var moved = 0
                 while offset.value < data.count && moved < Self.stepBytes && self.engine.canSend {
                     // The same bytes are offered again after EAGAIN.
@@ -150,11 +140,7 @@ public final class SSHSFTP: Sendable {
                 if moved > 0 { self.engine.noteProgress() }
                 return nil
             }
-        } catch {
-            await closeHandle(file)
-            throw error
         }
-        await closeHandle(file)
     }
 
     public func remove(_ path: String) async throws {
@@ -195,6 +181,20 @@ public final class SSHSFTP: Sendable {
             if let opened { return UncheckedBox(opened) }
             if libssh2_session_last_errno(self.engine.session!) == termind_ssh2_error_eagain() { return nil }
             throw self.failure("open", path)
+        }
+    }
+
+    /// Opens `path`, runs `body` with the handle, and closes it whether `body` succeeded.
+    private func withHandle<T>(_ path: String, flags: UInt, mode: Int, directory: Bool,
+                               _ body: (UncheckedBox<OpaquePointer>) async throws -> T) async throws -> T {
+        let file = try await openHandle(path, flags: flags, mode: mode, directory: directory)
+        do {
+            let result = try await body(file)
+            await closeHandle(file)
+            return result
+        } catch {
+            await closeHandle(file)
+            throw error
         }
     }
 
