@@ -585,10 +585,15 @@ final class SessionEngine: @unchecked Sendable {
     /// the loop end. Engine thread only.
     private func die(_ error: TermindError, disconnect: Bool) {
         guard let session else { return }
-        lock.withLock {
+        // Observers learn first, so that by the time any caller sees its operation fail,
+        // the connection already reports why it ended (and a pool has let go of it).
+        let observers: [(TermindError) -> Void] = lock.withLock {
             if deathError == nil { deathError = error }
             stopping = true
+            defer { deathObservers.removeAll() }
+            return deathObservers
         }
+        for observer in observers { observer(deathError ?? error) }
         let pending = operations
         operations.removeAll()
         for operation in pending { operation.finish(.failure(error)) }
