@@ -9,6 +9,7 @@ import TermindSSH
 //   connection set-up        vs  ssh host true
 //   exec round trip          vs  ssh through a ControlMaster connection
 //   8 commands at once       vs  8 ssh clients on the same ControlMaster at once
+//   termind exec via serve   vs  ssh -S (ControlMaster): whole CLI processes, connection kept
 //   1 GiB over one channel   vs  ssh (same ControlMaster) 'head -c 1G /dev/zero' > /dev/null
 // Usage: termind-ssh-bench [--mib N]
 
@@ -110,7 +111,40 @@ for _ in 0..<10 {
 }
 rows.append(("8 commands at once on one connection, median of 10", median(ours) * 1e3, median(theirs) * 1e3, "ms"))
 
-// 4. Throughput over one channel.
+// 4. The CLI: `termind exec` processes inside a running `termind serve` (which keeps the
+// connection) against `ssh` processes on the ControlMaster — each a whole process start.
+let binFolder = (CommandLine.arguments[0].hasPrefix("/") ? CommandLine.arguments[0]
+                 : FileManager.default.currentDirectoryPath + "/" + CommandLine.arguments[0]) as NSString
+let termindPath = binFolder.deletingLastPathComponent + "/termind"
+if FileManager.default.isExecutableFile(atPath: termindPath) {
+    var environment = ProcessInfo.processInfo.environment
+    environment["HOME"] = directory.file("home")
+    environment["TERMIND_SOCKET"] = directory.file("control.sock")
+    environment["SSH_AUTH_SOCK"] = nil
+    let store = ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("secrets.key")]
+    let serve = try SpawnedProcess(termindPath, store + ["serve", "--json"], environment: environment, captureOutput: false)
+    serve.closeInput()
+    for _ in 0..<400 where !FileManager.default.fileExists(atPath: directory.file("control.sock")) { usleep(25_000) }
+    let line = "ssh -p \(server.port) -i \(keyPath) \(user)@127.0.0.1"
+    func termindExec() throws -> Double {
+        let start = now()
+        let result = try ProcessRunner.run(termindPath, store + ["exec", line, "--accept-host-key", "once", "--", "true"], environment: environment)
+        guard result.status == 0 else { throw TermindError(code: "bench.termind", message: "termind exec failed: \(result.stderr)") }
+        return now() - start
+    }
+    _ = try termindExec()  // opens the server's connection
+    ours = []
+    theirs = []
+    for _ in 0..<20 {
+        ours.append(try termindExec())
+        theirs.append(try ssh(["-S", control], "true"))
+    }
+    rows.append(("termind exec via serve vs ssh -S, median of 20", median(ours) * 1e3, median(theirs) * 1e3, "ms"))
+    serve.signal(SIGTERM)
+    serve.wait()
+}
+
+// 5. Throughput over one channel.
 let bytes = mib << 20
 let received = Counter()
 var start = now()
