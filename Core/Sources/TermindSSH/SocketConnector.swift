@@ -1,3 +1,4 @@
+internal import CLibSSH2
 import Dispatch
 import Foundation
 import TermindCore
