@@ -499,6 +499,50 @@ final class SSHChannelTests: XCTestCase {
         await connection.close()
     }
 
+    func testCancellingEndsAWaitForTheAgentsConfirmation() async throws {
+        // The key needs confirmation (ssh-add -c) and the agent's askpass never answers.
+        let agentDirectory = try TemporaryDirectory("termind-agent")
+        defer { agentDirectory.remove() }
+        let askpass = try agentDirectory.write("askpass.sh", "#!/bin/sh\ntouch \(agentDirectory.file("asked"))\nexec sleep 60\n")
+        chmod(askpass, 0o755)
+        var environment = ProcessInfo.processInfo.environment
+        environment["SSH_ASKPASS"] = askpass
+        environment["SSH_ASKPASS_REQUIRE"] = "force"
+        environment["DISPLAY"] = ":0"
+        let socket = agentDirectory.file("agent.sock")
+        let agent = try SpawnedProcess("/usr/bin/ssh-agent", ["-D", "-a", socket], environment: environment, captureOutput: false)
+        defer {
+            agent.signal(SIGKILL)
+            agent.wait()
+            _ = try? ProcessRunner.run("/usr/bin/pkill", ["-f", askpass])
+        }
+        agent.closeInput()
+        for _ in 0..<200 where !FileManager.default.fileExists(atPath: socket) { usleep(10_000) }
+        let keyFile = agentDirectory.file("confirm")
+        try clientKey.write(toFile: keyFile, atomically: true, encoding: .utf8)
+        chmod(keyFile, 0o600)
+        let added = try ProcessRunner.run("/usr/bin/ssh-add", ["-q", "-c", keyFile], environment: ["SSH_AUTH_SOCK": socket])
+        XCTAssertEqual(added.status, 0, added.stderr)
+
+        let (target, trust) = (self.target, self.trust!)
+        let attempt = Task {
+            try await SSHConnection.open(target, credentials: SSHCredentials(agentSocket: socket), trust: trust) { _ in .acceptOnce }
+        }
+        for _ in 0..<100 where !FileManager.default.fileExists(atPath: agentDirectory.file("asked")) {
+            try await Task.sleep(nanoseconds: 50_000_000)
+        }
+        XCTAssertTrue(FileManager.default.fileExists(atPath: agentDirectory.file("asked")), "the agent is waiting for its confirmation")
+        let cancelled = Date()
+        attempt.cancel()
+        do {
+            _ = try await attempt.value
+            XCTFail("nobody confirmed")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.cancelled", error.message)
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(cancelled), 3, "cancelling ends the wait for the agent")
+    }
+
     func testRoutesAreCheckedBeforeAnythingConnects() async throws {
         let hop = { (host: String, port: Int) in SSHTarget(host: host, port: port, username: "u") }
         XCTAssertThrowsError(try SSHRoute([hop("a", 22), hop("b", 22), hop("A", 22)]).validate()) { error in

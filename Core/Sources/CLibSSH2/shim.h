@@ -6,6 +6,7 @@
 // libssh2's convenience names are macros Swift cannot import; these are their expansions.
 #include <errno.h>
 #include <malloc.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -46,6 +47,7 @@ static inline void *termind_ssh2_realloc(void *pointer, size_t count, void **abs
 typedef struct termind_ssh2_context {
     void *owner;               // the Swift engine, for callbacks
     int fd;                    // the session's socket (libssh2 also sends to ssh-agent through the callback)
+    int *cancel;               // set (atomically) when the opening in progress is cancelled
     unsigned char *out;
     size_t out_length, out_capacity, out_start;
     int discard;               // never send anything more (authentication was abandoned)
@@ -116,11 +118,33 @@ static inline int termind_ssh2_flush(termind_ssh2_context *context, int fd) {
     return 0;
 }
 
+/// Receiving: the session's socket is read as libssh2 itself would. Any other socket is
+/// ssh-agent's, which libssh2 reads blocking on the engine thread; it is waited on in
+/// slices so that cancelling the attempt ends even a wait for the agent's confirmation.
+static inline ssize_t termind_ssh2_recv(libssh2_socket_t socket, void *buffer, size_t length, int flags, void **abstract) {
+    termind_ssh2_context *context = (termind_ssh2_context *)*abstract;
+    if (socket != context->fd) {
+        for (;;) {
+            if (context->cancel && __atomic_load_n(context->cancel, __ATOMIC_SEQ_CST)) return -ECANCELED;
+            struct pollfd waiting = { socket, POLLIN, 0 };
+            int ready = poll(&waiting, 1, 100);
+            if (ready > 0) break;
+            if (ready < 0 && errno != EINTR) return -errno;
+        }
+    }
+    ssize_t received = recv(socket, buffer, length, flags);
+    return received < 0 ? -errno : received;
+}
+static inline void termind_ssh2_set_flag(int *flag, int value) { __atomic_store_n(flag, value, __ATOMIC_SEQ_CST); }
+
 // The session's abstract pointer is the context: it comes back to callbacks as *abstract.
 static inline LIBSSH2_SESSION *termind_ssh2_session_init(termind_ssh2_context *context, int fd) {
     context->fd = fd;
     LIBSSH2_SESSION *session = libssh2_session_init_ex(termind_ssh2_alloc, termind_ssh2_free, termind_ssh2_realloc, context);
-    if (session) libssh2_session_callback_set2(session, LIBSSH2_CALLBACK_SEND, (libssh2_cb_generic *)termind_ssh2_send);
+    if (session) {
+        libssh2_session_callback_set2(session, LIBSSH2_CALLBACK_SEND, (libssh2_cb_generic *)termind_ssh2_send);
+        libssh2_session_callback_set2(session, LIBSSH2_CALLBACK_RECV, (libssh2_cb_generic *)termind_ssh2_recv);
+    }
     return session;
 }
 static inline int termind_ssh2_session_disconnect(LIBSSH2_SESSION *s, const char *description) {

@@ -86,6 +86,8 @@ struct Authenticator {
     private enum AgentOutcome { case accepted, rejected(Int), unavailable }
 
     /// Offers each key the agent holds (the agent signs; no private key enters termind).
+    /// The agent is read in slices (shim.h's receive callback), so cancelling ends even a
+    /// wait for its confirmation.
     private func agent(_ socket: String) throws -> AgentOutcome {
         guard let session = engine.session, let agent = libssh2_agent_init(session) else { return .unavailable }
         defer { libssh2_agent_free(agent) }
@@ -104,8 +106,10 @@ struct Authenticator {
                 libssh2_agent_userauth(agent, target.username, identity)
             }
             if rc == 0 { return .accepted }
+            try engine.checkCancelled("ssh-agent authentication")
             try failIfLost(rc)
         }
+        try engine.checkCancelled("ssh-agent authentication")
         return offered == 0 ? .unavailable : .rejected(offered)
     }
 

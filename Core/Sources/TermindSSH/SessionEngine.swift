@@ -28,6 +28,13 @@ final class SessionEngine: @unchecked Sendable {
     private(set) var session: OpaquePointer?
     /// The outbound buffer libssh2's send callback fills (see shim.h); engine thread only.
     private var context: UnsafeMutablePointer<termind_ssh2_context>?
+    /// Set while the opening in progress is cancelled; read by the C receive callback (it
+    /// outlives the session: freed in deinit).
+    private let cancelWord: UnsafeMutablePointer<Int32> = {
+        let word = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
+        word.initialize(to: 0)
+        return word
+    }()
     /// Above this many unsent bytes, pumps hold back new channel data until the socket drains.
     static let sendBacklogLimit = 1 << 20
 
@@ -81,6 +88,7 @@ final class SessionEngine: @unchecked Sendable {
             throw SSHError.make("ssh.session_failed", "Could not create an SSH session for \(endpoint).")
         }
         context.pointee.owner = Unmanaged.passUnretained(self).toOpaque()
+        context.pointee.cancel = cancelWord
         libssh2_session_set_blocking(session, 0)
         self.context = context
         self.session = session
@@ -92,6 +100,7 @@ final class SessionEngine: @unchecked Sendable {
     deinit {
         close(wakeFD)
         scratch.deallocate()
+        cancelWord.deallocate()
     }
 
     // MARK: - Submitting work (any thread)
@@ -105,13 +114,18 @@ final class SessionEngine: @unchecked Sendable {
                 submit { engine in
                     if let error = engine.deathError { continuation.resume(throwing: error); return }
                     engine.performCancelled = cancelled
+                    termind_ssh2_set_flag(engine.cancelWord, cancelled.isSet ? 1 : 0)
                     engine.interactionPause = 0
-                    defer { engine.performCancelled = nil }
+                    defer {
+                        engine.performCancelled = nil
+                        termind_ssh2_set_flag(engine.cancelWord, 0)
+                    }
                     continuation.resume(with: Result { try body(engine) })
                 }
             }
         } onCancel: {
             cancelled.set()
+            termind_ssh2_set_flag(self.cancelWord, 1)
             self.wake()
         }
     }
