@@ -319,6 +319,10 @@ final class ExecCommandTests: XCTestCase {
         let result = try termind(["exec", "ssh -p \(server.port) -i \(directory.file("id")) \(NSUserName())@127.0.0.1", "--accept-host-key", "once", "--", "id", "-un"])
         XCTAssertEqual(result.status, 0, result.stderr)
         XCTAssertEqual(result.stdout, "\(NSUserName())\n")
+        // A command ended by a signal exits as a shell reports it: 128 + the signal's number.
+        let killed = try termind(["exec", "ssh -p \(server.port) -i \(directory.file("id")) \(NSUserName())@127.0.0.1", "--accept-host-key", "once", "--", "kill -KILL $$"])
+        XCTAssertEqual(killed.status, 128 + 9, killed.stderr)
+        XCTAssertTrue(killed.stderr.contains("SIGKILL"), killed.stderr)
         let usage = try termind(["exec", "box"])
         XCTAssertEqual(usage.status, 2)
     }

@@ -229,5 +229,4 @@ static inline ssize_t termind_ssh2_sftp_write_shim(LIBSSH2_SFTP_HANDLE *handle, 
 
 static inline const char *termind_ssh2_version(void) { return libssh2_version(0); }
 static inline int termind_ssh2_error_eagain(void) { return LIBSSH2_ERROR_EAGAIN; }
-static inline int termind_ssh2_hostkey_hash_sha256(void) { return LIBSSH2_HOSTKEY_HASH_SHA256; }
 #endif

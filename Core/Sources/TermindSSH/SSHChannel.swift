@@ -8,6 +8,24 @@ public enum ExecStream: Sendable, Equatable {
     case stdout, stderr
 }
 
+/// A command's stdout and stderr, each kept up to `limit` bytes; what is beyond is read,
+/// dropped and marks the output `truncated`.
+public struct ExecOutput: Sendable {
+    public let limit: Int
+    public private(set) var stdout = Data()
+    public private(set) var stderr = Data()
+    public private(set) var truncated = false
+
+    public init(limit: Int) { self.limit = limit }
+
+    public mutating func append(_ stream: ExecStream, _ chunk: Data) {
+        let kept = stream == .stdout ? stdout.count : stderr.count
+        let room = max(0, limit - kept)
+        if chunk.count > room { truncated = true }
+        if stream == .stdout { stdout += chunk.prefix(room) } else { stderr += chunk.prefix(room) }
+    }
+}
+
 /// How a channel's remote process ended.
 public struct ChannelExit: Sendable, Equatable {
     /// The remote exit status; nil when the process ended by a signal or reported nothing.
@@ -26,9 +44,9 @@ public final class SSHChannel: Sendable {
     private let pump: ChannelPump
     let isPTY: Bool
     /// The connection (and through it the route) stays open while a channel is in use.
-    private let owner: (any Sendable)?
+    private let owner: SSHConnection
 
-    init(engine: SessionEngine, pump: ChannelPump, isPTY: Bool, owner: (any Sendable)? = nil) {
+    init(engine: SessionEngine, pump: ChannelPump, isPTY: Bool, owner: SSHConnection) {
         self.owner = owner
         self.engine = engine
         self.pump = pump
@@ -97,21 +115,12 @@ public final class SSHChannel: Sendable {
 
     /// Reads everything until the channel ends, each stream bounded by `limit` bytes (the
     /// rest is read and discarded, and `truncated` is set).
-    func collect(limit: Int, output: (@Sendable (ExecStream, Data) -> Void)?) async throws -> (Data, Data, Bool) {
-        var out = Data(), err = Data(), truncated = false
+    func collect(limit: Int, output: (@Sendable (ExecStream, Data) -> Void)?) async throws -> ExecOutput {
+        var collected = ExecOutput(limit: limit)
         while let (stream, chunk) = try await next() {
-            if let output { output(stream, chunk); continue }
-            if stream == .stdout {
-                let room = max(0, limit - out.count)
-                out += chunk.prefix(room)
-                if chunk.count > room { truncated = true }
-            } else {
-                let room = max(0, limit - err.count)
-                err += chunk.prefix(room)
-                if chunk.count > room { truncated = true }
-            }
+            if let output { output(stream, chunk) } else { collected.append(stream, chunk) }
         }
-        return (out, err, truncated)
+        return collected
     }
 }
 
@@ -125,7 +134,7 @@ final class ChannelState: @unchecked Sendable {
     private var waiter: CheckedContinuation<(ExecStream, Data)?, Error>?
     private var ended = false
     private var failure: TermindError?
-    private(set) var exitValue: ChannelExit?
+    private var exitValue: ChannelExit?
 
     private var input: [Data] = []
     private var inputBytes = 0

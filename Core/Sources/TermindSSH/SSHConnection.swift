@@ -241,6 +241,9 @@ public final class SSHConnection: Sendable {
 
     // MARK: - Channels
 
+    /// How much of each stream `exec` keeps by default (16 MiB).
+    public static let defaultOutputLimit = 16 << 20
+
     public enum ChannelKind: Sendable, Equatable {
         case exec(String)
         case shell
@@ -327,7 +330,7 @@ public final class SSHConnection: Sendable {
     /// most `outputLimit` bytes, the rest read and discarded) with the exit status. With
     /// `output`, chunks are handed over as they arrive instead of being collected. Other
     /// channels of the connection keep running meanwhile.
-    public func exec(_ command: String, stdin: Data? = nil, outputLimit: Int = 16 << 20, timeout: Double? = nil,
+    public func exec(_ command: String, stdin: Data? = nil, outputLimit: Int = SSHConnection.defaultOutputLimit, timeout: Double? = nil,
                      output: (@Sendable (ExecStream, Data) -> Void)? = nil) async throws -> ExecResult {
         let channel = try await openChannel(.exec(command))
         let endpoint = engine.endpoint
@@ -336,12 +339,12 @@ public final class SSHConnection: Sendable {
                 if let stdin, !stdin.isEmpty { try await channel.write(stdin) }
                 channel.closeInput()
             }()
-            let (out, err, truncated) = try await channel.collect(limit: outputLimit, output: output)
+            let collected = try await channel.collect(limit: outputLimit, output: output)
             try? await fed
             if Task.isCancelled { throw SSHError.make("ssh.cancelled", "The command on \(endpoint) was cancelled; its channel was closed.") }
             let exit = channel.exit
-            return ExecResult(stdout: out, stderr: err, exitStatus: exit?.signal == nil ? exit?.status : nil,
-                              exitSignal: exit?.signal, truncated: truncated)
+            return ExecResult(stdout: collected.stdout, stderr: collected.stderr, exitStatus: exit?.status,
+                              exitSignal: exit?.signal, truncated: collected.truncated)
         }
         do {
             guard let timeout else { return try await withTaskCancellationHandler { try await work() } onCancel: { channel.close() } }

@@ -241,7 +241,7 @@ final class SessionEngine: @unchecked Sendable {
 
     /// Records busy/idle changes (engine thread, once per pass; the lock only on a change).
     private func noteActivity() {
-        let busy = !pumps.isEmpty || operations.contains { $0.what != "Keepalive" }
+        let busy = !pumps.isEmpty || operations.contains { !$0.isKeepalive }
         guard busy != wasBusy else { return }
         wasBusy = busy
         lock.withLock { idleSinceValue = busy ? nil : .now() }
@@ -432,12 +432,7 @@ final class SessionEngine: @unchecked Sendable {
             sleep()
             if session == nil { break }
         }
-        let observers: [(TermindError) -> Void] = lock.withLock {
-            defer { deathObservers.removeAll() }
-            return deathObservers
-        }
-        let error = deathError ?? SSHError.make("ssh.closed", "The SSH connection to \(endpoint) was closed.")
-        for observer in observers { observer(error) }
+        // The loop ends only through die(), which has told the close observers.
     }
 
     private func stepOperations() -> Bool {
@@ -503,7 +498,6 @@ final class SessionEngine: @unchecked Sendable {
                 abandon(operation, SSHError.make("ssh.timeout", "\(operation.what) on \(endpoint) timed out; the server did not answer in time."))
             }
         }
-        for pump in pumps { pump.checkDeadline(now) }
         if keepaliveInterval > 0, wantsInbound {
             let silent = now.uptimeNanoseconds &- lastInbound.uptimeNanoseconds
             if silent > UInt64(keepaliveInterval * (keepaliveCountMax + 1)) * 1_000_000_000 {
@@ -525,7 +519,7 @@ final class SessionEngine: @unchecked Sendable {
         probing = true
         let endpoint = self.endpoint
         let operation = EngineOperation(what: "Keepalive", lane: ObjectIdentifier(self), deadline: nil, dropIfAbandoned: false,
-                                        attempt: { [unowned self] session in
+                                        isKeepalive: true, attempt: { [unowned self] session in
             if let channel = termind_ssh2_channel_open_session(session) {
                 let state = ChannelState(limit: 0)
                 state.requestClose()
@@ -559,10 +553,7 @@ final class SessionEngine: @unchecked Sendable {
         if inbound { events |= Int16(POLLIN) }
         if let context, termind_ssh2_backlog(context) > 0 { events |= Int16(POLLOUT) }
         var fds = [pollfd(fd: fd, events: events, revents: 0), pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
-        var owners: [EnginePump] = []
-        for pump in pumps {
-            if let request = pump.pollRequest { fds.append(request); owners.append(pump) }
-        }
+        fds += pumps.compactMap(\.pollRequest)
         var timeoutMs: Int64 = 1000
         let now = DispatchTime.now().uptimeNanoseconds
         for operation in operations where !operation.isAbandoned {
@@ -580,7 +571,6 @@ final class SessionEngine: @unchecked Sendable {
             if operations.isEmpty && !pumps.contains(where: { $0.wantsSessionInput }) { probe() }
         }
         if fds[1].revents != 0 { drainWake() }
-        for (offset, pump) in owners.enumerated() { pump.polled(fds[2 + offset].revents) }
     }
 
     private func drainWake() {
@@ -643,6 +633,8 @@ final class EngineOperation {
     let lane: ObjectIdentifier
     let deadline: DispatchTime?
     let dropIfAbandoned: Bool
+    /// The engine's own probe: does not make the connection count as in use.
+    let isKeepalive: Bool
     let attempt: (OpaquePointer) throws -> Any?
     /// Set on the engine thread once libssh2 has been called for it.
     var started = false
@@ -651,13 +643,14 @@ final class EngineOperation {
     private let discard: (Any) -> Void
     private var abandoned = false
 
-    init(what: String, lane: ObjectIdentifier, deadline: DispatchTime?, dropIfAbandoned: Bool,
+    init(what: String, lane: ObjectIdentifier, deadline: DispatchTime?, dropIfAbandoned: Bool, isKeepalive: Bool = false,
          attempt: @escaping (OpaquePointer) throws -> Any?,
          complete: @escaping (Result<Any, Error>) -> Void, discard: @escaping (Any) -> Void) {
         self.what = what
         self.lane = lane
         self.deadline = deadline
         self.dropIfAbandoned = dropIfAbandoned
+        self.isKeepalive = isKeepalive
         self.attempt = attempt
         self.complete = complete
         self.discard = discard
@@ -699,10 +692,8 @@ enum PumpStep {
 class EnginePump: @unchecked Sendable {
     func step(_ engine: SessionEngine, _ session: OpaquePointer) -> PumpStep { .finished }
     func fail(_ error: TermindError) {}
-    /// An extra descriptor to wait on while the loop sleeps.
+    /// An extra descriptor to wait on while the loop sleeps (the pump reads it in `step`).
     var pollRequest: pollfd? { nil }
-    func polled(_ revents: Int16) {}
-    func checkDeadline(_ now: DispatchTime) {}
     /// Whether this pump would read from the session now (false while its consumer is full).
     var wantsSessionInput: Bool { true }
 }

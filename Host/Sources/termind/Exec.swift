@@ -78,40 +78,62 @@ enum Exec {
             throw TermindError(code: "exec.unavailable", message: "termind exec needs the Vault, which is not running (termind features).")
         }
         let (route, credentials) = try await resolve(options, kernel: kernel, credentials: credentialsPort)
-        var deadlines = SSHDeadlines()
-        if let limit = options.connectTimeout {
-            // As OpenSSH's ConnectTimeout: name resolution, TCP connect and the handshake, per hop.
-            deadlines.resolve = limit
-            deadlines.connect = limit
-            deadlines.handshake = limit
-        }
-        let policy = SSHOpenPolicy(trust: trust, deadlines: deadlines, credentials: { hop in
-            credentials["\(hop.host.lowercased()):\(hop.port)"] ?? SSHCredentials()
+        let policy = SSHOpenPolicy(trust: trust, deadlines: deadlines(options), credentials: { hop in
+            credentials[credentialKey(hop)] ?? SSHCredentials()
         }, keyboardInteractive: { challenge in askKeyboardInteractive(challenge) }) { question in
             if let answer = options.acceptHostKey { return answer }
             return ask(question)
         }
         let connection = try await SSHConnection.open(route: route, policy: policy)
         let stdin: Data? = isatty(STDIN_FILENO) == 1 ? nil : FileHandle.standardInput.readDataToEndOfFile()
-        let command = options.command.count == 1 ? options.command[0] : options.command.map(shellQuote).joined(separator: " ")
         let result: ExecResult
         if inv.json {
-            result = try await connection.exec(command, stdin: stdin, timeout: options.timeout)
-            struct Report: Encodable { let exitStatus: Int32?; let exitSignal: String?; let stdout: String; let stderr: String; let truncated: Bool }
-            Output.json(Report(exitStatus: result.exitStatus, exitSignal: result.exitSignal, stdout: String(decoding: result.stdout, as: UTF8.self),
-                               stderr: String(decoding: result.stderr, as: UTF8.self), truncated: result.truncated))
+            result = try await connection.exec(commandLine(options), stdin: stdin, timeout: options.timeout)
         } else {
-            result = try await connection.exec(command, stdin: stdin, timeout: options.timeout) { stream, chunk in
+            result = try await connection.exec(commandLine(options), stdin: stdin, timeout: options.timeout) { stream, chunk in
                 (stream == .stdout ? FileHandle.standardOutput : FileHandle.standardError).write(chunk)
             }
         }
         await connection.closeRoute()
         await kernel.shutdown()
-        if let signal = result.exitSignal {
-            if !inv.json { Output.error("the remote command was killed by SIG\(signal).") }
-            exit(128 + 15)
+        finish(status: result.exitStatus, signal: result.exitSignal, json: inv.json,
+               output: (result.stdout, result.stderr, result.truncated))
+    }
+
+    /// The remote command line: one argument as written (a shell line), several quoted word by word.
+    static func commandLine(_ options: Options) -> String {
+        options.command.count == 1 ? options.command[0] : options.command.map(shellQuote).joined(separator: " ")
+    }
+
+    /// As OpenSSH's ConnectTimeout: name resolution, TCP connect and the handshake, per hop.
+    static func deadlines(_ options: Options) -> SSHDeadlines {
+        var deadlines = SSHDeadlines()
+        if let limit = options.connectTimeout {
+            deadlines.resolve = limit
+            deadlines.connect = limit
+            deadlines.handshake = limit
         }
-        exit(result.exitStatus ?? 255)
+        return deadlines
+    }
+
+    /// How `resolve` files each hop's credentials.
+    static func credentialKey(_ hop: SSHTarget) -> String { "\(hop.host.lowercased()):\(hop.port)" }
+
+    /// Prints the --json report (with the collected output) and exits with the remote status,
+    /// or 128 + the signal's number when a signal ended the command, as a shell does.
+    static func finish(status: Int32?, signal: String?, json: Bool, output: (stdout: Data, stderr: Data, truncated: Bool)) -> Never {
+        if json {
+            struct Report: Encodable { let exitStatus: Int32?; let exitSignal: String?; let stdout: String; let stderr: String; let truncated: Bool }
+            Output.json(Report(exitStatus: status, exitSignal: signal, stdout: String(decoding: output.stdout, as: UTF8.self),
+                               stderr: String(decoding: output.stderr, as: UTF8.self), truncated: output.truncated))
+        }
+        if let signal {
+            if !json { Output.error("the remote command was killed by SIG\(signal).") }
+            let numbers: [String: Int32] = ["HUP": 1, "INT": 2, "QUIT": 3, "ILL": 4, "ABRT": 6, "FPE": 8, "KILL": 9, "USR1": 10,
+                                            "SEGV": 11, "USR2": 12, "PIPE": 13, "ALRM": 14, "TERM": 15]
+            exit(128 + (numbers[signal] ?? 15))
+        }
+        exit(status ?? 255)
     }
 
     /// The route (jump hosts, then the target) and each hop's credentials, by "host:port".
@@ -127,7 +149,7 @@ enum Exec {
                                                                                      explicitIdentity: isTarget ? options.identity : nil))
             let hop = SSHTarget(host: granted.address, port: granted.port, username: granted.username ?? localUser)
             hops.append(hop)
-            secrets["\(hop.host.lowercased()):\(hop.port)"] = SSHCredentials(password: granted.password, privateKey: granted.privateKey)
+            secrets[credentialKey(hop)] = SSHCredentials(password: granted.password, privateKey: granted.privateKey)
         }
         if let record = try await savedHost(options.target, kernel: kernel) {
             for jump in record.jump { try await saved(jump, isTarget: false) }
@@ -150,7 +172,7 @@ enum Exec {
                 }
                 key = Secret(String(decoding: data, as: UTF8.self))
             }
-            secrets["\(hop.host.lowercased()):\(hop.port)"] = SSHCredentials(privateKey: key)
+            secrets[credentialKey(hop)] = SSHCredentials(privateKey: key)
         }
         return (SSHRoute(hops), secrets)
     }

@@ -55,15 +55,9 @@ enum ExecStream {
         let (resolved, credentials) = try await Exec.resolve(options, kernel: kernel, credentials: credentialsPort)
         // Connections are shared only between invocations that asked for the same thing.
         let route = SSHRoute(resolved.hops, context: "\(request.target)\u{1F}\(request.user ?? "")\u{1F}\(request.identity ?? "")")
-        var deadlines = SSHDeadlines()
-        if let limit = request.connectTimeout {
-            deadlines.resolve = limit
-            deadlines.connect = limit
-            deadlines.handshake = limit
-        }
         let preset = request.acceptHostKey
-        let policy = SSHOpenPolicy(trust: trust, deadlines: deadlines, credentials: { hop in
-            credentials["\(hop.host.lowercased()):\(hop.port)"] ?? SSHCredentials()
+        let policy = SSHOpenPolicy(trust: trust, deadlines: Exec.deadlines(options), credentials: { hop in
+            credentials[Exec.credentialKey(hop)] ?? SSHCredentials()
         }, keyboardInteractive: { challenge in
             let prompts = challenge.prompts.map { JSONValue.object(["text": .string($0.text), "echo": .bool($0.echo)]) }
             let answer = await session.ask(.object(["kind": .string("keyboardInteractive"), "host": .string(challenge.host),
@@ -114,14 +108,14 @@ enum ExecStream {
         guard let exit = channel.exit else {
             throw TermindError(code: "ssh.cancelled", message: "The command was cancelled; its channel was closed.")
         }
-        return Result(exitStatus: exit.signal == nil ? exit.status : nil, exitSignal: exit.signal)
+        return Result(exitStatus: exit.status, exitSignal: exit.signal)
     }
 
     // MARK: - Client
 
     /// Runs the command through the server at `client`, with questions asked here.
     static func runRemote(_ options: Exec.Options, inv: Invocation, client: ControlClient) throws -> Invocation.Exit {
-        let command = options.command.count == 1 ? options.command[0] : options.command.map(Exec.shellQuote).joined(separator: " ")
+        let command = Exec.commandLine(options)
         let preset: String? = switch options.acceptHostKey {
         case .acceptOnce?: "once"
         case .acceptAndSave?: "save"
@@ -129,7 +123,7 @@ enum ExecStream {
         }
         let request = Request(target: options.target, command: command, user: options.user, identity: options.identity,
                               timeout: options.timeout, connectTimeout: options.connectTimeout, acceptHostKey: preset)
-        let collected = Collected()
+        var collected = ExecOutput(limit: SSHConnection.defaultOutputLimit)
         let body = try client.stream(name, body: try JSONCoding.encode(request), onOpen: { id in
             // Standard input follows the open line (the command sees EOF at once on a terminal).
             guard isatty(STDIN_FILENO) != 1 else {
@@ -152,7 +146,7 @@ enum ExecStream {
             case "stdout"?, "stderr"?:
                 guard let data = event["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }) else { return nil }
                 let isOut = event["event"]?.stringValue == "stdout"
-                if inv.json { collected.add(data, stdout: isOut) } else {
+                if inv.json { collected.append(isOut ? .stdout : .stderr, data) } else {
                     (isOut ? FileHandle.standardOutput : FileHandle.standardError).write(data)
                 }
                 return nil
@@ -164,16 +158,8 @@ enum ExecStream {
             }
         }
         let result = try JSONDecoder().decode(Result.self, from: body)
-        if inv.json {
-            struct Report: Encodable { let exitStatus: Int32?; let exitSignal: String?; let stdout: String; let stderr: String; let truncated: Bool }
-            Output.json(Report(exitStatus: result.exitStatus, exitSignal: result.exitSignal, stdout: String(decoding: collected.out, as: UTF8.self),
-                               stderr: String(decoding: collected.err, as: UTF8.self), truncated: collected.truncated))
-        }
-        if let signal = result.exitSignal {
-            if !inv.json { Output.error("the remote command was killed by SIG\(signal).") }
-            exit(128 + 15)
-        }
-        exit(result.exitStatus ?? 255)
+        Exec.finish(status: result.exitStatus, signal: result.exitSignal, json: inv.json,
+                    output: (collected.stdout, collected.stderr, collected.truncated))
     }
 
     /// Asks the person at this terminal what the server asks.
@@ -208,17 +194,5 @@ enum ExecStream {
         private var value = false
         func set() { lock.withLock { value = true } }
         var isSet: Bool { lock.withLock { value } }
-    }
-
-    /// Output kept for --json, each stream bounded like in-process exec.
-    private final class Collected: @unchecked Sendable {
-        static let limit = 16 << 20
-        var out = Data(), err = Data(), truncated = false
-        func add(_ data: Data, stdout: Bool) {
-            let current = stdout ? out.count : err.count
-            let room = max(0, Self.limit - current)
-            if data.count > room { truncated = true }
-            if stdout { out += data.prefix(room) } else { err += data.prefix(room) }
-        }
     }
 }
