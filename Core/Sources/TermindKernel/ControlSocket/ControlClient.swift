@@ -63,9 +63,6 @@ public final class ControlClient: @unchecked Sendable {
         return send(line)
     }
 
-    /// The id the next stream or call will use.
-    public var upcomingID: JSONValue { .integer(nextID) }
-
     private let writeLock = NSLock()
     private func send(_ data: Data) -> Bool { writeLock.withLock { SocketIO.writeAll(fd, data) } }
 

@@ -149,7 +149,16 @@ public final class ControlServer: @unchecked Sendable {
             case .oversized:
                 reply(Envelope.failure(id: .null, error: TermindError(code: "envelope.too_large", message: "The envelope is larger than \(Envelope.maximumBytes) bytes and was skipped.")))
             case .line(let line):
-                if let streamLine = StreamLine.parse(line) {
+                // One JSON parse per line: a stream line, or a contract request.
+                let value: JSONValue
+                switch Envelope.parseJSON(line) {
+                case .failure(let failure):
+                    reply(Envelope.failure(id: failure.id, error: failure.error))
+                    continue
+                case .success(let parsed):
+                    value = parsed
+                }
+                if let streamLine = StreamLine.parse(value) {
                     switch streamLine {
                     case .message(let id, let object):
                         streams.session(id)?.receive(object)
@@ -180,7 +189,7 @@ public final class ControlServer: @unchecked Sendable {
                     }
                     continue
                 }
-                switch Envelope.parseRequest(line) {
+                switch Envelope.parseRequest(value) {
                 case .failure(let failure):
                     reply(Envelope.failure(id: failure.id, error: failure.error))
                 case .success(let request):

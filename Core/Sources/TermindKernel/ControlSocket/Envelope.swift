@@ -27,12 +27,20 @@ public enum Envelope {
 
     /// Parses a request line. On failure returns the error and whatever id could be read.
     public static func parseRequest(_ line: Data) -> Result<Request, RejectedRequest> {
-        let value: JSONValue
-        do { value = try JSONCoding.parse(line, source: "The envelope") } catch let e as TermindError {
+        parseJSON(line).flatMap(parseRequest)
+    }
+
+    /// A line as JSON, or the `envelope.malformed` rejection.
+    static func parseJSON(_ line: Data) -> Result<JSONValue, RejectedRequest> {
+        do { return .success(try JSONCoding.parse(line, source: "The envelope")) } catch let e as TermindError {
             return .failure(RejectedRequest(id: .null, error: TermindError(code: "envelope.malformed", message: e.message)))
         } catch {
             return .failure(RejectedRequest(id: .null, error: TermindError(code: "envelope.malformed", message: "The envelope is not valid JSON.")))
         }
+    }
+
+    /// A parsed line as a contract request.
+    static func parseRequest(_ value: JSONValue) -> Result<Request, RejectedRequest> {
         guard case .object(let o) = value else {
             return .failure(RejectedRequest(id: .null, error: TermindError(code: "envelope.malformed", message: "The envelope must be a JSON object with \"contract\" and \"body\", not \(value.typeName).")))
         }
@@ -43,12 +51,15 @@ public enum Envelope {
         if let unknown = o.keys.sorted().first(where: { !["id", "contract", "body"].contains($0) }) {
             return .failure(RejectedRequest(id: id, error: TermindError(code: "envelope.malformed", message: "The envelope has an unknown field \"\(unknown)\"; allowed: id, contract, body.")))
         }
-        let body: Data
-        switch o["body"] {
-        case nil, .null?: body = Data("{}".utf8)
-        case let b?: body = (try? JSONCoding.encode(b)) ?? Data("{}".utf8)
+        return .success(Request(id: id, contract: contract, body: body(of: o)))
+    }
+
+    /// An envelope's "body" as JSON bytes ({} when absent or null).
+    static func body(of object: [String: JSONValue]) -> Data {
+        switch object["body"] {
+        case nil, .null?: Data("{}".utf8)
+        case let b?: (try? JSONCoding.encode(b)) ?? Data("{}".utf8)
         }
-        return .success(Request(id: id, contract: contract, body: body))
     }
 
     public static func encodeRequest(id: JSONValue, contract: String, body: Data) -> Data {

@@ -105,17 +105,12 @@ enum StreamLine {
     case open(id: JSONValue, name: String, body: Data)
     case message(id: JSONValue, object: [String: JSONValue])
 
-    /// nil when the line is an ordinary contract request (or not JSON at all).
-    static func parse(_ line: Data) -> StreamLine? {
-        guard let value = try? JSONCoding.parse(line, source: "The envelope"), case .object(let o) = value, o["contract"] == nil else { return nil }
+    /// nil when the line is an ordinary contract request (or something else).
+    static func parse(_ value: JSONValue) -> StreamLine? {
+        guard case .object(let o) = value, o["contract"] == nil else { return nil }
         let id = o["id"] ?? .null
         if case .string(let name)? = o["stream"] {
-            let body: Data
-            switch o["body"] {
-            case nil, .null?: body = Data("{}".utf8)
-            case let b?: body = (try? JSONCoding.encode(b)) ?? Data("{}".utf8)
-            }
-            return .open(id: id, name: name, body: body)
+            return .open(id: id, name: name, body: Envelope.body(of: o))
         }
         if o["answer"] != nil || o["input"] != nil || o["inputEnd"] != nil || o["cancel"] != nil {
             return .message(id: id, object: o)
