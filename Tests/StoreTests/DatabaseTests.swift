@@ -172,6 +172,7 @@ final class DatabaseTests: XCTestCase {
             let lines = String(decoding: buffer, as: UTF8.self).split(separator: "\n")
             acknowledged = lines.compactMap { Int($0) }.max() ?? -1
         }
+        XCTAssertGreaterThanOrEqual(acknowledged, 50, "the victim must have committed rows before it is killed")
         kill(victim.0.processIdentifier, SIGKILL)
         victim.0.waitUntilExit()
         for (process, _) in processes.prefix(2) {
