@@ -319,6 +319,12 @@ final class ExecCommandTests: XCTestCase {
         let result = try termind(["exec", "ssh -p \(server.port) -i \(directory.file("id")) \(NSUserName())@127.0.0.1", "--accept-host-key", "once", "--", "id", "-un"])
         XCTAssertEqual(result.status, 0, result.stderr)
         XCTAssertEqual(result.stdout, "\(NSUserName())\n")
+        // A key file written with ~ (unexpanded inside the quoted line) is the home folder's.
+        try FileManager.default.createDirectory(atPath: directory.file("home/.ssh"), withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: directory.file("id"), toPath: directory.file("home/.ssh/id_test"))
+        let tilde = try termind(["exec", "ssh -p \(server.port) -i ~/.ssh/id_test \(NSUserName())@127.0.0.1", "--accept-host-key", "once", "--", "echo tilde"])
+        XCTAssertEqual(tilde.status, 0, tilde.stderr)
+        XCTAssertEqual(tilde.stdout, "tilde\n")
         // A command ended by a signal exits as a shell reports it: 128 + the signal's number.
         let killed = try termind(["exec", "ssh -p \(server.port) -i \(directory.file("id")) \(NSUserName())@127.0.0.1", "--accept-host-key", "once", "--", "kill -KILL $$"])
         XCTAssertEqual(killed.status, 128 + 9, killed.stderr)

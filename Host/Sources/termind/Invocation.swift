@@ -118,7 +118,13 @@ struct Invocation {
         return inv
     }
 
+    /// `path` made absolute: `~/…` is the home folder (as a shell would expand it, for paths
+    /// that arrive unexpanded, like `-i ~/.ssh/id` inside a quick-connect line).
     static func absolute(_ path: String) -> String {
+        if path == "~" || path.hasPrefix("~/") {
+            let home = ProcessInfo.processInfo.environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
+            return ((home as NSString).appendingPathComponent(String(path.dropFirst(2))) as NSString).standardizingPath
+        }
         if path.hasPrefix("/") { return (path as NSString).standardizingPath }
         let cwd = FileManager.default.currentDirectoryPath
         return ((cwd as NSString).appendingPathComponent(path) as NSString).standardizingPath

@@ -113,9 +113,7 @@ rows.append(("8 commands at once on one connection, median of 10", median(ours) 
 
 // 4. The CLI: `termind exec` processes inside a running `termind serve` (which keeps the
 // connection) against `ssh` processes on the ControlMaster — each a whole process start.
-let binFolder = (CommandLine.arguments[0].hasPrefix("/") ? CommandLine.arguments[0]
-                 : FileManager.default.currentDirectoryPath + "/" + CommandLine.arguments[0]) as NSString
-let termindPath = binFolder.deletingLastPathComponent + "/termind"
+let termindPath = FeatureHarness.buildDirectory + "/termind"
 if FileManager.default.isExecutableFile(atPath: termindPath) {
     var environment = ProcessInfo.processInfo.environment
     environment["HOME"] = directory.file("home")
