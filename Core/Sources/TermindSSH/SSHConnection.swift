@@ -332,15 +332,25 @@ public final class SSHConnection: Sendable {
     /// channels of the connection keep running meanwhile.
     public func exec(_ command: String, stdin: Data? = nil, outputLimit: Int = SSHConnection.defaultOutputLimit, timeout: Double? = nil,
                      output: (@Sendable (ExecStream, Data) -> Void)? = nil) async throws -> ExecResult {
+        let (input, feed) = AsyncStream.makeStream(of: Data.self)
+        if let stdin, !stdin.isEmpty { feed.yield(stdin) }
+        feed.finish()
+        return try await exec(command, input: input, outputLimit: outputLimit, timeout: timeout, output: output)
+    }
+
+    /// As `exec(_:stdin:…)`, with standard input arriving while the command runs (EOF when
+    /// `input` ends). Input still unsent when the command ends is dropped.
+    public func exec(_ command: String, input: AsyncStream<Data>, outputLimit: Int = SSHConnection.defaultOutputLimit, timeout: Double? = nil,
+                     output: (@Sendable (ExecStream, Data) -> Void)? = nil) async throws -> ExecResult {
         let channel = try await openChannel(.exec(command))
         let endpoint = engine.endpoint
         let work: @Sendable () async throws -> ExecResult = {
-            async let fed: Void = {
-                if let stdin, !stdin.isEmpty { try await channel.write(stdin) }
+            let feeder = Task {
+                for await chunk in input { try await channel.write(chunk) }
                 channel.closeInput()
-            }()
+            }
+            defer { feeder.cancel() }
             let collected = try await channel.collect(limit: outputLimit, output: output)
-            try? await fed
             if Task.isCancelled { throw SSHError.make("ssh.cancelled", "The command on \(endpoint) was cancelled; its channel was closed.") }
             let exit = channel.exit
             return ExecResult(stdout: collected.stdout, stderr: collected.stderr, exitStatus: exit?.status,

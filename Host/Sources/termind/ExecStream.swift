@@ -77,38 +77,10 @@ enum ExecStream {
             }
         }
         let connection = try await pool.connection(for: route, policy: policy)
-        let channel = try await connection.openChannel(.exec(request.command))
-        let feeder = Task {
-            for await chunk in session.input { try await channel.write(chunk) }
-            channel.closeInput()
+        let result = try await connection.exec(request.command, input: session.input, timeout: request.timeout) { stream, data in
+            session.emit(stream == .stdout ? "stdout" : "stderr", data: data)
         }
-        let timedOut = TimeoutFlag()
-        let timer = request.timeout.map { seconds in
-            Task {
-                try await Task.sleep(nanoseconds: UInt64(seconds * 1_000_000_000))
-                timedOut.set()
-                channel.close()
-            }
-        }
-        defer {
-            feeder.cancel()
-            timer?.cancel()
-        }
-        do {
-            while let (stream, data) = try await channel.next() {
-                session.emit(stream == .stdout ? "stdout" : "stderr", data: data)
-            }
-        } catch {
-            channel.close()
-            throw error
-        }
-        if timedOut.isSet {
-            throw TermindError(code: "ssh.timeout", message: "The command on \(connection.target.host) did not finish within \(request.timeout ?? 0) s; its channel was closed.")
-        }
-        guard let exit = channel.exit else {
-            throw TermindError(code: "ssh.cancelled", message: "The command was cancelled; its channel was closed.")
-        }
-        return Result(exitStatus: exit.status, exitSignal: exit.signal)
+        return Result(exitStatus: result.exitStatus, exitSignal: result.exitSignal)
     }
 
     // MARK: - Client
@@ -187,12 +159,5 @@ enum ExecStream {
         default:
             return .object(["askID": .integer(askID)])
         }
-    }
-
-    private final class TimeoutFlag: @unchecked Sendable {
-        private let lock = NSLock()
-        private var value = false
-        func set() { lock.withLock { value = true } }
-        var isSet: Bool { lock.withLock { value } }
     }
 }
