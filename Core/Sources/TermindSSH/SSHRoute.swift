@@ -5,7 +5,7 @@ import TermindCore
 /// direct-tcpip channel of the previous one, and is verified and authenticated on its own.
 public struct SSHRoute: Sendable, Hashable, CustomStringConvertible {
     /// At most this many hosts, the target included (as the Vault stores routes).
-    public static let maxHosts = 8
+    public static let maxHosts = RouteLimits.maxHosts
     public var hops: [SSHTarget]
     /// Tells apart connections to the same endpoints made with different credentials (the
     /// pool shares a connection only within one context): e.g. the identity chosen.

@@ -50,7 +50,7 @@ enum VaultValidation {
     }
 
     /// A route is at most eight hosts including the target.
-    static let maximumRoute = 8
+    static let maximumRoute = RouteLimits.maxHosts
 }
 
 /// Record ids: a kind prefix and 48 random bits ("host_1a2b3c4d5e6f").

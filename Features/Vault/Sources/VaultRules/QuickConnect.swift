@@ -57,7 +57,7 @@ public struct QuickConnectTarget: Sendable, Equatable {
 /// Routes hold at most `maxRouteHosts` hosts including the target and never visit the same
 /// host and port twice; both are checked here, before anything connects.
 public enum QuickConnect {
-    public static let maxRouteHosts = 8
+    public static let maxRouteHosts = RouteLimits.maxHosts
 
     public static func parse(_ input: String) throws -> QuickConnectTarget {
         let words: [String]
