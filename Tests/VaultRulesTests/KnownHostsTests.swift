@@ -169,10 +169,36 @@ final class KnownHostsTests: XCTestCase {
         XCTAssertEqual(decide("example.com \(Self.edB)\n", key: keyA), .changed(known: [keyB]))
     }
 
-    func testDifferentKeyOfOtherTypeIsChangedAsInOpenSSH() {
-        // check_hostkeys_by_key_or_type: any non-matching plain key for the host is HOST_CHANGED.
-        XCTAssertEqual(decide("example.com \(Self.rsa)\nexample.com \(Self.ecdsa)\n", key: keyA),
-                       .changed(known: [keyR, keyC]))
+    func testKeysOfOtherTypesOnlyAreToldApartFromAChangedKeyButStillRefused() {
+        // check_hostkeys_by_key_or_type: any non-matching plain key for the host is HOST_CHANGED
+        // (OpenSSH 9.2 prints "REMOTE HOST IDENTIFICATION HAS CHANGED" for an ECDSA key when
+        // only ED25519 is known). We refuse too, but say which case it is.
+        let decision = decide("example.com \(Self.rsa)\nexample.com \(Self.ecdsa)\n", key: keyA)
+        XCTAssertEqual(decision, .otherKeyTypes(known: [keyR, keyC]))
+        XCTAssertFalse(decision.isTrusted)
+        // A key of the presented type among them: that one changed, and only it is named.
+        XCTAssertEqual(decide("example.com \(Self.rsa)\nexample.com \(Self.edB)\n", key: keyA), .changed(known: [keyB]))
+    }
+
+    func testKnownKeyTypesAreThoseOfThePlainLinesNamingTheHostInLineOrder() {
+        let text = """
+            example.com \(Self.ecdsa)
+            other.example \(Self.rsa)
+            *.com \(Self.edA)
+            example.com \(Self.edB)
+            @revoked example.com \(Self.rsa)
+            @cert-authority example.com \(Self.rsa)
+            [example.com]:2222 \(Self.rsa)
+
+            """
+        let entries = KnownHosts.parse(text, source: "known_hosts").entries
+        XCTAssertEqual(KnownHosts.knownKeyTypes(host: "example.com", port: 22, entries: entries), ["ecdsa-sha2-nistp256", "ssh-ed25519"])
+        XCTAssertEqual(KnownHosts.knownKeyTypes(host: "EXAMPLE.com", port: 2222, entries: entries), ["ssh-rsa"],
+                       "a [host]:port line decides; port-less lines then do not count")
+        // Nothing names [example.com]:2200: the port-less lines count, as check() consults them.
+        XCTAssertEqual(KnownHosts.knownKeyTypes(host: "example.com", port: 2200, entries: Array(entries.prefix(4))),
+                       ["ecdsa-sha2-nistp256", "ssh-ed25519"])
+        XCTAssertEqual(KnownHosts.knownKeyTypes(host: "example.org", port: 22, entries: entries), [])
     }
 
     func testAnyLineHoldingTheKeyWinsOverOtherKeysForTheHost() {

@@ -194,8 +194,13 @@ public final class SSHConnection: Sendable {
         }
         let engine = try SessionEngine(fd: fd, endpoint: via.map { "\(endpoint) (via \($0.engine.endpoint))" } ?? endpoint)
         do {
+            // As OpenSSH: ask for the key types already trusted for this host first.
+            let algorithms = HostKeyAlgorithms.preference(knownKeyTypes: try await trust.knownKeyTypes(host: target.host, port: target.port))
             let hostKey = try await engine.perform { engine -> PublicHostKey in
                 let deadline = DispatchTime.now() + deadlines.handshake
+                if let session = engine.session, libssh2_session_method_pref(session, LIBSSH2_METHOD_HOSTKEY, algorithms.joined(separator: ",")) != 0 {
+                    throw SSHError.make("ssh.handshake_failed", "libssh2 refused the host-key algorithms \(algorithms.joined(separator: ",")): \(engine.lastError()).")
+                }
                 let rc = try engine.retry("The SSH handshake", deadline: deadline) { libssh2_session_handshake($0, engine.fd) }
                 guard rc == 0 else { throw SSHError.make("ssh.handshake_failed", "The SSH handshake with \(engine.endpoint) failed: \(engine.lastError()).") }
                 var length = 0
@@ -207,7 +212,8 @@ public final class SSHConnection: Sendable {
                 return PublicHostKey(algorithm: Self.algorithm(of: blob), blob: blob)
             }
             // Trust, on this connection, before any credential is sent.
-            switch try await trust.verdict(host: target.host, port: target.port, key: hostKey) {
+            let verdict = try await trust.verdict(host: target.host, port: target.port, key: hostKey)
+            switch verdict {
             case .trusted, .trustedWithoutPort:
                 break
             case .unknown:
@@ -218,9 +224,10 @@ public final class SSHConnection: Sendable {
                 case .reject:
                     throw SSHError.make("ssh.host_key_rejected", "The host key of \(endpoint) (\(question.fingerprint)) was not accepted; nothing was sent to the server.")
                 }
-            case .changed, .revoked:
+            case .changed, .otherKeyTypes, .revoked:
                 let message = try await trust.refusal(host: target.host, port: target.port, key: hostKey)
                     ?? "The host key of \(endpoint) is not trusted; the connection was refused."
+                if case .otherKeyTypes = verdict { throw SSHError.make("ssh.host_key_type_changed", message) }
                 throw SSHError.make("ssh.host_key_changed", message)
             }
             try Task.checkCancellation()

@@ -16,6 +16,7 @@ import TermindSSH
 /// Accepts every host key: the benchmark's own throwaway sshd.
 struct TrustAll: HostKeyTrust {
     func verdict(host: String, port: Int, key: PublicHostKey) async throws -> TrustVerdict { .trusted }
+    func knownKeyTypes(host: String, port: Int) async throws -> [String] { [] }
     func trust(host: String, port: Int, key: PublicHostKey) async throws {}
     func fingerprint(_ key: PublicHostKey) -> String { "" }
     func refusal(host: String, port: Int, key: PublicHostKey) async throws -> String? { nil }

@@ -21,16 +21,36 @@ public enum TrustVerdict: Sendable, Equatable {
     case trustedWithoutPort
     /// No entry for this host: the caller asks the user (accept once, accept and save, reject).
     case unknown
-    /// An entry for this host holds another key: fail closed. Fingerprints (SHA256) of the known keys.
+    /// An entry for this host holds another key of the same type: fail closed. Fingerprints
+    /// (SHA256) of the known keys of that type.
     case changed(knownFingerprints: [String])
+    /// Entries for this host hold keys of other types only, and none of the presented type:
+    /// fail closed, as OpenSSH does (HOST_CHANGED). The transport asks for the known types
+    /// first (`knownKeyTypes`), so a server that still had them would have presented one.
+    /// Fingerprints (SHA256) of the known keys, each with its type.
+    case otherKeyTypes(known: [KnownKey])
     /// The key is marked @revoked: refuse.
     case revoked
+}
+
+/// A trusted key as a verdict names it.
+public struct KnownKey: Sendable, Hashable {
+    /// The key type as known_hosts records it, e.g. "ssh-ed25519".
+    public var algorithm: String
+    public var fingerprint: String
+    public init(algorithm: String, fingerprint: String) {
+        self.algorithm = algorithm
+        self.fingerprint = fingerprint
+    }
 }
 
 /// Host-key trust, provided by the Vault: independent of saved hosts (editing or deleting a
 /// host never changes trust). Once-only acceptance is the caller's and is never saved.
 public protocol HostKeyTrust: Sendable {
     func verdict(host: String, port: Int, key: PublicHostKey) async throws -> TrustVerdict
+    /// The key types trusted for host:port (port-less entries count when nothing names
+    /// `[host]:port`), so the handshake can ask for them first as OpenSSH does.
+    func knownKeyTypes(host: String, port: Int) async throws -> [String]
     /// Saves the key for host:port after the user approved it.
     func trust(host: String, port: Int, key: PublicHostKey) async throws
     /// SHA256 fingerprint as `ssh-keygen -l` prints it.

@@ -34,6 +34,10 @@ struct KnownHostRepository: Sendable {
         KnownHosts.check(host: host, port: port, key: key, entries: try all().map(\.entry))
     }
 
+    func knownKeyTypes(host: String, port: Int) throws -> [String] {
+        KnownHosts.knownKeyTypes(host: host, port: port, entries: try all().map(\.entry))
+    }
+
     /// Adds an entry; an identical line is not added twice.
     @discardableResult
     func add(_ entry: KnownHostEntry) throws -> (record: KnownHostRecord, added: Bool) {
@@ -99,6 +103,10 @@ struct VaultTrust: HostKeyTrust {
         return Self.verdict(decision)
     }
 
+    func knownKeyTypes(host: String, port: Int) async throws -> [String] {
+        try vault.knownHosts().knownKeyTypes(host: host, port: port)
+    }
+
     func trust(host: String, port: Int, key: PublicHostKey) async throws {
         try vault.knownHosts().add(KnownHostEntry(host: host, port: port, key: try HostKey(algorithm: key.algorithm, blob: key.blob), hashed: false))
     }
@@ -115,6 +123,19 @@ struct VaultTrust: HostKeyTrust {
                 really replaced, verify the new fingerprint with its administrator, then remove the old entry \
                 (termind vault knownhost remove \(entries.map(\.id).joined(separator: " "))) and connect again.
                 """
+        case .otherKeyTypes(let known):
+            let fingerprints = Set(known.map(\.fingerprint))
+            let entries = try vault.knownHosts().list(host: host, port: port).filter { fingerprints.contains($0.fingerprint) }
+            let types = Array(Set(known.map(\.algorithm))).sorted()
+            let trusted = known.map { "\($0.algorithm) \($0.fingerprint)" }.joined(separator: ", ")
+            let (those, them) = types.count == 1 ? ("that type", "it") : ("those types", "them")
+            let portOption = port == 22 ? "" : " --port \(port)"
+            return "The host key of \(target) is not one termind trusts: it presents \(key.algorithm) \(presented), but termind trusts only "
+                + "\(trusted) for it, and the server did not offer \(those) although termind asked for \(them) first. "
+                + "OpenSSH refuses this too: the server's keys were replaced, or someone is intercepting the connection; the connection was refused. "
+                + "If its administrator confirms the new fingerprint, trust it with termind vault knownhost add \(host) "
+                + "'\(key.algorithm) \(key.blob.base64EncodedString())'\(portOption) "
+                + "(and remove the old entry: termind vault knownhost remove \(entries.map(\.id).joined(separator: " ")))."
         case .revoked:
             return "The host key \(key.algorithm) \(presented) presented by \(target) is marked @revoked in termind's known hosts; the connection was refused."
         case .trusted, .trustedWithoutPort, .unknown:
@@ -132,6 +153,7 @@ struct VaultTrust: HostKeyTrust {
         case .trustedWithoutPort: .trustedWithoutPort
         case .unknown: .unknown
         case .changed(let known): .changed(knownFingerprints: known.map(\.fingerprintSHA256))
+        case .otherKeyTypes(let known): .otherKeyTypes(known: known.map { KnownKey(algorithm: $0.algorithm, fingerprint: $0.fingerprintSHA256) })
         case .revoked: .revoked
         }
     }
@@ -142,6 +164,7 @@ struct VaultTrust: HostKeyTrust {
         case .trustedWithoutPort: "trusted-without-port"
         case .unknown: "unknown"
         case .changed: "changed"
+        case .otherKeyTypes: "other-key-types"
         case .revoked: "revoked"
         }
     }

@@ -122,7 +122,11 @@ extension VaultFeature {
             let key = try Self.hostKey(r.key)
             let verdict = VaultTrust.verdict(try knownHosts().check(host: r.host, port: try VaultValidation.port(r.port ?? 22), key: key))
             var known: [String] = []
-            if case .changed(let fingerprints) = verdict { known = fingerprints }
+            switch verdict {
+            case .changed(let fingerprints): known = fingerprints
+            case .otherKeyTypes(let keys): known = keys.map(\.fingerprint)
+            default: break
+            }
             return .init(verdict: VaultTrust.name(verdict), fingerprint: key.fingerprintSHA256, knownFingerprints: known)
         }
         registrar.handle(KnownHostContracts.Import.self) { [self] r, _ in

@@ -101,7 +101,10 @@ extension KnownHosts {
         switch status {
         case .ok(let entry): return .trusted(entry)
         case .revoked(let entry): return .revoked(entry)
-        case .changed(let known): return .changed(known: known)
+        case .changed(let known):
+            // OpenSSH says HOST_CHANGED for both; which one it is matters to the person told.
+            let sameType = known.filter { $0.algorithm == key.publicPart.algorithm }
+            return sameType.isEmpty ? .otherKeyTypes(known: known) : .changed(known: sameType)
         case .new:
             guard port != 0, port != 22 else { return .unknown }
             // sshconnect.c: "checking without port identifier", a read-only recursive check.
@@ -111,6 +114,24 @@ extension KnownHosts {
             case .changed, .new: return .unknown
             }
         }
+    }
+
+    /// The key types of the plain lines that name `host:port`, in line order without repeats —
+    /// what sshconnect2.c `order_hostkeyalgs` prefers in the handshake. When no line names
+    /// `[host]:port` (a non-22 port), the port-less lines' types count, as `check` then
+    /// consults them. Revoked and @cert-authority lines never count.
+    public static func knownKeyTypes(host: String, port: Int, entries: [KnownHostEntry]) -> [String] {
+        func types(_ name: String) -> [String] {
+            var seen: [String] = []
+            for entry in entries where entry.marker == .none && entry.key.isSupported && !entry.key.isCertificate
+                && matches(entry, lookupName: name) && !seen.contains(entry.key.algorithm) {
+                seen.append(entry.key.algorithm)
+            }
+            return seen
+        }
+        let exact = types(lookupName(host: host, port: port))
+        guard exact.isEmpty, port != 0, port != 22 else { return exact }
+        return types(lookupName(host: host, port: 22))
     }
 
     enum HostStatus {

@@ -74,15 +74,19 @@ public enum TrustDecision: Sendable, Hashable {
     case trustedWithoutPort(KnownHostEntry)
     /// No line for this host holds any key (or only CA lines / unsupported key types do).
     case unknown
-    /// Lines for this host hold other keys, of any type, and none holds this one: fail closed.
+    /// Lines for this host hold other keys of the presented key's type, and none holds this
+    /// one: fail closed. `known` are the keys of that type.
     case changed(known: [HostKey])
+    /// Lines for this host hold keys of other types only: OpenSSH's HOST_CHANGED too (fail
+    /// closed), told apart so the message can say what happened.
+    case otherKeyTypes(known: [HostKey])
     /// A matching `@revoked` line names this key.
     case revoked(KnownHostEntry)
 
     public var isTrusted: Bool {
         switch self {
         case .trusted, .trustedWithoutPort: return true
-        case .unknown, .changed, .revoked: return false
+        case .unknown, .changed, .otherKeyTypes, .revoked: return false
         }
     }
 }

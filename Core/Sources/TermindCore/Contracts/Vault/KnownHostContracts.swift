@@ -66,7 +66,8 @@ public enum KnownHostContracts {
             }
         }
         public struct Response: Codable, Sendable, Equatable {
-            /// trusted, trusted-without-port, unknown, changed, revoked
+            /// trusted, trusted-without-port, unknown, changed (another key of this type is trusted),
+            /// other-key-types (only keys of other types are trusted; refused like changed), revoked
             public var verdict: String
             public var fingerprint: String
             public var knownFingerprints: [String]
