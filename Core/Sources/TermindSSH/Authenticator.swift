@@ -5,9 +5,12 @@ import TermindCore
 import TermindCrypto
 
 /// Authentication on the engine thread: "none" first (a username-only identity may be all
-/// the server wants), then the advertised methods the credentials allow, in OpenSSH's
-/// order — public key (the given key, then ssh-agent keys), keyboard-interactive, password.
-/// Nothing here is cached, logged or stored.
+/// the server wants), then the advertised methods the credentials allow — public key (the
+/// given key, then ssh-agent keys), password, keyboard-interactive. A saved password goes
+/// to the `password` method before keyboard-interactive, and answers a keyboard-interactive
+/// round that is one echo-off password prompt (once, and never after it or the password
+/// method was rejected); every other prompt goes to the person. Nothing here is cached,
+/// logged or stored.
 struct Authenticator {
     let engine: SessionEngine
     let target: SSHTarget
@@ -27,33 +30,56 @@ struct Authenticator {
         }
         if list == nil, let session = engine.session, libssh2_userauth_authenticated(session) == 1 { return "none" }
         let methods = list.map { String(cString: $0).split(separator: ",").map(String.init) } ?? []
-        var tried: [String] = []
+        var rejected: [String] = []
 
         if methods.contains("publickey") {
             if let key = credentials.privateKey {
-                tried.append("publickey")
                 if try publicKey(key) { return "publickey" }
+                rejected.append("the public key")
             }
             let socket = credentials.agentSocket ?? ProcessInfo.processInfo.environment["SSH_AUTH_SOCK"] ?? ""
             if !socket.isEmpty {
                 switch try agent(socket) {
                 case .accepted: return "agent"
-                case .rejected(let count): if count > 0 { tried.append("\(count) agent key\(count == 1 ? "" : "s")") }
+                case .rejected(let count): if count > 0 { rejected.append("\(count) ssh-agent key\(count == 1 ? "" : "s")") }
                 case .unavailable: break
                 }
             }
         }
-        if let responder, methods.contains("keyboard-interactive") {
-            tried.append("keyboard-interactive")
-            if try keyboardInteractive(responder) { return "keyboard-interactive" }
-        }
-        if let password = credentials.password, methods.contains("password") {
-            tried.append("password")
+        var savedPassword = credentials.password
+        if let password = savedPassword, methods.contains("password") {
             if try self.password(password) { return "password" }
+            rejected.append("the password")
+            savedPassword = nil  // known wrong: never given to keyboard-interactive too
+        }
+        var unanswered = false
+        if methods.contains("keyboard-interactive") {
+            // The password may answer one password prompt; rejected there, the person gets a try.
+            let attempts: [Secret?] = (savedPassword.map { [$0] } ?? []) + (responder == nil ? [] : [nil])
+            attempts: for fill in attempts {
+                switch try keyboardInteractive(fill: fill) {
+                case .accepted:
+                    return "keyboard-interactive"
+                case .rejected(let filled):
+                    rejected.append(filled ? "the password (at a keyboard-interactive prompt)" : "the keyboard-interactive answers")
+                    if !filled { break attempts }
+                case .unanswered:
+                    unanswered = true
+                    break attempts
+                }
+            }
         }
         let offered = methods.isEmpty ? "none" : methods.joined(separator: ", ")
-        let attempted = tried.isEmpty ? "no credential termind holds matches them" : "\(tried.joined(separator: " and ")) \(tried.count == 1 ? "was" : "were") rejected"
-        throw SSHError.make("ssh.auth_failed", "\(target.display) did not accept termind's credentials: the server offers \(offered); \(attempted).")
+        var outcome: [String] = []
+        if !rejected.isEmpty { outcome.append("\(Self.list(rejected)) \(rejected.count == 1 ? "was" : "were") rejected") }
+        if unanswered { outcome.append("nobody answered the keyboard-interactive prompts (nothing was sent for them)") }
+        if outcome.isEmpty { outcome.append("no credential termind holds matches them") }
+        let message = "\(target.display) did not accept termind's credentials: the server offers \(offered); \(outcome.joined(separator: "; "))."
+        throw SSHError.make(rejected.isEmpty && unanswered ? "ssh.auth_cancelled" : "ssh.auth_failed", message)
+    }
+
+    private static func list(_ items: [String]) -> String {
+        items.count < 2 ? items.joined() : items.dropLast().joined(separator: ", ") + " and " + items.last!
     }
 
     private func publicKey(_ key: Secret) throws -> Bool {
@@ -132,15 +158,31 @@ struct Authenticator {
         return rc == 0
     }
 
-    /// libssh2 calls back, on this thread, once per round; the callback waits (cancellably,
-    /// outside the network deadline) for the async responder.
-    private func keyboardInteractive(_ responder: @escaping KeyboardInteractiveResponder) throws -> Bool {
+    private enum KeyboardInteractiveOutcome { case accepted, rejected(filledSavedPassword: Bool), unanswered }
+
+    /// libssh2 calls back, on this thread, once per round; the callback answers a password
+    /// prompt with `fill` once, and otherwise waits (cancellably, outside the network
+    /// deadline) for the async responder. Unanswered prompts end the attempt with nothing
+    /// more sent (the session is then done: see `KeyboardInteractiveContext`).
+    private func keyboardInteractive(fill: Secret?) throws -> KeyboardInteractiveOutcome {
         let user = Array(target.username.utf8)
         let host = target.port == 22 ? target.host : "\(target.host):\(target.port)"
-        let context = KeyboardInteractiveContext(engine: engine, host: host, responder: responder)
+        let context = KeyboardInteractiveContext(engine: engine, host: host, responder: responder, savedPassword: fill)
         engine.keyboardInteractive = context
         defer { engine.keyboardInteractive = nil }
-        let rc = try engine.retry("Keyboard-interactive authentication", deadline: deadline, abort: { context.error }) { session in
+        let rc: Int32
+        do {
+            rc = try kbdint(context, user: user)
+        } catch where context.error == nil && context.unanswered {
+            return .unanswered
+        }
+        if let error = context.error { throw error }
+        try failIfLost(rc)
+        return rc == 0 ? .accepted : .rejected(filledSavedPassword: context.filledSavedPassword)
+    }
+
+    private func kbdint(_ context: KeyboardInteractiveContext, user: [UInt8]) throws -> Int32 {
+        try engine.retry("Keyboard-interactive authentication", deadline: deadline, abort: { context.stop }) { session in
             user.withUnsafeBufferPointer { u in
                 u.withMemoryRebound(to: CChar.self) { uc in
                     termind_ssh2_userauth_kbdint(session, uc.baseAddress, UInt32(u.count)) { name, nameLength, instruction, instructionLength, count, prompts, responses, abstract in
@@ -152,9 +194,6 @@ struct Authenticator {
                 }
             }
         }
-        if let error = context.error { throw error }
-        try failIfLost(rc)
-        return rc == 0
     }
 
     private func failIfLost(_ rc: Int32) throws {
@@ -186,14 +225,33 @@ struct Authenticator {
 final class KeyboardInteractiveContext {
     let engine: SessionEngine
     let host: String
-    let responder: KeyboardInteractiveResponder
-    /// Set when the person gave up or the wait was cancelled: the attempt fails with it.
-    var error: TermindError?
+    let responder: KeyboardInteractiveResponder?
+    /// Answers the first round that is one echo-off password prompt, then is forgotten.
+    private var savedPassword: Secret?
+    private(set) var filledSavedPassword = false
+    /// Set when the wait was cancelled or the answers do not fit: the attempt fails with it.
+    private(set) var error: TermindError?
+    /// Set when nobody answered (no responder, or it gave up): the attempt ends, and since
+    /// the empty responses libssh2 then sends are discarded, so does the session's sending.
+    private(set) var unanswered = false
 
-    init(engine: SessionEngine, host: String, responder: @escaping KeyboardInteractiveResponder) {
+    /// Why the attempt must stop, for the engine's retry loop.
+    var stop: TermindError? {
+        error ?? (unanswered ? SSHError.make("ssh.auth_cancelled", "Keyboard-interactive authentication on \(host) was not answered; nothing more was sent.") : nil)
+    }
+
+    init(engine: SessionEngine, host: String, responder: KeyboardInteractiveResponder?, savedPassword: Secret?) {
         self.engine = engine
         self.host = host
         self.responder = responder
+        self.savedPassword = savedPassword
+    }
+
+    /// One prompt, echo off, asking for a password (not a new one): what PAM's pam_unix asks.
+    static func isPasswordPrompt(_ prompts: [KeyboardInteractiveChallenge.Prompt]) -> Bool {
+        guard prompts.count == 1, let prompt = prompts.first, !prompt.echo else { return false }
+        let text = prompt.text.lowercased()
+        return text.contains("password") && !text.contains("new")
     }
 
     func answer(name: String, instruction: String, count: Int,
@@ -209,27 +267,34 @@ final class KeyboardInteractiveContext {
         }
         // After a refusal every later round is answered empty without asking.
         var answers: [Secret]?
-        if error == nil {
-            let challenge = KeyboardInteractiveChallenge(requestID: Authenticator.nextRequestID(), host: host, name: name,
-                                                         instruction: instruction, prompts: list)
-            let responder = self.responder
-            do {
-                answers = try engine.waitForInteraction("Keyboard-interactive authentication") { await responder(challenge) }
-                if answers == nil {
-                    error = SSHError.make("ssh.auth_cancelled", "Keyboard-interactive authentication on \(host) was cancelled; nothing more was sent.")
-                } else if answers!.count != count {
-                    error = SSHError.make("ssh.auth_bad_answers", "The server asked \(count) question\(count == 1 ? "" : "s") but \(answers!.count) answer\(answers!.count == 1 ? " was" : "s were") given.")
-                    answers = nil
+        if stop == nil {
+            if let saved = savedPassword, Self.isPasswordPrompt(list) {
+                answers = [saved]
+                filledSavedPassword = true
+            } else if let responder {
+                let challenge = KeyboardInteractiveChallenge(requestID: Authenticator.nextRequestID(), host: host, name: name,
+                                                             instruction: instruction, prompts: list)
+                do {
+                    answers = try engine.waitForInteraction("Keyboard-interactive authentication") { await responder(challenge) }
+                    if answers == nil {
+                        unanswered = true
+                    } else if answers!.count != count {
+                        error = SSHError.make("ssh.auth_bad_answers", "The server asked \(count) question\(count == 1 ? "" : "s") but \(answers!.count) answer\(answers!.count == 1 ? " was" : "s were") given.")
+                        answers = nil
+                    }
+                } catch let failure as TermindError {
+                    error = failure
+                } catch {
+                    self.error = SSHError.make("ssh.cancelled", "Keyboard-interactive authentication on \(host) was cancelled.")
                 }
-            } catch let failure as TermindError {
-                error = failure
-            } catch {
-                self.error = SSHError.make("ssh.cancelled", "Keyboard-interactive authentication on \(host) was cancelled.")
+            } else {
+                unanswered = true
             }
+            savedPassword = nil  // used for one round at most
         }
-        if error != nil {
+        if stop != nil {
             // Given up: the (empty) responses libssh2 now sends never leave this process,
-            // and the attempt ends with `error`.
+            // and the attempt ends.
             engine.discardOutput()
         }
         for index in 0..<count {
