@@ -517,4 +517,64 @@ final class SSHConfigTests: XCTestCase {
         XCTAssertEqual(candidates[1].port, 2)
         XCTAssertEqual(candidates[0].user, "u")
     }
+
+    func testAHostWhoseBlockHasARejectedLineIsNotImportableAndSaysWhy() {
+        let config = parse("Host good\n  Port 2200\nHost bad\n  Port 99999\nHost word\n  Port notanumber\n  User kept\nHost *\n  User all\n")
+        let candidates = Dictionary(uniqueKeysWithValues: config.importCandidates(localUser: "me").map { ($0.alias, $0) })
+        XCTAssertEqual(candidates["good"]?.problems, [])
+        XCTAssertEqual(candidates["good"]?.port, 2200)
+        XCTAssertEqual(candidates["bad"]?.problems, ["cfg line 4: Bad port '99999' (ports are numbers from 1 to 65535)."])
+        XCTAssertEqual(candidates["word"]?.problems, ["cfg line 6: Bad port 'notanumber' (ports are numbers from 1 to 65535)."])
+        XCTAssertEqual(candidates["word"]?.user, "kept", "the rest of the block is still read, for the preview")
+        // A rejected line before any Host applies to every host, as OpenSSH refuses the file.
+        let everyone = parse("Ciphers\nHost a\n  User u\n").importCandidates(localUser: "me")
+        XCTAssertEqual(everyone.first?.problems.count, 1)
+    }
+
+    func testACommaInAHostLineIsNotASeparatorAndSuchANameIsNotAHost() {
+        let candidates = parse("Host x1,x2\n  User u\nHost ok other\n").importCandidates(localUser: "me")
+        XCTAssertEqual(candidates.map(\.alias), ["x1,x2", "ok", "other"])
+        XCTAssertEqual(candidates[0].problems.count, 1)
+        XCTAssertTrue(candidates[0].problems[0].hasPrefix("cfg line 1: Host 'x1,x2' is not a valid host name"), candidates[0].problems[0])
+        XCTAssertTrue(candidates[0].problems[0].contains("Host a b"), candidates[0].problems[0])
+        XCTAssertEqual(candidates[1].problems, [])
+        XCTAssertNotNil(SSHConfig.invalidHostName("a;b"))
+        XCTAssertNotNil(SSHConfig.invalidHostName("-oProxyCommand=x"))
+        XCTAssertNil(SSHConfig.invalidHostName("gpu-01.example.com"))
+    }
+
+    func testOptionsTermindDoesNotActOnAreWarnedAboutWhereTheyApply() {
+        let config = parse("""
+            Host a
+              PKCS11Provider /usr/lib/opensc-pkcs11.so
+              SecurityKeyProvider /usr/lib/sk.so
+              RemoteCommand tmux attach
+              ForwardAgent yes
+              StrictHostKeyChecking no
+              UserKnownHostsFile /dev/null
+            Host b
+              ForwardAgent no
+              StrictHostKeyChecking accept-new
+              RemoteCommand none
+            Host *
+              ForwardAgent yes
+            """)
+        let candidates = Dictionary(uniqueKeysWithValues: config.importCandidates(localUser: "me").map { ($0.alias, $0) })
+        let a = candidates["a"]!.warnings.map(\.message)
+        XCTAssertEqual(a.count, 6, "\(a)")
+        for word in ["PKCS11Provider", "SecurityKeyProvider", "RemoteCommand", "ForwardAgent", "StrictHostKeyChecking no", "UserKnownHostsFile /dev/null"] {
+            XCTAssertTrue(a.contains { $0.hasPrefix(word) }, "\(word) in \(a)")
+        }
+        XCTAssertEqual(candidates["b"]!.warnings, [], "ForwardAgent no comes first for b, so Host *'s yes does not apply")
+    }
+
+    func testWarningsAndProblemsKeepTheirTextForTheTerminalToEscape() {
+        let config = parse("Host esc\n  HostName \u{1B}]0;owned\u{07}\n  Port \u{1B}[2J\n")
+        let candidate = config.importCandidates(localUser: "me")[0]
+        XCTAssertEqual(candidate.hostname, "\u{1B}]0;owned\u{07}")
+        XCTAssertEqual(TerminalText.escaped(candidate.problems[0]), "cfg line 3: Bad port '\\x1b[2J' (ports are numbers from 1 to 65535).")
+        XCTAssertEqual(TerminalText.escaped("a\u{202E}b\rc\td\ne"), "a\\u202eb\\x0dc\td\ne")
+        XCTAssertEqual(TerminalText.escaped("a\tb\nc", singleLine: true), "a\\x09b\\x0ac")
+        XCTAssertEqual(TerminalText.escaped("caf\u{E9} \u{1F600}"), "caf\u{E9} \u{1F600}", "printable text is untouched")
+    }
 }

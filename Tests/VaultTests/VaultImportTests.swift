@@ -211,3 +211,87 @@ final class VaultImportIdentityTests: XCTestCase {
         }
     }
 }
+
+/// What the import refuses to read or to import, as OpenSSH would refuse it.
+final class VaultImportValidationTests: XCTestCase {
+    private var session: HarnessSession!
+    private var directory: TemporaryDirectory!
+
+    override func setUp() async throws {
+        directory = try TemporaryDirectory()
+        session = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
+    }
+
+    override func tearDown() async throws {
+        await session?.shutdown()
+        directory?.remove()
+    }
+
+    func testAHostWithAnInvalidValueIsShownAsNotImportableAndTheCommitRefusesIt() async throws {
+        let path = try directory.write("config", "Host ok\n  HostName 10.0.0.1\nHost big\n  HostName 10.0.0.2\n  Port 99999\nHost word\n  Port notanumber\n")
+        let preview = try await session.call(ImportContracts.Preview.self, .init(path: path))
+        let byAlias = Dictionary(uniqueKeysWithValues: preview.candidates.map { ($0.alias, $0) })
+        XCTAssertEqual(byAlias["ok"]?.importable, true)
+        XCTAssertEqual(byAlias["big"]?.importable, false)
+        XCTAssertEqual(byAlias["big"]?.problems, ["\(path) line 5: Bad port '99999' (ports are numbers from 1 to 65535)."])
+        XCTAssertEqual(byAlias["word"]?.importable, false)
+        do {
+            _ = try await session.call(ImportContracts.Commit.self, .init(path: path, select: ["ok", "big"], files: preview.files))
+            XCTFail("a host OpenSSH would refuse must not be imported with port 22")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "vault.import_invalid_host")
+            XCTAssertTrue(error.message.contains("'big'") && error.message.contains("line 5") && error.message.contains("99999"), error.message)
+            XCTAssertTrue(error.message.contains("Nothing was imported"), error.message)
+        }
+        let saved = try await session.call(VaultContracts.HostList.self, .init()).hosts
+        XCTAssertEqual(saved, [], "nothing was imported, not even the valid selection")
+        let valid = try await session.call(ImportContracts.Commit.self, .init(path: path, select: ["ok"], files: preview.files))
+        XCTAssertEqual(valid.created.map(\.label), ["ok"])
+    }
+
+    func testIncludesThatAreNotRegularReadableFilesAreErrorsNamingThem() async throws {
+        let fifo = directory.file("fifo")
+        XCTAssertEqual(mkfifo(fifo, 0o600), 0)
+        try FileManager.default.createDirectory(atPath: directory.file("a-directory"), withIntermediateDirectories: true)
+        _ = try directory.write("huge", String(repeating: "# padding\n", count: 120_000))
+        let path = try directory.write("config", """
+            Host a
+              Include \(fifo)
+            Host b
+              Include /dev/zero
+            Host c
+              Include \(directory.file("a-directory"))
+            Host d
+              Include \(directory.file("huge"))
+            Host e
+              User fine
+            """)
+        let started = Date()
+        let preview = try await session.call(ImportContracts.Preview.self, .init(path: path))
+        XCTAssertLessThan(Date().timeIntervalSince(started), 10, "a FIFO or /dev/zero is never read")
+        let byAlias = Dictionary(uniqueKeysWithValues: preview.candidates.map { ($0.alias, $0) })
+        XCTAssertTrue(byAlias["a"]?.problems.first?.contains("\(fifo) is a FIFO") ?? false, "\(byAlias["a"]?.problems ?? [])")
+        XCTAssertTrue(byAlias["b"]?.problems.first?.contains("/dev/zero is a character device") ?? false, "\(byAlias["b"]?.problems ?? [])")
+        XCTAssertTrue(byAlias["c"]?.problems.first?.contains("is a directory") ?? false, "\(byAlias["c"]?.problems ?? [])")
+        XCTAssertTrue(byAlias["d"]?.problems.first?.contains("1200000 bytes; at most 1048576") ?? false, "\(byAlias["d"]?.problems ?? [])")
+        XCTAssertEqual(byAlias["e"]?.problems, [])
+        XCTAssertEqual(preview.errors.count, 4)
+        // The top-level file itself is held to the same rules.
+        do {
+            _ = try await session.call(ImportContracts.Preview.self, .init(path: fifo))
+            XCTFail("a FIFO is not an ssh_config file")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "vault.import_unreadable")
+            XCTAssertTrue(error.message.contains(fifo), error.message)
+        }
+    }
+
+    func testASelfIncludingFileIsReadAndListedOnce() async throws {
+        let path = directory.file("config")
+        _ = try directory.write("config", "Host a\n  User u\nInclude \(path)\n")
+        let preview = try await session.call(ImportContracts.Preview.self, .init(path: path))
+        XCTAssertEqual(preview.files.map(\.path), [path])
+        XCTAssertEqual(preview.candidates.map(\.alias), ["a"])
+        XCTAssertTrue(preview.errors.contains { $0.contains("Too many recursive configuration includes") }, "\(preview.errors)")
+    }
+}

@@ -192,7 +192,8 @@ enum Exec {
         let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
         guard tty >= 0 else { return nil }
         defer { close(tty) }
-        func say(_ text: String) { _ = text.withCString { write(tty, $0, strlen($0)) } }
+        // The server's text, shown with its control characters escaped (TerminalText).
+        func say(_ text: String) { _ = TerminalText.escaped(text).withCString { write(tty, $0, strlen($0)) } }
         say("(\(challenge.host))\n")
         if !challenge.name.isEmpty { say(challenge.name + "\n") }
         if !challenge.instruction.isEmpty { say(challenge.instruction + (challenge.instruction.hasSuffix("\n") ? "" : "\n")) }
@@ -228,7 +229,7 @@ enum Exec {
         defer { close(tty) }
         let target = question.port == 22 ? question.host : "[\(question.host)]:\(question.port)"
         let prompt = "The authenticity of host \(target) can't be established.\n\(question.algorithm) key fingerprint is \(question.fingerprint).\nTrust it? [s]ave / [o]nce / [N]o: "
-        _ = prompt.withCString { write(tty, $0, strlen($0)) }
+        _ = TerminalText.escaped(prompt).withCString { write(tty, $0, strlen($0)) }
         var buffer = [UInt8](repeating: 0, count: 64)
         let n = read(tty, &buffer, buffer.count)
         let answer = n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines).lowercased() : ""

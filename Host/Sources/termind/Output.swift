@@ -4,12 +4,13 @@ import TermindKernel
 
 /// Writing results: JSON for scripts (`--json`), aligned text for people.
 enum Output {
+    /// Text for people; control characters from outside text are shown escaped (TerminalText).
     static func line(_ text: String) {
-        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+        FileHandle.standardOutput.write(Data((TerminalText.escaped(text) + "\n").utf8))
     }
 
     static func error(_ text: String) {
-        FileHandle.standardError.write(Data("termind: \(text)\n".utf8))
+        FileHandle.standardError.write(Data("termind: \(TerminalText.escaped(text))\n".utf8))
     }
 
     static func json(_ data: Data) {
@@ -23,39 +24,69 @@ enum Output {
     }
 
     /// Rows with aligned columns.
-    static func table(_ header: [String], _ rows: [[String]]) {
-        let all = [header] + rows
+    static func table(_ header: [String], _ rows: [[String]], indent: String = "") {
+        let all = ([header] + rows).map { $0.map { TerminalText.escaped($0, singleLine: true) } }
         let widths = header.indices.map { column in all.map { $0[column].count }.max() ?? 0 }
         for row in all {
             let cells = row.enumerated().map { index, cell in
                 index == row.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
             }
-            line(cells.joined(separator: "  ").trimmingCharacters(in: .whitespaces))
+            line(indent + cells.joined(separator: "  ").trimmingCharacters(in: .whitespaces))
         }
     }
 
-    /// A JSON value for people: objects as `key: value` lines, nested values as compact JSON.
+    /// A JSON value for people. A reply holding one list of records (`{"hosts": [...]}`)
+    /// prints as a table. Other objects print their scalar fields as `key  value` lines, then
+    /// each list under its name: records as a table, strings as `- item` lines.
     static func human(_ value: JSONValue) {
-        // A reply holding one list of records (`{"hosts": [...]}`) prints as a table.
-        if case .object(let o) = value, o.count == 1, case .array(let rows)? = o.values.first {
-            let records = rows.compactMap { row -> [String: JSONValue]? in if case .object(let r) = row { return r } else { return nil } }
-            if records.count == rows.count {
-                if records.isEmpty { line("(none)"); return }
-                let columns = records.flatMap(\.keys).reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
-                    .filter { key in !key.hasSuffix("At") && records.allSatisfy { isShort($0[key]) } }
-                    .sorted { (rank($0), $0) < (rank($1), $1) }
-                table(columns.map { $0.uppercased() }, records.map { r in columns.map { r[$0].map(scalar) ?? "" } })
-                return
+        if case .object(let o) = value, o.count == 1, case .array(let rows)? = o.values.first, let records = records(rows) {
+            records.isEmpty ? line("(none)") : recordTable(records)
+            return
+        }
+        guard case .object(let o) = value else { return line(scalar(value)) }
+        let keys = o.keys.sorted()
+        let lists = keys.filter { key in if case .array(let items) = o[key]!, !items.isEmpty { return records(items) != nil || !isShort(o[key]) || scalar(o[key]!).count > 60 } else { return false } }
+        let plain = keys.filter { !lists.contains($0) }
+        let width = plain.map(\.count).max() ?? 0
+        for key in plain {
+            line("\(key.padding(toLength: width, withPad: " ", startingAt: 0))  \(scalar(o[key]!))")
+        }
+        for key in lists {
+            guard case .array(let items) = o[key]! else { continue }
+            line("\(key) (\(items.count)):")
+            if let records = records(items) {
+                recordTable(records, indent: "  ")
+            } else {
+                for item in items { line("  - " + scalar(item)) }
             }
         }
-        switch value {
-        case .object(let o):
-            let width = o.keys.map(\.count).max() ?? 0
-            for key in o.keys.sorted() {
-                line("\(key.padding(toLength: width, withPad: " ", startingAt: 0))  \(scalar(o[key]!))")
+    }
+
+    private static func records(_ rows: [JSONValue]) -> [[String: JSONValue]]? {
+        let records = rows.compactMap { row -> [String: JSONValue]? in if case .object(let r) = row { return r } else { return nil } }
+        return records.count == rows.count ? records : nil
+    }
+
+    /// Records as a table of their short fields; fields holding long text (a cell over 40
+    /// characters) follow the table, one line per item, under the record's first column.
+    private static func recordTable(_ records: [[String: JSONValue]], indent: String = "") {
+        let columns = records.flatMap(\.keys).reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
+            .filter { key in !key.hasSuffix("At") && records.allSatisfy { isShort($0[key]) } }
+            .sorted { (rank($0), $0) < (rank($1), $1) }
+        let long = Set(columns.dropFirst().filter { key in records.contains { ($0[key].map(scalar) ?? "").count > 40 } })
+        let shown = columns.filter { !long.contains($0) }
+        table(shown.map { $0.uppercased() }, records.map { r in shown.map { r[$0].map(scalar) ?? "" } }, indent: indent)
+        guard let first = columns.first else { return }
+        for record in records {
+            for key in columns where long.contains(key) {
+                let items: [String]
+                switch record[key] {
+                case .array(let list)?: items = list.map(scalar)
+                case let value?: items = value == .null ? [] : [scalar(value)]
+                case nil: items = []
+                }
+                for item in items { line("\(indent)\(record[first].map(scalar) ?? "-") \(key): \(item)") }
             }
-        default:
-            line(scalar(value))
         }
     }
 
@@ -80,7 +111,7 @@ enum Output {
         case .bool(let b): return b ? "true" : "false"
         case .null: return "-"
         case .array(let items) where items.allSatisfy({ if case .string = $0 { return true } else { return false } }):
-            return items.isEmpty ? "-" : items.compactMap(\.stringValue).joined(separator: ",")
+            return items.isEmpty ? "-" : items.compactMap(\.stringValue).joined(separator: ", ")
         default:
             return (try? String(decoding: JSONCoding.encode(value), as: UTF8.self)) ?? ""
         }

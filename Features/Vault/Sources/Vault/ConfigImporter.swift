@@ -16,23 +16,21 @@ struct ConfigImporter {
         let files: [ImportContracts.FileDigest]
     }
 
-    /// Reads `path` and what it includes, recording each file's SHA-256.
+    /// Reads `path` and what it includes, recording each file's SHA-256. Every file is read
+    /// once (a file included again, even by itself, is not read or listed twice), bounded
+    /// and only when it is a regular file: an Include of a directory, FIFO, device or an
+    /// oversized file is an error naming it.
     static func read(_ path: String) throws -> Reading {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw TermindError(code: "vault.import_unreadable", message: "Cannot read the ssh_config file \(path).")
-        }
-        guard data.count <= SSHConfig.maxFileBytes else {
-            throw TermindError(code: "vault.import_too_large", message: "\(path) is larger than \(SSHConfig.maxFileBytes) bytes.")
-        }
+        let data = try BoundedFile.read(path, limit: SSHConfig.maxFileBytes, what: "ssh_config file", code: "vault.import_unreadable")
         let digests = Digests()
         digests.add(path, data)
         let home = ProcessInfo.processInfo.environment["HOME"] ?? NSHomeDirectory()
         let config = SSHConfig.parse(String(decoding: data, as: UTF8.self), path: path, origin: .user) { pattern, _ in
             let expanded = pattern.hasPrefix("~/") ? home + pattern.dropFirst(1) : pattern
-            return try glob(expanded).compactMap { file in
-                guard let bytes = FileManager.default.contents(atPath: file), bytes.count <= SSHConfig.maxFileBytes else { return nil }
-                digests.add(file, bytes)
-                return (file, String(decoding: bytes, as: UTF8.self))
+            return try glob(expanded).map { file in
+                if let text = digests.text(of: file) { return (file, text) }
+                let bytes = try BoundedFile.read(file, limit: SSHConfig.maxFileBytes, what: "included file", code: "vault.import_unreadable")
+                return (file, digests.add(file, bytes))
             }
         }
         return Reading(config: config, files: digests.all)
@@ -46,7 +44,7 @@ struct ConfigImporter {
                 alias: resolved.alias, hostname: resolved.hostname, user: resolved.user, port: resolved.port,
                 jump: resolved.proxyJump.map(\.description), identityFiles: resolved.identityFiles.map(Self.expand),
                 forwards: resolved.forwards.map(\.description), exists: try hosts.find(resolved.alias) != nil,
-                warnings: resolved.warnings.map(\.description))
+                warnings: resolved.warnings.map(\.description), problems: resolved.problems)
         }
         // Key files are digested (never kept) so a commit can tell whether they changed.
         var keyDigests: [ImportContracts.FileDigest] = []
@@ -110,6 +108,13 @@ struct ConfigImporter {
         }
         var seen = Set<String>()
         let selected = request.select.filter { seen.insert($0).inserted }
+        let invalid = selected.filter { !candidates[$0]!.problems.isEmpty }
+        guard invalid.isEmpty else {
+            let reasons = invalid.map { alias in "'\(alias)': \(candidates[alias]!.problems.joined(separator: "; "))" }
+            throw TermindError(code: "vault.import_invalid_host",
+                               message: "\(invalid.count == 1 ? "This host is" : "These hosts are") not importable, as OpenSSH would refuse \(invalid.count == 1 ? "it" : "them"): "
+                                   + reasons.joined(separator: " · ") + ". Fix the file and preview again. Nothing was imported.")
+        }
         let order = try Self.dependencyOrder(selected, hops: { candidates[$0]!.proxyJump.map(\.host) })
         var storedSecrets: [String] = []
         do {
@@ -223,10 +228,18 @@ struct ConfigImporter {
     }
 }
 
-/// Digests of the files a read touched, in reading order.
+/// Digests of the files a read touched, in reading order, each once, with their text.
 private final class Digests: @unchecked Sendable {
     private(set) var all: [ImportContracts.FileDigest] = []
-    func add(_ path: String, _ data: Data) {
+    private var texts: [String: String] = [:]
+
+    @discardableResult
+    func add(_ path: String, _ data: Data) -> String {
+        let text = String(decoding: data, as: UTF8.self)
         all.append(ConfigImporter.fileDigest(path, data))
+        texts[path] = text
+        return text
     }
+
+    func text(of path: String) -> String? { texts[path] }
 }

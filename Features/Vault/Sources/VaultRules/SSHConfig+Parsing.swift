@@ -22,6 +22,9 @@ extension SSHConfig {
         case brokenBlock(at: Location)
         case option(Option, at: Location, warning: String?)
         case include(files: [IncludedFile], at: Location)
+        /// A line that was rejected (its errors are in `errors` too): a host it applies to
+        /// cannot be imported, as OpenSSH refuses the whole file.
+        case invalid(messages: [String], at: Location)
     }
 
     struct IncludedFile: Sendable {
@@ -95,6 +98,27 @@ extension SSHConfig {
         "knownhostscommand": "KnownHostsCommand is not executed by termind; host keys are checked against known_hosts files",
         "permitlocalcommand": "PermitLocalCommand has no effect: termind never runs LocalCommand",
     ]
+    /// Options termind keeps but does not act on, whose values a person relies on: each
+    /// value (lowercased) that would matter gets a warning saying what termind does instead.
+    static func notActedOn(_ keyword: String, _ args: [String]) -> String? {
+        let value = args.first?.lowercased() ?? ""
+        switch keyword {
+        case "pkcs11provider" where value != "none":
+            return "PKCS11Provider is not used by termind: keys on a PKCS#11 token are not offered directly; add them to ssh-agent (ssh-add -s PROVIDER), whose keys termind offers"
+        case "securitykeyprovider" where value != "internal":
+            return "SecurityKeyProvider is not used by termind: FIDO keys are offered through ssh-agent (ssh-add), not by a provider library"
+        case "remotecommand" where value != "none":
+            return "RemoteCommand is not run by termind on connect: it runs what you ask (termind exec HOST -- COMMAND)"
+        case "forwardagent" where value != "no":
+            return "ForwardAgent is not imported: termind never forwards your ssh-agent to a server unless you ask for it for one session"
+        case "stricthostkeychecking" where value == "no" || value == "off":
+            return "StrictHostKeyChecking \(value) is not honoured: termind always checks host keys (an unknown key is asked about, a changed one is refused)"
+        case "userknownhostsfile" where args.contains("/dev/null"):
+            return "UserKnownHostsFile /dev/null is not honoured: termind checks every host key against the keys trusted in its Vault"
+        default:
+            return nil
+        }
+    }
     static let matchExecWarning = "Match exec is not executed by termind; this Match block is treated as not matching"
 }
 
@@ -125,8 +149,12 @@ extension SSHConfig {
             var number = 0
             for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
                 number += 1
-                if let entry = parseLine(line, at: Location(file: path, line: number), depth: depth, include: include) {
+                let before = errors.count
+                let at = Location(file: path, line: number)
+                if let entry = parseLine(line, at: at, depth: depth, include: include) {
                     entries.append(entry)
+                } else if errors.count > before {
+                    entries.append(.invalid(messages: errors[before...].map(\.message), at: at))
                 }
             }
             return entries
@@ -242,7 +270,9 @@ extension SSHConfig {
                     return nil
                 }
                 if keyword == "ignoreunknown", ignoreUnknown == nil, let list = args.first { ignoreUnknown = list }
-                return .option(.other(SSHConfigOption(keyword: keyword, arguments: args, file: at.file, line: at.line)), at: at, warning: nil)
+                let warning = SSHConfig.notActedOn(keyword, args)
+                if let warning { warnings.append(SSHConfigWarning(file: at.file, line: at.line, message: warning)) }
+                return .option(.other(SSHConfigOption(keyword: keyword, arguments: args, file: at.file, line: at.line)), at: at, warning: warning)
             }
         }
 

@@ -34,20 +34,21 @@ extension SSHConfig {
         }
         return ResolvedHost(alias: alias, hostname: hostname, user: run.user, port: run.port ?? 22,
                             identityFiles: run.identityFiles, proxyJump: run.jumpHops, forwards: run.forwards,
-                            otherOptions: run.other, warnings: run.warnings)
+                            otherOptions: run.other, warnings: run.warnings, problems: run.problems)
     }
 
     /// One resolved host per concrete alias named on a `Host` line (no `*`, `?` or `!`), in
-    /// file order with Includes inline, each alias once.
+    /// file order with Includes inline, each alias once. An alias OpenSSH would refuse as a
+    /// host name (`x1,x2`: Host lines are not split at commas) carries that as a problem.
     public func importCandidates(localUser: String? = nil) -> [ResolvedHost] {
-        var aliases: [String] = []
+        var aliases: [(String, Location)] = []
         var seen: Set<String> = []
         func collect(_ entries: [Entry]) {
             for entry in entries {
                 switch entry {
-                case .host(let patterns, _):
+                case .host(let patterns, let at):
                     for pattern in patterns where !pattern.contains(where: { $0 == "*" || $0 == "?" || $0 == "!" }) {
-                        if seen.insert(pattern).inserted { aliases.append(pattern) }
+                        if seen.insert(pattern).inserted { aliases.append((pattern, at)) }
                     }
                 case .include(let files, _):
                     for file in files { collect(file.entries) }
@@ -57,7 +58,25 @@ extension SSHConfig {
             }
         }
         collect(entries)
-        return aliases.map { resolve(alias: $0, localUser: localUser) }
+        return aliases.map { alias, at in
+            var host = resolve(alias: alias, localUser: localUser)
+            if let why = Self.invalidHostName(alias) {
+                host.problems.insert("\(at.file) line \(at.line): Host '\(alias)' is not a valid host name: \(why)", at: 0)
+            }
+            return host
+        }
+    }
+
+    /// Why OpenSSH's `ssh_valid_hostname` refuses `name`, or nil when it accepts it.
+    static func invalidHostName(_ name: String) -> String? {
+        if name.hasPrefix("-") { return "it starts with '-'." }
+        if name.contains(",") {
+            return "OpenSSH does not split Host patterns at commas; list several names with spaces (Host a b)."
+        }
+        if let bad = name.unicodeScalars.first(where: { "'`\"$\\;&<>|(){}".unicodeScalars.contains($0) || $0.properties.isWhitespace || $0.value < 0x20 || $0.value == 0x7f }) {
+            return "it contains '\(bad)', which OpenSSH refuses in host names."
+        }
+        return nil
     }
 
     /// The options obtained so far while walking the entries for one host.
@@ -78,6 +97,8 @@ extension SSHConfig {
         var other: [SSHConfigOption] = []
         var appliedOther: Set<String> = []
         var warnings: [SSHConfigWarning] = []
+        /// Rejected lines that applied to this host.
+        var problems: [String] = []
 
         init(alias: String, localUser: String) {
             self.alias = alias
@@ -126,9 +147,15 @@ extension SSHConfig {
                     apply(file.entries, index: file.index, host: host, active: &active, neverMatch: neverMatch || !outer)
                     active = outer
                 }
+            case .invalid(let messages, _):
+                guard active else { return }
+                for message in messages where !problems.contains(message) { problems.append(message) }
             case .option(let option, let at, let warning):
                 guard active else { return }
-                if let warning { warn(at, warning) }
+                // ssh uses an option's first value: a later line that warns does not apply.
+                let shadowed: Bool
+                if case .other(let value) = option { shadowed = other.contains { $0.keyword == value.keyword } } else { shadowed = false }
+                if let warning, !shadowed { warn(at, warning) }
                 set(option, at: at)
             }
         }

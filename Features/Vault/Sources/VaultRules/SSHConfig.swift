@@ -112,6 +112,9 @@ public struct ResolvedHost: Sendable, Equatable {
     public var otherOptions: [SSHConfigOption]
     /// Lines that applied to this host but that termind does not act on.
     public var warnings: [SSHConfigWarning]
+    /// Rejected lines (each naming file, line and what is wrong) that applied to this host:
+    /// OpenSSH would refuse to connect to it, so it is not importable.
+    public var problems: [String] = []
 }
 
 /// A `LocalForward`, `RemoteForward` or `DynamicForward`, structured as OpenSSH parses it.

@@ -25,8 +25,16 @@ public enum ImportContracts {
         /// A saved host already has this label: it would be skipped, never overwritten.
         public var exists: Bool
         public var warnings: [String]
+        /// Why this host cannot be imported (empty: it can): lines that apply to it and that
+        /// OpenSSH would refuse (each naming file, line and what is wrong), or an alias that
+        /// is not a valid host name. A commit selecting it is refused.
+        public var problems: [String]
+        /// Whether `problems` is empty.
+        public var importable: Bool
         public init(alias: String, hostname: String, user: String?, port: Int, jump: [String], identityFiles: [String],
-                    forwards: [String], exists: Bool, warnings: [String]) {
+                    forwards: [String], exists: Bool, warnings: [String], problems: [String] = []) {
+            self.problems = problems
+            self.importable = problems.isEmpty
             self.alias = alias
             self.hostname = hostname
             self.user = user
