@@ -32,6 +32,36 @@ final class VaultKnownHostsTests: XCTestCase {
         try await session.call(KnownHostContracts.Check.self, .init(host: host, port: port, key: key))
     }
 
+    func testImportIsBoundedInSizeAndLineLengthAndReadsOnlyRegularFiles() async throws {
+        let web = try key("ed25519", "web")
+        // Over the 8 MiB bound: refused before it is read, naming the file; nothing is imported.
+        let huge = directory.file("huge_known_hosts")
+        XCTAssertTrue(FileManager.default.createFile(atPath: huge, contents: Data(repeating: UInt8(ascii: "#"), count: (8 << 20) + 1)))
+        do {
+            _ = try await session.call(KnownHostContracts.Import.self, .init(path: huge))
+            XCTFail("an oversized known_hosts must be refused")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "vault.import_unreadable")
+            XCTAssertTrue(error.message.contains(huge) && error.message.contains("at most 8388608 bytes"), error.message)
+        }
+        let fifo = directory.file("fifo")
+        XCTAssertEqual(mkfifo(fifo, 0o600), 0)
+        do {
+            _ = try await session.call(KnownHostContracts.Import.self, .init(path: fifo))
+            XCTFail("a FIFO is not a known_hosts file")
+        } catch let error as TermindError {
+            XCTAssertTrue(error.message.contains("is a FIFO"), error.message)
+        }
+        // A line over 16 KiB is skipped and named; the other lines are imported.
+        let long = "long.example ssh-ed25519 " + String(repeating: "A", count: 17_000)
+        let path = try directory.write("known_hosts", "\(long)\nweb.example \(web)\n")
+        let imported = try await session.call(KnownHostContracts.Import.self, .init(path: path))
+        XCTAssertEqual(imported.imported, 1)
+        XCTAssertEqual(imported.problems, ["\(path):1: the line is 17025 bytes; lines longer than 16384 bytes are not read"])
+        let listed = try await session.call(KnownHostContracts.List.self, .init())
+        XCTAssertEqual(listed.entries.map(\.names), ["web.example"])
+    }
+
     func testImportedOpenSSHFileDrivesTheVerdicts() async throws {
         let web = try key("ed25519", "web"), other = try key("ed25519", "other"), bad = try key("ecdsa", "bad")
         let text = """

@@ -71,7 +71,10 @@ struct KnownHostRepository: Sendable {
                 if try add(entry).added { imported += 1 } else { duplicates += 1 }
             }
         }
-        return .init(imported: imported, duplicates: duplicates, problems: parsed.problems.map(\.description))
+        // A bounded reply: the first 100 problems, then how many more there were.
+        var problems = parsed.problems.prefix(100).map(\.description)
+        if parsed.problems.count > 100 { problems.append("… and \(parsed.problems.count - 100) more lines were skipped") }
+        return .init(imported: imported, duplicates: duplicates, problems: problems)
     }
 
     func exportText() throws -> (text: String, count: Int) {

@@ -130,9 +130,7 @@ extension VaultFeature {
             return .init(verdict: VaultTrust.name(verdict), fingerprint: key.fingerprintSHA256, knownFingerprints: known)
         }
         registrar.handle(KnownHostContracts.Import.self) { [self] r, _ in
-            guard let data = FileManager.default.contents(atPath: r.path) else {
-                throw TermindError(code: "vault.import_unreadable", message: "Cannot read the known_hosts file \(r.path).")
-            }
+            let data = try BoundedFile.read(r.path, limit: KnownHosts.maxFileBytes, what: "known_hosts file", code: "vault.import_unreadable")
             return try knownHosts().importText(String(decoding: data, as: UTF8.self), source: r.path)
         }
         registrar.handle(KnownHostContracts.Export.self) { [self] r, _ in

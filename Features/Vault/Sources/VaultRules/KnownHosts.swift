@@ -5,7 +5,12 @@ import TermindCore
 /// (`KnownHosts+Matching.swift`), hashing and rendering (`KnownHosts+Rendering.swift`).
 /// Behaviour mirrors OpenSSH 9.2's hostfile.c, match.c and sshconnect.c; each function names
 /// the one it follows. Pure: text in, values out.
-public enum KnownHosts {}
+public enum KnownHosts {
+    /// The largest known_hosts file termind reads (about 20,000 lines of RSA keys).
+    public static let maxFileBytes = 8 << 20
+    /// The longest line it reads: a 16384-bit RSA key or a certificate fits several times.
+    public static let maxLineBytes = 16 << 10
+}
 
 /// One usable known_hosts line.
 public struct KnownHostEntry: Sendable, Hashable {
@@ -52,6 +57,7 @@ public struct KnownHostsProblem: Sendable, Hashable, CustomStringConvertible {
         case badHashedName = "known_hosts.bad_hashed_name"
         case badKey = "known_hosts.bad_key"
         case legacyRSA1 = "known_hosts.ssh1_key"
+        case lineTooLong = "known_hosts.line_too_long"
     }
 
     public let source: String
@@ -104,6 +110,11 @@ extension KnownHosts {
         // "\r\n" is one Character in Swift; OpenSSH's b64_pton skips the "\r" anyway.
         for line in text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }) {
             number += 1
+            guard line.utf8.count <= maxLineBytes else {
+                problems.append(KnownHostsProblem(source: source, line: number, kind: .lineTooLong,
+                                                  detail: "the line is \(line.utf8.count) bytes; lines longer than \(maxLineBytes) bytes are not read"))
+                continue
+            }
             switch parseLine(line) {
             case .skip: continue
             case .entry(let marker, let names, let key, let comment):
