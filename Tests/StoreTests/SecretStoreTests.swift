@@ -115,4 +115,55 @@ final class SecretStoreTests: XCTestCase {
         XCTAssertEqual(try store.handles(), [])
         XCTAssertThrowsError(try store.update(handle, to: Secret("three")))
     }
+
+    func testChangingProtectionRotatesTheDataKeySoAnOldKeyFileAndCopyOpenNothingNew() throws {
+        let store = try SecretStore(path: storePath, keySource: .keyFile(keyPath))
+        let before = try store.store(Secret("stored-before"), purpose: "t")
+        let firstRotation = try XCTUnwrap(store.keyRotatedAt())
+        // What an attacker kept: the key file and a copy of the store from before protection.
+        let oldKey = directory.file("old.key"), oldCopy = directory.file("old-copy.sqlite")
+        try FileManager.default.copyItem(atPath: keyPath, toPath: oldKey)
+        let raw = try Database(path: storePath)
+        try raw.execute("VACUUM INTO ?", [oldCopy])
+
+        Thread.sleep(forTimeInterval: 0.01)
+        try store.changeProtection(to: .passphrase(Secret("a long passphrase")))
+        let after = try store.store(Secret("stored-after"), purpose: "t")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: keyPath), "the key file given up is removed")
+        XCTAssertNotEqual(try store.keyRotatedAt(), firstRotation)
+        XCTAssertEqual(try store.secret(before).withPlaintext { $0 }, "stored-before", "every secret survives the rotation")
+
+        // The old key opens the old copy (that data was exposed already), but not a secret
+        // sealed since: planted under its handle in the old copy, it fails authentication.
+        let old = try SecretStore(path: oldCopy, keySource: .keyFile(oldKey))
+        let sealedAfter = try XCTUnwrap(raw.query("SELECT sealed FROM secrets WHERE handle = ?", [after]).first?.data("sealed"))
+        let sealedBefore = try XCTUnwrap(raw.query("SELECT sealed FROM secrets WHERE handle = ?", [before]).first?.data("sealed"))
+        let copy = try Database(path: oldCopy)
+        try copy.execute("INSERT INTO secrets (handle, purpose, sealed) VALUES (?, 't', ?)", [after, sealedAfter])
+        try copy.execute("UPDATE secrets SET sealed = ? WHERE handle = ?", [sealedBefore, before])
+        for handle in [after, before] {
+            XCTAssertThrowsError(try old.secret(handle), handle) { XCTAssertEqual(($0 as? TermindError)?.code, "secret.tampered") }
+        }
+        let reopened = try SecretStore(path: storePath, keySource: .passphrase(Secret("a long passphrase")))
+        XCTAssertEqual(try reopened.secret(after).withPlaintext { $0 }, "stored-after")
+    }
+
+    func testARotationToANewKeyFileThatCrashedBeforeTheRenameIsFinishedAndAStrayOneIgnored() throws {
+        let store = try SecretStore(path: storePath, keySource: .passphrase(Secret("passphrase one")))
+        let handle = try store.store(Secret("kept"), purpose: "t")
+        try store.changeProtection(to: .keyFile(keyPath))
+        // As if termind died after the commit, before moving the staged file into place.
+        XCTAssertEqual(rename(keyPath, keyPath + ".new"), 0)
+        let finished = try SecretStore(path: storePath, keySource: .keyFile(keyPath))
+        XCTAssertEqual(try finished.secret(handle).withPlaintext { $0 }, "kept")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: keyPath))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: keyPath + ".new"))
+        // A staged file from a rotation that never committed opens nothing: it is discarded.
+        let stray = open(keyPath + ".new", O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        XCTAssertEqual(write(stray, [UInt8](repeating: 7, count: 32), 32), 32)
+        close(stray)
+        let intact = try SecretStore(path: storePath, keySource: .keyFile(keyPath))
+        XCTAssertEqual(try intact.secret(handle).withPlaintext { $0 }, "kept")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: keyPath + ".new"))
+    }
 }

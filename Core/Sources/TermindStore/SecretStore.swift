@@ -10,8 +10,11 @@ import TermindCrypto
 /// fails to open). The data key is stored wrapped (AES-256-GCM) under a key-encryption
 /// key that comes from a key file (32 random bytes, mode 0600, created on first use) or
 /// from a passphrase through scrypt (N=2^15, r=8, p=1; salt and cost stored). Changing
-/// the passphrase re-wraps the data key only, in one transaction: no secret is lost.
-/// Plaintext never reaches the file, logs or errors.
+/// the protection rotates the data key: every secret is re-sealed under a new one and the
+/// new key wrapped under the new source, in one transaction (no secret is lost), so an old
+/// key file or passphrase with an old copy of the store never opens what is stored after.
+/// A key file given up is then overwritten and removed. Plaintext never reaches the file,
+/// logs or errors.
 public final class SecretStore: @unchecked Sendable {
     /// Where the key-encryption key comes from.
     public enum KeySource: Sendable {
@@ -22,7 +25,11 @@ public final class SecretStore: @unchecked Sendable {
 
     public let path: String
     private let database: Database
-    private let dataKey: SymmetricKey
+    /// Guards `dataKey` and `source`, and makes every seal-and-write atomic against a
+    /// rotation (a secret sealed under a retired key would be unreadable).
+    private let lock = NSLock()
+    private var dataKey: SymmetricKey
+    private var source: KeySource
 
     private static let wrapAAD = Data("termind-secrets-data-key-v1".utf8)
     private static let schema = Schema(feature: "secrets", migrations: [
@@ -43,30 +50,58 @@ public final class SecretStore: @unchecked Sendable {
         let database = try Database(path: path)
         try database.migrate(Self.schema)
         self.database = database
+        source = keySource
         dataKey = try database.transaction {
             if let wrapped = try database.query("SELECT value FROM secret_meta WHERE name = 'data_key'").first?.data("value") {
                 let passphraseProtected = try !database.query("SELECT 1 FROM secret_meta WHERE name = 'kdf'").isEmpty
                 if case .keyFile = keySource, passphraseProtected {
                     throw TermindError(code: "secret.wrong_key", message: "The secret store \(path) is protected by a passphrase, not a key file (give it with --secrets-passphrase-file FILE). Nothing was changed.")
                 }
-                let kek = try Self.keyEncryptionKey(keySource, database: database, creating: false, storePath: path)
-                guard let box = AEAD.SealedBox(combined: wrapped),
-                      let raw = try? AEAD.open(box, key: kek, associatedData: Self.wrapAAD), raw.count == AEAD.keyLength else {
-                    throw Self.wrongKey(keySource, path: path)
+                // A rotation to a new key file that committed but did not move the file into
+                // place: finish it. One that did not commit: its staged file is discarded.
+                if case .keyFile(let keyPath) = keySource, let staged = KeyFile.staged(keyPath) {
+                    if let raw = Self.unwrap(wrapped, staged) {
+                        try KeyFile.finishReplacement(keyPath)
+                        return SymmetricKey(bytes: raw)
+                    }
+                    KeyFile.discardReplacement(keyPath)
                 }
+                let kek = try Self.keyEncryptionKey(keySource, database: database, creating: false, storePath: path)
+                guard let raw = Self.unwrap(wrapped, kek) else { throw Self.wrongKey(keySource, path: path) }
                 return SymmetricKey(bytes: raw)
             }
             let kek = try Self.keyEncryptionKey(keySource, database: database, creating: true, storePath: path)
             let key = SymmetricKey.random()
             try database.execute("INSERT INTO secret_meta (name, value) VALUES ('data_key', ?)",
                                  [AEAD.seal(key.data, key: kek, associatedData: Self.wrapAAD).combined])
+            try Self.recordRotation(database)
             return key
         }
     }
 
-    /// How the store is protected, for `termind vault secrets status`.
+    /// The data key wrapped under `kek`, or nil when `kek` does not open it.
+    private static func unwrap(_ wrapped: Data, _ kek: SymmetricKey) -> Data? {
+        guard let box = AEAD.SealedBox(combined: wrapped), let raw = try? AEAD.open(box, key: kek, associatedData: wrapAAD),
+              raw.count == AEAD.keyLength else { return nil }
+        return raw
+    }
+
+    /// How the store is protected, for `termind secrets status`.
     public func protection() throws -> String {
         try database.query("SELECT value FROM secret_meta WHERE name = 'kdf'").first.map { _ in "passphrase (scrypt)" } ?? "key file"
+    }
+
+    /// When the data key was made (created or last rotated), as an ISO 8601 UTC time; nil
+    /// for a store from before termind recorded it.
+    public func keyRotatedAt() throws -> String? {
+        try database.query("SELECT value FROM secret_meta WHERE name = 'key_rotated_at'").first?.data("value").map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    private static func recordRotation(_ database: Database) throws {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        let now = formatter.string(from: Date())
+        try database.execute("INSERT OR REPLACE INTO secret_meta (name, value) VALUES ('key_rotated_at', ?)", [Data(now.utf8)])
     }
 
     // MARK: - Secrets
@@ -74,13 +109,19 @@ public final class SecretStore: @unchecked Sendable {
     /// Stores a secret and returns its new handle.
     public func store(_ secret: Secret, purpose: String) throws -> String {
         let handle = "sec_" + SecureRandom.bytes(16).hexEncoded
-        let sealed = secret.withPlaintext { AEAD.seal(Data($0.utf8), key: dataKey, associatedData: Data(handle.utf8)) }
-        try database.execute("INSERT INTO secrets (handle, purpose, sealed) VALUES (?, ?, ?)", [handle, purpose, sealed.combined])
+        try lock.withLock {
+            let sealed = secret.withPlaintext { AEAD.seal(Data($0.utf8), key: dataKey, associatedData: Data(handle.utf8)) }
+            try database.execute("INSERT INTO secrets (handle, purpose, sealed) VALUES (?, ?, ?)", [handle, purpose, sealed.combined])
+        }
         return handle
     }
 
     /// The secret behind `handle`. Throws `secret.missing` or `secret.tampered`.
     public func secret(_ handle: String) throws -> Secret {
+        try lock.withLock { try unlockedSecret(handle) }
+    }
+
+    private func unlockedSecret(_ handle: String) throws -> Secret {
         guard let sealed = try database.query("SELECT sealed FROM secrets WHERE handle = ?", [handle]).first?.data("sealed") else {
             throw TermindError(code: "secret.missing", message: "No secret with handle \(handle) in \(path).")
         }
@@ -93,10 +134,12 @@ public final class SecretStore: @unchecked Sendable {
 
     /// Replaces the secret behind an existing handle.
     public func update(_ handle: String, to secret: Secret) throws {
-        let sealed = secret.withPlaintext { AEAD.seal(Data($0.utf8), key: dataKey, associatedData: Data(handle.utf8)) }
-        try database.transaction {
-            try database.execute("UPDATE secrets SET sealed = ? WHERE handle = ?", [sealed.combined, handle])
-            guard database.changes == 1 else { throw TermindError(code: "secret.missing", message: "No secret with handle \(handle) in \(path).") }
+        try lock.withLock {
+            let sealed = secret.withPlaintext { AEAD.seal(Data($0.utf8), key: dataKey, associatedData: Data(handle.utf8)) }
+            try database.transaction {
+                try database.execute("UPDATE secrets SET sealed = ? WHERE handle = ?", [sealed.combined, handle])
+                guard database.changes == 1 else { throw TermindError(code: "secret.missing", message: "No secret with handle \(handle) in \(path).") }
+            }
         }
     }
 
@@ -114,14 +157,41 @@ public final class SecretStore: @unchecked Sendable {
 
     // MARK: - Protection
 
-    /// Re-wraps the data key under a new key source in one transaction; every secret
-    /// stays readable. The current source must be right (it opened this store).
+    /// Rotates the data key and protects it with `newSource`, in one transaction: every
+    /// secret is re-sealed under a new random data key (a secret that fails authentication
+    /// stops it: nothing changes), the new key is wrapped under the new source, and the
+    /// rotation time recorded. A key file source always gets a new key file (written beside
+    /// it first, moved into place after the commit; a crash in between is finished on the
+    /// next open). A key file given up for a passphrase is overwritten and removed after the
+    /// commit (best effort on copy-on-write or flash storage). The current source must be
+    /// right (it opened this store).
     public func changeProtection(to newSource: KeySource) throws {
-        try database.transaction {
-            try database.execute("DELETE FROM secret_meta WHERE name = 'kdf'")
-            let kek = try Self.keyEncryptionKey(newSource, database: database, creating: true, storePath: path)
-            try database.execute("UPDATE secret_meta SET value = ? WHERE name = 'data_key'",
-                                 [AEAD.seal(dataKey.data, key: kek, associatedData: Self.wrapAAD).combined])
+        try lock.withLock {
+            let newKey = SymmetricKey.random()
+            var staged: (path: String, key: SymmetricKey)?
+            if case .keyFile(let keyPath) = newSource { staged = (keyPath, try KeyFile.stageReplacement(keyPath)) }
+            do {
+                try database.transaction {
+                    for row in try database.query("SELECT handle FROM secrets ORDER BY handle") {
+                        guard let handle = row.string("handle") else { continue }
+                        let secret = try unlockedSecret(handle)
+                        let sealed = secret.withPlaintext { AEAD.seal(Data($0.utf8), key: newKey, associatedData: Data(handle.utf8)) }
+                        try database.execute("UPDATE secrets SET sealed = ? WHERE handle = ?", [sealed.combined, handle])
+                    }
+                    try database.execute("DELETE FROM secret_meta WHERE name = 'kdf'")
+                    let kek = try staged?.key ?? Self.keyEncryptionKey(newSource, database: database, creating: true, storePath: path)
+                    try database.execute("UPDATE secret_meta SET value = ? WHERE name = 'data_key'",
+                                         [AEAD.seal(newKey.data, key: kek, associatedData: Self.wrapAAD).combined])
+                    try Self.recordRotation(database)
+                }
+            } catch {
+                if let staged { KeyFile.discardReplacement(staged.path) }
+                throw error
+            }
+            if let staged { try KeyFile.finishReplacement(staged.path) }
+            if case .keyFile(let oldPath) = source, case .passphrase = newSource { KeyFile.destroy(oldPath) }
+            dataKey = newKey
+            source = newSource
         }
     }
 
@@ -175,27 +245,78 @@ public final class SecretStore: @unchecked Sendable {
 /// The secret store's key file: 32 random bytes, mode 0600, refused when group or others
 /// can read or write it (as OpenSSH refuses private keys with loose permissions).
 enum KeyFile {
+    /// Writes a new key to `path.new` (0600, synced) for a rotation and returns it.
+    static func stageReplacement(_ path: String) throws -> SymmetricKey {
+        let staged = path + ".new"
+        unlink(staged)
+        return try write(SymmetricKey.random(), to: staged)
+    }
+
+    /// The staged key of an unfinished rotation, if a well-formed one is there.
+    static func staged(_ path: String) -> SymmetricKey? {
+        var info = stat()
+        guard lstat(path + ".new", &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_mode & 0o077 == 0, info.st_uid == getuid(),
+              let data = FileManager.default.contents(atPath: path + ".new"), data.count == AEAD.keyLength else { return nil }
+        return SymmetricKey(bytes: data)
+    }
+
+    /// Moves the staged key file into place once the store committed to it (the old key
+    /// file, if any, is overwritten first).
+    static func finishReplacement(_ path: String) throws {
+        let staged = path + ".new"
+        if access(path, F_OK) == 0 { destroy(path, unlinking: false) }
+        guard rename(staged, path) == 0 else {
+            throw TermindError(code: "secret.key_create_failed", message: "Cannot move the new key file \(staged) to \(path): \(String(cString: strerror(errno))).")
+        }
+        syncDirectory(of: path)
+    }
+
+    static func discardReplacement(_ path: String) { destroy(path + ".new") }
+
+    /// Overwrites the key file with zeros, syncs and (unless told not to) removes it.
+    static func destroy(_ path: String, unlinking: Bool = true) {
+        let fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW)
+        if fd >= 0 {
+            let zeros = [UInt8](repeating: 0, count: AEAD.keyLength)
+            _ = zeros.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            fsync(fd)
+            close(fd)
+        }
+        if unlinking {
+            unlink(path)
+            syncDirectory(of: path)
+        }
+    }
+
+    private static func syncDirectory(of path: String) {
+        let fd = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if fd >= 0 { fsync(fd); close(fd) }
+    }
+
+    private static func write(_ key: SymmetricKey, to path: String) throws -> SymmetricKey {
+        let directory = (path as NSString).deletingLastPathComponent
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            throw TermindError(code: "secret.key_create_failed", message: "Cannot create the key file \(path): \(String(cString: strerror(errno))).")
+        }
+        let written = key.withBytes { Glibc.write(fd, $0, AEAD.keyLength) }
+        let synced = fsync(fd) == 0
+        close(fd)
+        guard written == AEAD.keyLength, synced else {
+            unlink(path)
+            throw TermindError(code: "secret.key_create_failed", message: "Cannot write the key file \(path).")
+        }
+        return key
+    }
+
     static func load(_ path: String, create: Bool) throws -> SymmetricKey {
         var info = stat()
         if stat(path, &info) != 0 {
             guard create, errno == ENOENT else {
                 throw TermindError(code: "secret.key_missing", message: "The secret store's key file \(path) is missing; without it the stored secrets cannot be read.")
             }
-            let directory = (path as NSString).deletingLastPathComponent
-            try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-            guard fd >= 0 else {
-                throw TermindError(code: "secret.key_create_failed", message: "Cannot create the key file \(path): \(String(cString: strerror(errno))).")
-            }
-            let key = SymmetricKey.random()
-            let written = key.withBytes { write(fd, $0, AEAD.keyLength) }
-            let synced = fsync(fd) == 0
-            close(fd)
-            guard written == AEAD.keyLength, synced else {
-                unlink(path)
-                throw TermindError(code: "secret.key_create_failed", message: "Cannot write the key file \(path).")
-            }
-            return key
+            return try write(SymmetricKey.random(), to: path)
         }
         guard info.st_mode & 0o077 == 0 else {
             throw TermindError(code: "secret.key_permissions", message: "The key file \(path) is accessible by others (mode \(String(info.st_mode & 0o777, radix: 8))); run chmod 600 on it.")

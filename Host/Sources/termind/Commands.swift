@@ -117,6 +117,7 @@ enum Commands {
             Output.line("protection  \(response.protection)")
             Output.line("store       \(response.path)")
             Output.line("secrets     \(response.secrets)")
+            Output.line("key made    \(response.keyRotatedAt ?? "unknown (before termind recorded it)")")
         }
         return .success
     }

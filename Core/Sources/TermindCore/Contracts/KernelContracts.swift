@@ -121,10 +121,14 @@ public enum SecretStoreContracts {
             public var protection: String
             public var path: String
             public var secrets: Int
-            public init(protection: String, path: String, secrets: Int) {
+            /// When the data key was made or last rotated (ISO 8601, UTC); nil for a store
+            /// from before termind recorded it.
+            public var keyRotatedAt: String?
+            public init(protection: String, path: String, secrets: Int, keyRotatedAt: String? = nil) {
                 self.protection = protection
                 self.path = path
                 self.secrets = secrets
+                self.keyRotatedAt = keyRotatedAt
             }
         }
         public static let name = "kernel.secrets.status"
@@ -132,7 +136,8 @@ public enum SecretStoreContracts {
         public static let summary = "How the secret store is protected and how many secrets it holds."
     }
 
-    /// Re-wraps the store's data key: every secret stays readable.
+    /// Rotates the store's data key under new protection: every secret stays readable, and
+    /// an old key file or passphrase never opens what is stored afterwards.
     public enum Protect: Contract {
         public struct Request: Codable, Sendable, Equatable {
             /// The new passphrase; empty or absent switches to the key file.
@@ -142,6 +147,6 @@ public enum SecretStoreContracts {
         public typealias Response = SecretStoreContracts.Status.Response
         public static let name = "kernel.secrets.protect"
         public static let version = 1
-        public static let summary = "Protect the secret store with a new passphrase (or the key file); no secret is lost."
+        public static let summary = "Protect the secret store with a new passphrase (or a new key file), rotating its data key; no secret is lost."
     }
 }

@@ -387,7 +387,7 @@ public actor Kernel {
             guard let store = routes.port("kernel.secrets") as? SecretStore else {
                 throw TermindError(code: "secret.unavailable", message: "The secret store is not open: no loaded feature uses it.")
             }
-            return .init(protection: try store.protection(), path: store.path, secrets: try store.handles().count)
+            return .init(protection: try store.protection(), path: store.path, secrets: try store.handles().count, keyRotatedAt: try store.keyRotatedAt())
         }
         registrar.handle(SecretStoreContracts.Status.self) { _, _ in try secretStatus() }
         registrar.handle(SecretStoreContracts.Protect.self) { request, _ in
