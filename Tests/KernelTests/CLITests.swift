@@ -220,6 +220,34 @@ final class CLITests: XCTestCase {
         }
     }
 
+    func testAnEmptySecretOnStandardInputIsRefusedAndNothingIsSaved() throws {
+        let store = ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("secrets.key")]
+        let empty = try run(store + ["vault", "identity", "add", "deploy", "--password", "-"], stdin: "")
+        XCTAssertEqual(empty.status, 2, empty.stderr)
+        XCTAssertTrue(empty.stderr.contains("--password -: the password read from standard input is empty; nothing was changed"), empty.stderr)
+        let listed = try run(store + ["--json", "vault", "identity", "list"])
+        XCTAssertEqual(try json(listed)["identities"], .array([]), "no identity without its password was created")
+        // The contract refuses it too, for scripts and socket clients.
+        let direct = try run(store + ["call", "vault.identity.add@1", #"{"username": "deploy", "password": ""}"#])
+        XCTAssertEqual(direct.status, 1, direct.stderr)
+        XCTAssertTrue(direct.stderr.contains("an empty password cannot be saved"), direct.stderr)
+    }
+
+    func testProtectingWithAPassphraseRemovesTheKeyFileAndStatusSaysWhenTheKeyWasMade() throws {
+        let store = ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("secrets.key")]
+        XCTAssertEqual(try run(store + ["vault", "identity", "add", "deploy", "--password", "-"], stdin: "s3cret-pw\n").status, 0)
+        let status = try run(store + ["--json", "secrets", "status"])
+        let made = try XCTUnwrap(try json(status)["keyRotatedAt"]?.stringValue, status.stdout)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: directory.file("secrets.key")))
+        let protect = try run(store + ["secrets", "protect", "--passphrase", "-"], stdin: "correct horse battery\n")
+        XCTAssertEqual(protect.status, 0, protect.stderr)
+        XCTAssertTrue(protect.stdout.contains("key made"), protect.stdout)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: directory.file("secrets.key")), "the key file given up is removed")
+        let passphrase = try directory.write("pass.txt", "correct horse battery\n")
+        let after = try run(store + ["--secrets-passphrase-file", passphrase, "--json", "secrets", "status"])
+        XCTAssertNotEqual(try json(after)["keyRotatedAt"]?.stringValue, made)
+    }
+
     private func readLine(_ handle: FileHandle) throws -> Data {
         var line = Data()
         while true {

@@ -187,4 +187,43 @@ final class DatabaseTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(Int(kept), acknowledged + 1, "every row the victim reported committed is there")
         XCTAssertEqual(try db.scalar("SELECT max(sequence) + 1 = count(*) FROM rows WHERE writer = 'victim'"), .integer(1), "no gaps")
     }
+
+    func testAHealthyDatabaseOnAReadOnlyMountIsReportedAsReadOnlyNotAsDamaged() throws {
+        guard getuid() == 0 else { throw XCTSkip("a read-only bind mount needs root") }
+        let source = directory.file("src"), mountPoint = directory.file("ro")
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        do {
+            let db = try Database(path: source + "/termind.sqlite")
+            try db.migrate(notes)
+            try db.execute("INSERT INTO notes (body) VALUES ('precious')")
+        }  // closed: no -wal or -shm left beside it
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/mount", ["--bind", source, mountPoint]).status, 0)
+        defer { _ = try? ProcessRunner.run("/usr/bin/umount", [mountPoint]) }
+        let remount = try ProcessRunner.run("/usr/bin/mount", ["-o", "remount,ro,bind", mountPoint])
+        guard remount.status == 0 else { throw XCTSkip("cannot remount read-only here: \(remount.stderr)") }
+        XCTAssertThrowsError(try Database(path: mountPoint + "/termind.sqlite")) { error in
+            let failure = error as? StoreError
+            XCTAssertEqual(failure?.code, "store.read_only", "\(error)")
+            XCTAssertTrue(failure?.message.contains("read-only mount") ?? false, "\(error)")
+            XCTAssertTrue(failure?.message.contains("Nothing is wrong with its data") ?? false, "\(error)")
+            XCTAssertFalse(failure?.message.contains("not a readable") ?? true, "\(error)")
+        }
+        // A new database cannot be made there either, and the error says why.
+        XCTAssertThrowsError(try Database(path: mountPoint + "/new.sqlite")) { error in
+            XCTAssertTrue("\(error)".contains("read-only mount"), "\(error)")
+        }
+        _ = try ProcessRunner.run("/usr/bin/umount", [mountPoint])
+        let reopened = try Database(path: source + "/termind.sqlite")
+        XCTAssertEqual(try reopened.query("SELECT body FROM notes").first?.string("body"), "precious")
+    }
+
+    func testADamagedFileNamesTheOptionThatChoosesIt() throws {
+        let path = try directory.write("secrets.sqlite", String(repeating: "not sqlite ", count: 100))
+        XCTAssertThrowsError(try SecretStore(path: path, keySource: .keyFile(directory.file("k")))) { error in
+            XCTAssertTrue("\(error)".contains("--secrets PATH"), "\(error)")
+            XCTAssertFalse("\(error)".contains("--store"), "\(error)")
+        }
+        XCTAssertThrowsError(try Database(path: path)) { XCTAssertTrue("\($0)".contains("--store PATH"), "\($0)") }
+    }
 }

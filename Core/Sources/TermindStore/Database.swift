@@ -15,13 +15,18 @@ public final class Database: @unchecked Sendable {
     public let path: String
     private let handle: OpaquePointer
     private let lock = NSRecursiveLock()
+    /// The option that chooses this file (`--store`, `--secrets`), for remedies.
+    private let option: String
     public static let busyTimeoutMilliseconds: Int32 = 5_000
     /// The SQLite library version in use, for `termind version`.
     public static var sqliteVersion: String { String(cString: sqlite3_libversion()) }
 
     /// Opens (creating if absent, with mode 0600 in a 0700 folder) the database at `path`.
-    public init(path: String) throws {
+    /// `option` is the command-line option that chooses this file, named in remedies.
+    /// A database termind cannot write (a read-only mount or folder) is reported as such.
+    public init(path: String, option: String = "--store") throws {
         self.path = path
+        self.option = option
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
             do {
@@ -29,6 +34,10 @@ public final class Database: @unchecked Sendable {
             } catch {
                 throw StoreError.openFailed(path, "cannot create its folder \(directory)")
             }
+        }
+        if let reason = Self.readOnlyReason(directory: directory) {
+            throw access(path, F_OK) == 0 ? StoreError.readOnly(path, reason, option: option)
+                : StoreError.openFailed(path, "\(reason), so the database cannot be created there (choose another place with \(option) PATH)")
         }
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW
@@ -39,6 +48,10 @@ public final class Database: @unchecked Sendable {
             let reason = db.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(status))
             if let db { sqlite3_close_v2(db) }
             throw StoreError.openFailed(path, reason)
+        }
+        if sqlite3_db_readonly(db, "main") == 1 {
+            sqlite3_close_v2(db)
+            throw StoreError.readOnly(path, Self.readOnlyReason(directory: directory) ?? "the file is read-only", option: option)
         }
         handle = db
         sqlite3_extended_result_codes(db, 1)
@@ -66,8 +79,18 @@ public final class Database: @unchecked Sendable {
             try execute("PRAGMA foreign_keys = ON")
         } catch let error as StoreError {
             sqlite3_close_v2(db)
-            throw error.code == "store.sql" ? StoreError.notADatabase(path, error.message) : error
+            throw error.code == "store.sql" ? StoreError.notADatabase(path, error.message, option: option) : error
         }
+    }
+
+    /// Why termind cannot write the database, or nil: it writes the file and, beside it, the
+    /// -wal and -shm files of write-ahead logging, so the folder must be writable too.
+    static func readOnlyReason(directory: String) -> String? {
+        let folder = directory.isEmpty ? "." : directory
+        var info = statvfs()
+        if statvfs(folder, &info) == 0, info.f_flag & UInt(ST_RDONLY) != 0 { return "it is on a read-only mount" }
+        if access(folder, W_OK) != 0 && errno != ENOENT { return "its folder \(folder) is not writable" }
+        return nil
     }
 
     deinit { sqlite3_close_v2(handle) }
@@ -185,7 +208,9 @@ public final class Database: @unchecked Sendable {
         case SQLITE_BUSY, SQLITE_LOCKED:
             return StoreError(code: "store.busy", message: "The database \(path) is busy (another termind process holds a write lock); try again.")
         case SQLITE_CORRUPT, SQLITE_NOTADB:
-            return StoreError.notADatabase(path, message)
+            return StoreError.notADatabase(path, message, option: option)
+        case SQLITE_READONLY:
+            return StoreError.readOnly(path, "SQLite could not write it (\(message))", option: option)
         case SQLITE_CONSTRAINT:
             return StoreError(code: "store.constraint", message: message)
         default:
@@ -205,8 +230,12 @@ public struct StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     static func openFailed(_ path: String, _ reason: String) -> StoreError {
         StoreError(code: "store.open_failed", message: "Cannot open the database \(path): \(reason). It was left untouched.")
     }
-    static func notADatabase(_ path: String, _ reason: String) -> StoreError {
-        StoreError(code: "store.corrupt", message: "\(path) is not a readable termind database (\(reason)). It was left untouched; restore it from a backup or move it aside and start over with --store.")
+    static func notADatabase(_ path: String, _ reason: String, option: String) -> StoreError {
+        StoreError(code: "store.corrupt", message: "\(path) is not a readable termind database (\(reason)). It was left untouched; restore it from a backup, or move it aside and start over (termind creates a new one there, or elsewhere with \(option) PATH).")
+    }
+    static func readOnly(_ path: String, _ reason: String, option: String) -> StoreError {
+        StoreError(code: "store.read_only", message: "The database \(path) cannot be written: \(reason). Nothing is wrong with its data, and it was left untouched. "
+            + "termind writes the file and its -wal and -shm files beside it: make the folder writable, or copy the database to a writable folder and use \(option) NEWPATH.")
     }
     static func sql(_ path: String, _ reason: String) -> StoreError {
         StoreError(code: "store.sql", message: "A database operation on \(path) failed: \(reason).")

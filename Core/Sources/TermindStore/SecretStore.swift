@@ -47,7 +47,7 @@ public final class SecretStore: @unchecked Sendable {
     /// A wrong passphrase or key file is reported as such; nothing is changed.
     public init(path: String, keySource: KeySource) throws {
         self.path = path
-        let database = try Database(path: path)
+        let database = try Database(path: path, option: "--secrets")
         try database.migrate(Self.schema)
         self.database = database
         source = keySource

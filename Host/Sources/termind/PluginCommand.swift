@@ -67,7 +67,12 @@ enum PluginCommand {
                     guard value == "-" else {
                         throw Invocation.UsageError(description: "--\(key) is a secret: give it as '--\(key) -' and type it or pipe it on standard input, never on the command line.")
                     }
-                    body[key] = .string(try SecretInput.read(prompt: "\(key): "))
+                    let secret = try SecretInput.read(prompt: "\(key): ")
+                    // An empty read is a mistake (empty input, a pipe that failed), never a secret.
+                    guard !secret.isEmpty else {
+                        throw Invocation.UsageError(description: "--\(key) -: the \(key) read from \(isatty(STDIN_FILENO) == 1 ? "the terminal" : "standard input") is empty; nothing was changed.")
+                    }
+                    body[key] = .string(secret)
                 } else {
                     body[key] = try typed(value, field: key, schema: schema)
                 }

@@ -38,7 +38,10 @@ struct IdentityRepository: Sendable {
         let username = try VaultValidation.user(r.username, field: "username")
         let label = try VaultValidation.label(r.label ?? "").isEmpty ? username : VaultValidation.label(r.label ?? "")
         let id = RecordID.make("ident")
-        let handle = try r.password.flatMap { $0.isEmpty ? nil : try secrets.store($0, purpose: "identity.password") }
+        if let password = r.password, password.isEmpty {
+            throw TermindError.badRequest("password: an empty password cannot be saved; leave it out for an identity without one.")
+        }
+        let handle = try r.password.map { try secrets.store($0, purpose: "identity.password") }
         do {
             try db.transaction {
                 try ensureLabelFree(label, excluding: nil)
