@@ -371,7 +371,7 @@ final class SSHChannelTests: XCTestCase {
             XCTFail("the stranger key is not authorized")
         } catch let error as TermindError {
             XCTAssertEqual(error.code, "ssh.auth_failed")
-            XCTAssertTrue(error.message.contains("1 agent key was rejected"), error.message)
+            XCTAssertTrue(error.message.contains("1 ssh-agent key was rejected"), error.message)
         }
     }
 

@@ -95,7 +95,7 @@ final class KnownHostsOpenSSHTests: XCTestCase {
         XCTAssertTrue(isTrusted("EXAMPLE.COM", 22, keyA))
         XCTAssertTrue(isTrusted("192.0.2.1", 22, keyA))
         XCTAssertTrue(isTrusted("example.com", 2222, keyB))
-        XCTAssertEqual(KnownHosts.check(host: "example.com", port: 2222, key: keyA, entries: entries), .changed(known: [keyB]))
+        XCTAssertEqual(KnownHosts.check(host: "example.com", port: 2222, key: keyA, entries: entries), .otherKeyTypes(known: [keyB]))
         XCTAssertEqual(KnownHosts.check(host: "example.org", port: 22, key: keyA, entries: entries), .unknown)
 
         // Our hash of each name under ssh-keygen's salt is the very text ssh-keygen wrote.

@@ -17,8 +17,13 @@ struct Authenticator {
     let credentials: SSHCredentials
     let responder: KeyboardInteractiveResponder?
     let deadline: DispatchTime
+    let logger: Logger?
 
     private static let requestIDs = GenerationCounter()
+
+    private func logAttempt(_ method: String, _ accepted: Bool) {
+        logger?.debug("ssh.auth.attempt", ["method": .identifier(method), "accepted": .bool(accepted)])
+    }
 
     func run() throws -> String {
         let user = Array(target.username.utf8)
@@ -30,25 +35,34 @@ struct Authenticator {
         }
         if list == nil, let session = engine.session, libssh2_userauth_authenticated(session) == 1 { return "none" }
         let methods = list.map { String(cString: $0).split(separator: ",").map(String.init) } ?? []
+        logger?.debug("ssh.auth.methods", ["offered": .identifier(methods.joined(separator: ","))])
         var rejected: [String] = []
 
         if methods.contains("publickey") {
             if let key = credentials.privateKey {
-                if try publicKey(key) { return "publickey" }
+                let accepted = try publicKey(key)
+                logAttempt("publickey", accepted)
+                if accepted { return "publickey" }
                 rejected.append("the public key")
             }
             let socket = credentials.agentSocket ?? ProcessInfo.processInfo.environment["SSH_AUTH_SOCK"] ?? ""
             if !socket.isEmpty {
                 switch try agent(socket) {
-                case .accepted: return "agent"
-                case .rejected(let count): if count > 0 { rejected.append("\(count) ssh-agent key\(count == 1 ? "" : "s")") }
+                case .accepted:
+                    logAttempt("agent", true)
+                    return "agent"
+                case .rejected(let count):
+                    logAttempt("agent", false)
+                    if count > 0 { rejected.append("\(count) ssh-agent key\(count == 1 ? "" : "s")") }
                 case .unavailable: break
                 }
             }
         }
         var savedPassword = credentials.password
         if let password = savedPassword, methods.contains("password") {
-            if try self.password(password) { return "password" }
+            let accepted = try self.password(password)
+            logAttempt("password", accepted)
+            if accepted { return "password" }
             rejected.append("the password")
             savedPassword = nil  // known wrong: never given to keyboard-interactive too
         }
@@ -57,7 +71,9 @@ struct Authenticator {
             // The password may answer one password prompt; rejected there, the person gets a try.
             let attempts: [Secret?] = (savedPassword.map { [$0] } ?? []) + (responder == nil ? [] : [nil])
             attempts: for fill in attempts {
-                switch try keyboardInteractive(fill: fill) {
+                let outcome = try keyboardInteractive(fill: fill)
+                if case .accepted = outcome { logAttempt("keyboard-interactive", true) } else { logAttempt("keyboard-interactive", false) }
+                switch outcome {
                 case .accepted:
                     return "keyboard-interactive"
                 case .rejected(let filled):

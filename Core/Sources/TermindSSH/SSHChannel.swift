@@ -107,6 +107,13 @@ public final class SSHChannel: Sendable {
         engine.wake()
     }
 
+    /// Closes this channel, sending its remote process `signal` (e.g. "INT" for a Ctrl-C,
+    /// "TERM") first instead of the channel's default (TERM for a command, HUP for a shell).
+    public func close(signal: String) {
+        state.requestClose(signal: signal)
+        engine.wake()
+    }
+
     /// A channel nobody holds any more is closed, giving its slot (sshd's MaxSessions) back.
     deinit {
         state.requestClose()
@@ -143,6 +150,7 @@ final class ChannelState: @unchecked Sendable {
     private var nextTicket: UInt64 = 0
     private var eofRequested = false
     private var closeRequested = false
+    private var closeSignal: String?
     private var pendingResize: (columns: Int, rows: Int)?
     private var resizing = false
 
@@ -223,10 +231,16 @@ final class ChannelState: @unchecked Sendable {
     func requestEOF() { lock.withLock { eofRequested = true } }
     /// Closing ends the consumer's side at once (unread output is dropped, `next()` returns
     /// nil); the pump finishes the close handshake with the server in the background.
-    func requestClose() {
-        lock.withLock { closeRequested = true }
+    func requestClose(signal: String? = nil) {
+        lock.withLock {
+            closeRequested = true
+            if closeSignal == nil { closeSignal = signal }
+        }
         finish(exit: nil, error: nil)
     }
+
+    /// The signal asked for by `close(signal:)`, if any (the first one wins).
+    var requestedCloseSignal: String? { lock.withLock { closeSignal } }
 
     func claimResize(columns: Int, rows: Int) -> Bool {
         lock.withLock {
@@ -399,7 +413,7 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
         if engine.hasPendingOperations(lane: self) { return progressed ? .progressed : .idle }
 
         // The close handshake; each call is repeated after EAGAIN.
-        if let hangup, !hangupSent, !remoteEOF, libssh2_channel_eof(channel) == 0 {
+        if let hangup = state.requestedCloseSignal ?? hangup, !hangupSent, !remoteEOF, libssh2_channel_eof(channel) == 0 {
             let rc = hangup.withCString { libssh2_channel_signal_ex(channel, $0, hangup.utf8.count) }
             if rc == Int32(eagain) { return progressed ? .progressed : .idle }
             hangupSent = true  // refused or sent: either way, close next

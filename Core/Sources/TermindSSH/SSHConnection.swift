@@ -61,11 +61,14 @@ public struct HostKeyQuestion: Sendable, Equatable {
     public var port: Int
     public var algorithm: String
     public var fingerprint: String
-    public init(host: String, port: Int, algorithm: String, fingerprint: String) {
+    /// The key as a known_hosts line holds it ("TYPE BASE64"), e.g. for a remedy that adds it.
+    public var key: String
+    public init(host: String, port: Int, algorithm: String, fingerprint: String, key: String = "") {
         self.host = host
         self.port = port
         self.algorithm = algorithm
         self.fingerprint = fingerprint
+        self.key = key
     }
 }
 
@@ -75,6 +78,9 @@ public enum HostKeyAnswer: Sendable, Equatable {
     /// Save the key as trusted, then continue.
     case acceptAndSave
     case reject
+    /// Nobody could be asked (no terminal, a client that went away): `reason` says why and
+    /// what to do instead. The connection fails with `ssh.host_key_unknown`.
+    case unanswered(reason: String)
 }
 
 /// One keyboard-interactive round, with the server's literal text.
@@ -142,8 +148,11 @@ public final class SSHConnection: Sendable {
     public let via: SSHConnection?
     let engine: SessionEngine
     private let deadlines: SSHDeadlines
+    private let logger: Logger?
 
-    private init(target: SSHTarget, hostKey: PublicHostKey, authenticatedWith: String, via: SSHConnection?, engine: SessionEngine, deadlines: SSHDeadlines) {
+    private init(target: SSHTarget, hostKey: PublicHostKey, authenticatedWith: String, via: SSHConnection?, engine: SessionEngine,
+                 deadlines: SSHDeadlines, logger: Logger?) {
+        self.logger = logger
         self.target = target
         self.hostKey = hostKey
         self.authenticatedWith = authenticatedWith
@@ -171,6 +180,15 @@ public final class SSHConnection: Sendable {
         engine.idleSince.map { Double(DispatchTime.now().uptimeNanoseconds &- $0.uptimeNanoseconds) / 1e9 }
     }
 
+    /// Waits (at most `timeout` seconds) until no channel or operation uses the connection:
+    /// e.g. until a channel being closed has finished its close handshake.
+    public func waitUntilIdle(timeout: Double) async {
+        let deadline = DispatchTime.now() + timeout
+        while isAlive, idleSeconds == nil, DispatchTime.now() < deadline {
+            try? await Task.sleep(nanoseconds: 10_000_000)
+        }
+    }
+
     /// Calls `observer` once when the connection ends, with the reason.
     public func onClose(_ observer: @escaping @Sendable (TermindError) -> Void) { engine.onDeath(observer) }
 
@@ -181,10 +199,13 @@ public final class SSHConnection: Sendable {
     /// keyboard-interactive through `keyboardInteractive`.
     public static func open(_ target: SSHTarget, credentials: SSHCredentials, trust: any HostKeyTrust,
                             deadlines: SSHDeadlines = SSHDeadlines(), keepalive: SSHKeepalive = SSHKeepalive(),
-                            via: SSHConnection? = nil,
+                            logger: Logger? = nil, via: SSHConnection? = nil,
                             keyboardInteractive: KeyboardInteractiveResponder? = nil,
                             askUnknownHostKey: @escaping @Sendable (HostKeyQuestion) async -> HostKeyAnswer) async throws -> SSHConnection {
         let endpoint = target.port == 22 ? target.host : "\(target.host):\(target.port)"
+        let started = DispatchTime.now()
+        func elapsed() -> LogValue { .seconds(Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9) }
+        logger?.debug("ssh.connect.start", ["port": .int(target.port), "tunnelled": .bool(via != nil)])
         let fd: Int32
         if let via {
             fd = try await via.tunnel(to: target.host, port: target.port)
@@ -211,18 +232,23 @@ public final class SSHConnection: Sendable {
                 let blob = Data(bytes: raw, count: length)
                 return PublicHostKey(algorithm: Self.algorithm(of: blob), blob: blob)
             }
+            logger?.debug("ssh.handshake.done", ["hostKeyAlgorithm": .identifier(hostKey.algorithm), "offered": .int(algorithms.count), "elapsed": elapsed()])
             // Trust, on this connection, before any credential is sent.
             let verdict = try await trust.verdict(host: target.host, port: target.port, key: hostKey)
+            logger?.debug("ssh.trust.verdict", ["verdict": .identifier(Self.name(of: verdict))])
             switch verdict {
             case .trusted, .trustedWithoutPort:
                 break
             case .unknown:
-                let question = HostKeyQuestion(host: target.host, port: target.port, algorithm: hostKey.algorithm, fingerprint: trust.fingerprint(hostKey))
+                let question = HostKeyQuestion(host: target.host, port: target.port, algorithm: hostKey.algorithm, fingerprint: trust.fingerprint(hostKey),
+                                               key: "\(hostKey.algorithm) \(hostKey.blob.base64EncodedString())")
                 switch await askUnknownHostKey(question) {
                 case .acceptOnce: break
                 case .acceptAndSave: try await trust.trust(host: target.host, port: target.port, key: hostKey)
                 case .reject:
                     throw SSHError.make("ssh.host_key_rejected", "The host key of \(endpoint) (\(question.fingerprint)) was not accepted; nothing was sent to the server.")
+                case .unanswered(let reason):
+                    throw SSHError.make("ssh.host_key_unknown", "The host key of \(endpoint) (\(question.algorithm) \(question.fingerprint)) is not trusted yet, and \(reason) Nothing was sent to the server.")
                 }
             case .changed, .otherKeyTypes, .revoked:
                 let message = try await trust.refusal(host: target.host, port: target.port, key: hostKey)
@@ -233,16 +259,30 @@ public final class SSHConnection: Sendable {
             try Task.checkCancellation()
             let method = try await engine.perform { engine in
                 try Authenticator(engine: engine, target: target, credentials: credentials, responder: keyboardInteractive,
-                                  deadline: .now() + deadlines.authentication).run()
+                                  deadline: .now() + deadlines.authentication, logger: logger).run()
             }
+            logger?.debug("ssh.auth.done", ["method": .identifier(method), "elapsed": elapsed()])
             engine.configureKeepalive(interval: keepalive.interval, countMax: keepalive.countMax)
-            return SSHConnection(target: target, hostKey: hostKey, authenticatedWith: method, via: via, engine: engine, deadlines: deadlines)
+            return SSHConnection(target: target, hostKey: hostKey, authenticatedWith: method, via: via, engine: engine, deadlines: deadlines, logger: logger)
         } catch is CancellationError {
+            logger?.debug("ssh.connect.failed", ["code": .identifier("ssh.cancelled"), "elapsed": elapsed()])
             await engine.shutdown()
             throw SSHError.make("ssh.cancelled", "Connecting to \(endpoint) was cancelled.")
         } catch {
+            logger?.debug("ssh.connect.failed", ["code": .identifier((error as? TermindError)?.code ?? "internal"), "elapsed": elapsed()])
             await engine.shutdown()
             throw error
+        }
+    }
+
+    static func name(of verdict: TrustVerdict) -> String {
+        switch verdict {
+        case .trusted: "trusted"
+        case .trustedWithoutPort: "trusted-without-port"
+        case .unknown: "unknown"
+        case .changed: "changed"
+        case .otherKeyTypes: "other-key-types"
+        case .revoked: "revoked"
         }
     }
 
@@ -330,7 +370,16 @@ public final class SSHConnection: Sendable {
             throw error
         }
         engine.attach(pump)
+        logger?.debug("ssh.channel.open", ["kind": .identifier(Self.name(of: kind)), "pty": .bool(pty != nil)])
         return SSHChannel(engine: engine, pump: pump, isPTY: pty != nil, owner: self)
+    }
+
+    static func name(of kind: ChannelKind) -> String {
+        switch kind {
+        case .exec: "exec"
+        case .shell: "shell"
+        case .subsystem(let name): "subsystem-" + name
+        }
     }
 
     /// Runs `command`, feeding `stdin`, and returns stdout and stderr separately (each at
@@ -338,18 +387,26 @@ public final class SSHConnection: Sendable {
     /// `output`, chunks are handed over as they arrive instead of being collected. Other
     /// channels of the connection keep running meanwhile.
     public func exec(_ command: String, stdin: Data? = nil, outputLimit: Int = SSHConnection.defaultOutputLimit, timeout: Double? = nil,
-                     output: (@Sendable (ExecStream, Data) -> Void)? = nil) async throws -> ExecResult {
+                     output: (@Sendable (ExecStream, Data) -> Void)? = nil,
+                     cancelSignal: (@Sendable () -> String?)? = nil) async throws -> ExecResult {
         let (input, feed) = AsyncStream.makeStream(of: Data.self)
         if let stdin, !stdin.isEmpty { feed.yield(stdin) }
         feed.finish()
-        return try await exec(command, input: input, outputLimit: outputLimit, timeout: timeout, output: output)
+        return try await exec(command, input: input, outputLimit: outputLimit, timeout: timeout, output: output, cancelSignal: cancelSignal)
     }
 
     /// As `exec(_:stdin:…)`, with standard input arriving while the command runs (EOF when
-    /// `input` ends). Input still unsent when the command ends is dropped.
+    /// `input` ends). Input still unsent when the command ends is dropped. When the call is
+    /// cancelled, the command is sent `cancelSignal()` (e.g. "INT" after a Ctrl-C) as its
+    /// channel closes, TERM when that is nil.
     public func exec(_ command: String, input: AsyncStream<Data>, outputLimit: Int = SSHConnection.defaultOutputLimit, timeout: Double? = nil,
-                     output: (@Sendable (ExecStream, Data) -> Void)? = nil) async throws -> ExecResult {
+                     output: (@Sendable (ExecStream, Data) -> Void)? = nil,
+                     cancelSignal: (@Sendable () -> String?)? = nil) async throws -> ExecResult {
         let channel = try await openChannel(.exec(command))
+        let logger = self.logger
+        let cancel: @Sendable () -> Void = {
+            if let signal = cancelSignal?() { channel.close(signal: signal) } else { channel.close() }
+        }
         let endpoint = engine.endpoint
         let work: @Sendable () async throws -> ExecResult = {
             let feeder = Task {
@@ -360,11 +417,13 @@ public final class SSHConnection: Sendable {
             let collected = try await channel.collect(limit: outputLimit, output: output)
             if Task.isCancelled { throw SSHError.make("ssh.cancelled", "The command on \(endpoint) was cancelled; its channel was closed.") }
             let exit = channel.exit
+            logger?.debug("ssh.channel.exit", ["status": .int(Int(exit?.status ?? -1)), "signalled": .bool(exit?.signal != nil),
+                                               "truncated": .bool(collected.truncated)])
             return ExecResult(stdout: collected.stdout, stderr: collected.stderr, exitStatus: exit?.status,
                               exitSignal: exit?.signal, truncated: collected.truncated)
         }
         do {
-            guard let timeout else { return try await withTaskCancellationHandler { try await work() } onCancel: { channel.close() } }
+            guard let timeout else { return try await withTaskCancellationHandler { try await work() } onCancel: { cancel() } }
             return try await withThrowingTaskGroup(of: ExecResult?.self) { group in
                 group.addTask { try await work() }
                 group.addTask {
@@ -379,10 +438,10 @@ public final class SSHConnection: Sendable {
                 return result
             }
         } catch is CancellationError {
-            channel.close()
+            cancel()
             throw SSHError.make("ssh.cancelled", "The command on \(endpoint) was cancelled; its channel was closed.")
         } catch {
-            channel.close()
+            if Task.isCancelled { cancel() } else { channel.close() }
             throw error
         }
     }

@@ -54,11 +54,17 @@ public struct SSHOpenPolicy: Sendable {
     public var credentials: @Sendable (SSHTarget) async throws -> SSHCredentials
     public var askUnknownHostKey: @Sendable (HostKeyQuestion) async -> HostKeyAnswer
     public var keyboardInteractive: KeyboardInteractiveResponder?
+    /// Where connection events go (connect, handshake, trust verdict, each authentication
+    /// method and its outcome): codes and non-secret metadata only, never host names,
+    /// credentials, prompts or answers.
+    public var logger: Logger?
 
     public init(trust: any HostKeyTrust, deadlines: SSHDeadlines = SSHDeadlines(), keepalive: SSHKeepalive = SSHKeepalive(),
+                logger: Logger? = nil,
                 credentials: @escaping @Sendable (SSHTarget) async throws -> SSHCredentials,
                 keyboardInteractive: KeyboardInteractiveResponder? = nil,
                 askUnknownHostKey: @escaping @Sendable (HostKeyQuestion) async -> HostKeyAnswer) {
+        self.logger = logger
         self.trust = trust
         self.deadlines = deadlines
         self.keepalive = keepalive
@@ -77,7 +83,7 @@ extension SSHConnection {
         for (index, hop) in route.hops.enumerated() {
             do {
                 previous = try await open(hop, credentials: try await policy.credentials(hop), trust: policy.trust,
-                                          deadlines: policy.deadlines, keepalive: policy.keepalive, via: previous,
+                                          deadlines: policy.deadlines, keepalive: policy.keepalive, logger: policy.logger?.child("hop\(index + 1)"), via: previous,
                                           keyboardInteractive: policy.keyboardInteractive, askUnknownHostKey: policy.askUnknownHostKey)
             } catch let error as TermindError where route.hops.count > 1 {
                 await previous?.closeRoute()
@@ -151,7 +157,8 @@ public actor SSHConnectionPool {
         let hop = route.hops[route.hops.count - 1]
         let task = Task {
             try await SSHConnection.open(hop, credentials: try await policy.credentials(hop), trust: policy.trust,
-                                         deadlines: policy.deadlines, keepalive: policy.keepalive, via: via,
+                                         deadlines: policy.deadlines, keepalive: policy.keepalive,
+                                         logger: policy.logger?.child("hop\(route.hops.count)"), via: via,
                                          keyboardInteractive: policy.keyboardInteractive, askUnknownHostKey: policy.askUnknownHostKey)
         }
         entries[route] = .opening(task, ticket)

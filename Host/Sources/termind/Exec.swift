@@ -2,6 +2,8 @@ import Foundation
 import TermindCore
 import TermindKernel
 import TermindSSH
+import TermindStore
+import TermindCrypto
 
 /// `termind exec HOST [options] -- COMMAND...`: runs a command over SSH on a saved host (or a
 /// quick-connect target), streams its stdout and stderr to ours as they arrive, passes our
@@ -77,22 +79,46 @@ enum Exec {
         guard let trust = kernel.port(.hostKeyTrust), let credentialsPort = kernel.port(.credentials) else {
             throw TermindError(code: "exec.unavailable", message: "termind exec needs the Vault, which is not running (termind features).")
         }
-        let (route, credentials) = try await resolve(options, kernel: kernel, credentials: credentialsPort)
-        let policy = SSHOpenPolicy(trust: trust, deadlines: deadlines(options), credentials: { hop in
+        // SIGINT and SIGTERM end the command on the server too (its channel closes with the
+        // same signal), then termind exits 130 or 143 as a shell would.
+        let interrupt = SignalCatcher([SIGINT, SIGTERM])
+        let (route, credentials) = try await resolve(options, kernel: kernel, credentials: credentialsPort) { path in askPassphrase(path) }
+        let policy = SSHOpenPolicy(trust: trust, deadlines: deadlines(options), logger: kernel.logger.child("ssh"), credentials: { hop in
             credentials[credentialKey(hop)] ?? SSHCredentials()
         }, keyboardInteractive: { challenge in askKeyboardInteractive(challenge) }) { question in
             if let answer = options.acceptHostKey { return answer }
             return ask(question)
         }
-        let connection = try await SSHConnection.open(route: route, policy: policy)
+        let opening = Task { try await SSHConnection.open(route: route, policy: policy) }
+        interrupt.onSignal { _ in opening.cancel() }
+        let connection: SSHConnection
+        do {
+            connection = try await opening.value
+        } catch {
+            if let number = interrupt.caught { exit(128 + number) }
+            throw error
+        }
         let stdin: Data? = isatty(STDIN_FILENO) == 1 ? nil : FileHandle.standardInput.readDataToEndOfFile()
-        let result: ExecResult
-        if inv.json {
-            result = try await connection.exec(commandLine(options), stdin: stdin, timeout: options.timeout)
-        } else {
-            result = try await connection.exec(commandLine(options), stdin: stdin, timeout: options.timeout) { stream, chunk in
+        let command = commandLine(options), json = inv.json
+        let signal: @Sendable () -> String? = { interrupt.caught.map(SignalCatcher.name) }
+        let work = Task { () throws -> ExecResult in
+            if json { return try await connection.exec(command, stdin: stdin, timeout: options.timeout, cancelSignal: signal) }
+            return try await connection.exec(command, stdin: stdin, timeout: options.timeout, output: { stream, chunk in
                 (stream == .stdout ? FileHandle.standardOutput : FileHandle.standardError).write(chunk)
+            }, cancelSignal: signal)
+        }
+        interrupt.onSignal { _ in work.cancel() }
+        let result: ExecResult
+        do {
+            result = try await work.value
+        } catch {
+            if let number = interrupt.caught {
+                // The channel closes with the signal: let that reach the server first.
+                await connection.waitUntilIdle(timeout: 2)
+                await connection.closeRoute()
+                exit(128 + number)
             }
+            throw error
         }
         await connection.closeRoute()
         await kernel.shutdown()
@@ -123,9 +149,18 @@ enum Exec {
     /// or 128 + the signal's number when a signal ended the command, as a shell does.
     static func finish(status: Int32?, signal: String?, json: Bool, output: (stdout: Data, stderr: Data, truncated: Bool)) -> Never {
         if json {
-            struct Report: Encodable { let exitStatus: Int32?; let exitSignal: String?; let stdout: String; let stderr: String; let truncated: Bool }
-            Output.json(Report(exitStatus: status, exitSignal: signal, stdout: String(decoding: output.stdout, as: UTF8.self),
-                               stderr: String(decoding: output.stderr, as: UTF8.self), truncated: output.truncated))
+            // Output that is not valid UTF-8 travels as base64, so every byte arrives as sent.
+            struct Report: Encodable {
+                let exitStatus: Int32?, exitSignal: String?
+                let stdout: String, stdoutEncoding: String, stderr: String, stderrEncoding: String
+                let truncated: Bool
+            }
+            func text(_ data: Data) -> (String, String) {
+                String(data: data, encoding: .utf8).map { ($0, "utf-8") } ?? (data.base64EncodedString(), "base64")
+            }
+            let (out, outEncoding) = text(output.stdout), (err, errEncoding) = text(output.stderr)
+            Output.json(Report(exitStatus: status, exitSignal: signal, stdout: out, stdoutEncoding: outEncoding, stderr: err,
+                               stderrEncoding: errEncoding, truncated: output.truncated))
         }
         if let signal {
             if !json { Output.error("the remote command was killed by SIG\(signal).") }
@@ -140,7 +175,10 @@ enum Exec {
     /// A saved host brings its own jump route; each saved hop gets its credentials from the
     /// Vault. On a quick-connect line, `-i` key files and --user/--identity apply to the
     /// target only (as with OpenSSH's -J); unsaved jump hosts can use ssh-agent keys.
-    static func resolve(_ options: Options, kernel: Kernel, credentials: any CredentialProvider) async throws -> (SSHRoute, [String: SSHCredentials]) {
+    /// A passphrase-protected `-i` key is unlocked with `askPassphrase(path)` (nil: nobody
+    /// can be asked, and the error names the remedies).
+    static func resolve(_ options: Options, kernel: Kernel, credentials: any CredentialProvider,
+                        askPassphrase: @Sendable (String) async -> Secret?) async throws -> (SSHRoute, [String: SSHCredentials]) {
         let localUser = NSUserName()
         var hops: [SSHTarget] = []
         var secrets: [String: SSHCredentials] = [:]
@@ -165,16 +203,62 @@ enum Exec {
             }
             let hop = SSHTarget(host: endpoint.address, port: endpoint.port, username: (isTarget ? options.user : nil) ?? endpoint.user ?? localUser)
             hops.append(hop)
-            var key: Secret?
+            var key: Secret?, passphrase: Secret?
             if isTarget, let file = resolved.identityFiles.first {
-                guard let data = FileManager.default.contents(atPath: Invocation.absolute(file)) else {
-                    throw TermindError(code: "exec.key_unreadable", message: "Cannot read the key file \(file).")
-                }
-                key = Secret(String(decoding: data, as: UTF8.self))
+                let path = Invocation.absolute(file)
+                key = Secret(String(decoding: try BoundedFile.read(path, limit: 64 << 10, what: "key file", code: "exec.key_unreadable"), as: UTF8.self))
+                passphrase = try await unlock(key!, path: path, askPassphrase: askPassphrase)
             }
-            secrets[credentialKey(hop)] = SSHCredentials(privateKey: key)
+            secrets[credentialKey(hop)] = SSHCredentials(privateKey: key, passphrase: passphrase)
         }
         return (SSHRoute(hops), secrets)
+    }
+
+    /// The passphrase of a protected key file (checked here, so a wrong one is named before
+    /// anything connects), or nil for an unprotected one.
+    static func unlock(_ key: Secret, path: String, askPassphrase: @Sendable (String) async -> Secret?) async throws -> Secret? {
+        do {
+            _ = try SSHPrivateKey.parse(key, passphrase: nil)
+            return nil
+        } catch let error as TermindError where error.code == "key.passphrase_required" {
+            guard let passphrase = await askPassphrase(path) else {
+                throw TermindError(code: "key.passphrase_required", message: "The key file \(path) is passphrase-protected and there is no terminal to ask for it. "
+                    + "Import it once (termind vault key import \(path) --passphrase -) and use a saved identity, or add it to ssh-agent (ssh-add \(path)).")
+            }
+            do {
+                _ = try SSHPrivateKey.parse(key, passphrase: passphrase)
+            } catch let error as TermindError where error.code == "key.wrong_passphrase" {
+                throw TermindError(code: error.code, message: "Wrong passphrase for the key file \(path); nothing was sent to the server.")
+            }
+            return passphrase
+        }
+    }
+
+    /// Asks for a key's passphrase on the terminal, echo off; nil without a terminal.
+    static func askPassphrase(_ path: String) -> Secret? {
+        let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
+        guard tty >= 0 else { return nil }
+        defer { close(tty) }
+        return readHidden(tty, prompt: "Enter passphrase for key '\(path)': ")
+    }
+
+    /// One line from the terminal with echo off (restored on every path), its buffer wiped.
+    static func readHidden(_ tty: Int32, prompt: String) -> Secret {
+        _ = TerminalText.escaped(prompt).withCString { write(tty, $0, strlen($0)) }
+        var saved = termios()
+        tcgetattr(tty, &saved)
+        var quiet = saved
+        quiet.c_lflag &= ~tcflag_t(ECHO)
+        tcsetattr(tty, TCSANOW, &quiet)
+        defer {
+            tcsetattr(tty, TCSANOW, &saved)
+            _ = write(tty, "\n", 1)
+        }
+        var bytes: [UInt8] = []
+        var byte: UInt8 = 0
+        while read(tty, &byte, 1) == 1, byte != 10 { bytes.append(byte) }
+        defer { bytes.withUnsafeMutableBufferPointer { buffer in for index in buffer.indices { buffer[index] = 0 } } }
+        return Secret(String(decoding: bytes, as: UTF8.self))
     }
 
     /// The saved host named `name`, or nil; any failure but "not found" (a store error) is reported.
@@ -199,21 +283,14 @@ enum Exec {
         if !challenge.instruction.isEmpty { say(challenge.instruction + (challenge.instruction.hasSuffix("\n") ? "" : "\n")) }
         var answers: [Secret] = []
         for prompt in challenge.prompts {
-            say(prompt.text)
-            var saved = termios()
-            tcgetattr(tty, &saved)
             if !prompt.echo {
-                var quiet = saved
-                quiet.c_lflag &= ~tcflag_t(ECHO)
-                tcsetattr(tty, TCSANOW, &quiet)
+                answers.append(readHidden(tty, prompt: prompt.text))
+                continue
             }
+            say(prompt.text)
             var bytes: [UInt8] = []
             var byte: UInt8 = 0
             while read(tty, &byte, 1) == 1, byte != 10 { bytes.append(byte) }
-            if !prompt.echo {
-                tcsetattr(tty, TCSANOW, &saved)
-                say("\n")
-            }
             answers.append(Secret(String(decoding: bytes, as: UTF8.self)))
             bytes.withUnsafeMutableBufferPointer { buffer in
                 for index in buffer.indices { buffer[index] = 0 }
@@ -222,10 +299,10 @@ enum Exec {
         return answers
     }
 
-    /// Asks on the terminal; without one, refuses (fail closed).
+    /// Asks on the terminal; without one, refuses (fail closed) and says what to do.
     static func ask(_ question: HostKeyQuestion) -> HostKeyAnswer {
         let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
-        guard tty >= 0 else { return .reject }
+        guard tty >= 0 else { return .unanswered(reason: noTerminalRemedy(question)) }
         defer { close(tty) }
         let target = question.port == 22 ? question.host : "[\(question.host)]:\(question.port)"
         let prompt = "The authenticity of host \(target) can't be established.\n\(question.algorithm) key fingerprint is \(question.fingerprint).\nTrust it? [s]ave / [o]nce / [N]o: "
@@ -238,6 +315,13 @@ enum Exec {
         case "o", "once": return .acceptOnce
         default: return .reject
         }
+    }
+
+    /// What to do when an unknown host key cannot be asked about.
+    static func noTerminalRemedy(_ question: HostKeyQuestion) -> String {
+        "there is no terminal to ask whether to trust it. Check the fingerprint with the server's administrator, then run termind exec "
+            + "on a terminal, or pass --accept-host-key once (this connection only) or --accept-host-key save, or trust it first: "
+            + "termind vault knownhost add \(question.host) '\(question.key)'\(question.port == 22 ? "" : " --port \(question.port)")."
     }
 
     /// POSIX single-quoting, so each argument reaches the remote shell as one word.

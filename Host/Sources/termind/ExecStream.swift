@@ -52,11 +52,14 @@ enum ExecStream {
         options.identity = request.identity
         options.timeout = request.timeout
         options.connectTimeout = request.connectTimeout
-        let (resolved, credentials) = try await Exec.resolve(options, kernel: kernel, credentials: credentialsPort)
+        let (resolved, credentials) = try await Exec.resolve(options, kernel: kernel, credentials: credentialsPort) { path in
+            let answer = await session.ask(.object(["kind": .string("passphrase"), "path": .string(path)]))
+            return answer?["passphrase"]?.stringValue.map(Secret.init)
+        }
         // Connections are shared only between invocations that asked for the same thing.
         let route = SSHRoute(resolved.hops, context: "\(request.target)\u{1F}\(request.user ?? "")\u{1F}\(request.identity ?? "")")
         let preset = request.acceptHostKey
-        let policy = SSHOpenPolicy(trust: trust, deadlines: Exec.deadlines(options), credentials: { hop in
+        let policy = SSHOpenPolicy(trust: trust, deadlines: Exec.deadlines(options), logger: kernel.logger.child("ssh"), credentials: { hop in
             credentials[Exec.credentialKey(hop)] ?? SSHCredentials()
         }, keyboardInteractive: { challenge in
             let prompts = challenge.prompts.map { JSONValue.object(["text": .string($0.text), "echo": .bool($0.echo)]) }
@@ -69,17 +72,19 @@ enum ExecStream {
             if preset == "once" { return .acceptOnce }
             if preset == "save" { return .acceptAndSave }
             let answer = await session.ask(.object(["kind": .string("hostKey"), "host": .string(question.host), "port": .integer(Int64(question.port)),
-                                                    "algorithm": .string(question.algorithm), "fingerprint": .string(question.fingerprint)]))
+                                                    "algorithm": .string(question.algorithm), "fingerprint": .string(question.fingerprint),
+                                                    "key": .string(question.key)]))
             switch answer?["answer"]?.stringValue {
             case "once"?: return .acceptOnce
             case "save"?: return .acceptAndSave
+            case "unanswered"?: return .unanswered(reason: answer?["reason"]?.stringValue ?? Exec.noTerminalRemedy(question))
             default: return .reject
             }
         }
         let connection = try await pool.connection(for: route, policy: policy)
-        let result = try await connection.exec(request.command, input: session.input, timeout: request.timeout) { stream, data in
+        let result = try await connection.exec(request.command, input: session.input, timeout: request.timeout, output: { stream, data in
             session.emit(stream == .stdout ? "stdout" : "stderr", data: data)
-        }
+        }, cancelSignal: { session.cancelSignal })
         return Result(exitStatus: result.exitStatus, exitSignal: result.exitSignal)
     }
 
@@ -87,51 +92,69 @@ enum ExecStream {
 
     /// Runs the command through the server at `client`, with questions asked here.
     static func runRemote(_ options: Exec.Options, inv: Invocation, client: ControlClient) throws -> Invocation.Exit {
-        let command = Exec.commandLine(options)
         let preset: String? = switch options.acceptHostKey {
         case .acceptOnce?: "once"
         case .acceptAndSave?: "save"
         default: nil
         }
-        let request = Request(target: options.target, command: command, user: options.user, identity: options.identity,
+        let request = Request(target: options.target, command: Exec.commandLine(options), user: options.user, identity: options.identity,
                               timeout: options.timeout, connectTimeout: options.connectTimeout, acceptHostKey: preset)
         var collected = ExecOutput(limit: SSHConnection.defaultOutputLimit)
-        let body = try client.stream(name, body: try JSONCoding.encode(request), onOpen: { id in
-            // Standard input follows the open line (the command sees EOF at once on a terminal).
-            guard isatty(STDIN_FILENO) != 1 else {
-                client.streamMessage(id: id, ["inputEnd": .bool(true)])
-                return
-            }
-            let thread = Thread {
-                var buffer = [UInt8](repeating: 0, count: 65_536)
-                while true {
-                    let n = read(STDIN_FILENO, &buffer, buffer.count)
-                    if n < 0 && errno == EINTR { continue }
-                    guard n > 0 else { break }
-                    guard client.streamMessage(id: id, ["input": .string(Data(buffer[0..<n]).base64EncodedString())]) else { return }
+        // SIGINT/SIGTERM cancel the stream, naming the signal: the server closes the remote
+        // command's channel with it; termind exits 130/143 once the server answered (at most 3 s).
+        let interrupt = SignalCatcher([SIGINT, SIGTERM])
+        let body: Data
+        do {
+            body = try client.stream(name, body: try JSONCoding.encode(request), onOpen: { id in
+                interrupt.onSignal { number in
+                    client.streamMessage(id: id, ["cancel": .bool(true), "signal": .string(SignalCatcher.name(number))])
+                    DispatchQueue.global().asyncAfter(deadline: .now() + 3) { exit(128 + number) }
                 }
-                client.streamMessage(id: id, ["inputEnd": .bool(true)])
-            }
-            thread.start()
-        }) { event in
-            switch event["event"]?.stringValue {
-            case "stdout"?, "stderr"?:
-                guard let data = event["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }) else { return nil }
-                let isOut = event["event"]?.stringValue == "stdout"
-                if inv.json { collected.append(isOut ? .stdout : .stderr, data) } else {
-                    (isOut ? FileHandle.standardOutput : FileHandle.standardError).write(data)
+                sendInput(id: id, client: client)
+            }) { event in
+                switch event["event"]?.stringValue {
+                case "stdout"?, "stderr"?:
+                    guard let data = event["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }) else { return nil }
+                    let isOut = event["event"]?.stringValue == "stdout"
+                    if inv.json { collected.append(isOut ? .stdout : .stderr, data) } else {
+                        (isOut ? FileHandle.standardOutput : FileHandle.standardError).write(data)
+                    }
+                    return nil
+                case "ask"?:
+                    guard case .integer(let askID)? = event["askID"], let ask = event["ask"] else { return nil }
+                    return answer(ask, askID: askID)
+                default:
+                    return nil
                 }
-                return nil
-            case "ask"?:
-                guard case .integer(let askID)? = event["askID"], let ask = event["ask"] else { return nil }
-                return answer(ask, askID: askID)
-            default:
-                return nil
             }
+        } catch {
+            if let number = interrupt.caught { exit(128 + number) }
+            throw error
         }
+        if let number = interrupt.caught { exit(128 + number) }
         let result = try JSONDecoder().decode(Result.self, from: body)
         Exec.finish(status: result.exitStatus, signal: result.exitSignal, json: inv.json,
                     output: (collected.stdout, collected.stderr, collected.truncated))
+    }
+
+    /// Standard input follows the open line, from a thread of its own (the command sees EOF
+    /// at once on a terminal).
+    private static func sendInput(id: JSONValue, client: ControlClient) {
+        guard isatty(STDIN_FILENO) != 1 else {
+            client.streamMessage(id: id, ["inputEnd": .bool(true)])
+            return
+        }
+        let thread = Thread {
+            var buffer = [UInt8](repeating: 0, count: 65_536)
+            while true {
+                let n = read(STDIN_FILENO, &buffer, buffer.count)
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { break }
+                guard client.streamMessage(id: id, ["input": .string(Data(buffer[0..<n]).base64EncodedString())]) else { return }
+            }
+            client.streamMessage(id: id, ["inputEnd": .bool(true)])
+        }
+        thread.start()
     }
 
     /// Asks the person at this terminal what the server asks.
@@ -139,13 +162,17 @@ enum ExecStream {
         switch ask["kind"]?.stringValue {
         case "hostKey"?:
             let question = HostKeyQuestion(host: ask["host"]?.stringValue ?? "?", port: { if case .integer(let port)? = ask["port"] { return Int(port) }; return 22 }(),
-                                           algorithm: ask["algorithm"]?.stringValue ?? "?", fingerprint: ask["fingerprint"]?.stringValue ?? "?")
-            let decision: String = switch Exec.ask(question) {
-            case .acceptOnce: "once"
-            case .acceptAndSave: "save"
-            case .reject: "reject"
+                                           algorithm: ask["algorithm"]?.stringValue ?? "?", fingerprint: ask["fingerprint"]?.stringValue ?? "?",
+                                           key: ask["key"]?.stringValue ?? "")
+            switch Exec.ask(question) {
+            case .acceptOnce: return .object(["askID": .integer(askID), "answer": .string("once")])
+            case .acceptAndSave: return .object(["askID": .integer(askID), "answer": .string("save")])
+            case .reject: return .object(["askID": .integer(askID), "answer": .string("reject")])
+            case .unanswered(let reason): return .object(["askID": .integer(askID), "answer": .string("unanswered"), "reason": .string(reason)])
             }
-            return .object(["askID": .integer(askID), "answer": .string(decision)])
+        case "passphrase"?:
+            guard let passphrase = Exec.askPassphrase(ask["path"]?.stringValue ?? "?") else { return .object(["askID": .integer(askID)]) }
+            return .object(["askID": .integer(askID), "passphrase": passphrase.withPlaintext { JSONValue.string($0) }])
         case "keyboardInteractive"?:
             var prompts: [KeyboardInteractiveChallenge.Prompt] = []
             if case .array(let list)? = ask["prompts"] {

@@ -122,7 +122,7 @@ enum PluginCommand {
 enum SecretInput {
     static func read(prompt: String) throws -> String {
         if isatty(STDIN_FILENO) == 1 {
-            FileHandle.standardError.write(Data(prompt.utf8))
+            FileHandle.standardError.write(Data(TerminalText.escaped(prompt).utf8))
             var original = termios()
             tcgetattr(STDIN_FILENO, &original)
             var silent = original

@@ -10,7 +10,7 @@ import TermindCore
 ///     ← {"id": 7, "event": "ask", "askID": 1, "ask": {...}}
 ///     → {"id": 7, "answer": {"askID": 1, ...}}
 ///     → {"id": 7, "input": "<base64>"}       → {"id": 7, "inputEnd": true}
-///     → {"id": 7, "cancel": true}
+///     → {"id": 7, "cancel": true}            (optionally "signal": "INT": see `cancelSignal`)
 ///     ← {"id": 7, "ok": true, "body": {...}}  (or "ok": false with the error)
 ///
 /// A client that disconnects cancels its streams: pending questions get no answer (nil)
@@ -25,6 +25,7 @@ public final class StreamSession: @unchecked Sendable {
     private var asks: [Int64: CheckedContinuation<JSONValue?, Never>] = [:]
     private var ended = false
     private var task: Task<Void, Never>?
+    private var signal: String?
     private let inputContinuation: AsyncStream<Data>.Continuation
     /// Bytes the client sends for the operation's standard input, until it ends it.
     public let input: AsyncStream<Data>
@@ -65,6 +66,10 @@ public final class StreamSession: @unchecked Sendable {
         }
     }
 
+    /// The signal the client named when it cancelled ("INT" after a Ctrl-C), for an
+    /// operation that passes it on (a remote command's channel closes with it).
+    public var cancelSignal: String? { lock.withLock { signal } }
+
     // MARK: - Server side
 
     func start(_ task: Task<Void, Never>) { lock.withLock { self.task = task } }
@@ -79,7 +84,12 @@ public final class StreamSession: @unchecked Sendable {
             inputContinuation.yield(bytes)
         }
         if object["inputEnd"] == .bool(true) { inputContinuation.finish() }
-        if object["cancel"] == .bool(true) { cancel() }
+        if object["cancel"] == .bool(true) {
+            if case .string(let name)? = object["signal"], ["INT", "TERM", "HUP", "QUIT"].contains(name) {
+                lock.withLock { if signal == nil { signal = name } }
+            }
+            cancel()
+        }
     }
 
     /// The client went away or cancelled: nobody will answer.

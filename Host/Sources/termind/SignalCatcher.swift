@@ -1,0 +1,54 @@
+import Dispatch
+import Foundation
+
+/// Catches SIGINT, SIGTERM and the like for a command that must clean up before it exits
+/// (close a remote command's channel with the signal): while it lives the signals no longer
+/// kill the process; the first one caught is kept and handed to `onSignal`.
+final class SignalCatcher: @unchecked Sendable {
+    private let lock = NSLock()
+    private var first: Int32?
+    private var handler: (@Sendable (Int32) -> Void)?
+    private var sources: [any DispatchSourceSignal] = []
+
+    init(_ signals: [Int32]) {
+        for number in signals {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { [weak self] in self?.caught(number) }
+            source.resume()
+            sources.append(source)
+        }
+    }
+
+    /// The first signal caught, if any.
+    var caught: Int32? { lock.withLock { first } }
+
+    /// Calls `handler` on the first signal (at once when one was caught already).
+    func onSignal(_ handler: @escaping @Sendable (Int32) -> Void) {
+        let pending: Int32? = lock.withLock {
+            self.handler = handler
+            return first
+        }
+        if let pending { handler(pending) }
+    }
+
+    private func caught(_ number: Int32) {
+        let handler: (@Sendable (Int32) -> Void)? = lock.withLock {
+            guard first == nil else { return nil }
+            first = number
+            return self.handler
+        }
+        handler?(number)
+    }
+
+    /// The SSH name of a signal ("INT" for SIGINT), as a channel's signal request takes it.
+    static func name(_ number: Int32) -> String {
+        switch number {
+        case SIGINT: "INT"
+        case SIGTERM: "TERM"
+        case SIGHUP: "HUP"
+        case SIGQUIT: "QUIT"
+        default: "TERM"
+        }
+    }
+}

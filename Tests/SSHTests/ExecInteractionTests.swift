@@ -1,0 +1,168 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import XCTest
+
+/// `termind exec` as a person or a script uses it, against a real sshd: output that is not
+/// UTF-8 in --json, questions nobody can answer without a terminal, a passphrase asked on
+/// one, Ctrl-C and SIGTERM (in-process and inside `termind serve`), and its debug log.
+final class ExecInteractionTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+    private var server: SSHServerFixture!
+    private let user = NSUserName()
+
+    override func setUpWithError() throws {
+        directory = try TemporaryDirectory()
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", directory.file("id")]).status, 0)
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "lock-phrase-9", "-f", directory.file("locked")]).status, 0)
+        let keys = try ["id", "locked"].map { try String(contentsOfFile: directory.file($0 + ".pub"), encoding: .utf8) }
+        server = try SSHServerFixture(authorizedKeys: keys)
+    }
+
+    override func tearDown() {
+        server?.stop()
+        directory?.remove()
+    }
+
+    private var environment: [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = directory.file("home")
+        environment["TERMIND_SOCKET"] = directory.file("termind.sock")
+        environment["SSH_AUTH_SOCK"] = nil
+        return environment
+    }
+
+    private var store: [String] { ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")] }
+    private var termind: String { FeatureHarness.buildDirectory + "/termind" }
+
+    /// Runs termind in a new session without a controlling terminal (as from cron or CI).
+    private func run(_ arguments: [String], stdin: String? = nil) throws -> ProcessResult {
+        try ProcessRunner.run("/usr/bin/setsid", ["-w", termind] + store + arguments, environment: environment, stdin: stdin)
+    }
+
+    private func quick(_ key: String = "id", user: String? = nil) -> String {
+        "ssh -p \(server.port) -i \(directory.file(key)) \(user ?? self.user)@127.0.0.1"
+    }
+
+    func testJSONCarriesOutputThatIsNotUTF8AsBase64() throws {
+        let result = try run(["--json", "exec", quick(), "--accept-host-key", "once", "--", #"printf '\377\376ok\200'; printf 'plain' >&2"#])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let report = try JSONCoding.parse(Data(result.stdout.utf8), source: "stdout")
+        XCTAssertEqual(report["stdoutEncoding"], .string("base64"))
+        XCTAssertEqual(report["stdout"]?.stringValue.flatMap { Data(base64Encoded: $0) }, Data([0xFF, 0xFE, 0x6F, 0x6B, 0x80]))
+        XCTAssertEqual(report["stderrEncoding"], .string("utf-8"))
+        XCTAssertEqual(report["stderr"], .string("plain"))
+        XCTAssertEqual(report["truncated"], .bool(false))
+    }
+
+    func testAnUnknownHostKeyWithoutATerminalSaysSoAndNamesTheRemedies() throws {
+        let result = try run(["exec", quick(), "--", "true"])
+        XCTAssertEqual(result.status, 1, result.stderr)
+        XCTAssertTrue(result.stderr.contains("is not trusted yet, and there is no terminal to ask"), result.stderr)
+        XCTAssertTrue(result.stderr.contains("--accept-host-key once"), result.stderr)
+        let line = try XCTUnwrap(server.hostKeys["ssh-ed25519"])
+        XCTAssertTrue(result.stderr.contains("termind vault knownhost add 127.0.0.1 '\(line)' --port \(server.port)"), result.stderr)
+        // The remedy works as printed.
+        XCTAssertEqual(try run(["vault", "knownhost", "add", "127.0.0.1", line, "--port", "\(server.port)"]).status, 0)
+        XCTAssertEqual(try run(["exec", quick(), "--", "echo trusted"]).stdout, "trusted\n")
+    }
+
+    func testAPassphraseProtectedKeyIsAskedForOnATerminalAndNamedWithoutOne() throws {
+        let without = try run(["exec", quick("locked"), "--accept-host-key", "once", "--", "true"])
+        XCTAssertEqual(without.status, 1, without.stderr)
+        XCTAssertTrue(without.stderr.contains("is passphrase-protected and there is no terminal"), without.stderr)
+        let locked = (directory.file("locked") as NSString).standardizingPath  // as termind prints it
+        XCTAssertTrue(without.stderr.contains("termind vault key import \(locked) --passphrase -"), without.stderr)
+        XCTAssertTrue(without.stderr.contains("ssh-add"), without.stderr)
+        // On a terminal (script(1) gives termind a pseudo-terminal fed from our input).
+        let command = ([termind] + store + ["exec", quick("locked"), "--accept-host-key", "once", "--", "echo unlocked"]).map { "'\($0)'" }.joined(separator: " ")
+        let onTerminal = try ProcessRunner.run("/usr/bin/script", ["-qec", command, "/dev/null"], environment: environment, stdin: "lock-phrase-9\n")
+        XCTAssertEqual(onTerminal.status, 0, onTerminal.stdout + onTerminal.stderr)
+        XCTAssertTrue(onTerminal.stdout.contains("Enter passphrase for key '\(locked)'"), onTerminal.stdout)
+        XCTAssertTrue(onTerminal.stdout.contains("unlocked"), onTerminal.stdout)
+        let wrong = try ProcessRunner.run("/usr/bin/script", ["-qec", command, "/dev/null"], environment: environment, stdin: "not-it\n")
+        XCTAssertNotEqual(wrong.status, 0)
+        XCTAssertTrue(wrong.stdout.contains("Wrong passphrase for the key file"), wrong.stdout)
+    }
+
+    func testTheDebugLogHoldsConnectionEventsAndNoSecrets() throws {
+        let log = directory.file("debug.log")
+        let result = try run(["--debug", "--log-file", log, "exec", quick(), "--accept-host-key", "once", "--", "echo logged"])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let text = try String(contentsOfFile: log, encoding: .utf8)
+        for code in ["ssh.connect.start", "ssh.handshake.done", "ssh.trust.verdict", "ssh.auth.methods", "ssh.auth.attempt", "ssh.auth.done",
+                     "ssh.channel.open", "ssh.channel.exit"] {
+            XCTAssertTrue(text.contains(code), "\(code) missing from:\n\(text)")
+        }
+        XCTAssertTrue(text.contains("publickey"), text)
+        let key = try String(contentsOfFile: directory.file("id"), encoding: .utf8)
+        let body = key.split(separator: "\n").dropFirst().first.map(String.init) ?? "?"
+        XCTAssertFalse(text.contains(body), "private key material in the log")
+        XCTAssertFalse(text.contains("logged"), "remote output in the log")
+    }
+
+    // MARK: - Signals
+
+    /// Runs a command that records which signal reached it, then signals termind with
+    /// `signal` once the command runs; returns termind's exit status and what was recorded.
+    private func interrupt(with signal: Int32, serve: Bool) throws -> (status: Int32, recorded: String) {
+        // sshd delivers signal requests only to unprivileged users' sessions (see SSHChannelTests).
+        try XCTSkipUnless(getuid() == 0, "needs root to create a throwaway account")
+        let account = "tmd\(UInt32.random(in: 100_000...999_999))"
+        XCTAssertEqual(try ProcessRunner.run("/usr/sbin/useradd", ["-M", "-s", "/bin/sh", account]).status, 0)
+        defer { _ = try? ProcessRunner.run("/usr/sbin/userdel", [account]) }
+        XCTAssertEqual(try ProcessRunner.run("/usr/sbin/usermod", ["-p", "*", account]).status, 0)
+        chmod(server.directory.file("authorized_keys"), 0o644)
+        let marker = directory.file("marker-\(serve)-\(signal)")
+        chmod(directory.path, 0o777)
+        let tag = "sleep 41.\(signal)"
+        // In the foreground: a non-interactive shell starts background commands with SIGINT
+        // ignored. Its stderr goes nowhere: the shell reports "Terminated" there once the
+        // channel (and the pipe) closed, and SIGPIPE would end it before the trap runs.
+        let script = "exec 2>/dev/null; trap 'echo INT > \(marker); exit 0' INT; trap 'echo TERM > \(marker); exit 0' TERM; \(tag)"
+        var daemon: SpawnedProcess?
+        if serve {
+            daemon = try SpawnedProcess(termind, store + ["serve"], environment: environment, captureOutput: false)
+            for _ in 0..<100 where !FileManager.default.fileExists(atPath: directory.file("termind.sock")) { usleep(50_000) }
+        }
+        defer { daemon?.signal(SIGTERM); daemon?.wait() }
+        let client = try SpawnedProcess(termind, store + (serve ? [] : ["--local"]) + ["exec", quick(user: account), "--accept-host-key", "once", "--", script],
+                                        environment: environment, captureOutput: true)
+        client.closeInput()  // termind exec reads standard input to its end before the command starts
+        var running = false
+        for _ in 0..<100 where !running {
+            running = try ProcessRunner.run("/usr/bin/pgrep", ["-u", account, "-f", tag]).status == 0
+            if !running { usleep(100_000) }
+        }
+        XCTAssertTrue(running, "the remote command started")
+        client.signal(signal)
+        let (_, errors) = client.readAll()
+        let status = client.wait()
+        var recorded = ""
+        for _ in 0..<50 where recorded.isEmpty {
+            recorded = ((try? String(contentsOfFile: marker, encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+            if recorded.isEmpty { usleep(100_000) }
+        }
+        XCTAssertFalse(try ProcessRunner.run("/usr/bin/pgrep", ["-u", account, "-f", tag]).status == 0, "the remote command still runs")
+        if recorded.isEmpty { XCTFail("nothing reached the remote command; termind said: \(String(decoding: errors, as: UTF8.self)); sshd: \(server.log)") }
+        return (status, recorded)
+    }
+
+    func testCtrlCEndsTheRemoteCommandWithINTAndExits130() throws {
+        let interrupted = try interrupt(with: SIGINT, serve: false)
+        XCTAssertEqual(interrupted.status, 130)
+        XCTAssertEqual(interrupted.recorded, "INT")
+    }
+
+    func testSIGTERMEndsTheRemoteCommandWithTERMAndExits143() throws {
+        let terminated = try interrupt(with: SIGTERM, serve: false)
+        XCTAssertEqual(terminated.status, 143)
+        XCTAssertEqual(terminated.recorded, "TERM")
+    }
+
+    func testInsideServeTheSignalTravelsToTheServerAndOnToTheRemoteCommand() throws {
+        let interrupted = try interrupt(with: SIGINT, serve: true)
+        XCTAssertEqual(interrupted.status, 130)
+        XCTAssertEqual(interrupted.recorded, "INT")
+    }
+}
