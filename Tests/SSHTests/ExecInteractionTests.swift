@@ -85,6 +85,26 @@ final class ExecInteractionTests: XCTestCase {
         XCTAssertTrue(wrong.stdout.contains("Wrong passphrase for the key file"), wrong.stdout)
     }
 
+    func testInsideServeAProtectedKeysPassphraseIsAskedOnTheClientsTerminal() throws {
+        let daemon = try SpawnedProcess(termind, store + ["serve"], environment: environment, captureOutput: false)
+        defer { daemon.signal(SIGTERM); daemon.wait() }
+        for _ in 0..<100 where !FileManager.default.fileExists(atPath: directory.file("termind.sock")) { usleep(50_000) }
+        let locked = (directory.file("locked") as NSString).standardizingPath
+        let command = ([termind] + store + ["exec", quick("locked"), "--accept-host-key", "once", "--", "echo served"]).map { "'\($0)'" }.joined(separator: " ")
+        let onTerminal = try ProcessRunner.run("/usr/bin/script", ["-qec", command, "/dev/null"], environment: environment, stdin: "lock-phrase-9\n")
+        XCTAssertEqual(onTerminal.status, 0, onTerminal.stdout + onTerminal.stderr)
+        XCTAssertTrue(onTerminal.stdout.contains("Enter passphrase for key '\(locked)'"), onTerminal.stdout)
+        XCTAssertTrue(onTerminal.stdout.contains("served"), onTerminal.stdout)
+        // It ran inside the server: a second run reuses the server's connection.
+        let again = try ProcessRunner.run("/usr/bin/script", ["-qec", command, "/dev/null"], environment: environment, stdin: "lock-phrase-9\n")
+        XCTAssertTrue(again.stdout.contains("served"), again.stdout)
+        XCTAssertEqual(server.acceptedConnections(), 1, server.log)
+        // Without a terminal at the client, the server's error names the remedies.
+        let without = try run(["exec", quick("locked"), "--accept-host-key", "once", "--", "true"])
+        XCTAssertEqual(without.status, 1, without.stderr)
+        XCTAssertTrue(without.stderr.contains("is passphrase-protected and there is no terminal"), without.stderr)
+    }
+
     func testTheDebugLogHoldsConnectionEventsAndNoSecrets() throws {
         let log = directory.file("debug.log")
         let result = try run(["--debug", "--log-file", log, "exec", quick(), "--accept-host-key", "once", "--", "echo logged"])
