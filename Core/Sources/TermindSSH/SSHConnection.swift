@@ -235,7 +235,7 @@ public final class SSHConnection: Sendable {
             logger?.debug("ssh.handshake.done", ["hostKeyAlgorithm": .identifier(hostKey.algorithm), "offered": .int(algorithms.count), "elapsed": elapsed()])
             // Trust, on this connection, before any credential is sent.
             let verdict = try await trust.verdict(host: target.host, port: target.port, key: hostKey)
-            logger?.debug("ssh.trust.verdict", ["verdict": .identifier(Self.name(of: verdict))])
+            logger?.debug("ssh.trust.verdict", ["verdict": .identifier(verdict.name)])
             switch verdict {
             case .trusted, .trustedWithoutPort:
                 break
@@ -272,17 +272,6 @@ public final class SSHConnection: Sendable {
             logger?.debug("ssh.connect.failed", ["code": .identifier((error as? TermindError)?.code ?? "internal"), "elapsed": elapsed()])
             await engine.shutdown()
             throw error
-        }
-    }
-
-    static func name(of verdict: TrustVerdict) -> String {
-        switch verdict {
-        case .trusted: "trusted"
-        case .trustedWithoutPort: "trusted-without-port"
-        case .unknown: "unknown"
-        case .changed: "changed"
-        case .otherKeyTypes: "other-key-types"
-        case .revoked: "revoked"
         }
     }
 

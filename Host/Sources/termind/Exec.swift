@@ -239,26 +239,7 @@ enum Exec {
         let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
         guard tty >= 0 else { return nil }
         defer { close(tty) }
-        return readHidden(tty, prompt: "Enter passphrase for key '\(path)': ")
-    }
-
-    /// One line from the terminal with echo off (restored on every path), its buffer wiped.
-    static func readHidden(_ tty: Int32, prompt: String) -> Secret {
-        _ = TerminalText.escaped(prompt).withCString { write(tty, $0, strlen($0)) }
-        var saved = termios()
-        tcgetattr(tty, &saved)
-        var quiet = saved
-        quiet.c_lflag &= ~tcflag_t(ECHO)
-        tcsetattr(tty, TCSANOW, &quiet)
-        defer {
-            tcsetattr(tty, TCSANOW, &saved)
-            _ = write(tty, "\n", 1)
-        }
-        var bytes: [UInt8] = []
-        var byte: UInt8 = 0
-        while read(tty, &byte, 1) == 1, byte != 10 { bytes.append(byte) }
-        defer { bytes.withUnsafeMutableBufferPointer { buffer in for index in buffer.indices { buffer[index] = 0 } } }
-        return Secret(String(decoding: bytes, as: UTF8.self))
+        return SecretInput.hidden(input: tty, output: tty, prompt: "Enter passphrase for key '\(path)': ")
     }
 
     /// The saved host named `name`, or nil; any failure but "not found" (a store error) is reported.
@@ -284,7 +265,7 @@ enum Exec {
         var answers: [Secret] = []
         for prompt in challenge.prompts {
             if !prompt.echo {
-                answers.append(readHidden(tty, prompt: prompt.text))
+                answers.append(SecretInput.hidden(input: tty, output: tty, prompt: prompt.text))
                 continue
             }
             say(prompt.text)

@@ -117,25 +117,3 @@ enum PluginCommand {
         }
     }
 }
-
-/// Reads a secret: from the terminal with echo off, or the first line of standard input.
-enum SecretInput {
-    static func read(prompt: String) throws -> String {
-        if isatty(STDIN_FILENO) == 1 {
-            FileHandle.standardError.write(Data(TerminalText.escaped(prompt).utf8))
-            var original = termios()
-            tcgetattr(STDIN_FILENO, &original)
-            var silent = original
-            silent.c_lflag &= ~tcflag_t(ECHO)
-            tcsetattr(STDIN_FILENO, TCSAFLUSH, &silent)
-            defer {
-                tcsetattr(STDIN_FILENO, TCSAFLUSH, &original)
-                FileHandle.standardError.write(Data("\n".utf8))
-            }
-            return Swift.readLine(strippingNewline: true) ?? ""
-        }
-        let data = FileHandle.standardInput.readDataToEndOfFile()
-        let text = String(decoding: data, as: UTF8.self)
-        return text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
-    }
-}

@@ -31,6 +31,18 @@ public enum TrustVerdict: Sendable, Equatable {
     case otherKeyTypes(known: [KnownKey])
     /// The key is marked @revoked: refuse.
     case revoked
+
+    /// The verdict's stable name, as `vault.knownhost.check@1` reports it and logs show it.
+    public var name: String {
+        switch self {
+        case .trusted: "trusted"
+        case .trustedWithoutPort: "trusted-without-port"
+        case .unknown: "unknown"
+        case .changed: "changed"
+        case .otherKeyTypes: "other-key-types"
+        case .revoked: "revoked"
+        }
+    }
 }
 
 /// A trusted key as a verdict names it.

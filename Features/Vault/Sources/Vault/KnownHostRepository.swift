@@ -160,15 +160,4 @@ struct VaultTrust: HostKeyTrust {
         case .revoked: .revoked
         }
     }
-
-    static func name(_ verdict: TrustVerdict) -> String {
-        switch verdict {
-        case .trusted: "trusted"
-        case .trustedWithoutPort: "trusted-without-port"
-        case .unknown: "unknown"
-        case .changed: "changed"
-        case .otherKeyTypes: "other-key-types"
-        case .revoked: "revoked"
-        }
-    }
 }

@@ -127,7 +127,7 @@ extension VaultFeature {
             case .otherKeyTypes(let keys): known = keys.map(\.fingerprint)
             default: break
             }
-            return .init(verdict: VaultTrust.name(verdict), fingerprint: key.fingerprintSHA256, knownFingerprints: known)
+            return .init(verdict: verdict.name, fingerprint: key.fingerprintSHA256, knownFingerprints: known)
         }
         registrar.handle(KnownHostContracts.Import.self) { [self] r, _ in
             let data = try BoundedFile.read(r.path, limit: KnownHosts.maxFileBytes, what: "known_hosts file", code: "vault.import_unreadable")
