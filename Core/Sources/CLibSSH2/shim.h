@@ -51,6 +51,7 @@ typedef struct termind_ssh2_context {
     unsigned char *out;
     size_t out_length, out_capacity, out_start;
     int discard;               // never send anything more (authentication was abandoned)
+    unsigned long long received; // bytes read from the server: only they prove it is alive
 } termind_ssh2_context;
 
 static inline termind_ssh2_context *termind_ssh2_context_new(void *owner) {
@@ -64,6 +65,7 @@ static inline void termind_ssh2_context_free(termind_ssh2_context *context) {
     free(context);
 }
 static inline size_t termind_ssh2_backlog(const termind_ssh2_context *context) { return context->out_length - context->out_start; }
+static inline unsigned long long termind_ssh2_received(const termind_ssh2_context *context) { return context->received; }
 static inline void termind_ssh2_discard_output(termind_ssh2_context *context) {
     context->discard = 1;
     context->out_start = context->out_length = 0;
@@ -133,6 +135,7 @@ static inline ssize_t termind_ssh2_recv(libssh2_socket_t socket, void *buffer, s
         }
     }
     ssize_t received = recv(socket, buffer, length, flags);
+    if (received > 0 && socket == context->fd) context->received += (unsigned long long)received;
     return received < 0 ? -errno : received;
 }
 static inline void termind_ssh2_set_flag(int *flag, int value) { __atomic_store_n(flag, value, __ATOMIC_SEQ_CST); }

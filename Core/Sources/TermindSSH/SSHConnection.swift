@@ -41,6 +41,10 @@ public struct SSHDeadlines: Sendable {
     public var handshake: Double = 15
     public var authentication: Double = 30
     public var channel: Double = 30
+    /// How long a channel open (or another session-wide request) its caller gave up on may
+    /// still hold the session before the connection is declared broken: later opens would
+    /// wait behind it forever.
+    public var abandonedGrace: Double = 15
     public init() {}
 }
 
@@ -262,7 +266,7 @@ public final class SSHConnection: Sendable {
                                   deadline: .now() + deadlines.authentication, logger: logger).run()
             }
             logger?.debug("ssh.auth.done", ["method": .identifier(method), "elapsed": elapsed()])
-            engine.configureKeepalive(interval: keepalive.interval, countMax: keepalive.countMax)
+            engine.configureKeepalive(interval: keepalive.interval, countMax: keepalive.countMax, abandonedGrace: deadlines.abandonedGrace, logger: logger)
             return SSHConnection(target: target, hostKey: hostKey, authenticatedWith: method, via: via, engine: engine, deadlines: deadlines, logger: logger)
         } catch is CancellationError {
             logger?.debug("ssh.connect.failed", ["code": .identifier("ssh.cancelled"), "elapsed": elapsed()])

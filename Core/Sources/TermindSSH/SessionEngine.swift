@@ -50,7 +50,18 @@ final class SessionEngine: @unchecked Sendable {
     private var pumps: [EnginePump] = []
     private var keepaliveInterval = 0
     private var keepaliveCountMax = 3
+    /// When bytes last came from the server (or the loop last chose not to read): local
+    /// activity never moves it, so a frozen server is found however busy its callers are.
     private var lastInbound = DispatchTime.now()
+    private var receivedCount: UInt64 = 0
+    /// Set once authentication succeeded: only then may the engine open channels of its own
+    /// (keepalive probes) — a CHANNEL_OPEN before that is a protocol error.
+    private var authenticated = false
+    /// How long a session-lane operation given up by its caller may hold the lane before
+    /// the session is declared broken (later opens would wait behind it forever).
+    private var abandonedGrace: Double = 15
+    /// Keepalive probes and the connection's end go here (codes only; engine thread).
+    private var logger: Logger?
     /// Cancellation of the body `perform` is running.
     private var performCancelled: ManagedAtomicFlag?
     /// Time spent waiting for a person inside the current `perform`: not network time.
@@ -194,6 +205,7 @@ final class SessionEngine: @unchecked Sendable {
 
     private func abandon(_ operation: EngineOperation, _ error: TermindError) {
         operation.abandon(error)
+        if operation.abandonedAt == nil { operation.abandonedAt = .now() }
         // An operation that never started, or keeps no libssh2 state, leaves at once.
         if !operation.started || operation.dropIfAbandoned {
             operations.removeAll { $0 === operation }
@@ -208,13 +220,17 @@ final class SessionEngine: @unchecked Sendable {
         }
     }
 
-    /// Sends keepalives every `interval` seconds (0: off); the connection counts as lost
+    /// Called once authentication succeeded: from now on the engine may open channels of its
+    /// own. Sends keepalives every `interval` seconds (0: off); the connection counts as lost
     /// after `countMax` intervals without a byte from the server.
-    func configureKeepalive(interval: Int, countMax: Int) {
+    func configureKeepalive(interval: Int, countMax: Int, abandonedGrace: Double, logger: Logger?) {
         submit { engine in
             guard engine.deathError == nil else { return }
+            engine.logger = logger
+            engine.abandonedGrace = abandonedGrace
             engine.keepaliveInterval = max(0, interval)
             engine.keepaliveCountMax = max(1, countMax)
+            engine.authenticated = true
             engine.lastInbound = .now()
         }
     }
@@ -422,7 +438,7 @@ final class SessionEngine: @unchecked Sendable {
                 die(SSHError.make("ssh.connection_lost", "The connection to \(endpoint) was lost: \(String(cString: strerror(errno)))."), disconnect: false)
                 break
             }
-            if progressed { lastInbound = .now() }
+            noteReceived()
             noteActivity()
             if progressed && idlePasses < 64 {
                 idlePasses += 1
@@ -433,6 +449,16 @@ final class SessionEngine: @unchecked Sendable {
             if session == nil { break }
         }
         // The loop ends only through die(), which has told the close observers.
+    }
+
+    /// Moves `lastInbound` when libssh2 read bytes from the server since the last pass.
+    private func noteReceived() {
+        guard let context else { return }
+        let received = UInt64(termind_ssh2_received(context))
+        if received != receivedCount {
+            receivedCount = received
+            lastInbound = .now()
+        }
     }
 
     private func stepOperations() -> Bool {
@@ -493,9 +519,17 @@ final class SessionEngine: @unchecked Sendable {
 
     private func expireDeadlines() {
         let now = DispatchTime.now()
-        for operation in operations where !operation.isAbandoned {
-            if let deadline = operation.deadline, now >= deadline {
+        let sessionLane = ObjectIdentifier(self)
+        for operation in operations {
+            if !operation.isAbandoned, let deadline = operation.deadline, now >= deadline {
                 abandon(operation, SSHError.make("ssh.timeout", "\(operation.what) on \(endpoint) timed out; the server did not answer in time."))
+            }
+            // Given up, still unanswered, and every later channel open waits behind it.
+            if operation.lane == sessionLane, let since = operation.abandonedAt,
+               now.uptimeNanoseconds &- since.uptimeNanoseconds > UInt64(abandonedGrace * 1e9) {
+                die(SSHError.make("ssh.connection_lost", "The connection to \(endpoint) was closed: the server did not answer \(operation.what.lowercased()) "
+                                  + "within \(SSHConnection.seconds(abandonedGrace)) after it was given up, and later channels would wait behind it."), disconnect: true)
+                return
             }
         }
         if keepaliveInterval > 0, wantsInbound {
@@ -515,8 +549,9 @@ final class SessionEngine: @unchecked Sendable {
     /// reply it queues unmatched; a later tcpip-forward would take that stale reply as its
     /// own.) Any answer — confirmation or refusal — shows the server is there.
     private func probe() {
-        guard !probing else { return }
+        guard authenticated, !probing else { return }
         probing = true
+        logger?.debug("ssh.keepalive.probe", ["silentFor": .seconds(Double(DispatchTime.now().uptimeNanoseconds &- lastInbound.uptimeNanoseconds) / 1e9)])
         let endpoint = self.endpoint
         let operation = EngineOperation(what: "Keepalive", lane: ObjectIdentifier(self), deadline: nil, dropIfAbandoned: false,
                                         isKeepalive: true, attempt: { [unowned self] session in
@@ -541,7 +576,9 @@ final class SessionEngine: @unchecked Sendable {
     /// full consumer buffer and nothing else pending it does not read at all: TCP flow
     /// control pushes back to the server, and keepalive silence is not counted.
     private var wantsInbound: Bool {
-        !operations.isEmpty || pumps.isEmpty || pumps.contains { $0.wantsSessionInput }
+        // Before authentication the opening reads for itself; between its steps nothing may.
+        guard authenticated else { return !operations.isEmpty }
+        return !operations.isEmpty || pumps.isEmpty || pumps.contains { $0.wantsSessionInput }
     }
 
     private func sleep() {
@@ -565,7 +602,7 @@ final class SessionEngine: @unchecked Sendable {
         let ready = poll(&fds, nfds_t(fds.count), Int32(timeoutMs))
         guard ready > 0 else { return }
         if fds[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 && events & Int16(POLLIN) != 0 {
-            lastInbound = .now()
+            // (Bytes count as a sign of life once libssh2 has read them: noteReceived.)
             // Bytes nobody will read (an idle session: the server's own keepalive, say) would
             // keep poll() returning at once: a probe reads them through libssh2.
             if operations.isEmpty && !pumps.contains(where: { $0.wantsSessionInput }) { probe() }
@@ -598,6 +635,7 @@ final class SessionEngine: @unchecked Sendable {
             return deathObservers
         }
         for observer in observers { observer(deathError ?? error) }
+        logger?.log(error.code == "ssh.closed" ? .debug : .warning, "ssh.connection.end", ["code": .identifier(error.code)])
         let pending = operations
         operations.removeAll()
         for operation in pending { operation.finish(.failure(error)) }
@@ -642,6 +680,8 @@ final class EngineOperation {
     private var complete: ((Result<Any, Error>) -> Void)?
     private let discard: (Any) -> Void
     private var abandoned = false
+    /// When its caller gave up (engine thread only): the engine bounds how long it may still run.
+    var abandonedAt: DispatchTime?
 
     init(what: String, lane: ObjectIdentifier, deadline: DispatchTime?, dropIfAbandoned: Bool, isKeepalive: Bool = false,
          attempt: @escaping (OpaquePointer) throws -> Any?,

@@ -1,0 +1,95 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import TermindKernel
+import TermindSSH
+import XCTest
+
+/// Liveness that local activity cannot fake: only bytes from the server count, and a request
+/// the server never answers cannot wedge the session — against a real sshd frozen with SIGSTOP.
+final class SSHLivenessTests: XCTestCase {
+    private var vault: HarnessSession!
+    private var directory: TemporaryDirectory!
+    private var server: SSHServerFixture!
+    private var clientKey: String!
+    private var trust: (any HostKeyTrust)!
+
+    override func setUp() async throws {
+        directory = try TemporaryDirectory()
+        let path = directory.file("client")
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", path]).status, 0)
+        clientKey = try String(contentsOfFile: path, encoding: .utf8)
+        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: path + ".pub", encoding: .utf8)])
+        vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
+        trust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
+    }
+
+    override func tearDown() async throws {
+        server?.signalAll(SIGCONT)
+        server?.stop()
+        await vault?.shutdown()
+        directory?.remove()
+    }
+
+    private func connect(keepalive: SSHKeepalive = SSHKeepalive(), deadlines: SSHDeadlines = SSHDeadlines()) async throws -> SSHConnection {
+        try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: server.port, username: NSUserName()),
+                                     credentials: SSHCredentials(privateKey: Secret(clientKey), agentSocket: ""), trust: trust,
+                                     deadlines: deadlines, keepalive: keepalive) { _ in .acceptOnce }
+    }
+
+    func testAFrozenServerIsFoundLostWhileACallerKeepsSubmittingWork() async throws {
+        let connection = try await connect(keepalive: SSHKeepalive(interval: 1, countMax: 2))
+        let shell = try await connection.openChannel(.shell, pty: PTYRequest())
+        let reason = UncheckedSendableBox<TermindError?>(nil)
+        connection.onClose { reason.value = $0 }
+        server.signalAll(SIGSTOP)
+        let started = Date()
+        // A window change needs no answer: it completes locally, every second, forever.
+        while connection.isAlive && Date().timeIntervalSince(started) < 20 {
+            try? await shell.resize(columns: 80 + Int.random(in: 0..<40), rows: 24)
+            try await Task.sleep(nanoseconds: 1_000_000_000)
+        }
+        XCTAssertFalse(connection.isAlive, "busy local work kept a frozen server alive")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 10, "lost within the keepalive bound (3 s), with slack for a loaded machine")
+        XCTAssertEqual(reason.value?.code, "ssh.connection_lost")
+        XCTAssertTrue(reason.value?.message.contains("keepalive") ?? false, reason.value?.message ?? "")
+        server.signalAll(SIGCONT)
+        let fresh = try await connect()
+        let result = try await fresh.exec("echo back")
+        XCTAssertEqual(result.stdout, Data("back\n".utf8))
+        await fresh.close()
+    }
+
+    func testAChannelOpenTheServerNeverAnswersCannotWedgeTheSession() async throws {
+        var deadlines = SSHDeadlines()
+        deadlines.channel = 1
+        deadlines.abandonedGrace = 2
+        // Keepalive off: only the abandoned open can end this session.
+        let connection = try await connect(keepalive: SSHKeepalive(interval: 0), deadlines: deadlines)
+        let reason = UncheckedSendableBox<TermindError?>(nil)
+        connection.onClose { reason.value = $0 }
+        server.signalAll(SIGSTOP)
+        do {
+            _ = try await connection.openChannel(.exec("true"))
+            XCTFail("a frozen server cannot open a channel")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.timeout", error.message)
+        }
+        let started = Date()
+        while connection.isAlive && Date().timeIntervalSince(started) < 15 { try await Task.sleep(nanoseconds: 100_000_000) }
+        XCTAssertFalse(connection.isAlive, "the given-up open held the session lane with no end")
+        XCTAssertEqual(reason.value?.code, "ssh.connection_lost")
+        XCTAssertTrue(reason.value?.message.contains("after it was given up") ?? false, reason.value?.message ?? "")
+        do {
+            _ = try await connection.openChannel(.exec("true"))
+            XCTFail("the closed connection cannot open more")
+        } catch let error as TermindError {
+            XCTAssertNotEqual(error.code, "ssh.timeout", "later opens fail at once instead of waiting behind it: \(error.message)")
+        }
+        server.signalAll(SIGCONT)
+        let fresh = try await connect()
+        let ok = try await fresh.exec("echo ok")
+        XCTAssertEqual(ok.exitStatus, 0)
+        await fresh.close()
+    }
+}
