@@ -275,6 +275,37 @@ final class SSHChannelTests: XCTestCase {
         await connection.close()
     }
 
+    func testCancelledSFTPWorkNeverLeaksAChannelOrAHandle() async throws {
+        let connection = try await connect()
+        let file = server.directory.file("big.bin")
+        let made = try await connection.exec("head -c 8000000 /dev/urandom > \(file)")
+        XCTAssertEqual(made.exitStatus, 0)
+        // 50 transfers cancelled mid-flight, five at a time; none gets to close on its own.
+        for batch in 0..<10 {
+            let tasks = (0..<5).map { _ in
+                Task {
+                    let sftp = try await SSHSFTP.open(on: connection)
+                    _ = try await sftp.read(file)
+                    await sftp.close()
+                }
+            }
+            try await Task.sleep(nanoseconds: UInt64(20_000_000 + batch * 3_000_000))
+            for task in tasks { task.cancel() }
+            for task in tasks { _ = try? await task.value }
+        }
+        await connection.waitUntilIdle(timeout: 20)
+        // sshd allows 10 sessions per connection (MaxSessions): every one is free again.
+        let channels = try await withThrowingTaskGroup(of: SSHChannel.self) { group in
+            for _ in 0..<10 { group.addTask { try await connection.openChannel(.exec("sleep 2")) } }
+            var opened: [SSHChannel] = []
+            for try await channel in group { opened.append(channel) }
+            return opened
+        }
+        XCTAssertEqual(channels.count, 10)
+        for channel in channels { channel.close() }
+        await connection.close()
+    }
+
     func testSFTPRunsBesideCommandsOnTheSameSession() async throws {
         let connection = try await connect()
         let sftp = try await SSHSFTP.open(on: connection)

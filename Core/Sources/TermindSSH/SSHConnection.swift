@@ -569,6 +569,19 @@ public final class SSHForwardListener: Sendable {
         self.boundPort = boundPort
     }
 
+    /// A listener nobody holds any more stops listening on the server.
+    deinit { Self.stop(listener, on: connection.engine) }
+
+    /// Queues the cancel on the listener's lane, after its accepts (not cancellable).
+    private static func stop(_ listener: UncheckedBox<OpaquePointer?>, on engine: SessionEngine) {
+        engine.enqueue("Stopping a remote listener", lane: listener) { _ in
+            guard let handle = listener.value else { return true }
+            if libssh2_channel_forward_cancel(handle) == termind_ssh2_error_eagain() { return nil }
+            listener.value = nil
+            return true
+        }
+    }
+
     /// Waits for the next connection to the remote port (no deadline; cancel the task to stop
     /// waiting).
     public func accept(bufferLimit: Int = 1 << 20) async throws -> SSHChannel {
@@ -589,15 +602,9 @@ public final class SSHForwardListener: Sendable {
         return SSHChannel(engine: engine, pump: pump, isPTY: false, owner: connection)
     }
 
-    /// Asks the server to stop listening.
+    /// Asks the server to stop listening. Queued on the engine even when the calling task is
+    /// cancelled (a dropped cancel would leave the server listening); later accepts fail.
     public func cancel() async throws {
-        let listener = self.listener
-        _ = try await connection.engine.run("Stopping a remote listener", lane: listener) { _ -> Int32? in
-            guard let handle = listener.value else { return 0 }
-            let rc = libssh2_channel_forward_cancel(handle)
-            if rc == termind_ssh2_error_eagain() { return nil }
-            listener.value = nil
-            return rc
-        }
+        Self.stop(listener, on: connection.engine)
     }
 }

@@ -21,6 +21,10 @@ public struct SFTPAttributes: Sendable, Equatable {
 /// The SFTP subsystem on a channel of a shared connection. Its requests run one at a time
 /// (libssh2 keeps one request state per SFTP session) on the connection's engine, between
 /// the other channels' fair passes. Open more than one for parallel transfers.
+///
+/// Cleanup cannot be dropped by cancellation: closing a remote file, and the session itself
+/// (`close()`, or when the object goes away), is queued on the engine whatever state the
+/// calling task is in, so a cancelled transfer never leaks a handle or a channel.
 public final class SSHSFTP: Sendable {
     public let connection: SSHConnection
     private let handle: UncheckedBox<OpaquePointer?>
@@ -31,6 +35,18 @@ public final class SSHSFTP: Sendable {
     private init(connection: SSHConnection, handle: OpaquePointer) {
         self.connection = connection
         self.handle = UncheckedBox(handle)
+    }
+
+    deinit { Self.shutdown(handle, on: connection.engine) }
+
+    /// Queues the subsystem's end on its own lane, after its earlier requests (not cancellable).
+    private static func shutdown(_ handle: UncheckedBox<OpaquePointer?>, on engine: SessionEngine) {
+        engine.enqueue("Closing SFTP", lane: handle) { _ in
+            guard let sftp = handle.value else { return true }
+            if libssh2_sftp_shutdown(sftp) == termind_ssh2_error_eagain() { return nil }
+            handle.value = nil
+            return true
+        }
     }
 
     /// Starts the subsystem (its channel open takes its turn on the session lane).
@@ -152,14 +168,10 @@ public final class SSHSFTP: Sendable {
         }
     }
 
-    /// Ends the subsystem (the connection and its other channels stay).
+    /// Ends the subsystem (the connection and its other channels stay). Queued on the engine
+    /// even when the calling task is cancelled; requests made afterwards fail with `ssh.closed`.
     public func close() async {
-        _ = try? await request("Closing SFTP") { sftp -> Int32? in
-            let rc = libssh2_sftp_shutdown(sftp)
-            if rc == termind_ssh2_error_eagain() { return nil }
-            self.handle.value = nil
-            return rc
-        }
+        Self.shutdown(handle, on: engine)
     }
 
     // MARK: - Internals
@@ -190,18 +202,21 @@ public final class SSHSFTP: Sendable {
         let file = try await openHandle(path, flags: flags, mode: mode, directory: directory)
         do {
             let result = try await body(file)
-            await closeHandle(file)
+            closeHandle(file)
             return result
         } catch {
-            await closeHandle(file)
+            closeHandle(file)
             throw error
         }
     }
 
-    private func closeHandle(_ file: UncheckedBox<OpaquePointer>) async {
-        _ = try? await request("Closing a remote file") { _ -> Int32? in
-            let rc = libssh2_sftp_close_handle(file.value)
-            return rc == termind_ssh2_error_eagain() ? nil : rc
+    /// Queued on the session's lane after the requests using the file, and never dropped by
+    /// a cancelled caller (that would leak the handle on the server).
+    private func closeHandle(_ file: UncheckedBox<OpaquePointer>) {
+        let handle = self.handle
+        engine.enqueue("Closing a remote file", lane: handle) { _ in
+            guard handle.value != nil else { return true }  // the session is gone, and the file with it
+            return libssh2_sftp_close_handle(file.value) == termind_ssh2_error_eagain() ? nil : true
         }
     }
 
