@@ -340,4 +340,12 @@ final class KnownHostsTests: XCTestCase {
         XCTAssertEqual(rendered, text + "\n")
         XCTAssertEqual(KnownHosts.parse(rendered, source: "a").entries, first.entries)
     }
+
+    func testAPatternWithManyStarsIsDecidedWithoutBacktrackingExplosively() {
+        // A recursive match_pattern tries every split for every '*': 2^40 here. One port, iterative.
+        let name = String(repeating: "a", count: 400) + ".example"
+        let pattern = String(repeating: "*a", count: 40) + "*b"
+        XCTAssertEqual(decide("\(pattern) \(Self.edA)\n", host: name, key: keyA), .unknown)
+        XCTAssertEqual(trustedLine(decide("\(String(repeating: "*a", count: 40))* \(Self.edA)\n", host: name, key: keyA)), 1)
+    }
 }

@@ -36,84 +36,27 @@ public enum AEAD {
 
     public static func seal(_ plaintext: Data, key: SymmetricKey, associatedData: Data = Data()) -> SealedBox {
         let nonce = SecureRandom.bytes(nonceLength)
-        var output = [UInt8](repeating: 0, count: plaintext.count + 16)
-        var tag = [UInt8](repeating: 0, count: tagLength)
-        let ctx = EVP_CIPHER_CTX_new()
-        defer { EVP_CIPHER_CTX_free(ctx) }
-        let cipher = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil)
-        defer { EVP_CIPHER_free(cipher) }
-        var total: Int32 = 0
-        let ok: Bool = key.withBytes { k in
+        let sealed = key.withBytes { k in
             nonce.withUnsafeBytes { n in
-                guard EVP_EncryptInit_ex2(ctx, cipher, nil, nil, nil) == 1,
-                      EVP_CIPHER_CTX_ctrl(ctx, termind_evp_ctrl_gcm_set_ivlen(), Int32(nonceLength), nil) == 1,
-                      EVP_EncryptInit_ex2(ctx, nil, k, n.bindMemory(to: UInt8.self).baseAddress, nil) == 1 else { return false }
-                var length: Int32 = 0
-                if !associatedData.isEmpty {
-                    let okAAD = associatedData.withUnsafeBytes { a in
-                        EVP_EncryptUpdate(ctx, nil, &length, a.bindMemory(to: UInt8.self).baseAddress, Int32(a.count)) == 1
-                    }
-                    guard okAAD else { return false }
-                }
-                if !plaintext.isEmpty {
-                    let okData = plaintext.withUnsafeBytes { p in
-                        EVP_EncryptUpdate(ctx, &output, &length, p.bindMemory(to: UInt8.self).baseAddress, Int32(p.count)) == 1
-                    }
-                    guard okData else { return false }
-                    total = length
-                }
-                let okFinal = output.withUnsafeMutableBufferPointer { o in
-                    EVP_EncryptFinal_ex(ctx, o.baseAddress! + Int(total), &length) == 1
-                }
-                guard okFinal else { return false }
-                total += length
-                return EVP_CIPHER_CTX_ctrl(ctx, termind_evp_ctrl_gcm_get_tag(), Int32(tagLength), &tag) == 1
+                EVPCipher.run("AES-256-GCM", key: k, iv: n.bindMemory(to: UInt8.self).baseAddress!, input: plaintext, aad: associatedData,
+                              encrypting: true, tagLength: tagLength)
             }
         }
-        precondition(ok, "OpenSSL AES-256-GCM encryption failed")
-        return SealedBox(nonce: nonce, ciphertext: Data(output.prefix(Int(total))), tag: Data(tag))
+        guard let sealed else { preconditionFailure("OpenSSL AES-256-GCM encryption failed") }
+        return SealedBox(nonce: nonce, ciphertext: Data(sealed.output), tag: Data(sealed.tag))
     }
 
     /// Decrypts and authenticates; throws `AuthenticationFailure` on any mismatch.
     public static func open(_ box: SealedBox, key: SymmetricKey, associatedData: Data = Data()) throws -> Data {
         guard box.nonce.count == nonceLength, box.tag.count == tagLength else { throw AuthenticationFailure() }
-        var output = [UInt8](repeating: 0, count: box.ciphertext.count + 16)
-        var tag = [UInt8](box.tag)
-        let ctx = EVP_CIPHER_CTX_new()
-        defer { EVP_CIPHER_CTX_free(ctx) }
-        let cipher = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil)
-        defer { EVP_CIPHER_free(cipher) }
-        var total: Int32 = 0
-        let ok: Bool = key.withBytes { k in
+        let opened = key.withBytes { k in
             box.nonce.withUnsafeBytes { n in
-                guard EVP_DecryptInit_ex2(ctx, cipher, nil, nil, nil) == 1,
-                      EVP_CIPHER_CTX_ctrl(ctx, termind_evp_ctrl_gcm_set_ivlen(), Int32(nonceLength), nil) == 1,
-                      EVP_DecryptInit_ex2(ctx, nil, k, n.bindMemory(to: UInt8.self).baseAddress, nil) == 1 else { return false }
-                var length: Int32 = 0
-                if !associatedData.isEmpty {
-                    let okAAD = associatedData.withUnsafeBytes { a in
-                        EVP_DecryptUpdate(ctx, nil, &length, a.bindMemory(to: UInt8.self).baseAddress, Int32(a.count)) == 1
-                    }
-                    guard okAAD else { return false }
-                }
-                if !box.ciphertext.isEmpty {
-                    let okData = box.ciphertext.withUnsafeBytes { c in
-                        EVP_DecryptUpdate(ctx, &output, &length, c.bindMemory(to: UInt8.self).baseAddress, Int32(c.count)) == 1
-                    }
-                    guard okData else { return false }
-                    total = length
-                }
-                guard EVP_CIPHER_CTX_ctrl(ctx, termind_evp_ctrl_gcm_set_tag(), Int32(tagLength), &tag) == 1 else { return false }
-                return output.withUnsafeMutableBufferPointer { o in
-                    EVP_DecryptFinal_ex(ctx, o.baseAddress! + Int(total), &length) == 1
-                }
+                EVPCipher.run("AES-256-GCM", key: k, iv: n.bindMemory(to: UInt8.self).baseAddress!, input: box.ciphertext, aad: associatedData,
+                              encrypting: false, tagLength: tagLength, tag: [UInt8](box.tag))
             }
         }
-        guard ok else {
-            output.withUnsafeMutableBytes { secureZero($0) }
-            throw AuthenticationFailure()
-        }
-        return Data(output.prefix(Int(total)))
+        guard let opened else { throw AuthenticationFailure() }
+        return Data(opened.output)
     }
 }
 

@@ -23,6 +23,14 @@ public enum Digest {
 
     public static func sha1(_ data: some DataProtocol) -> Data { hash(.sha1, data) }
     public static func sha256(_ data: some DataProtocol) -> Data { hash(.sha256, data) }
+
+    /// A key blob's fingerprint exactly as `ssh-keygen -l -E sha256` prints it: "SHA256:" and
+    /// the unpadded base64 of SHA-256 over the blob.
+    public static func sshFingerprint(ofBlob blob: some DataProtocol) -> String {
+        var encoded = sha256(blob).base64EncodedString()
+        while encoded.hasSuffix("=") { encoded.removeLast() }
+        return "SHA256:" + encoded
+    }
     public static func sha512(_ data: some DataProtocol) -> Data { hash(.sha512, data) }
 
     /// HMAC with the given hash (e.g. HMAC-SHA1 for OpenSSH's hashed known_hosts names).

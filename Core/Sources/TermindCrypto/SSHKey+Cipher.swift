@@ -42,42 +42,9 @@ struct OpenSSHKeyCipher: Sendable, Equatable {
 
     private func run(_ input: [UInt8], keyAndIV: [UInt8], encrypting: Bool, tag: [UInt8]?) -> (output: [UInt8], tag: [UInt8])? {
         guard let openSSLName, keyAndIV.count == keyLength + ivLength else { return nil }
-        let cipher = EVP_CIPHER_fetch(nil, openSSLName, nil)
-        defer { EVP_CIPHER_free(cipher) }
-        let ctx = EVP_CIPHER_CTX_new()
-        defer { EVP_CIPHER_CTX_free(ctx) }
-        var output = [UInt8](repeating: 0, count: input.count + 32)
-        var tagOut = [UInt8](repeating: 0, count: tagLength)
-        var inputTag = tag ?? []
-        var total: Int32 = 0
-        let ok: Bool = keyAndIV.withUnsafeBufferPointer { material in
-            let key = material.baseAddress!, iv = key + keyLength
-            guard cipher != nil, ctx != nil,
-                  EVP_CipherInit_ex2(ctx, cipher, key, iv, encrypting ? 1 : 0, nil) == 1 else { return false }
-            var length: Int32 = 0
-            if !input.isEmpty {
-                guard EVP_CipherUpdate(ctx, &output, &length, input, Int32(input.count)) == 1 else { return false }
-                total = length
-            }
-            if tagLength > 0, !encrypting {
-                guard inputTag.count == tagLength,
-                      EVP_CIPHER_CTX_ctrl(ctx, termind_evp_ctrl_gcm_set_tag(), Int32(tagLength), &inputTag) == 1 else { return false }
-            }
-            let finished = output.withUnsafeMutableBufferPointer { buffer in
-                EVP_CipherFinal_ex(ctx, buffer.baseAddress! + Int(total), &length) == 1
-            }
-            guard finished else { return false }
-            total += length
-            if tagLength > 0, encrypting {
-                return EVP_CIPHER_CTX_ctrl(ctx, termind_evp_ctrl_gcm_get_tag(), Int32(tagLength), &tagOut) == 1
-            }
-            return true
+        return keyAndIV.withUnsafeBufferPointer { material in
+            EVPCipher.run(openSSLName, key: material.baseAddress!, iv: material.baseAddress! + keyLength, input: input,
+                          encrypting: encrypting, tagLength: tagLength, tag: tag)
         }
-        guard ok else {
-            ERR_clear_error()
-            output.withUnsafeMutableBytes { secureZero($0) }
-            return nil
-        }
-        return (Array(output.prefix(Int(total))), tagOut)
     }
 }

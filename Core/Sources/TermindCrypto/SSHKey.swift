@@ -125,9 +125,7 @@ public struct SSHPublicKey: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// "SHA256:" and the unpadded base64 SHA-256 of the blob, as `ssh-keygen -l -E sha256` prints it.
-    public var fingerprintSHA256: String {
-        "SHA256:" + Digest.sha256(blob).base64EncodedString().replacingOccurrences(of: "=", with: "")
-    }
+    public var fingerprintSHA256: String { Digest.sshFingerprint(ofBlob: blob) }
 
     /// `type base64` and, when given and non-empty, ` comment` (no trailing newline).
     public func openSSHLine(comment: String?) -> String {

@@ -544,11 +544,8 @@ public final class SSHConnection: Sendable {
 
     /// The algorithm name at the start of an SSH wire-format key blob.
     static func algorithm(of blob: Data) -> String {
-        let bytes = [UInt8](blob)
-        guard bytes.count >= 4 else { return "unknown" }
-        let length = Int(bytes[0]) << 24 | Int(bytes[1]) << 16 | Int(bytes[2]) << 8 | Int(bytes[3])
-        guard length > 0, 4 + length <= bytes.count else { return "unknown" }
-        return String(decoding: bytes[4..<(4 + length)], as: UTF8.self)
+        var reader = SSHWireReader(blob, context: "host key")
+        return (try? reader.text()).flatMap { $0.isEmpty ? nil : $0 } ?? "unknown"
     }
 
     static func seconds(_ value: Double) -> String {

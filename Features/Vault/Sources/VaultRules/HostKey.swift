@@ -55,11 +55,7 @@ public struct HostKey: Sendable, Hashable, CustomStringConvertible {
 
     /// Exactly what `ssh-keygen -l -E sha256` prints after the bit count: `SHA256:` and the
     /// unpadded base64 of SHA-256 over the blob.
-    public var fingerprintSHA256: String {
-        var encoded = Digest.sha256(blob).base64EncodedString()
-        while encoded.hasSuffix("=") { encoded.removeLast() }
-        return "SHA256:" + encoded
-    }
+    public var fingerprintSHA256: String { Digest.sshFingerprint(ofBlob: blob) }
 
     public var description: String { "\(algorithm) \(fingerprintSHA256)" }
 }
@@ -112,8 +108,8 @@ extension HostKey {
         guard supportedTypes.contains(canonical) else {
             return .success(HostKey(checkedAlgorithm: typeName, blob: blob))
         }
-        var reader = WireReader(blob)
-        guard let typeBytes = reader.string() else { return .failure(.malformedBlob("no key type")) }
+        var reader = SSHWireReader(blob, context: "host key")
+        guard let typeBytes = try? reader.string() else { return .failure(.malformedBlob("no key type")) }
         let blobType = String(decoding: typeBytes, as: UTF8.self)
         guard blobType == canonical else { return .failure(.typeMismatch(line: typeName, blob: blobType)) }
         if let why = validateFields(type: canonical, reader: &reader) { return .failure(.malformedBlob(why)) }
@@ -121,7 +117,7 @@ extension HostKey {
     }
 
     /// Checks the fields after the type name; nil when complete (sshkey_from_blob_internal).
-    private static func validateFields(type: String, reader: inout WireReader) -> String? {
+    private static func validateFields(type: String, reader: inout SSHWireReader) -> String? {
         if type.hasSuffix("-cert-v01@openssh.com") { return nil } // certificate bodies are not checked
         var fields: [(name: String, exactLength: Int?)] = []
         switch type {
@@ -131,12 +127,12 @@ extension HostKey {
         case "ssh-dss": fields = [("p", nil), ("q", nil), ("g", nil), ("y", nil)]
         default: // ECDSA, plain or security-key
             let curve = type.hasPrefix("sk-") ? "nistp256" : String(type.dropFirst("ecdsa-sha2-".count))
-            guard let named = reader.string() else { return "missing curve name" }
+            guard let named = try? reader.string() else { return "missing curve name" }
             guard String(decoding: named, as: UTF8.self) == curve else { return "curve does not match the key type" }
             fields = [("point", nil)] + (type.hasPrefix("sk-") ? [("application", nil)] : [])
         }
         for field in fields {
-            guard let value = reader.string() else { return "missing \(field.name)" }
+            guard let value = try? reader.string() else { return "missing \(field.name)" }
             if let length = field.exactLength, value.count != length { return "\(field.name) is \(value.count) bytes, expected \(length)" }
         }
         return reader.isAtEnd ? nil : "unexpected data after the key"
@@ -146,23 +142,5 @@ extension HostKey {
     static func strictBase64(_ text: String) -> Data? {
         guard !text.isEmpty, let data = Data(base64Encoded: text), data.base64EncodedString() == text else { return nil }
         return data
-    }
-}
-
-/// Reads SSH wire `string`s (uint32 length, then bytes) from a blob.
-struct WireReader {
-    private let bytes: [UInt8]
-    private var offset = 0
-
-    init(_ data: Data) { bytes = [UInt8](data) }
-
-    var isAtEnd: Bool { offset == bytes.count }
-
-    mutating func string() -> ArraySlice<UInt8>? {
-        guard bytes.count - offset >= 4 else { return nil }
-        let length = bytes[offset..<offset + 4].reduce(0) { $0 << 8 | Int($1) }
-        guard bytes.count - offset - 4 >= length else { return nil }
-        defer { offset += 4 + length }
-        return bytes[offset + 4..<offset + 4 + length]
     }
 }

@@ -7,7 +7,7 @@ extension KnownHosts {
     /// The name ssh looks up for `host:port` (misc.c put_host_port, lowercased as ssh.c does):
     /// `host` for port 22 (or 0), `[host]:port` otherwise. Lowercasing is ASCII-only, as C's tolower.
     public static func lookupName(host: String, port: Int) -> String {
-        let name = asciiLowercased(host)
+        let name = SSHPattern.asciiLowercased(host)
         return port == 0 || port == 22 ? name : "[\(name)]:\(port)"
     }
 
@@ -19,62 +19,8 @@ extension KnownHosts {
         case .hashed(let salt, let hash):
             return Digest.hmac(.sha1, key: salt, data: Data(lookupName.utf8)) == hash
         case .patterns(let list):
-            return matchPatternList(Array(asciiLowercased(lookupName).utf8), Array(list.utf8)) == 1
+            return SSHPattern.matchList(SSHPattern.asciiLowercased(lookupName), list, lowercasePatterns: true) == 1
         }
-    }
-
-    /// match.c match_pattern_list with dolower: 1 if a pattern matches, -1 if a `!pattern`
-    /// matches (whatever else matched), 0 otherwise; a subpattern of 1023+ bytes makes the whole
-    /// list fail, as OpenSSH's fixed buffer does.
-    static func matchPatternList(_ name: [UInt8], _ list: [UInt8]) -> Int {
-        var gotPositive = false
-        var i = 0
-        while i < list.count {
-            let negated = list[i] == UInt8(ascii: "!")
-            if negated { i += 1 }
-            var sub: [UInt8] = []
-            while i < list.count, list[i] != UInt8(ascii: ",") {
-                sub.append(asciiLower(list[i]))
-                i += 1
-            }
-            if sub.count >= 1023 { return 0 }
-            if i < list.count { i += 1 } // skip the comma
-            if matchPattern(name[...], sub[...]) {
-                if negated { return -1 }
-                gotPositive = true
-            }
-        }
-        return gotPositive ? 1 : 0
-    }
-
-    /// match.c match_pattern: `*` matches any run (including none), `?` any one byte, every
-    /// other byte itself (so `[`, `]` and `:` are literal).
-    static func matchPattern(_ s: ArraySlice<UInt8>, _ pattern: ArraySlice<UInt8>) -> Bool {
-        var s = s, pattern = pattern
-        while true {
-            guard let p = pattern.first else { return s.isEmpty }
-            if p == UInt8(ascii: "*") {
-                pattern = pattern.drop(while: { $0 == UInt8(ascii: "*") })
-                if pattern.isEmpty { return true }
-                while true {
-                    if matchPattern(s, pattern) { return true }
-                    if s.isEmpty { return false }
-                    s = s.dropFirst()
-                }
-            }
-            guard let c = s.first else { return false }
-            if p != UInt8(ascii: "?") && p != c { return false }
-            s = s.dropFirst()
-            pattern = pattern.dropFirst()
-        }
-    }
-
-    static func asciiLower(_ byte: UInt8) -> UInt8 {
-        (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte
-    }
-
-    static func asciiLowercased(_ text: String) -> String {
-        String(decoding: text.utf8.map(asciiLower), as: UTF8.self)
     }
 }
 
@@ -173,22 +119,14 @@ extension HostKey {
         case "ssh-dss": fieldCount = 4
         default: fieldCount = 2 // ecdsa-sha2-*: curve, point
         }
-        var reader = WireReader(blob)
-        guard reader.string() != nil, reader.string() != nil else { return self } // type, nonce
-        var plain = Data()
-        plain.appendSSHString(Data(plainType.utf8))
+        var reader = SSHWireReader(blob, context: "certificate")
+        guard (try? reader.string()) != nil, (try? reader.string()) != nil else { return self } // type, nonce
+        var plain = SSHWireWriter()
+        plain.string(plainType)
         for _ in 0..<fieldCount {
-            guard let field = reader.string() else { return self }
-            plain.appendSSHString(Data(field))
+            guard let field = try? reader.string() else { return self }
+            plain.string(field)
         }
-        return (try? HostKey(algorithm: plainType, blob: plain)) ?? self
-    }
-}
-
-extension Data {
-    mutating func appendSSHString(_ bytes: Data) {
-        let n = UInt32(bytes.count)
-        append(contentsOf: [UInt8(n >> 24), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)])
-        append(bytes)
+        return (try? HostKey(algorithm: plainType, blob: Data(plain.bytes))) ?? self
     }
 }

@@ -186,7 +186,7 @@ extension SSHConfig {
                 || SSHConfig.neverRun[keyword] != nil || SSHConfig.rawKeywords.contains(keyword)
                 || SSHConfig.ignoredKeywords.contains(keyword) || SSHConfig.unsupportedKeywords.contains(keyword)
             if !known {
-                if let ignoreUnknown, SSHPattern.matchList(keyword, ignoreUnknown, lowercasePatterns: true) { return nil }
+                if let ignoreUnknown, SSHPattern.matchList(keyword, ignoreUnknown, lowercasePatterns: true) == 1 { return nil }
                 fail("bad_option", at, "Bad configuration option: \(keyword).")
                 return nil
             }

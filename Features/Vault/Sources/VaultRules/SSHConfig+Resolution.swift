@@ -18,7 +18,7 @@ extension SSHConfig {
         }
         // ssh lowercases the name, but leaves names with ':' (addresses) or '%' as they are
         // (observed with OpenSSH 9.2; `ssh -G` prints `FE80::AB` and `Up%C.a` unchanged).
-        if !hostname.contains(":") && !hostname.contains("%") { hostname = hostname.lowercased() }
+        if !hostname.contains(":") && !hostname.contains("%") { hostname = SSHPattern.asciiLowercased(hostname) }
 
         let canonicalize = run.other.first(where: { $0.keyword == "canonicalizehostname" })
         if let canonicalize, let value = canonicalize.arguments.first, ["yes", "true", "always"].contains(value.lowercased()) {
@@ -213,13 +213,13 @@ extension SSHConfig {
                     if criterion.kind == .final && !finalPass { wantFinalPass = true }
                     matched = finalPass
                 case .host:
-                    matched = SSHPattern.matchList(matchHost.lowercased(), criterion.argument ?? "", lowercasePatterns: true)
+                    matched = SSHPattern.matchList(SSHPattern.asciiLowercased(matchHost), criterion.argument ?? "", lowercasePatterns: true) == 1
                 case .originalhost:
-                    matched = SSHPattern.matchList(alias.lowercased(), criterion.argument ?? "", lowercasePatterns: true)
+                    matched = SSHPattern.matchList(SSHPattern.asciiLowercased(alias), criterion.argument ?? "", lowercasePatterns: true) == 1
                 case .user:
-                    matched = SSHPattern.matchList(remoteUser, criterion.argument ?? "", lowercasePatterns: false)
+                    matched = SSHPattern.matchList(remoteUser, criterion.argument ?? "", lowercasePatterns: false) == 1
                 case .localuser:
-                    matched = SSHPattern.matchList(localUser, criterion.argument ?? "", lowercasePatterns: false)
+                    matched = SSHPattern.matchList(localUser, criterion.argument ?? "", lowercasePatterns: false) == 1
                 case .exec:
                     if result && !neverMatch { warn(at, SSHConfig.matchExecWarning) }
                     result = false
@@ -250,41 +250,5 @@ extension SSHConfig {
             }
             return out
         }
-    }
-}
-
-/// OpenSSH's `match_pattern` (`*` and `?` globs, byte-wise, case-sensitive) and
-/// `match_pattern_list` (comma-separated, `!` negates and wins).
-enum SSHPattern {
-    static func match(_ string: String, _ pattern: String) -> Bool {
-        let s = Array(string.utf8), p = Array(pattern.utf8)
-        var si = 0, pi = 0, starP = -1, starS = 0
-        while si < s.count {
-            if pi < p.count && (p[pi] == UInt8(ascii: "?") || (p[pi] == s[si] && p[pi] != UInt8(ascii: "*"))) {
-                si += 1; pi += 1
-            } else if pi < p.count && p[pi] == UInt8(ascii: "*") {
-                starP = pi; starS = si; pi += 1
-            } else if starP >= 0 {
-                pi = starP + 1; starS += 1; si = starS
-            } else {
-                return false
-            }
-        }
-        while pi < p.count && p[pi] == UInt8(ascii: "*") { pi += 1 }
-        return pi == p.count
-    }
-
-    static func matchList(_ string: String, _ list: String, lowercasePatterns: Bool) -> Bool {
-        var positive = false
-        for item in list.split(separator: ",", omittingEmptySubsequences: false) {
-            let negated = item.hasPrefix("!")
-            var pattern = String(item.dropFirst(negated ? 1 : 0))
-            if lowercasePatterns { pattern = pattern.lowercased() }
-            if match(string, pattern) {
-                if negated { return false }
-                positive = true
-            }
-        }
-        return positive
     }
 }
