@@ -175,8 +175,6 @@ public final class SSHConnection: Sendable {
     /// False once the connection was closed or lost.
     public var isAlive: Bool { engine.isAlive }
 
-    /// Restarts the idle clock: the connection was just handed to someone who will use it.
-    func touch() { engine.touch() }
 
     /// Seconds since the last channel or operation on this connection ended; nil while
     /// something uses it (a jump host carrying a route is in use).
@@ -560,17 +558,23 @@ public final class SSHForwardListener: Sendable {
     public let boundPort: Int
     private let listener: UncheckedBox<OpaquePointer?>
 
+    private let held = ManagedAtomicFlag()
+
+    /// A listening server port holds its connection (a pool's idle sweep leaves it alone).
     init(connection: SSHConnection, listener: OpaquePointer, boundPort: Int) {
         self.connection = connection
         self.listener = UncheckedBox(listener)
         self.boundPort = boundPort
+        connection.engine.hold()
     }
 
     /// A listener nobody holds any more stops listening on the server.
-    deinit { Self.stop(listener, on: connection.engine) }
+    deinit { Self.stop(listener, held: held, on: connection.engine) }
 
-    /// Queues the cancel on the listener's lane, after its accepts (not cancellable).
-    private static func stop(_ listener: UncheckedBox<OpaquePointer?>, on engine: SessionEngine) {
+    /// Queues the cancel on the listener's lane, after its accepts (not cancellable), and
+    /// gives the connection's hold back.
+    private static func stop(_ listener: UncheckedBox<OpaquePointer?>, held: ManagedAtomicFlag, on engine: SessionEngine) {
+        if held.setFirst() { engine.release() }
         engine.enqueue("Stopping a remote listener", lane: listener) { _ in
             guard let handle = listener.value else { return true }
             if libssh2_channel_forward_cancel(handle) == termind_ssh2_error_eagain() { return nil }
@@ -602,6 +606,6 @@ public final class SSHForwardListener: Sendable {
     /// Asks the server to stop listening. Queued on the engine even when the calling task is
     /// cancelled (a dropped cancel would leave the server listening); later accepts fail.
     public func cancel() async throws {
-        Self.stop(listener, on: connection.engine)
+        Self.stop(listener, held: held, on: connection.engine)
     }
 }

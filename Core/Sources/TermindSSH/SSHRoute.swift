@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import TermindCore
 
@@ -106,16 +107,22 @@ extension SSHConnection {
 /// One live connection per route, shared by everyone who asks for it: each user opens its
 /// own channels, and closing a channel never disturbs another's. Jump prefixes are shared
 /// too (routes A→B→T and A→C share the connection to A). Concurrent requests for a route
-/// wait for the same opening. A connection that ends leaves the pool (by generation, so a
-/// late notice from a retired connection never removes its replacement); the next request
-/// opens a new one, asking about trust again — once-only trust never authorizes that.
+/// wait for the same opening; a waiter that is cancelled stops waiting at once, and an
+/// opening nobody waits for any more is cancelled. When an opening fails for reasons of its
+/// opener's own (a host key it could not accept, prompts nobody answered, it gave up), the
+/// other waiters try again with their own policies — a non-interactive caller never makes
+/// an interactive one fail. A connection that ends leaves the pool (by generation, so a late
+/// notice never removes its replacement); the next request opens a new one, asking about
+/// trust again — once-only trust never authorizes that.
+///
+/// Idle connections close after `idleTimeout` (180 s): only those with no lease, not handed
+/// out for that long, and with nothing on them (a channel, an SFTP session, a listener, a
+/// route through them). Every decision is `SSHPoolState`'s; this actor performs them.
 public actor SSHConnectionPool {
-    private enum Entry {
-        case opening(Task<SSHConnection, Error>, UInt64)
-        case open(SSHConnection)
-    }
-    private var entries: [SSHRoute: Entry] = [:]
-    private var tickets: UInt64 = 0
+    private var state: SSHPoolState<SSHRoute, SSHConnection>
+    private var waiting: [UInt64: CheckedContinuation<SSHConnection, Error>] = [:]
+    private var openings: [UInt64: Task<Void, Never>] = [:]
+    private var waiterIDs: UInt64 = 0
     /// A connection nobody has used for this long is closed (nil: kept until closed).
     public let idleTimeout: Double?
     private var sweeper: Task<Void, Never>?
@@ -124,74 +131,133 @@ public actor SSHConnectionPool {
     /// (180 by default, as the assistant's idle pool; nil keeps connections until closed).
     public init(idleTimeout: Double? = 180) {
         self.idleTimeout = idleTimeout
+        state = SSHPoolState(idleTimeout: idleTimeout)
     }
 
-    deinit { sweeper?.cancel() }
+    deinit {
+        sweeper?.cancel()
+        for opening in openings.values { opening.cancel() }
+    }
 
     /// The shared connection for `route`, opened (hop by hop, reusing live prefixes) if needed.
     public func connection(for route: SSHRoute, policy: SSHOpenPolicy) async throws -> SSHConnection {
-        let connection = try await share(route, policy: policy)
-        connection.touch()
-        return connection
+        try route.validate()
+        while true {
+            do {
+                return try await obtain(route, policy: policy)
+            } catch is RetryOpening {
+                continue  // the opening failed for its opener's own reasons: ask with ours
+            }
+        }
     }
 
-    private func share(_ route: SSHRoute, policy: SSHOpenPolicy) async throws -> SSHConnection {
-        try route.validate()
-        if let entry = entries[route] {
-            switch entry {
-            case .open(let connection) where connection.isAlive: return connection
-            case .open: entries[route] = nil
-            case .opening(let task, _): return try await task.value
-            }
+    /// As `connection(for:policy:)`, held by a lease: the idle sweep never closes it until the
+    /// lease is released (or goes away).
+    public func lease(for route: SSHRoute, policy: SSHOpenPolicy) async throws -> SSHConnectionLease {
+        while true {
+            let connection = try await connection(for: route, policy: policy)
+            if state.lease(route, handle: connection) { return SSHConnectionLease(pool: self, route: route, connection: connection) }
         }
-        let via: SSHConnection? = route.hops.count > 1 ? try await share(SSHRoute(Array(route.hops.dropLast()), context: route.context), policy: policy) : nil
-        if let entry = entries[route] {  // someone else finished meanwhile
-            switch entry {
-            case .open(let connection) where connection.isAlive: return connection
-            case .open: entries[route] = nil
-            case .opening(let task, _): return try await task.value
+    }
+
+    /// How many leases hold the route's connection.
+    public func leases(for route: SSHRoute) -> Int { state.leases(route) }
+
+    func release(_ route: SSHRoute, connection: SSHConnection) {
+        state.release(route, handle: connection, now: Self.now())
+    }
+
+    private struct RetryOpening: Error {}
+
+    private func obtain(_ route: SSHRoute, policy: SSHOpenPolicy) async throws -> SSHConnection {
+        waiterIDs += 1
+        let id = waiterIDs
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<SSHConnection, Error>) in
+                guard !Task.isCancelled else {
+                    continuation.resume(throwing: Self.cancelled(route))
+                    return
+                }
+                waiting[id] = continuation
+                switch state.request(route, waiter: id, now: Self.now(), isAlive: { $0.isAlive }) {
+                case .use(let connection): resume(id, with: .success(connection))
+                case .wait: break
+                case .open(let ticket): startOpening(route, ticket: ticket, policy: policy)
+                }
             }
+        } onCancel: {
+            Task { await self.stopWaiting(id, route: route) }
         }
-        tickets += 1
-        let ticket = tickets
+    }
+
+    private func stopWaiting(_ id: UInt64, route: SSHRoute) {
+        if let ticket = state.cancel(route, waiter: id) {
+            openings.removeValue(forKey: ticket)?.cancel()
+        }
+        resume(id, with: .failure(Self.cancelled(route)))
+    }
+
+    private func resume(_ id: UInt64, with result: Result<SSHConnection, Error>) {
+        waiting.removeValue(forKey: id)?.resume(with: result)
+    }
+
+    private func startOpening(_ route: SSHRoute, ticket: UInt64, policy: SSHOpenPolicy) {
         let hop = route.hops[route.hops.count - 1]
-        let task = Task {
-            try await SSHConnection.open(hop, credentials: try await policy.credentials(hop), trust: policy.trust,
-                                         deadlines: policy.deadlines, keepalive: policy.keepalive,
-                                         logger: policy.logger?.child("hop\(route.hops.count)"), via: via,
-                                         keyboardInteractive: policy.keyboardInteractive, askUnknownHostKey: policy.askUnknownHostKey)
+        openings[ticket] = Task {
+            do {
+                let via = route.hops.count > 1 ? try await self.connection(for: SSHRoute(Array(route.hops.dropLast()), context: route.context), policy: policy) : nil
+                let connection = try await SSHConnection.open(hop, credentials: try await policy.credentials(hop), trust: policy.trust,
+                                                              deadlines: policy.deadlines, keepalive: policy.keepalive,
+                                                              logger: policy.logger?.child("hop\(route.hops.count)"), via: via,
+                                                              keyboardInteractive: policy.keyboardInteractive, askUnknownHostKey: policy.askUnknownHostKey)
+                await self.finishOpening(route, ticket: ticket, .success(connection))
+            } catch {
+                await self.finishOpening(route, ticket: ticket, .failure(error))
+            }
         }
-        entries[route] = .opening(task, ticket)
-        do {
-            let connection = try await task.value
-            if case .opening(_, ticket)? = entries[route] { entries[route] = .open(connection) }
-            startSweeping()
+    }
+
+    private func finishOpening(_ route: SSHRoute, ticket: UInt64, _ result: Result<SSHConnection, Error>) async {
+        openings[ticket] = nil
+        switch result {
+        case .success(let connection):
+            guard let waiters = state.opened(route, ticket: ticket, handle: connection, generation: connection.generation, now: Self.now()) else {
+                await connection.close()  // nobody wants it any more
+                return
+            }
             let generation = connection.generation
             connection.onClose { [weak self] _ in
-                Task { await self?.retire(route, generation: generation) }
+                Task { await self?.retired(route, generation: generation) }
             }
-            return connection
-        } catch {
-            if case .opening(_, ticket)? = entries[route] { entries[route] = nil }
-            throw error
+            startSweeping()
+            for id in waiters { resume(id, with: .success(connection)) }
+        case .failure(let error):
+            let (fail, retry) = state.openFailed(route, ticket: ticket, kind: Self.kind(of: error))
+            for id in fail { resume(id, with: .failure(error)) }
+            for id in retry { resume(id, with: .failure(RetryOpening())) }
         }
     }
+
+    /// Failures that belong to the opener's own policy, not to the route.
+    static func kind(of error: any Error) -> SSHPoolState<SSHRoute, SSHConnection>.FailureKind {
+        guard let code = (error as? TermindError)?.code else { return .shared }
+        return ["ssh.host_key_rejected", "ssh.host_key_unknown", "ssh.auth_cancelled", "ssh.cancelled"].contains(code) ? .openersOwn : .shared
+    }
+
+    private static func cancelled(_ route: SSHRoute) -> TermindError {
+        SSHError.make("ssh.cancelled", "Waiting for the connection to \(route) was cancelled.")
+    }
+
+    private static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
     /// The live connections, by route.
-    public var routes: [SSHRoute] {
-        entries.compactMap { route, entry in
-            if case .open(let connection) = entry, connection.isAlive { return route }
-            return nil
-        }
-    }
+    public var routes: [SSHRoute] { state.openKeys(isAlive: { $0.isAlive }) }
 
-    /// Closes every connection (targets before the jumps they run through).
+    /// Closes every connection (targets before the jumps they run through) and cancels
+    /// openings in progress.
     public func closeAll() async {
-        let open = entries.compactMap { _, entry -> SSHConnection? in
-            if case .open(let connection) = entry { return connection }
-            return nil
-        }
-        entries.removeAll()
+        let open = state.removeAll()
+        for opening in openings.values { opening.cancel() }
         sweeper?.cancel()
         sweeper = nil
         for connection in open.sorted(by: { depth($0) > depth($1) }) { await connection.close() }
@@ -204,20 +270,13 @@ public actor SSHConnectionPool {
         return count
     }
 
-    /// Closes connections idle for `idleTimeout` (a jump host is busy while a route runs
-    /// through it, so targets go first and their jumps follow on a later sweep).
+    /// Closes the connections the pool's state says are idle; they leave the pool in the same
+    /// step (no connection can be handed out between the decision and the close). A jump
+    /// host is busy while a route runs through it, so targets go first and their jumps
+    /// follow on a later sweep.
     public func closeIdle() async {
-        guard let idleTimeout else { return }
-        var idle: [(SSHRoute, SSHConnection)] = []
-        for (route, entry) in entries {
-            if case .open(let connection) = entry, let seconds = connection.idleSeconds, seconds >= idleTimeout {
-                idle.append((route, connection))
-            }
-        }
-        for (route, connection) in idle {
-            if case .open(let current)? = entries[route], current === connection { entries[route] = nil }
-            await connection.close()
-        }
+        let idle = state.sweep(now: Self.now(), idleSeconds: { $0.idleSeconds })
+        for connection in idle { await connection.close() }
     }
 
     private func startSweeping() {
@@ -232,9 +291,34 @@ public actor SSHConnectionPool {
         }
     }
 
-    private func retire(_ route: SSHRoute, generation: UInt64) {
-        if case .open(let connection)? = entries[route], connection.generation == generation { entries[route] = nil }
+    private func retired(_ route: SSHRoute, generation: UInt64) {
+        state.retired(route, generation: generation)
     }
+}
+
+/// A connection from the pool held for work that outlives single channels (an SFTP browser,
+/// a forward, a metrics sampler): the pool's idle sweep leaves it alone until `release()`
+/// (or until the lease goes away).
+public final class SSHConnectionLease: Sendable {
+    public let connection: SSHConnection
+    public let route: SSHRoute
+    private let pool: SSHConnectionPool
+    private let released = ManagedAtomicFlag()
+
+    init(pool: SSHConnectionPool, route: SSHRoute, connection: SSHConnection) {
+        self.pool = pool
+        self.route = route
+        self.connection = connection
+    }
+
+    /// Gives the lease back (once; later calls do nothing).
+    public func release() {
+        guard released.setFirst() else { return }
+        let pool = self.pool, route = self.route, connection = self.connection
+        Task { await pool.release(route, connection: connection) }
+    }
+
+    deinit { release() }
 }
 
 extension PortKey where P == SSHConnectionPool {

@@ -32,15 +32,21 @@ public final class SSHSFTP: Sendable {
     /// Bytes moved per engine step, so a transfer cannot starve the session's other channels.
     private static let stepBytes = 256 * 1024
 
+    private let held = ManagedAtomicFlag()
+
+    /// An open SFTP session holds its connection (a pool's idle sweep leaves it alone).
     private init(connection: SSHConnection, handle: OpaquePointer) {
         self.connection = connection
         self.handle = UncheckedBox(handle)
+        connection.engine.hold()
     }
 
-    deinit { Self.shutdown(handle, on: connection.engine) }
+    deinit { Self.shutdown(handle, held: held, on: connection.engine) }
 
-    /// Queues the subsystem's end on its own lane, after its earlier requests (not cancellable).
-    private static func shutdown(_ handle: UncheckedBox<OpaquePointer?>, on engine: SessionEngine) {
+    /// Queues the subsystem's end on its own lane, after its earlier requests (not
+    /// cancellable), and gives the connection's hold back.
+    private static func shutdown(_ handle: UncheckedBox<OpaquePointer?>, held: ManagedAtomicFlag, on engine: SessionEngine) {
+        if held.setFirst() { engine.release() }
         engine.enqueue("Closing SFTP", lane: handle) { _ in
             guard let sftp = handle.value else { return true }
             if libssh2_sftp_shutdown(sftp) == termind_ssh2_error_eagain() { return nil }
@@ -171,7 +177,7 @@ public final class SSHSFTP: Sendable {
     /// Ends the subsystem (the connection and its other channels stay). Queued on the engine
     /// even when the calling task is cancelled; requests made afterwards fail with `ssh.closed`.
     public func close() async {
-        Self.shutdown(handle, on: engine)
+        Self.shutdown(handle, held: held, on: engine)
     }
 
     // MARK: - Internals

@@ -252,12 +252,21 @@ final class SessionEngine: @unchecked Sendable {
     private var idleSinceValue: DispatchTime? = .now()
     private var wasBusy = false
 
-    /// Restarts the idle clock (a pool handing the connection to a new user).
-    func touch() { lock.withLock { if idleSinceValue != nil { idleSinceValue = .now() } } }
+    /// Work that keeps the session in use between requests (an SFTP session, a remote
+    /// listener) holds it: the session is not idle while held.
+    func hold() {
+        lock.withLock { holds += 1 }
+        wake()  // the loop notes the change
+    }
+    func release() {
+        lock.withLock { holds = max(0, holds - 1) }
+        wake()
+    }
+    private var holds = 0
 
-    /// Records busy/idle changes (engine thread, once per pass; the lock only on a change).
+    /// Records busy/idle changes (engine thread, once per pass).
     private func noteActivity() {
-        let busy = !pumps.isEmpty || operations.contains { !$0.isKeepalive }
+        let busy = lock.withLock { holds > 0 } || !pumps.isEmpty || operations.contains { !$0.isKeepalive }
         guard busy != wasBusy else { return }
         wasBusy = busy
         lock.withLock { idleSinceValue = busy ? nil : .now() }
@@ -744,6 +753,8 @@ final class ManagedAtomicFlag: @unchecked Sendable {
     private var value = false
     func set() { lock.withLock { value = true } }
     var isSet: Bool { lock.withLock { value } }
+    /// Sets the flag; true only for the call that set it first.
+    func setFirst() -> Bool { lock.withLock { defer { value = true }; return !value } }
 }
 
 /// Carries a non-Sendable value across a boundary the engine serialises.

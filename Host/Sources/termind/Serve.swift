@@ -13,9 +13,9 @@ enum Serve {
         let kernel = Kernel(configuration: try inv.kernelConfiguration(), sink: try inv.logSink())
         let statuses = try await kernel.boot()
         let server = ControlServer(path: inv.socketPath, kernel: kernel, logger: kernel.logger)
-        // termind exec runs in here: its connections are shared between invocations.
-        let pool = SSHConnectionPool()
-        ExecStream.register(on: server, kernel: kernel, pool: pool)
+        // termind exec runs in here: its connections are the kernel's pool, shared between
+        // invocations and with the features.
+        ExecStream.register(on: server, kernel: kernel, pool: kernel.sshConnections)
         do {
             try server.start()
         } catch {
@@ -33,7 +33,6 @@ enum Serve {
         }
         let signal = await waitForTerminationSignal()
         server.stop()
-        await pool.closeAll()
         await kernel.shutdown()
         if !inv.json { Output.error("stopped (\(signal == SIGINT ? "SIGINT" : "SIGTERM")).") }
         return .success

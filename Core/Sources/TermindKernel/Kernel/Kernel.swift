@@ -19,8 +19,9 @@ public actor Kernel {
     private var order: [String] = []
     private var statuses: [String: FeatureStatus] = [:]
     private var running: [(id: String, feature: any Feature)] = []
-    /// The `kernel.ssh` pool, when a loaded feature lists it.
-    private var sshPool: SSHConnectionPool?
+    /// The process's one SSH connection pool: the `kernel.ssh` port of the features that list
+    /// it, and the host's (`termind exec` inside `serve`). Closed at shutdown.
+    public nonisolated let sshConnections = SSHConnectionPool()
     private var booted = false
 
     public init(configuration: KernelConfiguration, sink: LogSink) {
@@ -130,10 +131,7 @@ public actor Kernel {
             logger.info("kernel.feature.stopped", ["feature": .identifier(id)])
         }
         // Features have stopped using them: close the shared SSH connections.
-        if let pool = sshPool {
-            sshPool = nil
-            await pool.closeAll()
-        }
+        await sshConnections.closeAll()
     }
 
     public func featureStatuses() -> [FeatureStatus] { order.compactMap { statuses[$0] } }
@@ -301,9 +299,7 @@ public actor Kernel {
             }
         }
         if wanted.contains("kernel.ssh") {
-            let pool = SSHConnectionPool()
-            sshPool = pool
-            try? routes.addPort("kernel.ssh", owner: "kernel", value: pool)
+            try? routes.addPort("kernel.ssh", owner: "kernel", value: sshConnections)
         }
         for m in manifests {
             guard let port = m.ports.requires.first(where: { failures[$0] != nil }), let failure = failures[port] else { continue }

@@ -1,0 +1,111 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import TermindKernel
+import TermindSSH
+import XCTest
+
+/// The pool as its users meet it, against a real sshd: callers with different policies
+/// sharing one opening, leases and open SFTP sessions against the idle sweep, cancelled waiters.
+final class SSHConnectionPoolTests: XCTestCase {
+    private var vault: HarnessSession!
+    private var directory: TemporaryDirectory!
+    private var server: SSHServerFixture!
+    private var clientKey: String!
+    private var trust: (any HostKeyTrust)!
+    private var route: SSHRoute { SSHRoute([SSHTarget(host: "127.0.0.1", port: server.port, username: NSUserName())]) }
+
+    override func setUp() async throws {
+        directory = try TemporaryDirectory()
+        let path = directory.file("client")
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", path]).status, 0)
+        clientKey = try String(contentsOfFile: path, encoding: .utf8)
+        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: path + ".pub", encoding: .utf8)])
+        vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
+        trust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
+    }
+
+    override func tearDown() async throws {
+        server?.stop()
+        await vault?.shutdown()
+        directory?.remove()
+    }
+
+    private func policy(delay: Double = 0, answer: HostKeyAnswer) -> SSHOpenPolicy {
+        let key = clientKey!
+        return SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(key), agentSocket: "") }) { _ in
+            if delay > 0 { try? await Task.sleep(nanoseconds: UInt64(delay * 1e9)) }
+            return answer
+        }
+    }
+
+    func testANonInteractiveCallerSharingAnOpeningNeverFailsAnInteractiveOne() async throws {
+        let pool = SSHConnectionPool()
+        // A sampler that cannot ask anyone opens first; a person asks for the same route meanwhile.
+        let route = self.route
+        let samplerPolicy = policy(delay: 0.5, answer: .unanswered(reason: "a sampler cannot ask.")), personPolicy = policy(answer: .acceptOnce)
+        let sampler = Task { try await pool.connection(for: route, policy: samplerPolicy) }
+        try await Task.sleep(nanoseconds: 100_000_000)
+        let person = Task { try await pool.connection(for: route, policy: personPolicy) }
+        do {
+            _ = try await sampler.value
+            XCTFail("the sampler could not accept the unknown key")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.host_key_unknown", error.message)
+        }
+        let connection = try await person.value
+        let result = try await connection.exec("echo person")
+        XCTAssertEqual(result.stdout, Data("person\n".utf8))
+        await pool.closeAll()
+    }
+
+    func testLeasesAndOpenSFTPSessionsKeepAConnectionFromTheIdleSweep() async throws {
+        let pool = SSHConnectionPool(idleTimeout: 0.5)
+        let lease = try await pool.lease(for: route, policy: policy(answer: .acceptOnce))
+        let leasedCount = await pool.leases(for: route)
+        XCTAssertEqual(leasedCount, 1)
+        try await Task.sleep(nanoseconds: 1_500_000_000)  // three sweeps
+        XCTAssertTrue(lease.connection.isAlive, "a leased connection is never swept")
+        // An SFTP session holds the connection on its own.
+        let sftp = try await SSHSFTP.open(on: lease.connection)
+        lease.release()
+        try await Task.sleep(nanoseconds: 1_500_000_000)
+        XCTAssertTrue(lease.connection.isAlive, "an open SFTP session keeps its connection")
+        let home = try await sftp.realpath(".")
+        XCTAssertFalse(home.isEmpty)
+        await sftp.close()
+        for _ in 0..<50 where lease.connection.isAlive { try await Task.sleep(nanoseconds: 100_000_000) }
+        XCTAssertFalse(lease.connection.isAlive, "unleased and idle: swept")
+        let routes = await pool.routes
+        XCTAssertEqual(routes, [])
+        await pool.closeAll()
+    }
+
+    func testACancelledWaiterStopsWaitingAtOnceAndAnOpeningNobodyWantsIsCancelled() async throws {
+        let pool = SSHConnectionPool()
+        let asked = AskedLog()
+        let key = clientKey!
+        let slow = SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(key), agentSocket: "") }) { question in
+            asked.append(question)
+            try? await Task.sleep(nanoseconds: 30_000_000_000)  // a person who never answers
+            return .reject
+        }
+        let route = self.route
+        let waiter = Task { try await pool.connection(for: route, policy: slow) }
+        for _ in 0..<100 where asked.questions.isEmpty { try await Task.sleep(nanoseconds: 20_000_000) }
+        XCTAssertEqual(asked.questions.count, 1, "the opening reached the host-key question")
+        let started = Date()
+        waiter.cancel()
+        do {
+            _ = try await waiter.value
+            XCTFail("a cancelled waiter gets no connection")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.cancelled", error.message)
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5, "no wait for the person's 30 s")
+        // The next caller starts afresh and is asked again.
+        let connection = try await pool.connection(for: route, policy: policy(answer: .acceptOnce))
+        XCTAssertTrue(connection.isAlive)
+        await pool.closeAll()
+    }
+}
