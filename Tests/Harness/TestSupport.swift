@@ -119,6 +119,25 @@ public final class SpawnedProcess: @unchecked Sendable {
         if inputFD >= 0 { close(inputFD); inputFD = -1 }
     }
 
+    /// Reads standard output as it arrives until what was read contains `marker` (returned),
+    /// or nil after `timeout` seconds. What it read is not returned again by `readAll`.
+    public func readOutput(until marker: String, timeout: Double) -> String? {
+        var collected = Data()
+        let deadline = Date().addingTimeInterval(timeout)
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while Date() < deadline {
+            var descriptor = pollfd(fd: outputFD, events: Int16(POLLIN), revents: 0)
+            guard poll(&descriptor, 1, 100) > 0 else { continue }
+            let n = read(outputFD, &buffer, buffer.count)
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return nil }
+            collected.append(contentsOf: buffer[0..<n])
+            let text = String(decoding: collected, as: UTF8.self)
+            if text.contains(marker) { return text }
+        }
+        return nil
+    }
+
     /// Reads standard output and error to their ends (concurrently, so neither pipe fills).
     public func readAll() -> (Data, Data) {
         let errorData = SendableBox<Data>(Data())

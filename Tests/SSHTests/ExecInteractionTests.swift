@@ -121,6 +121,27 @@ final class ExecInteractionTests: XCTestCase {
         XCTAssertFalse(text.contains("logged"), "remote output in the log")
     }
 
+    func testStandardInputStreamsToTheCommandAsItArrives() throws {
+        let client = try SpawnedProcess("/usr/bin/setsid", ["-w", termind] + store + ["--local", "exec", quick(), "--accept-host-key", "once", "--", "cat"],
+                                        environment: environment, captureOutput: true)
+        client.writeInput(Data("first\n".utf8))
+        // The first line comes back while standard input is still open.
+        let first = try XCTUnwrap(client.readOutput(until: "first\n", timeout: 20), "nothing came back before standard input ended")
+        XCTAssertEqual(first, "first\n")
+        client.writeInput(Data("second\n".utf8))
+        client.closeInput()
+        let (rest, errors) = client.readAll()
+        XCTAssertEqual(client.wait(), 0, String(decoding: errors, as: UTF8.self))
+        XCTAssertEqual(String(decoding: rest, as: UTF8.self), "second\n")
+    }
+
+    func testWordsAfterTheSeparatorAreJoinedIntoOneRemoteCommandLineAsSSHJoinsThem() throws {
+        let target = directory.file("joined.txt")
+        let result = try run(["exec", quick(), "--accept-host-key", "once", "--", "echo", "a", "b", ">", target])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        XCTAssertEqual(try String(contentsOfFile: target, encoding: .utf8), "a b\n", "the remote shell saw the redirection")
+    }
+
     // MARK: - Signals
 
     /// Runs a command that records which signal reached it, then signals termind with
@@ -148,7 +169,7 @@ final class ExecInteractionTests: XCTestCase {
         defer { daemon?.signal(SIGTERM); daemon?.wait() }
         let client = try SpawnedProcess(termind, store + (serve ? [] : ["--local"]) + ["exec", quick(user: account), "--accept-host-key", "once", "--", script],
                                         environment: environment, captureOutput: true)
-        client.closeInput()  // termind exec reads standard input to its end before the command starts
+        client.closeInput()
         var running = false
         for _ in 0..<100 where !running {
             running = try ProcessRunner.run("/usr/bin/pgrep", ["-u", account, "-f", tag]).status == 0

@@ -308,10 +308,10 @@ final class ExecCommandTests: XCTestCase {
         XCTAssertEqual(result.stdout, "out\npiped\n")
         XCTAssertEqual(result.stderr, "err\n")
         // The key was saved: no flag needed any more.
-        let json = try termind(["--json", "exec", "box", "--", "printf", "%s", "two words"])
+        let json = try termind(["--json", "exec", "box", "--", "printf", "%s", "'two  words'"])
         XCTAssertEqual(json.status, 0, json.stderr)
         let report = try JSONCoding.parse(Data(json.stdout.utf8), source: "stdout")
-        XCTAssertEqual(report["stdout"], .string("two words"), "arguments reach the remote shell as words")
+        XCTAssertEqual(report["stdout"], .string("two  words"), "the words are joined into one line the remote shell reads, as ssh does")
         XCTAssertEqual(report["exitStatus"], .integer(0))
     }
 
@@ -397,7 +397,7 @@ final class ExecInServerTests: XCTestCase {
         XCTAssertEqual(first.status, 5, first.stderr)
         XCTAssertEqual(first.stdout, "out\nthrough the server\n")
         XCTAssertEqual(first.stderr, "err\n")
-        let second = try termind(["--json", "exec", "box", "--", "printf", "%s", "two words"])
+        let second = try termind(["--json", "exec", "box", "--", "printf", "%s", "'two words'"])
         XCTAssertEqual(second.status, 0, second.stderr)
         let report = try JSONCoding.parse(Data(second.stdout.utf8), source: "stdout")
         XCTAssertEqual(report["stdout"], .string("two words"))

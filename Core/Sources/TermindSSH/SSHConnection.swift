@@ -387,12 +387,15 @@ public final class SSHConnection: Sendable {
     }
 
     /// As `exec(_:stdin:…)`, with standard input arriving while the command runs (EOF when
-    /// `input` ends). Input still unsent when the command ends is dropped. When the call is
-    /// cancelled, the command is sent `cancelSignal()` (e.g. "INT" after a Ctrl-C) as its
-    /// channel closes, TERM when that is nil.
-    public func exec(_ command: String, input: AsyncStream<Data>, outputLimit: Int = SSHConnection.defaultOutputLimit, timeout: Double? = nil,
-                     output: (@Sendable (ExecStream, Data) -> Void)? = nil,
-                     cancelSignal: (@Sendable () -> String?)? = nil) async throws -> ExecResult {
+    /// `input` ends). The next chunk is asked for only once the previous one is queued on the
+    /// channel, so a producer that awaits in `next()` is held back by the server's window.
+    /// Input still unsent when the command ends is dropped. When the call is cancelled, the
+    /// command is sent `cancelSignal()` (e.g. "INT" after a Ctrl-C) as its channel closes,
+    /// TERM when that is nil.
+    public func exec<Input: AsyncSequence & Sendable>(_ command: String, input: Input, outputLimit: Int = SSHConnection.defaultOutputLimit,
+                                                     timeout: Double? = nil, output: (@Sendable (ExecStream, Data) -> Void)? = nil,
+                                                     cancelSignal: (@Sendable () -> String?)? = nil) async throws -> ExecResult
+        where Input.Element == Data {
         let channel = try await openChannel(.exec(command))
         let logger = self.logger
         let cancel: @Sendable () -> Void = {
@@ -401,7 +404,7 @@ public final class SSHConnection: Sendable {
         let endpoint = engine.endpoint
         let work: @Sendable () async throws -> ExecResult = {
             let feeder = Task {
-                for await chunk in input { try await channel.write(chunk) }
+                for try await chunk in input { try await channel.write(chunk) }
                 channel.closeInput()
             }
             defer { feeder.cancel() }

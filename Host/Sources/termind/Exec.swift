@@ -98,12 +98,13 @@ enum Exec {
             if let number = interrupt.caught { exit(128 + number) }
             throw error
         }
-        let stdin: Data? = isatty(STDIN_FILENO) == 1 ? nil : FileHandle.standardInput.readDataToEndOfFile()
+        // Standard input streams to the command as it arrives (none from a terminal).
+        let stdin = DescriptorReader(fd: isatty(STDIN_FILENO) == 1 ? -1 : STDIN_FILENO)
         let command = commandLine(options), json = inv.json
         let signal: @Sendable () -> String? = { interrupt.caught.map(SignalCatcher.name) }
         let work = Task { () throws -> ExecResult in
-            if json { return try await connection.exec(command, stdin: stdin, timeout: options.timeout, cancelSignal: signal) }
-            return try await connection.exec(command, stdin: stdin, timeout: options.timeout, output: { stream, chunk in
+            if json { return try await connection.exec(command, input: stdin, timeout: options.timeout, cancelSignal: signal) }
+            return try await connection.exec(command, input: stdin, timeout: options.timeout, output: { stream, chunk in
                 (stream == .stdout ? FileHandle.standardOutput : FileHandle.standardError).write(chunk)
             }, cancelSignal: signal)
         }
@@ -126,9 +127,10 @@ enum Exec {
                output: (result.stdout, result.stderr, result.truncated))
     }
 
-    /// The remote command line: one argument as written (a shell line), several quoted word by word.
+    /// The remote command line: the words after `--` joined with spaces, as ssh joins them
+    /// (the remote shell splits and interprets them again: quote for it what it must keep).
     static func commandLine(_ options: Options) -> String {
-        options.command.count == 1 ? options.command[0] : options.command.map(shellQuote).joined(separator: " ")
+        options.command.joined(separator: " ")
     }
 
     /// As OpenSSH's ConnectTimeout: name resolution, TCP connect and the handshake, per hop.
@@ -303,11 +305,5 @@ enum Exec {
         "there is no terminal to ask whether to trust it. Check the fingerprint with the server's administrator, then run termind exec "
             + "on a terminal, or pass --accept-host-key once (this connection only) or --accept-host-key save, or trust it first: "
             + "termind vault knownhost add \(question.host) '\(question.key)'\(question.port == 22 ? "" : " --port \(question.port)")."
-    }
-
-    /// POSIX single-quoting, so each argument reaches the remote shell as one word.
-    static func shellQuote(_ word: String) -> String {
-        let plain = !word.isEmpty && word.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "-_./=:@%+,".unicodeScalars.contains($0) }
-        return plain ? word : "'" + word.replacingOccurrences(of: "'", with: #"'\''"#) + "'"
     }
 }

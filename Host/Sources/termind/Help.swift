@@ -19,8 +19,11 @@ enum Help {
            [--connect-timeout S] -- COMMAND...
                                Run a command over SSH on a saved host (through its jump
                                route) or a quick-connect line ('ssh -J j1,j2 user@host:port');
-                               stdout/stderr stream separately, stdin is passed, the exit
-                               status is the remote one (--json: status and output). Every
+                               the words of COMMAND are joined with spaces into one remote
+                               command line, as ssh does. stdout/stderr stream separately,
+                               stdin streams in as it arrives; the exit status is the remote
+                               one, 130/143 after Ctrl-C/SIGTERM (which end the remote command
+                               too) (--json: status and output, base64 when not UTF-8). Every
                                hop's host key is checked; keyboard-interactive prompts and
                                unknown keys are asked on the terminal (refused without one).
                                --connect-timeout bounds DNS, TCP connect and handshake per hop.

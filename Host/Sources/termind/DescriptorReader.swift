@@ -1,0 +1,38 @@
+import Dispatch
+import Foundation
+
+/// A descriptor (standard input) as an async sequence of chunks of up to 64 KiB, read as
+/// they arrive — one read per `next()`, so a consumer that waits before asking for the next
+/// chunk holds the producer back (nothing is read ahead, memory stays one chunk). Reads
+/// block a thread of their own, never the cooperative pool. A negative `fd` is empty input.
+struct DescriptorReader: AsyncSequence, Sendable {
+    typealias Element = Data
+    let fd: Int32
+
+    private static let queue = DispatchQueue(label: "termind.descriptor-reader")
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        let fd: Int32
+        var finished = false
+
+        mutating func next() async -> Data? {
+            guard !finished, fd >= 0 else { return nil }
+            let fd = self.fd
+            let chunk: Data? = await withCheckedContinuation { continuation in
+                DescriptorReader.queue.async {
+                    var buffer = [UInt8](repeating: 0, count: 64 << 10)
+                    while true {
+                        let n = read(fd, &buffer, buffer.count)
+                        if n < 0 && errno == EINTR { continue }
+                        continuation.resume(returning: n > 0 ? Data(buffer[0..<n]) : nil)
+                        return
+                    }
+                }
+            }
+            if chunk == nil { finished = true }
+            return chunk
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(fd: fd) }
+}
