@@ -3,20 +3,43 @@ import Dispatch
 import Foundation
 import TermindCore
 
+/// The documented bounds of C plugin calls (docs/plugins.md).
+public enum PluginLimits {
+    /// Replies and errors from a plugin are capped; a larger one is an error, not a crash.
+    public static let maximumReplyBytes = 4 << 20
+    /// Calls of one plugin that run at once, each on a thread of the plugin's own.
+    public static let callThreads = 4
+    /// Calls of one plugin that wait for a thread; beyond them a call gets `plugin.busy` at once.
+    public static let queuedCalls = 64
+}
+
 /// Adapts a C ABI plugin to `Feature`: its contracts become endpoints whose handler calls
-/// the plugin's `handle` off the cooperative pool, and its manifest functions become
-/// `<id>.fn.<name>@1` contracts called through libffi.
+/// the plugin's `handle`, and its manifest functions become `<id>.fn.<name>@1` contracts
+/// called through libffi. Every call runs on the plugin's own `BlockingExecutor`
+/// (`callThreads` at once, `queuedCalls` waiting, then `plugin.busy`), so a plugin that
+/// blocks delays only its own calls — never the kernel's contracts or other features.
 final class CPluginFeature: Feature, @unchecked Sendable {
     private let manifest: FeatureManifest
     private let descriptor: UnsafePointer<termind_plugin_descriptor>
     private let functions: [ForeignFunction]
-    /// Replies and errors from a plugin are capped; a larger one is an error, not a crash.
-    static let maximumReplyBytes = 4 << 20
+    private let executor: BlockingExecutor
+    static let maximumReplyBytes = PluginLimits.maximumReplyBytes
+    static let callThreads = PluginLimits.callThreads
+    static let queuedCalls = PluginLimits.queuedCalls
 
     init(manifest: FeatureManifest, descriptor: UnsafePointer<termind_plugin_descriptor>, functions: [ForeignFunction]) {
         self.manifest = manifest
         self.descriptor = descriptor
         self.functions = functions
+        executor = BlockingExecutor(name: "termind.plugin.\(manifest.id)", threadLimit: Self.callThreads, queueLimit: Self.queuedCalls)
+    }
+
+    private func onExecutor<T: Sendable>(_ contract: String, _ body: @escaping @Sendable () throws -> T) async throws -> T {
+        let id = manifest.id
+        return try await executor.run(busy: TermindError(
+            code: "plugin.busy",
+            message: "plugin '\(id)' is busy: \(Self.callThreads) calls are running and \(Self.queuedCalls) are waiting; \(contract) was not started. Try again shortly."
+        ), body)
     }
 
     func register(_ registrar: FeatureRegistrar) throws {
@@ -37,9 +60,9 @@ final class CPluginFeature: Feature, @unchecked Sendable {
                 id: contract, summary: summary, owner: id,
                 requestSchema: requestSchema,
                 responseSchema: responseSchema
-            ) { body, _ in
+            ) { [self] body, _ in
                 let request: ForeignFunctionCall.Request = try ContractCoding.decodeRequest(body, schema: requestSchema, contract: contract)
-                let result = try await Self.offPool { try function.call(request.args) }
+                let result = try await self.onExecutor(contract.description) { try function.call(request.args) }
                 return try JSONCoding.encode(ForeignFunctionCall.Response(result: result))
             })
         }
@@ -48,7 +71,7 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     func start(_ context: FeatureContext) async throws {
         guard let start = descriptor.pointee.start else { return }
         let id = manifest.id
-        try await Self.offPool {
+        try await BlockingExecutor.detached(name: "termind.plugin.\(id).start") {
             var error: UnsafeMutablePointer<CChar>?
             let status = start(&error)
             let message = Self.take(error)
@@ -60,13 +83,13 @@ final class CPluginFeature: Feature, @unchecked Sendable {
 
     func stop() async {
         guard let stop = descriptor.pointee.stop else { return }
-        await Self.offPool { stop() }
+        _ = try? await BlockingExecutor.detached(name: "termind.plugin.\(manifest.id).stop") { stop() }
     }
 
     private func handle(contract: String, body: Data) async throws -> Data {
         let id = manifest.id
         let handler = descriptor.pointee.handle
-        return try await Self.offPool {
+        return try await onExecutor(contract) {
             guard let handler else { throw TermindError.unknownContract(contract) }
             var reply: UnsafeMutablePointer<CChar>?
             let status = contract.withCString { c in
@@ -103,19 +126,6 @@ final class CPluginFeature: Feature, @unchecked Sendable {
         let length = strnlen(pointer, maximumReplyBytes + 1)
         guard length <= maximumReplyBytes else { return "reply larger than \(maximumReplyBytes) bytes" }
         return String(decoding: UnsafeRawBufferPointer(start: pointer, count: length), as: UTF8.self)
-    }
-
-    /// Runs blocking C code on a Dispatch thread instead of a cooperative-pool thread.
-    static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
-        }
-    }
-
-    static func offPool(_ body: @escaping @Sendable () -> Void) async {
-        await withCheckedContinuation { continuation in
-            DispatchQueue.global().async { body(); continuation.resume() }
-        }
     }
 }
 
