@@ -22,7 +22,7 @@ final class CLITests: XCTestCase {
         try directory.write("Registry.json", #"{"schema": 1, "features": [\#(features)]}"#)
     }
 
-    private let echoEntry = #"{"id": "fixture-echo", "version": "1.0.0", "abi": 1, "library": "libTermindFixtureEcho.so", "order": 10, "ports": {"provides": ["vault.hosts"]}, "contracts": ["fixture.echo@1"]}"#
+    private let echoEntry = #"{"id": "fixture-echo", "version": "1.0.0", "abi": 1, "library": "libTermindFixtureEcho.so", "order": 10, "ports": {"provides": ["vault.hosts"]}, "contracts": ["fixture-echo.echo@1"]}"#
     private let failingEntry = #"{"id": "fixture-failing", "version": "1.0.0", "abi": 1, "library": "libTermindFixtureFailingStart.so", "order": 5}"#
 
     private func run(_ arguments: [String], stdin: String? = nil, cwd: String? = nil, socket: String? = nil) throws -> ProcessResult {
@@ -93,9 +93,31 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(result.stderr.contains("Permanent feature 'fixture-failing' cannot run"), result.stderr)
     }
 
+    func testAPermanentFeatureWithAnyValidationFailureStopsBootWithTheReason() throws {
+        let permanent = echoEntry.replacingOccurrences(of: #""order": 10"#, with: #""order": 10, "permanent": true"#)
+        let cases: [(String, String)] = [
+            (permanent.replacingOccurrences(of: #""abi": 1"#, with: #""abi": 1, "colour": "blue""#), "field \"colour\": unknown field"),
+            (permanent.replacingOccurrences(of: #""abi": 1"#, with: #""abi": "1""#), "field \"abi\": expected integer, got string"),
+            (permanent.replacingOccurrences(of: #""id": "fixture-echo""#, with: #""id": "Fixture Echo""#), "'Fixture Echo' must be 1–64 characters"),
+            (permanent.replacingOccurrences(of: "libTermindFixtureEcho.so", with: "libNowhere.so"), "no file at"),
+        ]
+        for (entry, reason) in cases {
+            let result = try run(["--registry", try registry(entry), "features"])
+            XCTAssertEqual(result.status, 3, "\(entry): \(result.stdout)")
+            XCTAssertTrue(result.stderr.contains("Permanent feature"), result.stderr)
+            XCTAssertTrue(result.stderr.contains(reason), "\(reason): \(result.stderr)")
+        }
+        let json = try run(["--registry", try registry(cases[0].0), "--json", "features"])
+        XCTAssertEqual(json.status, 3)
+        XCTAssertEqual(try self.json(json)["error"]?["code"], .string("feature.permanent_failed"))
+        // The same broken entry without "permanent" only disables itself.
+        let optional = try run(["--registry", try registry(cases[0].0.replacingOccurrences(of: #", "permanent": true"#, with: "")), "features"])
+        XCTAssertEqual(optional.status, 0, optional.stderr)
+    }
+
     func testCallContractsAndErrorsForScripts() throws {
         let path = try registry(echoEntry)
-        let ok = try run(["--registry", path, "call", "fixture.echo@1", "-"], stdin: #"{"message": "hi", "secret": "pw"}"#)
+        let ok = try run(["--registry", path, "call", "fixture-echo.echo@1", "-"], stdin: #"{"message": "hi", "secret": "pw"}"#)
         XCTAssertEqual(ok.status, 0, ok.stderr)
         XCTAssertEqual(try json(ok)["secretLength"], .integer(2))
 
@@ -103,21 +125,21 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(unknown.status, 1)
         XCTAssertEqual(try json(unknown)["error"]?["code"], .string("contract.unknown"))
 
-        let badBody = try run(["--registry", path, "call", "fixture.echo@1", "{not json"])
+        let badBody = try run(["--registry", path, "call", "fixture-echo.echo@1", "{not json"])
         XCTAssertEqual(badBody.status, 2)
         XCTAssertTrue(badBody.stderr.contains("The BODY argument is not valid JSON"), badBody.stderr)
 
-        let invalid = try run(["--registry", path, "call", "fixture.echo@1", #"{"message": 1}"#])
+        let invalid = try run(["--registry", path, "call", "fixture-echo.echo@1", #"{"message": 1}"#])
         XCTAssertEqual(invalid.status, 1)
         XCTAssertTrue(invalid.stderr.contains("body.message: expected string, got integer"), invalid.stderr)
         XCTAssertTrue(invalid.stderr.contains("body.secret: required field is missing"), invalid.stderr)
     }
 
     func testContractsPrintSchemas() throws {
-        let result = try run(["--registry", try registry(echoEntry), "contracts", "--json", "fixture."])
+        let result = try run(["--registry", try registry(echoEntry), "contracts", "--json", "fixture-echo."])
         XCTAssertEqual(result.status, 0, result.stderr)
         let first = try json(result)["contracts"].flatMap { if case .array(let a) = $0 { return a.first } else { return nil } }
-        XCTAssertEqual(first?["id"], .string("fixture.echo@1"))
+        XCTAssertEqual(first?["id"], .string("fixture-echo.echo@1"))
         XCTAssertEqual(first?["request"]?["properties"]?["secret"]?["type"], .string("string"))
         let human = try run(["--registry", try registry(echoEntry), "contracts", "kernel.ping"])
         XCTAssertTrue(human.stdout.contains("request:  {payload: string}"), human.stdout)

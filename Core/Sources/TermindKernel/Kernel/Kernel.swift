@@ -356,7 +356,7 @@ public actor Kernel {
     private func setStatus(_ m: FeatureManifest, _ state: FeatureStatus.State, _ problem: FeatureProblem?) {
         statuses[m.id] = FeatureStatus(
             id: m.id, version: m.version, kind: m.kind, state: state, reason: problem?.message, reasonCode: problem?.code,
-            permanent: m.permanent, source: m.source, contracts: m.contracts + m.functions.map { "\(m.id).fn.\($0.name)@1" },
+            permanent: m.isPermanent, source: m.source, contracts: m.contracts + m.functions.map { "\(m.id).fn.\($0.name)@1" },
             provides: m.ports.provides, commands: m.commands)
     }
 
