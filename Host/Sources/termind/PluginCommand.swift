@@ -96,8 +96,9 @@ enum PluginCommand {
         case "array"?:
             return .array(text.split(separator: ",", omittingEmptySubsequences: true).map { .string(String($0).trimmingCharacters(in: .whitespaces)) })
         case "integer"?:
-            guard let v = Int64(text) else { throw Invocation.UsageError(description: "--\(field) must be an integer, got '\(text)'.") }
-            return .integer(v)
+            if let v = Int64(text) { return .integer(v) }
+            if let v = UInt64(text) { return JSONValue(exactly: v) }
+            throw Invocation.UsageError(description: "--\(field) must be an integer, got '\(text)'.")
         case "number"?:
             guard let v = Double(text) else { throw Invocation.UsageError(description: "--\(field) must be a number, got '\(text)'.") }
             return .double(v)
