@@ -47,8 +47,22 @@ final class CPluginFeature: Feature, @unchecked Sendable {
         for text in manifest.contracts {
             guard let contract = ContractID(parsing: text) else { continue }
             let summary = manifest.commands.first { $0.contract == text }?.summary ?? "Handled by C plugin '\(id)'."
-            registrar.handle(ContractEndpoint(id: contract, summary: summary, owner: id, requestSchema: .any, responseSchema: .any) { [self] body, _ in
-                try await self.handle(contract: text, body: body)
+            // The header promises `handle` a JSON object: enforce it, or the declared schema.
+            let schemas = manifest.schemas(of: text)
+            registrar.handle(ContractEndpoint(id: contract, summary: summary, owner: id, requestSchema: schemas.request,
+                                              responseSchema: schemas.response) { [self] body, _ in
+                let request = body.isEmpty ? Data("{}".utf8) : body
+                let value = try JSONCoding.parse(request, source: "The request body for \(text)")
+                let problems = schemas.request.problems(in: value)
+                guard problems.isEmpty else {
+                    throw TermindError.badRequest("Invalid request for \(text): \(problems.prefix(5).joined(separator: "; "))\(problems.count > 5 ? "; …" : "").")
+                }
+                let (reply, parsed) = try await self.handle(contract: text, body: request)
+                let replyProblems = schemas.response.problems(in: parsed)
+                guard replyProblems.isEmpty else {
+                    throw TermindError(code: "plugin.bad_reply", message: "The reply of plugin '\(id)' to \(text) does not match the response schema in its manifest: \(replyProblems.prefix(5).joined(separator: "; ")).")
+                }
+                return reply
             })
         }
         let requestSchema = SchemaDerivation.schema(for: ForeignFunctionCall.Request.self)
@@ -74,7 +88,7 @@ final class CPluginFeature: Feature, @unchecked Sendable {
         try await BlockingExecutor.detached(name: "termind.plugin.\(id).start") {
             var error: UnsafeMutablePointer<CChar>?
             let status = start(&error)
-            let message = Self.take(error)
+            let message = Self.take(error).message
             guard status == Int32(TERMIND_OK) else {
                 throw TermindError(code: "feature.start_failed", message: "feature '\(id)' failed to start: \(message ?? "status \(status)").")
             }
@@ -86,7 +100,10 @@ final class CPluginFeature: Feature, @unchecked Sendable {
         _ = try? await BlockingExecutor.detached(name: "termind.plugin.\(manifest.id).stop") { stop() }
     }
 
-    private func handle(contract: String, body: Data) async throws -> Data {
+    /// Calls `handle` and maps its status (docs/plugins.md): OK → the reply, which must be
+    /// UTF-8 JSON within the bound; BAD_REQUEST → `request.invalid`; UNKNOWN for a declared
+    /// contract → `plugin.unhandled`; FAILED or any other status → `plugin.failed`.
+    private func handle(contract: String, body: Data) async throws -> (Data, JSONValue) {
         let id = manifest.id
         let handler = descriptor.pointee.handle
         return try await onExecutor(contract) {
@@ -103,29 +120,61 @@ final class CPluginFeature: Feature, @unchecked Sendable {
                 }
             }
             let text = Self.take(reply)
+            let who = "plugin '\(id)'"
             switch Int(status) {
             case TERMIND_OK:
-                guard let text else { return Data("null".utf8) }
-                let data = Data(text.utf8)
-                _ = try JSONCoding.parse(data, source: "The reply of plugin '\(id)' to \(contract)")
-                return data
+                switch text {
+                case .none:
+                    throw TermindError(code: "plugin.bad_reply", message: "\(who) returned TERMIND_OK for \(contract) without a reply (set *reply to a JSON value).")
+                case .tooLarge:
+                    throw TermindError(code: "plugin.bad_reply", message: "The reply of \(who) to \(contract) is larger than \(Self.maximumReplyBytes) bytes (the reply bound).")
+                case .invalidUTF8(let offset):
+                    throw TermindError(code: "plugin.bad_reply", message: "The reply of \(who) to \(contract) is not valid UTF-8 (byte \(offset)).")
+                case .text(let reply):
+                    let data = Data(reply.utf8)
+                    do {
+                        return (data, try JSONCoding.parse(data, source: "The reply of \(who) to \(contract)"))
+                    } catch let error as TermindError {
+                        throw TermindError(code: "plugin.bad_reply", message: error.message)
+                    }
+                }
             case TERMIND_ERR_BAD_REQUEST:
-                throw TermindError.badRequest("Invalid request for \(contract): \(text ?? "rejected by plugin '\(id)'").")
+                throw TermindError.badRequest("Invalid request for \(contract): \(text.message ?? "rejected by \(who)").")
             case TERMIND_ERR_UNKNOWN:
-                throw TermindError.unknownContract(contract)
+                throw TermindError(code: "plugin.unhandled", message: "\(who) answered TERMIND_ERR_UNKNOWN for \(contract), which its manifest declares: the plugin does not handle it\(text.message.map { " (\($0))" } ?? "").")
+            case TERMIND_ERR_FAILED:
+                throw TermindError(code: "plugin.failed", message: "\(who) failed on \(contract): \(text.message ?? "no message").")
             default:
-                throw TermindError(code: "plugin.failed", message: "plugin '\(id)' failed on \(contract): \(text ?? "status \(status)").")
+                throw TermindError(code: "plugin.failed", message: "\(who) failed on \(contract) with status \(status), which is not a TERMIND_* code\(text.message.map { ": \($0)" } ?? "").")
             }
         }
     }
 
-    /// Takes ownership of a string the plugin allocated with host->alloc.
-    private static func take(_ pointer: UnsafeMutablePointer<CChar>?) -> String? {
-        guard let pointer else { return nil }
+    /// A string a plugin handed back (reply or error message).
+    enum Returned {
+        case none, tooLarge, invalidUTF8(Int), text(String)
+
+        /// For error messages: the text, or what was wrong with it.
+        var message: String? {
+            switch self {
+            case .none: nil
+            case .tooLarge: "its message is larger than \(CPluginFeature.maximumReplyBytes) bytes"
+            case .invalidUTF8(let offset): "its message is not valid UTF-8 (byte \(offset))"
+            case .text(let text): text
+            }
+        }
+    }
+
+    /// Takes ownership of a string the plugin allocated with host->alloc: never read past
+    /// the reply bound, never repaired.
+    static func take(_ pointer: UnsafeMutablePointer<CChar>?) -> Returned {
+        guard let pointer else { return .none }
         defer { free(pointer) }
         let length = strnlen(pointer, maximumReplyBytes + 1)
-        guard length <= maximumReplyBytes else { return "reply larger than \(maximumReplyBytes) bytes" }
-        return String(decoding: UnsafeRawBufferPointer(start: pointer, count: length), as: UTF8.self)
+        guard length <= maximumReplyBytes else { return .tooLarge }
+        let bytes = UnsafeRawBufferPointer(start: pointer, count: length)
+        if let bad = UTF8Validation.firstInvalidOffset(in: bytes) { return .invalidUTF8(bad) }
+        return .text(String(decoding: bytes, as: UTF8.self))
     }
 }
 
