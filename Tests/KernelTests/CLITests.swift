@@ -25,7 +25,8 @@ final class CLITests: XCTestCase {
     private let echoEntry = #"{"id": "fixture-echo", "version": "1.0.0", "abi": 1, "library": "libTermindFixtureEcho.so", "order": 10, "ports": {"provides": ["vault.hosts"]}, "contracts": ["fixture-echo.echo@1"]}"#
     private let failingEntry = #"{"id": "fixture-failing", "version": "1.0.0", "abi": 1, "library": "libTermindFixtureFailingStart.so", "order": 5}"#
 
-    private func run(_ arguments: [String], stdin: String? = nil, cwd: String? = nil, socket: String? = nil) throws -> ProcessResult {
+    private func run(_ arguments: [String], stdin: String? = nil, cwd: String? = nil, socket: String? = nil,
+                     extra: [String: String] = [:]) throws -> ProcessResult {
         var environment = ProcessInfo.processInfo.environment
         environment["TERMIND_SOCKET"] = socket ?? directory.file("no-server.sock")
         // Never touch the real user's store, key or runtime folders.
@@ -37,6 +38,7 @@ final class CLITests: XCTestCase {
         environment.removeValue(forKey: "TERMIND_PLUGINS")
         environment.removeValue(forKey: "TERMIND_FEATURES")
         environment.removeValue(forKey: "TERMIND_REGISTRY")
+        for (key, value) in extra { environment[key] = value }
         return try ProcessRunner.run(termind, arguments, environment: environment, stdin: stdin, currentDirectory: cwd)
     }
 
@@ -203,6 +205,47 @@ final class CLITests: XCTestCase {
         server.waitUntilExit()
         XCTAssertEqual(server.terminationStatus, 0)
         XCTAssertFalse(FileManager.default.fileExists(atPath: socket), "the socket is removed on shutdown")
+    }
+
+    func testBootShapingEnvironmentRunsInProcessEvenWithAServerRunning() throws {
+        let empty = try registry("")
+        let server = try ServeProcess(directory: directory, arguments: ["--registry", empty])
+        defer { server.stop() }
+        let served = try run(["--json", "features"], socket: server.socketPath)
+        XCTAssertEqual(try json(served)["server"], .bool(true))
+        let unknown = try run(["features"], socket: server.socketPath, extra: ["TERMIND_FEATURES": "nope", "TERMIND_REGISTRY": empty])
+        XCTAssertEqual(unknown.status, 2, unknown.stdout + unknown.stderr)
+        XCTAssertTrue(unknown.stderr.contains("Unknown feature 'nope'"), unknown.stderr)
+        let withPlugins = try run(["--json", "features"], socket: server.socketPath, extra: ["TERMIND_PLUGINS": plugins, "TERMIND_REGISTRY": empty])
+        XCTAssertEqual(withPlugins.status, 0, withPlugins.stderr)
+        XCTAssertEqual(try json(withPlugins)["server"], .bool(false), "the environment's plugins, not the server's set")
+        XCTAssertTrue(withPlugins.stdout.contains("\"id\" : \"digest\""), withPlugins.stdout)
+    }
+
+    func testHelpListsPluginCommandsAndCommandArgumentsAreUnambiguous() throws {
+        let empty = try registry("")
+        let help = try run(["--registry", empty, "--plugins", plugins, "help"])
+        XCTAssertEqual(help.status, 0, help.stderr)
+        XCTAssertTrue(help.stdout.contains("Commands from features and plugins"), help.stdout)
+        XCTAssertTrue(help.stdout.contains("  digest PATH"), help.stdout)
+        XCTAssertTrue(help.stdout.contains("  wol TARGET"), help.stdout)
+        XCTAssertTrue(help.stdout.contains("Wake a machine"), help.stdout)
+        let none = try run(["--registry", empty, "--help"])
+        XCTAssertTrue(none.stdout.contains("(none loaded; add plugins with --plugins DIR)"), none.stdout)
+
+        // A field given as a positional and as an option is an error, not silently dropped.
+        let twice = try run(["--registry", empty, "--plugins", plugins, "wol", "00:11:22:33:44:55", "--target", "aa:bb:cc:dd:ee:ff"])
+        XCTAssertEqual(twice.status, 2)
+        XCTAssertTrue(twice.stderr.contains("wol: TARGET is given twice, as an argument ('00:11:22:33:44:55') and as --target"), twice.stderr)
+        // After `--`, everything is positional: a file named --weird is a path.
+        let weird = try directory.write("data/--weird", "abc")
+        let digest = try run(["--registry", empty, "--plugins", plugins, "--json", "digest", "--", "--weird"], cwd: directory.file("data"))
+        XCTAssertEqual(digest.status, 0, digest.stderr)
+        XCTAssertEqual(try json(digest)["digest"], .string(try sha256(weird)))
+        // A contract id that is not one is a usage error.
+        let bad = try run(["--registry", empty, "call", "not a contract"])
+        XCTAssertEqual(bad.status, 2)
+        XCTAssertTrue(bad.stderr.contains("'not a contract' is not a contract id"), bad.stderr)
     }
 
     func testTheVaultRunsOnAnIsolatedStoreAndTheSecretStoreCanChangeProtection() throws {

@@ -50,9 +50,13 @@ enum PluginCommand {
         var body: [String: JSONValue] = [:]
         var positional: [String] = []
         var index = 0
+        var optionsEnded = false
         while index < arguments.count {
             let arg = arguments[index]
-            if arg.hasPrefix("--"), arg.count > 2 {
+            if !optionsEnded && arg == "--" {
+                // Everything after `--` is positional, even when it looks like an option.
+                optionsEnded = true
+            } else if !optionsEnded, arg.hasPrefix("--"), arg.count > 2 {
                 var key = String(arg.dropFirst(2))
                 var value: String
                 if let eq = key.firstIndex(of: "=") {
@@ -80,6 +84,9 @@ enum PluginCommand {
             throw Invocation.UsageError(description: "\(command.name) takes \(command.arguments.count) argument\(command.arguments.count == 1 ? "" : "s") (\(command.arguments.map { $0.uppercased() }.joined(separator: " "))), got \(positional.count).")
         }
         for (field, value) in zip(command.arguments, positional) {
+            guard body[field] == nil else {
+                throw Invocation.UsageError(description: "\(command.name): \(field.uppercased()) is given twice, as an argument ('\(value)') and as --\(field); give it once.")
+            }
             body[field] = try typed(value, field: field, schema: schema)
         }
         if let missing = command.arguments.first(where: { body[$0] == nil }) {
