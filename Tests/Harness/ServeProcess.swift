@@ -35,6 +35,9 @@ public final class ServeProcess: @unchecked Sendable {
         var byte: UInt8 = 0
         let deadline = Date().addingTimeInterval(60)
         while Date() < deadline {
+            // Never wait past the deadline on a server that neither writes nor exits.
+            var descriptor = pollfd(fd: outputFD, events: Int16(POLLIN), revents: 0)
+            guard poll(&descriptor, 1, 1000) != 0 else { continue }
             let n = read(outputFD, &byte, 1)
             if n <= 0 { break }
             if byte == UInt8(ascii: "\n") { break }

@@ -35,16 +35,36 @@ final class BlockingExecutorTests: XCTestCase {
 
     func testRunReturnsTheResultAndThrowsBusyWhenFull() async throws {
         let executor = BlockingExecutor(name: "test.executor", threadLimit: 1, queueLimit: 0)
-        let value = try await executor.run(busy: CancellationError()) { 6 * 7 }
-        XCTAssertEqual(value, 42)
+        // Each caller resumes only once its place is free: back-to-back runs never see "busy".
+        for i in 0..<200 {
+            let value = try await executor.run(busy: TestBusy()) { i * 2 }
+            XCTAssertEqual(value, i * 2)
+        }
         let release = DispatchSemaphore(value: 0)
         XCTAssertTrue(executor.submit { release.wait() })
-        while executor.load.running == 0 { try await Task.sleep(nanoseconds: 1_000_000) }
+        let deadline = Date().addingTimeInterval(10)
+        while executor.load.running == 0 && Date() < deadline { try await Task.sleep(nanoseconds: 1_000_000) }
+        XCTAssertEqual(executor.load.running, 1)
         do {
             _ = try await executor.run(busy: TestBusy()) { 1 }
             XCTFail("a full executor refuses")
         } catch is TestBusy {}
         release.signal()
+    }
+
+    func testIdleThreadsEndAndNewWorkStartsThemAgain() async throws {
+        let executor = BlockingExecutor(name: "test.executor", threadLimit: 3, queueLimit: 10, idleSeconds: 0.2)
+        let release = DispatchSemaphore(value: 0)
+        for _ in 0..<3 { XCTAssertTrue(executor.submit { release.wait() }) }
+        let busy = Date().addingTimeInterval(10)
+        while executor.load.running < 3 && Date() < busy { try await Task.sleep(nanoseconds: 1_000_000) }
+        XCTAssertEqual(executor.threadCount, 3)
+        for _ in 0..<3 { release.signal() }
+        let idle = Date().addingTimeInterval(10)
+        while executor.threadCount > 0 && Date() < idle { try await Task.sleep(nanoseconds: 20_000_000) }
+        XCTAssertEqual(executor.threadCount, 0, "idle threads end")
+        let value = try await executor.run(busy: TestBusy()) { "again" }
+        XCTAssertEqual(value, "again")
     }
 }
 
