@@ -1,5 +1,6 @@
 # Entry points; each script installs what it needs first.
-.PHONY: test run bench build
+.PHONY: test run bench build install
+PREFIX ?= /usr/local
 test:
 	./scripts/test
 run:
@@ -8,3 +9,5 @@ bench:
 	./scripts/bench $(ARGS)
 build:
 	bash -c 'source scripts/lib.sh && ensure_packages && build'
+install:
+	./scripts/install --prefix "$(PREFIX)"

@@ -6,7 +6,7 @@ public struct TemporaryDirectory: Sendable {
     public let path: String
 
     public init(_ prefix: String = "termind-test") throws {
-        var template = Array("\(NSTemporaryDirectory())/\(prefix)-XXXXXX".utf8CString)
+        var template = Array((NSTemporaryDirectory() as NSString).appendingPathComponent("\(prefix)-XXXXXX").utf8CString)
         guard let made = mkdtemp(&template) else {
             throw TermindError(code: "test.tmpdir", message: "mkdtemp failed: \(String(cString: strerror(errno)))")
         }

@@ -22,10 +22,11 @@ final class CLITests: XCTestCase {
         try directory.write("Registry.json", #"{"schema": 1, "features": [\#(features)]}"#)
     }
 
-    private let echoEntry = #"{"id": "fixture-echo", "version": "1.0.0", "abi": 1, "library": "libTermindFixtureEcho.so", "order": 10, "ports": {"provides": ["vault.hosts"]}, "contracts": ["fixture.echo@1"]}"#
+    private let echoEntry = #"{"id": "fixture-echo", "version": "1.0.0", "abi": 1, "library": "libTermindFixtureEcho.so", "order": 10, "ports": {"provides": ["vault.hosts"]}, "contracts": ["fixture-echo.echo@1"]}"#
     private let failingEntry = #"{"id": "fixture-failing", "version": "1.0.0", "abi": 1, "library": "libTermindFixtureFailingStart.so", "order": 5}"#
 
-    private func run(_ arguments: [String], stdin: String? = nil, cwd: String? = nil, socket: String? = nil) throws -> ProcessResult {
+    private func run(_ arguments: [String], stdin: String? = nil, cwd: String? = nil, socket: String? = nil,
+                     extra: [String: String] = [:]) throws -> ProcessResult {
         var environment = ProcessInfo.processInfo.environment
         environment["TERMIND_SOCKET"] = socket ?? directory.file("no-server.sock")
         // Never touch the real user's store, key or runtime folders.
@@ -37,6 +38,7 @@ final class CLITests: XCTestCase {
         environment.removeValue(forKey: "TERMIND_PLUGINS")
         environment.removeValue(forKey: "TERMIND_FEATURES")
         environment.removeValue(forKey: "TERMIND_REGISTRY")
+        for (key, value) in extra { environment[key] = value }
         return try ProcessRunner.run(termind, arguments, environment: environment, stdin: stdin, currentDirectory: cwd)
     }
 
@@ -93,9 +95,31 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(result.stderr.contains("Permanent feature 'fixture-failing' cannot run"), result.stderr)
     }
 
+    func testAPermanentFeatureWithAnyValidationFailureStopsBootWithTheReason() throws {
+        let permanent = echoEntry.replacingOccurrences(of: #""order": 10"#, with: #""order": 10, "permanent": true"#)
+        let cases: [(String, String)] = [
+            (permanent.replacingOccurrences(of: #""abi": 1"#, with: #""abi": 1, "colour": "blue""#), "field \"colour\": unknown field"),
+            (permanent.replacingOccurrences(of: #""abi": 1"#, with: #""abi": "1""#), "field \"abi\": expected integer, got string"),
+            (permanent.replacingOccurrences(of: #""id": "fixture-echo""#, with: #""id": "Fixture Echo""#), "'Fixture Echo' must be 1–64 characters"),
+            (permanent.replacingOccurrences(of: "libTermindFixtureEcho.so", with: "libNowhere.so"), "no file at"),
+        ]
+        for (entry, reason) in cases {
+            let result = try run(["--registry", try registry(entry), "features"])
+            XCTAssertEqual(result.status, 3, "\(entry): \(result.stdout)")
+            XCTAssertTrue(result.stderr.contains("Permanent feature"), result.stderr)
+            XCTAssertTrue(result.stderr.contains(reason), "\(reason): \(result.stderr)")
+        }
+        let json = try run(["--registry", try registry(cases[0].0), "--json", "features"])
+        XCTAssertEqual(json.status, 3)
+        XCTAssertEqual(try self.json(json)["error"]?["code"], .string("feature.permanent_failed"))
+        // The same broken entry without "permanent" only disables itself.
+        let optional = try run(["--registry", try registry(cases[0].0.replacingOccurrences(of: #", "permanent": true"#, with: "")), "features"])
+        XCTAssertEqual(optional.status, 0, optional.stderr)
+    }
+
     func testCallContractsAndErrorsForScripts() throws {
         let path = try registry(echoEntry)
-        let ok = try run(["--registry", path, "call", "fixture.echo@1", "-"], stdin: #"{"message": "hi", "secret": "pw"}"#)
+        let ok = try run(["--registry", path, "call", "fixture-echo.echo@1", "-"], stdin: #"{"message": "hi", "secret": "pw"}"#)
         XCTAssertEqual(ok.status, 0, ok.stderr)
         XCTAssertEqual(try json(ok)["secretLength"], .integer(2))
 
@@ -103,21 +127,21 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(unknown.status, 1)
         XCTAssertEqual(try json(unknown)["error"]?["code"], .string("contract.unknown"))
 
-        let badBody = try run(["--registry", path, "call", "fixture.echo@1", "{not json"])
+        let badBody = try run(["--registry", path, "call", "fixture-echo.echo@1", "{not json"])
         XCTAssertEqual(badBody.status, 2)
         XCTAssertTrue(badBody.stderr.contains("The BODY argument is not valid JSON"), badBody.stderr)
 
-        let invalid = try run(["--registry", path, "call", "fixture.echo@1", #"{"message": 1}"#])
+        let invalid = try run(["--registry", path, "call", "fixture-echo.echo@1", #"{"message": 1}"#])
         XCTAssertEqual(invalid.status, 1)
         XCTAssertTrue(invalid.stderr.contains("body.message: expected string, got integer"), invalid.stderr)
         XCTAssertTrue(invalid.stderr.contains("body.secret: required field is missing"), invalid.stderr)
     }
 
     func testContractsPrintSchemas() throws {
-        let result = try run(["--registry", try registry(echoEntry), "contracts", "--json", "fixture."])
+        let result = try run(["--registry", try registry(echoEntry), "contracts", "--json", "fixture-echo."])
         XCTAssertEqual(result.status, 0, result.stderr)
         let first = try json(result)["contracts"].flatMap { if case .array(let a) = $0 { return a.first } else { return nil } }
-        XCTAssertEqual(first?["id"], .string("fixture.echo@1"))
+        XCTAssertEqual(first?["id"], .string("fixture-echo.echo@1"))
         XCTAssertEqual(first?["request"]?["properties"]?["secret"]?["type"], .string("string"))
         let human = try run(["--registry", try registry(echoEntry), "contracts", "kernel.ping"])
         XCTAssertTrue(human.stdout.contains("request:  {payload: string}"), human.stdout)
@@ -181,6 +205,47 @@ final class CLITests: XCTestCase {
         server.waitUntilExit()
         XCTAssertEqual(server.terminationStatus, 0)
         XCTAssertFalse(FileManager.default.fileExists(atPath: socket), "the socket is removed on shutdown")
+    }
+
+    func testBootShapingEnvironmentRunsInProcessEvenWithAServerRunning() throws {
+        let empty = try registry("")
+        let server = try ServeProcess(directory: directory, arguments: ["--registry", empty])
+        defer { server.stop() }
+        let served = try run(["--json", "features"], socket: server.socketPath)
+        XCTAssertEqual(try json(served)["server"], .bool(true))
+        let unknown = try run(["features"], socket: server.socketPath, extra: ["TERMIND_FEATURES": "nope", "TERMIND_REGISTRY": empty])
+        XCTAssertEqual(unknown.status, 2, unknown.stdout + unknown.stderr)
+        XCTAssertTrue(unknown.stderr.contains("Unknown feature 'nope'"), unknown.stderr)
+        let withPlugins = try run(["--json", "features"], socket: server.socketPath, extra: ["TERMIND_PLUGINS": plugins, "TERMIND_REGISTRY": empty])
+        XCTAssertEqual(withPlugins.status, 0, withPlugins.stderr)
+        XCTAssertEqual(try json(withPlugins)["server"], .bool(false), "the environment's plugins, not the server's set")
+        XCTAssertTrue(withPlugins.stdout.contains("\"id\" : \"digest\""), withPlugins.stdout)
+    }
+
+    func testHelpListsPluginCommandsAndCommandArgumentsAreUnambiguous() throws {
+        let empty = try registry("")
+        let help = try run(["--registry", empty, "--plugins", plugins, "help"])
+        XCTAssertEqual(help.status, 0, help.stderr)
+        XCTAssertTrue(help.stdout.contains("Commands from features and plugins"), help.stdout)
+        XCTAssertTrue(help.stdout.contains("  digest PATH"), help.stdout)
+        XCTAssertTrue(help.stdout.contains("  wol TARGET"), help.stdout)
+        XCTAssertTrue(help.stdout.contains("Wake a machine"), help.stdout)
+        let none = try run(["--registry", empty, "--help"])
+        XCTAssertTrue(none.stdout.contains("(none loaded; add plugins with --plugins DIR)"), none.stdout)
+
+        // A field given as a positional and as an option is an error, not silently dropped.
+        let twice = try run(["--registry", empty, "--plugins", plugins, "wol", "00:11:22:33:44:55", "--target", "aa:bb:cc:dd:ee:ff"])
+        XCTAssertEqual(twice.status, 2)
+        XCTAssertTrue(twice.stderr.contains("wol: TARGET is given twice, as an argument ('00:11:22:33:44:55') and as --target"), twice.stderr)
+        // After `--`, everything is positional: a file named --weird is a path.
+        let weird = try directory.write("data/--weird", "abc")
+        let digest = try run(["--registry", empty, "--plugins", plugins, "--json", "digest", "--", "--weird"], cwd: directory.file("data"))
+        XCTAssertEqual(digest.status, 0, digest.stderr)
+        XCTAssertEqual(try json(digest)["digest"], .string(try sha256(weird)))
+        // A contract id that is not one is a usage error.
+        let bad = try run(["--registry", empty, "call", "not a contract"])
+        XCTAssertEqual(bad.status, 2)
+        XCTAssertTrue(bad.stderr.contains("'not a contract' is not a contract id"), bad.stderr)
     }
 
     func testTheVaultRunsOnAnIsolatedStoreAndTheSecretStoreCanChangeProtection() throws {

@@ -16,7 +16,7 @@ final class KernelLifecycleTests: XCTestCase {
     }
 
     private var echo: FeatureManifest {
-        manifest("fixture-echo", product: "TermindFixtureEcho", order: 10, provides: ["vault.hosts"], contracts: ["fixture.echo@1"])
+        manifest("fixture-echo", product: "TermindFixtureEcho", order: 10, provides: ["vault.hosts"], contracts: ["fixture-echo.echo@1"])
     }
 
     private func boot(_ manifests: [FeatureManifest], sink: LogSink = .disabled()) async throws -> (Kernel, [FeatureStatus]) {
@@ -29,7 +29,7 @@ final class KernelLifecycleTests: XCTestCase {
     func testAFeatureLoadsRegistersStartsAndAnswersItsContract() async throws {
         let (kernel, statuses) = try await boot([echo])
         XCTAssertEqual(statuses.map(\.state), [.running])
-        let reply = try await kernel.call("fixture.echo@1", body: Data(#"{"message": "hi", "secret": "abc"}"#.utf8))
+        let reply = try await kernel.call("fixture-echo.echo@1", body: Data(#"{"message": "hi", "secret": "abc"}"#.utf8))
         XCTAssertEqual(try JSONCoding.parse(reply, source: "t"), .object(["message": .string("hi"), "secretLength": .integer(3)]))
         await kernel.shutdown()
         let after = await kernel.featureStatuses()
@@ -83,7 +83,7 @@ final class KernelLifecycleTests: XCTestCase {
         XCTAssertEqual(byID["wol"]?.state, .running)
         // The dependent's contract was withdrawn; the survivor's is routed.
         let routed = kernel.contractInfos().map(\.id)
-        XCTAssertFalse(routed.contains("fixture.echo@1"))
+        XCTAssertFalse(routed.contains("fixture-echo.echo@1"))
         XCTAssertTrue(routed.contains("wol.wake@1"))
         await kernel.shutdown()
     }
@@ -107,7 +107,7 @@ final class KernelLifecycleTests: XCTestCase {
         XCTAssertEqual(statuses.first?.reasonCode, "feature.descriptor_mismatch")
         XCTAssertTrue(statuses.first?.reason?.contains("descriptor says version '1.0.0' but the manifest says '2.0.0'") ?? false)
 
-        var wrongID = manifest("impostor", product: "TermindFixtureEcho", provides: ["vault.hosts"], contracts: ["fixture.echo@1"])
+        var wrongID = manifest("impostor", product: "TermindFixtureEcho", provides: ["vault.hosts"])
         wrongID.order = 1
         let (_, second) = try await boot([wrongID])
         XCTAssertTrue(second.first?.reason?.contains("descriptor says id 'fixture-echo'") ?? false)
@@ -133,7 +133,7 @@ final class KernelLifecycleTests: XCTestCase {
         let (_, a) = try await boot([undeclared])
         XCTAssertEqual(a.first?.reasonCode, "feature.undeclared_contract")
         var missing = echo
-        missing.contracts.append("fixture.other@1")
+        missing.contracts.append("fixture-echo.other@1")
         let (_, b) = try await boot([missing])
         XCTAssertEqual(b.first?.reasonCode, "feature.missing_contract")
         var port = echo
@@ -178,8 +178,8 @@ final class KernelLifecycleTests: XCTestCase {
         let (kernel, _) = try await boot([echo])
         let features = try await kernel.call(KernelContracts.Features.self, Empty())
         XCTAssertEqual(features.features.map(\.id), ["fixture-echo"])
-        let contracts = try await kernel.call(KernelContracts.Contracts.self, .init(prefix: "fixture."))
-        XCTAssertEqual(contracts.contracts.map(\.id), ["fixture.echo@1"])
+        let contracts = try await kernel.call(KernelContracts.Contracts.self, .init(prefix: "fixture-echo."))
+        XCTAssertEqual(contracts.contracts.map(\.id), ["fixture-echo.echo@1"])
         XCTAssertEqual(contracts.contracts.first?.request["required"], .array([.string("message"), .string("secret")]))
         let version = try await kernel.call(KernelContracts.Version.self, Empty())
         XCTAssertTrue(version.signature.compiler.hasPrefix("Swift version 6."), version.signature.compiler)
@@ -195,10 +195,10 @@ final class KernelLifecycleTests: XCTestCase {
         let (kernel, _) = try await boot([echo], sink: sink)
         // The secret travels as `Secret`; the fixture logs the message, the secret and the
         // whole request in every way LogValue allows (see Tests/Fixtures/Echo).
-        _ = try await kernel.call("fixture.echo@1", body: Data(#"{"message": "hello", "secret": "\#(secret)"}"#.utf8))
+        _ = try await kernel.call("fixture-echo.echo@1", body: Data(#"{"message": "hello", "secret": "\#(secret)"}"#.utf8))
         var errorText = ""
         do {
-            _ = try await kernel.call("fixture.echo@1", body: Data(#"{"message": 5, "secret": "\#(secret)", "extra": "\#(secret)"}"#.utf8))
+            _ = try await kernel.call("fixture-echo.echo@1", body: Data(#"{"message": 5, "secret": "\#(secret)", "extra": "\#(secret)"}"#.utf8))
         } catch { errorText = "\(error)" }
         await kernel.shutdown()
         let log = try String(contentsOfFile: dir.file("termind.log"), encoding: .utf8)

@@ -51,6 +51,28 @@ final class ManifestReaderTests: XCTestCase {
         XCTAssertTrue(result.rejected[1].message.contains("unknown field"))
     }
 
+    func testAnUnknownTopLevelFieldIsAnError() {
+        XCTAssertThrowsError(try read(#"{"schema": 1, "features": [], "featurs": []}"#)) { error in
+            XCTAssertEqual((error as? TermindError)?.message, "Registry.json: unknown top-level field \"featurs\" (allowed: schema, features).")
+        }
+    }
+
+    func testAnEntryThatSaysItIsPermanentStaysPermanentWhenItCannotBeRead() throws {
+        let entries = [
+            #"{"id": "vault", "version": "1", "abi": 1, "library": "v.so", "permanent": true, "extra": 1}"#,
+            #"{"id": "vault", "version": 1, "abi": 1, "library": "v.so", "permanent": true}"#,
+            #"{"id": "vault", "version": "1", "abi": 1, "library": "v.so", "permanent": "yes"}"#,
+            #"{"id": "vault", "version": "1", "abi": 1, "library": "v.so", "extra": 1}"#,
+            #"{"id": "vault", "version": "1", "abi": 1, "library": "v.so", "permanent": false, "extra": 1}"#,
+        ]
+        let result = try read(#"{"schema": 1, "features": [\#(entries.joined(separator: ","))]}"#)
+        XCTAssertEqual(result.rejected.map(\.permanent), [true, true, true, false, false])
+        // A plugin.json is read as a plugin, whatever it says.
+        let plugin = ManifestReader.readPlugin(Data(#"{"id": "p", "version": "1", "abi": 1, "library": "p.so", "permanent": true}"#.utf8), source: "plugin.json", baseDirectory: "/x")
+        XCTAssertEqual(try plugin.get().origin, .plugin)
+        XCTAssertFalse(try plugin.get().isPermanent)
+    }
+
     func testDefaultsAndLibraryResolveAgainstTheBaseDirectory() throws {
         let result = try read(#"{"schema": 1, "features": [{"id": "vault", "version": "1.0.0", "abi": 1, "library": "libTermindVault.so"}]}"#)
         let m = try XCTUnwrap(result.manifests.first)

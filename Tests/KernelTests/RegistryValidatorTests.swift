@@ -90,9 +90,54 @@ final class RegistryValidatorTests: XCTestCase {
         XCTAssertTrue(problem.message.contains("'vault'"))
     }
 
-    func testContractHandledTwiceDisablesTheLaterOne() throws {
-        let plan = try validator.plan([feature("a", order: 1, contracts: ["x.y@1"]), feature("b", order: 2, contracts: ["x.y@1"])])
-        XCTAssertEqual(reason(plan, "b")?.code, "registry.contract_conflict")
+    func testAContractOrCommandOutsideTheFeaturesNamespaceDisablesIt() throws {
+        // Two features can never handle the same contract: each owns only `<id>.…`.
+        var wol = feature("wol", contracts: ["wol.wake@1"])
+        wol.commands = [.init(name: "wake", contract: "wol.wake@1")]
+        let plan = try validator.plan([
+            feature("a", order: 1, contracts: ["a.y@1"]), feature("b", order: 2, contracts: ["a.y@1"]),
+            feature("kernelish", contracts: ["kernel.shutdown@1"]), feature("ab", contracts: ["abc.x@1"]), wol,
+            feature("fine", contracts: ["fine.x@1", "fine.deeper.y@2"]),
+        ])
+        XCTAssertEqual(plan.ordered.map(\.id), ["a", "fine"])
+        XCTAssertEqual(reason(plan, "b")?.code, "manifest.namespace")
+        XCTAssertEqual(reason(plan, "b")?.message, "feature 'b' (Registry.json): field \"contracts\": 'a.y@1' is outside the feature's namespace; its contracts must be named 'b.…'.")
+        XCTAssertEqual(reason(plan, "kernelish")?.code, "manifest.namespace")
+        XCTAssertEqual(reason(plan, "ab")?.code, "manifest.namespace", "a prefix of the id is not its namespace")
+        XCTAssertEqual(reason(plan, "wol")?.field, "commands")
+        XCTAssertTrue(reason(plan, "wol")?.message.contains("command 'wake' is outside the feature's namespace; its commands must start with 'wol'") ?? false)
+    }
+
+    func testPluginsCannotTakeReservedIDsOrBePermanent() throws {
+        func plugin(_ id: String, permanent: Bool = false) -> FeatureManifest {
+            var m = feature(id, contracts: ["\(id).x@1"], permanent: permanent)
+            m.origin = .plugin
+            m.source = "/p/\(id)/plugin.json"
+            return m
+        }
+        let plan = try validator.plan([plugin("kernel"), plugin("vault"), plugin("sftp"), plugin("call"), plugin("sticky", permanent: true), plugin("fine")])
+        XCTAssertEqual(plan.ordered.map(\.id), ["fine"])
+        XCTAssertTrue(plan.fatal.isEmpty, "a plugin is never fatal: \(plan.fatal)")
+        for id in ["kernel", "vault", "sftp", "call"] {
+            let problem = try XCTUnwrap(plan.disabled.first { $0.code == "manifest.reserved_id" && $0.message.contains("'\(id)' is reserved") }, id)
+            XCTAssertEqual(problem.field, "id")
+        }
+        XCTAssertEqual(reason(plan, "sticky")?.code, "plugin.permanent")
+        XCTAssertTrue(reason(plan, "sticky")?.message.contains("a plugin can never be permanent") ?? false)
+        // Registry features may use built-in ids, never the kernel's.
+        let builtIn = try validator.plan([feature("vault", contracts: ["vault.x@1"]), feature("kernel", contracts: ["kernel.x@1"], permanent: true)])
+        XCTAssertEqual(builtIn.ordered.map(\.id), ["vault"])
+        XCTAssertEqual(builtIn.fatal.first?.code, "feature.permanent_failed")
+    }
+
+    func testAPermanentFeatureWhoseEntryCannotBeReadOrHasABadIDIsFatal() throws {
+        let unreadable = FeatureProblem(featureID: "vault", field: "extra", code: "manifest.invalid_field", message: "feature 'vault': field \"extra\": unknown field.", permanent: true)
+        let plan = try validator.plan([feature("Bad ID", permanent: true), feature("other")], rejected: [unreadable])
+        XCTAssertEqual(plan.fatal.count, 2, "\(plan.fatal)")
+        XCTAssertTrue(plan.fatal[0].message.hasPrefix("Permanent feature 'vault' cannot run, so termind cannot start: feature 'vault': field \"extra\""), plan.fatal[0].message)
+        XCTAssertTrue(plan.fatal[1].message.contains("'Bad ID' must be 1–64 characters"), plan.fatal[1].message)
+        let notPermanent = FeatureProblem(featureID: "x", field: "extra", code: "manifest.invalid_field", message: "x")
+        XCTAssertTrue(try validator.plan([], rejected: [notPermanent]).fatal.isEmpty)
     }
 
     func testMalformedContractIDDisables() throws {

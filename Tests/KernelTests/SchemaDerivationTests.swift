@@ -74,11 +74,14 @@ final class FunctionSignatureTests: XCTestCase {
         XCTAssertEqual(s.returns, .uint32)
         XCTAssertEqual(s.parameters, [.string, .uint64])
         XCTAssertEqual(try FunctionSignature.parse("void()").get().parameters, [])
+        // C's way of writing "no parameters".
+        XCTAssertEqual(try FunctionSignature.parse("void(void)").get().parameters, [])
+        XCTAssertEqual(try FunctionSignature.parse("int32( void )").get().parameters, [])
     }
 
     func testRejectsUnknownTypesVoidParametersAndShape() {
         XCTAssertThrowsError(try FunctionSignature.parse("float(int32)").get()) { XCTAssertTrue("\($0)".contains("'float'")) }
-        XCTAssertThrowsError(try FunctionSignature.parse("int32(void)").get())
+        XCTAssertThrowsError(try FunctionSignature.parse("int32(void, int32)").get()) { XCTAssertTrue("\($0)".contains("'void'")) }
         XCTAssertThrowsError(try FunctionSignature.parse("int32").get())
         XCTAssertThrowsError(try FunctionSignature.parse("int32(" + Array(repeating: "int32", count: 17).joined(separator: ",") + ")").get())
     }

@@ -36,7 +36,11 @@ final class BrokenPluginTests: XCTestCase {
     #else
         TERMIND_PLUGIN_ABI_VERSION,
     #endif
+    #ifdef NO_HANDLE
+        PLUGIN_ID, "1.0.0", start, NULL, NULL
+    #else
         PLUGIN_ID, "1.0.0", start, NULL, handle
+    #endif
     };
     #ifdef MISSING_ENTRY
     const termind_plugin_descriptor *termind_plugin_entry_v0(const termind_host_api *api) { host = api; return &descriptor; }
@@ -98,6 +102,7 @@ final class BrokenPluginTests: XCTestCase {
         try plugin("nofunction", id: "nofunction", extraManifest: #", "functions": [{"name": "gone", "symbol": "absent_function", "signature": "int32(int32)"}]"#)
         try plugin("zdup", id: "good")
         try plugin("badreply", id: "badreply", defines: ["BAD_REPLY"])
+        try plugin("nohandle", id: "nohandle", defines: ["NO_HANDLE"])
         try directory.write("plugins/unreadable/plugin.json", #"{"id": "unreadable", "version": 1}"#)
         try plugin("writable", id: "writable")
         chmod(directory.file("plugins/writable/libwritable.so"), 0o777)
@@ -114,7 +119,8 @@ final class BrokenPluginTests: XCTestCase {
             ("startfails", "failed to start: the license server is unreachable"),
             ("nulldesc", "its entry point returned no descriptor"),
             ("claimed", "its descriptor says id 'wrongid' but the manifest says 'claimed'"),
-            ("nofunction", "does not export the entry symbol 'absent_function'"),
+            ("nofunction", "does not export the symbol 'absent_function' that function 'gone' names in \"functions\""),
+            ("nohandle", "its descriptor has no handle function, but the manifest declares contracts (nohandle.run@1); set .handle or declare no contracts"),
         ]
         for (id, reason) in expectations {
             XCTAssertEqual(byID[id]?.state, .disabled, id)

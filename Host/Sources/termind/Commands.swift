@@ -66,6 +66,9 @@ enum Commands {
         guard let contract = inv.arguments.first, inv.arguments.count <= 2 else {
             throw Invocation.UsageError(description: "call needs CONTRACT and optionally a JSON BODY (or '-' for standard input).")
         }
+        guard ContractID(parsing: contract) != nil else {
+            throw Invocation.UsageError(description: "'\(contract)' is not a contract id; expected name@version, e.g. kernel.features@1 (termind contracts lists them).")
+        }
         var body = Data("{}".utf8)
         if inv.arguments.count == 2 {
             body = inv.arguments[1] == "-" ? FileHandle.standardInput.readDataToEndOfFile() : Data(inv.arguments[1].utf8)

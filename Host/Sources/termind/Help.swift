@@ -1,5 +1,46 @@
+import Foundation
+import TermindCore
+import TermindKernel
+
 enum Help {
-    static let general = """
+    /// The general help with the commands of the features and plugins this invocation
+    /// loads (or the running server has) in place.
+    static func general(_ inv: Invocation) async -> String {
+        let marker = "__FEATURE_COMMANDS__\n"
+        return template.replacingOccurrences(of: marker, with: await featureCommands(inv))
+    }
+
+    /// "Commands from features and plugins:" with each running feature's commands; a
+    /// feature with many lists its first word and where to see them.
+    static func featureCommands(_ inv: Invocation) async -> String {
+        do {
+            return try await Session.with(inv) { session in
+                let features = try await session.call(KernelContracts.Features.self, Empty()).features.filter { $0.state == .running }
+                var lines: [String] = []
+                for feature in features where !feature.commands.isEmpty {
+                    if feature.commands.count > 6, let word = feature.commands.first?.words.first {
+                        lines.append(row("\(word) ...", "\(feature.commands.count) commands of '\(feature.id)': 'termind \(word)' lists them."))
+                    } else {
+                        for command in feature.commands.sorted(by: { $0.name < $1.name }) {
+                            let usage = ([command.name] + command.arguments.map { $0.uppercased() }).joined(separator: " ")
+                            lines.append(row(usage, command.summary ?? "(\(feature.id))"))
+                        }
+                    }
+                }
+                if lines.isEmpty { return "  (none loaded; add plugins with --plugins DIR)\n" }
+                return lines.joined(separator: "\n") + "\n"
+            }
+        } catch {
+            let reason = (error as? TermindError)?.message ?? (error as? BootFailure)?.description ?? "\(error)"
+            return "  (cannot be listed: \(reason))\n"
+        }
+    }
+
+    private static func row(_ usage: String, _ summary: String) -> String {
+        usage.count <= 23 ? "  \(usage.padding(toLength: 23, withPad: " ", startingAt: 0))  \(summary)" : "  \(usage)\n                           \(summary)"
+    }
+
+    static let template = """
     termind — an SSH workspace runtime: a vault of hosts and keys, SSH sessions, SFTP,
     port forwards, metrics and an AI assistant, as a kernel of loadable features.
 
@@ -35,12 +76,13 @@ enum Help {
                                later runs need --secrets-passphrase-file. No secret is lost.
       secrets protect --key-file
                                Protect it with the key file again.
-      vault ...                Hosts, identities, snippets, known hosts, ssh_config import,
-                               quick connect: 'termind vault' lists the commands.
       bench [--iterations N]   Measure boot time and contract round trips (in-process and socket).
       bench vault [--hosts N]  Import N hosts from an ssh_config, list and look them up.
-      help [COMMAND]           Show this help, or a plugin command's usage.
-      <plugin command> ...     Commands added by loaded features/plugins (see 'termind help').
+      help [COMMAND]           Show this help, or a feature or plugin command's usage.
+
+    Commands from features and plugins (positional arguments, then --FIELD VALUE;
+    after '--' everything is positional):
+    __FEATURE_COMMANDS__
 
     Options (anywhere before '--'):
       --json                   Machine-readable output; errors too ({"error": {code, message}}).
@@ -53,7 +95,8 @@ enum Help {
       --socket PATH            Control socket (env TERMIND_SOCKET; default
                                $XDG_RUNTIME_DIR/termind/control.sock or /tmp/termind-UID/).
       --local                  Run in this process even when a server is running.
-                               (--registry, --plugins and --features imply it.)
+                               (--registry, --plugins, --features and their TERMIND_*
+                               variables imply it.)
       --store PATH             The database (env TERMIND_STORE; default
                                $XDG_DATA_HOME/termind/termind.sqlite, ~/.local/share/...).
       --secrets PATH           The encrypted secret store (env TERMIND_SECRETS; default

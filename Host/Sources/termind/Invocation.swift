@@ -20,8 +20,9 @@ struct Invocation {
     var secretsKeyPath: String
     var passphraseFile: String?
     var help = false
-    /// True when --registry/--plugins/--features were given: the result depends on a boot
-    /// shaped by this invocation, so it runs in-process rather than on a running server.
+    /// True when --registry/--plugins/--features (or TERMIND_REGISTRY/_PLUGINS/_FEATURES) were
+    /// given: the result depends on a boot shaped by this invocation, so it runs in-process
+    /// rather than on a running server.
     var shapesBoot = false
     var command: String?
     var arguments: [String] = []
@@ -47,6 +48,8 @@ struct Invocation {
                              secretsPath: env("TERMIND_SECRETS"),
                              secretsKeyPath: env("TERMIND_SECRETS_KEY") ?? "\(configHome)/termind/secrets.key",
                              passphraseFile: env("TERMIND_SECRETS_PASSPHRASE_FILE"))
+        // Like their flags, these shape the boot: with them a command runs in-process, since
+        // a running server booted with its own set.
         inv.registryPath = environment["TERMIND_REGISTRY"].flatMap { $0.isEmpty ? nil : $0 }
         if let plugins = environment["TERMIND_PLUGINS"], !plugins.isEmpty {
             inv.pluginDirectories = plugins.split(separator: ":").map(String.init)
@@ -54,6 +57,7 @@ struct Invocation {
         if let features = environment["TERMIND_FEATURES"], !features.isEmpty {
             inv.selection = Set(features.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
         }
+        inv.shapesBoot = inv.registryPath != nil || !inv.pluginDirectories.isEmpty || inv.selection != nil
         inv.debug = ["1", "true", "yes"].contains(environment["TERMIND_DEBUG"]?.lowercased() ?? "")
         inv.logFile = environment["TERMIND_LOG_FILE"].flatMap { $0.isEmpty ? nil : $0 }
 

@@ -92,7 +92,7 @@ enum Output {
 
     private static func isShort(_ value: JSONValue?) -> Bool {
         switch value {
-        case nil, .null?, .string?, .integer?, .double?, .bool?: return true
+        case nil, .null?, .string?, .integer?, .unsignedInteger?, .double?, .bool?: return true
         case .array(let items)?: return items.allSatisfy { if case .string = $0 { return true } else { return false } }
         default: return false
         }
@@ -107,6 +107,7 @@ enum Output {
         switch value {
         case .string(let s): return s
         case .integer(let i): return String(i)
+        case .unsignedInteger(let u): return String(u)
         case .double(let d): return String(d)
         case .bool(let b): return b ? "true" : "false"
         case .null: return "-"

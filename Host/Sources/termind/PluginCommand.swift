@@ -50,9 +50,13 @@ enum PluginCommand {
         var body: [String: JSONValue] = [:]
         var positional: [String] = []
         var index = 0
+        var optionsEnded = false
         while index < arguments.count {
             let arg = arguments[index]
-            if arg.hasPrefix("--"), arg.count > 2 {
+            if !optionsEnded && arg == "--" {
+                // Everything after `--` is positional, even when it looks like an option.
+                optionsEnded = true
+            } else if !optionsEnded, arg.hasPrefix("--"), arg.count > 2 {
                 var key = String(arg.dropFirst(2))
                 var value: String
                 if let eq = key.firstIndex(of: "=") {
@@ -85,6 +89,9 @@ enum PluginCommand {
             throw Invocation.UsageError(description: "\(command.name) takes \(command.arguments.count) argument\(command.arguments.count == 1 ? "" : "s") (\(command.arguments.map { $0.uppercased() }.joined(separator: " "))), got \(positional.count).")
         }
         for (field, value) in zip(command.arguments, positional) {
+            guard body[field] == nil else {
+                throw Invocation.UsageError(description: "\(command.name): \(field.uppercased()) is given twice, as an argument ('\(value)') and as --\(field); give it once.")
+            }
             body[field] = try typed(value, field: field, schema: schema)
         }
         if let missing = command.arguments.first(where: { body[$0] == nil }) {
@@ -101,8 +108,9 @@ enum PluginCommand {
         case "array"?:
             return .array(text.split(separator: ",", omittingEmptySubsequences: true).map { .string(String($0).trimmingCharacters(in: .whitespaces)) })
         case "integer"?:
-            guard let v = Int64(text) else { throw Invocation.UsageError(description: "--\(field) must be an integer, got '\(text)'.") }
-            return .integer(v)
+            if let v = Int64(text) { return .integer(v) }
+            if let v = UInt64(text) { return JSONValue(exactly: v) }
+            throw Invocation.UsageError(description: "--\(field) must be an integer, got '\(text)'.")
         case "number"?:
             guard let v = Double(text) else { throw Invocation.UsageError(description: "--\(field) must be a number, got '\(text)'.") }
             return .double(v)

@@ -12,7 +12,7 @@ do {
             || (inv.help && builtins.contains(inv.command ?? ""))
         switch inv.command {
         case _ where wantsGeneralHelp, nil:
-            Output.line(Help.general)
+            Output.line(await Help.general(inv))
             exitCode = .success
         case "help"?:
             var helpInv = inv

@@ -1,5 +1,6 @@
 /// A C function signature declared in a plugin manifest, e.g. `uint32(string, uint64)`.
-/// Parsed here (pure); bound and called through libffi by the kernel.
+/// Parsed here (pure); bound and called through libffi by the kernel. A function without
+/// parameters is written `int32()` or, as in C, `int32(void)`.
 public struct FunctionSignature: Sendable, Equatable {
     public enum CType: String, Sendable, CaseIterable {
         case void, int32, uint32, int64, uint64, double, bool, string
@@ -22,7 +23,8 @@ public struct FunctionSignature: Sendable, Equatable {
         }
         let inner = compact[compact.index(after: open)..<compact.index(before: compact.endIndex)]
         var parameters: [CType] = []
-        if !inner.isEmpty {
+        // `void(void)`, as C writes a function without parameters, is `void()`.
+        if !inner.isEmpty && inner != "void" {
             for name in inner.split(separator: ",", omittingEmptySubsequences: false) {
                 guard let type = CType(rawValue: String(name)), type != .void else {
                     return .failure(.init(code: "signature.type", message: "signature '\(text)': parameter type '\(name)' is not one of \(CType.allCases.filter { $0 != .void }.map(\.rawValue).joined(separator: ", "))"))

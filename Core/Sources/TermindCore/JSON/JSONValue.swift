@@ -1,11 +1,15 @@
 import Foundation
 
 /// An arbitrary JSON value, used where a payload passes through without a Swift type
-/// (envelope bodies, C plugin replies, libffi arguments).
+/// (envelope bodies, C plugin replies, libffi arguments). Integers keep their exact
+/// value end to end: every integer that fits `Int64` is `.integer`; `.unsignedInteger`
+/// holds only those above `Int64.max` up to `UInt64.max` (use `JSONValue(exactly:)`).
 public enum JSONValue: Sendable, Hashable, Codable {
     case null
     case bool(Bool)
     case integer(Int64)
+    /// An integer above `Int64.max` (never one that fits `.integer`).
+    case unsignedInteger(UInt64)
     case double(Double)
     case string(String)
     case array([JSONValue])
@@ -16,6 +20,7 @@ public enum JSONValue: Sendable, Hashable, Codable {
         if c.decodeNil() { self = .null }
         else if let b = try? c.decode(Bool.self) { self = .bool(b) }
         else if let i = try? c.decode(Int64.self) { self = .integer(i) }
+        else if let u = try? c.decode(UInt64.self) { self = .unsignedInteger(u) }
         else if let d = try? c.decode(Double.self) { self = .double(d) }
         else if let s = try? c.decode(String.self) { self = .string(s) }
         else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
@@ -28,6 +33,7 @@ public enum JSONValue: Sendable, Hashable, Codable {
         case .null: try c.encodeNil()
         case .bool(let b): try c.encode(b)
         case .integer(let i): try c.encode(i)
+        case .unsignedInteger(let u): try c.encode(u)
         case .double(let d): try c.encode(d)
         case .string(let s): try c.encode(s)
         case .array(let a): try c.encode(a)
@@ -35,22 +41,9 @@ public enum JSONValue: Sendable, Hashable, Codable {
         }
     }
 
-    /// Converts JSONSerialization's output (one parse, no thrown errors on the way).
-    init(foundation object: Any) {
-        switch object {
-        case let s as String: self = .string(s)
-        case let n as NSNumber:
-            // Booleans come back as __NSCFBoolean, whose objCType is "c".
-            switch String(cString: n.objCType) {
-            case "c" where type(of: n) != NSNumber.self: self = .bool(n.boolValue)
-            case "d", "f": self = .double(n.doubleValue)
-            case "Q" where n.uint64Value > UInt64(Int64.max): self = .double(n.doubleValue)
-            default: self = .integer(n.int64Value)
-            }
-        case let a as [Any]: self = .array(a.map(JSONValue.init(foundation:)))
-        case let o as [String: Any]: self = .object(o.mapValues(JSONValue.init(foundation:)))
-        default: self = .null
-        }
+    /// The canonical value of an unsigned integer: `.integer` when it fits `Int64`.
+    public init(exactly value: UInt64) {
+        self = value <= UInt64(Int64.max) ? .integer(Int64(value)) : .unsignedInteger(value)
     }
 
     /// The JSON type name used in validation messages.
@@ -58,7 +51,7 @@ public enum JSONValue: Sendable, Hashable, Codable {
         switch self {
         case .null: "null"
         case .bool: "boolean"
-        case .integer: "integer"
+        case .integer, .unsignedInteger: "integer"
         case .double: "number"
         case .string: "string"
         case .array: "array"
@@ -72,6 +65,15 @@ public enum JSONValue: Sendable, Hashable, Codable {
     }
 
     public var stringValue: String? { if case .string(let s) = self { return s }; return nil }
+
+    /// The value as a `UInt64`, when it is a non-negative integer.
+    public var uint64Value: UInt64? {
+        switch self {
+        case .integer(let i): UInt64(exactly: i)
+        case .unsignedInteger(let u): u
+        default: nil
+        }
+    }
 }
 
 /// Shared JSON coding settings: sorted keys keep output, hashes and cache keys stable.
@@ -86,34 +88,28 @@ public enum JSONCoding {
         try encoder(pretty: pretty).encode(value)
     }
 
-    /// Parses `data` as JSON, reporting syntax errors with a line and column.
-    /// `source` names the input in the message ("Registry.json", "request body").
+    /// Parses `data` as JSON (RFC 8259, strictly: see `JSONParser`), reporting an error
+    /// with its line and column. `source` names the input in the message
+    /// ("Registry.json", "The request body for kernel.ping@1").
     public static func parse(_ data: Data, source: String) throws -> JSONValue {
-        let object: Any
-        do {
-            object = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
-        } catch {
-            throw TermindError(code: "json.malformed", message: "\(source) is not valid JSON: \(syntaxLocation(of: error, in: data)).")
+        switch data.withUnsafeBytes({ JSONParser.result($0) }) {
+        case .success(let value):
+            return value
+        case .failure(let error):
+            if error.offset == 0 && data.isEmpty {
+                throw TermindError(code: "json.malformed", message: "\(source) is not valid JSON: the input is empty.")
+            }
+            let (line, column) = location(of: error.offset, in: data)
+            throw TermindError(code: "json.malformed", message: "\(source) is not valid JSON: \(error.reason) at line \(line), column \(column).")
         }
-        return JSONValue(foundation: object)
     }
 
-    private static func syntaxLocation(of error: any Error, in data: Data) -> String {
-        let detail = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String) ?? "syntax error"
-        // Foundation reports "... around character N." (a byte offset, 0-based).
-        guard let range = detail.range(of: "character "),
-              let offset = Int(detail[range.upperBound...].prefix(while: \.isNumber)) else {
-            if data.isEmpty { return "the input is empty" }
-            let lines = data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).count
-            let reason = detail.hasSuffix(".") ? String(detail.dropLast()) : detail
-            return "\(reason.prefix(1).lowercased() + reason.dropFirst()) (input ends at line \(lines))"
-        }
+    /// 1-based line and column (in bytes) of a byte offset.
+    static func location(of offset: Int, in data: Data) -> (line: Int, column: Int) {
         var line = 1, column = 1
         for byte in data.prefix(offset) {
             if byte == UInt8(ascii: "\n") { line += 1; column = 1 } else { column += 1 }
         }
-        let reason = detail[..<range.lowerBound].trimmingCharacters(in: .whitespaces)
-            .replacingOccurrences(of: " around", with: "")
-        return "\(reason.isEmpty ? "syntax error" : reason.lowercased()) at line \(line), column \(column)"
+        return (line, column)
     }
 }

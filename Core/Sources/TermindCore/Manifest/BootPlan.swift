@@ -12,21 +12,40 @@ public struct BootPlan: Sendable, Equatable {
 /// Validates manifests and computes the boot order.
 ///
 /// Rules: unique ids; supported ABI; the library exists; contract ids are well formed and
-/// unique; every required dependency exists and is enabled; no dependency cycles; one
-/// provider per port; every required port has an enabled provider. A feature that breaks
-/// a rule is disabled together with everything that requires it. Permanent features
-/// that end up disabled are fatal.
+/// unique; every contract and command lies in the feature's own namespace (`<id>.…`, a
+/// command's first word is the id); a plugin takes no reserved id and is never permanent;
+/// C schemas are readable; every required dependency exists and is enabled; no dependency
+/// cycles; one provider per port; every required port has an enabled provider. A feature
+/// that breaks a rule is disabled together with everything that requires it. A permanent
+/// feature that ends up disabled — for any reason, even an entry that cannot be read — is
+/// fatal.
 public struct RegistryValidator: Sendable {
     public static let supportedABI = 1
+
+    /// Ids no plugin may take: the kernel's own namespaces, termind's built-in features
+    /// (present and planned) and the host's command words.
+    public static let reservedIDs: Set<String> = [
+        "kernel", "termind", "ssh", "mcp",
+        "vault", "workspaces", "metrics", "assistant", "settings", "portforwarding", "sftp",
+        "features", "contracts", "call", "serve", "version", "bench", "plugins", "secrets", "exec", "help",
+    ]
 
     public var libraryExists: @Sendable (String) -> Bool
     /// Ports the kernel provides itself (the store, the secret store): always available
     /// to require, never to provide.
     public var kernelPorts: Set<String>
+    public var reservedIDs: Set<String>
 
-    public init(libraryExists: @escaping @Sendable (String) -> Bool, kernelPorts: Set<String> = []) {
+    public init(libraryExists: @escaping @Sendable (String) -> Bool, kernelPorts: Set<String> = [],
+                reservedIDs: Set<String> = RegistryValidator.reservedIDs) {
         self.libraryExists = libraryExists
         self.kernelPorts = kernelPorts
+        self.reservedIDs = reservedIDs
+    }
+
+    /// Whether `name` (a contract or stream name, without `@version`) lies in feature `id`'s namespace.
+    public static func isInNamespace(_ name: String, of id: String) -> Bool {
+        name.hasPrefix(id + ".") && name.count > id.count + 1
     }
 
     /// - Parameters:
@@ -44,15 +63,35 @@ public struct RegistryValidator: Sendable {
             disabled[id] = FeatureProblem(featureID: id, field: field, code: code, message: message)
         }
 
-        // Entries that could not be read never become candidates; report each as is.
+        // Entries that could not be read never become candidates; report each as is. One that
+        // declared itself permanent stops boot.
         anonymous += rejected
+        var fatal = rejected.filter(\.permanent).map { problem in
+            FeatureProblem(featureID: problem.featureID, field: problem.field, code: "feature.permanent_failed",
+                           message: "Permanent feature \(problem.featureID.map { "'\($0)'" } ?? "entry") cannot run, so termind cannot start: \(problem.message)")
+        }
 
         // Identity, ABI, library, declarations.
         for m in manifests {
             let name = "feature '\(m.id)' (\(m.source))"
             guard Self.isValidID(m.id) else {
-                anonymous.append(FeatureProblem(featureID: nil, field: "id", code: "manifest.invalid_id",
-                                                message: "\(m.source): field \"id\" '\(m.id)' must be 1–64 characters of a–z, 0–9, '-' or '_', starting with a letter."))
+                let problem = FeatureProblem(featureID: nil, field: "id", code: "manifest.invalid_id",
+                                             message: "\(m.source): field \"id\" '\(m.id)' must be 1–64 characters of a–z, 0–9, '-' or '_', starting with a letter.")
+                anonymous.append(problem)
+                if m.isPermanent {
+                    fatal.append(FeatureProblem(featureID: nil, field: "id", code: "feature.permanent_failed",
+                                                message: "Permanent feature '\(m.id)' cannot run, so termind cannot start: \(problem.message)"))
+                }
+                continue
+            }
+            if (m.origin == .plugin && reservedIDs.contains(m.id)) || m.id == "kernel" {
+                let problem = FeatureProblem(featureID: nil, field: "id", code: "manifest.reserved_id",
+                                             message: "\(name) is not loaded: field \"id\": '\(m.id)' is reserved for termind itself\(m.origin == .plugin ? " (reserved: \(reservedIDs.sorted().joined(separator: ", ")))" : ""); choose another id.")
+                anonymous.append(problem)
+                if m.isPermanent {
+                    fatal.append(FeatureProblem(featureID: nil, field: "id", code: "feature.permanent_failed",
+                                                message: "Permanent feature '\(m.id)' cannot run, so termind cannot start: \(problem.message)"))
+                }
                 continue
             }
             if let first = byID[m.id] {
@@ -70,10 +109,18 @@ public struct RegistryValidator: Sendable {
                 disable(m.id, field: "contracts", code: "manifest.contract_id", "\(name): field \"contracts\": '\(bad)' is not of the form name@version (e.g. vault.host.list@1).")
             } else if let bad = (m.ports.provides + m.ports.requires + m.ports.optional).first(where: { !Self.isValidPortID($0) }) {
                 disable(m.id, field: "ports", code: "manifest.port_id", "\(name): field \"ports\": '\(bad)' is not a valid port id (lowercase words separated by dots).")
+            } else if let bad = m.contracts.first(where: { !Self.isInNamespace(ContractID(parsing: $0)!.name, of: m.id) }) {
+                disable(m.id, field: "contracts", code: "manifest.namespace", "\(name): field \"contracts\": '\(bad)' is outside the feature's namespace; its contracts must be named '\(m.id).…'.")
+            } else if m.origin == .plugin && m.permanent {
+                disable(m.id, field: "permanent", code: "plugin.permanent", "\(name): field \"permanent\": a plugin can never be permanent (only Registry.json features are); remove the field.")
+            } else if m.origin != .plugin && m.libraryOutsidePlugin {
+                disable(m.id, field: "libraryOutsidePlugin", code: "manifest.invalid_field", "\(name): field \"libraryOutsidePlugin\" applies to plugins only.")
             } else if let problem = Self.functionProblem(m) {
                 disable(m.id, field: "functions", code: "manifest.function", "\(name): field \"functions\": \(problem).")
             } else if let problem = Self.commandProblem(m) {
                 disable(m.id, field: "commands", code: "manifest.command", "\(name): field \"commands\": \(problem).")
+            } else if let problem = Self.schemaProblem(m) {
+                disable(m.id, field: "schemas", code: "manifest.schema", "\(name): field \"schemas\": \(problem).")
             }
         }
 
@@ -84,7 +131,7 @@ public struct RegistryValidator: Sendable {
             guard unknown.isEmpty else {
                 throw TermindError(code: "features.unknown", message: "Unknown feature\(unknown.count == 1 ? "" : "s") \(unknown.map { "'\($0)'" }.joined(separator: ", ")) in --features / TERMIND_FEATURES. Known: \(declared.sorted().joined(separator: ", ")).")
             }
-            var wanted = selection.union(declared.filter { byID[$0]!.permanent })
+            var wanted = selection.union(declared.filter { byID[$0]!.isPermanent })
             var frontier = Array(wanted)
             while let id = frontier.popLast() {
                 guard let m = byID[id] else { continue }
@@ -186,8 +233,8 @@ public struct RegistryValidator: Sendable {
         }
 
         let disabledList = declared.compactMap { disabled[$0] } + anonymous
-        let fatal = declared.compactMap { id -> FeatureProblem? in
-            guard byID[id]!.permanent, let problem = disabled[id] else { return nil }
+        fatal += declared.compactMap { id -> FeatureProblem? in
+            guard byID[id]!.isPermanent, let problem = disabled[id] else { return nil }
             return FeatureProblem(featureID: id, field: problem.field, code: "feature.permanent_failed",
                                   message: "Permanent feature '\(id)' cannot run, so termind cannot start: \(problem.message)")
         }
@@ -232,6 +279,22 @@ public struct RegistryValidator: Sendable {
             }
             guard m.contracts.contains(c.contract) || functionContracts.contains(c.contract) else {
                 return "command '\(c.name)' maps to '\(c.contract)', which this feature does not declare"
+            }
+            guard c.words[0] == m.id else {
+                return "command '\(c.name)' is outside the feature's namespace; its commands must start with '\(m.id)'"
+            }
+        }
+        return nil
+    }
+
+    private static func schemaProblem(_ m: FeatureManifest) -> String? {
+        if !m.schemas.isEmpty && m.kind != .c { return "only C plugins (kind \"c\") declare schemas; a Swift feature's come from its types" }
+        for contract in m.schemas.keys.sorted() {
+            guard m.contracts.contains(contract) else { return "'\(contract)' is not one of the contracts this feature declares" }
+            let declared = m.schemas[contract]!
+            for (part, value) in [("request", declared.request), ("response", declared.response)] {
+                guard let value else { continue }
+                if case .failure(let error) = JSONSchema.read(value, at: "\(contract).\(part)") { return error.message }
             }
         }
         return nil

@@ -63,6 +63,25 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         }
     }
 
+    /// The JSON Schemas a C plugin declares for one of its contracts (`"schemas"` in
+    /// plugin.json, keyed by contract id). Absent, the request is any JSON object and the
+    /// response any JSON value.
+    public struct ContractSchemas: Sendable, Equatable, Codable {
+        public var request: JSONValue?
+        public var response: JSONValue?
+        public init(request: JSONValue? = nil, response: JSONValue? = nil) {
+            self.request = request
+            self.response = response
+        }
+    }
+
+    /// Where a manifest was declared: the built-in registry, or a plugin folder the user
+    /// opted in to. Plugins can never be permanent and never take a reserved id.
+    public enum Origin: String, Sendable, Equatable, Codable {
+        case registry
+        case plugin
+    }
+
     /// A CLI subcommand that maps positional arguments onto fields of a contract request.
     public struct Command: Sendable, Equatable, Codable {
         public var name: String
@@ -102,7 +121,18 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     public var contracts: [String]
     public var functions: [Function]
     public var commands: [Command]
+    /// C plugins only: request/response JSON Schemas of declared contracts.
+    public var schemas: [String: ContractSchemas]
+    /// Plugins only: the library may live outside the plugin's folder (it must pass the
+    /// same ownership and permission checks).
+    public var libraryOutsidePlugin: Bool
     public var summary: String?
+
+    /// Set by the reader, not the document.
+    public var origin: Origin = .registry
+    /// Whether termind refuses to start without this feature: only Registry.json entries
+    /// can be permanent, whatever a plugin.json says.
+    public var isPermanent: Bool { permanent && origin == .registry }
 
     /// Where this manifest came from, for messages ("Registry.json", a plugin.json path).
     public var source: String = ""
@@ -111,13 +141,15 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     public var baseDirectory: String = ""
 
     enum CodingKeys: String, CodingKey {
-        case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, functions, commands, summary
+        case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, functions, commands, schemas
+        case libraryOutsidePlugin, summary
     }
 
     public init(id: String, version: String = "1.0.0", abi: Int = 1, kind: Kind = .swift, library: String,
                 order: Int = 100, permanent: Bool = false, dependencies: Dependencies = .init(), ports: Ports = .init(),
-                contracts: [String] = [], functions: [Function] = [], commands: [Command] = [], summary: String? = nil,
-                source: String = "", baseDirectory: String = "") {
+                contracts: [String] = [], functions: [Function] = [], commands: [Command] = [], schemas: [String: ContractSchemas] = [:],
+                libraryOutsidePlugin: Bool = false, summary: String? = nil, source: String = "", baseDirectory: String = "",
+                origin: Origin = .registry) {
         self.id = id
         self.version = version
         self.abi = abi
@@ -130,9 +162,12 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         self.contracts = contracts
         self.functions = functions
         self.commands = commands
+        self.schemas = schemas
+        self.libraryOutsidePlugin = libraryOutsidePlugin
         self.summary = summary
         self.source = source
         self.baseDirectory = baseDirectory
+        self.origin = origin
     }
 
     public init(from decoder: any Decoder) throws {
@@ -149,6 +184,8 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         contracts = try c.decodeIfPresent([String].self, forKey: .contracts) ?? []
         functions = try c.decodeIfPresent([Function].self, forKey: .functions) ?? []
         commands = try c.decodeIfPresent([Command].self, forKey: .commands) ?? []
+        schemas = try c.decodeIfPresent([String: ContractSchemas].self, forKey: .schemas) ?? [:]
+        libraryOutsidePlugin = try c.decodeIfPresent(Bool.self, forKey: .libraryOutsidePlugin) ?? false
         summary = try c.decodeIfPresent(String.self, forKey: .summary)
     }
 
@@ -156,6 +193,17 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     /// never against the working directory.
     public var libraryPath: String {
         library.hasPrefix("/") ? library : (baseDirectory as NSString).appendingPathComponent(library)
+    }
+}
+
+extension FeatureManifest {
+    /// The request and response schemas of one of this C plugin's contracts: what its
+    /// manifest declares, else any JSON object in and any JSON value out.
+    public func schemas(of contract: String) -> (request: JSONSchema, response: JSONSchema) {
+        let declared = schemas[contract]
+        let request = declared?.request.flatMap { try? JSONSchema.read($0, at: "request").get() } ?? .dictionary(.any)
+        let response = declared?.response.flatMap { try? JSONSchema.read($0, at: "response").get() } ?? .any
+        return (request, response)
     }
 }
 

@@ -27,17 +27,25 @@ public enum ManifestReader {
         guard case .array(let entries)? = object["features"] else {
             throw TermindError(code: "registry.malformed", message: "\(source): field \"features\" is missing or not an array.")
         }
+        if let unknown = object.keys.sorted().first(where: { $0 != "schema" && $0 != "features" }) {
+            throw TermindError(code: "registry.malformed", message: "\(source): unknown top-level field \"\(unknown)\" (allowed: schema, features).")
+        }
         var result = Result()
         for (index, entry) in entries.enumerated() {
-            switch readEntry(entry, label: "\(source) features[\(index)]", source: source, baseDirectory: baseDirectory) {
+            switch readEntry(entry, label: "\(source) features[\(index)]", source: source, baseDirectory: baseDirectory, origin: .registry) {
             case .success(let manifest): result.manifests.append(manifest)
-            case .failure(let problem): result.rejected.append(problem)
+            case .failure(var problem):
+                // An entry that says it is permanent stops boot whatever is wrong with it. A
+                // "permanent" that is present and not false counts: an unreadable entry fails closed.
+                if case .object(let fields) = entry, let flag = fields["permanent"], flag != .bool(false) { problem.permanent = true }
+                result.rejected.append(problem)
             }
         }
         return result
     }
 
     /// Parses one plugin.json; the library resolves against the plugin's own folder.
+    /// Plugins are never permanent: a plugin.json that says so is refused.
     public static func readPlugin(_ data: Data, source: String, baseDirectory: String) -> Swift.Result<FeatureManifest, FeatureProblem> {
         let value: JSONValue
         do { value = try JSONCoding.parse(data, source: source) } catch let error as TermindError {
@@ -45,12 +53,13 @@ public enum ManifestReader {
         } catch {
             return .failure(FeatureProblem(featureID: nil, field: nil, code: "json.malformed", message: "\(source) is not valid JSON."))
         }
-        return readEntry(value, label: source, source: source, baseDirectory: baseDirectory)
+        return readEntry(value, label: source, source: source, baseDirectory: baseDirectory, origin: .plugin)
     }
 
     private static let schema = SchemaDerivation.schema(for: FeatureManifest.self)
 
-    static func readEntry(_ entry: JSONValue, label: String, source: String, baseDirectory: String) -> Swift.Result<FeatureManifest, FeatureProblem> {
+    static func readEntry(_ entry: JSONValue, label: String, source: String, baseDirectory: String,
+                          origin: FeatureManifest.Origin) -> Swift.Result<FeatureManifest, FeatureProblem> {
         let id = entry["id"]?.stringValue
         let name = id.map { "feature '\($0)' (\(label))" } ?? label
         let problems = schema.problems(in: entry, at: "")
@@ -65,6 +74,7 @@ public enum ManifestReader {
             var manifest = try JSONDecoder().decode(FeatureManifest.self, from: JSONCoding.encode(entry))
             manifest.source = source
             manifest.baseDirectory = baseDirectory
+            manifest.origin = origin
             return .success(manifest)
         } catch {
             return .failure(FeatureProblem(featureID: id, field: nil, code: "manifest.invalid", message: "\(name): cannot be read as a feature manifest."))
@@ -78,12 +88,27 @@ public struct FeatureProblem: Sendable, Equatable, Codable, Error, CustomStringC
     public var field: String?
     public var code: String
     public var message: String
+    /// The entry declared itself permanent (for entries that could not even be read):
+    /// boot stops instead of going on without it.
+    public var permanent: Bool
 
-    public init(featureID: String?, field: String?, code: String, message: String) {
+    public init(featureID: String?, field: String?, code: String, message: String, permanent: Bool = false) {
         self.featureID = featureID
         self.field = field
         self.code = code
         self.message = message
+        self.permanent = permanent
+    }
+
+    enum CodingKeys: String, CodingKey { case featureID, field, code, message }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        featureID = try c.decodeIfPresent(String.self, forKey: .featureID)
+        field = try c.decodeIfPresent(String.self, forKey: .field)
+        code = try c.decode(String.self, forKey: .code)
+        message = try c.decode(String.self, forKey: .message)
+        permanent = false
     }
 
     public var description: String { message }

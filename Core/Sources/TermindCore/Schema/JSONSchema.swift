@@ -61,7 +61,8 @@ public indirect enum JSONSchema: Sendable, Equatable {
     public func problems(in value: JSONValue, at path: String = "body") -> [String] {
         switch (self, value) {
         case (.any, _): return []
-        case (.string, .string), (.integer, .integer), (.number, .integer), (.number, .double), (.boolean, .bool):
+        case (.string, .string), (.integer, .integer), (.integer, .unsignedInteger), (.number, .integer), (.number, .unsignedInteger),
+             (.number, .double), (.boolean, .bool):
             return []
         case (.enumeration(let cases), .string(let s)):
             return cases.contains(s) ? [] : ["\(path): '\(s)' is not one of \(cases.joined(separator: ", "))"]

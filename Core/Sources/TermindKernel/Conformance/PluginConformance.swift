@@ -2,10 +2,11 @@ import Foundation
 import TermindCore
 
 /// Checks a plugin the way termind will treat it, so an author can run it before
-/// shipping (`termind plugins check DIR`, or `FeatureHarness.conformance`): the manifest
-/// reads and validates, the library loads and its descriptor matches, it starts, every
-/// declared contract is routed and answers an empty request with a reply or a clear
-/// `request.invalid` (not a crash or `contract.unknown`), and it stops.
+/// shipping (`termind plugins check DIR`): it boots a kernel with DIR as its only plugin
+/// folder — the very discovery, permission checks, validation and loading of a real boot,
+/// so it passes nothing termind would refuse — then checks that each plugin started,
+/// that every declared contract is routed and answers an empty request with a reply or a
+/// clear `request.invalid` (not a crash, `contract.unknown` or a bad reply), and that it stops.
 public enum PluginConformance {
     public struct Check: Sendable, Codable, Equatable {
         public var name: String
@@ -13,56 +14,59 @@ public enum PluginConformance {
         public var detail: String
     }
 
-    public static func check(pluginDirectory: String, libraryDirectory: String? = nil, fakes: [InProcessFeature] = []) async -> [Check] {
-        var checks: [Check] = []
-        let path = (pluginDirectory as NSString).appendingPathComponent("plugin.json")
-        guard let data = FileManager.default.contents(atPath: path) else {
-            return [Check(name: "manifest", passed: false, detail: "no plugin.json in \(pluginDirectory)")]
-        }
-        let manifest: FeatureManifest
-        switch ManifestReader.readPlugin(data, source: path, baseDirectory: libraryDirectory ?? pluginDirectory) {
-        case .success(let m):
-            manifest = m
-            checks.append(Check(name: "manifest", passed: true, detail: "'\(m.id)' \(m.version), \(m.kind.rawValue) ABI \(m.abi)"))
-        case .failure(let problem):
-            return [Check(name: "manifest", passed: false, detail: problem.message)]
-        }
-
-        var configuration = KernelConfiguration(registryPath: nil, hostVersion: "conformance")
-        configuration.manifests = [manifest]
+    public static func check(pluginDirectory: String, fakes: [InProcessFeature] = []) async -> [Check] {
+        var configuration = KernelConfiguration(registryPath: nil, pluginDirectories: [pluginDirectory], hostVersion: "conformance")
         configuration.inProcessFeatures = fakes
         let kernel = Kernel(configuration: configuration, sink: .disabled())
-        let status: FeatureStatus?
+        let statuses: [FeatureStatus]
         do {
-            status = try await kernel.boot().first { $0.id == manifest.id }
+            statuses = try await kernel.boot()
         } catch {
-            return checks + [Check(name: "boot", passed: false, detail: String(describing: error))]
+            return [Check(name: "boot", passed: false, detail: String(describing: error))]
         }
-        guard let status, status.state == .running else {
-            return checks + [Check(name: "load and start", passed: false, detail: status?.reason ?? "the plugin did not run")]
+        let fakeIDs = Set(fakes.map(\.manifest.id))
+        let plugins = statuses.filter { !fakeIDs.contains($0.id) }
+        var checks: [Check] = []
+        // What discovery refused (permissions, plugin.json, reserved ids) never became a plugin.
+        let refused = await kernel.unattributed
+        for problem in refused {
+            checks.append(Check(name: "manifest", passed: false, detail: problem.message))
         }
-        checks.append(Check(name: "load and start", passed: true, detail: "descriptor matches the manifest; started"))
-
-        for contract in status.contracts {
-            let routed = kernel.contractInfos().contains { $0.id == contract }
-            guard routed else {
-                checks.append(Check(name: contract, passed: false, detail: "declared but not routed"))
+        for status in plugins {
+            checks.append(Check(name: "manifest", passed: true, detail: "'\(status.id)' \(status.version), \(status.kind.rawValue); files and permissions as termind requires"))
+            guard status.state == .running else {
+                checks.append(Check(name: "load and start", passed: false, detail: status.reason ?? "the plugin did not run"))
                 continue
             }
-            do {
-                _ = try await kernel.call(contract, body: Data("{}".utf8))
-                checks.append(Check(name: contract, passed: true, detail: "answers an empty request"))
-            } catch let error as TermindError where error.code == "request.invalid" {
-                checks.append(Check(name: contract, passed: true, detail: "rejects an empty request clearly: \(error.message)"))
-            } catch let error as TermindError {
-                let ok = error.code != "contract.unknown" && error.code != "internal"
-                checks.append(Check(name: contract, passed: ok, detail: "\(error.code): \(error.message)"))
-            } catch {
-                checks.append(Check(name: contract, passed: false, detail: "threw \(type(of: error))"))
+            checks.append(Check(name: "load and start", passed: true, detail: "descriptor matches the manifest; started"))
+            for contract in status.contracts {
+                checks.append(await call(contract, on: kernel))
             }
         }
+        if plugins.isEmpty && refused.isEmpty {
+            checks.append(Check(name: "manifest", passed: false, detail: "no plugin found in \(pluginDirectory)"))
+        }
         await kernel.shutdown()
-        checks.append(Check(name: "stop", passed: true, detail: "stopped"))
+        if plugins.contains(where: { $0.state == .running }) {
+            checks.append(Check(name: "stop", passed: true, detail: "stopped"))
+        }
         return checks
+    }
+
+    private static func call(_ contract: String, on kernel: Kernel) async -> Check {
+        guard kernel.contractInfos().contains(where: { $0.id == contract }) else {
+            return Check(name: contract, passed: false, detail: "declared but not routed")
+        }
+        do {
+            _ = try await kernel.call(contract, body: Data("{}".utf8))
+            return Check(name: contract, passed: true, detail: "answers an empty request")
+        } catch let error as TermindError where error.code == "request.invalid" {
+            return Check(name: contract, passed: true, detail: "rejects an empty request clearly: \(error.message)")
+        } catch let error as TermindError {
+            let ok = !["contract.unknown", "internal", "plugin.bad_reply", "plugin.unhandled"].contains(error.code)
+            return Check(name: contract, passed: ok, detail: "\(error.code): \(error.message)")
+        } catch {
+            return Check(name: contract, passed: false, detail: "threw \(type(of: error))")
+        }
     }
 }

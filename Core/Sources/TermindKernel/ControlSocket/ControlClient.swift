@@ -2,13 +2,17 @@ import Foundation
 import TermindCore
 
 /// A blocking client of the control socket, for the CLI and tests. One request at a time.
+/// When the server closed the connection while it was idle (`socket.idle`), the next call
+/// connects again first; a server that is full answers `socket.busy`, which `call` throws.
 public final class ControlClient: @unchecked Sendable {
-    private let fd: Int32
+    private let path: String
+    private var fd: Int32
     private var reader: LineReader
     private var nextID: Int64 = 1
 
     /// Connects, or throws `socket.connect_failed` when no server listens at `path`.
     public init(path: String) throws {
+        self.path = path
         fd = try SocketIO.connect(path)
         reader = LineReader(fd: fd, maximum: 64 << 20)
     }
@@ -17,12 +21,33 @@ public final class ControlClient: @unchecked Sendable {
 
     /// Sends one contract call and waits for its reply.
     public func call(_ contract: String, body: Data) throws -> Data {
+        try reconnectIfClosedWhileIdle()
         let id = JSONValue.integer(nextID)
         nextID += 1
         guard SocketIO.writeAll(fd, Envelope.encodeRequest(id: id, contract: contract, body: body)) else {
-            throw TermindError(code: "socket.closed", message: "The termind server closed the connection.")
+            // A server that was full wrote why before it closed.
+            throw pendingNotice() ?? TermindError(code: "socket.closed", message: "The termind server closed the connection.")
         }
         return try readReply()
+    }
+
+    /// Between calls nothing is due from the server: anything readable now is a notice
+    /// (idle, busy) or the end of the connection. After an idle close, connect again.
+    private func reconnectIfClosedWhileIdle() throws {
+        var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&descriptor, 1, 0) > 0 else { return }
+        if let notice = pendingNotice(), notice.code != "socket.idle" { throw notice }
+        close(fd)
+        fd = try SocketIO.connect(path)
+        reader = LineReader(fd: fd, maximum: 64 << 20)
+    }
+
+    /// The error a server sent before closing (`socket.busy`, `socket.idle`), if any.
+    private func pendingNotice() -> TermindError? {
+        var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&descriptor, 1, 100) > 0, case .line(let line) = reader.next(),
+              let reply = try? Envelope.parseReply(line), case .failure(let error) = reply.result else { return nil }
+        return error
     }
 
     /// Runs a stream (see StreamSession): `onEvent` gets each event object (its reply, if
@@ -30,6 +55,7 @@ public final class ControlClient: @unchecked Sendable {
     /// `send` may be used from another thread meanwhile (standard input).
     public func stream(_ name: String, body: Data, onOpen: (JSONValue) -> Void = { _ in },
                        onEvent: ([String: JSONValue]) throws -> JSONValue?) throws -> Data {
+        try reconnectIfClosedWhileIdle()
         let id = JSONValue.integer(nextID)
         nextID += 1
         var open = Data("{\"id\":".utf8)
@@ -77,7 +103,7 @@ public final class ControlClient: @unchecked Sendable {
             return try reply.result.get()
         case .oversized:
             throw TermindError(code: "envelope.too_large", message: "The server's reply is larger than 64 MiB.")
-        case .end:
+        case .end, .idle:
             throw TermindError(code: "socket.closed", message: "The termind server closed the connection before replying.")
         }
     }

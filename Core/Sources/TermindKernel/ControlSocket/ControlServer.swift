@@ -7,11 +7,22 @@ import TermindCore
 /// thread that reads NDJSON envelopes; requests are pipelined (up to
 /// `maximumInFlightPerConnection` at once) and answered by id. A malformed, oversized or
 /// unknown envelope gets an error reply; a client that vanishes affects nobody else.
+///
+/// Bounds per connection: one request line (`Envelope.maximumBytes`), 32 requests in
+/// flight, and `maximumQueuedReplyBytes` of replies the client has not read — past that
+/// the server stops reading the connection's requests until the client catches up. A
+/// connection with nothing in flight that sends nothing for `idleTimeout` is closed
+/// (with a `socket.idle` notice), so idle clients cannot hold the 128 places forever.
 public final class ControlServer: @unchecked Sendable {
     public static let maximumClients = 128
     public static let maximumInFlightPerConnection = 32
     /// A client that does not read its replies for this long is disconnected.
     public static let sendTimeoutSeconds = 20
+    /// Replies a client has not read yet, per connection, before the server stops reading
+    /// its requests.
+    public static let maximumQueuedReplyBytes = 1 << 20
+    /// How long a connection may stay silent with nothing in flight.
+    public static let defaultIdleTimeout: TimeInterval = 60
 
     public let path: String
     private let kernel: Kernel
@@ -22,11 +33,13 @@ public final class ControlServer: @unchecked Sendable {
     private var nextConnection: UInt64 = 1
     private var stopped = false
     private var streamHandlers: [String: StreamSession.Handler] = [:]
+    public let idleTimeout: TimeInterval
 
-    public init(path: String, kernel: Kernel, logger: Logger) {
+    public init(path: String, kernel: Kernel, logger: Logger, idleTimeout: TimeInterval = ControlServer.defaultIdleTimeout) {
         self.path = path
         self.kernel = kernel
         self.logger = logger.child("socket")
+        self.idleTimeout = idleTimeout
     }
 
     /// Serves streams named `name` (e.g. "ssh.exec@1") with `handler`; see StreamSession.
@@ -133,18 +146,30 @@ public final class ControlServer: @unchecked Sendable {
         logger.debug("socket.client.connected", ["connection": .int(Int(connection))])
         var timeout = timeval(tv_sec: Self.sendTimeoutSeconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        // Reads wake up after idleTimeout to see whether the connection is idle.
+        let seconds = max(idleTimeout, 0.01)
+        var idle = timeval(tv_sec: Int(seconds), tv_usec: Int((seconds - Double(Int(seconds))) * 1_000_000))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, socklen_t(MemoryLayout<timeval>.size))
         let slots = DispatchSemaphore(value: Self.maximumInFlightPerConnection)
         let group = DispatchGroup()
+        let inFlight = InFlightCounter()
         let kernel = self.kernel
         var reader = LineReader(fd: fd, maximum: Envelope.maximumBytes)
-        let writer = ReplyWriter(fd: fd, group: group) { [logger] in
+        let writer = ReplyWriter(fd: fd, bound: Self.maximumQueuedReplyBytes) { [logger] in
             logger.warning("socket.client.write_failed", ["connection": .int(Int(connection))])
         }
         let reply: @Sendable (Data) -> Void = { line in writer.send(line) }
         let streams = StreamTable()
         loop: while true {
+            // A client that does not read its replies is not read either (bounded memory).
+            writer.waitForRoom()
             switch reader.next() {
             case .end:
+                break loop
+            case .idle:
+                guard inFlight.value == 0, streams.isEmpty, writer.queuedBytes == 0 else { continue }
+                logger.debug("socket.client.idle", ["connection": .int(Int(connection))])
+                reply(Envelope.failure(id: .null, error: TermindError(code: "socket.idle", message: "The termind server closed this connection after \(Self.describe(idleTimeout)) without requests; connect again.")))
                 break loop
             case .oversized:
                 reply(Envelope.failure(id: .null, error: TermindError(code: "envelope.too_large", message: "The envelope is larger than \(Envelope.maximumBytes) bytes and was skipped.")))
@@ -174,8 +199,9 @@ public final class ControlServer: @unchecked Sendable {
                         }
                         slots.wait()
                         group.enter()
+                        inFlight.add(1)
                         session.start(Task {
-                            defer { streams.remove(session); session.finish(); slots.signal(); group.leave() }
+                            defer { streams.remove(session); session.finish(); inFlight.add(-1); slots.signal(); group.leave() }
                             do {
                                 reply(Envelope.success(id: id, body: try await handler(body, session)))
                             } catch let error as TermindError {
@@ -195,8 +221,9 @@ public final class ControlServer: @unchecked Sendable {
                 case .success(let request):
                     slots.wait()
                     group.enter()
+                    inFlight.add(1)
                     Task {
-                        defer { slots.signal(); group.leave() }
+                        defer { inFlight.add(-1); slots.signal(); group.leave() }
                         do {
                             let body = try await kernel.call(request.contract, body: request.body, origin: .controlSocket(connection: connection))
                             reply(Envelope.success(id: request.id, body: body))
@@ -212,6 +239,7 @@ public final class ControlServer: @unchecked Sendable {
         // The client is gone: its streams are cancelled (nobody can answer their questions).
         streams.cancelAll()
         group.wait()
+        writer.finish()
         lock.withLock { _ = clients.removeValue(forKey: connection) }
         close(fd)
         logger.debug("socket.client.disconnected", ["connection": .int(Int(connection))])
@@ -220,56 +248,132 @@ public final class ControlServer: @unchecked Sendable {
 
 /// Writes reply lines to one connection without ever blocking the caller: a line goes out
 /// directly with a non-blocking send when nothing is queued, and otherwise (socket full,
-/// earlier lines pending) onto a serial queue that blocks only itself. A client that stops
-/// reading therefore stalls only its own queue, never the cooperative pool that runs the
-/// handlers; after `sendTimeoutSeconds` of blocking the connection is shut down.
+/// earlier lines pending) onto the connection's queue, which a writer thread of its own
+/// drains with blocking sends. The queue is bounded in bytes: while it holds more than
+/// `ControlServer.maximumQueuedReplyBytes`, `waitForRoom()` holds the connection's reader,
+/// so a client that stops reading stops being read — its memory stays bounded and it
+/// never slows anyone else. After `sendTimeoutSeconds` of blocking the connection is shut down.
 final class ReplyWriter: @unchecked Sendable {
     private let fd: Int32
-    private let lock = NSLock()
-    private var queued = 0
-    private let queue = DispatchQueue(label: "termind.client.write")
-    private let group: DispatchGroup
+    private let bound: Int
+    private let condition = NSCondition()
+    private var pending: [Data] = []
+    private var head = 0
+    private var pendingBytes = 0
+    /// The writer thread holds a line it is sending (still counted in `pendingBytes`).
+    private var writing = false
+    private var failed = false
+    private var finished = false
+    private var threadRunning = false
     private let onFailure: @Sendable () -> Void
 
-    init(fd: Int32, group: DispatchGroup, onFailure: @escaping @Sendable () -> Void) {
+    init(fd: Int32, bound: Int, onFailure: @escaping @Sendable () -> Void) {
         self.fd = fd
-        self.group = group
+        self.bound = bound
         self.onFailure = onFailure
     }
 
     func send(_ line: Data) {
-        lock.lock()
-        if queued == 0 {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !failed else { return }
+        if head == pending.count && !writing {
             let sent = line.withUnsafeBytes { Foundation.send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
-            if sent == line.count { lock.unlock(); return }
+            if sent == line.count { return }
             if sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK {
-                lock.unlock()
-                fail()
+                failLocked()
                 return
             }
-            enqueue(sent > 0 ? line.dropFirst(sent) : line)
+            enqueueLocked(sent > 0 ? Data(line.dropFirst(sent)) : line)
         } else {
-            enqueue(line)
-        }
-        lock.unlock()
-    }
-
-    /// Called with the lock held.
-    private func enqueue(_ bytes: Data) {
-        queued += 1
-        group.enter()
-        queue.async { [self] in
-            defer { group.leave() }
-            let ok = SocketIO.writeAll(fd, Data(bytes))
-            lock.withLock { queued -= 1 }
-            if !ok { fail() }
+            enqueueLocked(line)
         }
     }
 
-    private func fail() {
+    /// Bytes waiting to be written.
+    var queuedBytes: Int { condition.withLock { pendingBytes } }
+
+    /// Blocks while more than the bound waits to be written (and the connection works).
+    func waitForRoom() {
+        condition.lock()
+        while pendingBytes > bound && !failed { condition.wait() }
+        condition.unlock()
+    }
+
+    /// No more lines will come: waits until the queue is written out (or the connection failed).
+    func finish() {
+        condition.lock()
+        finished = true
+        condition.broadcast()
+        while threadRunning { condition.wait() }
+        condition.unlock()
+    }
+
+    private func enqueueLocked(_ bytes: Data) {
+        pending.append(bytes)
+        pendingBytes += bytes.count
+        if !threadRunning {
+            threadRunning = true
+            let thread = Thread { [self] in drain() }
+            thread.name = "termind.client.write"
+            thread.start()
+        }
+        condition.broadcast()
+    }
+
+    private func drain() {
+        while true {
+            condition.lock()
+            while head == pending.count && !finished && !failed { condition.wait() }
+            if head == pending.count || failed {
+                threadRunning = false
+                condition.broadcast()
+                condition.unlock()
+                return
+            }
+            let line = pending[head]
+            pending[head] = Data()
+            head += 1
+            if head == pending.count { pending.removeAll(keepingCapacity: true); head = 0 }
+            writing = true
+            condition.unlock()
+            let ok = SocketIO.writeAll(fd, line)
+            condition.lock()
+            writing = false
+            if !failed {
+                pendingBytes -= line.count
+                if !ok { failLocked() }
+            }
+            condition.broadcast()
+            condition.unlock()
+        }
+    }
+
+    /// Called with the lock held: drops what is queued, wakes the reader, ends the connection.
+    private func failLocked() {
+        guard !failed else { return }
+        failed = true
+        pending.removeAll()
+        head = 0
+        pendingBytes = 0
+        condition.broadcast()
         onFailure()
         shutdown(fd, Int32(SHUT_RDWR))
     }
+}
+
+extension ControlServer {
+    static func describe(_ interval: TimeInterval) -> String {
+        interval >= 1 && interval == interval.rounded() ? "\(Int(interval)) s" : "\(interval) s"
+    }
+}
+
+/// Requests and streams of one connection that have not answered yet.
+final class InFlightCounter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    func add(_ n: Int) { lock.withLock { count += n } }
+    var value: Int { lock.withLock { count } }
 }
 
 /// The streams running on one connection, by id.
@@ -286,6 +390,8 @@ final class StreamTable: @unchecked Sendable {
     }
 
     func session(_ id: JSONValue) -> StreamSession? { lock.withLock { sessions[id] } }
+
+    var isEmpty: Bool { lock.withLock { sessions.isEmpty } }
 
     func remove(_ session: StreamSession) {
         lock.withLock { if sessions[session.id] === session { sessions[session.id] = nil } }

@@ -74,8 +74,10 @@ enum SocketIO {
 /// Reads newline-delimited frames from a descriptor with a size bound. Each byte is
 /// scanned for a newline once (memchr over the newly read bytes only), so a long line
 /// costs linear time; a line over `maximum` is reported once and skipped to its end.
+/// With a receive timeout on the descriptor (SO_RCVTIMEO), a read that times out is
+/// reported as `.idle` and the reader can be asked again.
 struct LineReader {
-    enum Event { case line(Data), oversized, end }
+    enum Event { case line(Data), oversized, idle, end }
 
     let fd: Int32
     let maximum: Int
@@ -111,6 +113,7 @@ struct LineReader {
             compact()
             let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
             if n < 0 && errno == EINTR { continue }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return .idle }
             guard n > 0 else { return .end }
             chunk.withUnsafeBufferPointer { buffer.append(contentsOf: UnsafeBufferPointer(rebasing: $0[0..<n])) }
         }

@@ -188,9 +188,12 @@ public actor Kernel {
         var result = Discovery()
         result.manifests = configuration.inProcessFeatures.map(\.manifest) + configuration.manifests
         if let path = configuration.registryPath {
-            guard let data = FileManager.default.contents(atPath: path) else {
+            let data: Data
+            do {
+                data = try BoundedFile.read(path, limit: Self.maximumRegistryBytes, name: "The feature registry")
+            } catch let error as TermindError {
                 throw BootFailure(problems: [FeatureProblem(featureID: nil, field: nil, code: "registry.missing",
-                                                            message: "Cannot read the feature registry at \(path). Pass --registry PATH or set TERMIND_REGISTRY.")])
+                                                            message: "\(error.message) Pass --registry PATH or set TERMIND_REGISTRY.")])
             }
             let base = configuration.libraryDirectory ?? (path as NSString).deletingLastPathComponent
             do {
@@ -201,49 +204,17 @@ public actor Kernel {
                 throw BootFailure(problems: [FeatureProblem(featureID: nil, field: nil, code: error.code, message: error.message)])
             }
         }
+        // Plugins: found, read and vetted (ownership, permissions, bounds) before any code runs.
         for directory in configuration.pluginDirectories {
-            for pluginDirectory in Self.pluginFolders(in: directory) {
-                let path = (pluginDirectory as NSString).appendingPathComponent("plugin.json")
-                guard let data = FileManager.default.contents(atPath: path) else { continue }
-                switch ManifestReader.readPlugin(data, source: path, baseDirectory: pluginDirectory) {
-                case .success(let m):
-                    if let unsafe = Self.unsafeFile(among: [pluginDirectory, path, m.libraryPath]) {
-                        result.rejected.append(FeatureProblem(featureID: m.id, field: "library", code: "plugin.insecure",
-                                                              message: "plugin '\(m.id)' (\(path)) is not loaded: \(unsafe). Fix it with chmod go-w or chown."))
-                    } else {
-                        result.manifests.append(m)
-                    }
-                case .failure(let problem): result.rejected.append(problem)
-                }
-            }
+            let found = PluginDiscovery.discover(root: directory)
+            result.manifests += found.manifests
+            result.rejected += found.problems
         }
         return result
     }
 
-    /// Plugin code runs with the user's credentials at hand: like OpenSSH with its config
-    /// files, refuse a plugin whose folder, manifest or library someone else could change.
-    static func unsafeFile(among paths: [String]) -> String? {
-        for path in paths {
-            var info = stat()
-            guard stat(path, &info) == 0 else { continue } // a missing library is reported by validation
-            if info.st_uid != getuid() && info.st_uid != 0 {
-                return "\(path) is owned by uid \(info.st_uid), not by you or root"
-            }
-            if info.st_mode & 0o022 != 0 {
-                return "\(path) is writable by group or others (mode \(String(info.st_mode & 0o777, radix: 8)))"
-            }
-        }
-        return nil
-    }
-
-    /// A plugin folder holds plugin.json itself, or one plugin per subfolder (sorted).
-    static func pluginFolders(in directory: String) -> [String] {
-        let fm = FileManager.default
-        if fm.fileExists(atPath: (directory as NSString).appendingPathComponent("plugin.json")) { return [directory] }
-        let names = (try? fm.contentsOfDirectory(atPath: directory)) ?? []
-        return names.sorted().map { (directory as NSString).appendingPathComponent($0) }
-            .filter { fm.fileExists(atPath: ($0 as NSString).appendingPathComponent("plugin.json")) }
-    }
+    /// Registry.json is read only up to this size.
+    static let maximumRegistryBytes = 4 << 20
 
     private func register(_ feature: any Feature, manifest m: FeatureManifest) throws {
         let registrar = FeatureRegistrar(featureID: m.id)
@@ -352,7 +323,7 @@ public actor Kernel {
     private func setStatus(_ m: FeatureManifest, _ state: FeatureStatus.State, _ problem: FeatureProblem?) {
         statuses[m.id] = FeatureStatus(
             id: m.id, version: m.version, kind: m.kind, state: state, reason: problem?.message, reasonCode: problem?.code,
-            permanent: m.permanent, source: m.source, contracts: m.contracts + m.functions.map { "\(m.id).fn.\($0.name)@1" },
+            permanent: m.isPermanent, source: m.source, contracts: m.contracts + m.functions.map { "\(m.id).fn.\($0.name)@1" },
             provides: m.ports.provides, commands: m.commands)
     }
 

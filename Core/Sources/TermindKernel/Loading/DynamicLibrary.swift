@@ -21,11 +21,22 @@ struct DynamicLibrary: @unchecked Sendable {
         return DynamicLibrary(path: path, handle: handle)
     }
 
+    /// The entry symbol `name`.
     func symbol(_ name: String, feature: String) throws -> UnsafeMutableRawPointer {
+        try symbol(name, feature: feature, field: "library", code: "feature.entry_missing", role: "the entry symbol '\(name)'")
+    }
+
+    /// The symbol a manifest function names.
+    func symbol(_ name: String, function: String, feature: String) throws -> UnsafeMutableRawPointer {
+        try symbol(name, feature: feature, field: "functions", code: "plugin.function_missing",
+                   role: "the symbol '\(name)' that function '\(function)' names in \"functions\"")
+    }
+
+    private func symbol(_ name: String, feature: String, field: String, code: String, role: String) throws -> UnsafeMutableRawPointer {
         var error = [CChar](repeating: 0, count: 1024)
         guard let symbol = termind_dlsym(handle, name, &error, UInt(error.count)) else {
-            throw FeatureProblem(featureID: feature, field: "library", code: "feature.entry_missing",
-                                 message: "feature '\(feature)': \(path) does not export the entry symbol '\(name)'.")
+            throw FeatureProblem(featureID: feature, field: field, code: code,
+                                 message: "feature '\(feature)': \(path) does not export \(role).")
         }
         return symbol
     }

@@ -56,11 +56,14 @@ enum FeatureLoader {
             throw mismatch(m, "its descriptor has no id or version")
         }
         try check(m, id: String(cString: idPointer), version: String(cString: versionPointer), abi: Int(d.abi_version))
+        if d.handle == nil, let first = m.contracts.first {
+            throw mismatch(m, "its descriptor has no handle function, but the manifest declares contracts (\(first)\(m.contracts.count > 1 ? ", …" : "")); set .handle or declare no contracts", field: "contracts")
+        }
         var functions: [ForeignFunction] = []
         for f in m.functions {
             guard case .success(let signature) = FunctionSignature.parse(f.signature) else { continue }
-            let pointer = try library.symbol(f.symbol, feature: m.id)
-            functions.append(try ForeignFunction(name: f.name, signature: signature, symbol: pointer))
+            let pointer = try library.symbol(f.symbol, function: f.name, feature: m.id)
+            functions.append(try ForeignFunction(name: f.name, plugin: m.id, signature: signature, symbol: pointer))
         }
         return CPluginFeature(manifest: m, descriptor: descriptor, functions: functions)
     }

@@ -5,16 +5,21 @@ import TermindCore
 /// A C function a plugin declared in its manifest, bound at run time through libffi from
 /// its textual signature. Arguments arrive as JSON and are checked against the signature
 /// before the call; strings are copied in (NUL-terminated) and a returned `const char *`
-/// is borrowed and copied out. Calls run off the Swift cooperative pool, since C may block.
+/// is borrowed and copied out (NULL becomes JSON null). Integers keep their full 64-bit
+/// range both ways; a result JSON cannot carry (inf, NaN, a string that is not UTF-8 or
+/// larger than the reply bound) is an error naming the function. Calls run on the
+/// plugin's executor, never on the Swift cooperative pool, since C may block.
 final class ForeignFunction: @unchecked Sendable {
     let name: String
+    let plugin: String
     let signature: FunctionSignature
     private let symbol: UnsafeMutableRawPointer
     private let cif: UnsafeMutablePointer<ffi_cif>
     private let argumentTypes: UnsafeMutablePointer<UnsafeMutablePointer<ffi_type>?>
 
-    init(name: String, signature: FunctionSignature, symbol: UnsafeMutableRawPointer) throws {
+    init(name: String, plugin: String, signature: FunctionSignature, symbol: UnsafeMutableRawPointer) throws {
         self.name = name
+        self.plugin = plugin
         self.signature = signature
         self.symbol = symbol
         cif = .allocate(capacity: 1)
@@ -78,7 +83,13 @@ final class ForeignFunction: @unchecked Sendable {
             case (.uint64, .integer(let v)):
                 guard let x = UInt64(exactly: v) else { throw TermindError.badRequest("\(position): \(v) does not fit uint64.") }
                 slot.storeBytes(of: x, as: UInt64.self)
+            case (.uint64, .unsignedInteger(let v)):
+                slot.storeBytes(of: v, as: UInt64.self)
+            case (.int32, .unsignedInteger(let v)), (.uint32, .unsignedInteger(let v)), (.int64, .unsignedInteger(let v)):
+                throw TermindError.badRequest("\(position): \(v) does not fit \(type.rawValue).")
             case (.double, .integer(let v)):
+                slot.storeBytes(of: Double(v), as: Double.self)
+            case (.double, .unsignedInteger(let v)):
                 slot.storeBytes(of: Double(v), as: Double.self)
             case (.double, .double(let v)):
                 slot.storeBytes(of: v, as: Double.self)
@@ -103,22 +114,43 @@ final class ForeignFunction: @unchecked Sendable {
         case .int32: return .integer(Int64(Int32(truncatingIfNeeded: word)))
         case .uint32: return .integer(Int64(UInt32(truncatingIfNeeded: word)))
         case .int64: return .integer(Int64(bitPattern: word))
-        case .uint64:
-            return word <= UInt64(Int64.max) ? .integer(Int64(word)) : .double(Double(word))
-        case .double: return .double(result.load(as: Double.self))
+        case .uint64: return JSONValue(exactly: word)
+        case .double:
+            let value = result.load(as: Double.self)
+            guard value.isFinite else { throw badResult("returned \(value), which JSON cannot represent") }
+            return .double(value)
         case .bool: return .bool(UInt8(truncatingIfNeeded: word) != 0)
         case .string:
             guard let pointer = result.load(as: UnsafePointer<CChar>?.self) else { return .null }
-            return .string(String(cString: pointer))
+            let limit = PluginLimits.maximumReplyBytes
+            let length = strnlen(pointer, limit + 1)
+            guard length <= limit else { throw badResult("returned a string longer than \(limit) bytes (the reply bound)") }
+            let bytes = UnsafeRawBufferPointer(start: pointer, count: length)
+            if let bad = UTF8Validation.firstInvalidOffset(in: bytes) {
+                throw badResult("returned a string that is not valid UTF-8 (byte \(bad))")
+            }
+            return .string(String(decoding: bytes, as: UTF8.self))
         }
+    }
+}
+
+extension ForeignFunction {
+    private func badResult(_ detail: String) -> TermindError {
+        TermindError(code: "plugin.bad_reply", message: "plugin '\(plugin)': function '\(name)' (\(plugin).fn.\(name)@1) \(detail).")
     }
 }
 
 /// The request and response of a plugin function's contract (`<plugin>.fn.<name>@1`).
 public enum ForeignFunctionCall {
     public struct Request: Codable, Sendable, Equatable {
+        /// The arguments in order; may be left out for a function without parameters.
         public var args: [JSONValue]
         public init(args: [JSONValue]) { self.args = args }
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            args = try c.decodeIfPresent([JSONValue].self, forKey: .args) ?? []
+        }
+        enum CodingKeys: String, CodingKey { case args }
     }
     public struct Response: Codable, Sendable, Equatable {
         public var result: JSONValue

@@ -1,0 +1,116 @@
+import Foundation
+
+/// Runs blocking work (C plugin calls, anything that may sleep in the kernel or wait on
+/// I/O) on dedicated threads of its own, never on Swift's cooperative pool or
+/// Dispatch's shared worker threads, so that work which blocks never delays anything
+/// else. Bounded both ways: at most `threadLimit` jobs run at once (threads are started
+/// on demand and end after `idleSeconds` without work), at most `queueLimit` more wait in
+/// FIFO order, and a job beyond that is refused at once rather than queued without bound.
+/// A caller of `run` resumes only after its job's place is free again.
+public final class BlockingExecutor: @unchecked Sendable {
+    public let name: String
+    public let threadLimit: Int
+    public let queueLimit: Int
+
+    /// A job, and what to do once its place is given back (resume its caller).
+    private typealias Job = @Sendable () -> (@Sendable () -> Void)?
+
+    /// An idle thread ends after this long without work.
+    public let idleSeconds: TimeInterval
+    private let condition = NSCondition()
+    private var jobs: [Job] = []
+    private var head = 0
+    private var threads = 0
+    private var idle = 0
+    private var active = 0
+
+    public init(name: String, threadLimit: Int, queueLimit: Int, idleSeconds: TimeInterval = 30) {
+        precondition(threadLimit >= 1 && queueLimit >= 0)
+        self.name = name
+        self.threadLimit = threadLimit
+        self.queueLimit = queueLimit
+        self.idleSeconds = idleSeconds
+    }
+
+    /// Threads the executor has now (busy or idle).
+    public var threadCount: Int { condition.withLock { threads } }
+
+    /// Jobs running now and jobs waiting for a thread.
+    public var load: (running: Int, queued: Int) {
+        condition.withLock { (active, jobs.count - head) }
+    }
+
+    /// Queues `job`; false (and nothing queued) when `threadLimit` jobs run and
+    /// `queueLimit` wait already.
+    public func submit(_ job: @escaping @Sendable () -> Void) -> Bool {
+        enqueue { job(); return nil }
+    }
+
+    private func enqueue(_ job: @escaping Job) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        let waiting = jobs.count - head
+        guard active + waiting < threadLimit + queueLimit else { return false }
+        jobs.append(job)
+        if idle > 0 { condition.signal() }
+        // More jobs waiting than idle threads to take them: start another thread.
+        if jobs.count - head > idle && threads < threadLimit {
+            threads += 1
+            let thread = Thread { [self] in work() }
+            thread.name = name
+            thread.start()
+        }
+        return true
+    }
+
+    /// Runs `body` on one of the executor's threads and returns its result; throws
+    /// `busy()` at once when the executor is full.
+    public func run<T: Sendable>(busy: @autoclosure () -> any Error, _ body: @escaping @Sendable () throws -> T) async throws -> T {
+        let error = busy()
+        return try await withCheckedThrowingContinuation { continuation in
+            let accepted = enqueue {
+                let result = Result { try body() }
+                return { continuation.resume(with: result) }
+            }
+            if !accepted { continuation.resume(throwing: error) }
+        }
+    }
+
+    private func work() {
+        while true {
+            condition.lock()
+            while head == jobs.count {
+                idle += 1
+                let woken = condition.wait(until: Date().addingTimeInterval(idleSeconds))
+                idle -= 1
+                if !woken && head == jobs.count {
+                    threads -= 1
+                    condition.unlock()
+                    return
+                }
+            }
+            let job = jobs[head]
+            head += 1
+            // Drop consumed slots once they dominate, so the array does not grow.
+            if head >= 64 && head * 2 >= jobs.count {
+                jobs.removeFirst(head)
+                head = 0
+            }
+            active += 1
+            condition.unlock()
+            let completion = job()
+            condition.withLock { active -= 1 }
+            completion?()
+        }
+    }
+
+    /// Runs `body` on a new thread of its own (a plugin's start and stop, which must not
+    /// wait behind its calls).
+    public static func detached<T: Sendable>(name: String, _ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            let thread = Thread { continuation.resume(with: Result { try body() }) }
+            thread.name = name
+            thread.start()
+        }
+    }
+}

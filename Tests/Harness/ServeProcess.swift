@@ -1,0 +1,76 @@
+import Foundation
+import TermindCore
+import TermindKernel
+
+/// A `termind serve` child process on a private socket, for tests that need the real
+/// server: its own cooperative pool and threads, its memory read from /proc.
+public final class ServeProcess: @unchecked Sendable {
+    public let socketPath: String
+    public let process: SpawnedProcess
+    private let outputFD: Int32
+
+    /// Starts `termind serve --json` with `arguments` (e.g. --registry, --plugins) and
+    /// waits for its ready line.
+    public init(directory: TemporaryDirectory, arguments: [String], environment extra: [String: String] = [:]) throws {
+        socketPath = directory.file("serve/control.sock")
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = directory.file("home")
+        environment["XDG_RUNTIME_DIR"] = directory.file("home/run")
+        for name in ["TERMIND_PLUGINS", "TERMIND_FEATURES", "TERMIND_REGISTRY", "TERMIND_STORE", "TERMIND_SECRETS",
+                     "TERMIND_SECRETS_KEY", "TERMIND_SECRETS_PASSPHRASE_FILE", "TERMIND_DEBUG", "TERMIND_LOG_FILE"] {
+            environment.removeValue(forKey: name)
+        }
+        for (key, value) in extra { environment[key] = value }
+        var fds: [Int32] = [-1, -1]
+        guard pipe(&fds) == 0 else { throw TermindError(code: "test.pipe", message: "pipe failed") }
+        // The ready line arrives on standard output: hand the child the pipe's write end via /dev/fd.
+        let all = arguments + ["--socket", socketPath, "--store", directory.file("serve/db.sqlite"),
+                               "--secrets-key", directory.file("serve/secrets.key"), "serve", "--json"]
+        let script = "exec \"$0\" \"$@\" >&\(fds[1]) 2>>\(directory.file("serve-stderr.log"))"
+        process = try SpawnedProcess("/bin/bash", ["-c", script, FeatureHarness.buildDirectory + "/termind"] + all,
+                                     environment: environment, captureOutput: false)
+        close(fds[1])
+        outputFD = fds[0]
+        var line = Data()
+        var byte: UInt8 = 0
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline {
+            // Never wait past the deadline on a server that neither writes nor exits.
+            var descriptor = pollfd(fd: outputFD, events: Int16(POLLIN), revents: 0)
+            guard poll(&descriptor, 1, 1000) != 0 else { continue }
+            let n = read(outputFD, &byte, 1)
+            if n <= 0 { break }
+            if byte == UInt8(ascii: "\n") { break }
+            line.append(byte)
+        }
+        guard let ready = try? JSONCoding.parse(line, source: "the ready line"), ready["event"] == .string("ready") else {
+            process.signal(SIGKILL)
+            process.wait()
+            let stderr = (try? String(contentsOfFile: directory.file("serve-stderr.log"), encoding: .utf8)) ?? ""
+            throw TermindError(code: "test.serve", message: "termind serve did not become ready: \(String(decoding: line, as: UTF8.self)) \(stderr)")
+        }
+    }
+
+    deinit { close(outputFD) }
+
+    /// Resident memory of the server now (VmRSS), in bytes.
+    public func residentBytes() -> Int { Self.status(of: process.pid, field: "VmRSS") }
+    /// Peak resident memory so far (VmHWM), in bytes.
+    public func peakResidentBytes() -> Int { Self.status(of: process.pid, field: "VmHWM") }
+
+    static func status(of pid: pid_t, field: String) -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
+        for line in text.split(separator: "\n") where line.hasPrefix(field + ":") {
+            let digits = line.dropFirst(field.count + 1).trimmingCharacters(in: .whitespaces).prefix { $0.isNumber }
+            return (Int(digits) ?? 0) * 1024
+        }
+        return 0
+    }
+
+    /// SIGTERM, then the exit status.
+    @discardableResult
+    public func stop() -> Int32 {
+        process.signal(SIGTERM)
+        return process.wait()
+    }
+}

@@ -1,0 +1,78 @@
+import Foundation
+import TermindKernel
+import XCTest
+
+/// The executor behind C plugin calls: bounded threads, a bounded FIFO queue, refusal beyond it.
+final class BlockingExecutorTests: XCTestCase {
+    func testAtMostThreadLimitJobsRunQueueLimitWaitAndTheNextIsRefused() throws {
+        let executor = BlockingExecutor(name: "test.executor", threadLimit: 2, queueLimit: 3)
+        let release = DispatchSemaphore(value: 0)
+        let started = DispatchSemaphore(value: 0)
+        let order = OrderLog()
+        for index in 0..<5 {
+            XCTAssertTrue(executor.submit {
+                order.append(index)
+                started.signal()
+                release.wait()
+            }, "job \(index) fits")
+        }
+        // Two start, three wait.
+        XCTAssertEqual(started.wait(timeout: .now() + 5), .success)
+        XCTAssertEqual(started.wait(timeout: .now() + 5), .success)
+        XCTAssertEqual(started.wait(timeout: .now() + 0.3), .timedOut, "a third job must not run while two block")
+        XCTAssertEqual(executor.load.running, 2)
+        XCTAssertEqual(executor.load.queued, 3)
+        XCTAssertFalse(executor.submit {}, "the sixth job is refused at once")
+        for _ in 0..<5 { release.signal() }
+        for _ in 0..<3 { XCTAssertEqual(started.wait(timeout: .now() + 5), .success) }
+        XCTAssertEqual(Set(order.values.prefix(2)), [0, 1])
+        XCTAssertEqual(Array(order.values.dropFirst(2)), [2, 3, 4], "waiting jobs start in FIFO order")
+        // Once drained, it accepts work again.
+        let done = DispatchSemaphore(value: 0)
+        XCTAssertTrue(executor.submit { done.signal() })
+        XCTAssertEqual(done.wait(timeout: .now() + 5), .success)
+    }
+
+    func testRunReturnsTheResultAndThrowsBusyWhenFull() async throws {
+        let executor = BlockingExecutor(name: "test.executor", threadLimit: 1, queueLimit: 0)
+        // Each caller resumes only once its place is free: back-to-back runs never see "busy".
+        for i in 0..<200 {
+            let value = try await executor.run(busy: TestBusy()) { i * 2 }
+            XCTAssertEqual(value, i * 2)
+        }
+        let release = DispatchSemaphore(value: 0)
+        XCTAssertTrue(executor.submit { release.wait() })
+        let deadline = Date().addingTimeInterval(10)
+        while executor.load.running == 0 && Date() < deadline { try await Task.sleep(nanoseconds: 1_000_000) }
+        XCTAssertEqual(executor.load.running, 1)
+        do {
+            _ = try await executor.run(busy: TestBusy()) { 1 }
+            XCTFail("a full executor refuses")
+        } catch is TestBusy {}
+        release.signal()
+    }
+
+    func testIdleThreadsEndAndNewWorkStartsThemAgain() async throws {
+        let executor = BlockingExecutor(name: "test.executor", threadLimit: 3, queueLimit: 10, idleSeconds: 0.2)
+        let release = DispatchSemaphore(value: 0)
+        for _ in 0..<3 { XCTAssertTrue(executor.submit { release.wait() }) }
+        let busy = Date().addingTimeInterval(10)
+        while executor.load.running < 3 && Date() < busy { try await Task.sleep(nanoseconds: 1_000_000) }
+        XCTAssertEqual(executor.threadCount, 3)
+        for _ in 0..<3 { release.signal() }
+        let idle = Date().addingTimeInterval(10)
+        while executor.threadCount > 0 && Date() < idle { try await Task.sleep(nanoseconds: 20_000_000) }
+        XCTAssertEqual(executor.threadCount, 0, "idle threads end")
+        let value = try await executor.run(busy: TestBusy()) { "again" }
+        XCTAssertEqual(value, "again")
+    }
+}
+
+private struct TestBusy: Error {}
+
+final class OrderLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [Int] = []
+    func append(_ value: Int) { lock.withLock { items.append(value) } }
+    var values: [Int] { lock.withLock { items } }
+}
