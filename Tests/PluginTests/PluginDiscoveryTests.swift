@@ -167,10 +167,10 @@ final class PluginDiscoveryTests: XCTestCase {
         let (statuses, problems, kernel) = try await boot([root, directory.file("nowhere")])
         XCTAssertLessThan(Date().timeIntervalSince(started), 5, "a FIFO is never waited on")
         XCTAssertEqual(statuses["good"]?.state, .running)
-        problem(problems, "plugin.json at \(root)/fifo/plugin.json is not a regular file (it is a FIFO)")
+        problem(problems, "The plugin manifest \(root)/fifo/plugin.json is a FIFO (named pipe), not a regular file")
         problem(problems, "plugin.json resolves to /dev/zero, outside the plugin folder")
-        if getuid() == 0 { problem(problems, "plugin.json at \(root)/device/plugin.json is not a regular file (it is a character device)") }
-        problem(problems, "plugin.json at \(root)/huge/plugin.json is 2097152 bytes; at most 1048576 are read")
+        if getuid() == 0 { problem(problems, "The plugin manifest \(root)/device/plugin.json is a character device, not a regular file") }
+        problem(problems, "The plugin manifest \(root)/huge/plugin.json is 2097152 bytes; at most 1048576 bytes are read")
         problem(problems, "The plugin folder \(directory.file("nowhere")) (from --plugins or TERMIND_PLUGINS) does not exist.")
         await kernel.shutdown()
 

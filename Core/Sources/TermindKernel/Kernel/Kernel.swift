@@ -190,7 +190,7 @@ public actor Kernel {
         if let path = configuration.registryPath {
             let data: Data
             do {
-                data = try BoundedFile.read(path, limit: Self.maximumRegistryBytes, name: "The feature registry")
+                data = try BoundedFile.read(path, limit: Self.maximumRegistryBytes, what: "feature registry", code: "registry.missing")
             } catch let error as TermindError {
                 throw BootFailure(problems: [FeatureProblem(featureID: nil, field: nil, code: "registry.missing",
                                                             message: "\(error.message) Pass --registry PATH or set TERMIND_REGISTRY.")])

@@ -1,5 +1,6 @@
 import Foundation
 import TermindCore
+import TermindStore
 
 /// Finds and vets the plugins under one opt-in folder (`--plugins DIR`) before any of
 /// their code runs. The kernel's boot and `termind plugins check` both go through here,
@@ -88,7 +89,7 @@ enum PluginDiscovery {
         }
         let data: Data
         do {
-            data = try BoundedFile.read(manifestPath, limit: maximumManifestBytes, name: "plugin.json")
+            data = try BoundedFile.read(manifestPath, limit: maximumManifestBytes, what: "plugin manifest", code: "plugin.manifest_unreadable")
         } catch let error as TermindError {
             return .failure(FeatureProblem(featureID: nil, field: nil, code: "plugin.manifest_unreadable", message: "The plugin in \(given) is not loaded: \(error.message)"))
         } catch {
