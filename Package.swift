@@ -1,12 +1,15 @@
 // swift-tools-version:6.1
 // The root package: the host executable, one dynamic library per feature and plugin,
 // the per-feature test harness, and the tests. Everything depends on Core through its
-// single dynamic product, so exactly one libTermindCore.so exists in the process.
+// single dynamic product, so exactly one libTermindCore.so exists in the process; feature
+// API modules (contracts, records, ports) come the same way from APIs/ (libTermindAPIs.so).
 // Build every product (`swift build`) before `swift run termind`: the host loads the
 // feature libraries at run time, so SwiftPM does not know it needs them.
 import PackageDescription
 
 let core = Target.Dependency.product(name: "TermindCore", package: "Core")
+/// Every feature's API module (VaultAPI, ...): what features and the host may import of each other.
+let apis = Target.Dependency.product(name: "TermindAPIs", package: "APIs")
 /// Records compiler and contracts hash in each Swift feature (FeatureDescriptor.export).
 let signature = Target.PluginUsage.plugin(name: "BuildSignature", package: "Core")
 
@@ -28,16 +31,17 @@ let package = Package(
     ],
     dependencies: [
         .package(path: "Core"),
+        .package(path: "APIs"),
     ],
     targets: [
         .executableTarget(
             name: "termind",
-            dependencies: [core],
+            dependencies: [core, apis],
             path: "Host/Sources/termind"
         ),
         .target(
             name: "WakeOnLAN",
-            dependencies: [core],
+            dependencies: [core, apis],
             path: "Plugins/Examples/WakeOnLAN/Sources",
             plugins: [signature]
         ),
@@ -49,7 +53,7 @@ let package = Package(
         ),
         .target(
             name: "Vault",
-            dependencies: [core, "VaultRules"],
+            dependencies: [core, apis, "VaultRules"],
             path: "Features/Vault/Sources/Vault",
             plugins: [signature]
         ),
@@ -66,7 +70,7 @@ let package = Package(
         ),
         .target(
             name: "FixtureEcho",
-            dependencies: [core],
+            dependencies: [core, apis],
             path: "Tests/Fixtures/Echo",
             plugins: [signature]
         ),
@@ -96,34 +100,34 @@ let package = Package(
         ),
         .testTarget(
             name: "KernelTests",
-            dependencies: [core, "TermindHarness"],
+            dependencies: [core, apis, "TermindHarness"],
             path: "Tests/KernelTests"
         ),
         .testTarget(
             name: "StoreTests",
-            dependencies: [core, "TermindHarness"],
+            dependencies: [core, apis, "TermindHarness"],
             path: "Tests/StoreTests"
         ),
         .testTarget(
             name: "VaultTests",
-            dependencies: [core, "TermindHarness"],
+            dependencies: [core, apis, "TermindHarness"],
             path: "Tests/VaultTests",
             // Schema fixtures are read from the checkout by path.
             exclude: ["Fixtures"]
         ),
         .testTarget(
             name: "SSHTests",
-            dependencies: [core, "TermindHarness"],
+            dependencies: [core, apis, "TermindHarness"],
             path: "Tests/SSHTests"
         ),
         .testTarget(
             name: "VaultRulesTests",
-            dependencies: [core, "VaultRules", "TermindHarness"],
+            dependencies: [core, apis, "VaultRules", "TermindHarness"],
             path: "Tests/VaultRulesTests"
         ),
         .testTarget(
             name: "PluginTests",
-            dependencies: [core, "TermindHarness"],
+            dependencies: [core, apis, "TermindHarness"],
             path: "Tests/PluginTests"
         ),
     ]

@@ -37,11 +37,12 @@ ensure_packages() {
 # build [extra swift build flags...]: builds all products and lays out the bin folder.
 build() {
     cd "$ROOT"
-    # SwiftPM does not notice an edit to the nested package's manifest alone (Core/Package.swift)
-    # and keeps building with the old target graph: touching the root manifest makes it reload.
+    # SwiftPM does not notice an edit to a nested package's manifest alone (Core/ or APIs/
+    # Package.swift) and keeps building with the old target graph: touching the root manifest
+    # makes it reload.
     local plan
     for plan in .build/debug.yaml .build/release.yaml; do
-        if [ -e "$plan" ] && [ Core/Package.swift -nt "$plan" ]; then touch Package.swift; fi
+        if [ -e "$plan" ] && { [ Core/Package.swift -nt "$plan" ] || [ APIs/Package.swift -nt "$plan" ]; }; then touch Package.swift; fi
     done
     swift build "$@" >&2
     BIN="$(swift build "$@" --show-bin-path)"

@@ -1,5 +1,6 @@
 import Foundation
 import TermindCore
+import VaultAPI
 import TermindKernel
 
 /// Boots a real kernel with one feature library (loaded with dlopen, exactly as termind

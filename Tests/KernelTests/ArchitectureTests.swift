@@ -6,9 +6,13 @@ import XCTest
 /// Source checks of the layering. They read the checkout and fail closed: a root that
 /// should hold sources but is missing or empty is a failure, not a pass.
 final class ArchitectureTests: XCTestCase {
-    /// Modules any feature or plugin may import (Core's modules and the toolchain's).
-    private let featureAllowed: Set<String> = ["Foundation", "FoundationEssentials", "Glibc", "Dispatch", "Synchronization",
-                                               "TermindCore", "TermindCrypto", "TermindStore"]
+    /// Modules any feature or plugin may import: Core's public modules (not the kernel's
+    /// internals), the toolchain's, and every feature's API module (APIs/Sources/*).
+    private var featureAllowed: Set<String> {
+        let apis = (try? FileManager.default.contentsOfDirectory(atPath: Repository.path("APIs/Sources"))) ?? []
+        return Set(["Foundation", "FoundationEssentials", "Glibc", "Dispatch", "Synchronization",
+                    "TermindCore", "TermindCrypto", "TermindStore", "TermindSSH"]).union(apis.filter { $0.hasSuffix("API") })
+    }
     /// C wrapper modules and the one Swift module allowed to import each.
     private let cModuleOwners: [String: String] = [
         "CFFI": "Core/Sources/TermindKernel",
@@ -83,6 +87,36 @@ final class ArchitectureTests: XCTestCase {
         let sources = root.hasSuffix("/Sources") ? root : root + "/Sources"
         let names = (try? FileManager.default.contentsOfDirectory(atPath: Repository.path(sources))) ?? []
         return Set(names).union([((root.hasSuffix("/Sources") ? (root as NSString).deletingLastPathComponent : root) as NSString).lastPathComponent])
+    }
+
+    func testAPIModulesImportOnlyCoreAndEachOther() throws {
+        let apis = try FileManager.default.contentsOfDirectory(atPath: Repository.path("APIs/Sources")).filter { !$0.hasPrefix(".") }
+        XCTAssertTrue(apis.contains("VaultAPI"), "the Vault's API module is missing: \(apis)")
+        var violations: [String] = []
+        for api in apis {
+            for i in try imports(in: "APIs/Sources/\(api)") where !featureAllowed.contains(i.module) {
+                violations.append("\(i) (an API module may import Core's public modules and other API modules only)")
+            }
+        }
+        XCTAssertEqual(violations, [])
+    }
+
+    func testCoreNamesNoFeature() throws {
+        // Core's sources declare no feature's types, contracts or ports (their API modules do).
+        let features = try FileManager.default.contentsOfDirectory(atPath: Repository.path("Features")).filter { !$0.hasPrefix(".") }
+        XCTAssertFalse(features.isEmpty)
+        var found: [String] = []
+        for file in try swiftFiles(in: "Core/Sources") {
+            let text = try String(contentsOfFile: Repository.path(file), encoding: .utf8)
+            for feature in features {
+                let declaration = try NSRegularExpression(pattern: #"(enum|struct|protocol|class|actor|typealias) +[A-Za-z]*\#(feature)[A-Za-z]*"#)
+                let contract = try NSRegularExpression(pattern: #"PortKey\("\#(feature.lowercased())\.|name = "\#(feature.lowercased())\."#)
+                for regex in [declaration, contract] where regex.firstMatch(in: text, range: NSRange(text.startIndex..., in: text)) != nil {
+                    found.append("\(file) names \(feature)")
+                }
+            }
+        }
+        XCTAssertEqual(found, [])
     }
 
     func testFeaturesAndPluginsImportOnlyCoreAndTheToolchain() throws {

@@ -21,8 +21,17 @@ final class LinkageTests: XCTestCase {
     }
 
     /// Defined Core symbols: (in the dynamic table, with global binding).
+    /// Mangled names of the API modules: their extensions of Core types (a port key on
+    /// `PortKey`) are theirs, not Core's.
+    private var apiModuleManglings: [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: Repository.path("APIs/Sources"))) ?? []).map { "\($0.utf8.count)\($0)" }
+    }
+
     private func coreDefinitions(_ path: String) throws -> (dynamic: [String], global: [String]) {
-        let isCore: (Substring) -> Bool = { line in self.coreSymbolPrefixes.contains { line.contains($0) } }
+        let apis = apiModuleManglings
+        let isCore: (Substring) -> Bool = { line in
+            self.coreSymbolPrefixes.contains { line.contains($0) } && !apis.contains { line.contains($0) }
+        }
         let dynamic = try tool("nm", ["-D", "--defined-only", path]).split(separator: "\n").filter(isCore).map(String.init)
         let global = try tool("nm", ["--defined-only", path]).split(separator: "\n").filter(isCore).filter { line in
             let parts = line.split(separator: " ")
@@ -56,6 +65,27 @@ final class LinkageTests: XCTestCase {
         let core = try coreDefinitions(dir + "/libTermindCore.so")
         XCTAssertGreaterThan(core.dynamic.count, 100)
         XCTAssertTrue(core.dynamic.contains { $0.contains("$s13TermindKernel") }, "the kernel module lives in the same library")
+    }
+
+    func testFeatureAPIModulesLiveInOneSharedLibraryToo() throws {
+        let dir = FeatureHarness.buildDirectory
+        let apis = try FileManager.default.contentsOfDirectory(atPath: Repository.path("APIs/Sources")).filter { $0.hasSuffix("API") }
+        XCTAssertTrue(apis.contains("VaultAPI"))
+        let prefixes = apis.map { "$s\($0.utf8.count)\($0)" }
+        func apiDefinitions(_ path: String, dynamicOnly: Bool) throws -> [String] {
+            try tool("nm", (dynamicOnly ? ["-D"] : []) + ["--defined-only", path]).split(separator: "\n").filter { line in
+                let parts = line.split(separator: " ")
+                return prefixes.contains { line.contains($0) } && parts.count >= 3 && parts[1].first.map { $0.isUppercase } == true
+            }.map(String.init)
+        }
+        // The API library holds them...
+        XCTAssertGreaterThan(try apiDefinitions(dir + "/libTermindAPIs.so", dynamicOnly: true).count, 50)
+        // ...and every image that uses them links it instead of carrying its own copy.
+        for image in ["termind", "libTermindVault.so", "libTermindWakeOnLAN.so", "libTermindFixtureEcho.so"] {
+            let path = dir + "/" + image
+            XCTAssertTrue(try needed(path).contains("libTermindAPIs.so"), "\(image) does not link libTermindAPIs.so")
+            XCTAssertEqual(try apiDefinitions(path, dynamicOnly: false), [], "\(image) embeds API module definitions")
+        }
     }
 
     func testNoImageCarriesAStaticSwiftRuntime() throws {

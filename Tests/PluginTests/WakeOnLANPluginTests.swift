@@ -1,5 +1,6 @@
 import Foundation
 import TermindCore
+import VaultAPI
 import TermindHarness
 import XCTest
 

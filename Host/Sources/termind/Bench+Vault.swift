@@ -1,5 +1,6 @@
 import Foundation
 import TermindCore
+import VaultAPI
 import TermindKernel
 
 /// `termind bench vault [--hosts N]`: imports N hosts from a generated ssh_config through

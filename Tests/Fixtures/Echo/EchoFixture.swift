@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import TermindCore
+import VaultAPI
 
 /// Test fixture: provides a fake `vault.hosts` port from a library (so a port crosses two
 /// dlopen'ed images) and an echo contract that carries a secret and logs everything it

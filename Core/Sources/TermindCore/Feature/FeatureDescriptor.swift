@@ -60,5 +60,5 @@ public struct BuildSignature: Sendable, Equatable, Codable, CustomStringConverti
     public static let host = BuildSignature(compiler: GeneratedBuildSignature.compiler, target: GeneratedBuildSignature.target,
                                             contractsHash: GeneratedBuildSignature.contractsHash)
 
-    public var description: String { "\(compiler) / \(target) / contracts \(contractsHash)" }
+    public var description: String { "\(compiler) / \(target) / ABI \(contractsHash)" }
 }

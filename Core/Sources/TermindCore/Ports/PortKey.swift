@@ -1,9 +1,10 @@
-/// Names a port: a Sendable, async Swift protocol declared in Core, provided by exactly one
-/// feature and looked up by others through the kernel. `P` is the existential
-/// (`any HostDirectory`), so lookups are typed without features importing each other.
+/// Names a port: a Sendable, async Swift protocol declared in a feature's API module (or in
+/// Core for the kernel's own), provided by exactly one feature and looked up by others
+/// through the kernel. `P` is the existential (`any Thermometer`), so lookups are typed
+/// without features importing each other's implementation:
 ///
-///     extension PortKey where P == any HostDirectory {
-///         public static var hostDirectory: Self { PortKey("vault.hosts") }
+///     extension PortKey where P == any Thermometer {
+///         public static var thermometer: Self { PortKey("weather.thermometer") }
 ///     }
 public struct PortKey<P>: Sendable, Hashable, CustomStringConvertible {
     public let id: String

@@ -34,8 +34,11 @@ enum FeatureLoader {
         try check(m, id: descriptor.id, version: descriptor.version, abi: descriptor.abi)
         let host = BuildSignature.host
         guard descriptor.signature == host else {
+            let why = descriptor.signature.compiler != host.compiler || descriptor.signature.target != host.target
+                ? "it was built by \(descriptor.signature.compiler) for \(descriptor.signature.target), but this termind by \(host.compiler) for \(host.target)"
+                : "it was built against other Core or feature API sources (ABI hash \(descriptor.signature.contractsHash), this termind \(host.contractsHash))"
             throw FeatureProblem(featureID: m.id, field: "library", code: "feature.signature_mismatch",
-                                 message: "feature '\(m.id)': built with \(descriptor.signature), but this termind is \(host). Rebuild the feature with this toolchain and Core.")
+                                 message: "feature '\(m.id)' is not loaded: \(why). Swift's ABI is not stable: rebuild the feature with this toolchain against this Core and APIs.")
         }
         return descriptor.makeFeature()
     }

@@ -1,5 +1,6 @@
 import Foundation
 import TermindCore
+import VaultAPI
 import TermindStore
 
 /// Identities in the process database; their passwords live in the secret store,

@@ -1,5 +1,7 @@
 import Foundation
 import TermindCore
+import TermindSSH
+import VaultAPI
 import TermindStore
 import VaultRules
 

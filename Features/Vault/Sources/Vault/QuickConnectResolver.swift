@@ -1,5 +1,6 @@
 import Foundation
 import TermindCore
+import VaultAPI
 import VaultRules
 
 /// Turns a quick-connect line into a route over saved hosts, and saves it on request.

@@ -1,4 +1,5 @@
 import TermindCore
+import VaultAPI
 
 /// `vault.credentials`: the credential rules of `CredentialRequest`, applied to saved records.
 struct VaultCredentials: CredentialProvider {

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import TermindCore
+import VaultAPI
 import TermindStore
 import VaultRules
 

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import TermindCore
+import VaultAPI
 
 /// wol — an example termind plugin written in Swift.
 ///

@@ -1,3 +1,6 @@
+import Foundation
+import TermindCore
+
 /// Known hosts: trusted host keys, independent of saved hosts.
 public enum KnownHostContracts {
     public enum List: Contract {

@@ -1,3 +1,6 @@
+import Foundation
+import TermindCore
+
 /// A saved host. `label` defaults to the address (see `VaultContracts`); credentials are
 /// referenced through `identity`, never embedded.
 public struct HostRecord: Sendable, Equatable, Codable {

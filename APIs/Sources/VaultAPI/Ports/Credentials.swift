@@ -1,3 +1,6 @@
+import Foundation
+import TermindCore
+
 /// What the SSH transport asks the Vault for before it authenticates.
 ///
 /// Rules (seed, "Connection and authentication"): an explicit password always wins;

@@ -1,3 +1,6 @@
+import Foundation
+import TermindCore
+
 /// ssh_config import: preview → selection → commit. Nothing in the file is executed.
 /// Selecting a host imports its address, port, user and jump route — never credentials.
 public enum ImportContracts {

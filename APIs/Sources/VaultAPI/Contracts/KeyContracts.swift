@@ -1,3 +1,6 @@
+import Foundation
+import TermindCore
+
 /// An SSH key pair in the Vault. The private key lives only in the secret store; records
 /// carry the public key and its fingerprint as `ssh-keygen -l` prints them.
 public struct KeyRecord: Sendable, Equatable, Codable {

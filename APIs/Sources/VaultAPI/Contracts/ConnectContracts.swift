@@ -1,3 +1,6 @@
+import Foundation
+import TermindCore
+
 /// Quick connect: `user@host:port`, `ssh -p N -l user -i key -J a,b host`, parsed without a
 /// shell. Exact saved labels supply metadata (address, port, user); what the input states
 /// explicitly wins. Resolving saves nothing; `save` copies changed endpoints as new records.

@@ -1,3 +1,6 @@
+import Foundation
+import TermindCore
+
 /// The Vault's contracts. Records are addressed by id or label (`ref`).
 ///
 /// Optional-name defaults (seed, "Saved values"): a blank host label saves the address, a

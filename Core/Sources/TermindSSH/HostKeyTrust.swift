@@ -1,4 +1,5 @@
 import Foundation
+import TermindCore
 
 /// A server's public host key as presented in the SSH handshake.
 public struct PublicHostKey: Sendable, Hashable, Codable {
@@ -56,8 +57,9 @@ public struct KnownKey: Sendable, Hashable {
     }
 }
 
-/// Host-key trust, provided by the Vault: independent of saved hosts (editing or deleting a
-/// host never changes trust). Once-only acceptance is the caller's and is never saved.
+/// Host-key trust as the SSH transport asks for it inside the handshake. The Vault provides
+/// it (`vault.trust`, see VaultAPI): independent of saved hosts (editing or deleting a host
+/// never changes trust). Once-only acceptance is the caller's and is never saved.
 public protocol HostKeyTrust: Sendable {
     func verdict(host: String, port: Int, key: PublicHostKey) async throws -> TrustVerdict
     /// The key types trusted for host:port (port-less entries count when nothing names
@@ -70,8 +72,4 @@ public protocol HostKeyTrust: Sendable {
     /// For a changed or revoked key: the message to fail closed with, naming the presented and
     /// the known fingerprints and how to resolve it; nil when the key is not refused.
     func refusal(host: String, port: Int, key: PublicHostKey) async throws -> String?
-}
-
-extension PortKey where P == any HostKeyTrust {
-    public static var hostKeyTrust: Self { PortKey("vault.trust") }
 }

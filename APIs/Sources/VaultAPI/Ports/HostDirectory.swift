@@ -1,3 +1,6 @@
+import Foundation
+import TermindCore
+
 /// A saved host as other features see it: public metadata only, never credentials.
 public struct HostSummary: Sendable, Equatable, Codable {
     public var id: String
