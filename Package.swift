@@ -28,6 +28,7 @@ let package = Package(
         .library(name: "TermindFixtureEcho", type: .dynamic, targets: ["FixtureEcho"]),
         .library(name: "TermindFixtureFailingStart", type: .dynamic, targets: ["FixtureFailingStart"]),
         .library(name: "TermindFixtureWrongSignature", type: .dynamic, targets: ["FixtureWrongSignature"]),
+        .library(name: "TermindFixtureProbe", type: .dynamic, targets: ["FixtureProbe"]),
     ],
     dependencies: [
         .package(path: "Core"),
@@ -72,6 +73,13 @@ let package = Package(
             name: "FixtureEcho",
             dependencies: [core, apis],
             path: "Tests/Fixtures/Echo",
+            plugins: [signature]
+        ),
+        // Tries calls, SQL and secrets for the capability tests.
+        .target(
+            name: "FixtureProbe",
+            dependencies: [core],
+            path: "Tests/Fixtures/Probe",
             plugins: [signature]
         ),
         .target(

@@ -49,6 +49,12 @@ extension Database {
         for (index, migration) in schema.migrations.enumerated() where migration.version != index + 1 {
             throw StoreError(code: "store.migration_order", message: "Feature '\(schema.feature)': migration '\(migration.name)' has version \(migration.version); versions must be 1, 2, 3, … in order.")
         }
+        if let scope, scope.owner != schema.feature {
+            throw StoreError(code: "store.denied", message: "Feature '\(scope.owner)' cannot migrate the schema of '\(schema.feature)'.")
+        }
+        // A feature's migrations may record themselves (and still touch only its tables).
+        scope?.privileged = true
+        defer { scope?.privileged = false }
         return try transaction {
             try execute("""
                 CREATE TABLE IF NOT EXISTS termind_migrations (

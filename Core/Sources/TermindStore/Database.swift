@@ -16,7 +16,9 @@ public final class Database: @unchecked Sendable {
     private let handle: OpaquePointer
     private let lock = NSRecursiveLock()
     /// The option that chooses this file (`--store`, `--secrets`), for remedies.
-    private let option: String
+    let option: String
+    /// A feature's connection: what it may touch (nil for the kernel's own).
+    let scope: TableScope?
     public static let busyTimeoutMilliseconds: Int32 = 5_000
     /// The SQLite library version in use, for `termind version`.
     public static var sqliteVersion: String { String(cString: sqlite3_libversion()) }
@@ -24,9 +26,14 @@ public final class Database: @unchecked Sendable {
     /// Opens (creating if absent, with mode 0600 in a 0700 folder) the database at `path`.
     /// `option` is the command-line option that chooses this file, named in remedies.
     /// A database termind cannot write (a read-only mount or folder) is reported as such.
-    public init(path: String, option: String = "--store") throws {
+    public convenience init(path: String, option: String = "--store") throws {
+        try self.init(path: path, option: option, scope: nil)
+    }
+
+    init(path: String, option: String, scope: TableScope?) throws {
         self.path = path
         self.option = option
+        self.scope = scope
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
             do {
@@ -77,6 +84,7 @@ public final class Database: @unchecked Sendable {
             }
             try execute("PRAGMA synchronous = FULL")
             try execute("PRAGMA foreign_keys = ON")
+            scope?.install(on: db)
         } catch let error as StoreError {
             sqlite3_close_v2(db)
             throw error.code == "store.sql" ? StoreError.notADatabase(path, error.message, option: option) : error
@@ -209,6 +217,8 @@ public final class Database: @unchecked Sendable {
             return StoreError(code: "store.busy", message: "The database \(path) is busy (another termind process holds a write lock); try again.")
         case SQLITE_CORRUPT, SQLITE_NOTADB:
             return StoreError.notADatabase(path, message, option: option)
+        case SQLITE_AUTH:
+            return StoreError(code: "store.denied", message: "Feature '\(scope?.owner ?? "?")' may use only its own tables (\(scope?.prefix ?? "")…) in \(path): the statement reaches beyond them, so it was not run.")
         case SQLITE_READONLY:
             return StoreError.readOnly(path, "SQLite could not write it (\(message))", option: option)
         case SQLITE_CONSTRAINT:

@@ -15,6 +15,10 @@ import TermindCrypto
 /// key file or passphrase with an old copy of the store never opens what is stored after.
 /// A key file given up is then overwritten and removed. Plaintext never reaches the file,
 /// logs or errors.
+///
+/// Secrets are namespaced by owning feature: the kernel hands each feature a view
+/// (`scoped(to:)`) that stores under its id and sees, reads, changes and lists only its own
+/// handles; another feature's handle is simply missing there.
 public final class SecretStore: @unchecked Sendable {
     /// Where the key-encryption key comes from.
     public enum KeySource: Sendable {
@@ -25,11 +29,30 @@ public final class SecretStore: @unchecked Sendable {
 
     public let path: String
     private let database: Database
-    /// Guards `dataKey` and `source`, and makes every seal-and-write atomic against a
-    /// rotation (a secret sealed under a retired key would be unreadable).
-    private let lock = NSLock()
-    private var dataKey: SymmetricKey
-    private var source: KeySource
+    /// The key state every view of the store shares.
+    private final class Keys: @unchecked Sendable {
+        /// Guards `dataKey` and `source`, and makes every seal-and-write atomic against a
+        /// rotation (a secret sealed under a retired key would be unreadable).
+        let lock = NSLock()
+        var dataKey: SymmetricKey
+        var source: KeySource
+        init(dataKey: SymmetricKey, source: KeySource) {
+            self.dataKey = dataKey
+            self.source = source
+        }
+    }
+    private let keys: Keys
+    /// The feature this view belongs to; nil for the kernel's own view of every secret.
+    public let owner: String?
+    private var lock: NSLock { keys.lock }
+    private var dataKey: SymmetricKey {
+        get { keys.dataKey }
+        set { keys.dataKey = newValue }
+    }
+    private var source: KeySource {
+        get { keys.source }
+        set { keys.source = newValue }
+    }
 
     private static let wrapAAD = Data("termind-secrets-data-key-v1".utf8)
     private static let schema = Schema(feature: "secrets", migrations: [
@@ -41,6 +64,10 @@ public final class SecretStore: @unchecked Sendable {
                 sealed BLOB NOT NULL,
                 created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')));
             """),
+        Migration(2, "secrets belong to a feature", """
+            ALTER TABLE secrets ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+            CREATE INDEX secrets_owner ON secrets (owner);
+            """),
     ])
 
     /// Opens the store at `path` (creating it with a new data key when it is new).
@@ -50,8 +77,8 @@ public final class SecretStore: @unchecked Sendable {
         let database = try Database(path: path, option: "--secrets")
         try database.migrate(Self.schema)
         self.database = database
-        source = keySource
-        dataKey = try database.transaction {
+        owner = nil
+        let dataKey: SymmetricKey = try database.transaction {
             if let wrapped = try database.query("SELECT value FROM secret_meta WHERE name = 'data_key'").first?.data("value") {
                 let passphraseProtected = try !database.query("SELECT 1 FROM secret_meta WHERE name = 'kdf'").isEmpty
                 if case .keyFile = keySource, passphraseProtected {
@@ -77,6 +104,32 @@ public final class SecretStore: @unchecked Sendable {
             try Self.recordRotation(database)
             return key
         }
+        keys = Keys(dataKey: dataKey, source: keySource)
+    }
+
+    private init(path: String, database: Database, keys: Keys, owner: String) {
+        self.path = path
+        self.database = database
+        self.keys = keys
+        self.owner = owner
+    }
+
+    /// The view of feature `owner`: it stores under that id and sees only its own secrets.
+    public func scoped(to owner: String) -> SecretStore {
+        SecretStore(path: path, database: database, keys: keys, owner: owner)
+    }
+
+    /// Gives secrets stored before they had owners to `owner` (the kernel does this once, for
+    /// the built-in feature that stored them). Returns how many.
+    @discardableResult
+    public func claimUnowned(for owner: String) throws -> Int {
+        try database.execute("UPDATE secrets SET owner = ? WHERE owner = ''", [owner])
+        return database.changes
+    }
+
+    /// The SQL condition limiting a statement to this view's secrets (the kernel's sees all).
+    private var mine: (clause: String, bindings: [any SQLBindable]) {
+        owner.map { (" AND owner = ?", [$0]) } ?? ("", [])
     }
 
     /// The data key wrapped under `kek`, or nil when `kek` does not open it.
@@ -111,7 +164,7 @@ public final class SecretStore: @unchecked Sendable {
         let handle = "sec_" + SecureRandom.bytes(16).hexEncoded
         try lock.withLock {
             let sealed = secret.withPlaintext { AEAD.seal(Data($0.utf8), key: dataKey, associatedData: Data(handle.utf8)) }
-            try database.execute("INSERT INTO secrets (handle, purpose, sealed) VALUES (?, ?, ?)", [handle, purpose, sealed.combined])
+            try database.execute("INSERT INTO secrets (handle, purpose, sealed, owner) VALUES (?, ?, ?, ?)", [handle, purpose, sealed.combined, owner ?? ""])
         }
         return handle
     }
@@ -122,7 +175,7 @@ public final class SecretStore: @unchecked Sendable {
     }
 
     private func unlockedSecret(_ handle: String) throws -> Secret {
-        guard let sealed = try database.query("SELECT sealed FROM secrets WHERE handle = ?", [handle]).first?.data("sealed") else {
+        guard let sealed = try database.query("SELECT sealed FROM secrets WHERE handle = ?" + mine.clause, [handle] + mine.bindings).first?.data("sealed") else {
             throw TermindError(code: "secret.missing", message: "No secret with handle \(handle) in \(path).")
         }
         guard let box = AEAD.SealedBox(combined: sealed),
@@ -137,18 +190,19 @@ public final class SecretStore: @unchecked Sendable {
         try lock.withLock {
             let sealed = secret.withPlaintext { AEAD.seal(Data($0.utf8), key: dataKey, associatedData: Data(handle.utf8)) }
             try database.transaction {
-                try database.execute("UPDATE secrets SET sealed = ? WHERE handle = ?", [sealed.combined, handle])
+                try database.execute("UPDATE secrets SET sealed = ? WHERE handle = ?" + mine.clause, [sealed.combined, handle] + mine.bindings)
                 guard database.changes == 1 else { throw TermindError(code: "secret.missing", message: "No secret with handle \(handle) in \(path).") }
             }
         }
     }
 
     public func delete(_ handle: String) throws {
-        try database.execute("DELETE FROM secrets WHERE handle = ?", [handle])
+        try database.execute("DELETE FROM secrets WHERE handle = ?" + mine.clause, [handle] + mine.bindings)
     }
 
+    /// This view's handles (the kernel's view: every handle).
     public func handles() throws -> [String] {
-        try database.query("SELECT handle FROM secrets ORDER BY handle").compactMap { $0.string("handle") }
+        try database.query("SELECT handle FROM secrets WHERE 1" + mine.clause + " ORDER BY handle", mine.bindings).compactMap { $0.string("handle") }
     }
 
     /// Runs `body` in one transaction of the secret store (e.g. several stores that must
@@ -166,6 +220,9 @@ public final class SecretStore: @unchecked Sendable {
     /// commit (best effort on copy-on-write or flash storage). The current source must be
     /// right (it opened this store).
     public func changeProtection(to newSource: KeySource) throws {
+        guard owner == nil else {
+            throw TermindError(code: "secret.denied", message: "Only the kernel changes how the secret store is protected (feature '\(owner!)' asked).")
+        }
         try lock.withLock {
             let newKey = SymmetricKey.random()
             var staged: (path: String, key: SymmetricKey)?

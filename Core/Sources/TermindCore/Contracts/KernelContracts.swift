@@ -79,9 +79,18 @@ public struct FeatureStatus: Sendable, Equatable, Codable {
     public var provides: [String]
     /// CLI subcommands the feature adds.
     public var commands: [FeatureManifest.Command]
+    /// What it may reach, as its manifest declares and the kernel enforces: the ports it
+    /// requires and may use, and the contracts of others it may call.
+    public var requires: [String]
+    public var optional: [String]
+    public var calls: [String]
 
     public init(id: String, version: String, kind: FeatureManifest.Kind, state: State, reason: String?, reasonCode: String?,
-                permanent: Bool, source: String, contracts: [String], provides: [String], commands: [FeatureManifest.Command] = []) {
+                permanent: Bool, source: String, contracts: [String], provides: [String], commands: [FeatureManifest.Command] = [],
+                requires: [String] = [], optional: [String] = [], calls: [String] = []) {
+        self.requires = requires
+        self.optional = optional
+        self.calls = calls
         self.id = id
         self.version = version
         self.kind = kind

@@ -109,6 +109,8 @@ public struct RegistryValidator: Sendable {
                 disable(m.id, field: "contracts", code: "manifest.contract_id", "\(name): field \"contracts\": '\(bad)' is not of the form name@version (e.g. vault.host.list@1).")
             } else if let bad = (m.ports.provides + m.ports.requires + m.ports.optional).first(where: { !Self.isValidPortID($0) }) {
                 disable(m.id, field: "ports", code: "manifest.port_id", "\(name): field \"ports\": '\(bad)' is not a valid port id (lowercase words separated by dots).")
+            } else if let bad = m.calls.first(where: { ContractID(parsing: $0) == nil }) {
+                disable(m.id, field: "calls", code: "manifest.contract_id", "\(name): field \"calls\": '\(bad)' is not of the form name@version (e.g. vault.host.list@1).")
             } else if let bad = m.contracts.first(where: { !Self.isInNamespace(ContractID(parsing: $0)!.name, of: m.id) }) {
                 disable(m.id, field: "contracts", code: "manifest.namespace", "\(name): field \"contracts\": '\(bad)' is outside the feature's namespace; its contracts must be named '\(m.id).…'.")
             } else if m.origin == .plugin && m.permanent {

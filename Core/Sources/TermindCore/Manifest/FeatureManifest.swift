@@ -119,6 +119,9 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     public var dependencies: Dependencies
     public var ports: Ports
     public var contracts: [String]
+    /// The contracts (`name@version`) of other features and of the kernel this feature may
+    /// call; the kernel refuses any other (its own contracts need no listing).
+    public var calls: [String]
     public var functions: [Function]
     public var commands: [Command]
     /// C plugins only: request/response JSON Schemas of declared contracts.
@@ -141,13 +144,14 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     public var baseDirectory: String = ""
 
     enum CodingKeys: String, CodingKey {
-        case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, functions, commands, schemas
+        case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, calls, functions, commands, schemas
         case libraryOutsidePlugin, summary
     }
 
     public init(id: String, version: String = "1.0.0", abi: Int = 1, kind: Kind = .swift, library: String,
                 order: Int = 100, permanent: Bool = false, dependencies: Dependencies = .init(), ports: Ports = .init(),
-                contracts: [String] = [], functions: [Function] = [], commands: [Command] = [], schemas: [String: ContractSchemas] = [:],
+                contracts: [String] = [], calls: [String] = [], functions: [Function] = [], commands: [Command] = [],
+                schemas: [String: ContractSchemas] = [:],
                 libraryOutsidePlugin: Bool = false, summary: String? = nil, source: String = "", baseDirectory: String = "",
                 origin: Origin = .registry) {
         self.id = id
@@ -160,6 +164,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         self.dependencies = dependencies
         self.ports = ports
         self.contracts = contracts
+        self.calls = calls
         self.functions = functions
         self.commands = commands
         self.schemas = schemas
@@ -182,6 +187,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         dependencies = try c.decodeIfPresent(Dependencies.self, forKey: .dependencies) ?? .init()
         ports = try c.decodeIfPresent(Ports.self, forKey: .ports) ?? .init()
         contracts = try c.decodeIfPresent([String].self, forKey: .contracts) ?? []
+        calls = try c.decodeIfPresent([String].self, forKey: .calls) ?? []
         functions = try c.decodeIfPresent([Function].self, forKey: .functions) ?? []
         commands = try c.decodeIfPresent([Command].self, forKey: .commands) ?? []
         schemas = try c.decodeIfPresent([String: ContractSchemas].self, forKey: .schemas) ?? [:]

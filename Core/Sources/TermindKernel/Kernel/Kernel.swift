@@ -263,7 +263,14 @@ public actor Kernel {
                 guard let path = configuration.secretsPath, let key = configuration.secretsKey else {
                     throw TermindError(code: "secret.unconfigured", message: "No secret store is configured (--secrets or TERMIND_SECRETS).")
                 }
-                try routes.addPort("kernel.secrets", owner: "kernel", value: try SecretStore(path: path, keySource: key))
+                let store = try SecretStore(path: path, keySource: key)
+                // Secrets stored before they had owners were the built-in feature's that keeps
+                // them: the first permanent feature (never a plugin) requiring the store.
+                if let keeper = manifests.first(where: { $0.isPermanent && $0.ports.requires.contains("kernel.secrets") }) {
+                    let claimed = try store.claimUnowned(for: keeper.id)
+                    if claimed > 0 { logger.info("kernel.secrets.claimed", ["feature": .identifier(keeper.id), "count": .int(claimed)]) }
+                }
+                try routes.addPort("kernel.secrets", owner: "kernel", value: store)
                 logger.info("kernel.secrets.opened")
             } catch {
                 failures["kernel.secrets"] = Self.storeProblem(error, port: "kernel.secrets")
@@ -288,19 +295,48 @@ public actor Kernel {
         }
     }
 
+    /// What a started feature may reach: the ports its manifest lists (the store and the
+    /// secret store scoped to the feature: its own tables and its own secrets only) and the
+    /// contracts it lists under `calls` (its own need no listing). Anything else is refused.
     private func context(for m: FeatureManifest) -> FeatureContext {
         let declared = Set(m.ports.requires + m.ports.optional)
         let routes = self.routes
         let id = m.id
+        let calls = Set(m.calls)
+        let scoped = scopedStores(for: m)
         return FeatureContext(
             featureID: id,
             logger: Logger(label: id, sink: sink),
-            ports: PortDirectory { port in declared.contains(port) ? routes.port(port) : nil },
+            ports: PortDirectory { port in
+                guard declared.contains(port) else { return nil }
+                return scoped[port] ?? routes.port(port)
+            },
             call: { [weak self] contract, body in
                 guard let self else { throw TermindError.internalFailure("The kernel has shut down.") }
+                guard calls.contains(contract.description) || routes.endpoint(contract)?.owner == id else {
+                    throw TermindError(code: "capability.denied",
+                                       message: "Feature '\(id)' may not call \(contract): it is not among the calls its manifest declares (\(calls.isEmpty ? "none" : calls.sorted().joined(separator: ", "))).")
+                }
                 return try await self.call(contract, body: body, origin: .feature(id: id))
             }
         )
+    }
+
+    /// The feature's own views of the store ports it declared.
+    private func scopedStores(for m: FeatureManifest) -> [String: any Sendable] {
+        var scoped: [String: any Sendable] = [:]
+        let declared = Set(m.ports.requires + m.ports.optional)
+        if declared.contains("kernel.store"), let database = routes.port("kernel.store") as? Database {
+            do {
+                scoped["kernel.store"] = try database.scoped(to: m.id)
+            } catch {
+                logger.error("kernel.store.scope_failed", ["feature": .identifier(m.id)])
+            }
+        }
+        if declared.contains("kernel.secrets"), let secrets = routes.port("kernel.secrets") as? SecretStore {
+            scoped["kernel.secrets"] = secrets.scoped(to: m.id)
+        }
+        return scoped
     }
 
     /// Disables a feature and, transitively, every feature that requires it or one of its ports.
@@ -324,7 +360,7 @@ public actor Kernel {
         statuses[m.id] = FeatureStatus(
             id: m.id, version: m.version, kind: m.kind, state: state, reason: problem?.message, reasonCode: problem?.code,
             permanent: m.isPermanent, source: m.source, contracts: m.contracts + m.functions.map { "\(m.id).fn.\($0.name)@1" },
-            provides: m.ports.provides, commands: m.commands)
+            provides: m.ports.provides, commands: m.commands, requires: m.ports.requires, optional: m.ports.optional, calls: m.calls)
     }
 
     private static func problem(_ error: any Error, feature: String, code: String) -> FeatureProblem {
