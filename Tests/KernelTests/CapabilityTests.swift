@@ -71,6 +71,14 @@ final class CapabilityTests: XCTestCase {
             let reply = try await sql(statement)
             XCTAssertEqual(reply.errorCode, "store.denied", "\(statement): \(reply.errorMessage ?? "allowed")")
         }
+        // A store failure a handler lets escape reaches the caller in the store's own terms.
+        do {
+            _ = try await session.call("fixture-probe.sql@1", json: #"{"sql": "SELECT * FROM vault_keys", "rethrow": true}"#)
+            XCTFail("the statement was denied")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "store.denied", "not 'internal': \(error.message)")
+            XCTAssertTrue(error.message.contains("may use only its own tables"), error.message)
+        }
         let own = try await sql("INSERT INTO fixture_probe_notes (body) VALUES ('mine')")
         XCTAssertNil(own.errorCode, own.errorMessage ?? "")
         let read = try await sql("SELECT * FROM fixture_probe_notes")

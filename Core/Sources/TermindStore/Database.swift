@@ -230,7 +230,7 @@ public final class Database: @unchecked Sendable {
 }
 
 /// Errors of the store: what failed, on which file, what to do. Never statement values.
-public struct StoreError: Error, Sendable, Equatable, CustomStringConvertible {
+public struct StoreError: TermindErrorConvertible, Sendable, Equatable, CustomStringConvertible {
     public let code: String
     public let message: String
     public var description: String { message }

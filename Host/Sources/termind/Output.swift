@@ -138,7 +138,8 @@ enum Output {
             if json { Output.json(["error": ["code": "usage", "message": e.description]]) } else { Output.error("\(e.description) Run 'termind --help'.") }
             return .usage
         default:
-            if json { Output.json(["error": ["code": "internal", "message": "\(type(of: error))"]]) } else { Output.error("failed: \(type(of: error))") }
+            let mapped = TermindError.from(error)
+            if json { Output.json(["error": ["code": mapped.code, "message": mapped.message]]) } else { Output.error(mapped.message) }
             return .failure
         }
     }

@@ -15,7 +15,11 @@ public enum ProbeCall: Contract {
 }
 
 public enum ProbeSQL: Contract {
-    public struct Request: Codable, Sendable { public var sql: String }
+    public struct Request: Codable, Sendable {
+        public var sql: String
+        /// Let a failure escape the handler, as a careless feature would.
+        public var rethrow: Bool?
+    }
     public struct Response: Codable, Sendable { public var rows: Int?; public var errorCode: String?; public var errorMessage: String? }
     public static let name = "fixture-probe.sql"
     public static let version = 1
@@ -51,7 +55,7 @@ final class ProbeFeature: Feature {
             }
             do {
                 return .init(rows: try db.query(request.sql).count, errorCode: nil, errorMessage: nil)
-            } catch let error as StoreError {
+            } catch let error as StoreError where request.rethrow != true {
                 return .init(rows: nil, errorCode: error.code, errorMessage: error.message)
             }
         }

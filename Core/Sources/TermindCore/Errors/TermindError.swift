@@ -29,3 +29,24 @@ extension TermindError {
         TermindError(code: "internal", message: message)
     }
 }
+
+/// An error a lower layer (the store, a transport) can say in user terms: the kernel turns it
+/// into its `TermindError` where a call crosses its boundary.
+public protocol TermindErrorConvertible: Error {
+    var termindError: TermindError { get }
+}
+
+extension TermindError {
+    /// The one mapping from any error to what a user, a script or a client is told: a
+    /// `TermindError` as it is, a convertible one (a store failure) in its own terms, a
+    /// cancellation as such, anything else as `internal` naming only its type (no message
+    /// that might carry data).
+    public static func from(_ error: any Error) -> TermindError {
+        switch error {
+        case let error as TermindError: error
+        case let error as TermindErrorConvertible: error.termindError
+        case is CancellationError: TermindError(code: "cancelled", message: "The operation was cancelled.")
+        default: internalFailure("The operation failed: \(type(of: error)).")
+        }
+    }
+}

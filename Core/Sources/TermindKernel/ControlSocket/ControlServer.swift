@@ -209,7 +209,7 @@ public final class ControlServer: @unchecked Sendable {
                             } catch is CancellationError {
                                 reply(Envelope.failure(id: id, error: TermindError(code: "stream.cancelled", message: "The operation was cancelled.")))
                             } catch {
-                                reply(Envelope.failure(id: id, error: .internalFailure("The operation failed: \(type(of: error)).")))
+                                reply(Envelope.failure(id: id, error: .from(error)))
                             }
                         })
                     }
@@ -230,7 +230,7 @@ public final class ControlServer: @unchecked Sendable {
                         } catch let error as TermindError {
                             reply(Envelope.failure(id: request.id, error: error))
                         } catch {
-                            reply(Envelope.failure(id: request.id, error: .internalFailure("The operation failed: \(type(of: error)).")))
+                            reply(Envelope.failure(id: request.id, error: .from(error)))
                         }
                     }
                 }

@@ -142,7 +142,11 @@ public actor Kernel {
     /// the kernel actor.
     public nonisolated func call(_ id: ContractID, body: Data, origin: CallOrigin = .inProcess) async throws -> Data {
         guard let endpoint = routes.endpoint(id) else { throw TermindError.unknownContract(id.description) }
-        return try await endpoint.handler(body, origin)
+        do {
+            return try await endpoint.handler(body, origin)
+        } catch {
+            throw TermindError.from(error)  // a store or transport failure in user terms, never "internal"
+        }
     }
 
     /// Routes a call given as text (`name@version`), as it arrives from a client.
@@ -158,12 +162,16 @@ public actor Kernel {
     /// declaration of the contract) it is encoded, validated and decoded like any request.
     public nonisolated func call<C: Contract>(_ contract: C.Type, _ request: C.Request, origin: CallOrigin = .inProcess) async throws -> C.Response {
         guard let endpoint = routes.endpoint(C.id) else { throw TermindError.unknownContract(C.id.description) }
-        if let typed = endpoint.typed, typed.requestType == ObjectIdentifier(C.Request.self),
-           typed.responseType == ObjectIdentifier(C.Response.self) {
-            return try await typed.call(request, origin) as! C.Response
+        do {
+            if let typed = endpoint.typed, typed.requestType == ObjectIdentifier(C.Request.self),
+               typed.responseType == ObjectIdentifier(C.Response.self) {
+                return try await typed.call(request, origin) as! C.Response
+            }
+            let reply = try await endpoint.handler(JSONCoding.encode(request), origin)
+            return try JSONDecoder().decode(C.Response.self, from: reply)
+        } catch {
+            throw TermindError.from(error)
         }
-        let reply = try await endpoint.handler(JSONCoding.encode(request), origin)
-        return try JSONDecoder().decode(C.Response.self, from: reply)
     }
 
     /// The provider of a port (for the host and tests; features use their context).
