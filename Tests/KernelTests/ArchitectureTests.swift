@@ -101,6 +101,19 @@ final class ArchitectureTests: XCTestCase {
         XCTAssertEqual(violations, [])
     }
 
+    func testTheTransportRaisesOnlyErrorCodesItDeclares() throws {
+        // Codes other modules match on are constants (SSHErrorCodes.swift), never retyped strings.
+        var literal: [String] = []
+        for file in try swiftFiles(in: "Core/Sources/TermindSSH") {
+            let text = try String(contentsOfFile: Repository.path(file), encoding: .utf8)
+            for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated()
+            where line.contains("SSHError.make(\"") || line.contains("code == \"ssh.") {
+                literal.append("\(file):\(index + 1)")
+            }
+        }
+        XCTAssertEqual(literal, [])
+    }
+
     func testCoreNamesNoFeature() throws {
         // Core's sources declare no feature's types, contracts or ports (their API modules do).
         let features = try FileManager.default.contentsOfDirectory(atPath: Repository.path("Features")).filter { !$0.hasPrefix(".") }

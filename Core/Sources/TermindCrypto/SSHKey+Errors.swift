@@ -38,3 +38,10 @@ public enum SSHKeyError {
         TermindError(code: "key.generation_failed", message: what)
     }
 }
+
+/// The key errors other modules react to.
+extension ErrorCode {
+    public static let keyPassphraseRequired: ErrorCode = "key.passphrase_required"
+    public static let keyWrongPassphrase: ErrorCode = "key.wrong_passphrase"
+    public static let keyMalformed: ErrorCode = "key.malformed"
+}

@@ -107,7 +107,7 @@ enum OpenSSHKeyFile {
                 throw SSHKeyError.corrupt("The private key does not match the public key stored beside it: the file is damaged.")
             }
             return key
-        } catch let error as TermindError where header.cipher.isEncrypting && error.code == "key.malformed" {
+        } catch let error as TermindError where header.cipher.isEncrypting && error.is(.keyMalformed) {
             throw SSHKeyError.wrongPassphrase()
         }
     }

@@ -214,7 +214,7 @@ struct Authenticator {
 
     private func failIfLost(_ rc: Int32) throws {
         if rc != 0 && SessionEngine.isFatal(rc) {
-            throw SSHError.make("ssh.connection_lost", "The connection to \(engine.endpoint) was lost during authentication: \(engine.lastError()).")
+            throw SSHError.make(.sshConnectionLost, "The connection to \(engine.endpoint) was lost during authentication: \(engine.lastError()).")
         }
     }
 
@@ -253,7 +253,7 @@ final class KeyboardInteractiveContext {
 
     /// Why the attempt must stop, for the engine's retry loop.
     var stop: TermindError? {
-        error ?? (unanswered ? SSHError.make("ssh.auth_cancelled", "Keyboard-interactive authentication on \(host) was not answered; nothing more was sent.") : nil)
+        error ?? (unanswered ? SSHError.make(.sshAuthCancelled, "Keyboard-interactive authentication on \(host) was not answered; nothing more was sent.") : nil)
     }
 
     init(engine: SessionEngine, host: String, responder: KeyboardInteractiveResponder?, savedPassword: Secret?) {
@@ -295,13 +295,13 @@ final class KeyboardInteractiveContext {
                     if answers == nil {
                         unanswered = true
                     } else if answers!.count != count {
-                        error = SSHError.make("ssh.auth_bad_answers", "The server asked \(count) question\(count == 1 ? "" : "s") but \(answers!.count) answer\(answers!.count == 1 ? " was" : "s were") given.")
+                        error = SSHError.make(.sshAuthBadAnswers, "The server asked \(count) question\(count == 1 ? "" : "s") but \(answers!.count) answer\(answers!.count == 1 ? " was" : "s were") given.")
                         answers = nil
                     }
                 } catch let failure as TermindError {
                     error = failure
                 } catch {
-                    self.error = SSHError.make("ssh.cancelled", "Keyboard-interactive authentication on \(host) was cancelled.")
+                    self.error = SSHError.make(.sshCancelled, "Keyboard-interactive authentication on \(host) was cancelled.")
                 }
             } else {
                 unanswered = true

@@ -136,7 +136,7 @@ final class BridgePump: EnginePump, @unchecked Sendable {
         channel = nil
         close(fd)
         if case .sessionLost(let context) = step {
-            onEnd(SSHError.make("ssh.connection_lost", "The connection to \(endpoint) was lost \(context)."))
+            onEnd(SSHError.make(.sshConnectionLost, "The connection to \(endpoint) was lost \(context)."))
         }
         return step
     }

@@ -75,9 +75,9 @@ public final class SSHChannel: Sendable {
     /// Changes the PTY's size (a window-change request). Requests are ordered; while one is
     /// in flight only the newest pending size is kept.
     public func resize(columns: Int, rows: Int) async throws {
-        guard isPTY else { throw SSHError.make("ssh.not_a_terminal", "This channel has no terminal to resize.") }
+        guard isPTY else { throw SSHError.make(.sshNotATerminal, "This channel has no terminal to resize.") }
         guard columns > 0, rows > 0, columns <= 10_000, rows <= 10_000 else {
-            throw SSHError.make("ssh.bad_size", "A terminal size must be between 1×1 and 10000×10000, not \(columns)×\(rows).")
+            throw SSHError.make(.sshBadSize, "A terminal size must be between 1×1 and 10000×10000, not \(columns)×\(rows).")
         }
         guard state.claimResize(columns: columns, rows: rows) else { return }
         let pump = self.pump
@@ -88,10 +88,10 @@ public final class SSHChannel: Sendable {
         defer { if !finished { state.resetResize() } }
         while let size = state.takeResize() {
             _ = try await engine.run("Resizing the terminal", lane: pump) { _ -> Int32? in
-                guard let channel = pump.channel else { throw SSHError.make("ssh.closed", "The channel to \(endpoint) is closed.") }
+                guard let channel = pump.channel else { throw SSHError.make(.sshClosed, "The channel to \(endpoint) is closed.") }
                 let rc = libssh2_channel_request_pty_size_ex(channel, Int32(size.columns), Int32(size.rows), 0, 0)
                 if rc == termind_ssh2_error_eagain() { return nil }
-                guard rc == 0 else { throw SSHError.make("ssh.resize_failed", "\(endpoint) refused the window change.") }
+                guard rc == 0 else { throw SSHError.make(.sshResizeFailed, "\(endpoint) refused the window change.") }
                 return rc
             }
         }
@@ -212,7 +212,7 @@ final class ChannelState: @unchecked Sendable {
             let immediate: Result<Void, Error>? = lock.withLock {
                 if let failure { return .failure(failure) }
                 if ended || closeRequested || eofRequested {
-                    return .failure(SSHError.make("ssh.closed", "The channel's input is closed."))
+                    return .failure(SSHError.make(.sshClosed, "The channel's input is closed."))
                 }
                 input.append(data)
                 inputBytes += data.count
@@ -323,7 +323,7 @@ final class ChannelState: @unchecked Sendable {
         if let waiting {
             if let error { waiting.resume(throwing: error) } else { waiting.resume(returning: nil) }
         }
-        for writer in blocked { writer.resume(throwing: error ?? SSHError.make("ssh.closed", "The channel closed before its input was sent.")) }
+        for writer in blocked { writer.resume(throwing: error ?? SSHError.make(.sshClosed, "The channel closed before its input was sent.")) }
     }
 }
 

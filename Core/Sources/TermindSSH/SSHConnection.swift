@@ -222,14 +222,14 @@ public final class SSHConnection: Sendable {
             let hostKey = try await engine.perform { engine -> PublicHostKey in
                 let deadline = DispatchTime.now() + deadlines.handshake
                 if let session = engine.session, libssh2_session_method_pref(session, LIBSSH2_METHOD_HOSTKEY, algorithms.joined(separator: ",")) != 0 {
-                    throw SSHError.make("ssh.handshake_failed", "libssh2 refused the host-key algorithms \(algorithms.joined(separator: ",")): \(engine.lastError()).")
+                    throw SSHError.make(.sshHandshakeFailed, "libssh2 refused the host-key algorithms \(algorithms.joined(separator: ",")): \(engine.lastError()).")
                 }
                 let rc = try engine.retry("The SSH handshake", deadline: deadline) { libssh2_session_handshake($0, engine.fd) }
-                guard rc == 0 else { throw SSHError.make("ssh.handshake_failed", "The SSH handshake with \(engine.endpoint) failed: \(engine.lastError()).") }
+                guard rc == 0 else { throw SSHError.make(.sshHandshakeFailed, "The SSH handshake with \(engine.endpoint) failed: \(engine.lastError()).") }
                 var length = 0
                 var type: Int32 = 0
                 guard let session = engine.session, let raw = libssh2_session_hostkey(session, &length, &type), length > 4 else {
-                    throw SSHError.make("ssh.handshake_failed", "\(engine.endpoint) presented no host key.")
+                    throw SSHError.make(.sshHandshakeFailed, "\(engine.endpoint) presented no host key.")
                 }
                 let blob = Data(bytes: raw, count: length)
                 return PublicHostKey(algorithm: Self.algorithm(of: blob), blob: blob)
@@ -248,15 +248,15 @@ public final class SSHConnection: Sendable {
                 case .acceptOnce: break
                 case .acceptAndSave: try await trust.trust(host: target.host, port: target.port, key: hostKey)
                 case .reject:
-                    throw SSHError.make("ssh.host_key_rejected", "The host key of \(endpoint) (\(question.fingerprint)) was not accepted; nothing was sent to the server.")
+                    throw SSHError.make(.sshHostKeyRejected, "The host key of \(endpoint) (\(question.fingerprint)) was not accepted; nothing was sent to the server.")
                 case .unanswered(let reason):
-                    throw SSHError.make("ssh.host_key_unknown", "The host key of \(endpoint) (\(question.algorithm) \(question.fingerprint)) is not trusted yet, and \(reason) Nothing was sent to the server.")
+                    throw SSHError.make(.sshHostKeyUnknown, "The host key of \(endpoint) (\(question.algorithm) \(question.fingerprint)) is not trusted yet, and \(reason) Nothing was sent to the server.")
                 }
             case .changed, .otherKeyTypes, .revoked:
                 let message = try await trust.refusal(host: target.host, port: target.port, key: hostKey)
                     ?? "The host key of \(endpoint) is not trusted; the connection was refused."
-                if case .otherKeyTypes = verdict { throw SSHError.make("ssh.host_key_type_changed", message) }
-                throw SSHError.make("ssh.host_key_changed", message)
+                if case .otherKeyTypes = verdict { throw SSHError.make(.sshHostKeyTypeChanged, message) }
+                throw SSHError.make(.sshHostKeyChanged, message)
             }
             try Task.checkCancellation()
             let method = try await engine.perform { engine in
@@ -269,7 +269,7 @@ public final class SSHConnection: Sendable {
         } catch is CancellationError {
             logger?.debug("ssh.connect.failed", ["code": .identifier("ssh.cancelled"), "elapsed": elapsed()])
             await engine.shutdown()
-            throw SSHError.make("ssh.cancelled", "Connecting to \(endpoint) was cancelled.")
+            throw SSHError.make(.sshCancelled, "Connecting to \(endpoint) was cancelled.")
         } catch {
             logger?.debug("ssh.connect.failed", ["code": .identifier((error as? TermindError)?.code ?? "internal"), "elapsed": elapsed()])
             await engine.shutdown()
@@ -299,8 +299,8 @@ public final class SSHConnection: Sendable {
             channel = try await openRawChannel("Opening a channel") { session in
                 termind_ssh2_channel_open_session(session)
             }
-        } catch let error as TermindError where error.code == "ssh.channel_failed" {
-            throw SSHError.make("ssh.channel_refused", "\(endpoint) refused another session channel on this connection (\(error.message)); "
+        } catch let error as TermindError where error.is(.sshChannelFailed) {
+            throw SSHError.make(.sshChannelRefused, "\(endpoint) refused another session channel on this connection (\(error.message)); "
                 + "OpenSSH allows MaxSessions (10 by default) at once.")
         }
         let state = ChannelState(limit: bufferLimit)
@@ -323,13 +323,13 @@ public final class SSHConnection: Sendable {
             }
             if let pty {
                 guard pty.columns > 0, pty.rows > 0 else {
-                    throw SSHError.make("ssh.bad_size", "A terminal size must be at least 1×1, not \(pty.columns)×\(pty.rows).")
+                    throw SSHError.make(.sshBadSize, "A terminal size must be at least 1×1, not \(pty.columns)×\(pty.rows).")
                 }
                 _ = try await engine.run("Requesting a terminal", lane: pump, deadline: deadline) { _ -> Int32? in
                     let rc = libssh2_channel_request_pty_ex(handle.value, pty.term, UInt32(pty.term.utf8.count), nil, 0,
                                                             Int32(pty.columns), Int32(pty.rows), 0, 0)
                     if rc == termind_ssh2_error_eagain() { return nil }
-                    guard rc == 0 else { throw SSHError.make("ssh.pty_failed", "\(endpoint) refused a terminal for the channel.") }
+                    guard rc == 0 else { throw SSHError.make(.sshPTYFailed, "\(endpoint) refused a terminal for the channel.") }
                     return rc
                 }
             }
@@ -346,9 +346,9 @@ public final class SSHConnection: Sendable {
                 if rc == termind_ssh2_error_eagain() { return nil }
                 guard rc == 0 else {
                     switch kind {
-                    case .exec: throw SSHError.make("ssh.exec_failed", "\(endpoint) did not start the command.")
-                    case .shell: throw SSHError.make("ssh.shell_failed", "\(endpoint) did not start a shell.")
-                    case .subsystem(let name): throw SSHError.make("ssh.subsystem_failed", "\(endpoint) did not start the \(name) subsystem.")
+                    case .exec: throw SSHError.make(.sshExecFailed, "\(endpoint) did not start the command.")
+                    case .shell: throw SSHError.make(.sshShellFailed, "\(endpoint) did not start a shell.")
+                    case .subsystem(let name): throw SSHError.make(.sshSubsystemFailed, "\(endpoint) did not start the \(name) subsystem.")
                     }
                 }
                 return rc
@@ -409,7 +409,7 @@ public final class SSHConnection: Sendable {
             }
             defer { feeder.cancel() }
             let collected = try await channel.collect(limit: outputLimit, output: output)
-            if Task.isCancelled { throw SSHError.make("ssh.cancelled", "The command on \(endpoint) was cancelled; its channel was closed.") }
+            if Task.isCancelled { throw SSHError.make(.sshCancelled, "The command on \(endpoint) was cancelled; its channel was closed.") }
             let exit = channel.exit
             logger?.debug("ssh.channel.exit", ["status": .int(Int(exit?.status ?? -1)), "signalled": .bool(exit?.signal != nil),
                                                "truncated": .bool(collected.truncated)])
@@ -427,13 +427,13 @@ public final class SSHConnection: Sendable {
                 defer { group.cancelAll() }
                 guard let first = try await group.next(), let result = first else {
                     channel.close()
-                    throw SSHError.make("ssh.timeout", "The command on \(endpoint) did not finish within \(Self.seconds(timeout)).")
+                    throw SSHError.make(.sshTimeout, "The command on \(endpoint) did not finish within \(Self.seconds(timeout)).")
                 }
                 return result
             }
         } catch is CancellationError {
             cancel()
-            throw SSHError.make("ssh.cancelled", "The command on \(endpoint) was cancelled; its channel was closed.")
+            throw SSHError.make(.sshCancelled, "The command on \(endpoint) was cancelled; its channel was closed.")
         } catch {
             if Task.isCancelled { cancel() } else { channel.close() }
             throw error
@@ -467,7 +467,7 @@ public final class SSHConnection: Sendable {
     func tunnel(to host: String, port: Int) async throws -> Int32 {
         var pair: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
-            throw SSHError.make("ssh.socket", "Could not create a socket pair: \(String(cString: strerror(errno))).")
+            throw SSHError.make(.sshSocket, "Could not create a socket pair: \(String(cString: strerror(errno))).")
         }
         do {
             try await forward(pair[0], to: host, port: port)
@@ -480,14 +480,14 @@ public final class SSHConnection: Sendable {
     }
 
     private func openDirect(host: String, port: Int) async throws -> OpaquePointer {
-        guard (1...65_535).contains(port) else { throw SSHError.make("ssh.bad_port", "Port \(port) is not between 1 and 65535.") }
+        guard (1...65_535).contains(port) else { throw SSHError.make(.sshBadPort, "Port \(port) is not between 1 and 65535.") }
         let endpoint = engine.endpoint
         do {
             return try await openRawChannel("Opening a tunnel to \(host):\(port)") { session in
                 host.withCString { termind_ssh2_direct_tcpip(session, $0, Int32(port)) }
             }
-        } catch let error as TermindError where error.code == "ssh.channel_failed" {
-            throw SSHError.make("ssh.tunnel_refused", "\(endpoint) could not open a connection to \(host):\(port) (\(error.message)).")
+        } catch let error as TermindError where error.is(.sshChannelFailed) {
+            throw SSHError.make(.sshTunnelRefused, "\(endpoint) could not open a connection to \(host):\(port) (\(error.message)).")
         }
     }
 
@@ -504,7 +504,7 @@ public final class SSHConnection: Sendable {
             if let channel = open(session) { return UncheckedBox(channel) }
             let errno = libssh2_session_last_errno(session)
             if errno == termind_ssh2_error_eagain() { return nil }
-            throw SSHError.make("ssh.channel_failed", "\(what) on \(endpoint) failed: \(engine.lastError())")
+            throw SSHError.make(.sshChannelFailed, "\(what) on \(endpoint) failed: \(engine.lastError())")
         }
         return box.value
     }
@@ -514,7 +514,7 @@ public final class SSHConnection: Sendable {
     /// Asks the server to listen on `host`:`port` (0: the server picks) and hand each
     /// connection to this client (tcpip-forward).
     public func listen(host: String = "127.0.0.1", port: Int, queue: Int = 16) async throws -> SSHForwardListener {
-        guard (0...65_535).contains(port) else { throw SSHError.make("ssh.bad_port", "Port \(port) is not between 0 and 65535.") }
+        guard (0...65_535).contains(port) else { throw SSHError.make(.sshBadPort, "Port \(port) is not between 0 and 65535.") }
         let endpoint = engine.endpoint
         let engine = self.engine
         var bound: Int32 = 0
@@ -528,7 +528,7 @@ public final class SSHConnection: Sendable {
                 return UncheckedBox(listener)
             }
             if libssh2_session_last_errno(session) == termind_ssh2_error_eagain() { return nil }
-            throw SSHError.make("ssh.listen_refused", "\(endpoint) refused to listen on \(host):\(port): \(engine.lastError()).")
+            throw SSHError.make(.sshListenRefused, "\(endpoint) refused to listen on \(host):\(port): \(engine.lastError()).")
         }
         bound = boundBox.value
         return SSHForwardListener(connection: self, listener: listener.value, boundPort: Int(bound == 0 ? Int32(port) : bound))
@@ -596,10 +596,10 @@ public final class SSHForwardListener: Sendable {
             state.requestClose()
             engine.attach(ChannelPump(channel: late.value, state: state, endpoint: engine.endpoint))
         }) { session -> UncheckedBox<OpaquePointer>? in
-            guard let handle = listener.value else { throw SSHError.make("ssh.closed", "The listener is closed.") }
+            guard let handle = listener.value else { throw SSHError.make(.sshClosed, "The listener is closed.") }
             if let channel = libssh2_channel_forward_accept(handle) { return UncheckedBox(channel) }
             if libssh2_session_last_errno(session) == termind_ssh2_error_eagain() { return nil }
-            throw SSHError.make("ssh.accept_failed", "Accepting a forwarded connection failed: \(engine.lastError()).")
+            throw SSHError.make(.sshAcceptFailed, "Accepting a forwarded connection failed: \(engine.lastError()).")
         }
         let pump = ChannelPump(channel: box.value, state: ChannelState(limit: bufferLimit), endpoint: engine.endpoint)
         engine.attach(pump)

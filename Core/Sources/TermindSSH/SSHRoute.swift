@@ -27,19 +27,19 @@ public struct SSHRoute: Sendable, Hashable, CustomStringConvertible {
     /// Rejects an empty route, a longer one than `maxHosts`, and one that visits an endpoint
     /// twice — before anything connects.
     public func validate() throws {
-        guard !hops.isEmpty else { throw SSHError.make("ssh.route_empty", "The route has no host to connect to.") }
+        guard !hops.isEmpty else { throw SSHError.make(.sshRouteEmpty, "The route has no host to connect to.") }
         if hops.count > Self.maxHosts {
-            throw SSHError.make("ssh.route_too_long", "The route \(description) has \(hops.count) hosts; at most \(Self.maxHosts) are allowed, including the target.")
+            throw SSHError.make(.sshRouteTooLong, "The route \(description) has \(hops.count) hosts; at most \(Self.maxHosts) are allowed, including the target.")
         }
         var seen: [String: Int] = [:]
         for (index, hop) in hops.enumerated() {
             guard (1...65_535).contains(hop.port) else {
-                throw SSHError.make("ssh.bad_port", "Hop \(index + 1) of the route (\(hop.display)) has port \(hop.port); ports run from 1 to 65535.")
+                throw SSHError.make(.sshBadPort, "Hop \(index + 1) of the route (\(hop.display)) has port \(hop.port); ports run from 1 to 65535.")
             }
-            guard !hop.host.isEmpty else { throw SSHError.make("ssh.route_bad_host", "Hop \(index + 1) of the route has no host name.") }
+            guard !hop.host.isEmpty else { throw SSHError.make(.sshRouteBadHost, "Hop \(index + 1) of the route has no host name.") }
             let key = "\(hop.host.lowercased()):\(hop.port)"
             if let first = seen[key] {
-                throw SSHError.make("ssh.route_cycle", "The route \(description) visits \(hop.host):\(hop.port) twice (hops \(first + 1) and \(index + 1)); a route cannot loop.")
+                throw SSHError.make(.sshRouteCycle, "The route \(description) visits \(hop.host):\(hop.port) twice (hops \(first + 1) and \(index + 1)); a route cannot loop.")
             }
             seen[key] = index
         }
@@ -240,12 +240,12 @@ public actor SSHConnectionPool {
 
     /// Failures that belong to the opener's own policy, not to the route.
     static func kind(of error: any Error) -> SSHPoolState<SSHRoute, SSHConnection>.FailureKind {
-        guard let code = (error as? TermindError)?.code else { return .shared }
-        return ["ssh.host_key_rejected", "ssh.host_key_unknown", "ssh.auth_cancelled", "ssh.cancelled"].contains(code) ? .openersOwn : .shared
+        guard let error = error as? TermindError else { return .shared }
+        return error.isAny(of: [.sshHostKeyRejected, .sshHostKeyUnknown, .sshAuthCancelled, .sshCancelled]) ? .openersOwn : .shared
     }
 
     private static func cancelled(_ route: SSHRoute) -> TermindError {
-        SSHError.make("ssh.cancelled", "Waiting for the connection to \(route) was cancelled.")
+        SSHError.make(.sshCancelled, "Waiting for the connection to \(route) was cancelled.")
     }
 
     private static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }

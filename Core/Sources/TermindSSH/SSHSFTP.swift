@@ -66,7 +66,7 @@ public final class SSHSFTP: Sendable {
         }) { session -> UncheckedBox<OpaquePointer>? in
             if let sftp = libssh2_sftp_init(session) { return UncheckedBox(sftp) }
             if libssh2_session_last_errno(session) == termind_ssh2_error_eagain() { return nil }
-            throw SSHError.make("ssh.sftp_failed", "\(endpoint) did not start SFTP: \(engine.lastError()).")
+            throw SSHError.make(.sshSFTPFailed, "\(endpoint) did not start SFTP: \(engine.lastError()).")
         }
         return SSHSFTP(connection: connection, handle: box.value)
     }
@@ -129,7 +129,7 @@ public final class SSHSFTP: Sendable {
                     if n == 0 { return true }
                     collected.value.append(contentsOf: buffer.prefix(n).map { UInt8(bitPattern: $0) })
                     guard collected.value.count <= limit else {
-                        throw SSHError.make("ssh.sftp_too_large", "\(path) is larger than the \(limit)-byte limit for reading it whole.")
+                        throw SSHError.make(.sshSFTPTooLarge, "\(path) is larger than the \(limit)-byte limit for reading it whole.")
                     }
                     moved += n
                 }
@@ -186,7 +186,7 @@ public final class SSHSFTP: Sendable {
         let handle = self.handle
         let endpoint = engine.endpoint
         return try await engine.run(what, lane: handle) { _ in
-            guard let sftp = handle.value else { throw SSHError.make("ssh.closed", "SFTP on \(endpoint) is closed.") }
+            guard let sftp = handle.value else { throw SSHError.make(.sshClosed, "SFTP on \(endpoint) is closed.") }
             return try attempt(sftp)
         }
     }

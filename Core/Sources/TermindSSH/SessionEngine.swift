@@ -85,18 +85,18 @@ final class SessionEngine: @unchecked Sendable {
         // (deinit closes wakeFD when init throws from here on.)
         guard wakeFD >= 0 else {
             close(fd)
-            throw SSHError.make("ssh.session_failed", "Could not create a wake descriptor for \(endpoint): \(String(cString: strerror(errno))).")
+            throw SSHError.make(.sshSessionFailed, "Could not create a wake descriptor for \(endpoint): \(String(cString: strerror(errno))).")
         }
         // The context lets C callbacks find this engine; the engine outlives its session
         // (the session is freed before the engine goes away).
         guard let context = termind_ssh2_context_new(nil) else {
             close(fd)
-            throw SSHError.make("ssh.session_failed", "Could not create an SSH session for \(endpoint).")
+            throw SSHError.make(.sshSessionFailed, "Could not create an SSH session for \(endpoint).")
         }
         guard let session = termind_ssh2_session_init(context, fd) else {
             termind_ssh2_context_free(context)
             close(fd)
-            throw SSHError.make("ssh.session_failed", "Could not create an SSH session for \(endpoint).")
+            throw SSHError.make(.sshSessionFailed, "Could not create an SSH session for \(endpoint).")
         }
         context.pointee.owner = Unmanaged.passUnretained(self).toOpaque()
         context.pointee.cancel = cancelWord
@@ -165,7 +165,7 @@ final class SessionEngine: @unchecked Sendable {
                 submit { engine in
                     // Cancelled before it was queued: it never touched libssh2.
                     if cancelled.isSet {
-                        operation.finish(.failure(SSHError.make("ssh.cancelled", "\(what) on \(endpoint) was cancelled.")))
+                        operation.finish(.failure(SSHError.make(.sshCancelled, "\(what) on \(endpoint) was cancelled.")))
                         return
                     }
                     engine.add(operation)
@@ -175,7 +175,7 @@ final class SessionEngine: @unchecked Sendable {
             cancelled.set()
             self.submit { engine in
                 guard let operation = box.value else { return }
-                engine.abandon(operation, SSHError.make("ssh.cancelled", "\(what) on \(endpoint) was cancelled."))
+                engine.abandon(operation, SSHError.make(.sshCancelled, "\(what) on \(endpoint) was cancelled."))
             }
         }
     }
@@ -285,7 +285,7 @@ final class SessionEngine: @unchecked Sendable {
             let accepted: Bool = lock.withLock {
                 guard deathError == nil else { return false }
                 inbox.append { engine in
-                    engine.die(SSHError.make("ssh.closed", "The SSH connection to \(engine.endpoint) was closed."), disconnect: true)
+                    engine.die(SSHError.make(.sshClosed, "The SSH connection to \(engine.endpoint) was closed."), disconnect: true)
                     continuation.resume()
                 }
                 return true
@@ -321,7 +321,7 @@ final class SessionEngine: @unchecked Sendable {
     /// `abort` ends the wait early with its error (a person gave up a prompt).
     func retry(_ what: String, deadline: DispatchTime, abort: () -> TermindError? = { nil },
                _ call: (OpaquePointer) -> Int32) throws -> Int32 {
-        guard let session else { throw SSHError.make("ssh.closed", "The SSH connection to \(endpoint) is closed.") }
+        guard let session else { throw SSHError.make(.sshClosed, "The SSH connection to \(endpoint) is closed.") }
         while true {
             let rc = call(session)
             if let error = abort() { throw error }
@@ -332,7 +332,7 @@ final class SessionEngine: @unchecked Sendable {
 
     /// As `retry`, for calls that return a pointer and report EAGAIN through last_errno.
     func retryPointer<T>(_ what: String, deadline: DispatchTime, _ call: (OpaquePointer) -> T?) throws -> T? {
-        guard let session else { throw SSHError.make("ssh.closed", "The SSH connection to \(endpoint) is closed.") }
+        guard let session else { throw SSHError.make(.sshClosed, "The SSH connection to \(endpoint) is closed.") }
         while true {
             if let value = call(session) { return value }
             guard libssh2_session_last_errno(session) == termind_ssh2_error_eagain() else { return nil }
@@ -349,10 +349,10 @@ final class SessionEngine: @unchecked Sendable {
             let now = DispatchTime.now()
             let effective = deadline.uptimeNanoseconds &+ interactionPause
             guard now.uptimeNanoseconds < effective else {
-                throw SSHError.make("ssh.timeout", "\(what) on \(endpoint) timed out; the server did not answer in time.")
+                throw SSHError.make(.sshTimeout, "\(what) on \(endpoint) timed out; the server did not answer in time.")
             }
             guard flush() else {
-                throw SSHError.make("ssh.connection_lost", "The connection to \(endpoint) was lost during \(what.lowercased()): \(String(cString: strerror(errno))).")
+                throw SSHError.make(.sshConnectionLost, "The connection to \(endpoint) was lost during \(what.lowercased()): \(String(cString: strerror(errno))).")
             }
             var events = Self.events(for: libssh2_session_block_directions(session))
             if let context, termind_ssh2_backlog(context) > 0 { events |= Int16(POLLOUT) }
@@ -361,7 +361,7 @@ final class SessionEngine: @unchecked Sendable {
             let remainingMs = Int32(min(1000, max(1, (effective - now.uptimeNanoseconds) / 1_000_000)))
             let ready = poll(&fds, 2, remainingMs)
             if ready < 0 && errno != EINTR {
-                throw SSHError.make("ssh.socket", "Waiting on the connection to \(endpoint) failed: \(String(cString: strerror(errno))).")
+                throw SSHError.make(.sshSocket, "Waiting on the connection to \(endpoint) failed: \(String(cString: strerror(errno))).")
             }
             if fds[1].revents != 0 { drainWake() }
             if fds[0].revents != 0 { return }
@@ -369,7 +369,7 @@ final class SessionEngine: @unchecked Sendable {
     }
 
     func checkCancelled(_ what: String) throws {
-        if performCancelled?.isSet == true { throw SSHError.make("ssh.cancelled", "\(what) on \(endpoint) was cancelled.") }
+        if performCancelled?.isSet == true { throw SSHError.make(.sshCancelled, "\(what) on \(endpoint) was cancelled.") }
     }
 
     /// Waits on the engine thread for a person's answer (a keyboard-interactive prompt): the
@@ -383,7 +383,7 @@ final class SessionEngine: @unchecked Sendable {
         while done.wait(timeout: .now() + .milliseconds(100)) == .timedOut {
             if performCancelled?.isSet == true {
                 task.cancel()
-                throw SSHError.make("ssh.cancelled", "\(what) on \(endpoint) was cancelled.")
+                throw SSHError.make(.sshCancelled, "\(what) on \(endpoint) was cancelled.")
             }
         }
         return result.value
@@ -416,7 +416,7 @@ final class SessionEngine: @unchecked Sendable {
 
     /// Marks the session lost after a fatal libssh2 error seen by a pump or an operation.
     func sessionFailed(_ context: String) {
-        die(SSHError.make("ssh.connection_lost", "The connection to \(endpoint) was lost \(context): \(lastError())."), disconnect: false)
+        die(SSHError.make(.sshConnectionLost, "The connection to \(endpoint) was lost \(context): \(lastError())."), disconnect: false)
     }
 
     // MARK: - The loop (engine thread)
@@ -444,7 +444,7 @@ final class SessionEngine: @unchecked Sendable {
             expireDeadlines()
             if session == nil { break }
             if !flush() {
-                die(SSHError.make("ssh.connection_lost", "The connection to \(endpoint) was lost: \(String(cString: strerror(errno)))."), disconnect: false)
+                die(SSHError.make(.sshConnectionLost, "The connection to \(endpoint) was lost: \(String(cString: strerror(errno)))."), disconnect: false)
                 break
             }
             noteReceived()
@@ -496,7 +496,7 @@ final class SessionEngine: @unchecked Sendable {
                 if Self.isFatal(lastErrno) { sessionFailed("during \(operation.what.lowercased())"); return true }
                 continue
             } catch {
-                operation.finish(.failure(SSHError.make("ssh.failed", "\(operation.what) on \(endpoint) failed.")))
+                operation.finish(.failure(SSHError.make(.sshFailed, "\(operation.what) on \(endpoint) failed.")))
                 operations.remove(at: index)
                 continue
             }
@@ -531,12 +531,12 @@ final class SessionEngine: @unchecked Sendable {
         let sessionLane = ObjectIdentifier(self)
         for operation in operations {
             if !operation.isAbandoned, let deadline = operation.deadline, now >= deadline {
-                abandon(operation, SSHError.make("ssh.timeout", "\(operation.what) on \(endpoint) timed out; the server did not answer in time."))
+                abandon(operation, SSHError.make(.sshTimeout, "\(operation.what) on \(endpoint) timed out; the server did not answer in time."))
             }
             // Given up, still unanswered, and every later channel open waits behind it.
             if operation.lane == sessionLane, let since = operation.abandonedAt,
                now.uptimeNanoseconds &- since.uptimeNanoseconds > UInt64(abandonedGrace * 1e9) {
-                die(SSHError.make("ssh.connection_lost", "The connection to \(endpoint) was closed: the server did not answer \(operation.what.lowercased()) "
+                die(SSHError.make(.sshConnectionLost, "The connection to \(endpoint) was closed: the server did not answer \(operation.what.lowercased()) "
                                   + "within \(SSHConnection.seconds(abandonedGrace)) after it was given up, and later channels would wait behind it."), disconnect: true)
                 return
             }
@@ -544,7 +544,7 @@ final class SessionEngine: @unchecked Sendable {
         if keepaliveInterval > 0, wantsInbound {
             let silent = now.uptimeNanoseconds &- lastInbound.uptimeNanoseconds
             if silent > UInt64(keepaliveInterval * (keepaliveCountMax + 1)) * 1_000_000_000 {
-                die(SSHError.make("ssh.connection_lost",
+                die(SSHError.make(.sshConnectionLost,
                                   "The connection to \(endpoint) was lost: the server did not answer keepalives for \(keepaliveInterval * (keepaliveCountMax + 1)) s."),
                     disconnect: false)
                 return
@@ -574,7 +574,7 @@ final class SessionEngine: @unchecked Sendable {
             let code = libssh2_session_last_errno(session)
             if code == termind_ssh2_error_eagain() { return nil }
             self.probing = false
-            if Self.isFatal(code) { throw SSHError.make("ssh.connection_lost", "The connection to \(endpoint) was lost.") }
+            if Self.isFatal(code) { throw SSHError.make(.sshConnectionLost, "The connection to \(endpoint) was lost.") }
             return true  // refused, but answered
         }, complete: { _ in }, discard: { _ in })
         operations.append(operation)
@@ -644,7 +644,7 @@ final class SessionEngine: @unchecked Sendable {
             return deathObservers
         }
         for observer in observers { observer(deathError ?? error) }
-        logger?.log(error.code == "ssh.closed" ? .debug : .warning, "ssh.connection.end", ["code": .identifier(error.code)])
+        logger?.log(error.is(.sshClosed) ? .debug : .warning, "ssh.connection.end", ["code": .identifier(error.code)])
         let pending = operations
         operations.removeAll()
         for operation in pending { operation.finish(.failure(error)) }
@@ -770,5 +770,6 @@ final class GenerationCounter: @unchecked Sendable {
 }
 
 enum SSHError {
-    static func make(_ code: String, _ message: String) -> TermindError { TermindError(code: code, message: message) }
+    /// Every transport error has a constant of its own (SSHErrorCodes.swift).
+    static func make(_ code: ErrorCode, _ message: String) -> TermindError { TermindError(code, message) }
 }

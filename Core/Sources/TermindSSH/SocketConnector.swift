@@ -38,7 +38,7 @@ enum SocketConnector {
             }
             Thread.detachNewThread { finish(lookup(host: host, port: port)) }
             DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
-                finish(.failure(SSHError.make("ssh.timeout", "Resolving \(host) took longer than \(SSHConnection.seconds(seconds)).")))
+                finish(.failure(SSHError.make(.sshTimeout, "Resolving \(host) took longer than \(SSHConnection.seconds(seconds)).")))
             }
         }
     }
@@ -50,7 +50,7 @@ enum SocketConnector {
         var results: UnsafeMutablePointer<addrinfo>?
         let status = getaddrinfo(host, String(port), &hints, &results)
         guard status == 0, results != nil else {
-            return .failure(SSHError.make("ssh.resolve_failed", "Cannot resolve \(host): \(String(cString: gai_strerror(status)))."))
+            return .failure(SSHError.make(.sshResolveFailed, "Cannot resolve \(host): \(String(cString: gai_strerror(status)))."))
         }
         defer { freeaddrinfo(results) }
         var addresses: [Address] = []

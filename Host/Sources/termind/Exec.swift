@@ -223,14 +223,14 @@ enum Exec {
         do {
             _ = try SSHPrivateKey.parse(key, passphrase: nil)
             return nil
-        } catch let error as TermindError where error.code == "key.passphrase_required" {
+        } catch let error as TermindError where error.is(.keyPassphraseRequired) {
             guard let passphrase = await askPassphrase(path) else {
                 throw TermindError(code: "key.passphrase_required", message: "The key file \(path) is passphrase-protected and there is no terminal to ask for it. "
                     + "Import it once (termind vault key import \(path) --passphrase -) and use a saved identity, or add it to ssh-agent (ssh-add \(path)).")
             }
             do {
                 _ = try SSHPrivateKey.parse(key, passphrase: passphrase)
-            } catch let error as TermindError where error.code == "key.wrong_passphrase" {
+            } catch let error as TermindError where error.is(.keyWrongPassphrase) {
                 throw TermindError(code: error.code, message: "Wrong passphrase for the key file \(path); nothing was sent to the server.")
             }
             return passphrase
@@ -249,7 +249,7 @@ enum Exec {
     private static func savedHost(_ name: String, kernel: Kernel) async throws -> HostRecord? {
         do {
             return try await kernel.call(VaultContracts.HostGet.self, .init(host: name))
-        } catch let error as TermindError where error.code == "vault.host_not_found" {
+        } catch let error as TermindError where error.is(.vaultHostNotFound) {
             return nil
         }
     }

@@ -17,16 +17,16 @@ public struct TermindError: Error, Sendable, Equatable, Codable, CustomStringCon
 
 extension TermindError {
     public static func badRequest(_ message: String) -> TermindError {
-        TermindError(code: "request.invalid", message: message)
+        TermindError(.requestInvalid, message)
     }
     public static func unknownContract(_ id: String) -> TermindError {
-        TermindError(code: "contract.unknown", message: "No loaded feature handles contract '\(id)'. Run 'termind contracts' to list the available ones.")
+        TermindError(code: ErrorCode.contractUnknown.rawValue, message: "No loaded feature handles contract '\(id)'. Run 'termind contracts' to list the available ones.")
     }
     public static func portUnavailable(_ id: String) -> TermindError {
-        TermindError(code: "port.unavailable", message: "Port '\(id)' has no provider: the feature that provides it is not loaded or is disabled.")
+        TermindError(code: ErrorCode.portUnavailable.rawValue, message: "Port '\(id)' has no provider: the feature that provides it is not loaded or is disabled.")
     }
     public static func internalFailure(_ message: String) -> TermindError {
-        TermindError(code: "internal", message: message)
+        TermindError(.internalFailure, message)
     }
 }
 
@@ -45,7 +45,7 @@ extension TermindError {
         switch error {
         case let error as TermindError: error
         case let error as TermindErrorConvertible: error.termindError
-        case is CancellationError: TermindError(code: "cancelled", message: "The operation was cancelled.")
+        case is CancellationError: TermindError(.cancelled, "The operation was cancelled.")
         default: internalFailure("The operation failed: \(type(of: error)).")
         }
     }

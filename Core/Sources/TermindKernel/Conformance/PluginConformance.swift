@@ -60,10 +60,10 @@ public enum PluginConformance {
         do {
             _ = try await kernel.call(contract, body: Data("{}".utf8))
             return Check(name: contract, passed: true, detail: "answers an empty request")
-        } catch let error as TermindError where error.code == "request.invalid" {
+        } catch let error as TermindError where error.is(.requestInvalid) {
             return Check(name: contract, passed: true, detail: "rejects an empty request clearly: \(error.message)")
         } catch let error as TermindError {
-            let ok = !["contract.unknown", "internal", "plugin.bad_reply", "plugin.unhandled"].contains(error.code)
+            let ok = !error.isAny(of: [.contractUnknown, .internalFailure, "plugin.bad_reply", "plugin.unhandled"])
             return Check(name: contract, passed: ok, detail: "\(error.code): \(error.message)")
         } catch {
             return Check(name: contract, passed: false, detail: "threw \(type(of: error))")

@@ -322,8 +322,8 @@ public actor Kernel {
             call: { [weak self] contract, body in
                 guard let self else { throw TermindError.internalFailure("The kernel has shut down.") }
                 guard calls.contains(contract.description) || routes.endpoint(contract)?.owner == id else {
-                    throw TermindError(code: "capability.denied",
-                                       message: "Feature '\(id)' may not call \(contract): it is not among the calls its manifest declares (\(calls.isEmpty ? "none" : calls.sorted().joined(separator: ", "))).")
+                    throw TermindError(.capabilityDenied,
+                                       "Feature '\(id)' may not call \(contract): it is not among the calls its manifest declares (\(calls.isEmpty ? "none" : calls.sorted().joined(separator: ", "))).")
                 }
                 return try await self.call(contract, body: body, origin: .feature(id: id))
             }

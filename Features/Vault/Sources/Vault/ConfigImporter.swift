@@ -192,7 +192,7 @@ struct ConfigImporter {
         }
         do {
             return try SSHPrivateKey.parse(Secret(String(decoding: data, as: UTF8.self)), passphrase: nil)
-        } catch let error as TermindError where error.code == "key.passphrase_required" {
+        } catch let error as TermindError where error.is(.keyPassphraseRequired) {
             throw TermindError(code: "key.passphrase_required", message: "The key file \(path) is passphrase-protected: import it with 'termind vault key import \(path) --passphrase -' and select the identity without it. Nothing was imported.")
         } catch let error as TermindError {
             throw TermindError(code: error.code, message: "\(path): \(error.message) Nothing was imported.")

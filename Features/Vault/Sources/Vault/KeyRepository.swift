@@ -58,7 +58,7 @@ struct KeyRepository: Sendable {
         do {
             key = try SSHPrivateKey.parse(text, passphrase: r.passphrase.flatMap { $0.isEmpty ? nil : $0 })
         } catch let error as TermindError {
-            let hint = error.code == "key.passphrase_required" ? " Give it with --passphrase - (read from standard input)." : ""
+            let hint = error.is(.keyPassphraseRequired) ? " Give it with --passphrase - (read from standard input)." : ""
             throw TermindError(code: error.code, message: "\(r.path): \(error.message)\(hint)")
         }
         return try save(key, label: r.label)
