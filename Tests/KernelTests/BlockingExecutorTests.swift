@@ -1,4 +1,5 @@
 import Foundation
+import TermindCore
 import TermindKernel
 import XCTest
 

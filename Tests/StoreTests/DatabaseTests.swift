@@ -226,4 +226,36 @@ final class DatabaseTests: XCTestCase {
         }
         XCTAssertThrowsError(try Database(path: path)) { XCTAssertTrue("\($0)".contains("--store PATH"), "\($0)") }
     }
+
+    func testReadsAndWritesRunOnCoresBlockingExecutorNeverTheCooperativePool() async throws {
+        let db = try Database(path: directory.file("t.sqlite"))
+        try db.migrate(notes)
+        let writer = try await db.write { db -> String in
+            try db.execute("INSERT INTO notes (body) VALUES ('queued')")
+            return BlockingExecutor.currentExecutorName ?? "not an executor thread"
+        }
+        XCTAssertEqual(writer, "termind.blocking")
+        let count = try await db.read { db in try db.scalar("SELECT count(*) FROM notes") }
+        XCTAssertEqual(count, .integer(1))
+    }
+
+    func testPreparedStatementsAreReusedAndOnesPreparedWithAMigrationsRightsAreNot() throws {
+        let db = try Database(path: directory.file("t.sqlite"))
+        try db.migrate(notes)
+        for index in 0..<500 { try db.execute("INSERT INTO notes (body) VALUES (?)", ["note \(index)"]) }  // one statement, 500 runs
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM notes WHERE body LIKE ?", ["note %"]), .integer(500))
+        // More distinct statements than the cache holds: still correct.
+        for index in 0..<(Database.statementCacheLimit + 10) {
+            XCTAssertEqual(try db.scalar("SELECT \(index)"), .integer(Int64(index)))
+        }
+        // A feature's migration may read the migrations table; the same statement afterwards may not.
+        let jot = Schema(feature: "jot", migrations: [Migration(1, "create entries", "CREATE TABLE jot_entries (id INTEGER PRIMARY KEY, body TEXT);")])
+        let feature = try db.scoped(to: "jot")
+        try feature.migrate(jot)
+        XCTAssertThrowsError(try feature.query("SELECT version, name, checksum FROM termind_migrations WHERE feature = ? ORDER BY version", ["jot"])) {
+            XCTAssertEqual(($0 as? StoreError)?.code, "store.denied", "\($0)")
+        }
+        XCTAssertThrowsError(try feature.scalar("SELECT count(*) FROM notes"), "another schema's table")
+        XCTAssertEqual(try feature.scalar("SELECT count(*) FROM jot_entries"), .integer(0))
+    }
 }

@@ -4,17 +4,14 @@ import Foundation
 import TermindCore
 
 /// TCP connect with deadlines: name resolution (getaddrinfo cannot be interrupted, so it
-/// runs on its own thread and a late answer is dropped), then a non-blocking connect to
-/// each address in turn, waiting with poll(). Returns a connected, non-blocking socket.
+/// runs on a thread of Core's blocking executor and a late answer is dropped), then a
+/// non-blocking connect to each address in turn, waiting with poll() on the same executor.
+/// Returns a connected, non-blocking socket.
 enum SocketConnector {
     static func connect(host: String, port: Int, resolveDeadline: Double, connectDeadline: Double) async throws -> Int32 {
         let addresses = try await resolve(host: host, port: port, within: resolveDeadline)
         try Task.checkCancellation()
-        return try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
-                continuation.resume(with: Result { try connect(addresses, host: host, port: port, deadline: .now() + connectDeadline) })
-            }
-        }
+        return try await BlockingExecutor.run { try connect(addresses, host: host, port: port, deadline: .now() + connectDeadline) }
     }
 
     struct Address: Sendable {
@@ -36,7 +33,10 @@ enum SocketConnector {
                 }
                 if first { continuation.resume(with: result.mapError { $0 as Error }) }
             }
-            Thread.detachNewThread { finish(lookup(host: host, port: port)) }
+            let accepted = BlockingExecutor.core.submit { finish(lookup(host: host, port: port)) }
+            if !accepted {
+                finish(.failure(TermindError(code: "blocking.busy", message: "termind has too much blocking work queued to resolve \(host); try again.")))
+            }
             DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
                 finish(.failure(SSHError.make(.sshTimeout, "Resolving \(host) took longer than \(SSHConnection.seconds(seconds)).")))
             }

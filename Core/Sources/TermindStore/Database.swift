@@ -101,7 +101,10 @@ public final class Database: @unchecked Sendable {
         return nil
     }
 
-    deinit { sqlite3_close_v2(handle) }
+    deinit {
+        for statement in statements.values { sqlite3_finalize(statement) }
+        sqlite3_close_v2(handle)
+    }
 
     // MARK: - Statements
 
@@ -110,22 +113,17 @@ public final class Database: @unchecked Sendable {
         _ = try query(sql, bindings)
     }
 
-    /// Runs one statement and returns its rows.
+    /// Runs one statement and returns its rows. Statements are prepared once and kept (up
+    /// to `statementCacheLimit`); one prepared while a feature's migration ran with more
+    /// rights is never kept, so it cannot be reused without them.
     public func query(_ sql: String, _ bindings: [any SQLBindable] = []) throws -> [Row] {
         lock.lock()
         defer { lock.unlock() }
-        var statement: OpaquePointer?
-        var trailing = ""
-        let prepared = sql.withCString { text -> Int32 in
-            var tail: UnsafePointer<CChar>?
-            let status = sqlite3_prepare_v3(handle, text, -1, 0, &statement, &tail)
-            if let tail { trailing = String(cString: tail) }
-            return status
-        }
-        guard prepared == SQLITE_OK, let statement else { throw failure(prepared, sql) }
-        defer { sqlite3_finalize(statement) }
-        guard trailing.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
-            throw StoreError.sql(path, "query runs one statement; use executeScript for several")
+        let statement = try prepared(sql)
+        defer {
+            sqlite3_reset(statement)
+            sqlite3_clear_bindings(statement)
+            if statements[sql] != statement { sqlite3_finalize(statement) }
         }
         var status: Int32
         for (index, value) in bindings.enumerated() {
@@ -142,6 +140,48 @@ public final class Database: @unchecked Sendable {
             rows.append(Row(columns: columns, values: (0..<columnCount).map { column(statement, $0) }))
         }
         return rows
+    }
+
+    /// How many prepared statements a connection keeps.
+    public static let statementCacheLimit = 128
+    private var statements: [String: OpaquePointer] = [:]
+
+    /// The statement for `sql`, from the cache or prepared now (lock held).
+    private func prepared(_ sql: String) throws -> OpaquePointer {
+        if let cached = statements[sql] { return cached }
+        var statement: OpaquePointer?
+        var trailing = ""
+        let keep = scope?.privileged != true
+        let status = sql.withCString { text -> Int32 in
+            var tail: UnsafePointer<CChar>?
+            let status = sqlite3_prepare_v3(handle, text, -1, keep ? UInt32(SQLITE_PREPARE_PERSISTENT) : 0, &statement, &tail)
+            if let tail { trailing = String(cString: tail) }
+            return status
+        }
+        guard status == SQLITE_OK, let statement else { throw failure(status, sql) }
+        guard trailing.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+            sqlite3_finalize(statement)
+            throw StoreError.sql(path, "query runs one statement; use executeScript for several")
+        }
+        if keep {
+            if statements.count >= Self.statementCacheLimit {
+                for cached in statements.values { sqlite3_finalize(cached) }
+                statements.removeAll()
+            }
+            statements[sql] = statement
+        }
+        return statement
+    }
+
+    /// Runs `body` with this database on Core's blocking executor (never on the
+    /// cooperative pool), for reads.
+    public func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        try await BlockingExecutor.run { try body(self) }
+    }
+
+    /// Runs `body` in one transaction on Core's blocking executor, for writes.
+    public func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        try await BlockingExecutor.run { try self.transaction { try body(self) } }
     }
 
     /// The first column of the first row.

@@ -24,6 +24,15 @@ public final class FeatureRegistrar {
         endpoints.append(.typed(contract, owner: featureID, handler: handler))
     }
 
+    /// As `handle`, for a handler that blocks (SQLite, key derivation, file reads): it runs
+    /// on Core's blocking executor (`BlockingExecutor.core`), never on the cooperative pool.
+    public func handleBlocking<C: Contract>(_ contract: C.Type,
+                                            _ handler: @escaping @Sendable (C.Request, CallOrigin) throws -> C.Response) where C.Response: Sendable {
+        handle(contract) { request, origin in
+            try await BlockingExecutor.run { try handler(request, origin) }
+        }
+    }
+
     /// Publishes an already type-erased endpoint (used by the kernel for C plugins).
     public func handle(_ endpoint: ContractEndpoint) {
         endpoints.append(endpoint)

@@ -94,7 +94,7 @@ public actor Kernel {
         }
 
         // Kernel ports: open the stores that a surviving feature asked for.
-        openKernelPorts(for: loaded.map(\.0).filter { statuses[$0.id]?.state != .disabled })
+        await openKernelPorts(for: loaded.map(\.0).filter { statuses[$0.id]?.state != .disabled })
 
         // Start, in order.
         for (m, feature) in loaded where statuses[m.id]?.state != .disabled {
@@ -252,7 +252,7 @@ public actor Kernel {
 
     /// Opens the database and secret store if some feature lists their ports. A store that
     /// cannot be opened disables the features that require it, with the store's reason.
-    private func openKernelPorts(for manifests: [FeatureManifest]) {
+    private func openKernelPorts(for manifests: [FeatureManifest]) async {
         let wanted = Set(manifests.flatMap { $0.ports.requires + $0.ports.optional })
         var failures: [String: FeatureProblem] = [:]
         if wanted.contains("kernel.store") {
@@ -271,7 +271,8 @@ public actor Kernel {
                 guard let path = configuration.secretsPath, let key = configuration.secretsKey else {
                     throw TermindError(code: "secret.unconfigured", message: "No secret store is configured (--secrets or TERMIND_SECRETS).")
                 }
-                let store = try SecretStore(path: path, keySource: key)
+                // scrypt (for a passphrase) takes its time: off the cooperative pool.
+                let store = try await BlockingExecutor.run { try SecretStore(path: path, keySource: key) }
                 // Secrets stored before they had owners were the built-in feature's that keeps
                 // them: the first permanent feature (never a plugin) requiring the store.
                 if let keeper = manifests.first(where: { $0.isPermanent && $0.ports.requires.contains("kernel.secrets") }) {
@@ -400,8 +401,9 @@ public actor Kernel {
             }
             return .init(protection: try store.protection(), path: store.path, secrets: try store.handles().count, keyRotatedAt: try store.keyRotatedAt())
         }
-        registrar.handle(SecretStoreContracts.Status.self) { _, _ in try secretStatus() }
-        registrar.handle(SecretStoreContracts.Protect.self) { request, _ in
+        registrar.handleBlocking(SecretStoreContracts.Status.self) { _, _ in try secretStatus() }
+        // Re-sealing every secret and scrypt: blocking work, on Core's executor.
+        registrar.handleBlocking(SecretStoreContracts.Protect.self) { request, _ in
             guard let store = routes.port("kernel.secrets") as? SecretStore else { return try secretStatus() }
             if let passphrase = request.passphrase, !passphrase.isEmpty {
                 guard passphrase.withPlaintext({ $0.count }) >= 8 else {

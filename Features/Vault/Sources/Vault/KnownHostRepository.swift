@@ -103,23 +103,33 @@ struct KnownHostRepository: Sendable {
 struct VaultTrust: HostKeyTrust {
     let vault: VaultFeature
 
+    // The store is read on Core's blocking executor, never on the cooperative pool.
     func verdict(host: String, port: Int, key: PublicHostKey) async throws -> TrustVerdict {
-        let decision = try vault.knownHosts().check(host: host, port: port, key: try HostKey(algorithm: key.algorithm, blob: key.blob))
-        return Self.verdict(decision)
+        try await BlockingExecutor.run { [vault] in try Self.verdict(vault, host: host, port: port, key: key) }
+    }
+
+    private static func verdict(_ vault: VaultFeature, host: String, port: Int, key: PublicHostKey) throws -> TrustVerdict {
+        verdict(try vault.knownHosts().check(host: host, port: port, key: try HostKey(algorithm: key.algorithm, blob: key.blob)))
     }
 
     func knownKeyTypes(host: String, port: Int) async throws -> [String] {
-        try vault.knownHosts().knownKeyTypes(host: host, port: port)
+        try await BlockingExecutor.run { [vault] in try vault.knownHosts().knownKeyTypes(host: host, port: port) }
     }
 
     func trust(host: String, port: Int, key: PublicHostKey) async throws {
-        try vault.knownHosts().add(KnownHostEntry(host: host, port: port, key: try HostKey(algorithm: key.algorithm, blob: key.blob), hashed: false))
+        try await BlockingExecutor.run { [vault] in
+            try vault.knownHosts().add(KnownHostEntry(host: host, port: port, key: try HostKey(algorithm: key.algorithm, blob: key.blob), hashed: false))
+        }
     }
 
     func refusal(host: String, port: Int, key: PublicHostKey) async throws -> String? {
+        try await BlockingExecutor.run { [vault] in try Self.refusal(vault, host: host, port: port, key: key) }
+    }
+
+    private static func refusal(_ vault: VaultFeature, host: String, port: Int, key: PublicHostKey) throws -> String? {
         let target = port == 22 ? host : "[\(host)]:\(port)"
-        let presented = fingerprint(key)
-        switch try await verdict(host: host, port: port, key: key) {
+        let presented = (try? HostKey(algorithm: key.algorithm, blob: key.blob))?.fingerprintSHA256 ?? "unparseable key"
+        switch try verdict(vault, host: host, port: port, key: key) {
         case .changed(let known):
             let entries = try vault.knownHosts().list(host: host, port: port).filter { known.contains($0.fingerprint) }
             return """

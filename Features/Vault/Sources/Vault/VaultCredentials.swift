@@ -6,6 +6,10 @@ struct VaultCredentials: CredentialProvider {
     let vault: VaultFeature
 
     func credentials(for request: CredentialRequest) async throws -> HostCredentials {
+        try await BlockingExecutor.run { [vault] in try Self.credentials(vault, request) }
+    }
+
+    private static func credentials(_ vault: VaultFeature, _ request: CredentialRequest) throws -> HostCredentials {
         let (hosts, identities, keys) = try vault.repositories()
         let host = try hosts.get(request.host)
         let selected = try (request.explicitIdentity.map { try identities.get($0) })

@@ -29,56 +29,56 @@ final class VaultFeature: Feature {
         registrar.provide(.credentials, VaultCredentials(vault: self))
         registrar.provide(.hostKeyTrust, VaultTrust(vault: self))
         registerKnownHosts(registrar)
-        registrar.handle(KeyContracts.List.self) { [self] _, _ in .init(keys: try current().keys.list()) }
-        registrar.handle(KeyContracts.Generate.self) { [self] r, _ in
+        registrar.handleBlocking(KeyContracts.List.self) { [self] _, _ in .init(keys: try current().keys.list()) }
+        registrar.handleBlocking(KeyContracts.Generate.self) { [self] r, _ in
             let s = try current()
             let key = try s.keys.generate(r)
             s.logger.info("vault.key.generated")
             return key
         }
-        registrar.handle(KeyContracts.Import.self) { [self] r, _ in try current().keys.importFile(r) }
-        registrar.handle(KeyContracts.Show.self) { [self] r, _ in try current().keys.get(r.key) }
-        registrar.handle(KeyContracts.Delete.self) { [self] r, _ in .init(deleted: try current().keys.delete(r.key)) }
-        registrar.handle(ConnectContracts.Resolve.self) { [self] r, _ in try QuickConnectResolver(hosts: try current().hosts).resolve(r.input) }
-        registrar.handle(ConnectContracts.Save.self) { [self] r, _ in
+        registrar.handleBlocking(KeyContracts.Import.self) { [self] r, _ in try current().keys.importFile(r) }
+        registrar.handleBlocking(KeyContracts.Show.self) { [self] r, _ in try current().keys.get(r.key) }
+        registrar.handleBlocking(KeyContracts.Delete.self) { [self] r, _ in .init(deleted: try current().keys.delete(r.key)) }
+        registrar.handleBlocking(ConnectContracts.Resolve.self) { [self] r, _ in try QuickConnectResolver(hosts: try current().hosts).resolve(r.input) }
+        registrar.handleBlocking(ConnectContracts.Save.self) { [self] r, _ in
             let s = try current()
             return try QuickConnectResolver(hosts: s.hosts).save(r, identities: s.identities)
         }
-        registrar.handle(ImportContracts.Preview.self) { [self] r, _ in try ConfigImporter(hosts: try current().hosts).preview(r.path) }
-        registrar.handle(ImportContracts.Commit.self) { [self] r, _ in
+        registrar.handleBlocking(ImportContracts.Preview.self) { [self] r, _ in try ConfigImporter(hosts: try current().hosts).preview(r.path) }
+        registrar.handleBlocking(ImportContracts.Commit.self) { [self] r, _ in
             let s = try current()
             let result = try ConfigImporter(hosts: s.hosts, identities: s.identities, keys: s.keys).commit(r, identities: s.identities)
             s.logger.info("vault.import.committed", ["created": .int(result.created.count), "skipped": .int(result.skipped.count)])
             return result
         }
-        registrar.handle(VaultContracts.HostList.self) { [self] r, _ in .init(hosts: try current().hosts.list(tag: r.tag)) }
-        registrar.handle(VaultContracts.HostGet.self) { [self] r, _ in try current().hosts.get(r.host) }
-        registrar.handle(VaultContracts.HostAdd.self) { [self] r, _ in
+        registrar.handleBlocking(VaultContracts.HostList.self) { [self] r, _ in .init(hosts: try current().hosts.list(tag: r.tag)) }
+        registrar.handleBlocking(VaultContracts.HostGet.self) { [self] r, _ in try current().hosts.get(r.host) }
+        registrar.handleBlocking(VaultContracts.HostAdd.self) { [self] r, _ in
             let s = try current()
             let host = try s.hosts.add(r, identities: s.identities)
             s.logger.info("vault.host.added")
             return host
         }
-        registrar.handle(VaultContracts.HostUpdate.self) { [self] r, _ in
+        registrar.handleBlocking(VaultContracts.HostUpdate.self) { [self] r, _ in
             let s = try current()
             return try s.hosts.update(r, identities: s.identities)
         }
-        registrar.handle(VaultContracts.HostDelete.self) { [self] r, _ in
+        registrar.handleBlocking(VaultContracts.HostDelete.self) { [self] r, _ in
             let s = try current()
             let id = try s.hosts.delete(r.host)
             s.logger.info("vault.host.deleted")
             return .init(deleted: id)
         }
-        registrar.handle(VaultContracts.IdentityList.self) { [self] _, _ in .init(identities: try current().identities.list()) }
-        registrar.handle(VaultContracts.IdentityAdd.self) { [self] r, _ in try current().identities.add(r) }
-        registrar.handle(VaultContracts.IdentityUpdate.self) { [self] r, _ in try current().identities.update(r) }
-        registrar.handle(VaultContracts.IdentityDelete.self) { [self] r, _ in
+        registrar.handleBlocking(VaultContracts.IdentityList.self) { [self] _, _ in .init(identities: try current().identities.list()) }
+        registrar.handleBlocking(VaultContracts.IdentityAdd.self) { [self] r, _ in try current().identities.add(r) }
+        registrar.handleBlocking(VaultContracts.IdentityUpdate.self) { [self] r, _ in try current().identities.update(r) }
+        registrar.handleBlocking(VaultContracts.IdentityDelete.self) { [self] r, _ in
             let s = try current()
             return .init(deleted: try s.identities.delete(r.identity, hosts: s.hosts))
         }
-        registrar.handle(VaultContracts.SnippetList.self) { [self] _, _ in .init(snippets: try current().snippets.list()) }
-        registrar.handle(VaultContracts.SnippetAdd.self) { [self] r, _ in try current().snippets.add(r) }
-        registrar.handle(VaultContracts.SnippetDelete.self) { [self] r, _ in .init(deleted: try current().snippets.delete(r.snippet)) }
+        registrar.handleBlocking(VaultContracts.SnippetList.self) { [self] _, _ in .init(snippets: try current().snippets.list()) }
+        registrar.handleBlocking(VaultContracts.SnippetAdd.self) { [self] r, _ in try current().snippets.add(r) }
+        registrar.handleBlocking(VaultContracts.SnippetDelete.self) { [self] r, _ in .init(deleted: try current().snippets.delete(r.snippet)) }
     }
 
     func start(_ context: FeatureContext) async throws {
@@ -111,15 +111,15 @@ final class VaultFeature: Feature {
 
 extension VaultFeature {
     func registerKnownHosts(_ registrar: FeatureRegistrar) {
-        registrar.handle(KnownHostContracts.List.self) { [self] r, _ in .init(entries: try knownHosts().list(host: r.host, port: r.port)) }
-        registrar.handle(KnownHostContracts.Add.self) { [self] r, _ in
+        registrar.handleBlocking(KnownHostContracts.List.self) { [self] r, _ in .init(entries: try knownHosts().list(host: r.host, port: r.port)) }
+        registrar.handleBlocking(KnownHostContracts.Add.self) { [self] r, _ in
             let key = try Self.hostKey(r.key)
             let port = try VaultValidation.port(r.port ?? 22)
             let host = try VaultValidation.address(r.host)
             return try knownHosts().add(KnownHostEntry(host: host, port: port, key: key, hashed: r.hashed ?? false)).record
         }
-        registrar.handle(KnownHostContracts.Remove.self) { [self] r, _ in .init(removed: try knownHosts().remove(r.id)) }
-        registrar.handle(KnownHostContracts.Check.self) { [self] r, _ in
+        registrar.handleBlocking(KnownHostContracts.Remove.self) { [self] r, _ in .init(removed: try knownHosts().remove(r.id)) }
+        registrar.handleBlocking(KnownHostContracts.Check.self) { [self] r, _ in
             let key = try Self.hostKey(r.key)
             let verdict = VaultTrust.verdict(try knownHosts().check(host: r.host, port: try VaultValidation.port(r.port ?? 22), key: key))
             var known: [String] = []
@@ -130,11 +130,11 @@ extension VaultFeature {
             }
             return .init(verdict: verdict.name, fingerprint: key.fingerprintSHA256, knownFingerprints: known)
         }
-        registrar.handle(KnownHostContracts.Import.self) { [self] r, _ in
+        registrar.handleBlocking(KnownHostContracts.Import.self) { [self] r, _ in
             let data = try BoundedFile.read(r.path, limit: KnownHosts.maxFileBytes, what: "known_hosts file", code: "vault.import_unreadable")
             return try knownHosts().importText(String(decoding: data, as: UTF8.self), source: r.path)
         }
-        registrar.handle(KnownHostContracts.Export.self) { [self] r, _ in
+        registrar.handleBlocking(KnownHostContracts.Export.self) { [self] r, _ in
             let (text, count) = try knownHosts().exportText()
             guard let path = r.path else { return .init(entries: count, text: text) }
             let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
@@ -164,11 +164,11 @@ struct VaultHostDirectory: HostDirectory {
     let vault: VaultFeature
 
     func host(named name: String) async throws -> HostSummary? {
-        try vault.hosts().find(name)?.summary
+        try await BlockingExecutor.run { [vault] in try vault.hosts().find(name)?.summary }
     }
 
     func allHosts() async throws -> [HostSummary] {
-        try vault.hosts().list(tag: nil).map(\.summary)
+        try await BlockingExecutor.run { [vault] in try vault.hosts().list(tag: nil).map(\.summary) }
     }
 }
 

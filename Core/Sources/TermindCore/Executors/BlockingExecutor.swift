@@ -24,6 +24,18 @@ public final class BlockingExecutor: @unchecked Sendable {
     private var idle = 0
     private var active = 0
 
+    /// Core's own executor for blocking work that is not a plugin's: SQLite statements,
+    /// key derivation (scrypt, bcrypt), key generation, DNS and TCP connect. 16 threads (a
+    /// resolver that hangs for glibc's 60 s holds one), 1,024 waiting; beyond that a job is
+    /// refused with `blocking.busy`.
+    public static let core = BlockingExecutor(name: "termind.blocking", threadLimit: 16, queueLimit: 1024)
+
+    /// Runs `body` on `core`, failing with `blocking.busy` when it is full.
+    @discardableResult
+    public static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await core.run(busy: TermindError(code: "blocking.busy", message: "termind has too much blocking work queued (\(core.queueLimit) jobs wait); try again."), body)
+    }
+
     public init(name: String, threadLimit: Int, queueLimit: Int, idleSeconds: TimeInterval = 30) {
         precondition(threadLimit >= 1 && queueLimit >= 0)
         self.name = name
@@ -76,7 +88,15 @@ public final class BlockingExecutor: @unchecked Sendable {
         }
     }
 
+    /// The name of the executor whose thread runs the caller, or nil (a cooperative-pool
+    /// thread, the main thread): lets code and tests check where blocking work runs.
+    public static var currentExecutorName: String? {
+        Thread.current.threadDictionary[threadKey] as? String
+    }
+    private static let threadKey = "termind.blocking-executor"
+
     private func work() {
+        Thread.current.threadDictionary[Self.threadKey] = name
         while true {
             condition.lock()
             while head == jobs.count {
