@@ -105,6 +105,21 @@ final class ExecInteractionTests: XCTestCase {
         XCTAssertTrue(without.stderr.contains("is passphrase-protected and there is no terminal"), without.stderr)
     }
 
+    func testCtrlCAtAPassphrasePromptEndsTermindAtOnceWith130() throws {
+        let command = ([termind] + store + ["exec", quick("locked"), "--accept-host-key", "once", "--", "true"]).map { "'\($0)'" }.joined(separator: " ")
+        let session = try SpawnedProcess("/usr/bin/script", ["-qec", command, "/dev/null"], environment: environment, captureOutput: true)
+        XCTAssertNotNil(session.readOutput(until: "Enter passphrase", timeout: 20), "the prompt appeared")
+        let pids = try ProcessRunner.run("/usr/bin/pgrep", ["-f", "exec ssh -p \(server.port) -i \(directory.file("locked"))"]).stdout
+            .split(separator: "\n").compactMap { pid_t($0) }.filter { $0 != session.pid }
+        XCTAssertFalse(pids.isEmpty, "termind runs under script")
+        let started = Date()
+        for pid in pids { kill(pid, SIGINT) }
+        session.closeInput()
+        _ = session.readAll()
+        XCTAssertEqual(session.wait(), 130, "ended by Ctrl-C, without waiting for Enter")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 10)
+    }
+
     func testTheDebugLogHoldsConnectionEventsAndNoSecrets() throws {
         let log = directory.file("debug.log")
         let result = try run(["--debug", "--log-file", log, "exec", quick(), "--accept-host-key", "once", "--", "echo logged"])

@@ -276,6 +276,31 @@ final class SSHChannelTests: XCTestCase {
         await connection.close()
     }
 
+    func testStoppingAListenerEndsAPendingAcceptAndTheServerStopsListening() async throws {
+        let connection = try await connect()
+        let listener = try await connection.listen(host: "127.0.0.1", port: 0)
+        let port = listener.boundPort
+        let accepting = Task { try await listener.accept() }
+        try await Task.sleep(nanoseconds: 300_000_000)  // the accept waits on the listener's lane
+        let started = Date()
+        try await listener.cancel()
+        do {
+            _ = try await accepting.value
+            XCTFail("a stopped listener accepts nothing")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.closed", error.message)
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5, "the accept did not keep the stop waiting")
+        var refused = false
+        for _ in 0..<50 where !refused {
+            let probe = try ProcessRunner.run("/usr/bin/python3", ["-c", "import socket; socket.create_connection(('127.0.0.1', \(port)), 1)"])
+            refused = probe.status != 0
+            if !refused { try await Task.sleep(nanoseconds: 100_000_000) }
+        }
+        XCTAssertTrue(refused, "the server stopped listening on \(port)")
+        await connection.close()
+    }
+
     func testCancelledSFTPWorkNeverLeaksAChannelOrAHandle() async throws {
         let connection = try await connect()
         let file = server.directory.file("big.bin")

@@ -93,4 +93,53 @@ final class SSHLivenessTests: XCTestCase {
         XCTAssertEqual(ok.exitStatus, 0)
         await fresh.close()
     }
+
+    /// A direct-tcpip open is answered only once sshd's own connect ends (minutes, for a target
+    /// that drops SYNs): waiting for it blocks the probe, and that silence must not end the
+    /// connection — while a frozen server under an ordinary open still does (SSHChannelTests).
+    func testATunnelToATargetThatNeverAnswersDoesNotEndTheConnection() async throws {
+        let (listener, port, fillers) = try Self.listenerThatDropsConnections()
+        defer { ([listener] + fillers).forEach { _ = Glibc.close($0) } }
+        var deadlines = SSHDeadlines()
+        deadlines.channel = 8
+        let connection = try await connect(keepalive: SSHKeepalive(interval: 1, countMax: 1), deadlines: deadlines)
+        let reason = UncheckedSendableBox<TermindError?>(nil)
+        connection.onClose { reason.value = $0 }
+        let started = Date()
+        do {
+            _ = try await connection.openDirectTCPIP(host: "127.0.0.1", port: port)
+            XCTFail("a target that drops every SYN cannot be reached")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.timeout", error.message)
+        }
+        XCTAssertGreaterThan(Date().timeIntervalSince(started), 6, "the open ran to its own deadline, well past the 2 s keepalive bound")
+        XCTAssertTrue(connection.isAlive, "silence while sshd connects is not a dead server: \(reason.value?.message ?? "")")
+        XCTAssertNil(reason.value)
+        await connection.close()
+    }
+
+    /// A loopback listener whose accept queue is full, so the kernel drops further SYNs and a
+    /// connect to it waits out its retries.
+    private static func listenerThatDropsConnections() throws -> (Int32, Int, [Int32]) {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw -> Bool in
+                Glibc.bind(listener, raw, length) == 0 && listen(listener, 0) == 0 && getsockname(listener, raw, &length) == 0
+            }
+        }
+        guard bound else { throw POSIXError(.EADDRNOTAVAIL) }
+        var fillers: [Int32] = []
+        for _ in 0..<2 {
+            let filler = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            _ = fcntl(filler, F_SETFL, O_NONBLOCK)
+            _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(filler, $0, length) } }
+            fillers.append(filler)
+        }
+        usleep(300_000)
+        return (listener, Int(UInt16(bigEndian: address.sin_port)), fillers)
+    }
 }

@@ -98,4 +98,17 @@ final class SSHPoolStateTests: XCTestCase {
         _ = state.opened("r", ticket: 1, handle: Conn(), generation: 1, now: 0)
         XCTAssertEqual(state.sweep(now: 1e9, idleSeconds: { _ in 1e9 }).count, 0)
     }
+
+    func testClosingThePoolTellsTheWaitersOfOpeningsInProgress() {
+        var state = State(idleTimeout: 180)
+        let conn = Conn()
+        _ = state.request("open", waiter: 1, now: 0, isAlive: alive)
+        _ = state.opened("open", ticket: 1, handle: conn, generation: 1, now: 0)
+        _ = state.request("opening", waiter: 2, now: 0, isAlive: alive)
+        _ = state.request("opening", waiter: 3, now: 0, isAlive: alive)
+        let removed = state.removeAll()
+        XCTAssertEqual(removed.open.map(ObjectIdentifier.init), [ObjectIdentifier(conn)])
+        XCTAssertEqual(removed.waiters.sorted(), [2, 3])
+        XCTAssertNil(state.opened("opening", ticket: 2, handle: Conn(), generation: 2, now: 1), "a late result is orphaned")
+    }
 }

@@ -258,4 +258,64 @@ final class DatabaseTests: XCTestCase {
         XCTAssertThrowsError(try feature.scalar("SELECT count(*) FROM notes"), "another schema's table")
         XCTAssertEqual(try feature.scalar("SELECT count(*) FROM jot_entries"), .integer(0))
     }
+
+    func testAFeaturesMigrationSQLGetsNoMoreRightsThanItsOtherSQL() throws {
+        let db = try Database(path: directory.file("t.sqlite"))
+        try db.migrate(notes)
+        let feature = try db.scoped(to: "jot")
+        for sql in ["CREATE TABLE jot_a (x); DELETE FROM termind_migrations;",
+                    "CREATE TABLE jot_b (x); PRAGMA writable_schema = ON;",
+                    "CREATE TABLE jot_c (x); INSERT INTO notes (body) VALUES ('planted');"] {
+            XCTAssertThrowsError(try feature.migrate(Schema(feature: "jot", migrations: [Migration(1, "sneaky", sql)]))) { error in
+                XCTAssertEqual((error as? StoreError)?.code, "store.migration_failed", "\(sql): \(error)")
+            }
+        }
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM termind_migrations WHERE feature = 'notes'"), .integer(2), "the others' records are intact")
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM notes"), .integer(0))
+        XCTAssertThrowsError(try feature.schemaVersion(of: "notes"), "another feature's schema version is not its business")
+        XCTAssertEqual(try feature.schemaVersion(of: "jot"), 0)
+    }
+
+    /// A feature's DDL works whole (SQLite's own statements rewrite its schema rows), yet
+    /// no statement of the feature's reads the schema, not even folded into a CREATE.
+    func testAFeatureChangesItsOwnSchemaButNeverReadsTheSchemaOfOthers() throws {
+        let db = try Database(path: directory.file("t.sqlite"))
+        try db.migrate(notes)
+        let feature = try db.scoped(to: "jot")
+        var migrations = [
+            Migration(1, "tables", """
+                CREATE TABLE jot_items (id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT UNIQUE);
+                CREATE INDEX jot_items_body ON jot_items (body);
+                CREATE VIEW jot_bodies AS SELECT body FROM jot_items;
+                CREATE TRIGGER jot_items_upper AFTER INSERT ON jot_items BEGIN UPDATE jot_items SET body = upper(body) WHERE id = new.id; END;
+                """),
+            Migration(2, "rebuild", """
+                CREATE TABLE jot_items_new (id INTEGER PRIMARY KEY, body TEXT, added TEXT DEFAULT 'now');
+                INSERT INTO jot_items_new (id, body) SELECT id, body FROM jot_items;
+                DROP VIEW jot_bodies;
+                DROP TABLE jot_items;
+                ALTER TABLE jot_items_new RENAME TO jot_items;
+                ALTER TABLE jot_items ADD COLUMN done INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE jot_items RENAME COLUMN added TO created;
+                """)
+        ]
+        try feature.migrate(Schema(feature: "jot", migrations: migrations))
+        try feature.execute("INSERT INTO jot_items (body) VALUES ('x')")
+        XCTAssertEqual(try feature.scalar("SELECT count(*) FROM jot_items WHERE done = 0 AND created = 'now'"), .integer(1))
+        XCTAssertEqual(try feature.schemaVersion(of: "jot"), 2)
+
+        for sql in ["SELECT name, sql FROM sqlite_schema",
+                    "SELECT count(*) FROM jot_items WHERE body IN (SELECT name FROM sqlite_master)",
+                    "CREATE TABLE jot_leak AS SELECT name, sql FROM sqlite_schema",
+                    "CREATE TABLE jot_leak2 AS SELECT body FROM jot_items"] {
+            XCTAssertThrowsError(try feature.execute(sql), sql) { error in
+                XCTAssertEqual((error as? StoreError)?.code, "store.denied", "\(sql): \(error)")
+            }
+        }
+        migrations.append(Migration(3, "leak", "CREATE TABLE jot_copy AS SELECT sql FROM sqlite_master"))
+        XCTAssertThrowsError(try feature.migrate(Schema(feature: "jot", migrations: migrations)), "a migration's SELECT is the feature's SQL too") { error in
+            XCTAssertEqual((error as? StoreError)?.code, "store.migration_failed")
+        }
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM sqlite_schema WHERE name LIKE 'jot_leak%' OR name = 'jot_copy'"), .integer(0))
+    }
 }

@@ -91,7 +91,9 @@ struct Authenticator {
         if unanswered { outcome.append("nobody answered the keyboard-interactive prompts (nothing was sent for them)") }
         if outcome.isEmpty { outcome.append("no credential termind holds matches them") }
         let message = "\(target.display) did not accept termind's credentials: the server offers \(offered); \(outcome.joined(separator: "; "))."
-        throw SSHError.make(rejected.isEmpty && unanswered ? "ssh.auth_cancelled" : "ssh.auth_failed", message)
+        // Prompts nobody answered make it the asker's own failure (another caller may answer
+        // them), even after a rejected key: the pool then lets others try with their own.
+        throw SSHError.make(unanswered ? .sshAuthCancelled : .sshAuthFailed, message)
     }
 
     private static func list(_ items: [String]) -> String {

@@ -43,8 +43,9 @@ public struct SSHDeadlines: Sendable {
     public var channel: Double = 30
     /// How long a channel open (or another session-wide request) its caller gave up on may
     /// still hold the session before the connection is declared broken: later opens would
-    /// wait behind it forever.
-    public var abandonedGrace: Double = 15
+    /// wait behind it forever. Longer than Linux's TCP connect timeout (about 127 s), since
+    /// sshd answers a direct-tcpip open to an unreachable host only when its connect gives up.
+    public var abandonedGrace: Double = 150
     public init() {}
 }
 
@@ -483,7 +484,7 @@ public final class SSHConnection: Sendable {
         guard (1...65_535).contains(port) else { throw SSHError.make(.sshBadPort, "Port \(port) is not between 1 and 65535.") }
         let endpoint = engine.endpoint
         do {
-            return try await openRawChannel("Opening a tunnel to \(host):\(port)") { session in
+            return try await openRawChannel("Opening a tunnel to \(host):\(port)", answerMayBeSlow: true) { session in
                 host.withCString { termind_ssh2_direct_tcpip(session, $0, Int32(port)) }
             }
         } catch let error as TermindError where error.is(.sshChannelFailed) {
@@ -493,10 +494,10 @@ public final class SSHConnection: Sendable {
 
     /// One channel open at a time per session (libssh2 keeps one open state): the session
     /// lane orders them. A channel whose caller gave up is closed when it arrives.
-    private func openRawChannel(_ what: String, _ open: @escaping (OpaquePointer) -> OpaquePointer?) async throws -> OpaquePointer {
+    private func openRawChannel(_ what: String, answerMayBeSlow: Bool = false, _ open: @escaping (OpaquePointer) -> OpaquePointer?) async throws -> OpaquePointer {
         let engine = self.engine
         let endpoint = engine.endpoint
-        let box = try await engine.run(what, deadline: .now() + deadlines.channel, discard: { (late: UncheckedBox<OpaquePointer>) in
+        let box = try await engine.run(what, deadline: .now() + deadlines.channel, answerMayBeSlow: answerMayBeSlow, discard: { (late: UncheckedBox<OpaquePointer>) in
             let state = ChannelState(limit: 0)
             state.requestClose()
             engine.attach(ChannelPump(channel: late.value, state: state, endpoint: endpoint))
@@ -561,6 +562,7 @@ public final class SSHForwardListener: Sendable {
     public let boundPort: Int
     private let listener: UncheckedBox<OpaquePointer?>
 
+    /// Set once the listener stops: the hold is given back and pending accepts end.
     private let held = ManagedAtomicFlag()
 
     /// A listening server port holds its connection (a pool's idle sweep leaves it alone).
@@ -577,7 +579,7 @@ public final class SSHForwardListener: Sendable {
     /// Queues the cancel on the listener's lane, after its accepts (not cancellable), and
     /// gives the connection's hold back.
     private static func stop(_ listener: UncheckedBox<OpaquePointer?>, held: ManagedAtomicFlag, on engine: SessionEngine) {
-        if held.setFirst() { engine.release() }
+        if held.setFirst() { engine.release() }  // also ends a pending accept (it checks the flag)
         engine.enqueue("Stopping a remote listener", lane: listener) { _ in
             guard let handle = listener.value else { return true }
             if libssh2_channel_forward_cancel(handle) == termind_ssh2_error_eagain() { return nil }
@@ -591,12 +593,14 @@ public final class SSHForwardListener: Sendable {
     public func accept(bufferLimit: Int = 1 << 20) async throws -> SSHChannel {
         let engine = connection.engine
         let listener = self.listener
+        let stopped = self.held
         let box = try await engine.run("Accepting a forwarded connection", lane: listener, dropIfAbandoned: true, discard: { (late: UncheckedBox<OpaquePointer>) in
             let state = ChannelState(limit: 0)
             state.requestClose()
             engine.attach(ChannelPump(channel: late.value, state: state, endpoint: engine.endpoint))
         }) { session -> UncheckedBox<OpaquePointer>? in
-            guard let handle = listener.value else { throw SSHError.make(.sshClosed, "The listener is closed.") }
+            // Stopping ends a wait here at once (the stop is queued behind this accept).
+            guard let handle = listener.value, !stopped.isSet else { throw SSHError.make(.sshClosed, "The listener is closed.") }
             if let channel = libssh2_channel_forward_accept(handle) { return UncheckedBox(channel) }
             if libssh2_session_last_errno(session) == termind_ssh2_error_eagain() { return nil }
             throw SSHError.make(.sshAcceptFailed, "Accepting a forwarded connection failed: \(engine.lastError()).")

@@ -146,10 +146,18 @@ struct SSHPoolState<Key: Hashable, Handle: AnyObject> {
         return closing
     }
 
-    /// Every open connection, removed (closing the pool).
-    mutating func removeAll() -> [Handle] {
+    /// Everything, removed (closing the pool): the open connections to close, and the
+    /// waiters of openings in progress, who are told the pool closed.
+    mutating func removeAll() -> (open: [Handle], waiters: [WaiterID]) {
         defer { entries.removeAll() }
-        return entries.values.compactMap { if case .open(let handle, _, _, _) = $0 { return handle } else { return nil } }
+        var open: [Handle] = [], waiters: [WaiterID] = []
+        for entry in entries.values {
+            switch entry {
+            case .open(let handle, _, _, _): open.append(handle)
+            case .opening(_, let opener, let others): waiters += (opener.map { [$0] } ?? []) + others
+            }
+        }
+        return (open, waiters)
     }
 
     /// The keys with a live connection.

@@ -256,7 +256,8 @@ public actor SSHConnectionPool {
     /// Closes every connection (targets before the jumps they run through) and cancels
     /// openings in progress.
     public func closeAll() async {
-        let open = state.removeAll()
+        let (open, waiters) = state.removeAll()
+        for id in waiters { resume(id, with: .failure(SSHError.make(.sshClosed, "The connection pool was closed while the connection was being opened."))) }
         for opening in openings.values { opening.cancel() }
         sweeper?.cancel()
         sweeper = nil

@@ -59,7 +59,7 @@ final class SessionEngine: @unchecked Sendable {
     private var authenticated = false
     /// How long a session-lane operation given up by its caller may hold the lane before
     /// the session is declared broken (later opens would wait behind it forever).
-    private var abandonedGrace: Double = 15
+    private var abandonedGrace: Double = 150
     /// Keepalive probes and the connection's end go here (codes only; engine thread).
     private var logger: Logger?
     /// Cancellation of the body `perform` is running.
@@ -148,8 +148,10 @@ final class SessionEngine: @unchecked Sendable {
     /// completion on the session, and `discard` receives its late result.
     /// `dropIfAbandoned`: the call keeps no libssh2 state between attempts (accepting a
     /// forwarded connection), so a caller that gives up removes it at once.
+    /// `answerMayBeSlow`: the server answers only after work of its own (a direct-tcpip open
+    /// waits for sshd's connect), so its silence meanwhile is no sign of a dead connection.
     func run<T>(_ what: String, lane: AnyObject? = nil, deadline: DispatchTime? = nil, dropIfAbandoned: Bool = false,
-                discard: ((T) -> Void)? = nil,
+                answerMayBeSlow: Bool = false, discard: ((T) -> Void)? = nil,
                 _ attempt: @escaping (OpaquePointer) throws -> T?) async throws -> T {
         let box = UncheckedBox<EngineOperation?>(nil)
         let cancelled = ManagedAtomicFlag()
@@ -157,7 +159,7 @@ final class SessionEngine: @unchecked Sendable {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<UncheckedBox<T>, Error>) in
                 let operation = EngineOperation(what: what, lane: lane.map(ObjectIdentifier.init) ?? ObjectIdentifier(self), deadline: deadline,
-                    dropIfAbandoned: dropIfAbandoned,
+                    dropIfAbandoned: dropIfAbandoned, answerMayBeSlow: answerMayBeSlow,
                     attempt: { session in try attempt(session).map { UncheckedBox($0) } },
                     complete: { result in continuation.resume(with: result.map { $0 as! UncheckedBox<T> }) },
                     discard: { value in discard?((value as! UncheckedBox<T>).value) })
@@ -441,13 +443,13 @@ final class SessionEngine: @unchecked Sendable {
             if session == nil { break }
             progressed = stepPumps() || progressed
             if session == nil { break }
+            noteReceived()  // before the keepalive verdict: an answer just read counts
             expireDeadlines()
             if session == nil { break }
             if !flush() {
                 die(SSHError.make(.sshConnectionLost, "The connection to \(endpoint) was lost: \(String(cString: strerror(errno)))."), disconnect: false)
                 break
             }
-            noteReceived()
             noteActivity()
             if progressed && idlePasses < 64 {
                 idlePasses += 1
@@ -534,14 +536,20 @@ final class SessionEngine: @unchecked Sendable {
                 abandon(operation, SSHError.make(.sshTimeout, "\(operation.what) on \(endpoint) timed out; the server did not answer in time."))
             }
             // Given up, still unanswered, and every later channel open waits behind it.
-            if operation.lane == sessionLane, let since = operation.abandonedAt,
-               now.uptimeNanoseconds &- since.uptimeNanoseconds > UInt64(abandonedGrace * 1e9) {
+            // (`abandonedAt` may be a moment after `now`: set by the timeout just above.)
+            if operation.lane == sessionLane, let since = operation.abandonedAt, now > since,
+               now.uptimeNanoseconds - since.uptimeNanoseconds > UInt64(abandonedGrace * 1e9) {
                 die(SSHError.make(.sshConnectionLost, "The connection to \(endpoint) was closed: the server did not answer \(operation.what.lowercased()) "
                                   + "within \(SSHConnection.seconds(abandonedGrace)) after it was given up, and later channels would wait behind it."), disconnect: true)
                 return
             }
         }
-        if keepaliveInterval > 0, wantsInbound {
+        // A direct-tcpip open the server has not answered yet blocks the session lane, and with
+        // it the probe; sshd answers only once its own connect ends, up to minutes later, so
+        // silence then proves nothing (the open's deadline and grace bound it). Any other
+        // open is answered at once by a live server: silence still counts.
+        let awaitingSessionReply = operations.contains { $0.lane == sessionLane && $0.started && $0.answerMayBeSlow }
+        if keepaliveInterval > 0, wantsInbound, !awaitingSessionReply {
             let silent = now.uptimeNanoseconds &- lastInbound.uptimeNanoseconds
             if silent > UInt64(keepaliveInterval * (keepaliveCountMax + 1)) * 1_000_000_000 {
                 die(SSHError.make(.sshConnectionLost,
@@ -682,6 +690,8 @@ final class EngineOperation {
     let dropIfAbandoned: Bool
     /// The engine's own probe: does not make the connection count as in use.
     let isKeepalive: Bool
+    /// See `SessionEngine.run(answerMayBeSlow:)`.
+    let answerMayBeSlow: Bool
     let attempt: (OpaquePointer) throws -> Any?
     /// Set on the engine thread once libssh2 has been called for it.
     var started = false
@@ -692,7 +702,7 @@ final class EngineOperation {
     /// When its caller gave up (engine thread only): the engine bounds how long it may still run.
     var abandonedAt: DispatchTime?
 
-    init(what: String, lane: ObjectIdentifier, deadline: DispatchTime?, dropIfAbandoned: Bool, isKeepalive: Bool = false,
+    init(what: String, lane: ObjectIdentifier, deadline: DispatchTime?, dropIfAbandoned: Bool, answerMayBeSlow: Bool = false, isKeepalive: Bool = false,
          attempt: @escaping (OpaquePointer) throws -> Any?,
          complete: @escaping (Result<Any, Error>) -> Void, discard: @escaping (Any) -> Void) {
         self.what = what
@@ -700,6 +710,7 @@ final class EngineOperation {
         self.deadline = deadline
         self.dropIfAbandoned = dropIfAbandoned
         self.isKeepalive = isKeepalive
+        self.answerMayBeSlow = answerMayBeSlow
         self.attempt = attempt
         self.complete = complete
         self.discard = discard

@@ -52,17 +52,20 @@ extension Database {
         if let scope, scope.owner != schema.feature {
             throw StoreError(code: "store.denied", message: "Feature '\(scope.owner)' cannot migrate the schema of '\(schema.feature)'.")
         }
-        // A feature's migrations may record themselves (and still touch only its tables).
-        scope?.privileged = true
-        defer { scope?.privileged = false }
         return try transaction {
-            try execute("""
-                CREATE TABLE IF NOT EXISTS termind_migrations (
-                    feature TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL,
-                    checksum TEXT NOT NULL, applied_at TEXT NOT NULL,
-                    PRIMARY KEY (feature, version))
-                """)
-            let applied = try query("SELECT version, name, checksum FROM termind_migrations WHERE feature = ? ORDER BY version", [schema.feature])
+            // The bookkeeping below is this function's own SQL, run with the right to the
+            // migrations table; the feature's migration SQL never is.
+            try privileged {
+                try execute("""
+                    CREATE TABLE IF NOT EXISTS termind_migrations (
+                        feature TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL,
+                        checksum TEXT NOT NULL, applied_at TEXT NOT NULL,
+                        PRIMARY KEY (feature, version))
+                    """)
+            }
+            let applied = try privileged {
+                try query("SELECT version, name, checksum FROM termind_migrations WHERE feature = ? ORDER BY version", [schema.feature])
+            }
             let current = applied.last?.int("version") ?? 0
             if current > schema.latestVersion {
                 throw StoreError(code: "store.too_new", message: "The database \(path) holds version \(current) of '\(schema.feature)', but this termind knows only up to \(schema.latestVersion): it was written by a newer termind. Upgrade termind; the database was left untouched.")
@@ -80,18 +83,26 @@ extension Database {
                 } catch let error as StoreError {
                     throw StoreError(code: "store.migration_failed", message: "Migration \(migration.version) ('\(migration.name)') of '\(schema.feature)' failed on \(path), nothing was changed: \(error.message)")
                 }
-                try execute("INSERT INTO termind_migrations (feature, version, name, checksum, applied_at) VALUES (?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
-                            [schema.feature, migration.version, migration.name, migration.checksum])
+                try privileged {
+                    try execute("INSERT INTO termind_migrations (feature, version, name, checksum, applied_at) VALUES (?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+                                [schema.feature, migration.version, migration.name, migration.checksum])
+                }
             }
             return MigrationReport(feature: schema.feature, from: current, to: schema.latestVersion)
         }
     }
 
-    /// The applied version of a feature's schema (0 when none).
+    /// The applied version of a feature's schema (0 when none); a feature's connection asks
+    /// only about its own.
     public func schemaVersion(of feature: String) throws -> Int {
-        let exists = try scalar("SELECT count(*) FROM sqlite_schema WHERE name = 'termind_migrations'")
-        guard exists == .integer(1) else { return 0 }
-        if case .integer(let v) = try scalar("SELECT max(version) FROM termind_migrations WHERE feature = ?", [feature]) { return Int(v) }
-        return 0
+        if let scope, scope.owner != feature {
+            throw StoreError(code: "store.denied", message: "Feature '\(scope.owner)' cannot read the schema version of '\(feature)'.")
+        }
+        return try privileged {
+            let exists = try scalar("SELECT count(*) FROM sqlite_schema WHERE name = 'termind_migrations'")
+            guard exists == .integer(1) else { return 0 }
+            if case .integer(let v) = try scalar("SELECT max(version) FROM termind_migrations WHERE feature = ?", [feature]) { return Int(v) }
+            return 0
+        }
     }
 }

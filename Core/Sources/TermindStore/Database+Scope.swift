@@ -3,15 +3,37 @@ import Foundation
 import TermindCore
 
 /// What one feature's connection may touch: its own tables and indexes (named
-/// `<id>_…`, with `-` in the id written `_`), and the migrations table only while its own
-/// `migrate` runs. Enforced by an SQLite authorizer when each statement is prepared, so no
+/// `<id>_…`, with `-` in the id written `_`), and the migrations table only for the
+/// bookkeeping statements `migrate` runs itself. The connection is also in SQLite's
+/// defensive mode (no writable_schema, no schema-corrupting pragmas). Enforced by an SQLite authorizer when each statement is prepared, so no
 /// SQL a feature writes can read or change another feature's data, attach another
 /// database, or read the schema of others.
 final class TableScope: @unchecked Sendable {
     let owner: String
     let prefix: String
-    /// Set (under the database's lock) while `migrate` of the owner's schema runs.
+    /// Set (under the database's lock) while `migrate` runs its own bookkeeping statements
+    /// (never the feature's migration SQL).
     var privileged = false
+
+    /// What the statement being prepared has shown itself to be, so SQLite's own nested
+    /// statements for a feature's DDL (reading and rewriting its schema rows) may read
+    /// sqlite_master while the feature's SQL may not. Reset before each statement is
+    /// prepared (`beginStatement`).
+    enum Window { case none, create, createAfterSelect, alter, drop }
+    private(set) var window = Window.none
+
+    func beginStatement() { window = .none }
+
+    /// Inside a feature's own CREATE, ALTER or DROP; a CREATE that selects (CREATE TABLE …
+    /// AS SELECT) loses the right, since its SELECT is the feature's SQL. ALTER and DROP
+    /// carry no SQL of the feature's but names (subqueries are not allowed in column
+    /// defaults, CHECK or generated columns).
+    private var schemaReadable: Bool { window == .create || window == .alter || window == .drop }
+
+    private func entered(_ window: Window, if allowed: Bool) -> Bool {
+        if allowed && self.window == .none { self.window = window }
+        return allowed
+    }
 
     init(owner: String) {
         self.owner = owner
@@ -23,29 +45,47 @@ final class TableScope: @unchecked Sendable {
     /// SQLite's action codes (sqlite3.h, "Authorizer Action Codes") and what each may do.
     func allows(_ action: Int32, _ arg1: String?, _ arg2: String?) -> Bool {
         switch action {
-        case SQLITE_SELECT, SQLITE_TRANSACTION, SQLITE_SAVEPOINT, SQLITE_FUNCTION, SQLITE_RECURSIVE:
+        case SQLITE_SELECT:
+            if window == .create { window = .createAfterSelect }
+            return true
+        case SQLITE_TRANSACTION, SQLITE_SAVEPOINT, SQLITE_FUNCTION, SQLITE_RECURSIVE:
             return true
         case SQLITE_READ, SQLITE_UPDATE, SQLITE_INSERT, SQLITE_DELETE:
-            if own(arg1) || arg1 == "sqlite_sequence" { return true }
-            return privileged && (arg1 == "termind_migrations" || arg1 == "sqlite_schema" || arg1 == "sqlite_master")
-        case SQLITE_CREATE_TABLE, SQLITE_DROP_TABLE:
-            return own(arg1) || (privileged && arg1 == "termind_migrations" && action == SQLITE_CREATE_TABLE)
+            if own(arg1) { return true }
+            // sqlite_sequence holds every feature's AUTOINCREMENT counters: only SQLite's own
+            // statements for a feature's DDL (dropping its table) touch it.
+            if arg1 == "sqlite_sequence" { return schemaReadable }
+            // DDL on its own tables writes their schema rows (SQLite reports it as a change to
+            // sqlite_master; writing that table directly is impossible in defensive mode).
+            // Reading the schema would show other features' tables.
+            let schema = arg1 == "sqlite_master" || arg1 == "sqlite_schema"
+            if schema && (action != SQLITE_READ || schemaReadable) { return true }
+            // ALTER … RENAME also rewrites the temporary schema (where features cannot
+            // create anything).
+            if (arg1 == "sqlite_temp_master" || arg1 == "sqlite_temp_schema") && schemaReadable { return true }
+            return privileged && (arg1 == "termind_migrations" || schema)
+        case SQLITE_CREATE_TABLE:
+            // sqlite_sequence is created by the first AUTOINCREMENT table.
+            if arg1 == "sqlite_sequence" { return window == .create }
+            return entered(.create, if: own(arg1) || (privileged && arg1 == "termind_migrations"))
+        case SQLITE_DROP_TABLE:
+            return entered(.drop, if: own(arg1))
         case SQLITE_CREATE_INDEX, SQLITE_DROP_INDEX:
             // The index and its table are both the feature's (or SQLite's own index of a
             // UNIQUE or PRIMARY KEY constraint on such a table).
             let automatic = arg1?.hasPrefix("sqlite_autoindex_") == true
-            return (own(arg1) || automatic) && (own(arg2) || (privileged && automatic && arg2 == "termind_migrations"))
+            let allowed = (own(arg1) || automatic) && (own(arg2) || (privileged && automatic && arg2 == "termind_migrations"))
+            return entered(action == SQLITE_CREATE_INDEX ? .create : .drop, if: allowed)
         case SQLITE_CREATE_TRIGGER, SQLITE_DROP_TRIGGER:
-            return own(arg1) && own(arg2)
+            return entered(action == SQLITE_CREATE_TRIGGER ? .create : .drop, if: own(arg1) && own(arg2))
         case SQLITE_CREATE_VIEW, SQLITE_DROP_VIEW:
-            return own(arg1)
+            return entered(action == SQLITE_CREATE_VIEW ? .create : .drop, if: own(arg1))
         case SQLITE_ALTER_TABLE:
-            return own(arg2)
+            return entered(.alter, if: own(arg2))
         case SQLITE_ANALYZE, SQLITE_REINDEX:
             return arg1 == nil || own(arg1)
         case SQLITE_PRAGMA:
-            // Reading the shape of its own tables; anything else only inside migrate.
-            if privileged { return true }
+            // Reading the shape of its own tables, nothing else.
             let reading: Set<String> = ["table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list"]
             return arg1.map { reading.contains($0.lowercased()) } == true && own(arg2)
         default:

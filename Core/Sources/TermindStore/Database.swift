@@ -84,7 +84,13 @@ public final class Database: @unchecked Sendable {
             }
             try execute("PRAGMA synchronous = FULL")
             try execute("PRAGMA foreign_keys = ON")
-            scope?.install(on: db)
+            if let scope {
+                scope.install(on: db)
+                // Statements prepared before the authorizer existed must not be reused after it.
+                for statement in statements.values { sqlite3_finalize(statement) }
+                statements.removeAll()
+                termind_sqlite_defensive(db)
+            }
         } catch let error as StoreError {
             sqlite3_close_v2(db)
             throw error.code == "store.sql" ? StoreError.notADatabase(path, error.message, option: option) : error
@@ -152,6 +158,8 @@ public final class Database: @unchecked Sendable {
         var statement: OpaquePointer?
         var trailing = ""
         let keep = scope?.privileged != true
+        scope?.beginStatement()
+        defer { scope?.beginStatement() }
         let status = sql.withCString { text -> Int32 in
             var tail: UnsafePointer<CChar>?
             let status = sqlite3_prepare_v3(handle, text, -1, keep ? UInt32(SQLITE_PREPARE_PERSISTENT) : 0, &statement, &tail)
@@ -171,6 +179,17 @@ public final class Database: @unchecked Sendable {
             statements[sql] = statement
         }
         return statement
+    }
+
+    /// Runs `body` (this file's own statements) with the scope's right to the migrations
+    /// table; statements prepared meanwhile are not kept.
+    func privileged<T>(_ body: () throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let scope, !scope.privileged else { return try body() }
+        scope.privileged = true
+        defer { scope.privileged = false }
+        return try body()
     }
 
     /// Runs `body` with this database on Core's blocking executor (never on the
@@ -211,15 +230,28 @@ public final class Database: @unchecked Sendable {
 
     // MARK: - Internals
 
-    /// Runs several statements without bindings (migrations).
+    /// Runs several statements without bindings (migrations), one at a time: each is
+    /// prepared, run to the end and finalized before the next, and a scoped connection
+    /// sees each as its own statement (`TableScope.beginStatement`).
     public func executeScript(_ sql: String) throws {
         lock.lock()
         defer { lock.unlock() }
-        var message: UnsafeMutablePointer<CChar>?
-        let status = sqlite3_exec(handle, sql, nil, nil, &message)
-        defer { sqlite3_free(message) }
-        guard status == SQLITE_OK else {
-            throw StoreError.sql(path, message.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(status)))
+        try sql.withCString { start in
+            var next: UnsafePointer<CChar>? = start
+            while let text = next, text.pointee != 0 {
+                var statement: OpaquePointer?
+                var tail: UnsafePointer<CChar>?
+                scope?.beginStatement()
+                defer { scope?.beginStatement() }
+                let status = sqlite3_prepare_v2(handle, text, -1, &statement, &tail)
+                guard status == SQLITE_OK else { throw failure(status, sql) }
+                next = tail
+                guard let statement else { continue }  // only whitespace or a comment
+                defer { sqlite3_finalize(statement) }
+                var step = sqlite3_step(statement)
+                while step == SQLITE_ROW { step = sqlite3_step(statement) }
+                guard step == SQLITE_DONE else { throw failure(step, sql) }
+            }
         }
     }
 

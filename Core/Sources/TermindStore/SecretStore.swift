@@ -33,7 +33,7 @@ public final class SecretStore: @unchecked Sendable {
     private final class Keys: @unchecked Sendable {
         /// Guards `dataKey` and `source`, and makes every seal-and-write atomic against a
         /// rotation (a secret sealed under a retired key would be unreadable).
-        let lock = NSLock()
+        let lock = NSRecursiveLock()
         var dataKey: SymmetricKey
         var source: KeySource
         init(dataKey: SymmetricKey, source: KeySource) {
@@ -44,7 +44,7 @@ public final class SecretStore: @unchecked Sendable {
     private let keys: Keys
     /// The feature this view belongs to; nil for the kernel's own view of every secret.
     public let owner: String?
-    private var lock: NSLock { keys.lock }
+    private var lock: NSRecursiveLock { keys.lock }
     private var dataKey: SymmetricKey {
         get { keys.dataKey }
         set { keys.dataKey = newValue }
@@ -78,6 +78,11 @@ public final class SecretStore: @unchecked Sendable {
         try database.migrate(Self.schema)
         self.database = database
         owner = nil
+        // A staged key file means a rotation is under way or was cut short: wait for the
+        // rotating process (it holds the key's lock from staging to renaming), then decide.
+        var keyLock: Int32 = -1
+        if case .keyFile(let keyPath) = keySource, access(keyPath + ".new", F_OK) == 0 { keyLock = KeyFile.lock(keyPath) }
+        defer { KeyFile.unlock(keyLock) }
         let dataKey: SymmetricKey = try database.transaction {
             if let wrapped = try database.query("SELECT value FROM secret_meta WHERE name = 'data_key'").first?.data("value") {
                 let passphraseProtected = try !database.query("SELECT 1 FROM secret_meta WHERE name = 'kdf'").isEmpty
@@ -207,7 +212,10 @@ public final class SecretStore: @unchecked Sendable {
 
     /// Runs `body` in one transaction of the secret store (e.g. several stores that must
     /// all happen or none).
-    public func transaction<T>(_ body: () throws -> T) throws -> T { try database.transaction(body) }
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        // The key lock first, as every seal-and-write takes it: never the other order.
+        try lock.withLock { try database.transaction(body) }
+    }
 
     // MARK: - Protection
 
@@ -226,7 +234,14 @@ public final class SecretStore: @unchecked Sendable {
         try lock.withLock {
             let newKey = SymmetricKey.random()
             var staged: (path: String, key: SymmetricKey)?
-            if case .keyFile(let keyPath) = newSource { staged = (keyPath, try KeyFile.stageReplacement(keyPath)) }
+            // Other processes opening the store wait on the key's lock while a new key file is
+            // staged, so none can discard it before the commit or race the rename after it.
+            var keyLock: Int32 = -1
+            defer { KeyFile.unlock(keyLock) }
+            if case .keyFile(let keyPath) = newSource {
+                keyLock = KeyFile.lock(keyPath)
+                staged = (keyPath, try KeyFile.stageReplacement(keyPath))
+            }
             do {
                 try database.transaction {
                     for row in try database.query("SELECT handle FROM secrets ORDER BY handle") {
@@ -245,10 +260,12 @@ public final class SecretStore: @unchecked Sendable {
                 if let staged { KeyFile.discardReplacement(staged.path) }
                 throw error
             }
-            if let staged { try KeyFile.finishReplacement(staged.path) }
-            if case .keyFile(let oldPath) = source, case .passphrase = newSource { KeyFile.destroy(oldPath) }
+            // Committed: from now on everything is sealed under the new key, whatever follows.
+            let oldSource = source
             dataKey = newKey
             source = newSource
+            if let staged { try KeyFile.finishReplacement(staged.path) }
+            if case .keyFile(let oldPath) = oldSource, case .passphrase = newSource { KeyFile.destroy(oldPath) }
         }
     }
 
@@ -302,6 +319,21 @@ public final class SecretStore: @unchecked Sendable {
 /// The secret store's key file: 32 random bytes, mode 0600, refused when group or others
 /// can read or write it (as OpenSSH refuses private keys with loose permissions).
 enum KeyFile {
+    /// An exclusive lock on `path.lock` (created 0600), held while a rotation stages and
+    /// moves a key file and while an opener looks at a staged one; -1 when it cannot be taken.
+    static func lock(_ path: String) -> Int32 {
+        let fd = open(path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { return -1 }
+        while flock(fd, LOCK_EX) != 0 && errno == EINTR {}
+        return fd
+    }
+
+    static func unlock(_ fd: Int32) {
+        guard fd >= 0 else { return }
+        flock(fd, LOCK_UN)
+        close(fd)
+    }
+
     /// Writes a new key to `path.new` (0600, synced) for a rotation and returns it.
     static func stageReplacement(_ path: String) throws -> SymmetricKey {
         let staged = path + ".new"

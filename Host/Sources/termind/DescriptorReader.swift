@@ -24,6 +24,12 @@ struct DescriptorReader: AsyncSequence, Sendable {
                     while true {
                         let n = read(fd, &buffer, buffer.count)
                         if n < 0 && errno == EINTR { continue }
+                        if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                            // A non-blocking descriptor handed over by someone: wait for data.
+                            var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                            _ = poll(&ready, 1, -1)
+                            continue
+                        }
                         continuation.resume(returning: n > 0 ? Data(buffer[0..<n]) : nil)
                         return
                     }

@@ -272,6 +272,8 @@ enum Exec {
                 continue
             }
             say(prompt.text)
+            TerminalPrompt.begin(tty)
+            defer { TerminalPrompt.end() }
             var bytes: [UInt8] = []
             var byte: UInt8 = 0
             while read(tty, &byte, 1) == 1, byte != 10 { bytes.append(byte) }
@@ -287,7 +289,11 @@ enum Exec {
     static func ask(_ question: HostKeyQuestion) -> HostKeyAnswer {
         let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
         guard tty >= 0 else { return .unanswered(reason: noTerminalRemedy(question)) }
-        defer { close(tty) }
+        TerminalPrompt.begin(tty)
+        defer {
+            TerminalPrompt.end()
+            close(tty)
+        }
         let target = question.port == 22 ? question.host : "[\(question.host)]:\(question.port)"
         let prompt = "The authenticity of host \(target) can't be established.\n\(question.algorithm) key fingerprint is \(question.fingerprint).\nTrust it? [s]ave / [o]nce / [N]o: "
         _ = TerminalText.escaped(prompt).withCString { write(tty, $0, strlen($0)) }

@@ -109,7 +109,7 @@ enum ExecStream {
             body = try client.stream(name, body: try JSONCoding.encode(request), onOpen: { id in
                 interrupt.onSignal { number in
                     client.streamMessage(id: id, ["cancel": .bool(true), "signal": .string(SignalCatcher.name(number))])
-                    DispatchQueue.global().asyncAfter(deadline: .now() + 3) { exit(128 + number) }
+                    DispatchQueue.global().asyncAfter(deadline: .now() + 3) { _exit(128 + number) }  // never races main's exit
                 }
                 sendInput(id: id, client: client)
             }) { event in

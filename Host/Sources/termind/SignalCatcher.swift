@@ -3,7 +3,9 @@ import Foundation
 
 /// Catches SIGINT, SIGTERM and the like for a command that must clean up before it exits
 /// (close a remote command's channel with the signal): while it lives the signals no longer
-/// kill the process; the first one caught is kept and handed to `onSignal`.
+/// kill the process outright; the first one caught is kept and handed to `onSignal`. While a
+/// person answers a terminal prompt (TerminalPrompt), or before any handler is set, a signal
+/// restores the terminal and ends the process at once with 128 + its number.
 final class SignalCatcher: @unchecked Sendable {
     private let lock = NSLock()
     private var first: Int32?
@@ -33,12 +35,18 @@ final class SignalCatcher: @unchecked Sendable {
     }
 
     private func caught(_ number: Int32) {
-        let handler: (@Sendable (Int32) -> Void)? = lock.withLock {
-            guard first == nil else { return nil }
+        // A prompt blocks in read(): nothing would notice the signal until Enter.
+        if TerminalPrompt.restore() { _exit(128 + number) }
+        let handler: (@Sendable (Int32) -> Void)?? = lock.withLock {
+            guard first == nil else { return .none }
             first = number
-            return self.handler
+            return .some(self.handler)
         }
-        handler?(number)
+        switch handler {
+        case .none: return                       // a second signal: the first is being handled
+        case .some(nil): _exit(128 + number)     // nothing to clean up yet
+        case .some(let handler?): handler(number)
+        }
     }
 
     /// The SSH name of a signal ("INT" for SIGINT), as a channel's signal request takes it.

@@ -318,7 +318,9 @@ public actor Kernel {
             logger: Logger(label: id, sink: sink),
             ports: PortDirectory { port in
                 guard declared.contains(port) else { return nil }
-                return scoped[port] ?? routes.port(port)
+                // The store ports only ever as the feature's own view: never the kernel's.
+                if Self.scopedPorts.contains(port) { return scoped[port] }
+                return routes.port(port)
             },
             call: { [weak self] contract, body in
                 guard let self else { throw TermindError.internalFailure("The kernel has shut down.") }
@@ -331,7 +333,11 @@ public actor Kernel {
         )
     }
 
-    /// The feature's own views of the store ports it declared.
+    /// Kernel ports a feature only ever gets a view of its own.
+    static let scopedPorts: Set<String> = ["kernel.store", "kernel.secrets"]
+
+    /// The feature's own views of the store ports it declared (a view that cannot be opened
+    /// leaves the port unavailable to the feature, never the kernel's unscoped one).
     private func scopedStores(for m: FeatureManifest) -> [String: any Sendable] {
         var scoped: [String: any Sendable] = [:]
         let declared = Set(m.ports.requires + m.ports.optional)
