@@ -19,6 +19,7 @@ let package = Package(
         .executable(name: "termind", targets: ["termind"]),
         // Features (listed in Registry.json).
         .library(name: "TermindVault", type: .dynamic, targets: ["Vault"]),
+        .library(name: "TermindWorkspaces", type: .dynamic, targets: ["Workspaces"]),
         // Example third-party plugins (opt-in: loaded only from --plugins / TERMIND_PLUGINS).
         .library(name: "TermindWakeOnLAN", type: .dynamic, targets: ["WakeOnLAN"]),
         .library(name: "TermindDigest", type: .dynamic, targets: ["Digest"]),
@@ -56,6 +57,12 @@ let package = Package(
             name: "Vault",
             dependencies: [core, apis, "VaultRules"],
             path: "Features/Vault/Sources/Vault",
+            plugins: [signature]
+        ),
+        .target(
+            name: "Workspaces",
+            dependencies: [core, apis],
+            path: "Features/Workspaces/Sources/Workspaces",
             plugins: [signature]
         ),
         // The Vault's pure rules (known_hosts, ssh_config, quick-connect), unit-tested directly.
@@ -99,6 +106,12 @@ let package = Package(
             name: "termind-ssh-bench",
             dependencies: [core, "TermindHarness"],
             path: "Tests/Tools/SSHBench"
+        ),
+        // `make bench`: the Vault's import and lookups against `ssh -G` on the same config.
+        .executableTarget(
+            name: "termind-vault-bench",
+            dependencies: [core, apis, "TermindHarness"],
+            path: "Tests/Tools/VaultBench"
         ),
         .target(
             name: "FixtureWrongSignature",

@@ -11,7 +11,7 @@ let core = Target.Dependency.product(name: "TermindCore", package: "Core")
 let package = Package(
     name: "APIs",
     products: [
-        .library(name: "TermindAPIs", type: .dynamic, targets: ["VaultAPI"]),
+        .library(name: "TermindAPIs", type: .dynamic, targets: ["VaultAPI", "WorkspacesAPI"]),
     ],
     dependencies: [
         .package(path: "../Core"),
@@ -20,5 +20,7 @@ let package = Package(
         // The Vault: hosts, identities, keys, known hosts, ssh_config import, quick connect;
         // the hosts, credentials and host-key trust ports.
         .target(name: "VaultAPI", dependencies: [core], path: "Sources/VaultAPI"),
+        // Workspaces: SSH sessions; the exec stream.
+        .target(name: "WorkspacesAPI", dependencies: [core], path: "Sources/WorkspacesAPI"),
     ]
 )

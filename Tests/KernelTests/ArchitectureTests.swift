@@ -132,6 +132,28 @@ final class ArchitectureTests: XCTestCase {
         XCTAssertEqual(found, [])
     }
 
+    /// The host is a generic client: it imports no feature API and not the SSH transport, and
+    /// its sources name no feature's contracts, streams or ports (it reaches them only through
+    /// generic calls, streams and the commands features declare).
+    func testTheHostHoldsNoFeatureOrTransportCode() throws {
+        let apis = try FileManager.default.contentsOfDirectory(atPath: Repository.path("APIs/Sources")).filter { $0.hasSuffix("API") }
+        XCTAssertFalse(apis.isEmpty)
+        let forbidden = Set(apis + ["TermindSSH", "TermindCrypto"])
+        XCTAssertEqual(try imports(in: "Host/Sources/termind").filter { forbidden.contains($0.module) }.map(\.description), [])
+        let registry = try XCTUnwrap(FileManager.default.contents(atPath: Repository.path("Registry.json")))
+        let ids = try ManifestReader.readRegistry(registry, source: "Registry.json", baseDirectory: "/").manifests.map(\.id)
+        XCTAssertTrue(ids.contains("workspaces"))
+        var found: [String] = []
+        for file in try swiftFiles(in: "Host/Sources/termind") {
+            let text = try String(contentsOfFile: Repository.path(file), encoding: .utf8)
+            for id in ids {
+                let named = try NSRegularExpression(pattern: #""\#(id)\.[a-z]"#)
+                if named.firstMatch(in: text, range: NSRange(text.startIndex..., in: text)) != nil { found.append("\(file) names \(id)'s contracts or ports") }
+            }
+        }
+        XCTAssertEqual(found, [])
+    }
+
     func testFeaturesAndPluginsImportOnlyCoreAndTheToolchain() throws {
         let roots = try featureRoots() + ["Tests/Fixtures"]
         let moduleNames = roots.reduce(into: Set<String>()) { $0.formUnion(ownModules(of: $1)) }

@@ -93,6 +93,7 @@ final class RegistryValidatorTests: XCTestCase {
     func testAContractOrCommandOutsideTheFeaturesNamespaceDisablesIt() throws {
         // Two features can never handle the same contract: each owns only `<id>.…`.
         var wol = feature("wol", contracts: ["wol.wake@1"])
+        wol.origin = .plugin
         wol.commands = [.init(name: "wake", contract: "wol.wake@1")]
         let plan = try validator.plan([
             feature("a", order: 1, contracts: ["a.y@1"]), feature("b", order: 2, contracts: ["a.y@1"]),
@@ -106,6 +107,33 @@ final class RegistryValidatorTests: XCTestCase {
         XCTAssertEqual(reason(plan, "ab")?.code, "manifest.namespace", "a prefix of the id is not its namespace")
         XCTAssertEqual(reason(plan, "wol")?.field, "commands")
         XCTAssertTrue(reason(plan, "wol")?.message.contains("command 'wake' is outside the feature's namespace; its commands must start with 'wol'") ?? false)
+    }
+
+    func testStreamsAndTheCommandsThatRunThemAreDeclaredAndChecked() throws {
+        func with(_ id: String, order: Int = 100, streams: [String], _ commands: [FeatureManifest.Command]) -> FeatureManifest {
+            var m = feature(id, order: order)
+            m.streams = streams
+            m.commands = commands
+            return m
+        }
+        let plan = try validator.plan([
+            with("ws", order: 1, streams: ["ws.run@1"], [.init(name: "exec", stream: "ws.run@1", arguments: ["target", "command..."])]),
+            with("other", streams: ["ws.run@2"], []),
+            with("undeclared", streams: [], [.init(name: "undeclared go", stream: "undeclared.go@1")]),
+            with("both", streams: ["both.go@1"], [.init(name: "both go", contract: "both.go@1", stream: "both.go@1")]),
+            with("early", streams: ["early.go@1"], [.init(name: "early go", stream: "early.go@1", arguments: ["words...", "target"])]),
+            with("greedy", streams: ["greedy.go@1"], [.init(name: "serve", stream: "greedy.go@1")]),
+            with("second", order: 2, streams: ["second.run@1"], [.init(name: "exec", stream: "second.run@1")]),
+        ])
+        XCTAssertEqual(plan.ordered.map(\.id), ["ws"])
+        XCTAssertEqual(reason(plan, "other")?.code, "manifest.namespace")
+        XCTAssertEqual(reason(plan, "other")?.field, "streams")
+        XCTAssertTrue(reason(plan, "undeclared")?.message.contains("runs stream 'undeclared.go@1', which this feature does not declare") ?? false)
+        XCTAssertTrue(reason(plan, "both")?.message.contains("exactly one of \"contract\" and \"stream\"") ?? false)
+        XCTAssertTrue(reason(plan, "early")?.message.contains("only the last argument may take the remaining words") ?? false)
+        XCTAssertTrue(reason(plan, "greedy")?.message.contains("takes the word 'serve' of one of termind's own commands") ?? false)
+        XCTAssertEqual(reason(plan, "second")?.code, "registry.command_conflict")
+        XCTAssertTrue(reason(plan, "second")?.message.contains("'termind exec' is already a command of 'ws'") ?? false)
     }
 
     func testPluginsCannotTakeReservedIDsOrBePermanent() throws {

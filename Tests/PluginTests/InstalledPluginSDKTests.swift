@@ -33,7 +33,7 @@ final class InstalledPluginSDKTests: XCTestCase {
         XCTAssertEqual(install.status, 0, install.stderr)
         XCTAssertEqual(FileManager.default.contents(atPath: prefix + "/include/termind_plugin.h"),
                        FileManager.default.contents(atPath: Repository.path("Core/Sources/CTermindPluginABI/include/termind_plugin.h")))
-        for file in ["lib/termind/termind", "lib/termind/libTermindCore.so", "lib/termind/libTermindVault.so", "lib/termind/Registry.json",
+        for file in ["lib/termind/termind", "lib/termind/libTermindCore.so", "lib/termind/libTermindVault.so", "lib/termind/libTermindWorkspaces.so", "lib/termind/Registry.json",
                      "lib/termind/plugins/Digest/plugin.json", "lib/termind/plugins/Digest/libTermindDigest.so"] {
             XCTAssertTrue(FileManager.default.fileExists(atPath: prefix + "/" + file), file)
         }
@@ -51,7 +51,7 @@ final class InstalledPluginSDKTests: XCTestCase {
         XCTAssertEqual(features.status, 0, features.stderr)
         let listed = try JSONCoding.parse(Data(features.stdout.utf8), source: "features")
         guard case .array(let statuses)? = listed["features"] else { return XCTFail(features.stdout) }
-        XCTAssertEqual(Set(statuses.compactMap { $0["id"]?.stringValue }), ["vault", "digest", "wol"])
+        XCTAssertEqual(Set(statuses.compactMap { $0["id"]?.stringValue }), ["vault", "workspaces", "digest", "wol"])
         XCTAssertTrue(statuses.allSatisfy { $0["state"] == .string("running") }, features.stdout)
 
         // The hello example, exactly as the page shows it, against the installed header.

@@ -150,6 +150,32 @@ final class ExecInteractionTests: XCTestCase {
         XCTAssertEqual(String(decoding: rest, as: UTF8.self), "second\n")
     }
 
+    /// In-process, standard input is held back by the command's window, never dropped: far
+    /// more than the stream's 256 buffered chunks arrive whole.
+    func testAllOfALargeStandardInputReachesTheCommandInProcess() throws {
+        let payload = directory.file("payload")
+        XCTAssertEqual(try ProcessRunner.run("/bin/sh", ["-c", "head -c 48M /dev/urandom > \(payload)"]).status, 0)
+        let expected = try ProcessRunner.run("/usr/bin/sha256sum", [payload]).stdout.split(separator: " ").first.map(String.init)
+        let command = ([termind] + store + ["--local", "exec", quick(), "--accept-host-key", "once", "--", "sha256sum"])
+            .map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        let result = try ProcessRunner.run("/usr/bin/setsid", ["-w", "/bin/sh", "-c", "exec \(command) < \(payload)"], environment: environment)
+        XCTAssertEqual(result.status, 0, result.stderr)
+        XCTAssertEqual(result.stdout.split(separator: " ").first.map(String.init), expected)
+    }
+
+    /// Inside `termind serve`, a relative `-i` key file is the client's: the server resolves it
+    /// against the client's working folder, not its own.
+    func testInsideServeARelativeKeyFileIsTheClientsNotTheServers() throws {
+        let daemon = try SpawnedProcess(termind, store + ["serve"], environment: environment, currentDirectory: "/", captureOutput: false)
+        defer { daemon.signal(SIGTERM); daemon.wait() }
+        for _ in 0..<100 where !FileManager.default.fileExists(atPath: directory.file("termind.sock")) { usleep(50_000) }
+        let result = try ProcessRunner.run("/usr/bin/setsid", ["-w", termind] + store + ["exec", "ssh -p \(server.port) -i ./id \(user)@127.0.0.1",
+                                                                                         "--accept-host-key", "once", "--", "echo", "relative"],
+                                           environment: environment, currentDirectory: directory.path)
+        XCTAssertEqual(result.status, 0, result.stderr)
+        XCTAssertEqual(result.stdout, "relative\n")
+    }
+
     func testWordsAfterTheSeparatorAreJoinedIntoOneRemoteCommandLineAsSSHJoinsThem() throws {
         let target = directory.file("joined.txt")
         let result = try run(["exec", quick(), "--accept-host-key", "once", "--", "echo", "a", "b", ">", target])

@@ -416,7 +416,7 @@ final class ExecInServerTests: XCTestCase {
         let body = try JSONCoding.encode(JSONValue.object(["target": .string(target), "command": .string("echo asked")]))
         var questions: [JSONValue] = []
         var output = Data()
-        let reply = try client.stream("ssh.exec@1", body: body, onOpen: { id in
+        let reply = try client.stream("workspaces.exec@1", body: body, onOpen: { id in
             client.streamMessage(id: id, ["inputEnd": .bool(true)])
         }) { event in
             switch event["event"]?.stringValue {
@@ -432,9 +432,11 @@ final class ExecInServerTests: XCTestCase {
             }
         }
         XCTAssertEqual(questions.count, 1)
-        XCTAssertEqual(questions.first?["kind"], .string("hostKey"))
-        XCTAssertEqual(questions.first?["port"], .integer(Int64(server.port)))
-        XCTAssertTrue(questions.first?["fingerprint"]?.stringValue?.hasPrefix("SHA256:") ?? false)
+        // A generic question a person can answer, with details a program can decide on.
+        XCTAssertEqual(questions.first?["kind"], .string("choice"))
+        XCTAssertTrue(questions.first?["text"]?.stringValue?.contains("The authenticity of host [127.0.0.1]:\(server.port) can't be established") ?? false)
+        XCTAssertEqual(questions.first?["details"]?["hostKey"]?["port"], .integer(Int64(server.port)))
+        XCTAssertTrue(questions.first?["details"]?["hostKey"]?["fingerprint"]?.stringValue?.hasPrefix("SHA256:") ?? false)
         XCTAssertEqual(String(decoding: output, as: UTF8.self), "asked\n")
         XCTAssertEqual(try JSONCoding.parse(reply, source: "reply")["exitStatus"], .integer(0))
 
@@ -442,7 +444,7 @@ final class ExecInServerTests: XCTestCase {
         do {
             // Another way of writing the target is another context: a new connection, asked again.
             let other = "ssh -l \(NSUserName()) -p \(server.port) -i \(directory.file("id")) 127.0.0.1"
-            _ = try client.stream("ssh.exec@1", body: try JSONCoding.encode(JSONValue.object(["target": .string(other),
+            _ = try client.stream("workspaces.exec@1", body: try JSONCoding.encode(JSONValue.object(["target": .string(other),
                                                                                               "command": .string("touch \(directory.file("ran"))")]))) { event in
                 guard case .integer(let askID)? = event["askID"] else { return nil }
                 return .object(["askID": .integer(askID), "answer": .string("reject")])

@@ -188,7 +188,11 @@ public final class SSHConnection: Sendable {
     public func waitUntilIdle(timeout: Double) async {
         let deadline = DispatchTime.now() + timeout
         while isAlive, idleSeconds == nil, DispatchTime.now() < deadline {
-            try? await Task.sleep(nanoseconds: 10_000_000)
+            // A cancelled caller (its work just closed a channel) still waits: Task.sleep
+            // would return at once.
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(10)) { done.resume() }
+            }
         }
     }
 

@@ -26,7 +26,6 @@ enum Bench {
     }
 
     static func run(_ inv: Invocation) async throws -> Invocation.Exit {
-        if inv.arguments.first == "vault" { return try await vault(inv, arguments: Array(inv.arguments.dropFirst())) }
         let iterations = try parseIterations(inv.arguments)
         var configuration = try inv.kernelConfiguration()
         // Benchmarks never touch the user's store: the Vault gets a throwaway one.

@@ -32,7 +32,8 @@ enum Commands {
             let reply = try await session.call(KernelContracts.Contracts.self, .init(prefix: inv.arguments.first))
             if inv.json { Output.json(reply); return .success }
             for c in reply.contracts {
-                Output.line("\(c.id)  (\(c.owner))")
+                let kind = c.stream == true ? (c.acceptsInput == true ? ", stream reading input" : ", stream") : ""
+                Output.line("\(c.id)  (\(c.owner)\(kind))")
                 Output.line("    \(c.summary)")
                 Output.line("    request:  \(compact(c.request))")
                 Output.line("    response: \(compact(c.response))")

@@ -22,7 +22,7 @@ enum Help {
                         lines.append(row("\(word) ...", "\(feature.commands.count) commands of '\(feature.id)': 'termind \(word)' lists them."))
                     } else {
                         for command in feature.commands.sorted(by: { $0.name < $1.name }) {
-                            let usage = ([command.name] + command.arguments.map { $0.uppercased() }).joined(separator: " ")
+                            let usage = ([command.name] + command.arguments.map { $0.hasSuffix("...") ? "-- " + $0.dropLast(3).uppercased() + "..." : $0.uppercased() }).joined(separator: " ")
                             lines.append(row(usage, command.summary ?? "(\(feature.id))"))
                         }
                     }
@@ -56,20 +56,6 @@ enum Help {
                                Other termind commands then run inside it.
       version                  Print termind, build signature and library versions.
       plugins check DIR        Check a plugin the way termind loads it (for plugin authors).
-      exec HOST [--user U] [--identity I] [--accept-host-key once|save] [--timeout S]
-           [--connect-timeout S] -- COMMAND...
-                               Run a command over SSH on a saved host (through its jump
-                               route) or a quick-connect line ('ssh -J j1,j2 user@host:port');
-                               the words of COMMAND are joined with spaces into one remote
-                               command line, as ssh does. stdout/stderr stream separately,
-                               stdin streams in as it arrives; the exit status is the remote
-                               one, 130/143 after Ctrl-C/SIGTERM (which end the remote command
-                               too) (--json: status and output, base64 when not UTF-8). Every
-                               hop's host key is checked; keyboard-interactive prompts and
-                               unknown keys are asked on the terminal (refused without one).
-                               --connect-timeout bounds DNS, TCP connect and handshake per hop.
-                               With 'termind serve' running, exec runs inside it and reuses
-                               its connection to the route (--local: in this process).
       secrets status           How the encrypted secret store is protected.
       secrets protect --passphrase -
                                Protect it with a passphrase typed (or piped) on standard input;
@@ -77,11 +63,10 @@ enum Help {
       secrets protect --key-file
                                Protect it with the key file again.
       bench [--iterations N]   Measure boot time and contract round trips (in-process and socket).
-      bench vault [--hosts N]  Import N hosts from an ssh_config, list and look them up.
       help [COMMAND]           Show this help, or a feature or plugin command's usage.
 
     Commands from features and plugins (positional arguments, then --FIELD VALUE;
-    after '--' everything is positional):
+    after '--' everything is positional; 'termind help COMMAND' explains one):
     __FEATURE_COMMANDS__
 
     Options (anywhere before '--'):
@@ -111,5 +96,7 @@ enum Help {
       -h, --help               Show help.
 
     Exit codes: 0 success · 1 the operation failed · 2 bad usage · 3 termind could not boot.
+    A command that runs a remote command (exec) exits with its status instead: 128 + N when
+    signal N ended it, 130/143 after Ctrl-C/SIGTERM (which end the remote command too).
     """
 }

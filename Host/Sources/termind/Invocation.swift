@@ -1,8 +1,6 @@
 import Foundation
 import TermindCore
-import TermindCrypto
 import TermindKernel
-import TermindSSH
 import TermindStore
 
 /// The parsed command line. Global options may appear anywhere before `--`.
@@ -122,17 +120,8 @@ struct Invocation {
         return inv
     }
 
-    /// `path` made absolute: `~/…` is the home folder (as a shell would expand it, for paths
-    /// that arrive unexpanded, like `-i ~/.ssh/id` inside a quick-connect line).
-    static func absolute(_ path: String) -> String {
-        if path == "~" || path.hasPrefix("~/") {
-            let home = ProcessInfo.processInfo.environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
-            return ((home as NSString).appendingPathComponent(String(path.dropFirst(2))) as NSString).standardizingPath
-        }
-        if path.hasPrefix("/") { return (path as NSString).standardizingPath }
-        let cwd = FileManager.default.currentDirectoryPath
-        return ((cwd as NSString).appendingPathComponent(path) as NSString).standardizingPath
-    }
+    /// `path` made absolute against the working folder (LocalPath).
+    static func absolute(_ path: String) -> String { LocalPath.absolute(path) }
 
     /// Registry.json: --registry, TERMIND_REGISTRY, beside the executable, or ../share/termind.
     func resolvedRegistry() -> String? {
@@ -150,8 +139,7 @@ struct Invocation {
             libraryDirectory: ExecutablePaths.executableDirectory(),
             pluginDirectories: pluginDirectories,
             selection: selection,
-            hostVersion: Invocation.version,
-            libraryVersions: ["openssl": CryptoLibrary.version, "sqlite": Database.sqliteVersion, "libssh2": SSHLibrary.version])
+            hostVersion: Invocation.version)
         configuration.storePath = storePath
         configuration.secretsPath = secretsPath ?? ((storePath as NSString).deletingLastPathComponent as NSString).appendingPathComponent("secrets.sqlite")
         configuration.secretsKey = try secretsKeySource()

@@ -7,7 +7,15 @@ import TermindKernel
 /// the contract's schema, and declared path fields are made absolute.
 enum PluginCommand {
     static func run(_ name: String, _ inv: Invocation) async throws -> Invocation.Exit {
-        return try await Session.with(inv) { session in
+        // What is left once the session is closed (a stream's result and exit status).
+        let after = try await Session.with(inv) { session -> () -> Invocation.Exit in
+            try await run(name, inv, session: session)
+        }
+        return after()
+    }
+
+    private static func run(_ name: String, _ inv: Invocation, session: Session) async throws -> () -> Invocation.Exit {
+        do {
             let features = try await session.call(KernelContracts.Features.self, Empty()).features
             let words = [name] + inv.arguments
             let running = features.filter { $0.state == .running }.flatMap(\.commands)
@@ -19,7 +27,7 @@ enum PluginCommand {
                     // `termind vault host`: list what can follow.
                     Output.line("Usage: termind \(prefix.joined(separator: " ")) <command>")
                     for c in partial.sorted(by: { $0.name < $1.name }) { Output.line("  \(c.name.padding(toLength: 24, withPad: " ", startingAt: 0))  \(c.summary ?? "")") }
-                    return inv.help ? .success : .usage
+                    return { inv.help ? .success : .usage }
                 }
                 if let disabled = features.first(where: { $0.state != .running && $0.commands.contains { words.starts(with: $0.words) } }) {
                     throw TermindError(code: "command.unavailable", message: "'\(name)' belongs to feature '\(disabled.id)', which is disabled: \(disabled.reason ?? "unknown reason").")
@@ -29,21 +37,27 @@ enum PluginCommand {
             }
             if inv.help {
                 usage(command)
-                return .success
+                return { .success }
             }
-            let schema = try await session.call(KernelContracts.Contracts.self, .init(prefix: command.contract))
-                .contracts.first { $0.id == command.contract }?.request ?? .object([:])
-            let body = try buildBody(command, arguments: Array(words.dropFirst(command.words.count)), schema: schema)
-            let reply = try await session.call(command.contract, body: JSONCoding.encode(body))
+            let info = try await session.call(KernelContracts.Contracts.self, .init(prefix: command.target))
+                .contracts.first { $0.id == command.target }
+            let body = try buildBody(command, arguments: Array(words.dropFirst(command.words.count)), schema: info?.request ?? .object([:]))
+            if let stream = command.stream {
+                return try await StreamCommand.run(stream, body: body, acceptsInput: info?.acceptsInput == true, inv: inv, session: session)
+            }
+            let reply = try await session.call(command.target, body: JSONCoding.encode(body))
             if inv.json { Output.json(reply) } else { Output.human(try JSONCoding.parse(reply, source: "reply")) }
-            return .success
+            return { .success }
         }
     }
 
     static func usage(_ command: FeatureManifest.Command) {
-        Output.line("Usage: termind \(command.name) \(command.arguments.map { $0.uppercased() }.joined(separator: " ")) [--FIELD VALUE ...]")
+        let arguments = command.arguments.map { $0.hasSuffix("...") ? "[--] " + $0.dropLast(3).uppercased() + "..." : $0.uppercased() }
+        Output.line("Usage: termind \(command.name) \(arguments.joined(separator: " ")) [--FIELD VALUE ...]")
         if let summary = command.summary { Output.line(summary) }
-        Output.line("Calls contract \(command.contract); see 'termind contracts \(command.contract)' for every field.")
+        for line in command.help ?? [] { Output.line(line) }
+        let kind = command.stream == nil ? "Calls contract" : "Runs stream"
+        Output.line("\(kind) \(command.target); see 'termind contracts \(command.target)' for every field (--field-name or --fieldName).")
     }
 
     static func buildBody(_ command: FeatureManifest.Command, arguments: [String], schema: JSONValue) throws -> [String: JSONValue] {
@@ -62,7 +76,9 @@ enum PluginCommand {
                 if let eq = key.firstIndex(of: "=") {
                     value = String(key[key.index(after: eq)...])
                     key = String(key[..<eq])
+                    key = fieldName(key)
                 } else {
+                    key = fieldName(key)
                     index += 1
                     guard index < arguments.count else { throw Invocation.UsageError(description: "--\(key) needs a value.") }
                     value = arguments[index]
@@ -85,22 +101,46 @@ enum PluginCommand {
             }
             index += 1
         }
-        guard positional.count <= command.arguments.count else {
-            throw Invocation.UsageError(description: "\(command.name) takes \(command.arguments.count) argument\(command.arguments.count == 1 ? "" : "s") (\(command.arguments.map { $0.uppercased() }.joined(separator: " "))), got \(positional.count).")
+        // A last argument written `field...` takes the remaining words: joined with spaces
+        // for a string field (a remote command line, as ssh joins its words), else a list.
+        var fields = command.arguments
+        if let last = fields.last, last.hasSuffix("...") {
+            let rest = String(last.dropLast(3))
+            fields[fields.count - 1] = rest
+            if positional.count > fields.count {
+                let words = positional[(fields.count - 1)...]
+                positional = Array(positional[..<(fields.count - 1)])
+                positional.append(words.joined(separator: " "))
+                if schema["properties"]?[rest]?["type"]?.stringValue != "string" {
+                    body[rest] = .array(words.map { .string($0) })
+                    positional.removeLast()
+                }
+            }
         }
-        for (field, value) in zip(command.arguments, positional) {
+        guard positional.count <= fields.count else {
+            throw Invocation.UsageError(description: "\(command.name) takes \(fields.count) argument\(fields.count == 1 ? "" : "s") (\(fields.map { $0.uppercased() }.joined(separator: " "))), got \(positional.count).")
+        }
+        for (field, value) in zip(fields, positional) {
             guard body[field] == nil else {
                 throw Invocation.UsageError(description: "\(command.name): \(field.uppercased()) is given twice, as an argument ('\(value)') and as --\(field); give it once.")
             }
             body[field] = try typed(value, field: field, schema: schema)
         }
-        if let missing = command.arguments.first(where: { body[$0] == nil }) {
+        if let missing = fields.first(where: { body[$0] == nil }) {
             throw Invocation.UsageError(description: "\(command.name) needs \(missing.uppercased()).")
         }
         for field in command.paths ?? [] {
             if case .string(let path)? = body[field] { body[field] = .string(Invocation.absolute(path)) }
         }
+        if let field = command.workingDirectory { body[field] = .string(FileManager.default.currentDirectoryPath) }
         return body
+    }
+
+    /// `--accept-host-key` names the field `acceptHostKey` (the field's own name works too).
+    static func fieldName(_ option: String) -> String {
+        let parts = option.split(separator: "-", omittingEmptySubsequences: true)
+        guard parts.count > 1 else { return option }
+        return String(parts[0]) + parts.dropFirst().map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined()
     }
 
     static func typed(_ text: String, field: String, schema: JSONValue) throws -> JSONValue {

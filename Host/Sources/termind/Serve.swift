@@ -2,7 +2,6 @@ import Dispatch
 import Foundation
 import TermindCore
 import TermindKernel
-import TermindSSH
 
 /// `termind serve`: boots the kernel once, listens on the control socket, and runs until
 /// SIGINT or SIGTERM; then stops accepting, stops features in reverse order and removes
@@ -12,10 +11,9 @@ enum Serve {
         guard inv.arguments.isEmpty else { throw Invocation.UsageError(description: "serve takes no arguments.") }
         let kernel = Kernel(configuration: try inv.kernelConfiguration(), sink: try inv.logSink())
         let statuses = try await kernel.boot()
+        // Features' contracts and streams (termind exec's among them) are served here; their
+        // SSH connections are the kernel's one pool, shared between invocations.
         let server = ControlServer(path: inv.socketPath, kernel: kernel, logger: kernel.logger)
-        // termind exec runs in here: its connections are the kernel's pool, shared between
-        // invocations and with the features.
-        ExecStream.register(on: server, kernel: kernel, pool: kernel.sshConnections)
         do {
             try server.start()
         } catch {

@@ -55,6 +55,19 @@ final class Session {
         return try JSONDecoder().decode(C.Response.self, from: reply)
     }
 
+    /// Runs stream `name` (see Kernel.runStream for `onOpen` and `onEvent`): over the socket,
+    /// or in this process through the same endpoint and session code.
+    func stream(_ name: String, body: Data, onOpen: @escaping (StreamControl) -> Void,
+                onEvent: @escaping @Sendable ([String: JSONValue]) -> JSONValue?) async throws -> Data {
+        if let client {
+            return try client.stream(name, body: body, onOpen: { id in
+                onOpen(StreamControl(send: { client.streamMessage(id: id, $0) },
+                                     input: { client.streamMessage(id: id, ["input": .string($0.base64EncodedString())]) }))
+            }, onEvent: onEvent)
+        }
+        return try await kernel!.runStream(name, body: body, onOpen: onOpen, onEvent: onEvent)
+    }
+
     /// Problems not tied to a loaded feature (local boots only).
     func unattributedProblems() async -> [FeatureProblem] {
         guard let kernel else { return [] }

@@ -7,7 +7,7 @@ let exitCode: Invocation.Exit
 do {
     let inv = try Invocation.parse(Array(CommandLine.arguments.dropFirst()), environment: ProcessInfo.processInfo.environment)
     do {
-        let builtins: Set = ["features", "contracts", "call", "serve", "version", "bench", "plugins", "secrets", "exec", "help"]
+        let builtins = RegistryValidator.hostCommands
         let wantsGeneralHelp = inv.command == nil || (inv.command == "help" && inv.arguments.isEmpty)
             || (inv.help && builtins.contains(inv.command ?? ""))
         switch inv.command {
@@ -25,7 +25,6 @@ do {
         case "version"?: exitCode = try await Commands.version(inv)
         case "plugins"?: exitCode = try await Commands.plugins(inv)
         case "secrets"?: exitCode = try await Commands.secrets(inv)
-        case "exec"?: exitCode = try await Exec.run(inv)
         case "bench"?: exitCode = try await Bench.run(inv)
         case let name?: exitCode = try await PluginCommand.run(name, inv)
         }

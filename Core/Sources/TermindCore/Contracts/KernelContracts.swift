@@ -110,14 +110,21 @@ public struct ContractInfo: Sendable, Equatable, Codable {
     public var owner: String
     public var summary: String
     public var request: JSONValue
+    /// For a stream: its result.
     public var response: JSONValue
+    /// True for a stream (events, questions and input while it runs; see StreamSession).
+    public var stream: Bool?
+    /// For a stream: whether it reads the client's standard input.
+    public var acceptsInput: Bool?
 
-    public init(id: String, owner: String, summary: String, request: JSONValue, response: JSONValue) {
+    public init(id: String, owner: String, summary: String, request: JSONValue, response: JSONValue, stream: Bool? = nil, acceptsInput: Bool? = nil) {
         self.id = id
         self.owner = owner
         self.summary = summary
         self.request = request
         self.response = response
+        self.stream = stream
+        self.acceptsInput = acceptsInput
     }
 }
 

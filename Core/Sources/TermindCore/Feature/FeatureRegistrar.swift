@@ -5,6 +5,7 @@ public final class FeatureRegistrar {
     public let featureID: String
     private(set) var ports: [String: any Sendable] = [:]
     private(set) var endpoints: [ContractEndpoint] = []
+    private(set) var streams: [StreamEndpoint] = []
 
     public init(featureID: String) { self.featureID = featureID }
 
@@ -33,6 +34,13 @@ public final class FeatureRegistrar {
         }
     }
 
+    /// Publishes the handler of a stream declared under `streams`: work that sends events,
+    /// asks the client questions and reads its input while it runs (see StreamSession).
+    public func stream<S: StreamContract>(_ stream: S.Type,
+                                          _ handler: @escaping @Sendable (S.Request, StreamSession) async throws -> S.Result) {
+        streams.append(.typed(stream, owner: featureID, handler: handler))
+    }
+
     /// Publishes an already type-erased endpoint (used by the kernel for C plugins).
     public func handle(_ endpoint: ContractEndpoint) {
         endpoints.append(endpoint)
@@ -40,4 +48,5 @@ public final class FeatureRegistrar {
 
     public var publishedPorts: [String: any Sendable] { ports }
     public var publishedEndpoints: [ContractEndpoint] { endpoints }
+    public var publishedStreams: [StreamEndpoint] { streams }
 }

@@ -30,6 +30,9 @@ public struct RegistryValidator: Sendable {
         "features", "contracts", "call", "serve", "version", "bench", "plugins", "secrets", "exec", "help",
     ]
 
+    /// The host's own command words, which no feature's command may start with.
+    public static let hostCommands: Set<String> = ["features", "contracts", "call", "serve", "version", "bench", "plugins", "secrets", "help"]
+
     public var libraryExists: @Sendable (String) -> Bool
     /// Ports the kernel provides itself (the store, the secret store): always available
     /// to require, never to provide.
@@ -113,6 +116,12 @@ public struct RegistryValidator: Sendable {
                 disable(m.id, field: "calls", code: "manifest.contract_id", "\(name): field \"calls\": '\(bad)' is not of the form name@version (e.g. vault.host.list@1).")
             } else if let bad = m.contracts.first(where: { !Self.isInNamespace(ContractID(parsing: $0)!.name, of: m.id) }) {
                 disable(m.id, field: "contracts", code: "manifest.namespace", "\(name): field \"contracts\": '\(bad)' is outside the feature's namespace; its contracts must be named '\(m.id).…'.")
+            } else if let bad = m.streams.first(where: { ContractID(parsing: $0) == nil }) {
+                disable(m.id, field: "streams", code: "manifest.contract_id", "\(name): field \"streams\": '\(bad)' is not of the form name@version (e.g. workspaces.exec@1).")
+            } else if let bad = m.streams.first(where: { !Self.isInNamespace(ContractID(parsing: $0)!.name, of: m.id) }) {
+                disable(m.id, field: "streams", code: "manifest.namespace", "\(name): field \"streams\": '\(bad)' is outside the feature's namespace; its streams must be named '\(m.id).…'.")
+            } else if m.kind == .c && !m.streams.isEmpty {
+                disable(m.id, field: "streams", code: "manifest.invalid_field", "\(name): field \"streams\": C plugins cannot serve streams yet (only Swift features can).")
             } else if m.origin == .plugin && m.permanent {
                 disable(m.id, field: "permanent", code: "plugin.permanent", "\(name): field \"permanent\": a plugin can never be permanent (only Registry.json features are); remove the field.")
             } else if m.origin != .plugin && m.libraryOutsidePlugin {
@@ -170,6 +179,7 @@ public struct RegistryValidator: Sendable {
         // Unique contracts and ports: the first in boot order keeps them.
         var contractOwner: [String: String] = [:]
         var portOwner: [String: String] = [:]
+        var commandOwner: [String: String] = [:]
         for port in kernelPorts { portOwner[port] = "kernel" }
         for id in candidates where disabled[id] == nil {
             let m = byID[id]!
@@ -183,7 +193,13 @@ public struct RegistryValidator: Sendable {
                         "feature '\(id)' (\(m.source)): field \"ports.provides\": port '\(clash)' already has a provider, '\(portOwner[clash]!)'; a port has exactly one.")
                 continue
             }
+            if let clash = m.commands.first(where: { commandOwner[$0.name] != nil }) {
+                disable(id, field: "commands", code: "registry.command_conflict",
+                        "feature '\(id)' (\(m.source)): field \"commands\": 'termind \(clash.name)' is already a command of '\(commandOwner[clash.name]!)'.")
+                continue
+            }
             for c in m.contracts { contractOwner[c] = id }
+            for c in m.commands { commandOwner[c.name] = id }
             for p in m.ports.provides { portOwner[p] = id }
         }
 
@@ -274,16 +290,34 @@ public struct RegistryValidator: Sendable {
     }
 
     private static func commandProblem(_ m: FeatureManifest) -> String? {
+        let hostCommands = Self.hostCommands
         let functionContracts = m.functions.map { "\(m.id).fn.\($0.name)@1" }
         for c in m.commands {
             guard !c.words.isEmpty, c.words.joined(separator: " ") == c.name, c.words.allSatisfy(isValidID) else {
                 return "command name '\(c.name)' must be words of lowercase letters, digits, '-' or '_' separated by single spaces"
             }
-            guard m.contracts.contains(c.contract) || functionContracts.contains(c.contract) else {
-                return "command '\(c.name)' maps to '\(c.contract)', which this feature does not declare"
+            switch (c.contract, c.stream) {
+            case (let contract?, nil):
+                guard m.contracts.contains(contract) || functionContracts.contains(contract) else {
+                    return "command '\(c.name)' maps to '\(contract)', which this feature does not declare"
+                }
+            case (nil, let stream?):
+                guard m.streams.contains(stream) else {
+                    return "command '\(c.name)' runs stream '\(stream)', which this feature does not declare under \"streams\""
+                }
+            default:
+                return "command '\(c.name)' needs exactly one of \"contract\" and \"stream\""
             }
-            guard c.words[0] == m.id else {
+            if let rest = c.arguments.firstIndex(where: { $0.hasSuffix("...") }), rest != c.arguments.count - 1 {
+                return "command '\(c.name)': only the last argument may take the remaining words ('\(c.arguments[rest])')"
+            }
+            // Built-in features (Registry.json) may give a command a top-level word of its own
+            // (`termind exec`); a plugin's commands stay in its namespace.
+            guard c.words[0] == m.id || m.origin == .registry else {
                 return "command '\(c.name)' is outside the feature's namespace; its commands must start with '\(m.id)'"
+            }
+            guard c.words[0] == m.id || !hostCommands.contains(c.words[0]) else {
+                return "command '\(c.name)' takes the word '\(c.words[0])' of one of termind's own commands"
             }
         }
         return nil

@@ -82,10 +82,16 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         case plugin
     }
 
-    /// A CLI subcommand that maps positional arguments onto fields of a contract request.
+    /// A CLI subcommand that maps positional arguments onto fields of the request of a
+    /// contract, or of a stream (whose events, questions and input the CLI handles).
     public struct Command: Sendable, Equatable, Codable {
         public var name: String
-        public var contract: String
+        /// The contract it calls (`name@version`); exactly one of `contract` and `stream`.
+        public var contract: String?
+        /// The stream it runs (`name@version`), declared under the feature's `streams`.
+        public var stream: String?
+        /// Request fields filled by positional arguments, in order. A last one written
+        /// `field...` takes every remaining word (joined with spaces for a string field).
         public var arguments: [String]
         /// Fields that hold local file paths: the CLI makes them absolute before sending,
         /// since a server's working directory is not the caller's.
@@ -93,17 +99,28 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         /// Fields that hold secrets: the CLI never takes them from the command line (other
         /// users see it in `ps`); `--field -` reads the value from standard input.
         public var secrets: [String]?
+        /// A field the CLI fills with its working directory (for paths inside other values
+        /// that the feature resolves, as a client's `-i ./key` in a quick-connect line).
+        public var workingDirectory: String?
         public var summary: String?
+        /// What `termind help COMMAND` adds to the usage and summary (lines of text).
+        public var help: [String]?
 
-        public init(name: String, contract: String, arguments: [String] = [], paths: [String]? = nil, secrets: [String]? = nil,
-                    summary: String? = nil) {
+        public init(name: String, contract: String? = nil, stream: String? = nil, arguments: [String] = [], paths: [String]? = nil,
+                    secrets: [String]? = nil, workingDirectory: String? = nil, summary: String? = nil, help: [String]? = nil) {
             self.name = name
             self.contract = contract
+            self.stream = stream
             self.arguments = arguments
             self.paths = paths
             self.secrets = secrets
+            self.workingDirectory = workingDirectory
             self.summary = summary
+            self.help = help
         }
+
+        /// What the command calls or runs.
+        public var target: String { contract ?? stream ?? "" }
 
         /// The command's words: "vault host add" → ["vault", "host", "add"].
         public var words: [String] { name.split(separator: " ").map(String.init) }
@@ -119,6 +136,8 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     public var dependencies: Dependencies
     public var ports: Ports
     public var contracts: [String]
+    /// The streams (`name@version`) it serves, in its namespace like its contracts.
+    public var streams: [String]
     /// The contracts (`name@version`) of other features and of the kernel this feature may
     /// call; the kernel refuses any other (its own contracts need no listing).
     public var calls: [String]
@@ -144,13 +163,13 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     public var baseDirectory: String = ""
 
     enum CodingKeys: String, CodingKey {
-        case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, calls, functions, commands, schemas
+        case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, streams, calls, functions, commands, schemas
         case libraryOutsidePlugin, summary
     }
 
     public init(id: String, version: String = "1.0.0", abi: Int = 1, kind: Kind = .swift, library: String,
                 order: Int = 100, permanent: Bool = false, dependencies: Dependencies = .init(), ports: Ports = .init(),
-                contracts: [String] = [], calls: [String] = [], functions: [Function] = [], commands: [Command] = [],
+                contracts: [String] = [], streams: [String] = [], calls: [String] = [], functions: [Function] = [], commands: [Command] = [],
                 schemas: [String: ContractSchemas] = [:],
                 libraryOutsidePlugin: Bool = false, summary: String? = nil, source: String = "", baseDirectory: String = "",
                 origin: Origin = .registry) {
@@ -164,6 +183,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         self.dependencies = dependencies
         self.ports = ports
         self.contracts = contracts
+        self.streams = streams
         self.calls = calls
         self.functions = functions
         self.commands = commands
@@ -187,6 +207,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         dependencies = try c.decodeIfPresent(Dependencies.self, forKey: .dependencies) ?? .init()
         ports = try c.decodeIfPresent(Ports.self, forKey: .ports) ?? .init()
         contracts = try c.decodeIfPresent([String].self, forKey: .contracts) ?? []
+        streams = try c.decodeIfPresent([String].self, forKey: .streams) ?? []
         calls = try c.decodeIfPresent([String].self, forKey: .calls) ?? []
         functions = try c.decodeIfPresent([Function].self, forKey: .functions) ?? []
         commands = try c.decodeIfPresent([Command].self, forKey: .commands) ?? []

@@ -42,7 +42,8 @@ public final class ControlServer: @unchecked Sendable {
         self.idleTimeout = idleTimeout
     }
 
-    /// Serves streams named `name` (e.g. "ssh.exec@1") with `handler`; see StreamSession.
+    /// Serves streams named `name` with `handler` besides the features' streams, which the
+    /// kernel routes (a test's own stream, say); see StreamSession.
     public func register(stream name: String, handler: @escaping StreamSession.Handler) {
         lock.withLock { streamHandlers[name] = handler }
     }
@@ -188,7 +189,7 @@ public final class ControlServer: @unchecked Sendable {
                     case .message(let id, let object):
                         streams.session(id)?.receive(object)
                     case .open(let id, let name, let body):
-                        guard let handler = lock.withLock({ streamHandlers[name] }) else {
+                        guard let handler = kernel.stream(name)?.handler ?? lock.withLock({ streamHandlers[name] }) else {
                             reply(Envelope.failure(id: id, error: TermindError(code: "stream.unknown", message: "This termind server has no stream '\(name)'.")))
                             continue
                         }

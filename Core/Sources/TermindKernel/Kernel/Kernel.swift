@@ -1,5 +1,6 @@
 import Foundation
 import TermindCore
+import TermindCrypto
 import TermindSSH
 import TermindStore
 
@@ -180,9 +181,60 @@ public actor Kernel {
     }
 
     public nonisolated func contractInfos(prefix: String? = nil) -> [ContractInfo] {
-        routes.allEndpoints()
-            .filter { prefix == nil || $0.id.description.hasPrefix(prefix!) }
+        let calls = routes.allEndpoints()
             .map { ContractInfo(id: $0.id.description, owner: $0.owner, summary: $0.summary, request: $0.requestSchema.json, response: $0.responseSchema.json) }
+        let streams = routes.allStreams()
+            .map { ContractInfo(id: $0.id.description, owner: $0.owner, summary: $0.summary, request: $0.requestSchema.json, response: $0.resultSchema.json,
+                                stream: true, acceptsInput: $0.acceptsInput) }
+        return (calls + streams).filter { prefix == nil || $0.id.hasPrefix(prefix!) }
+    }
+
+    /// The stream named `name` (`name@version`), if a running feature serves it.
+    public nonisolated func stream(_ name: String) -> StreamEndpoint? {
+        ContractID(parsing: name).flatMap { routes.stream($0) }
+    }
+
+    /// Runs stream `name` in this process, exactly as the control socket runs it for a client:
+    /// the same endpoint and session. `onOpen` receives the way to send the stream's messages
+    /// (`inputEnd`, `cancel`) and its input (which waits for room: nothing is dropped);
+    /// events arrive at `onEvent` in order, on a thread of their own (it may block, asking a
+    /// person), and an answer it returns goes back to the question. Returns the result body
+    /// once every event has been handled.
+    public nonisolated func runStream(_ name: String, body: Data,
+                                      onOpen: (StreamControl) -> Void = { _ in },
+                                      onEvent: @escaping @Sendable ([String: JSONValue]) -> JSONValue?) async throws -> Data {
+        guard let endpoint = stream(name) else {
+            throw TermindError(code: "stream.unknown", message: "No running feature serves stream '\(name)'. Run 'termind contracts' to list the available ones.")
+        }
+        let events = DispatchQueue(label: "termind.stream.events")
+        let answers = StreamAnswers()
+        let session = StreamSession(id: .integer(1)) { line in
+            guard case .object(let event)? = try? JSONCoding.parse(line, source: "stream event") else { return }
+            events.async {
+                if let answer = onEvent(event) { answers.session?.receive(["answer": answer]) }
+            }
+        }
+        answers.session = session
+        // The session cancels this very task (a cancel message, or the caller giving up).
+        let work = Task { () -> Result<Data, Error> in
+            defer { session.finish() }
+            do { return .success(try await endpoint.handler(body, session)) } catch { return .failure(error) }
+        }
+        session.start(cancelling: work)
+        onOpen(StreamControl(send: { message in session.receive(message); return true },
+                             input: { data in session.input.put(data, waitForRoom: true) }))
+        var result = await withTaskCancellationHandler { await work.value } onCancel: { session.cancel() }
+        if case .failure(let error) = result {
+            result = .failure(error is CancellationError ? TermindError(code: "stream.cancelled", message: "The operation was cancelled.") : TermindError.from(error))
+        }
+        // Every event is handled before the result is (output first, then the exit status).
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in events.async { done.resume() } }
+        return try result.get()
+    }
+
+    /// The C libraries Core links, with the versions loaded at run time.
+    public static var linkedLibraries: [String: String] {
+        ["openssl": CryptoLibrary.version, "sqlite": Database.sqliteVersion, "libssh2": SSHLibrary.version]
     }
 
     // MARK: - Internals
@@ -237,6 +289,15 @@ public actor Kernel {
             throw FeatureProblem(featureID: m.id, field: "contracts", code: "feature.missing_contract",
                                  message: "feature '\(m.id)' declares contract '\(missing)' but registers no handler for it.")
         }
+        let streams = Set(registrar.publishedStreams.map(\.id.description))
+        if let extra = streams.subtracting(m.streams).sorted().first {
+            throw FeatureProblem(featureID: m.id, field: "streams", code: "feature.undeclared_stream",
+                                 message: "feature '\(m.id)' serves stream '\(extra)', which its manifest does not declare under \"streams\".")
+        }
+        if let missing = Set(m.streams).subtracting(streams).sorted().first {
+            throw FeatureProblem(featureID: m.id, field: "streams", code: "feature.missing_stream",
+                                 message: "feature '\(m.id)' declares stream '\(missing)' but registers no handler for it.")
+        }
         let ports = Set(registrar.publishedPorts.keys)
         if let extra = ports.subtracting(m.ports.provides).sorted().first {
             throw FeatureProblem(featureID: m.id, field: "ports.provides", code: "feature.undeclared_port",
@@ -247,6 +308,7 @@ public actor Kernel {
                                  message: "feature '\(m.id)' declares port '\(missing)' but provides no implementation.")
         }
         for endpoint in registrar.publishedEndpoints { try routes.add(endpoint) }
+        for stream in registrar.publishedStreams { try routes.add(stream) }
         for (id, value) in registrar.publishedPorts { try routes.addPort(id, owner: m.id, value: value) }
     }
 
@@ -398,7 +460,7 @@ public actor Kernel {
         let configuration = self.configuration
         registrar.handle(KernelContracts.Version.self) { _, _ in
             .init(termind: configuration.hostVersion, signature: .host, pluginABI: FeatureDescriptor.abiVersion,
-                  libraries: configuration.libraryVersions)
+                  libraries: Self.linkedLibraries.merging(configuration.libraryVersions) { $1 })
         }
         let routes = self.routes
         let secretStatus: @Sendable () throws -> SecretStoreContracts.Status.Response = {
@@ -427,5 +489,22 @@ public actor Kernel {
             return try secretStatus()
         }
         for endpoint in registrar.publishedEndpoints { try! routes.add(endpoint) }
+    }
+}
+
+/// Where an in-process stream's answers go (set once, before any event can arrive).
+private final class StreamAnswers: @unchecked Sendable {
+    var session: StreamSession?
+}
+
+/// How a client drives a running stream: its messages (`inputEnd`, `cancel` with a
+/// `signal`), and its input bytes. Both return false once the stream can take no more.
+public struct StreamControl: Sendable {
+    public let send: @Sendable ([String: JSONValue]) -> Bool
+    public let input: @Sendable (Data) -> Bool
+
+    public init(send: @escaping @Sendable ([String: JSONValue]) -> Bool, input: @escaping @Sendable (Data) -> Bool) {
+        self.send = send
+        self.input = input
     }
 }

@@ -7,6 +7,7 @@ import TermindCore
 final class RoutingTable: @unchecked Sendable {
     private let lock = NSLock()
     private var endpoints: [ContractID: ContractEndpoint] = [:]
+    private var streams: [ContractID: StreamEndpoint] = [:]
     private var ports: [String: (owner: String, value: any Sendable)] = [:]
     private var frozen = false
 
@@ -17,6 +18,16 @@ final class RoutingTable: @unchecked Sendable {
                 throw TermindError(code: "registry.contract_conflict", message: "feature '\(endpoint.owner)': contract '\(endpoint.id)' is already handled by '\(existing.owner)'.")
             }
             endpoints[endpoint.id] = endpoint
+        }
+    }
+
+    func add(_ stream: StreamEndpoint) throws {
+        try lock.withLock {
+            precondition(!frozen, "the registry is frozen after boot")
+            if let existing = streams[stream.id] {
+                throw TermindError(code: "registry.stream_conflict", message: "feature '\(stream.owner)': stream '\(stream.id)' is already served by '\(existing.owner)'.")
+            }
+            streams[stream.id] = stream
         }
     }
 
@@ -35,6 +46,7 @@ final class RoutingTable: @unchecked Sendable {
         lock.withLock {
             precondition(!frozen, "the registry is frozen after boot")
             endpoints = endpoints.filter { $0.value.owner != owner }
+            streams = streams.filter { $0.value.owner != owner }
             ports = ports.filter { $0.value.owner != owner }
         }
     }
@@ -44,4 +56,6 @@ final class RoutingTable: @unchecked Sendable {
     func endpoint(_ id: ContractID) -> ContractEndpoint? { lock.withLock { endpoints[id] } }
     func port(_ id: String) -> (any Sendable)? { lock.withLock { ports[id]?.value } }
     func allEndpoints() -> [ContractEndpoint] { lock.withLock { endpoints.values.sorted { $0.id < $1.id } } }
+    func stream(_ id: ContractID) -> StreamEndpoint? { lock.withLock { streams[id] } }
+    func allStreams() -> [StreamEndpoint] { lock.withLock { streams.values.sorted { $0.id < $1.id } } }
 }

@@ -28,6 +28,7 @@ final class VaultFeature: Feature {
         registrar.provide(.hostDirectory, VaultHostDirectory(vault: self))
         registrar.provide(.credentials, VaultCredentials(vault: self))
         registrar.provide(.hostKeyTrust, VaultTrust(vault: self))
+        registrar.provide(.routes, VaultRoutes(vault: self, credentials: VaultCredentials(vault: self)))
         registerKnownHosts(registrar)
         registrar.handleBlocking(KeyContracts.List.self) { [self] _, _ in .init(keys: try current().keys.list()) }
         registrar.handleBlocking(KeyContracts.Generate.self) { [self] r, _ in

@@ -1,0 +1,154 @@
+import Foundation
+import Synchronization
+import TermindCore
+import TermindSSH
+import VaultAPI
+import WorkspacesAPI
+
+/// Workspaces: SSH sessions on the Vault's hosts, over the kernel's one connection pool
+/// (`kernel.ssh`), so exec, and later the terminal, SFTP and forwarding, share connections
+/// to a route. Its first stream is `workspaces.exec@1` (`termind exec`).
+final class WorkspacesFeature: Feature {
+    private struct Ports: Sendable {
+        let routes: any RouteResolver
+        let trust: any HostKeyTrust
+        let pool: SSHConnectionPool
+        let logger: Logger
+    }
+
+    private let ports = Mutex<Ports?>(nil)
+
+    private func current() throws -> Ports {
+        guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("Workspaces is not started.") }
+        return ports
+    }
+
+    func register(_ registrar: FeatureRegistrar) throws {
+        registrar.stream(WorkspacesStreams.Exec.self) { [self] request, session in
+            try await ExecRunner(ports: try current(), request: request, session: session).run()
+        }
+    }
+
+    func start(_ context: FeatureContext) async throws {
+        let value = Ports(routes: try context.ports.require(.routes), trust: try context.ports.require(.hostKeyTrust),
+                          pool: try context.ports.require(.sshConnections), logger: context.logger)
+        ports.withLock { $0 = value }
+    }
+
+    func stop() async {
+        ports.withLock { $0 = nil }
+    }
+
+    /// One `workspaces.exec@1` run: the route from the Vault, the connection from the pool
+    /// (asking the client what only a person can answer), the command, its output as events.
+    private struct ExecRunner {
+        let ports: Ports
+        let request: WorkspacesStreams.Exec.Request
+        let session: StreamSession
+
+        func run() async throws -> WorkspacesStreams.Exec.Result {
+            let resolved = try await ports.routes.route(
+                for: RouteRequest(target: request.target, user: request.user, identity: request.identity, workingDirectory: request.workingDirectory)
+            ) { [session] path in
+                let answer = await session.ask(Questions.prompts(header: [], [("Enter passphrase for key '\(path)': ", false)]))
+                return answer.flatMap(Questions.answers)?.first
+            }
+            // Connections are shared only between runs that asked for the same thing.
+            let route = SSHRoute(resolved.route.hops, context: "\(request.target)\u{1F}\(request.user ?? "")\u{1F}\(request.identity ?? "")")
+            let preset = request.acceptHostKey
+            let session = self.session
+            let policy = SSHOpenPolicy(trust: ports.trust, deadlines: deadlines(), logger: ports.logger.child("ssh"), credentials: { hop in
+                resolved.credentials(for: hop)
+            }, keyboardInteractive: { challenge in
+                var header = ["(\(challenge.host))"]
+                if !challenge.name.isEmpty { header.append(challenge.name) }
+                if !challenge.instruction.isEmpty { header.append(challenge.instruction) }
+                let answer = await session.ask(Questions.prompts(header: header, challenge.prompts.map { ($0.text, $0.echo) }))
+                return answer.flatMap(Questions.answers)
+            }) { question in
+                switch preset {
+                case .once?: return .acceptOnce
+                case .save?: return .acceptAndSave
+                case nil: return await Self.askAboutHostKey(question, session: session)
+                }
+            }
+            let connection = try await ports.pool.connection(for: route, policy: policy)
+            do {
+                let result = try await connection.exec(request.command, input: session.input, timeout: request.timeout, output: { stream, data in
+                    session.emit(stream == .stdout ? "stdout" : "stderr", data: data)
+                }, cancelSignal: { session.cancelSignal })
+                return .init(exitStatus: result.exitStatus, exitSignal: result.exitSignal)
+            } catch {
+                // Cancelled with a signal: the channel closes with it; let that reach the
+                // server before the caller (a CLI about to exit) ends the connection.
+                if session.cancelSignal != nil { await connection.waitUntilIdle(timeout: 2) }
+                throw error
+            }
+        }
+
+        /// As OpenSSH's ConnectTimeout: name resolution, TCP connect and the handshake, per hop.
+        private func deadlines() -> SSHDeadlines {
+            var deadlines = SSHDeadlines()
+            if let limit = request.connectTimeout {
+                deadlines.resolve = limit
+                deadlines.connect = limit
+                deadlines.handshake = limit
+            }
+            return deadlines
+        }
+
+        /// Asks the client whether to trust an unknown host key; nobody to ask fails closed
+        /// with what to do instead.
+        static func askAboutHostKey(_ question: HostKeyQuestion, session: StreamSession) async -> HostKeyAnswer {
+            let target = question.port == 22 ? question.host : "[\(question.host)]:\(question.port)"
+            let text = "The authenticity of host \(target) can't be established.\n\(question.algorithm) key fingerprint is \(question.fingerprint).\n"
+                + "Trust it? [s]ave / [o]nce / [N]o: "
+            // The details let a program (not a person) decide: what the question is about.
+            let details: JSONValue = .object(["hostKey": .object(["host": .string(question.host), "port": .integer(Int64(question.port)),
+                                                                 "algorithm": .string(question.algorithm), "fingerprint": .string(question.fingerprint),
+                                                                 "key": .string(question.key)])])
+            let answer = await session.ask(Questions.choice(text, ["s": "save", "save": "save", "yes": "save", "y": "save", "o": "once", "once": "once"],
+                                                            default: "reject", details: details))
+            if answer?["unanswered"] == .bool(true) {
+                return .unanswered(reason: "there is no terminal to ask whether to trust it. Check the fingerprint with the server's administrator, then run termind exec "
+                    + "on a terminal, or pass --accept-host-key once (this connection only) or --accept-host-key save, or trust it first: "
+                    + "termind vault knownhost add \(question.host) '\(question.key)'\(question.port == 22 ? "" : " --port \(question.port)").")
+            }
+            switch answer?["answer"]?.stringValue {
+            case "save"?: return .acceptAndSave
+            case "once"?: return .acceptOnce
+            default: return .reject
+            }
+        }
+    }
+}
+
+/// The generic questions every termind client can ask a person (docs/contracts.md, Streams).
+enum Questions {
+    /// Text, then one line read; `choices` maps what may be typed (lowercased, trimmed) to
+    /// the answer, anything else is `default`. Answer: `{"answer": …}` or `{"unanswered": true}`.
+    static func choice(_ text: String, _ choices: [String: String], default fallback: String, details: JSONValue? = nil) -> JSONValue {
+        var question: [String: JSONValue] = ["kind": .string("choice"), "text": .string(text), "choices": .object(choices.mapValues { .string($0) }),
+                                             "default": .string(fallback)]
+        question["details"] = details
+        return .object(question)
+    }
+
+    /// Header lines, then each prompt read with echo as given. Answer: `{"answers": [...]}`
+    /// or `{"unanswered": true}`.
+    static func prompts(header: [String], _ prompts: [(text: String, echo: Bool)]) -> JSONValue {
+        .object(["kind": .string("prompts"), "header": .array(header.map { .string($0) }),
+                 "prompts": .array(prompts.map { .object(["text": .string($0.text), "echo": .bool($0.echo)]) })])
+    }
+
+    /// The answers to a `prompts` question, one per prompt, or nil when nobody answered.
+    static func answers(_ reply: JSONValue) -> [Secret]? {
+        guard case .array(let answers)? = reply["answers"] else { return nil }
+        return answers.map { Secret($0.stringValue ?? "") }
+    }
+}
+
+@_cdecl("termind_feature_entry_v1")
+public func termindFeatureEntry() -> UnsafeMutableRawPointer {
+    FeatureDescriptor.export(id: "workspaces", version: "0.1.0", signature: TermindLibrary.signature) { WorkspacesFeature() }
+}

@@ -1,0 +1,157 @@
+import Dispatch
+import Foundation
+import TermindCore
+import TermindKernel
+
+/// Runs a command a feature declared with a `stream` (PluginCommand builds its request):
+/// generically, for any stream. On the running server when one answers, else in this
+/// process — the same stream code either way.
+///
+/// * `stdout` / `stderr` events (`data`: base64) are written to ours as they arrive; with
+///   `--json` they are collected (up to 16 MiB each) into the report instead.
+/// * Questions (`ask` events) are asked on the controlling terminal (Questions).
+/// * Standard input, when the stream reads input and it is not a terminal, travels to it.
+/// * SIGINT and SIGTERM cancel the stream naming the signal (a remote command gets it);
+///   termind exits 128 + the signal once the stream ended (after at most 3 s).
+/// * A result with `exitStatus` / `exitSignal` (a command's) sets termind's exit code, as a
+///   shell does; other result fields are printed as for a contract's reply.
+enum StreamCommand {
+    /// What `--json` keeps of each output stream.
+    static let outputLimit = 16 << 20
+
+    /// Runs the stream on `session`; returns what to do once the session is closed (print
+    /// the result, exit with the command's status).
+    static func run(_ stream: String, body: [String: JSONValue], acceptsInput: Bool, inv: Invocation,
+                    session: Session) async throws -> () -> Invocation.Exit {
+        let interrupt = SignalCatcher([SIGINT, SIGTERM])
+        let output = CollectedOutput(keep: inv.json)
+        let reply: Data
+        do {
+            reply = try await session.stream(stream, body: try JSONCoding.encode(JSONValue.object(body)), onOpen: { control in
+                interrupt.onSignal { number in
+                    _ = control.send(["cancel": .bool(true), "signal": .string(SignalCatcher.name(number))])
+                    DispatchQueue.global().asyncAfter(deadline: .now() + 3) { _exit(128 + number) }  // never races main's exit
+                }
+                sendInput(acceptsInput ? STDIN_FILENO : -1, to: control)
+            }) { event in
+                switch event["event"]?.stringValue {
+                case let kind? where kind == "stdout" || kind == "stderr":
+                    if let data = event["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }) { output.add(kind, data) }
+                    return nil
+                case "ask"?:
+                    guard case .integer(let askID)? = event["askID"], let question = event["ask"] else { return nil }
+                    guard case .object(var answer) = Questions.answer(question) else { return nil }
+                    answer["askID"] = .integer(askID)
+                    return .object(answer)
+                default:
+                    return nil
+                }
+            }
+        } catch {
+            if let number = interrupt.caught { return { exit(128 + number) } }
+            throw error
+        }
+        if let number = interrupt.caught { return { exit(128 + number) } }
+        let result = try JSONCoding.parse(reply, source: "The stream's result")
+        return { finish(result, output: output, json: inv.json) }
+    }
+
+    /// Standard input follows the open, from a thread of its own that waits while the stream
+    /// has no room (in-process: the command's window); a terminal, or none, ends it at once.
+    private static func sendInput(_ fd: Int32, to control: StreamControl) {
+        guard fd >= 0, isatty(fd) != 1 else {
+            _ = control.send(["inputEnd": .bool(true)])
+            return
+        }
+        let thread = Thread {
+            var buffer = [UInt8](repeating: 0, count: 64 << 10)
+            while true {
+                let n = read(fd, &buffer, buffer.count)
+                if n < 0 && errno == EINTR { continue }
+                if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                    // A non-blocking descriptor handed over by someone: wait for data.
+                    var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                    _ = poll(&ready, 1, -1)
+                    continue
+                }
+                guard n > 0 else { break }
+                guard control.input(Data(buffer[0..<n])) else { return }
+            }
+            _ = control.send(["inputEnd": .bool(true)])
+        }
+        thread.start()
+    }
+
+    /// Prints the result and returns the exit code; a command's status and signal become
+    /// termind's (128 + the signal's number, as a shell reports it).
+    static func finish(_ result: JSONValue, output: CollectedOutput, json: Bool) -> Invocation.Exit {
+        guard case .object(var fields) = result else {
+            if json { Output.json(result) } else { Output.human(result) }
+            return .success
+        }
+        let isCommand = fields.keys.contains("exitStatus") || fields.keys.contains("exitSignal")
+        let signal = fields["exitSignal"]?.stringValue
+        let status: Int32? = if case .integer(let value)? = fields["exitStatus"] { Int32(truncatingIfNeeded: value) } else { nil }
+        if json {
+            if isCommand || output.seen { fields.merge(output.report()) { $1 } }
+            Output.json(JSONValue.object(fields))
+        } else {
+            fields["exitStatus"] = nil
+            fields["exitSignal"] = nil
+            if !fields.isEmpty { Output.human(.object(fields)) }
+        }
+        guard isCommand else { return .success }
+        if let signal {
+            if !json { Output.error("the remote command was killed by SIG\(signal).") }
+            exit(128 + (signalNumbers[signal] ?? 15))
+        }
+        exit(status ?? 255)
+    }
+
+    private static let signalNumbers: [String: Int32] = ["HUP": 1, "INT": 2, "QUIT": 3, "ILL": 4, "ABRT": 6, "FPE": 8, "KILL": 9, "USR1": 10,
+                                                         "SEGV": 11, "USR2": 12, "PIPE": 13, "ALRM": 14, "TERM": 15]
+}
+
+/// A stream's output: written through as it arrives, or kept (bounded) for `--json`.
+final class CollectedOutput: @unchecked Sendable {
+    private let keep: Bool
+    private let lock = NSLock()
+    private var streams: [String: Data] = [:]
+    private var truncated = false
+    private(set) var seen = false
+
+    init(keep: Bool) { self.keep = keep }
+
+    func add(_ kind: String, _ data: Data) {
+        lock.withLock { seen = true }
+        guard keep else {
+            (kind == "stdout" ? FileHandle.standardOutput : FileHandle.standardError).write(data)
+            return
+        }
+        lock.withLock {
+            let kept = streams[kind, default: Data()]
+            let room = max(0, StreamCommand.outputLimit - kept.count)
+            if data.count > room { truncated = true }
+            streams[kind] = kept + data.prefix(room)
+        }
+    }
+
+    /// `stdout`, `stderr` (text, or base64 when not valid UTF-8, so every byte arrives as
+    /// sent, with `stdoutEncoding` / `stderrEncoding`) and `truncated`.
+    func report() -> [String: JSONValue] {
+        lock.withLock {
+            var fields: [String: JSONValue] = ["truncated": .bool(truncated)]
+            for kind in ["stdout", "stderr"] {
+                let data = streams[kind, default: Data()]
+                if let text = String(data: data, encoding: .utf8) {
+                    fields[kind] = .string(text)
+                    fields[kind + "Encoding"] = .string("utf-8")
+                } else {
+                    fields[kind] = .string(data.base64EncodedString())
+                    fields[kind + "Encoding"] = .string("base64")
+                }
+            }
+            return fields
+        }
+    }
+}
