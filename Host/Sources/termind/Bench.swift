@@ -8,22 +8,7 @@ import TermindKernel
 /// are set against a raw Unix-socket line echo with the same framing in the same run, so
 /// the ratio shows what the kernel (envelope parsing, routing, schema check, coding) adds.
 enum Bench {
-    struct Figure: Encodable {
-        let name: String
-        let value: Double
-        let unit: String
-        var baseline: Double?
-        var ratio: Double? { baseline.map { value / $0 } }
-        enum CodingKeys: String, CodingKey { case name, value, unit, baseline, ratio }
-        func encode(to encoder: any Encoder) throws {
-            var c = encoder.container(keyedBy: CodingKeys.self)
-            try c.encode(name, forKey: .name)
-            try c.encode(value, forKey: .value)
-            try c.encode(unit, forKey: .unit)
-            try c.encodeIfPresent(baseline, forKey: .baseline)
-            try c.encodeIfPresent(ratio, forKey: .ratio)
-        }
-    }
+    typealias Figure = BenchmarkFigure
 
     static func run(_ inv: Invocation) async throws -> Invocation.Exit {
         let iterations = try parseIterations(inv.arguments)
@@ -134,9 +119,7 @@ enum Bench {
             Output.json(Report(iterations: iterations, peer: "raw Unix-socket line echo (same framing, no kernel)", figures: figures))
         } else {
             Output.line("termind bench — \(iterations) in-process calls, \(socketIterations) socket calls; peer: raw Unix-socket line echo")
-            Output.table(["FIGURE", "VALUE", "PEER", "RATIO"], figures.map { f in
-                [f.name, format(f.value) + " " + f.unit, f.baseline.map { format($0) + " " + f.unit } ?? "", f.ratio.map { String(format: "%.2f×", $0) } ?? ""]
-            })
+            Output.table(Figure.header, figures.map(\.row))
         }
         return .success
     }
@@ -163,9 +146,6 @@ enum Bench {
         return sorted[min(sorted.count - 1, Int(Double(sorted.count - 1) * p))]
     }
 
-    static func format(_ value: Double) -> String {
-        value >= 100 ? String(format: "%.0f", value) : String(format: "%.2f", value)
-    }
 
     /// Runs blocking socket code on its own thread, off the cooperative pool.
     static func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {

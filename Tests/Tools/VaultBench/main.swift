@@ -10,25 +10,9 @@ import VaultAPI
 // label. The peer is OpenSSH resolving one host from the same file (`ssh -G -F FILE alias`).
 // A tool of `make bench`, outside the host: the generic client holds no feature code.
 
-struct Figure: Encodable {
-    let name: String
-    let value: Double
-    let unit: String
-    var baseline: Double?
-    var ratio: Double? { baseline.map { value / $0 } }
-    enum CodingKeys: String, CodingKey { case name, value, unit, baseline, ratio }
-    func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(name, forKey: .name)
-        try c.encode(value, forKey: .value)
-        try c.encode(unit, forKey: .unit)
-        try c.encodeIfPresent(baseline, forKey: .baseline)
-        try c.encodeIfPresent(ratio, forKey: .ratio)
-    }
-}
+typealias Figure = BenchmarkFigure
 
 func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
-func format(_ value: Double) -> String { value >= 100 ? String(format: "%.0f", value) : String(format: "%.2f", value) }
 
 func usage() -> Never {
     FileHandle.standardError.write(Data("usage: termind-vault-bench [--hosts N] [--json]\n".utf8))
@@ -113,9 +97,7 @@ if json {
     FileHandle.standardOutput.write(data + Data("\n".utf8))
 } else {
     print("termind-vault-bench — \(count + 1) hosts from a generated ssh_config; peer: ssh -G -F FILE alias")
-    let rows = [["FIGURE", "VALUE", "PEER", "RATIO"]] + figures.map { f in
-        [f.name, format(f.value) + " " + f.unit, f.baseline.map { format($0) + " " + f.unit } ?? "", f.ratio.map { String(format: "%.3f×", $0) } ?? ""]
-    }
+    let rows = [Figure.header] + figures.map(\.row)
     let widths = (0..<4).map { column in rows.map { $0[column].count }.max() ?? 0 }
     for row in rows {
         print(row.enumerated().map { $0.offset == 3 ? $0.element : $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) }

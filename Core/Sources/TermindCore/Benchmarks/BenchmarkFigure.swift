@@ -1,0 +1,40 @@
+import Foundation
+
+/// One measured figure of a benchmark (`make bench`), with the same figure of the named peer
+/// when there is one: printed as a table row, or encoded for `--json`.
+public struct BenchmarkFigure: Encodable, Sendable {
+    public let name: String
+    public let value: Double
+    public let unit: String
+    public var baseline: Double?
+    /// value / baseline: above 1 means slower (for times) or more (for rates) than the peer.
+    public var ratio: Double? { baseline.map { value / $0 } }
+
+    public init(name: String, value: Double, unit: String, baseline: Double? = nil) {
+        self.name = name
+        self.value = value
+        self.unit = unit
+        self.baseline = baseline
+    }
+
+    enum CodingKeys: String, CodingKey { case name, value, unit, baseline, ratio }
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(name, forKey: .name)
+        try c.encode(value, forKey: .value)
+        try c.encode(unit, forKey: .unit)
+        try c.encodeIfPresent(baseline, forKey: .baseline)
+        try c.encodeIfPresent(ratio, forKey: .ratio)
+    }
+
+    public static let header = ["FIGURE", "VALUE", "PEER", "RATIO"]
+
+    /// The table row: name, value, the peer's value, the ratio.
+    public var row: [String] {
+        [name, Self.format(value) + " " + unit, baseline.map { Self.format($0) + " " + unit } ?? "", ratio.map { String(format: "%.3f×", $0) } ?? ""]
+    }
+
+    public static func format(_ value: Double) -> String {
+        value >= 100 ? String(format: "%.0f", value) : String(format: "%.2f", value)
+    }
+}
