@@ -425,7 +425,7 @@ final class ExecInServerTests: XCTestCase {
                 guard case .integer(let askID)? = event["askID"] else { return nil }
                 return .object(["askID": .integer(askID), "answer": .string("once")])
             case "stdout"?:
-                output += Data(base64Encoded: event["data"]?.stringValue ?? "") ?? Data()
+                output += event.data ?? Data()
                 return nil
             default:
                 return nil

@@ -122,10 +122,10 @@ public final class SSHChannel: Sendable {
 
     /// Reads everything until the channel ends, each stream bounded by `limit` bytes (the
     /// rest is read and discarded, and `truncated` is set).
-    func collect(limit: Int, output: (@Sendable (ExecStream, Data) -> Void)?) async throws -> ExecOutput {
+    func collect(limit: Int, output: (@Sendable (ExecStream, Data) async -> Void)?) async throws -> ExecOutput {
         var collected = ExecOutput(limit: limit)
         while let (stream, chunk) = try await next() {
-            if let output { output(stream, chunk) } else { collected.append(stream, chunk) }
+            if let output { await output(stream, chunk) } else { collected.append(stream, chunk) }
         }
         return collected
     }

@@ -380,10 +380,11 @@ public final class SSHConnection: Sendable {
 
     /// Runs `command`, feeding `stdin`, and returns stdout and stderr separately (each at
     /// most `outputLimit` bytes, the rest read and discarded) with the exit status. With
-    /// `output`, chunks are handed over as they arrive instead of being collected. Other
+    /// `output`, chunks are handed over as they arrive instead of being collected (the next
+    /// is read once it returns, so a slow consumer holds the server back). Other
     /// channels of the connection keep running meanwhile.
     public func exec(_ command: String, stdin: Data? = nil, outputLimit: Int = SSHConnection.defaultOutputLimit, timeout: Double? = nil,
-                     output: (@Sendable (ExecStream, Data) -> Void)? = nil,
+                     output: (@Sendable (ExecStream, Data) async -> Void)? = nil,
                      cancelSignal: (@Sendable () -> String?)? = nil) async throws -> ExecResult {
         let (input, feed) = AsyncStream.makeStream(of: Data.self)
         if let stdin, !stdin.isEmpty { feed.yield(stdin) }
@@ -398,7 +399,7 @@ public final class SSHConnection: Sendable {
     /// command is sent `cancelSignal()` (e.g. "INT" after a Ctrl-C) as its channel closes,
     /// TERM when that is nil.
     public func exec<Input: AsyncSequence & Sendable>(_ command: String, input: Input, outputLimit: Int = SSHConnection.defaultOutputLimit,
-                                                     timeout: Double? = nil, output: (@Sendable (ExecStream, Data) -> Void)? = nil,
+                                                     timeout: Double? = nil, output: (@Sendable (ExecStream, Data) async -> Void)? = nil,
                                                      cancelSignal: (@Sendable () -> String?)? = nil) async throws -> ExecResult
         where Input.Element == Data {
         let channel = try await openChannel(.exec(command))

@@ -58,11 +58,11 @@ final class Session {
     /// Runs stream `name` (see Kernel.runStream for `onOpen` and `onEvent`): over the socket,
     /// or in this process through the same endpoint and session code.
     func stream(_ name: String, body: Data, onOpen: @escaping (StreamControl) -> Void,
-                onEvent: @escaping @Sendable ([String: JSONValue]) -> JSONValue?) async throws -> Data {
+                onEvent: @escaping @Sendable (StreamEvent) -> JSONValue?) async throws -> Data {
         if let client {
             return try client.stream(name, body: body, onOpen: { id in
                 onOpen(StreamControl(send: { client.streamMessage(id: id, $0) },
-                                     input: { client.streamMessage(id: id, ["input": .string($0.base64EncodedString())]) }))
+                                     input: { client.streamInput(id: id, $0) }))
             }, onEvent: onEvent)
         }
         return try await kernel!.runStream(name, body: body, onOpen: onOpen, onEvent: onEvent)

@@ -34,9 +34,9 @@ enum StreamCommand {
                 }
                 sendInput(acceptsInput ? STDIN_FILENO : -1, to: control)
             }) { event in
-                switch event["event"]?.stringValue {
+                switch event.kind {
                 case let kind? where kind == "stdout" || kind == "stderr":
-                    if let data = event["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }) { output.add(kind, data) }
+                    if let data = event.data { output.add(kind, data) }
                     return nil
                 case "ask"?:
                     guard case .integer(let askID)? = event["askID"], let question = event["ask"] else { return nil }

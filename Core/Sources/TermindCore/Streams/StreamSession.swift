@@ -6,48 +6,112 @@ import Foundation
 /// its streams (`StreamContract`, manifest `streams`) and the kernel routes them; the
 /// control socket and an in-process run (`Kernel.runStream`) drive the same session.
 ///
-///     → {"id": 7, "stream": "workspaces.exec@1", "body": {...}}
-///     ← {"id": 7, "event": "stdout", "data": "<base64>"}
+///     → {"id": 7, "stream": "workspaces.exec@1", "body": {...}, "window": 1048576, "binary": true}
+///     ← {"id": 7, "grant": 1048576}                (input the client may send, in bytes)
+///     ← {"id": 7, "event": "stdout", "attached": 5}\nhello   (binary: raw bytes follow)
+///     ← {"id": 7, "event": "stdout", "data": "aGVsbG8="}     (not binary: base64)
+///     → {"id": 7, "credit": 262144}                (event bytes the client has handled)
 ///     ← {"id": 7, "event": "ask", "askID": 1, "ask": {...}}
 ///     → {"id": 7, "answer": {"askID": 1, ...}}
-///     → {"id": 7, "input": "<base64>"}       → {"id": 7, "inputEnd": true}
+///     → {"id": 7, "attached": 5}\nhello       or   {"id": 7, "input": "aGVsbG8="}
+///     → {"id": 7, "inputEnd": true}
 ///     → {"id": 7, "cancel": true}            (optionally "signal": "INT": see `cancelSignal`)
 ///     ← {"id": 7, "ok": true, "body": {...}}  (or "ok": false with the error)
 ///
-/// A client that disconnects cancels its streams: pending questions get no answer (nil)
-/// and the handler's task is cancelled.
+/// Bulk bytes travel raw after their line (`attached`) for a client that opened with
+/// `binary`, so the data path has no base64 and no JSON string to scan; a plain JSON
+/// client gets and sends base64 instead.
+///
+/// Flow control, both ways, so nothing is dropped and nothing queues without bound:
+/// * Events: the client has a window of event bytes (`window`, each line counted with its
+///   newline and attached bytes); `emit` waits while the window is used up, and the client
+///   gives credit back as it handles events. In-process the window is credited as
+///   `onEvent` returns.
+/// * Input: the server grants the client input bytes (decoded) as the operation reads
+///   them; a client that sends beyond its grant fails the stream (`stream.input_overrun`).
+/// Questions, grants and the final reply are not counted (one question waits at a time).
+///
+/// A client that disconnects cancels its streams: pending questions get no answer (nil),
+/// waiting emits return, and the handler's task is cancelled.
 public final class StreamSession: @unchecked Sendable {
     public typealias Handler = @Sendable (_ body: Data, _ session: StreamSession) async throws -> Data
 
+    /// Event bytes a client may have outstanding, unless it asks for another window.
+    public static let defaultWindow = 1 << 20
+    /// The windows a client may ask for.
+    public static let windowRange = (64 << 10)...(16 << 20)
+
     package let id: JSONValue
-    private let emitLine: @Sendable (Data) -> Void
+    private let sink: StreamSink
     private let lock = NSLock()
     private var nextAsk: Int64 = 0
     private var asks: [Int64: CheckedContinuation<JSONValue?, Never>] = [:]
     private var ended = false
+    private var disconnected = false
     private var cancelTask: (@Sendable () -> Void)?
     private var signal: String?
+    private var failureValue: TermindError?
+    /// Event bytes the client can take now (may go below zero by one line).
+    private var credit: Int
+    private var creditWaiters: [(ticket: UInt64, size: Int, continuation: CheckedContinuation<Bool, Never>)] = []
+    private var nextTicket: UInt64 = 0
+    /// Input the operation has read since the last grant.
+    private var consumedSinceGrant = 0
+    private let grantsInput: Bool
     /// Bytes the client sends for the operation's standard input, until it ends it.
-    public let input = StreamInput(limit: 256)
+    public let input: StreamInput
+    /// The client's event window, in bytes.
+    public let window: Int
 
-    package init(id: JSONValue, emit: @escaping @Sendable (Data) -> Void) {
+    /// `grantsInput`: the client learns its input allowance from `grant` lines (the socket);
+    /// in-process a sender waits for room in `input` instead.
+    package init(id: JSONValue, window: Int = StreamSession.defaultWindow, grantsInput: Bool = false, sink: StreamSink) {
         self.id = id
-        emitLine = emit
+        self.window = min(max(window, Self.windowRange.lowerBound), Self.windowRange.upperBound)
+        self.grantsInput = grantsInput
+        credit = self.window
+        input = StreamInput(limit: Self.defaultWindow)
+        self.sink = sink
+        input.onConsumed = { [weak self] bytes, empty in self?.consumed(bytes, drained: empty) }
     }
 
-    /// Sends an event with `fields` (and "id", "event").
-    public func emit(_ event: String, _ fields: [String: JSONValue] = [:]) {
+    /// Sends an event with `fields` (and "id", "event"), once the client has room for it.
+    /// Returns at once (sending nothing) when the client is gone or the task is cancelled.
+    /// `ask` is not an event kind a handler emits: questions go through `ask(_:)`.
+    public func emit(_ event: String, _ fields: [String: JSONValue] = [:]) async {
+        await emit(event, fields, data: nil)
+    }
+
+    /// Sends bytes with `event` (a `data` event: output): raw after the line for a binary
+    /// client, base64 in "data" otherwise, as they are in-process.
+    public func emit(_ event: String, data: Data) async {
+        await emit(event, [:], data: data)
+    }
+
+    /// Sends `event` with `fields` and, when given, `data` as `emit(_:data:)` sends it.
+    public func emit(_ event: String, _ fields: [String: JSONValue], data: Data?) async {
+        guard event != "ask" else {
+            assertionFailure("StreamSession.emit(\"ask\"): use ask(_:)")
+            return
+        }
         var object = fields
         object["id"] = id
         object["event"] = .string(event)
-        guard var line = try? JSONCoding.encode(JSONValue.object(object)) else { return }
-        line += Data("\n".utf8)
-        emitLine(line)
-    }
-
-    /// Sends bytes as a base64 "data" field of `event`.
-    public func emit(_ event: String, data: Data) {
-        emit(event, ["data": .string(data.base64EncodedString())])
+        switch sink {
+        case .socket(let binary, let write):
+            if let data, !binary { object["data"] = .string(data.base64EncodedString()) }
+            if let data, binary { object["attached"] = .integer(Int64(data.count)) }
+            guard var line = try? JSONCoding.encode(JSONValue.object(object)) else { return }
+            line += Data("\n".utf8)
+            if let data, binary { line += data }
+            guard await reserve(line.count) else { return }
+            write(line)
+        case .local(let deliver):
+            // Counted as the bytes it carries, plus a line's worth for its fields.
+            let size = (data?.count ?? 0) + 64
+            guard await reserve(size) else { return }
+            deliver(StreamEvent(fields: object, data: data), size)
+        }
     }
 
     /// Asks the client and waits for its answer; nil when the client went away, the
@@ -61,7 +125,7 @@ public final class StreamSession: @unchecked Sendable {
                 return nextAsk
             }
             guard let askID else { continuation.resume(returning: nil); return }
-            emit("ask", ["askID": .integer(askID), "ask": question])
+            send(["askID": .integer(askID), "event": .string("ask"), "ask": question])
         }
     }
 
@@ -69,25 +133,111 @@ public final class StreamSession: @unchecked Sendable {
     /// operation that passes it on (a remote command's channel closes with it).
     public var cancelSignal: String? { lock.withLock { signal } }
 
+    /// Why the session failed the stream itself (a client that broke the protocol), if it did.
+    public var failure: TermindError? { lock.withLock { failureValue } }
+
+    // MARK: - Flow control
+
+    /// Waits until `size` bytes of events may go; false when they never will.
+    private func reserve(_ size: Int) async -> Bool {
+        let ticket: UInt64? = lock.withLock {
+            if disconnected { return nil }
+            if creditWaiters.isEmpty && credit > 0 {
+                credit -= size
+                return 0
+            }
+            nextTicket += 1
+            return nextTicket
+        }
+        guard let ticket else { return false }
+        if ticket == 0 { return true }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                let now: Bool? = lock.withLock {
+                    if disconnected || Task.isCancelled { return false }
+                    if creditWaiters.isEmpty && credit > 0 { credit -= size; return true }
+                    creditWaiters.append((ticket, size, continuation))
+                    return nil
+                }
+                if let now { continuation.resume(returning: now) }
+            }
+        } onCancel: {
+            let waiter = lock.withLock { () -> CheckedContinuation<Bool, Never>? in
+                guard let index = creditWaiters.firstIndex(where: { $0.ticket == ticket }) else { return nil }
+                return creditWaiters.remove(at: index).continuation
+            }
+            waiter?.resume(returning: false)
+        }
+    }
+
+    /// The client handled `bytes` of events.
+    package func credit(_ bytes: Int) {
+        guard bytes > 0 else { return }
+        let ready: [CheckedContinuation<Bool, Never>] = lock.withLock {
+            credit = min(credit + bytes, window)
+            var ready: [CheckedContinuation<Bool, Never>] = []
+            while credit > 0, !creditWaiters.isEmpty {
+                let waiter = creditWaiters.removeFirst()
+                credit -= waiter.size
+                ready.append(waiter.continuation)
+            }
+            return ready
+        }
+        for continuation in ready { continuation.resume(returning: true) }
+    }
+
+    /// The operation read `bytes` of input: the client may send as many more (batched).
+    private func consumed(_ bytes: Int, drained: Bool) {
+        guard grantsInput else { return }
+        let grant: Int = lock.withLock {
+            consumedSinceGrant += bytes
+            guard !ended, consumedSinceGrant >= input.limit / 4 || drained else { return 0 }
+            defer { consumedSinceGrant = 0 }
+            return consumedSinceGrant
+        }
+        if grant > 0 { send(["grant": .integer(Int64(grant))]) }
+    }
+
+    /// A line outside the event window (a question, a grant).
+    private func send(_ fields: [String: JSONValue]) {
+        var object = fields
+        object["id"] = id
+        switch sink {
+        case .socket(_, let write):
+            guard var line = try? JSONCoding.encode(JSONValue.object(object)) else { return }
+            line += Data("\n".utf8)
+            write(line)
+        case .local(let deliver):
+            deliver(StreamEvent(fields: object, data: nil), 0)
+        }
+    }
+
     // MARK: - Server side (the kernel's)
 
     package func start(_ task: Task<Void, Never>) { start(cancelling: task) }
 
-    /// The task running the handler: `cancel()` cancels it.
+    /// The task running the handler: `cancel()` cancels it. A client that may send input
+    /// (`grantsInput`) is told its first grant now.
     package func start<Success>(cancelling task: Task<Success, Never>) {
         lock.withLock { cancelTask = { task.cancel() } }
+        if grantsInput { send(["grant": .integer(Int64(input.limit))]) }
     }
 
-    /// A line from the client addressed to this stream.
-    package func receive(_ object: [String: JSONValue]) {
+    /// A line from the client addressed to this stream, with the bytes attached to it.
+    package func receive(_ object: [String: JSONValue], attached: Data? = nil) {
         if case .object(let answer)? = object["answer"], case .integer(let askID)? = answer["askID"] {
             let waiting = lock.withLock { asks.removeValue(forKey: askID) }
             waiting?.resume(returning: .object(answer))
         }
-        if case .string(let text)? = object["input"], let bytes = Data(base64Encoded: text) {
-            // The socket's reader must never wait here (a cancel could not be read): input
-            // beyond the bound is dropped until the protocol carries credit (issue 11).
-            input.put(bytes, waitForRoom: false)
+        if case .integer(let bytes)? = object["credit"], bytes > 0 { credit(Int(clamping: bytes)) }
+        let bytes: Data? = if case .string(let text)? = object["input"] { Data(base64Encoded: text) } else { attached }
+        if let bytes {
+            // The socket's reader never waits here (a cancel could not be read): the client
+            // sends only what it was granted, so there is room, or it broke the protocol.
+            if !input.put(bytes, waitForRoom: false) && !input.isFinished {
+                fail(TermindError(code: "stream.input_overrun",
+                                  message: "The client sent more input than the server granted (\(input.limit) bytes held); the operation was stopped."))
+            }
         }
         if object["inputEnd"] == .bool(true) { input.finish() }
         if object["cancel"] == .bool(true) {
@@ -98,7 +248,13 @@ public final class StreamSession: @unchecked Sendable {
         }
     }
 
-    /// The client went away or cancelled: nobody will answer.
+    /// Ends the stream with `error` (reported instead of the handler's outcome).
+    private func fail(_ error: TermindError) {
+        lock.withLock { if failureValue == nil { failureValue = error } }
+        cancel()
+    }
+
+    /// The client cancelled: nobody will answer; the handler's task is cancelled.
     package func cancel() {
         let (waiting, cancelTask): ([CheckedContinuation<JSONValue?, Never>], (@Sendable () -> Void)?) = lock.withLock {
             ended = true
@@ -110,6 +266,17 @@ public final class StreamSession: @unchecked Sendable {
         cancelTask?()
     }
 
+    /// The client went away: as `cancel`, and events waiting for room are dropped.
+    package func disconnect() {
+        let waiters = lock.withLock {
+            disconnected = true
+            defer { creditWaiters.removeAll() }
+            return creditWaiters.map(\.continuation)
+        }
+        for waiter in waiters { waiter.resume(returning: false) }
+        cancel()
+    }
+
     package func finish() {
         lock.withLock { ended = true }
         input.finish()
@@ -117,25 +284,58 @@ public final class StreamSession: @unchecked Sendable {
 }
 
 
-/// A stream's input: chunks in order, at most `limit` held. An in-process sender waits for
-/// room (backpressure all the way to the reader of standard input); the socket's reader
-/// cannot, and what arrives beyond the bound is dropped.
+/// Where a session's lines go.
+package enum StreamSink: Sendable {
+    /// A client on the control socket: encoded lines, in one piece each (a data event with
+    /// its attached bytes), for the connection's writer.
+    case socket(binary: Bool, write: @Sendable (Data) -> Void)
+    /// In-process: each event as it is, with the size `credit(_:)` is to be given back
+    /// once it was handled (0 for a question).
+    case local(@Sendable (StreamEvent, Int) -> Void)
+}
+
+/// An event as a client receives it: its fields ("id", "event", and the event's own), and
+/// for a data event (`stdout`, `stderr`, …) its bytes, however they travelled.
+public struct StreamEvent: Sendable {
+    public var fields: [String: JSONValue]
+    public var data: Data?
+
+    public init(fields: [String: JSONValue], data: Data? = nil) {
+        self.fields = fields
+        self.data = data
+    }
+
+    /// The event's kind ("stdout", "ask", "progress", …).
+    public var kind: String? { fields["event"]?.stringValue }
+
+    public subscript(_ field: String) -> JSONValue? { fields[field] }
+}
+
+/// A stream's input: chunks in order, at most `limit` bytes held. An in-process sender
+/// waits for room (backpressure all the way to the reader of standard input); the socket's
+/// reader never waits, because its client sends only what the session granted.
 public final class StreamInput: AsyncSequence, @unchecked Sendable {
     public typealias Element = Data
     private let condition = NSCondition()
     private var chunks: [Data] = []
+    private var head = 0
+    private var heldBytes = 0
     private var finished = false
     private var waiting: CheckedContinuation<Data?, Never>?
+    /// Bytes held at most.
     public let limit: Int
+    /// Told after each chunk the reader takes: its size, and whether nothing is left held.
+    var onConsumed: (@Sendable (Int, Bool) -> Void)?
 
     init(limit: Int) { self.limit = limit }
 
-    /// Adds a chunk; false when the input has ended (or, not waiting, was full).
+    /// Adds a chunk (one larger than `limit` is accepted alone, when nothing is held); false
+    /// when the input has ended or, not waiting, there was no room.
     @discardableResult
     package func put(_ data: Data, waitForRoom: Bool) -> Bool {
         condition.lock()
-        while waitForRoom && !finished && chunks.count >= limit { condition.wait() }
-        guard !finished, chunks.count < limit else {
+        while waitForRoom && !finished && heldBytes > 0 && heldBytes + data.count > limit { condition.wait() }
+        guard !finished, heldBytes == 0 || heldBytes + data.count <= limit else {
             condition.unlock()
             return false
         }
@@ -143,12 +343,17 @@ public final class StreamInput: AsyncSequence, @unchecked Sendable {
             self.waiting = nil
             condition.unlock()
             waiting.resume(returning: data)
+            onConsumed?(data.count, true)
             return true
         }
         chunks.append(data)
+        heldBytes += data.count
         condition.unlock()
         return true
     }
+
+    /// Whether the input has ended (the client ended it, or the stream did).
+    package var isFinished: Bool { condition.withLock { finished } }
 
     /// No more input: the reader sees the end once it has read what is held.
     package func finish() {
@@ -164,11 +369,17 @@ public final class StreamInput: AsyncSequence, @unchecked Sendable {
     func next() async -> Data? {
         await withCheckedContinuation { (continuation: CheckedContinuation<Data?, Never>) in
             condition.lock()
-            if !chunks.isEmpty {
-                let chunk = chunks.removeFirst()
+            if head < chunks.count {
+                let chunk = chunks[head]
+                chunks[head] = Data()
+                head += 1
+                if head == chunks.count { chunks.removeAll(keepingCapacity: true); head = 0 }
+                heldBytes -= chunk.count
+                let empty = heldBytes == 0
                 condition.broadcast()
                 condition.unlock()
                 continuation.resume(returning: chunk)
+                onConsumed?(chunk.count, empty)
             } else if finished {
                 condition.unlock()
                 continuation.resume(returning: nil)

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 
 /// A blocking client of the control socket, for the CLI and tests. One request at a time.
@@ -51,19 +52,28 @@ public final class ControlClient: @unchecked Sendable {
     }
 
     /// Runs a stream (see StreamSession): `onEvent` gets each event object (its reply, if
-    /// any, is sent back — an answer); returns the final body or throws its error.
-    /// `send` may be used from another thread meanwhile (standard input).
-    public func stream(_ name: String, body: Data, onOpen: (JSONValue) -> Void = { _ in },
-                       onEvent: ([String: JSONValue]) throws -> JSONValue?) throws -> Data {
+    /// any, is sent back — an answer); returns the final body or throws its error. The
+    /// server sends at most `window` bytes of events ahead of what `onEvent` has handled.
+    /// `streamMessage` and `streamInput` may be used from another thread meanwhile.
+    public func stream(_ name: String, body: Data, window: Int = StreamSession.defaultWindow, onOpen: (JSONValue) -> Void = { _ in },
+                       onEvent: (StreamEvent) throws -> JSONValue?) throws -> Data {
         try reconnectIfClosedWhileIdle()
         let id = JSONValue.integer(nextID)
         nextID += 1
         var open = Data("{\"id\":".utf8)
         open += (try? JSONCoding.encode(id)) ?? Data("null".utf8)
         open += Data(",\"stream\":".utf8) + ((try? JSONCoding.encode(name)) ?? Data("\"\"".utf8))
+        open += Data(",\"window\":\(window),\"binary\":true".utf8)
         open += Data(",\"body\":".utf8) + (body.isEmpty ? Data("{}".utf8) : body) + Data("}\n".utf8)
+        let allowance = InputAllowance()
+        inputAllowance.withLock { $0 = (id, allowance) }
+        defer {
+            allowance.end()
+            inputAllowance.withLock { $0 = nil }
+        }
         guard send(open) else { throw TermindError(code: "socket.closed", message: "The termind server closed the connection.") }
         onOpen(id)
+        var handled = 0
         while true {
             guard case .line(let line) = reader.next() else {
                 throw TermindError(code: "socket.closed", message: "The termind server closed the connection before the operation ended.")
@@ -73,13 +83,58 @@ public final class ControlClient: @unchecked Sendable {
             if object["ok"] != nil {
                 return try Envelope.parseReply(line).result.get()
             }
-            if let answer = try onEvent(object) {
+            if case .integer(let bytes)? = object["grant"] {
+                allowance.add(Int(clamping: bytes))
+                continue
+            }
+            var event = StreamEvent(fields: object)
+            var size = line.count + 1
+            if let attached = object["attached"] {
+                guard case .integer(let count) = attached, count >= 0, count <= Envelope.maximumBytes,
+                      let bytes = reader.read(count: Int(count)) else {
+                    throw TermindError(code: "envelope.malformed", message: "The server sent an event with a broken \"attached\" size.")
+                }
+                event.fields["attached"] = nil
+                event.data = bytes
+                size += bytes.count
+            } else if case .string(let text)? = object["data"] {
+                event.data = Data(base64Encoded: text)
+            }
+            let counted = event.kind != "ask"
+            if let answer = try onEvent(event) {
                 _ = streamMessage(id: id, ["answer": answer])
+            }
+            // Credit goes back in batches, as the server counts it: each line with its
+            // newline and attached bytes.
+            if counted {
+                handled += size
+                if handled >= max(window, StreamSession.windowRange.lowerBound) / 4 {
+                    _ = streamMessage(id: id, ["credit": .integer(Int64(handled))])
+                    handled = 0
+                }
             }
         }
     }
 
-    /// Sends one stream message (input, inputEnd, cancel) for stream `id`.
+    /// Sends `data` as input of the running stream `id`, in pieces the server granted:
+    /// blocks while it granted nothing more; false once the stream ended or the server is gone.
+    public func streamInput(id: JSONValue, _ data: Data) -> Bool {
+        guard let (current, allowance) = inputAllowance.withLock({ $0 }), current == id else { return false }
+        var offset = data.startIndex
+        while offset < data.endIndex {
+            guard let room = allowance.take(upTo: data.endIndex - offset) else { return false }
+            // Raw after its line, in one write so no other message comes between them.
+            var frame = Data("{\"id\":".utf8) + ((try? JSONCoding.encode(id)) ?? Data("null".utf8)) + Data(",\"attached\":\(room)}\n".utf8)
+            frame += data[offset..<(offset + room)]
+            guard send(frame) else { return false }
+            offset += room
+        }
+        return true
+    }
+
+    private let inputAllowance = Mutex<(JSONValue, InputAllowance)?>(nil)
+
+    /// Sends one stream message (inputEnd, cancel, an answer) for stream `id`.
     @discardableResult
     public func streamMessage(id: JSONValue, _ fields: [String: JSONValue]) -> Bool {
         var object = fields
@@ -114,5 +169,37 @@ public final class ControlClient: @unchecked Sendable {
             throw TermindError(code: "socket.closed", message: "The termind server closed the connection before replying.")
         }
         return try Envelope.parseReply(line)
+    }
+}
+
+/// The input bytes a stream's server has granted and the client not yet sent.
+final class InputAllowance: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var bytes = 0
+    private var ended = false
+
+    func add(_ granted: Int) {
+        condition.withLock {
+            bytes += max(0, granted)
+            condition.broadcast()
+        }
+    }
+
+    /// Up to `wanted` bytes of the allowance (waiting for some); nil once the stream ended.
+    func take(upTo wanted: Int) -> Int? {
+        condition.lock()
+        defer { condition.unlock() }
+        while bytes == 0 && !ended { condition.wait() }
+        guard !ended else { return nil }
+        let taken = min(bytes, wanted)
+        bytes -= taken
+        return taken
+    }
+
+    func end() {
+        condition.withLock {
+            ended = true
+            condition.broadcast()
+        }
     }
 }

@@ -187,13 +187,26 @@ public final class ControlServer: @unchecked Sendable {
                 if let streamLine = StreamLine.parse(value) {
                     switch streamLine {
                     case .message(let id, let object):
-                        streams.session(id)?.receive(object)
-                    case .open(let id, let name, let body):
-                        guard let handler = kernel.stream(name)?.handler ?? lock.withLock({ streamHandlers[name] }) else {
+                        var attached: Data?
+                        if let size = object["attached"] {
+                            // Raw input bytes follow the line; a size the server never granted
+                            // loses the framing, so the connection ends.
+                            guard case .integer(let count) = size, count >= 0, count <= StreamSession.defaultWindow,
+                                  let bytes = reader.read(count: Int(count)) else {
+                                reply(Envelope.failure(id: id, error: TermindError(code: "envelope.malformed", message: "An \"attached\" size must be a number of bytes from 0 to \(StreamSession.defaultWindow), followed by that many bytes; the connection is closed.")))
+                                break loop
+                            }
+                            attached = bytes
+                        }
+                        streams.session(id)?.receive(object, attached: attached)
+                    case .open(let id, let name, let body, let window, let binary):
+                        let endpoint = kernel.stream(name)
+                        guard let handler = endpoint?.handler ?? lock.withLock({ streamHandlers[name] }) else {
                             reply(Envelope.failure(id: id, error: TermindError(code: "stream.unknown", message: "This termind server has no stream '\(name)'.")))
                             continue
                         }
-                        let session = StreamSession(id: id, emit: reply)
+                        let session = StreamSession(id: id, window: window, grantsInput: endpoint?.acceptsInput ?? true,
+                                                    sink: .socket(binary: binary, write: reply))
                         guard streams.add(session) else {
                             reply(Envelope.failure(id: id, error: TermindError(code: "stream.duplicate_id", message: "A stream with this id is already running on the connection.")))
                             continue
@@ -204,13 +217,17 @@ public final class ControlServer: @unchecked Sendable {
                         session.start(Task {
                             defer { streams.remove(session); session.finish(); inFlight.add(-1); slots.signal(); group.leave() }
                             do {
-                                reply(Envelope.success(id: id, body: try await handler(body, session)))
-                            } catch let error as TermindError {
-                                reply(Envelope.failure(id: id, error: error))
-                            } catch is CancellationError {
-                                reply(Envelope.failure(id: id, error: TermindError(code: "stream.cancelled", message: "The operation was cancelled.")))
+                                let body = try await handler(body, session)
+                                reply(session.failure.map { Envelope.failure(id: id, error: $0) } ?? Envelope.success(id: id, body: body))
                             } catch {
-                                reply(Envelope.failure(id: id, error: .from(error)))
+                                // A client that broke the protocol hears that, not the cancellation it caused.
+                                if let failure = session.failure {
+                                    reply(Envelope.failure(id: id, error: failure))
+                                } else if error is CancellationError {
+                                    reply(Envelope.failure(id: id, error: TermindError(code: "stream.cancelled", message: "The operation was cancelled.")))
+                                } else {
+                                    reply(Envelope.failure(id: id, error: .from(error)))
+                                }
                             }
                         })
                     }
@@ -238,7 +255,7 @@ public final class ControlServer: @unchecked Sendable {
             }
         }
         // The client is gone: its streams are cancelled (nobody can answer their questions).
-        streams.cancelAll()
+        streams.disconnectAll()
         group.wait()
         writer.finish()
         lock.withLock { _ = clients.removeValue(forKey: connection) }
@@ -398,7 +415,7 @@ final class StreamTable: @unchecked Sendable {
         lock.withLock { if sessions[session.id] === session { sessions[session.id] = nil } }
     }
 
-    func cancelAll() {
-        for session in lock.withLock({ Array(sessions.values) }) { session.cancel() }
+    func disconnectAll() {
+        for session in lock.withLock({ Array(sessions.values) }) { session.disconnect() }
     }
 }

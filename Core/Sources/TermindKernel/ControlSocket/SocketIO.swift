@@ -119,6 +119,26 @@ struct LineReader {
         }
     }
 
+    /// The next `count` bytes as they are (the raw bytes attached to a line); nil when the
+    /// connection ends first (or a receive timeout passes).
+    mutating func read(count: Int) -> Data? {
+        var data = Data(capacity: count)
+        let held = min(count, buffer.count - start)
+        if held > 0 {
+            data.append(contentsOf: buffer[start..<(start + held)])
+            start += held
+            scanned = 0
+        }
+        while data.count < count {
+            let wanted = min(chunk.count, count - data.count)
+            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, wanted, 0) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return nil }
+            chunk.withUnsafeBufferPointer { data.append(contentsOf: UnsafeBufferPointer(rebasing: $0[0..<n])) }
+        }
+        return data
+    }
+
     private mutating func findNewline() -> Int? {
         let from = start + scanned
         guard from < buffer.count else { return nil }

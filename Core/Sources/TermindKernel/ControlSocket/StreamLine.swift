@@ -3,7 +3,9 @@ import TermindCore
 
 /// What a client line addressed to a stream looks like (parsed once by the server).
 enum StreamLine {
-    case open(id: JSONValue, name: String, body: Data)
+    /// `window`: the event bytes the client takes before it gives credit (absent: the
+    /// default); `binary`: data events carry their bytes raw after the line.
+    case open(id: JSONValue, name: String, body: Data, window: Int, binary: Bool)
     case message(id: JSONValue, object: [String: JSONValue])
 
     /// nil when the line is an ordinary contract request (or something else).
@@ -11,9 +13,10 @@ enum StreamLine {
         guard case .object(let o) = value, o["contract"] == nil else { return nil }
         let id = o["id"] ?? .null
         if case .string(let name)? = o["stream"] {
-            return .open(id: id, name: name, body: Envelope.body(of: o))
+            let window: Int = if case .integer(let bytes)? = o["window"] { Int(clamping: bytes) } else { StreamSession.defaultWindow }
+            return .open(id: id, name: name, body: Envelope.body(of: o), window: window, binary: o["binary"] == .bool(true))
         }
-        if o["answer"] != nil || o["input"] != nil || o["inputEnd"] != nil || o["cancel"] != nil {
+        if o["answer"] != nil || o["credit"] != nil || o["input"] != nil || o["attached"] != nil || o["inputEnd"] != nil || o["cancel"] != nil {
             return .message(id: id, object: o)
         }
         return nil

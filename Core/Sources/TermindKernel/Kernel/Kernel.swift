@@ -202,18 +202,21 @@ public actor Kernel {
     /// once every event has been handled.
     public nonisolated func runStream(_ name: String, body: Data,
                                       onOpen: (StreamControl) -> Void = { _ in },
-                                      onEvent: @escaping @Sendable ([String: JSONValue]) -> JSONValue?) async throws -> Data {
+                                      onEvent: @escaping @Sendable (StreamEvent) -> JSONValue?) async throws -> Data {
         guard let endpoint = stream(name) else {
             throw TermindError(code: "stream.unknown", message: "No running feature serves stream '\(name)'. Run 'termind contracts' to list the available ones.")
         }
         let events = DispatchQueue(label: "termind.stream.events")
         let answers = StreamAnswers()
-        let session = StreamSession(id: .integer(1)) { line in
-            guard case .object(let event)? = try? JSONCoding.parse(line, source: "stream event") else { return }
+        // Events are handled in order on a queue of their own; each one's size is credited
+        // back once `onEvent` returned, so an emitter waits for a slow consumer (a full pipe)
+        // instead of queuing without bound.
+        let session = StreamSession(id: .integer(1), sink: .local({ event, size in
             events.async {
                 if let answer = onEvent(event) { answers.session?.receive(["answer": answer]) }
+                if size > 0 { answers.session?.credit(size) }
             }
-        }
+        }))
         answers.session = session
         // The session cancels this very task (a cancel message, or the caller giving up).
         let work = Task { () -> Result<Data, Error> in

@@ -75,7 +75,7 @@ final class WorkspacesFeature: Feature {
             let connection = try await ports.pool.connection(for: route, policy: policy)
             do {
                 let result = try await connection.exec(request.command, input: session.input, timeout: request.timeout, output: { stream, data in
-                    session.emit(stream == .stdout ? "stdout" : "stderr", data: data)
+                    await session.emit(stream == .stdout ? "stdout" : "stderr", data: data)
                 }, cancelSignal: { session.cancelSignal })
                 return .init(exitStatus: result.exitStatus, exitSignal: result.exitSignal)
             } catch {
