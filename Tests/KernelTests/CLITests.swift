@@ -313,6 +313,44 @@ final class CLITests: XCTestCase {
         XCTAssertNotEqual(try json(after)["keyRotatedAt"]?.stringValue, made)
     }
 
+    /// Structured request fields from the command line: the ssh_config import commit takes
+    /// the preview's digests (`--files @preview.json`) and fails closed when the file changed.
+    func testImportCommitTakesThePreviewsDigestsFromItsReportAndFailsClosedOnAChange() throws {
+        let config = try directory.write("ssh_config", "Host gpu\n  HostName 10.0.0.5\n  User ml\nHost db\n  HostName 10.0.0.6\n")
+        let store = ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("secrets.key")]
+        let preview = try run(store + ["--json", "vault", "import", "preview", config])
+        XCTAssertEqual(preview.status, 0, preview.stderr)
+        let report = try directory.write("preview.json", preview.stdout)
+
+        // The file changed after the preview: nothing is imported.
+        try "Host gpu\n  HostName 10.6.6.6\n  User ml\nHost db\n  HostName 10.0.0.6\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let changed = try run(store + ["vault", "import", "commit", config, "--select", "gpu", "--files", "@" + report])
+        XCTAssertEqual(changed.status, 1, changed.stderr)
+        XCTAssertTrue(changed.stderr.contains("changed since the preview"), changed.stderr)
+        XCTAssertEqual(try json(try run(store + ["--json", "vault", "host", "list"]))["hosts"], .array([]))
+
+        // Previewed again, the digests match: the selected host is imported. The same digests
+        // work inline as JSON.
+        let again = try run(store + ["--json", "vault", "import", "preview", config])
+        _ = try directory.write("preview.json", again.stdout)
+        let committed = try run(store + ["--json", "vault", "import", "commit", config, "--select", "gpu", "--files", "@" + report])
+        XCTAssertEqual(committed.status, 0, committed.stderr)
+        guard case .array(let created)? = try json(committed)["created"] else { return XCTFail(committed.stdout) }
+        XCTAssertEqual(created.map { $0["address"] }, [.string("10.6.6.6")])
+        let files = try XCTUnwrap(try json(again)["files"])
+        let inline = try run(store + ["--json", "vault", "import", "commit", config, "--select", "db",
+                                      "--files", String(decoding: try JSONCoding.encode(files), as: UTF8.self)])
+        XCTAssertEqual(inline.status, 0, inline.stderr)
+
+        // Wrong shapes name the field and what is wrong; nothing is imported.
+        let notJSON = try run(store + ["vault", "import", "commit", config, "--select", "db", "--files", "{nope"])
+        XCTAssertEqual(notJSON.status, 2, notJSON.stderr)
+        XCTAssertTrue(notJSON.stderr.contains("--files takes JSON"), notJSON.stderr)
+        let wrongShape = try run(store + ["vault", "import", "commit", config, "--select", "db", "--files", #"[{"path": 1}]"#])
+        XCTAssertEqual(wrongShape.status, 1, wrongShape.stderr)
+        XCTAssertTrue(wrongShape.stderr.contains("body.files[0].path: expected string"), wrongShape.stderr)
+    }
+
     private func readLine(_ handle: FileHandle) throws -> Data {
         var line = Data()
         while true {

@@ -1,6 +1,7 @@
 import Foundation
 import TermindCore
 import TermindKernel
+import TermindStore
 
 /// Runs a command a feature declared in its manifest: positional arguments fill the
 /// declared fields in order, `--field value` fills any other field, values are typed by
@@ -143,10 +144,26 @@ enum PluginCommand {
         return String(parts[0]) + parts.dropFirst().map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined()
     }
 
+    /// A command-line value typed by the field's schema. Structured fields (objects, arrays
+    /// of anything but plain values) take JSON, inline or `@FILE` (`@-`: standard input); a
+    /// file holding an object with a member named like the field gives that member, so a
+    /// preview's `--json` report can be passed on as it is (`--files @preview.json`). An
+    /// array of plain values also takes `a,b,c`.
     static func typed(_ text: String, field: String, schema: JSONValue) throws -> JSONValue {
-        switch schema["properties"]?[field]?["type"]?.stringValue {
+        let property = schema["properties"]?[field]
+        let itemType = property?["items"]?["type"]?.stringValue
+        let structured = switch property?["type"]?.stringValue {
+        case "object"?: true
+        case "array"?: !["string", "integer", "number", "boolean"].contains(itemType ?? "") || text.hasPrefix("[") || text.hasPrefix("@")
+        default: false
+        }
+        if structured {
+            return try structuredValue(text, field: field, expected: property?["type"]?.stringValue ?? "object")
+        }
+        switch property?["type"]?.stringValue {
         case "array"?:
-            return .array(text.split(separator: ",", omittingEmptySubsequences: true).map { .string(String($0).trimmingCharacters(in: .whitespaces)) })
+            let items = text.split(separator: ",", omittingEmptySubsequences: true).map { String($0).trimmingCharacters(in: .whitespaces) }
+            return .array(try items.map { try typed(item: $0, field: field, type: itemType) })
         case "integer"?:
             if let v = Int64(text) { return .integer(v) }
             if let v = UInt64(text) { return JSONValue(exactly: v) }
@@ -163,5 +180,46 @@ enum PluginCommand {
         default:
             return .string(text)
         }
+    }
+
+    /// One element of an `a,b,c` list.
+    private static func typed(item: String, field: String, type: String?) throws -> JSONValue {
+        guard let type, type != "string" else { return .string(item) }
+        let schema: JSONValue = .object(["properties": .object([field: .object(["type": .string(type)])])])
+        return try typed(item, field: field, schema: schema)
+    }
+
+    private static func structuredValue(_ text: String, field: String, expected: String) throws -> JSONValue {
+        let source: String
+        let data: Data
+        if text.hasPrefix("@") {
+            let path = String(text.dropFirst())
+            source = path == "-" ? "standard input" : path
+            if path == "-" {
+                data = FileHandle.standardInput.readDataToEndOfFile()
+            } else {
+                do {
+                    data = try BoundedFile.read(LocalPath.absolute(path), limit: 16 << 20, what: "--\(field) file", code: "usage")
+                } catch let error as TermindError {
+                    throw Invocation.UsageError(description: "--\(field) \(text): \(error.message)")
+                }
+            }
+        } else {
+            source = "the command line"
+            data = Data(text.utf8)
+        }
+        var value: JSONValue
+        do {
+            value = try JSONCoding.parse(data, source: "--\(field)")
+        } catch let error as TermindError {
+            throw Invocation.UsageError(description: "--\(field) takes JSON (an \(expected), inline or @FILE) and \(source) does not hold it: \(error.message)")
+        }
+        if text.hasPrefix("@"), expected != "object" || value[field] != nil, case .object(let members) = value, let member = members[field] {
+            value = member
+        }
+        guard value.typeName == expected else {
+            throw Invocation.UsageError(description: "--\(field) must be a JSON \(expected), and \(source) holds \(value.typeName == "object" ? "an" : "a") \(value.typeName).")
+        }
+        return value
     }
 }
