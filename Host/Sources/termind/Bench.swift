@@ -6,7 +6,9 @@ import TermindKernel
 /// `termind bench`: boot time with the registry and every opted-in plugin, and contract
 /// round trips (kernel.ping@1) in-process and over the control socket. The socket figures
 /// are set against a raw Unix-socket line echo with the same framing in the same run, so
-/// the ratio shows what the kernel (envelope parsing, routing, schema check, coding) adds.
+/// the ratio shows what the kernel (envelope parsing, routing, schema check, coding) adds;
+/// stream events (stdout, 64 KiB and 1 KiB) are set against the same peer echoing lines of
+/// the same size.
 enum Bench {
     typealias Figure = BenchmarkFigure
 
@@ -110,6 +112,36 @@ enum Bench {
         }
         let echoMany = now() - echoManyStart
         figures.append(Figure(name: "socket throughput, \(clients) clients", value: Double(perClient * clients) / many, unit: "calls/s", baseline: Double(perClient * clients) / echoMany))
+
+        // Stream events over the socket (a binary client crediting as it reads) against the
+        // echo peer moving lines of the same size through a raw socket.
+        server.register(stream: "bench.events@1") { body, session in
+            let request = try JSONCoding.parse(body, source: "body")
+            guard case .integer(let count)? = request["count"], case .integer(let size)? = request["size"] else { return Data("{}".utf8) }
+            let chunk = Data(repeating: 0x61, count: Int(size))
+            for _ in 0..<count { await session.emit("stdout", data: chunk) }
+            return Data("{}".utf8)
+        }
+        for (size, count) in [(64 << 10, max(iterations / 4, 64)), (1 << 10, max(iterations, 256))] {
+            let streamed = try await blocking { () -> (seconds: Double, bytes: Int) in
+                let client = try ControlClient(path: directory + "/control.sock")
+                var bytes = 0
+                let start = now()
+                _ = try client.stream("bench.events@1", body: Data(#"{"count": \#(count), "size": \#(size)}"#.utf8)) { event in
+                    bytes += event.data?.count ?? 0
+                    return nil
+                }
+                return (now() - start, bytes)
+            }
+            guard streamed.bytes == size * count else { throw TermindError(code: "bench.short", message: "the bench stream delivered \(streamed.bytes) of \(size * count) bytes") }
+            let echoLine = Data(repeating: 0x61, count: size - 1) + Data([10])
+            let echoed = try await blocking { try LineClient.streamed(path: directory + "/echo.sock", line: echoLine, count: count) }
+            let label = size >= 1 << 20 ? "\(size >> 20) MiB" : "\(size >> 10) KiB"
+            figures.append(Figure(name: "stream stdout events of \(label), socket", value: Double(size * count) / streamed.seconds / 1_048_576, unit: "MiB/s",
+                                  baseline: Double(size * count) / echoed / 1_048_576))
+            figures.append(Figure(name: "stream stdout events of \(label), socket, rate", value: Double(count) / streamed.seconds, unit: "events/s",
+                                  baseline: Double(count) / echoed))
+        }
         server.stop()
         echo.stop()
         await kernel.shutdown()
@@ -202,6 +234,21 @@ enum LineClient {
         return Bench.now() - start
     }
 
+    /// `count` lines sent by a thread of their own while this one reads the echoes back (a
+    /// large line cannot wait in flight: the echo would block sending to a client that is
+    /// still sending). Returns the seconds until the last echo arrived.
+    static func streamed(path: String, line: Data, count: Int) throws -> Double {
+        let fd = try connect(path)
+        defer { close(fd) }
+        var reader = Lines(fd: fd)
+        let start = Bench.now()
+        Thread { for _ in 0..<count { write(fd, line) } }.start()
+        for _ in 0..<count {
+            guard reader.next() else { throw TermindError(code: "bench.closed", message: "peer closed") }
+        }
+        return Bench.now() - start
+    }
+
     static func write(_ fd: Int32, _ data: Data) {
         data.withUnsafeBytes { raw in
             var offset = 0
@@ -222,7 +269,15 @@ enum LineClient {
             while pending == 0 {
                 let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
                 guard n > 0 else { return false }
-                pending += buffer[0..<n].reduce(0) { $0 + ($1 == 10 ? 1 : 0) }
+                pending += buffer.withUnsafeBytes { raw in
+                    var count = 0, from = raw.baseAddress!
+                    let end = from + n
+                    while from < end, let hit = memchr(from, 10, end - from) {
+                        count += 1
+                        from = UnsafeRawPointer(hit) + 1
+                    }
+                    return count
+                }
             }
             pending -= 1
             return true
