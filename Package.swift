@@ -30,6 +30,7 @@ let package = Package(
         .library(name: "TermindFixtureFailingStart", type: .dynamic, targets: ["FixtureFailingStart"]),
         .library(name: "TermindFixtureWrongSignature", type: .dynamic, targets: ["FixtureWrongSignature"]),
         .library(name: "TermindFixtureProbe", type: .dynamic, targets: ["FixtureProbe"]),
+        .library(name: "TermindFixtureStreams", type: .dynamic, targets: ["FixtureStreams"]),
     ],
     dependencies: [
         .package(path: "Core"),
@@ -87,6 +88,13 @@ let package = Package(
             name: "FixtureProbe",
             dependencies: [core],
             path: "Tests/Fixtures/Probe",
+            plugins: [signature]
+        ),
+        // One stream sending each event kind and asking each question kind (the CLI's rendering).
+        .target(
+            name: "FixtureStreams",
+            dependencies: [core],
+            path: "Tests/Fixtures/Streams",
             plugins: [signature]
         ),
         .target(

@@ -91,6 +91,13 @@ enum Help {
       --secrets-passphrase-file PATH
                                Protect/open the secret store with the passphrase on the
                                file's first line instead (env TERMIND_SECRETS_PASSPHRASE_FILE).
+      --yes, -y                Answer a command's yes/no confirmations yes (never a host key
+                               question and never a secret).
+      --answers FILE           Answer a command's questions from FILE, a JSON object by topic:
+                               {"ssh.hostKey": "once", "confirm-topic": true, "ssh.passphrase":
+                               ["..."]}; answers to secret prompts only from a file only you
+                               can read. Without a terminal, --yes or --answers a question
+                               is refused, never guessed.
       --debug                  Debug log to standard error (env TERMIND_DEBUG=1). Off by default.
       --log-file PATH          Append the log to PATH (mode 0600; env TERMIND_LOG_FILE).
       -h, --help               Show help.

@@ -18,6 +18,10 @@ struct Invocation {
     var secretsKeyPath: String
     var passphraseFile: String?
     var help = false
+    /// `--yes`: yes/no confirmations a stream asks are answered yes (never host keys or secrets).
+    var assumeYes = false
+    /// `--answers FILE`: answers to a stream's questions by topic (Questions).
+    var answersPath: String?
     /// True when --registry/--plugins/--features (or TERMIND_REGISTRY/_PLUGINS/_FEATURES) were
     /// given: the result depends on a boot shaped by this invocation, so it runs in-process
     /// rather than on a running server.
@@ -98,6 +102,8 @@ struct Invocation {
             case "--local": inv.local = true
             case "--json": inv.json = true
             case "--debug": inv.debug = true
+            case "--yes", "-y": inv.assumeYes = true
+            case "--answers": inv.answersPath = try take(flag)
             case "-h", "--help": inv.help = true
             case "--": afterSeparator = true; rest.append(arg)
             default: rest.append(arg)
@@ -117,6 +123,7 @@ struct Invocation {
         inv.secretsPath = inv.secretsPath.map(absolute)
         inv.secretsKeyPath = absolute(inv.secretsKeyPath)
         inv.passphraseFile = inv.passphraseFile.map(absolute)
+        inv.answersPath = inv.answersPath.map(absolute)
         return inv
     }
 

@@ -25,14 +25,32 @@ enum Output {
 
     /// Rows with aligned columns.
     static func table(_ header: [String], _ rows: [[String]], indent: String = "") {
+        for text in tableLines(header, rows) { line(indent + text) }
+    }
+
+    /// Rows with aligned columns, as lines (escaped).
+    static func tableLines(_ header: [String], _ rows: [[String]]) -> [String] {
         let all = ([header] + rows).map { $0.map { TerminalText.escaped($0, singleLine: true) } }
         let widths = header.indices.map { column in all.map { $0[column].count }.max() ?? 0 }
-        for row in all {
+        return all.map { row in
             let cells = row.enumerated().map { index, cell in
                 index == row.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
             }
-            line(indent + cells.joined(separator: "  ").trimmingCharacters(in: .whitespaces))
+            return cells.joined(separator: "  ").trimmingCharacters(in: .whitespaces)
         }
+    }
+
+    /// Records as table lines of their short fields (a live view's rows).
+    static func tableLines(_ records: [[String: JSONValue]]) -> [String] {
+        let columns = columns(of: records)
+        return tableLines(columns.map { $0.uppercased() }, records.map { r in columns.map { r[$0].map(scalar) ?? "" } })
+    }
+
+    /// The columns a table of `records` shows: short fields, identifying ones first.
+    private static func columns(of records: [[String: JSONValue]]) -> [String] {
+        records.flatMap(\.keys).reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
+            .filter { key in !key.hasSuffix("At") && records.allSatisfy { isShort($0[key]) } }
+            .sorted { (rank($0), $0) < (rank($1), $1) }
     }
 
     /// A JSON value for people. A reply holding one list of records (`{"hosts": [...]}`)
@@ -70,9 +88,7 @@ enum Output {
     /// Records as a table of their short fields; fields holding long text (a cell over 40
     /// characters) follow the table, one line per item, under the record's first column.
     private static func recordTable(_ records: [[String: JSONValue]], indent: String = "") {
-        let columns = records.flatMap(\.keys).reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
-            .filter { key in !key.hasSuffix("At") && records.allSatisfy { isShort($0[key]) } }
-            .sorted { (rank($0), $0) < (rank($1), $1) }
+        let columns = columns(of: records)
         let long = Set(columns.dropFirst().filter { key in records.contains { ($0[key].map(scalar) ?? "").count > 40 } })
         let shown = columns.filter { !long.contains($0) }
         table(shown.map { $0.uppercased() }, records.map { r in shown.map { r[$0].map(scalar) ?? "" } }, indent: indent)

@@ -1,33 +1,131 @@
 import Foundation
 import TermindCore
 
-/// The questions a stream may ask (docs/contracts.md, Streams), asked of the person at the
-/// controlling terminal. The feature words them; the text shown is escaped (it may hold a
-/// server's). Without a terminal every question is answered `{"unanswered": true}`, never
-/// with a guess: the feature then fails closed and says what to do instead.
-enum Questions {
-    static func answer(_ question: JSONValue) -> JSONValue {
+/// The questions a stream may ask (docs/contracts.md, Streams), answered in this order:
+/// from `--answers FILE` by the question's topic, `--yes` for a yes/no confirmation, then
+/// by the person at the controlling terminal. The feature words them; the text shown is
+/// escaped (it may hold a server's). With none of these a question is answered
+/// `{"unanswered": true}`, never with a guess: the feature then fails closed and says what
+/// to do instead.
+struct Questions: Sendable {
+    /// Scripted answers by topic.
+    let book: [String: JSONValue]
+    /// Whether `book` may answer secret prompts (the file is readable by its owner only).
+    let bookIsPrivate: Bool
+    let assumeYes: Bool
+
+    static let none = Questions(book: [:], bookIsPrivate: false, assumeYes: false)
+
+    /// Reads `--answers FILE` (a JSON object by topic) and `--yes`.
+    init(_ inv: Invocation) throws {
+        guard let path = inv.answersPath else {
+            self.init(book: [:], bookIsPrivate: false, assumeYes: inv.assumeYes)
+            return
+        }
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            throw Invocation.UsageError(description: "--answers \(path): \(String(cString: strerror(errno))).")
+        }
+        let data: Data
+        let value: JSONValue
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+            value = try JSONCoding.parse(data, source: "--answers \(path)")
+        } catch let error as TermindError {
+            throw Invocation.UsageError(description: error.message)
+        }
+        guard case .object(let book) = value else {
+            throw Invocation.UsageError(description: "--answers \(path) must hold a JSON object of answers by question topic, e.g. {\"ssh.hostKey\": \"once\"}; it holds \(value.typeName == "array" ? "an" : "a") \(value.typeName).")
+        }
+        self.init(book: book, bookIsPrivate: info.st_uid == getuid() && info.st_mode & 0o077 == 0, assumeYes: inv.assumeYes)
+    }
+
+    private init(book: [String: JSONValue], bookIsPrivate: Bool, assumeYes: Bool) {
+        self.book = book
+        self.bookIsPrivate = bookIsPrivate
+        self.assumeYes = assumeYes
+    }
+
+    /// The answer to `question` (without its askID).
+    func answer(_ question: JSONValue) throws -> JSONValue {
         let unanswered: JSONValue = .object(["unanswered": .bool(true)])
+        let kind = question["kind"]?.stringValue
+        if let topic = question["topic"]?.stringValue, let scripted = book[topic] {
+            return try Self.scripted(scripted, topic: topic, kind: kind, question: question, isPrivate: bookIsPrivate)
+        }
+        if kind == "confirm" && assumeYes { return .object(["answer": .bool(true)]) }
         let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
         guard tty >= 0 else { return unanswered }
         defer { close(tty) }
-        switch question["kind"]?.stringValue {
-        case "choice"?: return choice(question, tty: tty)
-        case "prompts"?: return prompts(question, tty: tty)
+        switch kind {
+        case "choice"?: return Self.choice(question, tty: tty)
+        case "confirm"?: return Self.confirm(question, tty: tty)
+        case "prompts"?: return Self.prompts(question, tty: tty)
         default: return unanswered
         }
     }
 
+    /// A scripted answer, checked against what the question allows; a wrong one is an
+    /// error naming the topic (never sent as if a person had typed it).
+    private static func scripted(_ value: JSONValue, topic: String, kind: String?, question: JSONValue, isPrivate: Bool) throws -> JSONValue {
+        switch kind {
+        case "choice"?:
+            guard case .object(let choices)? = question["choices"] else { break }
+            let allowed = Set(choices.values.compactMap(\.stringValue) + [question["default"]?.stringValue].compactMap { $0 })
+            guard let text = value.stringValue, allowed.contains(text) else {
+                throw TermindError(code: "answers.invalid", message: "--answers: \"\(topic)\" must be one of \(allowed.sorted().map { "\"\($0)\"" }.joined(separator: ", ")).")
+            }
+            return .object(["answer": .string(text)])
+        case "confirm"?:
+            guard case .bool(let yes) = value else {
+                throw TermindError(code: "answers.invalid", message: "--answers: \"\(topic)\" is a yes/no question; answer it true or false.")
+            }
+            return .object(["answer": .bool(yes)])
+        case "prompts"?:
+            guard isPrivate else {
+                throw TermindError(code: "answers.unsafe", message: "--answers: \"\(topic)\" answers a secret prompt, so the answers file must be readable by you alone (chmod 600 it).")
+            }
+            let count = (question["prompts"].flatMap { if case .array(let p) = $0 { p.count } else { nil } }) ?? 0
+            guard case .array(let answers) = value, answers.count == count, answers.allSatisfy({ $0.stringValue != nil }) else {
+                throw TermindError(code: "answers.invalid", message: "--answers: \"\(topic)\" needs a list of \(count) string\(count == 1 ? "" : "s"), one per prompt.")
+            }
+            return .object(["answers": .array(answers)])
+        default:
+            break
+        }
+        throw TermindError(code: "answers.invalid", message: "--answers: \"\(topic)\" cannot answer a question of kind \(kind ?? "unknown").")
+    }
+
     /// Shows `text`, reads one line; `choices` maps what may be typed to the answer.
     private static func choice(_ question: JSONValue, tty: Int32) -> JSONValue {
-        TerminalPrompt.begin(tty)
-        defer { TerminalPrompt.end() }
-        say(question["text"]?.stringValue ?? "", tty)
-        var buffer = [UInt8](repeating: 0, count: 256)
-        let n = read(tty, &buffer, buffer.count)
-        let typed = n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines).lowercased() : ""
+        let typed = readLine(question["text"]?.stringValue ?? "", tty: tty)
         let answer = question["choices"]?[typed]?.stringValue ?? question["default"]?.stringValue ?? ""
         return .object(["answer": .string(answer)])
+    }
+
+    /// Shows `text [y/N]` (or `[Y/n]`), reads one line: y/yes or n/no, Enter the default.
+    private static func confirm(_ question: JSONValue, tty: Int32) -> JSONValue {
+        let fallback = question["default"] == .bool(true)
+        let text = (question["text"]?.stringValue ?? "").trimmingCharacters(in: .whitespaces)
+        while true {
+            let typed = readLine(text + (fallback ? " [Y/n] " : " [y/N] "), tty: tty)
+            switch typed {
+            case "": return .object(["answer": .bool(fallback)])
+            case "y", "yes": return .object(["answer": .bool(true)])
+            case "n", "no": return .object(["answer": .bool(false)])
+            default: say("Please answer yes or no.\n", tty)
+            }
+        }
+    }
+
+    /// One line typed at the terminal, trimmed and lowercased.
+    private static func readLine(_ text: String, tty: Int32) -> String {
+        TerminalPrompt.begin(tty)
+        defer { TerminalPrompt.end() }
+        say(text, tty)
+        var buffer = [UInt8](repeating: 0, count: 256)
+        let n = read(tty, &buffer, buffer.count)
+        return n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines).lowercased() : ""
     }
 
     /// Shows the header lines, then reads each prompt's answer, with echo as it asks.

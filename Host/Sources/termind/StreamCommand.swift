@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 import TermindCore
 import TermindKernel
 
@@ -9,7 +10,8 @@ import TermindKernel
 ///
 /// * `stdout` / `stderr` events (`data`: base64) are written to ours as they arrive; with
 ///   `--json` they are collected (up to 16 MiB each) into the report instead.
-/// * Questions (`ask` events) are asked on the controlling terminal (Questions).
+/// * Questions (`ask` events) are answered from --answers, --yes or the controlling
+///   terminal (Questions); progress, records, views and notices are shown (StreamView).
 /// * Standard input, when the stream reads input and it is not a terminal, travels to it.
 /// * SIGINT and SIGTERM cancel the stream naming the signal (a remote command gets it);
 ///   termind exits 128 + the signal once the stream ended (after at most 3 s).
@@ -23,24 +25,41 @@ enum StreamCommand {
     /// the result, exit with the command's status).
     static func run(_ stream: String, body: [String: JSONValue], acceptsInput: Bool, inv: Invocation,
                     session: Session) async throws -> () -> Invocation.Exit {
+        let questions = try Questions(inv)
         let interrupt = SignalCatcher([SIGINT, SIGTERM])
         let output = CollectedOutput(keep: inv.json)
+        let view = StreamView(json: inv.json)
+        // A scripted answer that does not fit its question: the question goes unanswered
+        // (the feature fails closed) and termind reports why once the stream ended.
+        let answerFailure = Mutex<TermindError?>(nil)
         let reply: Data
         do {
+            defer { view.finish() }
             reply = try await session.stream(stream, body: try JSONCoding.encode(JSONValue.object(body)), onOpen: { control in
                 interrupt.onSignal { number in
+                    view.finish()
                     _ = control.send(["cancel": .bool(true), "signal": .string(SignalCatcher.name(number))])
                     DispatchQueue.global().asyncAfter(deadline: .now() + 3) { _exit(128 + number) }  // never races main's exit
                 }
                 sendInput(acceptsInput ? STDIN_FILENO : -1, to: control)
             }) { event in
+                if view.handle(event) { return nil }
                 switch event.kind {
                 case let kind? where kind == "stdout" || kind == "stderr":
-                    if let data = event.data { output.add(kind, data) }
+                    if let data = event.data {
+                        if !inv.json { view.clearProgress() }
+                        output.add(kind, data)
+                    }
                     return nil
                 case "ask"?:
                     guard case .integer(let askID)? = event["askID"], let question = event["ask"] else { return nil }
-                    guard case .object(var answer) = Questions.answer(question) else { return nil }
+                    view.pause()
+                    var answer: [String: JSONValue] = ["unanswered": .bool(true)]
+                    do {
+                        if case .object(let given) = try questions.answer(question) { answer = given }
+                    } catch {
+                        answerFailure.withLock { $0 = $0 ?? TermindError.from(error) }
+                    }
                     answer["askID"] = .integer(askID)
                     return .object(answer)
                 default:
@@ -49,9 +68,10 @@ enum StreamCommand {
             }
         } catch {
             if let number = interrupt.caught { return { exit(128 + number) } }
-            throw error
+            throw answerFailure.withLock({ $0 }) ?? error
         }
         if let number = interrupt.caught { return { exit(128 + number) } }
+        if let failure = answerFailure.withLock({ $0 }) { throw failure }
         let result = try JSONCoding.parse(reply, source: "The stream's result")
         return { finish(result, output: output, json: inv.json) }
     }

@@ -50,8 +50,8 @@ final class WorkspacesFeature: Feature {
             let resolved = try await ports.routes.route(
                 for: RouteRequest(target: request.target, user: request.user, identity: request.identity, workingDirectory: request.workingDirectory)
             ) { [session] path in
-                let answer = await session.ask(Questions.prompts(header: [], [("Enter passphrase for key '\(path)': ", false)]))
-                return answer.flatMap(Questions.answers)?.first
+                let answer = await session.ask(StreamQuestion.prompts(topic: "ssh.passphrase", header: [], [("Enter passphrase for key '\(path)': ", false)]))
+                return StreamQuestion.answers(answer)?.first
             }
             // Connections are shared only between runs that asked for the same thing.
             let route = SSHRoute(resolved.route.hops, context: "\(request.target)\u{1F}\(request.user ?? "")\u{1F}\(request.identity ?? "")")
@@ -63,8 +63,8 @@ final class WorkspacesFeature: Feature {
                 var header = ["(\(challenge.host))"]
                 if !challenge.name.isEmpty { header.append(challenge.name) }
                 if !challenge.instruction.isEmpty { header.append(challenge.instruction) }
-                let answer = await session.ask(Questions.prompts(header: header, challenge.prompts.map { ($0.text, $0.echo) }))
-                return answer.flatMap(Questions.answers)
+                let answer = await session.ask(StreamQuestion.prompts(topic: "ssh.keyboardInteractive", header: header, challenge.prompts.map { ($0.text, $0.echo) }))
+                return StreamQuestion.answers(answer)
             }) { question in
                 switch preset {
                 case .once?: return .acceptOnce
@@ -107,7 +107,7 @@ final class WorkspacesFeature: Feature {
             let details: JSONValue = .object(["hostKey": .object(["host": .string(question.host), "port": .integer(Int64(question.port)),
                                                                  "algorithm": .string(question.algorithm), "fingerprint": .string(question.fingerprint),
                                                                  "key": .string(question.key)])])
-            let answer = await session.ask(Questions.choice(text, ["s": "save", "save": "save", "yes": "save", "y": "save", "o": "once", "once": "once"],
+            let answer = await session.ask(StreamQuestion.choice(topic: "ssh.hostKey", text, ["s": "save", "save": "save", "yes": "save", "y": "save", "o": "once", "once": "once"],
                                                             default: "reject", details: details))
             if answer?["unanswered"] == .bool(true) {
                 return .unanswered(reason: "there is no terminal to ask whether to trust it. Check the fingerprint with the server's administrator, then run termind exec "
@@ -120,31 +120,6 @@ final class WorkspacesFeature: Feature {
             default: return .reject
             }
         }
-    }
-}
-
-/// The generic questions every termind client can ask a person (docs/contracts.md, Streams).
-enum Questions {
-    /// Text, then one line read; `choices` maps what may be typed (lowercased, trimmed) to
-    /// the answer, anything else is `default`. Answer: `{"answer": …}` or `{"unanswered": true}`.
-    static func choice(_ text: String, _ choices: [String: String], default fallback: String, details: JSONValue? = nil) -> JSONValue {
-        var question: [String: JSONValue] = ["kind": .string("choice"), "text": .string(text), "choices": .object(choices.mapValues { .string($0) }),
-                                             "default": .string(fallback)]
-        question["details"] = details
-        return .object(question)
-    }
-
-    /// Header lines, then each prompt read with echo as given. Answer: `{"answers": [...]}`
-    /// or `{"unanswered": true}`.
-    static func prompts(header: [String], _ prompts: [(text: String, echo: Bool)]) -> JSONValue {
-        .object(["kind": .string("prompts"), "header": .array(header.map { .string($0) }),
-                 "prompts": .array(prompts.map { .object(["text": .string($0.text), "echo": .bool($0.echo)]) })])
-    }
-
-    /// The answers to a `prompts` question, one per prompt, or nil when nobody answered.
-    static func answers(_ reply: JSONValue) -> [Secret]? {
-        guard case .array(let answers)? = reply["answers"] else { return nil }
-        return answers.map { Secret($0.stringValue ?? "") }
     }
 }
 

@@ -1,0 +1,246 @@
+import Foundation
+import Synchronization
+import TermindCore
+
+/// How the client shows a stream's events that are not output or questions
+/// (docs/contracts.md, Streams), for any feature:
+///
+/// * `progress` (`item`, `done`, `total`, `unit`: "bytes" or "items"): one line on a
+///   terminal's standard error, redrawn in place at most 10 times a second, with rate and
+///   ETA; without a terminal nothing; with `--json` each event as a JSON line on standard
+///   error (standard output keeps the result).
+/// * `record` (`record`: an object): printed as it arrives as `key  value` lines; with
+///   `--json` one JSON line on standard output.
+/// * `view` (`title`, `rows`: records, `refresh`: seconds between redraws): a table that
+///   a terminal redraws in place (the latest view at most every `refresh`, 0.25 s unless
+///   said); without one each view is printed in turn; with `--json` one JSON line each.
+/// * `notice` (`text`): a line on standard error.
+///
+/// The terminal is left as found: the cursor shown again and the progress line cleared
+/// when the stream ends, fails, or a signal ends termind.
+final class StreamView: @unchecked Sendable {
+    private let json: Bool
+    private let errIsTerminal: Bool
+    private let outIsTerminal: Bool
+    private let lock = NSLock()
+    private var progressShown = false
+    private var lastProgress: Double = 0
+    private var progressStart: [String: (time: Double, done: Double)] = [:]
+    private var viewLines = 0
+    private var lastView: Double = 0
+    private var cursorHidden = false
+    private var recordsShown = 0
+    /// Live views write to standard output: the latest not yet drawn, and when it is due.
+    private var pendingView: JSONValue?
+
+    init(json: Bool) {
+        self.json = json
+        errIsTerminal = isatty(STDERR_FILENO) == 1
+        outIsTerminal = isatty(STDOUT_FILENO) == 1
+        StreamView.current.withLock { $0 = self }
+    }
+
+    /// The view a signal must tidy up after (the process is about to end).
+    static let current = Mutex<StreamView?>(nil)
+
+    /// Handles `event` if it is one of the kinds above; false otherwise.
+    func handle(_ event: StreamEvent) -> Bool {
+        switch event.kind {
+        case "progress"?: progress(event)
+        case "record"?: record(event["record"] ?? .null)
+        case "view"?: view(event.fields)
+        case "notice"?: notice(event["text"]?.stringValue ?? "")
+        default: return false
+        }
+        return true
+    }
+
+    /// Before anything else is written to standard error or output: the progress line goes.
+    func clearProgress() {
+        lock.withLock { clearProgressLocked() }
+    }
+
+    /// Before a question: the terminal as a person expects it (cursor shown, no progress
+    /// line); the next view is drawn below what the question wrote.
+    func pause() {
+        lock.withLock {
+            restoreLocked()
+            viewLines = 0
+        }
+    }
+
+    /// The stream ended: the last pending view is drawn, the terminal restored.
+    func finish() {
+        lock.withLock {
+            if let view = pendingView { drawLocked(view) }
+            pendingView = nil
+            clearProgressLocked()
+            restoreLocked()
+        }
+    }
+
+    /// For a signal about to end the process: only restore the terminal.
+    static func restoreTerminal() {
+        guard let view = current.withLock({ $0 }) else { return }
+        view.lock.withLock { view.restoreLocked() }
+    }
+
+    // MARK: - Progress
+
+    private func progress(_ event: StreamEvent) {
+        if json {
+            writeJSONLine(.object(event.fields.filter { $0.key != "id" }), to: FileHandle.standardError)
+            return
+        }
+        guard errIsTerminal else { return }
+        let now = Bench.now()
+        let item = event["item"]?.stringValue ?? ""
+        let done = Self.number(event["done"]) ?? 0
+        let total = Self.number(event["total"])
+        let finished = total.map { done >= $0 } ?? false
+        lock.withLock {
+            let start = progressStart[item] ?? (now, done)
+            if progressStart[item] == nil { progressStart[item] = start }
+            // Redrawn at most 10 times a second, and at the end of an item.
+            guard finished || now - lastProgress >= 0.1 else { return }
+            lastProgress = now
+            let elapsed = now - start.time
+            let rate = elapsed > 0.2 ? (done - start.done) / elapsed : nil
+            let bytes = event["unit"]?.stringValue != "items"
+            var parts: [String] = []
+            if !item.isEmpty { parts.append(TerminalText.escaped(item, singleLine: true)) }
+            if let total, total > 0 {
+                parts.append(Self.bar(done / total) + String(format: " %3.0f%%", min(100, done / total * 100)))
+                parts.append("\(Self.amount(done, bytes: bytes))/\(Self.amount(total, bytes: bytes))")
+            } else {
+                parts.append(Self.amount(done, bytes: bytes))
+            }
+            if let rate, rate > 0 {
+                parts.append("\(Self.amount(rate, bytes: bytes))/s")
+                if let total, total > done { parts.append("ETA \(Self.duration((total - done) / rate))") }
+            }
+            var text = parts.joined(separator: "  ")
+            let width = Self.terminalWidth(STDERR_FILENO)
+            if text.count > width - 1 { text = String(text.prefix(max(0, width - 1))) }
+            FileHandle.standardError.write(Data(("\r\u{1B}[K" + text).utf8))
+            progressShown = true
+        }
+    }
+
+    private func clearProgressLocked() {
+        guard progressShown else { return }
+        FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
+        progressShown = false
+    }
+
+    // MARK: - Records, views, notices
+
+    private func record(_ record: JSONValue) {
+        if json { return writeJSONLine(record, to: FileHandle.standardOutput) }
+        let first: Bool = lock.withLock {
+            clearProgressLocked()
+            defer { recordsShown += 1 }
+            return recordsShown == 0
+        }
+        if !first { FileHandle.standardOutput.write(Data("\n".utf8)) }  // one blank line between records
+        Output.human(record)
+    }
+
+    private func view(_ fields: [String: JSONValue]) {
+        let view = JSONValue.object(fields.filter { $0.key != "id" && $0.key != "event" })
+        if json { return writeJSONLine(view, to: FileHandle.standardOutput) }
+        lock.withLock {
+            guard outIsTerminal else {
+                drawLocked(view)
+                return
+            }
+            let refresh: Double = if case .double(let seconds)? = fields["refresh"] { seconds } else if case .integer(let seconds)? = fields["refresh"] { Double(seconds) } else { 0.25 }
+            let now = Bench.now()
+            pendingView = view
+            guard now - lastView >= refresh else { return }
+            lastView = now
+            drawLocked(view)
+            pendingView = nil
+        }
+    }
+
+    /// Draws a view: on a terminal over the previous one, else after it.
+    private func drawLocked(_ view: JSONValue) {
+        clearProgressLocked()
+        var lines: [String] = []
+        if let title = view["title"]?.stringValue { lines.append(TerminalText.escaped(title, singleLine: true)) }
+        if case .array(let rows)? = view["rows"] {
+            let records = rows.compactMap { row -> [String: JSONValue]? in if case .object(let r) = row { r } else { nil } }
+            lines += Output.tableLines(records)
+        }
+        var text = ""
+        if outIsTerminal {
+            if !cursorHidden { text += "\u{1B}[?25l"; cursorHidden = true }
+            if viewLines > 0 { text += "\u{1B}[\(viewLines)F" }
+            text += lines.map { "\u{1B}[K" + $0 + "\n" }.joined() + "\u{1B}[J"
+            viewLines = lines.count
+        } else {
+            text = lines.joined(separator: "\n") + "\n\n"
+        }
+        FileHandle.standardOutput.write(Data(text.utf8))
+    }
+
+    private func restoreLocked() {
+        if cursorHidden {
+            FileHandle.standardOutput.write(Data("\u{1B}[?25h".utf8))
+            cursorHidden = false
+        }
+        if progressShown { clearProgressLocked() }
+    }
+
+    private func notice(_ text: String) {
+        lock.withLock { clearProgressLocked() }
+        if json {
+            writeJSONLine(.object(["event": .string("notice"), "text": .string(text)]), to: FileHandle.standardError)
+        } else {
+            Output.error(text)
+        }
+    }
+
+    private func writeJSONLine(_ value: JSONValue, to handle: FileHandle) {
+        guard let line = try? JSONCoding.encode(value) else { return }
+        handle.write(line + Data("\n".utf8))
+    }
+
+    // MARK: - Formatting
+
+    static func number(_ value: JSONValue?) -> Double? {
+        switch value {
+        case .integer(let n)?: Double(n)
+        case .unsignedInteger(let n)?: Double(n)
+        case .double(let d)?: d
+        default: nil
+        }
+    }
+
+    static func amount(_ value: Double, bytes: Bool) -> String {
+        guard bytes else { return value == value.rounded() ? String(Int(value)) : String(format: "%.1f", value) }
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var scaled = value
+        var unit = 0
+        while scaled >= 1024 && unit < units.count - 1 { scaled /= 1024; unit += 1 }
+        return unit == 0 ? "\(Int(scaled)) B" : String(format: "%.1f %@", scaled, units[unit])
+    }
+
+    static func duration(_ seconds: Double) -> String {
+        guard seconds.isFinite, seconds >= 0 else { return "?" }
+        let s = Int(seconds.rounded())
+        return s >= 3600 ? String(format: "%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60) : String(format: "%d:%02d", s / 60, s % 60)
+    }
+
+    static func bar(_ fraction: Double) -> String {
+        let width = 20
+        let filled = Int((min(max(fraction, 0), 1) * Double(width)).rounded(.down))
+        return "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "]"
+    }
+
+    static func terminalWidth(_ fd: Int32) -> Int {
+        var size = winsize()
+        return ioctl(fd, UInt(TIOCGWINSZ), &size) == 0 && size.ws_col > 0 ? Int(size.ws_col) : 80
+    }
+}
