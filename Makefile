@@ -1,5 +1,5 @@
 # Entry points; each script installs what it needs first.
-.PHONY: test run bench build install
+.PHONY: test run bench build install uninstall
 PREFIX ?= /usr/local
 test:
 	./scripts/test
@@ -11,3 +11,5 @@ build:
 	bash -c 'source scripts/lib.sh && ensure_packages && build'
 install:
 	./scripts/install --prefix "$(PREFIX)"
+uninstall:
+	./scripts/install --prefix "$(PREFIX)" --uninstall

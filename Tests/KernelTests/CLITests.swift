@@ -175,6 +175,40 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(help.stdout.contains("Usage: termind wol TARGET"), help.stdout)
     }
 
+    /// Under systemd (`Type=notify`) serve says READY=1 once its socket answers, and
+    /// STOPPING=1 on its way out.
+    func testServeNotifiesSystemdWhenReadyAndWhenStopping() throws {
+        let notify = directory.file("notify.sock")
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in raw.copyBytes(from: Array(notify.utf8)) }
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        XCTAssertEqual(bound, 0)
+        var timeout = timeval(tv_sec: 30, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        func message() -> String {
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let n = recv(fd, &buffer, buffer.count, 0)
+            return n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self) : ""
+        }
+        let socketPath = directory.file("s/control.sock")
+        var environment = ProcessInfo.processInfo.environment
+        environment["NOTIFY_SOCKET"] = notify
+        environment["HOME"] = directory.file("home")
+        let server = try SpawnedProcess(termind, ["--registry", try registry(echoEntry), "--socket", socketPath, "--store", directory.file("db.sqlite"),
+                                                  "--secrets-key", directory.file("secrets.key"), "serve"], environment: environment, captureOutput: false)
+        defer { server.signal(SIGKILL); server.wait() }
+        let ready = message()
+        XCTAssertTrue(ready.hasPrefix("READY=1\nMAINPID=\(server.pid)\n"), ready)
+        // Ready means ready: a client is answered at once.
+        XCTAssertEqual(try run(["--json", "features"], socket: socketPath).status, 0)
+        server.signal(SIGTERM)
+        XCTAssertEqual(message(), "STOPPING=1")
+        XCTAssertEqual(server.wait(), 0)
+    }
+
     func testServeAnswersClientsAndStopsCleanlyOnSIGTERM() throws {
         let socket = directory.file("s/control.sock")
         let path = try registry(echoEntry)

@@ -27,6 +27,55 @@ final class InstalledPluginSDKTests: XCTestCase {
         return String(body[..<close.lowerBound]) + "\n"
     }
 
+    /// A packager's install: staged under DESTDIR, the user service pointing at the final
+    /// prefix, completion scripts that complete the installed commands, a binary that runs
+    /// from `/`, and an uninstall that removes exactly what was installed.
+    func testAStagedInstallHasTheServiceAndCompletionsAndUninstallRemovesExactlyWhatItInstalled() throws {
+        let stage = directory.file("stage")
+        var environment = ProcessInfo.processInfo.environment
+        environment["DESTDIR"] = stage
+        environment["HOME"] = directory.file("home")
+        let install = try ProcessRunner.run(Repository.path("scripts/install"), ["--from", FeatureHarness.buildDirectory, "--prefix", "/opt/termind"],
+                                            environment: environment)
+        XCTAssertEqual(install.status, 0, install.stderr)
+        let root = stage + "/opt/termind"
+        let unit = try String(contentsOfFile: root + "/lib/systemd/user/termind.service", encoding: .utf8)
+        XCTAssertTrue(unit.contains("Type=notify\n"), unit)
+        XCTAssertTrue(unit.contains("ExecStart=/opt/termind/bin/termind serve\n"), "the unit names the final prefix, not the stage: \(unit)")
+
+        // The installed binary works from / without the build folder.
+        var plain = ProcessInfo.processInfo.environment
+        plain["HOME"] = directory.file("home")
+        plain["TERMIND_SOCKET"] = directory.file("none.sock")
+        for name in ["TERMIND_PLUGINS", "TERMIND_FEATURES", "TERMIND_REGISTRY", "TERMIND_STORE", "TERMIND_SECRETS", "TERMIND_SECRETS_KEY"] { plain.removeValue(forKey: name) }
+        let version = try ProcessRunner.run(root + "/bin/termind", ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k"), "--json", "features"],
+                                            environment: plain, currentDirectory: "/")
+        XCTAssertEqual(version.status, 0, version.stderr)
+        XCTAssertTrue(version.stdout.contains("\"workspaces\""), version.stdout)
+
+        // The bash completion completes command words, a command's options and global ones.
+        let completion = root + "/share/bash-completion/completions/termind"
+        func complete(_ words: [String]) throws -> [String] {
+            let line = words.map { "'\($0)'" }.joined(separator: " ")
+            let script = "source '\(completion)'; COMP_WORDS=(\(line)); COMP_CWORD=\(words.count - 1); _termind; printf '%s\\n' \"${COMPREPLY[@]}\""
+            return try ProcessRunner.run("/bin/bash", ["-c", script]).stdout.split(separator: "\n").map(String.init)
+        }
+        XCTAssertEqual(try complete(["termind", "vault", "ho"]), ["host"])
+        XCTAssertEqual(try complete(["termind", "--json", "vault", "host", "a"]), ["add"])
+        XCTAssertEqual(try complete(["termind", "exec", "box", "--acc"]), ["--accept-host-key"])
+        XCTAssertEqual(try complete(["termind", "--store", "vault", "ex"]), ["exec"], "an option's value is not a command word")
+        XCTAssertTrue(try complete(["termind", "vault", "host", "add", "--"]).contains("--label"))
+        let zsh = try String(contentsOfFile: root + "/share/zsh/site-functions/_termind", encoding: .utf8)
+        XCTAssertTrue(zsh.hasPrefix("#compdef termind\n"), zsh)
+
+        // Uninstall removes what was installed and nothing else.
+        try directory.write("stage/opt/termind/bin/someone-elses-tool", "#!/bin/sh\n")
+        let uninstall = try ProcessRunner.run(Repository.path("scripts/install"), ["--prefix", "/opt/termind", "--uninstall"], environment: environment)
+        XCTAssertEqual(uninstall.status, 0, uninstall.stderr)
+        let left = try FileManager.default.subpathsOfDirectory(atPath: root).sorted()
+        XCTAssertEqual(left, ["bin", "bin/someone-elses-tool"])
+    }
+
     func testInstallLaysOutTermindAndTheHeaderAndTheDocumentedHelloPluginWorks() throws {
         let prefix = directory.file("prefix")
         let install = try ProcessRunner.run(Repository.path("scripts/install"), ["--from", FeatureHarness.buildDirectory, "--prefix", prefix])

@@ -63,6 +63,8 @@ enum Help {
       secrets protect --key-file
                                Protect it with the key file again.
       bench [--iterations N]   Measure boot time and contract round trips (in-process and socket).
+      completion bash|zsh      Print a completion script for the commands termind has now
+                               (make install puts them in place).
       help [COMMAND]           Show this help, or a feature or plugin command's usage.
 
     Commands from features and plugins (positional arguments, then --FIELD VALUE;

@@ -29,7 +29,9 @@ enum Serve {
         } else {
             Output.line("termind \(Invocation.version) serving on \(inv.socketPath): \(running) feature\(running == 1 ? "" : "s") running\(disabled.isEmpty ? "" : ", \(disabled.count) disabled (termind features)"). Stop with Ctrl-C or SIGTERM.")
         }
+        SystemdNotify.send("READY=1\nMAINPID=\(getpid())\nSTATUS=serving on \(inv.socketPath)")
         let signal = await waitForTerminationSignal()
+        SystemdNotify.send("STOPPING=1")
         server.stop()
         await kernel.shutdown()
         if !inv.json { Output.error("stopped (\(signal == SIGINT ? "SIGINT" : "SIGTERM")).") }
@@ -67,5 +69,27 @@ private final class SignalLatch: @unchecked Sendable {
             return continuation
         }
         c?.resume(returning: number)
+    }
+}
+
+/// The systemd notification protocol (sd_notify): with `NOTIFY_SOCKET` set (a unit with
+/// `Type=notify`), `READY=1` once the socket answers and `STOPPING=1` on the way out.
+enum SystemdNotify {
+    static func send(_ state: String, environment: [String: String] = ProcessInfo.processInfo.environment) {
+        guard let path = environment["NOTIFY_SOCKET"], !path.isEmpty, path.utf8.count < 108 else { return }
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        var bytes = Array(path.utf8)
+        if bytes.first == UInt8(ascii: "@") { bytes[0] = 0 }  // an abstract socket
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in raw.copyBytes(from: bytes) }
+        let length = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count + (bytes.first == 0 ? 0 : 1))
+        _ = Array(state.utf8).withUnsafeBytes { message in
+            withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, message.baseAddress, message.count, Int32(MSG_NOSIGNAL), $0, length) }
+            }
+        }
     }
 }

@@ -26,6 +26,7 @@ do {
         case "plugins"?: exitCode = try await Commands.plugins(inv)
         case "secrets"?: exitCode = try await Commands.secrets(inv)
         case "bench"?: exitCode = try await Bench.run(inv)
+        case "completion"?: exitCode = try await Completion.run(inv)
         case let name?: exitCode = try await PluginCommand.run(name, inv)
         }
     } catch {

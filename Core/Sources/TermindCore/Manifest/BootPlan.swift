@@ -31,7 +31,7 @@ public struct RegistryValidator: Sendable {
     ]
 
     /// The host's own command words, which no feature's command may start with.
-    public static let hostCommands: Set<String> = ["features", "contracts", "call", "serve", "version", "bench", "plugins", "secrets", "help"]
+    public static let hostCommands: Set<String> = ["features", "contracts", "call", "serve", "version", "bench", "plugins", "secrets", "help", "completion"]
 
     public var libraryExists: @Sendable (String) -> Bool
     /// Ports the kernel provides itself (the store, the secret store): always available
