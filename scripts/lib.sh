@@ -44,7 +44,14 @@ build() {
     for plan in .build/debug.yaml .build/release.yaml; do
         if [ -e "$plan" ] && { [ Core/Package.swift -nt "$plan" ] || [ APIs/Package.swift -nt "$plan" ]; }; then touch Package.swift; fi
     done
-    swift build "$@" >&2
+    # Build progress goes to stderr, and only when something was rebuilt (or failed), so
+    # ./scripts/termind prints nothing but termind's own output on stdout.
+    local log status=0
+    log="$(mktemp)"
+    swift build "$@" > "$log" 2>&1 || status=$?
+    if [ "$status" -ne 0 ] || grep -v "Compiling plugin" "$log" | grep -qE "Compiling|Linking|warning:|error:"; then cat "$log" >&2; fi
+    rm -f "$log"
+    [ "$status" -eq 0 ] || return "$status"
     BIN="$(swift build "$@" --show-bin-path)"
     cp Registry.json "$BIN/Registry.json"
     # Example plugins, opt-in: termind --plugins "$BIN/plugins" ...
