@@ -37,9 +37,9 @@ final class BrokenPluginTests: XCTestCase {
         TERMIND_PLUGIN_ABI_VERSION,
     #endif
     #ifdef NO_HANDLE
-        PLUGIN_ID, "1.0.0", start, NULL, NULL
+        PLUGIN_ID, "1.0.0", start, NULL, NULL, NULL
     #else
-        PLUGIN_ID, "1.0.0", start, NULL, handle
+        PLUGIN_ID, "1.0.0", start, NULL, handle, NULL
     #endif
     };
     #ifdef MISSING_ENTRY

@@ -53,7 +53,8 @@ final class PluginContractTests: XCTestCase {
         return TERMIND_ERR_FAILED;
     }
     static const termind_plugin_descriptor descriptor = {
-        sizeof(termind_plugin_descriptor), TERMIND_PLUGIN_ABI_VERSION, "shapes", "1.0.0", NULL, NULL, handle
+        /* As a plugin built before streams: its descriptor ends before handle_stream. */
+        offsetof(termind_plugin_descriptor, handle_stream), TERMIND_PLUGIN_ABI_VERSION, "shapes", "1.0.0", NULL, NULL, handle, NULL
     };
     const termind_plugin_descriptor *termind_plugin_entry_v1(const termind_host_api *api) { host = api; return &descriptor; }
     """#

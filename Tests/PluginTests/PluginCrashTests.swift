@@ -19,7 +19,7 @@ final class PluginCrashTests: XCTestCase {
         return TERMIND_ERR_FAILED;
     }
     static const termind_plugin_descriptor descriptor = {
-        sizeof(termind_plugin_descriptor), TERMIND_PLUGIN_ABI_VERSION, "crash", "1.0.0", NULL, NULL, handle
+        sizeof(termind_plugin_descriptor), TERMIND_PLUGIN_ABI_VERSION, "crash", "1.0.0", NULL, NULL, handle, NULL
     };
     const termind_plugin_descriptor *termind_plugin_entry_v1(const termind_host_api *api) { return &descriptor; }
     """#

@@ -25,7 +25,7 @@ final class PluginDiscoveryTests: XCTestCase {
         *reply = host->alloc(3); memcpy(*reply, "{}", 3); return TERMIND_OK;
     }
     static const termind_plugin_descriptor descriptor = {
-        sizeof(termind_plugin_descriptor), TERMIND_PLUGIN_ABI_VERSION, PLUGIN_ID, "1.0.0", NULL, NULL, handle
+        sizeof(termind_plugin_descriptor), TERMIND_PLUGIN_ABI_VERSION, PLUGIN_ID, "1.0.0", NULL, NULL, handle, NULL
     };
     const termind_plugin_descriptor *termind_plugin_entry_v1(const termind_host_api *api) { host = api; return &descriptor; }
     """#

@@ -27,7 +27,7 @@ final class SlowPluginTests: XCTestCase {
         return TERMIND_OK;
     }
     static const termind_plugin_descriptor descriptor = {
-        sizeof(termind_plugin_descriptor), TERMIND_PLUGIN_ABI_VERSION, "slow", "1.0.0", NULL, NULL, handle
+        sizeof(termind_plugin_descriptor), TERMIND_PLUGIN_ABI_VERSION, "slow", "1.0.0", NULL, NULL, handle, NULL
     };
     const termind_plugin_descriptor *termind_plugin_entry_v1(const termind_host_api *api) { host = api; return &descriptor; }
     """#

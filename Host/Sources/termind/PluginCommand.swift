@@ -130,8 +130,10 @@ enum PluginCommand {
         if let missing = fields.first(where: { body[$0] == nil }) {
             throw Invocation.UsageError(description: "\(command.name) needs \(missing.uppercased()).")
         }
+        // Local paths travel absolute (a server has its own working folder); "-" stays
+        // standard input.
         for field in command.paths ?? [] {
-            if case .string(let path)? = body[field] { body[field] = .string(Invocation.absolute(path)) }
+            if case .string(let path)? = body[field], path != "-" { body[field] = .string(Invocation.absolute(path)) }
         }
         if let field = command.workingDirectory { body[field] = .string(FileManager.default.currentDirectoryPath) }
         return body

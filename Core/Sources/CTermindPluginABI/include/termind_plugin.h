@@ -66,7 +66,32 @@ typedef struct termind_host_api {
     char *(*json_string_field)(const char *json, const char *key);
     /* `text` as a quoted, escaped JSON string literal (free with host->free). */
     char *(*json_quote)(const char *text);
+
+    /* ---- Streams (check host->size covers them: TERMIND_HOST_HAS(host, stream_emit)).
+     * `stream` is the handle handle_stream received; valid until it returns. */
+
+    /* Sends event `kind` ("progress", "record", "stdout", ...; docs/contracts.md) with
+     * `fields_json`, a JSON object of its fields (NULL: none), and for a data event
+     * (stdout, stderr) `data_length` bytes at `data` (NULL: none). Blocks while the
+     * client has no room (flow control: nothing is dropped). Returns 0, or nonzero when
+     * the stream was cancelled or its client went away (stop, and return). */
+    int (*stream_emit)(void *stream, const char *kind, const char *fields_json,
+                       const void *data, size_t data_length);
+    /* Reads the stream's input (a stream whose manifest schema says "acceptsInput"):
+     * blocks until some arrives, then copies up to `capacity` bytes into `buffer`.
+     * Returns the count, 0 at the end of input, -1 once the stream was cancelled. */
+    int64_t (*stream_read)(void *stream, void *buffer, size_t capacity);
+    /* Asks the client `question_json` (a question as docs/contracts.md describes) and
+     * blocks for the answer: a JSON object (free with host->free), or NULL when nobody
+     * could answer (no terminal, cancelled) — then fail closed. */
+    char *(*stream_ask)(void *stream, const char *question_json);
+    /* Nonzero once the stream was cancelled (Ctrl-C at the client, client gone). */
+    int (*stream_cancelled)(void *stream);
 } termind_host_api;
+
+/* Whether a host table (or descriptor) is large enough to hold `member`. */
+#define TERMIND_HOST_HAS(table, member) \
+    ((table)->size >= offsetof(__typeof__(*(table)), member) + sizeof((table)->member))
 
 /* Returned by the plugin's entry point; must stay valid for the process lifetime. */
 typedef struct termind_plugin_descriptor {
@@ -88,6 +113,14 @@ typedef struct termind_plugin_descriptor {
      * a TERMIND_ERR_* code. Calls may arrive concurrently from several threads. */
     int (*handle)(const char *contract, const char *request, size_t request_length,
                   char **reply);
+
+    /* Serve one stream declared under the manifest's "streams" (the host reads this
+     * member only when `size` covers it). Like handle, with `stream` for the host's
+     * stream_* calls while it runs; it may block (it runs on one of the plugin's
+     * threads). Set *reply to the result (a JSON value, host->alloc) and return
+     * TERMIND_OK, or a message and a TERMIND_ERR_* code. May be NULL. */
+    int (*handle_stream)(const char *stream, const char *request, size_t request_length,
+                         void *stream_handle, char **reply);
 } termind_plugin_descriptor;
 
 typedef const termind_plugin_descriptor *(*termind_plugin_entry_fn)(const termind_host_api *host);

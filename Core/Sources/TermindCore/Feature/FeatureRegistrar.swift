@@ -46,6 +46,11 @@ public final class FeatureRegistrar {
         endpoints.append(endpoint)
     }
 
+    /// Publishes an already type-erased stream (used by the kernel for C plugins).
+    public func stream(_ endpoint: StreamEndpoint) {
+        streams.append(endpoint)
+    }
+
     public var publishedPorts: [String: any Sendable] { ports }
     public var publishedEndpoints: [ContractEndpoint] { endpoints }
     public var publishedStreams: [StreamEndpoint] { streams }

@@ -120,8 +120,6 @@ public struct RegistryValidator: Sendable {
                 disable(m.id, field: "streams", code: "manifest.contract_id", "\(name): field \"streams\": '\(bad)' is not of the form name@version (e.g. workspaces.exec@1).")
             } else if let bad = m.streams.first(where: { !Self.isInNamespace(ContractID(parsing: $0)!.name, of: m.id) }) {
                 disable(m.id, field: "streams", code: "manifest.namespace", "\(name): field \"streams\": '\(bad)' is outside the feature's namespace; its streams must be named '\(m.id).…'.")
-            } else if m.kind == .c && !m.streams.isEmpty {
-                disable(m.id, field: "streams", code: "manifest.invalid_field", "\(name): field \"streams\": C plugins cannot serve streams yet (only Swift features can).")
             } else if m.origin == .plugin && m.permanent {
                 disable(m.id, field: "permanent", code: "plugin.permanent", "\(name): field \"permanent\": a plugin can never be permanent (only Registry.json features are); remove the field.")
             } else if m.origin != .plugin && m.libraryOutsidePlugin {
@@ -326,8 +324,11 @@ public struct RegistryValidator: Sendable {
     private static func schemaProblem(_ m: FeatureManifest) -> String? {
         if !m.schemas.isEmpty && m.kind != .c { return "only C plugins (kind \"c\") declare schemas; a Swift feature's come from its types" }
         for contract in m.schemas.keys.sorted() {
-            guard m.contracts.contains(contract) else { return "'\(contract)' is not one of the contracts this feature declares" }
+            guard m.contracts.contains(contract) || m.streams.contains(contract) else {
+                return "'\(contract)' is not one of the contracts or streams this feature declares"
+            }
             let declared = m.schemas[contract]!
+            if declared.acceptsInput != nil && !m.streams.contains(contract) { return "'\(contract)': only a stream declares acceptsInput" }
             for (part, value) in [("request", declared.request), ("response", declared.response)] {
                 guard let value else { continue }
                 if case .failure(let error) = JSONSchema.read(value, at: "\(contract).\(part)") { return error.message }

@@ -69,9 +69,12 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     public struct ContractSchemas: Sendable, Equatable, Codable {
         public var request: JSONValue?
         public var response: JSONValue?
-        public init(request: JSONValue? = nil, response: JSONValue? = nil) {
+        /// A C plugin's stream: whether it reads the client's input.
+        public var acceptsInput: Bool?
+        public init(request: JSONValue? = nil, response: JSONValue? = nil, acceptsInput: Bool? = nil) {
             self.request = request
             self.response = response
+            self.acceptsInput = acceptsInput
         }
     }
 

@@ -133,6 +133,9 @@ public final class StreamSession: @unchecked Sendable {
     /// operation that passes it on (a remote command's channel closes with it).
     public var cancelSignal: String? { lock.withLock { signal } }
 
+    /// Whether the stream was cancelled (by its client, or the client went away), or is over.
+    public var isCancelled: Bool { lock.withLock { ended || disconnected } }
+
     /// Why the session failed the stream itself (a client that broke the protocol), if it did.
     public var failure: TermindError? { lock.withLock { failureValue } }
 

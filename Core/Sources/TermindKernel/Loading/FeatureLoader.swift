@@ -51,15 +51,19 @@ enum FeatureLoader {
         guard let descriptor = entry(host.table) else {
             throw mismatch(m, "its entry point returned no descriptor")
         }
-        let d = descriptor.pointee
-        guard d.size >= UInt32(MemoryLayout<termind_plugin_descriptor>.size) else {
-            throw mismatch(m, "its descriptor is \(d.size) bytes, smaller than ABI \(m.abi) requires")
+        // The descriptor only grows at the end: one from a plugin built before a member was
+        // added is smaller, and its members are read one by one (never the whole struct),
+        // the newer ones only where `size` covers them.
+        let d = descriptor
+        let base = MemoryLayout<termind_plugin_descriptor>.offset(of: \termind_plugin_descriptor.handle_stream)!
+        guard d.pointee.size >= UInt32(base) else {
+            throw mismatch(m, "its descriptor is \(d.pointee.size) bytes, smaller than ABI \(m.abi) requires (\(base))")
         }
-        guard let idPointer = d.id, let versionPointer = d.version else {
+        guard let idPointer = d.pointee.id, let versionPointer = d.pointee.version else {
             throw mismatch(m, "its descriptor has no id or version")
         }
-        try check(m, id: String(cString: idPointer), version: String(cString: versionPointer), abi: Int(d.abi_version))
-        if d.handle == nil, let first = m.contracts.first {
+        try check(m, id: String(cString: idPointer), version: String(cString: versionPointer), abi: Int(d.pointee.abi_version))
+        if d.pointee.handle == nil, let first = m.contracts.first {
             throw mismatch(m, "its descriptor has no handle function, but the manifest declares contracts (\(first)\(m.contracts.count > 1 ? ", …" : "")); set .handle or declare no contracts", field: "contracts")
         }
         var functions: [ForeignFunction] = []

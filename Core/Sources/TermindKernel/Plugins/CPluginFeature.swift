@@ -65,6 +65,27 @@ final class CPluginFeature: Feature, @unchecked Sendable {
                 return reply
             })
         }
+        for text in manifest.streams {
+            guard let stream = ContractID(parsing: text) else { continue }
+            let summary = manifest.commands.first { $0.stream == text }?.summary ?? "Stream served by C plugin '\(id)'."
+            let schemas = manifest.schemas(of: text)
+            let acceptsInput = manifest.schemas[text]?.acceptsInput ?? false
+            registrar.stream(StreamEndpoint(id: stream, summary: summary, owner: id, acceptsInput: acceptsInput, requestSchema: schemas.request,
+                                            resultSchema: schemas.response) { [self] body, session in
+                let request = body.isEmpty ? Data("{}".utf8) : body
+                let value = try JSONCoding.parse(request, source: "The request body for \(text)")
+                let problems = schemas.request.problems(in: value)
+                guard problems.isEmpty else {
+                    throw TermindError.badRequest("Invalid request for \(text): \(problems.prefix(5).joined(separator: "; "))\(problems.count > 5 ? "; …" : "").")
+                }
+                let (reply, parsed) = try await self.serve(stream: text, body: request, session: session)
+                let replyProblems = schemas.response.problems(in: parsed)
+                guard replyProblems.isEmpty else {
+                    throw TermindError(code: "plugin.bad_reply", message: "The result of plugin '\(id)' for stream \(text) does not match the response schema in its manifest: \(replyProblems.prefix(5).joined(separator: "; ")).")
+                }
+                return reply
+            })
+        }
         let requestSchema = SchemaDerivation.schema(for: ForeignFunctionCall.Request.self)
         let responseSchema = SchemaDerivation.schema(for: ForeignFunctionCall.Response.self)
         for function in functions {
@@ -104,49 +125,74 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     /// UTF-8 JSON within the bound; BAD_REQUEST → `request.invalid`; UNKNOWN for a declared
     /// contract → `plugin.unhandled`; FAILED or any other status → `plugin.failed`.
     private func handle(contract: String, body: Data) async throws -> (Data, JSONValue) {
-        let id = manifest.id
         let handler = descriptor.pointee.handle
-        return try await onExecutor(contract) {
+        return try await onExecutor(contract) { [self] in
             guard let handler else { throw TermindError.unknownContract(contract) }
-            var reply: UnsafeMutablePointer<CChar>?
-            let status = contract.withCString { c in
-                body.withUnsafeBytes { raw -> Int32 in
-                    // Give the plugin a NUL-terminated copy, so C string functions are safe.
-                    let copy = UnsafeMutablePointer<CChar>.allocate(capacity: raw.count + 1)
-                    defer { copy.deallocate() }
-                    raw.copyBytes(to: UnsafeMutableRawBufferPointer(start: copy, count: raw.count))
-                    copy[raw.count] = 0
-                    return handler(c, copy, raw.count, &reply)
+            return try invoke(contract, body: body) { name, request, length, reply in handler(name, request, length, reply) }
+        }
+    }
+
+    /// Runs `handle_stream` for `stream` on one of the plugin's threads; the plugin talks
+    /// back through the host table's stream_* calls (CStreamContext).
+    private func serve(stream: String, body: Data, session: StreamSession) async throws -> (Data, JSONValue) {
+        // An older plugin's descriptor ends before the member: it serves no stream.
+        let offset = MemoryLayout<termind_plugin_descriptor>.offset(of: \termind_plugin_descriptor.handle_stream)!
+        let handler = Int(descriptor.pointee.size) >= offset + MemoryLayout<UnsafeRawPointer>.size ? descriptor.pointee.handle_stream : nil
+        let id = manifest.id
+        return try await onExecutor(stream) { [self] in
+            guard let handler else {
+                throw TermindError(code: "plugin.unhandled", message: "plugin '\(id)' declares stream \(stream) but its descriptor has no handle_stream.")
+            }
+            let context = Unmanaged.passRetained(CStreamContext(session: session))
+            defer { context.release() }
+            return try invoke(stream, body: body) { name, request, length, reply in
+                handler(name, request, length, context.toOpaque(), reply)
+            }
+        }
+    }
+
+    /// Calls the plugin with a NUL-terminated copy of the body and maps its status.
+    private func invoke(_ contract: String, body: Data,
+                        _ call: (UnsafePointer<CChar>, UnsafePointer<CChar>, Int, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> Int32) throws -> (Data, JSONValue) {
+        let id = manifest.id
+        var reply: UnsafeMutablePointer<CChar>?
+        let status = contract.withCString { c in
+            body.withUnsafeBytes { raw -> Int32 in
+                // Give the plugin a NUL-terminated copy, so C string functions are safe.
+                let copy = UnsafeMutablePointer<CChar>.allocate(capacity: raw.count + 1)
+                defer { copy.deallocate() }
+                raw.copyBytes(to: UnsafeMutableRawBufferPointer(start: copy, count: raw.count))
+                copy[raw.count] = 0
+                return call(c, copy, raw.count, &reply)
+            }
+        }
+        let text = Self.take(reply)
+        let who = "plugin '\(id)'"
+        switch Int(status) {
+        case TERMIND_OK:
+            switch text {
+            case .none:
+                throw TermindError(code: "plugin.bad_reply", message: "\(who) returned TERMIND_OK for \(contract) without a reply (set *reply to a JSON value).")
+            case .tooLarge:
+                throw TermindError(code: "plugin.bad_reply", message: "The reply of \(who) to \(contract) is larger than \(Self.maximumReplyBytes) bytes (the reply bound).")
+            case .invalidUTF8(let offset):
+                throw TermindError(code: "plugin.bad_reply", message: "The reply of \(who) to \(contract) is not valid UTF-8 (byte \(offset)).")
+            case .text(let reply):
+                let data = Data(reply.utf8)
+                do {
+                    return (data, try JSONCoding.parse(data, source: "The reply of \(who) to \(contract)"))
+                } catch let error as TermindError {
+                    throw TermindError(code: "plugin.bad_reply", message: error.message)
                 }
             }
-            let text = Self.take(reply)
-            let who = "plugin '\(id)'"
-            switch Int(status) {
-            case TERMIND_OK:
-                switch text {
-                case .none:
-                    throw TermindError(code: "plugin.bad_reply", message: "\(who) returned TERMIND_OK for \(contract) without a reply (set *reply to a JSON value).")
-                case .tooLarge:
-                    throw TermindError(code: "plugin.bad_reply", message: "The reply of \(who) to \(contract) is larger than \(Self.maximumReplyBytes) bytes (the reply bound).")
-                case .invalidUTF8(let offset):
-                    throw TermindError(code: "plugin.bad_reply", message: "The reply of \(who) to \(contract) is not valid UTF-8 (byte \(offset)).")
-                case .text(let reply):
-                    let data = Data(reply.utf8)
-                    do {
-                        return (data, try JSONCoding.parse(data, source: "The reply of \(who) to \(contract)"))
-                    } catch let error as TermindError {
-                        throw TermindError(code: "plugin.bad_reply", message: error.message)
-                    }
-                }
-            case TERMIND_ERR_BAD_REQUEST:
-                throw TermindError.badRequest("Invalid request for \(contract): \(text.message ?? "rejected by \(who)").")
-            case TERMIND_ERR_UNKNOWN:
-                throw TermindError(code: "plugin.unhandled", message: "\(who) answered TERMIND_ERR_UNKNOWN for \(contract), which its manifest declares: the plugin does not handle it\(text.message.map { " (\($0))" } ?? "").")
-            case TERMIND_ERR_FAILED:
-                throw TermindError(code: "plugin.failed", message: "\(who) failed on \(contract): \(text.message ?? "no message").")
-            default:
-                throw TermindError(code: "plugin.failed", message: "\(who) failed on \(contract) with status \(status), which is not a TERMIND_* code\(text.message.map { ": \($0)" } ?? "").")
-            }
+        case TERMIND_ERR_BAD_REQUEST:
+            throw TermindError.badRequest("Invalid request for \(contract): \(text.message ?? "rejected by \(who)").")
+        case TERMIND_ERR_UNKNOWN:
+            throw TermindError(code: "plugin.unhandled", message: "\(who) answered TERMIND_ERR_UNKNOWN for \(contract), which its manifest declares: the plugin does not handle it\(text.message.map { " (\($0))" } ?? "").")
+        case TERMIND_ERR_FAILED:
+            throw TermindError(code: "plugin.failed", message: "\(who) failed on \(contract): \(text.message ?? "no message").")
+        default:
+            throw TermindError(code: "plugin.failed", message: "\(who) failed on \(contract) with status \(status), which is not a TERMIND_* code\(text.message.map { ": \($0)" } ?? "").")
         }
     }
 
@@ -210,7 +256,90 @@ final class CPluginHost: @unchecked Sendable {
             guard let data = try? JSONCoding.encode(value) else { return strdup("\"\"") }
             return strdup(String(decoding: data, as: UTF8.self))
         }
+        table.pointee.stream_emit = { handle, kind, fields, data, length in
+            guard let handle, let kind else { return 2 }
+            let context = Unmanaged<CStreamContext>.fromOpaque(handle).takeUnretainedValue()
+            var object: [String: JSONValue] = [:]
+            if let fields {
+                guard case .object(let parsed)? = try? JSONCoding.parse(Data(String(cString: fields).utf8), source: "stream_emit fields") else { return 2 }
+                object = parsed
+            }
+            let bytes = data.map { Data(bytes: $0, count: length) }
+            return context.emit(String(cString: kind), object, data: bytes) ? 0 : 1
+        }
+        table.pointee.stream_read = { handle, buffer, capacity in
+            guard let handle, let buffer else { return -1 }
+            return Unmanaged<CStreamContext>.fromOpaque(handle).takeUnretainedValue().read(into: buffer, capacity: capacity)
+        }
+        table.pointee.stream_ask = { handle, question in
+            guard let handle, let question,
+                  let value = try? JSONCoding.parse(Data(String(cString: question).utf8), source: "stream_ask question") else { return nil }
+            guard let answer = Unmanaged<CStreamContext>.fromOpaque(handle).takeUnretainedValue().ask(value),
+                  let data = try? JSONCoding.encode(answer) else { return nil }
+            return strdup(String(decoding: data, as: UTF8.self))
+        }
+        table.pointee.stream_cancelled = { handle in
+            guard let handle else { return 1 }
+            return Unmanaged<CStreamContext>.fromOpaque(handle).takeUnretainedValue().session.isCancelled ? 1 : 0
+        }
         // The table outlives every call; keep the context alive with it.
         table.pointee.host_context = Unmanaged.passRetained(self).toOpaque()
     }
+}
+
+/// A running stream as a C plugin's thread sees it: each call blocks that thread (one of
+/// the plugin's own, never the cooperative pool) until the session's async work is done.
+final class CStreamContext: @unchecked Sendable {
+    let session: StreamSession
+    private let lock = NSLock()
+    /// Input read from the session but not yet copied out (a chunk larger than the buffer).
+    private var pending = Data()
+
+    init(session: StreamSession) { self.session = session }
+
+    private func wait<T: Sendable>(_ work: @escaping @Sendable () async -> T) -> T {
+        let done = DispatchSemaphore(value: 0)
+        let box = ResultBox<T>()
+        Task {
+            box.value = await work()
+            done.signal()
+        }
+        done.wait()
+        return box.value!
+    }
+
+    /// Sends the event once the client has room; false when the stream is over.
+    func emit(_ kind: String, _ fields: [String: JSONValue], data: Data?) -> Bool {
+        guard !session.isCancelled, kind != "ask" else { return false }
+        let session = self.session
+        wait { await session.emit(kind, fields, data: data) }
+        return !session.isCancelled
+    }
+
+    func ask(_ question: JSONValue) -> JSONValue? {
+        let session = self.session
+        let answer = wait { await session.ask(question) }
+        return StreamQuestion.unanswered(answer) ? nil : answer
+    }
+
+    func read(into buffer: UnsafeMutableRawPointer, capacity: Int) -> Int64 {
+        lock.lock()
+        defer { lock.unlock() }
+        if pending.isEmpty {
+            let input = session.input
+            guard let chunk = wait({ () async -> Data? in
+                var iterator = input.makeAsyncIterator()
+                return await iterator.next()
+            }) else { return session.isCancelled ? -1 : 0 }
+            pending = chunk
+        }
+        let count = min(capacity, pending.count)
+        pending.withUnsafeBytes { raw in buffer.copyMemory(from: raw.baseAddress!, byteCount: count) }
+        pending = pending.count == count ? Data() : Data(pending.dropFirst(count))
+        return Int64(count)
+    }
+}
+
+private final class ResultBox<T>: @unchecked Sendable {
+    var value: T?
 }

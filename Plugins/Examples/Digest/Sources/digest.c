@@ -2,8 +2,11 @@
  * digest — an example termind plugin written in C.
  *
  * Contract digest.file@1: {"path": "...", "algorithm": "sha256"} → the file's digest,
- * computed by OpenSSL, e.g. to check a transfer against a published checksum:
+ * computed by OpenSSL, e.g. to check a transfer against a published checksum.
+ * Stream digest.hash@1 (the `digest` command): the same, with progress events while a
+ * large file is read, and "-" hashing the command's standard input:
  *     termind --plugins DIR digest ./image.iso --algorithm sha512
+ *     tar c dir | termind --plugins DIR digest -
  * Functions bound through libffi from the manifest's signatures:
  *     digest.fn.crc32@1   uint32(string)  CRC-32 (IEEE 802.3) of a UTF-8 string
  *     digest.fn.sha256@1  string(string)  hex SHA-256 of a UTF-8 string
@@ -15,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const termind_host_api *host;
 
@@ -41,7 +45,24 @@ static void to_hex(const unsigned char *bytes, unsigned int length, char *out) {
     out[2 * length] = '\0';
 }
 
-static int digest_file(const char *request, char **reply) {
+/* A progress event for the stream (docs/contracts.md): bytes done of total. */
+static int progress(void *stream, const char *path, unsigned long long done, unsigned long long total) {
+    char *item = host->json_quote(path);
+    char fields[4096 + 128];
+    snprintf(fields, sizeof fields, "{\"item\":%s,\"done\":%llu,\"total\":%llu,\"unit\":\"bytes\"}",
+             item != NULL && strlen(item) < 4096 ? item : "\"file\"", done, total);
+    host->free(item);
+    return host->stream_emit(stream, "progress", fields, NULL, 0);
+}
+
+/* Reads the next piece of the input: the file, or the stream's input for "-". */
+static long long next_piece(FILE *file, void *stream, unsigned char *buffer, size_t capacity) {
+    if (file != NULL) return (long long)fread(buffer, 1, capacity, file);
+    return (long long)host->stream_read(stream, buffer, capacity);
+}
+
+/* The digest of `path` (with `stream`: progress for a large file; "-": its input). */
+static int digest_file(const char *request, void *stream, char **reply) {
     char *path = host->json_string_field(request, "path");
     char *algorithm = host->json_string_field(request, "algorithm");
     const char *name = algorithm != NULL ? algorithm : "sha256";
@@ -61,8 +82,9 @@ static int digest_file(const char *request, char **reply) {
         status = TERMIND_ERR_BAD_REQUEST;
         goto done;
     }
-    file = fopen(path, "rb");
-    if (file == NULL) {
+    int from_input = stream != NULL && strcmp(path, "-") == 0;
+    file = from_input ? NULL : fopen(path, "rb");
+    if (!from_input && file == NULL) {
         host->log(host, TERMIND_LOG_WARNING, "digest.file.open_failed");
         char *quoted = host->json_quote(path);
         *reply = host_printf("cannot open %s: %s", quoted != NULL ? quoted : "the file", strerror(errno));
@@ -77,13 +99,27 @@ static int digest_file(const char *request, char **reply) {
         goto done;
     }
     unsigned char buffer[1 << 16];
-    unsigned long long total = 0;
-    size_t n;
-    while ((n = fread(buffer, 1, sizeof buffer, file)) > 0) {
-        EVP_DigestUpdate(ctx, buffer, n);
-        total += n;
+    unsigned long long total = 0, size = 0, shown = 0;
+    struct stat info;
+    /* Progress only where it helps: a stream reading a file of more than 4 MiB. */
+    int show = stream != NULL && file != NULL && fstat(fileno(file), &info) == 0 && info.st_size > (4 << 20);
+    if (show) size = (unsigned long long)info.st_size;
+    long long n;
+    while ((n = next_piece(file, stream, buffer, sizeof buffer)) > 0) {
+        EVP_DigestUpdate(ctx, buffer, (size_t)n);
+        total += (unsigned long long)n;
+        if (show && total - shown >= (4u << 20)) {
+            shown = total;
+            if (progress(stream, path, total, size) != 0) break;  /* cancelled */
+        }
     }
-    if (ferror(file)) {
+    if (stream != NULL && host->stream_cancelled(stream)) {
+        *reply = host_strdup("cancelled");
+        status = TERMIND_ERR_FAILED;
+        goto done;
+    }
+    if (show && shown != total) progress(stream, path, total, size);
+    if (n < 0 || (file != NULL && ferror(file))) {
         *reply = host_printf("reading the file failed: %s%s", strerror(errno), "");
         status = TERMIND_ERR_FAILED;
         goto done;
@@ -95,9 +131,9 @@ static int digest_file(const char *request, char **reply) {
     to_hex(md_value, md_length, hex);
     char bytes[32];
     snprintf(bytes, sizeof bytes, "%llu", total);
-    size_t size = strlen(name) + strlen(hex) + strlen(bytes) + 64;
-    *reply = host->alloc(size);
-    if (*reply != NULL) snprintf(*reply, size, "{\"algorithm\":\"%s\",\"digest\":\"%s\",\"bytes\":%s}", name, hex, bytes);
+    size_t length = strlen(name) + strlen(hex) + strlen(bytes) + 64;
+    *reply = host->alloc(length);
+    if (*reply != NULL) snprintf(*reply, length, "{\"algorithm\":\"%s\",\"digest\":\"%s\",\"bytes\":%s}", name, hex, bytes);
     host->log(host, TERMIND_LOG_DEBUG, "digest.file.done");
 
 done:
@@ -110,13 +146,20 @@ done:
 
 static int handle(const char *contract, const char *request, size_t length, char **reply) {
     (void)length;
-    if (strcmp(contract, "digest.file@1") == 0) return digest_file(request, reply);
+    if (strcmp(contract, "digest.file@1") == 0) return digest_file(request, NULL, reply);
     *reply = host_strdup("unknown contract");
     return TERMIND_ERR_UNKNOWN;
 }
 
+static int handle_stream(const char *name, const char *request, size_t length, void *stream, char **reply) {
+    (void)length;
+    if (strcmp(name, "digest.hash@1") == 0) return digest_file(request, stream, reply);
+    *reply = host_strdup("unknown stream");
+    return TERMIND_ERR_UNKNOWN;
+}
+
 static int start(char **error) {
-    if (host->size < sizeof(termind_host_api)) {
+    if (!TERMIND_HOST_HAS(host, stream_cancelled)) {
         *error = host_strdup("this termind's host API is older than the plugin needs");
         return TERMIND_ERR_FAILED;
     }
@@ -131,6 +174,7 @@ static const termind_plugin_descriptor descriptor = {
     .start = start,
     .stop = NULL,
     .handle = handle,
+    .handle_stream = handle_stream,
 };
 
 const termind_plugin_descriptor *termind_plugin_entry_v1(const termind_host_api *api) {
