@@ -50,7 +50,7 @@ final class JSONSchemaReadingTests: XCTestCase {
         XCTAssertEqual(bad.disabled.first?.field, "schemas")
         XCTAssertTrue(bad.disabled.first?.message.contains("p.x@1.request: unsupported keyword 'pattern'") ?? false, "\(bad.disabled)")
         let undeclared = try validator.plan([plugin(["p.y@1": .init(response: .object([:]))])])
-        XCTAssertTrue(undeclared.disabled.first?.message.contains("'p.y@1' is not one of the contracts this feature declares") ?? false)
+        XCTAssertTrue(undeclared.disabled.first?.message.contains("'p.y@1' is not one of the contracts or streams this feature declares") ?? false)
         let swift = try validator.plan([plugin(["p.x@1": .init(response: .object([:]))], kind: .swift)])
         XCTAssertTrue(swift.disabled.first?.message.contains("only C plugins") ?? false)
         XCTAssertEqual(try validator.plan([plugin(["p.x@1": .init(request: .object(["type": .string("object")]))])]).ordered.map(\.id), ["p"])

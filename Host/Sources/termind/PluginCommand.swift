@@ -44,7 +44,8 @@ enum PluginCommand {
                 .contracts.first { $0.id == command.target }
             let body = try buildBody(command, arguments: Array(words.dropFirst(command.words.count)), schema: info?.request ?? .object([:]))
             if let stream = command.stream {
-                return try await StreamCommand.run(stream, body: body, acceptsInput: info?.acceptsInput == true, inv: inv, session: session)
+                return try await StreamCommand.run(stream, body: body, acceptsInput: info?.acceptsInput == true, terminalField: command.terminal,
+                                                   inv: inv, session: session)
             }
             let reply = try await session.call(command.target, body: JSONCoding.encode(body))
             if inv.json { Output.json(reply) } else { Output.human(try JSONCoding.parse(reply, source: "reply")) }
@@ -127,7 +128,10 @@ enum PluginCommand {
             }
             body[field] = try typed(value, field: field, schema: schema)
         }
-        if let missing = fields.first(where: { body[$0] == nil }) {
+        // A trailing `field...` the request does not require may be left out (a shell's command).
+        let required: Set<String> = if case .array(let names)? = schema["required"] { Set(names.compactMap(\.stringValue)) } else { [] }
+        let rest = command.arguments.last?.hasSuffix("...") == true ? fields.last : nil
+        if let missing = fields.first(where: { body[$0] == nil && ($0 != rest || required.contains($0)) }) {
             throw Invocation.UsageError(description: "\(command.name) needs \(missing.uppercased()).")
         }
         // Local paths travel absolute (a server has its own working folder); "-" stays

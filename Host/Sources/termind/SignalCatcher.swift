@@ -36,7 +36,7 @@ final class SignalCatcher: @unchecked Sendable {
 
     private func caught(_ number: Int32) {
         // A prompt blocks in read(): nothing would notice the signal until Enter.
-        if TerminalPrompt.restore() { StreamView.restoreTerminal(); _exit(128 + number) }
+        if TerminalPrompt.restore() { TerminalBridge.restoreActive(); StreamView.restoreTerminal(); _exit(128 + number) }
         let handler: (@Sendable (Int32) -> Void)?? = lock.withLock {
             guard first == nil else { return .none }
             first = number
@@ -44,7 +44,7 @@ final class SignalCatcher: @unchecked Sendable {
         }
         switch handler {
         case .none: return                       // a second signal: the first is being handled
-        case .some(nil): StreamView.restoreTerminal(); _exit(128 + number)  // nothing else to clean up yet
+        case .some(nil): TerminalBridge.restoreActive(); StreamView.restoreTerminal(); _exit(128 + number)  // nothing else to clean up yet
         case .some(let handler?): handler(number)
         }
     }

@@ -23,10 +23,24 @@ enum StreamCommand {
 
     /// Runs the stream on `session`; returns what to do once the session is closed (print
     /// the result, exit with the command's status).
-    static func run(_ stream: String, body: [String: JSONValue], acceptsInput: Bool, inv: Invocation,
+    static func run(_ stream: String, body: [String: JSONValue], acceptsInput: Bool, terminalField: String? = nil, inv: Invocation,
                     session: Session) async throws -> () -> Invocation.Exit {
         let questions = try Questions(inv)
-        let interrupt = SignalCatcher([SIGINT, SIGTERM])
+        var body = body
+        // A stream that bridges a terminal, with one on standard input: raw mode until it ends.
+        let bridge: TerminalBridge? = terminalField != nil && !inv.json ? TerminalBridge() : nil
+        if let field = terminalField, let bridge {
+            let size = TerminalBridge.size(bridge.fd) ?? (80, 24)
+            let locale = ProcessInfo.processInfo.environment.filter { $0.key == "LANG" || $0.key.hasPrefix("LC_") }.mapValues { JSONValue.string($0) }
+            body[field] = .object(["term": .string(ProcessInfo.processInfo.environment["TERM"] ?? "xterm-256color"),
+                                   "columns": .integer(Int64(size.columns)), "rows": .integer(Int64(size.rows)), "environment": .object(locale)])
+        }
+        let interrupt = SignalCatcher(bridge == nil ? [SIGINT, SIGTERM] : [SIGINT, SIGTERM, SIGHUP])
+        var resizes: (any DispatchSourceSignal)?
+        defer {
+            resizes?.cancel()
+            bridge?.restore()
+        }
         let output = CollectedOutput(keep: inv.json)
         let view = StreamView(json: inv.json)
         // A scripted answer that does not fit its question: the question goes unanswered
@@ -37,11 +51,16 @@ enum StreamCommand {
             defer { view.finish() }
             reply = try await session.stream(stream, body: try JSONCoding.encode(JSONValue.object(body)), onOpen: { control in
                 interrupt.onSignal { number in
+                    bridge?.restore()
                     view.finish()
                     _ = control.send(["cancel": .bool(true), "signal": .string(SignalCatcher.name(number))])
                     DispatchQueue.global().asyncAfter(deadline: .now() + 3) { _exit(128 + number) }  // never races main's exit
                 }
-                sendInput(acceptsInput ? STDIN_FILENO : -1, to: control)
+                if let bridge {
+                    bridge.enterRaw()
+                    resizes = watchWindow(bridge, control: control)
+                }
+                sendInput(acceptsInput ? STDIN_FILENO : -1, terminal: bridge != nil, to: control)
             }) { event in
                 if view.handle(event) { return nil }
                 switch event.kind {
@@ -78,8 +97,21 @@ enum StreamCommand {
 
     /// Standard input follows the open, from a thread of its own that waits while the stream
     /// has no room (in-process: the command's window); a terminal, or none, ends it at once.
-    private static func sendInput(_ fd: Int32, to control: StreamControl) {
-        guard fd >= 0, isatty(fd) != 1 else {
+    /// SIGWINCH: the terminal's new size goes to the stream as a `resize` control.
+    private static func watchWindow(_ bridge: TerminalBridge, control: StreamControl) -> any DispatchSourceSignal {
+        signal(SIGWINCH, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGWINCH, queue: .global())
+        source.setEventHandler {
+            guard let size = TerminalBridge.size(bridge.fd) else { return }
+            _ = control.send(["control": .object(["resize": .object(["columns": .integer(Int64(size.columns)), "rows": .integer(Int64(size.rows))])])])
+        }
+        source.resume()
+        return source
+    }
+
+    private static func sendInput(_ fd: Int32, terminal: Bool = false, to control: StreamControl) {
+        // A terminal's keys go to a stream only when it bridges the terminal (raw mode).
+        guard fd >= 0, terminal || isatty(fd) != 1 else {
             _ = control.send(["inputEnd": .bool(true)])
             return
         }

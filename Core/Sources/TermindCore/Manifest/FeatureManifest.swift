@@ -105,12 +105,18 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         /// A field the CLI fills with its working directory (for paths inside other values
         /// that the feature resolves, as a client's `-i ./key` in a quick-connect line).
         public var workingDirectory: String?
+        /// A stream command that bridges the client's terminal (a shell): the field the CLI
+        /// fills with the terminal (`term`, `columns`, `rows`, `environment`) when standard
+        /// input is one; the CLI then puts it in raw mode, sends its bytes as input and its
+        /// window changes as `resize` controls, and restores it on every way out.
+        public var terminal: String?
         public var summary: String?
         /// What `termind help COMMAND` adds to the usage and summary (lines of text).
         public var help: [String]?
 
         public init(name: String, contract: String? = nil, stream: String? = nil, arguments: [String] = [], paths: [String]? = nil,
-                    secrets: [String]? = nil, workingDirectory: String? = nil, summary: String? = nil, help: [String]? = nil) {
+                    secrets: [String]? = nil, workingDirectory: String? = nil, terminal: String? = nil, summary: String? = nil, help: [String]? = nil) {
+            self.terminal = terminal
             self.name = name
             self.contract = contract
             self.stream = stream

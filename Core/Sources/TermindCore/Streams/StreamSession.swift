@@ -15,6 +15,7 @@ import Foundation
 ///     → {"id": 7, "answer": {"askID": 1, ...}}
 ///     → {"id": 7, "attached": 5}\nhello       or   {"id": 7, "input": "aGVsbG8="}
 ///     → {"id": 7, "inputEnd": true}
+///     → {"id": 7, "control": {"resize": {"columns": 120, "rows": 40}}}   (see `controls`)
 ///     → {"id": 7, "cancel": true}            (optionally "signal": "INT": see `cancelSignal`)
 ///     ← {"id": 7, "ok": true, "body": {...}}  (or "ok": false with the error)
 ///
@@ -60,6 +61,11 @@ public final class StreamSession: @unchecked Sendable {
     private let grantsInput: Bool
     /// Bytes the client sends for the operation's standard input, until it ends it.
     public let input: StreamInput
+    /// State updates the client sends while the stream runs (`{"control": {...}}`, e.g. a
+    /// terminal's new size, `{"resize": {"columns": 120, "rows": 40}}`): latest wins, so at
+    /// most the 16 newest wait to be read.
+    public let controls: AsyncStream<JSONValue>
+    private let controlFeed: AsyncStream<JSONValue>.Continuation
     /// The client's event window, in bytes.
     public let window: Int
 
@@ -71,6 +77,7 @@ public final class StreamSession: @unchecked Sendable {
         self.grantsInput = grantsInput
         credit = self.window
         input = StreamInput(limit: Self.defaultWindow)
+        (controls, controlFeed) = AsyncStream.makeStream(of: JSONValue.self, bufferingPolicy: .bufferingNewest(16))
         self.sink = sink
         input.onConsumed = { [weak self] bytes, empty in self?.consumed(bytes, drained: empty) }
     }
@@ -243,6 +250,7 @@ public final class StreamSession: @unchecked Sendable {
             }
         }
         if object["inputEnd"] == .bool(true) { input.finish() }
+        if let control = object["control"] { controlFeed.yield(control) }
         if object["cancel"] == .bool(true) {
             if case .string(let name)? = object["signal"], ["INT", "TERM", "HUP", "QUIT"].contains(name) {
                 lock.withLock { if signal == nil { signal = name } }
@@ -265,6 +273,7 @@ public final class StreamSession: @unchecked Sendable {
             return (Array(asks.values), self.cancelTask)
         }
         input.finish()
+        controlFeed.finish()
         for continuation in waiting { continuation.resume(returning: nil) }
         cancelTask?()
     }
@@ -283,6 +292,7 @@ public final class StreamSession: @unchecked Sendable {
     package func finish() {
         lock.withLock { ended = true }
         input.finish()
+        controlFeed.finish()
     }
 }
 

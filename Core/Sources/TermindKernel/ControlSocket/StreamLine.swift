@@ -16,7 +16,7 @@ enum StreamLine {
             let window: Int = if case .integer(let bytes)? = o["window"] { Int(clamping: bytes) } else { StreamSession.defaultWindow }
             return .open(id: id, name: name, body: Envelope.body(of: o), window: window, binary: o["binary"] == .bool(true))
         }
-        if o["answer"] != nil || o["credit"] != nil || o["input"] != nil || o["attached"] != nil || o["inputEnd"] != nil || o["cancel"] != nil {
+        if o["answer"] != nil || o["credit"] != nil || o["input"] != nil || o["attached"] != nil || o["control"] != nil || o["inputEnd"] != nil || o["cancel"] != nil {
             return .message(id: id, object: o)
         }
         return nil

@@ -27,6 +27,9 @@ final class WorkspacesFeature: Feature {
         registrar.stream(WorkspacesStreams.Exec.self) { [self] request, session in
             try await ExecRunner(ports: try current(), request: request, session: session).run()
         }
+        registrar.stream(WorkspacesStreams.Terminal.self) { [self] request, session in
+            try await TerminalRunner(ports: try current(), request: request, session: session).run()
+        }
     }
 
     func start(_ context: FeatureContext) async throws {
@@ -39,24 +42,29 @@ final class WorkspacesFeature: Feature {
         ports.withLock { $0 = nil }
     }
 
-    /// One `workspaces.exec@1` run: the route from the Vault, the connection from the pool
-    /// (asking the client what only a person can answer), the command, its output as events.
-    private struct ExecRunner {
+    /// A connection for one stream run: the route from the Vault, the connection from the
+    /// pool, asking the stream's client what only a person can answer.
+    private struct Opener {
         let ports: Ports
-        let request: WorkspacesStreams.Exec.Request
         let session: StreamSession
+        let target: String
+        let user: String?
+        let identity: String?
+        let workingDirectory: String?
+        let acceptHostKey: WorkspacesStreams.Exec.HostKeyPreset?
+        let connectTimeout: Double?
 
-        func run() async throws -> WorkspacesStreams.Exec.Result {
+        func connection() async throws -> SSHConnection {
+            let session = self.session
             let resolved = try await ports.routes.route(
-                for: RouteRequest(target: request.target, user: request.user, identity: request.identity, workingDirectory: request.workingDirectory)
-            ) { [session] path in
+                for: RouteRequest(target: target, user: user, identity: identity, workingDirectory: workingDirectory)
+            ) { path in
                 let answer = await session.ask(StreamQuestion.prompts(topic: "ssh.passphrase", header: [], [("Enter passphrase for key '\(path)': ", false)]))
                 return StreamQuestion.answers(answer)?.first
             }
             // Connections are shared only between runs that asked for the same thing.
-            let route = SSHRoute(resolved.route.hops, context: "\(request.target)\u{1F}\(request.user ?? "")\u{1F}\(request.identity ?? "")")
-            let preset = request.acceptHostKey
-            let session = self.session
+            let route = SSHRoute(resolved.route.hops, context: "\(target)\u{1F}\(user ?? "")\u{1F}\(identity ?? "")")
+            let preset = acceptHostKey
             let policy = SSHOpenPolicy(trust: ports.trust, deadlines: deadlines(), logger: ports.logger.child("ssh"), credentials: { hop in
                 resolved.credentials(for: hop)
             }, keyboardInteractive: { challenge in
@@ -72,24 +80,13 @@ final class WorkspacesFeature: Feature {
                 case nil: return await Self.askAboutHostKey(question, session: session)
                 }
             }
-            let connection = try await ports.pool.connection(for: route, policy: policy)
-            do {
-                let result = try await connection.exec(request.command, input: session.input, timeout: request.timeout, output: { stream, data in
-                    await session.emit(stream == .stdout ? "stdout" : "stderr", data: data)
-                }, cancelSignal: { session.cancelSignal })
-                return .init(exitStatus: result.exitStatus, exitSignal: result.exitSignal)
-            } catch {
-                // Cancelled with a signal: the channel closes with it; let that reach the
-                // server before the caller (a CLI about to exit) ends the connection.
-                if session.cancelSignal != nil { await connection.waitUntilIdle(timeout: 2) }
-                throw error
-            }
+            return try await ports.pool.connection(for: route, policy: policy)
         }
 
         /// As OpenSSH's ConnectTimeout: name resolution, TCP connect and the handshake, per hop.
         private func deadlines() -> SSHDeadlines {
             var deadlines = SSHDeadlines()
-            if let limit = request.connectTimeout {
+            if let limit = connectTimeout {
                 deadlines.resolve = limit
                 deadlines.connect = limit
                 deadlines.handshake = limit
@@ -108,9 +105,9 @@ final class WorkspacesFeature: Feature {
                                                                  "algorithm": .string(question.algorithm), "fingerprint": .string(question.fingerprint),
                                                                  "key": .string(question.key)])])
             let answer = await session.ask(StreamQuestion.choice(topic: "ssh.hostKey", text, ["s": "save", "save": "save", "yes": "save", "y": "save", "o": "once", "once": "once"],
-                                                            default: "reject", details: details))
-            if answer?["unanswered"] == .bool(true) {
-                return .unanswered(reason: "there is no terminal to ask whether to trust it. Check the fingerprint with the server's administrator, then run termind exec "
+                                                                 default: "reject", details: details))
+            if StreamQuestion.unanswered(answer) {
+                return .unanswered(reason: "there is no terminal to ask whether to trust it. Check the fingerprint with the server's administrator, then run termind "
                     + "on a terminal, or pass --accept-host-key once (this connection only) or --accept-host-key save, or trust it first: "
                     + "termind vault knownhost add \(question.host) '\(question.key)'\(question.port == 22 ? "" : " --port \(question.port)").")
             }
@@ -119,6 +116,77 @@ final class WorkspacesFeature: Feature {
             case "once"?: return .acceptOnce
             default: return .reject
             }
+        }
+    }
+
+    /// One `workspaces.exec@1` run: the command, its output as events.
+    private struct ExecRunner {
+        let ports: Ports
+        let request: WorkspacesStreams.Exec.Request
+        let session: StreamSession
+
+        func run() async throws -> WorkspacesStreams.Exec.Result {
+            let connection = try await Opener(ports: ports, session: session, target: request.target, user: request.user, identity: request.identity,
+                                              workingDirectory: request.workingDirectory, acceptHostKey: request.acceptHostKey,
+                                              connectTimeout: request.connectTimeout).connection()
+            let session = self.session
+            do {
+                let result = try await connection.exec(request.command, input: session.input, timeout: request.timeout, output: { stream, data in
+                    await session.emit(stream == .stdout ? "stdout" : "stderr", data: data)
+                }, cancelSignal: { session.cancelSignal })
+                return .init(exitStatus: result.exitStatus, exitSignal: result.exitSignal)
+            } catch {
+                // Cancelled with a signal: the channel closes with it; let that reach the
+                // server before the caller (a CLI about to exit) ends the connection.
+                if session.cancelSignal != nil { await connection.waitUntilIdle(timeout: 2) }
+                throw error
+            }
+        }
+    }
+
+    /// One `workspaces.terminal@1` run: a shell or command with the client's terminal bridged
+    /// (raw bytes both ways, window changes as controls).
+    private struct TerminalRunner {
+        let ports: Ports
+        let request: WorkspacesStreams.Terminal.Request
+        let session: StreamSession
+
+        func run() async throws -> WorkspacesStreams.Terminal.Result {
+            let connection = try await Opener(ports: ports, session: session, target: request.target, user: request.user, identity: request.identity,
+                                              workingDirectory: request.workingDirectory, acceptHostKey: request.acceptHostKey,
+                                              connectTimeout: request.connectTimeout).connection()
+            let pty = request.terminal.map { PTYRequest(term: $0.term.isEmpty ? "xterm-256color" : $0.term, columns: max(1, $0.columns), rows: max(1, $0.rows)) }
+            let environment = (request.terminal?.environment ?? [:]).filter { $0.key == "LANG" || $0.key.hasPrefix("LC_") }
+            let channel = try await connection.openChannel(request.command.map { .exec($0) } ?? .shell, pty: pty, environment: environment)
+            let session = self.session
+            let input = Task {
+                for await chunk in session.input { try await channel.write(chunk) }
+                channel.closeInput()
+            }
+            // The latest size wins; a resize that fails is only a diagnostic.
+            let resizes = Task {
+                for await control in session.controls {
+                    guard case .integer(let columns)? = control["resize"]?["columns"], case .integer(let rows)? = control["resize"]?["rows"] else { continue }
+                    do { try await channel.resize(columns: Int(columns), rows: Int(rows)) } catch {
+                        ports.logger.debug("workspaces.terminal.resize_failed")
+                    }
+                }
+            }
+            defer { input.cancel(); resizes.cancel() }
+            do {
+                try await withTaskCancellationHandler {
+                    while let (stream, data) = try await channel.next() {
+                        await session.emit(stream == .stdout ? "stdout" : "stderr", data: data)
+                    }
+                } onCancel: {
+                    if let signal = session.cancelSignal { channel.close(signal: signal) } else { channel.close() }
+                }
+                try Task.checkCancellation()
+            } catch {
+                if session.cancelSignal != nil { await connection.waitUntilIdle(timeout: 2) }
+                throw error
+            }
+            return .init(exitStatus: channel.exit?.status, exitSignal: channel.exit?.signal)
         }
     }
 }

@@ -1,0 +1,87 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import XCTest
+
+/// `termind ssh` (the Workspaces feature's `workspaces.terminal@1`) through the generic
+/// client's terminal bridge, on a real pseudo-terminal against a real sshd: the remote
+/// terminal gets the local size and every window change, keys (Ctrl-C included) go to the
+/// remote side, the exit status is termind's, and the local terminal is restored however
+/// the session ends — in-process and inside `termind serve`.
+final class TerminalSessionTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+    private var server: SSHServerFixture!
+
+    override func setUpWithError() throws {
+        directory = try TemporaryDirectory()
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", directory.file("id")]).status, 0)
+        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: directory.file("id.pub"), encoding: .utf8)])
+    }
+
+    override func tearDown() {
+        server?.stop()
+        directory?.remove()
+    }
+
+    private var environment: [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = directory.file("home")
+        environment["TERM"] = "xterm-256color"
+        for name in ["TERMIND_PLUGINS", "TERMIND_FEATURES", "TERMIND_REGISTRY", "TERMIND_SOCKET", "TERMIND_STORE"] { environment.removeValue(forKey: name) }
+        return environment
+    }
+
+    private func ssh(socket: String? = nil) -> [String] {
+        let target = "ssh -p \(server.port) -i \(directory.file("id")) \(NSUserName())@127.0.0.1"
+        let boot = socket.map { ["--socket", $0] } ?? ["--local", "--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")]
+        return [FeatureHarness.buildDirectory + "/termind"] + boot + ["ssh", target, "--accept-host-key", "once"]
+    }
+
+    /// Typed at the remote shell once it is up (the marker is not in what is typed).
+    private let ready: [PseudoTerminal.Step] = [.send("echo READY-$((40+2))\n"), .expect("READY-42")]
+
+    private func checkSizesAndExit(_ argv: [String], file: StaticString = #filePath, line: UInt = #line) throws {
+        let report = try PseudoTerminal.run(argv, steps: ready + [
+            .send("echo TERM=$TERM; stty size\n"), .expect("30 100"),
+            .resize(rows: 40, columns: 120), .sleep(0.5),
+            .send("stty size\n"), .expect("40 120"),
+            .send("exit 5\n"),
+        ], environment: environment)
+        XCTAssertEqual(report.met, [true, true, true], report.output, file: file, line: line)
+        XCTAssertTrue(report.output.contains("TERM=xterm-256color"), report.output, file: file, line: line)
+        XCTAssertEqual(report.status, 5, report.output, file: file, line: line)
+        XCTAssertTrue(report.restored, "the terminal's settings were not restored", file: file, line: line)
+    }
+
+    func testTheRemoteTerminalFollowsTheLocalSizeAndTheExitStatusIsTermindsInProcessAndInsideServe() throws {
+        try checkSizesAndExit(ssh())
+        let serve = try ServeProcess(directory: directory, arguments: [])
+        defer { serve.stop() }
+        try checkSizesAndExit(ssh(socket: serve.socketPath))
+        XCTAssertEqual(server.acceptedConnections(), 1, "the session ran on the server's pooled connection")
+    }
+
+    func testCtrlCGoesToTheRemoteSideAndSIGTERMOrSIGHUPEndTheSessionWithTheTerminalRestored() throws {
+        let interrupted = try PseudoTerminal.run(ssh(), steps: ready + [
+            .send("sleep 30; echo SLE''PT\n"), .sleep(0.5), .send("\u{3}"), .send("echo AFTER-$((1+1))\n"), .expect("AFTER-2"), .send("exit 9\n"),
+        ], environment: environment)
+        XCTAssertEqual(interrupted.met, [true, true], interrupted.output)
+        XCTAssertFalse(interrupted.output.contains("SLEPT"), "Ctrl-C interrupts the remote command")
+        XCTAssertEqual(interrupted.status, 9, interrupted.output)
+        XCTAssertTrue(interrupted.restored)
+        for (signal, status) in [("SIGTERM", 143), ("SIGHUP", 129)] {
+            let ended = try PseudoTerminal.run(ssh(), steps: ready + [.send("sleep 30\n"), .sleep(0.5), .signal(signal)], environment: environment)
+            XCTAssertEqual(ended.status, status, "\(signal): \(ended.output)")
+            XCTAssertTrue(ended.restored, "\(signal) left the terminal raw")
+        }
+    }
+
+    func testWithoutATerminalNoRemoteTerminalIsAllocatedAndInputGoesToTheShell() throws {
+        var environment = self.environment
+        environment["TERM"] = nil
+        let result = try ProcessRunner.run("/usr/bin/setsid", ["-w"] + ssh(), environment: environment, stdin: "tty; echo piped; exit 7\n")
+        XCTAssertEqual(result.status, 7, result.stderr)
+        XCTAssertTrue(result.stdout.contains("not a tty"), result.stdout)
+        XCTAssertTrue(result.stdout.contains("piped"), result.stdout)
+    }
+}
