@@ -187,7 +187,7 @@ final class ExecInteractionTests: XCTestCase {
 
     /// Runs a command that records which signal reached it, then signals termind with
     /// `signal` once the command runs; returns termind's exit status and what was recorded.
-    private func interrupt(with signal: Int32, serve: Bool) throws -> (status: Int32, recorded: String) {
+    private func interrupt(with signal: Int32, serve: Bool) throws -> (status: Int32, recorded: String, said: String) {
         // sshd delivers signal requests only to unprivileged users' sessions (see SSHChannelTests).
         try XCTSkipUnless(getuid() == 0, "needs root to create a throwaway account")
         let account = "tmd\(UInt32.random(in: 100_000...999_999))"
@@ -203,9 +203,15 @@ final class ExecInteractionTests: XCTestCase {
         // channel (and the pipe) closed, and SIGPIPE would end it before the trap runs.
         let script = "exec 2>/dev/null; trap 'echo INT > \(marker); exit 0' INT; trap 'echo TERM > \(marker); exit 0' TERM; \(tag)"
         var daemon: SpawnedProcess?
+        var environment = self.environment
         if serve {
+            // The test folder is open to the throwaway account (for the marker); the server's
+            // socket needs a folder of its own that only we can enter, or serve refuses to start.
+            let socket = directory.file("run-\(signal)/termind.sock")
+            environment["TERMIND_SOCKET"] = socket
             daemon = try SpawnedProcess(termind, store + ["serve"], environment: environment, captureOutput: false)
-            for _ in 0..<100 where !FileManager.default.fileExists(atPath: directory.file("termind.sock")) { usleep(50_000) }
+            for _ in 0..<100 where !FileManager.default.fileExists(atPath: socket) { usleep(50_000) }
+            XCTAssertTrue(FileManager.default.fileExists(atPath: socket), "termind serve is not listening")
         }
         defer { daemon?.signal(SIGTERM); daemon?.wait() }
         let client = try SpawnedProcess(termind, store + (serve ? [] : ["--local"]) + ["exec", quick(user: account), "--accept-host-key", "once", "--", script],
@@ -227,7 +233,7 @@ final class ExecInteractionTests: XCTestCase {
         }
         XCTAssertFalse(try ProcessRunner.run("/usr/bin/pgrep", ["-u", account, "-f", tag]).status == 0, "the remote command still runs")
         if recorded.isEmpty { XCTFail("nothing reached the remote command; termind said: \(String(decoding: errors, as: UTF8.self)); sshd: \(server.log)") }
-        return (status, recorded)
+        return (status, recorded, String(decoding: errors, as: UTF8.self))
     }
 
     func testCtrlCEndsTheRemoteCommandWithINTAndExits130() throws {
@@ -246,5 +252,15 @@ final class ExecInteractionTests: XCTestCase {
         let interrupted = try interrupt(with: SIGINT, serve: true)
         XCTAssertEqual(interrupted.status, 130)
         XCTAssertEqual(interrupted.recorded, "INT")
+        // One line says so (the rest of standard error is the remote side's).
+        XCTAssertEqual(interrupted.said.components(separatedBy: "termind: Cancelled by SIGINT; the operation on the server was stopped.\n").count, 2, interrupted.said)
+    }
+
+    /// A client killed mid-stream cannot say anything: the server sees it go and stops the
+    /// remote command (its channel closes with TERM).
+    func testAClientKilledInsideServeEndsTheRemoteCommand() throws {
+        let killed = try interrupt(with: SIGKILL, serve: true)
+        XCTAssertEqual(killed.status, 137)
+        XCTAssertEqual(killed.recorded, "TERM")
     }
 }

@@ -86,10 +86,10 @@ enum StreamCommand {
                 }
             }
         } catch {
-            if let number = interrupt.caught { return { exit(128 + number) } }
+            if let number = interrupt.caught { return interrupted(number, json: inv.json) }
             throw answerFailure.withLock({ $0 }) ?? error
         }
-        if let number = interrupt.caught { return { exit(128 + number) } }
+        if let number = interrupt.caught { return interrupted(number, json: inv.json) }
         if let failure = answerFailure.withLock({ $0 }) { throw failure }
         let result = try JSONCoding.parse(reply, source: "The stream's result")
         return { finish(result, output: output, json: inv.json) }
@@ -97,6 +97,15 @@ enum StreamCommand {
 
     /// Standard input follows the open, from a thread of its own that waits while the stream
     /// has no room (in-process: the command's window); a terminal, or none, ends it at once.
+    /// After a signal cancelled the stream: one line saying so, then 128 + its number.
+    private static func interrupted(_ number: Int32, json: Bool) -> () -> Invocation.Exit {
+        {
+            let name = "SIG" + SignalCatcher.name(number)
+            _ = Output.failure(TermindError(code: "stream.cancelled", message: "Cancelled by \(name); the operation on the server was stopped."), json: json)
+            exit(128 + number)
+        }
+    }
+
     /// SIGWINCH: the terminal's new size goes to the stream as a `resize` control.
     private static func watchWindow(_ bridge: TerminalBridge, control: StreamControl) -> any DispatchSourceSignal {
         signal(SIGWINCH, SIG_IGN)
