@@ -8,6 +8,11 @@ import TermindCore
 /// `{"unanswered": true}`, never with a guess: the feature then fails closed and says what
 /// to do instead.
 struct Questions: Sendable {
+    /// A scripted answer that does not fit its question.
+    static let invalidAnswer: ErrorCode = "answers.invalid"
+    /// A secret prompt answered from a file others can read.
+    static let unsafeAnswers: ErrorCode = "answers.unsafe"
+
     /// Scripted answers by topic.
     let book: [String: JSONValue]
     /// Whether `book` may answer secret prompts (the file is readable by its owner only).
@@ -73,27 +78,27 @@ struct Questions: Sendable {
             guard case .object(let choices)? = question["choices"] else { break }
             let allowed = Set(choices.values.compactMap(\.stringValue) + [question["default"]?.stringValue].compactMap { $0 })
             guard let text = value.stringValue, allowed.contains(text) else {
-                throw TermindError(code: "answers.invalid", message: "--answers: \"\(topic)\" must be one of \(allowed.sorted().map { "\"\($0)\"" }.joined(separator: ", ")).")
+                throw TermindError(Self.invalidAnswer, "--answers: \"\(topic)\" must be one of \(allowed.sorted().map { "\"\($0)\"" }.joined(separator: ", ")).")
             }
             return .object(["answer": .string(text)])
         case "confirm"?:
             guard case .bool(let yes) = value else {
-                throw TermindError(code: "answers.invalid", message: "--answers: \"\(topic)\" is a yes/no question; answer it true or false.")
+                throw TermindError(Self.invalidAnswer, "--answers: \"\(topic)\" is a yes/no question; answer it true or false.")
             }
             return .object(["answer": .bool(yes)])
         case "prompts"?:
             guard isPrivate else {
-                throw TermindError(code: "answers.unsafe", message: "--answers: \"\(topic)\" answers a secret prompt, so the answers file must be readable by you alone (chmod 600 it).")
+                throw TermindError(Self.unsafeAnswers, "--answers: \"\(topic)\" answers a secret prompt, so the answers file must be readable by you alone (chmod 600 it).")
             }
             let count = (question["prompts"].flatMap { if case .array(let p) = $0 { p.count } else { nil } }) ?? 0
             guard case .array(let answers) = value, answers.count == count, answers.allSatisfy({ $0.stringValue != nil }) else {
-                throw TermindError(code: "answers.invalid", message: "--answers: \"\(topic)\" needs a list of \(count) string\(count == 1 ? "" : "s"), one per prompt.")
+                throw TermindError(Self.invalidAnswer, "--answers: \"\(topic)\" needs a list of \(count) string\(count == 1 ? "" : "s"), one per prompt.")
             }
             return .object(["answers": .array(answers)])
         default:
             break
         }
-        throw TermindError(code: "answers.invalid", message: "--answers: \"\(topic)\" cannot answer a question of kind \(kind ?? "unknown").")
+        throw TermindError(Self.invalidAnswer, "--answers: \"\(topic)\" cannot answer a question of kind \(kind ?? "unknown").")
     }
 
     /// Shows `text`, reads one line; `choices` maps what may be typed to the answer.

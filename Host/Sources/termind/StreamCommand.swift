@@ -101,7 +101,7 @@ enum StreamCommand {
     private static func interrupted(_ number: Int32, json: Bool) -> () -> Invocation.Exit {
         {
             let name = "SIG" + SignalCatcher.name(number)
-            _ = Output.failure(TermindError(code: "stream.cancelled", message: "Cancelled by \(name); the operation on the server was stopped."), json: json)
+            _ = Output.failure(TermindError(.streamCancelled, "Cancelled by \(name); the operation on the server was stopped."), json: json)
             exit(128 + number)
         }
     }

@@ -245,8 +245,8 @@ public final class StreamSession: @unchecked Sendable {
             // The socket's reader never waits here (a cancel could not be read): the client
             // sends only what it was granted, so there is room, or it broke the protocol.
             if !input.put(bytes, waitForRoom: false) && !input.isFinished {
-                fail(TermindError(code: "stream.input_overrun",
-                                  message: "The client sent more input than the server granted (\(input.limit) bytes held); the operation was stopped."))
+                fail(TermindError(.streamInputOverrun,
+                                  "The client sent more input than the server granted (\(input.limit) bytes held); the operation was stopped."))
             }
         }
         if object["inputEnd"] == .bool(true) { input.finish() }

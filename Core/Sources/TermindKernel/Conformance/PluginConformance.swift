@@ -63,7 +63,7 @@ public enum PluginConformance {
         } catch let error as TermindError where error.is(.requestInvalid) {
             return Check(name: contract, passed: true, detail: "rejects an empty request clearly: \(error.message)")
         } catch let error as TermindError {
-            let ok = !error.isAny(of: [.contractUnknown, .internalFailure, "plugin.bad_reply", "plugin.unhandled"])
+            let ok = !error.isAny(of: [.contractUnknown, .internalFailure, .pluginBadReply, .pluginUnhandled])
             return Check(name: contract, passed: ok, detail: "\(error.code): \(error.message)")
         } catch {
             return Check(name: contract, passed: false, detail: "threw \(type(of: error))")

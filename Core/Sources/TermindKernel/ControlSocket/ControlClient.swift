@@ -27,7 +27,7 @@ public final class ControlClient: @unchecked Sendable {
         nextID += 1
         guard SocketIO.writeAll(fd, Envelope.encodeRequest(id: id, contract: contract, body: body)) else {
             // A server that was full wrote why before it closed.
-            throw pendingNotice() ?? TermindError(code: "socket.closed", message: "The termind server closed the connection.")
+            throw pendingNotice() ?? TermindError(.socketClosed, "The termind server closed the connection.")
         }
         return try readReply()
     }
@@ -37,7 +37,7 @@ public final class ControlClient: @unchecked Sendable {
     private func reconnectIfClosedWhileIdle() throws {
         var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         guard poll(&descriptor, 1, 0) > 0 else { return }
-        if let notice = pendingNotice(), notice.code != "socket.idle" { throw notice }
+        if let notice = pendingNotice(), !notice.is(.socketIdle) { throw notice }
         close(fd)
         fd = try SocketIO.connect(path)
         reader = LineReader(fd: fd, maximum: 64 << 20)
@@ -71,12 +71,12 @@ public final class ControlClient: @unchecked Sendable {
             allowance.end()
             inputAllowance.withLock { $0 = nil }
         }
-        guard send(open) else { throw TermindError(code: "socket.closed", message: "The termind server closed the connection.") }
+        guard send(open) else { throw TermindError(.socketClosed, "The termind server closed the connection.") }
         onOpen(id)
         var handled = 0
         while true {
             guard case .line(let line) = reader.next() else {
-                throw TermindError(code: "socket.closed", message: "The termind server closed the connection before the operation ended.")
+                throw TermindError(.socketClosed, "The termind server closed the connection before the operation ended.")
             }
             let value = try JSONCoding.parse(line, source: "The server's reply")
             guard case .object(let object) = value else { continue }
@@ -92,7 +92,7 @@ public final class ControlClient: @unchecked Sendable {
             if let attached = object["attached"] {
                 guard case .integer(let count) = attached, count >= 0, count <= Envelope.maximumBytes,
                       let bytes = reader.read(count: Int(count)) else {
-                    throw TermindError(code: "envelope.malformed", message: "The server sent an event with a broken \"attached\" size.")
+                    throw TermindError(.envelopeMalformed, "The server sent an event with a broken \"attached\" size.")
                 }
                 event.fields["attached"] = nil
                 event.data = bytes
@@ -157,16 +157,16 @@ public final class ControlClient: @unchecked Sendable {
             let reply = try Envelope.parseReply(line)
             return try reply.result.get()
         case .oversized:
-            throw TermindError(code: "envelope.too_large", message: "The server's reply is larger than 64 MiB.")
+            throw TermindError(.envelopeTooLarge, "The server's reply is larger than 64 MiB.")
         case .end, .idle:
-            throw TermindError(code: "socket.closed", message: "The termind server closed the connection before replying.")
+            throw TermindError(.socketClosed, "The termind server closed the connection before replying.")
         }
     }
 
     /// Reads the next reply line with its id, without throwing on an error reply.
     public func readEnvelope() throws -> (id: JSONValue, result: Result<Data, TermindError>) {
         guard case .line(let line) = reader.next() else {
-            throw TermindError(code: "socket.closed", message: "The termind server closed the connection before replying.")
+            throw TermindError(.socketClosed, "The termind server closed the connection before replying.")
         }
         return try Envelope.parseReply(line)
     }

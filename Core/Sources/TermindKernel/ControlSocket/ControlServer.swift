@@ -53,7 +53,7 @@ public final class ControlServer: @unchecked Sendable {
         let directory = (path as NSString).deletingLastPathComponent
         if !FileManager.default.fileExists(atPath: directory) {
             guard mkdir(directory, 0o700) == 0 || errno == EEXIST else {
-                throw TermindError.posix("socket.directory", "Cannot create the socket folder \(directory)")
+                throw TermindError.posix(.socketDirectory, "Cannot create the socket folder \(directory)")
             }
         }
         // The folder guards the socket: someone else's (or a shared one) could hold an
@@ -62,17 +62,17 @@ public final class ControlServer: @unchecked Sendable {
         var info = stat()
         if lstat(path, &info) == 0 {
             guard (info.st_mode & S_IFMT) == S_IFSOCK else {
-                throw TermindError(code: "socket.path_in_use", message: "\(path) exists and is not a socket; remove it or choose another path with --socket.")
+                throw TermindError(.socketPathInUse, "\(path) exists and is not a socket; remove it or choose another path with --socket.")
             }
             if let fd = try? SocketIO.connect(path) {
                 close(fd)
-                throw TermindError(code: "socket.in_use", message: "Another termind server is already listening on \(path).")
+                throw TermindError(.socketInUse, "Another termind server is already listening on \(path).")
             }
             unlink(path) // stale socket of a server that is gone
         }
         var address = try SocketIO.unixAddress(path)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw TermindError.posix("socket.create_failed", "Cannot create the control socket") }
+        guard fd >= 0 else { throw TermindError.posix(.socketCreateFailed, "Cannot create the control socket") }
         // Create the socket file already restricted; chmod below makes it exact.
         let previous = umask(0o177)
         let bound = withUnsafePointer(to: &address) {
@@ -80,13 +80,13 @@ public final class ControlServer: @unchecked Sendable {
         }
         umask(previous)
         guard bound == 0 else {
-            let error = TermindError.posix("socket.bind_failed", "Cannot bind the control socket at \(path)")
+            let error = TermindError.posix(.socketBindFailed, "Cannot bind the control socket at \(path)")
             close(fd)
             throw error
         }
         chmod(path, 0o600)
         guard listen(fd, 64) == 0 else {
-            let error = TermindError.posix("socket.listen_failed", "Cannot listen on \(path)")
+            let error = TermindError.posix(.socketListenFailed, "Cannot listen on \(path)")
             close(fd)
             throw error
         }
@@ -121,7 +121,7 @@ public final class ControlServer: @unchecked Sendable {
             var uid: uid_t = 0
             guard termind_peer_uid(client, &uid) == 0, uid == getuid() else {
                 logger.warning("socket.peer_rejected")
-                SocketIO.writeAll(client, Envelope.failure(id: .null, error: TermindError(code: "socket.peer_rejected", message: "This termind server accepts only its own user.")))
+                SocketIO.writeAll(client, Envelope.failure(id: .null, error: TermindError(.socketPeerRejected, "This termind server accepts only its own user.")))
                 close(client)
                 continue
             }
@@ -133,7 +133,7 @@ public final class ControlServer: @unchecked Sendable {
                 return id
             }
             guard let connection else {
-                SocketIO.writeAll(client, Envelope.failure(id: .null, error: TermindError(code: "socket.busy", message: "The termind server has \(Self.maximumClients) clients already; try again shortly.")))
+                SocketIO.writeAll(client, Envelope.failure(id: .null, error: TermindError(.socketBusy, "The termind server has \(Self.maximumClients) clients already; try again shortly.")))
                 close(client)
                 continue
             }
@@ -170,10 +170,10 @@ public final class ControlServer: @unchecked Sendable {
             case .idle:
                 guard inFlight.value == 0, streams.isEmpty, writer.queuedBytes == 0 else { continue }
                 logger.debug("socket.client.idle", ["connection": .int(Int(connection))])
-                reply(Envelope.failure(id: .null, error: TermindError(code: "socket.idle", message: "The termind server closed this connection after \(Self.describe(idleTimeout)) without requests; connect again.")))
+                reply(Envelope.failure(id: .null, error: TermindError(.socketIdle, "The termind server closed this connection after \(Self.describe(idleTimeout)) without requests; connect again.")))
                 break loop
             case .oversized:
-                reply(Envelope.failure(id: .null, error: TermindError(code: "envelope.too_large", message: "The envelope is larger than \(Envelope.maximumBytes) bytes and was skipped.")))
+                reply(Envelope.failure(id: .null, error: TermindError(.envelopeTooLarge, "The envelope is larger than \(Envelope.maximumBytes) bytes and was skipped.")))
             case .line(let line):
                 // One JSON parse per line: a stream line, or a contract request.
                 let value: JSONValue
@@ -193,7 +193,7 @@ public final class ControlServer: @unchecked Sendable {
                             // loses the framing, so the connection ends.
                             guard case .integer(let count) = size, count >= 0, count <= StreamSession.defaultWindow,
                                   let bytes = reader.read(count: Int(count)) else {
-                                reply(Envelope.failure(id: id, error: TermindError(code: "envelope.malformed", message: "An \"attached\" size must be a number of bytes from 0 to \(StreamSession.defaultWindow), followed by that many bytes; the connection is closed.")))
+                                reply(Envelope.failure(id: id, error: TermindError(.envelopeMalformed, "An \"attached\" size must be a number of bytes from 0 to \(StreamSession.defaultWindow), followed by that many bytes; the connection is closed.")))
                                 break loop
                             }
                             attached = bytes
@@ -202,13 +202,13 @@ public final class ControlServer: @unchecked Sendable {
                     case .open(let id, let name, let body, let window, let binary):
                         let endpoint = kernel.stream(name)
                         guard let handler = endpoint?.handler ?? lock.withLock({ streamHandlers[name] }) else {
-                            reply(Envelope.failure(id: id, error: TermindError(code: "stream.unknown", message: "This termind server has no stream '\(name)'.")))
+                            reply(Envelope.failure(id: id, error: TermindError(.streamUnknown, "This termind server has no stream '\(name)'.")))
                             continue
                         }
                         let session = StreamSession(id: id, window: window, grantsInput: endpoint?.acceptsInput ?? true,
                                                     sink: .socket(binary: binary, write: reply))
                         guard streams.add(session) else {
-                            reply(Envelope.failure(id: id, error: TermindError(code: "stream.duplicate_id", message: "A stream with this id is already running on the connection.")))
+                            reply(Envelope.failure(id: id, error: TermindError(.streamDuplicateId, "A stream with this id is already running on the connection.")))
                             continue
                         }
                         slots.wait()
@@ -224,7 +224,7 @@ public final class ControlServer: @unchecked Sendable {
                                 if let failure = session.failure {
                                     reply(Envelope.failure(id: id, error: failure))
                                 } else if error is CancellationError {
-                                    reply(Envelope.failure(id: id, error: TermindError(code: "stream.cancelled", message: "The operation was cancelled.")))
+                                    reply(Envelope.failure(id: id, error: TermindError(.streamCancelled, "The operation was cancelled.")))
                                 } else {
                                     reply(Envelope.failure(id: id, error: .from(error)))
                                 }

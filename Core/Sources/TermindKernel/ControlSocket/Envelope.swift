@@ -33,23 +33,23 @@ public enum Envelope {
     /// A line as JSON, or the `envelope.malformed` rejection.
     static func parseJSON(_ line: Data) -> Result<JSONValue, RejectedRequest> {
         do { return .success(try JSONCoding.parse(line, source: "The envelope")) } catch let e as TermindError {
-            return .failure(RejectedRequest(id: .null, error: TermindError(code: "envelope.malformed", message: e.message)))
+            return .failure(RejectedRequest(id: .null, error: TermindError(.envelopeMalformed, e.message)))
         } catch {
-            return .failure(RejectedRequest(id: .null, error: TermindError(code: "envelope.malformed", message: "The envelope is not valid JSON.")))
+            return .failure(RejectedRequest(id: .null, error: TermindError(.envelopeMalformed, "The envelope is not valid JSON.")))
         }
     }
 
     /// A parsed line as a contract request.
     static func parseRequest(_ value: JSONValue) -> Result<Request, RejectedRequest> {
         guard case .object(let o) = value else {
-            return .failure(RejectedRequest(id: .null, error: TermindError(code: "envelope.malformed", message: "The envelope must be a JSON object with \"contract\" and \"body\", not \(value.typeName).")))
+            return .failure(RejectedRequest(id: .null, error: TermindError(.envelopeMalformed, "The envelope must be a JSON object with \"contract\" and \"body\", not \(value.typeName).")))
         }
         let id = o["id"] ?? .null
         guard case .string(let contract)? = o["contract"] else {
-            return .failure(RejectedRequest(id: id, error: TermindError(code: "envelope.malformed", message: "The envelope has no \"contract\" string (e.g. \"kernel.features@1\").")))
+            return .failure(RejectedRequest(id: id, error: TermindError(.envelopeMalformed, "The envelope has no \"contract\" string (e.g. \"kernel.features@1\").")))
         }
         if let unknown = o.keys.sorted().first(where: { !["id", "contract", "body"].contains($0) }) {
-            return .failure(RejectedRequest(id: id, error: TermindError(code: "envelope.malformed", message: "The envelope has an unknown field \"\(unknown)\"; allowed: id, contract, body.")))
+            return .failure(RejectedRequest(id: id, error: TermindError(.envelopeMalformed, "The envelope has an unknown field \"\(unknown)\"; allowed: id, contract, body.")))
         }
         return .success(Request(id: id, contract: contract, body: body(of: o)))
     }
@@ -93,7 +93,7 @@ public enum Envelope {
     public static func parseReply(_ line: Data) throws -> (id: JSONValue, result: Result<Data, TermindError>) {
         let value = try JSONCoding.parse(line, source: "The server's reply")
         guard case .object(let o) = value, case .bool(let ok)? = o["ok"] else {
-            throw TermindError(code: "envelope.malformed", message: "The server's reply is not a termind envelope.")
+            throw TermindError(.envelopeMalformed, "The server's reply is not a termind envelope.")
         }
         let id = o["id"] ?? .null
         if ok { return (id, .success(try JSONCoding.encode(o["body"] ?? .null))) }

@@ -10,7 +10,7 @@ enum SocketIO {
         let bytes = Array(path.utf8)
         let capacity = MemoryLayout.size(ofValue: address.sun_path)
         guard bytes.count < capacity else {
-            throw TermindError(code: "socket.path_too_long", message: "The socket path \(path) is \(bytes.count) bytes; Unix sockets allow at most \(capacity - 1).")
+            throw TermindError(.socketPathTooLong, "The socket path \(path) is \(bytes.count) bytes; Unix sockets allow at most \(capacity - 1).")
         }
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
             raw.copyBytes(from: bytes)
@@ -22,9 +22,9 @@ enum SocketIO {
     /// Refuses a folder that is not a directory owned by this user with no group/other access.
     static func checkPrivateDirectory(_ directory: String) throws {
         var info = stat()
-        guard lstat(directory, &info) == 0 else { throw TermindError.posix("socket.directory", "Cannot inspect the socket folder \(directory)") }
+        guard lstat(directory, &info) == 0 else { throw TermindError.posix(.socketDirectory, "Cannot inspect the socket folder \(directory)") }
         guard (info.st_mode & S_IFMT) == S_IFDIR, info.st_uid == getuid(), info.st_mode & 0o077 == 0 else {
-            throw TermindError(code: "socket.directory_unsafe", message: "The socket folder \(directory) must be a directory owned by you with mode 0700 (it is mode \(String(info.st_mode & 0o777, radix: 8)), owner uid \(info.st_uid)); another user could impersonate the server. Remove it or choose another path with --socket.")
+            throw TermindError(.socketDirectoryUnsafe, "The socket folder \(directory) must be a directory owned by you with mode 0700 (it is mode \(String(info.st_mode & 0o777, radix: 8)), owner uid \(info.st_uid)); another user could impersonate the server. Remove it or choose another path with --socket.")
         }
     }
 
@@ -35,7 +35,7 @@ enum SocketIO {
         var uid: uid_t = 0
         guard termind_peer_uid(fd, &uid) == 0, uid == getuid() else {
             close(fd)
-            throw TermindError(code: "socket.peer_rejected", message: "The process listening on \(path) does not run as you; termind will not send it anything.")
+            throw TermindError(.socketPeerRejected, "The process listening on \(path) does not run as you; termind will not send it anything.")
         }
         return fd
     }
@@ -43,7 +43,7 @@ enum SocketIO {
     private static func connectUnchecked(_ path: String) throws -> Int32 {
         var address = try unixAddress(path)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw TermindError.posix("socket.create_failed", "Cannot create a Unix socket") }
+        guard fd >= 0 else { throw TermindError.posix(.socketCreateFailed, "Cannot create a Unix socket") }
         let result = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
@@ -51,7 +51,7 @@ enum SocketIO {
             let code = errno
             close(fd)
             errno = code
-            throw TermindError.posix("socket.connect_failed", "Cannot connect to the termind server at \(path)")
+            throw TermindError.posix(.socketConnectFailed, "Cannot connect to the termind server at \(path)")
         }
         return fd
     }
@@ -166,7 +166,7 @@ struct LineReader {
 
 extension TermindError {
     /// An error for a failed system call, with the reason from errno appended.
-    static func posix(_ code: String, _ message: String) -> TermindError {
-        TermindError(code: code, message: "\(message): \(String(cString: strerror(errno))).")
+    static func posix(_ code: ErrorCode, _ message: String) -> TermindError {
+        TermindError(code, "\(message): \(String(cString: strerror(errno))).")
     }
 }

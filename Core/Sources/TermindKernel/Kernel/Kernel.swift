@@ -204,7 +204,7 @@ public actor Kernel {
                                       onOpen: (StreamControl) -> Void = { _ in },
                                       onEvent: @escaping @Sendable (StreamEvent) -> JSONValue?) async throws -> Data {
         guard let endpoint = stream(name) else {
-            throw TermindError(code: "stream.unknown", message: "No running feature serves stream '\(name)'. Run 'termind contracts' to list the available ones.")
+            throw TermindError(.streamUnknown, "No running feature serves stream '\(name)'. Run 'termind contracts' to list the available ones.")
         }
         let events = DispatchQueue(label: "termind.stream.events")
         let answers = StreamAnswers()
@@ -228,7 +228,7 @@ public actor Kernel {
                              input: { data in session.input.put(data, waitForRoom: true) }))
         var result = await withTaskCancellationHandler { await work.value } onCancel: { session.cancel() }
         if case .failure(let error) = result {
-            result = .failure(error is CancellationError ? TermindError(code: "stream.cancelled", message: "The operation was cancelled.") : TermindError.from(error))
+            result = .failure(error is CancellationError ? TermindError(.streamCancelled, "The operation was cancelled.") : TermindError.from(error))
         }
         // Every event is handled before the result is (output first, then the exit status).
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in events.async { done.resume() } }

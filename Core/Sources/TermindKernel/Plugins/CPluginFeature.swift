@@ -37,8 +37,8 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     private func onExecutor<T: Sendable>(_ contract: String, _ body: @escaping @Sendable () throws -> T) async throws -> T {
         let id = manifest.id
         return try await executor.run(busy: TermindError(
-            code: "plugin.busy",
-            message: "plugin '\(id)' is busy: \(Self.callThreads) calls are running and \(Self.queuedCalls) are waiting; \(contract) was not started. Try again shortly."
+            .pluginBusy,
+            "plugin '\(id)' is busy: \(Self.callThreads) calls are running and \(Self.queuedCalls) are waiting; \(contract) was not started. Try again shortly."
         ), body)
     }
 
@@ -60,7 +60,7 @@ final class CPluginFeature: Feature, @unchecked Sendable {
                 let (reply, parsed) = try await self.handle(contract: text, body: request)
                 let replyProblems = schemas.response.problems(in: parsed)
                 guard replyProblems.isEmpty else {
-                    throw TermindError(code: "plugin.bad_reply", message: "The reply of plugin '\(id)' to \(text) does not match the response schema in its manifest: \(replyProblems.prefix(5).joined(separator: "; ")).")
+                    throw TermindError(.pluginBadReply, "The reply of plugin '\(id)' to \(text) does not match the response schema in its manifest: \(replyProblems.prefix(5).joined(separator: "; ")).")
                 }
                 return reply
             })
@@ -81,7 +81,7 @@ final class CPluginFeature: Feature, @unchecked Sendable {
                 let (reply, parsed) = try await self.serve(stream: text, body: request, session: session)
                 let replyProblems = schemas.response.problems(in: parsed)
                 guard replyProblems.isEmpty else {
-                    throw TermindError(code: "plugin.bad_reply", message: "The result of plugin '\(id)' for stream \(text) does not match the response schema in its manifest: \(replyProblems.prefix(5).joined(separator: "; ")).")
+                    throw TermindError(.pluginBadReply, "The result of plugin '\(id)' for stream \(text) does not match the response schema in its manifest: \(replyProblems.prefix(5).joined(separator: "; ")).")
                 }
                 return reply
             })
@@ -141,7 +141,7 @@ final class CPluginFeature: Feature, @unchecked Sendable {
         let id = manifest.id
         return try await onExecutor(stream) { [self] in
             guard let handler else {
-                throw TermindError(code: "plugin.unhandled", message: "plugin '\(id)' declares stream \(stream) but its descriptor has no handle_stream.")
+                throw TermindError(.pluginUnhandled, "plugin '\(id)' declares stream \(stream) but its descriptor has no handle_stream.")
             }
             let context = Unmanaged.passRetained(CStreamContext(session: session))
             defer { context.release() }
@@ -172,27 +172,27 @@ final class CPluginFeature: Feature, @unchecked Sendable {
         case TERMIND_OK:
             switch text {
             case .none:
-                throw TermindError(code: "plugin.bad_reply", message: "\(who) returned TERMIND_OK for \(contract) without a reply (set *reply to a JSON value).")
+                throw TermindError(.pluginBadReply, "\(who) returned TERMIND_OK for \(contract) without a reply (set *reply to a JSON value).")
             case .tooLarge:
-                throw TermindError(code: "plugin.bad_reply", message: "The reply of \(who) to \(contract) is larger than \(Self.maximumReplyBytes) bytes (the reply bound).")
+                throw TermindError(.pluginBadReply, "The reply of \(who) to \(contract) is larger than \(Self.maximumReplyBytes) bytes (the reply bound).")
             case .invalidUTF8(let offset):
-                throw TermindError(code: "plugin.bad_reply", message: "The reply of \(who) to \(contract) is not valid UTF-8 (byte \(offset)).")
+                throw TermindError(.pluginBadReply, "The reply of \(who) to \(contract) is not valid UTF-8 (byte \(offset)).")
             case .text(let reply):
                 let data = Data(reply.utf8)
                 do {
                     return (data, try JSONCoding.parse(data, source: "The reply of \(who) to \(contract)"))
                 } catch let error as TermindError {
-                    throw TermindError(code: "plugin.bad_reply", message: error.message)
+                    throw TermindError(.pluginBadReply, error.message)
                 }
             }
         case TERMIND_ERR_BAD_REQUEST:
             throw TermindError.badRequest("Invalid request for \(contract): \(text.message ?? "rejected by \(who)").")
         case TERMIND_ERR_UNKNOWN:
-            throw TermindError(code: "plugin.unhandled", message: "\(who) answered TERMIND_ERR_UNKNOWN for \(contract), which its manifest declares: the plugin does not handle it\(text.message.map { " (\($0))" } ?? "").")
+            throw TermindError(.pluginUnhandled, "\(who) answered TERMIND_ERR_UNKNOWN for \(contract), which its manifest declares: the plugin does not handle it\(text.message.map { " (\($0))" } ?? "").")
         case TERMIND_ERR_FAILED:
-            throw TermindError(code: "plugin.failed", message: "\(who) failed on \(contract): \(text.message ?? "no message").")
+            throw TermindError(.pluginFailed, "\(who) failed on \(contract): \(text.message ?? "no message").")
         default:
-            throw TermindError(code: "plugin.failed", message: "\(who) failed on \(contract) with status \(status), which is not a TERMIND_* code\(text.message.map { ": \($0)" } ?? "").")
+            throw TermindError(.pluginFailed, "\(who) failed on \(contract) with status \(status), which is not a TERMIND_* code\(text.message.map { ": \($0)" } ?? "").")
         }
     }
 

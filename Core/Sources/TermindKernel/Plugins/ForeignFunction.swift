@@ -32,7 +32,7 @@ final class ForeignFunction: @unchecked Sendable {
         guard status == FFI_OK else {
             cif.deallocate()
             argumentTypes.deallocate()
-            throw TermindError(code: "plugin.function_bind", message: "function '\(name)': libffi could not prepare its signature (status \(status.rawValue)).")
+            throw TermindError(.pluginFunctionBind, "function '\(name)': libffi could not prepare its signature (status \(status.rawValue)).")
         }
     }
 
@@ -136,7 +136,7 @@ final class ForeignFunction: @unchecked Sendable {
 
 extension ForeignFunction {
     private func badResult(_ detail: String) -> TermindError {
-        TermindError(code: "plugin.bad_reply", message: "plugin '\(plugin)': function '\(name)' (\(plugin).fn.\(name)@1) \(detail).")
+        TermindError(.pluginBadReply, "plugin '\(plugin)': function '\(name)' (\(plugin).fn.\(name)@1) \(detail).")
     }
 }
 

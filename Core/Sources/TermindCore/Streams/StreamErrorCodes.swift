@@ -1,0 +1,11 @@
+/// The codes a stream's client may get (docs/contracts.md, Streams).
+extension ErrorCode {
+    /// The client cancelled (Ctrl-C, SIGTERM) or went away.
+    public static let streamCancelled: ErrorCode = "stream.cancelled"
+    /// No running feature serves the stream.
+    public static let streamUnknown: ErrorCode = "stream.unknown"
+    /// A stream with this id already runs on the connection.
+    public static let streamDuplicateId: ErrorCode = "stream.duplicate_id"
+    /// The client sent more input than the server granted.
+    public static let streamInputOverrun: ErrorCode = "stream.input_overrun"
+}
