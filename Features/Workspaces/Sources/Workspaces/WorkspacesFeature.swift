@@ -47,12 +47,13 @@ final class WorkspacesFeature: Feature {
     private struct Opener {
         let ports: Ports
         let session: StreamSession
-        let target: String
-        let user: String?
-        let identity: String?
-        let workingDirectory: String?
-        let acceptHostKey: WorkspacesStreams.Exec.HostKeyPreset?
-        let connectTimeout: Double?
+        let request: any SessionTarget
+        var target: String { request.target }
+        var user: String? { request.user }
+        var identity: String? { request.identity }
+        var workingDirectory: String? { request.workingDirectory }
+        var acceptHostKey: WorkspacesStreams.Exec.HostKeyPreset? { request.acceptHostKey }
+        var connectTimeout: Double? { request.connectTimeout }
 
         func connection() async throws -> SSHConnection {
             let session = self.session
@@ -126,9 +127,7 @@ final class WorkspacesFeature: Feature {
         let session: StreamSession
 
         func run() async throws -> WorkspacesStreams.Exec.Result {
-            let connection = try await Opener(ports: ports, session: session, target: request.target, user: request.user, identity: request.identity,
-                                              workingDirectory: request.workingDirectory, acceptHostKey: request.acceptHostKey,
-                                              connectTimeout: request.connectTimeout).connection()
+            let connection = try await Opener(ports: ports, session: session, request: request).connection()
             let session = self.session
             do {
                 let result = try await connection.exec(request.command, input: session.input, timeout: request.timeout, output: { stream, data in
@@ -152,9 +151,7 @@ final class WorkspacesFeature: Feature {
         let session: StreamSession
 
         func run() async throws -> WorkspacesStreams.Terminal.Result {
-            let connection = try await Opener(ports: ports, session: session, target: request.target, user: request.user, identity: request.identity,
-                                              workingDirectory: request.workingDirectory, acceptHostKey: request.acceptHostKey,
-                                              connectTimeout: request.connectTimeout).connection()
+            let connection = try await Opener(ports: ports, session: session, request: request).connection()
             let pty = request.terminal.map { PTYRequest(term: $0.term.isEmpty ? "xterm-256color" : $0.term, columns: max(1, $0.columns), rows: max(1, $0.rows)) }
             let environment = (request.terminal?.environment ?? [:]).filter { $0.key == "LANG" || $0.key.hasPrefix("LC_") }
             let channel = try await connection.openChannel(request.command.map { .exec($0) } ?? .shell, pty: pty, environment: environment)
@@ -190,6 +187,19 @@ final class WorkspacesFeature: Feature {
         }
     }
 }
+
+/// What every session stream's request says about where to connect and how.
+private protocol SessionTarget: Sendable {
+    var target: String { get }
+    var user: String? { get }
+    var identity: String? { get }
+    var workingDirectory: String? { get }
+    var acceptHostKey: WorkspacesStreams.Exec.HostKeyPreset? { get }
+    var connectTimeout: Double? { get }
+}
+
+extension WorkspacesStreams.Exec.Request: SessionTarget {}
+extension WorkspacesStreams.Terminal.Request: SessionTarget {}
 
 @_cdecl("termind_feature_entry_v1")
 public func termindFeatureEntry() -> UnsafeMutableRawPointer {
