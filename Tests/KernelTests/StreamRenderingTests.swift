@@ -123,6 +123,26 @@ final class StreamRenderingTests: XCTestCase {
         XCTAssertTrue(screen.contains("\u{1B}[?25h"), "the cursor stays hidden: \(screen.debugDescription)")
     }
 
+    /// A stream reaches the client only with what it declares: another event kind, or a
+    /// question on another topic, stops it with a reason (in-process and through serve).
+    func testAnUndeclaredEventOrQuestionStopsTheStream() throws {
+        let serve = try ServeProcess(directory: directory, arguments: ["--registry", try registry()])
+        defer { serve.stop() }
+        for socket in [nil, serve.socketPath] {
+            let event = try run(["show", "--undeclared", "true", "--stdout", "never\n"], socket: socket)
+            XCTAssertEqual(event.status, 1, event.stderr)
+            XCTAssertTrue(event.stderr.contains("emitted a 'surprise' event, which it does not declare"), event.stderr)
+            let question = try run(["--yes", "show", "--ask", "undeclared"], socket: socket)
+            XCTAssertEqual(question.status, 1, question.stderr)
+            XCTAssertTrue(question.stderr.contains("asked a 'confirm' question on topic 'fixture.elsewhere', which it does not declare"), question.stderr)
+        }
+        let listed = try run(["--json", "contracts", "fixture-streams.show@1"])
+        let info = try JSONCoding.parse(Data(listed.stdout.utf8), source: "contracts")
+        guard case .array(let contracts)? = info["contracts"], let show = contracts.first else { return XCTFail(listed.stdout) }
+        XCTAssertEqual(show["questions"]?["fixture.confirm"], .string("confirm"))
+        XCTAssertEqual(show["events"]?["progress"]?["required"], .array([.string("done")]))
+    }
+
     func testScriptedAnswersAnswerByTopicYesAnswersOnlyConfirmationsAndSecretsNeedAPrivateFile() throws {
         let yes = try run(["--yes", "show", "--ask", "confirm,choice"])
         XCTAssertEqual(yes.stdout, "answers  yes, unanswered\n", yes.stderr)

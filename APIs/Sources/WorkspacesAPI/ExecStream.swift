@@ -3,6 +3,9 @@ import TermindCore
 /// Workspaces: SSH sessions on saved hosts and quick-connect targets. Its first stream runs
 /// one command (`termind exec`); the interactive terminal comes later.
 public enum WorkspacesStreams {
+    /// What connecting may ask: an unknown host key, a key's passphrase, keyboard-interactive prompts.
+    public static let connectionQuestions = ["ssh.hostKey": "choice", "ssh.passphrase": "prompts", "ssh.keyboardInteractive": "prompts"]
+
     /// Runs a command on a host through its route and streams its output back.
     ///
     /// Events: `stdout` and `stderr` (`data`: base64 bytes, as they arrive). Questions: an
@@ -68,5 +71,7 @@ public enum WorkspacesStreams {
         public static let version = 1
         public static let summary = "Run a command over SSH on a saved host or a quick-connect target, streaming its output."
         public static let acceptsInput = true
+        public static var events: [String: JSONSchema] { StreamEvents.output }
+        public static var questions: [String: String] { WorkspacesStreams.connectionQuestions }
     }
 }

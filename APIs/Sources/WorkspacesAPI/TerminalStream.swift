@@ -54,5 +54,7 @@ extension WorkspacesStreams {
         public static let version = 1
         public static let summary = "Open an interactive SSH session (a shell, or a command) with a remote terminal bridged to the client's."
         public static let acceptsInput = true
+        public static var events: [String: JSONSchema] { StreamEvents.output }
+        public static var questions: [String: String] { WorkspacesStreams.connectionQuestions }
     }
 }

@@ -36,7 +36,13 @@ enum Commands {
                 Output.line("\(c.id)  (\(c.owner)\(kind))")
                 Output.line("    \(c.summary)")
                 Output.line("    request:  \(compact(c.request))")
-                Output.line("    response: \(compact(c.response))")
+                Output.line("    \(c.stream == true ? "result:  " : "response:") \(compact(c.response))")
+                if let events = c.events, !events.isEmpty {
+                    Output.line("    events:   " + events.keys.sorted().map { "\($0) \(compact(events[$0]!))" }.joined(separator: ", "))
+                }
+                if let questions = c.questions, !questions.isEmpty {
+                    Output.line("    asks:     " + questions.keys.sorted().map { "\($0) (\(questions[$0]!))" }.joined(separator: ", "))
+                }
             }
             if reply.contracts.isEmpty { Output.line("No contracts match '\(inv.arguments.first ?? "")'.") }
             return .success

@@ -21,6 +21,8 @@ public enum ShowStream: StreamContract {
         public var ask: [String]?
         /// Seconds to wait after the views (to be interrupted).
         public var hold: Double?
+        /// Emit an event kind the stream does not declare (the session must stop it).
+        public var undeclared: Bool?
     }
     public struct Result: Codable, Sendable {
         /// What each question got: true/false, the choice, the prompt answers, or "unanswered".
@@ -29,6 +31,11 @@ public enum ShowStream: StreamContract {
     public static let name = "fixture-streams.show"
     public static let version = 1
     public static let summary = "Send one of each stream event kind and ask each kind of question (test fixture)."
+    public static var events: [String: JSONSchema] {
+        StreamEvents.output.merging(["progress": StreamEvents.progress, "record": StreamEvents.record, "view": StreamEvents.view,
+                                     "notice": StreamEvents.notice]) { $1 }
+    }
+    public static let questions = ["fixture.confirm": "confirm", "fixture.choice": "choice", "fixture.prompts": "prompts"]
 }
 
 final class StreamsFeature: Feature {
@@ -50,6 +57,7 @@ final class StreamsFeature: Feature {
                 await session.emit("view", ["title": .string("view \(n + 1)"), "refresh": .double(0),
                                             "rows": .array([.object(["host": .string("box"), "n": .integer(Int64(n))])])])
             }
+            if request.undeclared == true { await session.emit("surprise", ["x": .integer(1)]) }
             if let hold = request.hold { try await Task.sleep(nanoseconds: UInt64(hold * 1e9)) }
             var answers: [String] = []
             for kind in request.ask ?? [] {
@@ -58,6 +66,7 @@ final class StreamsFeature: Feature {
                 case "confirm": reply = await session.ask(StreamQuestion.confirm(topic: "fixture.confirm", "Go ahead?"))
                 case "choice": reply = await session.ask(StreamQuestion.choice(topic: "fixture.choice", "Pick [a]lpha/[b]eta: ", ["a": "alpha", "b": "beta"], default: "none"))
                 case "prompts": reply = await session.ask(StreamQuestion.prompts(topic: "fixture.prompts", header: ["fixture"], [("Word: ", false)]))
+                case "undeclared": reply = await session.ask(StreamQuestion.confirm(topic: "fixture.elsewhere", "Allowed?"))
                 default: reply = nil
                 }
                 if StreamQuestion.unanswered(reply) {

@@ -116,8 +116,16 @@ public struct ContractInfo: Sendable, Equatable, Codable {
     public var stream: Bool?
     /// For a stream: whether it reads the client's standard input.
     public var acceptsInput: Bool?
+    /// For a stream: the event kinds it emits, each with the JSON Schema of its fields
+    /// (a data event's bytes come besides them).
+    public var events: [String: JSONValue]?
+    /// For a stream: the questions it may ask, topic → kind (`choice`, `confirm`, `prompts`).
+    public var questions: [String: String]?
 
-    public init(id: String, owner: String, summary: String, request: JSONValue, response: JSONValue, stream: Bool? = nil, acceptsInput: Bool? = nil) {
+    public init(id: String, owner: String, summary: String, request: JSONValue, response: JSONValue, stream: Bool? = nil, acceptsInput: Bool? = nil,
+                events: [String: JSONValue]? = nil, questions: [String: String]? = nil) {
+        self.events = events
+        self.questions = questions
         self.id = id
         self.owner = owner
         self.summary = summary

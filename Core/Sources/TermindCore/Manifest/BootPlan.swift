@@ -328,7 +328,15 @@ public struct RegistryValidator: Sendable {
                 return "'\(contract)' is not one of the contracts or streams this feature declares"
             }
             let declared = m.schemas[contract]!
-            if declared.acceptsInput != nil && !m.streams.contains(contract) { return "'\(contract)': only a stream declares acceptsInput" }
+            if (declared.acceptsInput != nil || declared.events != nil || declared.questions != nil) && !m.streams.contains(contract) {
+                return "'\(contract)': only a stream declares acceptsInput, events and questions"
+            }
+            for (kind, value) in (declared.events ?? [:]).sorted(by: { $0.key < $1.key }) {
+                if case .failure(let error) = JSONSchema.read(value, at: "\(contract).events.\(kind)") { return error.message }
+            }
+            if let (topic, kind) = (declared.questions ?? [:]).first(where: { !["choice", "confirm", "prompts"].contains($0.value) }) {
+                return "'\(contract)': question '\(topic)' is of kind '\(kind)'; a question is a choice, confirm or prompts"
+            }
             for (part, value) in [("request", declared.request), ("response", declared.response)] {
                 guard let value else { continue }
                 if case .failure(let error) = JSONSchema.read(value, at: "\(contract).\(part)") { return error.message }

@@ -69,9 +69,15 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     public struct ContractSchemas: Sendable, Equatable, Codable {
         public var request: JSONValue?
         public var response: JSONValue?
-        /// A C plugin's stream: whether it reads the client's input.
+        /// A C plugin's stream: whether it reads the client's input, the event kinds it
+        /// emits (kind → the schema of its fields) and its questions (topic → kind).
         public var acceptsInput: Bool?
-        public init(request: JSONValue? = nil, response: JSONValue? = nil, acceptsInput: Bool? = nil) {
+        public var events: [String: JSONValue]?
+        public var questions: [String: String]?
+        public init(request: JSONValue? = nil, response: JSONValue? = nil, acceptsInput: Bool? = nil,
+                    events: [String: JSONValue]? = nil, questions: [String: String]? = nil) {
+            self.events = events
+            self.questions = questions
             self.request = request
             self.response = response
             self.acceptsInput = acceptsInput

@@ -6,6 +6,9 @@ extension ErrorCode {
     public static let streamUnknown: ErrorCode = "stream.unknown"
     /// A stream with this id already runs on the connection.
     public static let streamDuplicateId: ErrorCode = "stream.duplicate_id"
+    /// The stream emitted an event or asked a question it does not declare (a feature's bug:
+    /// it is stopped rather than let it send the client what nobody reviewed).
+    public static let streamUndeclared: ErrorCode = "stream.undeclared"
     /// The client sent more input than the server granted.
     public static let streamInputOverrun: ErrorCode = "stream.input_overrun"
 }

@@ -69,10 +69,15 @@ public final class StreamSession: @unchecked Sendable {
     /// The client's event window, in bytes.
     public let window: Int
 
+    /// What the stream declared it emits and asks (nil: anything, for a test's own stream).
+    private let declaration: (events: [String: JSONSchema], questions: [String: String])?
+
     /// `grantsInput`: the client learns its input allowance from `grant` lines (the socket);
-    /// in-process a sender waits for room in `input` instead.
-    package init(id: JSONValue, window: Int = StreamSession.defaultWindow, grantsInput: Bool = false, sink: StreamSink) {
+    /// in-process a sender waits for room in `input` instead. `endpoint`: the declaration
+    /// the session holds the handler to.
+    package init(id: JSONValue, window: Int = StreamSession.defaultWindow, grantsInput: Bool = false, endpoint: StreamEndpoint? = nil, sink: StreamSink) {
         self.id = id
+        declaration = endpoint.map { ($0.events, $0.questions) }
         self.window = min(max(window, Self.windowRange.lowerBound), Self.windowRange.upperBound)
         self.grantsInput = grantsInput
         credit = self.window
@@ -101,6 +106,15 @@ public final class StreamSession: @unchecked Sendable {
             assertionFailure("StreamSession.emit(\"ask\"): use ask(_:)")
             return
         }
+        if let declaration {
+            guard let schema = declaration.events[event] else {
+                return fail(TermindError(.streamUndeclared, "The stream emitted a '\(event)' event, which it does not declare (it declares \(declaration.events.keys.sorted().joined(separator: ", "))); it was stopped."))
+            }
+            let problems = schema.problems(in: .object(fields), at: event)
+            guard problems.isEmpty else {
+                return fail(TermindError(.streamUndeclared, "The stream emitted a '\(event)' event that does not match its declaration: \(problems.prefix(3).joined(separator: "; ")); it was stopped."))
+            }
+        }
         var object = fields
         object["id"] = id
         object["event"] = .string(event)
@@ -124,7 +138,14 @@ public final class StreamSession: @unchecked Sendable {
     /// Asks the client and waits for its answer; nil when the client went away, the
     /// stream was cancelled, or the client declined.
     public func ask(_ question: JSONValue) async -> JSONValue? {
-        await withCheckedContinuation { (continuation: CheckedContinuation<JSONValue?, Never>) in
+        if let declaration {
+            let topic = question["topic"]?.stringValue ?? "", kind = question["kind"]?.stringValue ?? ""
+            guard declaration.questions[topic] == kind else {
+                fail(TermindError(.streamUndeclared, "The stream asked a '\(kind)' question on topic '\(topic)', which it does not declare; it was stopped."))
+                return nil
+            }
+        }
+        return await withCheckedContinuation { (continuation: CheckedContinuation<JSONValue?, Never>) in
             let askID: Int64? = lock.withLock {
                 guard !ended else { return nil }
                 nextAsk += 1
@@ -422,11 +443,37 @@ public protocol StreamContract: Sendable {
     static var summary: String { get }
     /// Whether the stream reads `input` messages (a client sends its standard input).
     static var acceptsInput: Bool { get }
+    /// The event kinds it emits, each with the schema of its fields (`StreamEvents`); an
+    /// undeclared kind fails the stream instead of reaching the client.
+    static var events: [String: JSONSchema] { get }
+    /// The questions it may ask: topic → kind (`choice`, `confirm`, `prompts`); another
+    /// topic or kind fails the stream.
+    static var questions: [String: String] { get }
 }
 
 extension StreamContract {
     public static var id: ContractID { ContractID(name: name, version: version) }
     public static var acceptsInput: Bool { false }
+    public static var events: [String: JSONSchema] { [:] }
+    public static var questions: [String: String] { [:] }
+}
+
+/// The schemas of the event kinds the generic client renders (docs/contracts.md, Streams),
+/// for a stream's `events`.
+public enum StreamEvents {
+    /// `stdout`, `stderr`: bytes (attached or base64 `data`), no other field.
+    public static let data = fields([])
+    public static let progress = fields([("item", .string(), false), ("done", .number, true), ("total", .number, false), ("unit", .enumeration(["bytes", "items"]), false)])
+    public static let record = fields([("record", .dictionary(.any), true)])
+    public static let view = fields([("title", .string(), false), ("rows", .array(.dictionary(.any)), true), ("refresh", .number, false)])
+    public static let notice = fields([("text", .string(), true)])
+    /// Output on both streams, as a command's.
+    public static let output: [String: JSONSchema] = ["stdout": data, "stderr": data]
+
+    /// An object with these fields (closed: another field is an error).
+    public static func fields(_ fields: [(name: String, schema: JSONSchema, required: Bool)]) -> JSONSchema {
+        .object(fields.map { JSONSchema.Property(name: $0.name, schema: $0.schema, required: $0.required) })
+    }
 }
 
 /// A stream as the kernel routes it.
@@ -437,10 +484,16 @@ public struct StreamEndpoint: Sendable {
     public let acceptsInput: Bool
     public let requestSchema: JSONSchema
     public let resultSchema: JSONSchema
+    /// The event kinds it emits with their fields' schemas, and its questions (topic → kind).
+    public let events: [String: JSONSchema]
+    public let questions: [String: String]
     public let handler: @Sendable (Data, StreamSession) async throws -> Data
 
     public init(id: ContractID, summary: String, owner: String, acceptsInput: Bool, requestSchema: JSONSchema, resultSchema: JSONSchema,
+                events: [String: JSONSchema], questions: [String: String],
                 handler: @escaping @Sendable (Data, StreamSession) async throws -> Data) {
+        self.events = events
+        self.questions = questions
         self.id = id
         self.summary = summary
         self.owner = owner
@@ -456,7 +509,7 @@ public struct StreamEndpoint: Sendable {
                                                 handler: @escaping @Sendable (S.Request, StreamSession) async throws -> S.Result) -> StreamEndpoint {
         let requestSchema = SchemaDerivation.schema(for: S.Request.self)
         return StreamEndpoint(id: S.id, summary: S.summary, owner: owner, acceptsInput: S.acceptsInput, requestSchema: requestSchema,
-                              resultSchema: SchemaDerivation.schema(for: S.Result.self)) { body, session in
+                              resultSchema: SchemaDerivation.schema(for: S.Result.self), events: S.events, questions: S.questions) { body, session in
             let request: S.Request = try ContractCoding.decodeRequest(body, schema: requestSchema, contract: S.id)
             return try JSONCoding.encode(try await handler(request, session))
         }

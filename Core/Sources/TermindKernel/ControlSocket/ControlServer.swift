@@ -205,7 +205,7 @@ public final class ControlServer: @unchecked Sendable {
                             reply(Envelope.failure(id: id, error: TermindError(.streamUnknown, "This termind server has no stream '\(name)'.")))
                             continue
                         }
-                        let session = StreamSession(id: id, window: window, grantsInput: endpoint?.acceptsInput ?? true,
+                        let session = StreamSession(id: id, window: window, grantsInput: endpoint?.acceptsInput ?? true, endpoint: endpoint,
                                                     sink: .socket(binary: binary, write: reply))
                         guard streams.add(session) else {
                             reply(Envelope.failure(id: id, error: TermindError(.streamDuplicateId, "A stream with this id is already running on the connection.")))

@@ -185,7 +185,7 @@ public actor Kernel {
             .map { ContractInfo(id: $0.id.description, owner: $0.owner, summary: $0.summary, request: $0.requestSchema.json, response: $0.responseSchema.json) }
         let streams = routes.allStreams()
             .map { ContractInfo(id: $0.id.description, owner: $0.owner, summary: $0.summary, request: $0.requestSchema.json, response: $0.resultSchema.json,
-                                stream: true, acceptsInput: $0.acceptsInput) }
+                                stream: true, acceptsInput: $0.acceptsInput, events: $0.events.mapValues(\.json), questions: $0.questions) }
         return (calls + streams).filter { prefix == nil || $0.id.hasPrefix(prefix!) }
     }
 
@@ -211,7 +211,7 @@ public actor Kernel {
         // Events are handled in order on a queue of their own; each one's size is credited
         // back once `onEvent` returned, so an emitter waits for a slow consumer (a full pipe)
         // instead of queuing without bound.
-        let session = StreamSession(id: .integer(1), sink: .local({ event, size in
+        let session = StreamSession(id: .integer(1), endpoint: endpoint, sink: .local({ event, size in
             events.async {
                 if let answer = onEvent(event) { answers.session?.receive(["answer": answer]) }
                 if size > 0 { answers.session?.credit(size) }
@@ -227,7 +227,9 @@ public actor Kernel {
         onOpen(StreamControl(send: { message in session.receive(message); return true },
                              input: { data in session.input.put(data, waitForRoom: true) }))
         var result = await withTaskCancellationHandler { await work.value } onCancel: { session.cancel() }
-        if case .failure(let error) = result {
+        if let failure = session.failure {
+            result = .failure(failure)  // the session stopped the stream (it broke its declaration)
+        } else if case .failure(let error) = result {
             result = .failure(error is CancellationError ? TermindError(.streamCancelled, "The operation was cancelled.") : TermindError.from(error))
         }
         // Every event is handled before the result is (output first, then the exit status).

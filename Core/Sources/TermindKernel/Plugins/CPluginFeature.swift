@@ -69,9 +69,10 @@ final class CPluginFeature: Feature, @unchecked Sendable {
             guard let stream = ContractID(parsing: text) else { continue }
             let summary = manifest.commands.first { $0.stream == text }?.summary ?? "Stream served by C plugin '\(id)'."
             let schemas = manifest.schemas(of: text)
-            let acceptsInput = manifest.schemas[text]?.acceptsInput ?? false
-            registrar.stream(StreamEndpoint(id: stream, summary: summary, owner: id, acceptsInput: acceptsInput, requestSchema: schemas.request,
-                                            resultSchema: schemas.response) { [self] body, session in
+            let declared = manifest.schemas[text]
+            let events = (declared?.events ?? [:]).compactMapValues { try? JSONSchema.read($0, at: "events").get() }
+            registrar.stream(StreamEndpoint(id: stream, summary: summary, owner: id, acceptsInput: declared?.acceptsInput ?? false, requestSchema: schemas.request,
+                                            resultSchema: schemas.response, events: events, questions: declared?.questions ?? [:]) { [self] body, session in
                 let request = body.isEmpty ? Data("{}".utf8) : body
                 let value = try JSONCoding.parse(request, source: "The request body for \(text)")
                 let problems = schemas.request.problems(in: value)
