@@ -107,6 +107,18 @@ while time.time() < deadline:
             output += os.read(master, 65536)
         except OSError:
             pass
+# What the program wrote just before it ended.
+while True:
+    r, _, _ = select.select([master], [], [], 0.2)
+    if not r:
+        break
+    try:
+        chunk = os.read(master, 65536)
+    except OSError:
+        break
+    if not chunk:
+        break
+    output += chunk
 report["status"] = status if status is None or status >= 0 else 128 - status
 report["restored"] = termios.tcgetattr(slave) == before
 report["output"] = output.decode("utf-8", "replace")

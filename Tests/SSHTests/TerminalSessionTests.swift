@@ -76,6 +76,26 @@ final class TerminalSessionTests: XCTestCase {
         }
     }
 
+    /// The other ways out: the server going away mid-session, and a session that fails
+    /// before it starts (refused authentication) — the terminal is restored either way.
+    func testTheTerminalIsRestoredWhenTheServerGoesAwayOrTheSessionFails() throws {
+        let serve = try ServeProcess(directory: directory, arguments: [])
+        DispatchQueue.global().asyncAfter(deadline: .now() + 4) { serve.process.signal(SIGKILL) }
+        let lost = try PseudoTerminal.run(ssh(socket: serve.socketPath), steps: ready + [.sleep(8)], environment: environment)
+        _ = serve.process.wait()
+        XCTAssertEqual(lost.met, [true], lost.output)
+        XCTAssertEqual(lost.status, 1, lost.output)
+        XCTAssertTrue(lost.output.contains("closed the connection"), lost.output)
+        XCTAssertTrue(lost.restored, "the server's end left the terminal raw")
+
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", directory.file("stranger")]).status, 0)
+        let target = "ssh -p \(server.port) -i \(directory.file("stranger")) \(NSUserName())@127.0.0.1"
+        let refused = try PseudoTerminal.run([FeatureHarness.buildDirectory + "/termind", "--local", "--store", directory.file("db.sqlite"), "--secrets-key",
+                                              directory.file("k"), "ssh", target, "--accept-host-key", "once"], steps: [], environment: environment)
+        XCTAssertEqual(refused.status, 1, refused.output)
+        XCTAssertTrue(refused.restored, "a failed session left the terminal raw")
+    }
+
     func testWithoutATerminalNoRemoteTerminalIsAllocatedAndInputGoesToTheShell() throws {
         var environment = self.environment
         environment["TERM"] = nil
