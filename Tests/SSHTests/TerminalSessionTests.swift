@@ -61,7 +61,7 @@ final class TerminalSessionTests: XCTestCase {
         XCTAssertEqual(server.acceptedConnections(), 1, "the session ran on the server's pooled connection")
     }
 
-    func testCtrlCGoesToTheRemoteSideAndSIGTERMOrSIGHUPEndTheSessionWithTheTerminalRestored() throws {
+    func testCtrlCGoesToTheRemoteSideAndSIGTERMSIGHUPOrSIGINTEndTheSessionWithTheTerminalRestored() throws {
         let interrupted = try PseudoTerminal.run(ssh(), steps: ready + [
             .send("sleep 30; echo SLE''PT\n"), .sleep(0.5), .send("\u{3}"), .send("echo AFTER-$((1+1))\n"), .expect("AFTER-2"), .send("exit 9\n"),
         ], environment: environment)
@@ -69,7 +69,7 @@ final class TerminalSessionTests: XCTestCase {
         XCTAssertFalse(interrupted.output.contains("SLEPT"), "Ctrl-C interrupts the remote command")
         XCTAssertEqual(interrupted.status, 9, interrupted.output)
         XCTAssertTrue(interrupted.restored)
-        for (signal, status) in [("SIGTERM", 143), ("SIGHUP", 129)] {
+        for (signal, status) in [("SIGTERM", 143), ("SIGHUP", 129), ("SIGINT", 130)] {
             let ended = try PseudoTerminal.run(ssh(), steps: ready + [.send("sleep 30\n"), .sleep(0.5), .signal(signal)], environment: environment)
             XCTAssertEqual(ended.status, status, "\(signal): \(ended.output)")
             XCTAssertTrue(ended.restored, "\(signal) left the terminal raw")
