@@ -1,14 +1,14 @@
 import TermindCore
 
-/// Workspaces: SSH sessions on saved hosts and quick-connect targets. Its first stream runs
-/// one command (`termind exec`); the interactive terminal comes later.
+/// Workspaces: SSH sessions on saved hosts and quick-connect targets: one command
+/// (`termind exec`, Exec) or an interactive session (`termind ssh`, Terminal).
 public enum WorkspacesStreams {
     /// What connecting may ask: an unknown host key, a key's passphrase, keyboard-interactive prompts.
     public static let connectionQuestions = ["ssh.hostKey": "choice", "ssh.passphrase": "prompts", "ssh.keyboardInteractive": "prompts"]
 
     /// Runs a command on a host through its route and streams its output back.
     ///
-    /// Events: `stdout` and `stderr` (`data`: base64 bytes, as they arrive). Questions: an
+    /// Events: `stdout` and `stderr` (their bytes, as they arrive). Questions: an
     /// unknown host key (`choice`: save, once, or reject), keyboard-interactive prompts and
     /// a `-i` key's passphrase (`prompts`). Input: the client's standard input, to the
     /// command's. A cancel with `signal` ends the remote command with that signal.

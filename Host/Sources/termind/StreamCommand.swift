@@ -8,7 +8,7 @@ import TermindKernel
 /// generically, for any stream. On the running server when one answers, else in this
 /// process — the same stream code either way.
 ///
-/// * `stdout` / `stderr` events (`data`: base64) are written to ours as they arrive; with
+/// * `stdout` / `stderr` events (their bytes) are written to ours as they arrive; with
 ///   `--json` they are collected (up to 16 MiB each) into the report instead.
 /// * Questions (`ask` events) are answered from --answers, --yes or the controlling
 ///   terminal (Questions); progress, records, views and notices are shown (StreamView).

@@ -6,8 +6,8 @@ import VaultAPI
 import WorkspacesAPI
 
 /// Workspaces: SSH sessions on the Vault's hosts, over the kernel's one connection pool
-/// (`kernel.ssh`), so exec, and later the terminal, SFTP and forwarding, share connections
-/// to a route. Its first stream is `workspaces.exec@1` (`termind exec`).
+/// (`kernel.ssh`), so exec, the terminal, and later SFTP and forwarding, share connections
+/// to a route. Its streams: `workspaces.exec@1` (`termind exec`), `workspaces.terminal@1` (`termind ssh`).
 final class WorkspacesFeature: Feature {
     private struct Ports: Sendable {
         let routes: any RouteResolver
