@@ -6,42 +6,35 @@ import TermindCore
 /// problem and never contain key material or passphrases.
 public enum SSHKeyError {
     public static func passphraseRequired() -> TermindError {
-        TermindError(code: "key.passphrase_required",
-                     message: "The private key is encrypted: a passphrase is required to read it.")
+        TermindError(.keyPassphraseRequired,
+                     "The private key is encrypted: a passphrase is required to read it.")
     }
 
     public static func wrongPassphrase() -> TermindError {
-        TermindError(code: "key.wrong_passphrase",
-                     message: "The passphrase does not decrypt the private key. Check it and try again.")
+        TermindError(.keyWrongPassphrase,
+                     "The passphrase does not decrypt the private key. Check it and try again.")
     }
 
     public static func unsupported(_ what: String) -> TermindError {
-        TermindError(code: "key.unsupported", message: what)
+        TermindError(.keyUnsupported, what)
     }
 
     /// The file's structure is broken (bad base64, truncated, impossible lengths, mismatched armour).
     public static func malformed(_ what: String) -> TermindError {
-        TermindError(code: "key.malformed", message: what)
+        TermindError(.keyMalformed, what)
     }
 
     /// The file is well-formed but its contents disagree with themselves (check integers,
     /// public key copies, private and public halves): it was damaged or edited.
     public static func corrupt(_ what: String) -> TermindError {
-        TermindError(code: "key.corrupt", message: what)
+        TermindError(.keyCorrupt, what)
     }
 
     public static func notAPrivateKey(_ what: String) -> TermindError {
-        TermindError(code: "key.not_a_private_key", message: what)
+        TermindError(.keyNotAPrivateKey, what)
     }
 
     public static func generationFailed(_ what: String) -> TermindError {
-        TermindError(code: "key.generation_failed", message: what)
+        TermindError(.keyGenerationFailed, what)
     }
-}
-
-/// The key errors other modules react to.
-extension ErrorCode {
-    public static let keyPassphraseRequired: ErrorCode = "key.passphrase_required"
-    public static let keyWrongPassphrase: ErrorCode = "key.wrong_passphrase"
-    public static let keyMalformed: ErrorCode = "key.malformed"
 }

@@ -87,7 +87,7 @@ public final class SecretStore: @unchecked Sendable {
             if let wrapped = try database.query("SELECT value FROM secret_meta WHERE name = 'data_key'").first?.data("value") {
                 let passphraseProtected = try !database.query("SELECT 1 FROM secret_meta WHERE name = 'kdf'").isEmpty
                 if case .keyFile = keySource, passphraseProtected {
-                    throw TermindError(code: "secret.wrong_key", message: "The secret store \(path) is protected by a passphrase, not a key file (give it with --secrets-passphrase-file FILE). Nothing was changed.")
+                    throw TermindError(.secretWrongKey, "The secret store \(path) is protected by a passphrase, not a key file (give it with --secrets-passphrase-file FILE). Nothing was changed.")
                 }
                 // A rotation to a new key file that committed but did not move the file into
                 // place: finish it. One that did not commit: its staged file is discarded.
@@ -181,11 +181,11 @@ public final class SecretStore: @unchecked Sendable {
 
     private func unlockedSecret(_ handle: String) throws -> Secret {
         guard let sealed = try database.query("SELECT sealed FROM secrets WHERE handle = ?" + mine.clause, [handle] + mine.bindings).first?.data("sealed") else {
-            throw TermindError(code: "secret.missing", message: "No secret with handle \(handle) in \(path).")
+            throw TermindError(.secretMissing, "No secret with handle \(handle) in \(path).")
         }
         guard let box = AEAD.SealedBox(combined: sealed),
               let plain = try? AEAD.open(box, key: dataKey, associatedData: Data(handle.utf8)) else {
-            throw TermindError(code: "secret.tampered", message: "The secret \(handle) in \(path) failed authentication: the store was modified or damaged. Other secrets are unaffected.")
+            throw TermindError(.secretTampered, "The secret \(handle) in \(path) failed authentication: the store was modified or damaged. Other secrets are unaffected.")
         }
         return Secret(String(decoding: plain, as: UTF8.self))
     }
@@ -196,7 +196,7 @@ public final class SecretStore: @unchecked Sendable {
             let sealed = secret.withPlaintext { AEAD.seal(Data($0.utf8), key: dataKey, associatedData: Data(handle.utf8)) }
             try database.transaction {
                 try database.execute("UPDATE secrets SET sealed = ? WHERE handle = ?" + mine.clause, [sealed.combined, handle] + mine.bindings)
-                guard database.changes == 1 else { throw TermindError(code: "secret.missing", message: "No secret with handle \(handle) in \(path).") }
+                guard database.changes == 1 else { throw TermindError(.secretMissing, "No secret with handle \(handle) in \(path).") }
             }
         }
     }
@@ -229,7 +229,7 @@ public final class SecretStore: @unchecked Sendable {
     /// right (it opened this store).
     public func changeProtection(to newSource: KeySource) throws {
         guard owner == nil else {
-            throw TermindError(code: "secret.denied", message: "Only the kernel changes how the secret store is protected (feature '\(owner!)' asked).")
+            throw TermindError(.secretDenied, "Only the kernel changes how the secret store is protected (feature '\(owner!)' asked).")
         }
         try lock.withLock {
             let newKey = SymmetricKey.random()
@@ -275,13 +275,13 @@ public final class SecretStore: @unchecked Sendable {
             return try KeyFile.load(keyPath, create: creating)
         case .passphrase(let passphrase):
             guard !passphrase.isEmpty else {
-                throw TermindError(code: "secret.passphrase_empty", message: "The secret store passphrase must not be empty.")
+                throw TermindError(.secretPassphraseEmpty, "The secret store passphrase must not be empty.")
             }
             let parameters: KeyDerivation.ScryptParameters
             let salt: Data
             if let stored = try database.query("SELECT value FROM secret_meta WHERE name = 'kdf'").first?.data("value") {
                 guard let kdf = try? JSONDecoder().decode(StoredKDF.self, from: stored) else {
-                    throw TermindError(code: "secret.store_damaged", message: "The key-derivation settings in \(storePath) are unreadable; the store was left untouched.")
+                    throw TermindError(.secretStoreDamaged, "The key-derivation settings in \(storePath) are unreadable; the store was left untouched.")
                 }
                 parameters = kdf.scrypt
                 salt = kdf.salt
@@ -291,12 +291,12 @@ public final class SecretStore: @unchecked Sendable {
                 try database.execute("INSERT INTO secret_meta (name, value) VALUES ('kdf', ?)",
                                      [try JSONCoding.encode(StoredKDF(salt: salt, scrypt: parameters))])
             } else {
-                throw TermindError(code: "secret.wrong_key", message: "The secret store \(storePath) is protected by a key file, not a passphrase.")
+                throw TermindError(.secretWrongKey, "The secret store \(storePath) is protected by a key file, not a passphrase.")
             }
             do {
                 return try KeyDerivation.scrypt(passphrase: passphrase, salt: salt, parameters: parameters)
             } catch {
-                throw TermindError(code: "secret.kdf_failed", message: "Deriving the key of \(storePath) from the passphrase failed (scrypt N=2^\(parameters.logN), r=\(parameters.r), p=\(parameters.p)).")
+                throw TermindError(.secretKdfFailed, "Deriving the key of \(storePath) from the passphrase failed (scrypt N=2^\(parameters.logN), r=\(parameters.r), p=\(parameters.p)).")
             }
         }
     }
@@ -304,9 +304,9 @@ public final class SecretStore: @unchecked Sendable {
     private static func wrongKey(_ source: KeySource, path: String) -> TermindError {
         switch source {
         case .passphrase:
-            TermindError(code: "secret.wrong_passphrase", message: "Wrong passphrase for the secret store \(path). Nothing was changed.")
+            TermindError(.secretWrongPassphrase, "Wrong passphrase for the secret store \(path). Nothing was changed.")
         case .keyFile(let keyPath):
-            TermindError(code: "secret.wrong_key", message: "The key file \(keyPath) does not open the secret store \(path) (another key, or the store is passphrase-protected). Nothing was changed.")
+            TermindError(.secretWrongKey, "The key file \(keyPath) does not open the secret store \(path) (another key, or the store is passphrase-protected). Nothing was changed.")
         }
     }
 
@@ -355,7 +355,7 @@ enum KeyFile {
         let staged = path + ".new"
         if access(path, F_OK) == 0 { destroy(path, unlinking: false) }
         guard rename(staged, path) == 0 else {
-            throw TermindError(code: "secret.key_create_failed", message: "Cannot move the new key file \(staged) to \(path): \(String(cString: strerror(errno))).")
+            throw TermindError(.secretKeyCreateFailed, "Cannot move the new key file \(staged) to \(path): \(String(cString: strerror(errno))).")
         }
         syncDirectory(of: path)
     }
@@ -387,14 +387,14 @@ enum KeyFile {
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
-            throw TermindError(code: "secret.key_create_failed", message: "Cannot create the key file \(path): \(String(cString: strerror(errno))).")
+            throw TermindError(.secretKeyCreateFailed, "Cannot create the key file \(path): \(String(cString: strerror(errno))).")
         }
         let written = key.withBytes { Glibc.write(fd, $0, AEAD.keyLength) }
         let synced = fsync(fd) == 0
         close(fd)
         guard written == AEAD.keyLength, synced else {
             unlink(path)
-            throw TermindError(code: "secret.key_create_failed", message: "Cannot write the key file \(path).")
+            throw TermindError(.secretKeyCreateFailed, "Cannot write the key file \(path).")
         }
         return key
     }
@@ -403,18 +403,18 @@ enum KeyFile {
         var info = stat()
         if stat(path, &info) != 0 {
             guard create, errno == ENOENT else {
-                throw TermindError(code: "secret.key_missing", message: "The secret store's key file \(path) is missing; without it the stored secrets cannot be read.")
+                throw TermindError(.secretKeyMissing, "The secret store's key file \(path) is missing; without it the stored secrets cannot be read.")
             }
             return try write(SymmetricKey.random(), to: path)
         }
         guard info.st_mode & 0o077 == 0 else {
-            throw TermindError(code: "secret.key_permissions", message: "The key file \(path) is accessible by others (mode \(String(info.st_mode & 0o777, radix: 8))); run chmod 600 on it.")
+            throw TermindError(.secretKeyPermissions, "The key file \(path) is accessible by others (mode \(String(info.st_mode & 0o777, radix: 8))); run chmod 600 on it.")
         }
         guard info.st_uid == getuid() else {
-            throw TermindError(code: "secret.key_permissions", message: "The key file \(path) belongs to another user.")
+            throw TermindError(.secretKeyPermissions, "The key file \(path) belongs to another user.")
         }
         guard let data = FileManager.default.contents(atPath: path), data.count == AEAD.keyLength else {
-            throw TermindError(code: "secret.key_invalid", message: "The key file \(path) is not a termind key (expected \(AEAD.keyLength) bytes).")
+            throw TermindError(.secretKeyInvalid, "The key file \(path) is not a termind key (expected \(AEAD.keyLength) bytes).")
         }
         return SymmetricKey(bytes: data)
     }

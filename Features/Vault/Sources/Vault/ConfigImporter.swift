@@ -80,7 +80,7 @@ struct ConfigImporter {
             let changed = Set(expected.map(\.path)).union(reading.files.map(\.path)).sorted().filter { path in
                 expected.first { $0.path == path }?.sha256 != reading.files.first { $0.path == path }?.sha256
             }
-            throw TermindError(code: "vault.import_changed", message: "\(changed.joined(separator: ", ")) changed since the preview; preview again. Nothing was imported.")
+            throw TermindError(.vaultImportChanged, "\(changed.joined(separator: ", ")) changed since the preview; preview again. Nothing was imported.")
         }
         if !(request.identities ?? []).isEmpty && request.files == nil {
             throw TermindError.badRequest("files: importing identities imports private keys, so the commit needs the digests the preview returned (its files) to check nothing changed since.")
@@ -112,8 +112,8 @@ struct ConfigImporter {
         let invalid = selected.filter { !candidates[$0]!.problems.isEmpty }
         guard invalid.isEmpty else {
             let reasons = invalid.map { alias in "'\(alias)': \(candidates[alias]!.problems.joined(separator: "; "))" }
-            throw TermindError(code: "vault.import_invalid_host",
-                               message: "\(invalid.count == 1 ? "This host is" : "These hosts are") not importable, as OpenSSH would refuse \(invalid.count == 1 ? "it" : "them"): "
+            throw TermindError(.vaultImportInvalidHost,
+                               "\(invalid.count == 1 ? "This host is" : "These hosts are") not importable, as OpenSSH would refuse \(invalid.count == 1 ? "it" : "them"): "
                                    + reasons.joined(separator: " · ") + ". Fix the file and preview again. Nothing was imported.")
         }
         let order = try Self.dependencyOrder(selected, hops: { candidates[$0]!.proxyJump.map(\.host) })
@@ -131,7 +131,7 @@ struct ConfigImporter {
                     var jump: [String] = []
                     for hop in resolved.proxyJump.map(\.host) {
                         guard let saved = try hosts.find(hop) else {
-                            throw TermindError(code: "vault.import_jump_missing", message: "Jump host '\(hop)' of '\(alias)' is neither saved nor selected; select it too. Nothing was imported.")
+                            throw TermindError(.vaultImportJumpMissing, "Jump host '\(hop)' of '\(alias)' is neither saved nor selected; select it too. Nothing was imported.")
                         }
                         jump.append(saved.id)
                     }
@@ -182,12 +182,12 @@ struct ConfigImporter {
     static func rereadKey(_ path: String, expected: [ImportContracts.FileDigest]?) throws -> SSHPrivateKey {
         // One read: the bytes digested are the bytes parsed.
         guard let data = FileManager.default.contents(atPath: path), data.count <= 64 * 1024 else {
-            throw TermindError(code: "vault.import_changed", message: "The key file \(path) is gone or unreadable since the preview. Nothing was imported.")
+            throw TermindError(.vaultImportChanged, "The key file \(path) is gone or unreadable since the preview. Nothing was imported.")
         }
         let now = fileDigest(path, data).sha256
         if let expected {
             guard let before = expected.first(where: { $0.path == path }), before.sha256 == now else {
-                throw TermindError(code: "vault.import_changed", message: "The key file \(path) changed since the preview; preview again. Nothing was imported.")
+                throw TermindError(.vaultImportChanged, "The key file \(path) changed since the preview; preview again. Nothing was imported.")
             }
         }
         do {
@@ -208,7 +208,7 @@ struct ConfigImporter {
         func visit(_ alias: String) throws {
             if state[alias] == true { return }
             if state[alias] == false {
-                throw TermindError(code: "vault.import_jump_cycle", message: "The jump route of '\(alias)' leads back to itself. Nothing was imported.")
+                throw TermindError(.vaultImportJumpCycle, "The jump route of '\(alias)' leads back to itself. Nothing was imported.")
             }
             state[alias] = false
             for hop in hops(alias) where chosen.contains(hop) && hop != alias { try visit(hop) }

@@ -23,7 +23,7 @@ struct HostRepository: Sendable {
 
     func get(_ ref: String) throws -> HostRecord {
         guard let host = try find(ref) else {
-            throw TermindError(code: "vault.host_not_found", message: "No saved host with id or label '\(ref)'. Run 'termind vault host list'.")
+            throw TermindError(.vaultHostNotFound, "No saved host with id or label '\(ref)'. Run 'termind vault host list'.")
         }
         return host
     }
@@ -71,7 +71,7 @@ struct HostRepository: Sendable {
             let host = try get(ref)
             let routedThrough = try list(tag: nil).filter { $0.jump.contains(host.id) }.map(\.label)
             guard routedThrough.isEmpty else {
-                throw TermindError(code: "vault.host_in_use", message: "Host '\(host.label)' is a jump host for \(routedThrough.map { "'\($0)'" }.joined(separator: ", ")); change their routes first.")
+                throw TermindError(.vaultHostInUse, "Host '\(host.label)' is a jump host for \(routedThrough.map { "'\($0)'" }.joined(separator: ", ")); change their routes first.")
             }
             try db.execute("DELETE FROM vault_hosts WHERE id = ?", [host.id])
             return host.id
@@ -94,7 +94,7 @@ struct HostRepository: Sendable {
             let owner = try db.query("SELECT id FROM vault_hosts WHERE label = ? COLLATE NOCASE", [candidate]).first?.string("id")
             if owner == nil || owner == id { return candidate }
         }
-        throw TermindError(code: "vault.label_taken", message: "label: '\(candidates.last!)' is already used by another host; choose a label.")
+        throw TermindError(.vaultLabelTaken, "label: '\(candidates.last!)' is already used by another host; choose a label.")
     }
 
     /// Resolves jump refs to ids; at most seven jumps (eight hosts), no host twice, not the target.

@@ -22,7 +22,7 @@ struct IdentityRepository: Sendable {
 
     func get(_ ref: String) throws -> IdentityRecord {
         guard let identity = try find(ref) else {
-            throw TermindError(code: "vault.identity_not_found", message: "No identity with id or label '\(ref)'. Run 'termind vault identity list'.")
+            throw TermindError(.vaultIdentityNotFound, "No identity with id or label '\(ref)'. Run 'termind vault identity list'.")
         }
         return identity
     }
@@ -97,7 +97,7 @@ struct IdentityRepository: Sendable {
             let identity = try get(ref)
             let users = try hosts.labels(usingIdentity: identity.id)
             guard users.isEmpty else {
-                throw TermindError(code: "vault.identity_in_use", message: "Identity '\(identity.label)' is used by \(users.count == 1 ? "host" : "hosts") \(users.map { "'\($0)'" }.joined(separator: ", ")); change or delete \(users.count == 1 ? "it" : "them") first.")
+                throw TermindError(.vaultIdentityInUse, "Identity '\(identity.label)' is used by \(users.count == 1 ? "host" : "hosts") \(users.map { "'\($0)'" }.joined(separator: ", ")); change or delete \(users.count == 1 ? "it" : "them") first.")
             }
             let handle = try db.query("SELECT password_handle FROM vault_identities WHERE id = ?", [identity.id]).first?.string("password_handle")
             try db.execute("DELETE FROM vault_identities WHERE id = ?", [identity.id])
@@ -110,7 +110,7 @@ struct IdentityRepository: Sendable {
     private func ensureLabelFree(_ label: String, excluding id: String?) throws {
         let owner = try db.query("SELECT id FROM vault_identities WHERE label = ? COLLATE NOCASE", [label]).first?.string("id")
         if let owner, owner != id {
-            throw TermindError(code: "vault.label_taken", message: "label: '\(label)' is already used by another identity; choose a label.")
+            throw TermindError(.vaultLabelTaken, "label: '\(label)' is already used by another identity; choose a label.")
         }
     }
 
@@ -145,7 +145,7 @@ struct SnippetRepository: Sendable {
     func delete(_ ref: String) throws -> String {
         guard let id = try db.query("SELECT id FROM vault_snippets WHERE id = ?", [ref]).first?.string("id")
                 ?? db.query("SELECT id FROM vault_snippets WHERE label = ? LIMIT 1", [ref]).first?.string("id") else {
-            throw TermindError(code: "vault.snippet_not_found", message: "No snippet with id or label '\(ref)'.")
+            throw TermindError(.vaultSnippetNotFound, "No snippet with id or label '\(ref)'.")
         }
         try db.execute("DELETE FROM vault_snippets WHERE id = ?", [id])
         return id

@@ -24,7 +24,7 @@ struct KeyRepository: Sendable {
 
     func get(_ ref: String) throws -> KeyRecord {
         guard let key = try find(ref) else {
-            throw TermindError(code: "vault.key_not_found", message: "No key with id, label or fingerprint '\(ref)'. Run 'termind vault key list'.")
+            throw TermindError(.vaultKeyNotFound, "No key with id, label or fingerprint '\(ref)'. Run 'termind vault key list'.")
         }
         return key
     }
@@ -50,7 +50,7 @@ struct KeyRepository: Sendable {
 
     func importFile(_ r: KeyContracts.Import.Request) throws -> KeyRecord {
         guard let data = FileManager.default.contents(atPath: r.path) else {
-            throw TermindError(code: "vault.key_unreadable", message: "Cannot read the key file \(r.path).")
+            throw TermindError(.vaultKeyUnreadable, "Cannot read the key file \(r.path).")
         }
         guard data.count <= 64 * 1024 else { throw TermindError(code: "key.malformed", message: "\(r.path) is too large to be a private key.") }
         let text = Secret(String(decoding: data, as: UTF8.self))
@@ -94,7 +94,7 @@ struct KeyRepository: Sendable {
         let key = try get(ref)
         let users = try db.query("SELECT label FROM vault_identities WHERE key_id = ? ORDER BY label COLLATE NOCASE", [key.id]).compactMap { $0.string("label") }
         guard users.isEmpty else {
-            throw TermindError(code: "vault.key_in_use", message: "Key '\(key.label)' is used by \(users.count == 1 ? "identity" : "identities") \(users.map { "'\($0)'" }.joined(separator: ", ")); detach it first.")
+            throw TermindError(.vaultKeyInUse, "Key '\(key.label)' is used by \(users.count == 1 ? "identity" : "identities") \(users.map { "'\($0)'" }.joined(separator: ", ")); detach it first.")
         }
         let handle = try db.query("SELECT private_handle FROM vault_keys WHERE id = ?", [key.id]).first?.string("private_handle")
         try db.execute("DELETE FROM vault_keys WHERE id = ?", [key.id])
@@ -115,7 +115,7 @@ struct KeyRepository: Sendable {
             try !db.query("SELECT 1 FROM vault_keys WHERE label = ? COLLATE NOCASE", [label]).isEmpty
         }
         if !typed.isEmpty {
-            guard try !taken(typed) else { throw TermindError(code: "vault.label_taken", message: "label: '\(typed)' is already used by another key; choose a label.") }
+            guard try !taken(typed) else { throw TermindError(.vaultLabelTaken, "label: '\(typed)' is already used by another key; choose a label.") }
             return typed
         }
         if try !taken(base) { return base }

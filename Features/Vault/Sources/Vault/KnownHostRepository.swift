@@ -59,7 +59,7 @@ struct KnownHostRepository: Sendable {
     func remove(_ id: String) throws -> String {
         try db.execute("DELETE FROM vault_known_hosts WHERE id = ?", [id])
         guard db.changes == 1 else {
-            throw TermindError(code: "vault.knownhost_not_found", message: "No known-host entry with id '\(id)'. Run 'termind vault knownhost list'.")
+            throw TermindError(.vaultKnownhostNotFound, "No known-host entry with id '\(id)'. Run 'termind vault knownhost list'.")
         }
         return id
     }

@@ -140,12 +140,12 @@ extension VaultFeature {
             guard let path = r.path else { return .init(entries: count, text: text) }
             let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             guard fd >= 0 else {
-                throw TermindError(code: "vault.export_failed", message: "Cannot create \(path): \(String(cString: strerror(errno))) (an existing file is never overwritten).")
+                throw TermindError(.vaultExportFailed, "Cannot create \(path): \(String(cString: strerror(errno))) (an existing file is never overwritten).")
             }
             defer { close(fd) }
             let bytes = Array(text.utf8)
             guard write(fd, bytes, bytes.count) == bytes.count else {
-                throw TermindError(code: "vault.export_failed", message: "Writing \(path) failed: \(String(cString: strerror(errno))).")
+                throw TermindError(.vaultExportFailed, "Writing \(path) failed: \(String(cString: strerror(errno))).")
             }
             return .init(entries: count, text: nil)
         }

@@ -19,7 +19,7 @@ public struct HostKey: Sendable, Hashable, CustomStringConvertible {
         switch HostKey.decode(typeName: algorithm, blob: blob) {
         case .success(let key): self = key
         case .failure(let reason):
-            throw TermindError(code: "host_key.invalid", message: "Public key of type '\(algorithm)': \(reason.text).")
+            throw TermindError(.hostKeyInvalid, "Public key of type '\(algorithm)': \(reason.text).")
         }
     }
 
@@ -27,12 +27,12 @@ public struct HostKey: Sendable, Hashable, CustomStringConvertible {
     public init(openSSHLine: String) throws {
         let fields = openSSHLine.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" })
         guard fields.count >= 2 else {
-            throw TermindError(code: "host_key.invalid", message: "Public key text: expected 'type base64 [comment]', found \(fields.count) field(s).")
+            throw TermindError(.hostKeyInvalid, "Public key text: expected 'type base64 [comment]', found \(fields.count) field(s).")
         }
         switch HostKey.decode(typeName: String(fields[0]), base64: String(fields[1])) {
         case .success(let key): self = key
         case .failure(let reason):
-            throw TermindError(code: "host_key.invalid", message: "Public key text of type '\(fields[0])': \(reason.text).")
+            throw TermindError(.hostKeyInvalid, "Public key text of type '\(fields[0])': \(reason.text).")
         }
     }
 

@@ -66,21 +66,21 @@ public enum QuickConnect {
         } catch {
             switch error {
             case .unterminatedQuote(let q):
-                throw TermindError(code: "quick_connect.bad_quotes", message: "'\(input)' has an unterminated \(q) quote.")
+                throw TermindError(.quickConnectBadQuotes, "'\(input)' has an unterminated \(q) quote.")
             case .trailingBackslash:
-                throw TermindError(code: "quick_connect.bad_quotes", message: "'\(input)' ends with a backslash that escapes nothing.")
+                throw TermindError(.quickConnectBadQuotes, "'\(input)' ends with a backslash that escapes nothing.")
             }
         }
         guard let first = words.first else {
-            throw TermindError(code: "quick_connect.empty", message: "Enter a host to connect to, such as 'user@host:22' or 'ssh -p 2222 host'.")
+            throw TermindError(.quickConnectEmpty, "Enter a host to connect to, such as 'user@host:22' or 'ssh -p 2222 host'.")
         }
         let target: QuickConnectTarget
         if first == "ssh" {
             target = try parseCommand(Array(words.dropFirst()))
         } else {
             if words.count > 1 {
-                throw TermindError(code: "quick_connect.unexpected_argument",
-                                   message: "Unexpected '\(words[1])' after '\(first)': enter one host, or an 'ssh ...' command.")
+                throw TermindError(.quickConnectUnexpectedArgument,
+                                   "Unexpected '\(words[1])' after '\(first)': enter one host, or an 'ssh ...' command.")
             }
             let endpoint = try parseEndpoint(first, allowPort: true, what: "host")
             target = QuickConnectTarget(host: endpoint.host, user: endpoint.user, port: endpoint.port ?? 22,
@@ -96,15 +96,15 @@ public enum QuickConnect {
     public static func validateRoute(_ hops: [SSHJumpHop], to target: SSHJumpHop) throws {
         let route = hops + [target]
         if route.count > maxRouteHosts {
-            throw TermindError(code: "quick_connect.route_too_long",
-                               message: "The route has \(route.count) hosts (\(route.map(\.description).joined(separator: " -> "))); at most \(maxRouteHosts) are allowed, including the target.")
+            throw TermindError(.quickConnectRouteTooLong,
+                               "The route has \(route.count) hosts (\(route.map(\.description).joined(separator: " -> "))); at most \(maxRouteHosts) are allowed, including the target.")
         }
         var seen: [String: SSHJumpHop] = [:]
         for hop in route {
             let key = "\(hop.host.lowercased())|\(hop.port ?? 22)"
             if let earlier = seen[key] {
-                throw TermindError(code: "quick_connect.route_cycle",
-                                   message: "The route visits \(hop.host):\(hop.port ?? 22) twice ('\(earlier)' and '\(hop)'); remove the repeated hop.")
+                throw TermindError(.quickConnectRouteCycle,
+                                   "The route visits \(hop.host):\(hop.port ?? 22) twice ('\(earlier)' and '\(hop)'); remove the repeated hop.")
             }
             seen[key] = hop
         }
@@ -124,14 +124,14 @@ public enum QuickConnect {
         func setUser(_ value: String, from source: String) throws {
             try validateUser(value, in: source)
             if let existing = user, existing.value != value {
-                throw TermindError(code: "quick_connect.conflict", message: "'\(existing.from)' and '\(source)' name different users; give one.")
+                throw TermindError(.quickConnectConflict, "'\(existing.from)' and '\(source)' name different users; give one.")
             }
             user = (value, source)
         }
         func setPort(_ value: String, from source: String) throws {
             let number = try parsePort(value, in: source)
             if let existing = port, existing.value != number {
-                throw TermindError(code: "quick_connect.conflict", message: "'\(existing.from)' and '\(source)' name different ports; give one.")
+                throw TermindError(.quickConnectConflict, "'\(existing.from)' and '\(source)' name different ports; give one.")
             }
             port = (number, source)
         }
@@ -142,21 +142,21 @@ public enum QuickConnect {
             if !optionsEnded && word == "--" { optionsEnded = true; continue }
             guard !optionsEnded, word.hasPrefix("-"), word.count > 1 else {
                 if hostToken != nil {
-                    throw TermindError(code: "quick_connect.unexpected_argument",
-                                       message: "Unexpected '\(word)' after the host: remote commands and extra arguments are not supported.")
+                    throw TermindError(.quickConnectUnexpectedArgument,
+                                       "Unexpected '\(word)' after the host: remote commands and extra arguments are not supported.")
                 }
                 hostToken = word
                 continue
             }
             let flag = word.dropFirst().first!
             guard "plijoJ".contains(flag) else {
-                throw TermindError(code: "quick_connect.unsupported_option",
-                                   message: "'\(word)' is not supported; use -p PORT, -l USER, -i KEYFILE, -J HOPS, -o Port=N or -o User=NAME.")
+                throw TermindError(.quickConnectUnsupportedOption,
+                                   "'\(word)' is not supported; use -p PORT, -l USER, -i KEYFILE, -J HOPS, -o Port=N or -o User=NAME.")
             }
             var value = String(word.dropFirst(2))
             if value.isEmpty {
                 guard i < words.count else {
-                    throw TermindError(code: "quick_connect.missing_argument", message: "'\(word)' needs a value.")
+                    throw TermindError(.quickConnectMissingArgument, "'\(word)' needs a value.")
                 }
                 value = words[i]
                 i += 1
@@ -167,12 +167,12 @@ public enum QuickConnect {
             case "l": try setUser(value, from: source)
             case "i":
                 guard !value.isEmpty, !value.unicodeScalars.contains(where: isControl) else {
-                    throw TermindError(code: "quick_connect.bad_identity", message: "'\(source)': the key file name is empty or has control characters.")
+                    throw TermindError(.quickConnectBadIdentity, "'\(source)': the key file name is empty or has control characters.")
                 }
                 identityFiles.append(value)
             case "J":
                 if jump != nil {
-                    throw TermindError(code: "quick_connect.conflict", message: "'\(source)': only one -J is allowed; list hops separated by commas.")
+                    throw TermindError(.quickConnectConflict, "'\(source)': only one -J is allowed; list hops separated by commas.")
                 }
                 jump = try parseJumpList(value, in: source)
             default: // "o"
@@ -181,13 +181,13 @@ public enum QuickConnect {
                 case "port" where !argument.isEmpty: try setPort(argument, from: source)
                 case "user" where !argument.isEmpty: try setUser(argument, from: source)
                 default:
-                    throw TermindError(code: "quick_connect.unsupported_option",
-                                       message: "'\(source)' is not supported; only -o Port=N and -o User=NAME are.")
+                    throw TermindError(.quickConnectUnsupportedOption,
+                                       "'\(source)' is not supported; only -o Port=N and -o User=NAME are.")
                 }
             }
         }
         guard let hostToken else {
-            throw TermindError(code: "quick_connect.missing_host", message: "The ssh command names no host; add [user@]host.")
+            throw TermindError(.quickConnectMissingHost, "The ssh command names no host; add [user@]host.")
         }
         let endpoint: SSHJumpHop
         if hostToken.hasPrefix("ssh://") {
@@ -214,7 +214,7 @@ public enum QuickConnect {
             do {
                 return try parseEndpoint(String(part), allowPort: true, what: "jump host")
             } catch let error as TermindError {
-                throw TermindError(code: "quick_connect.bad_jump", message: "'\(source)': \(error.message)")
+                throw TermindError(.quickConnectBadJump, "'\(source)': \(error.message)")
             }
         }
     }
@@ -229,7 +229,7 @@ public enum QuickConnect {
             rest = rest.dropFirst(6)
             if rest.hasSuffix("/") { rest = rest.dropLast() }
             if rest.contains("/") {
-                throw TermindError(code: "quick_connect.bad_host", message: "'\(text)': an ssh:// address cannot have a path.")
+                throw TermindError(.quickConnectBadHost, "'\(text)': an ssh:// address cannot have a path.")
             }
         }
         var user: String?
@@ -244,25 +244,25 @@ public enum QuickConnect {
         var portPart: Substring?
         if rest.hasPrefix("[") {
             guard let close = rest.firstIndex(of: "]") else {
-                throw TermindError(code: "quick_connect.bad_host", message: "'\(text)': the '[' around the address is not closed.")
+                throw TermindError(.quickConnectBadHost, "'\(text)': the '[' around the address is not closed.")
             }
             hostPart = rest[rest.index(after: rest.startIndex)..<close]
             let after = rest[rest.index(after: close)...]
             if after.hasPrefix(":") {
                 portPart = after.dropFirst()
             } else if !after.isEmpty {
-                throw TermindError(code: "quick_connect.bad_host", message: "'\(text)': unexpected '\(after)' after the address.")
+                throw TermindError(.quickConnectBadHost, "'\(text)': unexpected '\(after)' after the address.")
             }
             guard hostPart.contains(":") else {
-                throw TermindError(code: "quick_connect.bad_host", message: "'\(text)': brackets are only for IPv6 addresses.")
+                throw TermindError(.quickConnectBadHost, "'\(text)': brackets are only for IPv6 addresses.")
             }
         } else if rest.filter({ $0 == ":" }).count == 1, let colon = rest.firstIndex(of: ":") {
             hostPart = rest[..<colon]
             portPart = rest[rest.index(after: colon)...]
         }
         if let portPart, !allowPort {
-            throw TermindError(code: "quick_connect.bad_host",
-                               message: "'\(text)': ssh does not take host:port; use -p \(portPart) or ssh://\(hostPart.contains(":") ? "[\(hostPart)]" : String(hostPart)):\(portPart).")
+            throw TermindError(.quickConnectBadHost,
+                               "'\(text)': ssh does not take host:port; use -p \(portPart) or ssh://\(hostPart.contains(":") ? "[\(hostPart)]" : String(hostPart)):\(portPart).")
         }
         let host = try validateHost(String(hostPart), in: text, what: what)
         let port = try portPart.map { try parsePort(String($0), in: text) }
@@ -272,7 +272,7 @@ public enum QuickConnect {
     static func parsePort(_ text: String, in source: String) throws -> Int {
         guard !text.isEmpty, text.count <= 5, text.allSatisfy({ $0.isASCII && $0.isNumber }),
               let value = Int(text), (1...65535).contains(value) else {
-            throw TermindError(code: "quick_connect.bad_port", message: "'\(source)': port '\(text)' is not a number from 1 to 65535.")
+            throw TermindError(.quickConnectBadPort, "'\(source)': port '\(text)' is not a number from 1 to 65535.")
         }
         return value
     }
@@ -284,8 +284,8 @@ public enum QuickConnect {
             || user.unicodeScalars.contains(where: { isControl($0) || $0 == " " })
             || user.contains(where: { userForbidden.contains($0) })
         if bad {
-            throw TermindError(code: "quick_connect.bad_user",
-                               message: "'\(source)': user name '\(user)' is empty, starts with '-', or has spaces, control or shell characters.")
+            throw TermindError(.quickConnectBadUser,
+                               "'\(source)': user name '\(user)' is empty, starts with '-', or has spaces, control or shell characters.")
         }
     }
 
@@ -293,7 +293,7 @@ public enum QuickConnect {
     /// or an IPv6 address with an optional `%zone`. Returns the host without brackets.
     static func validateHost(_ host: String, in source: String, what: String) throws -> String {
         func fail(_ why: String) -> TermindError {
-            TermindError(code: "quick_connect.bad_host", message: "'\(source)': \(what) '\(host)' \(why).")
+            TermindError(.quickConnectBadHost, "'\(source)': \(what) '\(host)' \(why).")
         }
         if host.isEmpty { throw fail("is empty") }
         if host.contains(":") {

@@ -141,8 +141,8 @@ extension SSHConfig {
         mutating func parseFile(_ text: String, path: String, depth: Int, include: IncludeResolver) -> [Entry] {
             filesRead += 1
             guard text.utf8.count <= SSHConfig.maxFileBytes else {
-                errors.append(TermindError(code: "ssh_config.file_too_large",
-                                           message: "\(path) is \(text.utf8.count) bytes; ssh_config files larger than \(SSHConfig.maxFileBytes) bytes are not read."))
+                errors.append(TermindError(.sshConfigFileTooLarge,
+                                           "\(path) is \(text.utf8.count) bytes; ssh_config files larger than \(SSHConfig.maxFileBytes) bytes are not read."))
                 return []
             }
             var entries: [Entry] = []
