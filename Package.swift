@@ -69,7 +69,7 @@ let package = Package(
         // The Vault's pure rules (known_hosts, ssh_config, quick-connect), unit-tested directly.
         .target(
             name: "VaultRules",
-            dependencies: [core],
+            dependencies: [core, apis],
             path: "Features/Vault/Sources/VaultRules"
         ),
         .target(

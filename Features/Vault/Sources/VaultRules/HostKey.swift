@@ -1,5 +1,6 @@
 import Foundation
 import TermindCore
+import VaultAPI
 import TermindCrypto
 
 /// A public host key as its SSH wire blob, as written in known_hosts and `*.pub` files.

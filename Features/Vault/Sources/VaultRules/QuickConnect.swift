@@ -1,5 +1,6 @@
 import Foundation
 import TermindCore
+import VaultAPI
 
 /// One host on a route: `[user@]host[:port]`. `host` has no brackets (`fe80::1%eth0`);
 /// a nil `port` means 22 unless the host's own configuration says otherwise.

@@ -1,4 +1,5 @@
 import TermindCore
+import VaultAPI
 
 extension SSHConfig {
     /// Parses `text` (the file at `path`) and every file its `Include` lines name, following
