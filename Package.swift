@@ -74,7 +74,7 @@ let package = Package(
         ),
         .target(
             name: "TermindHarness",
-            dependencies: [core],
+            dependencies: [core, apis],
             path: "Tests/Harness"
         ),
         .target(
