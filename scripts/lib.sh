@@ -49,7 +49,7 @@ build() {
     local log status=0
     log="$(mktemp)"
     swift build "$@" > "$log" 2>&1 || status=$?
-    if [ "$status" -ne 0 ] || grep -v "Compiling plugin" "$log" | grep -qE "Compiling|Linking|warning:|error:"; then cat "$log" >&2; fi
+    if [ "$status" -ne 0 ] || awk '!/Compiling plugin/ && /Compiling|Linking|warning:|error:/ { found = 1 } END { exit !found }' "$log"; then cat "$log" >&2; fi
     rm -f "$log"
     [ "$status" -eq 0 ] || return "$status"
     BIN="$(swift build "$@" --show-bin-path)"

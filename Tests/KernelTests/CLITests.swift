@@ -203,7 +203,9 @@ final class CLITests: XCTestCase {
         let ready = message()
         XCTAssertTrue(ready.hasPrefix("READY=1\nMAINPID=\(server.pid)\n"), ready)
         // Ready means ready: a client is answered at once.
-        XCTAssertEqual(try run(["--json", "features"], socket: socketPath).status, 0)
+        let answered = try run(["--json", "features"], socket: socketPath)
+        XCTAssertEqual(answered.status, 0)
+        XCTAssertEqual(try json(answered)["server"], .bool(true), "answered in-process, not by the server")
         server.signal(SIGTERM)
         XCTAssertEqual(message(), "STOPPING=1")
         XCTAssertEqual(server.wait(), 0)

@@ -132,6 +132,7 @@ final class StreamRenderingTests: XCTestCase {
             let event = try run(["show", "--undeclared", "true", "--stdout", "never\n"], socket: socket)
             XCTAssertEqual(event.status, 1, event.stderr)
             XCTAssertTrue(event.stderr.contains("emitted a 'surprise' event, which it does not declare"), event.stderr)
+            XCTAssertFalse(event.stdout.contains("answers"), "the stream went on to its result: \(event.stdout)")
             let question = try run(["--yes", "show", "--ask", "undeclared"], socket: socket)
             XCTAssertEqual(question.status, 1, question.stderr)
             XCTAssertTrue(question.stderr.contains("asked a 'confirm' question on topic 'fixture.elsewhere', which it does not declare"), question.stderr)

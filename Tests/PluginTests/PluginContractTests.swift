@@ -11,6 +11,7 @@ final class PluginContractTests: XCTestCase {
     static let source = #"""
     #include "termind_plugin.h"
     #include <math.h>
+    #include <stdlib.h>
     #include <stdint.h>
     #include <stdlib.h>
     #include <string.h>
@@ -52,9 +53,11 @@ final class PluginContractTests: XCTestCase {
         *reply = copy_string("not this one");
         return TERMIND_ERR_FAILED;
     }
+    /* Past the declared size: a host that read it anyway would find a function that aborts. */
+    static int beyond_size(const char *n, const char *r, size_t l, void *s, char **reply) { (void)n; (void)r; (void)l; (void)s; (void)reply; abort(); }
     static const termind_plugin_descriptor descriptor = {
         /* As a plugin built before streams: its descriptor ends before handle_stream. */
-        offsetof(termind_plugin_descriptor, handle_stream), TERMIND_PLUGIN_ABI_VERSION, "shapes", "1.0.0", NULL, NULL, handle, NULL
+        offsetof(termind_plugin_descriptor, handle_stream), TERMIND_PLUGIN_ABI_VERSION, "shapes", "1.0.0", NULL, NULL, handle, beyond_size
     };
     const termind_plugin_descriptor *termind_plugin_entry_v1(const termind_host_api *api) { host = api; return &descriptor; }
     """#
@@ -63,6 +66,7 @@ final class PluginContractTests: XCTestCase {
     {"id": "shapes", "version": "1.0.0", "abi": 1, "kind": "c", "library": "libshapes.so",
      "contracts": ["shapes.echo@1", "shapes.big@1", "shapes.empty@1", "shapes.latin1@1", "shapes.unknown@1", "shapes.odd@1",
                    "shapes.typed@1", "shapes.failed@1"],
+     "streams": ["shapes.stream@1"],
      "schemas": {"shapes.typed@1": {
         "request": {"type": "object", "properties": {"name": {"type": "string"}, "count": {"type": "integer"}}, "required": ["name"]},
         "response": {"type": "object", "properties": {"greeting": {"type": "string"}}, "required": ["greeting"]}}},
@@ -143,6 +147,18 @@ final class PluginContractTests: XCTestCase {
             let error = await failure("shapes.fn.\(name)@1")
             XCTAssertEqual(error?.code, "plugin.bad_reply", name)
             XCTAssertEqual(error?.message, "plugin 'shapes': function '\(name)' (shapes.fn.\(name)@1) \(detail).")
+        }
+    }
+
+    /// The plugin's descriptor ends before handle_stream (as one built before streams): the
+    /// host must not read past its size, where a function that aborts is waiting.
+    func testAStreamOfAPluginBuiltBeforeStreamsIsRefusedWithoutReadingPastItsDescriptor() async throws {
+        do {
+            _ = try await kernel.runStream("shapes.stream@1", body: Data("{}".utf8)) { _ in nil }
+            XCTFail("the plugin serves no stream")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "plugin.unhandled")
+            XCTAssertTrue(error.message.contains("has no handle_stream"), error.message)
         }
     }
 

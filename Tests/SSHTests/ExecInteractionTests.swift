@@ -169,11 +169,15 @@ final class ExecInteractionTests: XCTestCase {
         let daemon = try SpawnedProcess(termind, store + ["serve"], environment: environment, currentDirectory: "/", captureOutput: false)
         defer { daemon.signal(SIGTERM); daemon.wait() }
         for _ in 0..<100 where !FileManager.default.fileExists(atPath: directory.file("termind.sock")) { usleep(50_000) }
+        XCTAssertTrue(FileManager.default.fileExists(atPath: directory.file("termind.sock")), "termind serve is not listening")
         let result = try ProcessRunner.run("/usr/bin/setsid", ["-w", termind] + store + ["exec", "ssh -p \(server.port) -i ./id \(user)@127.0.0.1",
                                                                                          "--accept-host-key", "once", "--", "echo", "relative"],
                                            environment: environment, currentDirectory: directory.path)
         XCTAssertEqual(result.status, 0, result.stderr)
         XCTAssertEqual(result.stdout, "relative\n")
+        // It ran inside the server: the server keeps the connection open for the next run
+        // (an in-process run's connection ends with the process).
+        XCTAssertEqual(server.acceptedConnections(), 1, "the command did not run inside serve")
     }
 
     func testWordsAfterTheSeparatorAreJoinedIntoOneRemoteCommandLineAsSSHJoinsThem() throws {

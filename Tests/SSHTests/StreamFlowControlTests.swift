@@ -41,10 +41,16 @@ final class StreamFlowControlTests: XCTestCase {
             .map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
     }
 
-    private func shell(_ script: String) throws -> ProcessResult {
+    /// The environment of the clients: nothing that would make them boot in-process.
+    private var environment: [String: String] {
         var environment = ProcessInfo.processInfo.environment
         environment["HOME"] = directory.file("home")
-        return try ProcessRunner.run("/bin/bash", ["-c", script], environment: environment)
+        for name in ["TERMIND_PLUGINS", "TERMIND_FEATURES", "TERMIND_REGISTRY"] { environment.removeValue(forKey: name) }
+        return environment
+    }
+
+    private func shell(_ script: String) throws -> ProcessResult {
+        try ProcessRunner.run("/bin/bash", ["-c", script], environment: environment)
     }
 
     func testAGibibyteFlowsEachWayThroughServeUnchangedWithBoundedServerMemory() throws {
@@ -70,8 +76,6 @@ final class StreamFlowControlTests: XCTestCase {
 
     func testAClientThatStopsReadingHoldsTheCommandBackAndStallsNobodyElse() throws {
         let before = serve.residentBytes()
-        var environment = ProcessInfo.processInfo.environment
-        environment["HOME"] = directory.file("home")
         // 96 MiB of output to a client whose standard output nobody reads for a while
         // (queued on the server, it would be more than twice the bound below).
         let size = 96 << 20
@@ -87,6 +91,7 @@ final class StreamFlowControlTests: XCTestCase {
         let grown = serve.residentBytes() - before
         XCTAssertLessThan(grown, 48 << 20, "the server holds \(grown >> 20) MiB for a client that does not read")
         XCTAssertTrue(stalled.isRunning, "the stalled client ended before it was read")
+        XCTAssertEqual(server.acceptedConnections(), 1, "the clients did not run inside serve")
 
         // Once read, every byte arrives.
         let (output, errors) = stalled.readAll()

@@ -96,6 +96,25 @@ final class TerminalSessionTests: XCTestCase {
         XCTAssertTrue(refused.restored, "a failed session left the terminal raw")
     }
 
+    /// Questions asked while connecting see a cooked terminal: a passphrase typed with
+    /// Enter (a carriage return, as a real terminal sends it) is read, and the terminal goes
+    /// raw only once the session has started.
+    func testAPassphraseIsAskedOnACookedTerminalBeforeTheSessionGoesRaw() throws {
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "pass-phrase-7", "-f", directory.file("locked")]).status, 0)
+        let locked = try String(contentsOfFile: directory.file("locked.pub"), encoding: .utf8)
+        try (try String(contentsOfFile: server.directory.file("authorized_keys"), encoding: .utf8) + locked)
+            .write(toFile: server.directory.file("authorized_keys"), atomically: true, encoding: .utf8)
+        let target = "ssh -p \(server.port) -i \(directory.file("locked")) \(NSUserName())@127.0.0.1"
+        let argv = [FeatureHarness.buildDirectory + "/termind", "--local", "--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k"),
+                    "ssh", target, "--accept-host-key", "once"]
+        let report = try PseudoTerminal.run(argv, steps: [.expect("Enter passphrase for key"), .send("pass-phrase-7\r")] + ready + [.send("exit 4\n")],
+                                            environment: environment)
+        XCTAssertEqual(report.met, [true, true], report.output)
+        XCTAssertEqual(report.status, 4, report.output)
+        XCTAssertFalse(report.output.contains("pass-phrase-7"), "the passphrase was echoed")
+        XCTAssertTrue(report.restored)
+    }
+
     func testWithoutATerminalNoRemoteTerminalIsAllocatedAndInputGoesToTheShell() throws {
         var environment = self.environment
         environment["TERM"] = nil

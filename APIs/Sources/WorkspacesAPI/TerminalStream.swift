@@ -54,7 +54,9 @@ extension WorkspacesStreams {
         public static let version = 1
         public static let summary = "Open an interactive SSH session (a shell, or a command) with a remote terminal bridged to the client's."
         public static let acceptsInput = true
-        public static var events: [String: JSONSchema] { StreamEvents.output }
+        /// `started` once the session runs (the client's terminal goes raw only then, after
+        /// any question), then the remote terminal's output.
+        public static var events: [String: JSONSchema] { StreamEvents.output.merging(["started": StreamEvents.fields([])]) { $1 } }
         public static var questions: [String: String] { WorkspacesStreams.connectionQuestions }
     }
 }

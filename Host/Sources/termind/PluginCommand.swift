@@ -42,7 +42,8 @@ enum PluginCommand {
             }
             let info = try await session.call(KernelContracts.Contracts.self, .init(prefix: command.target))
                 .contracts.first { $0.id == command.target }
-            let body = try buildBody(command, arguments: Array(words.dropFirst(command.words.count)), schema: info?.request ?? .object([:]))
+            let body = try buildBody(command, arguments: Array(words.dropFirst(command.words.count)), schema: info?.request ?? .object([:]),
+                                     readsInput: command.stream != nil && info?.acceptsInput == true)
             if let stream = command.stream {
                 return try await StreamCommand.run(stream, body: body, acceptsInput: info?.acceptsInput == true, terminalField: command.terminal,
                                                    inv: inv, session: session)
@@ -62,7 +63,7 @@ enum PluginCommand {
         Output.line("\(kind) \(command.target); see 'termind contracts \(command.target)' for every field (--field-name or --fieldName).")
     }
 
-    static func buildBody(_ command: FeatureManifest.Command, arguments: [String], schema: JSONValue) throws -> [String: JSONValue] {
+    static func buildBody(_ command: FeatureManifest.Command, arguments: [String], schema: JSONValue, readsInput: Bool = false) throws -> [String: JSONValue] {
         var body: [String: JSONValue] = [:]
         var positional: [String] = []
         var index = 0
@@ -135,9 +136,9 @@ enum PluginCommand {
             throw Invocation.UsageError(description: "\(command.name) needs \(missing.uppercased()).")
         }
         // Local paths travel absolute (a server has its own working folder); "-" stays
-        // standard input.
+        // standard input for a stream that reads it.
         for field in command.paths ?? [] {
-            if case .string(let path)? = body[field], path != "-" { body[field] = .string(Invocation.absolute(path)) }
+            if case .string(let path)? = body[field], !(path == "-" && readsInput) { body[field] = .string(Invocation.absolute(path)) }
         }
         if let field = command.workingDirectory { body[field] = .string(FileManager.default.currentDirectoryPath) }
         return body

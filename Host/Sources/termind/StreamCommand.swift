@@ -36,9 +36,11 @@ enum StreamCommand {
                                    "columns": .integer(Int64(size.columns)), "rows": .integer(Int64(size.rows)), "environment": .object(locale)])
         }
         let interrupt = SignalCatcher(bridge == nil ? [SIGINT, SIGTERM] : [SIGINT, SIGTERM, SIGHUP])
-        var resizes: (any DispatchSourceSignal)?
+        // The bridge starts once the stream says its terminal is ready (`started`): questions
+        // asked while connecting (host key, passphrase) still see a cooked terminal.
+        let bridged = BridgeStart()
         defer {
-            resizes?.cancel()
+            bridged.stop()
             bridge?.restore()
         }
         let output = CollectedOutput(keep: inv.json)
@@ -56,14 +58,20 @@ enum StreamCommand {
                     _ = control.send(["cancel": .bool(true), "signal": .string(SignalCatcher.name(number))])
                     DispatchQueue.global().asyncAfter(deadline: .now() + 3) { _exit(128 + number) }  // never races main's exit
                 }
-                if let bridge {
-                    bridge.enterRaw()
-                    resizes = watchWindow(bridge, control: control)
+                if bridge == nil {
+                    sendInput(acceptsInput ? STDIN_FILENO : -1, to: control)
+                } else {
+                    bridged.control = control
                 }
-                sendInput(acceptsInput ? STDIN_FILENO : -1, terminal: bridge != nil, to: control)
             }) { event in
                 if view.handle(event) { return nil }
                 switch event.kind {
+                case "started"? where bridge != nil:
+                    guard let bridge, let control = bridged.control else { return nil }
+                    bridge.enterRaw()
+                    bridged.watch(watchWindow(bridge, control: control))
+                    sendInput(acceptsInput ? STDIN_FILENO : -1, terminal: true, to: control)
+                    return nil
                 case let kind? where kind == "stdout" || kind == "stderr":
                     if let data = event.data {
                         if !inv.json { view.clearProgress() }
@@ -107,14 +115,17 @@ enum StreamCommand {
     }
 
     /// SIGWINCH: the terminal's new size goes to the stream as a `resize` control.
+    /// The size now is sent too: it may have changed while the session was being opened.
     private static func watchWindow(_ bridge: TerminalBridge, control: StreamControl) -> any DispatchSourceSignal {
-        signal(SIGWINCH, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: SIGWINCH, queue: .global())
-        source.setEventHandler {
+        let sendSize: @Sendable () -> Void = {
             guard let size = TerminalBridge.size(bridge.fd) else { return }
             _ = control.send(["control": .object(["resize": .object(["columns": .integer(Int64(size.columns)), "rows": .integer(Int64(size.rows))])])])
         }
+        signal(SIGWINCH, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGWINCH, queue: .global())
+        source.setEventHandler(handler: sendSize)
         source.resume()
+        sendSize()
         return source
     }
 
@@ -190,10 +201,9 @@ final class CollectedOutput: @unchecked Sendable {
             return
         }
         lock.withLock {
-            let kept = streams[kind, default: Data()]
-            let room = max(0, StreamCommand.outputLimit - kept.count)
+            let room = max(0, StreamCommand.outputLimit - streams[kind, default: Data()].count)
             if data.count > room { truncated = true }
-            streams[kind] = kept + data.prefix(room)
+            streams[kind, default: Data()].append(data.prefix(room))  // in place, not a copy per chunk
         }
     }
 
@@ -215,4 +225,21 @@ final class CollectedOutput: @unchecked Sendable {
             return fields
         }
     }
+}
+
+/// A bridged stream's way to send (known once it opened) and its SIGWINCH source, set from
+/// the event thread once the stream started and stopped when the command ends.
+private final class BridgeStart: @unchecked Sendable {
+    private let lock = NSLock()
+    private var controlValue: StreamControl?
+    private var resizes: (any DispatchSourceSignal)?
+
+    var control: StreamControl? {
+        get { lock.withLock { controlValue } }
+        set { lock.withLock { controlValue = newValue } }
+    }
+
+    func watch(_ source: any DispatchSourceSignal) { lock.withLock { resizes = source } }
+
+    func stop() { lock.withLock { resizes }?.cancel() }
 }

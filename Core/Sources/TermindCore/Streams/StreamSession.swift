@@ -48,7 +48,6 @@ public final class StreamSession: @unchecked Sendable {
     private var nextAsk: Int64 = 0
     private var asks: [Int64: CheckedContinuation<JSONValue?, Never>] = [:]
     private var ended = false
-    private var disconnected = false
     private var cancelTask: (@Sendable () -> Void)?
     private var signal: String?
     private var failureValue: TermindError?
@@ -162,7 +161,7 @@ public final class StreamSession: @unchecked Sendable {
     public var cancelSignal: String? { lock.withLock { signal } }
 
     /// Whether the stream was cancelled (by its client, or the client went away), or is over.
-    public var isCancelled: Bool { lock.withLock { ended || disconnected } }
+    public var isCancelled: Bool { lock.withLock { ended } }
 
     /// Why the session failed the stream itself (a client that broke the protocol), if it did.
     public var failure: TermindError? { lock.withLock { failureValue } }
@@ -172,7 +171,7 @@ public final class StreamSession: @unchecked Sendable {
     /// Waits until `size` bytes of events may go; false when they never will.
     private func reserve(_ size: Int) async -> Bool {
         let ticket: UInt64? = lock.withLock {
-            if disconnected { return nil }
+            if ended { return nil }
             if creditWaiters.isEmpty && credit > 0 {
                 credit -= size
                 return 0
@@ -185,7 +184,7 @@ public final class StreamSession: @unchecked Sendable {
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 let now: Bool? = lock.withLock {
-                    if disconnected || Task.isCancelled { return false }
+                    if ended || Task.isCancelled { return false }
                     if creditWaiters.isEmpty && credit > 0 { credit -= size; return true }
                     creditWaiters.append((ticket, size, continuation))
                     return nil
@@ -233,25 +232,36 @@ public final class StreamSession: @unchecked Sendable {
     private func send(_ fields: [String: JSONValue]) {
         var object = fields
         object["id"] = id
-        switch sink {
-        case .socket(_, let write):
-            guard var line = try? JSONCoding.encode(JSONValue.object(object)) else { return }
-            line += Data("\n".utf8)
-            write(line)
-        case .local(let deliver):
-            deliver(StreamEvent(fields: object, data: nil), 0)
+        // Under the lock, so nothing follows the end of the stream (the final reply).
+        lock.withLock {
+            guard !ended else { return }
+            switch sink {
+            case .socket(_, let write):
+                guard var line = try? JSONCoding.encode(JSONValue.object(object)) else { return }
+                line += Data("\n".utf8)
+                write(line)
+            case .local(let deliver):
+                deliver(StreamEvent(fields: object, data: nil), 0)
+            }
         }
     }
 
     // MARK: - Server side (the kernel's)
 
-    package func start(_ task: Task<Void, Never>) { start(cancelling: task) }
-
-    /// The task running the handler: `cancel()` cancels it. A client that may send input
-    /// (`grantsInput`) is told its first grant now.
-    package func start<Success>(cancelling task: Task<Success, Never>) {
-        lock.withLock { cancelTask = { task.cancel() } }
+    /// Before the handler starts: a client that may send input (`grantsInput`) is told its
+    /// first grant, ahead of anything the handler sends.
+    package func begin() {
         if grantsInput { send(["grant": .integer(Int64(input.limit))]) }
+    }
+
+    /// The task running the handler: `cancel()` cancels it (at once when the stream was
+    /// cancelled or failed before the task was handed over).
+    package func start<Success>(cancelling task: Task<Success, Never>) {
+        let cancelled: Bool = lock.withLock {
+            cancelTask = { task.cancel() }
+            return ended
+        }
+        if cancelled { task.cancel() }
     }
 
     /// A line from the client addressed to this stream, with the bytes attached to it.
@@ -280,6 +290,18 @@ public final class StreamSession: @unchecked Sendable {
         }
     }
 
+    /// What the client hears of the handler's outcome: the session's own failure (a client
+    /// or handler that broke the protocol) first, a cancellation as `stream.cancelled`.
+    package func outcome(_ result: Result<Data, any Error>) -> Result<Data, TermindError> {
+        if let failure { return .failure(failure) }
+        switch result {
+        case .success(let body): return .success(body)
+        case .failure(let error as TermindError): return .failure(error)
+        case .failure(is CancellationError): return .failure(TermindError(.streamCancelled, "The operation was cancelled."))
+        case .failure(let error): return .failure(TermindError.from(error))
+        }
+    }
+
     /// Ends the stream with `error` (reported instead of the handler's outcome).
     private func fail(_ error: TermindError) {
         lock.withLock { if failureValue == nil { failureValue = error } }
@@ -288,26 +310,17 @@ public final class StreamSession: @unchecked Sendable {
 
     /// The client cancelled: nobody will answer; the handler's task is cancelled.
     package func cancel() {
-        let (waiting, cancelTask): ([CheckedContinuation<JSONValue?, Never>], (@Sendable () -> Void)?) = lock.withLock {
+        let (waiting, emitters, cancelTask): ([CheckedContinuation<JSONValue?, Never>], [CheckedContinuation<Bool, Never>], (@Sendable () -> Void)?) = lock.withLock {
             ended = true
-            defer { asks.removeAll() }
-            return (Array(asks.values), self.cancelTask)
+            defer { asks.removeAll(); creditWaiters.removeAll() }
+            return (Array(asks.values), creditWaiters.map(\.continuation), self.cancelTask)
         }
         input.finish()
         controlFeed.finish()
         for continuation in waiting { continuation.resume(returning: nil) }
+        // Emitters waiting for room give up (a C plugin's thread among them).
+        for emitter in emitters { emitter.resume(returning: false) }
         cancelTask?()
-    }
-
-    /// The client went away: as `cancel`, and events waiting for room are dropped.
-    package func disconnect() {
-        let waiters = lock.withLock {
-            disconnected = true
-            defer { creditWaiters.removeAll() }
-            return creditWaiters.map(\.continuation)
-        }
-        for waiter in waiters { waiter.resume(returning: false) }
-        cancel()
     }
 
     package func finish() {

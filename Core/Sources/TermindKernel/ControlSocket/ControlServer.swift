@@ -214,20 +214,17 @@ public final class ControlServer: @unchecked Sendable {
                         slots.wait()
                         group.enter()
                         inFlight.add(1)
-                        session.start(Task {
-                            defer { streams.remove(session); session.finish(); inFlight.add(-1); slots.signal(); group.leave() }
-                            do {
-                                let body = try await handler(body, session)
-                                reply(session.failure.map { Envelope.failure(id: id, error: $0) } ?? Envelope.success(id: id, body: body))
-                            } catch {
-                                // A client that broke the protocol hears that, not the cancellation it caused.
-                                if let failure = session.failure {
-                                    reply(Envelope.failure(id: id, error: failure))
-                                } else if error is CancellationError {
-                                    reply(Envelope.failure(id: id, error: TermindError(.streamCancelled, "The operation was cancelled.")))
-                                } else {
-                                    reply(Envelope.failure(id: id, error: .from(error)))
-                                }
+                        session.begin()
+                        session.start(cancelling: Task {
+                            defer { streams.remove(session); inFlight.add(-1); slots.signal(); group.leave() }
+                            let result: Result<Data, any Error>
+                            do { result = .success(try await handler(body, session)) } catch { result = .failure(error) }
+                            let outcome = session.outcome(result)
+                            // Ended first: no grant or question of this stream follows its reply.
+                            session.finish()
+                            switch outcome {
+                            case .success(let body): reply(Envelope.success(id: id, body: body))
+                            case .failure(let error): reply(Envelope.failure(id: id, error: error))
                             }
                         })
                     }
@@ -416,6 +413,6 @@ final class StreamTable: @unchecked Sendable {
     }
 
     func disconnectAll() {
-        for session in lock.withLock({ Array(sessions.values) }) { session.disconnect() }
+        for session in lock.withLock({ Array(sessions.values) }) { session.cancel() }
     }
 }

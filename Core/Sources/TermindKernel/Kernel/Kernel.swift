@@ -226,12 +226,7 @@ public actor Kernel {
         session.start(cancelling: work)
         onOpen(StreamControl(send: { message in session.receive(message); return true },
                              input: { data in session.input.put(data, waitForRoom: true) }))
-        var result = await withTaskCancellationHandler { await work.value } onCancel: { session.cancel() }
-        if let failure = session.failure {
-            result = .failure(failure)  // the session stopped the stream (it broke its declaration)
-        } else if case .failure(let error) = result {
-            result = .failure(error is CancellationError ? TermindError(.streamCancelled, "The operation was cancelled.") : TermindError.from(error))
-        }
+        let result = session.outcome(await withTaskCancellationHandler { await work.value } onCancel: { session.cancel() })
         // Every event is handled before the result is (output first, then the exit status).
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in events.async { done.resume() } }
         return try result.get()

@@ -156,6 +156,8 @@ final class WorkspacesFeature: Feature {
             let environment = (request.terminal?.environment ?? [:]).filter { $0.key == "LANG" || $0.key.hasPrefix("LC_") }
             let channel = try await connection.openChannel(request.command.map { .exec($0) } ?? .shell, pty: pty, environment: environment)
             let session = self.session
+            // The client's terminal goes raw now, after every question of the connection.
+            await session.emit("started")
             let input = Task {
                 for await chunk in session.input { try await channel.write(chunk) }
                 channel.closeInput()
