@@ -65,8 +65,18 @@ if pid == 0:
     os.close(master)
     os.execv(argv[0], argv)
 output = b""
+searched = 0  # an expectation is met only by output after the previous one's match
 def read_until(marker, timeout):
-    global output
+    global output, searched
+    def found():
+        global searched
+        at = output.find(marker.encode(), searched)
+        if at < 0:
+            return False
+        searched = at + len(marker.encode())
+        return True
+    if found():
+        return True
     deadline = time.time() + timeout
     while time.time() < deadline:
         r, _, _ = select.select([master], [], [], 0.1)
@@ -78,7 +88,7 @@ def read_until(marker, timeout):
             if not chunk:
                 return False
             output += chunk
-            if marker.encode() in output:
+            if found():
                 return True
     return False
 report = {"steps": []}

@@ -74,7 +74,7 @@ enum Completion {
             : "# termind completion for bash: termind completion bash > ~/.local/share/bash-completion/completions/termind\n"
         return header + """
         _termind() {
-            local cur path='' word skip=0 leaf=0 words=''
+            local cur typed='' word skip=0 leaf=0 words=''
             cur="${COMP_WORDS[COMP_CWORD]}"
             local i
             for ((i = 1; i < COMP_CWORD; i++)); do
@@ -85,10 +85,10 @@ enum Completion {
                     \(flags.joined(separator: "|"))) ;;
                     --*=*) ;;
                     -*) skip=1 ;;
-                    *) path="${path:+$path }$word" ;;
+                    *) typed="${typed:+$typed }$word" ;;
                 esac
             done
-            case "$path" in
+            case "$typed" in
         \(cases.joined(separator: "\n"))
                 *) leaf=1 ;;
             esac

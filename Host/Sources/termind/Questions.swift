@@ -19,8 +19,6 @@ struct Questions: Sendable {
     let bookIsPrivate: Bool
     let assumeYes: Bool
 
-    static let none = Questions(book: [:], bookIsPrivate: false, assumeYes: false)
-
     /// Reads `--answers FILE` (a JSON object by topic) and `--yes`.
     init(_ inv: Invocation) throws {
         guard let path = inv.answersPath else {

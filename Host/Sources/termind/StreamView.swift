@@ -120,7 +120,7 @@ final class StreamView: @unchecked Sendable {
                 if let total, total > done { parts.append("ETA \(Self.duration((total - done) / rate))") }
             }
             var text = parts.joined(separator: "  ")
-            let width = Self.terminalWidth(STDERR_FILENO)
+            let width = TerminalBridge.size(STDERR_FILENO)?.columns ?? 80
             if text.count > width - 1 { text = String(text.prefix(max(0, width - 1))) }
             FileHandle.standardError.write(Data(("\r\u{1B}[K" + text).utf8))
             progressShown = true
@@ -237,10 +237,5 @@ final class StreamView: @unchecked Sendable {
         let width = 20
         let filled = Int((min(max(fraction, 0), 1) * Double(width)).rounded(.down))
         return "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "]"
-    }
-
-    static func terminalWidth(_ fd: Int32) -> Int {
-        var size = winsize()
-        return ioctl(fd, UInt(TIOCGWINSZ), &size) == 0 && size.ws_col > 0 ? Int(size.ws_col) : 80
     }
 }

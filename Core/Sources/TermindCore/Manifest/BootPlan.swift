@@ -23,12 +23,12 @@ public struct RegistryValidator: Sendable {
     public static let supportedABI = 1
 
     /// Ids no plugin may take: the kernel's own namespaces, termind's built-in features
-    /// (present and planned) and the host's command words.
-    public static let reservedIDs: Set<String> = [
+    /// (present and planned), the host's command words and the built-in features' (exec).
+    public static let reservedIDs: Set<String> = hostCommands.union([
         "kernel", "termind", "ssh", "mcp",
         "vault", "workspaces", "metrics", "assistant", "settings", "portforwarding", "sftp",
-        "features", "contracts", "call", "serve", "version", "bench", "plugins", "secrets", "exec", "help",
-    ]
+        "exec",
+    ])
 
     /// The host's own command words, which no feature's command may start with.
     public static let hostCommands: Set<String> = ["features", "contracts", "call", "serve", "version", "bench", "plugins", "secrets", "help", "completion"]
