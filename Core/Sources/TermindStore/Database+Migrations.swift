@@ -47,10 +47,10 @@ extension Database {
     @discardableResult
     public func migrate(_ schema: Schema) throws -> MigrationReport {
         for (index, migration) in schema.migrations.enumerated() where migration.version != index + 1 {
-            throw StoreError(code: "store.migration_order", message: "Feature '\(schema.feature)': migration '\(migration.name)' has version \(migration.version); versions must be 1, 2, 3, … in order.")
+            throw StoreError(.storeMigrationOrder, "Feature '\(schema.feature)': migration '\(migration.name)' has version \(migration.version); versions must be 1, 2, 3, … in order.")
         }
         if let scope, scope.owner != schema.feature {
-            throw StoreError(code: "store.denied", message: "Feature '\(scope.owner)' cannot migrate the schema of '\(schema.feature)'.")
+            throw StoreError(.storeDenied, "Feature '\(scope.owner)' cannot migrate the schema of '\(schema.feature)'.")
         }
         return try transaction {
             // The bookkeeping below is this function's own SQL, run with the right to the
@@ -68,20 +68,20 @@ extension Database {
             }
             let current = applied.last?.int("version") ?? 0
             if current > schema.latestVersion {
-                throw StoreError(code: "store.too_new", message: "The database \(path) holds version \(current) of '\(schema.feature)', but this termind knows only up to \(schema.latestVersion): it was written by a newer termind. Upgrade termind; the database was left untouched.")
+                throw StoreError(.storeTooNew, "The database \(path) holds version \(current) of '\(schema.feature)', but this termind knows only up to \(schema.latestVersion): it was written by a newer termind. Upgrade termind; the database was left untouched.")
             }
             for row in applied {
                 guard let version = row.int("version"), version >= 1, version <= schema.migrations.count else { continue }
                 let migration = schema.migrations[version - 1]
                 if row.string("checksum") != migration.checksum {
-                    throw StoreError(code: "store.migration_changed", message: "Migration \(version) ('\(migration.name)') of '\(schema.feature)' differs from the one applied to \(path). Released migrations must not change; add a new one instead.")
+                    throw StoreError(.storeMigrationChanged, "Migration \(version) ('\(migration.name)') of '\(schema.feature)' differs from the one applied to \(path). Released migrations must not change; add a new one instead.")
                 }
             }
             for migration in schema.migrations where migration.version > current {
                 do {
                     try executeScript(migration.sql)
                 } catch let error as StoreError {
-                    throw StoreError(code: "store.migration_failed", message: "Migration \(migration.version) ('\(migration.name)') of '\(schema.feature)' failed on \(path), nothing was changed: \(error.message)")
+                    throw StoreError(.storeMigrationFailed, "Migration \(migration.version) ('\(migration.name)') of '\(schema.feature)' failed on \(path), nothing was changed: \(error.message)")
                 }
                 try privileged {
                     try execute("INSERT INTO termind_migrations (feature, version, name, checksum, applied_at) VALUES (?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
@@ -96,7 +96,7 @@ extension Database {
     /// only about its own.
     public func schemaVersion(of feature: String) throws -> Int {
         if let scope, scope.owner != feature {
-            throw StoreError(code: "store.denied", message: "Feature '\(scope.owner)' cannot read the schema version of '\(feature)'.")
+            throw StoreError(.storeDenied, "Feature '\(scope.owner)' cannot read the schema version of '\(feature)'.")
         }
         return try privileged {
             let exists = try scalar("SELECT count(*) FROM sqlite_schema WHERE name = 'termind_migrations'")

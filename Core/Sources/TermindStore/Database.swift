@@ -78,7 +78,7 @@ public final class Database: @unchecked Sendable {
                         throw StoreError.openFailed(path, "it cannot use write-ahead logging (journal mode \(mode))")
                     }
                     break
-                } catch let error as StoreError where error.code == "store.busy" && Date() < deadline {
+                } catch let error as StoreError where error.is(.storeBusy) && Date() < deadline {
                     usleep(10_000)
                 }
             }
@@ -93,7 +93,7 @@ public final class Database: @unchecked Sendable {
             }
         } catch let error as StoreError {
             sqlite3_close_v2(db)
-            throw error.code == "store.sql" ? StoreError.notADatabase(path, error.message, option: option) : error
+            throw error.is(.storeSQL) ? StoreError.notADatabase(path, error.message, option: option) : error
         }
     }
 
@@ -286,15 +286,15 @@ public final class Database: @unchecked Sendable {
         let message = String(cString: sqlite3_errmsg(handle))
         switch status & 0xFF {
         case SQLITE_BUSY, SQLITE_LOCKED:
-            return StoreError(code: "store.busy", message: "The database \(path) is busy (another termind process holds a write lock); try again.")
+            return StoreError(.storeBusy, "The database \(path) is busy (another termind process holds a write lock); try again.")
         case SQLITE_CORRUPT, SQLITE_NOTADB:
             return StoreError.notADatabase(path, message, option: option)
         case SQLITE_AUTH:
-            return StoreError(code: "store.denied", message: "Feature '\(scope?.owner ?? "?")' may use only its own tables (\(scope?.prefix ?? "")…) in \(path): the statement reaches beyond them, so it was not run.")
+            return StoreError(.storeDenied, "Feature '\(scope?.owner ?? "?")' may use only its own tables (\(scope?.prefix ?? "")…) in \(path): the statement reaches beyond them, so it was not run.")
         case SQLITE_READONLY:
             return StoreError.readOnly(path, "SQLite could not write it (\(message))", option: option)
         case SQLITE_CONSTRAINT:
-            return StoreError(code: "store.constraint", message: message)
+            return StoreError(.storeConstraint, message)
         default:
             return StoreError.sql(path, message)
         }
@@ -309,17 +309,25 @@ public struct StoreError: TermindErrorConvertible, Sendable, Equatable, CustomSt
 
     public var termindError: TermindError { TermindError(code: code, message: message) }
 
+    init(_ code: ErrorCode, _ message: String) {
+        self.code = code.rawValue
+        self.message = message
+    }
+
+    /// Whether this error has `code`.
+    public func `is`(_ code: ErrorCode) -> Bool { self.code == code.rawValue }
+
     static func openFailed(_ path: String, _ reason: String) -> StoreError {
-        StoreError(code: "store.open_failed", message: "Cannot open the database \(path): \(reason). It was left untouched.")
+        StoreError(.storeOpenFailed, "Cannot open the database \(path): \(reason). It was left untouched.")
     }
     static func notADatabase(_ path: String, _ reason: String, option: String) -> StoreError {
-        StoreError(code: "store.corrupt", message: "\(path) is not a readable termind database (\(reason)). It was left untouched; restore it from a backup, or move it aside and start over (termind creates a new one there, or elsewhere with \(option) PATH).")
+        StoreError(.storeCorrupt, "\(path) is not a readable termind database (\(reason)). It was left untouched; restore it from a backup, or move it aside and start over (termind creates a new one there, or elsewhere with \(option) PATH).")
     }
     static func readOnly(_ path: String, _ reason: String, option: String) -> StoreError {
-        StoreError(code: "store.read_only", message: "The database \(path) cannot be written: \(reason). Nothing is wrong with its data, and it was left untouched. "
+        StoreError(.storeReadOnly, "The database \(path) cannot be written: \(reason). Nothing is wrong with its data, and it was left untouched. "
             + "termind writes the file and its -wal and -shm files beside it: make the folder writable, or copy the database to a writable folder and use \(option) NEWPATH.")
     }
     static func sql(_ path: String, _ reason: String) -> StoreError {
-        StoreError(code: "store.sql", message: "A database operation on \(path) failed: \(reason).")
+        StoreError(.storeSQL, "A database operation on \(path) failed: \(reason).")
     }
 }

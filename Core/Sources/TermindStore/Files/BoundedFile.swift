@@ -7,21 +7,21 @@ import TermindCore
 /// over `limit` bytes is refused before it is read. Errors name the file, what it is meant to
 /// be (`what`, e.g. "ssh_config file") and what is wrong.
 public enum BoundedFile {
-    public static func read(_ path: String, limit: Int, what: String, code: String) throws -> Data {
+    public static func read(_ path: String, limit: Int, what: String, code: ErrorCode) throws -> Data {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
         guard fd >= 0 else {
-            throw TermindError(code: code, message: "Cannot read the \(what) \(path): \(String(cString: strerror(errno))).")
+            throw TermindError(code, "Cannot read the \(what) \(path): \(String(cString: strerror(errno))).")
         }
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0 else {
-            throw TermindError(code: code, message: "Cannot read the \(what) \(path): \(String(cString: strerror(errno))).")
+            throw TermindError(code, "Cannot read the \(what) \(path): \(String(cString: strerror(errno))).")
         }
         guard info.st_mode & S_IFMT == S_IFREG else {
-            throw TermindError(code: code, message: "The \(what) \(path) is \(kind(info.st_mode)), not a regular file; it was not read.")
+            throw TermindError(code, "The \(what) \(path) is \(kind(info.st_mode)), not a regular file; it was not read.")
         }
         guard info.st_size <= limit else {
-            throw TermindError(code: code, message: "The \(what) \(path) is \(info.st_size) bytes; at most \(limit) bytes are read (\(limit >> 10) KiB).")
+            throw TermindError(code, "The \(what) \(path) is \(info.st_size) bytes; at most \(limit) bytes are read (\(limit >> 10) KiB).")
         }
         var data = Data(count: limit + 1)
         var total = 0
@@ -29,13 +29,13 @@ public enum BoundedFile {
             let n = data.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, limit + 1 - total) }
             if n < 0 && errno == EINTR { continue }
             guard n >= 0 else {
-                throw TermindError(code: code, message: "Cannot read the \(what) \(path): \(String(cString: strerror(errno))).")
+                throw TermindError(code, "Cannot read the \(what) \(path): \(String(cString: strerror(errno))).")
             }
             if n == 0 { break }
             total += n
         }
         guard total <= limit else {
-            throw TermindError(code: code, message: "The \(what) \(path) grew past \(limit) bytes while it was read; it was not read.")
+            throw TermindError(code, "The \(what) \(path) grew past \(limit) bytes while it was read; it was not read.")
         }
         data.count = total
         return data
