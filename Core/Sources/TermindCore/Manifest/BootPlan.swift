@@ -61,7 +61,7 @@ public struct RegistryValidator: Sendable {
         var byID: [String: FeatureManifest] = [:]
         var declared: [String] = []
 
-        func disable(_ id: String, field: String?, code: String, _ message: String) {
+        func disable(_ id: String, field: String?, code: ErrorCode, _ message: String) {
             guard disabled[id] == nil else { return }
             disabled[id] = FeatureProblem(featureID: id, field: field, code: code, message: message)
         }
@@ -70,7 +70,7 @@ public struct RegistryValidator: Sendable {
         // declared itself permanent stops boot.
         anonymous += rejected
         var fatal = rejected.filter(\.permanent).map { problem in
-            FeatureProblem(featureID: problem.featureID, field: problem.field, code: "feature.permanent_failed",
+            FeatureProblem(featureID: problem.featureID, field: problem.field, code: .featurePermanentFailed,
                            message: "Permanent feature \(problem.featureID.map { "'\($0)'" } ?? "entry") cannot run, so termind cannot start: \(problem.message)")
         }
 
@@ -78,58 +78,58 @@ public struct RegistryValidator: Sendable {
         for m in manifests {
             let name = "feature '\(m.id)' (\(m.source))"
             guard Self.isValidID(m.id) else {
-                let problem = FeatureProblem(featureID: nil, field: "id", code: "manifest.invalid_id",
+                let problem = FeatureProblem(featureID: nil, field: "id", code: .manifestInvalidID,
                                              message: "\(m.source): field \"id\" '\(m.id)' must be 1–64 characters of a–z, 0–9, '-' or '_', starting with a letter.")
                 anonymous.append(problem)
                 if m.isPermanent {
-                    fatal.append(FeatureProblem(featureID: nil, field: "id", code: "feature.permanent_failed",
+                    fatal.append(FeatureProblem(featureID: nil, field: "id", code: .featurePermanentFailed,
                                                 message: "Permanent feature '\(m.id)' cannot run, so termind cannot start: \(problem.message)"))
                 }
                 continue
             }
             if (m.origin == .plugin && reservedIDs.contains(m.id)) || m.id == "kernel" {
-                let problem = FeatureProblem(featureID: nil, field: "id", code: "manifest.reserved_id",
+                let problem = FeatureProblem(featureID: nil, field: "id", code: .manifestReservedID,
                                              message: "\(name) is not loaded: field \"id\": '\(m.id)' is reserved for termind itself\(m.origin == .plugin ? " (reserved: \(reservedIDs.sorted().joined(separator: ", ")))" : ""); choose another id.")
                 anonymous.append(problem)
                 if m.isPermanent {
-                    fatal.append(FeatureProblem(featureID: nil, field: "id", code: "feature.permanent_failed",
+                    fatal.append(FeatureProblem(featureID: nil, field: "id", code: .featurePermanentFailed,
                                                 message: "Permanent feature '\(m.id)' cannot run, so termind cannot start: \(problem.message)"))
                 }
                 continue
             }
             if let first = byID[m.id] {
-                anonymous.append(FeatureProblem(featureID: m.id, field: "id", code: "registry.duplicate_id",
+                anonymous.append(FeatureProblem(featureID: m.id, field: "id", code: .registryDuplicateID,
                                                 message: "\(name): field \"id\" duplicates '\(m.id)' already declared in \(first.source); this copy is ignored."))
                 continue
             }
             byID[m.id] = m
             declared.append(m.id)
             if m.abi != Self.supportedABI {
-                disable(m.id, field: "abi", code: "manifest.abi", "\(name): field \"abi\" is \(m.abi), but this termind speaks plugin ABI \(Self.supportedABI).")
+                disable(m.id, field: "abi", code: .manifestABI, "\(name): field \"abi\" is \(m.abi), but this termind speaks plugin ABI \(Self.supportedABI).")
             } else if !libraryExists(m.libraryPath) {
-                disable(m.id, field: "library", code: "manifest.library_missing", "\(name): field \"library\": no file at \(m.libraryPath).")
+                disable(m.id, field: "library", code: .manifestLibraryMissing, "\(name): field \"library\": no file at \(m.libraryPath).")
             } else if let bad = m.contracts.first(where: { ContractID(parsing: $0) == nil }) {
-                disable(m.id, field: "contracts", code: "manifest.contract_id", "\(name): field \"contracts\": '\(bad)' is not of the form name@version (e.g. vault.host.list@1).")
+                disable(m.id, field: "contracts", code: .manifestContractID, "\(name): field \"contracts\": '\(bad)' is not of the form name@version (e.g. vault.host.list@1).")
             } else if let bad = (m.ports.provides + m.ports.requires + m.ports.optional).first(where: { !Self.isValidPortID($0) }) {
-                disable(m.id, field: "ports", code: "manifest.port_id", "\(name): field \"ports\": '\(bad)' is not a valid port id (lowercase words separated by dots).")
+                disable(m.id, field: "ports", code: .manifestPortID, "\(name): field \"ports\": '\(bad)' is not a valid port id (lowercase words separated by dots).")
             } else if let bad = m.calls.first(where: { ContractID(parsing: $0) == nil }) {
-                disable(m.id, field: "calls", code: "manifest.contract_id", "\(name): field \"calls\": '\(bad)' is not of the form name@version (e.g. vault.host.list@1).")
+                disable(m.id, field: "calls", code: .manifestContractID, "\(name): field \"calls\": '\(bad)' is not of the form name@version (e.g. vault.host.list@1).")
             } else if let bad = m.contracts.first(where: { !Self.isInNamespace(ContractID(parsing: $0)!.name, of: m.id) }) {
-                disable(m.id, field: "contracts", code: "manifest.namespace", "\(name): field \"contracts\": '\(bad)' is outside the feature's namespace; its contracts must be named '\(m.id).…'.")
+                disable(m.id, field: "contracts", code: .manifestNamespace, "\(name): field \"contracts\": '\(bad)' is outside the feature's namespace; its contracts must be named '\(m.id).…'.")
             } else if let bad = m.streams.first(where: { ContractID(parsing: $0) == nil }) {
-                disable(m.id, field: "streams", code: "manifest.contract_id", "\(name): field \"streams\": '\(bad)' is not of the form name@version (e.g. workspaces.exec@1).")
+                disable(m.id, field: "streams", code: .manifestContractID, "\(name): field \"streams\": '\(bad)' is not of the form name@version (e.g. workspaces.exec@1).")
             } else if let bad = m.streams.first(where: { !Self.isInNamespace(ContractID(parsing: $0)!.name, of: m.id) }) {
-                disable(m.id, field: "streams", code: "manifest.namespace", "\(name): field \"streams\": '\(bad)' is outside the feature's namespace; its streams must be named '\(m.id).…'.")
+                disable(m.id, field: "streams", code: .manifestNamespace, "\(name): field \"streams\": '\(bad)' is outside the feature's namespace; its streams must be named '\(m.id).…'.")
             } else if m.origin == .plugin && m.permanent {
-                disable(m.id, field: "permanent", code: "plugin.permanent", "\(name): field \"permanent\": a plugin can never be permanent (only Registry.json features are); remove the field.")
+                disable(m.id, field: "permanent", code: .pluginPermanent, "\(name): field \"permanent\": a plugin can never be permanent (only Registry.json features are); remove the field.")
             } else if m.origin != .plugin && m.libraryOutsidePlugin {
-                disable(m.id, field: "libraryOutsidePlugin", code: "manifest.invalid_field", "\(name): field \"libraryOutsidePlugin\" applies to plugins only.")
+                disable(m.id, field: "libraryOutsidePlugin", code: .manifestInvalidField, "\(name): field \"libraryOutsidePlugin\" applies to plugins only.")
             } else if let problem = Self.functionProblem(m) {
-                disable(m.id, field: "functions", code: "manifest.function", "\(name): field \"functions\": \(problem).")
+                disable(m.id, field: "functions", code: .manifestFunction, "\(name): field \"functions\": \(problem).")
             } else if let problem = Self.commandProblem(m) {
-                disable(m.id, field: "commands", code: "manifest.command", "\(name): field \"commands\": \(problem).")
+                disable(m.id, field: "commands", code: .manifestCommand, "\(name): field \"commands\": \(problem).")
             } else if let problem = Self.schemaProblem(m) {
-                disable(m.id, field: "schemas", code: "manifest.schema", "\(name): field \"schemas\": \(problem).")
+                disable(m.id, field: "schemas", code: .manifestSchema, "\(name): field \"schemas\": \(problem).")
             }
         }
 
@@ -138,7 +138,7 @@ public struct RegistryValidator: Sendable {
         if let selection {
             let unknown = selection.subtracting(declared).sorted()
             guard unknown.isEmpty else {
-                throw TermindError(code: "features.unknown", message: "Unknown feature\(unknown.count == 1 ? "" : "s") \(unknown.map { "'\($0)'" }.joined(separator: ", ")) in --features / TERMIND_FEATURES. Known: \(declared.sorted().joined(separator: ", ")).")
+                throw TermindError(.featuresUnknown, "Unknown feature\(unknown.count == 1 ? "" : "s") \(unknown.map { "'\($0)'" }.joined(separator: ", ")) in --features / TERMIND_FEATURES. Known: \(declared.sorted().joined(separator: ", ")).")
             }
             var wanted = selection.union(declared.filter { byID[$0]!.isPermanent })
             var frontier = Array(wanted)
@@ -160,7 +160,7 @@ public struct RegistryValidator: Sendable {
         for id in candidates {
             let m = byID[id]!
             if let missing = m.dependencies.required.first(where: { byID[$0] == nil }) {
-                disable(id, field: "dependencies.required", code: "manifest.dependency_unknown",
+                disable(id, field: "dependencies.required", code: .manifestDependencyUnknown,
                         "feature '\(id)' (\(m.source)): field \"dependencies.required\" names '\(missing)', which no registry entry or plugin declares.")
             }
         }
@@ -169,7 +169,7 @@ public struct RegistryValidator: Sendable {
         for cycle in Self.cycles(candidates, edges: { byID[$0]?.dependencies.required.filter { byID[$0] != nil } ?? [] }) {
             let path = (cycle + [cycle[0]]).map { "'\($0)'" }.joined(separator: " → ")
             for id in cycle {
-                disable(id, field: "dependencies.required", code: "registry.dependency_cycle",
+                disable(id, field: "dependencies.required", code: .registryDependencyCycle,
                         "feature '\(id)' (\(byID[id]!.source)): field \"dependencies.required\" forms a cycle \(path).")
             }
         }
@@ -182,17 +182,17 @@ public struct RegistryValidator: Sendable {
         for id in candidates where disabled[id] == nil {
             let m = byID[id]!
             if let clash = m.contracts.first(where: { contractOwner[$0] != nil }) {
-                disable(id, field: "contracts", code: "registry.contract_conflict",
+                disable(id, field: "contracts", code: .registryContractConflict,
                         "feature '\(id)' (\(m.source)): field \"contracts\": '\(clash)' is already handled by '\(contractOwner[clash]!)'.")
                 continue
             }
             if let clash = m.ports.provides.first(where: { portOwner[$0] != nil }) {
-                disable(id, field: "ports.provides", code: "registry.port_conflict",
+                disable(id, field: "ports.provides", code: .registryPortConflict,
                         "feature '\(id)' (\(m.source)): field \"ports.provides\": port '\(clash)' already has a provider, '\(portOwner[clash]!)'; a port has exactly one.")
                 continue
             }
             if let clash = m.commands.first(where: { commandOwner[$0.name] != nil }) {
-                disable(id, field: "commands", code: "registry.command_conflict",
+                disable(id, field: "commands", code: .registryCommandConflict,
                         "feature '\(id)' (\(m.source)): field \"commands\": 'termind \(clash.name)' is already a command of '\(commandOwner[clash.name]!)'.")
                 continue
             }
@@ -208,13 +208,13 @@ public struct RegistryValidator: Sendable {
             for id in candidates where disabled[id] == nil {
                 let m = byID[id]!
                 if let dep = m.dependencies.required.first(where: { disabled[$0] != nil || !active.contains($0) }) {
-                    disable(id, field: "dependencies.required", code: "feature.dependency_disabled",
+                    disable(id, field: "dependencies.required", code: .featureDependencyDisabled,
                             "feature '\(id)' (\(m.source)): requires '\(dep)', which is disabled: \(disabled[dep]?.message ?? "not selected").")
                     changed = true
                 } else if let port = m.ports.requires.first(where: { p in portOwner[p].map { $0 != "kernel" && disabled[$0] != nil } ?? true }) {
                     let declaredBy = candidates.first { byID[$0]!.ports.provides.contains(port) }
                     let reason = (portOwner[port].flatMap { $0 == "kernel" ? nil : $0 } ?? declaredBy).map { "its provider '\($0)' is disabled" } ?? "no feature provides it"
-                    disable(id, field: "ports.requires", code: "feature.port_unprovided",
+                    disable(id, field: "ports.requires", code: .featurePortUnprovided,
                             "feature '\(id)' (\(m.source)): requires port '\(port)', but \(reason).")
                     changed = true
                 }
@@ -251,7 +251,7 @@ public struct RegistryValidator: Sendable {
         let disabledList = declared.compactMap { disabled[$0] } + anonymous
         fatal += declared.compactMap { id -> FeatureProblem? in
             guard byID[id]!.isPermanent, let problem = disabled[id] else { return nil }
-            return FeatureProblem(featureID: id, field: problem.field, code: "feature.permanent_failed",
+            return FeatureProblem(featureID: id, field: problem.field, code: .featurePermanentFailed,
                                   message: "Permanent feature '\(id)' cannot run, so termind cannot start: \(problem.message)")
         }
         return BootPlan(ordered: ordered.map { byID[$0]! }, disabled: disabledList, fatal: fatal)

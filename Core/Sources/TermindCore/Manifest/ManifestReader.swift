@@ -16,19 +16,19 @@ public enum ManifestReader {
     public static func readRegistry(_ data: Data, source: String, baseDirectory: String) throws -> Result {
         let root = try JSONCoding.parse(data, source: source)
         guard case .object(let object) = root else {
-            throw TermindError(code: "registry.malformed", message: "\(source): the top level must be an object with \"schema\" and \"features\", not \(root.typeName).")
+            throw TermindError(.registryMalformed, "\(source): the top level must be an object with \"schema\" and \"features\", not \(root.typeName).")
         }
         guard case .integer(let schema)? = object["schema"] else {
-            throw TermindError(code: "registry.malformed", message: "\(source): field \"schema\" is missing or not an integer (this termind reads schema \(schemaVersion)).")
+            throw TermindError(.registryMalformed, "\(source): field \"schema\" is missing or not an integer (this termind reads schema \(schemaVersion)).")
         }
         guard schema == schemaVersion else {
-            throw TermindError(code: "registry.schema", message: "\(source): schema \(schema) is not supported (this termind reads schema \(schemaVersion)).")
+            throw TermindError(.registrySchema, "\(source): schema \(schema) is not supported (this termind reads schema \(schemaVersion)).")
         }
         guard case .array(let entries)? = object["features"] else {
-            throw TermindError(code: "registry.malformed", message: "\(source): field \"features\" is missing or not an array.")
+            throw TermindError(.registryMalformed, "\(source): field \"features\" is missing or not an array.")
         }
         if let unknown = object.keys.sorted().first(where: { $0 != "schema" && $0 != "features" }) {
-            throw TermindError(code: "registry.malformed", message: "\(source): unknown top-level field \"\(unknown)\" (allowed: schema, features).")
+            throw TermindError(.registryMalformed, "\(source): unknown top-level field \"\(unknown)\" (allowed: schema, features).")
         }
         var result = Result()
         for (index, entry) in entries.enumerated() {
@@ -67,7 +67,7 @@ public enum ManifestReader {
             let field = String(first.prefix { $0 != ":" }).trimmingCharacters(in: CharacterSet(charactersIn: "."))
             let detail = first.drop { $0 != ":" }.dropFirst().trimmingCharacters(in: .whitespaces)
             let more = problems.count > 1 ? " (and \(problems.count - 1) more problem\(problems.count == 2 ? "" : "s"))" : ""
-            return .failure(FeatureProblem(featureID: id, field: field, code: "manifest.invalid_field",
+            return .failure(FeatureProblem(featureID: id, field: field, code: .manifestInvalidField,
                                            message: "\(name): field \"\(field)\": \(detail)\(more)."))
         }
         do {
@@ -77,7 +77,7 @@ public enum ManifestReader {
             manifest.origin = origin
             return .success(manifest)
         } catch {
-            return .failure(FeatureProblem(featureID: id, field: nil, code: "manifest.invalid", message: "\(name): cannot be read as a feature manifest."))
+            return .failure(FeatureProblem(featureID: id, field: nil, code: .manifestInvalid, message: "\(name): cannot be read as a feature manifest."))
         }
     }
 }
@@ -92,6 +92,8 @@ public struct FeatureProblem: Sendable, Equatable, Codable, Error, CustomStringC
     /// boot stops instead of going on without it.
     public var permanent: Bool
 
+    /// `code` as another error carries it (a `TermindError`'s, a store's); a problem raised
+    /// here takes its `ErrorCode` constant (the initialiser below).
     public init(featureID: String?, field: String?, code: String, message: String, permanent: Bool = false) {
         self.featureID = featureID
         self.field = field
@@ -99,6 +101,13 @@ public struct FeatureProblem: Sendable, Equatable, Codable, Error, CustomStringC
         self.message = message
         self.permanent = permanent
     }
+
+    public init(featureID: String?, field: String?, code: ErrorCode, message: String, permanent: Bool = false) {
+        self.init(featureID: featureID, field: field, code: code.rawValue, message: message, permanent: permanent)
+    }
+
+    /// Whether this problem has `code`.
+    public func `is`(_ code: ErrorCode) -> Bool { self.code == code.rawValue }
 
     enum CodingKeys: String, CodingKey { case featureID, field, code, message }
 

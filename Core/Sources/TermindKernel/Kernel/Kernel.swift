@@ -80,7 +80,7 @@ public actor Kernel {
                 }
                 logger.debug("kernel.feature.loaded", ["feature": .identifier(m.id)])
             } catch {
-                disable(m.id, Self.problem(error, feature: m.id, code: "feature.load_failed"))
+                disable(m.id, Self.problem(error, feature: m.id, code: .featureLoadFailed))
             }
         }
 
@@ -90,7 +90,7 @@ public actor Kernel {
                 try register(feature, manifest: m)
             } catch {
                 routes.remove(owner: m.id)
-                disable(m.id, Self.problem(error, feature: m.id, code: "feature.register_failed"))
+                disable(m.id, Self.problem(error, feature: m.id, code: .featureRegisterFailed))
             }
         }
 
@@ -106,14 +106,14 @@ public actor Kernel {
                 logger.info("kernel.feature.started", ["feature": .identifier(m.id)])
             } catch {
                 routes.remove(owner: m.id)
-                disable(m.id, Self.problem(error, feature: m.id, code: "feature.start_failed"))
+                disable(m.id, Self.problem(error, feature: m.id, code: .featureStartFailed))
             }
         }
         routes.freeze()
 
         if let failed = order.compactMap({ statuses[$0] }).first(where: { $0.permanent && $0.state == .disabled }) {
             await shutdown()
-            throw BootFailure(problems: [FeatureProblem(featureID: failed.id, field: nil, code: "feature.permanent_failed",
+            throw BootFailure(problems: [FeatureProblem(featureID: failed.id, field: nil, code: .featurePermanentFailed,
                                                         message: "Permanent feature '\(failed.id)' cannot run, so termind cannot start: \(failed.reason ?? "unknown reason")")])
         }
         let elapsed = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
@@ -250,9 +250,9 @@ public actor Kernel {
         if let path = configuration.registryPath {
             let data: Data
             do {
-                data = try BoundedFile.read(path, limit: Self.maximumRegistryBytes, what: "feature registry", code: "registry.missing")
+                data = try BoundedFile.read(path, limit: Self.maximumRegistryBytes, what: "feature registry", code: .registryMissing)
             } catch let error as TermindError {
-                throw BootFailure(problems: [FeatureProblem(featureID: nil, field: nil, code: "registry.missing",
+                throw BootFailure(problems: [FeatureProblem(featureID: nil, field: nil, code: .registryMissing,
                                                             message: "\(error.message) Pass --registry PATH or set TERMIND_REGISTRY.")])
             }
             let base = configuration.libraryDirectory ?? (path as NSString).deletingLastPathComponent
@@ -282,29 +282,29 @@ public actor Kernel {
         let published = Set(registrar.publishedEndpoints.map(\.id.description))
         let declared = Set(m.contracts + m.functions.map { "\(m.id).fn.\($0.name)@1" })
         if let extra = published.subtracting(declared).sorted().first {
-            throw FeatureProblem(featureID: m.id, field: "contracts", code: "feature.undeclared_contract",
+            throw FeatureProblem(featureID: m.id, field: "contracts", code: .featureUndeclaredContract,
                                  message: "feature '\(m.id)' publishes contract '\(extra)', which its manifest does not declare under \"contracts\".")
         }
         if let missing = declared.subtracting(published).sorted().first {
-            throw FeatureProblem(featureID: m.id, field: "contracts", code: "feature.missing_contract",
+            throw FeatureProblem(featureID: m.id, field: "contracts", code: .featureMissingContract,
                                  message: "feature '\(m.id)' declares contract '\(missing)' but registers no handler for it.")
         }
         let streams = Set(registrar.publishedStreams.map(\.id.description))
         if let extra = streams.subtracting(m.streams).sorted().first {
-            throw FeatureProblem(featureID: m.id, field: "streams", code: "feature.undeclared_stream",
+            throw FeatureProblem(featureID: m.id, field: "streams", code: .featureUndeclaredStream,
                                  message: "feature '\(m.id)' serves stream '\(extra)', which its manifest does not declare under \"streams\".")
         }
         if let missing = Set(m.streams).subtracting(streams).sorted().first {
-            throw FeatureProblem(featureID: m.id, field: "streams", code: "feature.missing_stream",
+            throw FeatureProblem(featureID: m.id, field: "streams", code: .featureMissingStream,
                                  message: "feature '\(m.id)' declares stream '\(missing)' but registers no handler for it.")
         }
         let ports = Set(registrar.publishedPorts.keys)
         if let extra = ports.subtracting(m.ports.provides).sorted().first {
-            throw FeatureProblem(featureID: m.id, field: "ports.provides", code: "feature.undeclared_port",
+            throw FeatureProblem(featureID: m.id, field: "ports.provides", code: .featureUndeclaredPort,
                                  message: "feature '\(m.id)' provides port '\(extra)', which its manifest does not declare under \"ports.provides\".")
         }
         if let missing = Set(m.ports.provides).subtracting(ports).sorted().first {
-            throw FeatureProblem(featureID: m.id, field: "ports.provides", code: "feature.missing_port",
+            throw FeatureProblem(featureID: m.id, field: "ports.provides", code: .featureMissingPort,
                                  message: "feature '\(m.id)' declares port '\(missing)' but provides no implementation.")
         }
         for endpoint in registrar.publishedEndpoints { try routes.add(endpoint) }
@@ -320,7 +320,7 @@ public actor Kernel {
         if wanted.contains("kernel.store") {
             do {
                 guard let path = configuration.storePath else {
-                    throw TermindError(code: "store.unconfigured", message: "No database path is configured (--store or TERMIND_STORE).")
+                    throw TermindError(.storeUnconfigured, "No database path is configured (--store or TERMIND_STORE).")
                 }
                 try routes.addPort("kernel.store", owner: "kernel", value: try Database(path: path))
                 logger.info("kernel.store.opened")
@@ -331,7 +331,7 @@ public actor Kernel {
         if wanted.contains("kernel.secrets") {
             do {
                 guard let path = configuration.secretsPath, let key = configuration.secretsKey else {
-                    throw TermindError(code: "secret.unconfigured", message: "No secret store is configured (--secrets or TERMIND_SECRETS).")
+                    throw TermindError(.secretUnconfigured, "No secret store is configured (--secrets or TERMIND_SECRETS).")
                 }
                 // scrypt (for a passphrase) takes its time: off the cooperative pool.
                 let store = try await BlockingExecutor.run { try SecretStore(path: path, keySource: key) }
@@ -362,7 +362,7 @@ public actor Kernel {
         switch error {
         case let e as StoreError: FeatureProblem(featureID: nil, field: nil, code: e.code, message: e.message)
         case let e as TermindError: FeatureProblem(featureID: nil, field: nil, code: e.code, message: e.message)
-        default: FeatureProblem(featureID: nil, field: nil, code: "store.open_failed", message: "\(port) could not be opened.")
+        default: FeatureProblem(featureID: nil, field: nil, code: .storeOpenFailed, message: "\(port) could not be opened.")
         }
     }
 
@@ -428,7 +428,7 @@ public actor Kernel {
             guard needsFeature || needsPort else { continue }
             if !running.contains(where: { $0.id == dependent }) { routes.remove(owner: dependent) }
             disable(dependent, FeatureProblem(featureID: dependent, field: needsFeature ? "dependencies.required" : "ports.requires",
-                                              code: "feature.dependency_disabled",
+                                              code: .featureDependencyDisabled,
                                               message: "feature '\(dependent)': requires '\(id)', which is disabled: \(problem.message)"))
         }
     }
@@ -440,7 +440,7 @@ public actor Kernel {
             provides: m.ports.provides, commands: m.commands, requires: m.ports.requires, optional: m.ports.optional, calls: m.calls)
     }
 
-    private static func problem(_ error: any Error, feature: String, code: String) -> FeatureProblem {
+    private static func problem(_ error: any Error, feature: String, code: ErrorCode) -> FeatureProblem {
         if let p = error as? FeatureProblem { return p }
         if let e = error as? TermindError {
             return FeatureProblem(featureID: feature, field: nil, code: e.code, message: e.message.hasPrefix("feature '") ? e.message : "feature '\(feature)': \(e.message)")
@@ -465,7 +465,7 @@ public actor Kernel {
         let routes = self.routes
         let secretStatus: @Sendable () throws -> SecretStoreContracts.Status.Response = {
             guard let store = routes.port("kernel.secrets") as? SecretStore else {
-                throw TermindError(code: "secret.unavailable", message: "The secret store is not open: no loaded feature uses it.")
+                throw TermindError(.secretUnavailable, "The secret store is not open: no loaded feature uses it.")
             }
             return .init(protection: try store.protection(), path: store.path, secrets: try store.handles().count, keyRotatedAt: try store.keyRotatedAt())
         }

@@ -15,7 +15,7 @@ final class RoutingTable: @unchecked Sendable {
         try lock.withLock {
             precondition(!frozen, "the registry is frozen after boot")
             if let existing = endpoints[endpoint.id] {
-                throw TermindError(code: "registry.contract_conflict", message: "feature '\(endpoint.owner)': contract '\(endpoint.id)' is already handled by '\(existing.owner)'.")
+                throw TermindError(.registryContractConflict, "feature '\(endpoint.owner)': contract '\(endpoint.id)' is already handled by '\(existing.owner)'.")
             }
             endpoints[endpoint.id] = endpoint
         }
@@ -25,7 +25,7 @@ final class RoutingTable: @unchecked Sendable {
         try lock.withLock {
             precondition(!frozen, "the registry is frozen after boot")
             if let existing = streams[stream.id] {
-                throw TermindError(code: "registry.stream_conflict", message: "feature '\(stream.owner)': stream '\(stream.id)' is already served by '\(existing.owner)'.")
+                throw TermindError(.registryStreamConflict, "feature '\(stream.owner)': stream '\(stream.id)' is already served by '\(existing.owner)'.")
             }
             streams[stream.id] = stream
         }
@@ -35,7 +35,7 @@ final class RoutingTable: @unchecked Sendable {
         try lock.withLock {
             precondition(!frozen, "the registry is frozen after boot")
             if let existing = ports[id] {
-                throw TermindError(code: "registry.port_conflict", message: "feature '\(owner)': port '\(id)' is already provided by '\(existing.owner)'.")
+                throw TermindError(.registryPortConflict, "feature '\(owner)': port '\(id)' is already provided by '\(existing.owner)'.")
             }
             ports[id] = (owner, value)
         }

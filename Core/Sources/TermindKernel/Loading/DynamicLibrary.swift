@@ -10,12 +10,12 @@ struct DynamicLibrary: @unchecked Sendable {
     /// Opens `path` (absolute) with RTLD_NOW | RTLD_LOCAL.
     static func open(_ path: String, feature: String) throws -> DynamicLibrary {
         guard path.hasPrefix("/") else {
-            throw FeatureProblem(featureID: feature, field: "library", code: "manifest.library_missing",
+            throw FeatureProblem(featureID: feature, field: "library", code: .manifestLibraryMissing,
                                  message: "feature '\(feature)': field \"library\" must name a library file (resolved to an absolute path), got '\(path)'.")
         }
         var error = [CChar](repeating: 0, count: 1024)
         guard let handle = termind_dlopen_now_local(path, &error, UInt(error.count)) else {
-            throw FeatureProblem(featureID: feature, field: "library", code: "feature.load_failed",
+            throw FeatureProblem(featureID: feature, field: "library", code: .featureLoadFailed,
                                  message: "feature '\(feature)': cannot load \(path): \(String(nulTerminated: error)).")
         }
         return DynamicLibrary(path: path, handle: handle)
@@ -23,16 +23,16 @@ struct DynamicLibrary: @unchecked Sendable {
 
     /// The entry symbol `name`.
     func symbol(_ name: String, feature: String) throws -> UnsafeMutableRawPointer {
-        try symbol(name, feature: feature, field: "library", code: "feature.entry_missing", role: "the entry symbol '\(name)'")
+        try symbol(name, feature: feature, field: "library", code: .featureEntryMissing, role: "the entry symbol '\(name)'")
     }
 
     /// The symbol a manifest function names.
     func symbol(_ name: String, function: String, feature: String) throws -> UnsafeMutableRawPointer {
-        try symbol(name, feature: feature, field: "functions", code: "plugin.function_missing",
+        try symbol(name, feature: feature, field: "functions", code: .pluginFunctionMissing,
                    role: "the symbol '\(name)' that function '\(function)' names in \"functions\"")
     }
 
-    private func symbol(_ name: String, feature: String, field: String, code: String, role: String) throws -> UnsafeMutableRawPointer {
+    private func symbol(_ name: String, feature: String, field: String, code: ErrorCode, role: String) throws -> UnsafeMutableRawPointer {
         var error = [CChar](repeating: 0, count: 1024)
         guard let symbol = termind_dlsym(handle, name, &error, UInt(error.count)) else {
             throw FeatureProblem(featureID: feature, field: field, code: code,

@@ -37,7 +37,7 @@ enum FeatureLoader {
             let why = descriptor.signature.compiler != host.compiler || descriptor.signature.target != host.target
                 ? "it was built by \(descriptor.signature.compiler) for \(descriptor.signature.target), but this termind by \(host.compiler) for \(host.target)"
                 : "it was built against other Core or feature API sources (ABI hash \(descriptor.signature.contractsHash), this termind \(host.contractsHash))"
-            throw FeatureProblem(featureID: m.id, field: "library", code: "feature.signature_mismatch",
+            throw FeatureProblem(featureID: m.id, field: "library", code: .featureSignatureMismatch,
                                  message: "feature '\(m.id)' is not loaded: \(why). Swift's ABI is not stable: rebuild the feature with this toolchain against this Core and APIs.")
         }
         return descriptor.makeFeature()
@@ -82,6 +82,6 @@ enum FeatureLoader {
     }
 
     private static func mismatch(_ m: FeatureManifest, _ detail: String, field: String = "library") -> FeatureProblem {
-        FeatureProblem(featureID: m.id, field: field, code: "feature.descriptor_mismatch", message: "feature '\(m.id)' (\(m.libraryPath)): \(detail).")
+        FeatureProblem(featureID: m.id, field: field, code: .featureDescriptorMismatch, message: "feature '\(m.id)' (\(m.libraryPath)): \(detail).")
     }
 }

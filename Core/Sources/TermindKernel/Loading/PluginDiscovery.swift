@@ -25,26 +25,26 @@ enum PluginDiscovery {
     static func discover(root given: String) -> Found {
         var found = Found()
         guard let root = SafePath.resolve(given) else {
-            found.problems.append(FeatureProblem(featureID: nil, field: nil, code: "plugins.folder_missing",
+            found.problems.append(FeatureProblem(featureID: nil, field: nil, code: .pluginsFolderMissing,
                                                  message: "The plugin folder \(given) (from --plugins or TERMIND_PLUGINS) does not exist."))
             return found
         }
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
-            found.problems.append(FeatureProblem(featureID: nil, field: nil, code: "plugins.not_a_folder",
+            found.problems.append(FeatureProblem(featureID: nil, field: nil, code: .pluginsNotAFolder,
                                                  message: "The plugin folder \(given) (from --plugins or TERMIND_PLUGINS) is not a folder."))
             return found
         }
         do throws(SafePath.Unsafe) {
             try SafePath.check(root, strictFrom: root)
         } catch {
-            found.problems.append(FeatureProblem(featureID: nil, field: nil, code: "plugin.insecure",
+            found.problems.append(FeatureProblem(featureID: nil, field: nil, code: .pluginInsecure,
                                                  message: "No plugin in \(given) is loaded: \(error). Fix it with chmod go-w or chown."))
             return found
         }
         let folders = pluginFolders(in: root)
         guard !folders.isEmpty else {
-            found.problems.append(FeatureProblem(featureID: nil, field: nil, code: "plugins.none_found",
+            found.problems.append(FeatureProblem(featureID: nil, field: nil, code: .pluginsNoneFound,
                                                  message: "The plugin folder \(given) holds no plugin.json, neither itself nor in a subfolder."))
             return found
         }
@@ -70,7 +70,7 @@ enum PluginDiscovery {
     private static func inspect(folder given: String, root: String) -> Result<FeatureManifest, FeatureProblem> {
         func insecure(_ id: String?, _ detail: String, field: String? = nil) -> FeatureProblem {
             let name = id.map { "plugin '\($0)' (\(given))" } ?? "the plugin in \(given)"
-            return FeatureProblem(featureID: id, field: field, code: "plugin.insecure",
+            return FeatureProblem(featureID: id, field: field, code: .pluginInsecure,
                                   message: "\(name) is not loaded: \(detail).")
         }
         guard let folder = SafePath.resolve(given), let manifestPath = SafePath.resolve((given as NSString).appendingPathComponent("plugin.json")) else {
@@ -89,11 +89,11 @@ enum PluginDiscovery {
         }
         let data: Data
         do {
-            data = try BoundedFile.read(manifestPath, limit: maximumManifestBytes, what: "plugin manifest", code: "plugin.manifest_unreadable")
+            data = try BoundedFile.read(manifestPath, limit: maximumManifestBytes, what: "plugin manifest", code: .pluginManifestUnreadable)
         } catch let error as TermindError {
-            return .failure(FeatureProblem(featureID: nil, field: nil, code: "plugin.manifest_unreadable", message: "The plugin in \(given) is not loaded: \(error.message)"))
+            return .failure(FeatureProblem(featureID: nil, field: nil, code: .pluginManifestUnreadable, message: "The plugin in \(given) is not loaded: \(error.message)"))
         } catch {
-            return .failure(FeatureProblem(featureID: nil, field: nil, code: "plugin.manifest_unreadable", message: "The plugin in \(given) is not loaded: plugin.json cannot be read."))
+            return .failure(FeatureProblem(featureID: nil, field: nil, code: .pluginManifestUnreadable, message: "The plugin in \(given) is not loaded: plugin.json cannot be read."))
         }
         let source = (given as NSString).appendingPathComponent("plugin.json")
         var manifest: FeatureManifest

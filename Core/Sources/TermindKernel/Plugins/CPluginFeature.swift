@@ -112,7 +112,7 @@ final class CPluginFeature: Feature, @unchecked Sendable {
             let status = start(&error)
             let message = Self.take(error).message
             guard status == Int32(TERMIND_OK) else {
-                throw TermindError(code: "feature.start_failed", message: "feature '\(id)' failed to start: \(message ?? "status \(status)").")
+                throw TermindError(.featureStartFailed, "feature '\(id)' failed to start: \(message ?? "status \(status)").")
             }
         }
     }
