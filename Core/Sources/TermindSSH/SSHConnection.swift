@@ -272,11 +272,11 @@ public final class SSHConnection: Sendable {
             engine.configureKeepalive(interval: keepalive.interval, countMax: keepalive.countMax, abandonedGrace: deadlines.abandonedGrace, logger: logger)
             return SSHConnection(target: target, hostKey: hostKey, authenticatedWith: method, via: via, engine: engine, deadlines: deadlines, logger: logger)
         } catch is CancellationError {
-            logger?.debug("ssh.connect.failed", ["code": .identifier("ssh.cancelled"), "elapsed": elapsed()])
+            logger?.debug("ssh.connect.failed", ["code": .identifier(ErrorCode.sshCancelled.rawValue), "elapsed": elapsed()])
             await engine.shutdown()
             throw SSHError.make(.sshCancelled, "Connecting to \(endpoint) was cancelled.")
         } catch {
-            logger?.debug("ssh.connect.failed", ["code": .identifier((error as? TermindError)?.code ?? "internal"), "elapsed": elapsed()])
+            logger?.debug("ssh.connect.failed", ["code": .identifier((error as? TermindError)?.code ?? ErrorCode.internalFailure.rawValue), "elapsed": elapsed()])
             await engine.shutdown()
             throw error
         }

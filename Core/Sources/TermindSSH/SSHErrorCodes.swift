@@ -23,6 +23,7 @@ extension ErrorCode {
     public static let sshAuthBadAnswers: ErrorCode = "ssh.auth_bad_answers"
     public static let sshBadPort: ErrorCode = "ssh.bad_port"
     public static let sshBadSize: ErrorCode = "ssh.bad_size"
+    public static let sshConnectFailed: ErrorCode = "ssh.connect_failed"
     public static let sshExecFailed: ErrorCode = "ssh.exec_failed"
     public static let sshFailed: ErrorCode = "ssh.failed"
     public static let sshHandshakeFailed: ErrorCode = "ssh.handshake_failed"

@@ -236,6 +236,6 @@ public final class SSHSFTP: Sendable {
         case 4: reason = "the server reported a failure"
         default: reason = engine.lastError()
         }
-        return SSHError.make(status == 2 ? "ssh.sftp_not_found" : "ssh.sftp_failed", "Could not \(verb) \(path) on \(engine.endpoint): \(reason).")
+        return SSHError.make(status == 2 ? .sshSFTPNotFound : .sshSFTPFailed, "Could not \(verb) \(path) on \(engine.endpoint): \(reason).")
     }
 }

@@ -35,7 +35,7 @@ enum SocketConnector {
             }
             let accepted = BlockingExecutor.core.submit { finish(lookup(host: host, port: port)) }
             if !accepted {
-                finish(.failure(TermindError(code: "blocking.busy", message: "termind has too much blocking work queued to resolve \(host); try again.")))
+                finish(.failure(TermindError(.blockingBusy, "termind has too much blocking work queued to resolve \(host); try again.")))
             }
             DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
                 finish(.failure(SSHError.make(.sshTimeout, "Resolving \(host) took longer than \(SSHConnection.seconds(seconds)).")))
@@ -92,7 +92,7 @@ enum SocketConnector {
             close(fd)
             if ready == 0 { break }
         }
-        throw SSHError.make(lastError == "no answer before the deadline" ? "ssh.timeout" : "ssh.connect_failed",
+        throw SSHError.make(lastError == "no answer before the deadline" ? .sshTimeout : .sshConnectFailed,
                             "Cannot connect to \(host) port \(port): \(lastError).")
     }
 }

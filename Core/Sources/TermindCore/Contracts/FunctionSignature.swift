@@ -15,11 +15,11 @@ public struct FunctionSignature: Sendable, Equatable {
     public static func parse(_ text: String) -> Result<FunctionSignature, TermindError> {
         let compact = text.filter { !$0.isWhitespace }
         guard let open = compact.firstIndex(of: "("), compact.last == ")" else {
-            return .failure(.init(code: "signature.malformed", message: "signature '\(text)' must look like 'uint32(string, uint64)'"))
+            return .failure(.init(.signatureMalformed, "signature '\(text)' must look like 'uint32(string, uint64)'"))
         }
         let returnName = String(compact[..<open])
         guard let returns = CType(rawValue: returnName) else {
-            return .failure(.init(code: "signature.type", message: "signature '\(text)': return type '\(returnName)' is not one of \(CType.allCases.map(\.rawValue).joined(separator: ", "))"))
+            return .failure(.init(.signatureType, "signature '\(text)': return type '\(returnName)' is not one of \(CType.allCases.map(\.rawValue).joined(separator: ", "))"))
         }
         let inner = compact[compact.index(after: open)..<compact.index(before: compact.endIndex)]
         var parameters: [CType] = []
@@ -27,13 +27,13 @@ public struct FunctionSignature: Sendable, Equatable {
         if !inner.isEmpty && inner != "void" {
             for name in inner.split(separator: ",", omittingEmptySubsequences: false) {
                 guard let type = CType(rawValue: String(name)), type != .void else {
-                    return .failure(.init(code: "signature.type", message: "signature '\(text)': parameter type '\(name)' is not one of \(CType.allCases.filter { $0 != .void }.map(\.rawValue).joined(separator: ", "))"))
+                    return .failure(.init(.signatureType, "signature '\(text)': parameter type '\(name)' is not one of \(CType.allCases.filter { $0 != .void }.map(\.rawValue).joined(separator: ", "))"))
                 }
                 parameters.append(type)
             }
         }
         guard parameters.count <= maximumParameters else {
-            return .failure(.init(code: "signature.arity", message: "signature '\(text)' has \(parameters.count) parameters; at most \(maximumParameters) are supported"))
+            return .failure(.init(.signatureArity, "signature '\(text)' has \(parameters.count) parameters; at most \(maximumParameters) are supported"))
         }
         return .success(FunctionSignature(returns: returns, parameters: parameters))
     }

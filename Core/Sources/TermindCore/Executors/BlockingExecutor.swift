@@ -33,7 +33,7 @@ public final class BlockingExecutor: @unchecked Sendable {
     /// Runs `body` on `core`, failing with `blocking.busy` when it is full.
     @discardableResult
     public static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await core.run(busy: TermindError(code: "blocking.busy", message: "termind has too much blocking work queued (\(core.queueLimit) jobs wait); try again."), body)
+        try await core.run(busy: TermindError(.blockingBusy, "termind has too much blocking work queued (\(core.queueLimit) jobs wait); try again."), body)
     }
 
     public init(name: String, threadLimit: Int, queueLimit: Int, idleSeconds: TimeInterval = 30) {

@@ -97,10 +97,10 @@ public enum JSONCoding {
             return value
         case .failure(let error):
             if error.offset == 0 && data.isEmpty {
-                throw TermindError(code: "json.malformed", message: "\(source) is not valid JSON: the input is empty.")
+                throw TermindError(.jsonMalformed, "\(source) is not valid JSON: the input is empty.")
             }
             let (line, column) = location(of: error.offset, in: data)
-            throw TermindError(code: "json.malformed", message: "\(source) is not valid JSON: \(error.reason) at line \(line), column \(column).")
+            throw TermindError(.jsonMalformed, "\(source) is not valid JSON: \(error.reason) at line \(line), column \(column).")
         }
     }
 

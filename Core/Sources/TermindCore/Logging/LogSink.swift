@@ -22,7 +22,7 @@ public final class LogSink: @unchecked Sendable {
     public static func file(at path: String, level: LogLevel) throws -> LogSink {
         let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
-            throw TermindError(code: "log.open_failed", message: "Cannot open the log file named by TERMIND_LOG_FILE or --log-file: \(String(cString: strerror(errno))).")
+            throw TermindError(.logOpenFailed, "Cannot open the log file named by TERMIND_LOG_FILE or --log-file: \(String(cString: strerror(errno))).")
         }
         return LogSink(fd: fd, owns: true, level: level)
     }

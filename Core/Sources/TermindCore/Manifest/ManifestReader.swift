@@ -51,7 +51,7 @@ public enum ManifestReader {
         do { value = try JSONCoding.parse(data, source: source) } catch let error as TermindError {
             return .failure(FeatureProblem(featureID: nil, field: nil, code: error.code, message: error.message))
         } catch {
-            return .failure(FeatureProblem(featureID: nil, field: nil, code: "json.malformed", message: "\(source) is not valid JSON."))
+            return .failure(FeatureProblem(featureID: nil, field: nil, code: .jsonMalformed, message: "\(source) is not valid JSON."))
         }
         return readEntry(value, label: source, source: source, baseDirectory: baseDirectory, origin: .plugin)
     }

@@ -13,7 +13,7 @@ extension JSONSchema {
     }
 
     private static func problem(_ path: String, _ detail: String) -> TermindError {
-        TermindError(code: "schema.invalid", message: "\(path): \(detail)")
+        TermindError(.schemaInvalid, "\(path): \(detail)")
     }
 
     private static func reading(_ json: JSONValue, at path: String) throws(TermindError) -> JSONSchema {

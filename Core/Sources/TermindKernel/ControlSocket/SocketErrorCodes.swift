@@ -4,6 +4,8 @@ import TermindCore
 extension ErrorCode {
     public static let envelopeMalformed: ErrorCode = "envelope.malformed"
     public static let envelopeTooLarge: ErrorCode = "envelope.too_large"
+    /// What the client reports for a server's error reply that carries no code.
+    public static let unknown: ErrorCode = "unknown"
     /// The server has `ControlServer.maximumClients` already.
     public static let socketBusy: ErrorCode = "socket.busy"
     /// The server closed a connection that sent nothing for its idle timeout.
