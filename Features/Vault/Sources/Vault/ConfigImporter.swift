@@ -22,7 +22,7 @@ struct ConfigImporter {
     /// and only when it is a regular file: an Include of a directory, FIFO, device or an
     /// oversized file is an error naming it.
     static func read(_ path: String) throws -> Reading {
-        let data = try BoundedFile.read(path, limit: SSHConfig.maxFileBytes, what: "ssh_config file", code: "vault.import_unreadable")
+        let data = try BoundedFile.read(path, limit: SSHConfig.maxFileBytes, what: "ssh_config file", code: .vaultImportUnreadable)
         let digests = Digests()
         digests.add(path, data)
         let home = ProcessInfo.processInfo.environment["HOME"] ?? NSHomeDirectory()
@@ -30,7 +30,7 @@ struct ConfigImporter {
             let expanded = pattern.hasPrefix("~/") ? home + pattern.dropFirst(1) : pattern
             return try glob(expanded).map { file in
                 if let text = digests.text(of: file) { return (file, text) }
-                let bytes = try BoundedFile.read(file, limit: SSHConfig.maxFileBytes, what: "included file", code: "vault.import_unreadable")
+                let bytes = try BoundedFile.read(file, limit: SSHConfig.maxFileBytes, what: "included file", code: .vaultImportUnreadable)
                 return (file, digests.add(file, bytes))
             }
         }
@@ -193,7 +193,7 @@ struct ConfigImporter {
         do {
             return try SSHPrivateKey.parse(Secret(String(decoding: data, as: UTF8.self)), passphrase: nil)
         } catch let error as TermindError where error.is(.keyPassphraseRequired) {
-            throw TermindError(code: "key.passphrase_required", message: "The key file \(path) is passphrase-protected: import it with 'termind vault key import \(path) --passphrase -' and select the identity without it. Nothing was imported.")
+            throw TermindError(.keyPassphraseRequired, "The key file \(path) is passphrase-protected: import it with 'termind vault key import \(path) --passphrase -' and select the identity without it. Nothing was imported.")
         } catch let error as TermindError {
             throw TermindError(code: error.code, message: "\(path): \(error.message) Nothing was imported.")
         }

@@ -52,7 +52,7 @@ struct KeyRepository: Sendable {
         guard let data = FileManager.default.contents(atPath: r.path) else {
             throw TermindError(.vaultKeyUnreadable, "Cannot read the key file \(r.path).")
         }
-        guard data.count <= 64 * 1024 else { throw TermindError(code: "key.malformed", message: "\(r.path) is too large to be a private key.") }
+        guard data.count <= 64 * 1024 else { throw TermindError(.keyMalformed, "\(r.path) is too large to be a private key.") }
         let text = Secret(String(decoding: data, as: UTF8.self))
         let key: SSHPrivateKey
         do {

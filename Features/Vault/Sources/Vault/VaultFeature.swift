@@ -132,7 +132,7 @@ extension VaultFeature {
             return .init(verdict: verdict.name, fingerprint: key.fingerprintSHA256, knownFingerprints: known)
         }
         registrar.handleBlocking(KnownHostContracts.Import.self) { [self] r, _ in
-            let data = try BoundedFile.read(r.path, limit: KnownHosts.maxFileBytes, what: "known_hosts file", code: "vault.import_unreadable")
+            let data = try BoundedFile.read(r.path, limit: KnownHosts.maxFileBytes, what: "known_hosts file", code: .vaultImportUnreadable)
             return try knownHosts().importText(String(decoding: data, as: UTF8.self), source: r.path)
         }
         registrar.handleBlocking(KnownHostContracts.Export.self) { [self] r, _ in

@@ -40,7 +40,7 @@ struct VaultRoutes: RouteResolver {
             var key: Secret?, passphrase: Secret?
             if isTarget, let file = resolved.identityFiles.first {
                 let path = LocalPath.absolute(file, relativeTo: request.workingDirectory)
-                let text = try await BlockingExecutor.run { try BoundedFile.read(path, limit: 64 << 10, what: "key file", code: "exec.key_unreadable") }
+                let text = try await BlockingExecutor.run { try BoundedFile.read(path, limit: 64 << 10, what: "key file", code: .execKeyUnreadable) }
                 key = Secret(String(decoding: text, as: UTF8.self))
                 passphrase = try await Self.unlock(key!, path: path, askPassphrase: askPassphrase)
             }
@@ -57,7 +57,7 @@ struct VaultRoutes: RouteResolver {
             return nil
         } catch let error as TermindError where error.is(.keyPassphraseRequired) {
             guard let passphrase = await askPassphrase(path) else {
-                throw TermindError(code: "key.passphrase_required", message: "The key file \(path) is passphrase-protected and there is no terminal to ask for it. "
+                throw TermindError(.keyPassphraseRequired, "The key file \(path) is passphrase-protected and there is no terminal to ask for it. "
                     + "Import it once (termind vault key import \(path) --passphrase -) and use a saved identity, or add it to ssh-agent (ssh-add \(path)).")
             }
             do {

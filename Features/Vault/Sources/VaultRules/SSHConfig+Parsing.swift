@@ -135,8 +135,8 @@ extension SSHConfig {
 
         init(origin: Origin) { self.origin = origin }
 
-        mutating func fail(_ code: String, _ at: Location, _ message: String) {
-            errors.append(TermindError(code: "ssh_config.\(code)", message: "\(at.file) line \(at.line): \(message)"))
+        mutating func fail(_ code: ErrorCode, _ at: Location, _ message: String) {
+            errors.append(TermindError(code, "\(at.file) line \(at.line): \(message)"))
         }
 
         mutating func parseFile(_ text: String, path: String, depth: Int, include: IncludeResolver) -> [Entry] {
@@ -165,7 +165,7 @@ extension SSHConfig {
 
         mutating func parseLine(_ raw: Substring, at: Location, depth: Int, include: IncludeResolver) -> Entry? {
             if raw.utf8.count > SSHConfig.maxLineBytes {
-                fail("line_too_long", at, "the line is \(raw.utf8.count) bytes; lines longer than \(SSHConfig.maxLineBytes) bytes are not read.")
+                fail(.sshConfigLineTooLong, at, "the line is \(raw.utf8.count) bytes; lines longer than \(SSHConfig.maxLineBytes) bytes are not read.")
                 return nil
             }
             var line = raw
@@ -179,7 +179,7 @@ extension SSHConfig {
             var rest = line[keywordEnd...].drop(while: { $0 == " " || $0 == "\t" })
             if rest.first == "=" { rest = rest.dropFirst().drop(while: { $0 == " " || $0 == "\t" }) }
             guard !rest.isEmpty else {
-                fail("missing_argument", at, "no argument after keyword \"\(keyword)\".")
+                fail(.sshConfigMissingArgument, at, "no argument after keyword \"\(keyword)\".")
                 return nil
             }
             let known = ["host", "match", "include", "hostname", "user", "port", "identityfile", "identityfile2",
@@ -188,21 +188,21 @@ extension SSHConfig {
                 || SSHConfig.ignoredKeywords.contains(keyword) || SSHConfig.unsupportedKeywords.contains(keyword)
             if !known {
                 if let ignoreUnknown, SSHPattern.matchList(keyword, ignoreUnknown, lowercasePatterns: true) == 1 { return nil }
-                fail("bad_option", at, "Bad configuration option: \(keyword).")
+                fail(.sshConfigBadOption, at, "Bad configuration option: \(keyword).")
                 return nil
             }
             guard let args = ShellWords.splitConfigArguments(rest) else {
-                fail("bad_quotes", at, "invalid quotes.")
+                fail(.sshConfigBadQuotes, at, "invalid quotes.")
                 return nil
             }
             // Keywords that take exactly one argument.
             func single() -> String? {
                 guard let value = args.first, !value.isEmpty else {
-                    fail("missing_argument", at, "keyword \(keyword) is missing its argument.")
+                    fail(.sshConfigMissingArgument, at, "keyword \(keyword) is missing its argument.")
                     return nil
                 }
                 guard args.count == 1 else {
-                    fail("extra_arguments", at, "keyword \(keyword) extra arguments at end of line.")
+                    fail(.sshConfigExtraArguments, at, "keyword \(keyword) extra arguments at end of line.")
                     return nil
                 }
                 return value
@@ -211,7 +211,7 @@ extension SSHConfig {
             switch keyword {
             case "host":
                 guard !args.isEmpty, !args.contains("") else {
-                    fail("missing_argument", at, "keyword host empty argument.")
+                    fail(.sshConfigMissingArgument, at, "keyword host empty argument.")
                     return .brokenBlock(at: at)
                 }
                 return .host(patterns: args, at: at)
@@ -223,7 +223,7 @@ extension SSHConfig {
                     }
                     return .match(criteria: criteria, at: at)
                 } catch {
-                    fail("bad_match", at, "Bad Match condition: \(error.message).")
+                    fail(.sshConfigBadMatch, at, "Bad Match condition: \(error.message).")
                     return .brokenBlock(at: at)
                 }
             case "include":
@@ -235,7 +235,7 @@ extension SSHConfig {
             case "port":
                 guard let value = single() else { return nil }
                 guard value.count <= 5, value.allSatisfy({ $0.isASCII && $0.isNumber }), let port = Int(value), (1...65535).contains(port) else {
-                    fail("bad_port", at, "Bad port '\(value)' (ports are numbers from 1 to 65535).")
+                    fail(.sshConfigBadPort, at, "Bad port '\(value)' (ports are numbers from 1 to 65535).")
                     return nil
                 }
                 return .option(.port(port), at: at, warning: nil)
@@ -250,9 +250,9 @@ extension SSHConfig {
                     let hops = try QuickConnect.parseJumpList(String(value), in: "ProxyJump \(value)")
                     return .option(.proxyJump(hops), at: at, warning: nil)
                 } catch let error as TermindError {
-                    fail("bad_proxy_jump", at, "Invalid ProxyJump \"\(value)\": \(error.message)")
+                    fail(.sshConfigBadProxyJump, at, "Invalid ProxyJump \"\(value)\": \(error.message)")
                 } catch {
-                    fail("bad_proxy_jump", at, "Invalid ProxyJump \"\(value)\".")
+                    fail(.sshConfigBadProxyJump, at, "Invalid ProxyJump \"\(value)\".")
                 }
                 return nil
             case "localforward", "remoteforward", "dynamicforward":
@@ -277,8 +277,13 @@ extension SSHConfig {
             }
         }
 
+        /// Why a `Match` line is refused; the caller words it as `ssh_config.bad_match`.
+        struct MatchProblem: Error {
+            let message: String
+        }
+
         /// `Match` criteria, validated like OpenSSH's `match_cfg_line`.
-        private func parseMatch(_ args: [String]) throws(TermindError) -> [MatchCriterion] {
+        private func parseMatch(_ args: [String]) throws(MatchProblem) -> [MatchCriterion] {
             var criteria: [MatchCriterion] = []
             var attributes = 0
             var index = 0
@@ -289,26 +294,26 @@ extension SSHConfig {
                 let name = String(original.dropFirst(negated ? 1 : 0)).lowercased()
                 if name == "all" {
                     if attributes > 1 || index < args.count {
-                        throw TermindError(code: "", message: "'\(original)' cannot be combined with other Match attributes")
+                        throw MatchProblem(message: "'\(original)' cannot be combined with other Match attributes")
                     }
                     criteria.append(MatchCriterion(kind: .all, negated: negated, argument: nil))
                     return criteria
                 }
                 attributes += 1
                 guard let kind = MatchCriterion.Kind(rawValue: name) else {
-                    throw TermindError(code: "", message: "Unsupported Match attribute \(name)")
+                    throw MatchProblem(message: "Unsupported Match attribute \(name)")
                 }
                 if kind == .canonical || kind == .final {
                     criteria.append(MatchCriterion(kind: kind, negated: negated, argument: nil))
                     continue
                 }
                 guard index < args.count, !args[index].isEmpty else {
-                    throw TermindError(code: "", message: "Missing Match criteria for \(name)")
+                    throw MatchProblem(message: "Missing Match criteria for \(name)")
                 }
                 criteria.append(MatchCriterion(kind: kind, negated: negated, argument: args[index]))
                 index += 1
             }
-            if attributes == 0 { throw TermindError(code: "", message: "One or more attributes required for Match") }
+            if attributes == 0 { throw MatchProblem(message: "One or more attributes required for Match") }
             return criteria
         }
 
@@ -316,11 +321,11 @@ extension SSHConfig {
             var files: [IncludedFile] = []
             for arg in args {
                 guard !arg.isEmpty else {
-                    fail("missing_argument", at, "keyword include empty argument.")
+                    fail(.sshConfigMissingArgument, at, "keyword include empty argument.")
                     return nil
                 }
                 if arg.hasPrefix("~") && origin == .system {
-                    fail("bad_include_path", at, "bad include path \(arg): system configuration files cannot use '~'.")
+                    fail(.sshConfigBadIncludePath, at, "bad include path \(arg): system configuration files cannot use '~'.")
                     return nil
                 }
                 let pattern = arg.hasPrefix("/") || arg.hasPrefix("~") ? arg : (origin == .user ? "~/.ssh/" : "/etc/ssh/") + arg
@@ -329,16 +334,16 @@ extension SSHConfig {
                     matched = try include(pattern, at.file)
                 } catch {
                     let why = (error as? TermindError)?.message ?? "\(error)"
-                    fail("include_failed", at, "cannot read Include \(pattern): \(why)")
+                    fail(.sshConfigIncludeFailed, at, "cannot read Include \(pattern): \(why)")
                     return nil
                 }
                 if !matched.isEmpty && depth + 1 > SSHConfig.maxIncludeDepth {
-                    fail("include_depth", at, "Too many recursive configuration includes (more than \(SSHConfig.maxIncludeDepth) levels) at Include \(pattern).")
+                    fail(.sshConfigIncludeDepth, at, "Too many recursive configuration includes (more than \(SSHConfig.maxIncludeDepth) levels) at Include \(pattern).")
                     return nil
                 }
                 for file in matched {
                     guard filesRead < SSHConfig.maxFiles else {
-                        fail("too_many_files", at, "Include \(pattern) would read more than \(SSHConfig.maxFiles) files in all; the rest are not read.")
+                        fail(.sshConfigTooManyFiles, at, "Include \(pattern) would read more than \(SSHConfig.maxFiles) files in all; the rest are not read.")
                         return files.isEmpty ? nil : .include(files: files, at: at)
                     }
                     files.append(IncludedFile(path: file.path, entries: parseFile(file.text, path: file.path, depth: depth + 1, include: include)))
@@ -351,7 +356,7 @@ extension SSHConfig {
             let remote = keyword == "remoteforward"
             var dynamic = keyword == "dynamicforward"
             guard let first = args.first, !first.isEmpty else {
-                fail("missing_argument", at, "keyword \(keyword) is missing its argument.")
+                fail(.sshConfigMissingArgument, at, "keyword \(keyword) is missing its argument.")
                 return nil
             }
             var spec = first
@@ -363,17 +368,17 @@ extension SSHConfig {
                 } else if remote {
                     dynamic = true
                 } else {
-                    fail("missing_argument", at, "Missing target argument for \(keyword).")
+                    fail(.sshConfigMissingArgument, at, "Missing target argument for \(keyword).")
                     return nil
                 }
             }
             guard args.count == used else {
-                fail("extra_arguments", at, "keyword \(keyword) extra arguments at end of line.")
+                fail(.sshConfigExtraArguments, at, "keyword \(keyword) extra arguments at end of line.")
                 return nil
             }
             let kind: SSHForward.Kind = keyword == "localforward" ? .local : remote ? .remote : .dynamic
             guard let forward = SSHForwardParser.parse(spec, kind: kind, dynamic: dynamic) else {
-                fail("bad_forward", at, "Bad forwarding specification '\(args.prefix(used).joined(separator: " "))'.")
+                fail(.sshConfigBadForward, at, "Bad forwarding specification '\(args.prefix(used).joined(separator: " "))'.")
                 return nil
             }
             return .option(.forward(forward), at: at, warning: nil)
