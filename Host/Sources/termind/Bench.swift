@@ -12,6 +12,12 @@ import TermindKernel
 enum Bench {
     typealias Figure = BenchmarkFigure
 
+    // The benchmark's own failures: a stream or peer that did not do its part.
+    static let shortStream: ErrorCode = "bench.short"
+    static let connectFailed: ErrorCode = "bench.connect"
+    static let peerClosed: ErrorCode = "bench.closed"
+    static let echoFailed: ErrorCode = "bench.echo"
+
     static func run(_ inv: Invocation) async throws -> Invocation.Exit {
         let iterations = try parseIterations(inv.arguments)
         var configuration = try inv.kernelConfiguration()
@@ -133,7 +139,7 @@ enum Bench {
                 }
                 return (now() - start, bytes)
             }
-            guard streamed.bytes == size * count else { throw TermindError(code: "bench.short", message: "the bench stream delivered \(streamed.bytes) of \(size * count) bytes") }
+            guard streamed.bytes == size * count else { throw TermindError(Bench.shortStream, "the bench stream delivered \(streamed.bytes) of \(size * count) bytes") }
             let echoLine = Data(repeating: 0x61, count: size - 1) + Data([10])
             let echoed = try await blocking { try LineClient.streamed(path: directory + "/echo.sock", line: echoLine, count: count) }
             let label = size >= 1 << 20 ? "\(size >> 20) MiB" : "\(size >> 10) KiB"
@@ -201,7 +207,7 @@ enum LineClient {
         let ok = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
-        guard fd >= 0, ok == 0 else { throw TermindError(code: "bench.connect", message: "cannot connect to \(path)") }
+        guard fd >= 0, ok == 0 else { throw TermindError(Bench.connectFailed, "cannot connect to \(path)") }
         return fd
     }
 
@@ -214,7 +220,7 @@ enum LineClient {
         for _ in 0..<count {
             let t = Bench.now()
             write(fd, line)
-            guard reader.next() else { throw TermindError(code: "bench.closed", message: "peer closed") }
+            guard reader.next() else { throw TermindError(Bench.peerClosed, "peer closed") }
             latencies.append(Bench.now() - t)
         }
         return latencies
@@ -228,7 +234,7 @@ enum LineClient {
         var sent = 0, received = 0
         while received < count {
             while sent < count && sent - received < window { write(fd, line); sent += 1 }
-            guard reader.next() else { throw TermindError(code: "bench.closed", message: "peer closed") }
+            guard reader.next() else { throw TermindError(Bench.peerClosed, "peer closed") }
             received += 1
         }
         return Bench.now() - start
@@ -244,7 +250,7 @@ enum LineClient {
         let start = Bench.now()
         Thread { for _ in 0..<count { write(fd, line) } }.start()
         for _ in 0..<count {
-            guard reader.next() else { throw TermindError(code: "bench.closed", message: "peer closed") }
+            guard reader.next() else { throw TermindError(Bench.peerClosed, "peer closed") }
         }
         return Bench.now() - start
     }
@@ -303,7 +309,7 @@ final class EchoServer: @unchecked Sendable {
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
-        guard bound == 0, listen(fd, 64) == 0 else { throw TermindError(code: "bench.echo", message: "cannot start the echo peer") }
+        guard bound == 0, listen(fd, 64) == 0 else { throw TermindError(Bench.echoFailed, "cannot start the echo peer") }
         let listener = fd
         Thread {
             while true {

@@ -37,6 +37,8 @@ struct Invocation {
     }
 
     struct UsageError: Error, CustomStringConvertible {
+        /// Its code in `--json` output.
+        static let code: ErrorCode = "usage"
         let description: String
     }
 

@@ -4,6 +4,9 @@ import TermindKernel
 
 /// Writing results: JSON for scripts (`--json`), aligned text for people.
 enum Output {
+    /// The code of a boot failure that names no problem.
+    static let bootFailed: ErrorCode = "boot.failed"
+
     /// Text for people; control characters from outside text are shown escaped (TerminalText).
     static func line(_ text: String) {
         FileHandle.standardOutput.write(Data((TerminalText.escaped(text) + "\n").utf8))
@@ -140,18 +143,18 @@ enum Output {
         case let e as TermindError:
             if json { Output.json(["error": ["code": e.code, "message": e.message]]) } else { Output.error(e.message) }
             return .failure
-        case let e as BootFailure where e.problems.first?.code == "features.unknown":
-            if json { Output.json(["error": ["code": "features.unknown", "message": e.description]]) } else { Output.error("\(e.description) Run 'termind --help'.") }
+        case let e as BootFailure where e.problems.first?.is(.featuresUnknown) == true:
+            if json { Output.json(["error": ["code": ErrorCode.featuresUnknown.rawValue, "message": e.description]]) } else { Output.error("\(e.description) Run 'termind --help'.") }
             return .usage
         case let e as BootFailure:
             if json {
-                Output.json(["error": ["code": e.problems.first?.code ?? "boot.failed", "message": e.description]])
+                Output.json(["error": ["code": e.problems.first?.code ?? Output.bootFailed.rawValue, "message": e.description]])
             } else {
                 Output.error("cannot start:\n" + e.problems.map { "  - \($0.message)" }.joined(separator: "\n"))
             }
             return .bootFailed
         case let e as Invocation.UsageError:
-            if json { Output.json(["error": ["code": "usage", "message": e.description]]) } else { Output.error("\(e.description) Run 'termind --help'.") }
+            if json { Output.json(["error": ["code": Invocation.UsageError.code.rawValue, "message": e.description]]) } else { Output.error("\(e.description) Run 'termind --help'.") }
             return .usage
         default:
             let mapped = TermindError.from(error)

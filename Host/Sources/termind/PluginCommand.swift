@@ -7,6 +7,9 @@ import TermindStore
 /// declared fields in order, `--field value` fills any other field, values are typed by
 /// the contract's schema, and declared path fields are made absolute.
 enum PluginCommand {
+    /// The command belongs to a feature that is disabled.
+    static let commandUnavailable: ErrorCode = "command.unavailable"
+
     static func run(_ name: String, _ inv: Invocation) async throws -> Invocation.Exit {
         // What is left once the session is closed (a stream's result and exit status).
         let after = try await Session.with(inv) { session -> () -> Invocation.Exit in
@@ -31,7 +34,7 @@ enum PluginCommand {
                     return { inv.help ? .success : .usage }
                 }
                 if let disabled = features.first(where: { $0.state != .running && $0.commands.contains { words.starts(with: $0.words) } }) {
-                    throw TermindError(code: "command.unavailable", message: "'\(name)' belongs to feature '\(disabled.id)', which is disabled: \(disabled.reason ?? "unknown reason").")
+                    throw TermindError(PluginCommand.commandUnavailable, "'\(name)' belongs to feature '\(disabled.id)', which is disabled: \(disabled.reason ?? "unknown reason").")
                 }
                 let available = Set(running.map { $0.words[0] })
                 throw Invocation.UsageError(description: "Unknown command '\(name)'.\(available.isEmpty ? "" : " Commands from features and plugins: \(available.sorted().joined(separator: ", ")).")")
@@ -206,7 +209,7 @@ enum PluginCommand {
                 data = FileHandle.standardInput.readDataToEndOfFile()
             } else {
                 do {
-                    data = try BoundedFile.read(LocalPath.absolute(path), limit: 16 << 20, what: "--\(field) file", code: "usage")
+                    data = try BoundedFile.read(LocalPath.absolute(path), limit: 16 << 20, what: "--\(field) file", code: Invocation.UsageError.code)
                 } catch let error as TermindError {
                     throw Invocation.UsageError(description: "--\(field) \(text): \(error.message)")
                 }
