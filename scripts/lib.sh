@@ -30,7 +30,7 @@ ensure_packages() {
         [ -z "$added_policy" ] || $sudo rm -f "$policy"
     fi
     command -v swift >/dev/null || { log "swift is not on PATH (expected the Swift 6 toolchain, e.g. /opt/swift/usr/bin)"; exit 1; }
-    # libssh2 >= 1.11.1 (built from Debian 13's source package when the system one is older).
+    # libssh2 1.11.1 from Debian 13's source package with termind's patches (cached).
     bash "$ROOT/scripts/deps/libssh2.sh"
 }
 
@@ -44,6 +44,14 @@ build() {
     for plan in .build/debug.yaml .build/release.yaml; do
         if [ -e "$plan" ] && { [ Core/Package.swift -nt "$plan" ] || [ APIs/Package.swift -nt "$plan" ]; }; then touch Package.swift; fi
     done
+    # libssh2 is linked statically into libTermindCore.so and SwiftPM does not track it: when
+    # scripts/deps/libssh2.sh has installed another build of it (a changed patch series),
+    # remove the library so that it is linked again.
+    local libssh2_stamp=/usr/local/lib/termind/libssh2/.termind-patches bin_path
+    bin_path="$(swift build "$@" --show-bin-path)"
+    if [ -f "$libssh2_stamp" ] && ! cmp -s "$libssh2_stamp" "$bin_path/.libssh2-patches"; then
+        rm -f "$bin_path/libTermindCore.so"
+    fi
     # Build progress goes to stderr, and only when something was rebuilt (or failed), so
     # ./scripts/termind prints nothing but termind's own output on stdout.
     local log status=0
@@ -52,7 +60,8 @@ build() {
     if [ "$status" -ne 0 ] || awk '!/Compiling plugin/ && /Compiling|Linking|warning:|error:/ { found = 1 } END { exit !found }' "$log"; then cat "$log" >&2; fi
     rm -f "$log"
     [ "$status" -eq 0 ] || return "$status"
-    BIN="$(swift build "$@" --show-bin-path)"
+    BIN="$bin_path"
+    [ ! -f "$libssh2_stamp" ] || cp "$libssh2_stamp" "$BIN/.libssh2-patches"
     cp Registry.json "$BIN/Registry.json"
     # Example plugins, opt-in: termind --plugins "$BIN/plugins" ...
     for manifest in Plugins/Examples/*/plugin.json; do

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Provides libssh2 >= 1.11.1 for the build, as the pkg-config package "termind-libssh2".
+# Provides libssh2 1.11.1 for the build, as the pkg-config package "termind-libssh2".
 #
-# Debian 12 ships libssh2 1.10 (SHA-1-only RSA signatures that OpenSSH >= 8.8 rejects, no
-# AES-GCM/ChaCha20, no strict key exchange, missing later CVE fixes). When the system
-# library is older, this builds Debian 13's source package — fetched with apt-get source
-# (apt checks the signed index and the file hashes) and unpacked with dpkg-source so
-# Debian's patches are applied — statically with -fPIC against the system's OpenSSL 3, and
-# installs it under /usr/local/lib/termind/libssh2. The result is cached by version: a
-# second run does nothing. Needs root (or sudo) like the apt installs in lib.sh.
+# termind always builds libssh2 itself, from Debian 13's source package — fetched with
+# apt-get source (apt checks the signed index and the file hashes) and unpacked with
+# dpkg-source so Debian's patches are applied — plus termind's own patch series in
+# scripts/deps/libssh2/ (listed in its `series` file, applied in order like Debian's; each
+# patch is one change with a DEP-3 header saying why). The patches put libssh2's data path
+# on OpenSSL's bulk ciphers; a system libssh2, even a new enough one, lacks them.
+# Debian 12's own libssh2 1.10 would not do anyway (SHA-1-only RSA signatures that OpenSSH
+# >= 8.8 rejects, no AES-GCM/ChaCha20, no strict key exchange, missing CVE fixes).
+#
+# It is built statically with -fPIC against the system's OpenSSL 3 and installed under
+# /usr/local/lib/termind/libssh2. The result is cached by the patch series' digest: a
+# second run does nothing, and a changed patch rebuilds. Needs root (or sudo) like the apt
+# installs in lib.sh.
 set -euo pipefail
 
 WANTED_UPSTREAM="1.11.1"
@@ -24,22 +30,19 @@ write_pc() { # prefix libs version
         'Cflags: -I${prefix}/include' "Libs: $2" | $SUDO tee "$PC_FILE" >/dev/null
 }
 
-# 1. A system libssh2 that is new enough.
-if pkg-config --exists "libssh2 >= $WANTED_UPSTREAM" 2>/dev/null; then
-    version=$(pkg-config --modversion libssh2)
-    write_pc "$(pkg-config --variable=prefix libssh2)" "$(pkg-config --libs libssh2)" "$version"
-    say "using the system libssh2 $version"
+PATCHES="$(cd "$(dirname "${BASH_SOURCE[0]}")/libssh2" && pwd)"
+# What the cache is keyed by: the series and every patch in it.
+patch_digest() { (cd "$PATCHES" && cat series $(grep -v '^#' series) | sha256sum | cut -c1-16); }
+WANTED_PATCHES="$(patch_digest)"
+
+# 1. Our cached build, when it carries this patch series.
+STAMP="$PREFIX/.termind-patches"
+if [ "$(cat "$STAMP" 2>/dev/null)" = "$WANTED_PATCHES" ] && [ -f "$PREFIX/lib/libssh2.a" ] && [ -f "$PC_FILE" ]; then
     exit 0
 fi
 
-# 2. Our cached build.
-STAMP="$PREFIX/.debian-version"
-if [ -f "$STAMP" ] && [ -f "$PREFIX/lib/libssh2.a" ] && [ -f "$PC_FILE" ]; then
-    exit 0
-fi
-
-# 3. Build Debian 13's source package.
-say "building libssh2 $WANTED_UPSTREAM from Debian's $DEBIAN_SUITE source package (about a minute)"
+# 2. Build Debian 13's source package with termind's patches.
+say "building libssh2 $WANTED_UPSTREAM from Debian's $DEBIAN_SUITE source package with termind's patches (about a minute)"
 SOURCES=/etc/apt/sources.list.d/termind-$DEBIAN_SUITE-src.sources
 if [ ! -f "$SOURCES" ]; then
     printf '%s\n' "Types: deb-src" "URIs: http://deb.debian.org/debian" "Suites: $DEBIAN_SUITE" "Components: main" \
@@ -56,6 +59,9 @@ debian_version=$(sed -n 's/^Version: //p' "$dsc")
 dpkg-source --no-check -x "$dsc" src >&2
 cd src
 case "$debian_version" in "$WANTED_UPSTREAM"*) ;; *) say "unexpected libssh2 version $debian_version"; exit 1 ;; esac
+for patch in $(grep -v '^#' "$PATCHES/series"); do
+    patch -p1 --forward --quiet < "$PATCHES/$patch" >&2 || { say "termind's libssh2 patch $patch does not apply to $debian_version"; exit 1; }
+done
 CFLAGS="-O2 -fPIC" ./configure --prefix="$PREFIX" --disable-shared --enable-static --with-pic --with-crypto=openssl \
     --without-libz --disable-examples-build --disable-docker-tests --disable-sshd-tests >&2 || \
 CFLAGS="-O2 -fPIC" ./configure --prefix="$PREFIX" --disable-shared --enable-static --with-pic --with-crypto=openssl \
@@ -63,6 +69,7 @@ CFLAGS="-O2 -fPIC" ./configure --prefix="$PREFIX" --disable-shared --enable-stat
 make -j"$(nproc)" -C src >&2
 $SUDO make -C src install >&2
 $SUDO make install-data-am >&2   # headers and libssh2.pc
-write_pc "$PREFIX" "-L\${prefix}/lib -lssh2 -lssl -lcrypto" "$debian_version"
-echo "$debian_version" | $SUDO tee "$STAMP" >/dev/null
-say "libssh2 $debian_version installed in $PREFIX"
+write_pc "$PREFIX" "-L\${prefix}/lib -lssh2 -lssl -lcrypto" "$debian_version+termind"
+echo "$debian_version" | $SUDO tee "$PREFIX/.debian-version" >/dev/null
+echo "$WANTED_PATCHES" | $SUDO tee "$STAMP" >/dev/null
+say "libssh2 $debian_version with termind's patches ($WANTED_PATCHES) installed in $PREFIX"
