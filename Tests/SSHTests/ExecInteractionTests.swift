@@ -194,10 +194,9 @@ final class ExecInteractionTests: XCTestCase {
     private func interrupt(with signal: Int32, serve: Bool) throws -> (status: Int32, recorded: String, said: String) {
         // sshd delivers signal requests only to unprivileged users' sessions (see SSHChannelTests).
         try XCTSkipUnless(getuid() == 0, "needs root to create a throwaway account")
-        let account = "tmd\(UInt32.random(in: 100_000...999_999))"
-        XCTAssertEqual(try ProcessRunner.run("/usr/sbin/useradd", ["-M", "-s", "/bin/sh", account]).status, 0)
-        defer { _ = try? ProcessRunner.run("/usr/sbin/userdel", [account]) }
-        XCTAssertEqual(try ProcessRunner.run("/usr/sbin/usermod", ["-p", "*", account]).status, 0)
+        let throwaway = try ThrowawayAccount()
+        defer { throwaway.remove() }
+        let account = throwaway.name
         chmod(server.directory.file("authorized_keys"), 0o644)
         let marker = directory.file("marker-\(serve)-\(signal)")
         chmod(directory.path, 0o777)

@@ -132,15 +132,10 @@ final class SSHChannelTests: XCTestCase {
         // sshd delivers signal requests only to sessions of unprivileged users (for root it
         // refuses: "session signalling requires privilege separation"), so as root the test
         // logs in as a throwaway account; the fixture's authorized_keys serves every user.
-        var account = user
-        if getuid() == 0 {
-            account = "tmd\(UInt32.random(in: 100_000...999_999))"
-            XCTAssertEqual(try ProcessRunner.run("/usr/sbin/useradd", ["-M", "-s", "/bin/sh", account]).status, 0)
-            // Not locked ("!"), just without a password: sshd refuses locked accounts.
-            XCTAssertEqual(try ProcessRunner.run("/usr/sbin/usermod", ["-p", "*", account]).status, 0)
-            chmod(server.directory.file("authorized_keys"), 0o644)  // sshd reads it as that user
-        }
-        defer { if account != user { _ = try? ProcessRunner.run("/usr/sbin/userdel", [account]) } }
+        let throwaway = getuid() == 0 ? try ThrowawayAccount() : nil
+        defer { throwaway?.remove() }
+        let account = throwaway?.name ?? user
+        if throwaway != nil { chmod(server.directory.file("authorized_keys"), 0o644) }  // sshd reads it as that user
         let connection = try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: server.port, username: account),
                                                       credentials: SSHCredentials(privateKey: Secret(clientKey), agentSocket: ""),
                                                       trust: trust) { _ in .acceptOnce }

@@ -204,14 +204,11 @@ final class SSHConnectionTests: XCTestCase {
 /// a throwaway user with a random password and removes it afterwards.
 final class PasswordAuthenticationTests: XCTestCase {
     func testPasswordAuthenticationAndAWrongPasswordAgainstSshd() async throws {
-        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/sbin/useradd") else {
-            throw XCTSkip("needs root to create a throwaway account")
-        }
-        let name = "tmd\(UInt32.random(in: 100_000...999_999))"
+        try XCTSkipUnless(getuid() == 0, "needs root to create a throwaway account")
         let password = "pw-\(UUID().uuidString)"
-        XCTAssertEqual(try ProcessRunner.run("/usr/sbin/useradd", ["-M", "-s", "/bin/sh", name]).status, 0)
-        defer { _ = try? ProcessRunner.run("/usr/sbin/userdel", [name]) }
-        XCTAssertEqual(try ProcessRunner.run("/usr/sbin/chpasswd", [], stdin: "\(name):\(password)\n").status, 0)
+        let account = try ThrowawayAccount(password: .value(password))
+        defer { account.remove() }
+        let name = account.name
         let server = try SSHServerFixture(authorizedKeys: [], extraConfig: ["PasswordAuthentication yes", "PermitEmptyPasswords no"])
         defer { server.stop() }
         let vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
@@ -240,13 +237,10 @@ final class PasswordAuthenticationTests: XCTestCase {
 /// with an empty password and PermitEmptyPasswords) needs nothing more.
 final class NoneAuthenticationTests: XCTestCase {
     func testAUsernameOnlyIdentityLogsInWithNone() async throws {
-        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/sbin/useradd") else {
-            throw XCTSkip("needs root to create a throwaway account")
-        }
-        let name = "tmd\(UInt32.random(in: 100_000...999_999))"
-        XCTAssertEqual(try ProcessRunner.run("/usr/sbin/useradd", ["-M", "-s", "/bin/sh", name]).status, 0)
-        defer { _ = try? ProcessRunner.run("/usr/sbin/userdel", [name]) }
-        XCTAssertEqual(try ProcessRunner.run("/usr/bin/passwd", ["-d", name]).status, 0)
+        try XCTSkipUnless(getuid() == 0, "needs root to create a throwaway account")
+        let account = try ThrowawayAccount(password: .empty)
+        defer { account.remove() }
+        let name = account.name
         let server = try SSHServerFixture(authorizedKeys: [], extraConfig: ["PasswordAuthentication yes", "PermitEmptyPasswords yes"])
         defer { server.stop() }
         let vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
