@@ -1,8 +1,11 @@
 # Entry points; each script installs what it needs first.
-.PHONY: test run bench build install uninstall
+.PHONY: test interop run bench build install uninstall
 PREFIX ?= /usr/local
 test:
 	./scripts/test
+# Every cipher and MAC against OpenSSH's sshd with 256 MiB each way (make test moves 16).
+interop:
+	TERMIND_INTEROP_MIB=256 ./scripts/test --filter SSHCipherInteropTests
 run:
 	./scripts/termind $(ARGS)
 bench:

@@ -24,22 +24,26 @@ public final class SSHServerFixture: @unchecked Sendable {
     /// `extraConfig` lines override the defaults below (e.g. "PasswordAuthentication yes").
     /// `namespace` is a network namespace name (e.g. `chain.name(of: 2)`); `listenAddress`
     /// is where sshd listens in it (e.g. `chain.address(of: 2)`, or "0.0.0.0").
+    /// `hostKeyTypes` are the host keys it gets (fresh ones; an RSA key takes most of a second
+    /// to generate, so a test that starts many servers and does not care may ask for fewer).
     public convenience init(authorizedKeys: [String], extraConfig: [String] = [], namespace: String? = nil,
-                            listenAddress: String = "127.0.0.1") throws {
+                            listenAddress: String = "127.0.0.1", hostKeyTypes: [String] = SSHServerFixture.allHostKeyTypes) throws {
         try self.init(authorizedKeys: authorizedKeys, extraConfig: extraConfig, namespace: namespace,
-                      listenAddress: listenAddress, executable: "/usr/sbin/sshd", onStop: nil)
+                      listenAddress: listenAddress, executable: "/usr/sbin/sshd", hostKeyTypes: hostKeyTypes, onStop: nil)
     }
+
+    public static let allHostKeyTypes = ["ed25519", "ecdsa", "rsa"]
 
     /// `executable` is the sshd to run (a symlink to /usr/sbin/sshd names the PAM service, see
     /// KeyboardInteractiveFixture); `onStop` runs once sshd has ended in stop().
     init(authorizedKeys: [String], extraConfig: [String], namespace: String?, listenAddress: String,
-         executable: String, onStop: (() -> Void)?) throws {
+         executable: String, hostKeyTypes: [String] = SSHServerFixture.allHostKeyTypes, onStop: (() -> Void)?) throws {
         self.listenAddress = listenAddress
         self.namespace = namespace
         self.onStop = onStop
         directory = try TemporaryDirectory("termind-sshd")
         chmod(directory.path, 0o755)
-        for type in ["ed25519", "ecdsa", "rsa"] {
+        for type in hostKeyTypes {
             let path = directory.file("ssh_host_\(type)_key")
             let made = try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", type, "-N", "", "-f", path] + (type == "rsa" ? ["-b", "3072"] : []))
             guard made.status == 0 else { throw TermindError(code: "fixture.sshd", message: "ssh-keygen failed: \(made.stderr)") }
@@ -50,12 +54,9 @@ public final class SSHServerFixture: @unchecked Sendable {
         chmod(directory.file("authorized_keys"), 0o600)
         port = try Self.freePort()
         // sshd keeps the first value it reads for an option: extra lines go first to override.
-        let config = extraConfig + [
+        let config = extraConfig + hostKeyTypes.map { "HostKey \(directory.file("ssh_host_\($0)_key"))" } + [
             "Port \(port)",
             "ListenAddress \(listenAddress)",
-            "HostKey \(directory.file("ssh_host_ed25519_key"))",
-            "HostKey \(directory.file("ssh_host_ecdsa_key"))",
-            "HostKey \(directory.file("ssh_host_rsa_key"))",
             "PidFile \(directory.file("sshd.pid"))",
             "AuthorizedKeysFile \(directory.file("authorized_keys"))",
             "StrictModes no",

@@ -51,6 +51,43 @@ public enum Digest {
     }
 }
 
+/// A digest computed over data that arrives in pieces (a transfer, a stream), so that it
+/// never has to be held whole.
+public final class IncrementalDigest {
+    private let context: OpaquePointer
+    private var finished = false
+
+    public init(_ algorithm: Digest.Algorithm) {
+        let md = EVP_MD_fetch(nil, algorithm.rawValue, nil)
+        defer { EVP_MD_free(md) }
+        guard let context = EVP_MD_CTX_new(), EVP_DigestInit_ex(context, md, nil) == 1 else {
+            preconditionFailure("OpenSSL digest \(algorithm.rawValue) could not start")
+        }
+        self.context = context
+    }
+
+    deinit { EVP_MD_CTX_free(context) }
+
+    public func update(_ data: some DataProtocol) {
+        precondition(!finished, "IncrementalDigest.update after finish")
+        for region in data.regions {
+            region.withUnsafeBytes { raw in
+                precondition(EVP_DigestUpdate(context, raw.baseAddress, raw.count) == 1, "OpenSSL digest update failed")
+            }
+        }
+    }
+
+    /// The digest of everything passed to `update`; the object is spent afterwards.
+    public func finish() -> Data {
+        precondition(!finished, "IncrementalDigest.finish twice")
+        finished = true
+        var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var length: UInt32 = 0
+        precondition(EVP_DigestFinal_ex(context, &output, &length) == 1, "OpenSSL digest final failed")
+        return Data(output.prefix(Int(length)))
+    }
+}
+
 extension Data {
     /// Lowercase hexadecimal, two digits a byte (digests, ids, checksums).
     public var hexEncoded: String { map { String(format: "%02x", $0) }.joined() }
