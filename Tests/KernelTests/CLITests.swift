@@ -243,6 +243,18 @@ final class CLITests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: socket), "the socket is removed on shutdown")
     }
 
+    func testASIGTERMTheMomentServeIsReadyStopsItCleanly() throws {
+        // The signal handlers are armed before the ready line: a supervisor (or a test) that
+        // stops a server as soon as it is up gets a clean stop, never the default action.
+        let empty = try directory.write("empty.json", #"{"schema": 1, "features": []}"#)
+        for attempt in 0..<5 {
+            let server = try ServeProcess(directory: directory, arguments: ["--registry", empty])
+            server.process.signal(SIGTERM)
+            XCTAssertEqual(server.process.wait(), 0, "attempt \(attempt): serve ends with status 0")
+            XCTAssertFalse(FileManager.default.fileExists(atPath: server.socketPath), "attempt \(attempt): the socket is removed")
+        }
+    }
+
     func testBootShapingEnvironmentRunsInProcessEvenWithAServerRunning() throws {
         let empty = try registry("")
         let server = try ServeProcess(directory: directory, arguments: ["--registry", empty])

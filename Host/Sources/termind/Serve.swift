@@ -9,6 +9,10 @@ import TermindKernel
 enum Serve {
     static func run(_ inv: Invocation) async throws -> Invocation.Exit {
         guard inv.arguments.isEmpty else { throw Invocation.UsageError(description: "serve takes no arguments.") }
+        // Armed before anything is announced: a SIGTERM right after the ready line (a
+        // supervisor, or a test, stopping a server it just started) must stop the server
+        // cleanly, not kill it with the default action (status 143, socket left behind).
+        let termination = TerminationSignal()
         let kernel = Kernel(configuration: try inv.kernelConfiguration(), sink: try inv.logSink())
         let statuses = try await kernel.boot()
         // Features' contracts and streams (termind exec's among them) are served here; their
@@ -30,45 +34,53 @@ enum Serve {
             Output.line("termind \(Invocation.version) serving on \(inv.socketPath): \(running) feature\(running == 1 ? "" : "s") running\(disabled.isEmpty ? "" : ", \(disabled.count) disabled (termind features)"). Stop with Ctrl-C or SIGTERM.")
         }
         SystemdNotify.send("READY=1\nMAINPID=\(getpid())\nSTATUS=serving on \(inv.socketPath)")
-        let signal = await waitForTerminationSignal()
+        let signal = await termination.wait()
         SystemdNotify.send("STOPPING=1")
         server.stop()
         await kernel.shutdown()
         if !inv.json { Output.error("stopped (\(signal == SIGINT ? "SIGINT" : "SIGTERM")).") }
         return .success
     }
-
-    private static func waitForTerminationSignal() async -> Int32 {
-        await withCheckedContinuation { continuation in
-            let queue = DispatchQueue(label: "termind.signals")
-            let once = SignalLatch(continuation)
-            for number in [SIGINT, SIGTERM] {
-                Foundation.signal(number, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-                source.setEventHandler { once.fire(number) }
-                source.resume()
-                once.keep(source)
-            }
-        }
-    }
 }
 
-/// Resumes the waiting task on the first signal only; keeps the sources alive.
-private final class SignalLatch: @unchecked Sendable {
+/// SIGINT and SIGTERM, caught from the moment this is made: `wait()` returns the first one,
+/// also one that arrived before it was called.
+private final class TerminationSignal: @unchecked Sendable {
+    private let lock = NSLock()
+    private var received: Int32?
     private var continuation: CheckedContinuation<Int32, Never>?
     private var sources: [any DispatchSourceSignal] = []
-    private let lock = NSLock()
 
-    init(_ continuation: CheckedContinuation<Int32, Never>) { self.continuation = continuation }
+    init() {
+        let queue = DispatchQueue(label: "termind.signals")
+        for number in [SIGINT, SIGTERM] {
+            Foundation.signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
+            source.setEventHandler { [weak self] in self?.fire(number) }
+            source.resume()
+            sources.append(source)
+        }
+    }
 
-    func keep(_ source: any DispatchSourceSignal) { lock.withLock { sources.append(source) } }
+    func wait() async -> Int32 {
+        await withCheckedContinuation { continuation in
+            let already: Int32? = lock.withLock {
+                if let received { return received }
+                self.continuation = continuation
+                return nil
+            }
+            if let already { continuation.resume(returning: already) }
+        }
+    }
 
-    func fire(_ number: Int32) {
-        let c: CheckedContinuation<Int32, Never>? = lock.withLock {
+    private func fire(_ number: Int32) {
+        let waiting: CheckedContinuation<Int32, Never>? = lock.withLock {
+            guard received == nil else { return nil }
+            received = number
             defer { continuation = nil }
             return continuation
         }
-        c?.resume(returning: number)
+        waiting?.resume(returning: number)
     }
 }
 
