@@ -104,7 +104,10 @@ public final class ControlServer: @unchecked Sendable {
             defer { listener = -1; clients.removeAll() }
             return (listener, Array(clients.values))
         }
-        if fd >= 0 { shutdown(fd, Int32(SHUT_RDWR)); close(fd); unlink(path) }
+        // The accept loop closes the listener once accept() has returned: closed here, its
+        // number could be reused (by the next server's listener) while that thread is
+        // still on its way into accept(), which would then take the next server's clients.
+        if fd >= 0 { shutdown(fd, Int32(SHUT_RDWR)); unlink(path) }
         for client in open { shutdown(client, Int32(SHUT_RDWR)) }
     }
 
@@ -116,7 +119,8 @@ public final class ControlServer: @unchecked Sendable {
             if client < 0 {
                 if errno == EINTR || errno == ECONNABORTED { continue }
                 if errno == EMFILE || errno == ENFILE { usleep(10_000); continue }
-                return // listener closed
+                close(fd)  // shut down by stop()
+                return
             }
             var uid: uid_t = 0
             guard termind_peer_uid(client, &uid) == 0, uid == getuid() else {
@@ -133,6 +137,10 @@ public final class ControlServer: @unchecked Sendable {
                 return id
             }
             guard let connection else {
+                if lock.withLock({ stopped }) {
+                    close(client)  // stopping: no reply, the client sees the connection close
+                    continue
+                }
                 SocketIO.writeAll(client, Envelope.failure(id: .null, error: TermindError(.socketBusy, "The termind server has \(Self.maximumClients) clients already; try again shortly.")))
                 close(client)
                 continue
