@@ -153,8 +153,9 @@ static inline LIBSSH2_SESSION *termind_ssh2_session_init(termind_ssh2_context *c
 static inline int termind_ssh2_session_disconnect(LIBSSH2_SESSION *s, const char *description) {
     return libssh2_session_disconnect_ex(s, SSH_DISCONNECT_BY_APPLICATION, description, "");
 }
-static inline LIBSSH2_CHANNEL *termind_ssh2_channel_open_session(LIBSSH2_SESSION *s) {
-    return libssh2_channel_open_ex(s, "session", sizeof("session") - 1, LIBSSH2_CHANNEL_WINDOW_DEFAULT, LIBSSH2_CHANNEL_PACKET_DEFAULT, NULL, 0);
+/* A session channel offering the server a receive window of `window` bytes. */
+static inline LIBSSH2_CHANNEL *termind_ssh2_channel_open_session(LIBSSH2_SESSION *s, unsigned int window) {
+    return libssh2_channel_open_ex(s, "session", sizeof("session") - 1, window, LIBSSH2_CHANNEL_PACKET_DEFAULT, NULL, 0);
 }
 static inline int termind_ssh2_channel_exec(LIBSSH2_CHANNEL *c, const char *command, unsigned int length) {
     return libssh2_channel_process_startup(c, "exec", sizeof("exec") - 1, command, length);

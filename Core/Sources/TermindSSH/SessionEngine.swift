@@ -572,7 +572,7 @@ final class SessionEngine: @unchecked Sendable {
         let endpoint = self.endpoint
         let operation = EngineOperation(what: "Keepalive", lane: ObjectIdentifier(self), deadline: nil, dropIfAbandoned: false,
                                         isKeepalive: true, attempt: { [unowned self] session in
-            if let channel = termind_ssh2_channel_open_session(session) {
+            if let channel = termind_ssh2_channel_open_session(session, 32 * 1024) {  // closed at once
                 let state = ChannelState(limit: 0)
                 state.requestClose()
                 self.pumps.append(ChannelPump(channel: channel, state: state, endpoint: endpoint))
