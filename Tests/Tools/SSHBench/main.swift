@@ -4,171 +4,230 @@ import TermindCore
 import TermindHarness
 import TermindSSH
 
-// termind-ssh-bench: the SSH transport against OpenSSH's ssh client, on the same sshd
-// (started here on a free loopback port), in one run:
-//   connection set-up        vs  ssh host true
-//   exec round trip          vs  ssh through a ControlMaster connection
-//   8 commands at once       vs  8 ssh clients on the same ControlMaster at once
-//   termind exec via serve   vs  ssh -S (ControlMaster): whole CLI processes, connection kept
-//   1 GiB over one channel   vs  ssh (same ControlMaster) 'head -c 1G /dev/zero' > /dev/null
-// Usage: termind-ssh-bench [--mib N]
+// termind-ssh-bench: termind's CLI against OpenSSH's ssh, both as whole processes, on the
+// same sshd (started here on a free loopback port, forced to one cipher so both sides use
+// it), with the same sink (/dev/null) and the same source (a sparse file), runs alternated
+// termind/ssh and compared pair by pair:
+//   N MiB down and up over one channel, new connection     termind --local exec  vs  ssh
+//   N MiB down and up inside a running server               termind exec (serve)  vs  ssh -S (ControlMaster)
+//   `exec true` on a kept connection                        termind exec (serve)  vs  ssh -S
+//   N/4 MiB down and up at 20 ms round trip (a delaying relay in front of sshd)
+// For each: min/median/max of both, the paired ratio (termind's speed over ssh's, so > 1
+// means termind is faster), and client CPU seconds per GiB from getrusage of the client
+// process — plus, through a server, the server's (termind serve, or the ssh master) CPU
+// for the same run from /proc. As root, the remote side is a throwaway account whose
+// /bin/sh starts light, so neither side pays for a heavy .bashrc.
+// Usage: termind-ssh-bench [--mib N] [--runs N] [--quick]
 
-/// Accepts every host key: the benchmark's own throwaway sshd.
-struct TrustAll: HostKeyTrust {
-    func verdict(host: String, port: Int, key: PublicHostKey) async throws -> TrustVerdict { .trusted }
-    func knownKeyTypes(host: String, port: Int) async throws -> [String] { [] }
-    func trust(host: String, port: Int, key: PublicHostKey) async throws {}
-    func fingerprint(_ key: PublicHostKey) -> String { "" }
-    func refusal(host: String, port: Int, key: PublicHostKey) async throws -> String? { nil }
+var mib = 1024
+var runs = 5
+var args = CommandLine.arguments.dropFirst()
+while let arg = args.popFirst() {
+    switch arg {
+    case "--mib": if let v = args.popFirst().flatMap(Int.init), v > 0 { mib = v } else { usage() }
+    case "--runs": if let v = args.popFirst().flatMap(Int.init), v > 0 { runs = v } else { usage() }
+    case "--quick": mib = 128; runs = 3
+    default: usage()
+    }
 }
+let runCount = runs
 
-final class Counter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var total = 0
-    func add(_ n: Int) { lock.withLock { total += n } }
-    var value: Int { lock.withLock { total } }
+func usage() -> Never {
+    FileHandle.standardError.write(Data("usage: termind-ssh-bench [--mib N] [--runs N] [--quick]\n".utf8))
+    exit(2)
 }
 
 func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
-func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
 
-var mib = 1024
-var args = CommandLine.arguments.dropFirst()
-while let arg = args.popFirst() {
-    if arg == "--mib", let v = args.popFirst().flatMap(Int.init), v > 0 { mib = v } else {
-        FileHandle.standardError.write(Data("usage: termind-ssh-bench [--mib N]\n".utf8))
-        exit(2)
-    }
+/// One whole-process run: wall seconds and CPU seconds (the client's, plus the server's
+/// share where a server does the SSH work).
+struct Run { var wall: Double; var cpu: Double }
+
+/// CPU seconds a live process has used so far (utime + stime from /proc).
+func cpuSeconds(of pid: pid_t) -> Double {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+          let close = stat.lastIndex(of: ")") else { return 0 }
+    let fields = stat[stat.index(after: close)...].split(separator: " ")
+    guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
 }
+
+/// Runs `program` with stdin and stdout from/to files (stderr to `log`), waits for it
+/// with wait4, and returns its wall and CPU time; `server` is a process whose CPU during
+/// the run counts too.
+func measure(_ program: String, _ arguments: [String], environment: [String: String], stdin: String, stdout: String = "/dev/null",
+             log: String, server: pid_t? = nil) throws -> Run {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, stdin, O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 2, log, O_WRONLY | O_CREAT | O_APPEND, 0o600)
+    let argv = ([program] + arguments).map { strdup($0) } + [nil]
+    let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer { (argv + envp).forEach { free($0) } }
+    let serverBefore = server.map(cpuSeconds(of:)) ?? 0
+    let start = now()
+    var pid: pid_t = 0
+    let spawned = posix_spawn(&pid, program, &actions, nil, argv, envp)
+    guard spawned == 0 else { throw TermindError(code: "bench.spawn", message: "cannot start \(program): \(String(cString: strerror(spawned)))") }
+    var status: Int32 = 0
+    var usage = rusage()
+    while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
+    let wall = now() - start
+    let serverCPU = server.map { cpuSeconds(of: $0) - serverBefore } ?? 0
+    guard status == 0 else {
+        throw TermindError(code: "bench.failed", message: "\(URL(fileURLWithPath: program).lastPathComponent) \(arguments.joined(separator: " ")) ended with status \(status); see \(log)")
+    }
+    func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+    return Run(wall: wall, cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime) + serverCPU)
+}
+
+/// Runs `a` and `b` in turn (one unmeasured warm-up each), `count` pairs.
+func paired(count: Int = runCount, _ a: () throws -> Run, _ b: () throws -> Run) throws -> [(Run, Run)] {
+    _ = try a()
+    _ = try b()
+    var pairs: [(Run, Run)] = []
+    for _ in 0..<count { pairs.append((try a(), try b())) }
+    return pairs
+}
+
+func spread(_ values: [Double]) -> (min: Double, median: Double, max: Double) {
+    let sorted = values.sorted()
+    return (sorted.first ?? 0, sorted[sorted.count / 2], sorted.last ?? 0)
+}
+
+func row(_ name: String, _ cells: [String]) {
+    let widths = [40, 18, 18, 7, 19, 6]
+    var line = name.padding(toLength: widths[0], withPad: " ", startingAt: 0)
+    for (cell, width) in zip(cells, widths.dropFirst()) { line += " " + cell.padding(toLength: width, withPad: " ", startingAt: 0) }
+    print(line)
+}
+func f(_ v: Double) -> String { v >= 100 ? String(format: "%.0f", v) : v >= 10 ? String(format: "%.1f", v) : String(format: "%.2f", v) }
+func triple(_ s: (min: Double, median: Double, max: Double)) -> String { "\(f(s.min))/\(f(s.median))/\(f(s.max))" }
+
+/// A throughput figure: MiB/s of both, paired speed ratio, CPU s/GiB of both, CPU ratio.
+func throughputRow(_ name: String, bytes: Int, _ pairs: [(Run, Run)]) {
+    let gib = Double(bytes) / Double(1 << 30)
+    let ours = spread(pairs.map { Double(bytes) / $0.0.wall / 1_048_576 })
+    let theirs = spread(pairs.map { Double(bytes) / $0.1.wall / 1_048_576 })
+    let ratio = spread(pairs.map { $0.1.wall / $0.0.wall }).median
+    let cpuOurs = spread(pairs.map { $0.0.cpu / gib }).median, cpuTheirs = spread(pairs.map { $0.1.cpu / gib }).median
+    let cpuRatio = spread(pairs.map { $0.0.cpu / max($0.1.cpu, 1e-6) }).median
+    row(name, [triple(ours), triple(theirs), String(format: "%.2f×", ratio), "\(f(cpuOurs)) / \(f(cpuTheirs))", String(format: "%.2f×", cpuRatio)])
+}
+
+// MARK: - Set-up
 
 let directory = try TemporaryDirectory("termind-ssh-bench")
 defer { directory.remove() }
+chmod(directory.path, 0o755)
 let keyPath = directory.file("id")
 _ = try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", keyPath])
-let server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: keyPath + ".pub", encoding: .utf8)])
-defer { server.stop() }
-let user = NSUserName()
-let key = Secret(try String(contentsOfFile: keyPath, encoding: .utf8))
-let target = SSHTarget(host: "127.0.0.1", port: server.port, username: user)
-let sshBase = ["-q", "-i", keyPath, "-p", "\(server.port)", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-               "-o", "BatchMode=yes", "\(user)@127.0.0.1"]
-
-func ssh(_ extra: [String], _ command: String) throws -> Double {
-    let start = now()
-    let result = try ProcessRunner.run("/usr/bin/ssh", extra + sshBase + [command])
-    guard result.status == 0 else { throw TermindError(code: "bench.ssh", message: "ssh failed: \(result.stderr)") }
-    return now() - start
+let account = getuid() == 0 ? try ThrowawayAccount() : nil
+defer { account?.remove() }
+let user = account?.name ?? NSUserName()
+let bytes = mib << 20
+/// A sparse file of `size` zero bytes: both clients read their upload from one.
+func sparseFile(_ name: String, size: Int) -> String {
+    let path = directory.file(name)
+    guard let file = fopen(path, "w"), ftruncate(fileno(file), off_t(size)) == 0 else { fatalError("cannot make \(path)") }
+    fclose(file)
+    return path
 }
+let source = sparseFile("source", size: bytes)
+let log = directory.file("bench.log")
 
-func open() async throws -> SSHConnection {
-    try await SSHConnection.open(target, credentials: SSHCredentials(privateKey: key), trust: TrustAll()) { _ in .acceptOnce }
-}
-
-var rows: [(String, Double, Double, String)] = []
-
-// 1. Connection set-up (handshake, key exchange, public key auth), then close.
-var ours: [Double] = [], theirs: [Double] = []
-for _ in 0..<10 {
-    let start = now()
-    let connection = try await open()
-    _ = try await connection.exec("true")
-    ours.append(now() - start)
-    await connection.close()
-    theirs.append(try ssh([], "true"))
-}
-rows.append(("connect + auth + exec true, median of 10", median(ours) * 1e3, median(theirs) * 1e3, "ms"))
-
-// 2. Exec round trip on an open connection vs a ControlMaster connection.
-let control = directory.file("cm")
-_ = try ProcessRunner.run("/usr/bin/ssh", ["-M", "-S", control, "-f", "-N"] + sshBase)
-let connection = try await open()
-ours = []
-theirs = []
-for _ in 0..<50 {
-    let start = now()
-    _ = try await connection.exec("true")
-    ours.append(now() - start)
-    theirs.append(try ssh(["-S", control], "true"))
-}
-rows.append(("exec round trip on an open connection, median of 50", median(ours) * 1e3, median(theirs) * 1e3, "ms"))
-
-// 3. Eight commands at once: channels of one connection vs eight ssh clients on the master.
-ours = []
-theirs = []
-for _ in 0..<10 {
-    var start = now()
-    try await withThrowingTaskGroup(of: Void.self) { group in
-        for _ in 0..<8 { group.addTask { _ = try await connection.exec("true") } }
-        try await group.waitForAll()
-    }
-    ours.append(now() - start)
-    start = now()
-    let failures = Counter()
-    DispatchQueue.concurrentPerform(iterations: 8) { _ in
-        if (try? ssh(["-S", control], "true")) == nil { failures.add(1) }
-    }
-    guard failures.value == 0 else { throw TermindError(code: "bench.ssh", message: "a concurrent ssh failed") }
-    theirs.append(now() - start)
-}
-rows.append(("8 commands at once on one connection, median of 10", median(ours) * 1e3, median(theirs) * 1e3, "ms"))
-
-// 4. The CLI: `termind exec` processes inside a running `termind serve` (which keeps the
-// connection) against `ssh` processes on the ControlMaster — each a whole process start.
-let termindPath = FeatureHarness.buildDirectory + "/termind"
-if FileManager.default.isExecutableFile(atPath: termindPath) {
+let termind = FeatureHarness.buildDirectory + "/termind"
+guard FileManager.default.isExecutableFile(atPath: termind) else { fatalError("\(termind) is missing: build it first (make bench does)") }
+let termindEnvironment = {
     var environment = ProcessInfo.processInfo.environment
     environment["HOME"] = directory.file("home")
-    environment["TERMIND_SOCKET"] = directory.file("control.sock")
+    environment["TERMIND_SOCKET"] = directory.file("run/termind.sock")
     environment["SSH_AUTH_SOCK"] = nil
-    let store = ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("secrets.key")]
-    let serve = try SpawnedProcess(termindPath, store + ["serve", "--json"], environment: environment, captureOutput: false)
-    serve.closeInput()
-    for _ in 0..<400 where !FileManager.default.fileExists(atPath: directory.file("control.sock")) { usleep(25_000) }
-    let line = "ssh -p \(server.port) -i \(keyPath) \(user)@127.0.0.1"
-    func termindExec() throws -> Double {
-        let start = now()
-        let result = try ProcessRunner.run(termindPath, store + ["exec", line, "--accept-host-key", "once", "--", "true"], environment: environment)
-        guard result.status == 0 else { throw TermindError(code: "bench.termind", message: "termind exec failed: \(result.stderr)") }
-        return now() - start
-    }
-    _ = try termindExec()  // opens the server's connection
-    ours = []
-    theirs = []
-    for _ in 0..<20 {
-        ours.append(try termindExec())
-        theirs.append(try ssh(["-S", control], "true"))
-    }
-    rows.append(("termind exec via serve vs ssh -S, median of 20", median(ours) * 1e3, median(theirs) * 1e3, "ms"))
-    serve.signal(SIGTERM)
-    serve.wait()
+    return environment
+}()
+let store = ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("secrets.key")]
+let sshEnvironment = ProcessInfo.processInfo.environment.filter { $0.key != "SSH_AUTH_SOCK" }
+
+func sshArguments(port: Int, control: String? = nil) -> [String] {
+    ["-F", "/dev/null", "-q", "-i", keyPath, "-p", "\(port)", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+     "-o", "BatchMode=yes", "-o", "LogLevel=ERROR"] + (control.map { ["-S", $0] } ?? []) + ["\(user)@127.0.0.1"]
+}
+func termindLine(port: Int) -> String { "ssh -p \(port) -i \(keyPath) \(user)@127.0.0.1" }
+
+// One termind server for every figure that runs inside one.
+try FileManager.default.createDirectory(atPath: directory.file("run"), withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+let serve = try SpawnedProcess(termind, store + ["serve"], environment: termindEnvironment, captureOutput: false)
+serve.closeInput()
+for _ in 0..<400 where !FileManager.default.fileExists(atPath: directory.file("run/termind.sock")) { usleep(25_000) }
+defer { serve.signal(SIGTERM); serve.wait() }
+
+func termindExec(port: Int, local: Bool, _ command: String, stdin: String = "/dev/null", server: pid_t? = nil) throws -> Run {
+    try measure(termind, store + (local ? ["--local"] : []) + ["exec", termindLine(port: port), "--accept-host-key", "once", "--", command],
+                environment: termindEnvironment, stdin: stdin, log: log, server: server)
+}
+func ssh(port: Int, control: String? = nil, _ command: String, stdin: String = "/dev/null", server: pid_t? = nil) throws -> Run {
+    try measure("/usr/bin/ssh", sshArguments(port: port, control: control) + [command], environment: sshEnvironment, stdin: stdin, log: log, server: server)
 }
 
-// 5. Throughput over one channel.
-let bytes = mib << 20
-let received = Counter()
-var start = now()
-let result = try await connection.exec("head -c \(bytes) /dev/zero", timeout: 600) { _, chunk in received.add(chunk.count) }
-let oursThroughput = Double(received.value) / (now() - start) / 1_048_576
-guard result.exitStatus == 0, received.value == bytes else {
-    FileHandle.standardError.write(Data("throughput run received \(received.value) of \(bytes) bytes\n".utf8))
-    exit(1)
-}
-// OpenSSH through its already-open master connection, so neither side pays for set-up.
-start = now()
-_ = try ssh(["-S", control], "head -c \(bytes) /dev/zero")
-let theirsThroughput = Double(bytes) / (now() - start) / 1_048_576
-_ = try? ProcessRunner.run("/usr/bin/ssh", ["-S", control, "-O", "exit"] + sshBase)
-rows.append(("\(mib) MiB over one channel (open connection)", oursThroughput, theirsThroughput, "MiB/s"))
-// And a direct ssh (no mux hop), which pays for its own set-up.
-start = now()
-_ = try ssh([], "head -c \(bytes) /dev/zero")
-rows.append(("\(mib) MiB, vs a direct ssh incl. its set-up", oursThroughput, Double(bytes) / (now() - start) / 1_048_576, "MiB/s"))
-await connection.close()
+let down = "head -c \(bytes) /dev/zero", up = "cat > /dev/null"
+print("termind-ssh-bench: libssh2 \(SSHLibrary.version) vs \(try ProcessRunner.run("/usr/bin/ssh", ["-V"]).stderr.trimmingCharacters(in: .whitespacesAndNewlines)), "
+      + "\(runCount) pairs each after a warm-up, remote user \(user)\(account == nil ? "" : " (throwaway, /bin/sh)")")
+print("speed ratio = ssh's time / termind's time, pair by pair (> 1: termind faster); CPU = client (+ server) seconds per GiB")
+row("FIGURE", ["TERMIND min/med/max", "OPENSSH min/med/max", "RATIO", "CPU s/GiB t / ssh", "CPU ×"])
 
-print("termind-ssh-bench — libssh2 \(SSHLibrary.version) vs OpenSSH ssh, same sshd on 127.0.0.1:\(server.port)")
-print("FIGURE".padding(toLength: 54, withPad: " ", startingAt: 0) + "TERMIND        OPENSSH        RATIO")
-for (name, a, b, unit) in rows {
-    func f(_ v: Double) -> String { (v >= 100 ? String(format: "%.0f", v) : String(format: "%.2f", v)) + " " + unit }
-    print(name.padding(toLength: 54, withPad: " ", startingAt: 0) + f(a).padding(toLength: 15, withPad: " ", startingAt: 0)
-          + f(b).padding(toLength: 15, withPad: " ", startingAt: 0) + String(format: "%.2f×", a / b))
+var startupPort = 0
+for cipher in ["chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com"] {
+    let server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: keyPath + ".pub", encoding: .utf8)],
+                                      extraConfig: ["Ciphers \(cipher)"], hostKeyTypes: ["ed25519"])
+    defer { server.stop() }
+    chmod(server.directory.file("authorized_keys"), 0o644)
+    let port = server.port
+    let name = cipher.hasPrefix("chacha20") ? "chacha20" : String(cipher.split(separator: "@")[0])
+
+    throughputRow("\(mib) MiB down \(name) new conn.", bytes: bytes,
+                  try paired({ try termindExec(port: port, local: true, down) }, { try ssh(port: port, down) }))
+    throughputRow("\(mib) MiB up \(name) new conn.", bytes: bytes,
+                  try paired({ try termindExec(port: port, local: true, up, stdin: source) }, { try ssh(port: port, up, stdin: source) }))
+
+    // Kept connections: termind serve's pool and an ssh ControlMaster.
+    let control = directory.file("cm-\(port)")
+    _ = try ProcessRunner.run("/usr/bin/ssh", ["-M", "-f", "-N"] + sshArguments(port: port, control: control))
+    let check = try ProcessRunner.run("/usr/bin/ssh", ["-O", "check"] + sshArguments(port: port, control: control))
+    guard let range = check.stderr.range(of: #"pid=(\d+)"#, options: .regularExpression),
+          let master = pid_t(check.stderr[range].dropFirst(4)) else { fatalError("no ControlMaster: \(check.stderr)") }
+    defer { _ = try? ProcessRunner.run("/usr/bin/ssh", ["-O", "exit"] + sshArguments(port: port, control: control)) }
+    _ = try termindExec(port: port, local: false, "true")  // opens the server's connection
+    throughputRow("\(mib) MiB down \(name) serve/master", bytes: bytes,
+                  try paired({ try termindExec(port: port, local: false, down, server: serve.pid) },
+                             { try ssh(port: port, control: control, down, server: master) }))
+    throughputRow("\(mib) MiB up \(name) serve/master", bytes: bytes,
+                  try paired({ try termindExec(port: port, local: false, up, stdin: source, server: serve.pid) },
+                             { try ssh(port: port, control: control, up, stdin: source, server: master) }))
+
+    if startupPort == 0 {
+        startupPort = port
+        let pairs = try paired(count: max(20, runCount), { try termindExec(port: port, local: false, "true", server: serve.pid) },
+                               { try ssh(port: port, control: control, "true", server: master) })
+        let ours = spread(pairs.map { $0.0.wall * 1e3 }), theirs = spread(pairs.map { $0.1.wall * 1e3 })
+        let ratio = spread(pairs.map { $0.1.wall / $0.0.wall }).median
+        let cpuOurs = spread(pairs.map { $0.0.cpu * 1e3 }).median, cpuTheirs = spread(pairs.map { $0.1.cpu * 1e3 }).median
+        row("exec true serve/master (ms)", [triple(ours), triple(theirs), String(format: "%.2f×", ratio),
+                                                "\(f(cpuOurs)) / \(f(cpuTheirs)) ms", String(format: "%.2f×", spread(pairs.map { $0.0.cpu / max($0.1.cpu, 1e-6) }).median)])
+    }
+
+    if cipher.hasPrefix("chacha20") {
+        // 20 ms round trip: 10 ms each way through a relay in front of this sshd.
+        let relay = try DelayingRelay(to: port, oneWayDelay: 0.010)
+        defer { relay.stop() }
+        let far = max(1, mib / 4) << 20
+        let farSource = sparseFile("far-source", size: far)
+        throughputRow("\(far >> 20) MiB down \(name) 20ms RTT", bytes: far,
+                      try paired({ try termindExec(port: relay.port, local: true, "head -c \(far) /dev/zero") },
+                                 { try ssh(port: relay.port, "head -c \(far) /dev/zero") }))
+        throughputRow("\(far >> 20) MiB up \(name) 20ms RTT", bytes: far,
+                      try paired({ try termindExec(port: relay.port, local: true, up, stdin: farSource) },
+                                 { try ssh(port: relay.port, up, stdin: farSource) }))
+    }
 }

@@ -1,0 +1,161 @@
+import Foundation
+import TermindCore
+
+/// A TCP relay on loopback that holds every byte for `oneWayDelay` seconds in each
+/// direction before passing it on, so a client through it sees a round trip of twice that
+/// (this kernel has no netem). Each direction buffers up to `bufferLimit` bytes in flight,
+/// well above any SSH window, so the relay adds latency, not a bandwidth limit.
+public final class DelayingRelay: @unchecked Sendable {
+    public let port: Int
+    private let listener: Int32
+    private let targetPort: Int
+    private let delay: Double
+    private let bufferLimit: Int
+    private let lock = NSLock()
+    private var sockets: [Int32] = []
+    private var stopped = false
+
+    public init(to targetPort: Int, oneWayDelay: Double, bufferLimit: Int = 256 << 20) throws {
+        self.targetPort = targetPort
+        delay = oneWayDelay
+        self.bufferLimit = bufferLimit
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var address = Self.loopback(port: 0)
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard bound == 0, listen(fd, 16) == 0 else {
+            close(fd)
+            throw TermindError(code: "fixture.relay", message: "cannot listen: \(String(cString: strerror(errno)))")
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        listener = fd
+        port = Int(UInt16(bigEndian: address.sin_port))
+        Thread.detachNewThread { [self] in acceptLoop() }
+    }
+
+    deinit { stop() }
+
+    /// Closes the listener and every relayed connection.
+    public func stop() {
+        let open: [Int32] = lock.withLock {
+            guard !stopped else { return [] }
+            stopped = true
+            return sockets
+        }
+        shutdown(listener, Int32(SHUT_RDWR))
+        for fd in open { shutdown(fd, Int32(SHUT_RDWR)) }
+    }
+
+    private static func loopback(port: Int) -> sockaddr_in {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        return address
+    }
+
+    private func acceptLoop() {
+        while true {
+            let client = accept(listener, nil, nil)
+            guard client >= 0 else { close(listener); return }  // shut down by stop()
+            let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = Self.loopback(port: targetPort)
+            let connected = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            let keep = lock.withLock { () -> Bool in
+                guard !stopped, connected == 0 else { return false }
+                sockets += [client, server]
+                return true
+            }
+            guard keep else { close(client); close(server); continue }
+            for fd in [client, server] {
+                var one: Int32 = 1
+                setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+            }
+            let closer = Closer(client, server)
+            for (from, to) in [(client, server), (server, client)] {
+                let line = DelayLine(delay: delay, limit: bufferLimit)
+                Thread.detachNewThread { line.read(from: from); closer.done() }
+                Thread.detachNewThread { line.write(to: to); closer.done() }
+            }
+        }
+    }
+
+    /// Closes a relayed pair once all four of its pumps have ended.
+    private final class Closer: @unchecked Sendable {
+        private let lock = NSLock()
+        private var left = 4
+        private let fds: [Int32]
+        init(_ a: Int32, _ b: Int32) { fds = [a, b] }
+        func done() {
+            let last = lock.withLock { () -> Bool in left -= 1; return left == 0 }
+            if last { fds.forEach { close($0) } }
+        }
+    }
+
+    /// One direction: what was read waits until its due time, then is written.
+    private final class DelayLine: @unchecked Sendable {
+        private let condition = NSCondition()
+        private var queue: [(due: Double, data: Data)] = []
+        private var queued = 0
+        private var readerEnded = false
+        private var writerFailed = false
+        private let delay: Double
+        private let limit: Int
+
+        init(delay: Double, limit: Int) { self.delay = delay; self.limit = limit }
+
+        private static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+
+        func read(from fd: Int32) {
+            var buffer = [UInt8](repeating: 0, count: 256 * 1024)
+            while true {
+                let n = recv(fd, &buffer, buffer.count, 0)
+                condition.lock()
+                if n <= 0 || writerFailed {
+                    readerEnded = true
+                    condition.broadcast()
+                    condition.unlock()
+                    return
+                }
+                while queued >= limit && !writerFailed { condition.wait() }
+                queue.append((Self.now() + delay, Data(buffer[0..<n])))
+                queued += n
+                condition.broadcast()
+                condition.unlock()
+            }
+        }
+
+        func write(to fd: Int32) {
+            while true {
+                condition.lock()
+                while queue.isEmpty && !readerEnded { condition.wait() }
+                guard let (due, data) = queue.first else {
+                    condition.unlock()
+                    shutdown(fd, Int32(SHUT_WR))  // the reading side ended: pass the end on
+                    return
+                }
+                condition.unlock()
+                let wait = due - Self.now()
+                if wait > 0 { usleep(UInt32(wait * 1e6)) }
+                let sent = data.withUnsafeBytes { raw -> Bool in
+                    var offset = 0
+                    while offset < raw.count {
+                        let n = send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                        if n <= 0 { return false }
+                        offset += n
+                    }
+                    return true
+                }
+                condition.lock()
+                queue.removeFirst()
+                queued -= data.count
+                if !sent { writerFailed = true; queue.removeAll(); queued = 0 }
+                condition.broadcast()
+                condition.unlock()
+                if !sent { return }
+            }
+        }
+    }
+}
