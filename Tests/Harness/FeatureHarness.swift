@@ -15,7 +15,8 @@ public enum FeatureHarness {
     /// The folder holding the built libraries: `TERMIND_BUILD_DIR`, else the folder of the
     /// running test binary (SwiftPM puts both in `.build/<triple>/<config>`).
     public static var buildDirectory: String {
-        if let dir = ProcessInfo.processInfo.environment["TERMIND_BUILD_DIR"], !dir.isEmpty { return dir }
+        // Absolute, also when given relative: tests spawn programs from other folders.
+        if let dir = ProcessInfo.processInfo.environment["TERMIND_BUILD_DIR"], !dir.isEmpty { return URL(fileURLWithPath: dir).standardizedFileURL.path }
         var dir = ExecutablePaths.executableDirectory()
         // An .xctest bundle path on Linux is the executable itself.
         if dir.hasSuffix(".xctest") { dir = (dir as NSString).deletingLastPathComponent }

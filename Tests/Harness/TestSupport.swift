@@ -203,12 +203,17 @@ final class SendableBox<T>: @unchecked Sendable {
 public enum Repository {
     /// The checkout root: walks up from the build folder to the folder holding
     /// Package.swift and Core/Package.swift.
+    /// (A relative TERMIND_BUILD_DIR such as ".build/debug" is taken from the current
+    /// folder: walking up a relative path ends at "", never at "/", and once spun a test
+    /// process for an hour.)
     public static var root: String {
-        var dir = FeatureHarness.buildDirectory
-        while dir != "/" {
+        var dir = URL(fileURLWithPath: FeatureHarness.buildDirectory).standardizedFileURL.path
+        while true {
             if FileManager.default.fileExists(atPath: dir + "/Package.swift"),
                FileManager.default.fileExists(atPath: dir + "/Core/Package.swift") { return dir }
-            dir = (dir as NSString).deletingLastPathComponent
+            let parent = (dir as NSString).deletingLastPathComponent
+            if parent == dir || parent.isEmpty { break }
+            dir = parent
         }
         return FileManager.default.currentDirectoryPath
     }
