@@ -61,6 +61,39 @@ final class SSHLivenessTests: XCTestCase {
         await fresh.close()
     }
 
+    func testProbesAndOpensDuringTheServersKeyReExchangesKeepTheConnection() async throws {
+        // The SSHRouteTests flake ended a healthy connection with "lost during keepalive:
+        // Unable to send channel-open request": libssh2 says so when sending the open fails,
+        // and with termind's send callback (it never fails) that leaves the re-exchange it
+        // runs first when the server started one. Here the server re-keys every second while
+        // probes (1 s interval, idle in between) and channel opens keep coming.
+        server.stop()
+        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: directory.file("client.pub"), encoding: .utf8)],
+                                      extraConfig: ["RekeyLimit default 1s", "LogLevel DEBUG1"], hostKeyTypes: ["ed25519"])
+        let logFile = directory.file("engine.log")
+        let connection = try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: server.port, username: NSUserName()),
+                                                      credentials: SSHCredentials(privateKey: Secret(clientKey), agentSocket: ""), trust: trust,
+                                                      keepalive: SSHKeepalive(interval: 1, countMax: 3),
+                                                      logger: Logger(label: "ssh", sink: try .file(at: logFile, level: .debug))) { _ in .acceptOnce }
+        let reason = UncheckedSendableBox<TermindError?>(nil)
+        connection.onClose { reason.value = $0 }
+        let started = Date()
+        var commands = 0
+        while Date().timeIntervalSince(started) < 12 {
+            let result = try await connection.exec("echo \(commands)")
+            XCTAssertEqual(result.stdout, Data("\(commands)\n".utf8))
+            commands += 1
+            // Idle long enough now and then for a probe to go out.
+            try await Task.sleep(nanoseconds: commands % 4 == 0 ? 1_500_000_000 : 150_000_000)
+        }
+        XCTAssertTrue(connection.isAlive, "the connection ended: \(reason.value?.message ?? "no reason")")
+        let rekeys = server.log.components(separatedBy: "kex: client->server cipher:").count - 1
+        XCTAssertGreaterThan(rekeys, 5, "sshd re-keyed about once a second")
+        let probes = (try String(contentsOfFile: logFile, encoding: .utf8)).components(separatedBy: "ssh.keepalive.probe").count - 1
+        XCTAssertGreaterThan(probes, 2, "keepalive probes went out meanwhile")
+        await connection.close()
+    }
+
     func testAChannelOpenTheServerNeverAnswersCannotWedgeTheSession() async throws {
         var deadlines = SSHDeadlines()
         deadlines.channel = 1

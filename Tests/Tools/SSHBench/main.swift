@@ -161,6 +161,8 @@ try FileManager.default.createDirectory(atPath: directory.file("run"), withInter
 let serve = try SpawnedProcess(termind, store + ["serve"], environment: termindEnvironment, captureOutput: false)
 serve.closeInput()
 for _ in 0..<400 where !FileManager.default.fileExists(atPath: directory.file("run/termind.sock")) { usleep(25_000) }
+// Without its socket, `termind exec` would quietly run in-process and the serve rows would lie.
+guard FileManager.default.fileExists(atPath: directory.file("run/termind.sock")) else { fatalError("termind serve did not start: its socket never appeared") }
 defer { serve.signal(SIGTERM); serve.wait() }
 
 func termindExec(port: Int, local: Bool, _ command: String, stdin: String = "/dev/null", server: pid_t? = nil) throws -> Run {
