@@ -298,11 +298,11 @@ public final class SSHConnection: Sendable {
     /// The receive window a session channel offers the server: how much it may send before
     /// termind reads. A channel moves at most one window per round trip, so libssh2's default
     /// of 2 MiB held one channel near 100 MiB/s at 20 ms; 8 MiB allows about 400 MiB/s
-    /// there. (16 MiB was worse on loopback: OpenSSH 9.2's sshd then sent one 1 GiB download
-    /// at 139 MiB/s instead of 308, measured with a plain libssh2 client; 2-8 MiB all ran
-    /// near 310.) Memory per channel stays bounded by this window (packets libssh2 holds
-    /// unread) plus the channel's `bufferLimit` (1 MiB by default): the window is only
-    /// refilled as termind's reader takes data.
+    /// there, and on loopback 2, 8 and 16 MiB run alike (a plain libssh2 client, 1 GiB from
+    /// OpenSSH 9.2's sshd: 394-477 MiB/s for all three on an idle machine). Memory per
+    /// channel stays bounded by this window (packets libssh2 holds unread) plus the
+    /// channel's `bufferLimit` (1 MiB by default): the window is only refilled as termind's
+    /// reader takes data.
     public static let channelWindow: UInt32 = 8 << 20
 
     public func openChannel(_ kind: ChannelKind, pty: PTYRequest? = nil, environment: [String: String] = [:],
