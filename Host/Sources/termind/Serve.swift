@@ -12,7 +12,7 @@ enum Serve {
         // Armed before anything is announced: a SIGTERM right after the ready line (a
         // supervisor, or a test, stopping a server it just started) must stop the server
         // cleanly, not kill it with the default action (status 143, socket left behind).
-        let termination = TerminationSignal()
+        let termination = SignalCatcher([SIGINT, SIGTERM], keepUntilHandled: true)
         let kernel = Kernel(configuration: try inv.kernelConfiguration(), sink: try inv.logSink())
         let statuses = try await kernel.boot()
         // Features' contracts and streams (termind exec's among them) are served here; their
@@ -34,53 +34,12 @@ enum Serve {
             Output.line("termind \(Invocation.version) serving on \(inv.socketPath): \(running) feature\(running == 1 ? "" : "s") running\(disabled.isEmpty ? "" : ", \(disabled.count) disabled (termind features)"). Stop with Ctrl-C or SIGTERM.")
         }
         SystemdNotify.send("READY=1\nMAINPID=\(getpid())\nSTATUS=serving on \(inv.socketPath)")
-        let signal = await termination.wait()
+        let signal = await termination.waitForSignal()
         SystemdNotify.send("STOPPING=1")
         server.stop()
         await kernel.shutdown()
         if !inv.json { Output.error("stopped (\(signal == SIGINT ? "SIGINT" : "SIGTERM")).") }
         return .success
-    }
-}
-
-/// SIGINT and SIGTERM, caught from the moment this is made: `wait()` returns the first one,
-/// also one that arrived before it was called.
-private final class TerminationSignal: @unchecked Sendable {
-    private let lock = NSLock()
-    private var received: Int32?
-    private var continuation: CheckedContinuation<Int32, Never>?
-    private var sources: [any DispatchSourceSignal] = []
-
-    init() {
-        let queue = DispatchQueue(label: "termind.signals")
-        for number in [SIGINT, SIGTERM] {
-            Foundation.signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-            source.setEventHandler { [weak self] in self?.fire(number) }
-            source.resume()
-            sources.append(source)
-        }
-    }
-
-    func wait() async -> Int32 {
-        await withCheckedContinuation { continuation in
-            let already: Int32? = lock.withLock {
-                if let received { return received }
-                self.continuation = continuation
-                return nil
-            }
-            if let already { continuation.resume(returning: already) }
-        }
-    }
-
-    private func fire(_ number: Int32) {
-        let waiting: CheckedContinuation<Int32, Never>? = lock.withLock {
-            guard received == nil else { return nil }
-            received = number
-            defer { continuation = nil }
-            return continuation
-        }
-        waiting?.resume(returning: number)
     }
 }
 

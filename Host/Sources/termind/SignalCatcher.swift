@@ -5,14 +5,18 @@ import Foundation
 /// (close a remote command's channel with the signal): while it lives the signals no longer
 /// kill the process outright; the first one caught is kept and handed to `onSignal`. While a
 /// person answers a terminal prompt (TerminalPrompt), or before any handler is set, a signal
-/// restores the terminal and ends the process at once with 128 + its number.
+/// restores the terminal and ends the process at once with 128 + its number — unless
+/// `keepUntilHandled`, when it waits for the handler (`termind serve`, which must stop
+/// cleanly even on a signal that comes the moment it is ready).
 final class SignalCatcher: @unchecked Sendable {
     private let lock = NSLock()
     private var first: Int32?
     private var handler: (@Sendable (Int32) -> Void)?
     private var sources: [any DispatchSourceSignal] = []
+    private let keepUntilHandled: Bool
 
-    init(_ signals: [Int32]) {
+    init(_ signals: [Int32], keepUntilHandled: Bool = false) {
+        self.keepUntilHandled = keepUntilHandled
         for number in signals {
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
@@ -34,6 +38,11 @@ final class SignalCatcher: @unchecked Sendable {
         if let pending { handler(pending) }
     }
 
+    /// The first signal: waits for it, or returns the one caught already.
+    func waitForSignal() async -> Int32 {
+        await withCheckedContinuation { continuation in onSignal { continuation.resume(returning: $0) } }
+    }
+
     private func caught(_ number: Int32) {
         // A prompt blocks in read(): nothing would notice the signal until Enter.
         if TerminalPrompt.restore() { TerminalBridge.restoreActive(); StreamView.restoreTerminal(); _exit(128 + number) }
@@ -44,7 +53,9 @@ final class SignalCatcher: @unchecked Sendable {
         }
         switch handler {
         case .none: return                       // a second signal: the first is being handled
-        case .some(nil): TerminalBridge.restoreActive(); StreamView.restoreTerminal(); _exit(128 + number)  // nothing else to clean up yet
+        case .some(nil):
+            if keepUntilHandled { return }  // kept in `first` for the handler
+            TerminalBridge.restoreActive(); StreamView.restoreTerminal(); _exit(128 + number)  // nothing else to clean up yet
         case .some(let handler?): handler(number)
         }
     }
