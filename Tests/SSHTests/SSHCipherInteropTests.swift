@@ -35,7 +35,8 @@ final class SSHCipherInteropTests: XCTestCase {
     private var publicKey: String!
     private var payload: String!
     private var payloadSize = 0
-    private var payloadDigest = ""
+    /// SHA-256 of the payload's first N bytes, computed once per N.
+    private var expectedDigests: [Int: String] = [:]
     private var vault: HarnessSession!
     private var trust: (any HostKeyTrust)!
     /// As root, a throwaway account whose /bin/sh starts light (root's shell start-up costs
@@ -57,7 +58,6 @@ final class SSHCipherInteropTests: XCTestCase {
         XCTAssertEqual(made.status, 0)
         chmod(payload, 0o644)
         chmod(directory.path, 0o755)
-        payloadDigest = try Self.digest(ofFile: payload, limit: payloadSize)
         if getuid() == 0 { account = try ThrowawayAccount() }
         vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
         trust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
@@ -99,17 +99,17 @@ final class SSHCipherInteropTests: XCTestCase {
 
         let down = try await download(connection, "head -c \(bytes) '\(payload!)'")
         XCTAssertEqual(down.count, bytes, "\(label): bytes down")
-        XCTAssertEqual(down.digest, try Self.digest(ofFile: payload, limit: bytes), "\(label): SHA-256 down")
+        XCTAssertEqual(down.digest, try expected(bytes), "\(label): SHA-256 down")
         let up = try await upload(connection, bytes: bytes)
-        XCTAssertEqual(up, try Self.digest(ofFile: payload, limit: bytes), "\(label): SHA-256 up")
+        XCTAssertEqual(up, try expected(bytes), "\(label): SHA-256 up")
 
         for size in Self.edgeSizes {
-            let expected = try Self.digest(ofFile: payload, limit: size)
+            let want = try expected(size)
             let small = try await download(connection, "head -c \(size) '\(payload!)'")
             XCTAssertEqual(small.count, size, "\(label): \(size) bytes down")
-            XCTAssertEqual(small.digest, expected, "\(label): \(size) bytes down")
+            XCTAssertEqual(small.digest, want, "\(label): \(size) bytes down")
             let sent = try await upload(connection, bytes: size)
-            XCTAssertEqual(sent, expected, "\(label): \(size) bytes up")
+            XCTAssertEqual(sent, want, "\(label): \(size) bytes up")
         }
         await connection.close()
 
@@ -158,6 +158,13 @@ final class SSHCipherInteropTests: XCTestCase {
             if stream == .stdout { out += chunk }
         }
         return String(decoding: out, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    private func expected(_ bytes: Int) throws -> String {
+        if let known = expectedDigests[bytes] { return known }
+        let digest = try Self.digest(ofFile: payload, limit: bytes)
+        expectedDigests[bytes] = digest
+        return digest
     }
 
     private static func digest(ofFile path: String, limit: Int) throws -> String {

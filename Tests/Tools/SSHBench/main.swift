@@ -179,8 +179,8 @@ print("termind-ssh-bench: libssh2 \(SSHLibrary.version) vs \(try ProcessRunner.r
 print("speed ratio = ssh's time / termind's time, pair by pair (> 1: termind faster); CPU = client (+ server) seconds per GiB")
 row("FIGURE", ["TERMIND min/med/max", "OPENSSH min/med/max", "RATIO", "CPU s/GiB t / ssh", "CPU ×"])
 
-var startupPort = 0
-for cipher in ["chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com"] {
+let ciphers = ["chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com"]
+for cipher in ciphers {
     let server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: keyPath + ".pub", encoding: .utf8)],
                                       extraConfig: ["Ciphers \(cipher)"], hostKeyTypes: ["ed25519"])
     defer { server.stop() }
@@ -208,8 +208,7 @@ for cipher in ["chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com"] {
                   try paired({ try termindExec(port: port, local: false, up, stdin: source, server: serve.pid) },
                              { try ssh(port: port, control: control, up, stdin: source, server: master) }))
 
-    if startupPort == 0 {
-        startupPort = port
+    if cipher == ciphers[0] {  // start-up does not depend on the cipher: once
         let pairs = try paired(count: max(20, runCount), { try termindExec(port: port, local: false, "true", server: serve.pid) },
                                { try ssh(port: port, control: control, "true", server: master) })
         let ours = spread(pairs.map { $0.0.wall * 1e3 }), theirs = spread(pairs.map { $0.1.wall * 1e3 })
