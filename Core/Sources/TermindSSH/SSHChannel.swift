@@ -101,6 +101,10 @@ public final class SSHChannel: Sendable {
     /// How the remote process ended; nil until the channel has ended.
     public var exit: ChannelExit? { state.exitInfo }
 
+    /// With an output descriptor handed over (`ChannelDescriptors`): the errno of the write
+    /// that failed and ended the channel (EPIPE when its reader went away), else nil.
+    public var localOutputError: Int32? { state.localOutputError }
+
     /// Closes this channel only (unread output is discarded, unsent input dropped).
     public func close() {
         state.requestClose()
@@ -153,10 +157,18 @@ final class ChannelState: @unchecked Sendable {
     private var closeSignal: String?
     private var pendingResize: (columns: Int, rows: Int)?
     private var resizing = false
+    private var localOutputErrno: Int32?
 
     init(limit: Int) { self.limit = max(64 * 1024, limit) }
 
     var exitInfo: ChannelExit? { lock.withLock { exitValue } }
+
+    /// errno of the write to a handed-over output descriptor that failed (EPIPE: its
+    /// reader went away), set before the channel ends.
+    var localOutputError: Int32? {
+        get { lock.withLock { localOutputErrno } }
+        set { lock.withLock { if localOutputErrno == nil { localOutputErrno = newValue } } }
+    }
 
     // Consumer side.
     func next(wake engine: SessionEngine) async throws -> (ExecStream, Data)? {
@@ -329,6 +341,12 @@ final class ChannelState: @unchecked Sendable {
 
 /// Moves one channel's data in bounded steps: input out, stdout and stderr in (while the
 /// consumer has room), EOF, then the close handshake, the exit status, and freeing.
+///
+/// With descriptors handed over (`ChannelDescriptors`) the pump moves those streams itself,
+/// on the engine thread, like OpenSSH's own loop: stdin is read into a bounded buffer and
+/// written to the channel, channel output is read into a bounded buffer per stream and
+/// written to its descriptor; a buffer that is not empty stops reading its source (the
+/// server's window closes for this channel alone). No other thread touches those bytes.
 final class ChannelPump: EnginePump, @unchecked Sendable {
     private(set) var channel: OpaquePointer?
     let state: ChannelState
@@ -339,20 +357,49 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
     private var closeSent = false
     /// At most this many bytes move per step, so one busy channel cannot starve the others.
     private static let stepBudget = 512 * 1024
+    /// Each handed-over stream's buffer: a quarter of a pass's budget, read and written whole.
+    static let localBufferSize = 256 * 1024
 
     /// Sent to the remote process group when this side closes the channel first (OpenSSH
     /// otherwise keeps a running command and its channel until the command exits).
     private let hangup: String?
     private var hangupSent = false
 
-    init(channel: OpaquePointer, state: ChannelState, endpoint: String, hangup: String? = nil) {
+    /// The handed-over descriptors (the pump's own copies, closed when it ends) and their
+    /// buffers: input from `localInput`; outputs[0] stdout, [1] stderr.
+    private var localInput: (descriptor: LocalDescriptor, buffer: PendingBytes)?
+    private var localInputEnded = false
+    private var localOutputs: [(descriptor: LocalDescriptor, buffer: PendingBytes)?]
+
+    init(channel: OpaquePointer, state: ChannelState, endpoint: String, hangup: String? = nil, local: LocalDescriptors = LocalDescriptors()) {
         self.channel = channel
         self.state = state
         self.endpoint = endpoint
         self.hangup = hangup
+        localInput = local.input.map { ($0, PendingBytes(capacity: Self.localBufferSize)) }
+        localOutputs = [local.output, local.error].map { $0.map { ($0, PendingBytes(capacity: Self.localBufferSize)) } }
     }
 
-    override var wantsSessionInput: Bool { closing || state.roomForOutput > 0 }
+    deinit { closeLocal() }
+
+    override var wantsSessionInput: Bool {
+        if closing { return true }
+        // A stream with room: its consumer's queue, or an empty buffer for its descriptor.
+        let queueRoom = state.roomForOutput > 0
+        return localOutputs.contains { output in output.map { $0.buffer.isEmpty } ?? queueRoom }
+    }
+
+    override var pollRequests: [pollfd] {
+        guard !closing else { return [] }
+        var requests: [pollfd] = []
+        if let input = localInput, input.descriptor.pollable, !localInputEnded, input.buffer.isEmpty {
+            requests.append(pollfd(fd: input.descriptor.fd, events: Int16(POLLIN), revents: 0))
+        }
+        for case let output? in localOutputs where output.descriptor.pollable && !output.buffer.isEmpty {
+            requests.append(pollfd(fd: output.descriptor.fd, events: Int16(POLLOUT), revents: 0))
+        }
+        return requests
+    }
 
     override func step(_ engine: SessionEngine, _ session: OpaquePointer) -> PumpStep {
         guard let channel else { return .finished }
@@ -363,17 +410,38 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
         if !closing {
             // Input: the same bytes are offered again after EAGAIN.
             var budget = Self.stepBudget
-            while budget > 0, engine.canSend, let pending = state.pendingInput() {
-                let n = pending.withUnsafeBytes { raw in
-                    Int(termind_ssh2_channel_write(channel, raw.baseAddress!.assumingMemoryBound(to: CChar.self), min(raw.count, budget)))
+            if let input = localInput {
+                while budget > 0 {
+                    if input.buffer.isEmpty && !localInputEnded {
+                        input.buffer.reset()
+                        let n = input.descriptor.read(input.buffer.base, input.buffer.capacity)
+                        if n > 0 { input.buffer.filled(n); progressed = true }
+                        else if n < 0 && errno == EINTR { continue }
+                        else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
+                        else { localInputEnded = true; progressed = true }  // the end, or a read error: EOF either way
+                    }
+                    guard !input.buffer.isEmpty, engine.canSend else { break }
+                    let n = Int(termind_ssh2_channel_write(channel, input.buffer.head.assumingMemoryBound(to: CChar.self), min(input.buffer.count, budget)))
+                    if n > 0 { input.buffer.consume(n); budget -= n; progressed = true; continue }
+                    if n == eagain { break }
+                    if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while sending input") }
+                    closing = true  // the channel is gone on the server side
+                    break
                 }
-                if n > 0 { state.consumed(n); budget -= n; progressed = true; continue }
-                if n == eagain { break }
-                if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while sending input") }
-                closing = true  // the channel is gone on the server side
-                break
+            } else {
+                while budget > 0, engine.canSend, let pending = state.pendingInput() {
+                    let n = pending.withUnsafeBytes { raw in
+                        Int(termind_ssh2_channel_write(channel, raw.baseAddress!.assumingMemoryBound(to: CChar.self), min(raw.count, budget)))
+                    }
+                    if n > 0 { state.consumed(n); budget -= n; progressed = true; continue }
+                    if n == eagain { break }
+                    if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while sending input") }
+                    closing = true  // the channel is gone on the server side
+                    break
+                }
             }
-            if !eofSent && state.wantsEOF {
+            let inputDone = localInput.map { localInputEnded && $0.buffer.isEmpty } ?? state.wantsEOF
+            if !eofSent && !closing && inputDone {
                 let rc = libssh2_channel_send_eof(channel)
                 if rc == 0 { eofSent = true; progressed = true }
                 else if rc != Int32(eagain) {
@@ -383,7 +451,34 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
             }
             // Output, while the consumer has room.
             var readBudget = Self.stepBudget
-            for (id, stream) in [(Int32(0), ExecStream.stdout), (SSH_EXTENDED_DATA_STDERR, ExecStream.stderr)] {
+            for (index, (id, stream)) in [(Int32(0), ExecStream.stdout), (SSH_EXTENDED_DATA_STDERR, ExecStream.stderr)].enumerated() where !closing {
+                if let output = localOutputs[index] {
+                    // What waits goes out first; the channel is read again once it all went.
+                    while readBudget > 0 {
+                        if !output.buffer.isEmpty {
+                            let n = output.descriptor.write(output.buffer.head, output.buffer.count)
+                            if n > 0 { output.buffer.consume(n); progressed = true; continue }
+                            if n < 0 && errno == EINTR { continue }
+                            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
+                            // The reader went away (EPIPE) or the write failed: nothing more can
+                            // be delivered; the channel closes and the caller learns why.
+                            // (sshd takes no PIPE signal request: the command gets the usual TERM.)
+                            state.localOutputError = n < 0 ? errno : EIO
+                            closing = true
+                            progressed = true
+                            break
+                        }
+                        output.buffer.reset()
+                        let n = termind_ssh2_channel_read(channel, id, output.buffer.base.assumingMemoryBound(to: CChar.self), min(output.buffer.capacity, readBudget))
+                        if n > 0 { output.buffer.filled(n); readBudget -= n; progressed = true; continue }
+                        if n < 0 && n != eagain {
+                            if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while the channel was open") }
+                            closing = true
+                        }
+                        break
+                    }
+                    continue
+                }
                 while readBudget > 0 {
                     let room = min(state.roomForOutput, SessionEngine.scratchSize, readBudget)
                     guard room > 0 else { break }
@@ -401,7 +496,8 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                     break
                 }
             }
-            if libssh2_channel_eof(channel) == 1 && !progressed && state.roomForOutput > 0 {
+            let delivered = localOutputs.allSatisfy { $0?.buffer.isEmpty ?? true }
+            if !closing && libssh2_channel_eof(channel) == 1 && !progressed && state.roomForOutput > 0 && delivered {
                 // Everything the server sent has been delivered.
                 remoteEOF = true
                 closing = true
@@ -441,6 +537,7 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
         let freed = libssh2_channel_free(channel)
         if freed == Int32(eagain) { return .idle }
         self.channel = nil
+        closeLocal()
         state.finish(exit: ChannelExit(status: signalName == nil ? status : nil, signal: signalName), error: nil)
         return .finished
     }
@@ -448,6 +545,66 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
     override func fail(_ error: TermindError) {
         // The session is gone (its free releases every channel); only report.
         channel = nil
+        closeLocal()
         state.finish(exit: nil, error: error)
     }
+
+    /// Closes the pump's copies of handed-over descriptors (flags restored where shared).
+    private func closeLocal() {
+        localInput?.descriptor.close()
+        localInput = nil
+        for output in localOutputs { output?.descriptor.close() }
+        localOutputs = [nil, nil]
+    }
+}
+
+/// The descriptors a channel's pump moves itself (its own copies; see ChannelDescriptors).
+struct LocalDescriptors {
+    var input: LocalDescriptor?
+    var output: LocalDescriptor?
+    var error: LocalDescriptor?
+
+    /// Copies of the borrowed `descriptors`; nothing is kept when one of them is unusable.
+    static func adopt(_ descriptors: ChannelDescriptors?) throws -> LocalDescriptors {
+        var adopted = LocalDescriptors()
+        guard let descriptors else { return adopted }
+        do {
+            adopted.input = try descriptors.input.map { try LocalDescriptor.adopt($0, writing: false, role: "standard input") }
+            adopted.output = try descriptors.output.map { try LocalDescriptor.adopt($0, writing: true, role: "standard output") }
+            adopted.error = try descriptors.error.map { try LocalDescriptor.adopt($0, writing: true, role: "standard error") }
+        } catch {
+            adopted.close()
+            throw error
+        }
+        return adopted
+    }
+
+    func close() {
+        input?.close()
+        output?.close()
+        error?.close()
+    }
+}
+
+/// A bounded buffer of bytes read and not yet written on: filled whole when empty, then
+/// drained from its head (the same bytes are offered again after EAGAIN).
+final class PendingBytes {
+    let capacity: Int
+    let base: UnsafeMutableRawPointer
+    private var start = 0
+    private var end = 0
+
+    init(capacity: Int) {
+        self.capacity = capacity
+        base = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16)
+    }
+
+    deinit { base.deallocate() }
+
+    var isEmpty: Bool { start == end }
+    var count: Int { end - start }
+    var head: UnsafeMutableRawPointer { base + start }
+    func reset() { start = 0; end = 0 }
+    func filled(_ n: Int) { end = n }
+    func consume(_ n: Int) { start += n }
 }

@@ -305,18 +305,27 @@ public final class SSHConnection: Sendable {
     /// reader takes data.
     public static let channelWindow: UInt32 = 8 << 20
 
+    ///
+    /// `descriptors`: local descriptors (borrowed) the channel reads its input from and writes
+    /// its output to itself, on the engine thread; those streams never pass through `next()`
+    /// or `write`. The channel works on copies of its own, closed when it ends.
     public func openChannel(_ kind: ChannelKind, pty: PTYRequest? = nil, environment: [String: String] = [:],
-                            bufferLimit: Int = 1 << 20) async throws -> SSHChannel {
+                            bufferLimit: Int = 1 << 20, descriptors: ChannelDescriptors? = nil) async throws -> SSHChannel {
         let endpoint = engine.endpoint
         let engine = self.engine
+        let local = try LocalDescriptors.adopt(descriptors)
         let channel: OpaquePointer
         do {
             channel = try await openRawChannel("Opening a channel") { session in
                 termind_ssh2_channel_open_session(session, SSHConnection.channelWindow)
             }
         } catch let error as TermindError where error.is(.sshChannelFailed) {
+            local.close()
             throw SSHError.make(.sshChannelRefused, "\(endpoint) refused another session channel on this connection (\(error.message)); "
                 + "OpenSSH allows MaxSessions (10 by default) at once.")
+        } catch {
+            local.close()
+            throw error
         }
         let state = ChannelState(limit: bufferLimit)
         let hangup: String?
@@ -325,7 +334,7 @@ public final class SSHConnection: Sendable {
         case .shell: hangup = "HUP"
         case .subsystem: hangup = nil
         }
-        let pump = ChannelPump(channel: channel, state: state, endpoint: endpoint, hangup: hangup)
+        let pump = ChannelPump(channel: channel, state: state, endpoint: endpoint, hangup: hangup, local: local)
         let handle = UncheckedBox(channel)
         let deadline = DispatchTime.now() + deadlines.channel
         do {
@@ -408,11 +417,21 @@ public final class SSHConnection: Sendable {
     /// Input still unsent when the command ends is dropped. When the call is cancelled, the
     /// command is sent `cancelSignal()` (e.g. "INT" after a Ctrl-C) as its channel closes,
     /// TERM when that is nil.
+    ///
+    /// `descriptors` (borrowed): streams the channel moves itself between the server and these
+    /// local descriptors (see `openChannel`); `input` is not read when one is given for
+    /// standard input, and what goes to a descriptor is neither collected nor passed to
+    /// `output`. When the reader of a handed-over output goes away (EPIPE) the command's
+    /// channel is closed (the command gets TERM: sshd takes no PIPE) and the result reports
+    /// SIGPIPE, as a local pipeline's writer would end; another failed write throws
+    /// `ssh.local_output_failed`.
     public func exec<Input: AsyncSequence & Sendable>(_ command: String, input: Input, outputLimit: Int = SSHConnection.defaultOutputLimit,
                                                      timeout: Double? = nil, output: (@Sendable (ExecStream, Data) async -> Void)? = nil,
-                                                     cancelSignal: (@Sendable () -> String?)? = nil) async throws -> ExecResult
+                                                     cancelSignal: (@Sendable () -> String?)? = nil,
+                                                     descriptors: ChannelDescriptors? = nil) async throws -> ExecResult
         where Input.Element == Data {
-        let channel = try await openChannel(.exec(command))
+        let channel = try await openChannel(.exec(command), descriptors: descriptors)
+        let feedsInput = descriptors?.input == nil
         let logger = self.logger
         let cancel: @Sendable () -> Void = {
             if let signal = cancelSignal?() { channel.close(signal: signal) } else { channel.close() }
@@ -420,13 +439,22 @@ public final class SSHConnection: Sendable {
         let endpoint = engine.endpoint
         let work: @Sendable () async throws -> ExecResult = {
             let feeder = Task {
+                guard feedsInput else { return }
                 for try await chunk in input { try await channel.write(chunk) }
                 channel.closeInput()
             }
             defer { feeder.cancel() }
             let collected = try await channel.collect(limit: outputLimit, output: output)
             if Task.isCancelled { throw SSHError.make(.sshCancelled, "The command on \(endpoint) was cancelled; its channel was closed.") }
-            let exit = channel.exit
+            var exit = channel.exit
+            if let failure = channel.localOutputError {
+                guard failure == EPIPE else {
+                    throw SSHError.make(.sshLocalOutputFailed, "Writing the output of the command on \(endpoint) failed: \(String(cString: strerror(failure))); its channel was closed.")
+                }
+                // Closed by this side (the command got TERM): what ended it here is the
+                // reader that went away, as for a local pipeline's writer.
+                exit = ChannelExit(status: nil, signal: "PIPE")
+            }
             logger?.debug("ssh.channel.exit", ["status": .int(Int(exit?.status ?? -1)), "signalled": .bool(exit?.signal != nil),
                                                "truncated": .bool(collected.truncated)])
             return ExecResult(stdout: collected.stdout, stderr: collected.stderr, exitStatus: exit?.status,

@@ -39,4 +39,8 @@ extension ErrorCode {
     public static let sshShellFailed: ErrorCode = "ssh.shell_failed"
     public static let sshSocket: ErrorCode = "ssh.socket"
     public static let sshSubsystemFailed: ErrorCode = "ssh.subsystem_failed"
+    /// A descriptor handed over for a command's standard stream is not usable.
+    public static let sshLocalDescriptor: ErrorCode = "ssh.local_descriptor"
+    /// Writing a command's output to a handed-over descriptor failed (a full disk, say).
+    public static let sshLocalOutputFailed: ErrorCode = "ssh.local_output_failed"
 }

@@ -429,6 +429,13 @@ final class SessionEngine: @unchecked Sendable {
     }
 
     private func runLoop() {
+        // Pumps write to handed-over pipes: a reader that went away must be EPIPE for the
+        // pump, not a SIGPIPE that ends the process. Blocked for this thread only (a
+        // pending one is discarded with the thread).
+        var pipe = sigset_t()
+        sigemptyset(&pipe)
+        sigaddset(&pipe, SIGPIPE)
+        pthread_sigmask(SIG_BLOCK, &pipe, nil)
         var idlePasses = 0
         while true {
             let work: [(SessionEngine) -> Void] = lock.withLock {
@@ -607,7 +614,7 @@ final class SessionEngine: @unchecked Sendable {
         if inbound { events |= Int16(POLLIN) }
         if let context, termind_ssh2_backlog(context) > 0 { events |= Int16(POLLOUT) }
         var fds = [pollfd(fd: fd, events: events, revents: 0), pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
-        fds += pumps.compactMap(\.pollRequest)
+        fds += pumps.flatMap(\.pollRequests)
         var timeoutMs: Int64 = 1000
         let now = DispatchTime.now().uptimeNanoseconds
         for operation in operations where !operation.isAbandoned {
@@ -752,8 +759,8 @@ enum PumpStep {
 class EnginePump: @unchecked Sendable {
     func step(_ engine: SessionEngine, _ session: OpaquePointer) -> PumpStep { .finished }
     func fail(_ error: TermindError) {}
-    /// An extra descriptor to wait on while the loop sleeps (the pump reads it in `step`).
-    var pollRequest: pollfd? { nil }
+    /// Extra descriptors to wait on while the loop sleeps (the pump uses them in `step`).
+    var pollRequests: [pollfd] { [] }
     /// Whether this pump would read from the session now (false while its consumer is full).
     var wantsSessionInput: Bool { true }
 }
