@@ -242,6 +242,15 @@ final class SendableCounter: @unchecked Sendable {
     var value: Int { lock.withLock { count } }
 }
 
+private final class BlockingOutcome<T>: @unchecked Sendable { var value: Result<T, Error>? }
+
+/// Runs blocking client code on its own thread and returns what it returned or threw.
+func runBlocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    let outcome = BlockingOutcome<T>()
+    await blocking { outcome.value = Result { try body() } }
+    return try outcome.value!.get()
+}
+
 /// Runs blocking client code on its own thread, off the cooperative pool the server uses.
 func blocking(_ body: @escaping @Sendable () -> Void) async {
     await withCheckedContinuation { continuation in

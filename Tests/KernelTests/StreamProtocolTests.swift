@@ -161,12 +161,6 @@ final class StreamProtocolTests: XCTestCase {
         var value: T
         init(_ value: T) { self.value = value }
     }
-
-    private func runBlocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        let box = Box<Result<T, Error>?>(nil)
-        await blocking { box.value = Result { try body() } }
-        return try box.value!.get()
-    }
 }
 
 /// An order-sensitive checksum of bytes (mod 2^32), continuing from `sum`.

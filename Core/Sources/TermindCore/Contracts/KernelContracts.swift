@@ -116,6 +116,8 @@ public struct ContractInfo: Sendable, Equatable, Codable {
     public var stream: Bool?
     /// For a stream: whether it reads the client's standard input.
     public var acceptsInput: Bool?
+    /// For a stream: whether it takes the client's standard streams as descriptors.
+    public var acceptsDescriptors: Bool?
     /// For a stream: the event kinds it emits, each with the JSON Schema of its fields
     /// (a data event's bytes come besides them).
     public var events: [String: JSONValue]?
@@ -123,7 +125,8 @@ public struct ContractInfo: Sendable, Equatable, Codable {
     public var questions: [String: String]?
 
     public init(id: String, owner: String, summary: String, request: JSONValue, response: JSONValue, stream: Bool? = nil, acceptsInput: Bool? = nil,
-                events: [String: JSONValue]? = nil, questions: [String: String]? = nil) {
+                events: [String: JSONValue]? = nil, questions: [String: String]? = nil, acceptsDescriptors: Bool? = nil) {
+        self.acceptsDescriptors = acceptsDescriptors
         self.events = events
         self.questions = questions
         self.id = id

@@ -12,3 +12,9 @@ extension ErrorCode {
     /// The client sent more input than the server granted.
     public static let streamInputOverrun: ErrorCode = "stream.input_overrun"
 }
+
+extension ErrorCode {
+    /// The client handed descriptors to a stream that does not take them, or named roles
+    /// that do not match the descriptors it sent.
+    public static let streamDescriptorsRefused: ErrorCode = "stream.descriptors_refused"
+}

@@ -67,6 +67,10 @@ public final class StreamSession: @unchecked Sendable {
     private let controlFeed: AsyncStream<JSONValue>.Continuation
     /// The client's event window, in bytes.
     public let window: Int
+    /// The client's own standard streams, when it handed them over (the stream declares
+    /// `acceptsDescriptors`); closed once the handler has returned.
+    public let descriptors: StreamDescriptors?
+    private var descriptorsClosed = false
 
     /// What the stream declared it emits and asks (nil: anything, for a test's own stream).
     private let declaration: (events: [String: JSONSchema], questions: [String: String])?
@@ -74,8 +78,10 @@ public final class StreamSession: @unchecked Sendable {
     /// `grantsInput`: the client learns its input allowance from `grant` lines (the socket);
     /// in-process a sender waits for room in `input` instead. `endpoint`: the declaration
     /// the session holds the handler to.
-    package init(id: JSONValue, window: Int = StreamSession.defaultWindow, grantsInput: Bool = false, endpoint: StreamEndpoint? = nil, sink: StreamSink) {
+    package init(id: JSONValue, window: Int = StreamSession.defaultWindow, grantsInput: Bool = false, endpoint: StreamEndpoint? = nil,
+                 descriptors: StreamDescriptors? = nil, sink: StreamSink) {
         self.id = id
+        self.descriptors = descriptors
         declaration = endpoint.map { ($0.events, $0.questions) }
         self.window = min(max(window, Self.windowRange.lowerBound), Self.windowRange.upperBound)
         self.grantsInput = grantsInput
@@ -323,10 +329,16 @@ public final class StreamSession: @unchecked Sendable {
         cancelTask?()
     }
 
+    /// The handler has returned: nothing more is sent, the handed-over descriptors close.
     package func finish() {
-        lock.withLock { ended = true }
+        let close: Bool = lock.withLock {
+            ended = true
+            defer { descriptorsClosed = true }
+            return !descriptorsClosed
+        }
         input.finish()
         controlFeed.finish()
+        if close { descriptors?.closeAll() }
     }
 }
 
@@ -456,6 +468,9 @@ public protocol StreamContract: Sendable {
     static var summary: String { get }
     /// Whether the stream reads `input` messages (a client sends its standard input).
     static var acceptsInput: Bool { get }
+    /// Whether the stream takes the client's own standard streams (`StreamDescriptors`)
+    /// instead of input lines and data events, when the client can hand them over.
+    static var acceptsDescriptors: Bool { get }
     /// The event kinds it emits, each with the schema of its fields (`StreamEvents`); an
     /// undeclared kind fails the stream instead of reaching the client.
     static var events: [String: JSONSchema] { get }
@@ -467,6 +482,7 @@ public protocol StreamContract: Sendable {
 extension StreamContract {
     public static var id: ContractID { ContractID(name: name, version: version) }
     public static var acceptsInput: Bool { false }
+    public static var acceptsDescriptors: Bool { false }
     public static var events: [String: JSONSchema] { [:] }
     public static var questions: [String: String] { [:] }
 }
@@ -495,6 +511,8 @@ public struct StreamEndpoint: Sendable {
     public let summary: String
     public let owner: String
     public let acceptsInput: Bool
+    /// See `StreamContract.acceptsDescriptors`.
+    public let acceptsDescriptors: Bool
     public let requestSchema: JSONSchema
     public let resultSchema: JSONSchema
     /// The event kinds it emits with their fields' schemas, and its questions (topic → kind).
@@ -503,8 +521,9 @@ public struct StreamEndpoint: Sendable {
     public let handler: @Sendable (Data, StreamSession) async throws -> Data
 
     public init(id: ContractID, summary: String, owner: String, acceptsInput: Bool, requestSchema: JSONSchema, resultSchema: JSONSchema,
-                events: [String: JSONSchema], questions: [String: String],
+                events: [String: JSONSchema], questions: [String: String], acceptsDescriptors: Bool = false,
                 handler: @escaping @Sendable (Data, StreamSession) async throws -> Data) {
+        self.acceptsDescriptors = acceptsDescriptors
         self.events = events
         self.questions = questions
         self.id = id
@@ -522,7 +541,8 @@ public struct StreamEndpoint: Sendable {
                                                 handler: @escaping @Sendable (S.Request, StreamSession) async throws -> S.Result) -> StreamEndpoint {
         let requestSchema = SchemaDerivation.schema(for: S.Request.self)
         return StreamEndpoint(id: S.id, summary: S.summary, owner: owner, acceptsInput: S.acceptsInput, requestSchema: requestSchema,
-                              resultSchema: SchemaDerivation.schema(for: S.Result.self), events: S.events, questions: S.questions) { body, session in
+                              resultSchema: SchemaDerivation.schema(for: S.Result.self), events: S.events, questions: S.questions,
+                              acceptsDescriptors: S.acceptsDescriptors) { body, session in
             let request: S.Request = try ContractCoding.decodeRequest(body, schema: requestSchema, contract: S.id)
             return try JSONCoding.encode(try await handler(request, session))
         }

@@ -55,8 +55,10 @@ public final class ControlClient: @unchecked Sendable {
     /// any, is sent back — an answer); returns the final body or throws its error. The
     /// server sends at most `window` bytes of events ahead of what `onEvent` has handled.
     /// `streamMessage` and `streamInput` may be used from another thread meanwhile.
-    public func stream(_ name: String, body: Data, window: Int = StreamSession.defaultWindow, onOpen: (JSONValue) -> Void = { _ in },
-                       onEvent: (StreamEvent) throws -> JSONValue?) throws -> Data {
+    /// `descriptors` (still the caller's) travel with the open line as SCM_RIGHTS; the server
+    /// holds copies of its own.
+    public func stream(_ name: String, body: Data, window: Int = StreamSession.defaultWindow, descriptors: StreamDescriptors? = nil,
+                       onOpen: (JSONValue) -> Void = { _ in }, onEvent: (StreamEvent) throws -> JSONValue?) throws -> Data {
         try reconnectIfClosedWhileIdle()
         let id = JSONValue.integer(nextID)
         nextID += 1
@@ -64,6 +66,9 @@ public final class ControlClient: @unchecked Sendable {
         open += (try? JSONCoding.encode(id)) ?? Data("null".utf8)
         open += Data(",\"stream\":".utf8) + ((try? JSONCoding.encode(name)) ?? Data("\"\"".utf8))
         open += Data(",\"window\":\(window),\"binary\":true".utf8)
+        if let descriptors {
+            open += Data(",\"descriptors\":".utf8) + ((try? JSONCoding.encode(descriptors.roles)) ?? Data("[]".utf8))
+        }
         open += Data(",\"body\":".utf8) + (body.isEmpty ? Data("{}".utf8) : body) + Data("}\n".utf8)
         let allowance = InputAllowance()
         inputAllowance.withLock { $0 = (id, allowance) }
@@ -71,7 +76,7 @@ public final class ControlClient: @unchecked Sendable {
             allowance.end()
             inputAllowance.withLock { $0 = nil }
         }
-        guard send(open) else { throw TermindError(.socketClosed, "The termind server closed the connection.") }
+        guard send(open, descriptors: descriptors?.fds ?? []) else { throw TermindError(.socketClosed, "The termind server closed the connection.") }
         onOpen(id)
         var handled = 0
         while true {
@@ -145,10 +150,13 @@ public final class ControlClient: @unchecked Sendable {
     }
 
     private let writeLock = NSLock()
-    private func send(_ data: Data) -> Bool { writeLock.withLock { SocketIO.writeAll(fd, data) } }
+    private func send(_ data: Data, descriptors: [Int32] = []) -> Bool {
+        writeLock.withLock { SocketIO.writeAll(fd, data, descriptors: descriptors) }
+    }
 
-    /// Sends raw bytes (tests use this to send malformed envelopes).
-    public func sendRaw(_ data: Data) -> Bool { SocketIO.writeAll(fd, data) }
+    /// Sends raw bytes, with `descriptors` (SCM_RIGHTS) on the first (tests use this to send
+    /// malformed envelopes and stray descriptors).
+    public func sendRaw(_ data: Data, descriptors: [Int32] = []) -> Bool { SocketIO.writeAll(fd, data, descriptors: descriptors) }
 
     /// Reads the next reply line, whatever its id.
     public func readReply() throws -> Data {

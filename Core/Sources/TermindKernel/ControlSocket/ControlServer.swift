@@ -163,7 +163,8 @@ public final class ControlServer: @unchecked Sendable {
         let group = DispatchGroup()
         let inFlight = InFlightCounter()
         let kernel = self.kernel
-        var reader = LineReader(fd: fd, maximum: Envelope.maximumBytes)
+        var reader = LineReader(fd: fd, maximum: Envelope.maximumBytes, collectsDescriptors: true)
+        defer { reader.closeDescriptors() }
         let writer = ReplyWriter(fd: fd, bound: Self.maximumQueuedReplyBytes) { [logger] in
             logger.warning("socket.client.write_failed", ["connection": .int(Int(connection))])
         }
@@ -172,7 +173,12 @@ public final class ControlServer: @unchecked Sendable {
         loop: while true {
             // A client that does not read its replies is not read either (bounded memory).
             writer.waitForRoom()
-            switch reader.next() {
+            let event = reader.next()
+            if reader.descriptorsOverflowed {
+                reply(Envelope.failure(id: .null, error: TermindError(.streamDescriptorsRefused, "The client sent more descriptors than its stream opens named (at most \(TERMIND_MAX_PASSED_FDS) with each); the connection is closed.")))
+                break loop
+            }
+            switch event {
             case .end:
                 break loop
             case .idle:
@@ -207,18 +213,40 @@ public final class ControlServer: @unchecked Sendable {
                             attached = bytes
                         }
                         streams.session(id)?.receive(object, attached: attached)
-                    case .open(let id, let name, let body, let window, let binary):
+                    case .open(let id, let name, let body, let window, let binary, let roles):
+                        // The descriptors sent with this line are received by now (with its first byte).
+                        var descriptors: StreamDescriptors?
+                        if let roles {
+                            guard let fds = reader.takeDescriptors(roles.count) else {
+                                reply(Envelope.failure(id: id, error: TermindError(.streamDescriptorsRefused, "The stream's open names descriptors \(roles) that did not come with it; the connection is closed.")))
+                                break loop
+                            }
+                            guard let given = StreamDescriptors(roles: roles, fds: fds) else {
+                                for fd in fds { close(fd) }
+                                reply(Envelope.failure(id: id, error: TermindError(.streamDescriptorsRefused, "\"descriptors\" must list distinct roles among \(StreamDescriptors.roles) in that order, one per descriptor sent.")))
+                                continue
+                            }
+                            descriptors = given
+                        }
                         let endpoint = kernel.stream(name)
                         guard let handler = endpoint?.handler ?? lock.withLock({ streamHandlers[name] }) else {
+                            descriptors?.closeAll()
                             reply(Envelope.failure(id: id, error: TermindError(.streamUnknown, "This termind server has no stream '\(name)'.")))
                             continue
                         }
+                        if let descriptors, endpoint?.acceptsDescriptors == false {
+                            descriptors.closeAll()
+                            reply(Envelope.failure(id: id, error: TermindError(.streamDescriptorsRefused, "Stream '\(name)' does not take the client's descriptors.")))
+                            continue
+                        }
                         let session = StreamSession(id: id, window: window, grantsInput: endpoint?.acceptsInput ?? true, endpoint: endpoint,
-                                                    sink: .socket(binary: binary, write: reply))
+                                                    descriptors: descriptors, sink: .socket(binary: binary, write: reply))
                         guard streams.add(session) else {
+                            descriptors?.closeAll()
                             reply(Envelope.failure(id: id, error: TermindError(.streamDuplicateId, "A stream with this id is already running on the connection.")))
                             continue
                         }
+                        if let descriptors { logger.debug("socket.stream.descriptors", ["count": .int(descriptors.fds.count)]) }
                         slots.wait()
                         group.enter()
                         inFlight.add(1)

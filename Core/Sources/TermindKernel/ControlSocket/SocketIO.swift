@@ -56,11 +56,17 @@ enum SocketIO {
         return fd
     }
 
-    /// Writes all of `data`; false when the peer is gone.
+    /// Writes all of `data`, with `descriptors` (SCM_RIGHTS) on its first byte; false when
+    /// the peer is gone.
     @discardableResult
-    static func writeAll(_ fd: Int32, _ data: Data) -> Bool {
+    static func writeAll(_ fd: Int32, _ data: Data, descriptors: [Int32] = []) -> Bool {
         data.withUnsafeBytes { raw in
             var offset = 0
+            if !descriptors.isEmpty {
+                let n = descriptors.withUnsafeBufferPointer { termind_send_fds(fd, raw.baseAddress!, UInt(raw.count), $0.baseAddress!, Int32($0.count)) }
+                guard n > 0 else { return false }
+                offset = n
+            }
             while offset < raw.count {
                 let n = send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
                 if n < 0 { if errno == EINTR { continue }; return false }
@@ -81,15 +87,62 @@ struct LineReader {
 
     let fd: Int32
     let maximum: Int
+    /// Whether descriptors sent with the bytes (SCM_RIGHTS) are taken (the server's side);
+    /// otherwise the kernel closes any that arrive.
+    let collectsDescriptors: Bool
+    /// Descriptors received and not yet claimed, oldest first. They arrive with the first
+    /// byte of the line they belong to, so when a line is complete they are here — and at
+    /// most the next line's as well: more than that many is a broken peer.
+    private(set) var descriptors: [Int32] = []
+    static let maximumHeldDescriptors = 2 * Int(TERMIND_MAX_PASSED_FDS)
+    /// Set when the peer sent more descriptors than may be held, or another control message.
+    private(set) var descriptorsOverflowed = false
     private var buffer: [UInt8] = []
     private var chunk = [UInt8](repeating: 0, count: 65_536)
     private var start = 0      // first unconsumed byte
     private var scanned = 0    // bytes from `start` already known to hold no newline
     private var discarding = false
 
-    init(fd: Int32, maximum: Int) {
+    init(fd: Int32, maximum: Int, collectsDescriptors: Bool = false) {
         self.fd = fd
         self.maximum = maximum
+        self.collectsDescriptors = collectsDescriptors
+    }
+
+    /// The `count` oldest received descriptors (now the caller's); nil when fewer arrived.
+    mutating func takeDescriptors(_ count: Int) -> [Int32]? {
+        guard count <= descriptors.count else { return nil }
+        defer { descriptors.removeFirst(count) }
+        return Array(descriptors.prefix(count))
+    }
+
+    /// Closes every descriptor received and not claimed (the connection ends).
+    mutating func closeDescriptors() {
+        for fd in descriptors { close(fd) }
+        descriptors.removeAll()
+    }
+
+    /// One recv() of up to `count` bytes into `buffer`, keeping the descriptors that came
+    /// with them.
+    private mutating func receive(count: Int) -> Int {
+        let (socket, collecting) = (fd, collectsDescriptors)
+        let (n, received, truncated) = Self.receive(socket, collecting: collecting, into: &chunk, count: count)
+        descriptors += received
+        if truncated || descriptors.count > Self.maximumHeldDescriptors { descriptorsOverflowed = true }
+        return n
+    }
+
+    private static func receive(_ socket: Int32, collecting: Bool, into buffer: inout [UInt8], count: Int) -> (Int, [Int32], Bool) {
+        guard collecting else {
+            return (buffer.withUnsafeMutableBytes { recv(socket, $0.baseAddress!, count, 0) }, [], false)
+        }
+        var received = [Int32](repeating: -1, count: Int(TERMIND_MAX_PASSED_FDS))
+        var number: Int32 = 0
+        var truncated: Int32 = 0
+        let n = buffer.withUnsafeMutableBytes { raw in
+            received.withUnsafeMutableBufferPointer { termind_recv_fds(socket, raw.baseAddress!, UInt(count), $0.baseAddress!, &number, &truncated) }
+        }
+        return (n, Array(received.prefix(Int(number))), truncated != 0)
     }
 
     mutating func next() -> Event {
@@ -111,7 +164,7 @@ struct LineReader {
             }
             if discarding { dropPending() }
             compact()
-            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
+            let n = receive(count: chunk.count)
             if n < 0 && errno == EINTR { continue }
             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return .idle }
             guard n > 0 else { return .end }
@@ -131,7 +184,7 @@ struct LineReader {
         }
         while data.count < count {
             let wanted = min(chunk.count, count - data.count)
-            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, wanted, 0) }
+            let n = receive(count: wanted)
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { return nil }
             chunk.withUnsafeBufferPointer { data.append(contentsOf: UnsafeBufferPointer(rebasing: $0[0..<n])) }

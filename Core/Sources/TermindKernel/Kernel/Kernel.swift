@@ -185,7 +185,8 @@ public actor Kernel {
             .map { ContractInfo(id: $0.id.description, owner: $0.owner, summary: $0.summary, request: $0.requestSchema.json, response: $0.responseSchema.json) }
         let streams = routes.allStreams()
             .map { ContractInfo(id: $0.id.description, owner: $0.owner, summary: $0.summary, request: $0.requestSchema.json, response: $0.resultSchema.json,
-                                stream: true, acceptsInput: $0.acceptsInput, events: $0.events.mapValues(\.json), questions: $0.questions) }
+                                stream: true, acceptsInput: $0.acceptsInput, events: $0.events.mapValues(\.json), questions: $0.questions,
+                                acceptsDescriptors: $0.acceptsDescriptors ? true : nil) }
         return (calls + streams).filter { prefix == nil || $0.id.hasPrefix(prefix!) }
     }
 
@@ -200,18 +201,26 @@ public actor Kernel {
     /// events arrive at `onEvent` in order, on a thread of their own (it may block, asking a
     /// person), and an answer it returns goes back to the question. Returns the result body
     /// once every event has been handled.
-    public nonisolated func runStream(_ name: String, body: Data,
+    ///
+    /// `descriptors` (owned from now on: closed once the stream ended) go to a stream that
+    /// declares `acceptsDescriptors`; another refuses them with `stream.descriptors_refused`.
+    public nonisolated func runStream(_ name: String, body: Data, descriptors: StreamDescriptors? = nil,
                                       onOpen: (StreamControl) -> Void = { _ in },
                                       onEvent: @escaping @Sendable (StreamEvent) -> JSONValue?) async throws -> Data {
         guard let endpoint = stream(name) else {
+            descriptors?.closeAll()
             throw TermindError(.streamUnknown, "No running feature serves stream '\(name)'. Run 'termind contracts' to list the available ones.")
+        }
+        if let descriptors, !endpoint.acceptsDescriptors {
+            descriptors.closeAll()
+            throw TermindError(.streamDescriptorsRefused, "Stream '\(name)' does not take the client's descriptors.")
         }
         let events = DispatchQueue(label: "termind.stream.events")
         let answers = StreamAnswers()
         // Events are handled in order on a queue of their own; each one's size is credited
         // back once `onEvent` returned, so an emitter waits for a slow consumer (a full pipe)
         // instead of queuing without bound.
-        let session = StreamSession(id: .integer(1), endpoint: endpoint, sink: .local({ event, size in
+        let session = StreamSession(id: .integer(1), endpoint: endpoint, descriptors: descriptors, sink: .local({ event, size in
             events.async {
                 if let answer = onEvent(event) { answers.session?.receive(["answer": answer]) }
                 if size > 0 { answers.session?.credit(size) }
