@@ -3,10 +3,11 @@ import TermindCore
 import TermindHarness
 import XCTest
 
-/// Streams over the control socket carry credit both ways (docs/contracts.md, Streams):
-/// `termind exec` inside `termind serve` moves a gibibyte each way with nothing lost, a
-/// client that stops reading holds the remote command back instead of filling the
-/// server's memory, and it stalls nobody else.
+/// `termind exec` inside `termind serve` moves bulk data with bounded memory: a gibibyte
+/// each way with nothing lost, and a client whose output nobody reads holds the remote
+/// command back instead of filling the server's memory, stalling nobody else. Its pipes
+/// are handed to the server (docs/contracts.md, Descriptors), so the server's channel
+/// writes and reads them itself; the event path's credit is StreamProtocolTests'.
 final class StreamFlowControlTests: XCTestCase {
     private var directory: TemporaryDirectory!
     private var server: SSHServerFixture!
@@ -58,12 +59,12 @@ final class StreamFlowControlTests: XCTestCase {
         XCTAssertEqual(expected.count, 64)
         let before = serve.residentBytes()
 
-        // Remote to client: stdout events, credited back as the client writes them.
+        // Remote to client: the server writes the client's pipe, as fast as it is read.
         let down = try shell("\(exec(generator)) | sha256sum; exit ${PIPESTATUS[0]}")
         XCTAssertEqual(down.status, 0, down.stderr)
         XCTAssertEqual(down.stdout.prefix(64), expected, "the bytes that arrived differ from those sent")
 
-        // Client to remote: input granted by the server as the channel takes it.
+        // Client to remote: the server reads the client's pipe as the channel takes it.
         let up = try shell("\(generator) | \(exec("sha256sum"))")
         XCTAssertEqual(up.status, 0, up.stderr)
         XCTAssertEqual(up.stdout.prefix(64), expected, "the bytes that reached the command differ from those sent")

@@ -71,6 +71,8 @@ public enum WorkspacesStreams {
         public static let version = 1
         public static let summary = "Run a command over SSH on a saved host or a quick-connect target, streaming its output."
         public static let acceptsInput = true
+        /// A client's stdin, stdout and stderr go straight to and from the channel.
+        public static let acceptsDescriptors = true
         public static var events: [String: JSONSchema] { StreamEvents.output }
         public static var questions: [String: String] { WorkspacesStreams.connectionQuestions }
     }

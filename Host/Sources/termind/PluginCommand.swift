@@ -48,7 +48,8 @@ enum PluginCommand {
             let body = try buildBody(command, arguments: Array(words.dropFirst(command.words.count)), schema: info?.request ?? .object([:]),
                                      readsInput: command.stream != nil && info?.acceptsInput == true)
             if let stream = command.stream {
-                return try await StreamCommand.run(stream, body: body, acceptsInput: info?.acceptsInput == true, terminalField: command.terminal,
+                return try await StreamCommand.run(stream, body: body, acceptsInput: info?.acceptsInput == true,
+                                                   acceptsDescriptors: info?.acceptsDescriptors == true, terminalField: command.terminal,
                                                    inv: inv, session: session)
             }
             let reply = try await session.call(command.target, body: JSONCoding.encode(body))

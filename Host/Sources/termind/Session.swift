@@ -57,15 +57,21 @@ final class Session {
 
     /// Runs stream `name` (see Kernel.runStream for `onOpen` and `onEvent`): over the socket,
     /// or in this process through the same endpoint and session code.
-    func stream(_ name: String, body: Data, onOpen: @escaping (StreamControl) -> Void,
+    /// `descriptors`: this process's own standard streams for a stream that takes them —
+    /// sent to the server (which holds copies), or copied for the stream in this process.
+    func stream(_ name: String, body: Data, descriptors: StreamDescriptors? = nil, onOpen: @escaping (StreamControl) -> Void,
                 onEvent: @escaping @Sendable (StreamEvent) -> JSONValue?) async throws -> Data {
         if let client {
-            return try client.stream(name, body: body, onOpen: { id in
+            return try client.stream(name, body: body, descriptors: descriptors, onOpen: { id in
                 onOpen(StreamControl(send: { client.streamMessage(id: id, $0) },
                                      input: { client.streamInput(id: id, $0) }))
             }, onEvent: onEvent)
         }
-        return try await kernel!.runStream(name, body: body, onOpen: onOpen, onEvent: onEvent)
+        let copies = descriptors.map { given in
+            StreamDescriptors(stdin: given.stdin.map { fcntl($0, F_DUPFD_CLOEXEC, 3) }, stdout: given.stdout.map { fcntl($0, F_DUPFD_CLOEXEC, 3) },
+                              stderr: given.stderr.map { fcntl($0, F_DUPFD_CLOEXEC, 3) })
+        }
+        return try await kernel!.runStream(name, body: body, descriptors: copies, onOpen: onOpen, onEvent: onEvent)
     }
 
     /// Problems not tied to a loaded feature (local boots only).

@@ -13,6 +13,10 @@ import TermindKernel
 /// * Questions (`ask` events) are answered from --answers, --yes or the controlling
 ///   terminal (Questions); progress, records, views and notices are shown (StreamView).
 /// * Standard input, when the stream reads input and it is not a terminal, travels to it.
+/// * A stream that takes descriptors (`acceptsDescriptors`, e.g. `termind exec`) gets our
+///   own stdin, stdout and stderr — those that are not terminals, and not with `--json` —
+///   and moves their bytes itself, with no event or input line in between (inside
+///   `termind serve` they travel over the control socket as SCM_RIGHTS).
 /// * SIGINT and SIGTERM cancel the stream naming the signal (a remote command gets it);
 ///   termind exits 128 + the signal once the stream ended (after at most 3 s).
 /// * A result with `exitStatus` / `exitSignal` (a command's) sets termind's exit code, as a
@@ -23,8 +27,8 @@ enum StreamCommand {
 
     /// Runs the stream on `session`; returns what to do once the session is closed (print
     /// the result, exit with the command's status).
-    static func run(_ stream: String, body: [String: JSONValue], acceptsInput: Bool, terminalField: String? = nil, inv: Invocation,
-                    session: Session) async throws -> () -> Invocation.Exit {
+    static func run(_ stream: String, body: [String: JSONValue], acceptsInput: Bool, acceptsDescriptors: Bool = false, terminalField: String? = nil,
+                    inv: Invocation, session: Session) async throws -> () -> Invocation.Exit {
         let questions = try Questions(inv)
         var body = body
         // A stream that bridges a terminal, with one on standard input: raw mode until it ends.
@@ -43,6 +47,7 @@ enum StreamCommand {
             bridged.stop()
             bridge?.restore()
         }
+        let handed = acceptsDescriptors && bridge == nil && !inv.json ? handOver(readsInput: acceptsInput) : nil
         let output = CollectedOutput(keep: inv.json)
         let view = StreamView(json: inv.json)
         // A scripted answer that does not fit its question: the question goes unanswered
@@ -51,7 +56,7 @@ enum StreamCommand {
         let reply: Data
         do {
             defer { view.finish() }
-            reply = try await session.stream(stream, body: try JSONCoding.encode(JSONValue.object(body)), onOpen: { control in
+            reply = try await session.stream(stream, body: try JSONCoding.encode(JSONValue.object(body)), descriptors: handed, onOpen: { control in
                 interrupt.onSignal { number in
                     bridge?.restore()
                     view.finish()
@@ -59,7 +64,8 @@ enum StreamCommand {
                     DispatchQueue.global().asyncAfter(deadline: .now() + 3) { _exit(128 + number) }  // never races main's exit
                 }
                 if bridge == nil {
-                    sendInput(acceptsInput ? STDIN_FILENO : -1, to: control)
+                    // Handed over, standard input is the stream's to read.
+                    if handed?.stdin == nil { sendInput(acceptsInput ? STDIN_FILENO : -1, to: control) }
                 } else {
                     bridged.control = control
                 }
@@ -101,6 +107,15 @@ enum StreamCommand {
         if let failure = answerFailure.withLock({ $0 }) { throw failure }
         let result = try JSONCoding.parse(reply, source: "The stream's result")
         return { finish(result, output: output, json: inv.json) }
+    }
+
+    /// Our standard streams a stream may take over: not terminals (a person's keys and
+    /// screen stay with this process), not closed ones; stdin only when it reads input.
+    private static func handOver(readsInput: Bool) -> StreamDescriptors? {
+        func usable(_ fd: Int32) -> Bool { fcntl(fd, F_GETFD) >= 0 && isatty(fd) == 0 }
+        let descriptors = StreamDescriptors(stdin: readsInput && usable(STDIN_FILENO) ? STDIN_FILENO : nil,
+                                            stdout: usable(STDOUT_FILENO) ? STDOUT_FILENO : nil, stderr: usable(STDERR_FILENO) ? STDERR_FILENO : nil)
+        return descriptors.fds.isEmpty ? nil : descriptors
     }
 
     /// Standard input follows the open, from a thread of its own that waits while the stream
@@ -174,7 +189,8 @@ enum StreamCommand {
         }
         guard isCommand else { return .success }
         if let signal {
-            if !json { Output.error("the remote command was killed by SIG\(signal).") }
+            // As a shell, nothing is said of a SIGPIPE: the reader of our output went away.
+            if !json && signal != "PIPE" { Output.error("the remote command was killed by SIG\(signal).") }
             exit(128 + (signalNumbers[signal] ?? 15))
         }
         exit(status ?? 255)

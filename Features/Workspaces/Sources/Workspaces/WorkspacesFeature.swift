@@ -130,9 +130,12 @@ final class WorkspacesFeature: Feature {
             let connection = try await Opener(ports: ports, session: session, request: request).connection()
             let session = self.session
             do {
+                // Handed-over descriptors: the channel moves those streams itself (on copies of
+                // its own, so the session may close its descriptors once this returns).
+                let descriptors = session.descriptors.map { ChannelDescriptors(input: $0.stdin, output: $0.stdout, error: $0.stderr) }
                 let result = try await connection.exec(request.command, input: session.input, timeout: request.timeout, output: { stream, data in
                     await session.emit(stream == .stdout ? "stdout" : "stderr", data: data)
-                }, cancelSignal: { session.cancelSignal })
+                }, cancelSignal: { session.cancelSignal }, descriptors: descriptors)
                 return .init(exitStatus: result.exitStatus, exitSignal: result.exitSignal)
             } catch {
                 // Cancelled with a signal: the channel closes with it; let that reach the
