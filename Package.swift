@@ -20,6 +20,7 @@ let package = Package(
         // Features (listed in Registry.json).
         .library(name: "TermindVault", type: .dynamic, targets: ["Vault"]),
         .library(name: "TermindWorkspaces", type: .dynamic, targets: ["Workspaces"]),
+        .library(name: "TermindSettings", type: .dynamic, targets: ["Settings"]),
         // Example third-party plugins (opt-in: loaded only from --plugins / TERMIND_PLUGINS).
         .library(name: "TermindWakeOnLAN", type: .dynamic, targets: ["WakeOnLAN"]),
         .library(name: "TermindDigest", type: .dynamic, targets: ["Digest"]),
@@ -64,6 +65,12 @@ let package = Package(
             name: "Workspaces",
             dependencies: [core, apis],
             path: "Features/Workspaces/Sources/Workspaces",
+            plugins: [signature]
+        ),
+        .target(
+            name: "Settings",
+            dependencies: [core, apis],
+            path: "Features/Settings/Sources/Settings",
             plugins: [signature]
         ),
         // The Vault's pure rules (known_hosts, ssh_config, quick-connect), unit-tested directly.
@@ -142,6 +149,12 @@ let package = Package(
             dependencies: [core, apis, "TermindHarness"],
             path: "Tests/VaultTests",
             // Schema fixtures are read from the checkout by path.
+            exclude: ["Fixtures"]
+        ),
+        .testTarget(
+            name: "SettingsTests",
+            dependencies: [core, apis, "TermindHarness"],
+            path: "Tests/SettingsTests",
             exclude: ["Fixtures"]
         ),
         .testTarget(

@@ -11,7 +11,7 @@ let core = Target.Dependency.product(name: "TermindCore", package: "Core")
 let package = Package(
     name: "APIs",
     products: [
-        .library(name: "TermindAPIs", type: .dynamic, targets: ["VaultAPI", "WorkspacesAPI"]),
+        .library(name: "TermindAPIs", type: .dynamic, targets: ["SettingsAPI", "VaultAPI", "WorkspacesAPI", "SFTPAPI"]),
     ],
     dependencies: [
         .package(path: "../Core"),
@@ -20,7 +20,11 @@ let package = Package(
         // The Vault: hosts, identities, keys, known hosts, ssh_config import, quick connect;
         // the hosts, credentials and host-key trust ports.
         .target(name: "VaultAPI", dependencies: [core], path: "Sources/VaultAPI"),
-        // Workspaces: SSH sessions; the exec stream.
-        .target(name: "WorkspacesAPI", dependencies: [core], path: "Sources/WorkspacesAPI"),
+        // Settings: typed records features register, the settings.values port, the settings contracts.
+        .target(name: "SettingsAPI", dependencies: [core], path: "Sources/SettingsAPI"),
+        // Workspaces: SSH sessions; the exec and terminal streams; the terminal's settings records.
+        .target(name: "WorkspacesAPI", dependencies: [core, "SettingsAPI"], path: "Sources/WorkspacesAPI"),
+        // SFTP: its settings records (limits, topology) so far; the scheduler port comes with the feature.
+        .target(name: "SFTPAPI", dependencies: [core, "SettingsAPI"], path: "Sources/SFTPAPI"),
     ]
 )

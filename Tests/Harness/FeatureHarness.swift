@@ -57,7 +57,9 @@ public enum FeatureHarness {
     /// Boots the kernel with `feature` plus an in-process feature providing `fakes`.
     /// `storeDirectory` holds the database, secret store and key file behind the kernel's
     /// store ports (a fresh temporary folder when nil, removed at shutdown).
-    public static func boot(_ feature: FeatureManifest, fakes: [PortFake] = [], others: [FeatureManifest] = [],
+    /// `inProcess`: features of the test's own (one registering records with the feature
+    /// under test, say), booted alongside.
+    public static func boot(_ feature: FeatureManifest, fakes: [PortFake] = [], others: [FeatureManifest] = [], inProcess: [InProcessFeature] = [],
                             storeDirectory: String? = nil, logSink: LogSink = .disabled()) async throws -> HarnessSession {
         var configuration = KernelConfiguration(registryPath: nil, hostVersion: "harness")
         let temporary = storeDirectory == nil ? try TemporaryDirectory("termind-harness") : nil
@@ -70,6 +72,7 @@ public enum FeatureHarness {
                                            source: "harness")
             configuration.inProcessFeatures.append(InProcessFeature(manifest: manifest) { FakePortsFeature(fakes: fakes) })
         }
+        configuration.inProcessFeatures += inProcess
         configuration.manifests = [feature] + others
         let kernel = Kernel(configuration: configuration, sink: logSink)
         let statuses = try await kernel.boot()

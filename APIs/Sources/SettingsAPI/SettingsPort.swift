@@ -1,0 +1,47 @@
+import Foundation
+import TermindCore
+
+/// `settings.values`: the one place features keep their settings. A feature registers its
+/// records while it starts (the registry freezes at the first request from outside, after
+/// boot), reads them typed (the defaults when nothing valid is stored) and follows their
+/// changes. Readers never see a half-written record: each change commits in one transaction.
+public protocol SettingsValues: Sendable {
+    /// Adds a record owned by feature `owner`; refused for a key already taken, a key that
+    /// is not dotted lowercase, or once the registry froze.
+    func register(_ declaration: SettingsRecordDeclaration, owner: String) throws
+    /// The record as it applies now.
+    func current(_ key: String) async throws -> SettingsValue
+    /// The record each time it changes in this process (the value it changed to), until the
+    /// consumer stops iterating.
+    func changes(_ key: String) -> AsyncStream<SettingsValue>
+}
+
+extension PortKey where P == any SettingsValues {
+    public static var settingsValues: Self { PortKey("settings.values") }
+}
+
+extension SettingsValues {
+    /// Registers `R` for feature `owner`.
+    public func register<R: SettingsRecord>(_ type: R.Type, owner: String) throws { try register(R.declaration, owner: owner) }
+
+    /// `R` as it applies now: the saved value, or the defaults when none is saved or the
+    /// saved one is quarantined.
+    public func read<R: SettingsRecord>(_ type: R.Type) async throws -> R {
+        let value = try await current(R.key)
+        return try JSONDecoder().decode(R.self, from: JSONCoding.encode(value.value))
+    }
+
+    /// `R` each time it changes.
+    public func updates<R: SettingsRecord>(_ type: R.Type) -> AsyncStream<R> {
+        let changes = changes(R.key)
+        return AsyncStream { continuation in
+            let task = Task {
+                for await change in changes {
+                    if let record = try? JSONDecoder().decode(R.self, from: JSONCoding.encode(change.value)) { continuation.yield(record) }
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+}

@@ -1,0 +1,231 @@
+import Foundation
+import SettingsAPI
+import TermindCore
+import TermindCrypto
+import TermindStore
+
+/// Settings' tables in the process database. Append-only: a change is a new migration.
+///
+/// `settings_records` holds one row per record ever stored: its JSON (NULL once reset — a
+/// tombstone sync will carry), its revision (monotonic per record) and which device wrote
+/// it. `settings_outbox` is the journal sync will send: one row per change of a synced
+/// record, committed in the same transaction as the change. `settings_device` names this
+/// device once.
+enum SettingsSchema {
+    static let schema = Schema(feature: "settings", migrations: [
+        Migration(1, "records, outbox, device", """
+            CREATE TABLE settings_records (
+                key TEXT PRIMARY KEY,
+                value TEXT,
+                revision INTEGER NOT NULL CHECK (revision >= 1),
+                device_id TEXT NOT NULL,
+                updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')));
+            CREATE TABLE settings_outbox (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                key TEXT NOT NULL,
+                revision INTEGER NOT NULL,
+                tombstone INTEGER NOT NULL CHECK (tombstone IN (0, 1)),
+                digest TEXT,
+                device_id TEXT NOT NULL,
+                at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')));
+            CREATE TABLE settings_device (id TEXT NOT NULL);
+            INSERT INTO settings_device (id) VALUES (lower(hex(randomblob(16))));
+            """),
+    ])
+}
+
+/// Reads and writes records. Every write is one immediate transaction (SQLite serialises
+/// writers across processes), so a revision is read and bumped atomically and a reader
+/// sees a record before or after a change, never half of one.
+struct SettingsStore: Sendable {
+    let db: Database
+
+    var deviceID: String {
+        get throws {
+            guard case .text(let id) = try db.scalar("SELECT id FROM settings_device LIMIT 1") else {
+                throw TermindError.internalFailure("The settings tables have no device id.")
+            }
+            return id
+        }
+    }
+
+    /// The record as it applies now.
+    func current(_ declaration: SettingsRecordDeclaration) throws -> SettingsValue {
+        let row = try db.query("SELECT value, revision FROM settings_records WHERE key = ?", [declaration.key]).first
+        return Self.evaluate(declaration, stored: row?.string("value"), revision: row?.int("revision") ?? 0)
+    }
+
+    /// What a stored value means: the defaults when none (or reset), the effective value when
+    /// it validates, else quarantined with the reason (never applied, never deleted).
+    static func evaluate(_ declaration: SettingsRecordDeclaration, stored: String?, revision: Int) -> SettingsValue {
+        func value(_ state: SettingsValue.State, _ value: JSONValue, reason: String? = nil, stored: JSONValue? = nil) -> SettingsValue {
+            SettingsValue(key: declaration.key, scope: declaration.scope, summary: declaration.summary, state: state, value: value,
+                          revision: revision, reason: reason, stored: stored)
+        }
+        guard let stored else { return value(.default, declaration.defaults) }
+        guard let json = try? JSONCoding.parse(Data(stored.utf8), source: declaration.key) else {
+            return value(.quarantined, declaration.defaults, reason: "the stored value is not JSON (\(stored.utf8.count) bytes)")
+        }
+        switch validate(declaration, json) {
+        case .valid(let effective): return value(.saved, effective)
+        case .invalid(let problems): return value(.quarantined, declaration.defaults, reason: problems.joined(separator: "; "), stored: json)
+        }
+    }
+
+    /// The effective value of `json` for `declaration`, or every problem with its field path.
+    static func validate(_ declaration: SettingsRecordDeclaration, _ json: JSONValue) -> Validation {
+        let problems = declaration.schema.problems(in: json, at: declaration.key)
+        guard problems.isEmpty else { return .invalid(problems) }
+        do {
+            switch try declaration.normalize(json) {
+            case .valid(let effective): return .valid(effective)
+            case .invalid(let problems): return .invalid(problems.map(\.description))
+            }
+        } catch {
+            return .invalid(["\(declaration.key): the value does not decode (\(error))"])
+        }
+    }
+
+    enum Validation {
+        case valid(JSONValue)
+        case invalid([String])
+    }
+
+    /// Changes a record: `patch` merged into the value that applies now (or, `replace`, the
+    /// whole value), checked, stored with the next revision and, for a synced record, a
+    /// journal row — all or nothing.
+    func set(_ declaration: SettingsRecordDeclaration, patch: [String: JSONValue], replace: Bool, expectedRevision: Int?) throws -> SettingsValue {
+        try db.transaction {
+            let now = try current(declaration)
+            try check(now, expectedRevision)
+            var fields: [String: JSONValue] = [:]
+            if !replace, case .object(let applying) = now.value { fields = applying }
+            for (name, value) in patch { fields[name] = value }
+            let effective: JSONValue
+            switch Self.validate(declaration, .object(fields)) {
+            case .valid(let value): effective = value
+            case .invalid(let problems):
+                throw TermindError(.settingsInvalid, "\(declaration.key) was not changed: \(problems.joined(separator: "; ")).")
+            }
+            let text = String(decoding: try JSONCoding.encode(effective), as: UTF8.self)
+            try write(declaration, value: text, revision: now.revision + 1)
+            return try current(declaration)
+        }
+    }
+
+    /// Resets a record to its defaults (a tombstone with the next revision); nothing
+    /// happens to a record that was never stored or is already reset.
+    func reset(_ declaration: SettingsRecordDeclaration, expectedRevision: Int?) throws -> SettingsValue {
+        try db.transaction {
+            let now = try current(declaration)
+            try check(now, expectedRevision)
+            let stored = try db.query("SELECT value FROM settings_records WHERE key = ?", [declaration.key]).first
+            guard let stored, stored.string("value") != nil else { return now }
+            try write(declaration, value: nil, revision: now.revision + 1)
+            return try current(declaration)
+        }
+    }
+
+    /// A quarantined record: `reset` drops the stored value; `keep` leaves it as it is.
+    func repair(_ declaration: SettingsRecordDeclaration, action: SettingsContracts.Repair.Action, expectedRevision: Int?) throws -> SettingsValue {
+        try db.transaction {
+            let now = try current(declaration)
+            guard now.state == .quarantined else {
+                throw TermindError(.settingsNotQuarantined, "\(declaration.key) is not quarantined (it is \(now.state.rawValue)); nothing to repair.")
+            }
+            try check(now, expectedRevision)
+            switch action {
+            case .keep: return now
+            case .reset:
+                try write(declaration, value: nil, revision: now.revision + 1)
+                return try current(declaration)
+            }
+        }
+    }
+
+    /// Writes every record of `document` (each whole, as `set --replace`) in one
+    /// transaction after all of them passed their checks; a record equal to the one that
+    /// applies now is left alone.
+    func importDocument(_ document: SettingsContracts.Document, declarations: (String) throws -> SettingsRecordDeclaration) throws -> SettingsContracts.Import.Response {
+        guard document.termindSettings == 1 else {
+            throw TermindError(.settingsInvalid, "The settings document has layout \(document.termindSettings); this termind reads layout 1. Nothing was imported.")
+        }
+        var checked: [(SettingsRecordDeclaration, JSONValue)] = []
+        var problems: [String] = []
+        for key in document.records.keys.sorted() {
+            let declaration: SettingsRecordDeclaration
+            do { declaration = try declarations(key) } catch {
+                problems.append("\(key): no such settings record here")
+                continue
+            }
+            switch Self.validate(declaration, document.records[key]!) {
+            case .valid(let effective): checked.append((declaration, effective))
+            case .invalid(let found): problems += found
+            }
+        }
+        guard problems.isEmpty else {
+            throw TermindError(.settingsInvalid, "Nothing was imported: \(problems.joined(separator: "; ")).")
+        }
+        return try db.transaction {
+            var changed: [SettingsValue] = []
+            var unchanged: [String] = []
+            for (declaration, effective) in checked {
+                let now = try current(declaration)
+                if now.state == .saved && now.value == effective { unchanged.append(declaration.key); continue }
+                try write(declaration, value: String(decoding: try JSONCoding.encode(effective), as: UTF8.self), revision: now.revision + 1)
+                changed.append(try current(declaration))
+            }
+            return .init(changed: changed, unchanged: unchanged)
+        }
+    }
+
+    /// A change from another device: stored when newer than what is here (its revision
+    /// and device as sent), with no journal row, so it is never sent back. A value that does
+    /// not validate here is stored all the same and reads quarantined.
+    func applyRemote(_ declaration: SettingsRecordDeclaration, _ change: SettingsRemoteChange) throws -> (SettingsValue, applied: Bool) {
+        guard change.revision >= 1 else {
+            throw TermindError(.settingsInvalid, "A remote change of \(change.key) has revision \(change.revision); revisions start at 1.")
+        }
+        return try db.transaction {
+            let now = try current(declaration)
+            guard change.revision > now.revision else { return (now, false) }
+            let text = try change.value.map { String(decoding: try JSONCoding.encode($0), as: UTF8.self) }
+            try db.execute("""
+                INSERT INTO settings_records (key, value, revision, device_id) VALUES (?, ?, ?, ?)
+                ON CONFLICT (key) DO UPDATE SET value = excluded.value, revision = excluded.revision, device_id = excluded.device_id,
+                    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+                """, [declaration.key, text, change.revision, change.device])
+            return (try current(declaration), true)
+        }
+    }
+
+    /// Journal rows after `sequence`, oldest first.
+    func outbox(after sequence: Int, limit: Int) throws -> [SettingsJournalEntry] {
+        try db.query("SELECT seq, key, revision, tombstone, digest, device_id, at FROM settings_outbox WHERE seq > ? ORDER BY seq LIMIT ?",
+                     [sequence, max(1, min(limit, 10_000))]).map { row in
+            SettingsJournalEntry(sequence: row.int("seq") ?? 0, key: row.string("key") ?? "", revision: row.int("revision") ?? 0,
+                                 tombstone: row.int("tombstone") == 1, digest: row.string("digest"), device: row.string("device_id") ?? "",
+                                 at: row.string("at") ?? "")
+        }
+    }
+
+    private func check(_ now: SettingsValue, _ expected: Int?) throws {
+        guard let expected, expected != now.revision else { return }
+        throw TermindError(.settingsStaleRevision, "\(now.key) is at revision \(now.revision), but the change was based on revision \(expected); "
+            + "read it again (termind settings get \(now.key)) and retry.")
+    }
+
+    private func write(_ declaration: SettingsRecordDeclaration, value: String?, revision: Int) throws {
+        let device = try deviceID
+        try db.execute("""
+            INSERT INTO settings_records (key, value, revision, device_id) VALUES (?, ?, ?, ?)
+            ON CONFLICT (key) DO UPDATE SET value = excluded.value, revision = excluded.revision, device_id = excluded.device_id,
+                updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+            """, [declaration.key, value, revision, device])
+        // A device-local record never leaves this device: nothing for sync to send.
+        guard declaration.scope == .synced else { return }
+        let digest = value.map { Digest.sha256(Data($0.utf8)).map { String(format: "%02x", $0) }.joined() }
+        try db.execute("INSERT INTO settings_outbox (key, revision, tombstone, digest, device_id) VALUES (?, ?, ?, ?, ?)",
+                       [declaration.key, revision, value == nil ? 1 : 0, digest, device])
+    }
+}

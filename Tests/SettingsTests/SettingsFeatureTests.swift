@@ -1,0 +1,346 @@
+import Foundation
+import SFTPAPI
+import SettingsAPI
+import TermindCore
+import TermindHarness
+import TermindKernel
+import TermindCrypto
+import TermindStore
+import WorkspacesAPI
+import XCTest
+
+/// A feature of the test's own that registers records with Settings as SFTP and Workspaces
+/// do, and hands the port to the test.
+final class RecordOwner: Feature, @unchecked Sendable {
+    static let shared = Box()
+    final class Box: @unchecked Sendable {
+        var port: (any SettingsValues)?
+        var lateRegistration: (() throws -> Void)?
+    }
+
+    func register(_ registrar: FeatureRegistrar) throws {}
+
+    func start(_ context: FeatureContext) async throws {
+        let settings = try context.ports.require(.settingsValues)
+        try settings.register(SFTPSettings.Limits.self, owner: context.featureID)
+        try settings.register(SFTPSettings.Topology.self, owner: context.featureID)
+        try settings.register(TerminalSettings.Preferences.self, owner: context.featureID)
+        try settings.register(TerminalSettings.Device.self, owner: context.featureID)
+        Self.shared.port = settings
+        Self.shared.lateRegistration = { try settings.register(SFTPSettings.Limits.self, owner: "late") }
+    }
+
+    static var manifest: InProcessFeature {
+        InProcessFeature(manifest: FeatureManifest(id: "record-owner", library: "", order: 50, ports: .init(requires: ["settings.values"]))) { RecordOwner() }
+    }
+}
+
+/// Settings against a real SQLite file: defaults, validation naming the field, nothing
+/// written on failure, revisions with compare-and-set, a journal row per synced change in
+/// the same transaction, quarantine of stored values that no longer validate, repair,
+/// export/import all or nothing, the port's typed reads and change notifications.
+final class SettingsFeatureTests: XCTestCase {
+    private var session: HarnessSession!
+    private var directory: TemporaryDirectory!
+    private var port: any SettingsValues { RecordOwner.shared.port! }
+
+    override func setUp() async throws {
+        directory = try TemporaryDirectory()
+        session = try await boot()
+    }
+
+    override func tearDown() async throws {
+        await session?.shutdown()
+        directory?.remove()
+    }
+
+    private func boot() async throws -> HarnessSession {
+        let session = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "settings"), inProcess: [RecordOwner.manifest],
+                                                    storeDirectory: directory.path)
+        XCTAssertEqual(session.status?.state, .running, session.status?.reason ?? "")
+        return session
+    }
+
+    /// The database as another program sees it.
+    private func sql(_ query: String) throws -> [Row] {
+        try Database(path: directory.file("termind.sqlite")).query(query)
+    }
+
+    private func set(_ key: String, _ json: String, replace: Bool? = nil, revision: Int? = nil) async throws -> SettingsValue {
+        guard case .object(let fields) = try JSONCoding.parse(Data(json.utf8), source: "test") else { throw TermindError.internalFailure("not an object") }
+        return try await session.call(SettingsContracts.Set.self, .init(key: key, value: fields, replace: replace, revision: revision))
+    }
+
+    private func expectFailure(_ code: String, _ mentions: [String] = [], file: StaticString = #filePath, line: UInt = #line,
+                               _ body: () async throws -> Void) async {
+        do {
+            try await body()
+            XCTFail("expected \(code)", file: file, line: line)
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, code, error.message, file: file, line: line)
+            for text in mentions { XCTAssertTrue(error.message.contains(text), "'\(text)' missing from: \(error.message)", file: file, line: line) }
+        } catch {
+            XCTFail("\(error)", file: file, line: line)
+        }
+    }
+
+    func testUnsavedRecordsGiveTheirDefaultsAndListShowsEveryRecord() async throws {
+        let limits = try await port.read(SFTPSettings.Limits.self)
+        XCTAssertEqual(limits, SFTPSettings.Limits(active: 30, perHost: 10))
+        let topology = try await port.read(SFTPSettings.Topology.self)
+        XCTAssertEqual(topology.strategy, .smart)
+        let list = try await session.call(SettingsContracts.List.self, .init()).records
+        XCTAssertEqual(list.map(\.key), ["sftp.limits", "sftp.topology", "terminal.device", "terminal.preferences"])
+        XCTAssertTrue(list.allSatisfy { $0.state == .default && $0.revision == 0 })
+        XCTAssertEqual(list.first { $0.key == "terminal.device" }?.scope, .deviceLocal)
+        XCTAssertEqual(try sql("SELECT * FROM settings_records").count, 0, "reading defaults writes nothing")
+    }
+
+    func testAnInvalidChangeNamesTheFieldAndWritesNothing() async throws {
+        await expectFailure("settings.invalid", ["sftp.limits.perHost", "at most active"]) {
+            _ = try await self.set("sftp.limits", #"{"active": 8, "perHost": 9}"#)
+        }
+        await expectFailure("settings.invalid", ["sftp.limits.active", "1 to 100"]) { _ = try await self.set("sftp.limits", #"{"active": 101}"#) }
+        await expectFailure("settings.invalid", ["sftp.limits.perHost: expected integer, got string"]) {
+            _ = try await self.set("sftp.limits", #"{"perHost": "ten"}"#)
+        }
+        await expectFailure("settings.invalid", ["sftp.topology.strategy", "not one of"]) { _ = try await self.set("sftp.topology", #"{"strategy": "fast"}"#) }
+        await expectFailure("settings.invalid", ["sftp.limits.color: unknown field"]) { _ = try await self.set("sftp.limits", #"{"color": 1}"#) }
+        await expectFailure("settings.unknown_key", ["sftp.limits"]) { _ = try await self.set("sftp.limit", #"{}"#) }
+        XCTAssertEqual(try sql("SELECT * FROM settings_records").count, 0)
+        XCTAssertEqual(try sql("SELECT * FROM settings_outbox").count, 0)
+    }
+
+    func testEachChangeBumpsTheRevisionAndJournalsSyncedRecordsInTheSameTransaction() async throws {
+        let first = try await set("sftp.limits", #"{"perHost": 4}"#)
+        XCTAssertEqual(first.state, .saved)
+        XCTAssertEqual(first.revision, 1)
+        XCTAssertEqual(first.value, try JSONCoding.parse(Data(#"{"active": 30, "perHost": 4}"#.utf8), source: "x"), "merged into the defaults")
+        let second = try await set("sftp.limits", #"{"active": 50}"#)
+        XCTAssertEqual(second.revision, 2)
+        let read995 = try await port.read(SFTPSettings.Limits.self)
+        XCTAssertEqual(read995, SFTPSettings.Limits(active: 50, perHost: 4))
+
+        let device = try await set("terminal.device", #"{"fontSize": 16}"#)
+        XCTAssertEqual(device.revision, 1)
+
+        let outbox = try sql("SELECT key, revision, tombstone, digest, device_id FROM settings_outbox ORDER BY seq")
+        XCTAssertEqual(outbox.map { $0.string("key") }, ["sftp.limits", "sftp.limits"], "a device-local record is never journaled for sync")
+        XCTAssertEqual(outbox.map { $0.int("revision") }, [1, 2])
+        let stored = try XCTUnwrap(try sql("SELECT value, device_id FROM settings_records WHERE key = 'sftp.limits'").first)
+        let digest = Digest.sha256(Data((stored.string("value") ?? "").utf8)).map { String(format: "%02x", $0) }.joined()
+        XCTAssertEqual(outbox.last?.string("digest"), digest, "the journal row names the stored value by its digest")
+        XCTAssertEqual(outbox.last?.string("device_id"), stored.string("device_id"))
+        XCTAssertEqual(try sql("SELECT id FROM settings_device").first?.string("id"), stored.string("device_id"))
+
+        let reset = try await session.call(SettingsContracts.Reset.self, .init(key: "sftp.limits"))
+        XCTAssertEqual(reset.state, .default)
+        XCTAssertEqual(reset.revision, 3, "a reset is a change: a tombstone with the next revision")
+        let tombstone = try XCTUnwrap(try sql("SELECT tombstone, digest FROM settings_outbox ORDER BY seq DESC").first)
+        XCTAssertEqual(tombstone.int("tombstone"), 1)
+        XCTAssertEqual(tombstone["digest"], .null)
+        let read326 = try await port.read(SFTPSettings.Limits.self)
+        XCTAssertEqual(read326, SFTPSettings.Limits.defaults)
+    }
+
+    func testAChangeBasedOnAStaleRevisionIsRefused() async throws {
+        _ = try await set("terminal.preferences", #"{"theme": "dark"}"#)
+        _ = try await set("terminal.preferences", #"{"theme": "light"}"#, revision: 1)
+        await expectFailure("settings.stale_revision", ["revision 2", "based on revision 1"]) {
+            _ = try await self.set("terminal.preferences", #"{"theme": "solarized"}"#, revision: 1)
+        }
+        await expectFailure("settings.stale_revision") { _ = try await self.session.call(SettingsContracts.Reset.self, .init(key: "terminal.preferences", revision: 0)) }
+        let now = try await port.current("terminal.preferences")
+        XCTAssertEqual(now.revision, 2)
+        XCTAssertEqual(now.value["theme"], .string("light"))
+        XCTAssertEqual(try sql("SELECT * FROM settings_outbox").count, 2)
+    }
+
+    func testAStoredValueThatNoLongerValidatesIsQuarantinedNeverAppliedNeverDeleted() async throws {
+        // As another termind, or a person with sqlite3, could leave them.
+        let db = try Database(path: directory.file("termind.sqlite"))
+        let broken = [("sftp.limits", #"{"active": 20, "perHost": 40}"#, "sftp.limits.perHost"),
+                      ("sftp.topology", #"{"strategy": 3}"#, "sftp.topology.strategy: expected string"),
+                      ("terminal.preferences", "{not json", "not JSON"),
+                      ("terminal.device", #"{"fontSize": 13, "ligatures": true}"#, "terminal.device.ligatures: unknown field")]
+        for (key, value, _) in broken {
+            try db.execute("INSERT INTO settings_records (key, value, revision, device_id) VALUES (?, ?, 7, 'elsewhere')", [key, value])
+        }
+        let list = try await session.call(SettingsContracts.List.self, .init()).records
+        for (key, value, reason) in broken {
+            let record = try XCTUnwrap(list.first { $0.key == key })
+            XCTAssertEqual(record.state, .quarantined, key)
+            XCTAssertTrue(record.reason?.contains(reason) == true, "\(key): \(record.reason ?? "no reason")")
+            XCTAssertEqual(record.revision, 7)
+            XCTAssertEqual(try sql("SELECT value FROM settings_records WHERE key = '\(key)'").first?.string("value"), value, "\(key) was changed")
+        }
+        let read824 = try await port.read(SFTPSettings.Limits.self)
+        XCTAssertEqual(read824, SFTPSettings.Limits.defaults, "a quarantined value is never applied")
+
+        // A change is built on the defaults, not on the quarantined value, and replaces it.
+        let fixed = try await set("sftp.limits", #"{"perHost": 12}"#)
+        XCTAssertEqual(fixed.state, .saved)
+        XCTAssertEqual(fixed.revision, 8)
+        let read110 = try await port.read(SFTPSettings.Limits.self)
+        XCTAssertEqual(read110, SFTPSettings.Limits(active: 30, perHost: 12))
+
+        // Repair: keep leaves it as it is; reset drops it.
+        let kept = try await session.call(SettingsContracts.Repair.self, .init(key: "sftp.topology", action: .keep))
+        XCTAssertEqual(kept.state, .quarantined)
+        XCTAssertEqual(try sql("SELECT value FROM settings_records WHERE key = 'sftp.topology'").first?.string("value"), #"{"strategy": 3}"#)
+        let repaired = try await session.call(SettingsContracts.Repair.self, .init(key: "sftp.topology", action: .reset))
+        XCTAssertEqual(repaired.state, .default)
+        XCTAssertEqual(repaired.revision, 8)
+        await expectFailure("settings.not_quarantined") { _ = try await self.session.call(SettingsContracts.Repair.self, .init(key: "sftp.topology", action: .reset)) }
+    }
+
+    func testAStoredRecordMissingAFieldReadsWithItsDefaultAndStaysAsStored() async throws {
+        let db = try Database(path: directory.file("termind.sqlite"))
+        try db.execute("INSERT INTO settings_records (key, value, revision, device_id) VALUES ('sftp.topology', '{}', 1, 'older')")
+        let topology = try await session.call(SettingsContracts.Get.self, .init(key: "sftp.topology")).record
+        XCTAssertEqual(topology.state, .saved)
+        XCTAssertEqual(topology.value["strategy"], .string("smart"), "a missing strategy decodes as Smart")
+        XCTAssertEqual(try sql("SELECT value FROM settings_records WHERE key = 'sftp.topology'").first?.string("value"), "{}",
+                       "an existing saved value is never silently changed")
+    }
+
+    func testRegistrationIsCheckedAndFrozenOnceBootIsOver() async throws {
+        _ = try await session.call(SettingsContracts.List.self, .init())
+        XCTAssertThrowsError(try RecordOwner.shared.lateRegistration?()) { error in
+            XCTAssertEqual((error as? TermindError)?.code, "settings.registration")
+        }
+        XCTAssertThrowsError(try port.register(SettingsRecordDeclaration(key: "Bad Key", scope: .synced, summary: "", schema: .any, defaults: .object([:])) { .valid($0) },
+                                               owner: "test")) { error in
+            XCTAssertTrue((error as? TermindError)?.message.contains("not a settings key") == true, "\(error)")
+        }
+    }
+
+    func testRunningWorkHearsOfEachChange() async throws {
+        var updates = port.updates(SFTPSettings.Limits.self).makeAsyncIterator()
+        _ = try await set("sftp.limits", #"{"active": 60, "perHost": 20}"#)
+        let first = await updates.next()
+        XCTAssertEqual(first, SFTPSettings.Limits(active: 60, perHost: 20))
+        _ = try await session.call(SettingsContracts.Reset.self, .init(key: "sftp.limits"))
+        let second = await updates.next()
+        XCTAssertEqual(second, SFTPSettings.Limits.defaults)
+    }
+
+    func testExportThenImportRestoresTheSavedRecordsAndABadDocumentImportsNothing() async throws {
+        _ = try await set("sftp.limits", #"{"active": 40, "perHost": 5}"#)
+        _ = try await set("terminal.device", #"{"fontFamily": "Iosevka"}"#)
+        let synced = try await session.call(SettingsContracts.Export.self, .init())
+        XCTAssertEqual(synced.records.keys.sorted(), ["sftp.limits"], "device-local records only when asked for")
+        let everything = try await session.call(SettingsContracts.Export.self, .init(includeDeviceLocal: true))
+        XCTAssertEqual(everything.records.keys.sorted(), ["sftp.limits", "terminal.device"])
+        let file = directory.file("settings.json")
+        try JSONCoding.encode(everything).write(to: URL(fileURLWithPath: file))
+
+        _ = try await session.call(SettingsContracts.Reset.self, .init(key: "sftp.limits"))
+        _ = try await session.call(SettingsContracts.Reset.self, .init(key: "terminal.device"))
+        let imported = try await session.call(SettingsContracts.Import.self, .init(path: file))
+        XCTAssertEqual(imported.changed.map(\.key), ["sftp.limits", "terminal.device"])
+        let read282 = try await port.read(SFTPSettings.Limits.self)
+        XCTAssertEqual(read282, SFTPSettings.Limits(active: 40, perHost: 5))
+        let again = try await session.call(SettingsContracts.Import.self, .init(path: file))
+        XCTAssertEqual(again.unchanged, ["sftp.limits", "terminal.device"])
+
+        let before = try sql("SELECT key, value, revision FROM settings_records ORDER BY key").map { "\($0.values)" }
+        var bad = everything
+        bad.records["sftp.limits"] = .object(["active": .integer(0), "perHost": .integer(1)])
+        bad.records["terminal.device"] = .object(["fontFamily": .string("Mono")])
+        await expectFailure("settings.invalid", ["Nothing was imported", "sftp.limits.active"]) {
+            _ = try await self.session.call(SettingsContracts.Import.self, .init(document: bad))
+        }
+        XCTAssertEqual(try sql("SELECT key, value, revision FROM settings_records ORDER BY key").map { "\($0.values)" }, before,
+                       "a valid record of a bad document is not written either")
+        try Data("{\"records\": ".utf8).write(to: URL(fileURLWithPath: file))
+        await expectFailure("settings.import_unreadable", ["Nothing was imported"]) {
+            _ = try await self.session.call(SettingsContracts.Import.self, .init(path: file))
+        }
+    }
+
+    func testTheVersionOneFixtureOpensWithItsRecordsAndDevice() async throws {
+        await session.shutdown()
+        session = nil
+        directory.remove()
+        directory = try TemporaryDirectory()
+        let dump = try String(contentsOfFile: Repository.path("Tests/SettingsTests/Fixtures/settings-v1.sql"), encoding: .utf8)
+        try Database(path: directory.file("termind.sqlite")).executeScript(dump)
+        session = try await boot()
+        let preferences = try await port.read(TerminalSettings.Preferences.self)
+        XCTAssertEqual(preferences, TerminalSettings.Preferences(theme: "solarized", scrollbackLines: 50_000))
+        let device = try await port.current("terminal.device")
+        XCTAssertEqual(device.state, .default)
+        XCTAssertEqual(device.revision, 4, "a reset record keeps its revision (a tombstone)")
+        let changed = try await set("terminal.preferences", #"{"theme": "dark"}"#)
+        XCTAssertEqual(changed.revision, 5)
+        XCTAssertEqual(try sql("SELECT device_id FROM settings_records WHERE key = 'terminal.preferences'").first?.string("device_id"),
+                       "74e3a0ff258174ada79dfae4d4cfa045", "the device keeps its id")
+        XCTAssertEqual(try sql("SELECT count(*) AS n FROM settings_outbox").first?.int("n"), 5)
+        XCTAssertEqual(try Database(path: directory.file("termind.sqlite")).schemaVersion(of: "settings"), 1)
+    }
+}
+
+/// The path sync will use: local changes read from the journal; other devices' records
+/// applied without a journal row (no echo), only when newer, quarantined when they do not
+/// validate here.
+final class SettingsSyncTests: XCTestCase {
+    private var session: HarnessSession!
+    private var directory: TemporaryDirectory!
+
+    override func setUp() async throws {
+        directory = try TemporaryDirectory()
+        session = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "settings"), inProcess: [RecordOwner.manifest],
+                                                storeDirectory: directory.path)
+    }
+
+    override func tearDown() async throws {
+        await session?.shutdown()
+        directory?.remove()
+    }
+
+    private var sync: any SettingsSync { session.kernel.port(.settingsSync)! }
+    private var values: any SettingsValues { RecordOwner.shared.port! }
+
+    func testRemoteChangesApplyWhenNewerWithoutAJournalRowAndTheOutboxListsLocalOnes() async throws {
+        _ = try await session.call(SettingsContracts.Set.self, .init(key: "sftp.limits", value: ["perHost": .integer(6)]))
+        let local = try await sync.outbox(after: 0, limit: 100)
+        XCTAssertEqual(local.map(\.key), ["sftp.limits"])
+        XCTAssertEqual(local.first?.revision, 1)
+
+        var updates = values.updates(SFTPSettings.Limits.self).makeAsyncIterator()
+        let applied = try await sync.applyRemote(.init(key: "sftp.limits", revision: 5, value: .object(["active": .integer(70), "perHost": .integer(35)]),
+                                                       device: "other-device"))
+        XCTAssertEqual(applied.state, .saved)
+        XCTAssertEqual(applied.revision, 5)
+        let heard = await updates.next()
+        XCTAssertEqual(heard, SFTPSettings.Limits(active: 70, perHost: 35))
+        let afterRemote = try await sync.outbox(after: 0, limit: 100)
+        XCTAssertEqual(afterRemote, local, "a remote change is not journaled again (no echo)")
+
+        let stale = try await sync.applyRemote(.init(key: "sftp.limits", revision: 4, value: .object(["active": .integer(1), "perHost": .integer(1)]), device: "old"))
+        XCTAssertEqual(stale.revision, 5, "an older revision does not replace a newer one")
+        let limits = try await values.read(SFTPSettings.Limits.self)
+        XCTAssertEqual(limits, SFTPSettings.Limits(active: 70, perHost: 35))
+
+        // A newer device's value this termind cannot read is kept, quarantined.
+        let unknown = try await sync.applyRemote(.init(key: "sftp.topology", revision: 2, value: .object(["strategy": .string("quantum")]), device: "newer"))
+        XCTAssertEqual(unknown.state, .quarantined)
+        XCTAssertEqual(unknown.stored?["strategy"], .string("quantum"))
+        let tombstone = try await sync.applyRemote(.init(key: "sftp.limits", revision: 6, value: nil, device: "other-device"))
+        XCTAssertEqual(tombstone.state, .default)
+
+        // The next local change continues from the remote revision.
+        let next = try await session.call(SettingsContracts.Set.self, .init(key: "sftp.limits", value: ["perHost": .integer(3)]))
+        XCTAssertEqual(next.revision, 7)
+        let journal = try await sync.outbox(after: local.last?.sequence ?? 0, limit: 100)
+        XCTAssertEqual(journal.map(\.revision), [7])
+
+        do {
+            _ = try await sync.applyRemote(.init(key: "terminal.device", revision: 9, value: .object([:]), device: "other-device"))
+            XCTFail("a device-local record took another device's change")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "settings.invalid")
+        }
+    }
+}
