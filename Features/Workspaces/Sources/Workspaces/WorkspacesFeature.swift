@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import TermindCore
 import TermindSSH
+import SettingsAPI
 import VaultAPI
 import WorkspacesAPI
 
@@ -33,6 +34,11 @@ final class WorkspacesFeature: Feature {
     }
 
     func start(_ context: FeatureContext) async throws {
+        // The terminal's settings live with Settings when it runs.
+        if let settings = context.ports.optional(.settingsValues) {
+            try settings.register(TerminalSettings.Preferences.self, owner: context.featureID)
+            try settings.register(TerminalSettings.Device.self, owner: context.featureID)
+        }
         let value = Ports(routes: try context.ports.require(.routes), trust: try context.ports.require(.hostKeyTrust),
                           pool: try context.ports.require(.sshConnections), logger: context.logger)
         ports.withLock { $0 = value }
