@@ -1,4 +1,5 @@
 import Foundation
+import AssistantAPI
 import SFTPAPI
 import SettingsAPI
 import TermindCore
@@ -26,6 +27,7 @@ final class RecordOwner: Feature, @unchecked Sendable {
         try settings.register(SFTPSettings.Topology.self, owner: context.featureID)
         try settings.register(TerminalSettings.Preferences.self, owner: context.featureID)
         try settings.register(TerminalSettings.Device.self, owner: context.featureID)
+        try settings.register(AssistantSettings.Providers.self, owner: context.featureID)
         Self.shared.port = settings
         Self.shared.lateRegistration = { try settings.register(SFTPSettings.Limits.self, owner: "late") }
     }
@@ -90,7 +92,7 @@ final class SettingsFeatureTests: XCTestCase {
         let topology = try await port.read(SFTPSettings.Topology.self)
         XCTAssertEqual(topology.strategy, .smart)
         let list = try await session.call(SettingsContracts.List.self, .init()).records
-        XCTAssertEqual(list.map(\.key), ["sftp.limits", "sftp.topology", "terminal.device", "terminal.preferences"])
+        XCTAssertEqual(list.map(\.key), ["assistant.providers", "sftp.limits", "sftp.topology", "terminal.device", "terminal.preferences"])
         XCTAssertTrue(list.allSatisfy { $0.state == .default && $0.revision == 0 })
         XCTAssertEqual(list.first { $0.key == "terminal.device" }?.scope, .deviceLocal)
         XCTAssertEqual(try sql("SELECT * FROM settings_records").count, 0, "reading defaults writes nothing")
@@ -341,6 +343,115 @@ final class SettingsSyncTests: XCTestCase {
             XCTFail("a device-local record took another device's change")
         } catch let error as TermindError {
             XCTAssertEqual(error.code, "settings.invalid")
+        }
+    }
+}
+
+/// Provider records hold secret references, never secrets: the key goes to the encrypted
+/// secret store and the record gets its handle; an empty reference is anonymous; a
+/// reference to nothing readable is an error; a replaced or deleted provider's secret is
+/// removed; the plaintext is in no file of the store, the journal or any reply.
+final class SettingsSecretTests: XCTestCase {
+    private var session: HarnessSession!
+    private var directory: TemporaryDirectory!
+    private var values: any SettingsValues { RecordOwner.shared.port! }
+    private let plaintext = "sk-termind-test-9f8e7d6c5b4a"
+
+    override func setUp() async throws {
+        directory = try TemporaryDirectory()
+        // Everything logged, at debug, goes into the store folder, which the test searches.
+        session = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "settings"), inProcess: [RecordOwner.manifest],
+                                                storeDirectory: directory.path, logSink: try LogSink.file(at: directory.file("debug.log"), level: .debug))
+    }
+
+    override func tearDown() async throws {
+        await session?.shutdown()
+        directory?.remove()
+    }
+
+    private var secretStore: SecretStore {
+        get throws { try SecretStore(path: directory.file("secrets.sqlite"), keySource: .keyFile(directory.file("secrets.key"))) }
+    }
+
+    private func providers(_ json: String, replace: Bool = true) async throws -> SettingsValue {
+        guard case .object(let fields) = try JSONCoding.parse(Data(json.utf8), source: "test") else { throw TermindError.internalFailure("not an object") }
+        return try await session.call(SettingsContracts.Set.self, .init(key: "assistant.providers", value: fields, replace: replace))
+    }
+
+    private func reference(_ value: SettingsValue, _ id: String) -> String? { value.value["providers"]?[id]?["secretRef"]?.stringValue }
+
+    func testAKeyLivesInTheSecretStoreAndTheRecordHoldsOnlyItsHandle() async throws {
+        let anonymous = try await providers(#"{"providers": {"local": {"kind": "ollama", "baseURL": "http://127.0.0.1:11434"}, "openai": {"kind": "openai"}}}"#)
+        XCTAssertEqual(reference(anonymous, "local"), "")
+        let none = try await values.secret("")
+        XCTAssertNil(none, "an empty reference is anonymous")
+
+        var replies: [Data] = []
+        let keyed = try await session.call(SettingsContracts.SetSecret.self, .init(key: "assistant.providers", field: "providers.openai.secretRef", secret: Secret(plaintext)))
+        replies.append(try JSONCoding.encode(keyed))
+        let handle = try XCTUnwrap(reference(keyed, "openai"))
+        XCTAssertTrue(handle.hasPrefix("sec_"), handle)
+        let read = try await values.secret(handle)
+        XCTAssertEqual(read, Secret(plaintext))
+        replies.append(try JSONCoding.encode(try await session.call(SettingsContracts.List.self, .init())))
+        replies.append(try JSONCoding.encode(try await session.call(SettingsContracts.Export.self, .init(includeDeviceLocal: true))))
+
+        // A new key replaces the old one, whose secret goes.
+        let rotated = try await session.call(SettingsContracts.SetSecret.self, .init(key: "assistant.providers", field: "providers.openai.secretRef", secret: Secret(plaintext + "-2")))
+        let newHandle = try XCTUnwrap(reference(rotated, "openai"))
+        XCTAssertNotEqual(newHandle, handle)
+        XCTAssertFalse(try secretStore.handles().contains(handle), "the replaced key is still in the secret store")
+
+        // Deleting the provider deletes its secret.
+        _ = try await providers(#"{"providers": {"local": {"kind": "ollama", "baseURL": "http://127.0.0.1:11434"}}}"#)
+        XCTAssertFalse(try secretStore.handles().contains(newHandle), "a deleted provider's key is still in the secret store")
+        await session.shutdown()
+        session = nil
+
+        // The plaintext is nowhere: database, WAL, secret store file, journal, debug log, replies.
+        XCTAssertTrue(FileManager.default.fileExists(atPath: directory.file("debug.log")))
+        for name in try FileManager.default.contentsOfDirectory(atPath: directory.path) {
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: directory.file(name)))
+            XCTAssertNil(bytes.range(of: Data(plaintext.utf8)), "the key is readable in \(name)")
+        }
+        for reply in replies { XCTAssertNil(reply.range(of: Data(plaintext.utf8)), "a reply carries the key") }
+    }
+
+    func testAReferenceMustNameASecretAndAMissingOneIsAnError() async throws {
+        _ = try await providers(#"{"providers": {"openai": {"kind": "openai"}}}"#)
+        do {
+            _ = try await providers(#"{"providers": {"openai": {"kind": "openai", "secretRef": "sec_00000000000000000000000000000000"}}}"#)
+            XCTFail("a made-up handle was accepted")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "settings.secret_missing")
+            XCTAssertTrue(error.message.contains("assistant.providers.providers.openai.secretRef"), error.message)
+        }
+        do {
+            _ = try await session.call(SettingsContracts.SetSecret.self, .init(key: "assistant.providers", field: "providers.claude.secretRef", secret: Secret(plaintext)))
+            XCTFail("a secret for a provider that does not exist was kept")
+        } catch let error as TermindError {
+            XCTAssertTrue(error.message.contains("providers.claude does not exist"), error.message)
+        }
+        do {
+            _ = try await session.call(SettingsContracts.SetSecret.self, .init(key: "assistant.providers", field: "providers.openai.kind", secret: Secret(plaintext)))
+            XCTFail("a secret went into a field that is not a reference")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "settings.invalid")
+        }
+        XCTAssertEqual(try secretStore.handles(), [], "a refused secret is not kept")
+
+        // From another device the reference arrives without its secret (secrets never sync).
+        let sync = try XCTUnwrap(session.kernel.port(.settingsSync))
+        let remote = try await sync.applyRemote(.init(key: "assistant.providers", revision: 9,
+                                                      value: .object(["providers": .object(["openai": .object(["kind": .string("openai"), "secretRef": .string("sec_from_elsewhere")])])]),
+                                                      device: "laptop"))
+        let ref = try XCTUnwrap(reference(remote, "openai"))
+        do {
+            _ = try await values.secret(ref)
+            XCTFail("a missing secret read as present")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "settings.secret_missing")
+            XCTAssertFalse(error.message.contains(ref), "the error names no handle")
         }
     }
 }

@@ -145,3 +145,27 @@ extension SettingsContracts {
         public static let summary = "Import a settings document: every record is checked first, then all are written in one transaction, or none."
     }
 }
+
+extension SettingsContracts {
+    public enum SetSecret: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var key: String
+            /// The reference field, from the record (`providers.openai.secretRef`).
+            public var field: String
+            /// The secret; the CLI reads it from standard input (`--secret -`), never the
+            /// command line. Empty: the field is cleared (anonymous) and the old secret removed.
+            public var secret: Secret
+            public var revision: Int?
+            public init(key: String, field: String, secret: Secret, revision: Int? = nil) {
+                self.key = key
+                self.field = field
+                self.secret = secret
+                self.revision = revision
+            }
+        }
+        public typealias Response = SettingsValue
+        public static let name = "settings.secret"
+        public static let version = 1
+        public static let summary = "Keep a secret for a record's reference field (an API key, say) in the encrypted secret store; the record holds only its handle."
+    }
+}

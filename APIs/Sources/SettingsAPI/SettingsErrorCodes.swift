@@ -10,6 +10,8 @@ extension ErrorCode {
     public static let settingsStaleRevision: ErrorCode = "settings.stale_revision"
     /// The settings document to import could not be read or is not one.
     public static let settingsImportUnreadable: ErrorCode = "settings.import_unreadable"
+    /// A secret reference names no readable, non-empty secret on this device.
+    public static let settingsSecretMissing: ErrorCode = "settings.secret_missing"
     /// `repair` on a record that is not quarantined.
     public static let settingsNotQuarantined: ErrorCode = "settings.not_quarantined"
     /// A record registered twice, outside its owner's namespace, or after boot.

@@ -14,6 +14,10 @@ public protocol SettingsValues: Sendable {
     /// The record each time it changes in this process (the value it changed to), until the
     /// consumer stops iterating.
     func changes(_ key: String) -> AsyncStream<SettingsValue>
+    /// The secret a record's reference field names: nil for an empty reference (anonymous);
+    /// `settings.secret_missing` when the secret is not on this device, empty or unreadable.
+    /// Used once and never kept, logged or sent anywhere but where it is due.
+    func secret(_ reference: String) async throws -> Secret?
 }
 
 extension PortKey where P == any SettingsValues {

@@ -56,16 +56,21 @@ public protocol SettingsRecord: Codable, Sendable, Equatable {
     static var defaults: Self { get }
     /// Problems beyond the type (each with its field's path); none by default.
     func problems() -> [SettingsProblem]
+    /// Fields holding secret references (handles into the encrypted secret store, never a
+    /// secret), as paths where `*` is any key of an object: `providers.*.secretRef`.
+    static var secretReferences: [String] { get }
 }
 
 extension SettingsRecord {
     public func problems() -> [SettingsProblem] { [] }
+    public static var secretReferences: [String] { [] }
 
     /// The record as the Settings feature handles it: schema derived from the type, defaults
     /// and rules run on decoded values.
     public static var declaration: SettingsRecordDeclaration {
         SettingsRecordDeclaration(key: key, scope: scope, summary: summary, schema: SchemaDerivation.schema(for: Self.self),
-                                  defaults: (try? JSONCoding.parse(JSONCoding.encode(defaults), source: key)) ?? .object([:])) { value in
+                                  defaults: (try? JSONCoding.parse(JSONCoding.encode(defaults), source: key)) ?? .object([:]),
+                                  secretReferences: secretReferences) { value in
             let record: Self
             do {
                 record = try JSONDecoder().decode(Self.self, from: JSONCoding.encode(value))
@@ -97,9 +102,12 @@ public struct SettingsRecordDeclaration: Sendable {
     /// Decodes a value that passed the schema and checks its rules: the effective value
     /// (missing optional fields filled in), or the problems. Throws when it does not decode.
     public let normalize: @Sendable (JSONValue) throws -> SettingsCheck
+    /// See `SettingsRecord.secretReferences`.
+    public let secretReferences: [String]
 
-    public init(key: String, scope: SettingsScope, summary: String, schema: JSONSchema, defaults: JSONValue,
+    public init(key: String, scope: SettingsScope, summary: String, schema: JSONSchema, defaults: JSONValue, secretReferences: [String] = [],
                 normalize: @escaping @Sendable (JSONValue) throws -> SettingsCheck) {
+        self.secretReferences = secretReferences
         self.key = key
         self.scope = scope
         self.summary = summary
@@ -143,5 +151,36 @@ public struct SettingsValue: Codable, Sendable, Equatable {
         self.revision = revision
         self.reason = reason
         self.stored = stored
+    }
+}
+
+extension SettingsRecordDeclaration {
+    /// The secret references `value` holds: (concrete field path, handle), non-empty handles only.
+    public func references(in value: JSONValue) -> [(path: String, handle: String)] {
+        var found: [(String, String)] = []
+        func walk(_ value: JSONValue, _ parts: ArraySlice<Substring>, _ path: String) {
+            guard let part = parts.first else {
+                if case .string(let handle) = value, !handle.isEmpty { found.append((path, handle)) }
+                return
+            }
+            guard case .object(let fields) = value else { return }
+            if part == "*" {
+                for name in fields.keys.sorted() { walk(fields[name]!, parts.dropFirst(), path + "." + name) }
+            } else if let next = fields[String(part)] {
+                walk(next, parts.dropFirst(), path + "." + part)
+            }
+        }
+        for pattern in secretReferences { walk(value, pattern.split(separator: ".")[...], key) }
+        return found
+    }
+
+    /// Whether `path` (relative to the record, `providers.openai.secretRef`) is one of its
+    /// secret reference fields.
+    public func isSecretReference(_ path: String) -> Bool {
+        let parts = path.split(separator: ".")
+        return secretReferences.contains { pattern in
+            let expected = pattern.split(separator: ".")
+            return expected.count == parts.count && zip(expected, parts).allSatisfy { $0 == "*" || $0 == $1 }
+        }
     }
 }

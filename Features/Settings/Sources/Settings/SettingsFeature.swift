@@ -60,6 +60,12 @@ final class SettingsFeature: Feature {
             for value in result.changed { registry.publish(value) }
             return result
         }
+        registrar.handleBlocking(SettingsContracts.SetSecret.self) { [self] r, _ in
+            registry.freeze()
+            let value = try current().setSecret(try registry.declaration(r.key), field: r.field, secret: r.secret, expectedRevision: r.revision)
+            registry.publish(value)
+            return value
+        }
         registrar.handleBlocking(SettingsContracts.Reset.self) { [self] r, _ in
             registry.freeze()
             let declaration = try registry.declaration(r.key)
@@ -90,13 +96,14 @@ final class SettingsFeature: Feature {
 
     func start(_ context: FeatureContext) async throws {
         let db = try context.ports.require(.store)
+        let secrets = try context.ports.require(.secrets)
         do {
             let report = try db.migrate(SettingsSchema.schema)
             if !report.applied.isEmpty { context.logger.info("settings.migrated", ["to": .int(report.to)]) }
         } catch let error as StoreError {
             throw error.termindError
         }
-        store.withLock { $0 = SettingsStore(db: db) }
+        store.withLock { $0 = SettingsStore(db: db, secrets: secrets) }
     }
 
     func stop() async {
@@ -140,6 +147,18 @@ final class SettingsFeature: Feature {
         }
 
         func changes(_ key: String) -> AsyncStream<SettingsValue> { feature.registry.observe(key) }
+
+        func secret(_ reference: String) async throws -> Secret? {
+            guard !reference.isEmpty else { return nil }
+            let store = try feature.current()
+            return try await BlockingExecutor.run {
+                guard let secret = try? store.secrets.secret(reference), !secret.isEmpty else {
+                    throw TermindError(.settingsSecretMissing, "A settings record references a secret that is missing, empty or unreadable on this device; "
+                        + "set it again with termind settings secret KEY FIELD --secret -.")
+                }
+                return secret
+            }
+        }
     }
 }
 

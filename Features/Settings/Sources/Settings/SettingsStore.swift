@@ -37,8 +37,14 @@ enum SettingsSchema {
 /// Reads and writes records. Every write is one immediate transaction (SQLite serialises
 /// writers across processes), so a revision is read and bumped atomically and a reader
 /// sees a record before or after a change, never half of one.
+///
+/// Secret references: a record's reference fields hold handles into Settings' own view of
+/// the secret store. A write may add only a handle that names a readable secret here; a
+/// handle a write drops (a provider deleted, a key replaced) is deleted from the secret
+/// store once the write committed.
 struct SettingsStore: Sendable {
     let db: Database
+    let secrets: SecretStore
 
     var deviceID: String {
         get throws {
@@ -95,7 +101,7 @@ struct SettingsStore: Sendable {
     /// whole value), checked, stored with the next revision and, for a synced record, a
     /// journal row — all or nothing.
     func set(_ declaration: SettingsRecordDeclaration, patch: [String: JSONValue], replace: Bool, expectedRevision: Int?) throws -> SettingsValue {
-        try db.transaction {
+        try keepingSecrets(declaration) { try db.transaction {
             let now = try current(declaration)
             try check(now, expectedRevision)
             var fields: [String: JSONValue] = [:]
@@ -110,25 +116,98 @@ struct SettingsStore: Sendable {
             let text = String(decoding: try JSONCoding.encode(effective), as: UTF8.self)
             try write(declaration, value: text, revision: now.revision + 1)
             return try current(declaration)
+        } }
+    }
+
+    /// Keeps `secret` for the reference field `field` of the record (`providers.openai.secretRef`):
+    /// stored in the secret store first, its handle written into the record; an empty
+    /// secret clears the field. The secret it replaces is deleted once the record committed;
+    /// a new one whose record write failed is deleted again.
+    func setSecret(_ declaration: SettingsRecordDeclaration, field: String, secret: Secret, expectedRevision: Int?) throws -> SettingsValue {
+        guard declaration.isSecretReference(field) else {
+            let fields = declaration.secretReferences.isEmpty ? "it has none" : "they are \(declaration.secretReferences.joined(separator: ", ")) (* is a name)"
+            throw TermindError(.settingsInvalid, "\(declaration.key).\(field) is not a secret reference field of \(declaration.key); \(fields).")
+        }
+        return try keepingSecrets(declaration) {
+            let handle = secret.isEmpty ? "" : try secrets.store(secret, purpose: "\(declaration.key).\(field)")
+            do {
+                return try db.transaction {
+                    let now = try current(declaration)
+                    try check(now, expectedRevision)
+                    guard now.state != .quarantined else {
+                        throw TermindError(.settingsInvalid, "\(declaration.key) is quarantined (\(now.reason ?? "")); repair it first (termind settings repair \(declaration.key) reset|keep).")
+                    }
+                    let updated = try Self.replacing(field.split(separator: ".")[...], in: now.value, with: .string(handle), key: declaration.key, field: field)
+                    let effective: JSONValue
+                    switch Self.validate(declaration, updated) {
+                    case .valid(let value): effective = value
+                    case .invalid(let problems):
+                        throw TermindError(.settingsInvalid, "\(declaration.key) was not changed: \(problems.joined(separator: "; ")).")
+                    }
+                    try write(declaration, value: String(decoding: try JSONCoding.encode(effective), as: UTF8.self), revision: now.revision + 1)
+                    return try current(declaration)
+                }
+            } catch {
+                if !handle.isEmpty { try? secrets.delete(handle) }
+                throw error
+            }
+        }
+    }
+
+    /// `value` with the field at `path` set to `new`; every object on the way must exist.
+    private static func replacing(_ path: ArraySlice<Substring>, in value: JSONValue, with new: JSONValue, key: String, field: String) throws -> JSONValue {
+        guard let part = path.first else { return new }
+        guard case .object(var fields) = value, path.count == 1 || fields[String(part)] != nil else {
+            let parent = field.split(separator: ".").dropLast(path.count - 1).joined(separator: ".")
+            throw TermindError(.settingsInvalid, "\(key).\(parent) does not exist; add it first (termind settings set \(key) ...), then its secret.")
+        }
+        fields[String(part)] = try replacing(path.dropFirst(), in: fields[String(part)] ?? .null, with: new, key: key, field: field)
+        return .object(fields)
+    }
+
+    /// Runs `body`, a change of `declaration`'s record, then deletes the secrets its stored
+    /// value referenced before and no longer does.
+    private func keepingSecrets<T>(_ declaration: SettingsRecordDeclaration, _ body: () throws -> T) throws -> T {
+        guard !declaration.secretReferences.isEmpty else { return try body() }
+        let before = try storedHandles(declaration)
+        let result = try body()
+        for handle in before.subtracting(try storedHandles(declaration)) { try? secrets.delete(handle) }
+        return result
+    }
+
+    /// The handles the stored value (applied or quarantined) references.
+    private func storedHandles(_ declaration: SettingsRecordDeclaration) throws -> Set<String> {
+        guard let text = try db.query("SELECT value FROM settings_records WHERE key = ?", [declaration.key]).first?.string("value"),
+              let json = try? JSONCoding.parse(Data(text.utf8), source: declaration.key) else { return [] }
+        return Set(declaration.references(in: json).map(\.handle))
+    }
+
+    /// A handle a local write adds must name a readable, non-empty secret of Settings'.
+    private func checkReferences(_ declaration: SettingsRecordDeclaration, adding value: String, comparedTo old: Set<String>) throws {
+        guard !declaration.secretReferences.isEmpty, let json = try? JSONCoding.parse(Data(value.utf8), source: declaration.key) else { return }
+        for (path, handle) in declaration.references(in: json) where !old.contains(handle) {
+            guard let secret = try? secrets.secret(handle), !secret.isEmpty else {
+                throw TermindError(.settingsSecretMissing, "\(path) names no secret on this device; a reference field is set with termind settings secret \(declaration.key) FIELD --secret -.")
+            }
         }
     }
 
     /// Resets a record to its defaults (a tombstone with the next revision); nothing
     /// happens to a record that was never stored or is already reset.
     func reset(_ declaration: SettingsRecordDeclaration, expectedRevision: Int?) throws -> SettingsValue {
-        try db.transaction {
+        try keepingSecrets(declaration) { try db.transaction {
             let now = try current(declaration)
             try check(now, expectedRevision)
             let stored = try db.query("SELECT value FROM settings_records WHERE key = ?", [declaration.key]).first
             guard let stored, stored.string("value") != nil else { return now }
             try write(declaration, value: nil, revision: now.revision + 1)
             return try current(declaration)
-        }
+        } }
     }
 
     /// A quarantined record: `reset` drops the stored value; `keep` leaves it as it is.
     func repair(_ declaration: SettingsRecordDeclaration, action: SettingsContracts.Repair.Action, expectedRevision: Int?) throws -> SettingsValue {
-        try db.transaction {
+        try keepingSecrets(declaration) { try db.transaction {
             let now = try current(declaration)
             guard now.state == .quarantined else {
                 throw TermindError(.settingsNotQuarantined, "\(declaration.key) is not quarantined (it is \(now.state.rawValue)); nothing to repair.")
@@ -140,7 +219,7 @@ struct SettingsStore: Sendable {
                 try write(declaration, value: nil, revision: now.revision + 1)
                 return try current(declaration)
             }
-        }
+        } }
     }
 
     /// Writes every record of `document` (each whole, as `set --replace`) in one
@@ -166,6 +245,12 @@ struct SettingsStore: Sendable {
         guard problems.isEmpty else {
             throw TermindError(.settingsInvalid, "Nothing was imported: \(problems.joined(separator: "; ")).")
         }
+        let before = try checked.map { (declaration, _) in (declaration, try storedHandles(declaration)) }
+        defer {
+            for (declaration, handles) in before {
+                for handle in handles.subtracting((try? storedHandles(declaration)) ?? handles) { try? secrets.delete(handle) }
+            }
+        }
         return try db.transaction {
             var changed: [SettingsValue] = []
             var unchanged: [String] = []
@@ -186,7 +271,7 @@ struct SettingsStore: Sendable {
         guard change.revision >= 1 else {
             throw TermindError(.settingsInvalid, "A remote change of \(change.key) has revision \(change.revision); revisions start at 1.")
         }
-        return try db.transaction {
+        return try keepingSecrets(declaration) { try db.transaction {
             let now = try current(declaration)
             guard change.revision > now.revision else { return (now, false) }
             let text = try change.value.map { String(decoding: try JSONCoding.encode($0), as: UTF8.self) }
@@ -196,7 +281,7 @@ struct SettingsStore: Sendable {
                     updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
                 """, [declaration.key, text, change.revision, change.device])
             return (try current(declaration), true)
-        }
+        } }
     }
 
     /// Journal rows after `sequence`, oldest first.
@@ -216,6 +301,7 @@ struct SettingsStore: Sendable {
     }
 
     private func write(_ declaration: SettingsRecordDeclaration, value: String?, revision: Int) throws {
+        if let value { try checkReferences(declaration, adding: value, comparedTo: try storedHandles(declaration)) }
         let device = try deviceID
         try db.execute("""
             INSERT INTO settings_records (key, value, revision, device_id) VALUES (?, ?, ?, ?)
