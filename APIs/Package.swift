@@ -11,7 +11,7 @@ let core = Target.Dependency.product(name: "TermindCore", package: "Core")
 let package = Package(
     name: "APIs",
     products: [
-        .library(name: "TermindAPIs", type: .dynamic, targets: ["SettingsAPI", "VaultAPI", "WorkspacesAPI", "SFTPAPI", "AssistantAPI"]),
+        .library(name: "TermindAPIs", type: .dynamic, targets: ["SettingsAPI", "VaultAPI", "WorkspacesAPI", "SFTPAPI", "AssistantAPI", "MetricsAPI"]),
     ],
     dependencies: [
         .package(path: "../Core"),
@@ -26,7 +26,9 @@ let package = Package(
         .target(name: "WorkspacesAPI", dependencies: [core, "SettingsAPI"], path: "Sources/WorkspacesAPI"),
         // SFTP: its settings records (limits, topology) so far; the scheduler port comes with the feature.
         .target(name: "SFTPAPI", dependencies: [core, "SettingsAPI"], path: "Sources/SFTPAPI"),
-        // The Assistant: its settings records (providers with secret references) so far.
+        // The Assistant: its settings records (providers and MCP servers with secret references, models, roles, local) so far.
         .target(name: "AssistantAPI", dependencies: [core, "SettingsAPI"], path: "Sources/AssistantAPI"),
+        // Metrics: its settings record (device-local preferences) so far.
+        .target(name: "MetricsAPI", dependencies: [core, "SettingsAPI"], path: "Sources/MetricsAPI"),
     ]
 )

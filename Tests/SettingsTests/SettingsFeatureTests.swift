@@ -1,5 +1,6 @@
 import Foundation
 import AssistantAPI
+import MetricsAPI
 import SFTPAPI
 import SettingsAPI
 import TermindCore
@@ -28,6 +29,11 @@ final class RecordOwner: Feature, @unchecked Sendable {
         try settings.register(TerminalSettings.Preferences.self, owner: context.featureID)
         try settings.register(TerminalSettings.Device.self, owner: context.featureID)
         try settings.register(AssistantSettings.Providers.self, owner: context.featureID)
+        try settings.register(AssistantSettings.Models.self, owner: context.featureID)
+        try settings.register(AssistantSettings.Roles.self, owner: context.featureID)
+        try settings.register(AssistantSettings.MCPServers.self, owner: context.featureID)
+        try settings.register(AssistantSettings.Local.self, owner: context.featureID)
+        try settings.register(MetricsSettings.Preferences.self, owner: context.featureID)
         Self.shared.port = settings
         Self.shared.lateRegistration = { try settings.register(SFTPSettings.Limits.self, owner: "late") }
     }
@@ -92,7 +98,10 @@ final class SettingsFeatureTests: XCTestCase {
         let topology = try await port.read(SFTPSettings.Topology.self)
         XCTAssertEqual(topology.strategy, .smart)
         let list = try await session.call(SettingsContracts.List.self, .init()).records
-        XCTAssertEqual(list.map(\.key), ["assistant.providers", "sftp.limits", "sftp.topology", "terminal.device", "terminal.preferences"])
+        XCTAssertEqual(list.map(\.key), ["assistant.local", "assistant.mcpServers", "assistant.models", "assistant.providers", "assistant.roles",
+                                           "metrics.preferences", "sftp.limits", "sftp.topology", "terminal.device", "terminal.preferences"])
+        XCTAssertEqual(list.filter { $0.scope == .deviceLocal }.map(\.key), ["assistant.local", "metrics.preferences", "terminal.device"],
+                       "the approval mode, the listener and UI preferences stay on the device")
         XCTAssertTrue(list.allSatisfy { $0.state == .default && $0.revision == 0 })
         XCTAssertEqual(list.first { $0.key == "terminal.device" }?.scope, .deviceLocal)
         XCTAssertEqual(try sql("SELECT * FROM settings_records").count, 0, "reading defaults writes nothing")
@@ -453,5 +462,92 @@ final class SettingsSecretTests: XCTestCase {
             XCTAssertEqual(error.code, "settings.secret_missing")
             XCTAssertFalse(error.message.contains(ref), "the error names no handle")
         }
+    }
+}
+
+/// The assistant's and metrics' records: explicit role choices only (a legacy guardian read
+/// under its old name), MCP servers checked per transport with a token reference, the
+/// device-local assistant and metrics preferences.
+final class SettingsRecordRulesTests: XCTestCase {
+    private var session: HarnessSession!
+    private var directory: TemporaryDirectory!
+    private var values: any SettingsValues { RecordOwner.shared.port! }
+
+    override func setUp() async throws {
+        directory = try TemporaryDirectory()
+        session = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "settings"), inProcess: [RecordOwner.manifest],
+                                                storeDirectory: directory.path)
+    }
+
+    override func tearDown() async throws {
+        await session?.shutdown()
+        directory?.remove()
+    }
+
+    private func set(_ key: String, _ json: String) async throws -> SettingsValue {
+        guard case .object(let fields) = try JSONCoding.parse(Data(json.utf8), source: "test") else { throw TermindError.internalFailure("not an object") }
+        return try await session.call(SettingsContracts.Set.self, .init(key: key, value: fields, replace: true))
+    }
+
+    private func refused(_ key: String, _ json: String, mentioning field: String, file: StaticString = #filePath, line: UInt = #line) async {
+        do {
+            _ = try await set(key, json)
+            XCTFail("\(json) was accepted", file: file, line: line)
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "settings.invalid", file: file, line: line)
+            XCTAssertTrue(error.message.contains(field), "\(field) not named: \(error.message)", file: file, line: line)
+        } catch {
+            XCTFail("\(error)", file: file, line: line)
+        }
+    }
+
+    func testRolesStoreExplicitChoicesAndALegacyGuardianReadsUnderItsNewName() async throws {
+        let empty = try await values.read(AssistantSettings.Roles.self)
+        XCTAssertNil(empty.generator)
+        XCTAssertNil(empty.guardian, "no guardian stored means automatic")
+        let chosen = try await set("assistant.roles", #"{"chat": "sonnet"}"#)
+        XCTAssertEqual(chosen.value, .object(["chat": .string("sonnet")]), "no resolved fallback is written")
+        let roles = try await values.read(AssistantSettings.Roles.self)
+        XCTAssertEqual(roles.effectiveGenerator, "sonnet", "no generator means the same as chat")
+
+        let db = try Database(path: directory.file("termind.sqlite"))
+        try db.execute("UPDATE settings_records SET value = ? WHERE key = 'assistant.roles'", [#"{"chat": "sonnet", "securityReview": "opus"}"#])
+        let legacy = try await values.read(AssistantSettings.Roles.self)
+        XCTAssertEqual(legacy.guardian, "opus")
+        XCTAssertEqual(try db.query("SELECT value FROM settings_records WHERE key = 'assistant.roles'").first?.string("value"),
+                       #"{"chat": "sonnet", "securityReview": "opus"}"#, "reading never rewrites the stored record")
+        guard case .object(let patch) = try JSONCoding.parse(Data(#"{"generator": "haiku"}"#.utf8), source: "patch") else { return XCTFail() }
+        let migrated = try await session.call(SettingsContracts.Set.self, .init(key: "assistant.roles", value: patch))
+        XCTAssertEqual(migrated.value, .object(["chat": .string("sonnet"), "generator": .string("haiku"), "guardian": .string("opus")]),
+                       "the next write stores the canonical guardian")
+        await refused("assistant.roles", #"{"chat": "Not An Id"}"#, mentioning: "assistant.roles.chat")
+    }
+
+    func testModelsAndMCPServersAreCheckedPerField() async throws {
+        _ = try await set("assistant.models", #"{"models": {"sonnet": {"provider": "anthropic", "model": "claude-sonnet-4", "contextTokens": 200000}}}"#)
+        await refused("assistant.models", #"{"models": {"big": {"provider": "x", "model": "m", "contextTokens": 5}}}"#, mentioning: "assistant.models.models.big.contextTokens")
+        _ = try await set("assistant.mcpServers", #"{"servers": {"files": {"transport": "stdio", "command": ["mcp-files", "--root", "/srv"]}, "docs": {"transport": "http", "url": "https://docs.example/mcp", "headers": {"X-Team": "ml"}}}}"#)
+        await refused("assistant.mcpServers", #"{"servers": {"files": {"transport": "stdio"}}}"#, mentioning: "assistant.mcpServers.servers.files.command")
+        await refused("assistant.mcpServers", #"{"servers": {"docs": {"transport": "http", "url": "ftp://x"}}}"#, mentioning: "assistant.mcpServers.servers.docs.url")
+        await refused("assistant.mcpServers", #"{"servers": {"docs": {"transport": "http", "url": "https://d/mcp", "headers": {"X-Bad": "a\nb"}}}}"#,
+                      mentioning: "assistant.mcpServers.servers.docs.headers.X-Bad")
+        let keyed = try await session.call(SettingsContracts.SetSecret.self, .init(key: "assistant.mcpServers", field: "servers.docs.tokenRef", secret: Secret("mcp-token-1")))
+        let handle = try XCTUnwrap(keyed.value["servers"]?["docs"]?["tokenRef"]?.stringValue)
+        let token = try await values.secret(handle)
+        XCTAssertEqual(token, Secret("mcp-token-1"))
+    }
+
+    func testTheAssistantsLocalRecordAndMetricsPreferencesStayOnTheDevice() async throws {
+        let local = try await session.call(SettingsContracts.SetSecret.self, .init(key: "assistant.local", field: "listenerTokenRef", secret: Secret("listener-token")))
+        XCTAssertEqual(local.scope, .deviceLocal)
+        XCTAssertEqual(local.value["approval"], .string("ask"))
+        _ = try await set("metrics.preferences", #"{"intervalSeconds": 5, "order": ["host_a", "host_b"], "interfaces": {"host_a": ["eth0", "docker0"]}}"#)
+        await refused("metrics.preferences", #"{"intervalSeconds": 0.5}"#, mentioning: "metrics.preferences.intervalSeconds")
+        await refused("metrics.preferences", #"{"order": ["a", "a"]}"#, mentioning: "metrics.preferences.order")
+        let exported = try await session.call(SettingsContracts.Export.self, .init())
+        XCTAssertNil(exported.records["assistant.local"])
+        XCTAssertNil(exported.records["metrics.preferences"])
+        let journal = try Database(path: directory.file("termind.sqlite")).query("SELECT key FROM settings_outbox")
+        XCTAssertEqual(journal.count, 0, "device-local changes are never journaled for sync")
     }
 }

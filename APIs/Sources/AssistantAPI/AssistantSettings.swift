@@ -60,3 +60,213 @@ public enum AssistantSettings {
         }
     }
 }
+
+extension AssistantSettings {
+    /// Models by id, each served by a provider of `assistant.providers` (a provider that is
+    /// not there yet — a record still syncing — is allowed: it resolves once it arrives).
+    public struct Models: SettingsRecord {
+        public struct Model: Codable, Sendable, Equatable {
+            public var provider: String
+            /// The provider's own model name (`claude-sonnet-4`, `gpt-4.1`, `llama3.1:70b`).
+            public var model: String
+            public var contextTokens: Int?
+            public var maxOutputTokens: Int?
+            public init(provider: String, model: String, contextTokens: Int? = nil, maxOutputTokens: Int? = nil) {
+                self.provider = provider
+                self.model = model
+                self.contextTokens = contextTokens
+                self.maxOutputTokens = maxOutputTokens
+            }
+        }
+        public static let key = "assistant.models"
+        public static let scope = SettingsScope.synced
+        public static let summary = "Assistant models by id: provider id, the provider's model name, context and output token limits."
+        public static var defaults: Models { Models(models: [:]) }
+
+        public var models: [String: Model]
+        public init(models: [String: Model]) { self.models = models }
+
+        public func problems() -> [SettingsProblem] {
+            var problems: [SettingsProblem] = []
+            for (id, model) in models.sorted(by: { $0.key < $1.key }) {
+                let path = "\(Self.key).models.\(id)"
+                if !AssistantSettings.isIdentifier(id) { problems.append(SettingsProblem(path, "a model id is 1 to 40 lowercase letters, digits, '-' or '.'")) }
+                if model.provider.isEmpty { problems.append(SettingsProblem(path + ".provider", "must name a provider")) }
+                if model.model.isEmpty || model.model.count > 200 { problems.append(SettingsProblem(path + ".model", "must be 1 to 200 characters")) }
+                if let tokens = model.contextTokens, !(1_000...10_000_000).contains(tokens) {
+                    problems.append(SettingsProblem(path + ".contextTokens", "must be from 1000 to 10000000, not \(tokens)"))
+                }
+                if let tokens = model.maxOutputTokens, !(1...1_000_000).contains(tokens) {
+                    problems.append(SettingsProblem(path + ".maxOutputTokens", "must be from 1 to 1000000, not \(tokens)"))
+                }
+            }
+            return problems
+        }
+    }
+
+    /// Which model plays which role. Only explicit choices are stored (seed): no generator
+    /// means "the same as chat", no guardian means "automatic" — a fallback is resolved when
+    /// read, never written. A record from before the guardian was named (`securityReview`)
+    /// reads as its guardian and stays stored as it was.
+    public struct Roles: SettingsRecord {
+        public static let key = "assistant.roles"
+        public static let scope = SettingsScope.synced
+        public static let summary = "Assistant roles: the chat model, the generator (absent: same as chat) and the guardian reviewing actions (absent: automatic)."
+        public static var defaults: Roles { Roles() }
+
+        public var chat: String?
+        public var generator: String?
+        public var guardian: String?
+
+        public init(chat: String? = nil, generator: String? = nil, guardian: String? = nil) {
+            self.chat = chat
+            self.generator = generator
+            self.guardian = guardian
+        }
+
+        private enum CodingKeys: String, CodingKey { case chat, generator, guardian, securityReview }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            chat = try container.decodeIfPresent(String.self, forKey: .chat)
+            generator = try container.decodeIfPresent(String.self, forKey: .generator)
+            let legacy = try container.decodeIfPresent(String.self, forKey: .securityReview)
+            guardian = try container.decodeIfPresent(String.self, forKey: .guardian) ?? legacy
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encodeIfPresent(chat, forKey: .chat)
+            try container.encodeIfPresent(generator, forKey: .generator)
+            try container.encodeIfPresent(guardian, forKey: .guardian)
+        }
+
+        /// The generator in effect: the chosen one, else the chat model.
+        public var effectiveGenerator: String? { generator ?? chat }
+
+        public func problems() -> [SettingsProblem] {
+            [("chat", chat), ("generator", generator), ("guardian", guardian)].compactMap { field, value in
+                guard let value, !AssistantSettings.isIdentifier(value) else { return nil }
+                return SettingsProblem("\(Self.key).\(field)", "must be a model id of assistant.models (1 to 40 lowercase letters, digits, '-' or '.')")
+            }
+        }
+    }
+
+    /// MCP servers the assistant may use, by name. Custom headers are ordinary synced
+    /// settings (seed); a credential goes in a header only through a secret reference.
+    public struct MCPServers: SettingsRecord {
+        public enum Transport: String, Codable, Sendable, Equatable, SchemaEnum { case stdio, http }
+        public struct Server: Codable, Sendable, Equatable {
+            public var transport: Transport
+            /// stdio: the program and its arguments.
+            public var command: [String]?
+            /// http: the endpoint.
+            public var url: String?
+            public var headers: [String: String]?
+            /// A secret reference sent as `Authorization: Bearer …` (empty: none).
+            public var tokenRef: String
+            public var enabled: Bool
+
+            public init(transport: Transport, command: [String]? = nil, url: String? = nil, headers: [String: String]? = nil,
+                        tokenRef: String = "", enabled: Bool = true) {
+                self.transport = transport
+                self.command = command
+                self.url = url
+                self.headers = headers
+                self.tokenRef = tokenRef
+                self.enabled = enabled
+            }
+
+            public init(from decoder: any Decoder) throws {
+                let container = try decoder.container(keyedBy: CodingKeys.self)
+                transport = try container.decode(Transport.self, forKey: .transport)
+                command = try container.decodeIfPresent([String].self, forKey: .command)
+                url = try container.decodeIfPresent(String.self, forKey: .url)
+                headers = try container.decodeIfPresent([String: String].self, forKey: .headers)
+                tokenRef = try container.decodeIfPresent(String.self, forKey: .tokenRef) ?? ""
+                enabled = try container.decodeIfPresent(Bool.self, forKey: .enabled) ?? true
+            }
+        }
+        public static let key = "assistant.mcpServers"
+        public static let scope = SettingsScope.synced
+        public static let summary = "MCP servers the assistant may use, by name: stdio command or http URL, headers, a token reference, enabled."
+        public static var defaults: MCPServers { MCPServers(servers: [:]) }
+        public static var secretReferences: [String] { ["servers.*.tokenRef"] }
+
+        public var servers: [String: Server]
+        public init(servers: [String: Server]) { self.servers = servers }
+
+        public func problems() -> [SettingsProblem] {
+            var problems: [SettingsProblem] = []
+            for (name, server) in servers.sorted(by: { $0.key < $1.key }) {
+                let path = "\(Self.key).servers.\(name)"
+                if !AssistantSettings.isIdentifier(name) { problems.append(SettingsProblem(path, "a server name is 1 to 40 lowercase letters, digits, '-' or '.'")) }
+                switch server.transport {
+                case .stdio:
+                    if server.command?.first?.isEmpty != false { problems.append(SettingsProblem(path + ".command", "a stdio server needs its program")) }
+                    if server.url != nil { problems.append(SettingsProblem(path + ".url", "is for an http server, not stdio")) }
+                case .http:
+                    if let url = server.url, (url.hasPrefix("https://") || url.hasPrefix("http://")), URL(string: url)?.host != nil {} else {
+                        problems.append(SettingsProblem(path + ".url", "an http server needs an http(s) URL with a host"))
+                    }
+                    if server.command != nil { problems.append(SettingsProblem(path + ".command", "is for a stdio server, not http")) }
+                }
+                for header in (server.headers ?? [:]).keys.sorted() where header.isEmpty || header.contains(where: { $0 == ":" || $0.isWhitespace || $0.isNewline }) {
+                    problems.append(SettingsProblem(path + ".headers.\(header)", "is not a header name"))
+                }
+                for (header, value) in (server.headers ?? [:]).sorted(by: { $0.key < $1.key }) where value.contains(where: \.isNewline) {
+                    problems.append(SettingsProblem(path + ".headers.\(header)", "a header value has no line breaks"))
+                }
+            }
+            return problems
+        }
+    }
+
+    /// What stays on this device (seed): the approval mode, the last model used, and the MCP
+    /// listener (its token a secret reference, never synced).
+    public struct Local: SettingsRecord {
+        public enum Approval: String, Codable, Sendable, Equatable, SchemaEnum {
+            /// Every action waits for a person.
+            case ask
+            /// Read-only actions run; anything that changes a host waits.
+            case readOnly = "read-only"
+        }
+        public static let key = "assistant.local"
+        public static let scope = SettingsScope.deviceLocal
+        public static let summary = "Assistant on this device: approval mode, last model used, the MCP listener (port, enabled) and its token reference."
+        public static var defaults: Local { Local() }
+        public static var secretReferences: [String] { ["listenerTokenRef"] }
+
+        public var approval: Approval
+        public var lastModel: String?
+        public var listenerEnabled: Bool
+        public var listenerPort: Int
+        public var listenerTokenRef: String
+
+        public init(approval: Approval = .ask, lastModel: String? = nil, listenerEnabled: Bool = false, listenerPort: Int = 7391, listenerTokenRef: String = "") {
+            self.approval = approval
+            self.lastModel = lastModel
+            self.listenerEnabled = listenerEnabled
+            self.listenerPort = listenerPort
+            self.listenerTokenRef = listenerTokenRef
+        }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            let defaults = Local()
+            approval = try container.decodeIfPresent(Approval.self, forKey: .approval) ?? defaults.approval
+            lastModel = try container.decodeIfPresent(String.self, forKey: .lastModel)
+            listenerEnabled = try container.decodeIfPresent(Bool.self, forKey: .listenerEnabled) ?? defaults.listenerEnabled
+            listenerPort = try container.decodeIfPresent(Int.self, forKey: .listenerPort) ?? defaults.listenerPort
+            listenerTokenRef = try container.decodeIfPresent(String.self, forKey: .listenerTokenRef) ?? ""
+        }
+
+        public func problems() -> [SettingsProblem] {
+            (1024...65535).contains(listenerPort) ? [] : [SettingsProblem("\(Self.key).listenerPort", "must be from 1024 to 65535, not \(listenerPort)")]
+        }
+    }
+
+    static func isIdentifier(_ text: String) -> Bool {
+        !text.isEmpty && text.count <= 40 && text.allSatisfy { $0.isLowercase || $0.isNumber || $0 == "-" || $0 == "." }
+    }
+}
