@@ -84,4 +84,27 @@ final class SettingsProcessTests: XCTestCase {
         XCTAssertEqual(set.status, 0, set.stderr)
         XCTAssertEqual(try JSONCoding.parse(Data(set.stdout.utf8), source: "set")["revision"], .integer(1))
     }
+
+    func testAValueFromStandardInputAndARecordHandEditedWithSqlite3() throws {
+        // `settings set KEY --json -`: the value from standard input, the report as JSON.
+        let piped = try shell("printf '%s' '{\"theme\": \"dracula\"}' | \(termind) settings set terminal.preferences --json -")
+        XCTAssertEqual(piped.status, 0, piped.stderr)
+        XCTAssertEqual(try JSONCoding.parse(Data(piped.stdout.utf8), source: "set")["value"]?["theme"], .string("dracula"))
+
+        // A person edits the database: the record is quarantined, not applied, not deleted.
+        let edit = #"UPDATE settings_records SET value = '{"theme": "dracula", "scrollbackLines": "lots"}' WHERE key = 'terminal.preferences'"#
+        let edited = try shell("sqlite3 \(directory.file("termind.sqlite")) \"$(cat <<'SQL'\n\(edit)\nSQL\n)\"")
+        XCTAssertEqual(edited.status, 0, edited.stderr)
+        let listed = try shell("\(termind) --json settings get terminal.preferences")
+        XCTAssertEqual(listed.status, 0, listed.stderr)
+        let record = try JSONCoding.parse(Data(listed.stdout.utf8), source: "get")["record"]
+        XCTAssertEqual(record?["state"], .string("quarantined"), listed.stdout)
+        XCTAssertTrue(record?["reason"]?.stringValue?.contains("terminal.preferences.scrollbackLines: expected integer, got string") == true, listed.stdout)
+        XCTAssertEqual(record?["value"]?["scrollbackLines"], .integer(10_000), "the defaults apply meanwhile")
+        let stored = try shell("sqlite3 \(directory.file("termind.sqlite")) \"SELECT value FROM settings_records WHERE key = 'terminal.preferences'\"")
+        XCTAssertEqual(stored.stdout, #"{"theme": "dracula", "scrollbackLines": "lots"}"# + "\n", "the stored value was changed")
+        let repaired = try shell("\(termind) --json settings repair terminal.preferences reset")
+        XCTAssertEqual(repaired.status, 0, repaired.stderr)
+        XCTAssertEqual(try JSONCoding.parse(Data(repaired.stdout.utf8), source: "repair")["state"], .string("default"))
+    }
 }

@@ -201,13 +201,26 @@ enum PluginCommand {
     }
 
     private static func structuredValue(_ text: String, field: String, expected: String) throws -> JSONValue {
+        // "-" alone is standard input, as "@-" (`termind --json settings set KEY -`).
+        let text = text == "-" ? "@-" : text
         let source: String
         let data: Data
         if text.hasPrefix("@") {
             let path = String(text.dropFirst())
             source = path == "-" ? "standard input" : path
             if path == "-" {
-                data = FileHandle.standardInput.readDataToEndOfFile()
+                // Bounded as a file is: a runaway pipe is an error, not all of memory.
+                let limit = 16 << 20
+                var read = Data()
+                while read.count <= limit {
+                    let chunk = FileHandle.standardInput.readData(ofLength: 1 << 20)
+                    if chunk.isEmpty { break }
+                    read += chunk
+                }
+                guard read.count <= limit else {
+                    throw Invocation.UsageError(description: "--\(field) @-: standard input holds more than \(limit >> 20) MiB; give a file instead.")
+                }
+                data = read
             } else {
                 do {
                     data = try BoundedFile.read(LocalPath.absolute(path), limit: 16 << 20, what: "--\(field) file", code: Invocation.UsageError.code)
