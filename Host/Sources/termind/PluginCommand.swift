@@ -20,31 +20,28 @@ enum PluginCommand {
 
     private static func run(_ name: String, _ inv: Invocation, session: Session) async throws -> () -> Invocation.Exit {
         do {
-            let features = try await session.call(KernelContracts.Features.self, Empty()).features
             let words = [name] + inv.arguments
-            let running = features.filter { $0.state == .running }.flatMap(\.commands)
-            // The longest declared command whose words start the command line.
-            guard let command = running.filter({ words.starts(with: $0.words) }).max(by: { $0.words.count < $1.words.count }) else {
+            // One round trip: the command, with its contract's schemas.
+            let resolved = try await session.call(KernelContracts.Command.self, .init(words: words))
+            guard let command = resolved.command else {
                 let prefix = words.prefix { !$0.hasPrefix("-") }
-                let partial = running.filter { $0.words.starts(with: prefix) && !prefix.isEmpty }
-                if !partial.isEmpty {
+                if !resolved.partial.isEmpty {
                     // `termind vault host`: list what can follow.
                     Output.line("Usage: termind \(prefix.joined(separator: " ")) <command>")
-                    for c in partial.sorted(by: { $0.name < $1.name }) { Output.line("  \(c.name.padding(toLength: 24, withPad: " ", startingAt: 0))  \(c.summary ?? "")") }
+                    for c in resolved.partial { Output.line("  \(c.name.padding(toLength: 24, withPad: " ", startingAt: 0))  \(c.summary ?? "")") }
                     return { inv.help ? .success : .usage }
                 }
-                if let disabled = features.first(where: { $0.state != .running && $0.commands.contains { words.starts(with: $0.words) } }) {
-                    throw TermindError(PluginCommand.commandUnavailable, "'\(name)' belongs to feature '\(disabled.id)', which is disabled: \(disabled.reason ?? "unknown reason").")
+                if let disabled = resolved.disabledFeature {
+                    throw TermindError(PluginCommand.commandUnavailable, "'\(name)' belongs to feature '\(disabled)', which is disabled: \(resolved.disabledReason ?? "unknown reason").")
                 }
-                let available = Set(running.map { $0.words[0] })
-                throw Invocation.UsageError(description: "Unknown command '\(name)'.\(available.isEmpty ? "" : " Commands from features and plugins: \(available.sorted().joined(separator: ", ")).")")
+                let available = resolved.available
+                throw Invocation.UsageError(description: "Unknown command '\(name)'.\(available.isEmpty ? "" : " Commands from features and plugins: \(available.joined(separator: ", ")).")")
             }
             if inv.help {
                 usage(command)
                 return { .success }
             }
-            let info = try await session.call(KernelContracts.Contracts.self, .init(prefix: command.target))
-                .contracts.first { $0.id == command.target }
+            let info = resolved.target
             let body = try buildBody(command, arguments: Array(words.dropFirst(command.words.count)), schema: info?.request ?? .object([:]),
                                      readsInput: command.stream != nil && info?.acceptsInput == true)
             if let stream = command.stream {

@@ -40,6 +40,42 @@ public enum KernelContracts {
         public static let summary = "List contracts with their owner and request/response JSON Schemas."
     }
 
+    /// What a command line names, in one round trip (the CLI asks this before anything
+    /// else): the longest command a running feature declares whose words start the line,
+    /// with its contract's or stream's schemas; otherwise what could follow (for a usage
+    /// list), or the disabled feature that declares it.
+    public enum Command: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var words: [String]
+            public init(words: [String]) { self.words = words }
+        }
+        public struct Response: Codable, Sendable, Equatable {
+            public var command: FeatureManifest.Command?
+            /// The command's contract or stream, as `kernel.contracts` lists it.
+            public var target: ContractInfo?
+            /// No command matched: the running commands whose words start with the line's
+            /// words before its first option.
+            public var partial: [FeatureManifest.Command]
+            /// No command matched: a disabled feature that declares one that would, and why.
+            public var disabledFeature: String?
+            public var disabledReason: String?
+            /// The first words of every running command.
+            public var available: [String]
+            public init(command: FeatureManifest.Command?, target: ContractInfo?, partial: [FeatureManifest.Command] = [],
+                        disabledFeature: String? = nil, disabledReason: String? = nil, available: [String] = []) {
+                self.command = command
+                self.target = target
+                self.partial = partial
+                self.disabledFeature = disabledFeature
+                self.disabledReason = disabledReason
+                self.available = available
+            }
+        }
+        public static let name = "kernel.command"
+        public static let version = 1
+        public static let summary = "Resolve a command line's words to the declared command, with its contract's schemas (what the CLI asks first)."
+    }
+
     /// Versions of termind and what it is built from.
     public enum Version: Contract {
         public typealias Request = Empty

@@ -190,6 +190,20 @@ public actor Kernel {
         return (calls + streams).filter { prefix == nil || $0.id.hasPrefix(prefix!) }
     }
 
+    /// See `KernelContracts.Command`.
+    func resolveCommand(_ words: [String]) -> KernelContracts.Command.Response {
+        let features = featureStatuses()
+        let running = features.filter { $0.state == .running }.flatMap(\.commands)
+        if let command = running.filter({ words.starts(with: $0.words) }).max(by: { $0.words.count < $1.words.count }) {
+            return .init(command: command, target: contractInfos(prefix: command.target).first { $0.id == command.target })
+        }
+        let prefix = words.prefix { !$0.hasPrefix("-") }
+        let partial = prefix.isEmpty ? [] : running.filter { $0.words.starts(with: prefix) }.sorted { $0.name < $1.name }
+        let disabled = features.first { $0.state != .running && $0.commands.contains { words.starts(with: $0.words) } }
+        return .init(command: nil, target: nil, partial: partial, disabledFeature: disabled?.id, disabledReason: disabled.map { $0.reason ?? "unknown reason" },
+                     available: Array(Set(running.compactMap(\.words.first))).sorted())
+    }
+
     /// The stream named `name` (`name@version`), if a running feature serves it.
     public nonisolated func stream(_ name: String) -> StreamEndpoint? {
         ContractID(parsing: name).flatMap { routes.stream($0) }
@@ -465,6 +479,9 @@ public actor Kernel {
         }
         registrar.handle(KernelContracts.Contracts.self) { [weak self] request, _ in
             .init(contracts: self?.contractInfos(prefix: request.prefix) ?? [])
+        }
+        registrar.handle(KernelContracts.Command.self) { [weak self] request, _ in
+            await self?.resolveCommand(request.words) ?? .init(command: nil, target: nil)
         }
         let configuration = self.configuration
         registrar.handle(KernelContracts.Version.self) { _, _ in
