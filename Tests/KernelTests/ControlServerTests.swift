@@ -5,17 +5,23 @@ import TermindKernel
 import XCTest
 
 /// The control socket against real clients on a real Unix socket.
-final class ControlServerTests: XCTestCase {
-    private var directory: TemporaryDirectory!
-    private var kernel: Kernel!
-    private var server: ControlServer!
-    private var path: String { directory.file("run/control.sock") }
+/// A booted kernel (no features) and a control server on a private socket: what the
+/// socket tests share. A subclass adds streams of its own in `registerStreams`.
+class ControlServerTestCase: XCTestCase {
+    var directory: TemporaryDirectory!
+    var kernel: Kernel!
+    var server: ControlServer!
+    var path: String { directory.file("run/control.sock") }
+
+    /// Called before the server starts.
+    func registerStreams(_ server: ControlServer) {}
 
     override func setUp() async throws {
         directory = try TemporaryDirectory()
         kernel = Kernel(configuration: KernelConfiguration(registryPath: nil), sink: .disabled())
         try await kernel.boot()
         server = ControlServer(path: path, kernel: kernel, logger: kernel.logger)
+        registerStreams(server)
         try server.start()
     }
 
@@ -24,6 +30,9 @@ final class ControlServerTests: XCTestCase {
         await kernel?.shutdown()
         directory?.remove()
     }
+}
+
+final class ControlServerTests: ControlServerTestCase {
 
     private func ping(_ client: ControlClient, _ payload: String) throws -> String? {
         let reply = try client.call("kernel.ping@1", body: JSONCoding.encode(KernelContracts.Ping.Request(payload: payload)))

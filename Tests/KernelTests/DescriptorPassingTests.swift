@@ -8,19 +8,10 @@ import XCTest
 /// the open line, docs/contracts.md, Streams): the operation reads and writes them itself;
 /// descriptors nobody named, too many, or named but never sent end the connection, and
 /// the server keeps none of them afterwards.
-final class DescriptorPassingTests: XCTestCase {
-    private var directory: TemporaryDirectory!
-    private var kernel: Kernel!
-    private var server: ControlServer!
-    private var path: String { directory.file("run/control.sock") }
-
+final class DescriptorPassingTests: ControlServerTestCase {
     /// `test.copy@1` writes its body's "text" to the handed-over stdout and reports how many
     /// bytes it read from the handed-over stdin, with the roles it was given.
-    override func setUp() async throws {
-        directory = try TemporaryDirectory()
-        kernel = Kernel(configuration: KernelConfiguration(registryPath: nil), sink: .disabled())
-        try await kernel.boot()
-        server = ControlServer(path: path, kernel: kernel, logger: kernel.logger)
+    override func registerStreams(_ server: ControlServer) {
         server.register(stream: "test.copy@1") { body, session in
             let text = (try JSONCoding.parse(body, source: "body"))["text"]?.stringValue ?? ""
             let descriptors = session.descriptors
@@ -33,13 +24,6 @@ final class DescriptorPassingTests: XCTestCase {
             let roles = (descriptors?.roles ?? []).map { "\"\($0)\"" }.joined(separator: ",")
             return Data(#"{"read": \#(read), "roles": [\#(roles)]}"#.utf8)
         }
-        try server.start()
-    }
-
-    override func tearDown() async throws {
-        server?.stop()
-        await kernel?.shutdown()
-        directory?.remove()
     }
 
     private func makePipe() throws -> (read: Int32, write: Int32) {

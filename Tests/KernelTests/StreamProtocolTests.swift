@@ -7,20 +7,12 @@ import XCTest
 /// The stream protocol on the control socket (docs/contracts.md, Streams): credit for
 /// events, grants for input, raw attached bytes for binary clients and base64 for plain
 /// JSON ones, and many streams at once.
-final class StreamProtocolTests: XCTestCase {
-    private var directory: TemporaryDirectory!
-    private var kernel: Kernel!
-    private var server: ControlServer!
-    private var path: String { directory.file("run/control.sock") }
+final class StreamProtocolTests: ControlServerTestCase {
 
     /// `test.count@1` emits `count` data events of `size` bytes (byte i of event n is
     /// (n + i) mod 251) with a `seq` field; `test.sink@1` waits `delay` seconds, then reads
     /// its input to the end and reports how many bytes and their checksum.
-    override func setUp() async throws {
-        directory = try TemporaryDirectory()
-        kernel = Kernel(configuration: KernelConfiguration(registryPath: nil), sink: .disabled())
-        try await kernel.boot()
-        server = ControlServer(path: path, kernel: kernel, logger: kernel.logger)
+    override func registerStreams(_ server: ControlServer) {
         server.register(stream: "test.count@1") { body, session in
             let request = try JSONCoding.parse(body, source: "body")
             let count = number(request["count"]), size = number(request["size"])
@@ -39,13 +31,6 @@ final class StreamProtocolTests: XCTestCase {
             }
             return Data(#"{"bytes": \#(bytes), "sum": \#(sum)}"#.utf8)
         }
-        try server.start()
-    }
-
-    override func tearDown() async throws {
-        server?.stop()
-        await kernel?.shutdown()
-        directory?.remove()
     }
 
     static func payload(_ n: Int, _ size: Int) -> Data {

@@ -47,10 +47,14 @@ final class RecordOwner: Feature, @unchecked Sendable {
 /// written on failure, revisions with compare-and-set, a journal row per synced change in
 /// the same transaction, quarantine of stored values that no longer validate, repair,
 /// export/import all or nothing, the port's typed reads and change notifications.
-final class SettingsFeatureTests: XCTestCase {
-    private var session: HarnessSession!
-    private var directory: TemporaryDirectory!
-    private var port: any SettingsValues { RecordOwner.shared.port! }
+/// What every Settings test class boots: Settings from the checkout's registry on a fresh
+/// store folder, with `RecordOwner` registering the records under test.
+class SettingsTestCase: XCTestCase {
+    var session: HarnessSession!
+    var directory: TemporaryDirectory!
+    var values: any SettingsValues { RecordOwner.shared.port! }
+    /// Where the kernel logs (nothing by default).
+    var logSink: LogSink { get throws { .disabled() } }
 
     override func setUp() async throws {
         directory = try TemporaryDirectory()
@@ -62,22 +66,26 @@ final class SettingsFeatureTests: XCTestCase {
         directory?.remove()
     }
 
-    private func boot() async throws -> HarnessSession {
+    func boot() async throws -> HarnessSession {
         let session = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "settings"), inProcess: [RecordOwner.manifest],
-                                                    storeDirectory: directory.path)
+                                                    storeDirectory: directory.path, logSink: try logSink)
         XCTAssertEqual(session.status?.state, .running, session.status?.reason ?? "")
         return session
     }
 
     /// The database as another program sees it.
-    private func sql(_ query: String) throws -> [Row] {
+    func sql(_ query: String) throws -> [Row] {
         try Database(path: directory.file("termind.sqlite")).query(query)
     }
 
-    private func set(_ key: String, _ json: String, replace: Bool? = nil, revision: Int? = nil) async throws -> SettingsValue {
+    func set(_ key: String, _ json: String, replace: Bool? = nil, revision: Int? = nil) async throws -> SettingsValue {
         guard case .object(let fields) = try JSONCoding.parse(Data(json.utf8), source: "test") else { throw TermindError.internalFailure("not an object") }
         return try await session.call(SettingsContracts.Set.self, .init(key: key, value: fields, replace: replace, revision: revision))
     }
+}
+
+final class SettingsFeatureTests: SettingsTestCase {
+    private var port: any SettingsValues { values }
 
     private func expectFailure(_ code: String, _ mentions: [String] = [], file: StaticString = #filePath, line: UInt = #line,
                                _ body: () async throws -> Void) async {
@@ -295,23 +303,8 @@ final class SettingsFeatureTests: XCTestCase {
 /// The path sync will use: local changes read from the journal; other devices' records
 /// applied without a journal row (no echo), only when newer, quarantined when they do not
 /// validate here.
-final class SettingsSyncTests: XCTestCase {
-    private var session: HarnessSession!
-    private var directory: TemporaryDirectory!
-
-    override func setUp() async throws {
-        directory = try TemporaryDirectory()
-        session = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "settings"), inProcess: [RecordOwner.manifest],
-                                                storeDirectory: directory.path)
-    }
-
-    override func tearDown() async throws {
-        await session?.shutdown()
-        directory?.remove()
-    }
-
+final class SettingsSyncTests: SettingsTestCase {
     private var sync: any SettingsSync { session.kernel.port(.settingsSync)! }
-    private var values: any SettingsValues { RecordOwner.shared.port! }
 
     func testRemoteChangesApplyWhenNewerWithoutAJournalRowAndTheOutboxListsLocalOnes() async throws {
         _ = try await session.call(SettingsContracts.Set.self, .init(key: "sftp.limits", value: ["perHost": .integer(6)]))
@@ -360,23 +353,10 @@ final class SettingsSyncTests: XCTestCase {
 /// secret store and the record gets its handle; an empty reference is anonymous; a
 /// reference to nothing readable is an error; a replaced or deleted provider's secret is
 /// removed; the plaintext is in no file of the store, the journal or any reply.
-final class SettingsSecretTests: XCTestCase {
-    private var session: HarnessSession!
-    private var directory: TemporaryDirectory!
-    private var values: any SettingsValues { RecordOwner.shared.port! }
+final class SettingsSecretTests: SettingsTestCase {
     private let plaintext = "sk-termind-test-9f8e7d6c5b4a"
-
-    override func setUp() async throws {
-        directory = try TemporaryDirectory()
-        // Everything logged, at debug, goes into the store folder, which the test searches.
-        session = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "settings"), inProcess: [RecordOwner.manifest],
-                                                storeDirectory: directory.path, logSink: try LogSink.file(at: directory.file("debug.log"), level: .debug))
-    }
-
-    override func tearDown() async throws {
-        await session?.shutdown()
-        directory?.remove()
-    }
+    // Everything logged, at debug, goes into the store folder, which the test searches.
+    override var logSink: LogSink { get throws { try LogSink.file(at: directory.file("debug.log"), level: .debug) } }
 
     private var secretStore: SecretStore {
         get throws { try SecretStore(path: directory.file("secrets.sqlite"), keySource: .keyFile(directory.file("secrets.key"))) }
@@ -468,30 +448,10 @@ final class SettingsSecretTests: XCTestCase {
 /// The assistant's and metrics' records: explicit role choices only (a legacy guardian read
 /// under its old name), MCP servers checked per transport with a token reference, the
 /// device-local assistant and metrics preferences.
-final class SettingsRecordRulesTests: XCTestCase {
-    private var session: HarnessSession!
-    private var directory: TemporaryDirectory!
-    private var values: any SettingsValues { RecordOwner.shared.port! }
-
-    override func setUp() async throws {
-        directory = try TemporaryDirectory()
-        session = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "settings"), inProcess: [RecordOwner.manifest],
-                                                storeDirectory: directory.path)
-    }
-
-    override func tearDown() async throws {
-        await session?.shutdown()
-        directory?.remove()
-    }
-
-    private func set(_ key: String, _ json: String) async throws -> SettingsValue {
-        guard case .object(let fields) = try JSONCoding.parse(Data(json.utf8), source: "test") else { throw TermindError.internalFailure("not an object") }
-        return try await session.call(SettingsContracts.Set.self, .init(key: key, value: fields, replace: true))
-    }
-
+final class SettingsRecordRulesTests: SettingsTestCase {
     private func refused(_ key: String, _ json: String, mentioning field: String, file: StaticString = #filePath, line: UInt = #line) async {
         do {
-            _ = try await set(key, json)
+            _ = try await set(key, json, replace: true)
             XCTFail("\(json) was accepted", file: file, line: line)
         } catch let error as TermindError {
             XCTAssertEqual(error.code, "settings.invalid", file: file, line: line)
