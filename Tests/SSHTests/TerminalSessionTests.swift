@@ -76,6 +76,42 @@ final class TerminalSessionTests: XCTestCase {
         }
     }
 
+    /// OpenSSH's escape sequences after a newline: `~?` lists them, `~~` sends one tilde, a
+    /// tilde mid-line is just typed, `~.` ends the session (255, the terminal restored).
+    func testEscapeSequencesAfterANewlineListSendATildeAndDisconnect() throws {
+        let report = try PseudoTerminal.run(ssh(), steps: ready + [
+            .send("~?"), .expect("Supported escape sequences"),
+            .send("echo mid~.li''ne\n"), .expect("mid~.line"),
+            .send("~~X-$((2+3))\n"), .expect(": ~X-5"),
+            .send("~."),
+        ], environment: environment)
+        XCTAssertEqual(report.met, [true, true, true, true], report.output)
+        XCTAssertFalse(report.output.contains("~~X-5"), "~~ sent two tildes: \(report.output)")
+        XCTAssertEqual(report.status, 255, report.output)
+        XCTAssertTrue(report.output.contains("Connection closed."), report.output)
+        XCTAssertTrue(report.restored, "~. left the terminal raw")
+    }
+
+    /// `~^Z` stops termind as a job of the local shell, with the terminal cooked meanwhile;
+    /// `fg` brings the session back raw.
+    func testEscapeControlZSuspendsTermindAndFgResumesTheSession() throws {
+        let command = ssh().map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        var environment = self.environment
+        environment["PS1"] = "local$ "
+        let report = try PseudoTerminal.run(["/bin/bash", "--norc", "--noprofile", "-i"], steps: [
+            .send(command + "\n"),
+        ] + ready + [
+            .send("~\u{1A}"), .expect("Stopped"),
+            .send("echo LOCAL-$((1+1))\n"), .expect("LOCAL-2"),
+            .send("fg\n"), .sleep(1),
+            .send("\necho BACK-$((2+2))\n"), .expect("BACK-4"),
+            .send("exit 3\n"), .sleep(1),
+            .send("exit\n"),
+        ], environment: environment)
+        XCTAssertEqual(report.met, [true, true, true, true], report.output)
+        XCTAssertEqual(report.status, 3, "the resumed session's status: \(report.output)")
+    }
+
     /// The other ways out: the server going away mid-session, and a session that fails
     /// before it starts (refused authentication) — the terminal is restored either way.
     func testTheTerminalIsRestoredWhenTheServerGoesAwayOrTheSessionFails() throws {

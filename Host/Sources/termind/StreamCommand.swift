@@ -53,6 +53,8 @@ enum StreamCommand {
         // A scripted answer that does not fit its question: the question goes unanswered
         // (the feature fails closed) and termind reports why once the stream ended.
         let answerFailure = Mutex<TermindError?>(nil)
+        // `~.` on the bridged terminal ended the session.
+        let disconnected = Mutex(false)
         let reply: Data
         do {
             defer { view.finish() }
@@ -76,7 +78,30 @@ enum StreamCommand {
                     guard let bridge, let control = bridged.control else { return nil }
                     bridge.enterRaw()
                     bridged.watch(watchWindow(bridge, control: control))
-                    sendInput(acceptsInput ? STDIN_FILENO : -1, terminal: true, to: control)
+                    sendInput(acceptsInput ? STDIN_FILENO : -1, terminal: true, to: control) { action in
+                        switch action {
+                        case .disconnect:
+                            // As ssh's ~.: the session ends now; the remote shell gets a HUP.
+                            disconnected.withLock { $0 = true }
+                            bridge.restore()
+                            view.finish()
+                            _ = control.send(["cancel": .bool(true), "signal": .string("HUP")])
+                            return false
+                        case .suspend:
+                            // As ssh's ~^Z: the terminal as it was, termind stopped; raw again on fg.
+                            bridge.restore()
+                            kill(getpid(), SIGTSTP)
+                            bridge.enterRaw()
+                            if let size = TerminalBridge.size(bridge.fd) {
+                                _ = control.send(["control": .object(["resize": .object(["columns": .integer(Int64(size.columns)), "rows": .integer(Int64(size.rows))])])])
+                            }
+                        case .help:
+                            FileHandle.standardError.write(Data(TerminalEscapes.help.utf8))
+                        case .send:
+                            break
+                        }
+                        return true
+                    }
                     return nil
                 case let kind? where kind == "stdout" || kind == "stderr":
                     if let data = event.data {
@@ -100,9 +125,11 @@ enum StreamCommand {
                 }
             }
         } catch {
+            if disconnected.withLock({ $0 }) { return escapedOut }
             if let number = interrupt.caught { return interrupted(number, json: inv.json) }
             throw answerFailure.withLock({ $0 }) ?? error
         }
+        if disconnected.withLock({ $0 }) { return escapedOut }
         if let number = interrupt.caught { return interrupted(number, json: inv.json) }
         if let failure = answerFailure.withLock({ $0 }) { throw failure }
         let result = try JSONCoding.parse(reply, source: "The stream's result")
@@ -121,6 +148,12 @@ enum StreamCommand {
     /// Standard input follows the open, from a thread of its own that waits while the stream
     /// has no room (in-process: the command's window); a terminal, or none, ends it at once.
     /// After a signal cancelled the stream: one line saying so, then 128 + its number.
+    /// After `~.`: as ssh says it, and 255.
+    private static func escapedOut() -> Invocation.Exit {
+        FileHandle.standardError.write(Data("Connection closed.\n".utf8))
+        exit(255)
+    }
+
     private static func interrupted(_ number: Int32, json: Bool) -> () -> Invocation.Exit {
         {
             let name = "SIG" + SignalCatcher.name(number)
@@ -144,7 +177,10 @@ enum StreamCommand {
         return source
     }
 
-    private static func sendInput(_ fd: Int32, terminal: Bool = false, to control: StreamControl) {
+    /// On a bridged terminal the keys go through OpenSSH's escape sequences first
+    /// (`TerminalEscapes`): `escape` acts on each one and says whether to read on.
+    private static func sendInput(_ fd: Int32, terminal: Bool = false, to control: StreamControl,
+                                  escape: (@Sendable (TerminalEscapes.Action) -> Bool)? = nil) {
         // A terminal's keys go to a stream only when it bridges the terminal (raw mode).
         guard fd >= 0, terminal || isatty(fd) != 1 else {
             _ = control.send(["inputEnd": .bool(true)])
@@ -152,6 +188,7 @@ enum StreamCommand {
         }
         let thread = Thread {
             var buffer = [UInt8](repeating: 0, count: 64 << 10)
+            var escapes = TerminalEscapes()
             while true {
                 let n = read(fd, &buffer, buffer.count)
                 if n < 0 && errno == EINTR { continue }
@@ -162,7 +199,17 @@ enum StreamCommand {
                     continue
                 }
                 guard n > 0 else { break }
-                guard control.input(Data(buffer[0..<n])) else { return }
+                guard let escape else {
+                    guard control.input(Data(buffer[0..<n])) else { return }
+                    continue
+                }
+                for action in escapes.filter(Data(buffer[0..<n])) {
+                    if case .send(let bytes) = action {
+                        guard control.input(bytes) else { return }
+                    } else if !escape(action) {
+                        return
+                    }
+                }
             }
             _ = control.send(["inputEnd": .bool(true)])
         }

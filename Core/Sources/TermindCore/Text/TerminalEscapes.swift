@@ -1,0 +1,62 @@
+import Foundation
+
+/// OpenSSH's escape sequences for a bridged terminal (`ssh(1)`, ESCAPE CHARACTERS): the
+/// escape character (`~`) is special only as the first character of a line, that is at
+/// the start or right after a carriage return or newline. There `~.` disconnects, `~^Z`
+/// suspends the client, `~?` lists the sequences and `~~` sends one `~`; `~` followed by
+/// anything else sends both. The generic client runs its terminal input through this
+/// before it reaches the stream.
+public struct TerminalEscapes: Sendable {
+    public enum Action: Equatable, Sendable {
+        /// Bytes for the remote side.
+        case send(Data)
+        case disconnect
+        case suspend
+        case help
+    }
+
+    public static let escape = UInt8(ascii: "~")
+    public static let help = """
+        Supported escape sequences:\r
+         ~.   - terminate connection\r
+         ~^Z  - suspend termind\r
+         ~?   - this message\r
+         ~~   - send the escape character by typing it twice\r
+        (Note that escapes are only recognized immediately after newline.)\r
+
+        """
+
+    private var atLineStart = true
+    private var pendingEscape = false
+
+    public init() {}
+
+    /// What `input` (as typed) means, in order.
+    public mutating func filter(_ input: Data) -> [Action] {
+        var actions: [Action] = []
+        var plain = Data()
+        func flush() {
+            if !plain.isEmpty { actions.append(.send(plain)); plain = Data() }
+        }
+        for byte in input {
+            if pendingEscape {
+                pendingEscape = false
+                switch byte {
+                case UInt8(ascii: "."): flush(); actions.append(.disconnect); return actions
+                case 0x1A: flush(); actions.append(.suspend); atLineStart = false; continue
+                case UInt8(ascii: "?"): flush(); actions.append(.help); atLineStart = false; continue
+                case Self.escape: plain.append(Self.escape); atLineStart = false; continue
+                default:
+                    plain.append(Self.escape)  // not an escape: the ~ goes too, then this byte as usual
+                }
+            } else if atLineStart && byte == Self.escape {
+                pendingEscape = true
+                continue
+            }
+            plain.append(byte)
+            atLineStart = byte == UInt8(ascii: "\r") || byte == UInt8(ascii: "\n")
+        }
+        flush()
+        return actions
+    }
+}
