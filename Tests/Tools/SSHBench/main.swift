@@ -12,28 +12,32 @@ import TermindSSH
 //   N MiB down and up inside a running server               termind exec (serve)  vs  ssh -S (ControlMaster)
 //   `exec true` on a kept connection                        termind exec (serve)  vs  ssh -S
 //   N/4 MiB down and up at 20 ms round trip (a delaying relay in front of sshd)
+//   N/4 MiB down through a jump host 20 ms away (-J; the target next to the jump host)
 // For each: min/median/max of both, the paired ratio (termind's speed over ssh's, so > 1
 // means termind is faster), and client CPU seconds per GiB from getrusage of the client
 // process — plus, through a server, the server's (termind serve, or the ssh master) CPU
 // for the same run from /proc. As root, the remote side is a throwaway account whose
 // /bin/sh starts light, so neither side pays for a heavy .bashrc.
-// Usage: termind-ssh-bench [--mib N] [--runs N] [--quick]
+// Usage: termind-ssh-bench [--mib N] [--runs N] [--quick] [--only TEXT] (only the rows whose name contains TEXT)
 
 var mib = 1024
 var runs = 5
+var only: String?
 var args = CommandLine.arguments.dropFirst()
 while let arg = args.popFirst() {
     switch arg {
     case "--mib": if let v = args.popFirst().flatMap(Int.init), v > 0 { mib = v } else { usage() }
     case "--runs": if let v = args.popFirst().flatMap(Int.init), v > 0 { runs = v } else { usage() }
     case "--quick": mib = 128; runs = 3
+    case "--only": if let v = args.popFirst(), !v.isEmpty { only = v } else { usage() }
     default: usage()
     }
 }
 let runCount = runs
+let onlyRows = only
 
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: termind-ssh-bench [--mib N] [--runs N] [--quick]\n".utf8))
+    FileHandle.standardError.write(Data("usage: termind-ssh-bench [--mib N] [--runs N] [--quick] [--only TEXT]\n".utf8))
     exit(2)
 }
 
@@ -106,8 +110,14 @@ func row(_ name: String, _ cells: [String]) {
 func f(_ v: Double) -> String { v >= 100 ? String(format: "%.0f", v) : v >= 10 ? String(format: "%.1f", v) : String(format: "%.2f", v) }
 func triple(_ s: (min: Double, median: Double, max: Double)) -> String { "\(f(s.min))/\(f(s.median))/\(f(s.max))" }
 
+/// Whether the row named `name` runs (`--only`).
+func wanted(_ name: String) -> Bool { onlyRows.map { name.contains($0) } ?? true }
+
 /// A throughput figure: MiB/s of both, paired speed ratio, CPU s/GiB of both, CPU ratio.
-func throughputRow(_ name: String, bytes: Int, _ pairs: [(Run, Run)]) {
+/// The pairs run only when the row is wanted.
+func throughputRow(_ name: String, bytes: Int, _ measured: @autoclosure () throws -> [(Run, Run)]) rethrows {
+    guard wanted(name) else { return }
+    let pairs = try measured()
     let gib = Double(bytes) / Double(1 << 30)
     let ours = spread(pairs.map { Double(bytes) / $0.0.wall / 1_048_576 })
     let theirs = spread(pairs.map { Double(bytes) / $0.1.wall / 1_048_576 })
@@ -188,10 +198,10 @@ for cipher in ciphers {
     let port = server.port
     let name = cipher.hasPrefix("chacha20") ? "chacha20" : String(cipher.split(separator: "@")[0])
 
-    throughputRow("\(mib) MiB down \(name) new conn.", bytes: bytes,
-                  try paired({ try termindExec(port: port, local: true, down) }, { try ssh(port: port, down) }))
-    throughputRow("\(mib) MiB up \(name) new conn.", bytes: bytes,
-                  try paired({ try termindExec(port: port, local: true, up, stdin: source) }, { try ssh(port: port, up, stdin: source) }))
+    try throughputRow("\(mib) MiB down \(name) new conn.", bytes: bytes,
+                  paired({ try termindExec(port: port, local: true, down) }, { try ssh(port: port, down) }))
+    try throughputRow("\(mib) MiB up \(name) new conn.", bytes: bytes,
+                  paired({ try termindExec(port: port, local: true, up, stdin: source) }, { try ssh(port: port, up, stdin: source) }))
 
     // Kept connections: termind serve's pool and an ssh ControlMaster.
     let control = directory.file("cm-\(port)")
@@ -200,15 +210,15 @@ for cipher in ciphers {
     guard let range = check.stderr.range(of: #"pid=(\d+)"#, options: .regularExpression),
           let master = pid_t(check.stderr[range].dropFirst(4)) else { fatalError("no ControlMaster: \(check.stderr)") }
     defer { _ = try? ProcessRunner.run("/usr/bin/ssh", ["-O", "exit"] + sshArguments(port: port, control: control)) }
-    _ = try termindExec(port: port, local: false, "true")  // opens the server's connection
-    throughputRow("\(mib) MiB down \(name) serve/master", bytes: bytes,
-                  try paired({ try termindExec(port: port, local: false, down, server: serve.pid) },
+    if wanted("serve/master") { _ = try termindExec(port: port, local: false, "true") }  // opens the server's connection
+    try throughputRow("\(mib) MiB down \(name) serve/master", bytes: bytes,
+                  paired({ try termindExec(port: port, local: false, down, server: serve.pid) },
                              { try ssh(port: port, control: control, down, server: master) }))
-    throughputRow("\(mib) MiB up \(name) serve/master", bytes: bytes,
-                  try paired({ try termindExec(port: port, local: false, up, stdin: source, server: serve.pid) },
+    try throughputRow("\(mib) MiB up \(name) serve/master", bytes: bytes,
+                  paired({ try termindExec(port: port, local: false, up, stdin: source, server: serve.pid) },
                              { try ssh(port: port, control: control, up, stdin: source, server: master) }))
 
-    if cipher == ciphers[0] {  // start-up does not depend on the cipher: once
+    if cipher == ciphers[0] && wanted("exec true serve/master (ms)") {  // start-up does not depend on the cipher: once
         let pairs = try paired(count: max(20, runCount), { try termindExec(port: port, local: false, "true", server: serve.pid) },
                                { try ssh(port: port, control: control, "true", server: master) })
         let ours = spread(pairs.map { $0.0.wall * 1e3 }), theirs = spread(pairs.map { $0.1.wall * 1e3 })
@@ -224,11 +234,35 @@ for cipher in ciphers {
         defer { relay.stop() }
         let far = max(1, mib / 4) << 20
         let farSource = sparseFile("far-source", size: far)
-        throughputRow("\(far >> 20) MiB down \(name) 20ms RTT", bytes: far,
-                      try paired({ try termindExec(port: relay.port, local: true, "head -c \(far) /dev/zero") },
+        try throughputRow("\(far >> 20) MiB down \(name) 20ms RTT", bytes: far,
+                      paired({ try termindExec(port: relay.port, local: true, "head -c \(far) /dev/zero") },
                                  { try ssh(port: relay.port, "head -c \(far) /dev/zero") }))
-        throughputRow("\(far >> 20) MiB up \(name) 20ms RTT", bytes: far,
-                      try paired({ try termindExec(port: relay.port, local: true, up, stdin: farSource) },
+        try throughputRow("\(far >> 20) MiB up \(name) 20ms RTT", bytes: far,
+                      paired({ try termindExec(port: relay.port, local: true, up, stdin: farSource) },
                                  { try ssh(port: relay.port, up, stdin: farSource) }))
+
+        // A jump host 20 ms away (this sshd behind the relay) and the target next to it (the
+        // same sshd, reached from the jump host by direct-tcpip): the route's tunnel channel
+        // carries the target's whole session, so its window bounds the route.
+        let config = directory.file("ssh_config")
+        try "Host *\n  IdentityFile \(keyPath)\n  IdentitiesOnly yes\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  BatchMode yes\n  LogLevel ERROR\n"
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        let jump = "\(user)@127.0.0.1:\(relay.port)"
+        // As with OpenSSH, -i names the destination's key, not a jump host's: termind's jump
+        // host is a saved host with the key as its identity (what -F gives ssh here).
+        if wanted("via jump") && (try? ProcessRunner.run(termind, store + ["--local", "vault", "host", "show", "bench-jump-\(relay.port)"],
+                                                         environment: termindEnvironment))?.status != 0 {
+            for step in [["vault", "key", "import", keyPath, "--label", "bench-key"], ["vault", "identity", "add", user, "--label", "bench-identity", "--key", "bench-key"]] {
+                _ = try ProcessRunner.run(termind, store + ["--local"] + step, environment: termindEnvironment)  // already there on the second cipher
+            }
+            let saved = try ProcessRunner.run(termind, store + ["--local", "vault", "host", "add", "127.0.0.1", "--port", "\(relay.port)", "--label", "bench-jump-\(relay.port)",
+                                                                "--identity", "bench-identity"], environment: termindEnvironment)
+            guard saved.status == 0 else { fatalError("cannot save the jump host: \(saved.stderr)") }
+        }
+        try throughputRow("\(far >> 20) MiB down \(name) via jump 20ms", bytes: far,
+                      paired({ try measure(termind, store + ["--local", "exec", "ssh -J bench-jump-\(relay.port) -p \(port) -i \(keyPath) \(user)@127.0.0.1", "--accept-host-key", "once",
+                                                                "--", "head -c \(far) /dev/zero"], environment: termindEnvironment, stdin: "/dev/null", log: log) },
+                                 { try measure("/usr/bin/ssh", ["-F", config, "-J", jump, "-p", "\(port)", "\(user)@127.0.0.1", "head -c \(far) /dev/zero"],
+                                               environment: sshEnvironment, stdin: "/dev/null", log: log) }))
     }
 }
