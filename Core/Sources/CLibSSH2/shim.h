@@ -208,6 +208,30 @@ static inline void *termind_ssh2_abstract(void **abstract) {
 static inline LIBSSH2_CHANNEL *termind_ssh2_direct_tcpip(LIBSSH2_SESSION *s, const char *host, int port) {
     return libssh2_channel_direct_tcpip_ex(s, host, port, "127.0.0.1", 0);
 }
+/* A direct-tcpip channel as libssh2_channel_direct_tcpip_ex opens it (originator
+ * 127.0.0.1:0), offering the server a receive window of `window` bytes instead of
+ * libssh2's 2 MiB. The open message (RFC 4254 7.2: host, port, originator address and
+ * port) is built here each call; libssh2 copies it on the first, non-blocking, attempt and
+ * ignores it on the repeats after EAGAIN. NULL with a too-long host. */
+static inline unsigned char *termind_ssh2_put_u32(unsigned char *at, uint32_t value) {
+    at[0] = (unsigned char)(value >> 24); at[1] = (unsigned char)(value >> 16); at[2] = (unsigned char)(value >> 8); at[3] = (unsigned char)value;
+    return at + 4;
+}
+static inline LIBSSH2_CHANNEL *termind_ssh2_direct_tcpip_window(LIBSSH2_SESSION *s, const char *host, int port, unsigned int window) {
+    static const char originator[] = "127.0.0.1";
+    size_t host_length = strlen(host);
+    unsigned char message[4 + 1024 + 4 + 4 + sizeof(originator) - 1 + 4];
+    if (host_length > 1024) return NULL;
+    unsigned char *at = message;
+    at = termind_ssh2_put_u32(at, (uint32_t)host_length);
+    memcpy(at, host, host_length); at += host_length;
+    at = termind_ssh2_put_u32(at, (uint32_t)port);
+    at = termind_ssh2_put_u32(at, (uint32_t)(sizeof(originator) - 1));
+    memcpy(at, originator, sizeof(originator) - 1); at += sizeof(originator) - 1;
+    at = termind_ssh2_put_u32(at, 0);
+    return libssh2_channel_open_ex(s, "direct-tcpip", sizeof("direct-tcpip") - 1, window, LIBSSH2_CHANNEL_PACKET_DEFAULT,
+                                   (const char *)message, (unsigned int)(at - message));
+}
 static inline LIBSSH2_SFTP_HANDLE *termind_ssh2_sftp_open(LIBSSH2_SFTP *sftp, const char *path, unsigned int length,
                                                          unsigned long flags, long mode, int type) {
     return libssh2_sftp_open_ex(sftp, path, length, flags, mode, type);

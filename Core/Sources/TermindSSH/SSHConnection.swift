@@ -496,9 +496,13 @@ public final class SSHConnection: Sendable {
     /// Connects `fd` (a local stream socket, owned from now on) to `host`:`port` through
     /// the server: bytes are copied both ways until either side ends.
     public func forward(_ fd: Int32, to host: String, port: Int, onEnd: @escaping @Sendable (TermindError?) -> Void = { _ in }) async throws {
+        try await forward(fd, to: host, port: port, window: nil, onEnd: onEnd)
+    }
+
+    private func forward(_ fd: Int32, to host: String, port: Int, window: UInt32?, onEnd: @escaping @Sendable (TermindError?) -> Void = { _ in }) async throws {
         let channel: OpaquePointer
         do {
-            channel = try await openDirect(host: host, port: port)
+            channel = try await openDirect(host: host, port: port, window: window)
         } catch {
             Foundation.close(fd)
             throw error
@@ -514,7 +518,7 @@ public final class SSHConnection: Sendable {
             throw SSHError.make(.sshSocket, "Could not create a socket pair: \(String(cString: strerror(errno))).")
         }
         do {
-            try await forward(pair[0], to: host, port: port)
+            try await forward(pair[0], to: host, port: port, window: Self.tunnelWindow)
         } catch {
             Foundation.close(pair[1])  // forward closed pair[0]
             throw error
@@ -523,12 +527,19 @@ public final class SSHConnection: Sendable {
         return pair[1]
     }
 
-    private func openDirect(host: String, port: Int) async throws -> OpaquePointer {
+    /// The receive window of a jump route's tunnel: the next hop's whole session (its 8 MiB
+    /// channels included) rides this one channel, so it gets a session channel's window; a
+    /// forwarded flow keeps libssh2's 2 MiB, which bounds what many flows can hold.
+    static let tunnelWindow: UInt32 = SSHConnection.channelWindow
+
+    private func openDirect(host: String, port: Int, window: UInt32? = nil) async throws -> OpaquePointer {
         guard (1...65_535).contains(port) else { throw SSHError.make(.sshBadPort, "Port \(port) is not between 1 and 65535.") }
         let endpoint = engine.endpoint
         do {
             return try await openRawChannel("Opening a tunnel to \(host):\(port)", answerMayBeSlow: true) { session in
-                host.withCString { termind_ssh2_direct_tcpip(session, $0, Int32(port)) }
+                host.withCString { name in
+                    window.map { termind_ssh2_direct_tcpip_window(session, name, Int32(port), $0) } ?? termind_ssh2_direct_tcpip(session, name, Int32(port))
+                }
             }
         } catch let error as TermindError where error.is(.sshChannelFailed) {
             throw SSHError.make(.sshTunnelRefused, "\(endpoint) could not open a connection to \(host):\(port) (\(error.message)).")
