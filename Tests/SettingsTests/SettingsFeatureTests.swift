@@ -406,6 +406,33 @@ final class SettingsSecretTests: SettingsTestCase {
         for reply in replies { XCTAssertNil(reply.range(of: Data(plaintext.utf8)), "a reply carries the key") }
     }
 
+    func testSecretsNoRecordReferencesAreSweptOnceTheyAreOldAndTheirRecordIsRegistered() async throws {
+        _ = try await providers(#"{"providers": {"openai": {"kind": "openai"}}}"#)
+        let keyed = try await session.call(SettingsContracts.SetSecret.self, .init(key: "assistant.providers", field: "providers.openai.secretRef", secret: Secret(plaintext)))
+        let referenced = try XCTUnwrap(reference(keyed, "openai"))
+        await session.shutdown()
+        session = nil
+
+        // What a crash between a write's commit and its cleanup leaves: secrets of Settings'
+        // that nothing references; one just stored (a writer elsewhere may be about to use
+        // it) and one of a record this boot does not register (a lookalike key).
+        let store = try secretStore.scoped(to: "settings")
+        let orphan = try store.store(Secret("orphan"), purpose: "settings:assistant.providers:providers.gone.secretRef")
+        let young = try store.store(Secret("young"), purpose: "settings:assistant.providers:providers.new.secretRef")
+        let unregistered = try store.store(Secret("other"), purpose: "settings:assistant.providersv2:providers.a.secretRef")
+        try Database(path: directory.file("secrets.sqlite")).execute("UPDATE secrets SET created_at = '2000-01-01T00:00:00.000Z' WHERE handle != ?", [young])
+
+        session = try await boot()
+        _ = try await session.call(SettingsContracts.List.self, .init())
+        let left = Set(try secretStore.handles())
+        XCTAssertTrue(left.contains(referenced), "a referenced key was swept")
+        XCTAssertFalse(left.contains(orphan), "an old secret nothing references is still kept")
+        XCTAssertTrue(left.contains(young), "a secret stored a moment ago was swept")
+        XCTAssertTrue(left.contains(unregistered), "a secret of a record not registered in this boot was swept")
+        let read = try await values.secret(referenced)
+        XCTAssertEqual(read, Secret(plaintext))
+    }
+
     func testAReferenceMustNameASecretAndAMissingOneIsAnError() async throws {
         _ = try await providers(#"{"providers": {"openai": {"kind": "openai"}}}"#)
         do {

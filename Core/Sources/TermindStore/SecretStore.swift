@@ -205,6 +205,15 @@ public final class SecretStore: @unchecked Sendable {
         try database.execute("DELETE FROM secrets WHERE handle = ?" + mine.clause, [handle] + mine.bindings)
     }
 
+    /// This view's handles whose purpose starts with `prefix`, stored more than
+    /// `olderThan` seconds ago (a sweep leaves alone what a writer is about to reference).
+    public func handles(purposePrefix prefix: String, olderThan seconds: Double) throws -> [String] {
+        let escaped = prefix.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_")
+        return try database.query("SELECT handle FROM secrets WHERE purpose LIKE ? ESCAPE '\\' AND created_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?)"
+                                  + mine.clause + " ORDER BY handle", [escaped + "%", "-\(max(0, Int(seconds))) seconds"] + mine.bindings)
+            .compactMap { $0.string("handle") }
+    }
+
     /// This view's handles (the kernel's view: every handle).
     public func handles() throws -> [String] {
         try database.query("SELECT handle FROM secrets WHERE 1" + mine.clause + " ORDER BY handle", mine.bindings).compactMap { $0.string("handle") }

@@ -22,30 +22,30 @@ final class SettingsFeature: Feature {
         registrar.provide(.settingsSync, SyncPort(feature: self))
         // A request from outside comes after boot: the set of records is final by then.
         registrar.handleBlocking(SettingsContracts.List.self) { [self] _, _ in
-            registry.freeze()
+            try booted()
             let store = try current()
             return .init(records: try registry.all.map { try store.current($0) })
         }
         registrar.handleBlocking(SettingsContracts.Get.self) { [self] r, _ in
-            registry.freeze()
+            try booted()
             let declaration = try registry.declaration(r.key)
             return .init(record: try current().current(declaration), defaults: declaration.defaults, schema: declaration.schema.json)
         }
         registrar.handleBlocking(SettingsContracts.Set.self) { [self] r, _ in
-            registry.freeze()
+            try booted()
             let declaration = try registry.declaration(r.key)
             let value = try current().set(declaration, patch: r.value, replace: r.replace ?? false, expectedRevision: r.revision)
             registry.publish(value)
             return value
         }
         registrar.handleBlocking(SettingsContracts.Repair.self) { [self] r, _ in
-            registry.freeze()
+            try booted()
             let value = try current().repair(try registry.declaration(r.key), action: r.action, expectedRevision: r.revision)
             registry.publish(value)
             return value
         }
         registrar.handleBlocking(SettingsContracts.Export.self) { [self] r, _ in
-            registry.freeze()
+            try booted()
             let store = try current()
             var records: [String: JSONValue] = [:]
             for declaration in registry.all where declaration.scope == .synced || r.includeDeviceLocal == true {
@@ -55,19 +55,19 @@ final class SettingsFeature: Feature {
             return SettingsContracts.Document(records: records)
         }
         registrar.handleBlocking(SettingsContracts.Import.self) { [self] r, _ in
-            registry.freeze()
+            try booted()
             let result = try current().importDocument(try Self.document(r)) { try registry.declaration($0) }
             for value in result.changed { registry.publish(value) }
             return result
         }
         registrar.handleBlocking(SettingsContracts.SetSecret.self) { [self] r, _ in
-            registry.freeze()
+            try booted()
             let value = try current().setSecret(try registry.declaration(r.key), field: r.field, secret: r.secret, expectedRevision: r.revision)
             registry.publish(value)
             return value
         }
         registrar.handleBlocking(SettingsContracts.Reset.self) { [self] r, _ in
-            registry.freeze()
+            try booted()
             let declaration = try registry.declaration(r.key)
             let value = try current().reset(declaration, expectedRevision: r.revision)
             registry.publish(value)
@@ -94,7 +94,17 @@ final class SettingsFeature: Feature {
         }
     }
 
+    /// At the first request from outside: the records are all registered, so the registry
+    /// freezes and the secrets no record references any more are swept, once.
+    private func booted() throws {
+        guard registry.freeze() else { return }
+        let removed = try current().sweepSecrets(registry.all)
+        if removed > 0 { logger.withLock { $0 }?.info("settings.secrets_swept", ["count": .int(removed)]) }
+    }
+    private let logger = Mutex<Logger?>(nil)
+
     func start(_ context: FeatureContext) async throws {
+        logger.withLock { $0 = context.logger }
         let db = try context.ports.require(.store)
         let secrets = try context.ports.require(.secrets)
         do {
@@ -190,7 +200,8 @@ final class SettingsRegistry: Sendable {
         }
     }
 
-    func freeze() { state.withLock { $0.frozen = true } }
+    /// Freezes the registry; true the first time.
+    func freeze() -> Bool { state.withLock { state in defer { state.frozen = true }; return !state.frozen } }
 
     var all: [SettingsRecordDeclaration] { state.withLock { $0.declarations.values.map(\.declaration).sorted { $0.key < $1.key } } }
 

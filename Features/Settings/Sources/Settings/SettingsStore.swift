@@ -129,7 +129,7 @@ struct SettingsStore: Sendable {
             throw TermindError(.settingsInvalid, "\(declaration.key).\(field) is not a secret reference field of \(declaration.key); \(fields).")
         }
         return try keepingSecrets(declaration) {
-            let handle = secret.isEmpty ? "" : try secrets.store(secret, purpose: "\(declaration.key).\(field)")
+            let handle = secret.isEmpty ? "" : try secrets.store(secret, purpose: Self.secretPurpose(declaration.key, field))
             do {
                 return try db.transaction {
                     let now = try current(declaration)
@@ -152,6 +152,27 @@ struct SettingsStore: Sendable {
                 throw error
             }
         }
+    }
+
+    /// The purpose a record's secrets are stored under: `settings:KEY:FIELD` (a key holds
+    /// no colon), so a record's own secrets are found without ambiguity.
+    static func secretPurpose(_ key: String, _ field: String) -> String { "settings:\(key):\(field)" }
+
+    /// Deletes the secrets of records' reference fields that their stored values no longer
+    /// reference: left by a crash between a write's commit and its cleanup. Only records
+    /// registered now are looked at (a disabled feature's stay as they are), and only
+    /// secrets stored over a minute ago (a writer elsewhere may be about to reference a
+    /// newer one). Returns how many went.
+    func sweepSecrets(_ declarations: [SettingsRecordDeclaration]) -> Int {
+        var removed = 0
+        for declaration in declarations where !declaration.secretReferences.isEmpty {
+            guard let referenced = try? storedHandles(declaration),
+                  let stored = try? secrets.handles(purposePrefix: Self.secretPurpose(declaration.key, ""), olderThan: 60) else { continue }
+            for handle in stored where !referenced.contains(handle) {
+                if (try? secrets.delete(handle)) != nil { removed += 1 }
+            }
+        }
+        return removed
     }
 
     /// `value` with the field at `path` set to `new`; every object on the way must exist.
