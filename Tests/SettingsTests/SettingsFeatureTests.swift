@@ -324,6 +324,13 @@ final class SettingsSyncTests: SettingsTestCase {
 
         let stale = try await sync.applyRemote(.init(key: "sftp.limits", revision: 4, value: .object(["active": .integer(1), "perHost": .integer(1)]), device: "old"))
         XCTAssertEqual(stale.revision, 5, "an older revision does not replace a newer one")
+        // Two devices changed it from the same revision: the higher device id wins everywhere.
+        let lower = try await sync.applyRemote(.init(key: "sftp.limits", revision: 5, value: .object(["active": .integer(2), "perHost": .integer(2)]), device: "aaa"))
+        XCTAssertEqual(lower.value["active"], .integer(70), "'aaa' sorts before 'other-device', which wrote revision 5")
+        let higher = try await sync.applyRemote(.init(key: "sftp.limits", revision: 5, value: .object(["active": .integer(70), "perHost": .integer(35)]), device: "zzz"))
+        XCTAssertEqual(higher.value["active"], .integer(70))
+        let settled = try await values.current("sftp.limits")
+        XCTAssertEqual(settled.revision, 5)
         let limits = try await values.read(SFTPSettings.Limits.self)
         XCTAssertEqual(limits, SFTPSettings.Limits(active: 70, perHost: 35))
 
@@ -372,7 +379,7 @@ final class SettingsSecretTests: SettingsTestCase {
     func testAKeyLivesInTheSecretStoreAndTheRecordHoldsOnlyItsHandle() async throws {
         let anonymous = try await providers(#"{"providers": {"local": {"kind": "ollama", "baseURL": "http://127.0.0.1:11434"}, "openai": {"kind": "openai"}}}"#)
         XCTAssertEqual(reference(anonymous, "local"), "")
-        let none = try await values.secret("")
+        let none = try await values.secret("", key: "assistant.providers", field: "providers.local.secretRef")
         XCTAssertNil(none, "an empty reference is anonymous")
 
         var replies: [Data] = []
@@ -380,7 +387,7 @@ final class SettingsSecretTests: SettingsTestCase {
         replies.append(try JSONCoding.encode(keyed))
         let handle = try XCTUnwrap(reference(keyed, "openai"))
         XCTAssertTrue(handle.hasPrefix("sec_"), handle)
-        let read = try await values.secret(handle)
+        let read = try await values.secret(handle, key: "assistant.providers", field: "providers.openai.secretRef")
         XCTAssertEqual(read, Secret(plaintext))
         replies.append(try JSONCoding.encode(try await session.call(SettingsContracts.List.self, .init())))
         replies.append(try JSONCoding.encode(try await session.call(SettingsContracts.Export.self, .init(includeDeviceLocal: true))))
@@ -429,8 +436,56 @@ final class SettingsSecretTests: SettingsTestCase {
         XCTAssertFalse(left.contains(orphan), "an old secret nothing references is still kept")
         XCTAssertTrue(left.contains(young), "a secret stored a moment ago was swept")
         XCTAssertTrue(left.contains(unregistered), "a secret of a record not registered in this boot was swept")
-        let read = try await values.secret(referenced)
+        let read = try await values.secret(referenced, key: "assistant.providers", field: "providers.openai.secretRef")
         XCTAssertEqual(read, Secret(plaintext))
+    }
+
+    func testARemoteChangeKeepsThisDevicesKeyAndAHandleOfAnotherFieldNeverCounts() async throws {
+        _ = try await providers(#"{"providers": {"openai": {"kind": "openai"}}}"#)
+        let keyed = try await session.call(SettingsContracts.SetSecret.self, .init(key: "assistant.providers", field: "providers.openai.secretRef", secret: Secret(plaintext)))
+        let mine = try XCTUnwrap(reference(keyed, "openai"))
+
+        // Another device changed the base URL; its value carries its own handle.
+        let sync = try XCTUnwrap(session.kernel.port(.settingsSync))
+        let remote = try await sync.applyRemote(.init(key: "assistant.providers", revision: keyed.revision + 1, value: .object(["providers": .object([
+            "openai": .object(["kind": .string("openai"), "baseURL": .string("https://proxy.example/v1"), "secretRef": .string("sec_of_the_laptop")])])]),
+                                                       device: "laptop"))
+        XCTAssertEqual(remote.value["providers"]?["openai"]?["baseURL"], .string("https://proxy.example/v1"))
+        XCTAssertEqual(reference(remote, "openai"), mine, "this device keeps its own key's handle")
+        XCTAssertTrue(try secretStore.handles().contains(mine), "a remote change deleted this device's key")
+        let read = try await values.secret(mine, key: "assistant.providers", field: "providers.openai.secretRef")
+        XCTAssertEqual(read, Secret(plaintext))
+
+        // The provider's key may not go where an MCP server's token goes.
+        do {
+            _ = try await session.call(SettingsContracts.Set.self, .init(key: "assistant.mcpServers", value: ["servers": .object([
+                "evil": .object(["transport": .string("http"), "url": .string("https://evil.example/mcp"), "tokenRef": .string(mine)])])]))
+            XCTFail("another field's secret was accepted as a reference")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "settings.secret_missing")
+        }
+        do {
+            _ = try await values.secret(mine, key: "assistant.mcpServers", field: "servers.evil.tokenRef")
+            XCTFail("another field's secret was resolved")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "settings.secret_missing")
+        }
+    }
+
+    func testTheSweepKeepsTheSecretsOfAQuarantinedRecord() async throws {
+        _ = try await providers(#"{"providers": {"openai": {"kind": "openai"}}}"#)
+        let keyed = try await session.call(SettingsContracts.SetSecret.self, .init(key: "assistant.providers", field: "providers.openai.secretRef", secret: Secret(plaintext)))
+        let mine = try XCTUnwrap(reference(keyed, "openai"))
+        await session.shutdown()
+        session = nil
+        // A newer termind's value this one cannot read, and the key stored long ago.
+        try Database(path: directory.file("termind.sqlite")).execute("UPDATE settings_records SET value = ? WHERE key = 'assistant.providers'",
+                                                                     [#"{"providers": {"openai": {"kind": "openai", "secretRef": "\#(mine)", "region": "eu"}}}"#])
+        try Database(path: directory.file("secrets.sqlite")).execute("UPDATE secrets SET created_at = '2000-01-01T00:00:00.000Z'")
+        session = try await boot()
+        let list = try await session.call(SettingsContracts.List.self, .init()).records
+        XCTAssertEqual(list.first { $0.key == "assistant.providers" }?.state, .quarantined)
+        XCTAssertTrue(try secretStore.handles().contains(mine), "the sweep deleted a quarantined record's key")
     }
 
     func testAReferenceMustNameASecretAndAMissingOneIsAnError() async throws {
@@ -463,7 +518,7 @@ final class SettingsSecretTests: SettingsTestCase {
                                                       device: "laptop"))
         let ref = try XCTUnwrap(reference(remote, "openai"))
         do {
-            _ = try await values.secret(ref)
+            _ = try await values.secret(ref, key: "assistant.providers", field: "providers.openai.secretRef")
             XCTFail("a missing secret read as present")
         } catch let error as TermindError {
             XCTAssertEqual(error.code, "settings.secret_missing")
@@ -520,7 +575,7 @@ final class SettingsRecordRulesTests: SettingsTestCase {
                       mentioning: "assistant.mcpServers.servers.docs.headers.X-Bad")
         let keyed = try await session.call(SettingsContracts.SetSecret.self, .init(key: "assistant.mcpServers", field: "servers.docs.tokenRef", secret: Secret("mcp-token-1")))
         let handle = try XCTUnwrap(keyed.value["servers"]?["docs"]?["tokenRef"]?.stringValue)
-        let token = try await values.secret(handle)
+        let token = try await values.secret(handle, key: "assistant.mcpServers", field: "servers.docs.tokenRef")
         XCTAssertEqual(token, Secret("mcp-token-1"))
     }
 

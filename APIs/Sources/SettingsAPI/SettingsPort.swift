@@ -14,10 +14,12 @@ public protocol SettingsValues: Sendable {
     /// The record each time it changes in this process (the value it changed to), until the
     /// consumer stops iterating.
     func changes(_ key: String) -> AsyncStream<SettingsValue>
-    /// The secret a record's reference field names: nil for an empty reference (anonymous);
-    /// `settings.secret_missing` when the secret is not on this device, empty or unreadable.
-    /// Used once and never kept, logged or sent anywhere but where it is due.
-    func secret(_ reference: String) async throws -> Secret?
+    /// The secret the reference field `field` of record `key` (`providers.openai.secretRef`)
+    /// names: nil for an empty reference (anonymous); `settings.secret_missing` when no
+    /// readable, non-empty secret is kept for that very field on this device (a handle of
+    /// another record's or field's secret is refused, so a synced value cannot send one
+    /// record's key where another's goes). Used once; never kept, logged or sent elsewhere.
+    func secret(_ reference: String, key: String, field: String) async throws -> Secret?
 }
 
 extension PortKey where P == any SettingsValues {

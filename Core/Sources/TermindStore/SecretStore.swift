@@ -208,10 +208,15 @@ public final class SecretStore: @unchecked Sendable {
     /// This view's handles whose purpose starts with `prefix`, stored more than
     /// `olderThan` seconds ago (a sweep leaves alone what a writer is about to reference).
     public func handles(purposePrefix prefix: String, olderThan seconds: Double) throws -> [String] {
-        let escaped = prefix.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_")
-        return try database.query("SELECT handle FROM secrets WHERE purpose LIKE ? ESCAPE '\\' AND created_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?)"
-                                  + mine.clause + " ORDER BY handle", [escaped + "%", "-\(max(0, Int(seconds))) seconds"] + mine.bindings)
+        // Compared byte for byte (LIKE would fold case and read % and _).
+        try database.query("SELECT handle FROM secrets WHERE substr(purpose, 1, length(?)) = ? AND created_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?)"
+                           + mine.clause + " ORDER BY handle", [prefix, prefix, "-\(max(0, Int(seconds))) seconds"] + mine.bindings)
             .compactMap { $0.string("handle") }
+    }
+
+    /// The purpose `handle` was stored with, if this view holds it.
+    public func purpose(_ handle: String) throws -> String? {
+        try database.query("SELECT purpose FROM secrets WHERE handle = ?" + mine.clause, [handle] + mine.bindings).first?.string("purpose")
     }
 
     /// This view's handles (the kernel's view: every handle).

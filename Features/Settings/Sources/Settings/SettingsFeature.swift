@@ -158,11 +158,11 @@ final class SettingsFeature: Feature {
 
         func changes(_ key: String) -> AsyncStream<SettingsValue> { feature.registry.observe(key) }
 
-        func secret(_ reference: String) async throws -> Secret? {
+        func secret(_ reference: String, key: String, field: String) async throws -> Secret? {
             guard !reference.isEmpty else { return nil }
             let store = try feature.current()
             return try await BlockingExecutor.run {
-                guard let secret = try? store.secrets.secret(reference), !secret.isEmpty else {
+                guard store.readable(reference, key: key, path: "\(key).\(field)"), let secret = try? store.secrets.secret(reference) else {
                     throw TermindError(.settingsSecretMissing, "A settings record references a secret that is missing, empty or unreadable on this device; "
                         + "set it again with termind settings secret KEY FIELD --secret -.")
                 }

@@ -160,13 +160,16 @@ struct SettingsStore: Sendable {
 
     /// Deletes the secrets of records' reference fields that their stored values no longer
     /// reference: left by a crash between a write's commit and its cleanup. Only records
-    /// registered now are looked at (a disabled feature's stay as they are), and only
+    /// registered now and not quarantined are looked at (a disabled feature's and a value
+    /// this termind cannot read keep theirs), and only
     /// secrets stored over a minute ago (a writer elsewhere may be about to reference a
     /// newer one). Returns how many went.
     func sweepSecrets(_ declarations: [SettingsRecordDeclaration]) -> Int {
         var removed = 0
         for declaration in declarations where !declaration.secretReferences.isEmpty {
-            guard let referenced = try? storedHandles(declaration),
+            // A quarantined value may reference what this termind cannot read: keep all.
+            guard (try? current(declaration))?.state != .quarantined,
+                  let referenced = try? storedHandles(declaration),
                   let stored = try? secrets.handles(purposePrefix: Self.secretPurpose(declaration.key, ""), olderThan: 60) else { continue }
             for handle in stored where !referenced.contains(handle) {
                 if (try? secrets.delete(handle)) != nil { removed += 1 }
@@ -207,10 +210,20 @@ struct SettingsStore: Sendable {
     private func checkReferences(_ declaration: SettingsRecordDeclaration, adding value: String, comparedTo old: Set<String>) throws {
         guard !declaration.secretReferences.isEmpty, let json = try? JSONCoding.parse(Data(value.utf8), source: declaration.key) else { return }
         for (path, handle) in declaration.references(in: json) where !old.contains(handle) {
-            guard let secret = try? secrets.secret(handle), !secret.isEmpty else {
-                throw TermindError(.settingsSecretMissing, "\(path) names no secret on this device; a reference field is set with termind settings secret \(declaration.key) FIELD --secret -.")
+            guard readable(handle, key: declaration.key, path: path) else {
+                throw TermindError(.settingsSecretMissing, "\(path) names no secret kept for it on this device; a reference field is set with termind settings secret \(declaration.key) FIELD --secret -.")
             }
         }
+    }
+
+    /// Whether `handle` names a readable, non-empty secret stored for exactly this field
+    /// (`path`: `KEY.FIELD`): a handle of another record's or field's secret never counts,
+    /// so a value cannot send one record's key where another's goes.
+    func readable(_ handle: String, key: String, path: String) -> Bool {
+        let field = path.hasPrefix(key + ".") ? String(path.dropFirst(key.count + 1)) : path
+        guard (try? secrets.purpose(handle)) == Self.secretPurpose(key, field),
+              let secret = try? secrets.secret(handle), !secret.isEmpty else { return false }
+        return true
     }
 
     /// Resets a record to its defaults (a tombstone with the next revision); nothing
@@ -292,17 +305,45 @@ struct SettingsStore: Sendable {
         guard change.revision >= 1 else {
             throw TermindError(.settingsInvalid, "A remote change of \(change.key) has revision \(change.revision); revisions start at 1.")
         }
-        return try keepingSecrets(declaration) { try db.transaction {
+        return try db.transaction {
+            let row = try db.query("SELECT value, revision, device_id FROM settings_records WHERE key = ?", [declaration.key]).first
             let now = try current(declaration)
-            guard change.revision > now.revision else { return (now, false) }
-            let text = try change.value.map { String(decoding: try JSONCoding.encode($0), as: UTF8.self) }
+            // Newer wins; at the same revision (two devices changed it from the same one) the
+            // higher device id, so every device ends on the same value.
+            let newer = change.revision > now.revision || (change.revision == now.revision && change.device > (row?.string("device_id") ?? ""))
+            guard newer else { return (now, false) }
+            // Secrets never sync: this device keeps its own handle in each reference field
+            // the remote value also has (another device's handle means nothing here), and no
+            // secret of this device is deleted by a remote change.
+            var value = change.value
+            if let remote = value, !declaration.secretReferences.isEmpty,
+               let text = row?.string("value"), let local = try? JSONCoding.parse(Data(text.utf8), source: declaration.key) {
+                let mine = Dictionary(declaration.references(in: local).map { ($0.path, $0.handle) }, uniquingKeysWith: { a, _ in a })
+                var merged = remote
+                for (path, _) in declaration.references(in: remote) {
+                    if let handle = mine[path] { merged = Self.setting(path, of: declaration.key, in: merged, to: .string(handle)) }
+                }
+                value = merged
+            }
+            let text = try value.map { String(decoding: try JSONCoding.encode($0), as: UTF8.self) }
             try db.execute("""
                 INSERT INTO settings_records (key, value, revision, device_id) VALUES (?, ?, ?, ?)
                 ON CONFLICT (key) DO UPDATE SET value = excluded.value, revision = excluded.revision, device_id = excluded.device_id,
                     updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
                 """, [declaration.key, text, change.revision, change.device])
             return (try current(declaration), true)
-        } }
+        }
+    }
+
+    /// `value` with the field at `path` (`KEY.a.b`) set to `new`, when every object on the way exists.
+    private static func setting(_ path: String, of key: String, in value: JSONValue, to new: JSONValue) -> JSONValue {
+        let parts = path.dropFirst(key.count + 1).split(separator: ".")[...]
+        func set(_ parts: ArraySlice<Substring>, _ value: JSONValue) -> JSONValue {
+            guard let part = parts.first, case .object(var fields) = value, let inner = fields[String(part)] else { return parts.isEmpty ? new : value }
+            fields[String(part)] = parts.count == 1 ? new : set(parts.dropFirst(), inner)
+            return .object(fields)
+        }
+        return set(parts, value)
     }
 
     /// Journal rows after `sequence`, oldest first.
