@@ -211,8 +211,9 @@ static inline LIBSSH2_CHANNEL *termind_ssh2_direct_tcpip(LIBSSH2_SESSION *s, con
 /* A direct-tcpip channel as libssh2_channel_direct_tcpip_ex opens it (originator
  * 127.0.0.1:0), offering the server a receive window of `window` bytes instead of
  * libssh2's 2 MiB. The open message (RFC 4254 7.2: host, port, originator address and
- * port) is built here each call; libssh2 copies it on the first, non-blocking, attempt and
- * ignores it on the repeats after EAGAIN. NULL with a too-long host. */
+ * port) is built here each call, byte for byte the same for the same arguments: libssh2
+ * may use it again on the repeats after EAGAIN until the open packet went out. The caller
+ * keeps `host` to 1024 bytes (longer: NULL). */
 static inline unsigned char *termind_ssh2_put_u32(unsigned char *at, uint32_t value) {
     at[0] = (unsigned char)(value >> 24); at[1] = (unsigned char)(value >> 16); at[2] = (unsigned char)(value >> 8); at[3] = (unsigned char)value;
     return at + 4;

@@ -65,8 +65,8 @@ struct LocalDescriptor {
         kind == .socket ? recv(fd, buffer, count, Int32(MSG_DONTWAIT)) : Foundation.read(fd, buffer, count)
     }
 
-    /// write(2) that never blocks; a reader that went away is EPIPE, never a SIGPIPE for a
-    /// socket (a pipe's SIGPIPE is ignored by the processes that pass descriptors to us).
+    /// write(2) that never blocks; a reader that went away is EPIPE (MSG_NOSIGNAL for a
+    /// socket; for a pipe the engine thread blocks SIGPIPE for itself).
     func write(_ buffer: UnsafeRawPointer, _ count: Int) -> Int {
         kind == .socket ? send(fd, buffer, count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) : Foundation.write(fd, buffer, count)
     }

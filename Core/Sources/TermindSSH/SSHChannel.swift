@@ -504,6 +504,9 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
             }
         }
         guard closing else { return progressed ? .progressed : .idle }
+        // Nothing moves to or from handed-over descriptors once closing: they go now, so a
+        // reader downstream sees its end without waiting for the server's CLOSE.
+        closeLocal()
         // Requests still queued on this channel's lane (a resize, the start of a channel
         // whose opener gave up) use the channel: it is closed and freed after them.
         if engine.hasPendingOperations(lane: self) { return progressed ? .progressed : .idle }

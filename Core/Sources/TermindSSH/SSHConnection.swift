@@ -534,6 +534,10 @@ public final class SSHConnection: Sendable {
 
     private func openDirect(host: String, port: Int, window: UInt32? = nil) async throws -> OpaquePointer {
         guard (1...65_535).contains(port) else { throw SSHError.make(.sshBadPort, "Port \(port) is not between 1 and 65535.") }
+        // A DNS name is at most 253 bytes; the open message has room for 1024.
+        guard !host.isEmpty, host.utf8.count <= 1024 else {
+            throw SSHError.make(.sshRouteBadHost, "A tunnel's host must be 1 to 1024 bytes, not \(host.utf8.count).")
+        }
         let endpoint = engine.endpoint
         do {
             return try await openRawChannel("Opening a tunnel to \(host):\(port)", answerMayBeSlow: true) { session in
