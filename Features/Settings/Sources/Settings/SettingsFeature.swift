@@ -179,6 +179,8 @@ final class SettingsRegistry: Sendable {
         var declarations: [String: (declaration: SettingsRecordDeclaration, owner: String)] = [:]
         var frozen = false
         var observers: [String: [UInt64: AsyncStream<SettingsValue>.Continuation]] = [:]
+        /// The newest revision each key's observers were told of.
+        var published: [String: Int] = [:]
         var nextObserver: UInt64 = 0
     }
     private let state = Mutex(State())
@@ -228,9 +230,17 @@ final class SettingsRegistry: Sendable {
         return stream
     }
 
-    /// After a change committed: every observer of its key gets the new value.
+    /// After a change committed: every observer of its key gets the new value — unless a
+    /// newer revision was told already (writers commit in order but may report out of it),
+    /// so an observer never ends on a stale value.
     func publish(_ value: SettingsValue) {
-        for observer in state.withLock({ Array(($0.observers[value.key] ?? [:]).values) }) { observer.yield(value) }
+        // Told under the lock (a yield only queues), so two writers' values arrive in order.
+        state.withLock { state in
+            // (Equal passes: a remote change that won a tie at the same revision.)
+            guard value.revision >= state.published[value.key, default: 0] else { return }
+            state.published[value.key] = value.revision
+            for observer in (state.observers[value.key] ?? [:]).values { observer.yield(value) }
+        }
     }
 
     func finishObservers() {
