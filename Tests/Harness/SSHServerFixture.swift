@@ -199,3 +199,13 @@ public final class SSHServerFixture: @unchecked Sendable {
         return Int(UInt16(bigEndian: address.sin_port))
     }
 }
+
+extension SSHServerFixture {
+    /// An sshd that accepts one new Ed25519 key, made at `directory/name` (no passphrase):
+    /// what most SSH tests start from.
+    public static func withNewKey(in directory: TemporaryDirectory, name: String = "id", extraConfig: [String] = []) throws -> SSHServerFixture {
+        let generated = try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", directory.file(name)])
+        guard generated.status == 0 else { throw TermindError(code: "test.keygen", message: "ssh-keygen failed: \(generated.stderr)") }
+        return try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: directory.file(name + ".pub"), encoding: .utf8)], extraConfig: extraConfig)
+    }
+}

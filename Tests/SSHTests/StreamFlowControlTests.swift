@@ -15,8 +15,7 @@ final class StreamFlowControlTests: XCTestCase {
 
     override func setUpWithError() throws {
         directory = try TemporaryDirectory()
-        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", directory.file("id")]).status, 0)
-        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: directory.file("id.pub"), encoding: .utf8)])
+        server = try SSHServerFixture.withNewKey(in: directory)
         serve = try ServeProcess(directory: directory, arguments: [])
     }
 
