@@ -540,7 +540,6 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
         let freed = libssh2_channel_free(channel)
         if freed == Int32(eagain) { return .idle }
         self.channel = nil
-        closeLocal()
         state.finish(exit: ChannelExit(status: signalName == nil ? status : nil, signal: signalName), error: nil)
         return .finished
     }

@@ -293,8 +293,6 @@ public final class SSHConnection: Sendable {
         case subsystem(String)
     }
 
-    /// Opens a session channel and starts `kind` on it, with a terminal when `pty` is given.
-    /// `bufferLimit` bounds unread output and unsent input for this channel.
     /// The receive window a session channel offers the server: how much it may send before
     /// termind reads. A channel moves at most one window per round trip, so libssh2's default
     /// of 2 MiB held one channel near 100 MiB/s at 20 ms; 8 MiB allows about 400 MiB/s
@@ -305,6 +303,8 @@ public final class SSHConnection: Sendable {
     /// reader takes data.
     public static let channelWindow: UInt32 = 8 << 20
 
+    /// Opens a session channel and starts `kind` on it, with a terminal when `pty` is given.
+    /// `bufferLimit` bounds unread output and unsent input for this channel.
     ///
     /// `descriptors`: local descriptors (borrowed) the channel reads its input from and writes
     /// its output to itself, on the engine thread; those streams never pass through `next()`

@@ -92,9 +92,7 @@ enum StreamCommand {
                             bridge.restore()
                             kill(getpid(), SIGTSTP)
                             bridge.enterRaw()
-                            if let size = TerminalBridge.size(bridge.fd) {
-                                _ = control.send(["control": .object(["resize": .object(["columns": .integer(Int64(size.columns)), "rows": .integer(Int64(size.rows))])])])
-                            }
+                            sendSize(bridge, to: control)
                         case .help:
                             FileHandle.standardError.write(Data(TerminalEscapes.help.utf8))
                         case .send:
@@ -162,13 +160,16 @@ enum StreamCommand {
         }
     }
 
+    /// The terminal's size now, as a `resize` control.
+    private static func sendSize(_ bridge: TerminalBridge, to control: StreamControl) {
+        guard let size = TerminalBridge.size(bridge.fd) else { return }
+        _ = control.send(["control": .object(["resize": .object(["columns": .integer(Int64(size.columns)), "rows": .integer(Int64(size.rows))])])])
+    }
+
     /// SIGWINCH: the terminal's new size goes to the stream as a `resize` control.
     /// The size now is sent too: it may have changed while the session was being opened.
     private static func watchWindow(_ bridge: TerminalBridge, control: StreamControl) -> any DispatchSourceSignal {
-        let sendSize: @Sendable () -> Void = {
-            guard let size = TerminalBridge.size(bridge.fd) else { return }
-            _ = control.send(["control": .object(["resize": .object(["columns": .integer(Int64(size.columns)), "rows": .integer(Int64(size.rows))])])])
-        }
+        let sendSize: @Sendable () -> Void = { Self.sendSize(bridge, to: control) }
         signal(SIGWINCH, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: SIGWINCH, queue: .global())
         source.setEventHandler(handler: sendSize)

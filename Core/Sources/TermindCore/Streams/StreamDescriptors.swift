@@ -24,8 +24,8 @@ public struct StreamDescriptors: Sendable, Equatable {
     /// `fds[i]` has role `roles[i]`; nil unless `roles` are distinct known roles in
     /// `StreamDescriptors.roles` order, one per descriptor.
     public init?(roles: [String], fds: [Int32]) {
-        guard !roles.isEmpty, roles.count == fds.count,
-              roles == Self.roles.filter(roles.contains), Set(roles).count == roles.count else { return nil }
+        // Equal to the known roles it contains, in their order: known, ordered and distinct.
+        guard !roles.isEmpty, roles.count == fds.count, roles == Self.roles.filter(roles.contains) else { return nil }
         let given = Dictionary(uniqueKeysWithValues: zip(roles, fds))
         self.init(stdin: given["stdin"], stdout: given["stdout"], stderr: given["stderr"])
     }

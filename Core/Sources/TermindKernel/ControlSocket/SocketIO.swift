@@ -122,7 +122,7 @@ struct LineReader {
         descriptors.removeAll()
     }
 
-    /// One recv() of up to `count` bytes into `buffer`, keeping the descriptors that came
+    /// One recv() of up to `count` bytes into `chunk`, keeping the descriptors that came
     /// with them.
     private mutating func receive(count: Int) -> Int {
         let (socket, collecting) = (fd, collectsDescriptors)

@@ -137,7 +137,10 @@ struct SettingsStore: Sendable {
                     guard now.state != .quarantined else {
                         throw TermindError(.settingsInvalid, "\(declaration.key) is quarantined (\(now.reason ?? "")); repair it first (termind settings repair \(declaration.key) reset|keep).")
                     }
-                    let updated = try Self.replacing(field.split(separator: ".")[...], in: now.value, with: .string(handle), key: declaration.key, field: field)
+                    guard let updated = Self.replacing(field, in: now.value, with: .string(handle)) else {
+                        let parent = field.split(separator: ".").dropLast().joined(separator: ".")
+                        throw TermindError(.settingsInvalid, "\(declaration.key).\(parent) does not exist; add it first (termind settings set \(declaration.key) ...), then its secret.")
+                    }
                     let effective: JSONValue
                     switch Self.validate(declaration, updated) {
                     case .valid(let value): effective = value
@@ -178,15 +181,17 @@ struct SettingsStore: Sendable {
         return removed
     }
 
-    /// `value` with the field at `path` set to `new`; every object on the way must exist.
-    private static func replacing(_ path: ArraySlice<Substring>, in value: JSONValue, with new: JSONValue, key: String, field: String) throws -> JSONValue {
-        guard let part = path.first else { return new }
-        guard case .object(var fields) = value, path.count == 1 || fields[String(part)] != nil else {
-            let parent = field.split(separator: ".").dropLast(path.count - 1).joined(separator: ".")
-            throw TermindError(.settingsInvalid, "\(key).\(parent) does not exist; add it first (termind settings set \(key) ...), then its secret.")
+    /// `value` with the field at `field` (`providers.openai.secretRef`) set to `new`; nil
+    /// when an object on the way is not there.
+    static func replacing(_ field: String, in value: JSONValue, with new: JSONValue) -> JSONValue? {
+        func set(_ parts: ArraySlice<Substring>, _ value: JSONValue) -> JSONValue? {
+            guard let part = parts.first else { return new }
+            guard case .object(var fields) = value, parts.count == 1 || fields[String(part)] != nil else { return nil }
+            guard let inner = set(parts.dropFirst(), fields[String(part)] ?? .null) else { return nil }
+            fields[String(part)] = inner
+            return .object(fields)
         }
-        fields[String(part)] = try replacing(path.dropFirst(), in: fields[String(part)] ?? .null, with: new, key: key, field: field)
-        return .object(fields)
+        return set(field.split(separator: ".")[...], value)
     }
 
     /// Runs `body`, a change of `declaration`'s record, then deletes the secrets its stored
@@ -321,7 +326,7 @@ struct SettingsStore: Sendable {
                 let mine = Dictionary(declaration.references(in: local).map { ($0.path, $0.handle) }, uniquingKeysWith: { a, _ in a })
                 var merged = remote
                 for (path, _) in declaration.references(in: remote) {
-                    if let handle = mine[path] { merged = Self.setting(path, of: declaration.key, in: merged, to: .string(handle)) }
+                    if let handle = mine[path] { merged = Self.replacing(String(path.dropFirst(declaration.key.count + 1)), in: merged, with: .string(handle)) ?? merged }
                 }
                 value = merged
             }
@@ -333,17 +338,6 @@ struct SettingsStore: Sendable {
                 """, [declaration.key, text, change.revision, change.device])
             return (try current(declaration), true)
         }
-    }
-
-    /// `value` with the field at `path` (`KEY.a.b`) set to `new`, when every object on the way exists.
-    private static func setting(_ path: String, of key: String, in value: JSONValue, to new: JSONValue) -> JSONValue {
-        let parts = path.dropFirst(key.count + 1).split(separator: ".")[...]
-        func set(_ parts: ArraySlice<Substring>, _ value: JSONValue) -> JSONValue {
-            guard let part = parts.first, case .object(var fields) = value, let inner = fields[String(part)] else { return parts.isEmpty ? new : value }
-            fields[String(part)] = parts.count == 1 ? new : set(parts.dropFirst(), inner)
-            return .object(fields)
-        }
-        return set(parts, value)
     }
 
     /// Journal rows after `sequence`, oldest first.
