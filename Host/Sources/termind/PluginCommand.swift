@@ -42,8 +42,9 @@ enum PluginCommand {
                 return { .success }
             }
             let info = resolved.target
-            let body = try buildBody(command, arguments: Array(words.dropFirst(command.words.count)), schema: info?.request ?? .object([:]),
+            var body = try buildBody(command, arguments: Array(words.dropFirst(command.words.count)), schema: info?.request ?? .object([:]),
                                      readsInput: command.stream != nil && info?.acceptsInput == true)
+            if let field = command.output { body[field] = .string(inv.json ? "json" : "text") }
             if let stream = command.stream {
                 return try await StreamCommand.run(stream, body: body, acceptsInput: info?.acceptsInput == true,
                                                    acceptsDescriptors: info?.acceptsDescriptors == true, terminalField: command.terminal,

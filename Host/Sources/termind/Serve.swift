@@ -13,7 +13,9 @@ enum Serve {
         // supervisor, or a test, stopping a server it just started) must stop the server
         // cleanly, not kill it with the default action (status 143, socket left behind).
         let termination = SignalCatcher([SIGINT, SIGTERM], keepUntilHandled: true)
-        let kernel = Kernel(configuration: try inv.kernelConfiguration(), sink: try inv.logSink())
+        var configuration = try inv.kernelConfiguration()
+        configuration.resident = true
+        let kernel = Kernel(configuration: configuration, sink: try inv.logSink())
         let statuses = try await kernel.boot()
         // Features' contracts and streams (termind exec's among them) are served here; their
         // SSH connections are the kernel's one pool, shared between invocations.

@@ -131,7 +131,7 @@ enum StreamCommand {
         if let number = interrupt.caught { return interrupted(number, json: inv.json) }
         if let failure = answerFailure.withLock({ $0 }) { throw failure }
         let result = try JSONCoding.parse(reply, source: "The stream's result")
-        return { finish(result, output: output, json: inv.json) }
+        return { finish(result, output: output, json: inv.json, shown: view.showedResult) }
     }
 
     /// Our standard streams a stream may take over: not terminals (a person's keys and
@@ -219,7 +219,9 @@ enum StreamCommand {
 
     /// Prints the result and returns the exit code; a command's status and signal become
     /// termind's (128 + the signal's number, as a shell reports it).
-    static func finish(_ result: JSONValue, output: CollectedOutput, json: Bool) -> Invocation.Exit {
+    /// `shown`: a view already showed the result's human form.
+    static func finish(_ result: JSONValue, output: CollectedOutput, json: Bool, shown: Bool = false) -> Invocation.Exit {
+        if shown && !json { return .success }
         guard case .object(var fields) = result else {
             if json { Output.json(result) } else { Output.human(result) }
             return .success

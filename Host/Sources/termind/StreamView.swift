@@ -11,9 +11,11 @@ import TermindCore
 ///   error (standard output keeps the result).
 /// * `record` (`record`: an object): printed as it arrives as `key  value` lines; with
 ///   `--json` one JSON line on standard output.
-/// * `view` (`title`, `rows`: records, `refresh`: seconds between redraws): a table that
-///   a terminal redraws in place (the latest view at most every `refresh`, 0.25 s unless
-///   said); without one each view is printed in turn; with `--json` one JSON line each.
+/// * `view` (`title`, `rows`: records, `sections`: more titled tables, `refresh`: seconds
+///   between redraws): tables that a terminal redraws in place (the latest view at most
+///   every `refresh`, 0.25 s unless said); without one each view is printed in turn; with
+///   `--json` one JSON line each (its `json` field when it has one). A view with `result:
+///   true` is the human form of the result: printed instead of it, left out with `--json`.
 /// * `notice` (`text`): a line on standard error.
 ///
 /// The terminal is left as found: the cursor shown again and the progress line cleared
@@ -32,6 +34,10 @@ final class StreamView: @unchecked Sendable {
     private var recordsShown = 0
     /// Live views write to standard output: the latest not yet drawn, and when it is due.
     private var pendingView: JSONValue?
+    private var resultShown = false
+
+    /// A view stood for the result (`result: true`): the client prints the result only with `--json`.
+    var showedResult: Bool { lock.withLock { resultShown } }
 
     init(json: Bool) {
         self.json = json
@@ -147,9 +153,15 @@ final class StreamView: @unchecked Sendable {
     }
 
     private func view(_ fields: [String: JSONValue]) {
-        let view = JSONValue.object(fields.filter { $0.key != "id" && $0.key != "event" })
-        if json { return writeJSONLine(view, to: FileHandle.standardOutput) }
+        let view = JSONValue.object(fields.filter { $0.key != "id" && $0.key != "event" && $0.key != "json" && $0.key != "result" })
+        let isResult = fields["result"] == .bool(true)
+        if json {
+            // The result is the document; a view may say what stands for it in JSON.
+            if isResult { return }
+            return writeJSONLine(fields["json"] ?? view, to: FileHandle.standardOutput)
+        }
         lock.withLock {
+            if isResult { resultShown = true }
             guard outIsTerminal else {
                 drawLocked(view)
                 return
@@ -169,9 +181,18 @@ final class StreamView: @unchecked Sendable {
         clearProgressLocked()
         var lines: [String] = []
         if let title = view["title"]?.stringValue { lines.append(TerminalText.escaped(title, singleLine: true)) }
-        if case .array(let rows)? = view["rows"] {
+        func table(_ rows: JSONValue?) {
+            guard case .array(let rows)? = rows else { return }
             let records = rows.compactMap { row -> [String: JSONValue]? in if case .object(let r) = row { r } else { nil } }
             lines += Output.tableLines(records)
+        }
+        table(view["rows"])
+        if case .array(let sections)? = view["sections"] {
+            for section in sections {
+                lines.append("")
+                if let title = section["title"]?.stringValue { lines.append(TerminalText.escaped(title, singleLine: true)) }
+                table(section["rows"])
+            }
         }
         var text = ""
         if outIsTerminal {

@@ -23,12 +23,17 @@ public struct FeatureContext: Sendable {
     public let ports: PortDirectory
     /// Calls any loaded contract (JSON in, JSON out), as this feature.
     public let call: @Sendable (ContractID, Data) async throws -> Data
+    /// The process serves clients until it is stopped (`termind serve`): work meant to
+    /// outlive one command (a host's monitor, a forward) may start at boot. In a one-shot
+    /// command it starts only when that command asks for it.
+    public let resident: Bool
 
-    public init(featureID: String, logger: Logger, ports: PortDirectory,
+    public init(featureID: String, logger: Logger, ports: PortDirectory, resident: Bool = false,
                 call: @escaping @Sendable (ContractID, Data) async throws -> Data) {
         self.featureID = featureID
         self.logger = logger
         self.ports = ports
+        self.resident = resident
         self.call = call
     }
 

@@ -116,13 +116,19 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         /// input is one; the CLI then puts it in raw mode, sends its bytes as input and its
         /// window changes as `resize` controls, and restores it on every way out.
         public var terminal: String?
+        /// A field the CLI fills with how it shows what comes back: "json" with `--json`,
+        /// else "text" (a stream that sends one event per item for scripts, and coalesced
+        /// views for a person).
+        public var output: String?
         public var summary: String?
         /// What `termind help COMMAND` adds to the usage and summary (lines of text).
         public var help: [String]?
 
         public init(name: String, contract: String? = nil, stream: String? = nil, arguments: [String] = [], paths: [String]? = nil,
-                    secrets: [String]? = nil, workingDirectory: String? = nil, terminal: String? = nil, summary: String? = nil, help: [String]? = nil) {
+                    secrets: [String]? = nil, workingDirectory: String? = nil, terminal: String? = nil, output: String? = nil, summary: String? = nil,
+                    help: [String]? = nil) {
             self.terminal = terminal
+            self.output = output
             self.name = name
             self.contract = contract
             self.stream = stream

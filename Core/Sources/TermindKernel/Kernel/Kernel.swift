@@ -407,6 +407,7 @@ public actor Kernel {
                 if Self.scopedPorts.contains(port) { return scoped[port] }
                 return routes.port(port)
             },
+            resident: configuration.resident,
             call: { [weak self] contract, body in
                 guard let self else { throw TermindError.internalFailure("The kernel has shut down.") }
                 guard calls.contains(contract.description) || routes.endpoint(contract)?.owner == id else {

@@ -29,6 +29,9 @@ public struct KernelConfiguration: Sendable {
     public var secretsKey: SecretStore.KeySource?
     /// The key file used when protection switches from a passphrase to a key file.
     public var secretsKeyFilePath: String?
+    /// The process serves clients until it is stopped (`termind serve`): features may start
+    /// work at boot that outlives any one command (monitors, forwards). False for a one-shot command.
+    public var resident = false
 
     public init(registryPath: String?, libraryDirectory: String? = nil, pluginDirectories: [String] = [], selection: Set<String>? = nil,
                 hostVersion: String = "0.1.0", libraryVersions: [String: String] = [:]) {
