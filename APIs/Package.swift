@@ -23,12 +23,12 @@ let package = Package(
         // Settings: typed records features register, the settings.values port, the settings contracts.
         .target(name: "SettingsAPI", dependencies: [core], path: "Sources/SettingsAPI"),
         // Workspaces: SSH sessions; the exec and terminal streams; the terminal's settings records.
-        .target(name: "WorkspacesAPI", dependencies: [core, "SettingsAPI"], path: "Sources/WorkspacesAPI"),
+        .target(name: "WorkspacesAPI", dependencies: [core, "SettingsAPI", "VaultAPI"], path: "Sources/WorkspacesAPI"),
         // SFTP: its settings records (limits, topology) so far; the scheduler port comes with the feature.
         .target(name: "SFTPAPI", dependencies: [core, "SettingsAPI"], path: "Sources/SFTPAPI"),
         // The Assistant: its settings records (providers and MCP servers with secret references, models, roles, local) so far.
         .target(name: "AssistantAPI", dependencies: [core, "SettingsAPI"], path: "Sources/AssistantAPI"),
-        // Metrics: its settings record (device-local preferences) so far.
-        .target(name: "MetricsAPI", dependencies: [core, "SettingsAPI"], path: "Sources/MetricsAPI"),
+        // Metrics: samples of monitored hosts, the metrics contracts and streams, its settings record (device-local preferences).
+        .target(name: "MetricsAPI", dependencies: [core, "SettingsAPI", "VaultAPI"], path: "Sources/MetricsAPI"),
     ]
 )

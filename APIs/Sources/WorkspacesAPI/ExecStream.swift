@@ -1,10 +1,11 @@
 import TermindCore
+import VaultAPI
 
 /// Workspaces: SSH sessions on saved hosts and quick-connect targets: one command
 /// (`termind exec`, Exec) or an interactive session (`termind ssh`, Terminal).
 public enum WorkspacesStreams {
     /// What connecting may ask: an unknown host key, a key's passphrase, keyboard-interactive prompts.
-    public static let connectionQuestions = ["ssh.hostKey": "choice", "ssh.passphrase": "prompts", "ssh.keyboardInteractive": "prompts"]
+    public static let connectionQuestions = ConnectionOpener.questions
 
     /// Runs a command on a host through its route and streams its output back.
     ///
@@ -42,12 +43,8 @@ public enum WorkspacesStreams {
             }
         }
 
-        public enum HostKeyPreset: String, Codable, Sendable, SchemaEnum {
-            /// Trust it for this connection only.
-            case once
-            /// Trust it and save it among the known hosts.
-            case save
-        }
+        /// Answers an unknown host key without asking (the Vault's, shared by every SSH feature).
+        public typealias HostKeyPreset = VaultAPI.HostKeyPreset
 
         public struct Result: Codable, Sendable, Equatable {
             /// The remote exit status; nil when a signal ended the command.

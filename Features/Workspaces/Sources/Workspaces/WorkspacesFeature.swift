@@ -48,82 +48,12 @@ final class WorkspacesFeature: Feature {
         ports.withLock { $0 = nil }
     }
 
-    /// A connection for one stream run: the route from the Vault, the connection from the
-    /// pool, asking the stream's client what only a person can answer.
-    private struct Opener {
-        let ports: Ports
-        let session: StreamSession
-        let request: any SessionTarget
-        var target: String { request.target }
-        var user: String? { request.user }
-        var identity: String? { request.identity }
-        var workingDirectory: String? { request.workingDirectory }
-        var acceptHostKey: WorkspacesStreams.Exec.HostKeyPreset? { request.acceptHostKey }
-        var connectTimeout: Double? { request.connectTimeout }
-
-        func connection() async throws -> SSHConnection {
-            let session = self.session
-            let resolved = try await ports.routes.route(
-                for: RouteRequest(target: target, user: user, identity: identity, workingDirectory: workingDirectory)
-            ) { path in
-                let answer = await session.ask(StreamQuestion.prompts(topic: "ssh.passphrase", header: [], [("Enter passphrase for key '\(path)': ", false)]))
-                return StreamQuestion.answers(answer)?.first
-            }
-            // Connections are shared only between runs that asked for the same thing.
-            let route = SSHRoute(resolved.route.hops, context: "\(target)\u{1F}\(user ?? "")\u{1F}\(identity ?? "")")
-            let preset = acceptHostKey
-            let policy = SSHOpenPolicy(trust: ports.trust, deadlines: deadlines(), logger: ports.logger.child("ssh"), credentials: { hop in
-                resolved.credentials(for: hop)
-            }, keyboardInteractive: { challenge in
-                var header = ["(\(challenge.host))"]
-                if !challenge.name.isEmpty { header.append(challenge.name) }
-                if !challenge.instruction.isEmpty { header.append(challenge.instruction) }
-                let answer = await session.ask(StreamQuestion.prompts(topic: "ssh.keyboardInteractive", header: header, challenge.prompts.map { ($0.text, $0.echo) }))
-                return StreamQuestion.answers(answer)
-            }) { question in
-                switch preset {
-                case .once?: return .acceptOnce
-                case .save?: return .acceptAndSave
-                case nil: return await Self.askAboutHostKey(question, session: session)
-                }
-            }
-            return try await ports.pool.connection(for: route, policy: policy)
-        }
-
-        /// As OpenSSH's ConnectTimeout: name resolution, TCP connect and the handshake, per hop.
-        private func deadlines() -> SSHDeadlines {
-            var deadlines = SSHDeadlines()
-            if let limit = connectTimeout {
-                deadlines.resolve = limit
-                deadlines.connect = limit
-                deadlines.handshake = limit
-            }
-            return deadlines
-        }
-
-        /// Asks the client whether to trust an unknown host key; nobody to ask fails closed
-        /// with what to do instead.
-        static func askAboutHostKey(_ question: HostKeyQuestion, session: StreamSession) async -> HostKeyAnswer {
-            let target = question.port == 22 ? question.host : "[\(question.host)]:\(question.port)"
-            let text = "The authenticity of host \(target) can't be established.\n\(question.algorithm) key fingerprint is \(question.fingerprint).\n"
-                + "Trust it? [s]ave / [o]nce / [N]o: "
-            // The details let a program (not a person) decide: what the question is about.
-            let details: JSONValue = .object(["hostKey": .object(["host": .string(question.host), "port": .integer(Int64(question.port)),
-                                                                 "algorithm": .string(question.algorithm), "fingerprint": .string(question.fingerprint),
-                                                                 "key": .string(question.key)])])
-            let answer = await session.ask(StreamQuestion.choice(topic: "ssh.hostKey", text, ["s": "save", "save": "save", "yes": "save", "y": "save", "o": "once", "once": "once"],
-                                                                 default: "reject", details: details))
-            if StreamQuestion.unanswered(answer) {
-                return .unanswered(reason: "there is no terminal to ask whether to trust it. Check the fingerprint with the server's administrator, then run termind "
-                    + "on a terminal, or pass --accept-host-key once (this connection only) or --accept-host-key save, or trust it first: "
-                    + "termind vault knownhost add \(question.host) '\(question.key)'\(question.port == 22 ? "" : " --port \(question.port)").")
-            }
-            switch answer?["answer"]?.stringValue {
-            case "save"?: return .acceptAndSave
-            case "once"?: return .acceptOnce
-            default: return .reject
-            }
-        }
+    /// The connection for one stream run, asking the stream's client what only a person can answer.
+    private static func connection(_ ports: Ports, _ request: any SessionTarget, session: StreamSession) async throws -> SSHConnection {
+        let opener = ConnectionOpener(routes: ports.routes, trust: ports.trust, pool: ports.pool, logger: ports.logger)
+        let target = ConnectionTarget(target: request.target, user: request.user, identity: request.identity, workingDirectory: request.workingDirectory,
+                                      acceptHostKey: request.acceptHostKey, connectTimeout: request.connectTimeout)
+        return try await opener.connection(target) { await session.ask($0) }
     }
 
     /// One `workspaces.exec@1` run: the command, its output as events.
@@ -133,7 +63,7 @@ final class WorkspacesFeature: Feature {
         let session: StreamSession
 
         func run() async throws -> WorkspacesStreams.Exec.Result {
-            let connection = try await Opener(ports: ports, session: session, request: request).connection()
+            let connection = try await WorkspacesFeature.connection(ports, request, session: session)
             let session = self.session
             do {
                 // Handed-over descriptors: the channel moves those streams itself (on copies of
@@ -160,7 +90,7 @@ final class WorkspacesFeature: Feature {
         let session: StreamSession
 
         func run() async throws -> WorkspacesStreams.Terminal.Result {
-            let connection = try await Opener(ports: ports, session: session, request: request).connection()
+            let connection = try await WorkspacesFeature.connection(ports, request, session: session)
             let pty = request.terminal.map { PTYRequest(term: $0.term.isEmpty ? "xterm-256color" : $0.term, columns: max(1, $0.columns), rows: max(1, $0.rows)) }
             let environment = (request.terminal?.environment ?? [:]).filter { $0.key == "LANG" || $0.key.hasPrefix("LC_") }
             let channel = try await connection.openChannel(request.command.map { .exec($0) } ?? .shell, pty: pty, environment: environment)
@@ -205,7 +135,7 @@ private protocol SessionTarget: Sendable {
     var user: String? { get }
     var identity: String? { get }
     var workingDirectory: String? { get }
-    var acceptHostKey: WorkspacesStreams.Exec.HostKeyPreset? { get }
+    var acceptHostKey: HostKeyPreset? { get }
     var connectTimeout: Double? { get }
 }
 
