@@ -21,6 +21,7 @@ let package = Package(
         .library(name: "TermindVault", type: .dynamic, targets: ["Vault"]),
         .library(name: "TermindWorkspaces", type: .dynamic, targets: ["Workspaces"]),
         .library(name: "TermindSettings", type: .dynamic, targets: ["Settings"]),
+        .library(name: "TermindMetrics", type: .dynamic, targets: ["Metrics"]),
         // Example third-party plugins (opt-in: loaded only from --plugins / TERMIND_PLUGINS).
         .library(name: "TermindWakeOnLAN", type: .dynamic, targets: ["WakeOnLAN"]),
         .library(name: "TermindDigest", type: .dynamic, targets: ["Digest"]),
@@ -72,6 +73,18 @@ let package = Package(
             dependencies: [core, apis],
             path: "Features/Settings/Sources/Settings",
             plugins: [signature]
+        ),
+        .target(
+            name: "Metrics",
+            dependencies: [core, apis, "MetricsRules"],
+            path: "Features/Metrics/Sources/Metrics",
+            plugins: [signature]
+        ),
+        // Metrics' pure rules (the remote script, snapshot framing, procfs and nvidia-smi parsers, rates), unit-tested directly.
+        .target(
+            name: "MetricsRules",
+            dependencies: [core, apis],
+            path: "Features/Metrics/Sources/MetricsRules"
         ),
         // The Vault's pure rules (known_hosts, ssh_config, quick-connect), unit-tested directly.
         .target(
@@ -166,6 +179,11 @@ let package = Package(
             name: "VaultRulesTests",
             dependencies: [core, apis, "VaultRules", "TermindHarness"],
             path: "Tests/VaultRulesTests"
+        ),
+        .testTarget(
+            name: "MetricsTests",
+            dependencies: [core, apis, "MetricsRules", "TermindHarness"],
+            path: "Tests/MetricsTests"
         ),
         .testTarget(
             name: "PluginTests",

@@ -1,0 +1,257 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import XCTest
+
+/// The Metrics feature end to end: `termind metrics …` against a real sshd on loopback,
+/// which runs on this very machine, so every value can be checked against our own /proc
+/// read at the same moment. GPUs come from a fake `nvidia-smi` on the session's PATH
+/// (sshd's SetEnv) printing recorded real XML, or hostile XML.
+final class MetricsFeatureTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+    private var server: SSHServerFixture!
+    private var serve: ServeProcess?
+
+    override func tearDown() {
+        _ = serve?.stop()
+        server?.stop()
+        directory?.remove()
+    }
+
+    /// sshd with a fake nvidia-smi printing `gpuXML` (nil: none on the PATH).
+    private func start(gpuXML: String? = nil) throws {
+        directory = try TemporaryDirectory()
+        var extra: [String] = []
+        if let gpuXML {
+            let bin = directory.file("fakebin")
+            try FileManager.default.createDirectory(atPath: bin, withIntermediateDirectories: true)
+            try gpuXML.write(toFile: directory.file("gpu.xml"), atomically: true, encoding: .utf8)
+            let script = "#!/bin/sh\n[ \"$1 $2\" = \"-q -x\" ] || exit 2\ncat \(directory.file("gpu.xml"))\n"
+            try script.write(toFile: bin + "/nvidia-smi", atomically: true, encoding: .utf8)
+            chmod(bin + "/nvidia-smi", 0o755)
+            extra.append("SetEnv PATH=\(bin):/usr/local/bin:/usr/bin:/bin")
+        }
+        server = try SSHServerFixture.withNewKey(in: directory, extraConfig: extra)
+    }
+
+    private var environment: [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = directory.file("home")
+        environment["TERMIND_SOCKET"] = directory.file("none.sock")
+        for name in ["TERMIND_PLUGINS", "TERMIND_FEATURES", "TERMIND_REGISTRY", "TERMIND_DEBUG", "TERMIND_LOG_FILE"] { environment.removeValue(forKey: name) }
+        return environment
+    }
+
+    /// termind in-process (its own store), or on the server's socket once `serve` runs.
+    private func termind(_ arguments: [String], stdin: String? = nil) throws -> ProcessResult {
+        let location = serve.map { ["--socket", $0.socketPath] } ?? ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")]
+        return try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", location + arguments, environment: environment, stdin: stdin)
+    }
+
+    private func json(_ arguments: [String]) throws -> JSONValue {
+        let result = try termind(["--json"] + arguments)
+        XCTAssertEqual(result.status, 0, "termind \(arguments.joined(separator: " ")): \(result.stderr)")
+        return try JSONCoding.parse(Data(result.stdout.utf8), source: "termind's output")
+    }
+
+    /// A saved host "box" for the fixture's sshd, with its key; sampling every second.
+    private func saveHost() throws {
+        XCTAssertEqual(try termind(["vault", "key", "import", directory.file("id"), "--label", "ci"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "identity", "add", NSUserName(), "--key", "ci"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
+        let set = try termind(["settings", "set", "metrics.preferences", #"{"intervalSeconds": 1}"#])
+        XCTAssertEqual(set.status, 0, set.stderr)
+    }
+
+    private func number(_ value: JSONValue?) -> Double? {
+        switch value {
+        case .integer(let n)?: Double(n)
+        case .unsignedInteger(let n)?: Double(n)
+        case .double(let d)?: d
+        default: nil
+        }
+    }
+
+    private func accepted() -> Int {
+        ((try? String(contentsOfFile: server.directory.file("sshd.log"), encoding: .utf8)) ?? "").components(separatedBy: "Accepted publickey").count - 1
+    }
+
+    // MARK: - Tests
+
+    func testASampleMatchesThisMachinesOwnProc() throws {
+        try start()
+        try saveHost()
+        let added = try termind(["metrics", "add", "box", "--accept-host-key", "once"])
+        XCTAssertEqual(added.status, 0, added.stderr)
+        XCTAssertTrue(added.stdout.contains("box"), added.stdout)
+        XCTAssertTrue(added.stderr.contains("monitored while termind serve runs"), added.stderr)
+
+        // Trust given once is for that process's connection only: a new process asks again.
+        let refused = try termind(["metrics", "show", "box"])
+        XCTAssertNotEqual(refused.status, 0)
+        XCTAssertTrue(refused.stderr.contains("no terminal to ask whether to trust it"), refused.stderr)
+        let sample = try json(["metrics", "show", "box", "--detail", "true", "--accept-host-key", "save"])
+        let local = { (path: String) in (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
+        let memTotal = local("/proc/meminfo").split(separator: "\n").first { $0.hasPrefix("MemTotal:") }.flatMap { UInt64($0.split(separator: " ")[1]) }
+        XCTAssertEqual(number(sample["memory"]?["total"]).map { UInt64($0) }, memTotal.map { $0 * 1024 }, "\(sample)")
+        guard case .array(let cores)? = sample["cpu"]?["cores"] else { return XCTFail("no cores: \(sample)") }
+        XCTAssertEqual(cores.count, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+        let busy = try XCTUnwrap(number(sample["cpu"]?["total"]?["busy"]), "rates come with show: \(sample)")
+        XCTAssertTrue((0...100).contains(busy))
+        let uptime = Double(local("/proc/uptime").split(separator: " ")[0]) ?? 0
+        XCTAssertEqual(number(sample["uptimeSeconds"]) ?? 0, uptime, accuracy: 10)
+        XCTAssertEqual(number(sample["intervalSeconds"]) ?? 0, 1, accuracy: 0.5)
+        let loadOne = Double(local("/proc/loadavg").split(separator: " ")[0]) ?? 0
+        XCTAssertEqual(number(sample["load"]?["one"]) ?? -1, loadOne, accuracy: 2)
+        // Interfaces: the physical ones, as /sys says (lo and other virtual ones left out).
+        let virtual = Set((try? FileManager.default.contentsOfDirectory(atPath: "/sys/devices/virtual/net")) ?? [])
+        let physical = local("/proc/net/dev").split(separator: "\n").compactMap { line -> String? in
+            guard let colon = line.firstIndex(of: ":") else { return nil }
+            let name = line[..<colon].trimmingCharacters(in: .whitespaces)
+            return virtual.contains(name) ? nil : name
+        }
+        guard case .array(let interfaces)? = sample["network"] else { return XCTFail("\(sample)") }
+        XCTAssertEqual(Set(interfaces.compactMap { $0["name"]?.stringValue }), Set(physical))
+        // Detail: processes (never their command lines) and filesystems; no nvidia-smi means no GPUs, not an error.
+        guard case .array(let byMemory)? = sample["processes"]?["byMemory"] else { return XCTFail("no processes: \(sample)") }
+        XCTAssertFalse(byMemory.isEmpty)
+        XCTAssertLessThanOrEqual(byMemory.count, 20)
+        let processCount = try XCTUnwrap(number(sample["processes"]?["count"]))
+        XCTAssertGreaterThan(processCount, 1)
+        guard case .array(let filesystems)? = sample["filesystems"] else { return XCTFail("no filesystems: \(sample)") }
+        XCTAssertTrue(filesystems.contains { $0["mount"]?.stringValue == "/" }, "\(filesystems)")
+        XCTAssertEqual(sample["gpus"], .null)
+        XCTAssertEqual(sample["problems"], .array([]))
+
+        // The human form: a detail view standing for the result.
+        let text = try termind(["metrics", "show", "box"])
+        XCTAssertEqual(text.status, 0, text.stderr)
+        XCTAssertTrue(text.stdout.contains("CPU cores"), text.stdout)
+        XCTAssertFalse(text.stdout.contains("uptimeSeconds"), "the raw result was printed too: \(text.stdout)")
+    }
+
+    func testGetReturnsWhatIsHeldAndNeverStartsSampling() throws {
+        try start()
+        try saveHost()
+        XCTAssertEqual(try termind(["metrics", "add", "box", "--accept-host-key", "save"]).status, 0)
+        let before = accepted()
+        // A new process holds no sample: get says so, and connects nowhere.
+        let got = try json(["call", "metrics.get@1", "{}"])
+        guard case .array(let hosts)? = got["hosts"], let first = hosts.first else { return XCTFail("\(got)") }
+        XCTAssertEqual(first["label"], .string("box"))
+        XCTAssertEqual(first["state"], .string("idle"))
+        XCTAssertEqual(first["sample"], .null)
+        XCTAssertEqual(first["stale"], .bool(true))
+        XCTAssertEqual(accepted(), before, "metrics.get@1 connected to the host")
+        // Hosts are validated by name.
+        let unknown = try termind(["call", "metrics.get@1", #"{"hosts": ["nope"]}"#])
+        XCTAssertNotEqual(unknown.status, 0)
+        XCTAssertTrue(unknown.stderr.contains("'nope' is not a monitored host"), unknown.stderr)
+        // A host that is not saved cannot be added; nothing changes.
+        let notSaved = try termind(["metrics", "add", "elsewhere"])
+        XCTAssertNotEqual(notSaved.status, 0)
+        XCTAssertTrue(notSaved.stderr.contains("'elsewhere' is not a saved host"), notSaved.stderr)
+        let list = try json(["metrics", "list"])
+        guard case .array(let monitors)? = list["monitors"] else { return XCTFail("\(list)") }
+        XCTAssertEqual(monitors.compactMap { $0["label"]?.stringValue }, ["box"])
+        // Removed: gone from the list and from get.
+        XCTAssertEqual(try termind(["metrics", "rm", "box"]).status, 0)
+        XCTAssertEqual(try json(["metrics", "list"])["monitors"], .array([]))
+    }
+
+    func testAServerSamplesRecordedGPUsSurvivesADroppedConnectionAndForgetsOnceTrustOnPause() throws {
+        let xml = try String(contentsOfFile: Repository.path("Tests/Fixtures/NvidiaSMI/tesla-v100s-x8-driver-460.xml"), encoding: .utf8)
+        try start(gpuXML: xml)
+        serve = try ServeProcess(directory: directory, arguments: [])
+        try saveHost()
+        let added = try termind(["metrics", "add", "box", "--accept-host-key", "once"])
+        XCTAssertEqual(added.status, 0, added.stderr)
+
+        // --json streams one object per sample.
+        let watched = try termind(["--json", "metrics", "watch", "box", "--count", "3"])
+        XCTAssertEqual(watched.status, 0, watched.stderr)
+        let lines = watched.stdout.split(separator: "\n").compactMap { try? JSONCoding.parse(Data($0.utf8), source: "line") }
+        let samples = lines.filter { $0["host"] != nil }
+        XCTAssertEqual(samples.count, 3, watched.stdout)
+        for sample in samples {
+            guard case .array(let gpus)? = sample["gpus"] else { XCTFail("no GPUs: \(sample)"); continue }
+            XCTAssertEqual(gpus.count, 8)
+            XCTAssertEqual(gpus.first?["name"], .string("Tesla V100S-PCIE-32GB"))
+            XCTAssertEqual(gpus.first?["processes"]?.arrayValue?.first?["name"], .string("python"))
+        }
+        let times = samples.compactMap { number($0["takenAt"]) }
+        XCTAssertEqual(times, times.sorted())
+        XCTAssertEqual(Set(times).count, 3, "three distinct samples")
+
+        // The server keeps sampling without any client: get sees a fresh sample.
+        Thread.sleep(forTimeInterval: 1.5)
+        let got = try json(["call", "metrics.get@1", #"{"hosts": ["box"]}"#])
+        let held = got["hosts"]?.arrayValue?.first
+        XCTAssertEqual(held?["state"], .string("sampling"), "\(got)")
+        XCTAssertEqual(held?["stale"], .bool(false), "\(got)")
+        XCTAssertLessThan(number(held?["ageSeconds"]) ?? 99, 3)
+
+        // Drop the connection: sshd's session processes die. The monitor reconnects by
+        // itself, trusting the key it was told to trust once, without asking anyone.
+        let dropped = Date().timeIntervalSince1970
+        let sshd = Int32((try String(contentsOfFile: server.directory.file("sshd.pid"), encoding: .utf8)).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        XCTAssertGreaterThan(sshd, 0)
+        for child in Self.children(of: sshd) { kill(child, SIGKILL) }
+        var recovered = false
+        var states: Set<String> = []
+        for _ in 0..<100 {
+            Thread.sleep(forTimeInterval: 0.2)
+            let list = try json(["metrics", "list"])
+            let monitor = list["monitors"]?.arrayValue?.first
+            if let state = monitor?["state"]?.stringValue { states.insert(state) }
+            if monitor?["state"] == .string("sampling"), (number(monitor?["lastSampleAt"]) ?? 0) > dropped + 0.5 { recovered = true; break }
+        }
+        XCTAssertTrue(recovered, "no sample after the drop; states seen: \(states)")
+        XCTAssertTrue(states.contains("retrying") || states.contains("connecting"), "the drop went unnoticed: \(states)")
+
+        // Paused: once-only trust is forgotten, so resuming with nobody to ask fails closed.
+        let paused = try json(["metrics", "pause", "box"])
+        XCTAssertEqual(paused["state"], .string("paused"))
+        let resumed = try termind(["metrics", "resume", "box"])
+        XCTAssertNotEqual(resumed.status, 0)
+        XCTAssertTrue(resumed.stderr.contains("no terminal to ask whether to trust it"), resumed.stderr)
+        let after = try json(["metrics", "list"])
+        XCTAssertEqual(after["monitors"]?.arrayValue?.first?["state"], .string("needs-attention"), "\(after)")
+        // Resumed with an answer: sampling again.
+        let again = try termind(["metrics", "resume", "box", "--accept-host-key", "once"])
+        XCTAssertEqual(again.status, 0, again.stderr)
+        XCTAssertEqual(try json(["metrics", "list"])["monitors"]?.arrayValue?.first?["state"], .string("sampling"))
+    }
+
+    func testHostileGPUOutputLeavesTheBaseDataAndNeverEchoesIt() throws {
+        let laughs = """
+        <?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "MALICIOUS"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;">]>
+        <nvidia_smi_log><gpu id="x"><product_name>&lol2;</product_name></gpu></nvidia_smi_log>
+        """
+        try start(gpuXML: laughs)
+        try saveHost()
+        XCTAssertEqual(try termind(["metrics", "add", "box", "--accept-host-key", "save"]).status, 0)
+        let result = try termind(["--json", "metrics", "show", "box"])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        XCTAssertFalse(result.stdout.contains("MALICIOUS") || result.stderr.contains("MALICIOUS"))
+        let sample = try JSONCoding.parse(Data(result.stdout.utf8), source: "show")
+        XCTAssertNotEqual(sample["memory"], .null, "the base data stands")
+        XCTAssertEqual(sample["gpus"], .null)
+        let problems = sample["problems"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        XCTAssertTrue(problems.contains { $0.hasPrefix("gpu: nvidia-smi's XML (\(laughs.utf8.count + 1) bytes) is unusable") }, "\(problems)")
+    }
+
+    /// Processes whose parent is `pid` (sshd's per-connection children).
+    static func children(of pid: Int32) -> [Int32] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap { Int32($0) }.filter { child in
+            guard let stat = try? String(contentsOfFile: "/proc/\(child)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return false }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            return fields.count > 1 && Int32(fields[1]) == pid
+        }
+    }
+}
+
+private extension JSONValue {
+    var arrayValue: [JSONValue]? { if case .array(let items) = self { items } else { nil } }
+}
