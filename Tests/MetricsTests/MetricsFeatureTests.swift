@@ -183,6 +183,27 @@ final class MetricsFeatureTests: XCTestCase {
         XCTAssertEqual(times, times.sorted())
         XCTAssertEqual(Set(times).count, 3, "three distinct samples")
 
+        // Two watchers at once share the one monitor: no new SSH connection, the same samples.
+        let connections = accepted()
+        let group = DispatchGroup()
+        let outputs = Locked<[String]>([])
+        let executable = FeatureHarness.buildDirectory + "/termind"
+        let arguments = ["--socket", serve?.socketPath ?? "", "--json", "metrics", "watch", "box", "--count", "2"]
+        let environment = self.environment
+        for _ in 0..<2 {
+            group.enter()
+            DispatchQueue.global().async {
+                let result = try? ProcessRunner.run(executable, arguments, environment: environment)
+                outputs.withLock { $0.append(result?.stdout ?? "") }
+                group.leave()
+            }
+        }
+        XCTAssertEqual(group.wait(timeout: .now() + 60), .success)
+        XCTAssertEqual(accepted(), connections, "a watcher opened a connection of its own")
+        let seen = outputs.withLock { $0 }.map { Set($0.split(separator: "\n").compactMap { try? JSONCoding.parse(Data($0.utf8), source: "line") }.compactMap { number($0["takenAt"]) }) }
+        XCTAssertEqual(seen.count, 2)
+        XCTAssertFalse(seen[0].intersection(seen[1]).isEmpty, "the watchers saw different samples: \(seen)")
+
         // The server keeps sampling without any client: get sees a fresh sample.
         Thread.sleep(forTimeInterval: 1.5)
         let got = try json(["call", "metrics.get@1", #"{"hosts": ["box"]}"#])
@@ -250,6 +271,14 @@ final class MetricsFeatureTests: XCTestCase {
             return fields.count > 1 && Int32(fields[1]) == pid
         }
     }
+}
+
+/// A value shared between a test's threads.
+final class Locked<Value>: @unchecked Sendable {
+    private var value: Value
+    private let lock = NSLock()
+    init(_ value: Value) { self.value = value }
+    func withLock<R>(_ body: (inout Value) -> R) -> R { lock.lock(); defer { lock.unlock() }; return body(&value) }
 }
 
 private extension JSONValue {

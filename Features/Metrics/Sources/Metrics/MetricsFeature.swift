@@ -91,20 +91,17 @@ final class MetricsFeature: Feature {
         registrar.stream(MetricsStreams.Add.self) { [self] request, session in
             let ports = try current()
             guard let host = try await ports.hosts.host(named: request.host) else { throw Self.notSaved(request.host) }
-            try await preferences.update(ports.settings, call: ports.call) { p in
+            return try await startAndWait(host, request: request, session: session, ports: ports) { p in
                 if !p.order.contains(host.id) { p.order.append(host.id) }
                 p.paused.removeAll { $0 == host.id }
             }
-            return try await startAndWait(host, request: request, session: session, ports: ports)
         }
         registrar.stream(MetricsStreams.Resume.self) { [self] request, session in
             let ports = try current()
             let prefs = try await preferences.read(ports.settings)
             let id = try await monitoredID(request.host, prefs: prefs, ports: ports)
             guard let host = try await ports.hosts.host(named: id) else { throw Self.notSaved(request.host) }
-            try await preferences.update(ports.settings, call: ports.call) { p in p.paused.removeAll { $0 == id } }
-            if let monitor = await monitors.get(id), await monitor.status.state == .needsAttention { await monitor.idle() }
-            return try await startAndWait(host, request: request, session: session, ports: ports)
+            return try await startAndWait(host, request: request, session: session, ports: ports) { p in p.paused.removeAll { $0 == id } }
         }
         registrar.stream(MetricsStreams.Show.self) { [self] request, session in
             try await show(request, session: session, ports: try current())
@@ -194,12 +191,18 @@ final class MetricsFeature: Feature {
     }
 
     /// Starts `host`'s monitor with the stream's client as the one to ask, and waits for its
-    /// first sample (or the failure that stopped it).
-    private func startAndWait(_ host: HostSummary, request: MetricsStreams.Add.Request, session: StreamSession, ports: Ports) async throws -> MetricsContracts.Monitor {
+    /// first sample (or the failure that stopped it). `save` changes the preferences once the
+    /// client is attached: a server following them starts the monitor only then, so its first
+    /// connection always has someone to ask.
+    private func startAndWait(_ host: HostSummary, request: MetricsStreams.Add.Request, session: StreamSession, ports: Ports,
+                              save: @Sendable (inout MetricsSettings.Preferences) -> Void) async throws -> MetricsContracts.Monitor {
         let prefs = try await preferences.read(ports.settings)
         let monitor = await monitor(host, prefs: prefs, ports: ports)
         let asker = await monitor.attach(ask: { await session.ask($0) }, preset: request.acceptHostKey, connectTimeout: request.connectTimeout)
         defer { Task { await monitor.release(asker) } }
+        try await preferences.update(ports.settings, call: ports.call, save)
+        // Asked to try again: a monitor that needed attention starts afresh.
+        if await monitor.status.state == .needsAttention { await monitor.idle() }
         // Started first: the subscription's first state is the new run's, not a pause or failure before it.
         await monitor.start()
         let updates = await monitor.subscribe()
@@ -295,6 +298,7 @@ final class MetricsFeature: Feature {
         let json = request.output == "json"
 
         var watched: [(id: String, monitor: Monitor, asker: Int)] = []
+        var running = 0
         let merged = AsyncStream<WatchEvent>.makeStream(bufferingPolicy: .bufferingNewest(4096))
         var pumps: [Task<Void, Never>] = []
         defer {
@@ -308,7 +312,7 @@ final class MetricsFeature: Feature {
                 }
             }
         }
-        for id in ids {
+        for (index, id) in ids.enumerated() {
             guard let host = try await ports.hosts.host(named: id) else { throw Self.notSaved(id) }
             let monitor = await monitor(host, prefs: prefs, ports: ports)
             let asker = await monitor.attach(ask: { await session.ask($0) }, preset: request.acceptHostKey, connectTimeout: request.connectTimeout)
@@ -316,13 +320,19 @@ final class MetricsFeature: Feature {
             if detail { await monitor.viewDetail(1) }
             let updates = await monitor.subscribe()
             pumps.append(Task {
-                for await update in updates { merged.continuation.yield(.update(update)) }
+                for await update in updates { merged.continuation.yield(.update(index, update)) }
             })
             if prefs.paused.contains(id), await !monitor.isRunning {
                 await session.emit("notice", ["text": .string("\(host.label) is paused: termind metrics resume \(host.label) samples it again.")])
-            } else if await monitor.status.state != .needsAttention || !ports.resident {
+            } else {
+                // Watching is asking again: a monitor that needed attention tries once more, with someone to ask.
+                if await monitor.status.state == .needsAttention { await monitor.idle() }
                 await monitor.start()
+                running += 1
             }
+        }
+        guard running > 0 else {
+            throw TermindError(.metricsUnavailable, "Every host named is paused: termind metrics resume HOST samples it again.")
         }
         // A person's view is redrawn at most four times a second, however many hosts report.
         if !json {
@@ -336,9 +346,23 @@ final class MetricsFeature: Feature {
 
         var redraws = 0
         var dirty = false
+        // Hosts a person must act on; when that is all of them, nothing more can come.
+        var stuck: [Int: String] = [:]
         for await event in merged.stream {
+            if case .update(let index, .state(let status)) = event {
+                if status.state == .needsAttention {
+                    stuck[index] = "\(status.label): \(status.lastError ?? status.state.rawValue)"
+                } else {
+                    stuck[index] = nil
+                }
+                if stuck.count == ids.count {
+                    if !json { await draw(watched.map(\.monitor), detail: detail, session: session) }
+                    throw TermindError(.metricsUnavailable, stuck.sorted { $0.key < $1.key }.map(\.value).joined(separator: "\n")
+                        + "\nWhen that is settled: termind metrics resume HOST.")
+                }
+            }
             switch (event, json) {
-            case (.update(.sample(let sample)), true):
+            case (.update(_, .sample(let sample)), true):
                 // One object per sample.
                 await session.emit("view", ["title": .string(sample.label), "rows": .array([]), "json": .object(try Self.object(sample))])
                 redraws += 1
@@ -359,7 +383,8 @@ final class MetricsFeature: Feature {
     }
 
     private enum WatchEvent: Sendable {
-        case update(Monitor.Update)
+        /// The index of the watched host, and its update.
+        case update(Int, Monitor.Update)
         case tick
     }
 
@@ -437,7 +462,7 @@ actor PreferenceStore {
     }
 
     func update(_ settings: (any SettingsValues)?, call: @Sendable (ContractID, Data) async throws -> Data,
-                _ change: (inout MetricsSettings.Preferences) -> Void) async throws {
+                _ change: @Sendable (inout MetricsSettings.Preferences) -> Void) async throws {
         guard let settings else {
             var prefs = cached ?? .defaults
             change(&prefs)

@@ -42,9 +42,13 @@ actor Monitor {
     private var askers: [(id: Int, ask: ConnectionAsker, preset: HostKeyPreset?, connectTimeout: Double?)] = []
     private var nextAsker = 0
     private let onceTrusted = OnceTrust()
+    /// The newest client's --accept-host-key, read when a key is in question (not when a
+    /// connection starts), so a client that arrives mid-connection is the one that answers.
+    private let currentPreset = CurrentPreset()
     private var trustedFor: HostSummary?
     private var sleeper: CheckedContinuation<Void, Never>?
     private var connection: SSHConnection?
+    private var channel: SSHChannel?
     /// The current channel's framing, and events it completed that were not taken yet.
     private var reader = SnapshotReader()
     private var queued: [SnapshotReader.Event] = []
@@ -83,17 +87,17 @@ actor Monitor {
     }
 
     /// Stops sampling and forgets once-only trust (and the connection it authorized); the history stays.
-    func pause() {
-        stopTask()
-        forgetTrust()
+    func pause() async {
+        await stopTask()
+        await forgetTrust()
         nextRetryAt = nil
         set(.paused)
     }
 
     /// For removal or shutdown: stops, forgets everything, ends every subscription.
-    func stop() {
-        stopTask()
-        forgetTrust()
+    func stop() async {
+        await stopTask()
+        await forgetTrust()
         history.removeAll()
         latest = nil
         for continuation in subscribers.values { continuation.finish() }
@@ -101,26 +105,31 @@ actor Monitor {
     }
 
     /// Not sampling in this process any more (a one-shot command's monitor at its end).
-    func idle() {
-        stopTask()
+    func idle() async {
+        await stopTask()
         set(.idle)
     }
 
     /// Once-only trust ends here: the keys, and the pooled connection (this monitor's alone,
     /// by its purpose) that such a key let in, so nothing reconnects on it later.
-    private func forgetTrust() {
+    private func forgetTrust() async {
         onceTrusted.clear()
         if let connection {
             self.connection = nil
-            Task { await connection.close() }
+            await connection.close()
         }
     }
 
-    private func stopTask() {
+    /// Ends the sampling loop and waits until it has: nothing of it runs afterwards (a
+    /// process may exit right after, and its crypto with it).
+    private func stopTask() async {
+        let running = task
         task?.cancel()
         task = nil
         generation += 1
         wakeUp()
+        channel?.close()
+        await running?.value
     }
 
     func configure(interval: Double, interfaces: Set<String>) {
@@ -140,11 +149,14 @@ actor Monitor {
     func attach(ask: @escaping ConnectionAsker, preset: HostKeyPreset?, connectTimeout: Double?) -> Int {
         nextAsker += 1
         askers.append((nextAsker, ask, preset, connectTimeout))
+        currentPreset.value.withLock { $0 = preset }
         return nextAsker
     }
 
     func release(_ id: Int) {
         askers.removeAll { $0.id == id }
+        let newest = askers.last?.preset
+        currentPreset.value.withLock { $0 = newest }
     }
 
     /// Someone views processes and filesystems (sampled only while someone does).
@@ -223,14 +235,26 @@ actor Monitor {
             return await self.ask(question)
         }
         let once = onceTrusted
+        let preset = currentPreset
         let connection = try await opener.opener.connection(
-            ConnectionTarget(target: current.id, acceptHostKey: asker?.preset, connectTimeout: asker?.connectTimeout, purpose: "metrics"),
-            ask: ask, hostKey: { once.contains($0) ? .acceptOnce : nil }, answered: { question, answer in
+            ConnectionTarget(target: current.id, connectTimeout: asker?.connectTimeout, purpose: "metrics"),
+            ask: ask, hostKey: { question in
+                if once.contains(question) { return .acceptOnce }
+                switch preset.value.withLock({ $0 }) {
+                case .once?: return .acceptOnce
+                case .save?: return .acceptAndSave
+                case nil: return nil
+                }
+            }, answered: { question, answer in
                 if answer == .acceptOnce { once.insert(question) }
             })
         self.connection = connection
         let channel = try await connection.openChannel(.exec(RemoteScript.command), bufferLimit: 4 << 20)
-        defer { channel.close() }
+        self.channel = channel
+        defer {
+            channel.close()
+            if self.channel === channel { self.channel = nil }
+        }
         reader = SnapshotReader()
         queued = []
         var builder: SampleBuilder?
@@ -351,6 +375,11 @@ final class OnceTrust: Sendable {
         _ = keys.withLock { $0.insert(Self.id(question)) }
     }
     func clear() { keys.withLock { $0.removeAll() } }
+}
+
+/// The --accept-host-key of the client that would answer now.
+final class CurrentPreset: Sendable {
+    let value = Mutex<HostKeyPreset?>(nil)
 }
 
 /// What monitors need to reach hosts.
