@@ -141,6 +141,12 @@ let package = Package(
             dependencies: [core, apis, "TermindHarness"],
             path: "Tests/Tools/VaultBench"
         ),
+        // `make bench`: 100 (or N) monitored hosts at 1 Hz from one termind serve.
+        .executableTarget(
+            name: "termind-metrics-bench",
+            dependencies: [core, "TermindHarness"],
+            path: "Tests/Tools/MetricsBench"
+        ),
         .target(
             name: "FixtureWrongSignature",
             dependencies: [core],

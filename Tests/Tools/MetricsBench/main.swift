@@ -1,0 +1,183 @@
+import Dispatch
+import Foundation
+import TermindCore
+import TermindHarness
+
+// termind-metrics-bench [--hosts N] [--servers S] [--seconds W] [--full-ring] [--json]
+//
+// N saved hosts spread over S real sshd processes on loopback, all monitored at 1 Hz by
+// one `termind serve`: what the server costs. Figures: the server's CPU over W seconds (%
+// of one core, against the issue's 5 % target for 100 hosts), its resident memory per
+// monitored host (against 1 MiB; with --full-ring after five minutes, when every history
+// ring is full), its threads, and the samples per second it achieved (against N). The
+// remote side (sshd, the sh loops and their cat/grep) runs on this machine too and is
+// not counted, but it competes for the same cores: say so when quoting figures.
+// A tool of `make bench`, outside the host: the generic client holds no feature code.
+
+typealias Figure = BenchmarkFigure
+
+func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+
+func usage() -> Never {
+    FileHandle.standardError.write(Data("usage: termind-metrics-bench [--hosts N] [--servers S] [--seconds W] [--full-ring] [--json]\n".utf8))
+    exit(2)
+}
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("termind-metrics-bench: \(message)\n".utf8))
+    exit(1)
+}
+
+var hosts = 100
+var servers = 4
+var seconds = 60.0
+var fullRing = false
+var json = false
+var args = CommandLine.arguments.dropFirst()
+while let arg = args.popFirst() {
+    switch arg {
+    case "--hosts": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; hosts = v
+    case "--servers": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; servers = v
+    case "--seconds": guard let v = args.popFirst().flatMap(Double.init), v >= 5 else { usage() }; seconds = v
+    case "--full-ring": fullRing = true
+    case "--json": json = true
+    default: usage()
+    }
+}
+
+let scratch = try TemporaryDirectory("termind-bench-metrics")
+defer { scratch.remove() }
+// One key for every sshd; many sessions each.
+let keygen = try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", scratch.file("id")])
+guard keygen.status == 0 else { fail("ssh-keygen: \(keygen.stderr)") }
+let publicKey = try String(contentsOfFile: scratch.file("id.pub"), encoding: .utf8)
+var fixtures: [SSHServerFixture] = []
+for _ in 0..<servers {
+    fixtures.append(try SSHServerFixture(authorizedKeys: [publicKey], extraConfig: ["MaxStartups 4000:30:4000", "LogLevel ERROR"], hostKeyTypes: ["ed25519"]))
+}
+defer { for fixture in fixtures { fixture.stop() } }
+
+let serve = try ServeProcess(directory: scratch, arguments: [])
+defer { _ = serve.stop() }
+let environment: [String: String] = {
+    var environment = ProcessInfo.processInfo.environment
+    environment["HOME"] = scratch.file("home")
+    for name in ["TERMIND_PLUGINS", "TERMIND_FEATURES", "TERMIND_REGISTRY", "TERMIND_DEBUG", "TERMIND_LOG_FILE"] { environment.removeValue(forKey: name) }
+    return environment
+}()
+
+@discardableResult
+@MainActor
+func termind(_ arguments: [String]) throws -> String {
+    let result = try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", ["--socket", serve.socketPath, "--json"] + arguments, environment: environment)
+    guard result.status == 0 else { fail("termind \(arguments.prefix(3).joined(separator: " ")): \(result.stderr)") }
+    return result.stdout
+}
+
+// Saved hosts through an ssh_config import (one transaction), their keys trusted.
+try termind(["vault", "key", "import", scratch.file("id"), "--label", "bench"])
+try termind(["vault", "identity", "add", NSUserName(), "--key", "bench"])
+for fixture in fixtures {
+    guard let key = fixture.hostKeys["ssh-ed25519"] else { fail("no host key") }
+    try termind(["vault", "knownhost", "add", "127.0.0.1", key, "--port", "\(fixture.port)"])
+}
+var config = ""
+for i in 0..<hosts {
+    config += "Host node-\(i)\n    HostName 127.0.0.1\n    Port \(fixtures[i % servers].port)\n    User \(NSUserName())\n\n"
+}
+try config.write(toFile: scratch.file("config"), atomically: true, encoding: .utf8)
+let preview = try JSONCoding.parse(Data(try termind(["vault", "import", "preview", scratch.file("config")]).utf8), source: "preview")
+guard case .array(let candidates)? = preview["candidates"] else { fail("no import candidates") }
+let aliases = candidates.compactMap { $0["alias"]?.stringValue }
+try JSONCoding.encode(preview).write(to: URL(fileURLWithPath: scratch.file("preview.json")))
+try termind(["vault", "import", "commit", scratch.file("config"), "--select", aliases.joined(separator: ","), "--files", "@" + scratch.file("preview.json")])
+let listed = try JSONCoding.parse(Data(try termind(["vault", "host", "list"]).utf8), source: "hosts")
+guard case .array(let saved)? = listed["hosts"] else { fail("no hosts") }
+var ids: [String] = []
+for host in saved {
+    guard let id = host["id"]?.stringValue, let label = host["label"]?.stringValue, label.hasPrefix("node-") else { continue }
+    try termind(["vault", "host", "edit", id, "--identity", NSUserName()])
+    ids.append(id)
+}
+guard ids.count == hosts else { fail("saved \(ids.count) hosts, expected \(hosts)") }
+
+@MainActor
+func cpuSeconds(_ pid: pid_t) -> Double {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return 0 }
+    let f = stat[stat.index(after: close)...].split(separator: " ")
+    return (Double(f[11]) ?? 0) / Double(sysconf(Int32(_SC_CLK_TCK))) + (Double(f[12]) ?? 0) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+@MainActor
+func status(_ field: String) -> Int {
+    let text = (try? String(contentsOfFile: "/proc/\(serve.process.pid)/status", encoding: .utf8)) ?? ""
+    return text.split(separator: "\n").first { $0.hasPrefix(field + ":") }.flatMap { Int($0.split(separator: " ").dropFirst().first ?? "") } ?? 0
+}
+@MainActor
+func monitors() throws -> [JSONValue] {
+    let list = try JSONCoding.parse(Data(try termind(["metrics", "list"]).utf8), source: "list")
+    guard case .array(let items)? = list["monitors"] else { return [] }
+    return items
+}
+func samples(_ items: [JSONValue]) -> Int {
+    items.reduce(0) { sum, item in if case .integer(let n)? = item["samples"] { sum + Int(n) } else { sum } }
+}
+
+let baselineRSS = serve.residentBytes()
+// Every host monitored at 1 Hz: the server starts them all (it follows the preferences).
+let order = "[" + ids.map { "\"\($0)\"" }.joined(separator: ",") + "]"
+let started = now()
+try termind(["settings", "set", "metrics.preferences", #"{"intervalSeconds": 1, "order": \#(order)}"#])
+var allSampling: Double?
+while now() - started < 300 {
+    let items = try monitors()
+    if items.count == hosts, items.allSatisfy({ $0["state"] == .string("sampling") }) { allSampling = now() - started; break }
+    Thread.sleep(forTimeInterval: 1)
+}
+guard let allSampling else {
+    let states = Dictionary(grouping: try monitors().compactMap { $0["state"]?.stringValue }, by: { $0 }).mapValues(\.count)
+    fail("not every monitor sampled within 300 s: \(states)")
+}
+// Measured once the rings hold a few samples (start-up work is over).
+Thread.sleep(forTimeInterval: 5)
+let cpu0 = cpuSeconds(serve.process.pid)
+let samples0 = samples(try monitors())
+let t0 = now()
+Thread.sleep(forTimeInterval: seconds)
+let cpu1 = cpuSeconds(serve.process.pid)
+let samples1 = samples(try monitors())
+let elapsed = now() - t0
+let cpuPercent = (cpu1 - cpu0) / elapsed * 100
+let rate = Double(samples1 - samples0) / elapsed
+var rss = serve.residentBytes()
+var ringNote = "rings \(Int(now() - started)) s old"
+if fullRing {
+    let wait = 310 - (now() - started)
+    if wait > 0 { Thread.sleep(forTimeInterval: wait) }
+    rss = serve.residentBytes()
+    ringNote = "rings full (\(Int(now() - started)) s)"
+}
+let perHost = Double(rss - baselineRSS) / Double(hosts) / 1_048_576
+let target = 5.0 * Double(hosts) / 100
+
+var figures: [Figure] = []
+figures.append(Figure(name: "time until all \(hosts) monitors sample", value: allSampling, unit: "s"))
+figures.append(Figure(name: "server CPU at 1 Hz (target \(String(format: "%.1f", target)) %)", value: cpuPercent, unit: "% of a core", baseline: target))
+figures.append(Figure(name: "server CPU per host", value: cpuPercent / Double(hosts) * 1000, unit: "‰ of a core"))
+figures.append(Figure(name: "samples per second (target \(hosts))", value: rate, unit: "/s", baseline: Double(hosts)))
+figures.append(Figure(name: "server RSS per host, \(ringNote) (target 1)", value: perHost, unit: "MiB", baseline: 1))
+figures.append(Figure(name: "server RSS with no monitor", value: Double(baselineRSS) / 1_048_576, unit: "MiB"))
+figures.append(Figure(name: "server threads", value: Double(status("Threads")), unit: ""))
+
+if json {
+    struct Report: Encodable { let hosts: Int; let servers: Int; let seconds: Double; let figures: [Figure] }
+    let data = try JSONCoding.encode(Report(hosts: hosts, servers: servers, seconds: seconds, figures: figures), pretty: true)
+    FileHandle.standardOutput.write(data + Data("\n".utf8))
+} else {
+    print("termind-metrics-bench — \(hosts) hosts over \(servers) sshd on loopback, 1 Hz, measured over \(Int(seconds)) s; ratios are against the issue's targets")
+    let rows = [Figure.header] + figures.map(\.row)
+    let widths = (0..<4).map { column in rows.map { $0[column].count }.max() ?? 0 }
+    for row in rows {
+        print(row.enumerated().map { $0.offset == 3 ? $0.element : $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) }
+            .joined(separator: "  ").trimmingCharacters(in: .whitespaces))
+    }
+}
