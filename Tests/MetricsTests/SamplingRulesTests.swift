@@ -44,6 +44,17 @@ final class SamplingRulesTests: XCTestCase {
         XCTAssertEqual(raw.text(.loadavg), "0.10 0.20 0.30 1/100 42\n")
     }
 
+    func testTheFilesSectionIsSplitByPathWithinEachFilesBound() throws {
+        let huge = String(repeating: "/proc/loadavg:0.1 0.2 0.3 1/2 3\n", count: 20)  // over loadavg's 256 bytes
+        let raw = try raw([(.files, "/proc/uptime:12.5 3.0\n/proc/meminfo:MemTotal: 1000 kB\n/etc/shadow:root:x\n/proc/meminfo:MemFree: 10 kB\n" + huge)])
+        XCTAssertEqual(raw.text(.uptime), "12.5 3.0\n")
+        XCTAssertEqual(raw.text(.meminfo), "MemTotal: 1000 kB\nMemFree: 10 kB\n")
+        XCTAssertNil(raw.sections[.loadavg])
+        XCTAssertNotNil(raw.oversized[.loadavg])
+        XCTAssertFalse(raw.sections.values.contains { String(decoding: $0, as: UTF8.self).contains("shadow") || String(decoding: $0, as: UTF8.self).contains("root:x") },
+                       "a line of a file termind did not ask for is dropped")
+    }
+
     func testProtocolViolationsStopTheReader() {
         for (input, expected) in [
             (String(repeating: "x", count: SnapshotReader.preambleLimit + 10) + "\n", "before the monitor's header"),

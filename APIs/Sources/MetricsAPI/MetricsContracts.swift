@@ -28,9 +28,11 @@ public enum MetricsContracts {
         public var nextRetryAt: Double?
         /// Why the monitor is retrying or needs attention (an error's message, never remote output).
         public var lastError: String?
-        /// Samples held (at most five minutes' worth).
+        /// Samples held (at most five minutes' worth), and taken since the monitor started in this process.
         public var samples: Int
-        public init(host: String, label: String, state: MonitorState, lastSampleAt: Double? = nil, nextRetryAt: Double? = nil, lastError: String? = nil, samples: Int = 0) {
+        public var taken: Int
+        public init(host: String, label: String, state: MonitorState, lastSampleAt: Double? = nil, nextRetryAt: Double? = nil, lastError: String? = nil,
+                    samples: Int = 0, taken: Int = 0) {
             self.host = host
             self.label = label
             self.state = state
@@ -38,6 +40,7 @@ public enum MetricsContracts {
             self.nextRetryAt = nextRetryAt
             self.lastError = lastError
             self.samples = samples
+            self.taken = taken
         }
     }
 

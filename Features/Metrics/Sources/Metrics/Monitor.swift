@@ -33,6 +33,7 @@ actor Monitor {
     private var nextRetryAt: Double?
     private(set) var latest: MetricsSample?
     private(set) var history: History
+    private var taken = 0
     private var detailViewers = 0
     private var task: Task<Void, Never>?
     private var generation = 0
@@ -51,6 +52,7 @@ actor Monitor {
     private var channel: SSHChannel?
     /// The current channel's framing, and events it completed that were not taken yet.
     private var reader = SnapshotReader()
+    private var watchdog: Watchdog?
     private var queued: [SnapshotReader.Event] = []
     private var timer: Task<Void, Never>?
 
@@ -68,7 +70,7 @@ actor Monitor {
 
     var status: MetricsContracts.Monitor {
         MetricsContracts.Monitor(host: host.id, label: host.label, state: state, lastSampleAt: latest?.takenAt, nextRetryAt: nextRetryAt,
-                                 lastError: lastError, samples: history.count)
+                                 lastError: lastError, samples: history.count, taken: taken)
     }
 
     var isRunning: Bool { task != nil }
@@ -251,7 +253,11 @@ actor Monitor {
         self.connection = connection
         let channel = try await connection.openChannel(.exec(RemoteScript.command), bufferLimit: 4 << 20)
         self.channel = channel
+        // One watchdog per channel (not a timer per read): it closes a channel silent for too long.
+        let watchdog = Watchdog(channel: channel)
+        self.watchdog = watchdog
         defer {
+            watchdog.cancel()
             channel.close()
             if self.channel === channel { self.channel = nil }
         }
@@ -292,22 +298,17 @@ actor Monitor {
         }
     }
 
-    /// The next event from the channel, within `timeout` seconds; nil when the channel ended.
+    /// The next event from the channel, within `timeout` seconds of silence; nil when the channel ended.
     private func nextEvent(_ channel: SSHChannel, label: String, timeout: Double) async throws -> SnapshotReader.Event? {
         if !queued.isEmpty { return queued.removeFirst() }
-        let expired = Mutex(false)
-        let watchdog = Task {
-            try await Task.sleep(for: .seconds(timeout))
-            expired.withLock { $0 = true }
-            channel.close()
-        }
-        defer { watchdog.cancel() }
+        watchdog?.arm(timeout)
         while let (stream, data) = try await channel.next() {
+            watchdog?.touch()
             guard stream == .stdout else { continue }  // stderr (a start-up file's noise) is dropped
             queued += reader.feed(data)
             if !queued.isEmpty { return queued.removeFirst() }
         }
-        if expired.withLock({ $0 }) {
+        if watchdog?.expired == true {
             throw TermindError(.metricsUnavailable, "\(label) sent no snapshot within \(Int(timeout)) s.")
         }
         return nil
@@ -315,6 +316,7 @@ actor Monitor {
 
     private func record(_ sample: MetricsSample) {
         latest = sample
+        taken += 1
         history.append(sample)
         lastError = nil
         for continuation in subscribers.values { continuation.yield(.sample(sample)) }
@@ -375,6 +377,45 @@ final class OnceTrust: Sendable {
         _ = keys.withLock { $0.insert(Self.id(question)) }
     }
     func clear() { keys.withLock { $0.removeAll() } }
+}
+
+/// Closes a channel that stayed silent longer than the time armed for the current wait,
+/// checking every two seconds on one task per channel (not a timer per read).
+final class Watchdog: Sendable {
+    private struct State {
+        var last = Monitor.now()
+        var limit: Double = 30
+        var expired = false
+    }
+    private final class Box: Sendable {
+        let state = Mutex(State())
+    }
+    private let box: Box
+    private let task: Task<Void, Never>
+
+    init(channel: SSHChannel) {
+        let box = Box()
+        self.box = box
+        task = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(2))
+                let expired = box.state.withLock { state in
+                    guard !state.expired, Monitor.now() - state.last > state.limit else { return false }
+                    state.expired = true
+                    return true
+                }
+                if expired {
+                    channel.close()
+                    return
+                }
+            }
+        }
+    }
+
+    func arm(_ limit: Double) { box.state.withLock { $0.limit = limit; $0.last = Monitor.now() } }
+    func touch() { box.state.withLock { $0.last = Monitor.now() } }
+    var expired: Bool { box.state.withLock { $0.expired } }
+    func cancel() { task.cancel() }
 }
 
 /// The --accept-host-key of the client that would answer now.

@@ -39,31 +39,40 @@ public enum ProcParsers {
         }
     }
 
-    public static func uptime(_ text: String) -> Double? {
-        guard let first = text.split(whereSeparator: { $0 == " " || $0 == "\n" }).first, let value = Double(first),
-              value.isFinite, value >= 0 else { return nil }
+    public static func uptime(_ text: String) -> Double? { uptime(Array(text.utf8)) }
+    public static func uptime(_ bytes: [UInt8]) -> Double? {
+        guard let first = Bytes.lines(bytes).first.flatMap({ Bytes.fields($0).first }), let value = Bytes.double(first), value >= 0 else { return nil }
         return value
     }
 
-    public static func loadavg(_ text: String) -> (Double, Double, Double)? {
-        let words = text.split(whereSeparator: { $0 == " " || $0 == "\n" })
-        guard words.count >= 3, let one = Double(words[0]), let five = Double(words[1]), let fifteen = Double(words[2]),
-              [one, five, fifteen].allSatisfy({ $0.isFinite && $0 >= 0 }) else { return nil }
+    public static func loadavg(_ text: String) -> (Double, Double, Double)? { loadavg(Array(text.utf8)) }
+    public static func loadavg(_ bytes: [UInt8]) -> (Double, Double, Double)? {
+        guard let line = Bytes.lines(bytes).first else { return nil }
+        let words = Bytes.fields(line)
+        guard words.count >= 3, let one = Bytes.double(words[0]), let five = Bytes.double(words[1]), let fifteen = Bytes.double(words[2]),
+              one >= 0, five >= 0, fifteen >= 0 else { return nil }
         return (one, five, fifteen)
     }
 
-    public static func stat(_ text: String) -> CPUTimes {
+    public static func stat(_ text: String) -> CPUTimes { stat(Array(text.utf8)) }
+    public static func stat(_ bytes: [UInt8]) -> CPUTimes {
         var times = CPUTimes()
-        for line in text.split(separator: "\n") {
-            let words = line.split(separator: " ")
-            guard let name = words.first, name.hasPrefix("cpu"), words.count >= 5 else { continue }
-            let values = words.dropFirst().prefix(8).map { UInt64($0) }
-            guard values.allSatisfy({ $0 != nil }) else { continue }
-            let v = values.map { $0 ?? 0 } + Array(repeating: 0, count: max(0, 8 - values.count))
+        for line in Bytes.lines(bytes) {
+            guard line.starts(with: Bytes.cpu) else { continue }
+            let words = Bytes.fields(line)
+            guard words.count >= 5 else { continue }
+            var v = [UInt64](repeating: 0, count: 8)
+            var valid = true
+            for (i, word) in words.dropFirst().prefix(8).enumerated() {
+                guard let n = Bytes.unsigned(word) else { valid = false; break }
+                v[i] = n
+            }
+            guard valid else { continue }
             let counters = CPUCounters(user: v[0], nice: v[1], system: v[2], idle: v[3], iowait: v[4], irq: v[5], softirq: v[6], steal: v[7])
-            if name == "cpu" {
+            let name = words[0]
+            if name.count == 3 {
                 times.total = counters
-            } else if let index = Int(name.dropFirst(3)), index == times.cores.count, times.cores.count < maxCores {
+            } else if let index = Bytes.unsigned(name.dropFirst(3)), index == times.cores.count, times.cores.count < maxCores {
                 times.cores.append(counters)
             }
         }
@@ -73,18 +82,18 @@ public enum ProcParsers {
     // MARK: - Memory
 
     /// /proc/meminfo's fields termind uses, in bytes.
-    public static func meminfo(_ text: String) -> [String: UInt64] {
-        let wanted: Set<Substring> = ["MemTotal", "MemFree", "MemAvailable", "Buffers", "Cached", "SReclaimable", "SwapTotal", "SwapFree"]
+    public static func meminfo(_ text: String) -> [String: UInt64] { meminfo(Array(text.utf8)) }
+    public static func meminfo(_ bytes: [UInt8]) -> [String: UInt64] {
         var values: [String: UInt64] = [:]
-        for line in text.split(separator: "\n") {
-            guard let colon = line.firstIndex(of: ":") else { continue }
+        for line in Bytes.lines(bytes) {
+            guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { continue }
             let key = line[..<colon]
-            guard wanted.contains(key) else { continue }
-            let words = line[line.index(after: colon)...].split(separator: " ")
-            guard let number = words.first.flatMap({ UInt64($0) }) else { continue }
-            let unit = words.dropFirst().first
-            let (bytes, overflow) = number.multipliedReportingOverflow(by: unit == "kB" ? 1024 : 1)
-            if !overflow { values[String(key)] = bytes }
+            guard let name = Bytes.memoryKeys.first(where: { key.elementsEqual($0.utf8) }) else { continue }
+            let words = Bytes.fields(line[(colon + 1)...])
+            guard let number = words.first.flatMap(Bytes.unsigned) else { continue }
+            let kB = words.count > 1 && words[1].elementsEqual("kB".utf8)
+            let (bytes, overflow) = number.multipliedReportingOverflow(by: kB ? 1024 : 1)
+            if !overflow { values[name] = bytes }
         }
         return values
     }
@@ -98,14 +107,17 @@ public enum ProcParsers {
     }
 
     /// /proc/net/dev: `name: rx_bytes packets errs drop fifo frame compressed multicast tx_bytes …`.
-    public static func netdev(_ text: String) -> [InterfaceCounters] {
+    public static func netdev(_ text: String) -> [InterfaceCounters] { netdev(Array(text.utf8)) }
+    public static func netdev(_ bytes: [UInt8]) -> [InterfaceCounters] {
         var interfaces: [InterfaceCounters] = []
         var seen: Set<String> = []
-        for line in text.split(separator: "\n") where interfaces.count < maxInterfaces {
-            guard let colon = line.lastIndex(of: ":") else { continue }
-            let name = line[..<colon].trimmingCharacters(in: .whitespaces)
-            let fields = line[line.index(after: colon)...].split(separator: " ")
-            guard isName(name), fields.count >= 9, let rx = UInt64(fields[0]), let tx = UInt64(fields[8]), seen.insert(name).inserted else { continue }
+        for line in Bytes.lines(bytes) where interfaces.count < maxInterfaces {
+            guard let colon = line.lastIndex(of: UInt8(ascii: ":")) else { continue }
+            guard let nameBytes = Bytes.fields(line[..<colon]).first, Bytes.fields(line[..<colon]).count == 1, isName(nameBytes) else { continue }
+            let fields = Bytes.fields(line[(colon + 1)...])
+            guard fields.count >= 9, let rx = Bytes.unsigned(fields[0]), let tx = Bytes.unsigned(fields[8]) else { continue }
+            let name = String(decoding: nameBytes, as: UTF8.self)
+            guard seen.insert(name).inserted else { continue }
             interfaces.append(InterfaceCounters(name: name, received: rx, transmitted: tx))
         }
         return interfaces
@@ -120,36 +132,43 @@ public enum ProcParsers {
     }
 
     /// /proc/diskstats: `major minor name reads merged sectors ms writes merged sectors ms inflight io_ms …`.
-    public static func diskstats(_ text: String) -> [DiskCounters] {
+    public static func diskstats(_ text: String) -> [DiskCounters] { diskstats(Array(text.utf8)) }
+    public static func diskstats(_ bytes: [UInt8]) -> [DiskCounters] {
         var disks: [DiskCounters] = []
         var seen: Set<String> = []
-        for line in text.split(separator: "\n") where disks.count < maxDisks {
-            let f = line.split(separator: " ")
-            guard f.count >= 13, isName(f[2]), let read = UInt64(f[5]), let written = UInt64(f[9]), let busy = UInt64(f[12]),
-                  seen.insert(String(f[2])).inserted else { continue }
-            disks.append(DiskCounters(name: String(f[2]), sectorsRead: read, sectorsWritten: written, busyMilliseconds: busy))
+        for line in Bytes.lines(bytes) where disks.count < maxDisks {
+            let f = Bytes.fields(line)
+            guard f.count >= 13, isName(f[2]), let read = Bytes.unsigned(f[5]), let written = Bytes.unsigned(f[9]), let busy = Bytes.unsigned(f[12]) else { continue }
+            let name = String(decoding: f[2], as: UTF8.self)
+            guard seen.insert(name).inserted else { continue }
+            disks.append(DiskCounters(name: name, sectorsRead: read, sectorsWritten: written, busyMilliseconds: busy))
         }
         return disks
     }
 
     /// One name per line (the sysfs listings of virtual interfaces and block devices).
-    public static func names(_ text: String) -> Set<String> {
+    public static func names(_ text: String) -> Set<String> { names(Array(text.utf8)) }
+    public static func names(_ bytes: [UInt8]) -> Set<String> {
         var names: Set<String> = []
-        for line in text.split(separator: "\n") where names.count < maxNames && isName(line) && line != "*" {
-            names.insert(String(line))
+        for line in Bytes.lines(bytes) where names.count < maxNames && isName(line) && !line.elementsEqual([UInt8(ascii: "*")]) {
+            names.insert(String(decoding: line, as: UTF8.self))
         }
         return names
     }
 
     /// An interface or device name as the kernel allows one: short, no spaces, slashes or control characters.
-    static func isName(_ name: some StringProtocol) -> Bool {
-        !name.isEmpty && name.utf8.count <= 64 && name.utf8.allSatisfy { $0 > 0x20 && $0 != 0x7F && $0 != UInt8(ascii: "/") }
+    static func isName(_ name: some Collection<UInt8>) -> Bool {
+        !name.isEmpty && name.count <= 64 && name.allSatisfy { $0 > 0x20 && $0 != 0x7F && $0 != UInt8(ascii: "/") }
     }
+    static func isName(_ name: some StringProtocol) -> Bool { isName(Array(name.utf8)) }
 
     // MARK: - Filesystems
 
     /// `df -P -k`: `Filesystem 1024-blocks Used Available Capacity Mounted-on`, the mount
     /// point last (it may hold spaces). Pseudo filesystems (tmpfs, devtmpfs, …) are left out; a container's overlay root stays.
+    public static func df(_ bytes: [UInt8]) -> [(device: String, totalKiB: UInt64, usedKiB: UInt64, mount: String)] {
+        df(String(decoding: bytes, as: UTF8.self))
+    }
     public static func df(_ text: String) -> [(device: String, totalKiB: UInt64, usedKiB: UInt64, mount: String)] {
         let pseudo: Set<Substring> = ["tmpfs", "devtmpfs", "udev", "none", "shm", "efivarfs", "cgroup", "cgroup2", "proc", "sysfs"]
         var result: [(String, UInt64, UInt64, String)] = []
@@ -177,18 +196,21 @@ public enum ProcParsers {
     /// /proc/PID/stat lines: `pid (comm) state ppid …`, comm possibly holding spaces and
     /// parentheses (the last `)` ends it). Fields 14-15 are utime and stime, 22 the start
     /// time, 24 the resident pages. The command line and environment are never read.
-    public static func processes(_ text: String) -> [ProcessCounters] {
+    public static func processes(_ text: String) -> [ProcessCounters] { processes(Array(text.utf8)) }
+    public static func processes(_ bytes: [UInt8]) -> [ProcessCounters] {
         var result: [ProcessCounters] = []
-        for line in text.split(separator: "\n") where result.count < maxProcesses {
-            guard let open = line.firstIndex(of: "("), let close = line.lastIndex(of: ")"), open < close,
-                  let pid = Int(line[..<open].trimmingCharacters(in: .whitespaces)), pid > 0 else { continue }
-            let rest = line[line.index(after: close)...].split(separator: " ")
-            guard rest.count >= 22, let utime = UInt64(rest[11]), let stime = UInt64(rest[12]), let start = UInt64(rest[19]),
-                  let rss = Int64(rest[21]) else { continue }
+        for line in Bytes.lines(bytes) where result.count < maxProcesses {
+            guard let open = line.firstIndex(of: UInt8(ascii: "(")), let close = line.lastIndex(of: UInt8(ascii: ")")), open < close,
+                  let pidField = Bytes.fields(line[..<open]).first, let pid = Bytes.unsigned(pidField).flatMap({ Int(exactly: $0) }), pid > 0 else { continue }
+            let rest = Bytes.fields(line[(close + 1)...])
+            guard rest.count >= 22, let utime = Bytes.unsigned(rest[11]), let stime = Bytes.unsigned(rest[12]), let start = Bytes.unsigned(rest[19]) else { continue }
+            // RSS may be negative for a kernel thread's odd accounting: never wrapped into a huge one.
+            let rss = rest[21].first == UInt8(ascii: "-") ? 0 : Bytes.unsigned(rest[21])
+            guard let rss else { continue }
             let (ticks, overflow) = utime.addingReportingOverflow(stime)
             guard !overflow else { continue }
-            let comm = line[line.index(after: open)..<close]
-            result.append(ProcessCounters(pid: pid, name: printable(comm, limit: 64), startTime: start, cpuTicks: ticks, rssPages: UInt64(max(0, rss))))
+            let comm = String(decoding: line[(open + 1)..<close], as: UTF8.self)
+            result.append(ProcessCounters(pid: pid, name: printable(comm, limit: 64), startTime: start, cpuTicks: ticks, rssPages: rss))
         }
         return result
     }
@@ -196,5 +218,42 @@ public enum ProcParsers {
     /// Remote text for display: control characters become `?`, at most `limit` characters.
     static func printable(_ text: some StringProtocol, limit: Int) -> String {
         String(String(text).unicodeScalars.prefix(limit).map { $0.properties.generalCategory == .control ? "?" : Character($0) })
+    }
+}
+
+/// Byte-level helpers for procfs text: lines, whitespace-separated fields, decimal numbers.
+/// procfs is ASCII; working on bytes avoids String's Unicode machinery, which cost most of
+/// a monitor's CPU (a few KiB a snapshot, a hundred snapshots a second in a server).
+enum Bytes {
+    static let cpu = Array("cpu".utf8)
+    static let memoryKeys = ["MemTotal", "MemFree", "MemAvailable", "Buffers", "Cached", "SReclaimable", "SwapTotal", "SwapFree"]
+
+    static func lines(_ bytes: [UInt8]) -> [ArraySlice<UInt8>] {
+        bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true)
+    }
+
+    static func fields(_ line: ArraySlice<UInt8>) -> [ArraySlice<UInt8>] {
+        line.split(omittingEmptySubsequences: true) { $0 == 0x20 || $0 == 0x09 }
+    }
+
+    /// A decimal number of digits only; nil on anything else or overflow.
+    static func unsigned(_ digits: ArraySlice<UInt8>) -> UInt64? {
+        guard !digits.isEmpty, digits.count <= 20 else { return nil }
+        var value: UInt64 = 0
+        for byte in digits {
+            guard byte >= 0x30, byte <= 0x39 else { return nil }
+            let (times, o1) = value.multipliedReportingOverflow(by: 10)
+            let (sum, o2) = times.addingReportingOverflow(UInt64(byte - 0x30))
+            guard !o1, !o2 else { return nil }
+            value = sum
+        }
+        return value
+    }
+
+    /// A finite decimal like "123.45".
+    static func double(_ text: ArraySlice<UInt8>) -> Double? {
+        guard !text.isEmpty, text.count <= 32, text.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || $0 == UInt8(ascii: ".") }) else { return nil }
+        guard let value = Double(String(decoding: text, as: UTF8.self)), value.isFinite else { return nil }
+        return value
     }
 }

@@ -22,14 +22,33 @@ public enum RemoteScript {
     public static let version = 1
 
     /// What the script prints per snapshot, in order; `df`, `procs`, `gpu` only when asked.
+    /// The procfs files come in one section, `files`, each line prefixed with its path
+    /// (`/proc/uptime:…`); the reader files each line under its own section.
     public enum Section: String, CaseIterable, Sendable {
-        case uptime, loadavg, stat, meminfo, netdev, virtual, diskstats, block, df, procs, gpu
+        case files, uptime, loadavg, stat, meminfo, netdev, virtual, diskstats, block, df, procs, gpu
+
+        /// The procfs files of the `files` section, in the order grep reads them.
+        public static let procfs: [Section] = [.uptime, .loadavg, .stat, .meminfo, .netdev, .diskstats]
+
+        /// A file's path on the host, for those the `files` section holds.
+        public var path: String {
+            switch self {
+            case .uptime: "/proc/uptime"
+            case .loadavg: "/proc/loadavg"
+            case .stat: "/proc/stat"
+            case .meminfo: "/proc/meminfo"
+            case .netdev: "/proc/net/dev"
+            case .diskstats: "/proc/diskstats"
+            default: ""
+            }
+        }
 
         /// Bytes a section may hold; beyond it the section is dropped and reported by size.
         public var limit: Int {
             switch self {
+            case .files: 4 << 20          // the sum of its files' bounds, and their path prefixes
             case .uptime, .loadavg: 256
-            case .stat: 512 << 10      // `cpu` lines only: ~110 bytes per core
+            case .stat: 512 << 10      // without intr and softirq: ~110 bytes per core
             case .meminfo: 64 << 10
             case .netdev: 512 << 10    // ~140 bytes per interface
             case .virtual, .block: 256 << 10
@@ -52,25 +71,26 @@ public enum RemoteScript {
             // A marker starts on a line of its own even after output without a final newline.
             "m() { printf \"\\n\\036%s\\n\" \"$1\"; }",
             "m \"\(header) \(version) $p $t $g\"",
+            // The snapshot is collected, then written at once: one SSH packet or a few, not
+            // one per command, so the client wakes once per snapshot.
             "while read -r r; do",
+            "s=$(",
             "m snapshot",
-            "m uptime; cat /proc/uptime",
-            "m loadavg; cat /proc/loadavg",
-            "m stat; grep \"^cpu\" /proc/stat",
-            "m meminfo; cat /proc/meminfo",
-            "m netdev; cat /proc/net/dev",
+            // One process reads every procfs file; grep names each line's file (several files).
+            "m files; grep -v -e \"^intr \" -e \"^softirq \" \(Section.procfs.map(\.path).joined(separator: " ")) 2>/dev/null",
             "m virtual; for i in /sys/devices/virtual/net/*; do printf \"%s\\n\" \"${i##*/}\"; done",
-            "m diskstats; cat /proc/diskstats",
             "m block; for i in /sys/block/*; do printf \"%s\\n\" \"${i##*/}\"; done",
             "case $r in *d*) m df; df -P -k 2>/dev/null; m procs; cat /proc/[0-9]*/stat 2>/dev/null;; esac",
             "case $r$g in *g*1) m gpu; nvidia-smi -q -x 2>/dev/null;; esac",
             "m end",
+            ")",
+            "printf \"%s\\n\" \"$s\"",
             "done",
         ]
         let script = lines.map { line in
             // Compound openers take no `;` after them.
-            line.hasSuffix(" do") || line.hasSuffix("; do") ? line + " " : line + "; "
-        }.joined()
+            line.hasSuffix(" do") || line.hasSuffix("; do") || line.hasSuffix("$(") ? line + " " : line + "; "
+        }.joined().replacingOccurrences(of: "; ); ", with: " ); ")
         precondition(!script.contains("'"), "the remote script must not contain a single quote")
         return "exec /bin/sh -c '\(script)'"
     }

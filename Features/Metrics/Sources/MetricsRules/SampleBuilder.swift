@@ -36,8 +36,8 @@ public struct SampleBuilder: Sendable {
     /// - Parameter interfaces: the interfaces chosen for this host; empty: the physical ones.
     public mutating func sample(_ raw: RawSnapshot, host: String, label: String, takenAt: Double, interfaces: Set<String> = []) -> MetricsSample {
         var problems = raw.oversized.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.key.rawValue): \($0.value) bytes, over its \($0.key.limit)-byte bound" }
-        func text(_ section: RemoteScript.Section, required: Bool = true) -> String? {
-            guard let value = raw.text(section) else {
+        func text(_ section: RemoteScript.Section, required: Bool = true) -> [UInt8]? {
+            guard let value = raw.sections[section] else {
                 if required, raw.oversized[section] == nil { problems.append("\(section.rawValue): missing") }
                 return nil
             }
@@ -102,13 +102,13 @@ public struct SampleBuilder: Sendable {
         }
 
         // Detail: filesystems and processes, when asked for.
-        if let df = raw.text(.df) {
+        if let df = raw.sections[.df] {
             sample.filesystems = ProcParsers.df(df).map {
                 .init(mount: $0.mount, device: $0.device, used: $0.usedKiB.multipliedReportingOverflow(by: 1024).partialValue,
                       total: $0.totalKiB.multipliedReportingOverflow(by: 1024).partialValue)
             }
         }
-        if let procs = raw.text(.procs) {
+        if let procs = raw.sections[.procs] {
             let parsed = ProcParsers.processes(procs)
             var table: [ProcessKey: UInt64] = [:]
             table.reserveCapacity(parsed.count)

@@ -49,6 +49,8 @@ public struct SnapshotReader: Sendable {
     private var section: RemoteScript.Section?
     private var sectionBytes = 0
     private var snapshotBytes = 0
+    /// Bytes each file of the files section took so far in this snapshot.
+    private var fileBytes: [RemoteScript.Section: Int] = [:]
     /// After a violation nothing more is read: the monitor restarts the channel.
     public private(set) var failed = false
 
@@ -120,6 +122,21 @@ public struct SnapshotReader: Sendable {
         guard let section else { return fail("\(length) bytes before the snapshot's first section") }
         snapshotBytes += length
         sectionBytes += length
+        if section == .files {
+            // `/proc/uptime:…`: the line goes to its file's own section, within that one's bound.
+            if line.isEmpty && lineOverflow == 0 { return nil }
+            guard let (target, start) = Self.route(line) else { return nil }  // a file termind did not ask for
+            let size = (fileBytes[target] ?? 0) + length - start
+            fileBytes[target] = size
+            if size > target.limit || snapshotBytes > Self.snapshotLimit || lineOverflow > 0 {
+                current?.sections[target] = nil
+                current?.oversized[target] = size
+            } else if current?.oversized[target] == nil {
+                current?.sections[target, default: []].append(contentsOf: line[start...])
+                current?.sections[target, default: []].append(UInt8(ascii: "\n"))
+            }
+            return nil
+        }
         if sectionBytes > section.limit || snapshotBytes > Self.snapshotLimit {
             current?.sections[section] = nil
             current?.oversized[section] = sectionBytes
@@ -127,6 +144,14 @@ public struct SnapshotReader: Sendable {
             current?.sections[section, default: []].append(contentsOf: line)
             current?.sections[section, default: []].append(UInt8(ascii: "\n"))
         }
+        return nil
+    }
+
+    private static let routes: [(prefix: [UInt8], section: RemoteScript.Section)] = RemoteScript.Section.procfs.map { (Array(($0.path + ":").utf8), $0) }
+
+    /// The section a `path:content` line of the files section belongs to, and where its content starts.
+    private static func route(_ line: [UInt8]) -> (RemoteScript.Section, Int)? {
+        for route in routes where line.starts(with: route.prefix) { return (route.section, route.prefix.count) }
         return nil
     }
 
@@ -154,6 +179,7 @@ public struct SnapshotReader: Sendable {
             section = nil
             snapshotBytes = 0
             sectionBytes = 0
+            fileBytes = [:]
             return nil
         case "end":
             guard let snapshot = current else { return fail("a snapshot end without its start") }
