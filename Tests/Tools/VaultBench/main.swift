@@ -97,10 +97,5 @@ if json {
     FileHandle.standardOutput.write(data + Data("\n".utf8))
 } else {
     print("termind-vault-bench — \(count + 1) hosts from a generated ssh_config; peer: ssh -G -F FILE alias")
-    let rows = [Figure.header] + figures.map(\.row)
-    let widths = (0..<4).map { column in rows.map { $0[column].count }.max() ?? 0 }
-    for row in rows {
-        print(row.enumerated().map { $0.offset == 3 ? $0.element : $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) }
-            .joined(separator: "  ").trimmingCharacters(in: .whitespaces))
-    }
+    for line in Figure.table(figures) { print(line) }
 }

@@ -34,6 +34,16 @@ public struct BenchmarkFigure: Encodable, Sendable {
         [name, Self.format(value) + " " + unit, baseline.map { Self.format($0) + " " + unit } ?? "", ratio.map { String(format: "%.3f×", $0) } ?? ""]
     }
 
+    /// Figures as an aligned table under `header`, one line each.
+    public static func table(_ figures: [BenchmarkFigure]) -> [String] {
+        let rows = [header] + figures.map(\.row)
+        let widths = (0..<header.count).map { column in rows.map { $0[column].count }.max() ?? 0 }
+        return rows.map { row in
+            row.enumerated().map { $0.offset == header.count - 1 ? $0.element : $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) }
+                .joined(separator: "  ").trimmingCharacters(in: .whitespaces)
+        }
+    }
+
     public static func format(_ value: Double) -> String {
         value >= 100 ? String(format: "%.0f", value) : String(format: "%.2f", value)
     }

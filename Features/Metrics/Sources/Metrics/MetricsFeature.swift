@@ -173,7 +173,7 @@ final class MetricsFeature: Feature {
         if let monitor = await monitors.get(id) { return await monitor.status }
         let host = try await ports.hosts.host(named: id)
         guard let host, host.id == id else {
-            return .init(host: id, label: id, state: .needsAttention, lastError: "\(id) is no longer a saved host; remove it with termind metrics remove \(id).")
+            return .init(host: id, label: id, state: .needsAttention, lastError: "\(id) is no longer a saved host; remove it with termind metrics rm \(id).")
         }
         return .init(host: id, label: host.label, state: prefs.paused.contains(id) ? .paused : .idle)
     }

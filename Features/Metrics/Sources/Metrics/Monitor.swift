@@ -224,7 +224,7 @@ actor Monitor {
     private func session(_ generation: Int, connected: () -> Void) async throws {
         let current = try await opener.hostDirectory.host(named: host.id)
         guard let current else {
-            throw TermindError(.vaultHostNotFound, "\(host.label) is no longer a saved host; remove it with termind metrics remove \(host.id).")
+            throw TermindError(.vaultHostNotFound, "\(host.label) is no longer a saved host; remove it with termind metrics rm \(host.id).")
         }
         if let trusted = trustedFor, (trusted.address, trusted.port, trusted.user) != (current.address, current.port, current.user) {
             onceTrusted.clear()
