@@ -36,6 +36,9 @@ actor Monitor {
     private var taken = 0
     private var detailViewers = 0
     private var task: Task<Void, Never>?
+    /// Pauses, stops and idles under way: they wait for the loop and the connection to end,
+    /// and the actor is re-entered meanwhile.
+    private var stopping = 0
     private var generation = 0
     private var subscribers: [Int: AsyncStream<Update>.Continuation] = [:]
     private var nextSubscriber = 0
@@ -79,7 +82,8 @@ actor Monitor {
 
     /// Starts sampling unless it runs; clears a needs-attention or paused state.
     func start() {
-        guard task == nil else { return }
+        // Not while a stop is under way: a pause that is waiting for the loop to end wins.
+        guard task == nil, stopping == 0 else { return }
         generation += 1
         let generation = generation
         lastError = nil
@@ -90,6 +94,8 @@ actor Monitor {
 
     /// Stops sampling and forgets once-only trust (and the connection it authorized); the history stays.
     func pause() async {
+        stopping += 1
+        defer { stopping -= 1 }
         await stopTask()
         await forgetTrust()
         nextRetryAt = nil
@@ -98,6 +104,8 @@ actor Monitor {
 
     /// For removal or shutdown: stops, forgets everything, ends every subscription.
     func stop() async {
+        stopping += 1
+        defer { stopping -= 1 }
         await stopTask()
         await forgetTrust()
         history.removeAll()
@@ -108,6 +116,8 @@ actor Monitor {
 
     /// Not sampling in this process any more (a one-shot command's monitor at its end).
     func idle() async {
+        stopping += 1
+        defer { stopping -= 1 }
         await stopTask()
         set(.idle)
     }
