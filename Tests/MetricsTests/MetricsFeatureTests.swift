@@ -244,6 +244,35 @@ final class MetricsFeatureTests: XCTestCase {
         XCTAssertEqual(try json(["metrics", "list"])["monitors"]?.arrayValue?.first?["state"], .string("sampling"))
     }
 
+    func testChangingTheHostsUserForgetsOnceOnlyTrust() throws {
+        // A second account the same key logs in as (root makes it; without root: skipped).
+        guard getuid() == 0 else { throw XCTSkip("needs root for a second account") }
+        let account = try ThrowawayAccount()
+        defer { account.remove() }
+        try start()
+        chmod(server.directory.file("authorized_keys"), 0o644)  // sshd reads it as the account logging in
+        serve = try ServeProcess(directory: directory, arguments: [])
+        try saveHost()
+        XCTAssertEqual(try termind(["metrics", "add", "box", "--accept-host-key", "once"]).status, 0)
+        let sshd = Int32((try String(contentsOfFile: server.directory.file("sshd.pid"), encoding: .utf8)).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+
+        // The same host under another user: the key trusted once for the old one is forgotten,
+        // so the reconnect after a drop asks again, with nobody there, and stops.
+        XCTAssertEqual(try termind(["vault", "host", "edit", "box", "--user", account.name]).status, 0)
+        for child in Self.children(of: sshd) { kill(child, SIGKILL) }
+        var state: JSONValue?
+        var error = ""
+        for _ in 0..<100 {
+            Thread.sleep(forTimeInterval: 0.2)
+            let monitor = try json(["metrics", "list"])["monitors"]?.arrayValue?.first
+            state = monitor?["state"]
+            error = monitor?["lastError"]?.stringValue ?? ""
+            if state == .string("needs-attention") { break }
+        }
+        XCTAssertEqual(state, .string("needs-attention"), error)
+        XCTAssertTrue(error.contains("no terminal to ask whether to trust it"), error)
+    }
+
     func testHostileGPUOutputLeavesTheBaseDataAndNeverEchoesIt() throws {
         let laughs = """
         <?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "MALICIOUS"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;">]>
