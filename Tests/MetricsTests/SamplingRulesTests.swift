@@ -275,9 +275,12 @@ final class SamplingRulesTests: XCTestCase {
         XCTAssertEqual(history.count, 151)
         XCTAssertEqual(history.all.first?.takenAt, 249)
         XCTAssertEqual(history.all.last?.takenAt, 399)
+        XCTAssertEqual(history.recent(3).map(\.takenAt), [397, 398, 399], "the newest points of a ring that wrapped")
+        XCTAssertEqual(history.recent(1000).map(\.takenAt), history.all.map(\.takenAt))
         history.resize(interval: 10)
         XCTAssertEqual(history.count, 31)
         XCTAssertEqual(history.all.last?.takenAt, 399)
+        XCTAssertEqual(history.recent(2).map(\.takenAt), [398, 399], "the newest points of a ring not yet full")
         XCTAssertEqual(History.sparkline([0, 50, 100, nil], width: 10, maximum: 100), "▁▅█ ")
         XCTAssertEqual(History.sparkline([1, 2, 3], width: 2), "▆█")
     }

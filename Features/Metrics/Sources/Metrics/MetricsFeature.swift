@@ -15,11 +15,11 @@ import VaultAPI
 final class MetricsFeature: Feature {
     private struct Ports: Sendable {
         let opener: MonitorOpener
-        let hosts: any HostDirectory
         let settings: (any SettingsValues)?
         let call: @Sendable (ContractID, Data) async throws -> Data
         let logger: Logger
         let resident: Bool
+        var hosts: any HostDirectory { opener.hostDirectory }
     }
 
     private let ports = Mutex<Ports?>(nil)
@@ -36,9 +36,10 @@ final class MetricsFeature: Feature {
         registrar.handle(MetricsContracts.List.self) { [self] _, _ in
             let ports = try current()
             let prefs = try await preferences.read(ports.settings)
+            let saved = try await Self.saved(ports)
             var list: [MetricsContracts.Monitor] = []
             for id in prefs.order {
-                list.append(try await status(id, prefs: prefs, ports: ports))
+                list.append(await status(id, prefs: prefs, saved: saved))
             }
             return .init(monitors: list)
         }
@@ -46,7 +47,7 @@ final class MetricsFeature: Feature {
             let ports = try current()
             let prefs = try await preferences.read(ports.settings)
             let id = try await monitoredID(request.host, prefs: prefs, ports: ports)
-            let status = try await status(id, prefs: prefs, ports: ports)
+            let status = await status(id, prefs: prefs, saved: try await Self.saved(ports))
             try await preferences.update(ports.settings, call: ports.call) { p in
                 p.order.removeAll { $0 == id }
                 p.paused.removeAll { $0 == id }
@@ -66,7 +67,7 @@ final class MetricsFeature: Feature {
                 await monitor.pause()
                 return await monitor.status
             }
-            var status = try await status(id, prefs: prefs, ports: ports)
+            var status = await status(id, prefs: prefs, saved: try await Self.saved(ports))
             status.state = .paused
             return status
         }
@@ -79,8 +80,9 @@ final class MetricsFeature: Feature {
             }
             var result: [MetricsContracts.Get.HostMetrics] = []
             let now = Date().timeIntervalSince1970
+            let saved = try await Self.saved(ports)
             for id in ids {
-                let status = try await status(id, prefs: prefs, ports: ports)
+                let status = await status(id, prefs: prefs, saved: saved)
                 let sample = await monitors.get(id)?.latest
                 let age = sample.map { max(0, now - $0.takenAt) }
                 result.append(.init(host: id, label: status.label, state: status.state, sample: sample, ageSeconds: age,
@@ -117,7 +119,7 @@ final class MetricsFeature: Feature {
         let hosts = try context.ports.require(.hostDirectory)
         let opener = ConnectionOpener(routes: try context.ports.require(.routes), trust: try context.ports.require(.hostKeyTrust),
                                       pool: try context.ports.require(.sshConnections), logger: context.logger)
-        let value = Ports(opener: MonitorOpener(opener: opener, hostDirectory: hosts), hosts: hosts, settings: settings, call: context.call,
+        let value = Ports(opener: MonitorOpener(opener: opener, hostDirectory: hosts), settings: settings, call: context.call,
                           logger: context.logger, resident: context.resident)
         ports.withLock { $0 = value }
         guard context.resident else { return }
@@ -157,8 +159,9 @@ final class MetricsFeature: Feature {
             await monitors.remove(id)
             await monitor.stop()
         }
+        guard let saved = try? await Self.saved(ports) else { return }
         for id in prefs.order {
-            guard let host = try? await ports.hosts.host(named: id), host.id == id else { continue }
+            guard let host = saved[id] else { continue }
             let monitor = await monitor(host, prefs: prefs, ports: ports)
             await monitor.configure(interval: prefs.intervalSeconds, interfaces: Set(prefs.interfaces[id] ?? []))
             if prefs.paused.contains(id) {
@@ -169,10 +172,14 @@ final class MetricsFeature: Feature {
         }
     }
 
-    private func status(_ id: String, prefs: MetricsSettings.Preferences, ports: Ports) async throws -> MetricsContracts.Monitor {
+    /// Saved hosts by id, read once per request (not once per monitored host).
+    private static func saved(_ ports: Ports) async throws -> [String: HostSummary] {
+        Dictionary(try await ports.hosts.allHosts().map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    private func status(_ id: String, prefs: MetricsSettings.Preferences, saved: [String: HostSummary]) async -> MetricsContracts.Monitor {
         if let monitor = await monitors.get(id) { return await monitor.status }
-        let host = try await ports.hosts.host(named: id)
-        guard let host, host.id == id else {
+        guard let host = saved[id] else {
             return .init(host: id, label: id, state: .needsAttention, lastError: "\(id) is no longer a saved host; remove it with termind metrics rm \(id).")
         }
         return .init(host: id, label: host.label, state: prefs.paused.contains(id) ? .paused : .idle)
@@ -273,9 +280,9 @@ final class MetricsFeature: Feature {
             // Rates need two snapshots: up to two intervals after connecting.
             sample = try await waitForSample(monitor, updates: updates, timeout: 60 + 4 * prefs.intervalSeconds, accept: qualifies)
         }
-        let view = MetricsViews.detail(sample, state: await monitor.status.state, history: await monitor.history.all)
-        await session.emit("view", ["title": .string("\(sample.label) at \(Self.clock(sample.takenAt))"), "rows": .array(view.rows.map { .object($0) }),
-                                    "sections": MetricsViews.sectionsJSON(view.sections), "result": .bool(true)])
+        var view = Self.detailView(sample, state: await monitor.status.state, history: await monitor.history.recent(MetricsViews.sparkWidth))
+        view["result"] = .bool(true)
+        await session.emit("view", view)
         return sample
     }
 
@@ -395,18 +402,25 @@ final class MetricsFeature: Feature {
                 await session.emit("view", ["title": .string("\(status.label): \(status.state.rawValue)"), "rows": .array([]), "refresh": .double(0.25)])
                 return
             }
-            let view = MetricsViews.detail(sample, state: status.state, history: await monitor.history.all)
-            await session.emit("view", ["title": .string("\(sample.label) at \(Self.clock(sample.takenAt))"), "rows": .array(view.rows.map { .object($0) }),
-                                        "sections": MetricsViews.sectionsJSON(view.sections), "refresh": .double(0.25)])
+            var view = Self.detailView(sample, state: status.state, history: await monitor.history.recent(MetricsViews.sparkWidth))
+            view["refresh"] = .double(0.25)
+            await session.emit("view", view)
             return
         }
         var rows: [JSONValue] = []
         for monitor in monitors {
             let status = await monitor.status
             rows.append(.object(MetricsViews.overviewRow(host: status.host, label: status.label, state: status.state, sample: await monitor.latest,
-                                                         history: await monitor.history.all, error: status.lastError)))
+                                                         history: await monitor.history.recent(MetricsViews.sparkWidth), error: status.lastError)))
         }
         await session.emit("view", ["title": .string("termind metrics at \(Self.clock(Date().timeIntervalSince1970))"), "rows": .array(rows), "refresh": .double(0.25)])
+    }
+
+    /// One host's detail as a `view` event's fields (show's result, watch --detail's redraws).
+    static func detailView(_ sample: MetricsSample, state: MetricsContracts.MonitorState, history: [History.Point]) -> [String: JSONValue] {
+        let view = MetricsViews.detail(sample, state: state, history: history)
+        return ["title": .string("\(sample.label) at \(clock(sample.takenAt))"), "rows": .array(view.rows.map { .object($0) }),
+                "sections": MetricsViews.sectionsJSON(view.sections)]
     }
 
     static func object(_ sample: MetricsSample) throws -> [String: JSONValue] {

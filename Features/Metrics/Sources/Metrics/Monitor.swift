@@ -153,10 +153,6 @@ actor Monitor {
         self.interfaces = interfaces
     }
 
-    func rename(_ summary: HostSummary) {
-        host = summary
-    }
-
     /// A client that may answer this monitor's questions until `release(_:)`.
     func attach(ask: @escaping ConnectionAsker, preset: HostKeyPreset?, connectTimeout: Double?) -> Int {
         nextAsker += 1
@@ -269,11 +265,13 @@ actor Monitor {
         defer {
             watchdog.cancel()
             channel.close()
-            if self.channel === channel { self.channel = nil }
+            if self.channel === channel {
+                self.channel = nil
+                self.watchdog = nil
+            }
         }
         reader = SnapshotReader()
         queued = []
-        var builder: SampleBuilder?
         func nextEvent(timeout: Double) async throws -> SnapshotReader.Event? {
             try await self.nextEvent(channel, label: current.label, timeout: timeout)
         }
@@ -283,7 +281,7 @@ actor Monitor {
         guard case .header(let header) = first else {
             throw TermindError(.metricsUnavailable, "\(current.label)'s monitor broke the protocol: \(Self.describe(first)).")
         }
-        builder = SampleBuilder(header: header)
+        var builder = SampleBuilder(header: header)
         connected()
         set(.sampling)
         while !Task.isCancelled, generation == self.generation {
@@ -299,10 +297,8 @@ actor Monitor {
                     throw TermindError(.metricsUnavailable, "\(current.label)'s monitor broke the protocol: \(Self.describe(event)).")
                 }
             }
-            guard let raw, var b = builder else { return }
-            let sample = b.sample(raw, host: current.id, label: current.label, takenAt: Date().timeIntervalSince1970, interfaces: interfaces)
-            builder = b
-            record(sample)
+            guard let raw else { return }
+            record(builder.sample(raw, host: current.id, label: current.label, takenAt: Date().timeIntervalSince1970, interfaces: interfaces))
             let elapsed = Self.now() - started
             await sleep(max(0, interval - elapsed))
         }

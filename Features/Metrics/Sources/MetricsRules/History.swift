@@ -40,6 +40,13 @@ public struct History: Sendable {
         points.count < capacity ? points : Array(points[next...] + points[..<next])
     }
 
+    /// The newest `n` points, oldest first (what a sparkline shows), without copying the ring.
+    public func recent(_ n: Int) -> [Point] {
+        let n = min(max(0, n), points.count)
+        guard points.count == capacity else { return Array(points.suffix(n)) }
+        return (0..<n).map { points[(next - n + $0 + capacity) % capacity] }
+    }
+
     public mutating func append(_ sample: MetricsSample) {
         let rates = sample.network.map { i in i.receive.flatMap { rx in i.transmit.map { rx + $0 } } }
         let point = Point(takenAt: sample.takenAt, cpu: sample.cpu?.total.busy.map { Float($0) },

@@ -113,7 +113,9 @@ public enum ProcParsers {
         var seen: Set<String> = []
         for line in Bytes.lines(bytes) where interfaces.count < maxInterfaces {
             guard let colon = line.lastIndex(of: UInt8(ascii: ":")) else { continue }
-            guard let nameBytes = Bytes.fields(line[..<colon]).first, Bytes.fields(line[..<colon]).count == 1, isName(nameBytes) else { continue }
+            let names = Bytes.fields(line[..<colon])
+            guard names.count == 1, isName(names[0]) else { continue }
+            let nameBytes = names[0]
             let fields = Bytes.fields(line[(colon + 1)...])
             guard fields.count >= 9, let rx = Bytes.unsigned(fields[0]), let tx = Bytes.unsigned(fields[8]) else { continue }
             let name = String(decoding: nameBytes, as: UTF8.self)
