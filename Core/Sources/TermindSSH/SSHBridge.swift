@@ -1,7 +1,34 @@
 internal import CLibSSH2
 import Dispatch
 import Foundation
+import Synchronization
 import TermindCore
+
+/// What a forward's flows moved and how many are open, updated on the engine thread as
+/// bytes go (one set per forwarding rule; read at any time).
+public final class FlowCounters: Sendable {
+    private let sentBytes = Atomic<UInt64>(0)
+    private let receivedBytes = Atomic<UInt64>(0)
+    private let openFlows = Atomic<Int>(0)
+    private let flows = Atomic<UInt64>(0)
+
+    public init() {}
+
+    /// Bytes from the local side to the server, and from the server to the local side.
+    public var sent: UInt64 { sentBytes.load(ordering: .relaxed) }
+    public var received: UInt64 { receivedBytes.load(ordering: .relaxed) }
+    /// Flows being bridged now, and since these counters were made.
+    public var open: Int { openFlows.load(ordering: .relaxed) }
+    public var total: UInt64 { flows.load(ordering: .relaxed) }
+
+    func add(sent: Int) { sentBytes.add(UInt64(sent), ordering: .relaxed) }
+    func add(received: Int) { receivedBytes.add(UInt64(received), ordering: .relaxed) }
+    func opened() {
+        openFlows.add(1, ordering: .relaxed)
+        flows.add(1, ordering: .relaxed)
+    }
+    func closed() { openFlows.subtract(1, ordering: .relaxed) }
+}
 
 /// Copies bytes both ways between a channel (direct-tcpip or forwarded-tcpip) and a local
 /// stream descriptor — the socket pair a jump route's next session runs on, or an accepted
@@ -26,14 +53,32 @@ final class BridgePump: EnginePump, @unchecked Sendable {
     private var failed = false
     private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
     private static let capacity = 256 * 1024
+    private let counters: FlowCounters?
+    private var ended = false
 
-    /// Takes ownership of `fd` (closed when the bridge ends).
-    init(channel: OpaquePointer, fd: Int32, endpoint: String, onEnd: @escaping @Sendable (TermindError?) -> Void) {
+    /// Takes ownership of `fd` (closed when the bridge ends). `greeting` goes to `fd` before
+    /// anything from the channel (a SOCKS reply, which its client waits for); `early` to the
+    /// channel before anything read from `fd` (what the client sent with its SOCKS request).
+    init(channel: OpaquePointer, fd: Int32, endpoint: String, greeting: Data = Data(), early: Data = Data(), counters: FlowCounters? = nil,
+         onEnd: @escaping @Sendable (TermindError?) -> Void) {
         self.channel = channel
         self.fd = fd
         self.endpoint = endpoint
+        self.counters = counters
         self.onEnd = onEnd
+        toLocal = greeting
+        toChannel = early
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        counters?.opened()
+    }
+
+    /// The flow is over: its descriptor closes and its owner hears why, once.
+    private func over(_ error: TermindError?) {
+        guard !ended else { return }
+        ended = true
+        close(fd)
+        counters?.closed()
+        onEnd(error)
     }
 
     override var wantsSessionInput: Bool { !remoteEOF && toLocal.count - toLocalOffset < Self.capacity }
@@ -66,7 +111,7 @@ final class BridgePump: EnginePump, @unchecked Sendable {
             let n = toChannel.withUnsafeBytes { raw in
                 Int(termind_ssh2_channel_write(channel, raw.baseAddress!.assumingMemoryBound(to: CChar.self) + toChannelOffset, raw.count - toChannelOffset))
             }
-            if n > 0 { toChannelOffset += n; progressed = true; continue }
+            if n > 0 { toChannelOffset += n; counters?.add(sent: n); progressed = true; continue }
             if n == eagain { break }
             if SessionEngine.isFatal(Int32(n)) { return end(.sessionLost("while forwarding a stream"), session) }
             return finish(error: nil, session)
@@ -87,6 +132,7 @@ final class BridgePump: EnginePump, @unchecked Sendable {
             if n > 0 {
                 if toLocalOffset > 0 { toLocal.removeFirst(toLocalOffset); toLocalOffset = 0 }
                 toLocal.append(contentsOf: buffer[0..<n])
+                counters?.add(received: n)
                 progressed = true
             } else if n == 0 || libssh2_channel_eof(channel) == 1 {
                 if libssh2_channel_eof(channel) == 1 { remoteEOF = true; progressed = true }
@@ -127,16 +173,16 @@ final class BridgePump: EnginePump, @unchecked Sendable {
         let freed = libssh2_channel_free(channel)
         if freed == eagain { return .idle }
         self.channel = nil
-        close(fd)
-        onEnd(error)
+        over(error)
         return .finished
     }
 
     private func end(_ step: PumpStep, _ session: OpaquePointer) -> PumpStep {
         channel = nil
-        close(fd)
         if case .sessionLost(let context) = step {
-            onEnd(SSHError.make(.sshConnectionLost, "The connection to \(endpoint) was lost \(context)."))
+            over(SSHError.make(.sshConnectionLost, "The connection to \(endpoint) was lost \(context)."))
+        } else {
+            over(nil)
         }
         return step
     }
@@ -144,7 +190,6 @@ final class BridgePump: EnginePump, @unchecked Sendable {
     override func fail(_ error: TermindError) {
         guard channel != nil else { return }
         channel = nil
-        close(fd)
-        onEnd(error)
+        over(error)
     }
 }

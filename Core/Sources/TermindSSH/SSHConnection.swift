@@ -495,19 +495,29 @@ public final class SSHConnection: Sendable {
 
     /// Connects `fd` (a local stream socket, owned from now on) to `host`:`port` through
     /// the server: bytes are copied both ways until either side ends.
-    public func forward(_ fd: Int32, to host: String, port: Int, onEnd: @escaping @Sendable (TermindError?) -> Void = { _ in }) async throws {
-        try await forward(fd, to: host, port: port, window: nil, onEnd: onEnd)
+    ///
+    /// - Parameters:
+    ///   - greeting: bytes `fd` gets before any from the server (a SOCKS reply: its client
+    ///     speaks only after it); `early`: bytes the target gets before any read from `fd`
+    ///     (what a client sent along with its SOCKS request).
+    ///   - counters: bytes each way and open flows, updated as they move.
+    ///   - closeOnFailure: false leaves `fd` open, and the caller's, when the channel cannot
+    ///     be opened (so it can still answer, as a SOCKS server must).
+    public func forward(_ fd: Int32, to host: String, port: Int, greeting: Data = Data(), early: Data = Data(), counters: FlowCounters? = nil,
+                        closeOnFailure: Bool = true, onEnd: @escaping @Sendable (TermindError?) -> Void = { _ in }) async throws {
+        try await forward(fd, to: host, port: port, window: nil, greeting: greeting, early: early, counters: counters, closeOnFailure: closeOnFailure, onEnd: onEnd)
     }
 
-    private func forward(_ fd: Int32, to host: String, port: Int, window: UInt32?, onEnd: @escaping @Sendable (TermindError?) -> Void = { _ in }) async throws {
+    private func forward(_ fd: Int32, to host: String, port: Int, window: UInt32?, greeting: Data = Data(), early: Data = Data(), counters: FlowCounters? = nil,
+                         closeOnFailure: Bool = true, onEnd: @escaping @Sendable (TermindError?) -> Void = { _ in }) async throws {
         let channel: OpaquePointer
         do {
             channel = try await openDirect(host: host, port: port, window: window)
         } catch {
-            Foundation.close(fd)
+            if closeOnFailure { Foundation.close(fd) }
             throw error
         }
-        engine.attach(BridgePump(channel: channel, fd: fd, endpoint: engine.endpoint, onEnd: onEnd))
+        engine.attach(BridgePump(channel: channel, fd: fd, endpoint: engine.endpoint, greeting: greeting, early: early, counters: counters, onEnd: onEnd))
     }
 
     /// A socket whose other end is a direct-tcpip channel to `host`:`port` (a jump route's
@@ -668,9 +678,67 @@ public final class SSHForwardListener: Sendable {
         return SSHChannel(engine: engine, pump: pump, isPTY: false, owner: connection)
     }
 
+    /// Waits for the next connection to the remote port and hands it over unbridged: the
+    /// caller connects the local side first (`ForwardedConnection.bridge`), or drops it
+    /// (the server's side is closed). Accepting goes on meanwhile.
+    public func acceptConnection() async throws -> ForwardedConnection {
+        let engine = connection.engine
+        let listener = self.listener
+        let stopped = self.held
+        let box = try await engine.run("Accepting a forwarded connection", lane: listener, dropIfAbandoned: true, discard: { (late: UncheckedBox<OpaquePointer>) in
+            ForwardedConnection.discard(late.value, on: engine)
+        }) { session -> UncheckedBox<OpaquePointer>? in
+            guard let handle = listener.value, !stopped.isSet else { throw SSHError.make(.sshClosed, "The listener is closed.") }
+            if let channel = libssh2_channel_forward_accept(handle) { return UncheckedBox(channel) }
+            if libssh2_session_last_errno(session) == termind_ssh2_error_eagain() { return nil }
+            throw SSHError.make(.sshAcceptFailed, "Accepting a forwarded connection failed: \(engine.lastError()).")
+        }
+        return ForwardedConnection(channel: box.value, connection: connection)
+    }
+
     /// Asks the server to stop listening. Queued on the engine even when the calling task is
     /// cancelled (a dropped cancel would leave the server listening); later accepts fail.
     public func cancel() async throws {
         Self.stop(listener, held: held, on: connection.engine)
+    }
+}
+
+/// A connection the server accepted on a remote forward, not bridged yet. Bridging hands its
+/// channel to the engine; one never bridged is closed when the object goes away.
+public final class ForwardedConnection: Sendable {
+    private let channel: UncheckedBox<OpaquePointer?>
+    private let taken = ManagedAtomicFlag()
+    /// The connection stays open while the accepted channel waits.
+    public let connection: SSHConnection
+
+    init(channel: OpaquePointer, connection: SSHConnection) {
+        self.channel = UncheckedBox(channel)
+        self.connection = connection
+    }
+
+    deinit {
+        if taken.setFirst(), let handle = channel.value { Self.discard(handle, on: connection.engine) }
+    }
+
+    static func discard(_ handle: OpaquePointer, on engine: SessionEngine) {
+        let state = ChannelState(limit: 0)
+        state.requestClose()
+        engine.attach(ChannelPump(channel: handle, state: state, endpoint: engine.endpoint))
+    }
+
+    /// Copies bytes both ways between the channel and `fd` (a local stream socket, owned
+    /// from now on) until either side ends; see `SSHConnection.forward`.
+    public func bridge(to fd: Int32, counters: FlowCounters? = nil, onEnd: @escaping @Sendable (TermindError?) -> Void = { _ in }) {
+        guard taken.setFirst(), let handle = channel.value else {
+            Foundation.close(fd)
+            return
+        }
+        let engine = connection.engine
+        engine.attach(BridgePump(channel: handle, fd: fd, endpoint: engine.endpoint, counters: counters, onEnd: onEnd))
+    }
+
+    /// Closes the server's side (the local target could not be reached).
+    public func reject() {
+        if taken.setFirst(), let handle = channel.value { Self.discard(handle, on: connection.engine) }
     }
 }
