@@ -64,6 +64,23 @@ public struct ConnectionOpener: Sendable {
     public func connection(_ request: ConnectionTarget, ask: @escaping ConnectionAsker,
                            hostKey: (@Sendable (HostKeyQuestion) -> HostKeyAnswer?)? = nil,
                            answered: (@Sendable (HostKeyQuestion, HostKeyAnswer) -> Void)? = nil) async throws -> SSHConnection {
+        let (route, policy) = try await plan(request, ask: ask, hostKey: hostKey, answered: answered)
+        return try await pool.connection(for: route, policy: policy)
+    }
+
+    /// As `connection`, held by a lease: the pool's idle sweep leaves it open while work that
+    /// outlives its channels (a forward's listener) holds it.
+    public func lease(_ request: ConnectionTarget, ask: @escaping ConnectionAsker,
+                      hostKey: (@Sendable (HostKeyQuestion) -> HostKeyAnswer?)? = nil,
+                      answered: (@Sendable (HostKeyQuestion, HostKeyAnswer) -> Void)? = nil) async throws -> SSHConnectionLease {
+        let (route, policy) = try await plan(request, ask: ask, hostKey: hostKey, answered: answered)
+        return try await pool.lease(for: route, policy: policy)
+    }
+
+    /// The route to open and how to answer what opening it raises.
+    private func plan(_ request: ConnectionTarget, ask: @escaping ConnectionAsker,
+                      hostKey: (@Sendable (HostKeyQuestion) -> HostKeyAnswer?)?,
+                      answered: (@Sendable (HostKeyQuestion, HostKeyAnswer) -> Void)?) async throws -> (SSHRoute, SSHOpenPolicy) {
         let resolved = try await routes.route(
             for: RouteRequest(target: request.target, user: request.user, identity: request.identity, workingDirectory: request.workingDirectory)
         ) { path in
@@ -97,7 +114,7 @@ public struct ConnectionOpener: Sendable {
             answered?(question, answer)
             return answer
         }
-        return try await pool.connection(for: route, policy: policy)
+        return (route, policy)
     }
 
     /// As OpenSSH's ConnectTimeout: name resolution, TCP connect and the handshake, per hop.
