@@ -98,6 +98,9 @@ enum PluginCommand {
                         throw Invocation.UsageError(description: "--\(key) -: the \(key) read from \(isatty(STDIN_FILENO) == 1 ? "the terminal" : "standard input") is empty; nothing was changed.")
                     }
                     body[key] = .string(secret)
+                } else if case .array(let earlier)? = body[key], case .array(let more) = try typed(value, field: key, schema: schema) {
+                    // A list given more than once gathers them all (`--local A --local B`, as ssh's -L).
+                    body[key] = .array(earlier + more)
                 } else {
                     body[key] = try typed(value, field: key, schema: schema)
                 }
