@@ -119,6 +119,29 @@ public final class SSHServerFixture: @unchecked Sendable {
         process.wait()
     }
 
+    /// Starts sshd again after `kill()`, on the same port with the same keys and
+    /// configuration (a server that came back after a crash).
+    public func restart() throws {
+        if let process, process.isRunning { kill() }
+        let (program, arguments) = NetworkChain.command(namespace: namespace, "/usr/sbin/sshd",
+                                                        ["-D", "-E", directory.file("sshd.log"), "-f", directory.file("sshd_config")])
+        let deadline = Date().addingTimeInterval(10)
+        while true {
+            process = try SpawnedProcess(program, arguments, captureOutput: false)
+            process.closeInput()
+            do {
+                try waitUntilListening()
+                return
+            } catch {
+                // The port may still be held for a moment by the killed listener.
+                if process.isRunning { process.signal(SIGKILL) }
+                process.wait()
+                guard Date() < deadline else { throw error }
+                usleep(100_000)
+            }
+        }
+    }
+
     /// The words of a process's command line. sshd's setproctitle rewrites it to one string,
     /// "<progname>: <argv…> [listener] …", so words are split on NULs and spaces.
     static func commandLineWords(of pid: pid_t) -> [String] {
