@@ -22,6 +22,7 @@ let package = Package(
         .library(name: "TermindWorkspaces", type: .dynamic, targets: ["Workspaces"]),
         .library(name: "TermindSettings", type: .dynamic, targets: ["Settings"]),
         .library(name: "TermindMetrics", type: .dynamic, targets: ["Metrics"]),
+        .library(name: "TermindPortForwarding", type: .dynamic, targets: ["PortForwarding"]),
         // Example third-party plugins (opt-in: loaded only from --plugins / TERMIND_PLUGINS).
         .library(name: "TermindWakeOnLAN", type: .dynamic, targets: ["WakeOnLAN"]),
         .library(name: "TermindDigest", type: .dynamic, targets: ["Digest"]),
@@ -85,6 +86,18 @@ let package = Package(
             name: "MetricsRules",
             dependencies: [core, apis],
             path: "Features/Metrics/Sources/MetricsRules"
+        ),
+        .target(
+            name: "PortForwarding",
+            dependencies: [core, apis, "ForwardingRules"],
+            path: "Features/PortForwarding/Sources/PortForwarding",
+            plugins: [signature]
+        ),
+        // Port forwarding's pure rules (-L/-R/-D specs, the SOCKS handshake, the retry schedule), unit-tested directly.
+        .target(
+            name: "ForwardingRules",
+            dependencies: [core, apis],
+            path: "Features/PortForwarding/Sources/ForwardingRules"
         ),
         // The Vault's pure rules (known_hosts, ssh_config, quick-connect), unit-tested directly.
         .target(
@@ -190,6 +203,11 @@ let package = Package(
             name: "MetricsTests",
             dependencies: [core, apis, "MetricsRules", "TermindHarness"],
             path: "Tests/MetricsTests"
+        ),
+        .testTarget(
+            name: "ForwardingTests",
+            dependencies: [core, apis, "ForwardingRules", "TermindHarness"],
+            path: "Tests/ForwardingTests"
         ),
         .testTarget(
             name: "PluginTests",

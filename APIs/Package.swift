@@ -11,7 +11,7 @@ let core = Target.Dependency.product(name: "TermindCore", package: "Core")
 let package = Package(
     name: "APIs",
     products: [
-        .library(name: "TermindAPIs", type: .dynamic, targets: ["SettingsAPI", "VaultAPI", "WorkspacesAPI", "SFTPAPI", "AssistantAPI", "MetricsAPI"]),
+        .library(name: "TermindAPIs", type: .dynamic, targets: ["SettingsAPI", "VaultAPI", "WorkspacesAPI", "SFTPAPI", "AssistantAPI", "MetricsAPI", "PortForwardingAPI"]),
     ],
     dependencies: [
         .package(path: "../Core"),
@@ -30,5 +30,7 @@ let package = Package(
         .target(name: "AssistantAPI", dependencies: [core, "SettingsAPI"], path: "Sources/AssistantAPI"),
         // Metrics: samples of monitored hosts, the metrics contracts and streams, its settings record (device-local preferences).
         .target(name: "MetricsAPI", dependencies: [core, "SettingsAPI", "VaultAPI"], path: "Sources/MetricsAPI"),
+        // Port forwarding: its rules, their state, the forwarding contracts and streams.
+        .target(name: "PortForwardingAPI", dependencies: [core, "VaultAPI"], path: "Sources/PortForwardingAPI"),
     ]
 )

@@ -1,0 +1,158 @@
+import Foundation
+import PortForwardingAPI
+import TermindCore
+
+/// A forward's shape as ssh's -L, -R and -D write it:
+///
+/// - `-L [BIND:]PORT:HOST:HOSTPORT` and `-R [BIND:]PORT:HOST:HOSTPORT`,
+/// - `-D [BIND:]PORT`,
+///
+/// with IPv6 addresses in brackets (`[::1]:8080:[fd00::5]:80`), `*` or an empty BIND for
+/// every address, and `/` accepted in place of `:` (ssh's older form). Unix socket paths and
+/// `-R PORT` alone (a SOCKS proxy on the server) are refused with a message saying so.
+public struct ForwardSpec: Sendable, Equatable {
+    public var kind: ForwardKind
+    public var bindAddress: String
+    public var bindPort: Int
+    public var targetHost: String?
+    public var targetPort: Int?
+
+    public init(kind: ForwardKind, bindAddress: String, bindPort: Int, targetHost: String? = nil, targetPort: Int? = nil) {
+        self.kind = kind
+        self.bindAddress = bindAddress
+        self.bindPort = bindPort
+        self.targetHost = targetHost
+        self.targetPort = targetPort
+    }
+
+    /// Where a rule listens when the spec names no address: the loopback, as ssh does
+    /// without GatewayPorts.
+    public static let defaultBind = "127.0.0.1"
+    /// A host name or address is at most this long (DNS: 253).
+    static let maximumHostBytes = 255
+
+    /// Parses `text` as the spec of `kind`; the error names the spec and what is wrong.
+    public static func parse(_ text: String, kind: ForwardKind) throws -> ForwardSpec {
+        let flag = switch kind { case .local: "-L"; case .remote: "-R"; case .dynamic: "-D" }
+        func bad(_ why: String) -> TermindError {
+            TermindError(.forwardingBadSpec, "\(flag) '\(text)': \(why).")
+        }
+        guard !text.isEmpty, text.utf8.count <= 1024 else { throw bad("a spec is 1 to 1024 bytes") }
+        guard !text.contains(where: { $0.isWhitespace || $0.isNewline }) else { throw bad("a spec has no spaces") }
+        let parts = try fields(text, bad: bad)
+        func port(_ field: String, what: String, allowZero: Bool) throws -> Int {
+            guard !field.isEmpty, field.allSatisfy({ $0.isASCII && $0.isNumber }), let value = Int(field), value <= 65_535, value >= (allowZero ? 0 : 1) else {
+                throw bad("\(what) '\(field)' is not a port (\(allowZero ? 0 : 1) to 65535)")
+            }
+            return value
+        }
+        func host(_ field: String, what: String) throws -> String {
+            guard !field.isEmpty else { throw bad("\(what) is empty") }
+            guard field.utf8.count <= maximumHostBytes else { throw bad("\(what) is longer than \(maximumHostBytes) bytes") }
+            guard field.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value != 0x7F }) else { throw bad("\(what) has control characters") }
+            return field
+        }
+        func bind(_ field: String?) throws -> String {
+            guard let field else { return defaultBind }
+            if field.isEmpty || field == "*" { return "0.0.0.0" }
+            if field == "localhost" { return defaultBind }
+            return try host(field, what: "the bind address")
+        }
+        switch kind {
+        case .dynamic:
+            switch parts.count {
+            case 1: return ForwardSpec(kind: kind, bindAddress: defaultBind, bindPort: try port(parts[0], what: "the port", allowZero: false))
+            case 2: return ForwardSpec(kind: kind, bindAddress: try bind(parts[0]), bindPort: try port(parts[1], what: "the port", allowZero: false))
+            default: throw bad("write [BIND:]PORT")
+            }
+        case .local, .remote:
+            if parts.count == 1 || parts.count == 2, kind == .remote {
+                throw bad("a SOCKS proxy on the server (-R [BIND:]PORT alone) is not supported; give [BIND:]PORT:HOST:HOSTPORT")
+            }
+            if parts.contains(where: { $0.hasPrefix("/") }) || (parts.count < 3 && text.contains("/")) {
+                throw bad("Unix socket forwarding is not supported")
+            }
+            let spec: [String]
+            switch parts.count {
+            case 3: spec = [""] + parts
+            case 4: spec = parts
+            default: throw bad("write [BIND:]PORT:HOST:HOSTPORT")
+            }
+            let address = parts.count == 3 ? defaultBind : try bind(spec[0])
+            return ForwardSpec(kind: kind, bindAddress: address, bindPort: try port(spec[1], what: "the listening port", allowZero: kind == .remote),
+                               targetHost: try host(spec[2], what: "the target host"), targetPort: try port(spec[3], what: "the target port", allowZero: false))
+        }
+    }
+
+    /// Splits at `:` (or `/`, all of one kind) outside brackets; bracketed parts lose their brackets.
+    static func fields(_ text: String, bad: (String) -> TermindError) throws -> [String] {
+        let separator: Character = text.contains("[") || text.contains(":") ? ":" : "/"
+        var parts: [String] = []
+        var current = ""
+        var inBrackets = false
+        var wasBracketed = false
+        for character in text {
+            switch character {
+            case "[" where !inBrackets && current.isEmpty && !wasBracketed:
+                inBrackets = true
+            case "]" where inBrackets:
+                inBrackets = false
+                wasBracketed = true
+            case separator where !inBrackets:
+                parts.append(current)
+                current = ""
+                wasBracketed = false
+            default:
+                if wasBracketed { throw bad("nothing may follow ']' but '\(separator)'") }
+                current.append(character)
+            }
+        }
+        if inBrackets { throw bad("a '[' is not closed") }
+        parts.append(current)
+        return parts
+    }
+
+    /// As ssh writes it back (`[::1]:8080:db:5432`).
+    public var description: String {
+        func bracket(_ host: String) -> String { host.contains(":") ? "[\(host)]" : host }
+        let listen = "\(bracket(bindAddress)):\(bindPort)"
+        guard let targetHost, let targetPort else { return listen }
+        return "\(listen):\(bracket(targetHost)):\(targetPort)"
+    }
+}
+
+extension ForwardRule {
+    public var spec: ForwardSpec {
+        ForwardSpec(kind: kind, bindAddress: bindAddress, bindPort: bindPort, targetHost: targetHost, targetPort: targetPort)
+    }
+
+    /// `-L 127.0.0.1:8080:db:5432`, as ssh takes it.
+    public var flagDescription: String {
+        let flag = switch kind { case .local: "-L"; case .remote: "-R"; case .dynamic: "-D" }
+        return "\(flag) \(spec.description)"
+    }
+
+    /// `--local-forward 127.0.0.1:8080:db:5432`, as termind's commands take it.
+    public var optionDescription: String { "--\(kind.rawValue)-forward \(spec.description)" }
+}
+
+/// The supervisor's reconnect delays (seed): 1, 2, 5, 10, then 30 s for every later attempt,
+/// back to the start once a connection stayed up for 60 s.
+public struct RetrySchedule: Sendable, Equatable {
+    public static let delays: [Double] = [1, 2, 5, 10, 30]
+    public static let stableSeconds: Double = 60
+    public private(set) var attempt = 0
+
+    public init() {}
+
+    /// The delay before the next attempt.
+    public mutating func next() -> Double {
+        defer { attempt += 1 }
+        return Self.delays[min(attempt, Self.delays.count - 1)]
+    }
+
+    /// A connection that was up for `seconds` before it broke: long enough resets the schedule.
+    public mutating func connectionEnded(after seconds: Double) {
+        if seconds >= Self.stableSeconds { attempt = 0 }
+    }
+}

@@ -1,0 +1,424 @@
+import ForwardingRules
+import Foundation
+import PortForwardingAPI
+import TermindCore
+import TermindSSH
+import VaultAPI
+
+/// The running rules of one host, on one shared connection, and the supervisor that keeps
+/// them alive (seed, "Port Forwarding"):
+///
+/// - A rule starts only when asked (`start`), with the asking client's answers; a first start
+///   that fails stays failed until an explicit retry.
+/// - Once a rule has run, a lost connection is recovered silently after 1, 2, 5, 10, 30, 30 … s
+///   (back to 1 s after 60 stable seconds), with the Vault's durable trust read again and
+///   nobody to ask: a host key trusted once, keyboard-interactive answers or an unknown key
+///   never authorize the reconnect, and such a failure (or authentication's) ends recovery
+///   for the host at once in `needs-attention`. Only a key's passphrase, given at the start,
+///   is kept in memory for the run (released with the last rule).
+/// - Local and SOCKS listeners stay bound while the connection is down (a client arriving
+///   then is closed at once: old streams are never replayed); remote listeners are asked for
+///   again on the new connection, and a refusal fails only that rule.
+/// - Stopping a rule ends its listener and its flows, never its peers'; the last stop closes
+///   the connection, cancels recovery and forgets the passphrase.
+actor HostRun {
+    let target: String
+    private let purpose: String
+    private let opener: ConnectionOpener
+    private let logger: Logger
+    private var label: String
+
+    private var lease: SSHConnectionLease?
+    private var connectedAt: Double?
+    /// Bumped per connection: a late death notice of an older one changes nothing.
+    private var connectionGeneration = 0
+    private var runs: [String: RuleRun] = [:]
+    private var order: [String] = []
+    private var schedule = RetrySchedule()
+    private var recovery: Task<Void, Never>?
+    private var nextRetryAt: Double?
+    private var connectTimeout: Double?
+    /// Passphrases given at the start (question text → answer), for reconnects only.
+    private var passphrases: [String: JSONValue] = [:]
+
+    init(target: String, label: String, purpose: String, opener: ConnectionOpener, logger: Logger) {
+        self.target = target
+        self.label = label
+        self.purpose = purpose
+        self.opener = opener
+        self.logger = logger
+    }
+
+    var isEmpty: Bool { runs.isEmpty }
+
+    func rename(_ label: String) { self.label = label }
+
+    // MARK: - Control
+
+    /// Starts `rule` (restarting it when it failed or needs attention), connecting with
+    /// `ask` when there is no live connection. Throws the failure that left it failed.
+    func start(_ rule: ForwardRule, ask: @escaping ConnectionAsker, preset: HostKeyPreset?, connectTimeout: Double?) async throws -> ForwardStatus {
+        if let run = runs[rule.id], run.state == .running || run.state == .recovering || run.state == .starting, run.rule == rule {
+            return status(run)
+        }
+        // A rule started again (a retry, an edit) replaces its run; the connection stays.
+        if let old = runs.removeValue(forKey: rule.id) {
+            order.removeAll { $0 == rule.id }
+            old.close()
+        }
+        let run = RuleRun(rule: rule)
+        runs[rule.id] = run
+        order.append(rule.id)
+        run.state = .starting
+        self.connectTimeout = connectTimeout ?? self.connectTimeout
+        do {
+            let connection = try await connect(ask: remembering(ask), preset: preset)
+            guard runs[rule.id] === run else { throw Self.stoppedMeanwhile(rule) }
+            try await open(run, on: connection)
+            return status(run)
+        } catch {
+            let failure = TermindError.from(error)
+            if runs[rule.id] === run {
+                run.fail(failure, needsAttention: Self.needsAttention(failure))
+            }
+            throw failure
+        }
+    }
+
+    /// Starts `rule` with nobody to ask (an edited rule restarting): a live connection is
+    /// used; opening one must need no answers.
+    func restart(_ rule: ForwardRule) async -> ForwardStatus {
+        (try? await start(rule, ask: { _ in nil }, preset: nil, connectTimeout: nil)) ?? status(for: rule.id) ?? ForwardStatus(rule: rule, hostLabel: label, state: .failed)
+    }
+
+    /// Stops `id`'s run; the last one closes the connection and ends recovery.
+    @discardableResult
+    func stop(_ id: String) async -> ForwardStatus? {
+        guard let run = runs[id] else { return nil }
+        await stopRun(id)
+        var status = status(run)
+        status.state = .stopped
+        status.nextRetryAt = nil
+        return status
+    }
+
+    /// A change that does not touch what runs (name, color, tags).
+    func relabel(_ rule: ForwardRule) {
+        runs[rule.id]?.rule = rule
+    }
+
+    func stopAll() async {
+        for id in order { await stopRun(id) }
+    }
+
+    private func stopRun(_ id: String) async {
+        guard let run = runs.removeValue(forKey: id) else { return }
+        order.removeAll { $0 == id }
+        run.close()
+        guard runs.isEmpty else { return }
+        recovery?.cancel()
+        recovery = nil
+        nextRetryAt = nil
+        passphrases = [:]
+        schedule = RetrySchedule()
+        connectionGeneration += 1
+        if let lease {
+            self.lease = nil
+            connectedAt = nil
+            lease.release()
+            await lease.connection.close()
+        }
+    }
+
+    // MARK: - Status
+
+    func status(for id: String) -> ForwardStatus? { runs[id].map(status) }
+
+    func statuses() -> [ForwardStatus] { order.compactMap { runs[$0] }.map(status) }
+
+    private func status(_ run: RuleRun) -> ForwardStatus {
+        var status = ForwardStatus(rule: run.rule, hostLabel: label, state: run.state, bound: run.bound, bytesSent: run.counters.sent,
+                                   bytesReceived: run.counters.received, openFlows: run.counters.open, flows: run.counters.total,
+                                   runningSince: run.state == .running ? run.runningSince : nil, lastError: run.lastError)
+        if run.state == .recovering { status.nextRetryAt = nextRetryAt }
+        return status
+    }
+
+    // MARK: - Connecting
+
+    /// Keeps the passphrase answers of a person's start for reconnects (nothing else).
+    private func remembering(_ ask: @escaping ConnectionAsker) -> ConnectionAsker {
+        { [weak self] question in
+            let answer = await ask(question)
+            if question["topic"]?.stringValue == "ssh.passphrase", let answer, !StreamQuestion.unanswered(answer) {
+                await self?.keepPassphrase(question, answer)
+            }
+            return answer
+        }
+    }
+
+    private func keepPassphrase(_ question: JSONValue, _ answer: JSONValue) { passphrases[Self.key(question)] = answer }
+
+    private static func key(_ question: JSONValue) -> String {
+        (try? String(decoding: JSONCoding.encode(question["prompts"] ?? .null), as: UTF8.self)) ?? ""
+    }
+
+    /// A reconnect's asker: a passphrase given at the start, nothing else (no person is asked).
+    private func recoveryAnswer(_ question: JSONValue) -> JSONValue? {
+        question["topic"]?.stringValue == "ssh.passphrase" ? passphrases[Self.key(question)] : nil
+    }
+
+    /// The live connection, or a new one opened with `ask`.
+    private func connect(ask: @escaping ConnectionAsker, preset: HostKeyPreset?) async throws -> SSHConnection {
+        if let lease, lease.connection.isAlive { return lease.connection }
+        recovery?.cancel()
+        recovery = nil
+        nextRetryAt = nil
+        let lease = try await opener.lease(ConnectionTarget(target: target, connectTimeout: connectTimeout, purpose: purpose), ask: ask, hostKey: { _ in
+            switch preset {
+            case .once?: .acceptOnce
+            case .save?: .acceptAndSave
+            case nil: nil
+            }
+        })
+        adopt(lease)
+        return lease.connection
+    }
+
+    private func adopt(_ lease: SSHConnectionLease) {
+        if let old = self.lease, old !== lease { old.release() }
+        self.lease = lease
+        connectedAt = Self.now()
+        connectionGeneration += 1
+        let generation = connectionGeneration
+        lease.connection.onClose { [weak self] error in
+            Task { await self?.lost(generation, error) }
+        }
+    }
+
+    /// The connection ended: rules that ran recover; remote listeners died with it.
+    private func lost(_ generation: Int, _ error: TermindError) {
+        guard generation == connectionGeneration, let lease else { return }
+        self.lease = nil
+        lease.release()
+        if let connectedAt { schedule.connectionEnded(after: Self.now() - connectedAt) }
+        connectedAt = nil
+        logger.info("forwarding.connection_lost", ["code": .identifier(error.code)])
+        var recovering = false
+        for run in runs.values where run.state == .running {
+            run.connectionLost(error.message)
+            recovering = true
+        }
+        if recovering, recovery == nil { recovery = Task { await self.recover() } }
+    }
+
+    private func recover() async {
+        while !Task.isCancelled {
+            let delay = schedule.next()
+            nextRetryAt = Date().timeIntervalSince1970 + delay
+            logger.debug("forwarding.retrying", ["delay": .seconds(delay)])
+            try? await Task.sleep(for: .seconds(delay))
+            guard !Task.isCancelled else { return }
+            nextRetryAt = nil
+            let waiting = runs.values.filter { $0.state == .recovering }
+            guard !waiting.isEmpty else { recovery = nil; return }
+            do {
+                let lease = try await opener.lease(ConnectionTarget(target: target, connectTimeout: connectTimeout, purpose: purpose),
+                                                   ask: { [weak self] question in await self?.recoveryAnswer(question) })
+                guard !Task.isCancelled else { lease.release(); return }
+                adopt(lease)
+                recovery = nil
+                for run in waiting where runs[run.rule.id] === run {
+                    do {
+                        try await open(run, on: lease.connection)
+                    } catch {
+                        run.fail(TermindError.from(error), needsAttention: false)
+                    }
+                }
+                logger.info("forwarding.recovered", ["rules": .int(waiting.count)])
+                return
+            } catch {
+                guard !Task.isCancelled else { return }
+                let failure = TermindError.from(error)
+                if Self.needsAttention(failure) {
+                    // Nothing silent may mend this: a person retries.
+                    for run in waiting { run.fail(failure, needsAttention: true) }
+                    recovery = nil
+                    logger.info("forwarding.needs_attention", ["code": .identifier(failure.code)])
+                    return
+                }
+                for run in waiting { run.lastError = failure.message }
+            }
+        }
+    }
+
+    // MARK: - Listening
+
+    private func open(_ run: RuleRun, on connection: SSHConnection) async throws {
+        let rule = run.rule
+        switch rule.kind {
+        case .local, .dynamic:
+            if run.listener == nil {
+                let listener = try await ForwardingIO.run { try LocalListener.bind(rule.bindAddress, port: rule.bindPort, rule: rule.name) }
+                run.listener = listener
+                run.bound = listener.bound
+                let flows = run.flows
+                let counters = run.counters
+                listener.start { [weak self] fd in
+                    guard let self else { close(fd); return }
+                    Task { await self.accepted(fd, run: run, flows: flows, counters: counters) }
+                }
+            }
+        case .remote:
+            let listener = try await connection.listen(host: rule.bindAddress, port: rule.bindPort)
+            let shown = rule.bindAddress.contains(":") ? "[\(rule.bindAddress)]" : rule.bindAddress
+            run.bound = "\(shown):\(listener.boundPort)"
+            run.remote = Task { await Self.serveRemote(listener, run: run) }
+        }
+        run.running()
+    }
+
+    /// A local client of a local or dynamic rule: through the live connection, or closed
+    /// at once while there is none.
+    private func accepted(_ fd: Int32, run: RuleRun, flows: FlowSet, counters: FlowCounters) async {
+        guard runs[run.rule.id] === run, run.state == .running, let connection = lease?.connection, connection.isAlive else {
+            close(fd)
+            return
+        }
+        let rule = run.rule
+        guard let flow = flows.add(fd) else { close(fd); return }
+        let end: @Sendable (TermindError?) -> Void = { _ in flows.remove(flow) }
+        if rule.kind == .local, let host = rule.targetHost, let port = rule.targetPort {
+            do {
+                try await connection.forward(fd, to: host, port: port, counters: counters, onEnd: end)
+            } catch {
+                flows.remove(flow)
+                run.noteFlowError(TermindError.from(error).message)
+            }
+            return
+        }
+        // Dynamic: the SOCKS request names the target.
+        let request = try? await ForwardingIO.run { ForwardingIO.socksRequest(fd) }
+        guard let request = request ?? nil else {
+            flows.remove(flow)
+            close(fd)
+            return
+        }
+        do {
+            try await connection.forward(fd, to: request.host, port: request.port, greeting: Data(request.handshake.success),
+                                         early: Data(request.handshake.leftover), counters: counters, closeOnFailure: false, onEnd: end)
+        } catch {
+            let failure = TermindError.from(error)
+            ForwardingIO.sendAll(fd, request.handshake.failure(refused: failure.is(.sshTunnelRefused)))
+            flows.remove(flow)
+            close(fd)
+            run.noteFlowError(failure.message)
+        }
+    }
+
+    /// A remote rule's accept loop: each connection the server hands over is connected to
+    /// the target from here, then bridged.
+    private static func serveRemote(_ listener: SSHForwardListener, run: RuleRun) async {
+        let rule = run.rule
+        guard let host = rule.targetHost, let port = rule.targetPort else { return }
+        await withTaskCancellationHandler {
+            while !Task.isCancelled {
+                guard let accepted = try? await listener.acceptConnection() else { break }
+                Task {
+                    do {
+                        let fd = try await ForwardingIO.run { try ForwardingIO.connect(host: host, port: port) }
+                        guard let flow = run.flows.add(fd) else { close(fd); accepted.reject(); return }
+                        accepted.bridge(to: fd, counters: run.counters) { _ in run.flows.remove(flow) }
+                    } catch {
+                        accepted.reject()
+                        run.noteFlowError(TermindError.from(error).message)
+                    }
+                }
+            }
+        } onCancel: {
+            Task { try? await listener.cancel() }
+        }
+        try? await listener.cancel()
+    }
+
+    // MARK: - Rules
+
+    static func needsAttention(_ error: TermindError) -> Bool {
+        error.isAny(of: [.sshAuthFailed, .sshAuthCancelled, .sshAuthBadAnswers, .sshHostKeyRejected, .sshHostKeyUnknown, .sshHostKeyChanged,
+                         .sshHostKeyTypeChanged, .vaultHostNotFound, .vaultIdentityNotFound, .vaultKeyNotFound, .vaultKeyUnreadable])
+    }
+
+    static func stoppedMeanwhile(_ rule: ForwardRule) -> TermindError {
+        TermindError(.forwardingFailed, "Rule '\(rule.name)' was stopped while it was starting.")
+    }
+
+    static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+}
+
+/// One rule's run: its listener, its flows and counters, its state. Changed only by its
+/// `HostRun` (an actor), read by status; the flow callbacks touch only the thread-safe parts.
+final class RuleRun: @unchecked Sendable {
+    var rule: ForwardRule
+    let counters = FlowCounters()
+    let flows = FlowSet()
+    private let lock = NSLock()
+    private var stateValue = ForwardState.stopped
+    private var errorValue: String?
+    var listener: LocalListener?
+    var remote: Task<Void, Never>?
+    var bound: String?
+    var runningSince: Double?
+
+    init(rule: ForwardRule) { self.rule = rule }
+
+    var state: ForwardState {
+        get { lock.withLock { stateValue } }
+        set { lock.withLock { stateValue = newValue } }
+    }
+
+    var lastError: String? {
+        get { lock.withLock { errorValue } }
+        set { lock.withLock { errorValue = newValue } }
+    }
+
+    func running() {
+        state = .running
+        lastError = nil
+        runningSince = Date().timeIntervalSince1970
+    }
+
+    /// A flow that could not be opened: the rule keeps running; the error shows in status.
+    func noteFlowError(_ message: String) { lastError = message }
+
+    /// The connection is gone: flows end with it, remote listeners too; local ones stay bound.
+    func connectionLost(_ message: String) {
+        state = .recovering
+        lastError = message
+        runningSince = nil
+        remote?.cancel()
+        remote = nil
+        if rule.kind == .remote { bound = nil }
+    }
+
+    /// Stopped trying: the listener closes, its flows end.
+    func fail(_ error: TermindError, needsAttention: Bool) {
+        state = needsAttention ? .needsAttention : .failed
+        lastError = error.message
+        runningSince = nil
+        release()
+    }
+
+    func close() {
+        state = .stopped
+        release()
+    }
+
+    private func release() {
+        listener?.stop()
+        listener = nil
+        remote?.cancel()
+        remote = nil
+        flows.closeAll()
+        bound = nil
+    }
+}

@@ -1,0 +1,481 @@
+import Foundation
+import TermindCore
+import TermindCrypto
+import TermindHarness
+import XCTest
+
+/// Port forwarding end to end: `termind forward …` against a real sshd on loopback, with
+/// a TCP echo server as every forward's target, so each flow's bytes can be checked by
+/// SHA-256 both ways.
+final class ForwardingFeatureTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+    private var server: SSHServerFixture!
+    private var echo: EchoServer!
+    private var serve: ServeProcess?
+    private var spawned: [SpawnedProcess] = []
+
+    override func setUpWithError() throws {
+        directory = try TemporaryDirectory()
+        server = try SSHServerFixture.withNewKey(in: directory)
+        echo = try EchoServer()
+    }
+
+    override func tearDown() {
+        for process in spawned where process.isRunning {
+            process.signal(SIGKILL)
+            process.wait()
+        }
+        _ = serve?.stop()
+        echo?.stop()
+        server?.stop()
+        directory?.remove()
+    }
+
+    private var environment: [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = directory.file("home")
+        environment["TERMIND_SOCKET"] = directory.file("none.sock")
+        for name in ["TERMIND_PLUGINS", "TERMIND_FEATURES", "TERMIND_REGISTRY", "TERMIND_DEBUG", "TERMIND_LOG_FILE"] { environment.removeValue(forKey: name) }
+        return environment
+    }
+
+    private var location: [String] {
+        serve.map { ["--socket", $0.socketPath] } ?? ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")]
+    }
+
+    private func termind(_ arguments: [String]) throws -> ProcessResult {
+        try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", location + arguments, environment: environment)
+    }
+
+    private func json(_ arguments: [String]) throws -> JSONValue {
+        let result = try termind(["--json"] + arguments)
+        XCTAssertEqual(result.status, 0, "termind \(arguments.joined(separator: " ")): \(result.stderr)")
+        return try JSONCoding.parse(Data(result.stdout.utf8), source: "termind's output")
+    }
+
+    private func spawn(_ arguments: [String]) throws -> SpawnedProcess {
+        let process = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + arguments, environment: environment, captureOutput: true)
+        spawned.append(process)
+        return process
+    }
+
+    /// A saved host "box" for the fixture's sshd with its key.
+    private func saveHost() throws {
+        XCTAssertEqual(try termind(["vault", "key", "import", directory.file("id"), "--label", "ci"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "identity", "add", NSUserName(), "--key", "ci"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
+    }
+
+    private func trustServer() throws {
+        let key = try XCTUnwrap(server.hostKeys["ssh-ed25519"])
+        let added = try termind(["vault", "knownhost", "add", "127.0.0.1", key, "--port", "\(server.port)"])
+        XCTAssertEqual(added.status, 0, added.stderr)
+    }
+
+    private func startServe() throws {
+        serve = try ServeProcess(directory: directory, arguments: [], environment: ["TERMIND_SOCKET": directory.file("serve/control.sock")])
+    }
+
+    private func rule(_ list: JSONValue, _ name: String) -> JSONValue? {
+        guard case .array(let rules)? = list["rules"] else { return nil }
+        return rules.first { $0["rule"]?["name"]?.stringValue == name }
+    }
+
+    private func state(_ name: String) throws -> String? {
+        rule(try json(["forward", "list"]), name)?["state"]?.stringValue
+    }
+
+    private func waitFor(_ what: String, timeout: Double = 30, _ condition: () throws -> Bool) throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if try condition() { return }
+            usleep(100_000)
+        }
+        XCTFail("timed out waiting for \(what)")
+    }
+
+    // MARK: - Rules as records
+
+    func testRulesAreRecordsOfTheirOwnAndBadInputChangesNothing() throws {
+        try saveHost()
+        let added = try json(["forward", "add", "db", "box", "--local-forward", "15432:db.internal:5432", "--tags", "prod,db", "--color", "#ff8800"])
+        XCTAssertEqual(added["kind"]?.stringValue, "local")
+        XCTAssertEqual(added["bindAddress"]?.stringValue, "127.0.0.1")
+        XCTAssertEqual(added["targetHost"]?.stringValue, "db.internal")
+        XCTAssertEqual(try termind(["forward", "add", "socks", "box", "--dynamic-forward", "[::1]:11080"]).status, 0)
+        XCTAssertEqual(try termind(["forward", "add", "back", "box", "--remote-forward", "0:localhost:3000"]).status, 0)
+
+        // The rule keeps the host's id: a rename shows through, the rule is untouched.
+        XCTAssertEqual(try termind(["vault", "host", "edit", "box", "--label", "prod-box"]).status, 0)
+        let list = try json(["forward", "list"])
+        XCTAssertEqual(rule(list, "db")?["hostLabel"]?.stringValue, "prod-box")
+        XCTAssertEqual(rule(list, "db")?["state"]?.stringValue, "stopped")
+        XCTAssertEqual(rule(list, "socks")?["rule"]?["bindAddress"]?.stringValue, "::1")
+        XCTAssertEqual(rule(list, "back")?["rule"]?["bindPort"], .integer(0))
+        let tagged = try json(["forward", "list", "--tag", "prod"])
+        guard case .array(let only)? = tagged["rules"] else { return XCTFail("\(tagged)") }
+        XCTAssertEqual(only.count, 1)
+
+        // Bad input: named, nothing stored.
+        let duplicate = try termind(["forward", "add", "DB", "box", "--local-forward", "1:x:1"])
+        XCTAssertNotEqual(duplicate.status, 0)
+        XCTAssertTrue(duplicate.stderr.contains("already has that name"), duplicate.stderr)
+        let badSpec = try termind(["forward", "add", "web", "box", "--local-forward", "8080:web"])
+        XCTAssertNotEqual(badSpec.status, 0)
+        XCTAssertTrue(badSpec.stderr.contains("-L '8080:web'"), badSpec.stderr)
+        let two = try termind(["forward", "add", "web", "box", "--local-forward", "8080:web:80", "--dynamic-forward", "1080"])
+        XCTAssertTrue(two.stderr.contains("one of --local-forward, --remote-forward or --dynamic-forward"), two.stderr)
+        guard case .array(let all)? = try json(["forward", "list"])["rules"] else { return XCTFail() }
+        XCTAssertEqual(all.count, 3)
+
+        // Edit and remove.
+        let edited = try json(["forward", "edit", "db", "--local-forward", "25432:db.internal:5432", "--name", "database", "--color", ""])
+        XCTAssertEqual(edited["rule"]?["bindPort"], .integer(25432))
+        XCTAssertEqual(edited["rule"]?["name"]?.stringValue, "database")
+        XCTAssertNil(edited["rule"]?["color"]?.stringValue)
+        XCTAssertEqual(try termind(["forward", "rm", "database"]).status, 0)
+        let missing = try termind(["forward", "rm", "database"])
+        XCTAssertNotEqual(missing.status, 0)
+        XCTAssertTrue(missing.stderr.contains("No forwarding rule is named 'database'"), missing.stderr)
+
+        // A saved rule runs only where something keeps it alive.
+        let start = try termind(["forward", "start", "socks"])
+        XCTAssertNotEqual(start.status, 0)
+        XCTAssertTrue(start.stderr.contains("termind serve") && start.stderr.contains("termind forward run"), start.stderr)
+    }
+
+    // MARK: - Data
+
+    func testRunCarriesBytesIntactThroughLocalRemoteAndSocks() throws {
+        try saveHost()
+        let local = try SSHServerFixture.freePort()
+        let remote = try SSHServerFixture.freePort()
+        let socks = try SSHServerFixture.freePort()
+        let run = try spawn(["forward", "run", "box", "--accept-host-key", "once", "--local-forward", "\(local):127.0.0.1:\(echo.port)",
+                             "--remote-forward", "\(remote):127.0.0.1:\(echo.port)", "--dynamic-forward", "\(socks)"])
+        try waitFor("the forwards") { Self.canConnect(local) && Self.canConnect(remote) && Self.canConnect(socks) }
+
+        // 100 MiB each way through -L in one flow; 16 MiB through -R; then many at once.
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(local), bytes: 100 << 20))
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(remote), bytes: 16 << 20))
+        XCTAssertNil(try Self.echoRoundTrip(Self.socks5(socks, host: "localhost", port: echo.port), bytes: 16 << 20), "SOCKS5 by name")
+        XCTAssertNil(try Self.echoRoundTrip(Self.socks5(socks, ipv4: [127, 0, 0, 1], port: echo.port), bytes: 1 << 20), "SOCKS5 by address")
+        XCTAssertNil(try Self.echoRoundTrip(Self.socks4a(socks, host: "localhost", port: echo.port), bytes: 1 << 20), "SOCKS4a")
+        let failures = Self.concurrently(24) { index in
+            let port = [local, remote][index % 2]
+            return try Self.echoRoundTrip(Self.connect(port), bytes: 2 << 20)
+        }
+        XCTAssertEqual(failures, [], "concurrent flows")
+
+        // A SOCKS target that refuses: the client hears so in SOCKS5's own reply.
+        let closed = try SSHServerFixture.freePort()
+        XCTAssertThrowsError(try Self.socks5(socks, host: "127.0.0.1", port: closed)) { error in
+            XCTAssertTrue("\(error)".contains("reply 5"), "\(error)")
+        }
+        run.signal(SIGINT)
+        let status = run.wait()
+        let (_, stderr) = run.readAll()
+        XCTAssertEqual(status, 130, String(decoding: stderr, as: UTF8.self))
+        XCTAssertFalse(Self.canConnect(local), "the listener closed with the command")
+    }
+
+    func testTwoHundredSocksClientsAtOnceAndAStalledReaderStallsNobodyElse() throws {
+        try saveHost()
+        let socks = try SSHServerFixture.freePort()
+        _ = try spawn(["forward", "run", "box", "--accept-host-key", "once", "--dynamic-forward", "\(socks)"])
+        try waitFor("the SOCKS listener") { Self.canConnect(socks) }
+
+        // A flow whose local reader stops: it fills its own buffers and window only.
+        let stalled = try Self.socks5(socks, host: "127.0.0.1", port: echo.port)
+        let junk = [UInt8](repeating: 0x55, count: 1 << 20)
+        var written = 0
+        _ = fcntl(stalled, F_SETFL, fcntl(stalled, F_GETFL) | O_NONBLOCK)
+        let stallDeadline = Date().addingTimeInterval(20)
+        while Date() < stallDeadline {
+            let n = junk.withUnsafeBytes { send(stalled, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n > 0 { written += n; continue }
+            if errno == EAGAIN { usleep(50_000); if Self.sendBlocked(stalled) { break } } else { break }
+        }
+        XCTAssertGreaterThan(written, 1 << 20, "the stalled flow took some bytes before backpressure")
+
+        let target = echo.port
+        let failures = Self.concurrently(200) { _ in
+            try Self.echoRoundTrip(Self.socks5(socks, host: "127.0.0.1", port: target), bytes: 16 << 10)
+        }
+        XCTAssertEqual(failures, [], "200 SOCKS clients at once, one flow stalled meanwhile")
+        close(stalled)
+    }
+
+    // MARK: - The supervisor
+
+    func testAStartedRuleComesBackAfterSshdRestartsAndOnlyItsRuleFailsOnAPortInUse() throws {
+        try startServe()
+        try saveHost()
+        try trustServer()
+        let web = try SSHServerFixture.freePort()
+        let socksPort = try SSHServerFixture.freePort()
+        let taken = try Self.occupy()
+        XCTAssertEqual(try termind(["forward", "add", "web", "box", "--local-forward", "\(web):127.0.0.1:\(echo.port)"]).status, 0)
+        XCTAssertEqual(try termind(["forward", "add", "socks", "box", "--dynamic-forward", "\(socksPort)"]).status, 0)
+        XCTAssertEqual(try termind(["forward", "add", "clash", "box", "--local-forward", "\(taken.port):127.0.0.1:\(echo.port)"]).status, 0)
+        XCTAssertEqual(try termind(["forward", "add", "back", "box", "--remote-forward", "0:127.0.0.1:\(echo.port)"]).status, 0)
+        for name in ["web", "socks", "back"] {
+            let started = try termind(["forward", "start", name])
+            XCTAssertEqual(started.status, 0, started.stderr)
+        }
+        let clash = try termind(["forward", "start", "clash"])
+        XCTAssertNotEqual(clash.status, 0)
+        XCTAssertTrue(clash.stderr.contains("Rule 'clash' cannot listen on 127.0.0.1:\(taken.port)") && clash.stderr.contains("in use"), clash.stderr)
+        XCTAssertEqual(try state("clash"), "failed")
+        XCTAssertEqual(try state("web"), "running", "a peer's failure is its own")
+        close(taken.fd)
+
+        // The remote rule's port is the one the server chose; bytes flow through every rule.
+        let list = try json(["forward", "list"])
+        let bound = try XCTUnwrap(rule(list, "back")?["bound"]?.stringValue, "\(list)")
+        let remotePort = try XCTUnwrap(Int(bound.split(separator: ":").last ?? ""))
+        XCTAssertGreaterThan(remotePort, 0)
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(web), bytes: 4 << 20))
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(remotePort), bytes: 1 << 20))
+        let counted = try json(["forward", "list"])
+        XCTAssertEqual(rule(counted, "web")?["bytesSent"], .integer(4 << 20))
+        XCTAssertEqual(rule(counted, "web")?["bytesReceived"], .integer(4 << 20))
+        XCTAssertEqual(rule(counted, "web")?["flows"], .integer(1))
+
+        // A flow open across the crash ends; it is never replayed.
+        let open = try Self.connect(web)
+        XCTAssertNil(try Self.echoRoundTrip(open, bytes: 1024, keepOpen: true))
+        server.kill()
+        try waitFor("recovering") { try state("web") == "recovering" }
+        XCTAssertEqual(Self.readToEnd(open, timeout: 10), 0, "the old flow ended")
+        close(open)
+        let recovering = rule(try json(["forward", "list"]), "web")
+        XCTAssertNotNil(recovering?["nextRetryAt"], "\(String(describing: recovering))")
+        try server.restart()
+        // 1, 2, 5 s … after the loss: back well within 20 s.
+        try waitFor("recovered", timeout: 25) { try state("web") == "running" && state("socks") == "running" && state("back") == "running" }
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(web), bytes: 4 << 20), "new connections flow after recovery")
+        XCTAssertNil(try Self.echoRoundTrip(Self.socks5(socksPort, host: "127.0.0.1", port: echo.port), bytes: 1 << 20))
+        let again = try XCTUnwrap(rule(try json(["forward", "list"]), "back")?["bound"]?.stringValue)
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(Int(again.split(separator: ":").last ?? "") ?? 0), bytes: 1 << 20), "the remote listener was asked for again")
+
+        // Editing one rule restarts it alone: a flow of its peer stays up.
+        let peerFlow = try Self.socks5(socksPort, host: "127.0.0.1", port: echo.port)
+        let newWeb = try SSHServerFixture.freePort()
+        let edited = try json(["forward", "edit", "web", "--local-forward", "\(newWeb):127.0.0.1:\(echo.port)"])
+        XCTAssertEqual(edited["state"]?.stringValue, "running", "\(edited)")
+        XCTAssertFalse(Self.canConnect(web), "the old listener closed")
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(newWeb), bytes: 1 << 20))
+        XCTAssertNil(try Self.echoRoundTrip(peerFlow, bytes: 64 << 10), "the peer's flow survived the edit")
+
+        // Stopping one rule leaves the others running.
+        XCTAssertEqual(try json(["forward", "stop", "web"])["state"]?.stringValue, "stopped")
+        XCTAssertFalse(Self.canConnect(newWeb))
+        XCTAssertEqual(try state("socks"), "running")
+
+        let status = try termind(["forward", "status"])
+        XCTAssertEqual(status.status, 0, status.stderr)
+        XCTAssertTrue(status.stdout.contains("socks") && status.stdout.contains("running") && status.stdout.contains("-D 127.0.0.1:\(socksPort)"), status.stdout)
+    }
+
+    func testAHostKeyTrustedOnceNeverAuthorizesASilentReconnect() throws {
+        try startServe()
+        try saveHost()
+        let web = try SSHServerFixture.freePort()
+        XCTAssertEqual(try termind(["forward", "add", "web", "box", "--local-forward", "\(web):127.0.0.1:\(echo.port)"]).status, 0)
+        let unasked = try termind(["forward", "start", "web"])
+        XCTAssertNotEqual(unasked.status, 0, "nobody to ask about the unknown key")
+        XCTAssertEqual(try state("web"), "needs-attention")
+        let started = try termind(["forward", "retry", "web", "--accept-host-key", "once"])
+        XCTAssertEqual(started.status, 0, started.stderr)
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(web), bytes: 64 << 10))
+        server.kill()
+        try server.restart()
+        try waitFor("needs-attention after the reconnect was refused", timeout: 20) { try state("web") == "needs-attention" }
+        let shown = rule(try json(["forward", "list"]), "web")
+        XCTAssertTrue(shown?["lastError"]?.stringValue?.contains("no terminal to ask") == true, "\(String(describing: shown))")
+        XCTAssertFalse(Self.canConnect(web), "a rule that needs attention does not listen")
+        let accepted = (try? String(contentsOfFile: server.directory.file("sshd.log"), encoding: .utf8))?.components(separatedBy: "Accepted publickey").count ?? 0
+        XCTAssertEqual(accepted - 1, 1, "only the person's start authenticated; the reconnect stopped at the host key")
+    }
+
+    // MARK: - Sockets
+
+    static func canConnect(_ port: Int) -> Bool {
+        guard let fd = try? connect(port) else { return false }
+        close(fd)
+        return true
+    }
+
+    static func connect(_ port: Int) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let ok = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard ok == 0 else {
+            close(fd)
+            throw TermindError(code: "test.connect", message: "cannot connect to port \(port): \(String(cString: strerror(errno)))")
+        }
+        var timeout = timeval(tv_sec: 30, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        return fd
+    }
+
+    /// A listening socket on a free port (a port in use for a rule that wants it).
+    static func occupy() throws -> (fd: Int32, port: Int) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        listen(fd, 1)
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        return (fd, Int(UInt16(bigEndian: address.sin_port)))
+    }
+
+    static func readExactly(_ fd: Int32, _ count: Int) throws -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        var got = 0
+        while got < count {
+            let n = bytes.withUnsafeMutableBytes { recv(fd, $0.baseAddress! + got, count - got, 0) }
+            guard n > 0 else { throw TermindError(code: "test.socks", message: "the SOCKS server closed after \(got) of \(count) bytes") }
+            got += n
+        }
+        return bytes
+    }
+
+    static func socks5(_ port: Int, host: String? = nil, ipv4: [UInt8]? = nil, port target: Int) throws -> Int32 {
+        let fd = try connect(port)
+        let request: [UInt8]
+        if let ipv4 {
+            request = [5, 1, 0, 1] + ipv4 + [UInt8(target >> 8), UInt8(target & 0xFF)]
+        } else {
+            let name = Array((host ?? "").utf8)
+            request = [5, 1, 0, 3, UInt8(name.count)] + name + [UInt8(target >> 8), UInt8(target & 0xFF)]
+        }
+        _ = [UInt8]([5, 1, 0]).withUnsafeBytes { send(fd, $0.baseAddress!, 3, 0) }
+        let method = try readExactly(fd, 2)
+        guard method == [5, 0] else { close(fd); throw TermindError(code: "test.socks", message: "method reply \(method)") }
+        _ = request.withUnsafeBytes { send(fd, $0.baseAddress!, $0.count, 0) }
+        let reply = try readExactly(fd, 10)
+        guard reply[1] == 0 else { close(fd); throw TermindError(code: "test.socks", message: "reply \(reply[1])") }
+        return fd
+    }
+
+    static func socks4a(_ port: Int, host: String, port target: Int) throws -> Int32 {
+        let fd = try connect(port)
+        let request: [UInt8] = [4, 1, UInt8(target >> 8), UInt8(target & 0xFF), 0, 0, 0, 1] + Array("me".utf8) + [0] + Array(host.utf8) + [0]
+        _ = request.withUnsafeBytes { send(fd, $0.baseAddress!, $0.count, 0) }
+        let reply = try readExactly(fd, 8)
+        guard reply[1] == 0x5A else { close(fd); throw TermindError(code: "test.socks", message: "SOCKS4 reply \(reply[1])") }
+        return fd
+    }
+
+    /// Sends `bytes` of pseudo-random data through `fd` (to an echo server) while reading
+    /// what comes back; nil when both directions' SHA-256 and counts match, else why not.
+    /// Closes `fd` unless `keepOpen` (then only `bytes` are read back, nothing is shut).
+    static func echoRoundTrip(_ fd: Int32, bytes: Int, keepOpen: Bool = false) throws -> String? {
+        let sent = SendableResult()
+        let writer = Thread {
+            let digest = IncrementalDigest(.sha256)
+            var state: UInt64 = 0x9E37_79B9_7F4A_7C15 ^ UInt64(bytes)
+            var chunk = [UInt8](repeating: 0, count: 64 << 10)
+            var left = bytes
+            while left > 0 {
+                let count = min(left, chunk.count)
+                for i in stride(from: 0, to: count, by: 8) {
+                    state ^= state << 13; state ^= state >> 7; state ^= state << 17
+                    withUnsafeBytes(of: state) { raw in for j in 0..<min(8, count - i) { chunk[i + j] = raw[j] } }
+                }
+                digest.update(chunk[0..<count])
+                var offset = 0
+                while offset < count {
+                    let n = chunk.withUnsafeBytes { send(fd, $0.baseAddress! + offset, count - offset, Int32(MSG_NOSIGNAL)) }
+                    if n <= 0 { sent.set(nil); return }
+                    offset += n
+                }
+                left -= count
+            }
+            if !keepOpen { shutdown(fd, Int32(SHUT_WR)) }
+            sent.set(digest.finish())
+        }
+        writer.start()
+        let digest = IncrementalDigest(.sha256)
+        var received = 0
+        var buffer = [UInt8](repeating: 0, count: 64 << 10)
+        while keepOpen ? received < bytes : true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, keepOpen ? min($0.count, bytes - received) : $0.count, 0) }
+            if n <= 0 { break }
+            digest.update(buffer[0..<n])
+            received += n
+        }
+        let sentDigest = sent.wait()
+        if !keepOpen { close(fd) }
+        guard received == bytes else { return "received \(received) of \(bytes) bytes" }
+        guard let sentDigest else { return "sending failed" }
+        return sentDigest == digest.finish() ? nil : "the bytes came back changed"
+    }
+
+    /// Reads until EOF or an error; returns the last recv's result (0 at EOF).
+    static func readToEnd(_ fd: Int32, timeout: Int) -> Int {
+        var tv = timeval(tv_sec: timeout, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n > 0 { continue }
+            return n < 0 && errno == ECONNRESET ? 0 : n
+        }
+    }
+
+    static func sendBlocked(_ fd: Int32) -> Bool {
+        var poller = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        return poll(&poller, 1, 500) == 0
+    }
+
+    /// Runs `body` for 0..<count on threads at once; the failures (nil results are successes).
+    static func concurrently(_ count: Int, _ body: @escaping @Sendable (Int) throws -> String?) -> [String] {
+        let failures = Failures()
+        let group = DispatchGroup()
+        for index in 0..<count {
+            group.enter()
+            let thread = Thread {
+                defer { group.leave() }
+                do {
+                    if let failure = try body(index) { failures.add("#\(index): \(failure)") }
+                } catch {
+                    failures.add("#\(index): \(error)")
+                }
+            }
+            thread.stackSize = 1 << 20
+            thread.start()
+        }
+        group.wait()
+        return failures.all
+    }
+}
+
+/// A value one thread sets and another waits for.
+final class SendableResult: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var value: Data??
+
+    func set(_ new: Data?) { condition.withLock { value = .some(new); condition.broadcast() } }
+
+    func wait() -> Data? {
+        condition.withLock {
+            while value == nil { condition.wait() }
+            return value!
+        }
+    }
+}
+
+final class Failures: @unchecked Sendable {
+    private let lock = NSLock()
+    private var list: [String] = []
+    func add(_ failure: String) { lock.withLock { list.append(failure) } }
+    var all: [String] { lock.withLock { list } }
+}
