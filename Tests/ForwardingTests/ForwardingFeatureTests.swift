@@ -219,7 +219,9 @@ final class ForwardingFeatureTests: XCTestCase {
         XCTAssertEqual(try termind(["forward", "add", "socks", "box", "--dynamic-forward", "\(socksPort)"]).status, 0)
         XCTAssertEqual(try termind(["forward", "add", "clash", "box", "--local-forward", "\(taken.port):127.0.0.1:\(echo.port)"]).status, 0)
         XCTAssertEqual(try termind(["forward", "add", "back", "box", "--remote-forward", "0:127.0.0.1:\(echo.port)"]).status, 0)
-        for name in ["web", "socks", "back"] {
+        let fixedRemote = try SSHServerFixture.freePort()
+        XCTAssertEqual(try termind(["forward", "add", "fixed", "box", "--remote-forward", "\(fixedRemote):127.0.0.1:\(echo.port)"]).status, 0)
+        for name in ["web", "socks", "back", "fixed"] {
             let started = try termind(["forward", "start", name])
             XCTAssertEqual(started.status, 0, started.stderr)
         }
@@ -251,9 +253,14 @@ final class ForwardingFeatureTests: XCTestCase {
         close(open)
         let recovering = rule(try json(["forward", "list"]), "web")
         XCTAssertNotNil(recovering?["nextRetryAt"], "\(String(describing: recovering))")
+        // A remote port someone else took while the server was down: that rule alone fails.
+        let squat = try Self.occupy(port: fixedRemote)
         try server.restart()
         // 1, 2, 5 s … after the loss: back well within 20 s.
         try waitFor("recovered", timeout: 25) { try state("web") == "running" && state("socks") == "running" && state("back") == "running" }
+        try waitFor("the squatted rule failed") { try state("fixed") == "failed" }
+        XCTAssertTrue(rule(try json(["forward", "list"]), "fixed")?["lastError"]?.stringValue?.contains("refused to listen") == true)
+        close(squat.fd)
         XCTAssertNil(try Self.echoRoundTrip(Self.connect(web), bytes: 4 << 20), "new connections flow after recovery")
         XCTAssertNil(try Self.echoRoundTrip(Self.socks5(socksPort, host: "127.0.0.1", port: echo.port), bytes: 1 << 20))
         let again = try XCTUnwrap(rule(try json(["forward", "list"]), "back")?["bound"]?.stringValue)
@@ -299,6 +306,38 @@ final class ForwardingFeatureTests: XCTestCase {
         XCTAssertEqual(accepted - 1, 1, "only the person's start authenticated; the reconnect stopped at the host key")
     }
 
+    /// The stop cancels the start's connecting; an answer typed afterwards authorizes
+    /// nothing. (The client shows the question until a key is pressed: a question the
+    /// server withdraws is not taken off the terminal yet.)
+    func testAStopWhileAStartWaitsForAnAnswerCancelsItsConnecting() throws {
+        try startServe()
+        try saveHost()
+        let web = try SSHServerFixture.freePort()
+        XCTAssertEqual(try termind(["forward", "add", "web", "box", "--local-forward", "\(web):127.0.0.1:\(echo.port)"]).status, 0)
+        // Another client stops the rule once its start waits on the host-key question.
+        let (program, location, environment) = (FeatureHarness.buildDirectory + "/termind", self.location, self.environment)
+        let stopper = Thread {
+            let deadline = Date().addingTimeInterval(30)
+            while Date() < deadline {
+                let list = try? ProcessRunner.run(program, location + ["--json", "forward", "list"], environment: environment)
+                if list?.stdout.contains("\"starting\"") == true { break }
+                usleep(100_000)
+            }
+            usleep(500_000)
+            _ = try? ProcessRunner.run(program, location + ["forward", "stop", "web"], environment: environment)
+        }
+        stopper.start()
+        let report = try PseudoTerminal.run([FeatureHarness.buildDirectory + "/termind"] + location + ["forward", "start", "web"],
+                                            steps: [.expect("Trust it?"), .sleep(4), .send("o\n"), .expect("stopped while it was starting", seconds: 30)],
+                                            environment: environment)
+        XCTAssertEqual(report.met, [true, true], report.output)
+        XCTAssertNotEqual(report.status, 0)
+        XCTAssertEqual(try state("web"), "stopped")
+        XCTAssertFalse(Self.canConnect(web))
+        let log = (try? String(contentsOfFile: server.directory.file("sshd.log"), encoding: .utf8)) ?? ""
+        XCTAssertFalse(log.contains("Accepted publickey"), "the answer that came after the stop authorized nothing")
+    }
+
     // MARK: - Sockets
 
     static func canConnect(_ port: Int) -> Bool {
@@ -323,13 +362,17 @@ final class ForwardingFeatureTests: XCTestCase {
         return fd
     }
 
-    /// A listening socket on a free port (a port in use for a rule that wants it).
-    static func occupy() throws -> (fd: Int32, port: Int) {
+    /// A listening socket on `port` (0: a free one): a port in use for a rule that wants it.
+    static func occupy(port: Int = 0) throws -> (fd: Int32, port: Int) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard bound == 0 else { throw TermindError(code: "test.bind", message: "cannot bind port \(port): \(String(cString: strerror(errno)))") }
         listen(fd, 1)
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }

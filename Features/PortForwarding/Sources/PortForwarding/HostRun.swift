@@ -72,15 +72,23 @@ actor HostRun {
         run.state = .starting
         self.connectTimeout = connectTimeout ?? self.connectTimeout
         do {
-            let connection = try await connect(ask: remembering(ask), preset: preset)
-            guard runs[rule.id] === run else { throw Self.stoppedMeanwhile(rule) }
+            // The connecting is a task of the run's own: a stop meanwhile cancels it, and with
+            // it a question waiting for an answer.
+            let remembering = remembering(ask)
+            let attempt = Task { try await self.connect(ask: remembering, preset: preset) }
+            run.starting = attempt
+            let connection = try await withTaskCancellationHandler { try await attempt.value } onCancel: { attempt.cancel() }
+            run.starting = nil
+            guard runs[rule.id] === run else {
+                await closeIfUnused()
+                throw Self.stoppedMeanwhile(rule)
+            }
             try await open(run, on: connection)
             return status(run)
         } catch {
+            guard runs[rule.id] === run else { throw Self.stoppedMeanwhile(rule) }
             let failure = TermindError.from(error)
-            if runs[rule.id] === run {
-                run.fail(failure, needsAttention: Self.needsAttention(failure))
-            }
+            run.fail(failure, needsAttention: Self.needsAttention(failure))
             throw failure
         }
     }
@@ -115,6 +123,11 @@ actor HostRun {
         guard let run = runs.removeValue(forKey: id) else { return }
         order.removeAll { $0 == id }
         run.close()
+        await closeIfUnused()
+    }
+
+    /// With no rule left: recovery ends, the passphrase is forgotten, the connection closes.
+    private func closeIfUnused() async {
         guard runs.isEmpty else { return }
         recovery?.cancel()
         recovery = nil
@@ -366,6 +379,8 @@ final class RuleRun: @unchecked Sendable {
     private var errorValue: String?
     var listener: LocalListener?
     var remote: Task<Void, Never>?
+    /// The connecting of a start under way (cancelled by a stop).
+    var starting: Task<SSHConnection, Error>?
     var bound: String?
     var runningSince: Double?
 
@@ -414,6 +429,8 @@ final class RuleRun: @unchecked Sendable {
     }
 
     private func release() {
+        starting?.cancel()
+        starting = nil
         listener?.stop()
         listener = nil
         remote?.cancel()
