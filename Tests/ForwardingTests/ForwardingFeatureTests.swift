@@ -338,6 +338,49 @@ final class ForwardingFeatureTests: XCTestCase {
         XCTAssertFalse(log.contains("Accepted publickey"), "the answer that came after the stop authorized nothing")
     }
 
+    /// The network drops (a veth link inside a namespace pair goes down) and comes back:
+    /// the keepalive notices the dead link, the rule recovers once the link is up.
+    func testARuleRecoversAfterTheNetworkDropsAndComesBack() throws {
+        try XCTSkipUnless(NetworkChain.isAvailable, "network namespaces need root and iproute2")
+        let chain = try NetworkChain(count: 1)
+        defer { chain.teardown() }
+        server.stop()
+        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: directory.file("id.pub"), encoding: .utf8)],
+                                      namespace: chain.name(of: 1), listenAddress: chain.address(of: 1), hostKeyTypes: ["ed25519"])
+        let address = chain.address(of: 1)
+        try startServe()
+        XCTAssertEqual(try termind(["vault", "key", "import", directory.file("id"), "--label", "ci"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "identity", "add", NSUserName(), "--key", "ci"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "host", "add", address, "--label", "far", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
+        XCTAssertEqual(try termind(["vault", "knownhost", "add", address, try XCTUnwrap(server.hostKeys["ssh-ed25519"]), "--port", "\(server.port)"]).status, 0)
+        // The target is the far side's own sshd, seen from there: its banner proves a flow.
+        let web = try SSHServerFixture.freePort()
+        XCTAssertEqual(try termind(["forward", "add", "web", "far", "--local-forward", "\(web):\(address):\(server.port)"]).status, 0)
+        let started = try termind(["forward", "start", "web"])
+        XCTAssertEqual(started.status, 0, started.stderr)
+        XCTAssertTrue(try Self.banner(web).hasPrefix("SSH-2.0-"))
+
+        try chain.setLink(1, up: false)
+        // Keepalives every 5 s, three unanswered: lost within about 15 s.
+        try waitFor("the lost link noticed", timeout: 40) { try state("web") == "recovering" }
+        XCTAssertThrowsError(try Self.banner(web), "while the link is down a client is closed at once, not held")
+        try chain.setLink(1, up: true)
+        try waitFor("recovered", timeout: 40) { try state("web") == "running" }
+        XCTAssertTrue(try Self.banner(web).hasPrefix("SSH-2.0-"), "new connections flow after the link came back")
+    }
+
+    /// The first line a forward to an SSH server brings back.
+    static func banner(_ port: Int) throws -> String {
+        let fd = try connect(port)
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var buffer = [UInt8](repeating: 0, count: 256)
+        let n = recv(fd, &buffer, buffer.count, 0)
+        guard n > 0 else { throw TermindError(code: "test.banner", message: "no banner through port \(port)") }
+        return String(decoding: buffer[0..<n], as: UTF8.self)
+    }
+
     // MARK: - Sockets
 
     static func canConnect(_ port: Int) -> Bool {

@@ -234,6 +234,14 @@ public final class NetworkChain: @unchecked Sendable {
 
     private func namespaceArguments(_ hop: Int) -> [String] { hop == 0 ? [] : ["-n", name(of: hop)] }
 
+    /// Takes link `link` (1…count) down or up again, as a pulled and replugged cable would:
+    /// packets on it are dropped meanwhile (TCP connections over it stall, they are not reset).
+    public func setLink(_ link: Int, up: Bool) throws {
+        precondition((1...count).contains(link), "link \(link) is not in 1…\(count)")
+        let near = Self.vethName(id: id, link: link, end: "a")
+        try Self.check(Self.ip(namespaceArguments(link - 1) + ["link", "set", near, up ? "up" : "down"]), "\(near) \(up ? "up" : "down")")
+    }
+
     // MARK: - Helpers
 
     struct Marker: Codable {

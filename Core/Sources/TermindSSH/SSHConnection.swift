@@ -51,7 +51,7 @@ public struct SSHDeadlines: Sendable {
 
 /// Keepalive: a request every `interval` seconds while the connection is open (0: off);
 /// after `countMax` unanswered intervals the connection counts as lost.
-public struct SSHKeepalive: Sendable {
+public struct SSHKeepalive: Sendable, Equatable {
     public var interval: Int
     public var countMax: Int
     public init(interval: Int = 15, countMax: Int = 3) {

@@ -27,9 +27,12 @@ public struct ConnectionTarget: Sendable, Equatable {
     public var connectTimeout: Double?
     /// Connections are shared only between users with the same purpose (nil: any session on the same target).
     public var purpose: String?
+    /// How soon a silent server counts as gone (nil: every 15 s, lost after 3 unanswered);
+    /// work that must notice a dead link quickly (a forward's supervisor) asks for less.
+    public var keepalive: SSHKeepalive?
 
     public init(target: String, user: String? = nil, identity: String? = nil, workingDirectory: String? = nil, acceptHostKey: HostKeyPreset? = nil,
-                connectTimeout: Double? = nil, purpose: String? = nil) {
+                connectTimeout: Double? = nil, purpose: String? = nil, keepalive: SSHKeepalive? = nil) {
         self.target = target
         self.user = user
         self.identity = identity
@@ -37,6 +40,7 @@ public struct ConnectionTarget: Sendable, Equatable {
         self.acceptHostKey = acceptHostKey
         self.connectTimeout = connectTimeout
         self.purpose = purpose
+        self.keepalive = keepalive
     }
 }
 
@@ -92,7 +96,8 @@ public struct ConnectionOpener: Sendable {
         if let purpose = request.purpose { context += "\u{1F}\(purpose)" }
         let route = SSHRoute(resolved.route.hops, context: context)
         let preset = request.acceptHostKey
-        let policy = SSHOpenPolicy(trust: trust, deadlines: Self.deadlines(request.connectTimeout), logger: logger.child("ssh"), credentials: { hop in
+        let policy = SSHOpenPolicy(trust: trust, deadlines: Self.deadlines(request.connectTimeout), keepalive: request.keepalive ?? SSHKeepalive(),
+                                   logger: logger.child("ssh"), credentials: { hop in
             resolved.credentials(for: hop)
         }, keyboardInteractive: { challenge in
             var header = ["(\(challenge.host))"]

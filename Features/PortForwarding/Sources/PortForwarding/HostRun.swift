@@ -187,7 +187,7 @@ actor HostRun {
         recovery?.cancel()
         recovery = nil
         nextRetryAt = nil
-        let lease = try await opener.lease(ConnectionTarget(target: target, connectTimeout: connectTimeout, purpose: purpose), ask: ask, hostKey: { _ in
+        let lease = try await opener.lease(ConnectionTarget(target: target, connectTimeout: connectTimeout, purpose: purpose, keepalive: Self.keepalive), ask: ask, hostKey: { _ in
             switch preset {
             case .once?: .acceptOnce
             case .save?: .acceptAndSave
@@ -236,7 +236,7 @@ actor HostRun {
             let waiting = runs.values.filter { $0.state == .recovering }
             guard !waiting.isEmpty else { recovery = nil; return }
             do {
-                let lease = try await opener.lease(ConnectionTarget(target: target, connectTimeout: connectTimeout, purpose: purpose),
+                let lease = try await opener.lease(ConnectionTarget(target: target, connectTimeout: connectTimeout, purpose: purpose, keepalive: Self.keepalive),
                                                    ask: { [weak self] question in await self?.recoveryAnswer(question) })
                 guard !Task.isCancelled else { lease.release(); return }
                 adopt(lease)
@@ -364,6 +364,11 @@ actor HostRun {
     static func stoppedMeanwhile(_ rule: ForwardRule) -> TermindError {
         TermindError(.forwardingFailed, "Rule '\(rule.name)' was stopped while it was starting.")
     }
+
+    /// A keepalive every 5 s, the link counted lost after 3 unanswered: a dead network is
+    /// noticed within about 15 s (the process default, 45 s, is long for a forward whose
+    /// users wait on it), for one small packet per idle interval.
+    static let keepalive = SSHKeepalive(interval: 5, countMax: 3)
 
     static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 }
