@@ -160,6 +160,12 @@ let package = Package(
             dependencies: [core, "TermindHarness"],
             path: "Tests/Tools/MetricsBench"
         ),
+        // `make bench`: forwards (-L, -D, recovery) against ssh -N and autossh on the same sshd.
+        .executableTarget(
+            name: "termind-forward-bench",
+            dependencies: [core, "TermindHarness"],
+            path: "Tests/Tools/ForwardBench"
+        ),
         .target(
             name: "FixtureWrongSignature",
             dependencies: [core],
