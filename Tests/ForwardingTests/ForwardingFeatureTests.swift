@@ -306,6 +306,37 @@ final class ForwardingFeatureTests: XCTestCase {
         XCTAssertEqual(accepted - 1, 1, "only the person's start authenticated; the reconnect stopped at the host key")
     }
 
+    /// A saved host edited (how it connects) moves its running rules to a new connection; a
+    /// label alone changes nothing; a deleted host's rules need attention.
+    func testEditingTheSavedHostReconnectsItsRulesAndALabelChangesNothing() throws {
+        try startServe()
+        try saveHost()
+        try trustServer()
+        let key = try XCTUnwrap(server.hostKeys["ssh-ed25519"])
+        XCTAssertEqual(try termind(["vault", "knownhost", "add", "localhost", key, "--port", "\(server.port)"]).status, 0)
+        let web = try SSHServerFixture.freePort()
+        XCTAssertEqual(try termind(["forward", "add", "web", "box", "--local-forward", "\(web):127.0.0.1:\(echo.port)"]).status, 0)
+        XCTAssertEqual(try termind(["forward", "start", "web"]).status, 0)
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(web), bytes: 64 << 10))
+        func logins() -> Int {
+            ((try? String(contentsOfFile: server.directory.file("sshd.log"), encoding: .utf8)) ?? "").components(separatedBy: "Accepted publickey").count - 1
+        }
+        XCTAssertEqual(logins(), 1)
+
+        XCTAssertEqual(try termind(["vault", "host", "edit", "box", "--label", "renamed"]).status, 0)
+        usleep(1_500_000)
+        XCTAssertEqual(try state("web"), "running")
+        XCTAssertEqual(logins(), 1, "a new label is not a new connection")
+
+        XCTAssertEqual(try termind(["vault", "host", "edit", "renamed", "--address", "localhost"]).status, 0)
+        try waitFor("the rule on its new connection") { try logins() == 2 && state("web") == "running" }
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(web), bytes: 64 << 10))
+
+        XCTAssertEqual(try termind(["vault", "host", "delete", "renamed"]).status, 0)
+        try waitFor("needs-attention once the host is gone") { try state("web") == "needs-attention" }
+        XCTAssertFalse(Self.canConnect(web))
+    }
+
     /// The stop cancels the start's connecting; an answer typed afterwards authorizes
     /// nothing. (The client shows the question until a key is pressed: a question the
     /// server withdraws is not taken off the terminal yet.)

@@ -29,11 +29,36 @@ public struct HostSummary: Sendable, Equatable, Codable {
     }
 }
 
+/// A saved host changed in a way that matters to connections made to it.
+public struct HostChange: Sendable, Equatable {
+    /// The host edited or deleted.
+    public var host: String
+    public var deleted: Bool
+    /// The saved hosts whose connections are made differently now: this one (its address,
+    /// port, user, identity or jump route changed, or it is gone) and those whose route
+    /// runs through it. A label or tags alone change nothing here (empty).
+    public var affected: [String]
+
+    public init(host: String, deleted: Bool, affected: [String]) {
+        self.host = host
+        self.deleted = deleted
+        self.affected = affected
+    }
+}
+
 /// Host lookup, provided by the Vault feature.
 public protocol HostDirectory: Sendable {
     /// The host whose id or label equals `name`, or nil.
     func host(named name: String) async throws -> HostSummary?
     func allHosts() async throws -> [HostSummary]
+    /// Edits and deletions of saved hosts in this process from now on (a feature that keeps
+    /// connections open, a forward, restarts what they affect).
+    func changes() -> AsyncStream<HostChange>
+}
+
+extension HostDirectory {
+    /// A directory that never changes (a test's fixed hosts).
+    public func changes() -> AsyncStream<HostChange> { AsyncStream { $0.finish() } }
 }
 
 extension PortKey where P == any HostDirectory {

@@ -21,6 +21,7 @@ final class ForwardingFeature: Feature {
 
     private let ports = Mutex<Ports?>(nil)
     private let supervisor = Supervisor()
+    private let follower = Mutex<Task<Void, Never>?>(nil)
 
     private func current() throws -> Ports {
         guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("Port forwarding is not started.") }
@@ -111,9 +112,15 @@ final class ForwardingFeature: Feature {
         let value = Ports(store: RuleStore(db: db), hosts: try context.ports.require(.hostDirectory), opener: opener, resident: context.resident,
                           logger: context.logger)
         ports.withLock { $0 = value }
+        // An edited or deleted host (or a jump host of its route) moves its running rules
+        // to a connection made the new way.
+        let changes = value.hosts.changes()
+        let supervisor = self.supervisor
+        follower.withLock { $0 = Task { for await change in changes { await supervisor.hostChanged(change) } } }
     }
 
     func stop() async {
+        follower.withLock { $0?.cancel(); $0 = nil }
         await supervisor.stopAll()
         ports.withLock { $0 = nil }
     }
@@ -385,6 +392,12 @@ actor Supervisor {
         let status = await run.stop(id)
         if await run.isEmpty { hosts[reference] = nil }
         return status
+    }
+
+    func hostChanged(_ change: HostChange) async {
+        for id in change.affected {
+            await hosts[id]?.hostChanged(deleted: change.deleted && id == change.host)
+        }
     }
 
     func status(_ id: String) async -> ForwardStatus? {

@@ -212,14 +212,36 @@ actor HostRun {
     /// The connection ended: rules that ran recover; remote listeners died with it.
     private func lost(_ generation: Int, _ error: TermindError) {
         guard generation == connectionGeneration, let lease else { return }
+        logger.info("forwarding.connection_lost", ["code": .identifier(error.code)])
+        drop(lease, reason: error.message)
+    }
+
+    /// The saved host (or a jump host of its route) was edited or deleted: its rules move to
+    /// a new connection made the new way (a deleted host's rules then need attention).
+    func hostChanged(deleted: Bool) async {
+        logger.info("forwarding.host_changed", ["deleted": .bool(deleted)])
+        if deleted {
+            // Its id names nothing now (and would read as a host name): nothing to reconnect to.
+            recovery?.cancel()
+            recovery = nil
+            nextRetryAt = nil
+            let gone = TermindError(.vaultHostNotFound, "\(label) was deleted from the Vault: give the rule another host (termind forward edit RULE --host HOST), then termind forward retry RULE.")
+            for run in runs.values where run.state == .running || run.state == .recovering { run.fail(gone, needsAttention: true) }
+        }
+        guard let lease else { return }
+        drop(lease, reason: "\(label)'s saved connection settings changed; reconnecting")
+        await lease.connection.close()
+    }
+
+    private func drop(_ lease: SSHConnectionLease, reason: String) {
         self.lease = nil
+        connectionGeneration += 1
         lease.release()
         if let connectedAt { schedule.connectionEnded(after: Self.now() - connectedAt) }
         connectedAt = nil
-        logger.info("forwarding.connection_lost", ["code": .identifier(error.code)])
         var recovering = false
         for run in runs.values where run.state == .running {
-            run.connectionLost(error.message)
+            run.connectionLost(reason)
             recovering = true
         }
         if recovering, recovery == nil { recovery = Task { await self.recover() } }

@@ -18,6 +18,8 @@ final class VaultFeature: Feature {
     }
 
     private let state = Mutex<State?>(nil)
+    /// Host edits and deletions, for `HostDirectory.changes()`.
+    let hostChanges = HostChangeFeed()
 
     private func current() throws -> State {
         guard let state = state.withLock({ $0 }) else { throw TermindError.internalFailure("The Vault is not started.") }
@@ -62,12 +64,20 @@ final class VaultFeature: Feature {
         }
         registrar.handleBlocking(VaultContracts.HostUpdate.self) { [self] r, _ in
             let s = try current()
-            return try s.hosts.update(r, identities: s.identities)
+            let before = try s.hosts.get(r.host)
+            let after = try s.hosts.update(r, identities: s.identities)
+            let connects = { (h: HostRecord) in [h.address, "\(h.port)", h.user ?? "", h.identity ?? "", h.jump.joined(separator: ",")] }
+            if connects(before) != connects(after) {
+                hostChanges.send(HostChange(host: after.id, deleted: false, affected: [after.id] + (try Self.routedThrough(after.id, s.hosts))))
+            }
+            return after
         }
         registrar.handleBlocking(VaultContracts.HostDelete.self) { [self] r, _ in
             let s = try current()
+            let through = try s.hosts.find(r.host).map { try Self.routedThrough($0.id, s.hosts) } ?? []
             let id = try s.hosts.delete(r.host)
             s.logger.info("vault.host.deleted")
+            hostChanges.send(HostChange(host: id, deleted: true, affected: [id] + through))
             return .init(deleted: id)
         }
         registrar.handleBlocking(VaultContracts.IdentityList.self) { [self] _, _ in .init(identities: try current().identities.list()) }
@@ -100,6 +110,12 @@ final class VaultFeature: Feature {
 
     func stop() async {
         state.withLock { $0 = nil }
+        hostChanges.finish()
+    }
+
+    /// Saved hosts whose jump route includes `id`.
+    private static func routedThrough(_ id: String, _ hosts: HostRepository) throws -> [String] {
+        try hosts.list(tag: nil).filter { $0.jump.contains(id) }.map(\.id)
     }
 
     func hosts() throws -> HostRepository { try current().hosts }
@@ -164,12 +180,37 @@ extension VaultFeature {
 struct VaultHostDirectory: HostDirectory {
     let vault: VaultFeature
 
+    func changes() -> AsyncStream<HostChange> { vault.hostChanges.subscribe() }
+
     func host(named name: String) async throws -> HostSummary? {
         try await BlockingExecutor.run { [vault] in try vault.hosts().find(name)?.summary }
     }
 
     func allHosts() async throws -> [HostSummary] {
         try await BlockingExecutor.run { [vault] in try vault.hosts().list(tag: nil).map(\.summary) }
+    }
+}
+
+/// Fans host changes out to every subscriber (each with its own bounded buffer: a
+/// subscriber that falls behind loses the oldest changes, never blocks an edit).
+final class HostChangeFeed: Sendable {
+    private let subscribers = Mutex<[UInt64: AsyncStream<HostChange>.Continuation]>([:])
+    private let next = Mutex<UInt64>(0)
+
+    func subscribe() -> AsyncStream<HostChange> {
+        let (stream, continuation) = AsyncStream<HostChange>.makeStream(bufferingPolicy: .bufferingNewest(256))
+        let id = next.withLock { $0 += 1; return $0 }
+        subscribers.withLock { $0[id] = continuation }
+        continuation.onTermination = { [weak self] _ in _ = self?.subscribers.withLock { $0.removeValue(forKey: id) } }
+        return stream
+    }
+
+    func send(_ change: HostChange) {
+        for continuation in subscribers.withLock({ Array($0.values) }) { continuation.yield(change) }
+    }
+
+    func finish() {
+        for continuation in subscribers.withLock({ list in defer { list = [:] }; return Array(list.values) }) { continuation.finish() }
     }
 }
 
