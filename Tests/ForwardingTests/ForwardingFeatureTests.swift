@@ -144,6 +144,56 @@ final class ForwardingFeatureTests: XCTestCase {
         XCTAssertTrue(start.stderr.contains("termind serve") && start.stderr.contains("termind forward run"), start.stderr)
     }
 
+    func testSshConfigForwardsAreRuleCandidatesSavedOnlyWhenSelectedAndNeverStarted() throws {
+        let config = try directory.write("ssh_config", """
+            Host web
+                HostName 127.0.0.1
+                Port \(server.port)
+                LocalForward 18080 db.internal:5432
+                DynamicForward [::1]:11080
+                LocalForward /tmp/web.sock localhost:80
+                RemoteForward 19000
+                RemoteForward 0 localhost:3000
+            """)
+        let preview = try json(["vault", "import", "preview", config])
+        guard case .array(let hosts)? = preview["candidates"], case .array(let candidates)? = hosts.first?["forwardCandidates"] else {
+            return XCTFail("\(preview)")
+        }
+        XCTAssertEqual(candidates.compactMap { $0["id"]?.stringValue }, ["web:1", "web:2", "web:3", "web:4", "web:5"])
+        XCTAssertEqual(candidates[0]["spec"]?.stringValue, "--local-forward 18080:[db.internal]:5432")
+        XCTAssertEqual(candidates[0]["name"]?.stringValue, "web-L18080")
+        XCTAssertEqual(candidates[1]["spec"]?.stringValue, "--dynamic-forward [::1]:11080")
+        XCTAssertTrue(candidates[2]["problem"]?.stringValue?.contains("Unix socket") == true, "\(candidates[2])")
+        XCTAssertTrue(candidates[3]["problem"]?.stringValue?.contains("SOCKS proxy on the server") == true, "\(candidates[3])")
+
+        // A candidate termind cannot run refuses the whole commit.
+        let refused = try termind(["vault", "import", "commit", config, "--select", "web", "--forwards", "web:1,web:3"])
+        XCTAssertNotEqual(refused.status, 0)
+        XCTAssertTrue(refused.stderr.contains("'web:3' cannot be imported") && refused.stderr.contains("Nothing was imported"), refused.stderr)
+        XCTAssertEqual(try termind(["vault", "host", "show", "web"]).status == 0, false)
+        // A forward of a host neither selected nor saved is refused too.
+        let orphan = try termind(["vault", "import", "commit", config, "--select", "", "--forwards", "web:1"])
+        XCTAssertNotEqual(orphan.status, 0, orphan.stdout)
+
+        let committed = try json(["vault", "import", "commit", config, "--select", "web", "--forwards", "web:1,web:2,web:5"])
+        guard case .array(let rules)? = committed["rules"] else { return XCTFail("\(committed)") }
+        XCTAssertEqual(rules.compactMap { $0["name"]?.stringValue }, ["web-L18080", "web-D11080", "web-R0"])
+        let list = try json(["forward", "list"])
+        let local = try XCTUnwrap(rule(list, "web-L18080"))
+        XCTAssertEqual(local["state"]?.stringValue, "stopped", "imported, never started")
+        XCTAssertEqual(local["rule"]?["targetHost"]?.stringValue, "db.internal")
+        XCTAssertEqual(local["hostLabel"]?.stringValue, "web")
+        XCTAssertEqual(rule(list, "web-D11080")?["rule"]?["bindAddress"]?.stringValue, "::1")
+        XCTAssertEqual(rule(list, "web-R0")?["rule"]?["bindPort"], .integer(0))
+
+        // Importing again: the host exists (skipped), the rules' names are taken: said so, nothing lost.
+        let again = try json(["vault", "import", "commit", config, "--select", "web", "--forwards", "web:1"])
+        guard case .array(let skipped)? = again["skippedForwards"] else { return XCTFail("\(again)") }
+        XCTAssertTrue(skipped.first?["reason"]?.stringValue?.contains("already has that name") == true, "\(again)")
+        guard case .array(let all)? = try json(["forward", "list"])["rules"] else { return XCTFail() }
+        XCTAssertEqual(all.count, 3)
+    }
+
     // MARK: - Data
 
     func testRunCarriesBytesIntactThroughLocalRemoteAndSocks() throws {

@@ -14,6 +14,29 @@ public enum ImportContracts {
         }
     }
 
+    /// A `LocalForward`, `RemoteForward` or `DynamicForward` of a host, offered as a
+    /// forwarding rule: saved (never started) only when a commit selects it by `id`.
+    public struct ForwardCandidate: Codable, Sendable, Equatable {
+        /// `ALIAS:N`, N counting the host's forwards from 1 in the order ssh applies them.
+        public var id: String
+        /// "local", "remote" or "dynamic".
+        public var kind: String
+        /// As `termind forward add` takes it (`--local-forward 127.0.0.1:8080:db:5432`); nil
+        /// when termind cannot run it.
+        public var spec: String?
+        /// The rule's name when imported (`ALIAS-L8080`).
+        public var name: String
+        /// Why it cannot be imported (a Unix socket, a SOCKS proxy on the server), or nil.
+        public var problem: String?
+        public init(id: String, kind: String, spec: String?, name: String, problem: String? = nil) {
+            self.id = id
+            self.kind = kind
+            self.spec = spec
+            self.name = name
+            self.problem = problem
+        }
+    }
+
     public struct Candidate: Codable, Sendable, Equatable {
         public var alias: String
         public var hostname: String
@@ -23,8 +46,10 @@ public enum ImportContracts {
         public var jump: [String]
         /// Key files the config names (imported with keys, not with the host).
         public var identityFiles: [String]
-        /// Forwarding rules, kept for the forwarding feature.
+        /// Its forwards as `ssh -G` prints them.
         public var forwards: [String]
+        /// The same, as forwarding rules a commit may select (`forwards`).
+        public var forwardCandidates: [ForwardCandidate]
         /// A saved host already has this label: it would be skipped, never overwritten.
         public var exists: Bool
         public var warnings: [String]
@@ -35,8 +60,9 @@ public enum ImportContracts {
         /// Whether `problems` is empty.
         public var importable: Bool
         public init(alias: String, hostname: String, user: String?, port: Int, jump: [String], identityFiles: [String],
-                    forwards: [String], exists: Bool, warnings: [String], problems: [String] = []) {
+                    forwards: [String], forwardCandidates: [ForwardCandidate] = [], exists: Bool, warnings: [String], problems: [String] = []) {
             self.problems = problems
+            self.forwardCandidates = forwardCandidates
             self.importable = problems.isEmpty
             self.alias = alias
             self.hostname = hostname
@@ -98,11 +124,15 @@ public enum ImportContracts {
             /// Required when importing identities (private keys); without it a hosts-only
             /// commit imports the file as it is now.
             public var files: [FileDigest]?
-            public init(path: String, select: [String], identities: [IdentitySelection]? = nil, files: [FileDigest]? = nil) {
+            /// Forward candidates (`ALIAS:N`) to save as forwarding rules, never started; each
+            /// one's host must be selected or saved already.
+            public var forwards: [String]?
+            public init(path: String, select: [String], identities: [IdentitySelection]? = nil, files: [FileDigest]? = nil, forwards: [String]? = nil) {
                 self.path = path
                 self.select = select
                 self.identities = identities
                 self.files = files
+                self.forwards = forwards
             }
         }
         public struct Skipped: Codable, Sendable, Equatable {
@@ -113,16 +143,32 @@ public enum ImportContracts {
                 self.reason = reason
             }
         }
+        /// A forward saved as a rule.
+        public struct ImportedRule: Codable, Sendable, Equatable {
+            public var candidate: String
+            public var name: String
+            public init(candidate: String, name: String) {
+                self.candidate = candidate
+                self.name = name
+            }
+        }
         public struct Response: Codable, Sendable, Equatable {
             public var created: [HostRecord]
             public var identities: [IdentityRecord]
             public var keys: [KeyRecord]
             public var skipped: [Skipped]
-            public init(created: [HostRecord], identities: [IdentityRecord], keys: [KeyRecord], skipped: [Skipped]) {
+            /// Forwarding rules saved (after the hosts), and the forwards that could not be
+            /// (another rule has the name, port forwarding is not loaded), each with why.
+            public var rules: [ImportedRule]
+            public var skippedForwards: [Skipped]
+            public init(created: [HostRecord], identities: [IdentityRecord], keys: [KeyRecord], skipped: [Skipped], rules: [ImportedRule] = [],
+                        skippedForwards: [Skipped] = []) {
                 self.created = created
                 self.identities = identities
                 self.keys = keys
                 self.skipped = skipped
+                self.rules = rules
+                self.skippedForwards = skippedForwards
             }
         }
         public static let name = "vault.import.commit"

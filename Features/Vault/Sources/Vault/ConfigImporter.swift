@@ -44,7 +44,8 @@ struct ConfigImporter {
             ImportContracts.Candidate(
                 alias: resolved.alias, hostname: resolved.hostname, user: resolved.user, port: resolved.port,
                 jump: resolved.proxyJump.map(\.description), identityFiles: resolved.identityFiles.map(Self.expand),
-                forwards: resolved.forwards.map(\.description), exists: try hosts.find(resolved.alias) != nil,
+                forwards: resolved.forwards.map(\.description), forwardCandidates: Self.forwardCandidates(resolved.alias, resolved.forwards),
+                exists: try hosts.find(resolved.alias) != nil,
                 warnings: resolved.warnings.map(\.description), problems: resolved.problems)
         }
         // Key files are digested (never kept) so a commit can tell whether they changed.
@@ -54,6 +55,56 @@ struct ConfigImporter {
         }
         return .init(candidates: candidates, warnings: reading.config.warnings.map(\.description),
                      errors: reading.config.errors.map(\.message), files: reading.files + keyDigests)
+    }
+
+    /// A host's forwards as rule candidates: `ALIAS:N`, the spec termind's forwards take,
+    /// the rule's name; Unix sockets and a SOCKS proxy on the server are shown, not importable.
+    static func forwardCandidates(_ alias: String, _ forwards: [SSHForward]) -> [ImportContracts.ForwardCandidate] {
+        forwards.enumerated().map { index, forward in
+            let id = "\(alias):\(index + 1)"
+            let letter = switch forward.kind { case .local: "L"; case .remote: "R"; case .dynamic: "D" }
+            var port = 0
+            if case .tcp(_, let p) = forward.listen { port = p }
+            let name = "\(alias)-\(letter)\(port)"
+            let kind = forward.kind.rawValue
+            switch (forward.listen, forward.connect, forward.kind) {
+            case (.socket, _, _), (_, .socket?, _):
+                return .init(id: id, kind: kind, spec: nil, name: name, problem: "Unix socket forwarding is not supported")
+            case (.tcp, nil, .remote):
+                return .init(id: id, kind: kind, spec: nil, name: name, problem: "a SOCKS proxy on the server (RemoteForward with one argument) is not supported")
+            case (.tcp, nil, _):
+                return .init(id: id, kind: kind, spec: "--dynamic-forward \(forward.listen)", name: name)
+            case (.tcp, let connect?, _):
+                return .init(id: id, kind: kind, spec: "--\(kind)-forward \(forward.listen):\(connect)", name: name)
+            }
+        }
+    }
+
+    /// A forward a commit saves as a rule once the hosts are in.
+    struct PlannedForward: Sendable {
+        let candidate: ImportContracts.ForwardCandidate
+        let alias: String
+    }
+
+    /// The selected forward candidates, checked before anything is written: each must exist,
+    /// be importable, and belong to a host that is selected or saved already.
+    func plannedForwards(_ request: ImportContracts.Commit.Request, candidates: [String: ResolvedHost], selected: [String]) throws -> [PlannedForward] {
+        var planned: [PlannedForward] = []
+        var seen = Set<String>()
+        for id in request.forwards ?? [] where seen.insert(id).inserted {
+            guard let colon = id.lastIndex(of: ":"), let resolved = candidates[String(id[..<colon])],
+                  let candidate = Self.forwardCandidates(resolved.alias, resolved.forwards).first(where: { $0.id == id }) else {
+                throw TermindError.badRequest("forwards: '\(id)' is not a forward in \(request.path) (the preview's forwardCandidates list them as ALIAS:N). Nothing was imported.")
+            }
+            if let problem = candidate.problem {
+                throw TermindError(.vaultImportInvalidHost, "forwards: '\(id)' cannot be imported: \(problem). Nothing was imported.")
+            }
+            guard try selected.contains(resolved.alias) || hosts.find(resolved.alias) != nil else {
+                throw TermindError.badRequest("forwards: '\(id)' belongs to '\(resolved.alias)', which is neither selected nor saved; select it too. Nothing was imported.")
+            }
+            planned.append(PlannedForward(candidate: candidate, alias: resolved.alias))
+        }
+        return planned
     }
 
     static func expand(_ path: String) -> String {
@@ -72,7 +123,7 @@ struct ConfigImporter {
 
     /// Creates the selected hosts in one transaction. Jump hops must be saved hosts or be
     /// selected too; otherwise nothing is written.
-    func commit(_ request: ImportContracts.Commit.Request, identities: IdentityRepository) throws -> ImportContracts.Commit.Response {
+    func commit(_ request: ImportContracts.Commit.Request, identities: IdentityRepository) throws -> (ImportContracts.Commit.Response, [PlannedForward]) {
         let reading = try Self.read(request.path)
         let candidates = Dictionary(reading.config.importCandidates().map { ($0.alias, $0) }, uniquingKeysWith: { first, _ in first })
         let keyPaths = Set(candidates.values.flatMap { $0.identityFiles.map(Self.expand) })
@@ -116,6 +167,7 @@ struct ConfigImporter {
                                "\(invalid.count == 1 ? "This host is" : "These hosts are") not importable, as OpenSSH would refuse \(invalid.count == 1 ? "it" : "them"): "
                                    + reasons.joined(separator: " · ") + ". Fix the file and preview again. Nothing was imported.")
         }
+        let forwards = try plannedForwards(request, candidates: candidates, selected: selected)
         let order = try Self.dependencyOrder(selected, hops: { candidates[$0]!.proxyJump.map(\.host) })
         var storedSecrets: [String] = []
         do {
@@ -169,7 +221,7 @@ struct ConfigImporter {
                         created[created.firstIndex { $0.id == host.id }!] = updated
                     }
                 }
-                return .init(created: created, identities: importedIdentities, keys: importedKeys, skipped: skipped)
+                return (.init(created: created, identities: importedIdentities, keys: importedKeys, skipped: skipped), forwards)
             }
         } catch {
             for handle in storedSecrets { try? keys?.secrets.delete(handle) }

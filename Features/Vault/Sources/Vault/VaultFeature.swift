@@ -1,4 +1,5 @@
 import Foundation
+import PortForwardingAPI
 import Synchronization
 import TermindCore
 import VaultAPI
@@ -15,6 +16,7 @@ final class VaultFeature: Feature {
         let knownHosts: KnownHostRepository
         let keys: KeyRepository
         let logger: Logger
+        let call: @Sendable (ContractID, Data) async throws -> Data
     }
 
     private let state = Mutex<State?>(nil)
@@ -48,10 +50,24 @@ final class VaultFeature: Feature {
             return try QuickConnectResolver(hosts: s.hosts).save(r, identities: s.identities)
         }
         registrar.handleBlocking(ImportContracts.Preview.self) { [self] r, _ in try ConfigImporter(hosts: try current().hosts).preview(r.path) }
-        registrar.handleBlocking(ImportContracts.Commit.self) { [self] r, _ in
+        registrar.handle(ImportContracts.Commit.self) { [self] r, _ in
             let s = try current()
-            let result = try ConfigImporter(hosts: s.hosts, identities: s.identities, keys: s.keys).commit(r, identities: s.identities)
+            var (result, forwards) = try await BlockingExecutor.run {
+                try ConfigImporter(hosts: s.hosts, identities: s.identities, keys: s.keys).commit(r, identities: s.identities)
+            }
             s.logger.info("vault.import.committed", ["created": .int(result.created.count), "skipped": .int(result.skipped.count)])
+            // Forwards become rules of the forwarding feature once their hosts are saved (never started).
+            for planned in forwards {
+                do {
+                    guard let host = try await BlockingExecutor.run({ try s.hosts.find(planned.alias) }) else { continue }
+                    try await Self.saveRule(planned.candidate, host: host.id, call: s.call)
+                    result.rules.append(.init(candidate: planned.candidate.id, name: planned.candidate.name))
+                } catch {
+                    let failure = TermindError.from(error)
+                    let reason = failure.is(.contractUnknown) || failure.is(.capabilityDenied) ? "port forwarding is not loaded" : failure.message
+                    result.skippedForwards.append(.init(alias: planned.candidate.id, reason: reason))
+                }
+            }
             return result
         }
         registrar.handleBlocking(VaultContracts.HostList.self) { [self] r, _ in .init(hosts: try current().hosts.list(tag: r.tag)) }
@@ -104,13 +120,28 @@ final class VaultFeature: Feature {
         let keys = KeyRepository(db: db, secrets: secrets)
         state.withLock {
             $0 = State(hosts: HostRepository(db: db), identities: IdentityRepository(db: db, secrets: secrets, keys: keys),
-                       snippets: SnippetRepository(db: db), knownHosts: KnownHostRepository(db: db), keys: keys, logger: context.logger)
+                       snippets: SnippetRepository(db: db), knownHosts: KnownHostRepository(db: db), keys: keys, logger: context.logger,
+                       call: context.call)
         }
     }
 
     func stop() async {
         state.withLock { $0 = nil }
         hostChanges.finish()
+    }
+
+    /// `forwarding.add@1` for an imported forward (the forwarding feature owns the rules).
+    private static func saveRule(_ candidate: ImportContracts.ForwardCandidate, host: String,
+                                 call: @Sendable (ContractID, Data) async throws -> Data) async throws {
+        guard let spec = candidate.spec, let space = spec.firstIndex(of: " ") else { return }
+        let text = String(spec[spec.index(after: space)...])
+        var request = ForwardingContracts.Add.Request(name: candidate.name, host: host)
+        switch candidate.kind {
+        case "local": request.localForward = text
+        case "remote": request.remoteForward = text
+        default: request.dynamicForward = text
+        }
+        _ = try await call(ForwardingContracts.Add.id, try JSONCoding.encode(request))
     }
 
     /// Saved hosts whose jump route includes `id`.
