@@ -205,10 +205,10 @@ final class ForwardingFeatureTests: XCTestCase {
                              "--remote-forward", "\(remote):127.0.0.1:\(echo.port)", "--dynamic-forward", "\(socks)"])
         try waitFor("the forwards") { Self.canConnect(local) && Self.canConnect(remote) && Self.canConnect(socks) }
 
-        // 100 MiB each way through -L in one flow; 16 MiB through -R; then many at once.
+        // 100 MiB each way through each kind in one flow; then many at once.
         XCTAssertNil(try Self.echoRoundTrip(Self.connect(local), bytes: 100 << 20))
-        XCTAssertNil(try Self.echoRoundTrip(Self.connect(remote), bytes: 16 << 20))
-        XCTAssertNil(try Self.echoRoundTrip(Self.socks5(socks, host: "localhost", port: echo.port), bytes: 16 << 20), "SOCKS5 by name")
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(remote), bytes: 100 << 20))
+        XCTAssertNil(try Self.echoRoundTrip(Self.socks5(socks, host: "localhost", port: echo.port), bytes: 100 << 20), "SOCKS5 by name")
         XCTAssertNil(try Self.echoRoundTrip(Self.socks5(socks, ipv4: [127, 0, 0, 1], port: echo.port), bytes: 1 << 20), "SOCKS5 by address")
         XCTAssertNil(try Self.echoRoundTrip(Self.socks4a(socks, host: "localhost", port: echo.port), bytes: 1 << 20), "SOCKS4a")
         let failures = Self.concurrently(24) { index in
@@ -333,6 +333,14 @@ final class ForwardingFeatureTests: XCTestCase {
         let status = try termind(["forward", "status"])
         XCTAssertEqual(status.status, 0, status.stderr)
         XCTAssertTrue(status.stdout.contains("socks") && status.stdout.contains("running") && status.stdout.contains("-D 127.0.0.1:\(socksPort)"), status.stdout)
+        // The live view: one JSON object per redraw with --json, for as many redraws as asked.
+        let watched = try termind(["--json", "forward", "status", "socks", "--watch", "true", "--count", "2"])
+        XCTAssertEqual(watched.status, 0, watched.stderr)
+        let redraws = watched.stdout.split(separator: "\n").compactMap { try? JSONCoding.parse(Data($0.utf8), source: "redraw") }
+        XCTAssertGreaterThanOrEqual(redraws.count, 2, watched.stdout)
+        guard case .array(let shown)? = redraws.first?["rules"] else { return XCTFail(watched.stdout) }
+        XCTAssertEqual(shown.compactMap { $0["rule"]?["name"]?.stringValue }, ["socks"], "one rule named, one rule shown")
+        XCTAssertEqual(shown.first?["state"]?.stringValue, "running")
     }
 
     func testAHostKeyTrustedOnceNeverAuthorizesASilentReconnect() throws {
