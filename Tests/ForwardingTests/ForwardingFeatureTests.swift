@@ -427,6 +427,58 @@ final class ForwardingFeatureTests: XCTestCase {
         XCTAssertFalse(log.contains("Accepted publickey"), "the answer that came after the stop authorized nothing")
     }
 
+    /// A server that no longer takes the key: recovery ends at the first refusal, it does
+    /// not go on knocking.
+    func testAnAuthenticationFailureEndsRecoveryAtOnce() throws {
+        try startServe()
+        try saveHost()
+        try trustServer()
+        let web = try SSHServerFixture.freePort()
+        XCTAssertEqual(try termind(["forward", "add", "web", "box", "--local-forward", "\(web):127.0.0.1:\(echo.port)"]).status, 0)
+        XCTAssertEqual(try termind(["forward", "start", "web"]).status, 0)
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(web), bytes: 64 << 10))
+        server.kill()
+        try "\n".write(toFile: server.directory.file("authorized_keys"), atomically: true, encoding: .utf8)
+        let log = server.directory.file("sshd.log")
+        let before = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").utf8.count
+        try server.restart()
+        try waitFor("needs-attention after the refusal", timeout: 20) { try state("web") == "needs-attention" }
+        let shown = rule(try json(["forward", "list"]), "web")
+        XCTAssertTrue(shown?["lastError"]?.stringValue?.contains("did not accept termind's credentials") == true, "\(String(describing: shown))")
+        // Later attempts would have come 2 and 5 s after the first.
+        sleep(8)
+        let after = String(decoding: Data(((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").utf8).dropFirst(before), as: UTF8.self)
+        // restart()'s own probe that sshd listens, and one attempt.
+        XCTAssertEqual(after.components(separatedBy: "Connection from 127.0.0.1").count - 1, 2, after)
+        XCTAssertEqual(try state("web"), "needs-attention")
+        XCTAssertFalse(Self.canConnect(web))
+    }
+
+    /// Keyboard-interactive answers a person gave at the start never answer a reconnect:
+    /// the prompt comes again, nobody is there, the rule needs attention.
+    func testKeyboardInteractiveAnswersNeverAuthorizeAReconnect() throws {
+        try XCTSkipUnless(KeyboardInteractiveFixture.isAvailable, "the PAM fixture needs root, cc and libpam0g-dev")
+        let pam = try KeyboardInteractiveFixture(rounds: [PAMRound(.prompt("Code: ", answer: "42"))])
+        defer { pam.stop() }
+        try startServe()
+        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "mfa", "--port", "\(pam.port)", "--user", NSUserName()]).status, 0)
+        XCTAssertEqual(try termind(["vault", "knownhost", "add", "127.0.0.1", try XCTUnwrap(pam.server.hostKeys["ssh-ed25519"]), "--port", "\(pam.port)"]).status, 0)
+        let web = try SSHServerFixture.freePort()
+        XCTAssertEqual(try termind(["forward", "add", "web", "mfa", "--local-forward", "\(web):127.0.0.1:\(echo.port)"]).status, 0)
+        let book = try directory.write("answers.json", #"{"ssh.keyboardInteractive": ["42"]}"#)
+        chmod(book, 0o600)
+        let started = try termind(["--answers", book, "forward", "start", "web"])
+        XCTAssertEqual(started.status, 0, started.stderr)
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(web), bytes: 64 << 10))
+        pam.kill()
+        try pam.server.restart()
+        try waitFor("needs-attention: nobody answers the prompt now", timeout: 20) { try state("web") == "needs-attention" }
+        XCTAssertFalse(Self.canConnect(web))
+        let retried = try termind(["--answers", book, "forward", "retry", "web"])
+        XCTAssertEqual(retried.status, 0, "a person's retry answers again: \(retried.stderr)")
+        XCTAssertEqual(try state("web"), "running")
+    }
+
     /// The network drops (a veth link inside a namespace pair goes down) and comes back:
     /// the keepalive notices the dead link, the rule recovers once the link is up.
     func testARuleRecoversAfterTheNetworkDropsAndComesBack() throws {

@@ -16,6 +16,8 @@ public final class SSHServerFixture: @unchecked Sendable {
     /// Host public key lines ("type base64"), by algorithm.
     public private(set) var hostKeys: [String: String] = [:]
     private var process: SpawnedProcess!
+    /// The sshd it runs (a symlink names the PAM service), again on `restart()`.
+    private let executable: String
     private let onStop: (() -> Void)?
     private let stopped = NSLock()
     private var didRunOnStop = false
@@ -40,6 +42,7 @@ public final class SSHServerFixture: @unchecked Sendable {
          executable: String, hostKeyTypes: [String] = SSHServerFixture.allHostKeyTypes, onStop: (() -> Void)?) throws {
         self.listenAddress = listenAddress
         self.namespace = namespace
+        self.executable = executable
         self.onStop = onStop
         directory = try TemporaryDirectory("termind-sshd")
         chmod(directory.path, 0o755)
@@ -123,7 +126,7 @@ public final class SSHServerFixture: @unchecked Sendable {
     /// configuration (a server that came back after a crash).
     public func restart() throws {
         if let process, process.isRunning { kill() }
-        let (program, arguments) = NetworkChain.command(namespace: namespace, "/usr/sbin/sshd",
+        let (program, arguments) = NetworkChain.command(namespace: namespace, executable,
                                                         ["-D", "-E", directory.file("sshd.log"), "-f", directory.file("sshd_config")])
         let deadline = Date().addingTimeInterval(10)
         while true {

@@ -308,7 +308,10 @@ actor HostRun {
             let listener = try await connection.listen(host: rule.bindAddress, port: rule.bindPort)
             let shown = rule.bindAddress.contains(":") ? "[\(rule.bindAddress)]" : rule.bindAddress
             run.bound = "\(shown):\(listener.boundPort)"
-            run.remote = Task { await Self.serveRemote(listener, run: run) }
+            if let host = rule.targetHost, let port = rule.targetPort {
+                let (flows, counters) = (run.flows, run.counters)
+                run.remote = Task { await Self.serveRemote(listener, to: host, port: port, flows: flows, counters: counters, run: run) }
+            }
         }
         run.running()
     }
@@ -353,17 +356,16 @@ actor HostRun {
 
     /// A remote rule's accept loop: each connection the server hands over is connected to
     /// the target from here, then bridged.
-    private static func serveRemote(_ listener: SSHForwardListener, run: RuleRun) async {
-        let rule = run.rule
-        guard let host = rule.targetHost, let port = rule.targetPort else { return }
+    private static func serveRemote(_ listener: SSHForwardListener, to host: String, port: Int, flows: FlowSet, counters: FlowCounters,
+                                    run: RuleRun) async {
         await withTaskCancellationHandler {
             while !Task.isCancelled {
                 guard let accepted = try? await listener.acceptConnection() else { break }
                 Task {
                     do {
                         let fd = try await ForwardingIO.run { try ForwardingIO.connect(host: host, port: port) }
-                        guard let flow = run.flows.add(fd) else { close(fd); accepted.reject(); return }
-                        accepted.bridge(to: fd, counters: run.counters) { _ in run.flows.remove(flow) }
+                        guard let flow = flows.add(fd) else { close(fd); accepted.reject(); return }
+                        accepted.bridge(to: fd, counters: counters) { _ in flows.remove(flow) }
                     } catch {
                         accepted.reject()
                         run.noteFlowError(TermindError.from(error).message)
