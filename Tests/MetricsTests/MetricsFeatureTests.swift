@@ -242,6 +242,20 @@ final class MetricsFeatureTests: XCTestCase {
         let again = try termind(["metrics", "resume", "box", "--accept-host-key", "once"])
         XCTAssertEqual(again.status, 0, again.stderr)
         XCTAssertEqual(try json(["metrics", "list"])["monitors"]?.arrayValue?.first?["state"], .string("sampling"))
+
+        // A watch whose only monitor is removed ends, saying so, instead of waiting for Ctrl-C.
+        let watch = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", ["--socket", serve?.socketPath ?? "", "--json", "metrics", "watch", "box"],
+                                       environment: environment, captureOutput: true)
+        XCTAssertNotNil(watch.readOutput(until: "takenAt", timeout: 20), "the watch showed no sample")
+        XCTAssertEqual(try termind(["metrics", "rm", "box"]).status, 0)
+        let deadline = Date().addingTimeInterval(15)
+        while watch.isRunning && Date() < deadline { usleep(100_000) }
+        if watch.isRunning { watch.signal(SIGKILL) }
+        let status = watch.wait()
+        let (stdout, stderr) = watch.readAll()
+        let said = String(decoding: stdout + stderr, as: UTF8.self)
+        XCTAssertEqual(status, 1, said)
+        XCTAssertTrue(said.contains("no longer monitored") && said.contains("metrics.not_monitored"), said)
     }
 
     func testChangingTheHostsUserForgetsOnceOnlyTrust() throws {

@@ -328,6 +328,8 @@ final class MetricsFeature: Feature {
             let updates = await monitor.subscribe()
             pumps.append(Task {
                 for await update in updates { merged.continuation.yield(.update(index, update)) }
+                // The monitor was removed (termind metrics rm) or the server is stopping.
+                if !Task.isCancelled { merged.continuation.yield(.ended(index)) }
             })
             if prefs.paused.contains(id), await !monitor.isRunning {
                 await session.emit("notice", ["text": .string("\(host.label) is paused: termind metrics resume \(host.label) samples it again.")])
@@ -353,9 +355,18 @@ final class MetricsFeature: Feature {
 
         var redraws = 0
         var dirty = false
+        var ended: Set<Int> = []
         // Hosts a person must act on; when that is all of them, nothing more can come.
         var stuck: [Int: String] = [:]
         for await event in merged.stream {
+            if case .ended(let index) = event {
+                ended.insert(index)
+                // Nothing more can come once every watched monitor is gone.
+                guard ended.count == ids.count else { continue }
+                var labels: [String] = []
+                for entry in watched { labels.append(await entry.monitor.host.label) }
+                throw TermindError(.metricsNotMonitored, "\(labels.joined(separator: ", ")) \(labels.count == 1 ? "is" : "are") no longer monitored (removed meanwhile).")
+            }
             if case .update(let index, .state(let status)) = event {
                 if status.state == .needsAttention {
                     stuck[index] = "\(status.label): \(status.lastError ?? status.state.rawValue)"
@@ -392,6 +403,8 @@ final class MetricsFeature: Feature {
     private enum WatchEvent: Sendable {
         /// The index of the watched host, and its update.
         case update(Int, Monitor.Update)
+        /// That host's monitor is gone.
+        case ended(Int)
         case tick
     }
 
