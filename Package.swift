@@ -99,6 +99,13 @@ let package = Package(
             dependencies: [core, apis],
             path: "Features/PortForwarding/Sources/ForwardingRules"
         ),
+        // SFTP v3 spoken by termind itself (pipelined requests sized by limits@openssh.com): packets,
+        // the session over any byte stream, whole-file transfers; tested against OpenSSH's sftp-server.
+        .target(
+            name: "SFTPWire",
+            dependencies: [core],
+            path: "Features/SFTP/Sources/SFTPWire"
+        ),
         // The Vault's pure rules (known_hosts, ssh_config, quick-connect), unit-tested directly.
         .target(
             name: "VaultRules",
@@ -214,6 +221,11 @@ let package = Package(
             name: "ForwardingTests",
             dependencies: [core, apis, "ForwardingRules", "TermindHarness"],
             path: "Tests/ForwardingTests"
+        ),
+        .testTarget(
+            name: "SFTPTests",
+            dependencies: [core, apis, "SFTPWire", "TermindHarness"],
+            path: "Tests/SFTPTests"
         ),
         .testTarget(
             name: "PluginTests",

@@ -1,0 +1,274 @@
+import Foundation
+import SFTPWire
+import TermindCore
+import TermindCrypto
+import TermindHarness
+import TermindSSH
+import XCTest
+
+/// SFTP v3 as termind speaks it: the packet rules alone, then a session on the `sftp`
+/// subsystem of a real sshd (OpenSSH's internal-sftp), checked against the local file system
+/// it serves.
+final class SFTPPacketTests: XCTestCase {
+    func testAFramerSplitsPacketsAcrossFeedsAndRefusesOversizedOnes() throws {
+        var writer = SFTPWriter(.status, id: 7)
+        writer.uint32(SFTPStatus.eof.rawValue)
+        writer.string("end")
+        let packet = writer.finished()
+        var framer = SFTPFramer(maximum: 64)
+        XCTAssertEqual(try framer.feed(packet.prefix(3)), [])
+        XCTAssertEqual(try framer.feed(packet.dropFirst(3).prefix(5)), [])
+        let whole = try framer.feed(packet.dropFirst(8) + packet)
+        XCTAssertEqual(whole.count, 2)
+        XCTAssertEqual(whole[0].first, SFTPType.status.rawValue)
+        var reader = SFTPReader(whole[0], from: 1)
+        XCTAssertEqual(try reader.uint32(), 7)
+        XCTAssertEqual(try reader.uint32(), SFTPStatus.eof.rawValue)
+        XCTAssertEqual(try reader.text(), "end")
+
+        var small = SFTPFramer(maximum: 64)
+        XCTAssertThrowsError(try small.feed([0, 0, 1, 0, 101])) { error in
+            XCTAssertTrue((error as? SFTPError)?.message.contains("256 bytes") == true, "\(error)")
+        }
+        var empty = SFTPFramer()
+        XCTAssertThrowsError(try empty.feed([0, 0, 0, 0]))
+    }
+
+    func testStringsAndAttributesStayInsideTheirPacket() throws {
+        // A string that claims more bytes than the packet has.
+        var reader = SFTPReader([0, 0, 0, 9, 65, 66])
+        XCTAssertThrowsError(try reader.string()) { XCTAssertTrue(($0 as? SFTPError)?.message.contains("string") == true) }
+        var writer = SFTPWriter(.attrs, id: 1)
+        let attributes = SFTPAttributes(size: 1 << 40, uid: 1000, gid: 100, permissions: 0o100640, accessTime: 5, modifiedTime: 6)
+        writer.attributes(attributes)
+        let bytes = writer.finished()
+        var back = SFTPReader(bytes, from: 9)
+        XCTAssertEqual(try back.attributes(), attributes)
+        XCTAssertEqual(attributes.kind, .file)
+        // A count of extended attributes no packet could hold.
+        var hostile = SFTPReader([0x80, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF])
+        XCTAssertThrowsError(try hostile.attributes())
+    }
+
+    func testVersionAndLimits() throws {
+        var version = SFTPWriter(.version)
+        version.uint32(3)
+        version.string("posix-rename@openssh.com"); version.string("1")
+        version.string("limits@openssh.com"); version.string("1")
+        let info = try SFTPServerInfo.parse(Array(version.finished().dropFirst(4)))
+        XCTAssertEqual(info.version, 3)
+        XCTAssertTrue(info.supports("limits@openssh.com"))
+        XCTAssertFalse(info.supports("copy-data"))
+        let limits = SFTPLimits(maxPacket: 262_144, maxRead: 261_120, maxWrite: 261_120, maxOpenHandles: 1024)
+        XCTAssertEqual(limits.readSize, 255 * 1024)
+        XCTAssertEqual(limits.writeSize, 255 * 1024)
+        XCTAssertEqual(SFTPLimits(maxPacket: 0, maxRead: 0, maxWrite: 0, maxOpenHandles: 0).readSize, 32_768, "no limit said: the v3 size")
+        XCTAssertEqual(SFTPLimits(maxPacket: 0, maxRead: 10, maxWrite: 10, maxOpenHandles: 0).readSize, 1024)
+    }
+}
+
+/// The session on a channel: the SSH connection's `sftp` subsystem.
+struct ChannelTransport: SFTPTransport {
+    let channel: SSHChannel
+    func send(_ bytes: [UInt8]) async throws { try await channel.write(Data(bytes)) }
+    func receive() async throws -> Data? {
+        while let (stream, data) = try await channel.next() {
+            if stream == .stdout { return data }
+        }
+        return nil
+    }
+    func close() { channel.close() }
+}
+
+final class SFTPSessionTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+    private var server: SSHServerFixture!
+    private var connection: SSHConnection!
+    private var sftp: SFTPSession!
+
+    override func setUp() async throws {
+        directory = try TemporaryDirectory()
+        chmod(directory.path, 0o755)
+        server = try SSHServerFixture.withNewKey(in: directory)
+        let key = try String(contentsOfFile: directory.file("id"), encoding: .utf8)
+        connection = try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: server.port, username: NSUserName()),
+                                                  credentials: SSHCredentials(privateKey: Secret(key), agentSocket: ""),
+                                                  trust: AcceptAll()) { _ in .acceptOnce }
+        let channel = try await connection.openChannel(.subsystem("sftp"), bufferLimit: 8 << 20)
+        sftp = try await SFTPSession.start(ChannelTransport(channel: channel))
+    }
+
+    override func tearDown() async throws {
+        await sftp?.close()
+        await connection?.close()
+        server?.stop()
+        directory?.remove()
+    }
+
+    private func bytes(_ path: String) -> [UInt8] { Array(path.utf8) }
+
+    func testTheServerSaysWhatItCanAndMetadataOperationsDoWhatTheySay() async throws {
+        let info = sftp.info
+        XCTAssertEqual(info.version, 3)
+        XCTAssertTrue(info.supports("posix-rename@openssh.com"), "\(info.extensions)")
+        let limits = await sftp.limits
+        XCTAssertGreaterThan(limits.readSize, 32_768, "OpenSSH 9's limits@openssh.com allows bigger reads: \(limits)")
+
+        let root = directory.file("tree")
+        try await sftp.mkdir(bytes(root), permissions: 0o750)
+        let resolved = try await sftp.realpath(bytes(root + "/../tree/."))
+        XCTAssertEqual(String(decoding: resolved, as: UTF8.self), root)
+        var info2 = stat()
+        XCTAssertEqual(stat(root, &info2), 0)
+        XCTAssertEqual(info2.st_mode & 0o777, 0o750)
+        try "hello".write(toFile: root + "/a.txt", atomically: false, encoding: .utf8)
+        let attributes = try await sftp.stat(bytes(root + "/a.txt"))
+        XCTAssertEqual(attributes.size, 5)
+        XCTAssertEqual(attributes.kind, .file)
+
+        // Symlinks are not followed unless asked.
+        try await sftp.symlink(target: bytes("a.txt"), at: bytes(root + "/link"))
+        let value1 = try await sftp.stat(bytes(root + "/link"), followLinks: false).kind
+        XCTAssertEqual(value1, .symlink)
+        let value2 = try await sftp.stat(bytes(root + "/link")).kind
+        XCTAssertEqual(value2, .file)
+        let value3 = try await sftp.readlink(bytes(root + "/link"))
+        XCTAssertEqual(value3, bytes("a.txt"))
+
+        // A plain rename never replaces; posix-rename does, atomically.
+        try "other".write(toFile: root + "/b.txt", atomically: false, encoding: .utf8)
+        do {
+            try await sftp.rename(bytes(root + "/a.txt"), to: bytes(root + "/b.txt"))
+            XCTFail("replaced an existing file without being asked")
+        } catch let error as SFTPError {
+            XCTAssertEqual(error.status, .failure, "\(error)")
+        }
+        XCTAssertEqual(try String(contentsOfFile: root + "/b.txt", encoding: .utf8), "other")
+        try await sftp.rename(bytes(root + "/a.txt"), to: bytes(root + "/b.txt"), overwrite: true)
+        XCTAssertEqual(try String(contentsOfFile: root + "/b.txt", encoding: .utf8), "hello")
+
+        try await sftp.setstat(bytes(root + "/b.txt"), SFTPAttributes(permissions: 0o600, accessTime: 1_000_000, modifiedTime: 1_500_000_000))
+        XCTAssertEqual(stat(root + "/b.txt", &info2), 0)
+        XCTAssertEqual(info2.st_mode & 0o777, 0o600)
+        XCTAssertEqual(info2.st_mtim.tv_sec, 1_500_000_000)
+
+        // Errors carry the server's status.
+        do {
+            _ = try await sftp.stat(bytes(root + "/missing"))
+            XCTFail("no such file")
+        } catch let error as SFTPError {
+            XCTAssertEqual(error.status, .noSuchFile)
+            XCTAssertTrue(error.message.contains("missing"), error.message)
+        }
+        let df = try await sftp.statvfs(bytes(root))
+        XCTAssertGreaterThan(df.blocks, 0)
+        try await sftp.remove(bytes(root + "/link"))
+        try await sftp.remove(bytes(root + "/b.txt"))
+        try await sftp.rmdir(bytes(root))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: root))
+    }
+
+    func testNamesThatAreNotUTF8AndTenThousandEntriesListedInBatches() async throws {
+        let root = directory.file("many")
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        for index in 0..<10_000 {
+            let fd = open(root + "/f\(index)", O_CREAT | O_WRONLY, 0o644)
+            close(fd)
+        }
+        // A name with a space, a newline and bytes that are not UTF-8.
+        let odd: [UInt8] = Array("odd name\n".utf8) + [0xFF, 0xFE, 0x80]
+        let path = bytes(root + "/") + odd
+        let fd = path.withUnsafeBufferPointer { buffer -> Int32 in
+            var terminated = Array(buffer) + [0]
+            return terminated.withUnsafeMutableBufferPointer { open(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), O_CREAT | O_WRONLY, 0o644) }
+        }
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        close(fd)
+        let handle = try await sftp.openDirectory(bytes(root))
+        var names = Set<[UInt8]>()
+        var batches = 0
+        while let batch = try await sftp.readDirectory(handle) {
+            batches += 1
+            for entry in batch { names.insert(entry.name) }
+        }
+        try await sftp.close(handle)
+        XCTAssertEqual(names.count, 10_001)
+        XCTAssertTrue(names.contains(odd), "the odd name came back byte for byte")
+        XCTAssertGreaterThan(batches, 10, "listed in batches, never loaded twice")
+        let value4 = try await sftp.stat(path).size
+        XCTAssertEqual(value4, 0)
+    }
+
+    func testWholeFilesBothWaysWithManyRequestsInFlight() async throws {
+        let source = directory.file("source.bin")
+        let size = 48 << 20 + 12_345
+        var data = [UInt8](repeating: 0, count: size)
+        var state: UInt64 = 0x2545F4914F6CDD1D
+        for i in stride(from: 0, to: size, by: 8) {
+            state ^= state << 13; state ^= state >> 7; state ^= state << 17
+            withUnsafeBytes(of: state) { raw in for j in 0..<min(8, size - i) { data[i + j] = raw[j] } }
+        }
+        _ = FileManager.default.createFile(atPath: source, contents: Data(data))
+        let digest = Digest.sha256(data)
+
+        let local = directory.file("down.bin")
+        let out = open(local, O_CREAT | O_TRUNC | O_WRONLY, 0o600)
+        let progress = Counter()
+        let got = try await SFTPTransfer.download(sftp, bytes(source), to: out) { progress.set($0.done) }
+        close(out)
+        XCTAssertEqual(got, UInt64(size))
+        XCTAssertEqual(progress.value, UInt64(size))
+        XCTAssertEqual(Digest.sha256(try Data(contentsOf: URL(fileURLWithPath: local))), digest)
+
+        let input = open(source, O_RDONLY)
+        defer { close(input) }
+        let remote = directory.file("up.bin")
+        try await SFTPTransfer.upload(sftp, from: input, size: UInt64(size), to: bytes(remote), permissions: 0o640)
+        XCTAssertEqual(Digest.sha256(try Data(contentsOf: URL(fileURLWithPath: remote))), digest)
+
+        // Empty files, and a file whose size says 0 but which has content (/proc): read to EOF.
+        _ = FileManager.default.createFile(atPath: directory.file("empty"), contents: Data())
+        let emptyOut = open(directory.file("empty.down"), O_CREAT | O_TRUNC | O_WRONLY, 0o600)
+        let value5 = try await SFTPTransfer.download(sftp, bytes(directory.file("empty")), to: emptyOut)
+        XCTAssertEqual(value5, 0)
+        close(emptyOut)
+        let procOut = open(directory.file("stat.down"), O_CREAT | O_TRUNC | O_WRONLY, 0o600)
+        let procBytes = try await SFTPTransfer.download(sftp, bytes("/proc/self/stat"), to: procOut)
+        close(procOut)
+        XCTAssertGreaterThan(procBytes, 10)
+    }
+
+    func testAFailedRequestLeavesTheSessionUsableAndAClosedChannelFailsEveryWaiter() async throws {
+        do {
+            _ = try await sftp.open(bytes(directory.file("nope/file")), .read)
+            XCTFail("opened a file that does not exist")
+        } catch let error as SFTPError {
+            XCTAssertEqual(error.status, .noSuchFile)
+        }
+        let value6 = try await sftp.realpath(bytes(".")).isEmpty
+        XCTAssertFalse(value6, "the session goes on")
+        await sftp.close()
+        do {
+            _ = try await sftp.realpath(bytes("."))
+            XCTFail("a closed session answered")
+        } catch let error as SFTPError {
+            XCTAssertEqual(error.status, .noConnection)
+        }
+    }
+}
+
+final class Counter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: UInt64 = 0
+    func set(_ new: UInt64) { lock.withLock { stored = max(stored, new) } }
+    var value: UInt64 { lock.withLock { stored } }
+}
+
+/// Knows no host key: the test's own sshd is accepted once per connection.
+struct AcceptAll: HostKeyTrust {
+    func verdict(host: String, port: Int, key: PublicHostKey) async throws -> TrustVerdict { .unknown }
+    func knownKeyTypes(host: String, port: Int) async throws -> [String] { [] }
+    func trust(host: String, port: Int, key: PublicHostKey) async throws {}
+    func fingerprint(_ key: PublicHostKey) -> String { "" }
+    func refusal(host: String, port: Int, key: PublicHostKey) async throws -> String? { nil }
+}
