@@ -67,19 +67,6 @@ final class SFTPPacketTests: XCTestCase {
     }
 }
 
-/// The session on a channel: the SSH connection's `sftp` subsystem.
-struct ChannelTransport: SFTPTransport {
-    let channel: SSHChannel
-    func send(_ bytes: [UInt8]) async throws { try await channel.write(Data(bytes)) }
-    func receive() async throws -> Data? {
-        while let (stream, data) = try await channel.next() {
-            if stream == .stdout { return data }
-        }
-        return nil
-    }
-    func close() { channel.close() }
-}
-
 final class SFTPSessionTests: XCTestCase {
     private var directory: TemporaryDirectory!
     private var server: SSHServerFixture!
@@ -94,8 +81,7 @@ final class SFTPSessionTests: XCTestCase {
         connection = try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: server.port, username: NSUserName()),
                                                   credentials: SSHCredentials(privateKey: Secret(key), agentSocket: ""),
                                                   trust: AcceptAll()) { _ in .acceptOnce }
-        let channel = try await connection.openChannel(.subsystem("sftp"), bufferLimit: 8 << 20)
-        sftp = try await SFTPSession.start(ChannelTransport(channel: channel))
+        sftp = try await SFTPSession.open(on: connection)
     }
 
     override func tearDown() async throws {
@@ -236,6 +222,60 @@ final class SFTPSessionTests: XCTestCase {
         let procBytes = try await SFTPTransfer.download(sftp, bytes("/proc/self/stat"), to: procOut)
         close(procOut)
         XCTAssertGreaterThan(procBytes, 10)
+    }
+
+    func testSFTPRunsBesideCommandsOnTheSameConnection() async throws {
+        let source = directory.file("blob.src")
+        let payload = Data((0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        _ = FileManager.default.createFile(atPath: source, contents: payload)
+        let input = open(source, O_RDONLY)
+        defer { close(input) }
+        let connection = self.connection!
+        let session = self.sftp!
+        let target = bytes(directory.file("blob.bin"))
+        async let sent = SFTPTransfer.upload(session, from: input, size: UInt64(payload.count), to: target, permissions: 0o600)
+        async let command = connection.exec("echo side by side")
+        let (written, said) = try await (sent, command)
+        XCTAssertEqual(written, UInt64(payload.count))
+        XCTAssertEqual(said.stdout, Data("side by side\n".utf8))
+        XCTAssertTrue(try Data(contentsOf: URL(fileURLWithPath: directory.file("blob.bin"))) == payload)
+        let still = try await connection.exec("echo still").stdout
+        XCTAssertEqual(still, Data("still\n".utf8))
+    }
+
+    /// Transfers cancelled mid-flight stop asking; their session (and its channel) stays
+    /// usable, and closing sessions gives their channels back to sshd's MaxSessions.
+    func testCancelledTransfersStopAndLeakNoChannel() async throws {
+        let file = directory.file("big.bin")
+        let made = try await connection.exec("head -c 16000000 /dev/urandom > \(file)")
+        XCTAssertEqual(made.exitStatus, 0)
+        let sink = open("/dev/null", O_WRONLY)
+        defer { close(sink) }
+        let session = self.sftp!
+        for batch in 0..<5 {
+            let tasks = (0..<4).map { _ in Task { try await SFTPTransfer.download(session, Array(file.utf8), to: sink) } }
+            try await Task.sleep(nanoseconds: UInt64(10_000_000 + batch * 5_000_000))
+            for task in tasks { task.cancel() }
+            for task in tasks {
+                if case .success(let got) = await task.result { XCTAssertLessThanOrEqual(got, 16_000_000) }
+            }
+        }
+        let home = try await sftp.realpath(bytes("."))
+        XCTAssertFalse(home.isEmpty, "the session answers after the cancellations")
+        for _ in 0..<12 {
+            let extra = try await SFTPSession.open(on: connection)
+            await extra.close()
+        }
+        await connection.waitUntilIdle(timeout: 5)
+        // sshd allows 10 sessions per connection (MaxSessions): nine more beside the test's own.
+        let channels = try await withThrowingTaskGroup(of: SSHChannel.self) { group in
+            for _ in 0..<9 { group.addTask { [connection] in try await connection!.openChannel(.exec("sleep 2")) } }
+            var opened: [SSHChannel] = []
+            for try await channel in group { opened.append(channel) }
+            return opened
+        }
+        XCTAssertEqual(channels.count, 9)
+        for channel in channels { channel.close() }
     }
 
     func testAFailedRequestLeavesTheSessionUsableAndAClosedChannelFailsEveryWaiter() async throws {

@@ -7,7 +7,7 @@ import TermindSSH
 import XCTest
 
 /// Many channels over one session against a real sshd: independence, backpressure,
-/// keepalive, cancellation, PTY shells, tunnels, remote listeners, SFTP, sharing.
+/// keepalive, cancellation, PTY shells, tunnels, remote listeners, sharing (SFTP itself: Tests/SFTPTests).
 final class SSHChannelTests: XCTestCase {
     private var vault: HarnessSession!
     private var directory: TemporaryDirectory!
@@ -293,78 +293,6 @@ final class SSHChannelTests: XCTestCase {
             if !refused { try await Task.sleep(nanoseconds: 100_000_000) }
         }
         XCTAssertTrue(refused, "the server stopped listening on \(port)")
-        await connection.close()
-    }
-
-    func testCancelledSFTPWorkNeverLeaksAChannelOrAHandle() async throws {
-        let connection = try await connect()
-        let file = server.directory.file("big.bin")
-        let made = try await connection.exec("head -c 8000000 /dev/urandom > \(file)")
-        XCTAssertEqual(made.exitStatus, 0)
-        // 50 transfers cancelled mid-flight, five at a time; none gets to close on its own.
-        for batch in 0..<10 {
-            let tasks = (0..<5).map { _ in
-                Task {
-                    let sftp = try await SSHSFTP.open(on: connection)
-                    _ = try await sftp.read(file)
-                    await sftp.close()
-                }
-            }
-            try await Task.sleep(nanoseconds: UInt64(20_000_000 + batch * 3_000_000))
-            for task in tasks { task.cancel() }
-            for task in tasks { _ = try? await task.value }
-        }
-        await connection.waitUntilIdle(timeout: 20)
-        // sshd allows 10 sessions per connection (MaxSessions): every one is free again.
-        let channels = try await withThrowingTaskGroup(of: SSHChannel.self) { group in
-            for _ in 0..<10 { group.addTask { try await connection.openChannel(.exec("sleep 2")) } }
-            var opened: [SSHChannel] = []
-            for try await channel in group { opened.append(channel) }
-            return opened
-        }
-        XCTAssertEqual(channels.count, 10)
-        for channel in channels { channel.close() }
-        await connection.close()
-    }
-
-    func testSFTPRunsBesideCommandsOnTheSameSession() async throws {
-        let connection = try await connect()
-        let sftp = try await SSHSFTP.open(on: connection)
-        let folder = directory.file("remote")
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        let payload = Data((0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
-        async let written: Void = sftp.write(folder + "/blob.bin", payload, mode: 0o600)
-        async let command = connection.exec("echo side by side")
-        _ = try await (written, command)
-        let attributes = try await sftp.stat(folder + "/blob.bin")
-        XCTAssertEqual(attributes.size, UInt64(payload.count))
-        XCTAssertEqual(attributes.permissions.map { $0 & 0o777 }, 0o600)
-        XCTAssertTrue(attributes.isRegularFile)
-        let value4 = try await sftp.list(folder).map(\.name)
-        XCTAssertEqual(value4, ["blob.bin"])
-        let value5 = try await sftp.realpath(folder + "/../remote")
-        XCTAssertEqual(value5, (folder as NSString).standardizingPath)
-        let back = try await sftp.read(folder + "/blob.bin")
-        XCTAssertTrue(back == payload)
-        do {
-            _ = try await sftp.read(folder + "/blob.bin", limit: 1000)
-            XCTFail("over the limit")
-        } catch let error as TermindError {
-            XCTAssertEqual(error.code, "ssh.sftp_too_large")
-        }
-        do {
-            _ = try await sftp.stat(folder + "/missing")
-            XCTFail("no such file")
-        } catch let error as TermindError {
-            XCTAssertEqual(error.code, "ssh.sftp_not_found")
-            XCTAssertTrue(error.message.contains("missing"), error.message)
-        }
-        try await sftp.remove(folder + "/blob.bin")
-        let value6 = try await sftp.list(folder).count
-        XCTAssertEqual(value6, 0)
-        await sftp.close()
-        let value7 = try await connection.exec("echo still").stdout
-        XCTAssertEqual(value7, Data("still\n".utf8))
         await connection.close()
     }
 

@@ -60,21 +60,19 @@ final class SSHConnectionPoolTests: XCTestCase {
         await pool.closeAll()
     }
 
-    func testLeasesAndOpenSFTPSessionsKeepAConnectionFromTheIdleSweep() async throws {
+    func testLeasesAndOpenChannelsKeepAConnectionFromTheIdleSweep() async throws {
         let pool = SSHConnectionPool(idleTimeout: 0.5)
         let lease = try await pool.lease(for: route, policy: policy(answer: .acceptOnce))
         let leasedCount = await pool.leases(for: route)
         XCTAssertEqual(leasedCount, 1)
         try await Task.sleep(nanoseconds: 1_500_000_000)  // three sweeps
         XCTAssertTrue(lease.connection.isAlive, "a leased connection is never swept")
-        // An SFTP session holds the connection on its own.
-        let sftp = try await SSHSFTP.open(on: lease.connection)
+        // An open channel (an SFTP subsystem, say) holds the connection on its own.
+        let channel = try await lease.connection.openChannel(.subsystem("sftp"))
         lease.release()
         try await Task.sleep(nanoseconds: 1_500_000_000)
-        XCTAssertTrue(lease.connection.isAlive, "an open SFTP session keeps its connection")
-        let home = try await sftp.realpath(".")
-        XCTAssertFalse(home.isEmpty)
-        await sftp.close()
+        XCTAssertTrue(lease.connection.isAlive, "an open channel keeps its connection")
+        channel.close()
         for _ in 0..<50 where lease.connection.isAlive { try await Task.sleep(nanoseconds: 100_000_000) }
         XCTAssertFalse(lease.connection.isAlive, "unleased and idle: swept")
         let routes = await pool.routes

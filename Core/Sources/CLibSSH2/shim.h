@@ -1,7 +1,6 @@
 #ifndef TERMIND_CLIBSSH2_SHIM_H
 #define TERMIND_CLIBSSH2_SHIM_H
 #include <libssh2.h>
-#include <libssh2_sftp.h>
 
 // libssh2's convenience names are macros Swift cannot import; these are their expansions.
 #include <errno.h>
@@ -232,28 +231,6 @@ static inline LIBSSH2_CHANNEL *termind_ssh2_direct_tcpip_window(LIBSSH2_SESSION 
     at = termind_ssh2_put_u32(at, 0);
     return libssh2_channel_open_ex(s, "direct-tcpip", sizeof("direct-tcpip") - 1, window, LIBSSH2_CHANNEL_PACKET_DEFAULT,
                                    (const char *)message, (unsigned int)(at - message));
-}
-static inline LIBSSH2_SFTP_HANDLE *termind_ssh2_sftp_open(LIBSSH2_SFTP *sftp, const char *path, unsigned int length,
-                                                         unsigned long flags, long mode, int type) {
-    return libssh2_sftp_open_ex(sftp, path, length, flags, mode, type);
-}
-static inline int termind_ssh2_sftp_realpath(LIBSSH2_SFTP *sftp, const char *path, unsigned int length, char *target, unsigned int max) {
-    return libssh2_sftp_symlink_ex(sftp, path, length, target, max, LIBSSH2_SFTP_REALPATH);
-}
-static inline int termind_ssh2_sftp_stat(LIBSSH2_SFTP *sftp, const char *path, unsigned int length, LIBSSH2_SFTP_ATTRIBUTES *attributes) {
-    return libssh2_sftp_stat_ex(sftp, path, length, LIBSSH2_SFTP_STAT, attributes);
-}
-static inline int termind_ssh2_sftp_readdir(LIBSSH2_SFTP_HANDLE *handle, char *buffer, size_t size, LIBSSH2_SFTP_ATTRIBUTES *attributes) {
-    return libssh2_sftp_readdir_ex(handle, buffer, size, NULL, 0, attributes);
-}
-static inline int termind_ssh2_sftp_unlink(LIBSSH2_SFTP *sftp, const char *path, unsigned int length) {
-    return libssh2_sftp_unlink_ex(sftp, path, length);
-}
-static inline ssize_t termind_ssh2_sftp_read_shim(LIBSSH2_SFTP_HANDLE *handle, char *buffer, size_t size) {
-    return libssh2_sftp_read(handle, buffer, size);
-}
-static inline ssize_t termind_ssh2_sftp_write_shim(LIBSSH2_SFTP_HANDLE *handle, const char *buffer, size_t size) {
-    return libssh2_sftp_write(handle, buffer, size);
 }
 
 static inline const char *termind_ssh2_version(void) { return libssh2_version(0); }

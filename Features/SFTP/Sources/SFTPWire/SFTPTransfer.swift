@@ -44,7 +44,8 @@ public enum SFTPTransfer {
                     }
                 }
                 func refill() {
-                    while inFlight < window, end == nil, limit.map({ next < $0 }) ?? true {
+                    // Cancelled: nothing more is asked; what is in flight drains.
+                    while inFlight < window, end == nil, !Task.isCancelled, limit.map({ next < $0 }) ?? true {
                         let length = limit.map { Int(min(UInt64(chunk), $0 - next)) } ?? chunk
                         issue(next, length)
                         next += UInt64(length)
@@ -63,6 +64,7 @@ public enum SFTPTransfer {
                     progress?(Progress(done: written, total: size))
                     refill()
                 }
+                try Task.checkCancellation()
                 return written
             }
             try? await session.close(handle)
@@ -107,13 +109,14 @@ public enum SFTPTransfer {
                         return bytes.count
                     }
                 }
-                while inFlight < window, next < size { try issue() }
+                while inFlight < window, next < size, !Task.isCancelled { try issue() }
                 while let count = try await group.next() {
                     inFlight -= 1
                     done += UInt64(count)
                     progress?(Progress(done: done, total: size))
-                    while inFlight < window, next < size { try issue() }
+                    while inFlight < window, next < size, !Task.isCancelled { try issue() }
                 }
+                try Task.checkCancellation()
             }
             try await session.close(handle)
             return size
