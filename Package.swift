@@ -167,6 +167,12 @@ let package = Package(
             dependencies: [core, "TermindHarness"],
             path: "Tests/Tools/MetricsBench"
         ),
+        // `make bench`: SFTP get and put against OpenSSH's sftp on the same sshd.
+        .executableTarget(
+            name: "termind-sftp-bench",
+            dependencies: [core, "SFTPWire", "TermindHarness"],
+            path: "Tests/Tools/SFTPBench"
+        ),
         // `make bench`: forwards (-L, -D, recovery) against ssh -N and autossh on the same sshd.
         .executableTarget(
             name: "termind-forward-bench",
