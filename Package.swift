@@ -23,6 +23,7 @@ let package = Package(
         .library(name: "TermindSettings", type: .dynamic, targets: ["Settings"]),
         .library(name: "TermindMetrics", type: .dynamic, targets: ["Metrics"]),
         .library(name: "TermindPortForwarding", type: .dynamic, targets: ["PortForwarding"]),
+        .library(name: "TermindSFTP", type: .dynamic, targets: ["SFTP"]),
         // Example third-party plugins (opt-in: loaded only from --plugins / TERMIND_PLUGINS).
         .library(name: "TermindWakeOnLAN", type: .dynamic, targets: ["WakeOnLAN"]),
         .library(name: "TermindDigest", type: .dynamic, targets: ["Digest"]),
@@ -98,6 +99,12 @@ let package = Package(
             name: "ForwardingRules",
             dependencies: [core, apis],
             path: "Features/PortForwarding/Sources/ForwardingRules"
+        ),
+        .target(
+            name: "SFTP",
+            dependencies: [core, apis, "SFTPWire"],
+            path: "Features/SFTP/Sources/SFTP",
+            plugins: [signature]
         ),
         // SFTP v3 spoken by termind itself (pipelined requests sized by limits@openssh.com): packets,
         // the session over any byte stream, whole-file transfers; tested against OpenSSH's sftp-server.

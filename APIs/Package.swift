@@ -24,8 +24,8 @@ let package = Package(
         .target(name: "SettingsAPI", dependencies: [core], path: "Sources/SettingsAPI"),
         // Workspaces: SSH sessions; the exec and terminal streams; the terminal's settings records.
         .target(name: "WorkspacesAPI", dependencies: [core, "SettingsAPI", "VaultAPI"], path: "Sources/WorkspacesAPI"),
-        // SFTP: its settings records (limits, topology) so far; the scheduler port comes with the feature.
-        .target(name: "SFTPAPI", dependencies: [core, "SettingsAPI"], path: "Sources/SFTPAPI"),
+        // SFTP: its settings records (limits, topology), the sftp stream; the scheduler port comes with transfers.
+        .target(name: "SFTPAPI", dependencies: [core, "SettingsAPI", "VaultAPI"], path: "Sources/SFTPAPI"),
         // The Assistant: its settings records (providers and MCP servers with secret references, models, roles, local) so far.
         .target(name: "AssistantAPI", dependencies: [core, "SettingsAPI"], path: "Sources/AssistantAPI"),
         // Metrics: samples of monitored hosts, the metrics contracts and streams, its settings record (device-local preferences).

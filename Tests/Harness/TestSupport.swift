@@ -254,3 +254,16 @@ public final class UDPReceiver {
 
     public func close() { Foundation.close(fd) }
 }
+
+extension JSONValue {
+    /// The elements of an array, else nil (for tests reading JSON output).
+    public var arrayValue: [JSONValue]? { if case .array(let items) = self { items } else { nil } }
+    /// An integer's value, else nil.
+    public var intValue: Int? {
+        switch self {
+        case .integer(let value): Int(exactly: value)
+        case .unsignedInteger(let value): Int(exactly: value)
+        default: nil
+        }
+    }
+}

@@ -324,6 +324,3 @@ final class Locked<Value>: @unchecked Sendable {
     func withLock<R>(_ body: (inout Value) -> R) -> R { lock.lock(); defer { lock.unlock() }; return body(&value) }
 }
 
-private extension JSONValue {
-    var arrayValue: [JSONValue]? { if case .array(let items) = self { items } else { nil } }
-}

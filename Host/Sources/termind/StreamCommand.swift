@@ -221,7 +221,12 @@ enum StreamCommand {
     /// termind's (128 + the signal's number, as a shell reports it).
     /// `shown`: a view already showed the result's human form.
     static func finish(_ result: JSONValue, output: CollectedOutput, json: Bool, shown: Bool = false) -> Invocation.Exit {
-        if shown && !json { return .success }
+        if shown && !json {
+            // The result was shown as a view; a status it carries still sets the exit code
+            // (`termind sftp`'s 3: some paths failed).
+            if case .object(let fields) = result, case .integer(let status)? = fields["exitStatus"], status != 0 { exit(Int32(truncatingIfNeeded: status)) }
+            return .success
+        }
         guard case .object(var fields) = result else {
             if json { Output.json(result) } else { Output.human(result) }
             return .success

@@ -1,0 +1,146 @@
+import Foundation
+import TermindCore
+import VaultAPI
+
+/// `termind sftp HOST ACTION PATH…`: remote file operations that move no file data (listing,
+/// metadata, creating and removing, renaming, links, permissions, free space). They take no
+/// transfer slot; the transfers (`get`, `put`, `cp`) come with the scheduler.
+public enum SFTPStreams {
+    public enum Run: StreamContract {
+        public enum Action: String, Codable, Sendable, SchemaEnum {
+            case ls, stat, mkdir, rm, rmdir, mv, ln, chmod, df
+        }
+        public struct Request: Codable, Sendable, Equatable {
+            /// A saved host (id or label) or a quick-connect line.
+            public var target: String
+            public var action: Action
+            /// The action's paths (chmod: MODE first; mv: SRC DST; ln: TARGET LINK). Relative
+            /// paths start at the remote home; `*`, `?` and `[…]` are matched on the server.
+            public var paths: [String]
+            /// Follow symbolic links (ls, stat); by default a link is shown as itself.
+            public var follow: Bool?
+            /// mkdir: octal permissions (default 755).
+            public var mode: String?
+            /// mkdir: create missing parents too.
+            public var parents: Bool?
+            /// mv: replace an existing destination (atomically, with posix-rename@openssh.com).
+            public var replace: Bool?
+            public var user: String?
+            public var identity: String?
+            public var workingDirectory: String?
+            public var acceptHostKey: HostKeyPreset?
+            public var connectTimeout: Double?
+            public init(target: String, action: Action, paths: [String], follow: Bool? = nil, mode: String? = nil, parents: Bool? = nil, replace: Bool? = nil,
+                        user: String? = nil, identity: String? = nil, workingDirectory: String? = nil, acceptHostKey: HostKeyPreset? = nil,
+                        connectTimeout: Double? = nil) {
+                self.target = target
+                self.action = action
+                self.paths = paths
+                self.follow = follow
+                self.mode = mode
+                self.parents = parents
+                self.replace = replace
+                self.user = user
+                self.identity = identity
+                self.workingDirectory = workingDirectory
+                self.acceptHostKey = acceptHostKey
+                self.connectTimeout = connectTimeout
+            }
+        }
+
+        /// A remote file as listed.
+        public struct Entry: Codable, Sendable, Equatable {
+            /// The name (or path for stat) as text; bytes that are not UTF-8 are replaced here
+            /// and given exactly in `nameBase64`.
+            public var name: String
+            public var nameBase64: String?
+            public var kind: String?
+            public var size: UInt64?
+            /// Octal, e.g. "0644".
+            public var permissions: String?
+            public var uid: UInt32?
+            public var gid: UInt32?
+            /// Seconds since the Unix epoch.
+            public var modified: UInt32?
+            public var accessed: UInt32?
+            /// A symbolic link's target (stat of a link).
+            public var target: String?
+            public init(name: String, nameBase64: String? = nil, kind: String? = nil, size: UInt64? = nil, permissions: String? = nil, uid: UInt32? = nil,
+                        gid: UInt32? = nil, modified: UInt32? = nil, accessed: UInt32? = nil, target: String? = nil) {
+                self.name = name
+                self.nameBase64 = nameBase64
+                self.kind = kind
+                self.size = size
+                self.permissions = permissions
+                self.uid = uid
+                self.gid = gid
+                self.modified = modified
+                self.accessed = accessed
+                self.target = target
+            }
+        }
+
+        public struct Listing: Codable, Sendable, Equatable {
+            public var path: String
+            public var entries: [Entry]
+            public init(path: String, entries: [Entry]) {
+                self.path = path
+                self.entries = entries
+            }
+        }
+
+        public struct Failure: Codable, Sendable, Equatable {
+            public var path: String
+            public var error: String
+            public init(path: String, error: String) {
+                self.path = path
+                self.error = error
+            }
+        }
+
+        public struct Space: Codable, Sendable, Equatable {
+            public var path: String
+            public var totalBytes: UInt64
+            public var freeBytes: UInt64
+            public var availableBytes: UInt64
+            public init(path: String, totalBytes: UInt64, freeBytes: UInt64, availableBytes: UInt64) {
+                self.path = path
+                self.totalBytes = totalBytes
+                self.freeBytes = freeBytes
+                self.availableBytes = availableBytes
+            }
+        }
+
+        public struct Result: Codable, Sendable, Equatable {
+            /// 0: every path done; 3: some failed (in `failures`), the others done.
+            public var exitStatus: Int
+            public var listings: [Listing]?
+            public var entries: [Entry]?
+            public var space: [Space]?
+            /// Paths done (mkdir, rm, rmdir, mv, ln, chmod).
+            public var done: [String]?
+            public var failures: [Failure]
+            public init(exitStatus: Int, listings: [Listing]? = nil, entries: [Entry]? = nil, space: [Space]? = nil, done: [String]? = nil, failures: [Failure] = []) {
+                self.exitStatus = exitStatus
+                self.listings = listings
+                self.entries = entries
+                self.space = space
+                self.done = done
+                self.failures = failures
+            }
+        }
+
+        public static let name = "sftp.run"
+        public static let version = 1
+        public static let summary = "Remote file operations over SFTP that move no file data: ls, stat, mkdir, rm, rmdir, mv, ln, chmod, df."
+        public static var events: [String: JSONSchema] { ["view": StreamEvents.view, "notice": StreamEvents.notice] }
+        public static var questions: [String: String] { ConnectionOpener.questions }
+    }
+}
+
+extension ErrorCode {
+    /// A remote path could not be used (missing, permission denied, …); the message names it.
+    public static let sftpFailed: ErrorCode = "sftp.failed"
+    /// The server broke the SFTP protocol or the subsystem would not start.
+    public static let sftpProtocol: ErrorCode = "sftp.protocol"
+}

@@ -1,0 +1,342 @@
+import Foundation
+import SFTPAPI
+import SFTPWire
+import SettingsAPI
+import Synchronization
+import TermindCore
+import TermindSSH
+import VaultAPI
+
+/// SFTP (docs/sftp.md): file operations on saved hosts and quick-connect targets over the
+/// process's pooled connections, spoken by SFTPWire on the `sftp` subsystem channel. So far
+/// `termind sftp HOST ACTION PATH…` (what moves no file data); transfers and their scheduler
+/// follow.
+final class SFTPFeature: Feature {
+    private struct Ports: Sendable {
+        let opener: ConnectionOpener
+    }
+
+    private let ports = Mutex<Ports?>(nil)
+
+    func register(_ registrar: FeatureRegistrar) throws {
+        registrar.stream(SFTPStreams.Run.self) { [self] request, session in
+            guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("SFTP is not started.") }
+            return try await Runner(request: request, session: session).run(ports.opener)
+        }
+    }
+
+    func start(_ context: FeatureContext) async throws {
+        if let settings = context.ports.optional(.settingsValues) {
+            try settings.register(SFTPSettings.Limits.self, owner: context.featureID)
+            try settings.register(SFTPSettings.Topology.self, owner: context.featureID)
+        }
+        let opener = ConnectionOpener(routes: try context.ports.require(.routes), trust: try context.ports.require(.hostKeyTrust),
+                                      pool: try context.ports.require(.sshConnections), logger: context.logger)
+        ports.withLock { $0 = Ports(opener: opener) }
+    }
+
+    func stop() async {
+        ports.withLock { $0 = nil }
+    }
+}
+
+/// One `termind sftp` run.
+private struct Runner {
+    typealias Run = SFTPStreams.Run
+    let request: Run.Request
+    let session: StreamSession
+
+    /// At most this many paths one pattern may match.
+    static let maximumMatches = 100_000
+
+    func run(_ opener: ConnectionOpener) async throws -> Run.Result {
+        try checkArguments()
+        let target = ConnectionTarget(target: request.target, user: request.user, identity: request.identity, workingDirectory: request.workingDirectory,
+                                      acceptHostKey: request.acceptHostKey, connectTimeout: request.connectTimeout)
+        let connection = try await opener.connection(target) { await session.ask($0) }
+        let sftp: SFTPSession
+        do {
+            sftp = try await SFTPSession.open(on: connection)
+        } catch let error as SFTPError {
+            throw TermindError(.sftpProtocol, "\(request.target) did not start SFTP: \(error.message)")
+        }
+        defer { Task { await sftp.close() } }
+        var result = try await perform(sftp)
+        result.exitStatus = result.failures.isEmpty ? 0 : 3
+        for failure in result.failures {
+            await session.emit("notice", ["text": .string("\(failure.path): \(failure.error)")])
+        }
+        if !result.failures.isEmpty, result.done?.isEmpty ?? true, result.listings?.isEmpty ?? true, result.entries?.isEmpty ?? true, result.space?.isEmpty ?? true {
+            // Nothing at all was done: an error, with every reason.
+            throw TermindError(.sftpFailed, result.failures.map { "\($0.path): \($0.error)" }.joined(separator: "\n"))
+        }
+        return result
+    }
+
+    private func checkArguments() throws {
+        let count = request.paths.count
+        switch request.action {
+        case .mv where count != 2: throw TermindError.badRequest("sftp mv takes SRC DST (2 paths), not \(count).")
+        case .ln where count != 2: throw TermindError.badRequest("sftp ln takes TARGET LINK (2 paths), not \(count): the link LINK will point at TARGET.")
+        case .chmod where count < 2: throw TermindError.badRequest("sftp chmod takes MODE PATH… (an octal mode such as 644, then at least one path).")
+        case .mkdir, .rm, .rmdir, .stat: if count == 0 { throw TermindError.badRequest("sftp \(request.action.rawValue) needs at least one PATH.") }
+        default: break
+        }
+        if request.action == .chmod, Self.octal(request.paths[0]) == nil {
+            throw TermindError.badRequest("sftp chmod: '\(request.paths[0])' is not an octal mode (e.g. 644 or 0755).")
+        }
+        if let mode = request.mode, Self.octal(mode) == nil { throw TermindError.badRequest("--mode: '\(mode)' is not an octal mode (e.g. 755).") }
+    }
+
+    static func octal(_ text: String) -> UInt32? {
+        guard !text.isEmpty, text.count <= 5, let value = UInt32(text, radix: 8), value <= 0o7777 else { return nil }
+        return value
+    }
+
+    private func perform(_ sftp: SFTPSession) async throws -> Run.Result {
+        var result = Run.Result(exitStatus: 0)
+        func attempt(_ path: String, _ body: () async throws -> Void) async {
+            do { try await body() } catch let error as SFTPError {
+                result.failures.append(.init(path: path, error: error.message))
+            } catch {
+                result.failures.append(.init(path: path, error: TermindError.from(error).message))
+            }
+        }
+        let follow = request.follow == true
+        switch request.action {
+        case .ls:
+            var listings: [Run.Listing] = []
+            for pattern in request.paths.isEmpty ? ["."] : request.paths {
+                await attempt(pattern) {
+                    for path in try await expand(sftp, pattern) {
+                        let attributes = try await sftp.stat(path, followLinks: follow)
+                        if attributes.kind == .directory {
+                            listings.append(.init(path: SFTPPaths.display(path), entries: try await list(sftp, path)))
+                        } else {
+                            listings.append(.init(path: SFTPPaths.display(SFTPPaths.split(path).parent), entries: [Self.entry(path, attributes)]))
+                        }
+                    }
+                }
+            }
+            result.listings = listings
+            for listing in listings {
+                await session.emit("view", ["title": .string(listings.count > 1 ? listing.path : "\(request.target):\(listing.path)"),
+                                            "rows": .array(listing.entries.map(Self.row)), "result": .bool(true)])
+            }
+        case .stat:
+            var entries: [Run.Entry] = []
+            for pattern in request.paths {
+                await attempt(pattern) {
+                    for path in try await expand(sftp, pattern) {
+                        var entry = Self.entry(path, try await sftp.stat(path, followLinks: follow))
+                        if entry.kind == "symlink" { entry.target = (try? await sftp.readlink(path)).map(SFTPPaths.display) }
+                        entries.append(entry)
+                    }
+                }
+            }
+            result.entries = entries
+            await session.emit("view", ["title": .string("\(request.target)"), "rows": .array(entries.map(Self.statRow)), "result": .bool(true)])
+        case .mkdir:
+            let mode = request.mode.flatMap(Self.octal) ?? 0o755
+            var done: [String] = []
+            for text in request.paths {
+                await attempt(text) {
+                    let path = Array(text.utf8)
+                    if request.parents == true {
+                        try await makeParents(sftp, path, mode: mode)
+                    } else {
+                        try await sftp.mkdir(path, permissions: mode)
+                    }
+                    done.append(text)
+                }
+            }
+            result.done = done
+        case .rm, .rmdir:
+            var done: [String] = []
+            for pattern in request.paths {
+                await attempt(pattern) {
+                    for path in try await expand(sftp, pattern) {
+                        let shown = SFTPPaths.display(path)
+                        if request.action == .rm {
+                            if try await sftp.stat(path, followLinks: false).kind == .directory {
+                                throw SFTPError(status: .failure, message: "is a directory (termind sftp HOST rmdir removes an empty one)")
+                            }
+                            try await sftp.remove(path)
+                        } else {
+                            try await sftp.rmdir(path)
+                        }
+                        done.append(shown)
+                    }
+                }
+            }
+            result.done = done
+        case .mv:
+            let (from, to) = (request.paths[0], request.paths[1])
+            await attempt(from) {
+                var destination = Array(to.utf8)
+                // Into an existing directory, as mv does.
+                if let existing = try? await sftp.stat(destination), existing.kind == .directory {
+                    destination = SFTPPaths.join(destination, SFTPPaths.split(Array(from.utf8)).name)
+                }
+                try await sftp.rename(Array(from.utf8), to: destination, overwrite: request.replace == true)
+                result.done = ["\(from) → \(SFTPPaths.display(destination))"]
+            }
+        case .ln:
+            let (target, link) = (request.paths[0], request.paths[1])
+            await attempt(link) {
+                try await sftp.symlink(target: Array(target.utf8), at: Array(link.utf8))
+                result.done = ["\(link) → \(target)"]
+            }
+        case .chmod:
+            let mode = Self.octal(request.paths[0])!
+            var done: [String] = []
+            for pattern in request.paths.dropFirst() {
+                await attempt(pattern) {
+                    for path in try await expand(sftp, pattern) {
+                        // The file type bits stay as they are; only the permission bits change.
+                        try await sftp.setstat(path, SFTPAttributes(permissions: mode))
+                        done.append(SFTPPaths.display(path))
+                    }
+                }
+            }
+            result.done = done
+        case .df:
+            var space: [Run.Space] = []
+            for text in request.paths.isEmpty ? ["."] : request.paths {
+                await attempt(text) {
+                    let df = try await sftp.statvfs(Array(text.utf8))
+                    space.append(.init(path: text, totalBytes: df.blocks * df.blockSize, freeBytes: df.free * df.blockSize, availableBytes: df.available * df.blockSize))
+                }
+            }
+            result.space = space
+            await session.emit("view", ["title": .string(request.target), "result": .bool(true), "rows": .array(space.map { s in
+                .object(["path": .string(s.path), "size": .string(Self.bytes(s.totalBytes)), "used": .string(Self.bytes(s.totalBytes - min(s.totalBytes, s.freeBytes))),
+                         "available": .string(Self.bytes(s.availableBytes)),
+                         "use": .string(s.totalBytes == 0 ? "-" : "\(Int((Double(s.totalBytes - min(s.totalBytes, s.freeBytes)) / Double(s.totalBytes) * 100).rounded()))%")])
+            })])
+        }
+        if let done = result.done, !done.isEmpty {
+            await session.emit("view", ["title": .string("\(request.action.rawValue) on \(request.target)"), "result": .bool(true),
+                                        "rows": .array(done.map { .object(["done": .string($0)]) })])
+        }
+        return result
+    }
+
+    // MARK: - Paths
+
+    /// The paths `pattern` names: itself when it has no glob characters, else the matches
+    /// on the server, component by component (sorted; none is an error).
+    private func expand(_ sftp: SFTPSession, _ pattern: String) async throws -> [[UInt8]] {
+        let bytes = Array(pattern.utf8)
+        guard SFTPPaths.isPattern(bytes) else { return [bytes] }
+        let (absolute, parts) = SFTPPaths.components(bytes)
+        var paths: [[UInt8]] = [absolute ? [UInt8(ascii: "/")] : [UInt8(ascii: ".")]]
+        for (index, part) in parts.enumerated() {
+            let last = index == parts.count - 1
+            var next: [[UInt8]] = []
+            for base in paths {
+                if SFTPPaths.isPattern(part) {
+                    guard let names = try? await list(sftp, base).map(\.nameBytes) else { continue }
+                    for name in names.sorted(by: { $0.lexicographicallyPrecedes($1) }) where SFTPPaths.matches(name, pattern: part) {
+                        let path = base == [UInt8(ascii: ".")] && !absolute ? name : SFTPPaths.join(base, name)
+                        // Only directories lead on to the next component.
+                        if last {
+                            next.append(path)
+                        } else if let kind = try? await sftp.stat(path).kind, kind == .directory {
+                            next.append(path)
+                        }
+                    }
+                } else {
+                    next.append(base == [UInt8(ascii: ".")] && !absolute ? part : SFTPPaths.join(base, part))
+                }
+                guard next.count <= Self.maximumMatches else { throw SFTPError(status: .failure, message: "matches more than \(Self.maximumMatches) paths") }
+            }
+            paths = next
+        }
+        guard !paths.isEmpty else { throw SFTPError(status: .noSuchFile, message: "no match") }
+        return paths
+    }
+
+    /// A directory's entries, sorted by name, read in the server's batches.
+    private func list(_ sftp: SFTPSession, _ path: [UInt8]) async throws -> [Run.Entry] {
+        let handle = try await sftp.openDirectory(path)
+        var entries: [(name: [UInt8], entry: Run.Entry)] = []
+        do {
+            while let batch = try await sftp.readDirectory(handle) {
+                for item in batch { entries.append((item.name, Self.entry(item.name, item.attributes))) }
+                guard entries.count <= Self.maximumMatches else { throw SFTPError(status: .failure, message: "holds more than \(Self.maximumMatches) entries") }
+            }
+        } catch {
+            try? await sftp.close(handle)
+            throw error
+        }
+        try? await sftp.close(handle)
+        return entries.sorted { $0.name.lexicographicallyPrecedes($1.name) }.map(\.entry)
+    }
+
+    private func makeParents(_ sftp: SFTPSession, _ path: [UInt8], mode: UInt32) async throws {
+        let (absolute, parts) = SFTPPaths.components(path)
+        var current: [UInt8] = absolute ? [UInt8(ascii: "/")] : []
+        for part in parts {
+            current = current.isEmpty ? part : SFTPPaths.join(current, part)
+            if let existing = try? await sftp.stat(current) {
+                guard existing.kind == .directory else { throw SFTPError(status: .failure, message: "\(SFTPPaths.display(current)) exists and is not a directory") }
+                continue
+            }
+            try await sftp.mkdir(current, permissions: mode)
+        }
+    }
+
+    // MARK: - Showing
+
+    static func entry(_ name: [UInt8], _ a: SFTPAttributes) -> Run.Entry {
+        Run.Entry(name: SFTPPaths.isText(name) ? String(decoding: name, as: UTF8.self) : SFTPPaths.display(name),
+                  nameBase64: SFTPPaths.isText(name) ? nil : Data(name).base64EncodedString(),
+                  kind: a.kind?.rawValue, size: a.size, permissions: a.permissions.map { String(format: "%04o", $0 & 0o7777) },
+                  uid: a.uid, gid: a.gid, modified: a.modifiedTime, accessed: a.accessTime)
+    }
+
+    static func row(_ entry: Run.Entry) -> JSONValue {
+        let name = entry.nameBase64.flatMap { Data(base64Encoded: $0) }.map { SFTPPaths.display(Array($0)) } ?? SFTPPaths.display(Array(entry.name.utf8))
+        let mode = entry.permissions.flatMap { UInt32($0, radix: 8) }.map { value -> String in
+            let type: UInt32 = switch entry.kind { case "directory": 0o040000; case "symlink": 0o120000; case "file": 0o100000; default: 0 }
+            return SFTPPaths.modeString(type | value)
+        } ?? "?"
+        return .object(["mode": .string(mode), "size": .string(entry.size.map(String.init) ?? "-"), "modified": .string(entry.modified.map(date) ?? "-"),
+                        "name": .string(name + (entry.kind == "directory" ? "/" : ""))])
+    }
+
+    static func statRow(_ entry: Run.Entry) -> JSONValue {
+        var row: [String: JSONValue] = ["path": .string(entry.nameBase64 == nil ? SFTPPaths.display(Array(entry.name.utf8)) : entry.name),
+                                        "kind": .string(entry.kind ?? "?"), "size": .string(entry.size.map(String.init) ?? "-"),
+                                        "permissions": .string(entry.permissions ?? "-"), "owner": .string("\(entry.uid.map(String.init) ?? "-"):\(entry.gid.map(String.init) ?? "-")"),
+                                        "modified": .string(entry.modified.map(date) ?? "-")]
+        if let target = entry.target { row["target"] = .string(target) }
+        return .object(row)
+    }
+
+    static func date(_ seconds: UInt32) -> String {
+        var t = time_t(seconds)
+        var parts = tm()
+        gmtime_r(&t, &parts)
+        return String(format: "%04d-%02d-%02d %02d:%02d", parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday, parts.tm_hour, parts.tm_min)
+    }
+
+    static func bytes(_ count: UInt64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
+        var value = Double(count)
+        var unit = 0
+        while value >= 1024, unit < units.count - 1 { value /= 1024; unit += 1 }
+        return unit == 0 ? "\(count) B" : String(format: "%.1f %@", value, units[unit])
+    }
+}
+
+extension SFTPStreams.Run.Entry {
+    /// The exact name bytes.
+    var nameBytes: [UInt8] { nameBase64.flatMap { Data(base64Encoded: $0) }.map(Array.init) ?? Array(name.utf8) }
+}
+
+@_cdecl("termind_feature_entry_v1")
+public func termindFeatureEntry() -> UnsafeMutableRawPointer {
+    FeatureDescriptor.export(id: "sftp", version: "0.1.0", signature: TermindLibrary.signature) { SFTPFeature() }
+}

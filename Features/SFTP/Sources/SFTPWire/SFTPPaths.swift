@@ -1,0 +1,91 @@
+import Foundation
+
+/// Remote paths as bytes: joining, server-side glob patterns, and showing a name that may
+/// not be UTF-8 (or may hold control characters) without corrupting a terminal.
+public enum SFTPPaths {
+    /// Whether `component` is a glob pattern (`*`, `?`, `[`).
+    public static func isPattern(_ component: some Collection<UInt8>) -> Bool {
+        component.contains { $0 == UInt8(ascii: "*") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "[") }
+    }
+
+    /// fnmatch(3) on bytes; a leading `.` matches only a pattern that starts with one.
+    public static func matches(_ name: [UInt8], pattern: [UInt8]) -> Bool {
+        let flags = FNM_PERIOD
+        return (pattern + [0]).withUnsafeBufferPointer { p in
+            (name + [0]).withUnsafeBufferPointer { n in
+                fnmatch(UnsafeRawPointer(p.baseAddress!).assumingMemoryBound(to: CChar.self),
+                        UnsafeRawPointer(n.baseAddress!).assumingMemoryBound(to: CChar.self), flags) == 0
+            }
+        }
+    }
+
+    public static func join(_ directory: [UInt8], _ name: [UInt8]) -> [UInt8] {
+        if directory.isEmpty || directory == [UInt8(ascii: ".")] { return name }
+        return directory.last == UInt8(ascii: "/") ? directory + name : directory + [UInt8(ascii: "/")] + name
+    }
+
+    /// The components of `path` (empty ones dropped) and whether it is absolute.
+    public static func components(_ path: [UInt8]) -> (absolute: Bool, parts: [[UInt8]]) {
+        (path.first == UInt8(ascii: "/"), path.split(separator: UInt8(ascii: "/")).map(Array.init))
+    }
+
+    /// The parent directory and last component ("a/b/c" → ("a/b", "c"); "c" → (".", "c")).
+    public static func split(_ path: [UInt8]) -> (parent: [UInt8], name: [UInt8]) {
+        var trimmed = path
+        while trimmed.count > 1, trimmed.last == UInt8(ascii: "/") { trimmed.removeLast() }
+        guard let slash = trimmed.lastIndex(of: UInt8(ascii: "/")) else { return ([UInt8(ascii: ".")], trimmed) }
+        let parent = slash == 0 ? [UInt8(ascii: "/")] : Array(trimmed[..<slash])
+        return (parent, Array(trimmed[(slash + 1)...]))
+    }
+
+    /// The name as text a terminal shows safely: valid UTF-8 stays, except control characters;
+    /// other bytes and controls are written `\xNN` (and `\` as `\\`).
+    public static func display(_ bytes: [UInt8]) -> String {
+        if let text = String(validating: bytes, as: UTF8.self), !text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F || $0 == "\\" }) {
+            return text
+        }
+        var out = ""
+        var index = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\\") { out += "\\\\"; index += 1; continue }
+            if byte < 0x20 || byte == 0x7F { out += String(format: "\\x%02X", byte); index += 1; continue }
+            if byte < 0x80 { out.unicodeScalars.append(Unicode.Scalar(byte)); index += 1; continue }
+            // A whole valid UTF-8 sequence stays; a stray byte is escaped.
+            let length = byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC0 ? 2 : 1
+            if length > 1, index + length <= bytes.count, let text = String(validating: bytes[index..<(index + length)], as: UTF8.self) {
+                out += text
+                index += length
+            } else {
+                out += String(format: "\\x%02X", byte)
+                index += 1
+            }
+        }
+        return out
+    }
+
+    /// Whether the bytes are valid UTF-8 (then a JSON string carries them exactly).
+    public static func isText(_ bytes: [UInt8]) -> Bool { String(validating: bytes, as: UTF8.self) != nil }
+
+    /// `rwxr-xr-x`-style with the kind's letter first.
+    public static func modeString(_ permissions: UInt32) -> String {
+        let kind: Character = switch permissions & 0o170000 {
+        case 0o040000: "d"
+        case 0o120000: "l"
+        case 0o100000: "-"
+        case 0o020000: "c"
+        case 0o060000: "b"
+        case 0o010000: "p"
+        case 0o140000: "s"
+        default: "?"
+        }
+        var text = String(kind)
+        let letters: [Character] = ["r", "w", "x"]
+        for shift in stride(from: 6, through: 0, by: -3) {
+            for bit in 0..<3 {
+                text.append(permissions >> UInt32(shift) & (4 >> UInt32(bit)) != 0 ? letters[bit] : "-")
+            }
+        }
+        return text
+    }
+}

@@ -1,0 +1,125 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import XCTest
+
+/// `termind sftp HOST ACTION PATH…` end to end against a real sshd on loopback, whose files
+/// are this machine's: every effect is checked on the local file system.
+final class SFTPFeatureTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+    private var server: SSHServerFixture!
+
+    override func setUpWithError() throws {
+        directory = try TemporaryDirectory()
+        chmod(directory.path, 0o755)
+        server = try SSHServerFixture.withNewKey(in: directory)
+        XCTAssertEqual(try termind(["vault", "key", "import", directory.file("id"), "--label", "ci"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "identity", "add", NSUserName(), "--key", "ci"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
+        XCTAssertEqual(try termind(["vault", "knownhost", "add", "127.0.0.1", try XCTUnwrap(server.hostKeys["ssh-ed25519"]), "--port", "\(server.port)"]).status, 0)
+    }
+
+    override func tearDown() {
+        server?.stop()
+        directory?.remove()
+    }
+
+    private var environment: [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = directory.file("home")
+        environment["TERMIND_SOCKET"] = directory.file("none.sock")
+        for name in ["TERMIND_PLUGINS", "TERMIND_FEATURES", "TERMIND_REGISTRY", "TERMIND_DEBUG", "TERMIND_LOG_FILE"] { environment.removeValue(forKey: name) }
+        return environment
+    }
+
+    private func termind(_ arguments: [String]) throws -> ProcessResult {
+        try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")] + arguments,
+                              environment: environment)
+    }
+
+    private func json(_ arguments: [String]) throws -> JSONValue {
+        let result = try termind(["--json"] + arguments)
+        XCTAssertEqual(result.status, 0, "termind \(arguments.joined(separator: " ")): \(result.stderr)")
+        return try JSONCoding.parse(Data(result.stdout.utf8), source: "termind's output")
+    }
+
+    private func names(_ listing: JSONValue?) -> [String] {
+        guard case .array(let entries)? = listing?["entries"] else { return [] }
+        return entries.compactMap { $0["name"]?.stringValue }
+    }
+
+    func testMetadataOperationsDoWhatTheySayOnTheServersFiles() throws {
+        let root = directory.file("tree")
+        let made = try json(["sftp", "box", "mkdir", root + "/a/b", "--parents", "true", "--mode", "750"])
+        XCTAssertEqual(made["exitStatus"], .integer(0))
+        var info = stat()
+        XCTAssertEqual(stat(root + "/a/b", &info), 0)
+        XCTAssertEqual(info.st_mode & 0o777, 0o750)
+        for name in ["one.txt", "two.txt", "keep.log"] { try name.write(toFile: root + "/" + name, atomically: false, encoding: .utf8) }
+
+        let listed = try json(["sftp", "box", "ls", root])
+        XCTAssertEqual(names(listed["listings"]?.arrayValue?.first), ["a", "keep.log", "one.txt", "two.txt"])
+        let human = try termind(["sftp", "box", "ls", root])
+        XCTAssertEqual(human.status, 0, human.stderr)
+        XCTAssertTrue(human.stdout.contains("drwxr-x---") && human.stdout.contains("a/") && human.stdout.contains("one.txt"), human.stdout)
+
+        // Links are shown as themselves unless followed.
+        XCTAssertEqual(try json(["sftp", "box", "ln", "keep.log", root + "/link"])["exitStatus"], .integer(0))
+        let link = try json(["sftp", "box", "stat", root + "/link"])["entries"]?.arrayValue?.first
+        XCTAssertEqual(link?["kind"], .string("symlink"))
+        XCTAssertEqual(link?["target"], .string("keep.log"))
+        XCTAssertEqual(try json(["sftp", "box", "stat", root + "/link", "--follow", "true"])["entries"]?.arrayValue?.first?["kind"], .string("file"))
+
+        // Globs are matched on the server; only what matches goes.
+        let removed = try json(["sftp", "box", "rm", root + "/*.txt"])
+        XCTAssertEqual(removed["done"]?.arrayValue?.count, 2)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: root + "/one.txt"))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: root + "/keep.log"))
+
+        // Some paths fail, the others are done: exit 3, each failure said.
+        let partial = try termind(["sftp", "box", "rm", root + "/link", root + "/missing", root + "/a"])
+        XCTAssertEqual(partial.status, 3, partial.stderr)
+        XCTAssertTrue(partial.stderr.contains("missing") && partial.stderr.contains("is a directory"), partial.stderr)
+        XCTAssertNil(try? FileManager.default.destinationOfSymbolicLink(atPath: root + "/link"))
+        let none = try termind(["sftp", "box", "rm", root + "/nothing*"])
+        XCTAssertEqual(none.status, 1, "nothing could be done: \(none.stderr)")
+        XCTAssertTrue(none.stderr.contains("no match"), none.stderr)
+
+        // mv: into a directory; an existing file only with --replace.
+        try "new".write(toFile: root + "/new.log", atomically: false, encoding: .utf8)
+        let refused = try termind(["sftp", "box", "mv", root + "/new.log", root + "/keep.log"])
+        XCTAssertNotEqual(refused.status, 0)
+        XCTAssertEqual(try String(contentsOfFile: root + "/keep.log", encoding: .utf8), "keep.log")
+        XCTAssertEqual(try termind(["sftp", "box", "mv", root + "/new.log", root + "/keep.log", "--replace", "true"]).status, 0)
+        XCTAssertEqual(try String(contentsOfFile: root + "/keep.log", encoding: .utf8), "new")
+        XCTAssertEqual(try termind(["sftp", "box", "mv", root + "/keep.log", root + "/a"]).status, 0)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: root + "/a/keep.log"))
+
+        XCTAssertEqual(try termind(["sftp", "box", "chmod", "600", root + "/a/keep.log"]).status, 0)
+        XCTAssertEqual(stat(root + "/a/keep.log", &info), 0)
+        XCTAssertEqual(info.st_mode & 0o777, 0o600)
+        let badMode = try termind(["sftp", "box", "chmod", "rw-r", root + "/a/keep.log"])
+        XCTAssertEqual(badMode.status, 1, badMode.stderr)
+        XCTAssertTrue(badMode.stderr.contains("not an octal mode"), badMode.stderr)
+
+        XCTAssertEqual(try termind(["sftp", "box", "rmdir", root + "/a/b"]).status, 0)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: root + "/a/b"))
+        let space = try json(["sftp", "box", "df", root])["space"]?.arrayValue?.first
+        XCTAssertGreaterThan(space?["totalBytes"]?.intValue ?? 0, 0)
+    }
+
+    func testNamesThatAreNotUTF8AreShownEscapedAndGivenExactly() throws {
+        let root = directory.file("odd")
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let name: [UInt8] = Array("bad".utf8) + [0xFF] + Array("\nname".utf8)
+        let path = Array((root + "/").utf8) + name + [0]
+        let fd = path.withUnsafeBufferPointer { open(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), O_CREAT | O_WRONLY, 0o644) }
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        close(fd)
+        let listed = try json(["sftp", "box", "ls", root])
+        let entry = listed["listings"]?.arrayValue?.first?["entries"]?.arrayValue?.first
+        XCTAssertEqual(entry?["nameBase64"], .string(Data(name).base64EncodedString()))
+        let human = try termind(["sftp", "box", "ls", root])
+        XCTAssertTrue(human.stdout.contains("bad\\xFF\\x0Aname"), human.stdout)
+    }
+}
