@@ -69,16 +69,16 @@ final class SettingsProcessTests: XCTestCase {
     }
 
     func testTheCLINamesTheFieldAtFaultExitsNonZeroAndWritesNothing() throws {
-        let bad = try shell("\(termind) settings set sftp.limits '{\"perHost\": 1}'; echo \" $?\"; \(termind) settings set terminal.preferences '{\"scrollbackLines\": 5}'; echo \" $?\"")
-        XCTAssertTrue(bad.stdout.hasSuffix(" 1\n"), bad.stdout)
-        XCTAssertTrue(bad.stderr.contains("No settings record 'sftp.limits'"), "SFTP's records come with SFTP: \(bad.stderr)")
+        let bad = try shell("\(termind) settings set sftp.limits '{\"perHost\": 60}'; echo \" $?\"; \(termind) settings set terminal.preferences '{\"scrollbackLines\": 5}'; echo \" $?\"")
+        XCTAssertEqual(bad.stdout, " 1\n 1\n", bad.stderr)
+        XCTAssertTrue(bad.stderr.contains("sftp.limits.perHost: must be from 1 to 30"), "SFTP registers its records: \(bad.stderr)")
         XCTAssertTrue(bad.stderr.contains("terminal.preferences.scrollbackLines: must be from 100 to 100000, not 5"), bad.stderr)
         let listed = try shell("\(termind) --json settings list")
         XCTAssertEqual(listed.status, 0, listed.stderr)
         let records = try JSONCoding.parse(Data(listed.stdout.utf8), source: "list")["records"]
         guard case .array(let items)? = records else { return XCTFail(listed.stdout) }
-        XCTAssertEqual(items.compactMap { $0["key"]?.stringValue }, ["metrics.preferences", "terminal.device", "terminal.preferences"],
-                       "Workspaces registers the terminal's records, Metrics its preferences")
+        XCTAssertEqual(items.compactMap { $0["key"]?.stringValue }, ["metrics.preferences", "sftp.limits", "sftp.topology", "terminal.device", "terminal.preferences"],
+                       "Workspaces registers the terminal's records, Metrics its preferences, SFTP its limits and topology")
         XCTAssertTrue(items.allSatisfy { $0["state"] == .string("default") }, listed.stdout)
 
         let set = try shell("\(termind) --json settings set terminal.preferences '{\"scrollbackLines\": 20000}'")
