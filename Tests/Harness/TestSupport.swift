@@ -267,3 +267,16 @@ extension JSONValue {
         }
     }
 }
+
+extension ProcessInfo {
+    /// This process's environment for a termind CLI run of a test: HOME in `home`, the control
+    /// socket at `socket` (a path where no server listens keeps a command in-process), and
+    /// none of the TERMIND_* settings a developer's shell may carry.
+    public static func termindEnvironment(home: String, socket: String) -> [String: String] {
+        var environment = processInfo.environment
+        environment["HOME"] = home
+        environment["TERMIND_SOCKET"] = socket
+        for name in ["TERMIND_PLUGINS", "TERMIND_FEATURES", "TERMIND_REGISTRY", "TERMIND_DEBUG", "TERMIND_LOG_FILE"] { environment.removeValue(forKey: name) }
+        return environment
+    }
+}

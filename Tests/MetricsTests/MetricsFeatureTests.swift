@@ -35,11 +35,7 @@ final class MetricsFeatureTests: XCTestCase {
     }
 
     private var environment: [String: String] {
-        var environment = ProcessInfo.processInfo.environment
-        environment["HOME"] = directory.file("home")
-        environment["TERMIND_SOCKET"] = directory.file("none.sock")
-        for name in ["TERMIND_PLUGINS", "TERMIND_FEATURES", "TERMIND_REGISTRY", "TERMIND_DEBUG", "TERMIND_LOG_FILE"] { environment.removeValue(forKey: name) }
-        return environment
+        ProcessInfo.termindEnvironment(home: directory.file("home"), socket: directory.file("none.sock"))
     }
 
     /// termind in-process (its own store), or on the server's socket once `serve` runs.

@@ -99,7 +99,7 @@ enum PluginCommand {
                     }
                     body[key] = .string(secret)
                 } else if case .array(let earlier)? = body[key], case .array(let more) = try typed(value, field: key, schema: schema) {
-                    // A list given more than once gathers them all (`--local A --local B`, as ssh's -L).
+                    // A list given more than once gathers them all (`--local-forward A --local-forward B`, as ssh's -L).
                     body[key] = .array(earlier + more)
                 } else {
                     body[key] = try typed(value, field: key, schema: schema)
