@@ -53,6 +53,9 @@ final class BridgePump: EnginePump, @unchecked Sendable {
     private var failed = false
     private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
     private static let capacity = 256 * 1024
+    /// Reads of `buffer`'s size each direction may make in one step (512 KiB), so one busy
+    /// flow moves a useful amount per pass without starving the session's other channels.
+    private static let rounds = 8
     private let counters: FlowCounters?
     private var ended = false
 
@@ -95,61 +98,72 @@ final class BridgePump: EnginePump, @unchecked Sendable {
         let eagain = Int(termind_ssh2_error_eagain())
         var progressed = false
 
-        // Local → channel.
-        if !localEOF && toChannel.count - toChannelOffset < Self.capacity {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, Self.capacity - (toChannel.count - toChannelOffset))) }
-            if n > 0 {
-                if toChannelOffset > 0 { toChannel.removeFirst(toChannelOffset); toChannelOffset = 0 }
-                toChannel.append(contentsOf: buffer[0..<n])
-                progressed = true
-            } else if n == 0 || (errno != EAGAIN && errno != EINTR) {
-                localEOF = true
-                progressed = true
+        // Local → channel: up to `rounds` reads a step, while the channel takes what was read.
+        for _ in 0..<Self.rounds {
+            var readSome = false
+            if !localEOF && toChannel.count - toChannelOffset < Self.capacity {
+                let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, Self.capacity - (toChannel.count - toChannelOffset))) }
+                if n > 0 {
+                    if toChannelOffset > 0 { toChannel.removeFirst(toChannelOffset); toChannelOffset = 0 }
+                    toChannel.append(contentsOf: buffer[0..<n])
+                    progressed = true
+                    readSome = true
+                } else if n == 0 || (errno != EAGAIN && errno != EINTR) {
+                    localEOF = true
+                    progressed = true
+                }
             }
-        }
-        while toChannelOffset < toChannel.count && engine.canSend {
-            let n = toChannel.withUnsafeBytes { raw in
-                Int(termind_ssh2_channel_write(channel, raw.baseAddress!.assumingMemoryBound(to: CChar.self) + toChannelOffset, raw.count - toChannelOffset))
+            while toChannelOffset < toChannel.count && engine.canSend {
+                let n = toChannel.withUnsafeBytes { raw in
+                    Int(termind_ssh2_channel_write(channel, raw.baseAddress!.assumingMemoryBound(to: CChar.self) + toChannelOffset, raw.count - toChannelOffset))
+                }
+                if n > 0 { toChannelOffset += n; counters?.add(sent: n); progressed = true; continue }
+                if n == eagain { break }
+                if SessionEngine.isFatal(Int32(n)) { return end(.sessionLost("while forwarding a stream"), session) }
+                return finish(error: nil, session)
             }
-            if n > 0 { toChannelOffset += n; counters?.add(sent: n); progressed = true; continue }
-            if n == eagain { break }
-            if SessionEngine.isFatal(Int32(n)) { return end(.sessionLost("while forwarding a stream"), session) }
-            return finish(error: nil, session)
+            if toChannelOffset == toChannel.count { toChannel.removeAll(keepingCapacity: true); toChannelOffset = 0 }
+            // Nothing more to read now, or the channel's window or the session's backlog is full.
+            if !readSome || !toChannel.isEmpty { break }
         }
-        if toChannelOffset == toChannel.count { toChannel.removeAll(keepingCapacity: true); toChannelOffset = 0 }
         if localEOF && toChannel.isEmpty && !channelEOFSent {
             let rc = libssh2_channel_send_eof(channel)
             if rc == 0 { channelEOFSent = true; progressed = true }
             else if rc != Int32(eagain) { channelEOFSent = true }
         }
 
-        // Channel → local.
-        if !remoteEOF && toLocal.count - toLocalOffset < Self.capacity {
-            let room = min(buffer.count, Self.capacity - (toLocal.count - toLocalOffset))
-            let n = buffer.withUnsafeMutableBytes { raw in
-                termind_ssh2_channel_read(channel, 0, raw.baseAddress!.assumingMemoryBound(to: CChar.self), room)
+        // Channel → local: likewise, while the local side takes what was read.
+        for _ in 0..<Self.rounds {
+            var readSome = false
+            if !remoteEOF && toLocal.count - toLocalOffset < Self.capacity {
+                let room = min(buffer.count, Self.capacity - (toLocal.count - toLocalOffset))
+                let n = buffer.withUnsafeMutableBytes { raw in
+                    termind_ssh2_channel_read(channel, 0, raw.baseAddress!.assumingMemoryBound(to: CChar.self), room)
+                }
+                if n > 0 {
+                    if toLocalOffset > 0 { toLocal.removeFirst(toLocalOffset); toLocalOffset = 0 }
+                    toLocal.append(contentsOf: buffer[0..<n])
+                    counters?.add(received: n)
+                    progressed = true
+                    readSome = true
+                } else if n == 0 || libssh2_channel_eof(channel) == 1 {
+                    if libssh2_channel_eof(channel) == 1 { remoteEOF = true; progressed = true }
+                } else if n != eagain {
+                    if SessionEngine.isFatal(Int32(n)) { return end(.sessionLost("while forwarding a stream"), session) }
+                    remoteEOF = true
+                }
             }
-            if n > 0 {
-                if toLocalOffset > 0 { toLocal.removeFirst(toLocalOffset); toLocalOffset = 0 }
-                toLocal.append(contentsOf: buffer[0..<n])
-                counters?.add(received: n)
-                progressed = true
-            } else if n == 0 || libssh2_channel_eof(channel) == 1 {
-                if libssh2_channel_eof(channel) == 1 { remoteEOF = true; progressed = true }
-            } else if n != eagain {
-                if SessionEngine.isFatal(Int32(n)) { return end(.sessionLost("while forwarding a stream"), session) }
-                remoteEOF = true
+            while toLocalOffset < toLocal.count {
+                // send() with MSG_NOSIGNAL: a peer that went away is an error here, never a SIGPIPE.
+                let n = toLocal.withUnsafeBytes { raw in send(fd, raw.baseAddress! + toLocalOffset, raw.count - toLocalOffset, Int32(MSG_NOSIGNAL)) }
+                if n > 0 { toLocalOffset += n; progressed = true; continue }
+                if n < 0 && (errno == EAGAIN || errno == EINTR) { break }
+                // The local side is gone: nothing more can be delivered.
+                return finish(error: nil, session)
             }
+            if toLocalOffset == toLocal.count { toLocal.removeAll(keepingCapacity: true); toLocalOffset = 0 }
+            if !readSome || !toLocal.isEmpty { break }
         }
-        while toLocalOffset < toLocal.count {
-            // send() with MSG_NOSIGNAL: a peer that went away is an error here, never a SIGPIPE.
-            let n = toLocal.withUnsafeBytes { raw in send(fd, raw.baseAddress! + toLocalOffset, raw.count - toLocalOffset, Int32(MSG_NOSIGNAL)) }
-            if n > 0 { toLocalOffset += n; progressed = true; continue }
-            if n < 0 && (errno == EAGAIN || errno == EINTR) { break }
-            // The local side is gone: nothing more can be delivered.
-            return finish(error: nil, session)
-        }
-        if toLocalOffset == toLocal.count { toLocal.removeAll(keepingCapacity: true); toLocalOffset = 0 }
         if remoteEOF && toLocal.isEmpty && !localShut {
             shutdown(fd, Int32(SHUT_WR))
             localShut = true
