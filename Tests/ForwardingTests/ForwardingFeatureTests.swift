@@ -391,6 +391,27 @@ final class ForwardingFeatureTests: XCTestCase {
         XCTAssertFalse(Self.canConnect(web))
     }
 
+    /// `forward run` inside the server follows an edit of its host as saved rules do.
+    func testARunInsideTheServerFollowsAnEditOfItsHost() throws {
+        try startServe()
+        try saveHost()
+        try trustServer()
+        XCTAssertEqual(try termind(["vault", "knownhost", "add", "localhost", try XCTUnwrap(server.hostKeys["ssh-ed25519"]), "--port", "\(server.port)"]).status, 0)
+        let web = try SSHServerFixture.freePort()
+        let run = try spawn(["forward", "run", "box", "--local-forward", "\(web):127.0.0.1:\(echo.port)"])
+        try waitFor("the forward") { Self.canConnect(web) }
+        func logins() -> Int {
+            ((try? String(contentsOfFile: server.directory.file("sshd.log"), encoding: .utf8)) ?? "").components(separatedBy: "Accepted publickey").count - 1
+        }
+        XCTAssertEqual(logins(), 1)
+        XCTAssertEqual(try termind(["vault", "host", "edit", "box", "--address", "localhost"]).status, 0)
+        try waitFor("the run on a new connection") { logins() == 2 }
+        try waitFor("flowing again") { (try? Self.echoRoundTrip(Self.connect(web), bytes: 64 << 10)) == .some(nil) }
+        XCTAssertTrue(run.isRunning)
+        run.signal(SIGINT)
+        XCTAssertEqual(run.wait(), 130)
+    }
+
     /// The stop cancels the start's connecting; an answer typed afterwards authorizes
     /// nothing. (The client shows the question until a key is pressed: a question the
     /// server withdraws is not taken off the terminal yet.)

@@ -156,6 +156,15 @@ final class ForwardingFeature: Feature {
         let label = try await Self.label(reference, ports: ports)
         let id = UUID().uuidString.lowercased()
         let host = HostRun(target: reference, label: label, purpose: "forwarding-run-\(id)", opener: ports.opener, logger: ports.logger.child("run"))
+        // Edits of the saved host (in this process: inside termind serve, from any client) move
+        // the run's forwards to a connection made the new way, as for saved rules.
+        let changes = ports.hosts.changes()
+        let follower = Task {
+            for await change in changes where change.affected.contains(reference) {
+                await host.hostChanged(deleted: change.deleted && change.host == reference)
+            }
+        }
+        defer { follower.cancel() }
         let rules = specs.enumerated().map { index, spec in
             var rule = ForwardRule(id: "\(id)-\(index)", name: "", kind: spec.kind, bindAddress: spec.bindAddress, bindPort: spec.bindPort,
                                    targetHost: spec.targetHost, targetPort: spec.targetPort, host: reference)
