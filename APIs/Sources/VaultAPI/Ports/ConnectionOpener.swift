@@ -122,6 +122,14 @@ public struct ConnectionOpener: Sendable {
         return (route, policy)
     }
 
+    /// Failures retrying cannot mend: a person must answer, trust or fix something (an unknown
+    /// or changed host key, authentication, prompts nobody answered, a host or key gone).
+    /// Work that reconnects by itself (a monitor, a forward) stops on these.
+    public static func needsAttention(_ error: TermindError) -> Bool {
+        error.isAny(of: [.sshAuthFailed, .sshAuthCancelled, .sshAuthBadAnswers, .sshHostKeyRejected, .sshHostKeyUnknown, .sshHostKeyChanged,
+                         .sshHostKeyTypeChanged, .vaultHostNotFound, .vaultIdentityNotFound, .vaultKeyNotFound, .vaultKeyUnreadable])
+    }
+
     /// As OpenSSH's ConnectTimeout: name resolution, TCP connect and the handshake, per hop.
     static func deadlines(_ limit: Double?) -> SSHDeadlines {
         var deadlines = SSHDeadlines()

@@ -4,6 +4,15 @@
 /// overrides that reorder what is shown are written as visible escapes (`\x1b`, `\u202e`).
 /// Newlines stay (and tabs, unless `singleLine`), so messages keep their shape.
 public enum TerminalText {
+    /// A byte count as people read it: "512 B", "1.5 KiB", "3.2 GiB" (binary units).
+    public static func bytes(_ count: UInt64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
+        var value = Double(count)
+        var unit = 0
+        while value >= 1024, unit < units.count - 1 { value /= 1024; unit += 1 }
+        return unit == 0 ? "\(count) B" : String(format: "%.1f %@", value, units[unit])
+    }
+
     public static func escaped(_ text: String, singleLine: Bool = false) -> String {
         guard text.unicodeScalars.contains(where: { needsEscape($0, singleLine: singleLine) }) else { return text }
         var out = String.UnicodeScalarView()

@@ -206,7 +206,7 @@ actor Monitor {
                 if let since = connectedAt, Self.now() - since >= Self.stableSeconds { attempt = 0 }
                 let error = TermindError.from(error)
                 lastError = error.message
-                if Self.needsAttention(ErrorCode(error.code)) {
+                if ConnectionOpener.needsAttention(error) {
                     logger.info("metrics.monitor.needs_attention", ["code": .identifier(error.code)])
                     task = nil
                     nextRetryAt = nil
@@ -341,11 +341,6 @@ actor Monitor {
         }
     }
 
-    /// Failures retrying cannot mend: a person must answer, trust or fix something.
-    static func needsAttention(_ code: ErrorCode) -> Bool {
-        [.sshAuthFailed, .sshAuthCancelled, .sshAuthBadAnswers, .sshHostKeyRejected, .sshHostKeyUnknown, .sshHostKeyChanged, .sshHostKeyTypeChanged,
-         .vaultHostNotFound, .vaultIdentityNotFound, .vaultKeyNotFound, .vaultKeyUnreadable].contains(code)
-    }
 
     // MARK: - Sleeping
 

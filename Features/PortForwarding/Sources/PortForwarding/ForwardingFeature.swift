@@ -268,7 +268,7 @@ final class ForwardingFeature: Feature {
             var row: [String: JSONValue] = [
                 "name": .string(rule.name), "state": .string(status.state.rawValue), "forward": .string(rule.flagDescription),
                 "host": .string(status.hostLabel), "listening": .string(status.bound ?? "-"),
-                "sent": .string(bytes(status.bytesSent)), "received": .string(bytes(status.bytesReceived)),
+                "sent": .string(TerminalText.bytes(status.bytesSent)), "received": .string(TerminalText.bytes(status.bytesReceived)),
                 "flows": .string("\(status.openFlows) open / \(status.flows)"),
             ]
             if let since = status.runningSince { row["uptime"] = .string(duration(now - since)) }
@@ -280,14 +280,6 @@ final class ForwardingFeature: Feature {
                                          "rows": .array(rows)]
         if watching { view["refresh"] = .double(1) } else { view["result"] = .bool(true) }
         return view
-    }
-
-    static func bytes(_ count: UInt64) -> String {
-        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
-        var value = Double(count)
-        var unit = 0
-        while value >= 1024, unit < units.count - 1 { value /= 1024; unit += 1 }
-        return unit == 0 ? "\(count) B" : String(format: "%.1f %@", value, units[unit])
     }
 
     static func duration(_ seconds: Double) -> String {

@@ -88,7 +88,7 @@ actor HostRun {
         } catch {
             guard runs[rule.id] === run else { throw Self.stoppedMeanwhile(rule) }
             let failure = TermindError.from(error)
-            run.fail(failure, needsAttention: Self.needsAttention(failure))
+            run.fail(failure, needsAttention: ConnectionOpener.needsAttention(failure))
             throw failure
         }
     }
@@ -129,9 +129,7 @@ actor HostRun {
     /// With no rule left: recovery ends, the passphrase is forgotten, the connection closes.
     private func closeIfUnused() async {
         guard runs.isEmpty else { return }
-        recovery?.cancel()
-        recovery = nil
-        nextRetryAt = nil
+        endRecovery()
         passphrases = [:]
         schedule = RetrySchedule()
         connectionGeneration += 1
@@ -181,19 +179,24 @@ actor HostRun {
         question["topic"]?.stringValue == "ssh.passphrase" ? passphrases[Self.key(question)] : nil
     }
 
-    /// The live connection, or a new one opened with `ask`.
-    private func connect(ask: @escaping ConnectionAsker, preset: HostKeyPreset?) async throws -> SSHConnection {
-        if let lease, lease.connection.isAlive { return lease.connection }
+    /// How this host's connection is opened (a person's start adds its --accept-host-key).
+    private var connectionTarget: ConnectionTarget {
+        ConnectionTarget(target: target, connectTimeout: connectTimeout, purpose: purpose, keepalive: Self.keepalive)
+    }
+
+    private func endRecovery() {
         recovery?.cancel()
         recovery = nil
         nextRetryAt = nil
-        let lease = try await opener.lease(ConnectionTarget(target: target, connectTimeout: connectTimeout, purpose: purpose, keepalive: Self.keepalive), ask: ask, hostKey: { _ in
-            switch preset {
-            case .once?: .acceptOnce
-            case .save?: .acceptAndSave
-            case nil: nil
-            }
-        })
+    }
+
+    /// The live connection, or a new one opened with `ask`.
+    private func connect(ask: @escaping ConnectionAsker, preset: HostKeyPreset?) async throws -> SSHConnection {
+        if let lease, lease.connection.isAlive { return lease.connection }
+        endRecovery()
+        var request = connectionTarget
+        request.acceptHostKey = preset
+        let lease = try await opener.lease(request, ask: ask)
         adopt(lease)
         return lease.connection
     }
@@ -222,9 +225,7 @@ actor HostRun {
         logger.info("forwarding.host_changed", ["deleted": .bool(deleted)])
         if deleted {
             // Its id names nothing now (and would read as a host name): nothing to reconnect to.
-            recovery?.cancel()
-            recovery = nil
-            nextRetryAt = nil
+            endRecovery()
             let gone = TermindError(.vaultHostNotFound, "\(label) was deleted from the Vault: give the rule another host (termind forward edit RULE --host HOST), then termind forward retry RULE.")
             for run in runs.values where run.state == .running || run.state == .recovering { run.fail(gone, needsAttention: true) }
         }
@@ -258,8 +259,7 @@ actor HostRun {
             let waiting = runs.values.filter { $0.state == .recovering }
             guard !waiting.isEmpty else { recovery = nil; return }
             do {
-                let lease = try await opener.lease(ConnectionTarget(target: target, connectTimeout: connectTimeout, purpose: purpose, keepalive: Self.keepalive),
-                                                   ask: { [weak self] question in await self?.recoveryAnswer(question) })
+                let lease = try await opener.lease(connectionTarget, ask: { [weak self] question in await self?.recoveryAnswer(question) })
                 guard !Task.isCancelled else { lease.release(); return }
                 adopt(lease)
                 recovery = nil
@@ -275,7 +275,7 @@ actor HostRun {
             } catch {
                 guard !Task.isCancelled else { return }
                 let failure = TermindError.from(error)
-                if Self.needsAttention(failure) {
+                if ConnectionOpener.needsAttention(failure) {
                     // Nothing silent may mend this: a person retries.
                     for run in waiting { run.fail(failure, needsAttention: true) }
                     recovery = nil
@@ -297,11 +297,9 @@ actor HostRun {
                 let listener = try await ForwardingIO.run { try LocalListener.bind(rule.bindAddress, port: rule.bindPort, rule: rule.name) }
                 run.listener = listener
                 run.bound = listener.bound
-                let flows = run.flows
-                let counters = run.counters
                 listener.start { [weak self] fd in
                     guard let self else { close(fd); return }
-                    Task { await self.accepted(fd, run: run, flows: flows, counters: counters) }
+                    Task { await self.accepted(fd, run: run) }
                 }
             }
         case .remote:
@@ -318,7 +316,8 @@ actor HostRun {
 
     /// A local client of a local or dynamic rule: through the live connection, or closed
     /// at once while there is none.
-    private func accepted(_ fd: Int32, run: RuleRun, flows: FlowSet, counters: FlowCounters) async {
+    private func accepted(_ fd: Int32, run: RuleRun) async {
+        let (flows, counters) = (run.flows, run.counters)
         guard runs[run.rule.id] === run, run.state == .running, let connection = lease?.connection, connection.isAlive else {
             close(fd)
             return
@@ -379,11 +378,6 @@ actor HostRun {
     }
 
     // MARK: - Rules
-
-    static func needsAttention(_ error: TermindError) -> Bool {
-        error.isAny(of: [.sshAuthFailed, .sshAuthCancelled, .sshAuthBadAnswers, .sshHostKeyRejected, .sshHostKeyUnknown, .sshHostKeyChanged,
-                         .sshHostKeyTypeChanged, .vaultHostNotFound, .vaultIdentityNotFound, .vaultKeyNotFound, .vaultKeyUnreadable])
-    }
 
     static func stoppedMeanwhile(_ rule: ForwardRule) -> TermindError {
         TermindError(.forwardingFailed, "Rule '\(rule.name)' was stopped while it was starting.")

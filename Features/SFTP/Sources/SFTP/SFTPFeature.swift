@@ -210,8 +210,8 @@ private struct Runner {
             }
             result.space = space
             await session.emit("view", ["title": .string(request.target), "result": .bool(true), "rows": .array(space.map { s in
-                .object(["path": .string(s.path), "size": .string(Self.bytes(s.totalBytes)), "used": .string(Self.bytes(s.totalBytes - min(s.totalBytes, s.freeBytes))),
-                         "available": .string(Self.bytes(s.availableBytes)),
+                .object(["path": .string(s.path), "size": .string(TerminalText.bytes(s.totalBytes)), "used": .string(TerminalText.bytes(s.totalBytes - min(s.totalBytes, s.freeBytes))),
+                         "available": .string(TerminalText.bytes(s.availableBytes)),
                          "use": .string(s.totalBytes == 0 ? "-" : "\(Int((Double(s.totalBytes - min(s.totalBytes, s.freeBytes)) / Double(s.totalBytes) * 100).rounded()))%")])
             })])
         }
@@ -320,14 +320,6 @@ private struct Runner {
         var parts = tm()
         gmtime_r(&t, &parts)
         return String(format: "%04d-%02d-%02d %02d:%02d", parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday, parts.tm_hour, parts.tm_min)
-    }
-
-    static func bytes(_ count: UInt64) -> String {
-        let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
-        var value = Double(count)
-        var unit = 0
-        while value >= 1024, unit < units.count - 1 { value /= 1024; unit += 1 }
-        return unit == 0 ? "\(count) B" : String(format: "%.1f %@", value, units[unit])
     }
 }
 
