@@ -59,6 +59,11 @@ final class SFTPFeatureTests: XCTestCase {
         XCTAssertEqual(human.status, 0, human.stderr)
         XCTAssertTrue(human.stdout.contains("drwxr-x---") && human.stdout.contains("a/") && human.stdout.contains("one.txt"), human.stdout)
 
+        // A pattern in a middle component leads on through directories only.
+        let deep = try json(["sftp", "box", "stat", root + "/[ao]*/b"])
+        XCTAssertEqual(deep["entries"]?.arrayValue?.compactMap { $0["name"]?.stringValue }, [root + "/a/b"], "one.txt matches [ao]* but is no directory")
+        XCTAssertEqual(deep["entries"]?.arrayValue?.first?["kind"], .string("directory"))
+
         // Links are shown as themselves unless followed.
         XCTAssertEqual(try json(["sftp", "box", "ln", "keep.log", root + "/link"])["exitStatus"], .integer(0))
         let link = try json(["sftp", "box", "stat", root + "/link"])["entries"]?.arrayValue?.first

@@ -236,13 +236,14 @@ private struct Runner {
             var next: [[UInt8]] = []
             for base in paths {
                 if SFTPPaths.isPattern(part) {
-                    guard let names = try? await list(sftp, base).map(\.nameBytes) else { continue }
-                    for name in names.sorted(by: { $0.lexicographicallyPrecedes($1) }) where SFTPPaths.matches(name, pattern: part) {
-                        let path = base == [UInt8(ascii: ".")] && !absolute ? name : SFTPPaths.join(base, name)
-                        // Only directories lead on to the next component.
-                        if last {
+                    // `list` gives the entries sorted, with their (unfollowed) kinds.
+                    guard let entries = try? await list(sftp, base) else { continue }
+                    for entry in entries where SFTPPaths.matches(entry.nameBytes, pattern: part) {
+                        let path = base == [UInt8(ascii: ".")] && !absolute ? entry.nameBytes : SFTPPaths.join(base, entry.nameBytes)
+                        // Only directories lead on to the next component; only a link needs a stat to tell.
+                        if last || entry.kind == "directory" {
                             next.append(path)
-                        } else if let kind = try? await sftp.stat(path).kind, kind == .directory {
+                        } else if entry.kind == "symlink", let kind = try? await sftp.stat(path).kind, kind == .directory {
                             next.append(path)
                         }
                     }
