@@ -26,7 +26,9 @@ enum ForwardingIO {
         var list: UnsafeMutablePointer<addrinfo>?
         let rc = getaddrinfo(address, String(port), &hints, &list)
         guard rc == 0, let list else {
-            throw TermindError(.forwardingBindFailed, "'\(address)' is not an address this machine can resolve (\(String(cString: gai_strerror(rc)))).")
+            // Binding a listener, or reaching a remote forward's target from here.
+            throw TermindError(passive ? .forwardingBindFailed : .forwardingFailed,
+                               "'\(address)' is not an address this machine can resolve (\(String(cString: gai_strerror(rc)))).")
         }
         defer { freeaddrinfo(list) }
         var found: [(Int32, Data)] = []
