@@ -121,7 +121,8 @@ final class RegistryValidatorTests: XCTestCase {
             with("other", streams: ["ws.run@2"], []),
             with("undeclared", streams: [], [.init(name: "undeclared go", stream: "undeclared.go@1")]),
             with("both", streams: ["both.go@1"], [.init(name: "both go", contract: "both.go@1", stream: "both.go@1")]),
-            with("early", streams: ["early.go@1"], [.init(name: "early go", stream: "early.go@1", arguments: ["words...", "target"])]),
+            with("early", streams: ["early.go@1"], [.init(name: "early go", stream: "early.go@1", arguments: ["words...", "more...", "target"])]),
+            with("flagged", streams: ["flagged.go@1"], [.init(name: "flagged go", stream: "flagged.go@1", arguments: [], flags: ["rf": "recursive"])]),
             with("greedy", streams: ["greedy.go@1"], [.init(name: "serve", stream: "greedy.go@1")]),
             with("second", order: 2, streams: ["second.run@1"], [.init(name: "exec", stream: "second.run@1")]),
         ])
@@ -130,7 +131,8 @@ final class RegistryValidatorTests: XCTestCase {
         XCTAssertEqual(reason(plan, "other")?.field, "streams")
         XCTAssertTrue(reason(plan, "undeclared")?.message.contains("runs stream 'undeclared.go@1', which this feature does not declare") ?? false)
         XCTAssertTrue(reason(plan, "both")?.message.contains("exactly one of \"contract\" and \"stream\"") ?? false)
-        XCTAssertTrue(reason(plan, "early")?.message.contains("only the last argument may take the remaining words") ?? false)
+        XCTAssertTrue(reason(plan, "early")?.message.contains("only one argument may take several words (words..., more...)") ?? false)
+        XCTAssertTrue(reason(plan, "flagged")?.message.contains("flag 'rf' must be one letter or digit") ?? false)
         XCTAssertTrue(reason(plan, "greedy")?.message.contains("takes the word 'serve' of one of termind's own commands") ?? false)
         XCTAssertEqual(reason(plan, "second")?.code, "registry.command_conflict")
         XCTAssertTrue(reason(plan, "second")?.message.contains("'termind exec' is already a command of 'ws'") ?? false)

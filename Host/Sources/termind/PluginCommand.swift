@@ -57,8 +57,13 @@ enum PluginCommand {
     }
 
     static func usage(_ command: FeatureManifest.Command) {
-        let arguments = command.arguments.map { $0.hasSuffix("...") ? "[--] " + $0.dropLast(3).uppercased() + "..." : $0.uppercased() }
-        Output.line("Usage: termind \(command.name) \(arguments.joined(separator: " ")) [--FIELD VALUE ...]")
+        let arguments = command.arguments.enumerated().map { index, name in
+            guard name.hasSuffix("...") else { return name.uppercased() }
+            return (index == command.arguments.count - 1 ? "[--] " : "") + name.dropLast(3).uppercased() + "..."
+        }
+        let switches = (command.flags ?? [:]).keys.sorted().map { "[-\($0)]" }
+        Output.line("Usage: termind \(command.name) \((switches + arguments).joined(separator: " ")) [--FIELD VALUE ...]")
+        for (letter, field) in (command.flags ?? [:]).sorted(by: { $0.key < $1.key }) { Output.line("  -\(letter)  --\(field) true") }
         if let summary = command.summary { Output.line(summary) }
         for line in command.help ?? [] { Output.line(line) }
         let kind = command.stream == nil ? "Calls contract" : "Runs stream"
@@ -75,6 +80,10 @@ enum PluginCommand {
             if !optionsEnded && arg == "--" {
                 // Everything after `--` is positional, even when it looks like an option.
                 optionsEnded = true
+            } else if !optionsEnded, let flags = command.flags, arg.hasPrefix("-"), !arg.hasPrefix("--"), arg.count > 1,
+                      arg.dropFirst().allSatisfy({ flags[String($0)] != nil }) {
+                // `-r`, `-rp`: switches the command declares, each setting its field to true.
+                for letter in arg.dropFirst() { body[flags[String(letter)]!] = .bool(true) }
             } else if !optionsEnded, arg.hasPrefix("--"), arg.count > 2 {
                 var key = String(arg.dropFirst(2))
                 var value: String
@@ -112,6 +121,18 @@ enum PluginCommand {
         // A last argument written `field...` takes the remaining words: joined with spaces
         // for a string field (a remote command line, as ssh joins its words), else a list.
         var fields = command.arguments
+        // A `field...` before the last fields takes the words between (`cp SOURCES... DESTINATION`).
+        if let middle = fields.firstIndex(where: { $0.hasSuffix("...") }), middle < fields.count - 1 {
+            let name = String(fields[middle].dropLast(3))
+            let taken = positional.count - (fields.count - 1)
+            guard taken >= 1 else {
+                let shape = fields.map { $0.hasSuffix("...") ? $0.dropLast(3).uppercased() + "..." : $0.uppercased() }.joined(separator: " ")
+                throw Invocation.UsageError(description: "\(command.name) takes \(shape) (at least \(fields.count) words), got \(positional.count).")
+            }
+            body[name] = .array(positional[middle..<(middle + taken)].map { .string($0) })
+            positional.removeSubrange(middle..<(middle + taken))
+            fields.remove(at: middle)
+        }
         if let last = fields.last, last.hasSuffix("...") {
             let rest = String(last.dropLast(3))
             fields[fields.count - 1] = rest
@@ -146,6 +167,7 @@ enum PluginCommand {
             if case .string(let path)? = body[field], !(path == "-" && readsInput) { body[field] = .string(Invocation.absolute(path)) }
         }
         if let field = command.workingDirectory { body[field] = .string(FileManager.default.currentDirectoryPath) }
+        for (field, value) in command.values ?? [:] { body[field] = value }
         return body
     }
 

@@ -5,7 +5,8 @@ import TermindCore
 /// How the client shows a stream's events that are not output or questions
 /// (docs/contracts.md, Streams), for any feature:
 ///
-/// * `progress` (`item`, `done`, `total`, `unit`: "bytes" or "items"): one line on a
+/// * `progress` (`item`, `done`, `total`, `unit`: "bytes" or "items", `key`: what the rate
+///   is measured over when the item changes, as a batch naming its current file): one line on a
 ///   terminal's standard error, redrawn in place at most 10 times a second, with rate and
 ///   ETA; without a terminal nothing; with `--json` each event as a JSON line on standard
 ///   error (standard output keeps the result).
@@ -104,9 +105,10 @@ final class StreamView: @unchecked Sendable {
         let done = Self.number(event["done"]) ?? 0
         let total = Self.number(event["total"])
         let finished = total.map { done >= $0 } ?? false
+        let key = event["key"]?.stringValue ?? item
         lock.withLock {
-            let start = progressStart[item] ?? (now, done)
-            if progressStart[item] == nil { progressStart[item] = start }
+            let start = progressStart[key] ?? (now, done)
+            if progressStart[key] == nil { progressStart[key] = start }
             // Redrawn at most 10 times a second, and at the end of an item.
             guard finished || now - lastProgress >= 0.1 else { return }
             lastProgress = now

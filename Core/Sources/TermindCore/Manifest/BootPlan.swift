@@ -306,8 +306,11 @@ public struct RegistryValidator: Sendable {
             default:
                 return "command '\(c.name)' needs exactly one of \"contract\" and \"stream\""
             }
-            if let rest = c.arguments.firstIndex(where: { $0.hasSuffix("...") }), rest != c.arguments.count - 1 {
-                return "command '\(c.name)': only the last argument may take the remaining words ('\(c.arguments[rest])')"
+            if c.arguments.filter({ $0.hasSuffix("...") }).count > 1 {
+                return "command '\(c.name)': only one argument may take several words (\(c.arguments.filter { $0.hasSuffix("...") }.joined(separator: ", ")))"
+            }
+            for letter in (c.flags ?? [:]).keys.sorted() where letter.count != 1 || !(letter.first!.isLetter || letter.first!.isNumber) {
+                return "command '\(c.name)': flag '\(letter)' must be one letter or digit (written -\(letter))"
             }
             // Built-in features (Registry.json) may give a command a top-level word of its own
             // (`termind exec`); a plugin's commands stay in its namespace.

@@ -123,10 +123,18 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         public var summary: String?
         /// What `termind help COMMAND` adds to the usage and summary (lines of text).
         public var help: [String]?
+        /// One-letter switches that set a boolean field to true, as `cp -r -p` (`{"r":
+        /// "recursive"}`); several may be written together (`-rp`).
+        public var flags: [String: String]?
+        /// Fields the command always sends with these values (one stream behind several
+        /// commands: `get` and `put` naming their direction).
+        public var values: [String: JSONValue]?
 
         public init(name: String, contract: String? = nil, stream: String? = nil, arguments: [String] = [], paths: [String]? = nil,
                     secrets: [String]? = nil, workingDirectory: String? = nil, terminal: String? = nil, output: String? = nil, summary: String? = nil,
-                    help: [String]? = nil) {
+                    help: [String]? = nil, flags: [String: String]? = nil, values: [String: JSONValue]? = nil) {
+            self.flags = flags
+            self.values = values
             self.terminal = terminal
             self.output = output
             self.name = name

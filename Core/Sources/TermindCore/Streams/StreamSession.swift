@@ -492,7 +492,10 @@ extension StreamContract {
 public enum StreamEvents {
     /// `stdout`, `stderr`: bytes (attached or base64 `data`), no other field.
     public static let data = fields([])
-    public static let progress = fields([("item", .string(), false), ("done", .number, true), ("total", .number, false), ("unit", .enumeration(["bytes", "items"]), false)])
+    /// `key`: what the rate and ETA are measured over when `item` changes as the work goes
+    /// (a batch naming its current file); the item itself by default.
+    public static let progress = fields([("item", .string(), false), ("done", .number, true), ("total", .number, false), ("unit", .enumeration(["bytes", "items"]), false),
+                                         ("key", .string(), false)])
     public static let record = fields([("record", .dictionary(.any), true)])
     /// A table (`rows`), optionally followed by titled tables (`sections`: `title`, `rows`);
     /// `json` is what `--json` prints instead of the view; `result: true` marks the human
