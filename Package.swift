@@ -102,7 +102,7 @@ let package = Package(
         ),
         .target(
             name: "SFTP",
-            dependencies: [core, apis, "SFTPWire"],
+            dependencies: [core, apis, "SFTPWire", "TransferRules"],
             path: "Features/SFTP/Sources/SFTP",
             plugins: [signature]
         ),
@@ -112,6 +112,13 @@ let package = Package(
             name: "SFTPWire",
             dependencies: [core],
             path: "Features/SFTP/Sources/SFTPWire"
+        ),
+        // SFTP transfers' pure rules (HOST:PATH endpoints, child names, conflict names, subtree
+        // rules, the fair queue), unit-tested directly.
+        .target(
+            name: "TransferRules",
+            dependencies: [],
+            path: "Features/SFTP/Sources/TransferRules"
         ),
         // The Vault's pure rules (known_hosts, ssh_config, quick-connect), unit-tested directly.
         .target(
@@ -237,7 +244,7 @@ let package = Package(
         ),
         .testTarget(
             name: "SFTPTests",
-            dependencies: [core, apis, "SFTPWire", "TermindHarness"],
+            dependencies: [core, apis, "SFTPWire", "TransferRules", "TermindHarness"],
             path: "Tests/SFTPTests"
         ),
         .testTarget(

@@ -14,25 +14,62 @@ import VaultAPI
 final class SFTPFeature: Feature {
     private struct Ports: Sendable {
         let opener: ConnectionOpener
+        let resident: Bool
     }
 
     private let ports = Mutex<Ports?>(nil)
+    private final class SettingsBox: Sendable {
+        let values = Mutex<(any SettingsValues)?>(nil)
+    }
+    private let settings: SettingsBox
+    /// The one scheduler of the process; limits from `sftp.limits`, read at each admission.
+    private let scheduler: TransferScheduler
+
+    init() {
+        let box = SettingsBox()
+        settings = box
+        scheduler = TransferScheduler {
+            let values = box.values.withLock { $0 }
+            let limits = (try? await values?.read(SFTPSettings.Limits.self)) ?? SFTPSettings.Limits.defaults
+            return .init(active: limits.active, perHost: limits.perHost)
+        }
+    }
+
+    private func current() throws -> Ports {
+        guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("SFTP is not started.") }
+        return ports
+    }
 
     func register(_ registrar: FeatureRegistrar) throws {
+        let scheduler = self.scheduler
         registrar.stream(SFTPStreams.Run.self) { [self] request, session in
-            guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("SFTP is not started.") }
-            return try await Runner(request: request, session: session).run(ports.opener)
+            try await Runner(request: request, session: session).run(try current().opener)
+        }
+        registrar.stream(SFTPStreams.Transfer.self) { [self] request, session in
+            let ports = try current()
+            return try await TransferRun(request: request, session: session, opener: ports.opener, scheduler: scheduler, resident: ports.resident).run()
+        }
+        registrar.handle(SFTPContracts.List.self) { _, _ in .init(transfers: await scheduler.list()) }
+        registrar.handle(SFTPContracts.Pause.self) { request, _ in try await Self.control { try await scheduler.pause(request.id) } }
+        registrar.handle(SFTPContracts.Resume.self) { request, _ in try await Self.control { try await scheduler.resume(request.id) } }
+        registrar.handle(SFTPContracts.Cancel.self) { request, _ in try await Self.control { try await scheduler.cancel(request.id) } }
+    }
+
+    private static func control(_ body: () async throws -> SFTPContracts.TransferRow) async throws -> SFTPContracts.TransferReply {
+        do { return .init(transfer: try await body()) } catch let failure as TransferFailure {
+            throw TermindError(.sftpTransferState, failure.message)
         }
     }
 
     func start(_ context: FeatureContext) async throws {
-        if let settings = context.ports.optional(.settingsValues) {
-            try settings.register(SFTPSettings.Limits.self, owner: context.featureID)
-            try settings.register(SFTPSettings.Topology.self, owner: context.featureID)
+        if let values = context.ports.optional(.settingsValues) {
+            try values.register(SFTPSettings.Limits.self, owner: context.featureID)
+            try values.register(SFTPSettings.Topology.self, owner: context.featureID)
+            settings.values.withLock { $0 = values }
         }
         let opener = ConnectionOpener(routes: try context.ports.require(.routes), trust: try context.ports.require(.hostKeyTrust),
                                       pool: try context.ports.require(.sshConnections), logger: context.logger)
-        ports.withLock { $0 = Ports(opener: opener) }
+        ports.withLock { $0 = Ports(opener: opener, resident: context.resident) }
     }
 
     func stop() async {

@@ -110,6 +110,9 @@ public actor SFTPSession {
         transport.close()
     }
 
+    /// Whether the session ended (closed, or its channel failed): a new one is needed.
+    public var isClosed: Bool { failure != nil }
+
     /// Ends the session (requests still waiting fail).
     public func close() {
         fail(SFTPError(status: .noConnection, message: "The SFTP session was closed."))
@@ -229,6 +232,21 @@ public actor SFTPSession {
         return (frsize == 0 ? bsize : frsize, blocks, free, available)
     }
 
+    /// `copy-data` (OpenSSH's sftp-server since 9.0): the server copies `length` bytes (0: to
+    /// the end) from one open handle to another, so no byte crosses the network.
+    public func copyData(from source: Handle, offset: UInt64 = 0, length: UInt64 = 0, to destination: Handle, at writeOffset: UInt64 = 0) async throws {
+        guard info.supports("copy-data") else { throw SFTPError(status: .opUnsupported, message: "the server does not offer copy-data") }
+        let reply = try await request(.extended) { w in
+            w.string("copy-data")
+            w.string(source.bytes)
+            w.uint64(offset)
+            w.uint64(length)
+            w.string(destination.bytes)
+            w.uint64(writeOffset)
+        }
+        try Self.expectOK(reply, "copy-data")
+    }
+
     // MARK: - Handles
 
     public struct Handle: Sendable, Equatable { public let bytes: [UInt8] }
@@ -261,6 +279,10 @@ public actor SFTPSession {
     public struct Entry: Sendable, Equatable {
         public var name: [UInt8]
         public var attributes: SFTPAttributes
+        public init(name: [UInt8], attributes: SFTPAttributes) {
+            self.name = name
+            self.attributes = attributes
+        }
     }
 
     /// The next batch of a directory's entries (`.` and `..` left out); nil at its end.

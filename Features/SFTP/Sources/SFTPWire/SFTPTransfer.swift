@@ -10,9 +10,106 @@ public enum SFTPTransfer {
         public var total: UInt64?
     }
 
+    /// A pipe that stopped before the end (cancelled, or a side failed): how far every byte
+    /// is known written (`contiguous`: all of [start, contiguous) arrived), and why.
+    public struct Interrupted: Error {
+        public let contiguous: UInt64
+        public let reason: any Error
+    }
+
+    /// Moves bytes from `read` to `write`, from `start` up to `size` (nil or 0: up to where
+    /// `read` returns nothing), with `window` chunks of `chunk` bytes in flight, each read
+    /// then written at its own offset. A short read asks again for the rest of its range.
+    /// Returns the end offset. Memory: at most `window` × `chunk` bytes held. On failure or
+    /// cancellation nothing more is asked, what is in flight drains, and `Interrupted` says
+    /// how far the destination is whole.
+    public static func pipe(from start: UInt64 = 0, size: UInt64?, chunk: Int, window: Int,
+                            read: @escaping @Sendable (UInt64, Int) async throws -> ArraySlice<UInt8>,
+                            write: @escaping @Sendable (UInt64, ArraySlice<UInt8>) async throws -> Void,
+                            progress: (@Sendable (UInt64) -> Void)? = nil) async throws -> UInt64 {
+        let limit = size.flatMap { $0 > 0 ? $0 : nil }
+        return try await withThrowingTaskGroup(of: (UInt64, Int, Int, (any Error)?).self) { group -> UInt64 in
+            var next = start
+            var inFlight = 0
+            var end: UInt64?
+            var failure: (any Error)?
+            // Ranges done beyond the contiguous prefix, by their start.
+            var finished: [UInt64: UInt64] = [:]
+            var contiguous = start
+            func issue(_ offset: UInt64, _ length: Int) {
+                inFlight += 1
+                group.addTask {
+                    do {
+                        let data = try await read(offset, length)
+                        if !data.isEmpty { try await write(offset, data) }
+                        return (offset, length, data.count, nil)
+                    } catch {
+                        return (offset, length, 0, error)
+                    }
+                }
+            }
+            func refill() {
+                while failure == nil, inFlight < window, end == nil, !Task.isCancelled, limit.map({ next < $0 }) ?? true {
+                    let length = limit.map { Int(min(UInt64(chunk), $0 - next)) } ?? chunk
+                    issue(next, length)
+                    next += UInt64(length)
+                }
+            }
+            refill()
+            while let (offset, asked, got, error) = try await group.next() {
+                inFlight -= 1
+                if let error {
+                    failure = failure ?? error
+                } else {
+                    if got > 0 {
+                        finished[offset] = offset + UInt64(got)
+                        while let upTo = finished.removeValue(forKey: contiguous) { contiguous = upTo }
+                    }
+                    if got == 0 {
+                        end = min(end ?? offset, offset)
+                    } else if got < asked, failure == nil, end.map({ offset + UInt64(got) < $0 }) ?? true {
+                        issue(offset + UInt64(got), asked - got)
+                    }
+                    progress?(contiguous)
+                }
+                refill()
+            }
+            if let failure { throw Interrupted(contiguous: contiguous, reason: failure) }
+            if Task.isCancelled { throw Interrupted(contiguous: contiguous, reason: CancellationError()) }
+            return end.map { min($0, contiguous) } ?? contiguous
+        }
+    }
+
+    /// `length` bytes of `fd` at `offset`, fewer only at its end.
+    public static func readLocal(_ fd: Int32, offset: UInt64, length: Int) throws -> ArraySlice<UInt8> {
+        var buffer = [UInt8](repeating: 0, count: length)
+        var got = 0
+        while got < length {
+            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + got, length - got, off_t(offset) + off_t(got)) }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 { throw SFTPError(status: .failure, message: "Reading the local file failed: \(String(cString: strerror(errno))).") }
+            if n == 0 { break }
+            got += n
+        }
+        return buffer[..<got]
+    }
+
+    public static func writeLocal(_ fd: Int32, offset: UInt64, _ data: ArraySlice<UInt8>) throws {
+        var done = 0
+        while done < data.count {
+            let n = data.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, data.count - done, off_t(offset) + off_t(done)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                let code = errno
+                throw SFTPError(status: code == EACCES || code == EPERM ? .permissionDenied : .failure,
+                                message: "Writing the local file failed: \(String(cString: strerror(code))).")
+            }
+            done += n
+        }
+    }
+
     /// Copies the remote file at `path` into `fd` (from its offset 0; the caller truncates
-    /// or not). Returns the bytes written. A short read is asked again for its rest; the
-    /// end is where the server says EOF.
+    /// or not). Returns the bytes written. The end is where the server says EOF.
     @discardableResult
     public static func download(_ session: SFTPSession, _ path: [UInt8], to fd: Int32, window: Int = SFTPSession.window,
                                 progress: (@Sendable (Progress) -> Void)? = nil) async throws -> UInt64 {
@@ -20,55 +117,16 @@ public enum SFTPTransfer {
         do {
             let size = try? await session.fstat(handle).size
             let chunk = await session.limits.readSize
-            // A size of 0 may be a file that does not know its size (/proc): read to EOF.
-            let limit = size.flatMap { $0 > 0 ? $0 : nil }
-            let copied = try await withThrowingTaskGroup(of: (UInt64, Int, Int).self) { group -> UInt64 in
-                var next: UInt64 = 0
-                var inFlight = 0
-                var end: UInt64?
-                var written: UInt64 = 0
-                func issue(_ offset: UInt64, _ length: Int) {
-                    inFlight += 1
-                    group.addTask {
-                        let data = try await session.read(handle, offset: offset, length: length)
-                        var done = 0
-                        while done < data.count {
-                            let n = data.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, data.count - done, off_t(offset) + off_t(done)) }
-                            if n < 0 {
-                                if errno == EINTR { continue }
-                                throw SFTPError(status: .failure, message: "Writing the local file failed: \(String(cString: strerror(errno))).")
-                            }
-                            done += n
-                        }
-                        return (offset, length, data.count)
-                    }
-                }
-                func refill() {
-                    // Cancelled: nothing more is asked; what is in flight drains.
-                    while inFlight < window, end == nil, !Task.isCancelled, limit.map({ next < $0 }) ?? true {
-                        let length = limit.map { Int(min(UInt64(chunk), $0 - next)) } ?? chunk
-                        issue(next, length)
-                        next += UInt64(length)
-                    }
-                }
-                refill()
-                while let (offset, asked, got) = try await group.next() {
-                    inFlight -= 1
-                    written += UInt64(got)
-                    if got == 0 {
-                        end = min(end ?? offset, offset)
-                    } else if got < asked, end.map({ offset + UInt64(got) < $0 }) ?? true {
-                        // A short read: the rest of that range is asked again.
-                        issue(offset + UInt64(got), asked - got)
-                    }
-                    progress?(Progress(done: written, total: size))
-                    refill()
-                }
-                try Task.checkCancellation()
-                return written
-            }
+            let report: (@Sendable (UInt64) -> Void)? = progress.map { progress in { @Sendable done in progress(Progress(done: done, total: size)) } }
+            let copied = try await pipe(size: size, chunk: chunk, window: window,
+                                        read: { offset, length in try await session.read(handle, offset: offset, length: length) },
+                                        write: { offset, data in try writeLocal(fd, offset: offset, data) },
+                                        progress: report)
             try? await session.close(handle)
             return copied
+        } catch let stop as Interrupted {
+            try? await session.close(handle)
+            throw stop.reason
         } catch {
             try? await session.close(handle)
             throw error
@@ -83,43 +141,22 @@ public enum SFTPTransfer {
         let handle = try await session.open(path, [.write, .create, .truncate], permissions: permissions)
         do {
             let chunk = await session.limits.writeSize
-            try await withThrowingTaskGroup(of: Int.self) { group in
-                var next: UInt64 = 0
-                var inFlight = 0
-                var done: UInt64 = 0
-                func issue() throws {
-                    let offset = next
-                    let length = Int(min(UInt64(chunk), size - offset))
-                    var buffer = [UInt8](repeating: 0, count: length)
-                    var got = 0
-                    while got < length {
-                        let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + got, length - got, off_t(offset) + off_t(got)) }
-                        if n < 0 && errno == EINTR { continue }
-                        guard n > 0 else {
-                            throw SFTPError(status: .failure, message: n == 0 ? "The local file is shorter than \(size) bytes (it shrank while being sent)."
-                                : "Reading the local file failed: \(String(cString: strerror(errno))).")
-                        }
-                        got += n
-                    }
-                    next += UInt64(length)
-                    inFlight += 1
-                    let bytes = buffer
-                    group.addTask {
-                        try await session.write(handle, offset: offset, bytes)
-                        return bytes.count
-                    }
-                }
-                while inFlight < window, next < size, !Task.isCancelled { try issue() }
-                while let count = try await group.next() {
-                    inFlight -= 1
-                    done += UInt64(count)
-                    progress?(Progress(done: done, total: size))
-                    while inFlight < window, next < size, !Task.isCancelled { try issue() }
-                }
-                try Task.checkCancellation()
+            let report: (@Sendable (UInt64) -> Void)? = progress.map { progress in { @Sendable done in progress(Progress(done: done, total: size)) } }
+            var sent: UInt64 = 0
+            if size > 0 {
+                sent = try await pipe(size: size, chunk: chunk, window: window,
+                                      read: { offset, length in try readLocal(fd, offset: offset, length: length) },
+                                      write: { offset, data in try await session.write(handle, offset: offset, data) },
+                                      progress: report)
+            }
+            guard sent == size else {
+                throw SFTPError(status: .failure, message: "The local file is shorter than \(size) bytes (it shrank while being sent).")
             }
             try await session.close(handle)
             return size
+        } catch let stop as Interrupted {
+            try? await session.close(handle)
+            throw stop.reason
         } catch {
             try? await session.close(handle)
             throw error

@@ -1,0 +1,646 @@
+import Foundation
+import SFTPAPI
+import SFTPWire
+import Synchronization
+import TermindCore
+import TermindCrypto
+import TransferRules
+import VaultAPI
+
+/// One `termind get`/`put`/`cp` (docs/sftp.md, Transfers): the sources are expanded and
+/// walked first (nothing changes until the plan is whole), directories are created, then
+/// every regular file goes through the process scheduler, is written under a temporary
+/// name beside its destination and renamed into place only once its byte count matches and
+/// its source did not change meanwhile.
+struct TransferRun {
+    typealias Transfer = SFTPStreams.Transfer
+    let request: Transfer.Request
+    let session: StreamSession
+    let opener: ConnectionOpener
+    let scheduler: TransferScheduler
+    /// Inside `termind serve`: a lost connection pauses a file for `termind transfers resume`.
+    let resident: Bool
+
+    /// At most this many entries in one run's plan.
+    static let maximumEntries = 100_000
+    /// Directories followed into at most this deep (`--follow` may meet a loop).
+    static let maximumDepth = 64
+
+    private var verb: String { request.verb ?? "cp" }
+
+    // MARK: - The plan
+
+    struct Place: Sendable {
+        let side: any FileSide
+        let path: [UInt8]
+        var shown: String { side.shown(path) }
+    }
+
+    struct PlannedFile: Sendable {
+        let from: Place
+        let to: Place
+        let attributes: SFTPAttributes
+        let replace: Bool
+        /// The planned directory it goes into, when the run creates that directory.
+        let directory: Int?
+    }
+
+    struct PlannedDirectory: Sendable {
+        let to: Place
+        let attributes: SFTPAttributes
+        /// It exists already (merged into): not created.
+        let exists: Bool
+        let parent: Int?
+    }
+
+    struct Plan {
+        var directories: [PlannedDirectory] = []
+        var files: [PlannedFile] = []
+        var outcomes: [Transfer.File] = []
+        var entries = 0
+    }
+
+    /// The answer given "for all" to the conflict question.
+    private final class Choices: Sendable {
+        let all = Mutex<Transfer.Conflict?>(nil)
+    }
+
+    func run() async throws -> Transfer.Result {
+        let started = Date()
+        let sources = try request.sources.map(endpoint)
+        let destination = try endpoint(request.destination)
+        guard !sources.isEmpty else { throw TermindError.badRequest("\(verb) needs at least one source.") }
+        guard destination.isRemote || sources.contains(where: \.isRemote) else {
+            throw TermindError.badRequest("\(verb): every path is local; one side must be HOST:PATH (cp(1) copies on this machine).")
+        }
+        if verb == "get", !sources.allSatisfy(\.isRemote) || destination.isRemote {
+            throw TermindError.badRequest("get copies HOST:PATH... to a local DESTINATION (\(request.destination) is \(destination.isRemote ? "remote" : "local")); put uploads, cp copies any way.")
+        }
+        if verb == "put", sources.contains(where: \.isRemote) || !destination.isRemote {
+            throw TermindError.badRequest("put copies LOCAL... to HOST:PATH\(destination.isRemote ? "" : " (\(request.destination) is local: write HOST:\(request.destination))"); get downloads, cp copies any way.")
+        }
+        var remotes: [String: RemoteSide] = [:]
+        let local = LocalSide()
+        let ask: ConnectionAsker = { await session.ask($0) }
+        func side(_ endpoint: Endpoint) -> any FileSide {
+            guard case .remote(let host, let port, _) = endpoint else { return local }
+            let key = port.map { "\(host):\($0)" } ?? host
+            if let known = remotes[key] { return known }
+            let line = quickConnect(host, port: port)
+            let target = ConnectionTarget(target: line, user: request.user, identity: request.identity, workingDirectory: request.workingDirectory,
+                                          acceptHostKey: request.acceptHostKey, connectTimeout: request.connectTimeout)
+            // Between two hosts the bytes sit in termind's memory: fewer requests in flight bound it.
+            let window = sources.contains(where: \.isRemote) && destination.isRemote ? 16 : SFTPSession.window
+            let made = RemoteSide(host: key, target: target, opener: opener, window: window, ask: ask)
+            remotes[key] = made
+            return made
+        }
+        let destinationSide = side(destination)
+        let sourceSides = sources.map(side)
+        defer { let all = Array(remotes.values); Task { for remote in all { await remote.closeAll() } } }
+
+        // The destination: an existing directory takes the sources by their names.
+        let destinationPath = localize(destination)
+        let existing = try await attempt(destinationSide.shown(destinationPath)) { try await destinationSide.stat(destinationPath, follow: true) }
+        let intoDirectory = existing?.kind == .directory
+
+        var plan = Plan()
+        let choices = Choices()
+        var expanded: [(Place, SFTPAttributes)] = []
+        for (endpoint, sourceSide) in zip(sources, sourceSides) {
+            let path = localize(endpoint)
+            do {
+                for match in try await expand(sourceSide, path) {
+                    // A link named on the command line is followed (as cp -H); inside a tree, only with --follow.
+                    guard let attributes = try await sourceSide.stat(match, follow: true) else {
+                        throw SFTPError(status: .noSuchFile, message: "\(sourceSide.shown(match)): no such file or directory")
+                    }
+                    expanded.append((Place(side: sourceSide, path: match), attributes))
+                }
+            } catch {
+                plan.outcomes.append(.init(from: sourceSide.shown(path), to: destinationSide.shown(destinationPath), outcome: .failed, error: Self.message(error)))
+            }
+        }
+        if expanded.count > 1 || (request.sources.count > 1 && !expanded.isEmpty), !intoDirectory {
+            throw TermindError.badRequest("\(verb): \(destinationSide.shown(destinationPath)) must be an existing directory to take \(expanded.count) sources.")
+        }
+        for (source, attributes) in expanded {
+            let name = SFTPPaths.split(source.path).name
+            let target = intoDirectory ? SFTPPaths.join(destinationPath, name) : destinationPath
+            try await add(source, attributes, to: Place(side: destinationSide, path: target), parent: nil, depth: 0, root: true, plan: &plan, choices: choices)
+        }
+
+        // Directories first (parents before children); a failed one fails what goes inside.
+        var failedDirectories = Set<Int>()
+        var created = 0
+        for (index, directory) in plan.directories.enumerated() {
+            if let parent = directory.parent, failedDirectories.contains(parent) { failedDirectories.insert(index); continue }
+            guard !directory.exists else { continue }
+            do {
+                try await directory.to.side.mkdir(directory.to.path, mode: (directory.attributes.permissions ?? 0o755) & 0o777 | 0o700)
+                created += 1
+            } catch {
+                failedDirectories.insert(index)
+                plan.outcomes.append(.init(from: "", to: directory.to.shown, outcome: .failed, error: Self.message(error)))
+            }
+        }
+        var files: [PlannedFile] = []
+        for file in plan.files {
+            if let directory = file.directory, failedDirectories.contains(directory) {
+                plan.outcomes.append(.init(from: file.from.shown, to: file.to.shown, outcome: .failed, error: "its directory could not be created"))
+            } else {
+                files.append(file)
+            }
+        }
+
+        // The files, each through the scheduler.
+        let board = ProgressBoard(files: files.count, total: files.reduce(0) { $0 + ($1.attributes.size ?? 0) })
+        let sourceID = "\(verb) \(UUID().uuidString.prefix(8).lowercased())"
+        let ticker = Task { [session, scheduler] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(250))
+                let (event, rows) = board.snapshot()
+                await scheduler.progress(rows)
+                if let event { await session.emit("progress", event) }
+            }
+        }
+        let outcomes = await withTaskGroup(of: Transfer.File.self) { group -> [Transfer.File] in
+            for file in files {
+                group.addTask { await move(file, source: sourceID, board: board) }
+            }
+            var done: [Transfer.File] = []
+            for await outcome in group { done.append(outcome) }
+            return done
+        }
+        ticker.cancel()
+        if let event = board.snapshot(final: true).0 { await session.emit("progress", event) }
+
+        // With -p, directories get their times last (writing inside them moved them).
+        if request.preserve == true {
+            for (index, directory) in plan.directories.enumerated().reversed() where !failedDirectories.contains(index) {
+                try? await directory.to.side.setAttributes(directory.to.path, mode: directory.attributes.permissions,
+                                                           accessed: directory.attributes.accessTime, modified: directory.attributes.modifiedTime)
+            }
+        }
+
+        let all = (plan.outcomes + outcomes).sorted { $0.from < $1.from }
+        let copied = all.filter { $0.outcome == .copied }, failed = all.filter { $0.outcome == .failed || $0.outcome == .cancelled }
+        let skipped = all.filter { $0.outcome == .skipped }
+        for file in all where file.outcome != .copied {
+            await session.emit("notice", ["text": .string("\(file.outcome == .skipped ? "skipped" : file.outcome.rawValue) \(file.from.isEmpty ? file.to : file.from): \(file.error ?? "")")])
+        }
+        let seconds = Date().timeIntervalSince(started)
+        let bytes = copied.reduce(0) { $0 + $1.bytes }
+        var result = Transfer.Result(exitStatus: failed.isEmpty ? 0 : 3, copied: copied.count, skipped: skipped.count, failed: failed.count, directories: created,
+                                     bytes: bytes, seconds: (seconds * 1000).rounded() / 1000, files: all)
+        if !failed.isEmpty, copied.isEmpty, skipped.isEmpty, created == 0 {
+            throw TermindError(.sftpFailed, failed.map { "\($0.from.isEmpty ? $0.to : $0.from): \($0.error ?? $0.outcome.rawValue)" }.joined(separator: "\n"))
+        }
+        let rate = seconds > 0 && bytes > 0 ? " (\(TerminalText.bytes(UInt64(Double(bytes) / seconds)))/s)" : ""
+        var summary = "\(copied.count) copied"
+        if !skipped.isEmpty { summary += ", \(skipped.count) skipped" }
+        if !failed.isEmpty { summary += ", \(failed.count) failed" }
+        if created > 0 { summary += ", \(created) director\(created == 1 ? "y" : "ies") created" }
+        summary += " · \(TerminalText.bytes(bytes)) in \(String(format: "%.1f", seconds)) s" + rate
+        await session.emit("view", ["result": .bool(true), "title": .string(summary), "rows": .array([])])
+        result.exitStatus = failed.isEmpty ? 0 : 3
+        return result
+    }
+
+    // MARK: - Endpoints and paths
+
+    private func endpoint(_ text: String) throws -> Endpoint {
+        do { return try Endpoint.parse(text) } catch { throw TermindError.badRequest("\(verb): \(error.description).") }
+    }
+
+    /// A quick-connect line for HOST (and the run's `--jump`, a port from scp://).
+    private func quickConnect(_ host: String, port: Int?) -> String {
+        guard port != nil || request.jump != nil else { return host }
+        var words = ["ssh"]
+        if let jump = request.jump { words += ["-J", jump] }
+        if let port { words += ["-p", "\(port)"] }
+        return (words + [host]).joined(separator: " ")
+    }
+
+    /// An endpoint's path as bytes: a local one absolute from the client's working folder.
+    private func localize(_ endpoint: Endpoint) -> [UInt8] {
+        switch endpoint {
+        case .remote(_, _, let path): return Array(path.utf8)
+        case .local(let path):
+            if path.hasPrefix("/") { return Array(path.utf8) }
+            let base = request.workingDirectory ?? FileManager.default.currentDirectoryPath
+            return Array((base + "/" + path).utf8)
+        }
+    }
+
+    private func attempt<T>(_ what: String, _ body: () async throws -> T) async throws -> T {
+        do { return try await body() } catch let error as SFTPError {
+            throw TermindError(.sftpFailed, "\(what): \(error.message)")
+        }
+    }
+
+    static func message(_ error: any Error) -> String {
+        if let error = error as? SFTPError { return error.message }
+        if let stop = error as? SFTPTransfer.Interrupted { return message(stop.reason) }
+        if error is CancellationError { return "cancelled" }
+        return TermindError.from(error).message
+    }
+
+    /// The remote paths a pattern names (matched on the server, component by component), or
+    /// the path itself.
+    private func expand(_ side: any FileSide, _ path: [UInt8]) async throws -> [[UInt8]] {
+        guard side is RemoteSide, SFTPPaths.isPattern(path) else { return [path] }
+        let (absolute, parts) = SFTPPaths.components(path)
+        var paths: [[UInt8]] = [absolute ? [0x2F] : [0x2E]]
+        for (index, part) in parts.enumerated() {
+            let last = index == parts.count - 1
+            var next: [[UInt8]] = []
+            for base in paths {
+                guard SFTPPaths.isPattern(part) else {
+                    next.append(base == [0x2E] && !absolute ? part : SFTPPaths.join(base, part))
+                    continue
+                }
+                guard let entries = try? await side.list(base, limit: Self.maximumEntries) else { continue }
+                for entry in entries where SFTPPaths.matches(entry.name, pattern: part) {
+                    let joined = base == [0x2E] && !absolute ? entry.name : SFTPPaths.join(base, entry.name)
+                    if last || entry.attributes.kind == .directory { next.append(joined) }
+                    else if entry.attributes.kind == .symlink, try await side.stat(joined, follow: true)?.kind == .directory { next.append(joined) }
+                }
+            }
+            guard next.count <= Self.maximumEntries else { throw SFTPError(status: .failure, message: "matches more than \(Self.maximumEntries) paths") }
+            paths = next
+        }
+        guard !paths.isEmpty else { throw SFTPError(status: .noSuchFile, message: "no match") }
+        return paths
+    }
+
+    // MARK: - Walking
+
+    /// Adds `source` (with its attributes) going to `target`: a file, or a directory with
+    /// everything inside. Conflicts are decided here, before anything changes.
+    private func add(_ source: Place, _ attributes: SFTPAttributes, to target: Place, parent: Int?, depth: Int, root: Bool,
+                     plan: inout Plan, choices: Choices, existingHint: SFTPAttributes?? = nil) async throws {
+        plan.entries += 1
+        guard plan.entries <= Self.maximumEntries else {
+            throw TermindError.badRequest("\(verb): more than \(Self.maximumEntries) entries; copy the tree in parts.")
+        }
+        func outcome(_ kind: Transfer.File.Outcome, _ why: String) {
+            plan.outcomes.append(.init(from: source.shown, to: target.shown, outcome: kind, error: why))
+        }
+        // The subtree rules: never into itself; the same path only as a kept-both copy.
+        if source.side === target.side {
+            if attributes.kind == .directory, TransferNames.isStrictlyInside(target.path, source.path) {
+                return outcome(.failed, "the destination \(target.shown) is inside the source")
+            }
+            if TransferNames.isSame(target.path, source.path), root, (request.conflict ?? .ask) != .keepBoth {
+                return outcome(.failed, "the destination is the source itself (--conflict keep-both makes a copy beside it)")
+            }
+        }
+        let present: SFTPAttributes?
+        if let hint = existingHint { present = hint } else {
+            do { present = try await target.side.stat(target.path, follow: false) } catch { return outcome(.failed, Self.message(error)) }
+        }
+        switch attributes.kind {
+        case .directory?:
+            guard request.recursive == true else { return outcome(.failed, "a directory (-r copies it with everything inside)") }
+            var place = target
+            var exists = false
+            if let present {
+                if present.kind == .directory {
+                    if root, (request.conflict ?? .ask) == .keepBoth {
+                        place = Place(side: target.side, path: try await freeName(target, isDirectory: true))
+                    } else {
+                        exists = true  // merged into: each file inside decides on its own
+                    }
+                } else if present.kind == .symlink, !root {
+                    return outcome(.failed, "a symbolic link is in the way (a tree is never written through one)")
+                } else if present.kind == .symlink, try await target.side.stat(target.path, follow: true)?.kind == .directory {
+                    exists = true  // the destination named on the command line may be a link to a directory
+                } else {
+                    return outcome(.failed, "\(target.shown) exists and is not a directory")
+                }
+            }
+            let index = plan.directories.count
+            plan.directories.append(PlannedDirectory(to: place, attributes: attributes, exists: exists, parent: parent))
+            let children: [SFTPSession.Entry]
+            do { children = try await source.side.list(source.path, limit: Self.maximumEntries) } catch { return outcome(.failed, Self.message(error)) }
+            // What the destination holds already, read once (nothing when it is new).
+            var there: [[UInt8]: SFTPAttributes] = [:]
+            if exists {
+                do {
+                    for entry in try await place.side.list(place.path, limit: Self.maximumEntries) { there[entry.name] = entry.attributes }
+                } catch { return outcome(.failed, Self.message(error)) }
+            }
+            for child in children {
+                let from = Place(side: source.side, path: SFTPPaths.join(source.path, child.name))
+                let to = Place(side: place.side, path: SFTPPaths.join(place.path, child.name))
+                if let problem = TransferNames.problem(child: child.name) {
+                    plan.outcomes.append(.init(from: from.shown, to: place.shown, outcome: .failed, error: "refused: \(problem)"))
+                    continue
+                }
+                var childAttributes = child.attributes
+                if childAttributes.kind == .symlink {
+                    guard request.follow == true else {
+                        plan.outcomes.append(.init(from: from.shown, to: to.shown, outcome: .skipped, error: "a symbolic link (--follow true copies what it points at)"))
+                        continue
+                    }
+                    guard depth < Self.maximumDepth, let followed = try? await source.side.stat(from.path, follow: true) else {
+                        plan.outcomes.append(.init(from: from.shown, to: to.shown, outcome: .failed, error: depth < Self.maximumDepth ? "a broken symbolic link" : "deeper than \(Self.maximumDepth) directories (a loop of links?)"))
+                        continue
+                    }
+                    childAttributes = followed
+                }
+                try await add(from, childAttributes, to: to, parent: index, depth: depth + 1, root: false, plan: &plan, choices: choices,
+                              existingHint: .some(there[child.name]))
+            }
+        case .file?:
+            var place = target
+            var replace = false
+            if let present {
+                if present.kind == .directory { return outcome(.failed, "a directory is in the way") }
+                switch try await decide(source, target, choices: choices) {
+                case .skip: return outcome(.skipped, "exists (--conflict replace replaces it)")
+                case .replace:
+                    guard present.kind == .file else { return outcome(.failed, "\(target.shown) exists and is not a regular file; it is not replaced") }
+                    replace = true
+                case .keepBoth: place = Place(side: target.side, path: try await freeName(target, isDirectory: false))
+                case .ask: return outcome(.failed, "exists; nobody answered whether to replace it (--conflict replace|skip|keep-both decides without asking)")
+                }
+            }
+            plan.files.append(PlannedFile(from: source, to: place, attributes: attributes, replace: replace, directory: parent))
+        default:
+            outcome(.skipped, attributes.kind == .symlink ? "a symbolic link (--follow true copies what it points at)" : "not a regular file or directory")
+        }
+    }
+
+    /// What to do with an existing destination file: the request's policy, an earlier "for
+    /// all" answer, or the question (`.ask` back when nobody answered).
+    private func decide(_ source: Place, _ target: Place, choices: Choices) async throws -> Transfer.Conflict {
+        let policy = request.conflict ?? .ask
+        guard policy == .ask else { return policy }
+        if let all = choices.all.withLock({ $0 }) { return all }
+        let question: JSONValue = .object([
+            "topic": .string(Transfer.conflictTopic), "kind": .string("choice"),
+            "text": .string("\(target.shown) exists. [r]eplace, [s]kip, [k]eep both — or ra, sa, ka for all that follow: "),
+            "choices": .object(["r": "replace", "s": "skip", "k": "keep-both", "ra": "replace-all", "sa": "skip-all", "ka": "keep-both-all",
+                                "replace": "replace", "skip": "skip", "keep": "keep-both"].mapValues { JSONValue.string($0) }),
+            "default": .string("skip"),
+            "details": .object(["source": .string(source.shown), "destination": .string(target.shown)]),
+        ])
+        guard let answer = await session.ask(question)?["answer"]?.stringValue else { return .ask }
+        let forAll = answer.hasSuffix("-all")
+        guard let choice = Transfer.Conflict(rawValue: forAll ? String(answer.dropLast(4)) : answer), choice != .ask else { return .skip }
+        if forAll { choices.all.withLock { $0 = choice } }
+        return choice
+    }
+
+    /// The first free `name (n).ext` beside `target`.
+    private func freeName(_ target: Place, isDirectory: Bool) async throws -> [UInt8] {
+        let (parent, name) = SFTPPaths.split(target.path)
+        for attempt in 1...999 {
+            let candidate = SFTPPaths.join(parent, TransferNames.keepBoth(name, attempt: attempt, isDirectory: isDirectory))
+            if try await target.side.stat(candidate, follow: false) == nil { return candidate }
+        }
+        throw SFTPError(status: .failure, message: "no free name beside \(target.shown) (name (1) to name (999) all exist)")
+    }
+
+    // MARK: - Moving one file
+
+    private enum Stop: Sendable { case pause, cancel }
+
+    /// What pause and cancel tell a file that is moving.
+    private final class Signal: Sendable {
+        private let state = Mutex<(stop: Stop?, task: Task<UInt64, Error>?)>((nil, nil))
+        func attach(_ task: Task<UInt64, Error>) { state.withLock { $0.task = task } }
+        func reset() { state.withLock { $0 = (nil, nil) } }
+        func send(_ stop: Stop) {
+            let task = state.withLock { s -> Task<UInt64, Error>? in
+                if s.stop != .cancel { s.stop = stop }
+                return s.task
+            }
+            task?.cancel()
+        }
+        var stop: Stop? { state.withLock { $0.stop } }
+    }
+
+    private struct Refused: Error { let message: String }
+
+    private func move(_ file: PlannedFile, source: String, board: ProgressBoard) async -> Transfer.File {
+        let hosts = [file.from.side.host, file.to.side.host].filter { !$0.isEmpty }
+        let id = await scheduler.submit(source: source, hosts: hosts, from: file.from.shown, to: file.to.shown, size: file.attributes.size)
+        let row = "t\(id)"
+        let (directory, name) = SFTPPaths.split(file.to.path)
+        let temporary = SFTPPaths.join(directory, TransferNames.temporary(name, token: "\(row)-\(UUID().uuidString.prefix(6).lowercased())"))
+        let signal = Signal()
+        var partial: UInt64?
+        func ended(_ outcome: Transfer.File.Outcome, _ error: String?, bytes: UInt64 = 0) async -> Transfer.File {
+            if outcome != .copied, partial != nil || outcome == .failed {
+                // The partial goes; a failed clean-up is said with its path.
+                do { try await file.to.side.remove(temporary) } catch {
+                    await session.emit("notice", ["text": .string("The partial file \(file.to.side.shown(temporary)) could not be removed: \(Self.message(error))")])
+                }
+            }
+            let state: SFTPContracts.TransferRow.State = switch outcome {
+            case .copied: .done
+            case .skipped: .skipped
+            case .failed: .failed
+            case .cancelled: .cancelled
+            }
+            await scheduler.stopped(id, state, error: error)
+            board.finished(id, bytes: file.attributes.size ?? bytes)
+            return .init(from: file.from.shown, to: file.to.shown, outcome: outcome, bytes: bytes, transfer: row, error: error)
+        }
+        while true {
+            do {
+                try await scheduler.admission(id) { control in signal.send(control == .pause ? .pause : .cancel) }
+            } catch {
+                return await ended(.cancelled, "cancelled")
+            }
+            if signal.stop == .cancel { return await ended(.cancelled, "cancelled") }
+            signal.reset()
+            board.started(id, name: SFTPPaths.display(name), at: partial ?? 0)
+            let resumeAt = partial
+            let attempt = Task { try await copy(file, into: temporary, resumeAt: resumeAt) { board.progress(id, $0) } }
+            signal.attach(attempt)
+            do {
+                let bytes = try await withTaskCancellationHandler { try await attempt.value } onCancel: { attempt.cancel() }
+                try await commit(file, temporary)
+                partial = nil
+                return await ended(.copied, nil, bytes: bytes)
+            } catch let refused as Refused {
+                return await ended(.failed, refused.message)
+            } catch {
+                let contiguous = (error as? SFTPTransfer.Interrupted)?.contiguous ?? partial ?? 0
+                let reason = (error as? SFTPTransfer.Interrupted)?.reason ?? error
+                let lost = (reason as? SFTPError).map { $0.status == .connectionLost || $0.status == .noConnection } ?? false
+                if Task.isCancelled || signal.stop == .cancel { partial = contiguous; return await ended(.cancelled, "cancelled") }
+                if signal.stop == .pause || (lost && resident && contiguous > 0) {
+                    // Kept for a verified resume (termind transfers resume).
+                    partial = contiguous
+                    let why = signal.stop == .pause ? "paused" : "paused: \(Self.message(reason))"
+                    await scheduler.stopped(id, .paused, error: why)
+                    board.paused(id)
+                    await session.emit("notice", ["text": .string("\(row) \(file.from.shown) \(why) after \(TerminalText.bytes(contiguous)); termind transfers resume \(row) continues it, cancel \(row) drops it.")])
+                    continue
+                }
+                if contiguous > 0 || partial != nil { partial = contiguous }
+                return await ended(.failed, Self.message(reason))
+            }
+        }
+    }
+
+    /// Copies `file` into `temporary` (from `resumeAt` after checking that neither side
+    /// changed); returns the bytes the file holds.
+    private func copy(_ file: PlannedFile, into temporary: [UInt8], resumeAt: UInt64?, progress: @escaping @Sendable (UInt64) -> Void) async throws -> UInt64 {
+        let size = file.attributes.size
+        let mode = (file.attributes.permissions ?? 0o644) & 0o777
+        if let resumeAt { try await verifyPrefix(file, temporary, resumeAt) }
+        let start = resumeAt ?? 0
+        let end: UInt64
+        if let remote = file.from.side as? RemoteSide, file.from.side === file.to.side,
+           try await remote.serverCopy(file.from.path, to: temporary, mode: mode, resumeAt: start) {
+            // The same host: the server copies (copy-data), no byte crosses the network.
+            end = try await file.to.side.stat(temporary, follow: false)?.size ?? 0
+            progress(end)
+        } else {
+            let reader = try await file.from.side.openRead(file.from.path)
+            let writer: any WriteHandle
+            do { writer = try await file.to.side.openWrite(temporary, mode: mode, resume: resumeAt != nil) } catch {
+                await reader.close()
+                throw error
+            }
+            do {
+                let window = min(file.from.side.window, file.to.side.window)
+                end = try await SFTPTransfer.pipe(from: start, size: size, chunk: min(reader.chunk, writer.chunk), window: window,
+                                                  read: { try await reader.read($0, $1) }, write: { try await writer.write($0, $1) }, progress: progress)
+                await reader.close()
+                try await writer.finish()
+            } catch {
+                await reader.close()
+                await writer.abandon()
+                throw error
+            }
+        }
+        // The byte count must match, and the source must not have changed while it was read.
+        if let size, size > 0, end != size {
+            throw Refused(message: "\(end) of \(size) bytes arrived (the source shrank while being read); nothing was committed")
+        }
+        let now = try await file.from.side.stat(file.from.path, follow: true)
+        if now?.size != file.attributes.size || now?.modifiedTime != file.attributes.modifiedTime {
+            throw Refused(message: "the source changed while being read (now \(now?.size.map { "\($0)" } ?? "gone") bytes, was \(size ?? 0)); nothing was committed")
+        }
+        return end
+    }
+
+    /// Before a resume: the source is as it was planned (size, modification time), the
+    /// partial is there, and their first `length` bytes are the same (SHA-256 of each side,
+    /// read again).
+    private func verifyPrefix(_ file: PlannedFile, _ temporary: [UInt8], _ length: UInt64) async throws {
+        let now = try await file.from.side.stat(file.from.path, follow: true)
+        guard now?.size == file.attributes.size, now?.modifiedTime == file.attributes.modifiedTime else {
+            throw Refused(message: "the source changed since it was paused (size or modification time); not resumed")
+        }
+        guard let partial = try await file.to.side.stat(temporary, follow: false), partial.kind == .file, (partial.size ?? 0) >= length else {
+            throw Refused(message: "the partial file \(file.to.side.shown(temporary)) is gone or shorter than the \(length) bytes written; not resumed")
+        }
+        guard length > 0 else { return }
+        async let a = digest(file.from.side, file.from.path, length)
+        async let b = digest(file.to.side, temporary, length)
+        guard try await a == b else { throw Refused(message: "the partial file's first \(length) bytes differ from the source's; not resumed") }
+    }
+
+    private func digest(_ side: any FileSide, _ path: [UInt8], _ length: UInt64) async throws -> Data {
+        let reader = try await side.openRead(path)
+        let hash = Mutex(IncrementalDigest(.sha256))
+        do {
+            // Pieces arrive out of order; they are hashed in order through a bounded reorder map.
+            let pending = Mutex<(next: UInt64, waiting: [UInt64: ArraySlice<UInt8>])>((0, [:]))
+            _ = try await SFTPTransfer.pipe(size: length, chunk: reader.chunk, window: 16, read: { try await reader.read($0, $1) }, write: { offset, data in
+                pending.withLock { state in
+                    state.waiting[offset] = data
+                    while let piece = state.waiting.removeValue(forKey: state.next) {
+                        hash.withLock { $0.update(piece) }
+                        state.next += UInt64(piece.count)
+                    }
+                }
+            })
+            await reader.close()
+        } catch {
+            await reader.close()
+            throw error
+        }
+        return hash.withLock { $0.finish() }
+    }
+
+    /// Renames the finished temporary file into place: over the old file only when it was
+    /// chosen to be replaced (atomically), never over one that appeared meanwhile.
+    private func commit(_ file: PlannedFile, _ temporary: [UInt8]) async throws {
+        do {
+            try await file.to.side.rename(temporary, to: file.to.path, overwrite: file.replace)
+        } catch {
+            throw Refused(message: file.replace ? Self.message(error) : "\(file.to.shown) could not be created (did it appear meanwhile?): \(Self.message(error))")
+        }
+        if request.preserve == true {
+            do {
+                try await file.to.side.setAttributes(file.to.path, mode: file.attributes.permissions, accessed: file.attributes.accessTime, modified: file.attributes.modifiedTime)
+            } catch {
+                await session.emit("notice", ["text": .string("\(file.to.shown): copied, but its permissions and times were not kept: \(Self.message(error))")])
+            }
+        }
+    }
+}
+
+/// A run's progress: bytes of all its files, the one that moved last, and each row's count
+/// for `termind transfers`.
+final class ProgressBoard: Sendable {
+    private struct State {
+        var files: Int
+        var total: UInt64
+        var finishedBytes: UInt64 = 0
+        var finishedFiles = 0
+        var active: [UInt64: (name: String, done: UInt64)] = [:]
+        var current = ""
+        var changed = true
+    }
+    private let state: Mutex<State>
+
+    init(files: Int, total: UInt64) { state = Mutex(State(files: files, total: total)) }
+
+    func started(_ id: UInt64, name: String, at offset: UInt64) {
+        state.withLock { $0.active[id] = (name, offset); $0.current = name; $0.changed = true }
+    }
+
+    func progress(_ id: UInt64, _ done: UInt64) {
+        state.withLock { s in
+            guard let entry = s.active[id] else { return }
+            s.active[id] = (entry.name, done)
+            s.current = entry.name
+            s.changed = true
+        }
+    }
+
+    func paused(_ id: UInt64) { state.withLock { $0.active[id] = nil; $0.changed = true } }
+
+    func finished(_ id: UInt64, bytes: UInt64) {
+        state.withLock { s in
+            s.active[id] = nil
+            s.finishedBytes += bytes
+            s.finishedFiles += 1
+            s.changed = true
+        }
+    }
+
+    /// The progress event (nil when nothing moved since the last) and each active row's bytes.
+    func snapshot(final: Bool = false) -> ([String: JSONValue]?, [UInt64: UInt64]) {
+        state.withLock { s in
+            let rows = s.active.mapValues(\.done)
+            guard s.changed || final, s.files > 0 else { return (nil, rows) }
+            s.changed = false
+            let done = s.finishedBytes + s.active.values.reduce(0) { $0 + $1.done }
+            var item = "\(s.finishedFiles)/\(s.files) files"
+            if !final, !s.current.isEmpty, s.files > 1 || !s.active.isEmpty { item += " · " + s.current }
+            return (["item": .string(item), "done": JSONValue(exactly: min(done, max(s.total, done))), "total": JSONValue(exactly: max(s.total, done)),
+                     "unit": .string("bytes"), "key": .string("transfer")], rows)
+        }
+    }
+}

@@ -1,0 +1,387 @@
+import Foundation
+import SFTPWire
+import Synchronization
+import TermindCore
+import TermindSSH
+import VaultAPI
+
+/// Where a transfer's file lives: this machine or a host over SFTP. Paths are bytes (a
+/// remote name need not be UTF-8); every failure is an `SFTPError` naming what failed, so a
+/// file's outcome reads the same whichever side failed.
+protocol FileSide: AnyObject, Sendable {
+    /// The scheduler's host name ("" for this machine).
+    var host: String { get }
+    /// How much one request moves, and how many are kept in flight.
+    var window: Int { get }
+    func shown(_ path: [UInt8]) -> String
+    /// nil when nothing is there.
+    func stat(_ path: [UInt8], follow: Bool) async throws -> SFTPAttributes?
+    /// A directory's entries (`.` and `..` left out), with their attributes, links unfollowed.
+    func list(_ path: [UInt8], limit: Int) async throws -> [SFTPSession.Entry]
+    func mkdir(_ path: [UInt8], mode: UInt32) async throws
+    func openRead(_ path: [UInt8]) async throws -> any ReadHandle
+    /// A new file (`resume`: the existing partial, not truncated), never through a link.
+    func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool) async throws -> any WriteHandle
+    func rename(_ from: [UInt8], to: [UInt8], overwrite: Bool) async throws
+    func remove(_ path: [UInt8]) async throws
+    func setAttributes(_ path: [UInt8], mode: UInt32?, accessed: UInt32?, modified: UInt32?) async throws
+}
+
+protocol ReadHandle: Sendable {
+    var chunk: Int { get }
+    func read(_ offset: UInt64, _ length: Int) async throws -> ArraySlice<UInt8>
+    func close() async
+}
+
+protocol WriteHandle: Sendable {
+    var chunk: Int { get }
+    func write(_ offset: UInt64, _ data: ArraySlice<UInt8>) async throws
+    /// Everything written is saved (a local file synced, a remote handle closed).
+    func finish() async throws
+    /// Closed without more ado (the copy failed or stopped).
+    func abandon() async
+}
+
+// MARK: - This machine
+
+private func statPath(_ path: UnsafePointer<CChar>, _ info: inout stat, follow: Bool) -> Int32 {
+    follow ? stat(path, &info) : lstat(path, &info)
+}
+
+final class LocalSide: FileSide {
+    let host = ""
+    let window = SFTPSession.window
+
+    func shown(_ path: [UInt8]) -> String { SFTPPaths.display(path) }
+
+    static func error(_ what: String, _ path: [UInt8], _ code: Int32 = errno) -> SFTPError {
+        let status: SFTPStatus = switch code {
+        case ENOENT: .noSuchFile
+        case EACCES, EPERM: .permissionDenied
+        default: .failure
+        }
+        return SFTPError(status: status, message: "\(what) \(SFTPPaths.display(path)): \(String(cString: strerror(code)))")
+    }
+
+    static func withPath<T>(_ path: [UInt8], _ body: (UnsafePointer<CChar>) throws -> T) rethrows -> T {
+        try (path + [0]).withUnsafeBufferPointer { try body(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self)) }
+    }
+
+    static func attributes(_ info: stat) -> SFTPAttributes {
+        SFTPAttributes(size: UInt64(max(0, info.st_size)), uid: info.st_uid, gid: info.st_gid, permissions: UInt32(info.st_mode),
+                       accessTime: UInt32(truncatingIfNeeded: info.st_atim.tv_sec), modifiedTime: UInt32(truncatingIfNeeded: info.st_mtim.tv_sec))
+    }
+
+    func stat(_ path: [UInt8], follow: Bool) async throws -> SFTPAttributes? {
+        var info = Glibc.stat()
+        let result = Self.withPath(path) { statPath($0, &info, follow: follow) }
+        if result != 0 {
+            if errno == ENOENT || errno == ENOTDIR { return nil }
+            throw Self.error("stat", path)
+        }
+        return Self.attributes(info)
+    }
+
+    func list(_ path: [UInt8], limit: Int) async throws -> [SFTPSession.Entry] {
+        guard let directory = Self.withPath(path, { opendir($0) }) else { throw Self.error("list", path) }
+        defer { closedir(directory) }
+        var entries: [SFTPSession.Entry] = []
+        while let item = readdir(directory) {
+            let name = withUnsafeBytes(of: item.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }
+            if name == [0x2E] || name == [0x2E, 0x2E] { continue }
+            let full = SFTPPaths.join(path, name)
+            var info = Glibc.stat()
+            guard Self.withPath(full, { lstat($0, &info) }) == 0 else { continue }  // gone meanwhile
+            entries.append(SFTPSession.Entry(name: name, attributes: Self.attributes(info)))
+            guard entries.count <= limit else { throw SFTPError(status: .failure, message: "\(SFTPPaths.display(path)) holds more than \(limit) entries") }
+        }
+        return entries.sorted { $0.name.lexicographicallyPrecedes($1.name) }
+    }
+
+    func mkdir(_ path: [UInt8], mode: UInt32) async throws {
+        guard Self.withPath(path, { Glibc.mkdir($0, mode_t(mode)) }) == 0 else { throw Self.error("mkdir", path) }
+    }
+
+    func openRead(_ path: [UInt8]) async throws -> any ReadHandle {
+        let fd = Self.withPath(path) { open($0, O_RDONLY | O_CLOEXEC) }
+        guard fd >= 0 else { throw Self.error("open", path) }
+        return LocalHandle(fd: fd)
+    }
+
+    func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool) async throws -> any WriteHandle {
+        let flags = resume ? O_WRONLY | O_NOFOLLOW | O_CLOEXEC : O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC
+        let fd = Self.withPath(path) { open($0, flags, mode_t(mode & 0o7777)) }
+        guard fd >= 0 else { throw Self.error("create", path) }
+        return LocalHandle(fd: fd)
+    }
+
+    func rename(_ from: [UInt8], to: [UInt8], overwrite: Bool) async throws {
+        if overwrite {
+            let ok = Self.withPath(from) { f in Self.withPath(to) { t in Glibc.rename(f, t) } } == 0
+            guard ok else { throw Self.error("rename to", to) }
+            return
+        }
+        // Never replaces: link(2) fails when the name exists; then the temporary name goes.
+        let linked = Self.withPath(from) { f in Self.withPath(to) { t in link(f, t) } } == 0
+        guard linked else { throw Self.error("create", to) }
+        _ = Self.withPath(from) { unlink($0) }
+    }
+
+    func remove(_ path: [UInt8]) async throws {
+        guard Self.withPath(path, { unlink($0) }) == 0 || errno == ENOENT else { throw Self.error("remove", path) }
+    }
+
+    func setAttributes(_ path: [UInt8], mode: UInt32?, accessed: UInt32?, modified: UInt32?) async throws {
+        if let mode, Self.withPath(path, { chmod($0, mode_t(mode & 0o7777)) }) != 0 { throw Self.error("chmod", path) }
+        if let modified {
+            var times = [timespec(tv_sec: Int(accessed ?? modified), tv_nsec: 0), timespec(tv_sec: Int(modified), tv_nsec: 0)]
+            if Self.withPath(path, { utimensat(AT_FDCWD, $0, &times, AT_SYMLINK_NOFOLLOW) }) != 0 { throw Self.error("set the times of", path) }
+        }
+    }
+}
+
+private struct LocalHandle: ReadHandle, WriteHandle {
+    let fd: Int32
+    var chunk: Int { 256 << 10 }
+    func read(_ offset: UInt64, _ length: Int) async throws -> ArraySlice<UInt8> { try SFTPTransfer.readLocal(fd, offset: offset, length: length) }
+    func write(_ offset: UInt64, _ data: ArraySlice<UInt8>) async throws { try SFTPTransfer.writeLocal(fd, offset: offset, data) }
+    func close() async { Glibc.close(fd) }
+    func abandon() async { Glibc.close(fd) }
+    func finish() async throws {
+        if fsync(fd) != 0, errno != EINVAL {
+            let code = errno
+            Glibc.close(fd)
+            throw SFTPError(status: .failure, message: "Saving the local file failed: \(String(cString: strerror(code)))")
+        }
+        Glibc.close(fd)
+    }
+}
+
+// MARK: - A host
+
+/// One host of a run: its connection (the process pool's, opened once, asking what it
+/// needs), a control session for metadata (never a data slot), and idle data sessions —
+/// sibling SFTP channels on the same connection, one per file that moves.
+final class RemoteSide: FileSide, @unchecked Sendable {
+    let host: String
+    let window: Int
+    private let target: ConnectionTarget
+    private let opener: ConnectionOpener
+    private let ask: ConnectionAsker
+    private let state = NSLock()
+    private let gate = AsyncGate()
+    private var connection: SSHConnection?
+    private var control: SFTPSession?
+    private var idle: [SFTPSession] = []
+
+    init(host: String, target: ConnectionTarget, opener: ConnectionOpener, window: Int, ask: @escaping ConnectionAsker) {
+        self.host = host
+        self.target = target
+        self.opener = opener
+        self.window = window
+        self.ask = ask
+    }
+
+    func shown(_ path: [UInt8]) -> String { "\(host):\(SFTPPaths.display(path))" }
+
+    /// The connection, opened (or opened again after a loss) one caller at a time.
+    private func connected() async throws -> SSHConnection {
+        try await gate.run {
+            if let existing = self.state.withLock({ self.connection }), existing.isAlive { return existing }
+            let fresh = try await self.opener.connection(self.target, ask: self.ask)
+            self.state.withLock {
+                self.connection = fresh
+                self.control = nil
+                self.idle = []
+            }
+            return fresh
+        }
+    }
+
+    private func newSession() async throws -> SFTPSession {
+        let connection = try await connected()
+        do {
+            return try await SFTPSession.open(on: connection)
+        } catch let error as SFTPError {
+            throw error
+        } catch {
+            throw SFTPError(status: .connectionLost, message: "\(host) did not open an SFTP channel: \(TermindError.from(error).message)")
+        }
+    }
+
+    /// The session for metadata.
+    func controlSession() async throws -> SFTPSession {
+        if let control = state.withLock({ control }), await !control.isClosed { return control }
+        let session = try await newSession()
+        state.withLock { control = session }
+        return session
+    }
+
+    /// A data session for one file (an idle one, or a new sibling channel).
+    func lease() async throws -> SFTPSession {
+        while let session = state.withLock({ idle.popLast() }) {
+            if await !session.isClosed { return session }
+        }
+        return try await newSession()
+    }
+
+    func release(_ session: SFTPSession) async {
+        if await session.isClosed { return }
+        let kept = state.withLock { () -> Bool in
+            guard idle.count < 16 else { return false }
+            idle.append(session)
+            return true
+        }
+        if !kept { await session.close() }
+    }
+
+    func closeAll() async {
+        let sessions = state.withLock { () -> [SFTPSession] in
+            defer { idle = []; control = nil }
+            return idle + [control].compactMap { $0 }
+        }
+        for session in sessions { await session.close() }
+    }
+
+    func stat(_ path: [UInt8], follow: Bool) async throws -> SFTPAttributes? {
+        do {
+            return try await controlSession().stat(path, followLinks: follow)
+        } catch let error as SFTPError where error.status == .noSuchFile {
+            return nil
+        }
+    }
+
+    func list(_ path: [UInt8], limit: Int) async throws -> [SFTPSession.Entry] {
+        let sftp = try await controlSession()
+        let handle = try await sftp.openDirectory(path)
+        var entries: [SFTPSession.Entry] = []
+        do {
+            while let batch = try await sftp.readDirectory(handle) {
+                entries += batch
+                guard entries.count <= limit else { throw SFTPError(status: .failure, message: "\(shown(path)) holds more than \(limit) entries") }
+            }
+        } catch {
+            try? await sftp.close(handle)
+            throw error
+        }
+        try? await sftp.close(handle)
+        return entries.sorted { $0.name.lexicographicallyPrecedes($1.name) }
+    }
+
+    func mkdir(_ path: [UInt8], mode: UInt32) async throws { try await controlSession().mkdir(path, permissions: mode) }
+
+    func openRead(_ path: [UInt8]) async throws -> any ReadHandle {
+        let session = try await lease()
+        do {
+            let handle = try await session.open(path, .read)
+            return RemoteHandle(side: self, session: session, handle: handle, chunk: await session.limits.readSize)
+        } catch {
+            await release(session)
+            throw error
+        }
+    }
+
+    func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool) async throws -> any WriteHandle {
+        let session = try await lease()
+        do {
+            let flags: SFTPOpenFlags = resume ? [.write] : [.write, .create, .exclusive]
+            let handle = try await session.open(path, flags, permissions: mode & 0o7777)
+            return RemoteHandle(side: self, session: session, handle: handle, chunk: await session.limits.writeSize)
+        } catch {
+            await release(session)
+            throw error
+        }
+    }
+
+    func rename(_ from: [UInt8], to: [UInt8], overwrite: Bool) async throws {
+        try await controlSession().rename(from, to: to, overwrite: overwrite)
+    }
+
+    func remove(_ path: [UInt8]) async throws {
+        do { try await controlSession().remove(path) } catch let error as SFTPError where error.status == .noSuchFile {}
+    }
+
+    func setAttributes(_ path: [UInt8], mode: UInt32?, accessed: UInt32?, modified: UInt32?) async throws {
+        try await controlSession().setstat(path, SFTPAttributes(permissions: mode.map { $0 & 0o7777 }, accessTime: modified.map { accessed ?? $0 }, modifiedTime: modified))
+    }
+
+    /// `copy-data` from `from` to a new (or resumed) `to` on this host, when the server offers
+    /// it: no byte crosses the network. nil when it does not.
+    func serverCopy(_ from: [UInt8], to: [UInt8], mode: UInt32, resumeAt: UInt64) async throws -> Bool {
+        let session = try await lease()
+        guard session.info.supports("copy-data") else {
+            await release(session)
+            return false
+        }
+        do {
+            let source = try await session.open(from, .read)
+            let flags: SFTPOpenFlags = resumeAt > 0 ? [.write] : [.write, .create, .exclusive]
+            let destination: SFTPSession.Handle
+            do { destination = try await session.open(to, flags, permissions: mode & 0o7777) } catch {
+                try? await session.close(source)
+                throw error
+            }
+            do {
+                try await session.copyData(from: source, offset: resumeAt, to: destination, at: resumeAt)
+                try? await session.close(source)
+                try await session.close(destination)
+            } catch {
+                try? await session.close(source)
+                try? await session.close(destination)
+                throw error
+            }
+            await release(session)
+            return true
+        } catch {
+            await release(session)
+            throw error
+        }
+    }
+}
+
+private struct RemoteHandle: ReadHandle, WriteHandle {
+    let side: RemoteSide
+    let session: SFTPSession
+    let handle: SFTPSession.Handle
+    let chunk: Int
+    func read(_ offset: UInt64, _ length: Int) async throws -> ArraySlice<UInt8> { try await session.read(handle, offset: offset, length: length) }
+    func write(_ offset: UInt64, _ data: ArraySlice<UInt8>) async throws { try await session.write(handle, offset: offset, data) }
+    func close() async {
+        try? await session.close(handle)
+        await side.release(session)
+    }
+    func abandon() async { await close() }
+    func finish() async throws {
+        do {
+            try await session.close(handle)
+        } catch {
+            await side.release(session)
+            throw error
+        }
+        await side.release(session)
+    }
+}
+
+/// Runs bodies one at a time (opening a connection once when several files want it).
+final class AsyncGate: Sendable {
+    private let lock = Mutex<(busy: Bool, waiting: [CheckedContinuation<Void, Never>])>((false, []))
+
+    func run<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = lock.withLock { state -> Bool in
+                if state.busy { state.waiting.append(continuation); return false }
+                state.busy = true
+                return true
+            }
+            if now { continuation.resume() }
+        }
+        defer {
+            let next = lock.withLock { state -> CheckedContinuation<Void, Never>? in
+                if state.waiting.isEmpty { state.busy = false; return nil }
+                return state.waiting.removeFirst()
+            }
+            next?.resume()
+        }
+        return try await body()
+    }
+}

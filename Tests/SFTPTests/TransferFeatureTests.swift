@@ -1,0 +1,349 @@
+import Foundation
+import TermindCore
+import TermindCrypto
+import TermindHarness
+import XCTest
+
+/// `termind get`, `put`, `cp` and `transfers` end to end against a real sshd on loopback.
+/// The server serves this machine's files, so every remote effect is checked on the local
+/// file system, byte for byte by SHA-256.
+final class TransferFeatureTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+    private var server: SSHServerFixture!
+    private var serve: ServeProcess?
+    private var relay: DelayingRelay?
+    private var spawned: [SpawnedProcess] = []
+
+    override func setUpWithError() throws {
+        directory = try TemporaryDirectory()
+        chmod(directory.path, 0o755)
+        server = try SSHServerFixture.withNewKey(in: directory)
+    }
+
+    override func tearDown() {
+        for process in spawned where process.isRunning {
+            process.signal(SIGKILL)
+            process.wait()
+        }
+        _ = serve?.stop()
+        relay?.stop()
+        server?.stop()
+        directory?.remove()
+    }
+
+    private var environment: [String: String] {
+        ProcessInfo.termindEnvironment(home: directory.file("home"), socket: directory.file("none.sock"))
+    }
+
+    private var location: [String] {
+        serve.map { ["--socket", $0.socketPath] } ?? ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")]
+    }
+
+    private func termind(_ arguments: [String]) throws -> ProcessResult {
+        try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", location + arguments, environment: environment)
+    }
+
+    private func json(_ arguments: [String], status: Int32 = 0) throws -> JSONValue {
+        let result = try termind(["--json"] + arguments)
+        XCTAssertEqual(result.status, status, "termind \(arguments.joined(separator: " ")): \(result.stderr)")
+        return try JSONCoding.parse(Data(result.stdout.utf8), source: "termind's output")
+    }
+
+    /// Saved hosts `box` (and `other`, the same server under another name; `slow`, through a
+    /// relay when one is given) with the fixture's key, trusted.
+    private func saveHosts(slowPort: Int? = nil) throws {
+        XCTAssertEqual(try termind(["vault", "key", "import", directory.file("id"), "--label", "ci"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "identity", "add", NSUserName(), "--key", "ci"]).status, 0)
+        let key = try XCTUnwrap(server.hostKeys["ssh-ed25519"])
+        for (label, port) in [("box", server.port), ("other", server.port)] + (slowPort.map { [("slow", $0)] } ?? []) {
+            XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", label, "--port", "\(port)", "--identity", NSUserName()]).status, 0)
+        }
+        for port in Set([server.port] + (slowPort.map { [$0] } ?? [])) {
+            XCTAssertEqual(try termind(["vault", "knownhost", "add", "127.0.0.1", key, "--port", "\(port)"]).status, 0)
+        }
+    }
+
+    private func write(_ path: String, bytes count: Int, seed: UInt8 = 1) throws {
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        var bytes = [UInt8](repeating: 0, count: count)
+        var state = UInt64(seed) &* 0x9E3779B97F4A7C15 | 1
+        for i in 0..<count {
+            state ^= state << 13; state ^= state >> 7; state ^= state << 17
+            bytes[i] = UInt8(truncatingIfNeeded: state)
+        }
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data(bytes)))
+    }
+
+    private func digest(_ path: String) throws -> String {
+        Digest.sha256(try Data(contentsOf: URL(fileURLWithPath: path))).hexEncoded
+    }
+
+    private func mode(_ path: String) -> mode_t {
+        var info = stat()
+        return lstat(path, &info) == 0 ? info.st_mode & 0o7777 : 0
+    }
+
+    private func mtime(_ path: String) -> Int {
+        var info = stat()
+        return lstat(path, &info) == 0 ? info.st_mtim.tv_sec : 0
+    }
+
+    private func leftovers(_ root: String) -> [String] {
+        (FileManager.default.enumerator(atPath: root)?.allObjects as? [String] ?? []).filter { $0.contains(".termind-") }
+    }
+
+    // MARK: -
+
+    func testPutAndGetTreesKeepEveryByteModesAndTimes() throws {
+        try saveHosts()
+        let tree = directory.file("tree")
+        try write(tree + "/big.bin", bytes: 3 << 20 | 12_345, seed: 3)
+        try write(tree + "/small.bin", bytes: 1, seed: 4)
+        try write(tree + "/empty", bytes: 0)
+        try write(tree + "/sub/with space.txt", bytes: 300_000, seed: 5)
+        try write(tree + "/sub/deeper/edge.bin", bytes: 255 << 10, seed: 6)
+        chmod(tree + "/small.bin", 0o600)
+        chmod(tree + "/sub", 0o750)
+        var old = [timespec(tv_sec: 1_500_000_000, tv_nsec: 0), timespec(tv_sec: 1_500_000_000, tv_nsec: 0)]
+        XCTAssertEqual(utimensat(AT_FDCWD, tree + "/big.bin", &old, 0), 0)
+        XCTAssertEqual(symlink("big.bin", tree + "/link"), 0)
+        let remote = directory.file("remote")
+        try FileManager.default.createDirectory(atPath: remote, withIntermediateDirectories: true)
+
+        // Up: -r -p, written in one flag group.
+        let up = try json(["put", "-rp", tree, "box:" + remote])
+        XCTAssertEqual(up["exitStatus"], .integer(0))
+        XCTAssertEqual(up["copied"], .integer(5))
+        XCTAssertEqual(up["skipped"], .integer(1), "the link inside the tree is skipped without -L")
+        XCTAssertEqual(up["bytes"]?.intValue, (3 << 20 | 12_345) + 1 + 300_000 + (255 << 10))
+        for name in ["big.bin", "small.bin", "empty", "sub/with space.txt", "sub/deeper/edge.bin"] {
+            XCTAssertEqual(try digest(remote + "/tree/" + name), try digest(tree + "/" + name), name)
+        }
+        XCTAssertEqual(mode(remote + "/tree/small.bin"), 0o600)
+        XCTAssertEqual(mode(remote + "/tree/sub"), 0o750)
+        XCTAssertEqual(mtime(remote + "/tree/big.bin"), 1_500_000_000)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: remote + "/tree/link"))
+        XCTAssertEqual(leftovers(remote), [], "no temporary file stays behind")
+
+        // Down again, into a new name (the destination does not exist: the tree takes it).
+        let back = directory.file("back")
+        let down = try termind(["get", "-r", "box:" + remote + "/tree", back])
+        XCTAssertEqual(down.status, 0, down.stderr)
+        XCTAssertTrue(down.stdout.hasPrefix("5 copied, 3 directories created · 3.5 MiB in"), down.stdout)
+        for name in ["big.bin", "small.bin", "empty", "sub/with space.txt", "sub/deeper/edge.bin"] {
+            XCTAssertEqual(try digest(back + "/" + name), try digest(tree + "/" + name), name)
+        }
+
+        // Globs are matched on the server; only matching files come.
+        let picked = directory.file("picked")
+        try FileManager.default.createDirectory(atPath: picked, withIntermediateDirectories: true)
+        let globbed = try json(["get", "box:" + remote + "/tree/*.bin", picked])
+        XCTAssertEqual(globbed["copied"], .integer(2))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: picked).sorted(), ["big.bin", "small.bin"])
+
+        // A directory without -r is skipped and said; wrong directions are refused up front.
+        let plain = try termind(["get", "box:" + remote + "/tree", directory.file("nothing")])
+        XCTAssertNotEqual(plain.status, 0)
+        XCTAssertTrue(plain.stderr.contains("-r copies it"), plain.stderr)
+        let wrong = try termind(["get", tree, "box:" + remote])
+        XCTAssertEqual(wrong.status, 1)
+        XCTAssertTrue(wrong.stderr.contains("get copies HOST:PATH"), wrong.stderr)
+        let several = try termind(["put", tree + "/big.bin", tree + "/small.bin", "box:" + remote + "/none/x"])
+        XCTAssertEqual(several.status, 1)
+        XCTAssertTrue(several.stderr.contains("must be an existing directory"), several.stderr)
+
+        let short = try termind(["put", tree])
+        XCTAssertEqual(short.status, 2)
+        XCTAssertTrue(short.stderr.contains("put takes SOURCES... DESTINATION (at least 2 words), got 1"), short.stderr)
+        let help = try termind(["help", "get"])
+        XCTAssertTrue(help.stdout.contains("Usage: termind get [-L] [-p] [-r] SOURCES... DESTINATION") && help.stdout.contains("-r  --recursive true"), help.stdout)
+
+        // Some sources fail, the others arrive: exit 3, each failure said.
+        let partial = try termind(["put", tree + "/small.bin", directory.file("missing.bin"), "box:" + remote])
+        XCTAssertEqual(partial.status, 3, partial.stderr)
+        XCTAssertTrue(partial.stderr.contains("missing.bin"), partial.stderr)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: remote + "/small.bin"))
+    }
+
+    func testAnExistingDestinationIsAskedAboutReplacedSkippedOrKeptBoth() throws {
+        try saveHosts()
+        let source = directory.file("src/report.txt"), target = directory.file("dst/report.txt")
+        try write(source, bytes: 10_000, seed: 7)
+        try write(target, bytes: 5, seed: 8)
+        let original = try digest(target)
+
+        // Nobody to ask: the file fails, naming --conflict, and the old one is untouched.
+        let unanswered = try termind(["put", source, "box:" + directory.file("dst")])
+        XCTAssertEqual(unanswered.status, 1, unanswered.stderr)
+        XCTAssertTrue(unanswered.stderr.contains("--conflict"), unanswered.stderr)
+        XCTAssertEqual(try digest(target), original)
+
+        let skipped = try json(["put", source, "box:" + directory.file("dst"), "--conflict", "skip"])
+        XCTAssertEqual(skipped["skipped"], .integer(1))
+        XCTAssertEqual(try digest(target), original)
+
+        let both = try json(["put", source, "box:" + directory.file("dst"), "--conflict", "keep-both"])
+        XCTAssertEqual(both["copied"], .integer(1))
+        XCTAssertEqual(try digest(directory.file("dst/report (1).txt")), try digest(source))
+        XCTAssertEqual(try digest(target), original)
+        _ = try json(["put", source, "box:" + directory.file("dst"), "--conflict", "keep-both"])
+        XCTAssertTrue(FileManager.default.fileExists(atPath: directory.file("dst/report (2).txt")))
+
+        // Answered from an answers file "for all": both files of a tree are replaced.
+        try write(directory.file("src/second.txt"), bytes: 777, seed: 9)
+        try write(directory.file("dst/second.txt"), bytes: 3, seed: 10)
+        let answers = try directory.write("answers.json", #"{"sftp.conflict": "replace-all"}"#)
+        let replaced = try json(["--answers", answers, "put", source, directory.file("src/second.txt"), "box:" + directory.file("dst")])
+        XCTAssertEqual(replaced["copied"], .integer(2))
+        XCTAssertEqual(try digest(target), try digest(source))
+        XCTAssertEqual(try digest(directory.file("dst/second.txt")), try digest(directory.file("src/second.txt")))
+
+        // Replacing never goes through what is not a regular file.
+        try FileManager.default.createDirectory(atPath: directory.file("dst2/report.txt"), withIntermediateDirectories: true)
+        let blocked = try termind(["get", "box:" + source, directory.file("dst2"), "--conflict", "replace"])
+        XCTAssertEqual(blocked.status, 1)
+        XCTAssertTrue(blocked.stderr.contains("a directory is in the way"), blocked.stderr)
+        XCTAssertEqual(leftovers(directory.path), [])
+    }
+
+    func testCopiesBetweenHostsAndOnOneHostWithTheSubtreeRules() throws {
+        try saveHosts()
+        let tree = directory.file("a")
+        try write(tree + "/one.bin", bytes: 2 << 20 | 77, seed: 11)
+        try write(tree + "/two/three.bin", bytes: 65_536, seed: 12)
+        let copies = directory.file("copies")
+        try FileManager.default.createDirectory(atPath: copies, withIntermediateDirectories: true)
+
+        // Two hosts: streamed through termind.
+        let across = try json(["cp", "-r", "box:" + tree, "other:" + copies])
+        XCTAssertEqual(across["copied"], .integer(2), "\(across)")
+        XCTAssertEqual(try digest(copies + "/a/one.bin"), try digest(tree + "/one.bin"))
+        XCTAssertEqual(try digest(copies + "/a/two/three.bin"), try digest(tree + "/two/three.bin"))
+
+        // One host: the server copies (copy-data), or it is streamed; the bytes are the same either way.
+        let same = try json(["cp", "box:" + tree + "/one.bin", "box:" + copies + "/same.bin"])
+        XCTAssertEqual(same["copied"], .integer(1))
+        XCTAssertEqual(try digest(copies + "/same.bin"), try digest(tree + "/one.bin"))
+
+        // Never into itself; the same path only as a copy beside it.
+        let inside = try termind(["cp", "-r", "box:" + tree, "box:" + tree + "/two"])
+        XCTAssertEqual(inside.status, 1)
+        XCTAssertTrue(inside.stderr.contains("inside the source"), inside.stderr)
+        let itself = try termind(["cp", "box:" + tree + "/one.bin", "box:" + tree + "/one.bin", "--conflict", "replace"])
+        XCTAssertEqual(itself.status, 1)
+        XCTAssertTrue(itself.stderr.contains("the source itself"), itself.stderr)
+        XCTAssertEqual(try digest(tree + "/one.bin"), try digest(copies + "/same.bin"), "the source was not touched")
+        let beside = try json(["cp", "box:" + tree + "/one.bin", "box:" + tree + "/one.bin", "--conflict", "keep-both"])
+        XCTAssertEqual(beside["copied"], .integer(1))
+        XCTAssertEqual(try digest(tree + "/one (1).bin"), try digest(tree + "/one.bin"))
+
+        // A name in the way that is a link is never written through.
+        let outside = directory.file("outside")
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        let merge = directory.file("merge")
+        try FileManager.default.createDirectory(atPath: merge + "/a", withIntermediateDirectories: true)
+        XCTAssertEqual(symlink(outside, merge + "/a/two"), 0)
+        let linked = try termind(["cp", "-r", "box:" + tree, "other:" + merge, "--conflict", "replace"])
+        XCTAssertEqual(linked.status, 3, linked.stderr)
+        XCTAssertTrue(linked.stderr.contains("symbolic link is in the way"), linked.stderr)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: outside), [])
+        XCTAssertEqual(try digest(merge + "/a/one.bin"), try digest(tree + "/one.bin"))
+    }
+
+    func testInsideServeATransferPausesResumesAfterCheckingAndCancels() throws {
+        let relay = try DelayingRelay(to: server.port, oneWayDelay: 0.02, bufferLimit: 96 << 10)
+        self.relay = relay
+        serve = try ServeProcess(directory: directory, arguments: [], environment: ["TERMIND_SOCKET": directory.file("serve/control.sock")])
+        try saveHosts(slowPort: relay.port)
+        let source = directory.file("big.bin")
+        try write(source, bytes: 24 << 20, seed: 13)
+        let landing = directory.file("landing")
+        try FileManager.default.createDirectory(atPath: landing, withIntermediateDirectories: true)
+
+        func row() throws -> JSONValue? { try json(["transfers"])["transfers"]?.arrayValue?.last }
+        func wait(_ what: String, _ condition: () throws -> Bool) throws {
+            let deadline = Date().addingTimeInterval(60)
+            while Date() < deadline {
+                if try condition() { return }
+                usleep(50_000)
+            }
+            XCTFail("timed out waiting for \(what)")
+        }
+
+        let put = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "put", source, "slow:" + landing],
+                                     environment: environment, captureOutput: true)
+        spawned.append(put)
+        try wait("the transfer to move") { (try row()?["done"]?.intValue ?? 0) > 1 << 20 }
+        let id = try XCTUnwrap(try row()?["id"]?.stringValue)
+        XCTAssertEqual(try json(["transfers", "pause", id])["transfer"]?["id"]?.stringValue, id)
+        try wait("the pause") { try row()?["state"]?.stringValue == "paused" }
+        let partials = leftovers(landing)
+        XCTAssertEqual(partials.count, 1, "the partial is kept while paused")
+        XCTAssertTrue(put.isRunning, "the put waits for its paused file")
+
+        XCTAssertTrue(["queued", "active"].contains(try json(["transfers", "resume", id])["transfer"]?["state"]?.stringValue ?? ""))
+        XCTAssertEqual(put.wait(), 0)
+        XCTAssertEqual(try digest(landing + "/big.bin"), try digest(source))
+        XCTAssertEqual(try row()?["state"]?.stringValue, "done")
+        XCTAssertEqual(leftovers(landing), [])
+
+        // A source that changed while paused is refused on resume, and its partial goes.
+        let second = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "put", source, "slow:" + landing + "/again.bin"],
+                                        environment: environment, captureOutput: true)
+        spawned.append(second)
+        try wait("the second transfer to move") { try row()?["id"]?.stringValue != id && (try row()?["done"]?.intValue ?? 0) > 1 << 20 }
+        let next = try XCTUnwrap(try row()?["id"]?.stringValue)
+        _ = try json(["transfers", "pause", next])
+        try wait("the second pause") { try row()?["state"]?.stringValue == "paused" }
+        var later = [timespec(tv_sec: 1_600_000_000, tv_nsec: 0), timespec(tv_sec: 1_600_000_000, tv_nsec: 0)]
+        XCTAssertEqual(utimensat(AT_FDCWD, source, &later, 0), 0)
+        _ = try json(["transfers", "resume", next])
+        XCTAssertEqual(second.wait(), 1)
+        XCTAssertTrue(String(decoding: second.readAll().1, as: UTF8.self).contains("the source changed since it was paused"))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: landing + "/again.bin"))
+        XCTAssertEqual(leftovers(landing), [], "the refused partial is removed")
+
+        // Cancel: the partial goes, the run ends with the file cancelled.
+        let third = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "put", source, "slow:" + landing + "/third.bin"],
+                                       environment: environment, captureOutput: true)
+        spawned.append(third)
+        try wait("the third transfer to move") { try row()?["id"]?.stringValue != next && (try row()?["done"]?.intValue ?? 0) > 1 << 20 }
+        let last = try XCTUnwrap(try row()?["id"]?.stringValue)
+        _ = try json(["transfers", "cancel", last])
+        XCTAssertEqual(third.wait(), 1)
+        XCTAssertEqual(try row()?["state"]?.stringValue, "cancelled")
+        XCTAssertEqual(leftovers(landing), [])
+        let unknown = try termind(["transfers", "resume", "t999"])
+        XCTAssertEqual(unknown.status, 1)
+        XCTAssertTrue(unknown.stderr.contains("No transfer t999"), unknown.stderr)
+    }
+
+    func testALostConnectionInsideServePausesAndResumesToTheSameBytes() throws {
+        let relay = try DelayingRelay(to: server.port, oneWayDelay: 0.02, bufferLimit: 96 << 10)
+        self.relay = relay
+        serve = try ServeProcess(directory: directory, arguments: [], environment: ["TERMIND_SOCKET": directory.file("serve/control.sock")])
+        try saveHosts(slowPort: relay.port)
+        let remoteSource = directory.file("remote.bin")
+        try write(remoteSource, bytes: 16 << 20, seed: 14)
+        let landing = directory.file("down")
+        try FileManager.default.createDirectory(atPath: landing, withIntermediateDirectories: true)
+        func row() throws -> JSONValue? { try json(["transfers"])["transfers"]?.arrayValue?.last }
+        let get = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "get", "slow:" + remoteSource, landing],
+                                     environment: environment, captureOutput: true)
+        spawned.append(get)
+        var deadline = Date().addingTimeInterval(60)
+        while Date() < deadline, (try row()?["done"]?.intValue ?? 0) < 1 << 20 { usleep(50_000) }
+        // sshd goes away mid-transfer (its sessions with it), then comes back on the same port.
+        server.kill()
+        deadline = Date().addingTimeInterval(60)
+        while Date() < deadline, try row()?["state"]?.stringValue != "paused" { usleep(50_000) }
+        XCTAssertEqual(try row()?["state"]?.stringValue, "paused")
+        XCTAssertTrue(try row()?["error"]?.stringValue?.hasPrefix("paused:") ?? false)
+        XCTAssertEqual(leftovers(landing).count, 1, "the partial is kept")
+        try server.restart()
+        let id = try XCTUnwrap(try row()?["id"]?.stringValue)
+        _ = try json(["transfers", "resume", id])
+        XCTAssertEqual(get.wait(), 0)
+        XCTAssertEqual(try digest(landing + "/remote.bin"), try digest(remoteSource))
+    }
+}

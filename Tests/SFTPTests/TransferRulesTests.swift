@@ -1,0 +1,93 @@
+import TransferRules
+import XCTest
+
+/// The transfer rules alone: how command-line paths split into sides, which child names a
+/// tree may hold, kept-both names, the subtree test, and the scheduler's fair admission.
+final class TransferRulesTests: XCTestCase {
+    func testEndpointsFollowScpsRules() throws {
+        XCTAssertEqual(try Endpoint.parse("box:/etc/hosts"), .remote(host: "box", port: nil, path: "/etc/hosts"))
+        XCTAssertEqual(try Endpoint.parse("alice@db:logs"), .remote(host: "alice@db", port: nil, path: "logs"))
+        XCTAssertEqual(try Endpoint.parse("box:"), .remote(host: "box", port: nil, path: "."))
+        XCTAssertEqual(try Endpoint.parse("./a:b"), .local("./a:b"))
+        XCTAssertEqual(try Endpoint.parse("dir/a:b"), .local("dir/a:b"), "a '/' before the ':' makes it local")
+        XCTAssertEqual(try Endpoint.parse("/x:y"), .local("/x:y"))
+        XCTAssertEqual(try Endpoint.parse("plain.txt"), .local("plain.txt"))
+        XCTAssertEqual(try Endpoint.parse("bob@[::1]:/tmp/f"), .remote(host: "bob@::1", port: nil, path: "/tmp/f"))
+        XCTAssertEqual(try Endpoint.parse("scp://bob@db:2200/var/log"), .remote(host: "bob@db", port: 2200, path: "var/log"))
+        XCTAssertEqual(try Endpoint.parse("scp://db//abs"), .remote(host: "db", port: nil, path: "/abs"))
+        XCTAssertEqual(try Endpoint.parse("scp://[fe80::1]:22"), .remote(host: "fe80::1", port: 22, path: "."))
+        for (bad, says) in [(":x", "no host"), ("scp://db:99999/x", "65535"), ("scp://db:ab/x", "not a port"), ("[::1]x", "followed by ':PATH'"), ("", "empty")] {
+            XCTAssertThrowsError(try Endpoint.parse(bad), bad) { XCTAssertTrue("\($0)".contains(says), "\(bad): \($0)") }
+        }
+    }
+
+    func testChildNamesThatCouldEscapeAreRefused() {
+        XCTAssertNil(TransferNames.problem(child: Array("ok name".utf8)))
+        XCTAssertNil(TransferNames.problem(child: [0x66, 0xFF]), "bytes that are not UTF-8 are a fine name")
+        for bad: [UInt8] in [[], [0x2E], [0x2E, 0x2E], Array("a/b".utf8), [0x61, 0]] {
+            XCTAssertNotNil(TransferNames.problem(child: bad), "\(bad)")
+        }
+    }
+
+    func testKeptBothNamesAndTemporaryNames() {
+        func kept(_ name: String, _ n: Int, dir: Bool = false) -> String { String(decoding: TransferNames.keepBoth(Array(name.utf8), attempt: n, isDirectory: dir), as: UTF8.self) }
+        XCTAssertEqual(kept("report.txt", 1), "report (1).txt")
+        XCTAssertEqual(kept("archive.tar.gz", 2), "archive.tar (2).gz")
+        XCTAssertEqual(kept(".bashrc", 1), ".bashrc (1)")
+        XCTAssertEqual(kept("noext", 3), "noext (3)")
+        XCTAssertEqual(kept("photos.2024", 1, dir: true), "photos.2024 (1)")
+        let temporary = TransferNames.temporary(Array(String(repeating: "x", count: 250).utf8), token: "t1-abc")
+        XCTAssertLessThanOrEqual(temporary.count, 255)
+        XCTAssertEqual(temporary.first, 0x2E, "hidden")
+    }
+
+    func testStrictlyInsideComparesWholeComponents() {
+        func inside(_ a: String, _ b: String) -> Bool { TransferNames.isStrictlyInside(Array(a.utf8), Array(b.utf8)) }
+        XCTAssertTrue(inside("/a/b", "/a"))
+        XCTAssertTrue(inside("/a//b/", "/a/"))
+        XCTAssertTrue(inside("/a/./b", "/a"))
+        XCTAssertTrue(inside("/x", "/"))
+        XCTAssertFalse(inside("/ab", "/a"))
+        XCTAssertFalse(inside("/a", "/a"))
+        XCTAssertFalse(inside("/a", "/a/b"))
+        XCTAssertTrue(TransferNames.isSame(Array("a/./b/".utf8), Array("a/b".utf8)))
+    }
+
+    func testAdmissionRotatesHostsThenSourcesFirstInFirstOutWithinEach() {
+        var queue = FairQueue<String>()
+        // Source s1 queues six files on host A, then s2 two on A, then s3 two on B.
+        for i in 1...6 { queue.enqueue("s1-A\(i)", hosts: ["A"], source: "s1") }
+        for i in 1...2 { queue.enqueue("s2-A\(i)", hosts: ["A"], source: "s2") }
+        for i in 1...2 { queue.enqueue("s3-B\(i)", hosts: ["B"], source: "s3") }
+        let first = queue.admit(.init(active: 4, perHost: 10))
+        XCTAssertEqual(first, ["s1-A1", "s3-B1", "s2-A1", "s3-B2"], "hosts alternate; on A the sources take turns")
+        // Per host: A may take one more of 3 once two free.
+        queue.finish("s1-A1")
+        queue.finish("s3-B1")
+        let next = queue.admit(.init(active: 10, perHost: 3))
+        XCTAssertEqual(next, ["s1-A2", "s2-A2"], "A reaches 3 (s2-A1, s1-A2, s2-A2); B has nothing queued")
+        XCTAssertEqual(queue.active(on: "A"), 3)
+        XCTAssertEqual(queue.admit(.init(active: 10, perHost: 3)), [])
+        // A lower limit applies to what is queued; what runs keeps running.
+        XCTAssertEqual(queue.activeCount, 4)
+        queue.finish("s2-A1")
+        XCTAssertEqual(queue.admit(.init(active: 2, perHost: 3)), [], "four still run above the new limit of 2")
+    }
+
+    func testACrossHostFileNeedsASlotOnBothHostsAndAResumedOneKeepsItsPlace() {
+        var queue = FairQueue<String>()
+        queue.enqueue("busy-B", hosts: ["B"], source: "x")
+        XCTAssertEqual(queue.admit(.init(active: 5, perHost: 1)), ["busy-B"])
+        queue.enqueue("copy-AB", hosts: ["A", "B"], source: "y")
+        queue.enqueue("after-A", hosts: ["A"], source: "y")
+        XCTAssertEqual(queue.admit(.init(active: 5, perHost: 1)), [], "B is full and y is first in, first out")
+        queue.finish("busy-B")
+        XCTAssertEqual(queue.admit(.init(active: 5, perHost: 1)), ["copy-AB"])
+        XCTAssertEqual(queue.active(on: "A"), 1)
+        XCTAssertEqual(queue.active(on: "B"), 1)
+        // Paused (removed) and put back: ahead of what its source queued after it.
+        queue.remove("copy-AB")
+        queue.enqueue("copy-AB", hosts: ["A", "B"], source: "y")
+        XCTAssertEqual(queue.admit(.init(active: 5, perHost: 1)), ["copy-AB"])
+    }
+}
