@@ -103,6 +103,20 @@ final class SFTPFeatureTests: XCTestCase {
         XCTAssertEqual(badMode.status, 1, badMode.stderr)
         XCTAssertTrue(badMode.stderr.contains("not an octal mode"), badMode.stderr)
 
+        // rm -r: a tree with everything inside; a link inside is removed, what it points at stays.
+        let outside = directory.file("outside")
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        try "keep".write(toFile: outside + "/precious", atomically: false, encoding: .utf8)
+        try FileManager.default.createDirectory(atPath: root + "/gone/deeper", withIntermediateDirectories: true)
+        try "x".write(toFile: root + "/gone/deeper/file", atomically: false, encoding: .utf8)
+        XCTAssertEqual(symlink(outside, root + "/gone/link"), 0)
+        let tree = try termind(["sftp", "box", "rm", root + "/gone"])
+        XCTAssertEqual(tree.status, 1)
+        XCTAssertTrue(tree.stderr.contains("rm -r removes it"), tree.stderr)
+        XCTAssertEqual(try json(["sftp", "box", "rm", "-r", root + "/gone"])["done"]?.arrayValue?.count, 1)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: root + "/gone"))
+        XCTAssertEqual(try String(contentsOfFile: outside + "/precious", encoding: .utf8), "keep")
+
         XCTAssertEqual(try termind(["sftp", "box", "rmdir", root + "/a/b"]).status, 0)
         XCTAssertFalse(FileManager.default.fileExists(atPath: root + "/a/b"))
         let space = try json(["sftp", "box", "df", root])["space"]?.arrayValue?.first

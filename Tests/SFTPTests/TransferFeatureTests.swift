@@ -250,6 +250,148 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(try digest(merge + "/a/one.bin"), try digest(tree + "/one.bin"))
     }
 
+    func testAFullDiskFailsThatFileAloneAndCommitsNothingOfIt() throws {
+        let small = directory.file("small-disk")
+        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: true)
+        let mounted = try ProcessRunner.run("/bin/mount", ["-t", "tmpfs", "-o", "size=1m,mode=0777", "tmpfs", small])
+        guard mounted.status == 0 else { throw XCTSkip("no tmpfs for a full disk here: \(mounted.stderr)") }
+        defer { _ = try? ProcessRunner.run("/bin/umount", ["-l", small]) }
+        try saveHosts()
+        // One file at a time, in order: the big one fills the disk between the two small ones.
+        XCTAssertEqual(try termind(["settings", "set", "sftp.limits", #"{"active": 1, "perHost": 1}"#]).status, 0)
+        try write(directory.file("up/a-small.bin"), bytes: 10_000, seed: 30)
+        try write(directory.file("up/b-big.bin"), bytes: 4 << 20, seed: 31)
+        try write(directory.file("up/c-small.bin"), bytes: 10_000, seed: 32)
+        let result = try termind(["--json", "put", directory.file("up/a-small.bin"), directory.file("up/b-big.bin"), directory.file("up/c-small.bin"), "box:" + small])
+        XCTAssertEqual(result.status, 3, result.stderr)
+        let outcome = try JSONCoding.parse(Data(result.stdout.utf8), source: "put")
+        XCTAssertEqual(outcome["copied"], .integer(2))
+        XCTAssertEqual(outcome["failed"], .integer(1))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: small).sorted(), ["a-small.bin", "c-small.bin"], "nothing of the big file, no temporary")
+        XCTAssertEqual(try digest(small + "/c-small.bin"), try digest(directory.file("up/c-small.bin")))
+    }
+
+    func testTopologyPutsFilesOnExtraConnectionsAndAProbeThatWouldAskFallsBackToChannels() throws {
+        try saveHosts()
+        let log = server.directory.file("sshd.log")
+        func logins() -> Int {
+            ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").components(separatedBy: "Accepted publickey").count - 1
+        }
+        let tree = directory.file("four")
+        for i in 0..<4 { try write(tree + "/f\(i).bin", bytes: 256 << 10, seed: UInt8(20 + i)) }
+        func put(_ strategy: String, to landed: String, via prefix: String = "box:", _ extra: [String] = []) throws -> Int {
+            let destination = prefix + landed
+            XCTAssertEqual(try termind(["settings", "set", "sftp.topology", #"{"strategy": "\#(strategy)"}"#]).status, 0)
+            let before = logins()
+            let result = try termind(["put", "-r", tree, destination] + extra)
+            XCTAssertEqual(result.status, 0, "\(strategy): \(result.stderr)")
+            for i in 0..<4 {
+                XCTAssertEqual(try? digest(landed + "/f\(i).bin"), try digest(tree + "/f\(i).bin"), "\(strategy) f\(i)")
+            }
+            usleep(200_000)  // sshd writes its log line a moment after the login
+            return logins() - before
+        }
+        XCTAssertEqual(try put("channels-only", to: directory.file("one")), 1, "every file on a channel of the one connection")
+        XCTAssertGreaterThan(try put("connections-preferred", to: directory.file("more")), 1, "files on extra connections")
+        XCTAssertEqual(try put("smart", to: directory.file("smart")), 1, "small files ride channels")
+        // A key trusted only once for this run: the silent probe may not ask, fails, and the files ride channels.
+        let once = try put("connections-preferred", to: directory.file("once"), via: "scp://\(NSUserName())@localhost:\(server.port)/",
+                           ["--identity", directory.file("id"), "--accept-host-key", "once"])
+        XCTAssertEqual(once, 1, "no extra connection without durable trust")
+    }
+
+    func testEditUploadsConfirmedChangesAndNeverOverAChangedRemoteFileSilently() throws {
+        try saveHosts()
+        let remote = directory.file("srv/app.conf")
+        try FileManager.default.createDirectory(atPath: directory.file("srv"), withIntermediateDirectories: true)
+        try "port = 80\n".write(toFile: remote, atomically: false, encoding: .utf8)
+        chmod(remote, 0o640)
+        // The "editor" appends a line; with MESS set it also changes the remote file meanwhile.
+        let editor = try directory.write("editor.sh", """
+            #!/bin/sh
+            echo "$LINE" >> "$1"
+            [ -n "$MESS" ] && echo "changed by someone else" >> "$MESS"
+            exit 0
+            """)
+        chmod(editor, 0o755)
+        func edit(_ extra: [String], line: String, mess: String? = nil, answers: String? = nil) throws -> (ProcessResult, JSONValue?) {
+            var env = environment
+            env["VISUAL"] = nil
+            env["EDITOR"] = editor
+            env["LINE"] = line
+            env["MESS"] = mess
+            let pre = answers.map { ["--answers", try! directory.write("answers-\(line).json", $0)] } ?? []
+            let result = try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", location + ["--json"] + pre + ["edit", "box:" + remote] + extra, environment: env)
+            return (result, try? JSONCoding.parse(Data(result.stdout.utf8), source: "edit"))
+        }
+        let (first, done) = try edit(["--upload", "true"], line: "workers = 4")
+        XCTAssertEqual(first.status, 0, first.stderr)
+        XCTAssertEqual(done?["state"], .string("uploaded"))
+        XCTAssertEqual(try String(contentsOfFile: remote, encoding: .utf8), "port = 80\nworkers = 4\n")
+        XCTAssertEqual(mode(remote), 0o640, "permissions kept")
+        let local = try XCTUnwrap(done?["localPath"]?.stringValue)
+        XCTAssertEqual(mode(local), 0o600)
+        XCTAssertEqual(mode((local as NSString).deletingLastPathComponent), 0o700)
+        XCTAssertEqual(done?["acknowledged"]?.stringValue, try digest(remote))
+
+        // The remote file changes while the editor is open: asked, answered no, nothing replaced.
+        let (second, kept) = try edit([], line: "debug = true", mess: remote,
+                                      answers: #"{"sftp.edit.upload": true, "sftp.edit.remoteChanged": false}"#)
+        XCTAssertEqual(second.status, 0, second.stderr)
+        XCTAssertEqual(kept?["state"], .string("kept"))
+        XCTAssertEqual(try String(contentsOfFile: remote, encoding: .utf8), "port = 80\nworkers = 4\nchanged by someone else\n")
+        let listed = try json(["edit", "list"])["copies"]?.arrayValue?.first
+        XCTAssertEqual(listed?["state"], .string("dirty"))
+        XCTAssertEqual(listed?["path"]?.stringValue, remote)
+
+        // Next time the unsent edits are kept, and replacing the changed file is confirmed.
+        let (third, replaced) = try edit([], line: "log = info", answers: #"{"sftp.edit.localChanges": "keep", "sftp.edit.upload": true, "sftp.edit.remoteChanged": true}"#)
+        XCTAssertEqual(third.status, 0, third.stderr)
+        XCTAssertEqual(replaced?["state"], .string("uploaded"))
+        XCTAssertEqual(try String(contentsOfFile: remote, encoding: .utf8), "port = 80\nworkers = 4\ndebug = true\nlog = info\n")
+        XCTAssertEqual(try json(["edit", "list"])["copies"]?.arrayValue?.first?["state"], .string("clean"))
+
+        // Not confirmed (nobody to ask): the change stays local.
+        let (fourth, unsent) = try edit([], line: "x = 1")
+        XCTAssertEqual(fourth.status, 0, fourth.stderr)
+        XCTAssertEqual(unsent?["state"], .string("kept"))
+        XCTAssertFalse(try String(contentsOfFile: remote, encoding: .utf8).contains("x = 1"))
+
+        // Discard: tracking stops, the copy stays; the next edit downloads anew.
+        XCTAssertEqual(try json(["edit", "discard", "box:" + remote])["state"], .string("dirty"))
+        XCTAssertEqual(try json(["edit", "list"])["copies"]?.arrayValue?.count, 0)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: local))
+        let (fifth, fresh) = try edit(["--upload", "true"], line: "y = 2")
+        XCTAssertEqual(fifth.status, 0, fifth.stderr)
+        XCTAssertEqual(fresh?["state"], .string("uploaded"))
+        XCTAssertEqual(try String(contentsOfFile: remote, encoding: .utf8), "port = 80\nworkers = 4\ndebug = true\nlog = info\ny = 2\n")
+
+        // Only regular files.
+        let folder = try termind(["edit", "box:" + directory.file("srv")])
+        XCTAssertEqual(folder.status, 1)
+        XCTAssertTrue(folder.stderr.contains("not a regular file"), folder.stderr)
+    }
+
+    func testEditWatchUploadsEachSave() throws {
+        try saveHosts()
+        let remote = directory.file("watched.txt")
+        try "one\n".write(toFile: remote, atomically: false, encoding: .utf8)
+        let editor = try directory.write("saver.sh", """
+            #!/bin/sh
+            echo two >> "$1"; sleep 1.5
+            echo three >> "$1"; sleep 1.5
+            """)
+        chmod(editor, 0o755)
+        var env = environment
+        env["EDITOR"] = editor
+        let result = try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", location + ["--json", "edit", "box:" + remote, "--watch", "true"], environment: env)
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let done = try JSONCoding.parse(Data(result.stdout.utf8), source: "edit")
+        XCTAssertEqual(done["state"], .string("uploaded"))
+        XCTAssertEqual(done["uploads"], .integer(2), result.stderr)
+        XCTAssertEqual(try String(contentsOfFile: remote, encoding: .utf8), "one\ntwo\nthree\n")
+    }
+
     func testInsideServeATransferPausesResumesAfterCheckingAndCancels() throws {
         let relay = try DelayingRelay(to: server.port, oneWayDelay: 0.02, bufferLimit: 96 << 10)
         self.relay = relay

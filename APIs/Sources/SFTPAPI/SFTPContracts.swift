@@ -25,13 +25,15 @@ public enum SFTPStreams {
             public var parents: Bool?
             /// mv: replace an existing destination (atomically, with posix-rename@openssh.com).
             public var replace: Bool?
+            /// rm: directories too, with everything inside (links are removed, never followed).
+            public var recursive: Bool?
             public var user: String?
             public var identity: String?
             public var workingDirectory: String?
             public var acceptHostKey: HostKeyPreset?
             public var connectTimeout: Double?
             public init(target: String, action: Action, paths: [String], follow: Bool? = nil, mode: String? = nil, parents: Bool? = nil, replace: Bool? = nil,
-                        user: String? = nil, identity: String? = nil, workingDirectory: String? = nil, acceptHostKey: HostKeyPreset? = nil,
+                        recursive: Bool? = nil, user: String? = nil, identity: String? = nil, workingDirectory: String? = nil, acceptHostKey: HostKeyPreset? = nil,
                         connectTimeout: Double? = nil) {
                 self.target = target
                 self.action = action
@@ -40,6 +42,7 @@ public enum SFTPStreams {
                 self.mode = mode
                 self.parents = parents
                 self.replace = replace
+                self.recursive = recursive
                 self.user = user
                 self.identity = identity
                 self.workingDirectory = workingDirectory

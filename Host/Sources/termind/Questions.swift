@@ -57,6 +57,7 @@ struct Questions: Sendable {
             return try Self.scripted(scripted, topic: topic, kind: kind, question: question, isPrivate: bookIsPrivate)
         }
         if kind == "confirm" && assumeYes { return .object(["answer": .bool(true)]) }
+        if kind == "edit" { return Self.edit(question) }
         let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
         guard tty >= 0 else { return unanswered }
         defer { close(tty) }
@@ -156,6 +157,30 @@ struct Questions: Sendable {
             answers.append(secret.withPlaintext { .string($0) })
         }
         return .object(["answers": .array(answers)])
+    }
+
+    /// An `edit` question: the person's editor (`$VISUAL`, else `$EDITOR`, else vi — a shell
+    /// command line, as git reads it) opens `path`, on the terminal when there is one; the
+    /// answer is whether it exited with status 0. Only an absolute path to a regular file.
+    private static func edit(_ question: JSONValue) -> JSONValue {
+        guard let path = question["path"]?.stringValue, path.hasPrefix("/") else { return .object(["unanswered": .bool(true)]) }
+        var info = stat()
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return .object(["unanswered": .bool(true)]) }
+        let environment = ProcessInfo.processInfo.environment
+        let editor = [environment["VISUAL"], environment["EDITOR"]].compactMap { $0 }.first { !$0.isEmpty } ?? "vi"
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", editor + " \"$1\"", "termind-edit", path]
+        let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
+        if tty >= 0 {
+            let handle = FileHandle(fileDescriptor: tty, closeOnDealloc: true)
+            process.standardInput = handle
+            process.standardOutput = handle
+            process.standardError = handle
+        }
+        do { try process.run() } catch { return .object(["answer": .bool(false)]) }
+        process.waitUntilExit()
+        return .object(["answer": .bool(process.terminationStatus == 0)])
     }
 
     private static func say(_ text: String, _ tty: Int32) {

@@ -1,22 +1,27 @@
 import Dispatch
 import Foundation
-import SFTPWire
 import TermindCore
 import TermindHarness
-import TermindSSH
 
-// termind-sftp-bench [--mib N] [--runs R]
+// termind-sftp-bench [--mib N] [--rtt-mib N] [--files N] [--runs R] [--only loopback,rtt,files,fair]
 //
-// termind's SFTP (SFTPWire: 64 requests of up to 255 KiB in flight, sized by
-// limits@openssh.com) against OpenSSH's `sftp` on the same sshd (internal-sftp, one cipher
-// forced on both: chacha20-poly1305), N MiB get and put on loopback, runs alternated,
-// medians compared (ratio = termind over sftp, > 1: termind is faster). termind's side is
-// the library in this process (no CLI yet: issue 14), OpenSSH's a whole `sftp -b` process
-// — so termind's figure leaves out a process start (~10 ms) that sftp's includes.
+// Whole `termind get`/`put` processes (each one starts, connects over a saved host, moves
+// the bytes, commits by rename) against whole OpenSSH `sftp -b` processes on the same sshd
+// (internal-sftp, chacha20-poly1305 forced on both), runs alternated, medians compared
+// (ratio = termind over sftp; > 1: termind is faster):
+//
+//   loopback  N MiB (default 1024) get and put;
+//   rtt       N MiB (default 256) get and put through a relay that delays each direction by
+//             10 ms (a 20 ms round trip; this kernel has no netem);
+//   files     a tree of N files (default 2000) of 1-64 KiB, put -r and get -r;
+//   fair      inside `termind serve` with sftp.limits {active 6, perHost 2}: three puts of 16
+//             files each, to three saved hosts at once; prints the hosts in the order the
+//             scheduler started their files (the rotation) and the time each put took.
+//
 // Everything runs on this machine; files live in a scratch folder on the same disk.
 
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: termind-sftp-bench [--mib N] [--runs R]\n".utf8))
+    FileHandle.standardError.write(Data("usage: termind-sftp-bench [--mib N] [--rtt-mib N] [--files N] [--runs R] [--only loopback,rtt,files,fair]\n".utf8))
     exit(2)
 }
 func fail(_ message: String) -> Never {
@@ -26,25 +31,18 @@ func fail(_ message: String) -> Never {
 func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
 
-var mib = 1024
-var runs = 3
+var mib = 1024, rttMib = 256, fileCount = 2000, runs = 3
+var only: Set<String> = ["loopback", "rtt", "files", "fair"]
 var args = CommandLine.arguments.dropFirst()
 while let arg = args.popFirst() {
     switch arg {
     case "--mib": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; mib = v
+    case "--rtt-mib": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; rttMib = v
+    case "--files": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; fileCount = v
     case "--runs": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; runs = v
+    case "--only": guard let v = args.popFirst() else { usage() }; only = Set(v.split(separator: ",").map(String.init))
     default: usage()
     }
-}
-let mebibytes = mib
-let size = UInt64(mebibytes) << 20
-
-struct AcceptOnce: HostKeyTrust {
-    func verdict(host: String, port: Int, key: PublicHostKey) async throws -> TrustVerdict { .unknown }
-    func knownKeyTypes(host: String, port: Int) async throws -> [String] { [] }
-    func trust(host: String, port: Int, key: PublicHostKey) async throws {}
-    func fingerprint(_ key: PublicHostKey) -> String { "" }
-    func refusal(host: String, port: Int, key: PublicHostKey) async throws -> String? { nil }
 }
 
 let scratch = try TemporaryDirectory("termind-bench-sftp")
@@ -53,73 +51,159 @@ chmod(scratch.path, 0o755)
 guard (try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", scratch.file("id")])).status == 0 else { fail("ssh-keygen") }
 let cipher = "chacha20-poly1305@openssh.com"
 let sshd = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: scratch.file("id.pub"), encoding: .utf8)],
-                                extraConfig: ["Ciphers \(cipher)", "LogLevel ERROR"], hostKeyTypes: ["ed25519"])
+                                extraConfig: ["Ciphers \(cipher)", "LogLevel ERROR", "MaxSessions 100", "MaxStartups 100"], hostKeyTypes: ["ed25519"])
 defer { sshd.stop() }
-try "[127.0.0.1]:\(sshd.port) \(sshd.hostKeys["ssh-ed25519"] ?? "")\n".write(toFile: scratch.file("known_hosts"), atomically: true, encoding: .utf8)
+let relay = try DelayingRelay(to: sshd.port, oneWayDelay: 0.010)
+defer { relay.stop() }
+let hostKey = sshd.hostKeys["ssh-ed25519"] ?? ""
+try "[127.0.0.1]:\(sshd.port) \(hostKey)\n[127.0.0.1]:\(relay.port) \(hostKey)\n".write(toFile: scratch.file("known_hosts"), atomically: true, encoding: .utf8)
 
-// The source: real bytes (not a sparse file), written once.
-let source = scratch.file("source.bin")
-do {
-    let fd = open(source, O_CREAT | O_TRUNC | O_WRONLY, 0o644)
-    var block = [UInt8](repeating: 0, count: 1 << 20)
-    var state: UInt64 = 88172645463325252
-    for _ in 0..<mib {
-        for i in stride(from: 0, to: block.count, by: 8) {
+let termindPath = FeatureHarness.buildDirectory + "/termind"
+let environment = ProcessInfo.termindEnvironment(home: scratch.file("home"), socket: scratch.file("none.sock"))
+var location = ["--store", scratch.file("db.sqlite"), "--secrets-key", scratch.file("k")]
+@MainActor @discardableResult
+func termind(_ arguments: [String]) throws -> ProcessResult {
+    let result = try ProcessRunner.run(termindPath, location + arguments, environment: environment)
+    guard result.status == 0 else { fail("termind \(arguments.joined(separator: " ")): \(result.stderr)") }
+    return result
+}
+@MainActor func saveHosts() throws {
+    try termind(["vault", "key", "import", scratch.file("id"), "--label", "bench"])
+    try termind(["vault", "identity", "add", NSUserName(), "--key", "bench"])
+    for (label, port) in [("box", sshd.port), ("far", relay.port), ("box2", sshd.port), ("box3", sshd.port)] {
+        try termind(["vault", "host", "add", "127.0.0.1", "--label", label, "--port", "\(port)", "--identity", NSUserName()])
+    }
+    for port in [sshd.port, relay.port] { try termind(["vault", "knownhost", "add", "127.0.0.1", hostKey, "--port", "\(port)"]) }
+}
+try saveHosts()
+
+/// Real bytes (not a sparse file).
+@MainActor func makeFile(_ path: String, bytes: Int, seed: UInt64) {
+    let fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0o644)
+    var state = seed | 1
+    var left = bytes
+    var block = [UInt8](repeating: 0, count: min(bytes, 1 << 20))
+    while left > 0 {
+        let n = min(left, block.count)
+        for i in stride(from: 0, to: n, by: 8) {
             state ^= state << 13; state ^= state >> 7; state ^= state << 17
-            withUnsafeBytes(of: state) { raw in for j in 0..<8 { block[i + j] = raw[j] } }
+            withUnsafeBytes(of: state) { raw in for j in 0..<min(8, n - i) { block[i + j] = raw[j] } }
         }
-        _ = block.withUnsafeBytes { write(fd, $0.baseAddress!, $0.count) }
+        _ = block.withUnsafeBytes { write(fd, $0.baseAddress!, n) }
+        left -= n
     }
     close(fd)
 }
 
-let key = try String(contentsOfFile: scratch.file("id"), encoding: .utf8)
-let connection = try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: sshd.port, username: NSUserName()),
-                                              credentials: SSHCredentials(privateKey: Secret(key), agentSocket: ""), trust: AcceptOnce()) { _ in .acceptOnce }
-let sftp = try await SFTPSession.open(on: connection)
-let limits = await sftp.limits
-
-func termindGet() async throws -> Double {
-    let out = open(scratch.file("got.termind"), O_CREAT | O_TRUNC | O_WRONLY, 0o644)
-    defer { close(out) }
-    let started = now()
-    let got = try await SFTPTransfer.download(sftp, Array(source.utf8), to: out)
-    guard got == size else { fail("termind got \(got) of \(size) bytes") }
-    return Double(mebibytes) / (now() - started)
-}
-
-func termindPut() async throws -> Double {
-    let input = open(source, O_RDONLY)
-    defer { close(input) }
-    let started = now()
-    try await SFTPTransfer.upload(sftp, from: input, size: size, to: Array(scratch.file("put.termind").utf8))
-    return Double(mebibytes) / (now() - started)
-}
-
-func openssh(_ command: String) throws -> Double {
+@MainActor func openssh(_ command: String, port: Int) throws -> Double {
     let batch = scratch.file("batch")
     try (command + "\n").write(toFile: batch, atomically: true, encoding: .utf8)
     let started = now()
     let result = try ProcessRunner.run("/usr/bin/sftp", ["-q", "-b", batch, "-i", scratch.file("id"), "-o", "UserKnownHostsFile=\(scratch.file("known_hosts"))",
                                                          "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-F", "/dev/null", "-c", cipher,
-                                                         "-P", "\(sshd.port)", "\(NSUserName())@127.0.0.1"])
+                                                         "-P", "\(port)", "\(NSUserName())@127.0.0.1"])
     guard result.status == 0 else { fail("sftp: \(result.stderr)") }
-    return Double(mebibytes) / (now() - started)
+    return now() - started
 }
 
-var values: [String: [Double]] = [:]
-for _ in 0..<runs {
-    values["get termind", default: []].append(try await termindGet())
-    values["get sftp", default: []].append(try openssh("get \(source) \(scratch.file("got.sftp"))"))
-    values["put termind", default: []].append(try await termindPut())
-    values["put sftp", default: []].append(try openssh("put \(source) \(scratch.file("put.sftp"))"))
+@MainActor func timed(_ arguments: [String]) throws -> Double {
+    let started = now()
+    try termind(arguments)
+    return now() - started
 }
-await sftp.close()
-await connection.close()
-for (name, list) in values.sorted(by: { $0.key < $1.key }) { print("\(name): \(list.map(BenchmarkFigure.format))") }
-let figures = [
-    BenchmarkFigure(name: "\(mib) MiB get (MiB/s)", value: median(values["get termind"]!), unit: "MiB/s", baseline: median(values["get sftp"]!)),
-    BenchmarkFigure(name: "\(mib) MiB put (MiB/s)", value: median(values["put termind"]!), unit: "MiB/s", baseline: median(values["put sftp"]!)),
-]
-print("termind-sftp-bench: \(runs) runs alternated, \(cipher), loopback; requests of \(limits.readSize) / \(limits.writeSize) bytes, \(SFTPSession.window) in flight")
+
+@MainActor func clear(_ paths: String...) { for path in paths { try? FileManager.default.removeItem(atPath: path) } }
+
+var figures: [BenchmarkFigure] = []
+var notes: [String] = []
+
+/// get and put of one file of `size` MiB over `host` (sftp over `port`), alternated.
+@MainActor func bulk(_ label: String, mebibytes: Int, host: String, port: Int) throws {
+    let source = scratch.file("source-\(label.filter { $0.isLetter || $0.isNumber }).bin")
+    makeFile(source, bytes: mebibytes << 20, seed: 88172645463325252)
+    var values: [String: [Double]] = [:]
+    for _ in 0..<runs {
+        clear(scratch.file("got.termind"), scratch.file("got.sftp"), scratch.file("put.termind"), scratch.file("put.sftp"))
+        values["get termind", default: []].append(Double(mebibytes) / (try timed(["get", "\(host):\(source)", scratch.file("got.termind")])))
+        values["get sftp", default: []].append(Double(mebibytes) / (try openssh("get \(source) \(scratch.file("got.sftp"))", port: port)))
+        values["put termind", default: []].append(Double(mebibytes) / (try timed(["put", source, "\(host):\(scratch.file("put.termind"))"])))
+        values["put sftp", default: []].append(Double(mebibytes) / (try openssh("put \(source) \(scratch.file("put.sftp"))", port: port)))
+    }
+    for (name, list) in values.sorted(by: { $0.key < $1.key }) { print("\(label) \(name): \(list.map(BenchmarkFigure.format)) MiB/s") }
+    figures.append(BenchmarkFigure(name: "\(mebibytes) MiB get, \(label) (MiB/s)", value: median(values["get termind"]!), unit: "MiB/s", baseline: median(values["get sftp"]!)))
+    figures.append(BenchmarkFigure(name: "\(mebibytes) MiB put, \(label) (MiB/s)", value: median(values["put termind"]!), unit: "MiB/s", baseline: median(values["put sftp"]!)))
+    clear(source, scratch.file("got.termind"), scratch.file("got.sftp"), scratch.file("put.termind"), scratch.file("put.sftp"))
+}
+
+if only.contains("loopback") { try bulk("loopback", mebibytes: mib, host: "box", port: sshd.port) }
+if only.contains("rtt") { try bulk("20 ms RTT", mebibytes: rttMib, host: "far", port: relay.port) }
+
+if only.contains("files") {
+    // N files of 1-64 KiB in 20 folders.
+    let tree = scratch.file("tree")
+    var total = 0
+    var state: UInt64 = 0x2545F4914F6CDD1D
+    for i in 0..<fileCount {
+        let folder = tree + "/d\(i % 20)"
+        if i < 20 { try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true) }
+        state ^= state << 13; state ^= state >> 7; state ^= state << 17
+        let size = 1024 + Int(state % (63 * 1024))
+        total += size
+        makeFile(folder + "/f\(i).bin", bytes: size, seed: state)
+    }
+    var values: [String: [Double]] = [:]
+    for _ in 0..<runs {
+        clear(scratch.file("up.termind"), scratch.file("up.sftp"), scratch.file("down.termind"), scratch.file("down.sftp"))
+        values["put -r termind", default: []].append(try timed(["put", "-r", tree, "box:\(scratch.file("up.termind"))"]))
+        values["put -r sftp", default: []].append(try openssh("put -r \(tree) \(scratch.file("up.sftp"))", port: sshd.port))
+        values["get -r termind", default: []].append(try timed(["get", "-r", "box:\(tree)", scratch.file("down.termind")]))
+        values["get -r sftp", default: []].append(try openssh("get -r \(tree) \(scratch.file("down.sftp"))", port: sshd.port))
+    }
+    for (name, list) in values.sorted(by: { $0.key < $1.key }) { print("\(fileCount) files \(name): \(list.map(BenchmarkFigure.format)) s") }
+    // Files per second, so that above 1 means termind is faster.
+    for verb in ["put -r", "get -r"] {
+        figures.append(BenchmarkFigure(name: "\(fileCount) files \(verb) (files/s)", value: Double(fileCount) / median(values["\(verb) termind"]!), unit: "files/s",
+                                       baseline: Double(fileCount) / median(values["\(verb) sftp"]!)))
+    }
+    notes.append("files: \(fileCount) files, \(total >> 10) KiB in all, 20 folders")
+    clear(tree, scratch.file("up.termind"), scratch.file("up.sftp"), scratch.file("down.termind"), scratch.file("down.sftp"))
+}
+
+if only.contains("fair") {
+    let serve = try ServeProcess(directory: scratch, arguments: [], environment: ["TERMIND_SOCKET": scratch.file("serve/control.sock")])
+    defer { _ = serve.stop() }
+    location = ["--socket", serve.socketPath]
+    try saveHosts()
+    try termind(["settings", "set", "sftp.limits", #"{"active": 6, "perHost": 2}"#])
+    var sources: [String] = []
+    for h in 0..<3 {
+        let folder = scratch.file("batch\(h)")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        for f in 0..<16 { makeFile(folder + "/f\(f).bin", bytes: 4 << 20, seed: UInt64(h * 100 + f + 1)) }
+        sources.append(folder)
+    }
+    let started = now()
+    let hosts = ["box", "box2", "box3"]
+    let processes = try hosts.enumerated().map { index, host in
+        try SpawnedProcess(termindPath, location + ["put", "-r", sources[index], "\(host):\(scratch.file("landing-\(host)"))"], environment: environment, captureOutput: true)
+    }
+    var took: [String] = []
+    for (index, process) in processes.enumerated() {
+        guard process.wait() == 0 else { fail("put to \(hosts[index]) failed: \(String(decoding: process.readAll().1, as: UTF8.self))") }
+        took.append("\(hosts[index]) \(String(format: "%.2f", now() - started)) s")
+    }
+    let rows = try JSONCoding.parse(Data(try termind(["--json", "transfers"]).stdout.utf8), source: "transfers")["transfers"]?.arrayValue ?? []
+    let order = rows.compactMap { row -> (Double, String)? in
+        guard let started = row["started"].flatMap({ if case .double(let d) = $0 { d } else { $0.intValue.map(Double.init) } }), let host = row["hosts"]?.arrayValue?.first?.stringValue else { return nil }
+        return (started, host)
+    }.sorted { $0.0 < $1.0 }.map(\.1)
+    print("fair: sftp.limits {active 6, perHost 2}; 3 puts of 16 x 4 MiB to box, box2, box3 at once")
+    print("fair: start order of the first 24 files: \(order.prefix(24).joined(separator: " "))")
+    print("fair: each put ended after: \(took.joined(separator: ", "))")
+    let counts = Dictionary(grouping: order.prefix(12), by: { $0 }).mapValues(\.count)
+    notes.append("fair: of the first 12 files started, per host \(counts.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
+}
+
+print("termind-sftp-bench: \(runs) runs alternated, \(cipher), whole processes on both sides (termind in-process, no serve), loopback sshd")
+for note in notes { print(note) }
 for line in BenchmarkFigure.table(figures) { print(line) }

@@ -18,19 +18,52 @@ final class SFTPFeature: Feature {
     }
 
     private let ports = Mutex<Ports?>(nil)
-    private final class SettingsBox: Sendable {
+    /// `sftp.limits` and `sftp.topology` as they apply now: read once, then kept current by
+    /// the settings' change stream (each admission and each file reads them, so a change
+    /// applies to queued work; reading the store for each would cost a query per file).
+    final class SettingsCache: Sendable {
         let values = Mutex<(any SettingsValues)?>(nil)
+        private let cached = Mutex<(limits: SFTPSettings.Limits, topology: SFTPSettings.Topology)?>(nil)
+        private let followers = Mutex<[Task<Void, Never>]?>(nil)
+
+        func current() async -> (limits: SFTPSettings.Limits, topology: SFTPSettings.Topology) {
+            if let known = cached.withLock({ $0 }) { return known }
+            let store = values.withLock { $0 }
+            let limits = (try? await store?.read(SFTPSettings.Limits.self)) ?? SFTPSettings.Limits.defaults
+            let topology = (try? await store?.read(SFTPSettings.Topology.self)) ?? SFTPSettings.Topology.defaults
+            let value = cached.withLock { state in
+                if state == nil { state = (limits, topology) }
+                return state!
+            }
+            if let store {
+                followers.withLock { tasks in
+                    guard tasks == nil else { return }
+                    tasks = [
+                        Task { [self] in for await limits in store.updates(SFTPSettings.Limits.self) { cached.withLock { $0?.limits = limits } } },
+                        Task { [self] in for await topology in store.updates(SFTPSettings.Topology.self) { cached.withLock { $0?.topology = topology } } },
+                    ]
+                }
+            }
+            return value
+        }
+
+        func stop() {
+            followers.withLock { tasks in
+                for task in tasks ?? [] { task.cancel() }
+                tasks = nil
+            }
+            cached.withLock { $0 = nil }
+        }
     }
-    private let settings: SettingsBox
-    /// The one scheduler of the process; limits from `sftp.limits`, read at each admission.
+    private let settings: SettingsCache
+    /// The one scheduler of the process.
     private let scheduler: TransferScheduler
 
     init() {
-        let box = SettingsBox()
-        settings = box
+        let cache = SettingsCache()
+        settings = cache
         scheduler = TransferScheduler {
-            let values = box.values.withLock { $0 }
-            let limits = (try? await values?.read(SFTPSettings.Limits.self)) ?? SFTPSettings.Limits.defaults
+            let limits = await cache.current().limits
             return .init(active: limits.active, perHost: limits.perHost)
         }
     }
@@ -47,8 +80,16 @@ final class SFTPFeature: Feature {
         }
         registrar.stream(SFTPStreams.Transfer.self) { [self] request, session in
             let ports = try current()
-            return try await TransferRun(request: request, session: session, opener: ports.opener, scheduler: scheduler, resident: ports.resident).run()
+            let cache = settings
+            return try await TransferRun(request: request, session: session, opener: ports.opener, scheduler: scheduler, resident: ports.resident) {
+                await cache.current().topology.strategy
+            }.run()
         }
+        registrar.stream(SFTPStreams.Edit.self) { [self] request, session in
+            try await EditRun(request: request, session: session, opener: try current().opener).run()
+        }
+        registrar.handleBlocking(SFTPContracts.EditList.self) { _, _ in .init(copies: EditRun.list()) }
+        registrar.handleBlocking(SFTPContracts.EditDiscard.self) { request, _ in try EditRun.discard(request.target) }
         registrar.handle(SFTPContracts.List.self) { _, _ in .init(transfers: await scheduler.list()) }
         registrar.handle(SFTPContracts.Pause.self) { request, _ in try await Self.control { try await scheduler.pause(request.id) } }
         registrar.handle(SFTPContracts.Resume.self) { request, _ in try await Self.control { try await scheduler.resume(request.id) } }
@@ -73,6 +114,7 @@ final class SFTPFeature: Feature {
     }
 
     func stop() async {
+        settings.stop()
         ports.withLock { $0 = nil }
     }
 }
@@ -196,9 +238,14 @@ private struct Runner {
                         let shown = SFTPPaths.display(path)
                         if request.action == .rm {
                             if try await sftp.stat(path, followLinks: false).kind == .directory {
-                                throw SFTPError(status: .failure, message: "is a directory (termind sftp HOST rmdir removes an empty one)")
+                                guard request.recursive == true else {
+                                    throw SFTPError(status: .failure, message: "is a directory (rm -r removes it with everything inside; rmdir an empty one)")
+                                }
+                                var count = 0
+                                try await removeTree(sftp, path, count: &count)
+                            } else {
+                                try await sftp.remove(path)
                             }
-                            try await sftp.remove(path)
                         } else {
                             try await sftp.rmdir(path)
                         }
@@ -310,6 +357,22 @@ private struct Runner {
         }
         try? await sftp.close(handle)
         return entries.sorted { $0.name.lexicographicallyPrecedes($1.name) }.map(\.entry)
+    }
+
+    /// Removes a directory with everything inside, depth first; links are removed as links,
+    /// never followed; at most `maximumMatches` entries.
+    private func removeTree(_ sftp: SFTPSession, _ path: [UInt8], count: inout Int) async throws {
+        for entry in try await list(sftp, path) {
+            count += 1
+            guard count <= Self.maximumMatches else { throw SFTPError(status: .failure, message: "holds more than \(Self.maximumMatches) entries; nothing more was removed") }
+            let child = SFTPPaths.join(path, entry.nameBytes)
+            if entry.kind == "directory" {
+                try await removeTree(sftp, child, count: &count)
+            } else {
+                try await sftp.remove(child)
+            }
+        }
+        try await sftp.rmdir(path)
     }
 
     private func makeParents(_ sftp: SFTPSession, _ path: [UInt8], mode: UInt32) async throws {

@@ -20,6 +20,11 @@ struct TransferRun {
     let scheduler: TransferScheduler
     /// Inside `termind serve`: a lost connection pauses a file for `termind transfers resume`.
     let resident: Bool
+    /// `sftp.topology` as it applies now (read for each admitted file).
+    let topology: @Sendable () async -> SFTPSettings.Topology.Strategy
+
+    /// Smart topology: files up to this size (and of unknown size) ride channels.
+    static let smartChannelLimit: UInt64 = 64_000_000
 
     /// At most this many entries in one run's plan.
     static let maximumEntries = 100_000
@@ -86,8 +91,8 @@ struct TransferRun {
             guard case .remote(let host, let port, _) = endpoint else { return local }
             let key = port.map { "\(host):\($0)" } ?? host
             if let known = remotes[key] { return known }
-            let line = quickConnect(host, port: port)
-            let target = ConnectionTarget(target: line, user: request.user, identity: request.identity, workingDirectory: request.workingDirectory,
+            let (line, identity) = quickConnect(host, port: port)
+            let target = ConnectionTarget(target: line, user: request.user, identity: identity, workingDirectory: request.workingDirectory,
                                           acceptHostKey: request.acceptHostKey, connectTimeout: request.connectTimeout)
             // Between two hosts the bytes sit in termind's memory: fewer requests in flight bound it.
             let window = sources.contains(where: \.isRemote) && destination.isRemote ? 16 : SFTPSession.window
@@ -213,13 +218,27 @@ struct TransferRun {
         do { return try Endpoint.parse(text) } catch { throw TermindError.badRequest("\(verb): \(error.description).") }
     }
 
-    /// A quick-connect line for HOST (and the run's `--jump`, a port from scp://).
-    private func quickConnect(_ host: String, port: Int?) -> String {
-        guard port != nil || request.jump != nil else { return host }
+    /// A quick-connect line for HOST (and the run's `--jump`, a port from scp://), with the
+    /// identity to pass beside it: `--identity` names a saved identity, or a key file that
+    /// goes into the line as `-i` when the line is built here.
+    private func quickConnect(_ host: String, port: Int?) -> (String, String?) {
+        TransferRun.quickConnect(host, port: port, jump: request.jump, identity: request.identity, workingDirectory: request.workingDirectory)
+    }
+
+    static func quickConnect(_ host: String, port: Int?, jump: String?, identity: String?, workingDirectory: String?) -> (String, String?) {
+        guard port != nil || jump != nil else { return (host, identity) }
         var words = ["ssh"]
-        if let jump = request.jump { words += ["-J", jump] }
+        if let jump { words += ["-J", jump] }
         if let port { words += ["-p", "\(port)"] }
-        return (words + [host]).joined(separator: " ")
+        var passed = identity
+        if let identity {
+            let file = identity.hasPrefix("/") ? identity : (workingDirectory ?? FileManager.default.currentDirectoryPath) + "/" + identity
+            if FileManager.default.fileExists(atPath: file) {
+                words += ["-i", file]
+                passed = nil
+            }
+        }
+        return ((words + [host]).joined(separator: " "), passed)
     }
 
     /// An endpoint's path as bytes: a local one absolute from the client's working folder.
@@ -503,9 +522,14 @@ struct TransferRun {
             end = try await file.to.side.stat(temporary, follow: false)?.size ?? 0
             progress(end)
         } else {
-            let reader = try await file.from.side.openRead(file.from.path)
+            let extra = switch await topology() {
+            case .channelsOnly: false
+            case .connectionsPreferred: true
+            case .smart: (size ?? 0) > Self.smartChannelLimit
+            }
+            let reader = try await file.from.side.openRead(file.from.path, extra: extra)
             let writer: any WriteHandle
-            do { writer = try await file.to.side.openWrite(temporary, mode: mode, resume: resumeAt != nil) } catch {
+            do { writer = try await file.to.side.openWrite(temporary, mode: mode, resume: resumeAt != nil, extra: extra) } catch {
                 await reader.close()
                 throw error
             }
@@ -550,7 +574,7 @@ struct TransferRun {
     }
 
     private func digest(_ side: any FileSide, _ path: [UInt8], _ length: UInt64) async throws -> Data {
-        let reader = try await side.openRead(path)
+        let reader = try await side.openRead(path, extra: false)
         let hash = Mutex(IncrementalDigest(.sha256))
         do {
             // Pieces arrive out of order; they are hashed in order through a bounded reorder map.

@@ -19,9 +19,10 @@ protocol FileSide: AnyObject, Sendable {
     /// A directory's entries (`.` and `..` left out), with their attributes, links unfollowed.
     func list(_ path: [UInt8], limit: Int) async throws -> [SFTPSession.Entry]
     func mkdir(_ path: [UInt8], mode: UInt32) async throws
-    func openRead(_ path: [UInt8]) async throws -> any ReadHandle
+    /// `extra`: the file may ride an extra connection (topology), else a sibling channel.
+    func openRead(_ path: [UInt8], extra: Bool) async throws -> any ReadHandle
     /// A new file (`resume`: the existing partial, not truncated), never through a link.
-    func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool) async throws -> any WriteHandle
+    func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool, extra: Bool) async throws -> any WriteHandle
     func rename(_ from: [UInt8], to: [UInt8], overwrite: Bool) async throws
     func remove(_ path: [UInt8]) async throws
     func setAttributes(_ path: [UInt8], mode: UInt32?, accessed: UInt32?, modified: UInt32?) async throws
@@ -102,13 +103,13 @@ final class LocalSide: FileSide {
         guard Self.withPath(path, { Glibc.mkdir($0, mode_t(mode)) }) == 0 else { throw Self.error("mkdir", path) }
     }
 
-    func openRead(_ path: [UInt8]) async throws -> any ReadHandle {
+    func openRead(_ path: [UInt8], extra: Bool) async throws -> any ReadHandle {
         let fd = Self.withPath(path) { open($0, O_RDONLY | O_CLOEXEC) }
         guard fd >= 0 else { throw Self.error("open", path) }
         return LocalHandle(fd: fd)
     }
 
-    func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool) async throws -> any WriteHandle {
+    func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool, extra: Bool) async throws -> any WriteHandle {
         let flags = resume ? O_WRONLY | O_NOFOLLOW | O_CLOEXEC : O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC
         let fd = Self.withPath(path) { open($0, flags, mode_t(mode & 0o7777)) }
         guard fd >= 0 else { throw Self.error("create", path) }
@@ -147,13 +148,13 @@ private struct LocalHandle: ReadHandle, WriteHandle {
     func write(_ offset: UInt64, _ data: ArraySlice<UInt8>) async throws { try SFTPTransfer.writeLocal(fd, offset: offset, data) }
     func close() async { Glibc.close(fd) }
     func abandon() async { Glibc.close(fd) }
+    /// Closed (a close that fails — a full disk on NFS — fails the file). Not fsynced, as
+    /// scp, sftp and rsync do not by default: the rename makes the file appear whole to
+    /// other programs; surviving a power cut is the file system's matter.
     func finish() async throws {
-        if fsync(fd) != 0, errno != EINVAL {
-            let code = errno
-            Glibc.close(fd)
-            throw SFTPError(status: .failure, message: "Saving the local file failed: \(String(cString: strerror(code)))")
+        if Glibc.close(fd) != 0, errno != EINTR {
+            throw SFTPError(status: .failure, message: "Saving the local file failed: \(String(cString: strerror(errno)))")
         }
-        Glibc.close(fd)
     }
 }
 
@@ -161,7 +162,8 @@ private struct LocalHandle: ReadHandle, WriteHandle {
 
 /// One host of a run: its connection (the process pool's, opened once, asking what it
 /// needs), a control session for metadata (never a data slot), and idle data sessions —
-/// sibling SFTP channels on the same connection, one per file that moves.
+/// sibling SFTP channels on that connection, or sessions on extra connections when the
+/// topology prefers them (each moving file holds one, which is its slot either way).
 final class RemoteSide: FileSide, @unchecked Sendable {
     let host: String
     let window: Int
@@ -173,6 +175,11 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     private var connection: SSHConnection?
     private var control: SFTPSession?
     private var idle: [SFTPSession] = []
+    private var idleExtra: [SFTPSession] = []
+    private var extraCount = 0
+    /// A silent probe for an extra connection failed: later files ride channels.
+    private var degraded: String?
+    private let logger: Logger
 
     init(host: String, target: ConnectionTarget, opener: ConnectionOpener, window: Int, ask: @escaping ConnectionAsker) {
         self.host = host
@@ -180,7 +187,11 @@ final class RemoteSide: FileSide, @unchecked Sendable {
         self.opener = opener
         self.window = window
         self.ask = ask
+        logger = opener.logger.child("sftp")
     }
+
+    /// Why extra connections are not used (a failed probe), if so.
+    var degradedReason: String? { state.withLock { degraded } }
 
     func shown(_ path: [UInt8]) -> String { "\(host):\(SFTPPaths.display(path))" }
 
@@ -217,17 +228,52 @@ final class RemoteSide: FileSide, @unchecked Sendable {
         return session
     }
 
-    /// A data session for one file (an idle one, or a new sibling channel).
-    func lease() async throws -> SFTPSession {
+    /// A data session for one file: with `extra`, one on an extra connection (an idle one, or
+    /// a silent probe: a new connection on the full route that may ask nothing — a host key
+    /// trusted only once, prompts or a passphrase make it fail — after which later files ride
+    /// channels; a cancelled probe caches nothing); else, or then, a sibling channel.
+    func lease(extra: Bool = false) async throws -> SFTPSession {
+        if extra, state.withLock({ degraded == nil }) {
+            while let session = state.withLock({ idleExtra.popLast() }) {
+                if await !session.isClosed { return session }
+            }
+            let number = state.withLock { () -> Int in
+                extraCount += 1
+                return extraCount
+            }
+            var silent = target
+            silent.purpose = "sftp-data-\(number)"
+            silent.acceptHostKey = nil  // only durable trust: a once-only answer never opens another connection
+            do {
+                let connection = try await opener.connection(silent, ask: { _ in nil })
+                let session = try await SFTPSession.open(on: connection)
+                state.withLock { extraSessions.insert(ObjectIdentifier(session)) }
+                return session
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                if Task.isCancelled { throw CancellationError() }
+                let reason = (error as? SFTPError)?.message ?? TermindError.from(error).message
+                state.withLock { if degraded == nil { degraded = reason } }
+                logger.info("sftp.topology.degraded", ["host": .identifier(host)])
+            }
+        }
         while let session = state.withLock({ idle.popLast() }) {
             if await !session.isClosed { return session }
         }
         return try await newSession()
     }
 
+    private var extraSessions = Set<ObjectIdentifier>()
+
     func release(_ session: SFTPSession) async {
         if await session.isClosed { return }
         let kept = state.withLock { () -> Bool in
+            if extraSessions.contains(ObjectIdentifier(session)) {
+                guard idleExtra.count < 16 else { extraSessions.remove(ObjectIdentifier(session)); return false }
+                idleExtra.append(session)
+                return true
+            }
             guard idle.count < 16 else { return false }
             idle.append(session)
             return true
@@ -237,8 +283,8 @@ final class RemoteSide: FileSide, @unchecked Sendable {
 
     func closeAll() async {
         let sessions = state.withLock { () -> [SFTPSession] in
-            defer { idle = []; control = nil }
-            return idle + [control].compactMap { $0 }
+            defer { idle = []; idleExtra = []; extraSessions = []; control = nil }
+            return idle + idleExtra + [control].compactMap { $0 }
         }
         for session in sessions { await session.close() }
     }
@@ -270,8 +316,8 @@ final class RemoteSide: FileSide, @unchecked Sendable {
 
     func mkdir(_ path: [UInt8], mode: UInt32) async throws { try await controlSession().mkdir(path, permissions: mode) }
 
-    func openRead(_ path: [UInt8]) async throws -> any ReadHandle {
-        let session = try await lease()
+    func openRead(_ path: [UInt8], extra: Bool) async throws -> any ReadHandle {
+        let session = try await lease(extra: extra)
         do {
             let handle = try await session.open(path, .read)
             return RemoteHandle(side: self, session: session, handle: handle, chunk: await session.limits.readSize)
@@ -281,8 +327,8 @@ final class RemoteSide: FileSide, @unchecked Sendable {
         }
     }
 
-    func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool) async throws -> any WriteHandle {
-        let session = try await lease()
+    func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool, extra: Bool) async throws -> any WriteHandle {
+        let session = try await lease(extra: extra)
         do {
             let flags: SFTPOpenFlags = resume ? [.write] : [.write, .create, .exclusive]
             let handle = try await session.open(path, flags, permissions: mode & 0o7777)
@@ -308,7 +354,7 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     /// `copy-data` from `from` to a new (or resumed) `to` on this host, when the server offers
     /// it: no byte crosses the network. nil when it does not.
     func serverCopy(_ from: [UInt8], to: [UInt8], mode: UInt32, resumeAt: UInt64) async throws -> Bool {
-        let session = try await lease()
+        let session = try await lease(extra: false)
         guard session.info.supports("copy-data") else {
             await release(session)
             return false
