@@ -250,6 +250,22 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(try digest(merge + "/a/one.bin"), try digest(tree + "/one.bin"))
     }
 
+    func testMoreFilesThanTheServerTakesChannelsWaitForOneAndABigFileRidesSeveral() throws {
+        try saveHosts()
+        // sshd's default MaxSessions is 10: ten files at once plus the control channel is one too many.
+        let tree = directory.file("many")
+        for i in 0..<14 { try write(tree + "/f\(i).bin", bytes: 300_000, seed: UInt8(40 + i)) }
+        try write(tree + "/big.bin", bytes: 20 << 20 | 4321, seed: 60)
+        let result = try json(["put", "-r", tree, "box:" + directory.file("landed")])
+        XCTAssertEqual(result["copied"], .integer(15), "\(result)")
+        XCTAssertEqual(result["failed"], .integer(0))
+        for i in 0..<14 { XCTAssertEqual(try digest(directory.file("landed/f\(i).bin")), try digest(tree + "/f\(i).bin")) }
+        XCTAssertEqual(try digest(directory.file("landed/big.bin")), try digest(tree + "/big.bin"), "striped over channels, every byte in place")
+        let back = try json(["get", "box:" + directory.file("landed/big.bin"), directory.file("big-back.bin")])
+        XCTAssertEqual(back["copied"], .integer(1))
+        XCTAssertEqual(try digest(directory.file("big-back.bin")), try digest(tree + "/big.bin"))
+    }
+
     func testAFullDiskFailsThatFileAloneAndCommitsNothingOfIt() throws {
         let small = directory.file("small-disk")
         try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: true)

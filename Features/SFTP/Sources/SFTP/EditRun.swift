@@ -225,9 +225,9 @@ struct EditRun {
         let temporary = folder + "/.download.part"
         unlink(temporary)
         let localSide = LocalSide()
-        let reader = try await sftp(remote.shown(path)) { try await remote.openRead(path, extra: false) }
+        let reader = try await sftp(remote.shown(path)) { try await remote.openRead(path, extra: false, stripes: 1) }
         let writer: any WriteHandle
-        do { writer = try await localSide.openWrite(Array(temporary.utf8), mode: 0o600, resume: false, extra: false) } catch {
+        do { writer = try await localSide.openWrite(Array(temporary.utf8), mode: 0o600, resume: false, extra: false, stripes: 1) } catch {
             await reader.close()
             throw TermindError(.sftpFailed, TransferRun.message(error))
         }
@@ -286,7 +286,7 @@ struct EditRun {
         var info = stat()
         fstat(fd, &info)
         do {
-            let writer = try await remote.openWrite(temporary, mode: permissions, resume: false, extra: false)
+            let writer = try await remote.openWrite(temporary, mode: permissions, resume: false, extra: false, stripes: 1)
             do {
                 _ = try await SFTPTransfer.pipe(size: UInt64(info.st_size), chunk: writer.chunk, window: 16,
                                                 read: { try SFTPTransfer.readLocal(fd, offset: $0, length: $1) }, write: { try await writer.write($0, $1) })

@@ -25,6 +25,9 @@ struct TransferRun {
 
     /// Smart topology: files up to this size (and of unknown size) ride channels.
     static let smartChannelLimit: UInt64 = 64_000_000
+    /// Files this big spread their requests over up to `stripes` channels (one slot still).
+    static let stripedSize: UInt64 = 16 << 20
+    static let stripes = 4
 
     /// At most this many entries in one run's plan.
     static let maximumEntries = 100_000
@@ -527,9 +530,12 @@ struct TransferRun {
             case .connectionsPreferred: true
             case .smart: (size ?? 0) > Self.smartChannelLimit
             }
-            let reader = try await file.from.side.openRead(file.from.path, extra: extra)
+            // A big file's requests may ride several channels: each has its own window, so a
+            // long round trip does not cap it at one window per round trip.
+            let stripes = (size ?? 0) >= Self.stripedSize ? Self.stripes : 1
+            let reader = try await file.from.side.openRead(file.from.path, extra: extra, stripes: stripes)
             let writer: any WriteHandle
-            do { writer = try await file.to.side.openWrite(temporary, mode: mode, resume: resumeAt != nil, extra: extra) } catch {
+            do { writer = try await file.to.side.openWrite(temporary, mode: mode, resume: resumeAt != nil, extra: extra, stripes: stripes) } catch {
                 await reader.close()
                 throw error
             }
@@ -574,7 +580,7 @@ struct TransferRun {
     }
 
     private func digest(_ side: any FileSide, _ path: [UInt8], _ length: UInt64) async throws -> Data {
-        let reader = try await side.openRead(path, extra: false)
+        let reader = try await side.openRead(path, extra: false, stripes: 1)
         let hash = Mutex(IncrementalDigest(.sha256))
         do {
             // Pieces arrive out of order; they are hashed in order through a bounded reorder map.

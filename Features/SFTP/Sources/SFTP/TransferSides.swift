@@ -19,10 +19,11 @@ protocol FileSide: AnyObject, Sendable {
     /// A directory's entries (`.` and `..` left out), with their attributes, links unfollowed.
     func list(_ path: [UInt8], limit: Int) async throws -> [SFTPSession.Entry]
     func mkdir(_ path: [UInt8], mode: UInt32) async throws
-    /// `extra`: the file may ride an extra connection (topology), else a sibling channel.
-    func openRead(_ path: [UInt8], extra: Bool) async throws -> any ReadHandle
+    /// `extra`: the file may ride an extra connection (topology), else a sibling channel;
+    /// `stripes`: up to this many channels may carry its requests (each has its own window).
+    func openRead(_ path: [UInt8], extra: Bool, stripes: Int) async throws -> any ReadHandle
     /// A new file (`resume`: the existing partial, not truncated), never through a link.
-    func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool, extra: Bool) async throws -> any WriteHandle
+    func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool, extra: Bool, stripes: Int) async throws -> any WriteHandle
     func rename(_ from: [UInt8], to: [UInt8], overwrite: Bool) async throws
     func remove(_ path: [UInt8]) async throws
     func setAttributes(_ path: [UInt8], mode: UInt32?, accessed: UInt32?, modified: UInt32?) async throws
@@ -103,13 +104,13 @@ final class LocalSide: FileSide {
         guard Self.withPath(path, { Glibc.mkdir($0, mode_t(mode)) }) == 0 else { throw Self.error("mkdir", path) }
     }
 
-    func openRead(_ path: [UInt8], extra: Bool) async throws -> any ReadHandle {
+    func openRead(_ path: [UInt8], extra: Bool, stripes: Int) async throws -> any ReadHandle {
         let fd = Self.withPath(path) { open($0, O_RDONLY | O_CLOEXEC) }
         guard fd >= 0 else { throw Self.error("open", path) }
         return LocalHandle(fd: fd)
     }
 
-    func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool, extra: Bool) async throws -> any WriteHandle {
+    func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool, extra: Bool, stripes: Int) async throws -> any WriteHandle {
         let flags = resume ? O_WRONLY | O_NOFOLLOW | O_CLOEXEC : O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC
         let fd = Self.withPath(path) { open($0, flags, mode_t(mode & 0o7777)) }
         guard fd >= 0 else { throw Self.error("create", path) }
@@ -204,6 +205,8 @@ final class RemoteSide: FileSide, @unchecked Sendable {
                 self.connection = fresh
                 self.control = nil
                 self.idle = []
+                self.channels = 0
+                self.channelLimit = nil
             }
             return fresh
         }
@@ -216,7 +219,12 @@ final class RemoteSide: FileSide, @unchecked Sendable {
         } catch let error as SFTPError {
             throw error
         } catch {
-            throw SFTPError(status: .connectionLost, message: "\(host) did not open an SFTP channel: \(TermindError.from(error).message)")
+            let failure = TermindError.from(error)
+            // The server said no to one more channel (MaxSessions): not a lost connection.
+            if failure.isAny(of: [.sshChannelRefused, .sshChannelFailed]), connection.isAlive {
+                throw SFTPError(status: .opUnsupported, message: "\(host) refused another SFTP channel: \(failure.message)")
+            }
+            throw SFTPError(status: .connectionLost, message: "\(host) did not open an SFTP channel: \(failure.message)")
         }
     }
 
@@ -247,7 +255,7 @@ final class RemoteSide: FileSide, @unchecked Sendable {
             do {
                 let connection = try await opener.connection(silent, ask: { _ in nil })
                 let session = try await SFTPSession.open(on: connection)
-                state.withLock { extraSessions.insert(ObjectIdentifier(session)) }
+                _ = state.withLock { extraSessions.insert(ObjectIdentifier(session)) }
                 return session
             } catch is CancellationError {
                 throw CancellationError()
@@ -258,32 +266,105 @@ final class RemoteSide: FileSide, @unchecked Sendable {
                 logger.info("sftp.topology.degraded", ["host": .identifier(host)])
             }
         }
-        while let session = state.withLock({ idle.popLast() }) {
-            if await !session.isClosed { return session }
+        while true {
+            if let session = try await channel(wait: true) { return session }
         }
-        return try await newSession()
     }
 
+    /// A session on a sibling channel that is there at once (idle, or opened while the
+    /// server allows more), or nil: a big file's extra stripes never wait for one.
+    func tryLease() async -> SFTPSession? {
+        try? await channel(wait: false)
+    }
+
+    /// An idle channel session, a new one while the server takes more channels (sshd's
+    /// MaxSessions, 10 by default, is learned from its first refusal), else — with `wait` —
+    /// the next one another file releases. nil: try again (or, without `wait`, none now).
+    private func channel(wait: Bool) async throws -> SFTPSession? {
+        while let session = state.withLock({ idle.popLast() }) {
+            if await !session.isClosed { return session }
+            state.withLock { channels -= 1 }
+        }
+        let mayOpen = state.withLock { () -> Bool in
+            guard channelLimit.map({ channels < $0 }) ?? true else { return false }
+            channels += 1
+            return true
+        }
+        if mayOpen {
+            do {
+                return try await newSession()
+            } catch {
+                let (refused, others) = state.withLock { () -> (Bool, Int) in
+                    channels -= 1
+                    return ((error as? SFTPError)?.status == .opUnsupported, channels)
+                }
+                // Refused while others are open: the server's limit; wait for one of ours.
+                guard refused, others > 0 else { throw error }
+                state.withLock { channelLimit = others }
+                logger.info("sftp.channels.limit", ["host": .identifier(host), "count": .int(others)])
+            }
+        }
+        guard wait else { return nil }
+        let ticket = state.withLock { () -> UInt64 in
+            nextTicket += 1
+            return nextTicket
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<SFTPSession?, Error>) in
+                let now = state.withLock { () -> Bool in
+                    if Task.isCancelled { return true }
+                    waiters.append((ticket, continuation))
+                    return false
+                }
+                if now { continuation.resume(throwing: CancellationError()) }
+            }
+        } onCancel: {
+            let waiter = state.withLock { () -> CheckedContinuation<SFTPSession?, Error>? in
+                guard let index = waiters.firstIndex(where: { $0.0 == ticket }) else { return nil }
+                return waiters.remove(at: index).1
+            }
+            waiter?.resume(throwing: CancellationError())
+        }
+    }
+
+    private var channels = 0
+    private var channelLimit: Int?
+    private var waiters: [(UInt64, CheckedContinuation<SFTPSession?, Error>)] = []
+    private var nextTicket: UInt64 = 0
     private var extraSessions = Set<ObjectIdentifier>()
 
     func release(_ session: SFTPSession) async {
-        if await session.isClosed { return }
-        let kept = state.withLock { () -> Bool in
-            if extraSessions.contains(ObjectIdentifier(session)) {
-                guard idleExtra.count < 16 else { extraSessions.remove(ObjectIdentifier(session)); return false }
-                idleExtra.append(session)
-                return true
+        let closed = await session.isClosed
+        enum Next { case done, close, give(CheckedContinuation<SFTPSession?, Error>, SFTPSession?) }
+        let next = state.withLock { () -> Next in
+            let isExtra = extraSessions.contains(ObjectIdentifier(session))
+            if closed {
+                if isExtra { extraSessions.remove(ObjectIdentifier(session)); return .done }
+                channels -= 1
+                // Its channel is free: a waiting file may open one.
+                if !waiters.isEmpty { return .give(waiters.removeFirst().1, nil) }
+                return .done
             }
-            guard idle.count < 16 else { return false }
+            if isExtra {
+                guard idleExtra.count < 16 else { extraSessions.remove(ObjectIdentifier(session)); return .close }
+                idleExtra.append(session)
+                return .done
+            }
+            if !waiters.isEmpty { return .give(waiters.removeFirst().1, session) }
+            guard idle.count < 16 else { channels -= 1; return .close }
             idle.append(session)
-            return true
+            return .done
         }
-        if !kept { await session.close() }
+        switch next {
+        case .done: break
+        case .close: await session.close()
+        case .give(let waiter, let session): waiter.resume(returning: session)
+        }
     }
 
     func closeAll() async {
         let sessions = state.withLock { () -> [SFTPSession] in
-            defer { idle = []; idleExtra = []; extraSessions = []; control = nil }
+            defer { idle = []; idleExtra = []; extraSessions = []; control = nil; channels = 0 }
             return idle + idleExtra + [control].compactMap { $0 }
         }
         for session in sessions { await session.close() }
@@ -316,27 +397,39 @@ final class RemoteSide: FileSide, @unchecked Sendable {
 
     func mkdir(_ path: [UInt8], mode: UInt32) async throws { try await controlSession().mkdir(path, permissions: mode) }
 
-    func openRead(_ path: [UInt8], extra: Bool) async throws -> any ReadHandle {
-        let session = try await lease(extra: extra)
-        do {
-            let handle = try await session.open(path, .read)
-            return RemoteHandle(side: self, session: session, handle: handle, chunk: await session.limits.readSize)
-        } catch {
-            await release(session)
-            throw error
+    func openRead(_ path: [UInt8], extra: Bool, stripes: Int) async throws -> any ReadHandle {
+        try await openHandles(stripes: stripes, extra: extra, size: { $0.readSize }) { session, first in try await session.open(path, .read) }
+    }
+
+    func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool, extra: Bool, stripes: Int) async throws -> any WriteHandle {
+        try await openHandles(stripes: stripes, extra: extra, size: { $0.writeSize }) { session, first in
+            // Only the first opening creates the file; the other stripes open what it made.
+            let flags: SFTPOpenFlags = resume || !first ? [.write] : [.write, .create, .exclusive]
+            return try await session.open(path, flags, permissions: mode & 0o7777)
         }
     }
 
-    func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool, extra: Bool) async throws -> any WriteHandle {
+    /// The file opened on one session, and on up to `stripes - 1` more that are there at once.
+    private func openHandles(stripes: Int, extra: Bool, size: @Sendable (SFTPLimits) -> Int,
+                             _ open: (SFTPSession, Bool) async throws -> SFTPSession.Handle) async throws -> RemoteHandle {
         let session = try await lease(extra: extra)
+        var parts: [(SFTPSession, SFTPSession.Handle)] = []
         do {
-            let flags: SFTPOpenFlags = resume ? [.write] : [.write, .create, .exclusive]
-            let handle = try await session.open(path, flags, permissions: mode & 0o7777)
-            return RemoteHandle(side: self, session: session, handle: handle, chunk: await session.limits.writeSize)
+            parts.append((session, try await open(session, true)))
         } catch {
             await release(session)
             throw error
         }
+        var chunk = size(await session.limits)
+        while parts.count < stripes, let more = await tryLease() {
+            guard let handle = try? await open(more, false) else {
+                await release(more)
+                break
+            }
+            parts.append((more, handle))
+            chunk = min(chunk, size(await more.limits))
+        }
+        return RemoteHandle(side: self, parts: parts, chunk: chunk)
     }
 
     func rename(_ from: [UInt8], to: [UInt8], overwrite: Bool) async throws {
@@ -385,26 +478,43 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     }
 }
 
+/// A remote file open on one or more sessions: request n goes to part n mod count.
 private struct RemoteHandle: ReadHandle, WriteHandle {
     let side: RemoteSide
-    let session: SFTPSession
-    let handle: SFTPSession.Handle
+    let parts: [(SFTPSession, SFTPSession.Handle)]
     let chunk: Int
-    func read(_ offset: UInt64, _ length: Int) async throws -> ArraySlice<UInt8> { try await session.read(handle, offset: offset, length: length) }
-    func write(_ offset: UInt64, _ data: ArraySlice<UInt8>) async throws { try await session.write(handle, offset: offset, data) }
-    func close() async {
-        try? await session.close(handle)
-        await side.release(session)
+
+    private func part(_ offset: UInt64) -> (SFTPSession, SFTPSession.Handle) {
+        parts.count == 1 ? parts[0] : parts[Int((offset / UInt64(max(1, chunk))) % UInt64(parts.count))]
     }
-    func abandon() async { await close() }
-    func finish() async throws {
-        do {
-            try await session.close(handle)
-        } catch {
+
+    func read(_ offset: UInt64, _ length: Int) async throws -> ArraySlice<UInt8> {
+        let (session, handle) = part(offset)
+        return try await session.read(handle, offset: offset, length: length)
+    }
+
+    func write(_ offset: UInt64, _ data: ArraySlice<UInt8>) async throws {
+        let (session, handle) = part(offset)
+        try await session.write(handle, offset: offset, data)
+    }
+
+    func close() async {
+        for (session, handle) in parts {
+            try? await session.close(handle)
             await side.release(session)
-            throw error
         }
-        await side.release(session)
+    }
+
+    func abandon() async { await close() }
+
+    /// Every handle closed (the server has taken every write); the first failure fails it.
+    func finish() async throws {
+        var failure: (any Error)?
+        for (session, handle) in parts {
+            do { try await session.close(handle) } catch { failure = failure ?? error }
+            await side.release(session)
+        }
+        if let failure { throw failure }
     }
 }
 

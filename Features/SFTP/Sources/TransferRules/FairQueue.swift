@@ -4,6 +4,9 @@
 /// served longest ago, first in, first out within a source. A file that touches two hosts (a
 /// cross-host copy) takes one slot on each and one in the process. Limits are read at each
 /// admission, so a change applies to what is still queued; what runs keeps running.
+///
+/// Queued entries are kept by host, then by source, each source's in order: choosing the
+/// next file costs the number of hosts and sources waiting, not the number of files.
 public struct FairQueue<ID: Hashable & Sendable>: Sendable {
     public struct Limits: Equatable, Sendable {
         public var active: Int
@@ -21,7 +24,9 @@ public struct FairQueue<ID: Hashable & Sendable>: Sendable {
         let sequence: UInt64
     }
 
-    private var queued: [Entry] = []
+    /// Host (the first of an entry's) → source → its entries by sequence.
+    private var waiting: [String: [String: [Entry]]] = [:]
+    private var where_: [ID: (host: String, source: String)] = [:]
     private var running: [ID: Entry] = [:]
     private var perHost: [String: Int] = [:]
     private var tick: UInt64 = 0
@@ -34,14 +39,15 @@ public struct FairQueue<ID: Hashable & Sendable>: Sendable {
     public init() {}
 
     public var activeCount: Int { running.count }
-    public var queuedCount: Int { queued.count }
-    public func isQueued(_ id: ID) -> Bool { queued.contains { $0.id == id } }
+    public var queuedCount: Int { where_.count }
+    public func isQueued(_ id: ID) -> Bool { where_[id] != nil }
     public func isActive(_ id: ID) -> Bool { running[id] != nil }
     public func active(on host: String) -> Int { perHost[host] ?? 0 }
 
     /// Queues `id` for `hosts` (the first is the one it rotates under) from `source`.
     public mutating func enqueue(_ id: ID, hosts: [String], source: String) {
         precondition(!hosts.isEmpty, "a queued file names its host")
+        guard where_[id] == nil, running[id] == nil else { return }
         let place: UInt64
         if let kept = places[id] {
             place = kept
@@ -53,8 +59,13 @@ public struct FairQueue<ID: Hashable & Sendable>: Sendable {
         var unique: [String] = []
         for host in hosts where !unique.contains(host) { unique.append(host) }
         let entry = Entry(id: id, hosts: unique, source: source, sequence: place)
-        let index = queued.firstIndex { $0.sequence > place } ?? queued.endIndex
-        queued.insert(entry, at: index)
+        var list = waiting[unique[0], default: [:]][source, default: []]
+        // Almost always the newest; a resumed entry goes back to its place.
+        var index = list.endIndex
+        while index > list.startIndex, list[index - 1].sequence > place { index -= 1 }
+        list.insert(entry, at: index)
+        waiting[unique[0], default: [:]][source] = list
+        where_[id] = (unique[0], source)
     }
 
     /// Takes `id` out, queued or running (its slots free). Returns whether it was there.
@@ -64,8 +75,10 @@ public struct FairQueue<ID: Hashable & Sendable>: Sendable {
             for host in entry.hosts { perHost[host, default: 1] -= 1 }
             return true
         }
-        guard let index = queued.firstIndex(where: { $0.id == id }) else { return false }
-        queued.remove(at: index)
+        guard let (host, source) = where_.removeValue(forKey: id) else { return false }
+        waiting[host]?[source]?.removeAll { $0.id == id }
+        if waiting[host]?[source]?.isEmpty == true { waiting[host]?[source] = nil }
+        if waiting[host]?.isEmpty == true { waiting[host] = nil }
         return true
     }
 
@@ -80,24 +93,23 @@ public struct FairQueue<ID: Hashable & Sendable>: Sendable {
         let active = max(1, limits.active), host = max(1, min(limits.perHost, active))
         var started: [ID] = []
         var progress = true
-        while progress, running.count < active, !queued.isEmpty {
+        while progress, running.count < active, !waiting.isEmpty {
             progress = false
             // Hosts by when they were last served (never first), then by their oldest entry.
-            var oldest: [String: UInt64] = [:]
-            for entry in queued where oldest[entry.hosts[0]] == nil { oldest[entry.hosts[0]] = entry.sequence }
-            let hosts = oldest.keys.sorted { (hostServed[$0] ?? 0, oldest[$0]!) < (hostServed[$1] ?? 0, oldest[$1]!) }
-            for name in hosts where running.count < active {
+            let hosts = waiting.map { name, sources in (name, hostServed[name] ?? 0, sources.values.map { $0[0].sequence }.min() ?? 0) }
+                .sorted { ($0.1, $0.2) < ($1.1, $1.2) }
+            for (name, _, _) in hosts {
                 // That host's sources by when they were last served; each offers its first entry only.
-                var firsts: [String: Int] = [:]
-                for (index, entry) in queued.enumerated() where entry.hosts[0] == name && firsts[entry.source] == nil { firsts[entry.source] = index }
-                let sources = firsts.keys.sorted {
-                    (sourceServed[name + "\u{0}" + $0] ?? 0, queued[firsts[$0]!].sequence) < (sourceServed[name + "\u{0}" + $1] ?? 0, queued[firsts[$1]!].sequence)
-                }
-                guard let index = sources.lazy.map({ firsts[$0]! }).first(where: { queued[$0].hosts.allSatisfy { (perHost[$0] ?? 0) < host } }) else { continue }
-                let entry = queued.remove(at: index)
+                let sources = waiting[name]!.map { source, list in (source, sourceServed[name + "\u{0}" + source] ?? 0, list[0]) }
+                    .sorted { ($0.1, $0.2.sequence) < ($1.1, $1.2.sequence) }
+                guard let (source, _, entry) = sources.first(where: { $0.2.hosts.allSatisfy { (perHost[$0] ?? 0) < host } }) else { continue }
+                waiting[name]![source]!.removeFirst()
+                if waiting[name]![source]!.isEmpty { waiting[name]![source] = nil }
+                if waiting[name]!.isEmpty { waiting[name] = nil }
+                where_[entry.id] = nil
                 tick += 1
                 hostServed[name] = tick
-                sourceServed[name + "\u{0}" + entry.source] = tick
+                sourceServed[name + "\u{0}" + source] = tick
                 running[entry.id] = entry
                 for h in entry.hosts { perHost[h, default: 0] += 1 }
                 started.append(entry.id)
