@@ -261,9 +261,57 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(result["failed"], .integer(0))
         for i in 0..<14 { XCTAssertEqual(try digest(directory.file("landed/f\(i).bin")), try digest(tree + "/f\(i).bin")) }
         XCTAssertEqual(try digest(directory.file("landed/big.bin")), try digest(tree + "/big.bin"), "striped over channels, every byte in place")
+        let log = (try? String(contentsOfFile: server.directory.file("sshd.log"), encoding: .utf8)) ?? ""
+        XCTAssertTrue(log.contains("no more sessions"), "the server did refuse a channel: the files waited for one")
         let back = try json(["get", "box:" + directory.file("landed/big.bin"), directory.file("big-back.bin")])
         XCTAssertEqual(back["copied"], .integer(1))
         XCTAssertEqual(try digest(directory.file("big-back.bin")), try digest(tree + "/big.bin"))
+    }
+
+    func testNamesWithNewlinesAndBytesThatAreNotUTF8ArriveExactly() throws {
+        try saveHosts()
+        let root = directory.file("odd")
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let name: [UInt8] = Array("bad".utf8) + [0xFF] + Array("\nname with space".utf8)
+        func create(_ path: [UInt8], _ text: String) {
+            let fd = (path + [0]).withUnsafeBufferPointer { open(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), O_CREAT | O_WRONLY, 0o644) }
+            XCTAssertGreaterThanOrEqual(fd, 0)
+            _ = text.withCString { Glibc.write(fd, $0, strlen($0)) }
+            close(fd)
+        }
+        create(Array((root + "/").utf8) + name, "exact")
+        let result = try json(["get", "-r", "box:" + root, directory.file("copy")])
+        XCTAssertEqual(result["copied"], .integer(1), "\(result)")
+        let landed = Array((directory.file("copy") + "/").utf8) + name + [0]
+        let fd = landed.withUnsafeBufferPointer { open(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), O_RDONLY) }
+        XCTAssertGreaterThanOrEqual(fd, 0, "the same bytes name the copy")
+        var buffer = [UInt8](repeating: 0, count: 16)
+        XCTAssertEqual(read(fd, &buffer, 16), 5)
+        close(fd)
+    }
+
+    func testAFileThatGrowsWhileItIsReadIsNotCommitted() throws {
+        try saveHosts()
+        let source = directory.file("growing.log")
+        try write(source, bytes: 8 << 20, seed: 70)
+        let stop = ManagedAtomicFlag()
+        let appender = Thread {
+            let fd = open(source, O_WRONLY | O_APPEND)
+            while !stop.isSet {
+                _ = Glibc.write(fd, "x", 1)
+                usleep(2_000)
+            }
+            close(fd)
+        }
+        appender.start()
+        defer { stop.set() }
+        usleep(50_000)
+        let result = try termind(["put", source, "box:" + directory.file("landing.log")])
+        stop.set()
+        XCTAssertEqual(result.status, 1, result.stderr)
+        XCTAssertTrue(result.stderr.contains("changed while being read"), result.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: directory.file("landing.log")))
+        XCTAssertEqual(leftovers(directory.path), [])
     }
 
     func testAFullDiskFailsThatFileAloneAndCommitsNothingOfIt() throws {
@@ -471,6 +519,17 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(third.wait(), 1)
         XCTAssertEqual(try row()?["state"]?.stringValue, "cancelled")
         XCTAssertEqual(leftovers(landing), [])
+        // Deleting the saved host cancels what reaches it, partial and all.
+        let fourth = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "put", source, "slow:" + landing + "/fourth.bin"],
+                                        environment: environment, captureOutput: true)
+        spawned.append(fourth)
+        try wait("the fourth transfer to move") { try row()?["id"]?.stringValue != last && (try row()?["done"]?.intValue ?? 0) > 1 << 20 }
+        let deleted = try termind(["vault", "host", "delete", "slow"])
+        XCTAssertEqual(deleted.status, 0, deleted.stderr)
+        XCTAssertEqual(fourth.wait(), 1)
+        XCTAssertEqual(try row()?["state"]?.stringValue, "cancelled")
+        XCTAssertEqual(leftovers(landing), [])
+
         let unknown = try termind(["transfers", "resume", "t999"])
         XCTAssertEqual(unknown.status, 1)
         XCTAssertTrue(unknown.stderr.contains("No transfer t999"), unknown.stderr)
@@ -504,4 +563,12 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(get.wait(), 0)
         XCTAssertEqual(try digest(landing + "/remote.bin"), try digest(remoteSource))
     }
+}
+
+/// A flag one thread sets and another reads.
+private final class ManagedAtomicFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    var isSet: Bool { lock.withLock { value } }
+    func set() { lock.withLock { value = true } }
 }

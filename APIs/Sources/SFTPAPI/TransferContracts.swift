@@ -205,3 +205,19 @@ extension ErrorCode {
     /// A transfer control named no row, or a row in the wrong state.
     public static let sftpTransferState: ErrorCode = "sftp.transfer_state"
 }
+
+/// The process scheduler as a port (`sftp.scheduler`), for the features that move file data
+/// besides the CLI (the Assistant's and MCP's tools, later): each `transfer` is one source of
+/// the same fair queue, with the same limits, rules and rows as `termind cp`.
+public protocol TransferScheduling: Sendable {
+    /// Runs one transfer, asking and reporting on `session` as `termind cp` does.
+    func transfer(_ request: SFTPStreams.Transfer.Request, session: StreamSession) async throws -> SFTPStreams.Transfer.Result
+    func transfers() async -> [SFTPContracts.TransferRow]
+    func pause(_ id: String) async throws -> SFTPContracts.TransferRow
+    func resume(_ id: String) async throws -> SFTPContracts.TransferRow
+    func cancel(_ id: String) async throws -> SFTPContracts.TransferRow
+}
+
+extension PortKey where P == any TransferScheduling {
+    public static var sftpScheduler: Self { PortKey("sftp.scheduler") }
+}

@@ -3,7 +3,7 @@ import Foundation
 import TermindCore
 import TermindHarness
 
-// termind-sftp-bench [--mib N] [--rtt-mib N] [--files N] [--runs R] [--only loopback,rtt,files,fair]
+// termind-sftp-bench [--mib N] [--rtt-mib N] [--files N] [--rtt-files N] [--runs R] [--only loopback,rtt,files,rttfiles,fair]
 //
 // Whole `termind get`/`put` processes (each one starts, connects over a saved host, moves
 // the bytes, commits by rename) against whole OpenSSH `sftp -b` processes on the same sshd
@@ -14,6 +14,7 @@ import TermindHarness
 //   rtt       N MiB (default 256) get and put through a relay that delays each direction by
 //             10 ms (a 20 ms round trip; this kernel has no netem);
 //   files     a tree of N files (default 2000) of 1-64 KiB, put -r and get -r;
+//   rttfiles  the same with N files (default 200) through the 20 ms relay;
 //   fair      inside `termind serve` with sftp.limits {active 6, perHost 2}: three puts of 16
 //             files each, to three saved hosts at once; prints the hosts in the order the
 //             scheduler started their files (the rotation) and the time each put took.
@@ -21,7 +22,7 @@ import TermindHarness
 // Everything runs on this machine; files live in a scratch folder on the same disk.
 
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: termind-sftp-bench [--mib N] [--rtt-mib N] [--files N] [--runs R] [--only loopback,rtt,files,fair]\n".utf8))
+    FileHandle.standardError.write(Data("usage: termind-sftp-bench [--mib N] [--rtt-mib N] [--files N] [--rtt-files N] [--runs R] [--only loopback,rtt,files,rttfiles,fair]\n".utf8))
     exit(2)
 }
 func fail(_ message: String) -> Never {
@@ -31,14 +32,15 @@ func fail(_ message: String) -> Never {
 func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
 
-var mib = 1024, rttMib = 256, fileCount = 2000, runs = 3
-var only: Set<String> = ["loopback", "rtt", "files", "fair"]
+var mib = 1024, rttMib = 256, fileCount = 2000, rttFiles = 200, runs = 3
+var only: Set<String> = ["loopback", "rtt", "files", "rttfiles", "fair"]
 var args = CommandLine.arguments.dropFirst()
 while let arg = args.popFirst() {
     switch arg {
     case "--mib": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; mib = v
     case "--rtt-mib": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; rttMib = v
     case "--files": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; fileCount = v
+    case "--rtt-files": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; rttFiles = v
     case "--runs": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; runs = v
     case "--only": guard let v = args.popFirst() else { usage() }; only = Set(v.split(separator: ",").map(String.init))
     default: usage()
@@ -138,12 +140,12 @@ var notes: [String] = []
 if only.contains("loopback") { try bulk("loopback", mebibytes: mib, host: "box", port: sshd.port) }
 if only.contains("rtt") { try bulk("20 ms RTT", mebibytes: rttMib, host: "far", port: relay.port) }
 
-if only.contains("files") {
-    // N files of 1-64 KiB in 20 folders.
+/// A tree of `count` files of 1-64 KiB in 20 folders, put -r and get -r over `host`.
+@MainActor func tree(_ label: String, count: Int, host: String, port: Int) throws {
     let tree = scratch.file("tree")
     var total = 0
     var state: UInt64 = 0x2545F4914F6CDD1D
-    for i in 0..<fileCount {
+    for i in 0..<count {
         let folder = tree + "/d\(i % 20)"
         if i < 20 { try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true) }
         state ^= state << 13; state ^= state >> 7; state ^= state << 17
@@ -154,20 +156,23 @@ if only.contains("files") {
     var values: [String: [Double]] = [:]
     for _ in 0..<runs {
         clear(scratch.file("up.termind"), scratch.file("up.sftp"), scratch.file("down.termind"), scratch.file("down.sftp"))
-        values["put -r termind", default: []].append(try timed(["put", "-r", tree, "box:\(scratch.file("up.termind"))"]))
-        values["put -r sftp", default: []].append(try openssh("put -r \(tree) \(scratch.file("up.sftp"))", port: sshd.port))
-        values["get -r termind", default: []].append(try timed(["get", "-r", "box:\(tree)", scratch.file("down.termind")]))
-        values["get -r sftp", default: []].append(try openssh("get -r \(tree) \(scratch.file("down.sftp"))", port: sshd.port))
+        values["put -r termind", default: []].append(try timed(["put", "-r", tree, "\(host):\(scratch.file("up.termind"))"]))
+        values["put -r sftp", default: []].append(try openssh("put -r \(tree) \(scratch.file("up.sftp"))", port: port))
+        values["get -r termind", default: []].append(try timed(["get", "-r", "\(host):\(tree)", scratch.file("down.termind")]))
+        values["get -r sftp", default: []].append(try openssh("get -r \(tree) \(scratch.file("down.sftp"))", port: port))
     }
-    for (name, list) in values.sorted(by: { $0.key < $1.key }) { print("\(fileCount) files \(name): \(list.map(BenchmarkFigure.format)) s") }
+    for (name, list) in values.sorted(by: { $0.key < $1.key }) { print("\(count) files \(label) \(name): \(list.map(BenchmarkFigure.format)) s") }
     // Files per second, so that above 1 means termind is faster.
     for verb in ["put -r", "get -r"] {
-        figures.append(BenchmarkFigure(name: "\(fileCount) files \(verb) (files/s)", value: Double(fileCount) / median(values["\(verb) termind"]!), unit: "files/s",
-                                       baseline: Double(fileCount) / median(values["\(verb) sftp"]!)))
+        figures.append(BenchmarkFigure(name: "\(count) files \(verb), \(label) (files/s)", value: Double(count) / median(values["\(verb) termind"]!), unit: "files/s",
+                                       baseline: Double(count) / median(values["\(verb) sftp"]!)))
     }
-    notes.append("files: \(fileCount) files, \(total >> 10) KiB in all, 20 folders")
+    notes.append("files \(label): \(count) files, \(total >> 10) KiB in all, 20 folders")
     clear(tree, scratch.file("up.termind"), scratch.file("up.sftp"), scratch.file("down.termind"), scratch.file("down.sftp"))
 }
+
+if only.contains("files") { try tree("loopback", count: fileCount, host: "box", port: sshd.port) }
+if only.contains("rttfiles") { try tree("20 ms RTT", count: rttFiles, host: "far", port: relay.port) }
 
 if only.contains("fair") {
     let serve = try ServeProcess(directory: scratch, arguments: [], environment: ["TERMIND_SOCKET": scratch.file("serve/control.sock")])

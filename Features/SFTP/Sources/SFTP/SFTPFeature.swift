@@ -15,7 +15,9 @@ final class SFTPFeature: Feature {
     private struct Ports: Sendable {
         let opener: ConnectionOpener
         let resident: Bool
+        let hosts: (any HostDirectory)?
     }
+    private let follower = Mutex<Task<Void, Never>?>(nil)
 
     private let ports = Mutex<Ports?>(nil)
     /// `sftp.limits` and `sftp.topology` as they apply now: read once, then kept current by
@@ -57,7 +59,7 @@ final class SFTPFeature: Feature {
     }
     private let settings: SettingsCache
     /// The one scheduler of the process.
-    private let scheduler: TransferScheduler
+    fileprivate let scheduler: TransferScheduler
 
     init() {
         let cache = SettingsCache()
@@ -78,13 +80,8 @@ final class SFTPFeature: Feature {
         registrar.stream(SFTPStreams.Run.self) { [self] request, session in
             try await Runner(request: request, session: session).run(try current().opener)
         }
-        registrar.stream(SFTPStreams.Transfer.self) { [self] request, session in
-            let ports = try current()
-            let cache = settings
-            return try await TransferRun(request: request, session: session, opener: ports.opener, scheduler: scheduler, resident: ports.resident) {
-                await cache.current().topology.strategy
-            }.run()
-        }
+        registrar.stream(SFTPStreams.Transfer.self) { [self] request, session in try await transfer(request, session: session) }
+        registrar.provide(.sftpScheduler, SchedulerPort(feature: self))
         registrar.stream(SFTPStreams.Edit.self) { [self] request, session in
             try await EditRun(request: request, session: session, opener: try current().opener).run()
         }
@@ -96,7 +93,26 @@ final class SFTPFeature: Feature {
         registrar.handle(SFTPContracts.Cancel.self) { request, _ in try await Self.control { try await scheduler.cancel(request.id) } }
     }
 
-    private static func control(_ body: () async throws -> SFTPContracts.TransferRow) async throws -> SFTPContracts.TransferReply {
+    fileprivate func transfer(_ request: SFTPStreams.Transfer.Request, session: StreamSession) async throws -> SFTPStreams.Transfer.Result {
+        let ports = try current()
+        let cache = settings
+        return try await TransferRun(request: request, session: session, opener: ports.opener, scheduler: scheduler, resident: ports.resident,
+                                     topology: { await cache.current().topology.strategy }, hosts: ports.hosts).run()
+    }
+
+    /// `sftp.scheduler`: the same runs and rows as the CLI's.
+    private struct SchedulerPort: TransferScheduling {
+        let feature: SFTPFeature
+        func transfer(_ request: SFTPStreams.Transfer.Request, session: StreamSession) async throws -> SFTPStreams.Transfer.Result {
+            try await feature.transfer(request, session: session)
+        }
+        func transfers() async -> [SFTPContracts.TransferRow] { await feature.scheduler.list() }
+        func pause(_ id: String) async throws -> SFTPContracts.TransferRow { try await SFTPFeature.control { try await feature.scheduler.pause(id) }.transfer }
+        func resume(_ id: String) async throws -> SFTPContracts.TransferRow { try await SFTPFeature.control { try await feature.scheduler.resume(id) }.transfer }
+        func cancel(_ id: String) async throws -> SFTPContracts.TransferRow { try await SFTPFeature.control { try await feature.scheduler.cancel(id) }.transfer }
+    }
+
+    fileprivate static func control(_ body: () async throws -> SFTPContracts.TransferRow) async throws -> SFTPContracts.TransferReply {
         do { return .init(transfer: try await body()) } catch let failure as TransferFailure {
             throw TermindError(.sftpTransferState, failure.message)
         }
@@ -110,10 +126,24 @@ final class SFTPFeature: Feature {
         }
         let opener = ConnectionOpener(routes: try context.ports.require(.routes), trust: try context.ports.require(.hostKeyTrust),
                                       pool: try context.ports.require(.sshConnections), logger: context.logger)
-        ports.withLock { $0 = Ports(opener: opener, resident: context.resident) }
+        let hosts = context.ports.optional(.hostDirectory)
+        ports.withLock { $0 = Ports(opener: opener, resident: context.resident, hosts: hosts) }
+        // A deleted saved host (from any client of a server) cancels the files that reach it.
+        if let hosts {
+            let scheduler = self.scheduler
+            let changes = hosts.changes()
+            let logger = context.logger
+            follower.withLock { $0 = Task {
+                for await change in changes where change.deleted {
+                    let rows = await scheduler.cancel(savedHosts: Set(change.affected + [change.host]))
+                    if !rows.isEmpty { logger.info("sftp.host_deleted", ["count": .int(rows.count)]) }
+                }
+            } }
+        }
     }
 
     func stop() async {
+        follower.withLock { $0?.cancel(); $0 = nil }
         settings.stop()
         ports.withLock { $0 = nil }
     }

@@ -22,6 +22,8 @@ struct TransferRun {
     let resident: Bool
     /// `sftp.topology` as it applies now (read for each admitted file).
     let topology: @Sendable () async -> SFTPSettings.Topology.Strategy
+    /// Saved hosts by name, so that deleting one cancels what reaches it.
+    let hosts: (any HostDirectory)?
 
     /// Smart topology: files up to this size (and of unknown size) ride channels.
     static let smartChannelLimit: UInt64 = 64_000_000
@@ -106,6 +108,11 @@ struct TransferRun {
         let destinationSide = side(destination)
         let sourceSides = sources.map(side)
         defer { let all = Array(remotes.values); Task { for remote in all { await remote.closeAll() } } }
+
+        // Saved hosts by id: a deletion cancels the files that reach them.
+        for remote in remotes.values where !remote.host.contains("@") {
+            remote.savedHost = try? await hosts?.host(named: remote.host)?.id
+        }
 
         // The destination: an existing directory takes the sources by their names.
         let destinationPath = localize(destination)
@@ -449,7 +456,8 @@ struct TransferRun {
 
     private func move(_ file: PlannedFile, source: String, board: ProgressBoard) async -> Transfer.File {
         let hosts = [file.from.side.host, file.to.side.host].filter { !$0.isEmpty }
-        let id = await scheduler.submit(source: source, hosts: hosts, from: file.from.shown, to: file.to.shown, size: file.attributes.size)
+        let saved = Set([file.from.side, file.to.side].compactMap { ($0 as? RemoteSide)?.savedHost })
+        let id = await scheduler.submit(source: source, hosts: hosts, savedHosts: saved, from: file.from.shown, to: file.to.shown, size: file.attributes.size)
         let row = "t\(id)"
         let (directory, name) = SFTPPaths.split(file.to.path)
         let temporary = SFTPPaths.join(directory, TransferNames.temporary(name, token: "\(row)-\(UUID().uuidString.prefix(6).lowercased())"))

@@ -14,6 +14,8 @@ actor TransferScheduler {
 
     private struct Slot {
         var row: Row
+        /// The saved hosts (ids) it reaches: deleting one cancels it.
+        var savedHosts: Set<String> = []
         /// The run's file task waits here for admission (or for a resume).
         var waiter: CheckedContinuation<Void, Error>?
         /// Tells the file's task to stop (pause keeps the partial; cancel removes it).
@@ -32,10 +34,10 @@ actor TransferScheduler {
     }
 
     /// A new row, queued for admission under `hosts` (the first rotates) from `source`.
-    func submit(source: String, hosts: [String], from: String, to: String, size: UInt64?) -> UInt64 {
+    func submit(source: String, hosts: [String], savedHosts: Set<String> = [], from: String, to: String, size: UInt64?) -> UInt64 {
         nextID += 1
         let row = Row(id: "t\(nextID)", state: .queued, source: source, from: from, to: to, size: size, done: 0, hosts: hosts)
-        slots[nextID] = Slot(row: row)
+        slots[nextID] = Slot(row: row, savedHosts: savedHosts)
         queue.enqueue(nextID, hosts: hosts, source: source)
         return nextID
     }
@@ -152,6 +154,15 @@ actor TransferScheduler {
         queue.enqueue(id, hosts: slot.row.hosts, source: slot.row.source)
         await admit()
         return slots[id]!.row
+    }
+
+    /// A saved host was deleted (or a host its route runs through): every file that reaches
+    /// it is cancelled, its partial removed by its run. Returns the rows cancelled.
+    @discardableResult
+    func cancel(savedHosts gone: Set<String>) async -> [String] {
+        let hit = slots.filter { !$0.value.savedHosts.isDisjoint(with: gone) && [.queued, .active, .paused].contains($0.value.row.state) }.map(\.value.row.id)
+        for id in hit { _ = try? await cancel(id) }
+        return hit
     }
 
     func cancel(_ text: String) async throws -> Row {

@@ -191,6 +191,13 @@ final class RemoteSide: FileSide, @unchecked Sendable {
         logger = opener.logger.child("sftp")
     }
 
+    /// The saved host's id when the side names one (set by the run once resolved).
+    var savedHost: String? {
+        get { state.withLock { saved } }
+        set { state.withLock { saved = newValue } }
+    }
+    private var saved: String?
+
     /// Why extra connections are not used (a failed probe), if so.
     var degradedReason: String? { state.withLock { degraded } }
 
