@@ -158,6 +158,12 @@ final class TransferFeatureTests: XCTestCase {
         let help = try termind(["help", "get"])
         XCTAssertTrue(help.stdout.contains("Usage: termind get [-L] [-p] [-r] SOURCES... DESTINATION") && help.stdout.contains("-r  --recursive true"), help.stdout)
 
+        // A destination whose folder is missing: that file fails, and no partial is spoken of.
+        let nowhere = try termind(["put", tree + "/small.bin", "box:" + remote + "/no/such/folder/x.bin"])
+        XCTAssertEqual(nowhere.status, 1)
+        XCTAssertTrue(nowhere.stderr.contains("x.bin"), nowhere.stderr)
+        XCTAssertFalse(nowhere.stderr.contains("could not be removed"), nowhere.stderr)
+
         // Some sources fail, the others arrive: exit 3, each failure said.
         let partial = try termind(["put", tree + "/small.bin", directory.file("missing.bin"), "box:" + remote])
         XCTAssertEqual(partial.status, 3, partial.stderr)

@@ -462,9 +462,11 @@ struct TransferRun {
         let (directory, name) = SFTPPaths.split(file.to.path)
         let temporary = SFTPPaths.join(directory, TransferNames.temporary(name, token: "\(row)-\(UUID().uuidString.prefix(6).lowercased())"))
         let signal = Signal()
+        /// Whether a temporary file may exist (only then is one removed).
+        let created = Flag()
         var partial: UInt64?
         func ended(_ outcome: Transfer.File.Outcome, _ error: String?, bytes: UInt64 = 0) async -> Transfer.File {
-            if outcome != .copied, partial != nil || outcome == .failed {
+            if outcome != .copied, created.isSet {
                 // The partial goes; a failed clean-up is said with its path.
                 do { try await file.to.side.remove(temporary) } catch {
                     await session.emit("notice", ["text": .string("The partial file \(file.to.side.shown(temporary)) could not be removed: \(Self.message(error))")])
@@ -489,8 +491,13 @@ struct TransferRun {
             if signal.stop == .cancel { return await ended(.cancelled, "cancelled") }
             signal.reset()
             board.started(id, name: SFTPPaths.display(name), at: partial ?? 0)
+            // Nothing was written before the pause: start over.
+            if partial == 0 {
+                try? await file.to.side.remove(temporary)
+                partial = nil
+            }
             let resumeAt = partial
-            let attempt = Task { try await copy(file, into: temporary, resumeAt: resumeAt) { board.progress(id, $0) } }
+            let attempt = Task { try await copy(file, into: temporary, resumeAt: resumeAt, created: created) { board.progress(id, $0) } }
             signal.attach(attempt)
             do {
                 let bytes = try await withTaskCancellationHandler { try await attempt.value } onCancel: { attempt.cancel() }
@@ -521,13 +528,14 @@ struct TransferRun {
 
     /// Copies `file` into `temporary` (from `resumeAt` after checking that neither side
     /// changed); returns the bytes the file holds.
-    private func copy(_ file: PlannedFile, into temporary: [UInt8], resumeAt: UInt64?, progress: @escaping @Sendable (UInt64) -> Void) async throws -> UInt64 {
+    private func copy(_ file: PlannedFile, into temporary: [UInt8], resumeAt: UInt64?, created: Flag,
+                      progress: @escaping @Sendable (UInt64) -> Void) async throws -> UInt64 {
         let size = file.attributes.size
         let mode = (file.attributes.permissions ?? 0o644) & 0o777
         if let resumeAt { try await verifyPrefix(file, temporary, resumeAt) }
         let start = resumeAt ?? 0
         let end: UInt64
-        if let remote = file.from.side as? RemoteSide, file.from.side === file.to.side,
+        if let remote = file.from.side as? RemoteSide, file.from.side === file.to.side, created.set(),
            try await remote.serverCopy(file.from.path, to: temporary, mode: mode, resumeAt: start) {
             // The same host: the server copies (copy-data), no byte crosses the network.
             end = try await file.to.side.stat(temporary, follow: false)?.size ?? 0
@@ -547,6 +555,7 @@ struct TransferRun {
                 await reader.close()
                 throw error
             }
+            created.set()
             do {
                 let window = min(file.from.side.window, file.to.side.window)
                 end = try await SFTPTransfer.pipe(from: start, size: size, chunk: min(reader.chunk, writer.chunk), window: window,
@@ -681,4 +690,13 @@ final class ProgressBoard: Sendable {
                      "unit": .string("bytes"), "key": .string("transfer")], rows)
         }
     }
+}
+
+/// Set once, read from anywhere.
+final class Flag: Sendable {
+    private let lock = Mutex(false)
+    var isSet: Bool { lock.withLock { $0 } }
+    /// Sets it; returns true (so it can stand in a condition list).
+    @discardableResult
+    func set() -> Bool { lock.withLock { $0 = true }; return true }
 }
