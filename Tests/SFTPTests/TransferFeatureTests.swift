@@ -116,8 +116,9 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(up["copied"], .integer(5))
         XCTAssertEqual(up["skipped"], .integer(1), "the link inside the tree is skipped without -L")
         XCTAssertEqual(up["bytes"]?.intValue, (3 << 20 | 12_345) + 1 + 300_000 + (255 << 10))
+        let landed = (FileManager.default.enumerator(atPath: remote)?.allObjects as? [String] ?? []).sorted()
         for name in ["big.bin", "small.bin", "empty", "sub/with space.txt", "sub/deeper/edge.bin"] {
-            XCTAssertEqual(try digest(remote + "/tree/" + name), try digest(tree + "/" + name), name)
+            XCTAssertEqual(try? digest(remote + "/tree/" + name), try digest(tree + "/" + name), "\(name); the put said \(up); there is \(landed)")
         }
         XCTAssertEqual(mode(remote + "/tree/small.bin"), 0o600)
         XCTAssertEqual(mode(remote + "/tree/sub"), 0o750)

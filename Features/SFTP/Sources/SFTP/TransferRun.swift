@@ -37,6 +37,8 @@ struct TransferRun {
     static let maximumDepth = 64
 
     private var verb: String { request.verb ?? "cp" }
+    /// Directory listings of the walk, read ahead.
+    private let ahead = ListingAhead(limit: TransferRun.maximumEntries)
 
     // MARK: - The plan
 
@@ -146,6 +148,7 @@ struct TransferRun {
         }
 
         // Directories first (parents before children); a failed one fails what goes inside.
+        ahead.cancelRest()
         var failedDirectories = Set<Int>()
         var created = 0
         for (index, directory) in plan.directories.enumerated() {
@@ -352,7 +355,10 @@ struct TransferRun {
             let index = plan.directories.count
             plan.directories.append(PlannedDirectory(to: place, attributes: attributes, exists: exists, parent: parent))
             let children: [SFTPSession.Entry]
-            do { children = try await source.side.list(source.path, limit: Self.maximumEntries) } catch { return outcome(.failed, Self.message(error)) }
+            do { children = try await ahead.list(source.side, source.path) } catch { return outcome(.failed, Self.message(error)) }
+            for child in children where child.attributes.kind == .directory && TransferNames.problem(child: child.name) == nil {
+                ahead.start(source.side, SFTPPaths.join(source.path, child.name))
+            }
             // What the destination holds already, read once (nothing when it is new).
             var there: [[UInt8]: SFTPAttributes] = [:]
             if exists {
@@ -535,6 +541,7 @@ struct TransferRun {
         if let resumeAt { try await verifyPrefix(file, temporary, resumeAt) }
         let start = resumeAt ?? 0
         let end: UInt64
+        var sourceNow: SFTPAttributes??
         if let remote = file.from.side as? RemoteSide, file.from.side === file.to.side, created.set(),
            try await remote.serverCopy(file.from.path, to: temporary, mode: mode, resumeAt: start) {
             // The same host: the server copies (copy-data), no byte crosses the network.
@@ -560,8 +567,11 @@ struct TransferRun {
                 let window = min(file.from.side.window, file.to.side.window)
                 end = try await SFTPTransfer.pipe(from: start, size: size, chunk: min(reader.chunk, writer.chunk), window: window,
                                                   read: { try await reader.read($0, $1) }, write: { try await writer.write($0, $1) }, progress: progress)
+                // The source is looked at again while both ends close (one round trip, not two).
+                async let after = file.from.side.stat(file.from.path, follow: true)
                 await reader.close()
                 try await writer.finish()
+                sourceNow = .some(try await after)
             } catch {
                 await reader.close()
                 await writer.abandon()
@@ -572,7 +582,8 @@ struct TransferRun {
         if let size, size > 0, end != size {
             throw Refused(message: "\(end) of \(size) bytes arrived (the source shrank while being read); nothing was committed")
         }
-        let now = try await file.from.side.stat(file.from.path, follow: true)
+        let now: SFTPAttributes?
+        if let seen = sourceNow { now = seen } else { now = try await file.from.side.stat(file.from.path, follow: true) }
         if now?.size != file.attributes.size || now?.modifiedTime != file.attributes.modifiedTime {
             throw Refused(message: "the source changed while being read (now \(now?.size.map { "\($0)" } ?? "gone") bytes, was \(size ?? 0)); nothing was committed")
         }

@@ -525,26 +525,70 @@ private struct RemoteHandle: ReadHandle, WriteHandle {
     }
 }
 
-/// Runs bodies one at a time (opening a connection once when several files want it).
+/// Runs at most `width` bodies at once (one: opening a connection once when several files
+/// want it; more: directory listings read ahead).
 final class AsyncGate: Sendable {
-    private let lock = Mutex<(busy: Bool, waiting: [CheckedContinuation<Void, Never>])>((false, []))
+    private let width: Int
+    private let lock = Mutex<(busy: Int, waiting: [CheckedContinuation<Void, Never>])>((0, []))
+
+    init(width: Int = 1) { self.width = max(1, width) }
 
     func run<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let now = lock.withLock { state -> Bool in
-                if state.busy { state.waiting.append(continuation); return false }
-                state.busy = true
+                if state.busy >= width { state.waiting.append(continuation); return false }
+                state.busy += 1
                 return true
             }
             if now { continuation.resume() }
         }
         defer {
             let next = lock.withLock { state -> CheckedContinuation<Void, Never>? in
-                if state.waiting.isEmpty { state.busy = false; return nil }
+                if state.waiting.isEmpty { state.busy -= 1; return nil }
                 return state.waiting.removeFirst()
             }
             next?.resume()
         }
         return try await body()
+    }
+}
+
+/// Directory listings read ahead while a tree is walked: the walk asks for a directory it
+/// reaches; the listings of the directories found in it start at once (at most 8 at a time),
+/// so a tree costs about its depth in round trips, not its number of directories.
+final class ListingAhead: Sendable {
+    private let gate = AsyncGate(width: 8)
+    private let started = Mutex<[String: Task<[SFTPSession.Entry], Error>]>([:])
+    private let limit: Int
+
+    init(limit: Int) { self.limit = limit }
+
+    private static func key(_ side: any FileSide, _ path: [UInt8]) -> String {
+        "\(ObjectIdentifier(side).hashValue)\u{0}" + String(decoding: path, as: UTF8.self) + "\u{0}\(path.count)"
+    }
+
+    /// Starts reading `path` unless it is under way.
+    func start(_ side: any FileSide, _ path: [UInt8]) {
+        let key = Self.key(side, path)
+        let limit = self.limit, gate = self.gate
+        started.withLock { tasks in
+            guard tasks[key] == nil else { return }
+            tasks[key] = Task { try await gate.run { try await side.list(path, limit: limit) } }
+        }
+    }
+
+    /// The listing of `path` (the one read ahead, or read now); it is handed out once.
+    func list(_ side: any FileSide, _ path: [UInt8]) async throws -> [SFTPSession.Entry] {
+        start(side, path)
+        let task = started.withLock { $0.removeValue(forKey: Self.key(side, path)) }
+        return try await task!.value
+    }
+
+    /// Stops what was read ahead and not asked for (a walk that ended early).
+    func cancelRest() {
+        started.withLock { tasks in
+            for task in tasks.values { task.cancel() }
+            tasks = [:]
+        }
     }
 }
