@@ -11,11 +11,11 @@ import TermindHarness
 // (ratio = termind over sftp; > 1: termind is faster):
 //
 //   loopback  N MiB (default 1024) get and put;
-//   rtt       N MiB (default 256) get and put through a relay that delays each direction by
+//   rtt       N MiB (default 1024) get and put through a relay that delays each direction by
 //             10 ms (a 20 ms round trip; this kernel has no netem);
 //   files     a tree of N files (default 2000) of 1-64 KiB, put -r and get -r;
 //   rttfiles  the same with N files (default 200) through the 20 ms relay;
-//   fair      inside `termind serve` with sftp.limits {active 6, perHost 2}: three puts of 16
+//   fair      inside `termind serve` with sftp.limits {active 3, perHost 3}: three puts of 16
 //             files each, to three saved hosts at once; prints the hosts in the order the
 //             scheduler started their files (the rotation) and the time each put took.
 //
@@ -32,7 +32,7 @@ func fail(_ message: String) -> Never {
 func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
 
-var mib = 1024, rttMib = 256, fileCount = 2000, rttFiles = 200, runs = 3
+var mib = 1024, rttMib = 1024, fileCount = 2000, rttFiles = 200, runs = 3
 var only: Set<String> = ["loopback", "rtt", "files", "rttfiles", "fair"]
 var args = CommandLine.arguments.dropFirst()
 while let arg = args.popFirst() {
@@ -179,7 +179,8 @@ if only.contains("fair") {
     defer { _ = serve.stop() }
     location = ["--socket", serve.socketPath]
     try saveHosts()
-    try termind(["settings", "set", "sftp.limits", #"{"active": 6, "perHost": 2}"#])
+    // The process limit binds, not the host's: each freed slot goes to the host served longest ago.
+    try termind(["settings", "set", "sftp.limits", #"{"active": 3, "perHost": 3}"#])
     var sources: [String] = []
     for h in 0..<3 {
         let folder = scratch.file("batch\(h)")
@@ -202,7 +203,7 @@ if only.contains("fair") {
         guard let started = row["started"].flatMap({ if case .double(let d) = $0 { d } else { $0.intValue.map(Double.init) } }), let host = row["hosts"]?.arrayValue?.first?.stringValue else { return nil }
         return (started, host)
     }.sorted { $0.0 < $1.0 }.map(\.1)
-    print("fair: sftp.limits {active 6, perHost 2}; 3 puts of 16 x 4 MiB to box, box2, box3 at once")
+    print("fair: sftp.limits {active 3, perHost 3}; 3 puts of 16 x 4 MiB to box, box2, box3 at once")
     print("fair: start order of the first 24 files: \(order.prefix(24).joined(separator: " "))")
     print("fair: each put ended after: \(took.joined(separator: ", "))")
     let counts = Dictionary(grouping: order.prefix(12), by: { $0 }).mapValues(\.count)
