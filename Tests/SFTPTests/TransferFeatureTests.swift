@@ -483,11 +483,16 @@ final class TransferFeatureTests: XCTestCase {
             XCTFail("timed out waiting for \(what)")
         }
 
-        let put = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "put", source, "slow:" + landing],
-                                     environment: environment, captureOutput: true)
-        spawned.append(put)
-        try wait("the transfer to move") { (try row()?["done"]?.intValue ?? 0) > 1 << 20 }
-        let id = try XCTUnwrap(try row()?["id"]?.stringValue)
+        /// Starts `termind put` of the source to `target` and waits until its file (a new row) is moving.
+        func startPut(_ target: String, after previous: String?) throws -> (SpawnedProcess, String) {
+            let process = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "put", source, target],
+                                             environment: environment, captureOutput: true)
+            spawned.append(process)
+            try wait("\(target) to move") { try row()?["id"]?.stringValue != previous && (try row()?["done"]?.intValue ?? 0) > 1 << 20 }
+            return (process, try XCTUnwrap(try row()?["id"]?.stringValue))
+        }
+
+        let (put, id) = try startPut("slow:" + landing, after: nil)
         XCTAssertEqual(try json(["transfers", "pause", id])["transfer"]?["id"]?.stringValue, id)
         try wait("the pause") { try row()?["state"]?.stringValue == "paused" }
         let partials = leftovers(landing)
@@ -501,11 +506,7 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(leftovers(landing), [])
 
         // A source that changed while paused is refused on resume, and its partial goes.
-        let second = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "put", source, "slow:" + landing + "/again.bin"],
-                                        environment: environment, captureOutput: true)
-        spawned.append(second)
-        try wait("the second transfer to move") { try row()?["id"]?.stringValue != id && (try row()?["done"]?.intValue ?? 0) > 1 << 20 }
-        let next = try XCTUnwrap(try row()?["id"]?.stringValue)
+        let (second, next) = try startPut("slow:" + landing + "/again.bin", after: id)
         _ = try json(["transfers", "pause", next])
         try wait("the second pause") { try row()?["state"]?.stringValue == "paused" }
         var later = [timespec(tv_sec: 1_600_000_000, tv_nsec: 0), timespec(tv_sec: 1_600_000_000, tv_nsec: 0)]
@@ -517,20 +518,14 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(leftovers(landing), [], "the refused partial is removed")
 
         // Cancel: the partial goes, the run ends with the file cancelled.
-        let third = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "put", source, "slow:" + landing + "/third.bin"],
-                                       environment: environment, captureOutput: true)
-        spawned.append(third)
-        try wait("the third transfer to move") { try row()?["id"]?.stringValue != next && (try row()?["done"]?.intValue ?? 0) > 1 << 20 }
-        let last = try XCTUnwrap(try row()?["id"]?.stringValue)
+        let (third, last) = try startPut("slow:" + landing + "/third.bin", after: next)
         _ = try json(["transfers", "cancel", last])
         XCTAssertEqual(third.wait(), 1)
         XCTAssertEqual(try row()?["state"]?.stringValue, "cancelled")
         XCTAssertEqual(leftovers(landing), [])
+
         // Deleting the saved host cancels what reaches it, partial and all.
-        let fourth = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "put", source, "slow:" + landing + "/fourth.bin"],
-                                        environment: environment, captureOutput: true)
-        spawned.append(fourth)
-        try wait("the fourth transfer to move") { try row()?["id"]?.stringValue != last && (try row()?["done"]?.intValue ?? 0) > 1 << 20 }
+        let (fourth, _) = try startPut("slow:" + landing + "/fourth.bin", after: last)
         let deleted = try termind(["vault", "host", "delete", "slow"])
         XCTAssertEqual(deleted.status, 0, deleted.stderr)
         XCTAssertEqual(fourth.wait(), 1)

@@ -341,44 +341,17 @@ private struct Runner {
     /// The paths `pattern` names: itself when it has no glob characters, else the matches
     /// on the server, component by component (sorted; none is an error).
     private func expand(_ sftp: SFTPSession, _ pattern: String) async throws -> [[UInt8]] {
-        let bytes = Array(pattern.utf8)
-        guard SFTPPaths.isPattern(bytes) else { return [bytes] }
-        let (absolute, parts) = SFTPPaths.components(bytes)
-        var paths: [[UInt8]] = [absolute ? [UInt8(ascii: "/")] : [UInt8(ascii: ".")]]
-        for (index, part) in parts.enumerated() {
-            let last = index == parts.count - 1
-            var next: [[UInt8]] = []
-            for base in paths {
-                if SFTPPaths.isPattern(part) {
-                    // `list` gives the entries sorted, with their (unfollowed) kinds.
-                    guard let entries = try? await list(sftp, base) else { continue }
-                    for entry in entries where SFTPPaths.matches(entry.nameBytes, pattern: part) {
-                        let path = base == [UInt8(ascii: ".")] && !absolute ? entry.nameBytes : SFTPPaths.join(base, entry.nameBytes)
-                        // Only directories lead on to the next component; only a link needs a stat to tell.
-                        if last || entry.kind == "directory" {
-                            next.append(path)
-                        } else if entry.kind == "symlink", let kind = try? await sftp.stat(path).kind, kind == .directory {
-                            next.append(path)
-                        }
-                    }
-                } else {
-                    next.append(base == [UInt8(ascii: ".")] && !absolute ? part : SFTPPaths.join(base, part))
-                }
-                guard next.count <= Self.maximumMatches else { throw SFTPError(status: .failure, message: "matches more than \(Self.maximumMatches) paths") }
-            }
-            paths = next
-        }
-        guard !paths.isEmpty else { throw SFTPError(status: .noSuchFile, message: "no match") }
-        return paths
+        try await SFTPPaths.expand(Array(pattern.utf8), limit: Self.maximumMatches, list: { try await entries(sftp, $0) },
+                                   isDirectory: { (try? await sftp.stat($0).kind) == .directory })
     }
 
-    /// A directory's entries, sorted by name, read in the server's batches.
-    private func list(_ sftp: SFTPSession, _ path: [UInt8]) async throws -> [Run.Entry] {
+    /// A directory's entries as the server sent them, sorted by name.
+    private func entries(_ sftp: SFTPSession, _ path: [UInt8]) async throws -> [SFTPSession.Entry] {
         let handle = try await sftp.openDirectory(path)
-        var entries: [(name: [UInt8], entry: Run.Entry)] = []
+        var entries: [SFTPSession.Entry] = []
         do {
             while let batch = try await sftp.readDirectory(handle) {
-                for item in batch { entries.append((item.name, Self.entry(item.name, item.attributes))) }
+                entries += batch
                 guard entries.count <= Self.maximumMatches else { throw SFTPError(status: .failure, message: "holds more than \(Self.maximumMatches) entries") }
             }
         } catch {
@@ -386,7 +359,12 @@ private struct Runner {
             throw error
         }
         try? await sftp.close(handle)
-        return entries.sorted { $0.name.lexicographicallyPrecedes($1.name) }.map(\.entry)
+        return entries.sorted { $0.name.lexicographicallyPrecedes($1.name) }
+    }
+
+    /// A directory's entries, sorted by name, as shown.
+    private func list(_ sftp: SFTPSession, _ path: [UInt8]) async throws -> [Run.Entry] {
+        try await entries(sftp, path).map { Self.entry($0.name, $0.attributes) }
     }
 
     /// Removes a directory with everything inside, depth first; links are removed as links,

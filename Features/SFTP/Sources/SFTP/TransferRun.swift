@@ -281,29 +281,9 @@ struct TransferRun {
     /// The remote paths a pattern names (matched on the server, component by component), or
     /// the path itself.
     private func expand(_ side: any FileSide, _ path: [UInt8]) async throws -> [[UInt8]] {
-        guard side is RemoteSide, SFTPPaths.isPattern(path) else { return [path] }
-        let (absolute, parts) = SFTPPaths.components(path)
-        var paths: [[UInt8]] = [absolute ? [0x2F] : [0x2E]]
-        for (index, part) in parts.enumerated() {
-            let last = index == parts.count - 1
-            var next: [[UInt8]] = []
-            for base in paths {
-                guard SFTPPaths.isPattern(part) else {
-                    next.append(base == [0x2E] && !absolute ? part : SFTPPaths.join(base, part))
-                    continue
-                }
-                guard let entries = try? await side.list(base, limit: Self.maximumEntries) else { continue }
-                for entry in entries where SFTPPaths.matches(entry.name, pattern: part) {
-                    let joined = base == [0x2E] && !absolute ? entry.name : SFTPPaths.join(base, entry.name)
-                    if last || entry.attributes.kind == .directory { next.append(joined) }
-                    else if entry.attributes.kind == .symlink, try await side.stat(joined, follow: true)?.kind == .directory { next.append(joined) }
-                }
-            }
-            guard next.count <= Self.maximumEntries else { throw SFTPError(status: .failure, message: "matches more than \(Self.maximumEntries) paths") }
-            paths = next
-        }
-        guard !paths.isEmpty else { throw SFTPError(status: .noSuchFile, message: "no match") }
-        return paths
+        guard side is RemoteSide else { return [path] }  // a local pattern is the shell's
+        return try await SFTPPaths.expand(path, limit: Self.maximumEntries, list: { try await side.list($0, limit: Self.maximumEntries) },
+                                          isDirectory: { (try? await side.stat($0, follow: true))??.kind == .directory })
     }
 
     // MARK: - Walking

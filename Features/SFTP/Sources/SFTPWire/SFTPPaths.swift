@@ -19,6 +19,41 @@ public enum SFTPPaths {
         }
     }
 
+    /// The paths `pattern` names: itself when it holds no glob characters, else its matches,
+    /// component by component, from `list` (a directory's entries, sorted, links unfollowed);
+    /// only directories lead on to a next component (`isDirectory` tells for a link). At
+    /// most `limit` paths; none is an error ("no match").
+    public static func expand(_ pattern: [UInt8], limit: Int, list: (_ directory: [UInt8]) async throws -> [SFTPSession.Entry],
+                              isDirectory: (_ link: [UInt8]) async -> Bool) async throws -> [[UInt8]] {
+        guard isPattern(pattern) else { return [pattern] }
+        let (absolute, parts) = components(pattern)
+        let here: [UInt8] = [UInt8(ascii: ".")]
+        var paths: [[UInt8]] = [absolute ? [UInt8(ascii: "/")] : here]
+        for (index, part) in parts.enumerated() {
+            let last = index == parts.count - 1
+            var next: [[UInt8]] = []
+            for base in paths {
+                guard isPattern(part) else {
+                    next.append(base == here && !absolute ? part : join(base, part))
+                    continue
+                }
+                guard let entries = try? await list(base) else { continue }
+                for entry in entries where matches(entry.name, pattern: part) {
+                    let path = base == here && !absolute ? entry.name : join(base, entry.name)
+                    if last || entry.attributes.kind == .directory {
+                        next.append(path)
+                    } else if entry.attributes.kind == .symlink, await isDirectory(path) {
+                        next.append(path)
+                    }
+                }
+                guard next.count <= limit else { throw SFTPError(status: .failure, message: "matches more than \(limit) paths") }
+            }
+            paths = next
+        }
+        guard !paths.isEmpty else { throw SFTPError(status: .noSuchFile, message: "no match") }
+        return paths
+    }
+
     public static func join(_ directory: [UInt8], _ name: [UInt8]) -> [UInt8] {
         if directory.isEmpty || directory == [UInt8(ascii: ".")] { return name }
         return directory.last == UInt8(ascii: "/") ? directory + name : directory + [UInt8(ascii: "/")] + name
