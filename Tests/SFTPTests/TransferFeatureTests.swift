@@ -342,6 +342,27 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(try digest(small + "/c-small.bin"), try digest(directory.file("up/c-small.bin")))
     }
 
+    func testOnATerminalTheConflictIsAskedAndProgressShowsFilesRateAndETA() throws {
+        let relay = try DelayingRelay(to: server.port, oneWayDelay: 0.02, bufferLimit: 96 << 10)
+        self.relay = relay
+        try saveHosts(slowPort: relay.port)
+        let up = directory.file("tty-up")
+        try write(up + "/big.bin", bytes: 6 << 20, seed: 90)
+        try write(up + "/note.txt", bytes: 100, seed: 91)
+        let landing = directory.file("tty-landing")
+        try write(landing + "/note.txt", bytes: 3, seed: 92)
+        let argv = [FeatureHarness.buildDirectory + "/termind"] + location + ["put", up + "/big.bin", up + "/note.txt", "slow:" + landing]
+        let report = try PseudoTerminal.run(argv, steps: [
+            .expect("note.txt exists. [r]eplace, [s]kip, [k]eep both"), .send("k\n"),
+            .expect("files · big.bin"), .expect("ETA"), .expect("2 copied", seconds: 60),
+        ], environment: environment)
+        XCTAssertEqual(report.met, [true, true, true, true], report.output.replacingOccurrences(of: "\r", with: "\\r"))
+        XCTAssertEqual(report.status, 0, report.output)
+        XCTAssertTrue(report.output.contains("/s"), "a rate: \(report.output)")
+        XCTAssertEqual(try digest(landing + "/note (1).txt"), try digest(up + "/note.txt"), "kept both, as typed")
+        XCTAssertEqual(try digest(landing + "/big.bin"), try digest(up + "/big.bin"))
+    }
+
     func testTopologyPutsFilesOnExtraConnectionsAndAProbeThatWouldAskFallsBackToChannels() throws {
         try saveHosts()
         let log = server.directory.file("sshd.log")
