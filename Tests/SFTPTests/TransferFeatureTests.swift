@@ -115,6 +115,7 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(up["exitStatus"], .integer(0))
         XCTAssertEqual(up["copied"], .integer(5))
         XCTAssertEqual(up["skipped"], .integer(1), "the link inside the tree is skipped without -L")
+        XCTAssertNil(up["stdout"], "a stream that emits no output gets none merged into its result")
         XCTAssertEqual(up["bytes"]?.intValue, (3 << 20 | 12_345) + 1 + 300_000 + (255 << 10))
         let landed = (FileManager.default.enumerator(atPath: remote)?.allObjects as? [String] ?? []).sorted()
         for name in ["big.bin", "small.bin", "empty", "sub/with space.txt", "sub/deeper/edge.bin"] {

@@ -48,6 +48,7 @@ enum PluginCommand {
             if let stream = command.stream {
                 return try await StreamCommand.run(stream, body: body, acceptsInput: info?.acceptsInput == true,
                                                    acceptsDescriptors: info?.acceptsDescriptors == true, terminalField: command.terminal,
+                                                   emitsOutput: info.map { $0.events?["stdout"] != nil || $0.events?["stderr"] != nil } ?? true,
                                                    inv: inv, session: session)
             }
             let reply = try await session.call(command.target, body: JSONCoding.encode(body))

@@ -27,8 +27,11 @@ enum StreamCommand {
 
     /// Runs the stream on `session`; returns what to do once the session is closed (print
     /// the result, exit with the command's status).
+    /// `emitsOutput`: the stream declares `stdout`/`stderr` events, so its `--json` result
+    /// carries them (a command's, even when it printed nothing); other streams' results do
+    /// only when output came anyway.
     static func run(_ stream: String, body: [String: JSONValue], acceptsInput: Bool, acceptsDescriptors: Bool = false, terminalField: String? = nil,
-                    inv: Invocation, session: Session) async throws -> () -> Invocation.Exit {
+                    emitsOutput: Bool = true, inv: Invocation, session: Session) async throws -> () -> Invocation.Exit {
         let questions = try Questions(inv)
         var body = body
         // A stream that bridges a terminal, with one on standard input: raw mode until it ends.
@@ -131,7 +134,7 @@ enum StreamCommand {
         if let number = interrupt.caught { return interrupted(number, json: inv.json) }
         if let failure = answerFailure.withLock({ $0 }) { throw failure }
         let result = try JSONCoding.parse(reply, source: "The stream's result")
-        return { finish(result, output: output, json: inv.json, shown: view.showedResult) }
+        return { finish(result, output: output, json: inv.json, shown: view.showedResult, emitsOutput: emitsOutput) }
     }
 
     /// Our standard streams a stream may take over: not terminals (a person's keys and
@@ -220,7 +223,7 @@ enum StreamCommand {
     /// Prints the result and returns the exit code; a command's status and signal become
     /// termind's (128 + the signal's number, as a shell reports it).
     /// `shown`: a view already showed the result's human form.
-    static func finish(_ result: JSONValue, output: CollectedOutput, json: Bool, shown: Bool = false) -> Invocation.Exit {
+    static func finish(_ result: JSONValue, output: CollectedOutput, json: Bool, shown: Bool = false, emitsOutput: Bool = true) -> Invocation.Exit {
         if shown && !json {
             // The result was shown as a view; a status it carries still sets the exit code
             // (`termind sftp`'s 3: some paths failed).
@@ -235,7 +238,7 @@ enum StreamCommand {
         let signal = fields["exitSignal"]?.stringValue
         let status: Int32? = if case .integer(let value)? = fields["exitStatus"] { Int32(truncatingIfNeeded: value) } else { nil }
         if json {
-            if isCommand || output.seen { fields.merge(output.report()) { $1 } }
+            if (isCommand && emitsOutput) || output.seen { fields.merge(output.report()) { $1 } }
             Output.json(JSONValue.object(fields))
         } else {
             fields["exitStatus"] = nil
