@@ -88,6 +88,18 @@ final class TransferFeatureTests: XCTestCase {
         return lstat(path, &info) == 0 ? info.st_mtim.tv_sec : 0
     }
 
+    /// The newest row of `termind transfers`.
+    private func row() throws -> JSONValue? { try json(["transfers"])["transfers"]?.arrayValue?.last }
+
+    private func wait(_ what: String, _ condition: () throws -> Bool) throws {
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline {
+            if try condition() { return }
+            usleep(50_000)
+        }
+        XCTFail("timed out waiting for \(what)")
+    }
+
     private func leftovers(_ root: String) -> [String] {
         (FileManager.default.enumerator(atPath: root)?.allObjects as? [String] ?? []).filter { $0.contains(".termind-") }
     }
@@ -495,16 +507,6 @@ final class TransferFeatureTests: XCTestCase {
         let landing = directory.file("landing")
         try FileManager.default.createDirectory(atPath: landing, withIntermediateDirectories: true)
 
-        func row() throws -> JSONValue? { try json(["transfers"])["transfers"]?.arrayValue?.last }
-        func wait(_ what: String, _ condition: () throws -> Bool) throws {
-            let deadline = Date().addingTimeInterval(60)
-            while Date() < deadline {
-                if try condition() { return }
-                usleep(50_000)
-            }
-            XCTFail("timed out waiting for \(what)")
-        }
-
         /// Starts `termind put` of the source to `target` and waits until its file (a new row) is moving.
         func startPut(_ target: String, after previous: String?) throws -> (SpawnedProcess, String) {
             let process = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "put", source, target],
@@ -568,16 +570,13 @@ final class TransferFeatureTests: XCTestCase {
         try write(remoteSource, bytes: 16 << 20, seed: 14)
         let landing = directory.file("down")
         try FileManager.default.createDirectory(atPath: landing, withIntermediateDirectories: true)
-        func row() throws -> JSONValue? { try json(["transfers"])["transfers"]?.arrayValue?.last }
         let get = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "get", "slow:" + remoteSource, landing],
                                      environment: environment, captureOutput: true)
         spawned.append(get)
-        var deadline = Date().addingTimeInterval(60)
-        while Date() < deadline, (try row()?["done"]?.intValue ?? 0) < 1 << 20 { usleep(50_000) }
+        try wait("the get to move") { (try row()?["done"]?.intValue ?? 0) >= 1 << 20 }
         // sshd goes away mid-transfer (its sessions with it), then comes back on the same port.
         server.kill()
-        deadline = Date().addingTimeInterval(60)
-        while Date() < deadline, try row()?["state"]?.stringValue != "paused" { usleep(50_000) }
+        try wait("the pause") { try row()?["state"]?.stringValue == "paused" }
         XCTAssertEqual(try row()?["state"]?.stringValue, "paused")
         XCTAssertTrue(try row()?["error"]?.stringValue?.hasPrefix("paused:") ?? false)
         XCTAssertEqual(leftovers(landing).count, 1, "the partial is kept")

@@ -98,12 +98,16 @@ struct EditRun {
             let folder = root + "/" + name
             guard let record = readRecord(folder) else { return nil }
             let local = folder + "/" + record.name
-            let state: SFTPContracts.EditCopy.State = switch digest(local) {
-            case nil: .missing
-            case record.acknowledged?: .clean
-            default: .dirty
-            }
-            return .init(host: record.port.map { "\(record.host):\($0)" } ?? record.host, path: record.path, localPath: local, state: state)
+            return .init(host: record.port.map { "\(record.host):\($0)" } ?? record.host, path: record.path, localPath: local, state: state(of: local, record))
+        }
+    }
+
+    /// A copy is clean when it holds what the remote file holds as far as termind knows.
+    private static func state(of local: String, _ record: Record) -> SFTPContracts.EditCopy.State {
+        switch digest(local) {
+        case nil: .missing
+        case record.acknowledged?: .clean
+        default: .dirty
         }
     }
 
@@ -115,7 +119,7 @@ struct EditRun {
         guard let record = readRecord(folder) else { throw TermindError(.sftpFailed, "\(target) has no managed copy (termind edit list shows them).") }
         guard unlink(folder + "/record.json") == 0 else { throw TermindError(.sftpFailed, "Could not stop tracking \(target): \(String(cString: strerror(errno)))") }
         let local = folder + "/" + record.name
-        return .init(host: host, path: path, localPath: local, state: digest(local) == nil ? .missing : digest(local) == record.acknowledged ? .clean : .dirty)
+        return .init(host: host, path: path, localPath: local, state: state(of: local, record))
     }
 
     // MARK: - One edit
@@ -132,7 +136,7 @@ struct EditRun {
         defer { Task { await remote.closeAll() } }
         let remotePath = Array(path.utf8)
         let shown = remote.shown(remotePath)
-        guard let attributes = try await sftp(shown, { try await remote.stat(remotePath, follow: true) }) else {
+        guard let attributes = try await TransferRun.attempt(shown, { try await remote.stat(remotePath, follow: true) }) else {
             throw TermindError(.sftpFailed, "\(shown): no such file (termind edit opens an existing file).")
         }
         guard attributes.kind == .file else { throw TermindError(.sftpFailed, "\(shown) is not a regular file; termind edit opens only those.") }
@@ -170,7 +174,7 @@ struct EditRun {
                 let now = Self.fingerprint(local)
                 guard now != seen else { continue }
                 seen = now
-                if (try? await upload(remote, remotePath, local: local, folder: folder, record: state, confirmed: true)) == true { uploads.add() }
+                if (try? await upload(remote, remotePath, local: local, folder: folder, record: state)) == true { uploads.add() }
             }
         } : nil
         let edited = await session.ask(.object(["topic": .string(Edit.editTopic), "kind": .string("edit"), "path": .string(local),
@@ -195,7 +199,7 @@ struct EditRun {
                                                     "text": .string("Upload your changes to \(shown)?"), "default": .bool(true)]))
             confirmed = answer?["answer"] == .bool(true)
         }
-        guard confirmed, try await upload(remote, remotePath, local: local, folder: folder, record: state, confirmed: true) else {
+        guard confirmed, try await upload(remote, remotePath, local: local, folder: folder, record: state) else {
             await session.emit("notice", ["text": .string("Not uploaded: your changes stay in \(local) (termind edit \(request.target) again to upload them).")])
             return .init(state: .kept, localPath: local, acknowledged: state.withLock { $0.acknowledged }, uploads: uploads.value)
         }
@@ -209,9 +213,6 @@ struct EditRun {
         do { return try Endpoint.parse(request.target) } catch { throw TermindError.badRequest("edit: \(error.description).") }
     }
 
-    private func sftp<T>(_ what: String, _ body: () async throws -> T) async throws -> T {
-        do { return try await body() } catch let error as SFTPError { throw TermindError(.sftpFailed, "\(what): \(error.message)") }
-    }
 
     /// Size and modification time (nanoseconds) of the copy: what a save changes.
     private static func fingerprint(_ path: String) -> [Int] {
@@ -225,7 +226,7 @@ struct EditRun {
         let temporary = folder + "/.download.part"
         unlink(temporary)
         let localSide = LocalSide()
-        let reader = try await sftp(remote.shown(path)) { try await remote.openRead(path, extra: false, stripes: 1) }
+        let reader = try await TransferRun.attempt(remote.shown(path)) { try await remote.openRead(path, extra: false, stripes: 1) }
         let writer: any WriteHandle
         do { writer = try await localSide.openWrite(Array(temporary.utf8), mode: 0o600, resume: false, extra: false, stripes: 1) } catch {
             await reader.close()
@@ -252,7 +253,7 @@ struct EditRun {
     /// regular file last seen (else the person is asked, never overwritten silently), then
     /// it goes through a temporary name renamed over the original, with its permissions.
     /// Only the snapshot's digest is acknowledged. Returns whether it was uploaded.
-    private func upload(_ remote: RemoteSide, _ path: [UInt8], local: String, folder: String, record: Box, confirmed: Bool) async throws -> Bool {
+    private func upload(_ remote: RemoteSide, _ path: [UInt8], local: String, folder: String, record: Box) async throws -> Bool {
         let shown = remote.shown(path)
         let snapshot = folder + "/.snapshot.part"
         unlink(snapshot)
@@ -263,7 +264,7 @@ struct EditRun {
         defer { unlink(snapshot) }
         let known = record.withLock { $0 }
         if digest == known.acknowledged { return false }
-        let now = try await sftp(shown) { try await remote.stat(path, follow: true) }
+        let now = try await TransferRun.attempt(shown) { try await remote.stat(path, follow: true) }
         if let now, now.kind != .file {
             throw TermindError(.sftpFailed, "\(shown) is no longer a regular file; nothing uploaded (your changes stay in \(local)).")
         }

@@ -31,22 +31,23 @@ final class SFTPFeature: Feature {
         func current() async -> (limits: SFTPSettings.Limits, topology: SFTPSettings.Topology) {
             if let known = cached.withLock({ $0 }) { return known }
             let store = values.withLock { $0 }
-            let limits = (try? await store?.read(SFTPSettings.Limits.self)) ?? SFTPSettings.Limits.defaults
-            let topology = (try? await store?.read(SFTPSettings.Topology.self)) ?? SFTPSettings.Topology.defaults
-            let value = cached.withLock { state in
-                if state == nil { state = (limits, topology) }
-                return state!
-            }
             if let store {
+                // Subscribed before the first read, so no change falls between the two.
                 followers.withLock { tasks in
                     guard tasks == nil else { return }
+                    let limits = store.updates(SFTPSettings.Limits.self), topology = store.updates(SFTPSettings.Topology.self)
                     tasks = [
-                        Task { [self] in for await limits in store.updates(SFTPSettings.Limits.self) { cached.withLock { $0?.limits = limits } } },
-                        Task { [self] in for await topology in store.updates(SFTPSettings.Topology.self) { cached.withLock { $0?.topology = topology } } },
+                        Task { [self] in for await value in limits { cached.withLock { $0?.limits = value } } },
+                        Task { [self] in for await value in topology { cached.withLock { $0?.topology = value } } },
                     ]
                 }
             }
-            return value
+            let limits = (try? await store?.read(SFTPSettings.Limits.self)) ?? SFTPSettings.Limits.defaults
+            let topology = (try? await store?.read(SFTPSettings.Topology.self)) ?? SFTPSettings.Topology.defaults
+            return cached.withLock { state in
+                if state == nil { state = (limits, topology) }
+                return state!
+            }
         }
 
         func stop() {
@@ -76,24 +77,25 @@ final class SFTPFeature: Feature {
     }
 
     func register(_ registrar: FeatureRegistrar) throws {
-        let scheduler = self.scheduler
         registrar.stream(SFTPStreams.Run.self) { [self] request, session in
             try await Runner(request: request, session: session).run(try current().opener)
         }
-        registrar.stream(SFTPStreams.Transfer.self) { [self] request, session in try await transfer(request, session: session) }
-        registrar.provide(.sftpScheduler, SchedulerPort(feature: self))
+        let port = SchedulerPort(feature: self)
+        registrar.stream(SFTPStreams.Transfer.self) { request, session in try await port.transfer(request, session: session) }
+        registrar.provide(.sftpScheduler, port)
         registrar.stream(SFTPStreams.Edit.self) { [self] request, session in
             try await EditRun(request: request, session: session, opener: try current().opener).run()
         }
         registrar.handleBlocking(SFTPContracts.EditList.self) { _, _ in .init(copies: EditRun.list()) }
         registrar.handleBlocking(SFTPContracts.EditDiscard.self) { request, _ in try EditRun.discard(request.target) }
-        registrar.handle(SFTPContracts.List.self) { _, _ in .init(transfers: await scheduler.list()) }
-        registrar.handle(SFTPContracts.Pause.self) { request, _ in try await Self.control { try await scheduler.pause(request.id) } }
-        registrar.handle(SFTPContracts.Resume.self) { request, _ in try await Self.control { try await scheduler.resume(request.id) } }
-        registrar.handle(SFTPContracts.Cancel.self) { request, _ in try await Self.control { try await scheduler.cancel(request.id) } }
+        // `termind transfers` goes through the same port as other features.
+        registrar.handle(SFTPContracts.List.self) { _, _ in .init(transfers: await port.transfers()) }
+        registrar.handle(SFTPContracts.Pause.self) { request, _ in .init(transfer: try await port.pause(request.id)) }
+        registrar.handle(SFTPContracts.Resume.self) { request, _ in .init(transfer: try await port.resume(request.id)) }
+        registrar.handle(SFTPContracts.Cancel.self) { request, _ in .init(transfer: try await port.cancel(request.id)) }
     }
 
-    fileprivate func transfer(_ request: SFTPStreams.Transfer.Request, session: StreamSession) async throws -> SFTPStreams.Transfer.Result {
+    private func transfer(_ request: SFTPStreams.Transfer.Request, session: StreamSession) async throws -> SFTPStreams.Transfer.Result {
         let ports = try current()
         let cache = settings
         return try await TransferRun(request: request, session: session, opener: ports.opener, scheduler: scheduler, resident: ports.resident,
@@ -107,14 +109,14 @@ final class SFTPFeature: Feature {
             try await feature.transfer(request, session: session)
         }
         func transfers() async -> [SFTPContracts.TransferRow] { await feature.scheduler.list() }
-        func pause(_ id: String) async throws -> SFTPContracts.TransferRow { try await SFTPFeature.control { try await feature.scheduler.pause(id) }.transfer }
-        func resume(_ id: String) async throws -> SFTPContracts.TransferRow { try await SFTPFeature.control { try await feature.scheduler.resume(id) }.transfer }
-        func cancel(_ id: String) async throws -> SFTPContracts.TransferRow { try await SFTPFeature.control { try await feature.scheduler.cancel(id) }.transfer }
-    }
+        func pause(_ id: String) async throws -> SFTPContracts.TransferRow { try await control { try await feature.scheduler.pause(id) } }
+        func resume(_ id: String) async throws -> SFTPContracts.TransferRow { try await control { try await feature.scheduler.resume(id) } }
+        func cancel(_ id: String) async throws -> SFTPContracts.TransferRow { try await control { try await feature.scheduler.cancel(id) } }
 
-    fileprivate static func control(_ body: () async throws -> SFTPContracts.TransferRow) async throws -> SFTPContracts.TransferReply {
-        do { return .init(transfer: try await body()) } catch let failure as TransferFailure {
-            throw TermindError(.sftpTransferState, failure.message)
+        private func control(_ body: () async throws -> SFTPContracts.TransferRow) async throws -> SFTPContracts.TransferRow {
+            do { return try await body() } catch let failure as TransferFailure {
+                throw TermindError(.sftpTransferState, failure.message)
+            }
         }
     }
 
@@ -128,8 +130,9 @@ final class SFTPFeature: Feature {
                                       pool: try context.ports.require(.sshConnections), logger: context.logger)
         let hosts = context.ports.optional(.hostDirectory)
         ports.withLock { $0 = Ports(opener: opener, resident: context.resident, hosts: hosts) }
-        // A deleted saved host (from any client of a server) cancels the files that reach it.
-        if let hosts {
+        // A deleted saved host (from any client of a server) cancels the files that reach it;
+        // a plain process's own transfers cannot outlive a command that deletes one.
+        if let hosts, context.resident {
             let scheduler = self.scheduler
             let changes = hosts.changes()
             let logger = context.logger

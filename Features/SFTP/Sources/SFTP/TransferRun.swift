@@ -98,7 +98,7 @@ struct TransferRun {
             guard case .remote(let host, let port, _) = endpoint else { return local }
             let key = port.map { "\(host):\($0)" } ?? host
             if let known = remotes[key] { return known }
-            let (line, identity) = quickConnect(host, port: port)
+            let (line, identity) = Self.quickConnect(host, port: port, jump: request.jump, identity: request.identity, workingDirectory: request.workingDirectory)
             let target = ConnectionTarget(target: line, user: request.user, identity: identity, workingDirectory: request.workingDirectory,
                                           acceptHostKey: request.acceptHostKey, connectTimeout: request.connectTimeout)
             // Between two hosts the bytes sit in termind's memory: fewer requests in flight bound it.
@@ -118,7 +118,7 @@ struct TransferRun {
 
         // The destination: an existing directory takes the sources by their names.
         let destinationPath = localize(destination)
-        let existing = try await attempt(destinationSide.shown(destinationPath)) { try await destinationSide.stat(destinationPath, follow: true) }
+        let existing = try await Self.attempt(destinationSide.shown(destinationPath)) { try await destinationSide.stat(destinationPath, follow: true) }
         let intoDirectory = existing?.kind == .directory
 
         var plan = Plan()
@@ -209,7 +209,7 @@ struct TransferRun {
         }
         let seconds = Date().timeIntervalSince(started)
         let bytes = copied.reduce(0) { $0 + $1.bytes }
-        var result = Transfer.Result(exitStatus: failed.isEmpty ? 0 : 3, copied: copied.count, skipped: skipped.count, failed: failed.count, directories: created,
+        let result = Transfer.Result(exitStatus: failed.isEmpty ? 0 : 3, copied: copied.count, skipped: skipped.count, failed: failed.count, directories: created,
                                      bytes: bytes, seconds: (seconds * 1000).rounded() / 1000, files: all)
         if !failed.isEmpty, copied.isEmpty, skipped.isEmpty, created == 0 {
             throw TermindError(.sftpFailed, failed.map { "\($0.from.isEmpty ? $0.to : $0.from): \($0.error ?? $0.outcome.rawValue)" }.joined(separator: "\n"))
@@ -221,7 +221,6 @@ struct TransferRun {
         if created > 0 { summary += ", \(created) director\(created == 1 ? "y" : "ies") created" }
         summary += " · \(TerminalText.bytes(bytes)) in \(String(format: "%.1f", seconds)) s" + rate
         await session.emit("view", ["result": .bool(true), "title": .string(summary), "rows": .array([])])
-        result.exitStatus = failed.isEmpty ? 0 : 3
         return result
     }
 
@@ -231,13 +230,9 @@ struct TransferRun {
         do { return try Endpoint.parse(text) } catch { throw TermindError.badRequest("\(verb): \(error.description).") }
     }
 
-    /// A quick-connect line for HOST (and the run's `--jump`, a port from scp://), with the
-    /// identity to pass beside it: `--identity` names a saved identity, or a key file that
-    /// goes into the line as `-i` when the line is built here.
-    private func quickConnect(_ host: String, port: Int?) -> (String, String?) {
-        TransferRun.quickConnect(host, port: port, jump: request.jump, identity: request.identity, workingDirectory: request.workingDirectory)
-    }
-
+    /// A quick-connect line for HOST (and a `--jump`, a port from scp://), with the identity
+    /// to pass beside it: `--identity` names a saved identity, or a key file that goes into
+    /// the line as `-i` when the line is built here.
     static func quickConnect(_ host: String, port: Int?, jump: String?, identity: String?, workingDirectory: String?) -> (String, String?) {
         guard port != nil || jump != nil else { return (host, identity) }
         var words = ["ssh"]
@@ -265,7 +260,8 @@ struct TransferRun {
         }
     }
 
-    private func attempt<T>(_ what: String, _ body: () async throws -> T) async throws -> T {
+    /// `body`, with an SFTP failure said as `sftp.failed` naming `what`.
+    static func attempt<T>(_ what: String, _ body: () async throws -> T) async throws -> T {
         do { return try await body() } catch let error as SFTPError {
             throw TermindError(.sftpFailed, "\(what): \(error.message)")
         }
@@ -488,7 +484,6 @@ struct TransferRun {
             do {
                 let bytes = try await withTaskCancellationHandler { try await attempt.value } onCancel: { attempt.cancel() }
                 try await commit(file, temporary)
-                partial = nil
                 return await ended(.copied, nil, bytes: bytes)
             } catch let refused as Refused {
                 return await ended(.failed, refused.message)
@@ -496,7 +491,7 @@ struct TransferRun {
                 let contiguous = (error as? SFTPTransfer.Interrupted)?.contiguous ?? partial ?? 0
                 let reason = (error as? SFTPTransfer.Interrupted)?.reason ?? error
                 let lost = (reason as? SFTPError).map { $0.status == .connectionLost || $0.status == .noConnection } ?? false
-                if Task.isCancelled || signal.stop == .cancel { partial = contiguous; return await ended(.cancelled, "cancelled") }
+                if Task.isCancelled || signal.stop == .cancel { return await ended(.cancelled, "cancelled") }
                 if signal.stop == .pause || (lost && resident && contiguous > 0) {
                     // Kept for a verified resume (termind transfers resume).
                     partial = contiguous
@@ -506,7 +501,6 @@ struct TransferRun {
                     await session.emit("notice", ["text": .string("\(row) \(file.from.shown) \(why) after \(TerminalText.bytes(contiguous)); termind transfers resume \(row) continues it, cancel \(row) drops it.")])
                     continue
                 }
-                if contiguous > 0 || partial != nil { partial = contiguous }
                 return await ended(.failed, Self.message(reason))
             }
         }
@@ -522,8 +516,9 @@ struct TransferRun {
         let start = resumeAt ?? 0
         let end: UInt64
         var sourceNow: SFTPAttributes??
-        if let remote = file.from.side as? RemoteSide, file.from.side === file.to.side, created.set(),
-           try await remote.serverCopy(file.from.path, to: temporary, mode: mode, resumeAt: start) {
+        let sameHost = (file.from.side as? RemoteSide).flatMap { $0 === file.to.side ? $0 : nil }
+        if sameHost != nil { created.set() }
+        if let sameHost, try await sameHost.serverCopy(file.from.path, to: temporary, mode: mode, resumeAt: start) {
             // The same host: the server copies (copy-data), no byte crosses the network.
             end = try await file.to.side.stat(temporary, follow: false)?.size ?? 0
             progress(end)
@@ -547,16 +542,17 @@ struct TransferRun {
                 let window = min(file.from.side.window, file.to.side.window)
                 end = try await SFTPTransfer.pipe(from: start, size: size, chunk: min(reader.chunk, writer.chunk), window: window,
                                                   read: { try await reader.read($0, $1) }, write: { try await writer.write($0, $1) }, progress: progress)
-                // The source is looked at again while both ends close (one round trip, not two).
-                async let after = file.from.side.stat(file.from.path, follow: true)
-                await reader.close()
-                try await writer.finish()
-                sourceNow = .some(try await after)
             } catch {
                 await reader.close()
                 await writer.abandon()
                 throw error
             }
+            // The source is looked at again while both ends close (one round trip, not two).
+            // Each end is closed exactly once: `finish` closes the writer even when it fails.
+            async let after = file.from.side.stat(file.from.path, follow: true)
+            await reader.close()
+            try await writer.finish()
+            sourceNow = .some(try await after)
         }
         // The byte count must match, and the source must not have changed while it was read.
         if let size, size > 0, end != size {
@@ -677,7 +673,7 @@ final class ProgressBoard: Sendable {
             let done = s.finishedBytes + s.active.values.reduce(0) { $0 + $1.done }
             var item = "\(s.finishedFiles)/\(s.files) files"
             if !final, !s.current.isEmpty, s.files > 1 || !s.active.isEmpty { item += " · " + s.current }
-            return (["item": .string(item), "done": JSONValue(exactly: min(done, max(s.total, done))), "total": JSONValue(exactly: max(s.total, done)),
+            return (["item": .string(item), "done": JSONValue(exactly: done), "total": JSONValue(exactly: max(s.total, done)),
                      "unit": .string("bytes"), "key": .string("transfer")], rows)
         }
     }
@@ -687,7 +683,5 @@ final class ProgressBoard: Sendable {
 final class Flag: Sendable {
     private let lock = Mutex(false)
     var isSet: Bool { lock.withLock { $0 } }
-    /// Sets it; returns true (so it can stand in a condition list).
-    @discardableResult
-    func set() -> Bool { lock.withLock { $0 = true }; return true }
+    func set() { lock.withLock { $0 = true } }
 }

@@ -179,7 +179,9 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     private var idleExtra: [SFTPSession] = []
     private var extraCount = 0
     /// A silent probe for an extra connection failed: later files ride channels.
-    private var degraded: String?
+    private var degraded = false
+    /// Opens the control session once when several callers (listings read ahead) want it.
+    private let controlGate = AsyncGate()
     private let logger: Logger
 
     init(host: String, target: ConnectionTarget, opener: ConnectionOpener, window: Int, ask: @escaping ConnectionAsker) {
@@ -197,9 +199,6 @@ final class RemoteSide: FileSide, @unchecked Sendable {
         set { state.withLock { saved = newValue } }
     }
     private var saved: String?
-
-    /// Why extra connections are not used (a failed probe), if so.
-    var degradedReason: String? { state.withLock { degraded } }
 
     func shown(_ path: [UInt8]) -> String { "\(host):\(SFTPPaths.display(path))" }
 
@@ -238,9 +237,12 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     /// The session for metadata.
     func controlSession() async throws -> SFTPSession {
         if let control = state.withLock({ control }), await !control.isClosed { return control }
-        let session = try await newSession()
-        state.withLock { control = session }
-        return session
+        return try await controlGate.run {
+            if let control = self.state.withLock({ self.control }), await !control.isClosed { return control }
+            let session = try await self.newSession()
+            self.state.withLock { self.control = session }
+            return session
+        }
     }
 
     /// A data session for one file: with `extra`, one on an extra connection (an idle one, or
@@ -248,7 +250,7 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     /// trusted only once, prompts or a passphrase make it fail — after which later files ride
     /// channels; a cancelled probe caches nothing); else, or then, a sibling channel.
     func lease(extra: Bool = false) async throws -> SFTPSession {
-        if extra, state.withLock({ degraded == nil }) {
+        if extra, state.withLock({ !degraded }) {
             while let session = state.withLock({ idleExtra.popLast() }) {
                 if await !session.isClosed { return session }
             }
@@ -268,8 +270,7 @@ final class RemoteSide: FileSide, @unchecked Sendable {
                 throw CancellationError()
             } catch {
                 if Task.isCancelled { throw CancellationError() }
-                let reason = (error as? SFTPError)?.message ?? TermindError.from(error).message
-                state.withLock { if degraded == nil { degraded = reason } }
+                state.withLock { degraded = true }
                 logger.info("sftp.topology.degraded", ["host": .identifier(host)])
             }
         }

@@ -39,9 +39,6 @@ public struct FairQueue<ID: Hashable & Sendable>: Sendable {
     public init() {}
 
     public var activeCount: Int { running.count }
-    public var queuedCount: Int { where_.count }
-    public func isQueued(_ id: ID) -> Bool { where_[id] != nil }
-    public func isActive(_ id: ID) -> Bool { running[id] != nil }
     public func active(on host: String) -> Int { perHost[host] ?? 0 }
 
     /// Queues `id` for `hosts` (the first is the one it rotates under) from `source`.
