@@ -66,9 +66,29 @@ let package = Package(
         ),
         .target(
             name: "Workspaces",
-            dependencies: [core, apis],
+            dependencies: [core, apis, "WorkspacesRules", "TerminalScreen"],
             path: "Features/Workspaces/Sources/Workspaces",
             plugins: [signature]
+        ),
+        // Workspaces' pure rules (the terminal output scanner: shell marks, working folder,
+        // modes), unit-tested directly.
+        .target(
+            name: "WorkspacesRules",
+            dependencies: [],
+            path: "Features/Workspaces/Sources/WorkspacesRules"
+        ),
+        // libvterm (Debian's libvterm-dev), imported by TerminalScreen only.
+        .systemLibrary(
+            name: "CVTerm",
+            path: "Features/Workspaces/Sources/CVTerm",
+            pkgConfig: "vterm",
+            providers: [.apt(["libvterm-dev"])]
+        ),
+        // A durable session's screen: libvterm's model, its scrollback, and the redraw.
+        .target(
+            name: "TerminalScreen",
+            dependencies: ["CVTerm", "WorkspacesRules"],
+            path: "Features/Workspaces/Sources/TerminalScreen"
         ),
         .target(
             name: "Settings",
@@ -246,6 +266,11 @@ let package = Package(
             name: "SFTPTests",
             dependencies: [core, apis, "SFTPWire", "TransferRules", "TermindHarness"],
             path: "Tests/SFTPTests"
+        ),
+        .testTarget(
+            name: "WorkspacesTests",
+            dependencies: [core, apis, "WorkspacesRules", "TerminalScreen", "TermindHarness"],
+            path: "Tests/WorkspacesTests"
         ),
         .testTarget(
             name: "PluginTests",

@@ -66,14 +66,17 @@ public final class SpawnedProcess: @unchecked Sendable {
         defer { posix_spawn_file_actions_destroy(&actions) }
         var inPipe: [Int32] = [-1, -1], outPipe: [Int32] = [-1, -1], errPipe: [Int32] = [-1, -1]
         guard pipe(&inPipe) == 0 else { throw TermindError(code: "test.spawn", message: "pipe failed") }
+        // Each pipe end the child gets lives on as 0, 1 or 2 only: a descendant that outlives
+        // it (a daemon it starts, e.g. tmux's server) must not hold a copy of a pipe this
+        // process reads to its end.
         posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
         posix_spawn_file_actions_addclose(&actions, inPipe[1])
+        posix_spawn_file_actions_addclose(&actions, inPipe[0])
         if captureOutput {
             guard pipe(&outPipe) == 0, pipe(&errPipe) == 0 else { throw TermindError(code: "test.spawn", message: "pipe failed") }
             posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
             posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
-            posix_spawn_file_actions_addclose(&actions, outPipe[0])
-            posix_spawn_file_actions_addclose(&actions, errPipe[0])
+            for fd in [outPipe[0], errPipe[0], outPipe[1], errPipe[1]] { posix_spawn_file_actions_addclose(&actions, fd) }
         } else {
             posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
             posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)

@@ -21,6 +21,7 @@ final class ArchitectureTests: XCTestCase {
         "CCrypto": "Core/Sources/TermindCrypto",
         "CSQLite": "Core/Sources/TermindStore",
         "CLibSSH2": "Core/Sources/TermindSSH",
+        "CVTerm": "Features/Workspaces/Sources/TerminalScreen",
     ]
 
     struct Import: CustomStringConvertible {
@@ -178,6 +179,7 @@ final class ArchitectureTests: XCTestCase {
     func testEachCModuleIsImportedByExactlyOneSwiftModule() throws {
         let roots = ["Core/Sources/TermindCore", "Core/Sources/TermindKernel", "Core/Sources/TermindCrypto", "Core/Sources/TermindStore",
                      "Core/Sources/TermindSSH",
+                     "Features/Workspaces/Sources/TerminalScreen", "Features/Workspaces/Sources/Workspaces", "Features/Workspaces/Sources/WorkspacesRules",
                      "Host/Sources/termind", "Tests/Harness", "Tests/KernelTests", "Tests/PluginTests"]
         var importers: [String: Set<String>] = [:]
         for root in roots {

@@ -6,6 +6,12 @@ extension WorkspacesStreams {
     /// bridged raw: its bytes are the input, the remote terminal's are `stdout` events, and
     /// `{"control": {"resize": {"columns", "rows"}}}` changes the remote terminal's size.
     /// Questions as for Exec. The result is the remote exit status.
+    ///
+    /// Inside `termind serve` a session with a terminal is durable: it belongs to the server,
+    /// which keeps its screen (`started` says `session` and `detachable`). The client leaves
+    /// it with `{"control": {"detach": true}}` (`~d`), or by going away; the result then says
+    /// `detached` instead of an exit status, and `termind attach` (Attach) returns to it. A
+    /// cancel with a signal (`~.`) ends it.
     public enum Terminal: StreamContract {
         public struct Request: Codable, Sendable, Equatable {
             /// A saved host (id or label) or a quick-connect line.
@@ -48,7 +54,7 @@ extension WorkspacesStreams {
             }
         }
 
-        public typealias Result = Exec.Result
+        public typealias Result = SessionResult
 
         public static let name = "workspaces.terminal"
         public static let version = 1
@@ -56,7 +62,80 @@ extension WorkspacesStreams {
         public static let acceptsInput = true
         /// `started` once the session runs (the client's terminal goes raw only then, after
         /// any question), then the remote terminal's output.
-        public static var events: [String: JSONSchema] { StreamEvents.output.merging(["started": StreamEvents.fields([])]) { $1 } }
+        public static var events: [String: JSONSchema] { WorkspacesStreams.sessionEvents }
         public static var questions: [String: String] { WorkspacesStreams.connectionQuestions }
+    }
+
+    /// Returns to a durable session inside `termind serve` (`termind attach ID`): the
+    /// session's current screen is drawn on the client's terminal from the server's model of
+    /// it (its scrollback first, `scrollback` lines at most), then the session goes on as
+    /// for Terminal. A client attached already is detached (it is told so).
+    public enum Attach: StreamContract {
+        public struct Request: Codable, Sendable, Equatable {
+            /// The session's number (`termind sessions`).
+            public var session: Int
+            /// Scrollback lines to draw before the screen (nil: all the session keeps; 0: none).
+            public var scrollback: Int?
+            /// The client's terminal (required: a session is attached to a terminal).
+            public var terminal: Terminal.TerminalSize?
+
+            public init(session: Int, scrollback: Int? = nil, terminal: Terminal.TerminalSize? = nil) {
+                self.session = session
+                self.scrollback = scrollback
+                self.terminal = terminal
+            }
+        }
+
+        public typealias Result = SessionResult
+
+        public static let name = "workspaces.attach"
+        public static let version = 1
+        public static let summary = "Return to a durable session inside termind serve: its screen is redrawn, then it goes on."
+        public static let acceptsInput = true
+        public static var events: [String: JSONSchema] { WorkspacesStreams.sessionEvents }
+    }
+
+    /// What an interactive session emits: its terminal's output, `started` once the client's
+    /// terminal may go raw (with the durable session's number), a closing `view` and notices.
+    public static var sessionEvents: [String: JSONSchema] {
+        StreamEvents.output.merging([
+            "started": StreamEvents.fields([("session", .integer, false), ("detachable", .boolean, false)]),
+            "view": StreamEvents.view,
+            "notice": StreamEvents.notice,
+        ]) { $1 }
+    }
+
+    /// How an interactive session left its client: the remote exit status, or detached
+    /// (the session goes on inside the server).
+    public struct SessionResult: Codable, Sendable, Equatable {
+        /// The remote exit status; nil when a signal ended it, or when detached.
+        public var exitStatus: Int32?
+        public var exitSignal: String?
+        /// The durable session's number, when there is one.
+        public var session: Int?
+        /// The client left a session that goes on (`~d`, another client attached, the window closed).
+        public var detached: Bool?
+        /// Why, when detached: "detached" (asked), "attached-elsewhere", "closed" (the client went away).
+        public var reason: String?
+
+        public init(exitStatus: Int32?, exitSignal: String?, session: Int? = nil, detached: Bool? = nil, reason: String? = nil) {
+            self.exitStatus = exitStatus
+            self.exitSignal = exitSignal
+            self.session = session
+            self.detached = detached
+            self.reason = reason
+        }
+
+        enum CodingKeys: String, CodingKey { case exitStatus, exitSignal, session, detached, reason }
+
+        /// A session that ended carries `exitStatus` (null when none was reported), so a
+        /// client reads it as a command's result; a detached one does not.
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            if detached == true { try c.encode(true, forKey: .detached) } else { try c.encode(exitStatus, forKey: .exitStatus) }
+            try c.encodeIfPresent(exitSignal, forKey: .exitSignal)
+            try c.encodeIfPresent(session, forKey: .session)
+            try c.encodeIfPresent(reason, forKey: .reason)
+        }
     }
 }

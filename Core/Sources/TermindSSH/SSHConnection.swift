@@ -14,7 +14,8 @@ public struct SSHTarget: Sendable, Equatable, Hashable {
         self.port = port
         self.username = username
     }
-    var display: String { port == 22 ? "\(username)@\(host)" : "\(username)@\(host):\(port)" }
+    /// `user@host`, with `:port` when it is not 22.
+    public var display: String { port == 22 ? "\(username)@\(host)" : "\(username)@\(host):\(port)" }
 }
 
 /// Secrets for one connection attempt; used once, never cached, logged or stored.

@@ -65,7 +65,13 @@ enum StreamCommand {
                 interrupt.onSignal { number in
                     bridge?.restore()
                     view.finish()
-                    _ = control.send(["cancel": .bool(true), "signal": .string(SignalCatcher.name(number))])
+                    if bridged.detachable {
+                        // A session that outlives its client (the window closed, termind killed):
+                        // this client leaves it, the session goes on.
+                        _ = control.send(["control": .object(["detach": .bool(true)])])
+                    } else {
+                        _ = control.send(["cancel": .bool(true), "signal": .string(SignalCatcher.name(number))])
+                    }
                     DispatchQueue.global().asyncAfter(deadline: .now() + 3) { _exit(128 + number) }  // never races main's exit
                 }
                 if bridge == nil {
@@ -75,13 +81,17 @@ enum StreamCommand {
                     bridged.control = control
                 }
             }) { event in
+                // The result's view ends a bridged session: the terminal is cooked again first.
+                if event.kind == "view", event["result"] == .bool(true) { bridge?.restore() }
                 if view.handle(event) { return nil }
                 switch event.kind {
                 case "started"? where bridge != nil:
                     guard let bridge, let control = bridged.control else { return nil }
+                    let detachable = event["detachable"] == .bool(true)
+                    bridged.detachable = detachable
                     bridge.enterRaw()
                     bridged.watch(watchWindow(bridge, control: control))
-                    sendInput(acceptsInput ? STDIN_FILENO : -1, terminal: true, to: control) { action in
+                    sendInput(acceptsInput ? STDIN_FILENO : -1, terminal: true, detachable: detachable, to: control) { action in
                         switch action {
                         case .disconnect:
                             // As ssh's ~.: the session ends now; the remote shell gets a HUP.
@@ -96,8 +106,12 @@ enum StreamCommand {
                             kill(getpid(), SIGTSTP)
                             bridge.enterRaw()
                             sendSize(bridge, to: control)
+                        case .detach:
+                            // ~d: this client leaves; the server answers with the result (detached).
+                            _ = control.send(["control": .object(["detach": .bool(true)])])
+                            return false
                         case .help:
-                            FileHandle.standardError.write(Data(TerminalEscapes.help.utf8))
+                            FileHandle.standardError.write(Data(TerminalEscapes.help(detachable: detachable).utf8))
                         case .send:
                             break
                         }
@@ -183,7 +197,7 @@ enum StreamCommand {
 
     /// On a bridged terminal the keys go through OpenSSH's escape sequences first
     /// (`TerminalEscapes`): `escape` acts on each one and says whether to read on.
-    private static func sendInput(_ fd: Int32, terminal: Bool = false, to control: StreamControl,
+    private static func sendInput(_ fd: Int32, terminal: Bool = false, detachable: Bool = false, to control: StreamControl,
                                   escape: (@Sendable (TerminalEscapes.Action) -> Bool)? = nil) {
         // A terminal's keys go to a stream only when it bridges the terminal (raw mode).
         guard fd >= 0, terminal || isatty(fd) != 1 else {
@@ -192,7 +206,7 @@ enum StreamCommand {
         }
         let thread = Thread {
             var buffer = [UInt8](repeating: 0, count: 64 << 10)
-            var escapes = TerminalEscapes()
+            var escapes = TerminalEscapes(detachable: detachable)
             while true {
                 let n = read(fd, &buffer, buffer.count)
                 if n < 0 && errno == EINTR { continue }
@@ -307,6 +321,13 @@ private final class BridgeStart: @unchecked Sendable {
     private let lock = NSLock()
     private var controlValue: StreamControl?
     private var resizes: (any DispatchSourceSignal)?
+    private var detachableValue = false
+
+    /// The session outlives this client (`started` said `detachable`): leaving detaches.
+    var detachable: Bool {
+        get { lock.withLock { detachableValue } }
+        set { lock.withLock { detachableValue = newValue } }
+    }
 
     var control: StreamControl? {
         get { lock.withLock { controlValue } }

@@ -4,8 +4,9 @@ import Foundation
 /// escape character (`~`) is special only as the first character of a line, that is at
 /// the start or right after a carriage return or newline. There `~.` disconnects, `~^Z`
 /// suspends the client, `~?` lists the sequences and `~~` sends one `~`; `~` followed by
-/// anything else sends both. The generic client runs its terminal input through this
-/// before it reaches the stream.
+/// anything else sends both. A session that outlives its client (a durable one inside
+/// `termind serve`) also knows `~d`, detach. The generic client runs its terminal input
+/// through this before it reaches the stream.
 public struct TerminalEscapes: Sendable {
     public enum Action: Equatable, Sendable {
         /// Bytes for the remote side.
@@ -13,23 +14,32 @@ public struct TerminalEscapes: Sendable {
         case disconnect
         case suspend
         case help
+        /// `~d`, only where the session is `detachable`.
+        case detach
     }
 
     public static let escape = UInt8(ascii: "~")
-    public static let help = """
-        Supported escape sequences:\r
-         ~.   - terminate connection\r
-         ~^Z  - suspend termind\r
-         ~?   - this message\r
-         ~~   - send the escape character by typing it twice\r
-        (Note that escapes are only recognized immediately after newline.)\r
+    public static let help = Self.help(detachable: false)
 
-        """
+    /// The list `~?` shows.
+    public static func help(detachable: Bool) -> String {
+        "Supported escape sequences:\r\n"
+            + " ~.   - terminate connection\(detachable ? " (and end the session)" : "")\r\n"
+            + (detachable ? " ~d   - detach: the session goes on; termind attach returns to it\r\n" : "")
+            + " ~^Z  - suspend termind\r\n"
+            + " ~?   - this message\r\n"
+            + " ~~   - send the escape character by typing it twice\r\n"
+            + "(Note that escapes are only recognized immediately after newline.)\r\n"
+    }
 
     private var atLineStart = true
     private var pendingEscape = false
+    /// Whether `~d` detaches (else it is sent as typed).
+    public let detachable: Bool
 
-    public init() {}
+    public init(detachable: Bool = false) {
+        self.detachable = detachable
+    }
 
     /// What `input` (as typed) means, in order.
     public mutating func filter(_ input: Data) -> [Action] {
@@ -45,6 +55,7 @@ public struct TerminalEscapes: Sendable {
                 case UInt8(ascii: "."): flush(); actions.append(.disconnect); return actions
                 case 0x1A: flush(); actions.append(.suspend); atLineStart = false; continue
                 case UInt8(ascii: "?"): flush(); actions.append(.help); atLineStart = false; continue
+                case UInt8(ascii: "d") where detachable: flush(); actions.append(.detach); return actions
                 case Self.escape: plain.append(Self.escape); atLineStart = false; continue
                 default:
                     plain.append(Self.escape)  // not an escape: the ~ goes too, then this byte as usual

@@ -10,14 +10,19 @@ import WorkspacesAPI
 /// (`kernel.ssh`), so exec, the terminal, and later SFTP and forwarding, share connections
 /// to a route. Its streams: `workspaces.exec@1` (`termind exec`), `workspaces.terminal@1` (`termind ssh`).
 final class WorkspacesFeature: Feature {
-    private struct Ports: Sendable {
+    struct Ports: Sendable {
         let routes: any RouteResolver
         let trust: any HostKeyTrust
         let pool: SSHConnectionPool
+        let hosts: any HostDirectory
+        let settings: (any SettingsValues)?
         let logger: Logger
+        /// Inside `termind serve`: a session with a terminal is durable.
+        let resident: Bool
     }
 
     private let ports = Mutex<Ports?>(nil)
+    private let sessions = SessionRegistry()
 
     private func current() throws -> Ports {
         guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("Workspaces is not started.") }
@@ -29,7 +34,29 @@ final class WorkspacesFeature: Feature {
             try await ExecRunner(ports: try current(), request: request, session: session).run()
         }
         registrar.stream(WorkspacesStreams.Terminal.self) { [self] request, session in
-            try await TerminalRunner(ports: try current(), request: request, session: session).run()
+            try await TerminalRunner(ports: try current(), request: request, session: session, sessions: sessions).run()
+        }
+        registrar.stream(WorkspacesStreams.Attach.self) { [self] request, session in
+            let ports = try current()
+            try Self.requireServer(ports)
+            let durable = try await sessions.session(request.session)
+            try durable.requireRunning()
+            guard request.terminal != nil else {
+                throw TermindError.badRequest("termind attach needs a terminal: run it from one (its standard input is not a terminal).")
+            }
+            return try await durable.attach(session, terminal: request.terminal, scrollback: request.scrollback, first: false)
+        }
+        registrar.handle(WorkspacesContracts.ListSessions.self) { [self] _, _ in
+            try Self.requireServer(try current())
+            return .init(sessions: await sessions.list())
+        }
+        registrar.handle(WorkspacesContracts.CloseSession.self) { [self] request, _ in
+            try Self.requireServer(try current())
+            let session = try await sessions.session(request.session)
+            session.close()
+            // Its end (the channel closed) is what the listing then shows.
+            _ = await Task { await session.ended.value }.result
+            return session.info()
         }
     }
 
@@ -40,16 +67,27 @@ final class WorkspacesFeature: Feature {
             try settings.register(TerminalSettings.Device.self, owner: context.featureID)
         }
         let value = Ports(routes: try context.ports.require(.routes), trust: try context.ports.require(.hostKeyTrust),
-                          pool: try context.ports.require(.sshConnections), logger: context.logger)
+                          pool: try context.ports.require(.sshConnections), hosts: try context.ports.require(.hostDirectory), settings: context.ports.optional(.settingsValues),
+                          logger: context.logger, resident: context.resident)
         ports.withLock { $0 = value }
     }
 
     func stop() async {
+        // The server stops: every durable session's shell is hung up, cleanly.
+        await sessions.closeAll()
         ports.withLock { $0 = nil }
     }
 
+    /// Durable sessions live inside `termind serve`.
+    private static func requireServer(_ ports: Ports) throws {
+        guard ports.resident else {
+            throw TermindError(.workspacesNeedsServer, "Durable sessions live inside termind serve, and none is running here: start it (termind serve), "
+                + "then termind ssh HOST opens a session that termind sessions lists and termind attach returns to.")
+        }
+    }
+
     /// The connection for one stream run, asking the stream's client what only a person can answer.
-    private static func connection(_ ports: Ports, _ request: any SessionTarget, session: StreamSession) async throws -> SSHConnection {
+    static func connection(_ ports: Ports, _ request: any SessionTarget, session: StreamSession) async throws -> SSHConnection {
         let opener = ConnectionOpener(routes: ports.routes, trust: ports.trust, pool: ports.pool, logger: ports.logger)
         let target = ConnectionTarget(target: request.target, user: request.user, identity: request.identity, workingDirectory: request.workingDirectory,
                                       acceptHostKey: request.acceptHostKey, connectTimeout: request.connectTimeout)
@@ -81,56 +119,10 @@ final class WorkspacesFeature: Feature {
             }
         }
     }
-
-    /// One `workspaces.terminal@1` run: a shell or command with the client's terminal bridged
-    /// (raw bytes both ways, window changes as controls).
-    private struct TerminalRunner {
-        let ports: Ports
-        let request: WorkspacesStreams.Terminal.Request
-        let session: StreamSession
-
-        func run() async throws -> WorkspacesStreams.Terminal.Result {
-            let connection = try await WorkspacesFeature.connection(ports, request, session: session)
-            let pty = request.terminal.map { PTYRequest(term: $0.term.isEmpty ? "xterm-256color" : $0.term, columns: max(1, $0.columns), rows: max(1, $0.rows)) }
-            let environment = (request.terminal?.environment ?? [:]).filter { $0.key == "LANG" || $0.key.hasPrefix("LC_") }
-            let channel = try await connection.openChannel(request.command.map { .exec($0) } ?? .shell, pty: pty, environment: environment)
-            let session = self.session
-            // The client's terminal goes raw now, after every question of the connection.
-            await session.emit("started")
-            let input = Task {
-                for await chunk in session.input { try await channel.write(chunk) }
-                channel.closeInput()
-            }
-            // The latest size wins; a resize that fails is only a diagnostic.
-            let resizes = Task {
-                for await control in session.controls {
-                    guard case .integer(let columns)? = control["resize"]?["columns"], case .integer(let rows)? = control["resize"]?["rows"] else { continue }
-                    do { try await channel.resize(columns: Int(columns), rows: Int(rows)) } catch {
-                        ports.logger.debug("workspaces.terminal.resize_failed")
-                    }
-                }
-            }
-            defer { input.cancel(); resizes.cancel() }
-            do {
-                try await withTaskCancellationHandler {
-                    while let (stream, data) = try await channel.next() {
-                        await session.emit(stream == .stdout ? "stdout" : "stderr", data: data)
-                    }
-                } onCancel: {
-                    if let signal = session.cancelSignal { channel.close(signal: signal) } else { channel.close() }
-                }
-                try Task.checkCancellation()
-            } catch {
-                if session.cancelSignal != nil { await connection.waitUntilIdle(timeout: 2) }
-                throw error
-            }
-            return .init(exitStatus: channel.exit?.status, exitSignal: channel.exit?.signal)
-        }
-    }
 }
 
 /// What every session stream's request says about where to connect and how.
-private protocol SessionTarget: Sendable {
+protocol SessionTarget: Sendable {
     var target: String { get }
     var user: String? { get }
     var identity: String? { get }

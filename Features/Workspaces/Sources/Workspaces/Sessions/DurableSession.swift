@@ -1,0 +1,298 @@
+import Foundation
+import TermindCore
+import TermindSSH
+import WorkspacesAPI
+import WorkspacesRules
+
+/// A terminal session that belongs to `termind serve`, not to a terminal window: its shell
+/// runs on, its output is drawn into a screen model (`ScreenModel`) whether or not a client
+/// is attached, and a client that attaches gets that screen redrawn, then the live output.
+///
+/// One pump task reads the channel for the session's whole life. Output and the attached
+/// client change under one lock, and the screen's operations queue in that order, so a
+/// redraw holds exactly the output before it and the client's outbox exactly what follows.
+/// A slow client holds the remote side back (its outbox is bounded), as a plain session does;
+/// with nobody attached the output only feeds the screen.
+final class DurableSession: @unchecked Sendable {
+    let id: Int
+    /// The saved host's label, or the quick-connect target.
+    let host: String
+    let command: String?
+    let started: Date
+    private let channel: SSHChannel
+    private let model: ScreenModel
+    private let logger: Logger
+
+    private let lock = NSLock()
+    private var scanner = TerminalScanner()
+    private var attachment: Attachment?
+    private var lastActivity: Date
+    private var directory: String?
+    private var title: String?
+    private var size: (columns: Int, rows: Int)
+    private var ending: Ending?
+    private var closing = false
+    private var pump: Task<Void, Never>?
+    /// Told once the session has ended.
+    let ended = Promise<Void>()
+    /// Told of each shell mark in the output (history).
+    private let marks: @Sendable ([TerminalMark]) -> Void
+
+    enum Ending: Sendable {
+        /// The remote side ended it (its shell exited) or termind closed it.
+        case exited(ChannelExit?, closed: Bool)
+        /// The connection was lost.
+        case lost(TermindError)
+        var date: Date { Date() }
+    }
+
+    /// One client's time on the session.
+    final class Attachment: @unchecked Sendable {
+        let client: StreamSession
+        let outbox = Outbox()
+        let outcome = Promise<Outcome>()
+        init(client: StreamSession) { self.client = client }
+    }
+
+    enum Outcome: Sendable {
+        /// The client leaves, the session goes on ("detached", "attached-elsewhere", "closed").
+        case detached(reason: String)
+        /// The session ended while attached.
+        case ended
+    }
+
+    init(id: Int, host: String, command: String?, channel: SSHChannel, columns: Int, rows: Int, scrollbackLines: Int, logger: Logger,
+         marks: @escaping @Sendable ([TerminalMark]) -> Void) {
+        self.id = id
+        self.host = host
+        self.command = command
+        self.channel = channel
+        self.logger = logger
+        self.marks = marks
+        started = Date()
+        lastActivity = started
+        size = (columns, rows)
+        model = ScreenModel(rows: rows, columns: columns, scrollbackLines: scrollbackLines)
+    }
+
+    // MARK: - The pump
+
+    /// Starts reading the channel (once, after the first client attached).
+    private func startPump() {
+        let task = Task.detached { [self] in
+            do {
+                while let (_, data) = try await channel.next() {
+                    let (target, found): (Attachment?, [TerminalMark]) = lock.withLock {
+                        let before = scanner.modes
+                        let found = scanner.scan(data)
+                        model.feed(data, modesBefore: before)
+                        lastActivity = Date()
+                        for mark in found {
+                            switch mark {
+                            case .workingDirectory(let path): directory = path
+                            case .title(let text): title = text
+                            default: break
+                            }
+                        }
+                        return (attachment, found)
+                    }
+                    if !found.isEmpty { marks(found) }
+                    if let target { _ = await target.outbox.put(data) }
+                }
+                finish(.exited(channel.exit, closed: lock.withLock { closing }))
+            } catch {
+                finish(.lost(TermindError.from(error)))
+            }
+        }
+        lock.withLock { pump = task }
+    }
+
+    private func finish(_ ending: Ending) {
+        let attached: Attachment? = lock.withLock {
+            self.ending = ending
+            return attachment
+        }
+        switch ending {
+        case .exited(let exit, let closed):
+            logger.info("workspaces.session.ended", ["session": .int(id), "closed": .bool(closed), "status": .int(Int(exit?.status ?? -1))])
+        case .lost(let error):
+            logger.info("workspaces.session.lost", ["session": .int(id), "code": .identifier(error.code)])
+        }
+        attached?.outbox.finish()
+        attached?.outcome.fulfill(.ended)
+        ended.fulfill(())
+    }
+
+    // MARK: - Attaching
+
+    /// Runs one client's time on the session: `started`, the screen redrawn (not for the
+    /// client that opened it: nothing was drawn yet), then the live output, its keys and
+    /// window sizes, until it detaches, another client attaches, or the session ends.
+    func attach(_ client: StreamSession, terminal: WorkspacesStreams.Terminal.TerminalSize?, scrollback: Int?, first: Bool) async throws -> WorkspacesStreams.SessionResult {
+        let attachment = Attachment(client: client)
+        let (previous, redraw, resized): (Attachment?, Promise<[UInt8]>?, (columns: Int, rows: Int)?) = try lock.withLock {
+            if let ending { throw endedError(ending) }
+            let previous = self.attachment
+            self.attachment = attachment
+            var resized: (columns: Int, rows: Int)?
+            if let terminal, terminal.columns > 0, terminal.rows > 0, (terminal.columns, terminal.rows) != size {
+                size = (terminal.columns, terminal.rows)
+                model.resize(rows: terminal.rows, columns: terminal.columns)
+                resized = size
+            }
+            // Queued after every output fed so far, before any that follows (same lock).
+            return (previous, first ? nil : model.redraw(scrollbackLines: scrollback), resized)
+        }
+        previous?.outcome.fulfill(.detached(reason: "attached-elsewhere"))
+        if first { startPump() }
+        if let resized { Task { try? await channel.resize(columns: resized.columns, rows: resized.rows) } }
+        logger.debug("workspaces.session.attached", ["session": .int(id)])
+
+        await client.emit("started", ["session": .integer(Int64(id)), "detachable": .bool(true)])
+        let writer = Task {
+            if let redraw { await client.emit("stdout", data: Data(await redraw.value)) }
+            while let chunk = await attachment.outbox.next() { await client.emit("stdout", data: chunk) }
+        }
+        let input = Task { [self] in
+            for await chunk in client.input {
+                lock.withLock { lastActivity = Date() }
+                try? await channel.write(chunk)
+            }
+            // The client's terminal is gone (its input ended): it leaves, the session stays.
+            attachment.outcome.fulfill(.detached(reason: "closed"))
+        }
+        let controls = Task { [self] in
+            for await control in client.controls {
+                if control["detach"] == .bool(true) {
+                    attachment.outcome.fulfill(.detached(reason: "detached"))
+                } else if case .integer(let columns)? = control["resize"]?["columns"], case .integer(let rows)? = control["resize"]?["rows"] {
+                    resize(columns: Int(columns), rows: Int(rows), by: attachment)
+                }
+            }
+        }
+        let outcome = await withTaskCancellationHandler {
+            await attachment.outcome.value
+        } onCancel: {
+            // `~.` cancels with a signal: the session ends with it. A client that went away
+            // (its window closed, killed) leaves the session running.
+            if let signal = client.cancelSignal { close(signal: signal) }
+            attachment.outcome.fulfill(.detached(reason: "closed"))
+        }
+        input.cancel()
+        controls.cancel()
+
+        switch outcome {
+        case .ended:
+            // Every byte the shell wrote reaches the client before its exit status.
+            await writer.value
+            let ending = lock.withLock { self.ending }
+            switch ending {
+            case .lost(let error)?: throw error
+            case .exited(let exit, _)?: return .init(exitStatus: exit?.status, exitSignal: exit?.signal, session: id)
+            case nil: return .init(exitStatus: nil, exitSignal: nil, session: id)
+            }
+        case .detached(let reason):
+            lock.withLock { if self.attachment === attachment { self.attachment = nil } }
+            attachment.outbox.finish()
+            if reason == "closed" {
+                // The client is gone: nothing more to show it.
+                writer.cancel()
+            } else {
+                await farewell(client, writer: writer, reason: reason)
+            }
+            return .init(exitStatus: nil, exitSignal: nil, session: id, detached: true, reason: reason)
+        }
+    }
+
+    /// Tells a client that leaves a running session why, once its output is through: its
+    /// terminal leaves the session's modes (application keys, mouse, the alternate screen)
+    /// and a line says how to come back. A client that stopped reading (replaced because it
+    /// hung) is given up on after two seconds.
+    private func farewell(_ client: StreamSession, writer: Task<Void, Never>, reason: String) async {
+        let reset = model.resetSequences()
+        let id = self.id, host = self.host
+        let told = Task {
+            await writer.value
+            await client.emit("stdout", data: Data((await reset.value + "\r\n").utf8))
+            let text = reason == "attached-elsewhere"
+                ? "Session \(id) on \(host) was attached from another terminal; 'termind attach \(id)' takes it back."
+                : "Detached from session \(id) on \(host); 'termind attach \(id)' returns to it."
+            await client.emit("view", ["title": .string(text), "rows": .array([]), "result": .bool(true)])
+        }
+        let deadline = Task {
+            try? await Task.sleep(for: .seconds(2))
+            writer.cancel()
+            told.cancel()
+        }
+        await told.value
+        deadline.cancel()
+    }
+
+    /// A window size from the attached client: the model and the remote terminal follow (a
+    /// client that was replaced meanwhile changes nothing).
+    private func resize(columns: Int, rows: Int, by attachment: Attachment) {
+        guard columns > 0, rows > 0 else { return }
+        let changed: Bool = lock.withLock {
+            guard self.attachment === attachment, ending == nil, (columns, rows) != size else { return false }
+            size = (columns, rows)
+            model.resize(rows: rows, columns: columns)
+            return true
+        }
+        guard changed else { return }
+        Task {
+            do { try await channel.resize(columns: columns, rows: rows) } catch { logger.debug("workspaces.terminal.resize_failed") }
+        }
+    }
+
+    // MARK: - Ending
+
+    /// Ends the session: the remote shell gets `signal` (HUP: as when a terminal closes) and
+    /// the channel closes; the attached client, if any, gets the exit.
+    func close(signal: String = "HUP") {
+        let running: Bool = lock.withLock {
+            guard ending == nil else { return false }
+            closing = true
+            return true
+        }
+        guard running else { return }
+        channel.close(signal: signal)
+    }
+
+    private func endedError(_ ending: Ending) -> TermindError {
+        switch ending {
+        case .exited(let exit, let closed):
+            let how = closed ? "was closed" : exit?.signal.map { "ended by SIG\($0)" } ?? "ended with status \(exit?.status.map(String.init) ?? "unknown")"
+            return TermindError(.workspacesSessionEnded, "Session \(id) on \(host) \(how); there is nothing to attach to. Start a new one with termind ssh \(host).")
+        case .lost(let error):
+            return TermindError(.workspacesSessionEnded, "Session \(id) on \(host) ended when its connection was lost (\(error.message)).")
+        }
+    }
+
+    // MARK: - Listing
+
+    var isEnded: Bool { lock.withLock { ending != nil } }
+
+    /// Throws how the session ended, if it has.
+    func requireRunning() throws {
+        try lock.withLock { if let ending { throw endedError(ending) } }
+    }
+
+    func info(now: Date = Date()) -> WorkspacesContracts.SessionInfo {
+        lock.withLock {
+            var exit: ChannelExit?
+            if case .exited(let value, _)? = ending { exit = value }
+            return .init(id: id, host: host, command: command, state: ending != nil ? "ended" : attachment != nil ? "attached" : "detached",
+                         started: Self.timestamp(started), lastActivity: Self.timestamp(lastActivity), directory: directory, title: title,
+                         size: "\(size.columns)x\(size.rows)", exitStatus: exit?.status, exitSignal: exit?.signal)
+        }
+    }
+
+    /// The screen's rows as text (for tests and diagnostics).
+    func screenLines() async -> [String] { await model.lines().value }
+
+    static func timestamp(_ date: Date) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.string(from: date)
+    }
+}

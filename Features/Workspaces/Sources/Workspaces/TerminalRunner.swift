@@ -1,0 +1,72 @@
+import Foundation
+import SettingsAPI
+import TermindCore
+import TermindSSH
+import WorkspacesAPI
+
+/// One `workspaces.terminal@1` run: a shell or command with the client's terminal bridged
+/// (raw bytes both ways, window changes as controls). Inside `termind serve`, with a
+/// terminal, the session is durable: it is handed to the server's registry and this run is
+/// only the first client's time on it.
+struct TerminalRunner {
+    let ports: WorkspacesFeature.Ports
+    let request: WorkspacesStreams.Terminal.Request
+    let session: StreamSession
+    let sessions: SessionRegistry
+
+    func run() async throws -> WorkspacesStreams.Terminal.Result {
+        let connection = try await WorkspacesFeature.connection(ports, request, session: session)
+        let pty = request.terminal.map { PTYRequest(term: $0.term.isEmpty ? "xterm-256color" : $0.term, columns: max(1, $0.columns), rows: max(1, $0.rows)) }
+        let environment = (request.terminal?.environment ?? [:]).filter { $0.key == "LANG" || $0.key.hasPrefix("LC_") }
+        let channel = try await connection.openChannel(request.command.map { .exec($0) } ?? .shell, pty: pty, environment: environment)
+        if ports.resident, let pty {
+            let scrollback = (try? await ports.settings?.read(TerminalSettings.Preferences.self))??.scrollbackLines ?? TerminalSettings.Preferences.defaults.scrollbackLines
+            let durable = DurableSession(id: await sessions.reserveID(), host: await label(connection), command: request.command, channel: channel,
+                                         columns: pty.columns, rows: pty.rows, scrollbackLines: scrollback, logger: ports.logger.child("session"),
+                                         marks: { _ in })
+            await sessions.add(durable)
+            return try await durable.attach(session, terminal: request.terminal, scrollback: nil, first: true)
+        }
+        return try await plain(channel, connection: connection)
+    }
+
+    /// The saved host's label, or where a quick-connect line went (`user@host:port`).
+    private func label(_ connection: SSHConnection) async -> String {
+        ((try? await ports.hosts.host(named: request.target)) ?? nil)?.label ?? connection.target.display
+    }
+
+    /// A session that lasts as long as its client (in-process, or without a terminal).
+    private func plain(_ channel: SSHChannel, connection: SSHConnection) async throws -> WorkspacesStreams.Terminal.Result {
+        let session = self.session
+        // The client's terminal goes raw now, after every question of the connection.
+        await session.emit("started")
+        let input = Task {
+            for await chunk in session.input { try await channel.write(chunk) }
+            channel.closeInput()
+        }
+        // The latest size wins; a resize that fails is only a diagnostic.
+        let resizes = Task {
+            for await control in session.controls {
+                guard case .integer(let columns)? = control["resize"]?["columns"], case .integer(let rows)? = control["resize"]?["rows"] else { continue }
+                do { try await channel.resize(columns: Int(columns), rows: Int(rows)) } catch {
+                    ports.logger.debug("workspaces.terminal.resize_failed")
+                }
+            }
+        }
+        defer { input.cancel(); resizes.cancel() }
+        do {
+            try await withTaskCancellationHandler {
+                while let (stream, data) = try await channel.next() {
+                    await session.emit(stream == .stdout ? "stdout" : "stderr", data: data)
+                }
+            } onCancel: {
+                if let signal = session.cancelSignal { channel.close(signal: signal) } else { channel.close() }
+            }
+            try Task.checkCancellation()
+        } catch {
+            if session.cancelSignal != nil { await connection.waitUntilIdle(timeout: 2) }
+            throw error
+        }
+        return .init(exitStatus: channel.exit?.status, exitSignal: channel.exit?.signal)
+    }
+}

@@ -1,0 +1,213 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import XCTest
+
+/// Durable sessions (`termind ssh` inside `termind serve`): the session belongs to the
+/// server, a client detaches (`~d`, its window closed) and another attaches with the same
+/// screen redrawn from the server's model — checked in real terminals (tmux) against a real
+/// sshd, with full-screen programs.
+final class DurableSessionTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+    private var server: SSHServerFixture!
+    private var serve: ServeProcess!
+    private var tmux: TmuxTerminal!
+
+    override func setUpWithError() throws {
+        directory = try TemporaryDirectory("termind-durable")
+        server = try SSHServerFixture.withNewKey(in: directory)
+        serve = try ServeProcess(directory: directory, arguments: [])
+        tmux = TmuxTerminal(directory: directory, environment: environment)
+    }
+
+    override func tearDown() {
+        tmux?.stop()
+        serve?.stop()
+        server?.stop()
+        directory?.remove()
+    }
+
+    private var environment: [String: String] {
+        var environment = ProcessInfo.termindEnvironment(home: directory.file("home"), socket: directory.file("serve/control.sock"))
+        environment["TERM"] = "xterm-256color"
+        environment["PS1"] = "$ "
+        return environment
+    }
+
+    private var termind: String { FeatureHarness.buildDirectory + "/termind" }
+    private var target: String { "ssh -p \(server.port) -i \(directory.file("id")) \(NSUserName())@127.0.0.1" }
+
+    private func ssh(_ extra: [String] = []) -> [String] {
+        // A plain shell with a known prompt, so screens compare exactly.
+        [termind, "ssh", target, "--accept-host-key", "once"] + extra + ["--", "env PS1='$ ' bash --norc --noprofile -i"]
+    }
+
+    private func sessions() throws -> [JSONValue] {
+        let result = try ProcessRunner.run(termind, ["--json", "sessions"], environment: environment)
+        XCTAssertEqual(result.status, 0, result.stderr)
+        return try JSONCoding.parse(Data(result.stdout.utf8), source: "sessions")["sessions"]?.arrayValue ?? []
+    }
+
+    private func waitForState(_ id: Int, _ state: String, seconds: Double = 10) throws -> JSONValue? {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if let session = try sessions().first(where: { $0["id"]?.intValue == id }), session["state"]?.stringValue == state { return session }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        return try sessions().first { $0["id"]?.intValue == id }
+    }
+
+    func testDetachWithTildeDAndAttachRedrawsTheSameScreenAndTheSessionGoesOn() throws {
+        try tmux.open("first", ssh(), columns: 90, rows: 24)
+        XCTAssertTrue(try tmux.wait("first", for: "$").found)
+        try tmux.send("first", "for i in $(seq 1 40); do printf '\\033[3%dmline %d\\033[0m\\n' $((i % 7)) $i; done; cd /tmp\r")
+        XCTAssertTrue(try tmux.wait("first", for: "line 40").found)
+        try tmux.send("first", "echo ready-$((6*7))\r")
+        let before = try tmux.wait("first", for: "ready-42").screen
+        // ~d right after a newline (Enter at an empty prompt first).
+        try tmux.send("first", "\r")
+        Thread.sleep(forTimeInterval: 0.3)
+        let shown = try tmux.screen("first")
+        try tmux.send("first", "~d")
+        XCTAssertEqual(try tmux.waitForExit("first"), 0)
+        let left = try tmux.screen("first")
+        XCTAssertTrue(left.contains { $0.contains("Detached from session 1") }, left.joined(separator: "\n"))
+
+        let listed = try XCTUnwrap(try waitForState(1, "detached"))
+        XCTAssertEqual(listed["state"]?.stringValue, "detached")
+        XCTAssertEqual(listed["size"]?.stringValue, "90x24")
+        XCTAssertTrue(before.contains { $0.contains("ready-42") })
+
+        // Output while nobody is attached is kept in the screen.
+        try tmux.open("second", [termind, "attach", "1"], columns: 90, rows: 24)
+        let redrawn = try tmux.wait("second", for: "ready-42").screen
+        XCTAssertEqual(redrawn, shown, "the attached terminal shows the screen the session had")
+        // The lines that scrolled off came first, into the terminal's own history.
+        let history = try tmux.tmux(["capture-pane", "-p", "-S", "-100", "-t", "second:"])
+        XCTAssertTrue(history.contains("line 1\n"), history)
+        try tmux.send("second", "pwd; exit 7\r")
+        XCTAssertEqual(try tmux.waitForExit("second"), 7)
+        XCTAssertTrue(try tmux.screen("second").contains("/tmp"))
+        XCTAssertEqual(try waitForState(1, "ended")?["exitStatus"]?.intValue, 7)
+        // An ended session cannot be attached to, and says how it ended.
+        let again = try ProcessRunner.run(termind, ["attach", "1"], environment: environment)
+        XCTAssertEqual(again.status, 1)
+        XCTAssertTrue(again.stderr.contains("ended with status 7"), again.stderr)
+    }
+
+    func testAFullScreenProgramSurvivesItsWindowClosingAndIsRedrawnOnAttach() throws {
+        let file = try directory.write("notes.txt", (1...60).map { "note \($0): the quick brown fox\n" }.joined())
+        try tmux.open("first", ssh(), columns: 80, rows: 20)
+        XCTAssertTrue(try tmux.wait("first", for: "$").found)
+        try tmux.send("first", "vi -u NONE -i NONE -c 'set number' \(file)\r")
+        let inVi = try tmux.wait("first", for: "note 19:")
+        XCTAssertTrue(inVi.found, inVi.screen.joined(separator: "\n"))
+        try tmux.send("first", "30G")
+        Thread.sleep(forTimeInterval: 0.5)
+        let before = try tmux.screen("first")
+        // Closing the window (the client gets SIGHUP) detaches; the editor goes on.
+        tmux.kill("first")
+        XCTAssertEqual(try waitForState(1, "detached")?["state"]?.stringValue, "detached")
+
+        try tmux.open("second", [termind, "attach", "1"], columns: 80, rows: 20)
+        let redrawn = try tmux.wait("second", for: "note 30:").screen
+        XCTAssertEqual(redrawn, before, "vi's screen, redrawn from the model")
+        // The editor still answers keys (the cursor keys in application mode included), and
+        // leaving it shows the shell's screen as it was.
+        try tmux.send("second", ":q!\r")
+        XCTAssertTrue(try tmux.wait("second", for: "vi -u NONE").found)
+        try tmux.send("second", "exit 3\r")
+        XCTAssertEqual(try tmux.waitForExit("second"), 3)
+    }
+
+    func testAttachingElsewhereDetachesTheFirstClientAndTheWindowSizeFollowsTheAttachedTerminal() throws {
+        try tmux.open("first", ssh(), columns: 100, rows: 30)
+        XCTAssertTrue(try tmux.wait("first", for: "$").found)
+        try tmux.send("first", "stty size\r")
+        XCTAssertTrue(try tmux.wait("first", for: "30 100").found)
+
+        try tmux.open("second", [termind, "attach", "1", "--scrollback", "0"], columns: 120, rows: 40)
+        XCTAssertEqual(try tmux.waitForExit("first"), 0)
+        let replaced = try tmux.screen("first")
+        XCTAssertTrue(replaced.contains { $0.contains("attached from another terminal") }, replaced.joined(separator: "\n"))
+        XCTAssertTrue(try tmux.wait("second", for: "30 100").found)
+        try tmux.send("second", "clear; stty size\r")
+        XCTAssertTrue(try tmux.wait("second", for: "40 120").found)
+        try tmux.resize("second", columns: 70, rows: 22)
+        Thread.sleep(forTimeInterval: 0.5)
+        try tmux.send("second", "stty size\r")
+        XCTAssertTrue(try tmux.wait("second", for: "22 70").found)
+        XCTAssertEqual(try sessions().first?["size"]?.stringValue, "70x22")
+        try tmux.send("second", "exit\r")
+        XCTAssertEqual(try tmux.waitForExit("second"), 0)
+    }
+
+    func testClosingASessionAndStoppingTheServerEndTheRemoteShells() throws {
+        // A sleep whose argument no other process has.
+        let marker = "sleep 9999.\(Int.random(in: 100_000...999_999))"
+        try tmux.open("first", ssh(), columns: 80, rows: 24)
+        XCTAssertTrue(try tmux.wait("first", for: "$").found)
+        try tmux.send("first", "\(marker)1\r")
+        Thread.sleep(forTimeInterval: 0.5)
+        XCTAssertTrue(remoteProcessRuns("\(marker)1"))
+        // Closed while attached: the client ends with the hung-up shell.
+        let closed = try ProcessRunner.run(termind, ["--json", "sessions", "close", "1"], environment: environment)
+        XCTAssertEqual(closed.status, 0, closed.stderr)
+        XCTAssertEqual(try JSONCoding.parse(Data(closed.stdout.utf8), source: "close")["state"]?.stringValue, "ended")
+        XCTAssertNotNil(try tmux.waitForExit("first"))
+        XCTAssertTrue(waitUntil { !self.remoteProcessRuns("\(marker)1") }, "the remote shell's command still runs")
+
+        // Detached, then the server stops: the shell is hung up too.
+        try tmux.open("second", ssh(), columns: 80, rows: 24)
+        XCTAssertTrue(try tmux.wait("second", for: "$").found)
+        try tmux.send("second", "\(marker)2\r")
+        Thread.sleep(forTimeInterval: 0.5)
+        tmux.kill("second")
+        XCTAssertEqual(try waitForState(2, "detached")?["state"]?.stringValue, "detached")
+        XCTAssertTrue(remoteProcessRuns("\(marker)2"))
+        XCTAssertEqual(serve.stop(), 0)
+        serve = nil
+        XCTAssertTrue(waitUntil { !self.remoteProcessRuns("\(marker)2") }, "the server's stop left the remote shell running")
+    }
+
+    func testWithoutAServerSessionsAndAttachSaySoAndSshIsAPlainSession() throws {
+        serve.stop()
+        serve = nil
+        let listed = try ProcessRunner.run(termind, ["sessions"], environment: environment)
+        XCTAssertEqual(listed.status, 1)
+        XCTAssertTrue(listed.stderr.contains("termind serve"), listed.stderr)
+        let attached = try ProcessRunner.run(termind, ["attach", "3"], environment: environment)
+        XCTAssertEqual(attached.status, 1)
+        XCTAssertTrue(attached.stderr.contains("termind serve"), attached.stderr)
+        // In-process: ~d is not an escape there (it is typed as it is).
+        var local = environment
+        local["TERMIND_STORE"] = directory.file("local.sqlite")
+        let scratch = try TemporaryDirectory("termind-plain")
+        let plain = TmuxTerminal(directory: scratch, environment: local)
+        defer {
+            plain.stop()
+            scratch.remove()
+        }
+        try plain.open("plain", [termind, "--local", "--secrets-key", directory.file("k")] + Array(ssh().dropFirst()))
+        XCTAssertTrue(try plain.wait("plain", for: "$").found)
+        try plain.send("plain", "\r~d\r")
+        XCTAssertTrue(try plain.wait("plain", for: "~d: command not found").found)
+        try plain.send("plain", "exit 4\r")
+        XCTAssertEqual(try plain.waitForExit("plain"), 4)
+    }
+
+    // MARK: - Helpers
+
+    private func remoteProcessRuns(_ marker: String) -> Bool {
+        ((try? ProcessRunner.run("/usr/bin/pgrep", ["-f", marker]))?.status ?? 1) == 0
+    }
+
+    private func waitUntil(seconds: Double = 10, _ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if condition() { return true }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        return condition()
+    }
+}
