@@ -20,12 +20,19 @@ public final class ThrowawayAccount: @unchecked Sendable {
         case value(String)
     }
 
-    public init(password: Password = .unusable) throws {
+    /// `shell` is its login shell; `home`, when given, a folder made for it (owned by it) with
+    /// `files` (name → text) in it — start-up files of the shell under test, say.
+    public init(password: Password = .unusable, shell: String = "/bin/sh", home: String? = nil, files: [String: String] = [:]) throws {
         guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/sbin/useradd") else {
             throw TermindError(code: "fixture.account", message: "needs root to create a throwaway account")
         }
         name = "tmd\(UInt32.random(in: 100_000...999_999))"
-        let made = try ProcessRunner.run("/usr/sbin/useradd", ["-M", "-s", "/bin/sh", name])
+        let made = try ProcessRunner.run("/usr/sbin/useradd", (home.map { ["-d", $0] } ?? ["-M"]) + ["-s", shell, name])
+        if made.status == 0, let home {
+            try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+            for (file, text) in files { try text.write(toFile: (home as NSString).appendingPathComponent(file), atomically: true, encoding: .utf8) }
+            _ = try ProcessRunner.run("/bin/chown", ["-R", name, home])
+        }
         guard made.status == 0 else { throw TermindError(code: "fixture.account", message: "useradd \(name) failed: \(made.stderr)") }
         let set = switch password {
         case .unusable: try ProcessRunner.run("/usr/sbin/usermod", ["-p", "*", name])

@@ -65,6 +65,63 @@ public enum WorkspacesContracts {
     }
 }
 
+extension WorkspacesContracts {
+    /// A command a shell reported (shell integration, OSC 133), as history keeps it.
+    public struct HistoryEntry: Codable, Sendable, Equatable {
+        /// The command line (backslash continuations joined; may span lines).
+        public var command: String
+        /// Its exit status, as the shell reported it.
+        public var exitStatus: Int32?
+        /// How long it ran by the remote shell's clock, when the shell measured it.
+        public var durationMilliseconds: Int?
+        /// The folder it ran in, when the shell said (OSC 7).
+        public var directory: String?
+        /// When it finished (ISO 8601, UTC, this machine's clock when the report arrived).
+        public var finished: String
+
+        public init(command: String, exitStatus: Int32?, durationMilliseconds: Int?, directory: String?, finished: String) {
+            self.command = command
+            self.exitStatus = exitStatus
+            self.durationMilliseconds = durationMilliseconds
+            self.directory = directory
+            self.finished = finished
+        }
+    }
+}
+
+extension WorkspacesStreams {
+    /// `termind history HOST`: the commands a host's shells reported, oldest first (at most
+    /// 1,000 per host, kept on this device only). Shown as a table with each command's first
+    /// line; the result holds them whole.
+    public enum History: StreamContract {
+        public struct Request: Codable, Sendable, Equatable {
+            /// A saved host (id or label), or `user@host[:port]` as `termind sessions` shows a quick-connect target.
+            public var host: String
+            /// Only commands matching this regular expression.
+            public var grep: String?
+            /// Only the newest N.
+            public var limit: Int?
+            public init(host: String, grep: String? = nil, limit: Int? = nil) {
+                self.host = host
+                self.grep = grep
+                self.limit = limit
+            }
+        }
+        public struct Result: Codable, Sendable, Equatable {
+            public var host: String
+            public var entries: [WorkspacesContracts.HistoryEntry]
+            public init(host: String, entries: [WorkspacesContracts.HistoryEntry]) {
+                self.host = host
+                self.entries = entries
+            }
+        }
+        public static let name = "workspaces.history"
+        public static let version = 1
+        public static let summary = "The commands a host's shells reported (exit status, duration, folder), oldest first; --grep PATTERN, --limit N."
+        public static var events: [String: JSONSchema] { ["view": StreamEvents.view] }
+    }
+}
+
 extension ErrorCode {
     /// Durable sessions live inside `termind serve`, and none answered.
     public static let workspacesNeedsServer: ErrorCode = "workspaces.needs_server"

@@ -8,21 +8,26 @@ public enum TerminalSettings {
     public struct Preferences: SettingsRecord {
         public static let key = "terminal.preferences"
         public static let scope = SettingsScope.synced
-        public static let summary = "Terminal: theme name and the scrollback lines a durable session keeps (100-100000)."
-        public static var defaults: Preferences { Preferences(theme: "default", scrollbackLines: 10_000) }
+        public static let summary = "Terminal: theme name, the scrollback lines a durable session keeps (100-100000), shell integration for hosts left at default."
+        public static var defaults: Preferences { Preferences(theme: "default", scrollbackLines: 10_000, shellIntegration: false) }
 
         public var theme: String
         public var scrollbackLines: Int
+        /// Whether termind's shell bootstrap (prompt and command marks, history) goes to the
+        /// interactive bash and zsh shells of hosts whose own choice is `default`.
+        public var shellIntegration: Bool
 
-        public init(theme: String, scrollbackLines: Int) {
+        public init(theme: String, scrollbackLines: Int, shellIntegration: Bool = false) {
             self.theme = theme
             self.scrollbackLines = scrollbackLines
+            self.shellIntegration = shellIntegration
         }
 
         public init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             theme = try container.decodeIfPresent(String.self, forKey: .theme) ?? Self.defaults.theme
             scrollbackLines = try container.decodeIfPresent(Int.self, forKey: .scrollbackLines) ?? Self.defaults.scrollbackLines
+            shellIntegration = try container.decodeIfPresent(Bool.self, forKey: .shellIntegration) ?? Self.defaults.shellIntegration
         }
 
         public func problems() -> [SettingsProblem] {

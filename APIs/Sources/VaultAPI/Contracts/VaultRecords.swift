@@ -35,7 +35,7 @@ public struct HostRecord: Sendable, Equatable, Codable {
 
     /// The public view other features get through `HostDirectory`.
     public var summary: HostSummary {
-        HostSummary(id: id, label: label, address: address, port: port, user: user, tags: tags)
+        HostSummary(id: id, label: label, address: address, port: port, user: user, tags: tags, shellIntegration: shellIntegration)
     }
 }
 

@@ -3,6 +3,7 @@ import SettingsAPI
 import TermindCore
 import TermindSSH
 import WorkspacesAPI
+import WorkspacesRules
 
 /// One `workspaces.terminal@1` run: a shell or command with the client's terminal bridged
 /// (raw bytes both ways, window changes as controls). Inside `termind serve`, with a
@@ -15,33 +16,41 @@ struct TerminalRunner {
     let sessions: SessionRegistry
 
     func run() async throws -> WorkspacesStreams.Terminal.Result {
+        // Shell integration is decided once, before connecting; later edits of the setting
+        // reach only later sessions.
+        let saved = (try? await ports.hosts.host(named: request.target)) ?? nil
+        let preferences = (try? await ports.settings?.read(TerminalSettings.Preferences.self)) ?? TerminalSettings.Preferences.defaults
+        let bootstrap = request.terminal != nil && request.command == nil
+            && (saved?.shellIntegration == .enabled || (saved?.shellIntegration ?? .default) == .default && preferences.shellIntegration)
+
         let connection = try await WorkspacesFeature.connection(ports, request, session: session)
         let pty = request.terminal.map { PTYRequest(term: $0.term.isEmpty ? "xterm-256color" : $0.term, columns: max(1, $0.columns), rows: max(1, $0.rows)) }
         let environment = (request.terminal?.environment ?? [:]).filter { $0.key == "LANG" || $0.key.hasPrefix("LC_") }
         let channel = try await connection.openChannel(request.command.map { .exec($0) } ?? .shell, pty: pty, environment: environment)
+        // History starts here, once authenticated: by saved host, else where the line went.
+        let history = ports.history.map { HistoryRecorder(store: $0, host: saved?.id ?? connection.target.display, logger: ports.logger.child("history")) }
+        let integration = ShellIntegration(bootstrap: bootstrap, history: history) { line in try? await channel.write(line) }
         if ports.resident, let pty {
-            let scrollback = (try? await ports.settings?.read(TerminalSettings.Preferences.self))??.scrollbackLines ?? TerminalSettings.Preferences.defaults.scrollbackLines
-            let durable = DurableSession(id: await sessions.reserveID(), host: await label(connection), command: request.command, channel: channel,
-                                         columns: pty.columns, rows: pty.rows, scrollbackLines: scrollback, logger: ports.logger.child("session"),
-                                         marks: { _ in })
+            let durable = DurableSession(id: await sessions.reserveID(), host: saved?.label ?? connection.target.display, command: request.command,
+                                         channel: channel, columns: pty.columns, rows: pty.rows, scrollbackLines: preferences.scrollbackLines,
+                                         logger: ports.logger.child("session"), integration: integration)
             await sessions.add(durable)
             return try await durable.attach(session, terminal: request.terminal, scrollback: nil, first: true)
         }
-        return try await plain(channel, connection: connection)
-    }
-
-    /// The saved host's label, or where a quick-connect line went (`user@host:port`).
-    private func label(_ connection: SSHConnection) async -> String {
-        ((try? await ports.hosts.host(named: request.target)) ?? nil)?.label ?? connection.target.display
+        defer { integration.cancel() }
+        return try await plain(channel, connection: connection, integration: integration)
     }
 
     /// A session that lasts as long as its client (in-process, or without a terminal).
-    private func plain(_ channel: SSHChannel, connection: SSHConnection) async throws -> WorkspacesStreams.Terminal.Result {
+    private func plain(_ channel: SSHChannel, connection: SSHConnection, integration: ShellIntegration) async throws -> WorkspacesStreams.Terminal.Result {
         let session = self.session
         // The client's terminal goes raw now, after every question of the connection.
         await session.emit("started")
         let input = Task {
-            for await chunk in session.input { try await channel.write(chunk) }
+            for await chunk in session.input {
+                await integration.inputAllowed()
+                try await channel.write(chunk)
+            }
             channel.closeInput()
         }
         // The latest size wins; a resize that fails is only a diagnostic.
@@ -56,13 +65,17 @@ struct TerminalRunner {
         defer { input.cancel(); resizes.cancel() }
         do {
             try await withTaskCancellationHandler {
+                var scanner = TerminalScanner()
                 while let (stream, data) = try await channel.next() {
-                    await session.emit(stream == .stdout ? "stdout" : "stderr", data: data)
+                    // A terminal's output is one stream; a shell without one gets no bootstrap.
+                    let visible = stream == .stdout ? integration.output(data, marks: scanner.scanWithOffsets(data)) : data
+                    if !visible.isEmpty { await session.emit(stream == .stdout ? "stdout" : "stderr", data: visible) }
                 }
             } onCancel: {
                 if let signal = session.cancelSignal { channel.close(signal: signal) } else { channel.close() }
             }
             try Task.checkCancellation()
+            await integration.finish()
         } catch {
             if session.cancelSignal != nil { await connection.waitUntilIdle(timeout: 2) }
             throw error

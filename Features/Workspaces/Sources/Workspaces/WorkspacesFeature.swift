@@ -2,9 +2,11 @@ import Foundation
 import Synchronization
 import TermindCore
 import TermindSSH
+import TermindStore
 import SettingsAPI
 import VaultAPI
 import WorkspacesAPI
+import WorkspacesRules
 
 /// Workspaces: SSH sessions on the Vault's hosts, over the kernel's one connection pool
 /// (`kernel.ssh`), so exec, the terminal, and later SFTP and forwarding, share connections
@@ -16,6 +18,8 @@ final class WorkspacesFeature: Feature {
         let pool: SSHConnectionPool
         let hosts: any HostDirectory
         let settings: (any SettingsValues)?
+        /// The commands shells reported (device-local).
+        let history: HistoryStore?
         let logger: Logger
         /// Inside `termind serve`: a session with a terminal is durable.
         let resident: Bool
@@ -46,6 +50,9 @@ final class WorkspacesFeature: Feature {
             }
             return try await durable.attach(session, terminal: request.terminal, scrollback: request.scrollback, first: false)
         }
+        registrar.stream(WorkspacesStreams.History.self) { [self] request, session in
+            try await Self.history(request, session: session, ports: try current())
+        }
         registrar.handle(WorkspacesContracts.ListSessions.self) { [self] _, _ in
             try Self.requireServer(try current())
             return .init(sessions: await sessions.list())
@@ -61,6 +68,13 @@ final class WorkspacesFeature: Feature {
     }
 
     func start(_ context: FeatureContext) async throws {
+        let db = try context.ports.require(.store)
+        do {
+            let report = try db.migrate(WorkspacesSchema.schema)
+            if !report.applied.isEmpty { context.logger.info("workspaces.migrated", ["to": .int(report.to)]) }
+        } catch let error as StoreError {
+            throw error.termindError
+        }
         // The terminal's settings live with Settings when it runs.
         if let settings = context.ports.optional(.settingsValues) {
             try settings.register(TerminalSettings.Preferences.self, owner: context.featureID)
@@ -68,6 +82,7 @@ final class WorkspacesFeature: Feature {
         }
         let value = Ports(routes: try context.ports.require(.routes), trust: try context.ports.require(.hostKeyTrust),
                           pool: try context.ports.require(.sshConnections), hosts: try context.ports.require(.hostDirectory), settings: context.ports.optional(.settingsValues),
+                          history: HistoryStore(db: db),
                           logger: context.logger, resident: context.resident)
         ports.withLock { $0 = value }
     }
@@ -76,6 +91,43 @@ final class WorkspacesFeature: Feature {
         // The server stops: every durable session's shell is hung up, cleanly.
         await sessions.closeAll()
         ports.withLock { $0 = nil }
+    }
+
+    /// `termind history HOST`: the host's rows, filtered, as a table of first lines; whole in the result.
+    private static func history(_ request: WorkspacesStreams.History.Request, session: StreamSession, ports: Ports) async throws -> WorkspacesStreams.History.Result {
+        guard let store = ports.history else { throw TermindError.internalFailure("The history store is not open.") }
+        let saved = try await ports.hosts.host(named: request.host)
+        var entries = try await store.entries(host: saved?.id ?? request.host)
+        if let pattern = request.grep {
+            let regex: NSRegularExpression
+            do { regex = try NSRegularExpression(pattern: pattern) } catch {
+                throw TermindError.badRequest("--grep \(pattern) is not a regular expression this termind reads (ICU syntax): \(error.localizedDescription)")
+            }
+            entries = entries.filter { regex.firstMatch(in: $0.command, range: NSRange($0.command.startIndex..., in: $0.command)) != nil }
+        }
+        if let limit = request.limit {
+            guard limit > 0 else { throw TermindError.badRequest("--limit must be 1 or more, not \(limit).") }
+            entries = Array(entries.suffix(limit))
+        }
+        let host = saved?.label ?? request.host
+        let rows: [JSONValue] = entries.map { entry in
+            .object(["finished": .string(entry.finished), "status": entry.exitStatus.map { .integer(Int64($0)) } ?? .null,
+                     "duration": entry.durationMilliseconds.map { .string(Self.duration($0)) } ?? .null,
+                     "directory": entry.directory.map(JSONValue.string) ?? .null, "command": .string(HistoryText.firstLine(entry.command))])
+        }
+        let title = entries.isEmpty
+            ? "No history for \(host)\(request.grep == nil ? "" : " matching that pattern") (shells report their commands with shell integration: termind vault host edit \(host) --shellIntegration enabled)."
+            : "History of \(host): \(entries.count) command\(entries.count == 1 ? "" : "s"), oldest first"
+        await session.emit("view", ["title": .string(title), "rows": .array(rows), "result": .bool(true)])
+        return .init(host: host, entries: entries)
+    }
+
+    /// 850 ms, 12.3 s, 4m05s.
+    static func duration(_ milliseconds: Int) -> String {
+        if milliseconds < 1000 { return "\(milliseconds) ms" }
+        if milliseconds < 60_000 { return String(format: "%.1f s", Double(milliseconds) / 1000) }
+        let seconds = milliseconds / 1000
+        return seconds < 3600 ? String(format: "%dm%02ds", seconds / 60, seconds % 60) : String(format: "%dh%02dm", seconds / 3600, seconds / 60 % 60)
     }
 
     /// Durable sessions live inside `termind serve`.

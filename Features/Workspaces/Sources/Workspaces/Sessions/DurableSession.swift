@@ -35,8 +35,8 @@ final class DurableSession: @unchecked Sendable {
     private var pump: Task<Void, Never>?
     /// Told once the session has ended.
     let ended = Promise<Void>()
-    /// Told of each shell mark in the output (history).
-    private let marks: @Sendable ([TerminalMark]) -> Void
+    /// The shell bootstrap's gate on output and keys, and the history it feeds.
+    private let integration: ShellIntegration
 
     enum Ending: Sendable {
         /// The remote side ended it (its shell exited) or termind closed it.
@@ -62,13 +62,13 @@ final class DurableSession: @unchecked Sendable {
     }
 
     init(id: Int, host: String, command: String?, channel: SSHChannel, columns: Int, rows: Int, scrollbackLines: Int, logger: Logger,
-         marks: @escaping @Sendable ([TerminalMark]) -> Void) {
+         integration: ShellIntegration) {
         self.id = id
         self.host = host
         self.command = command
         self.channel = channel
         self.logger = logger
-        self.marks = marks
+        self.integration = integration
         started = Date()
         lastActivity = started
         size = (columns, rows)
@@ -82,23 +82,25 @@ final class DurableSession: @unchecked Sendable {
         let task = Task.detached { [self] in
             do {
                 while let (_, data) = try await channel.next() {
-                    let (target, found): (Attachment?, [TerminalMark]) = lock.withLock {
+                    let (target, visible): (Attachment?, Data) = lock.withLock {
                         let before = scanner.modes
-                        let found = scanner.scan(data)
-                        model.feed(data, modesBefore: before)
+                        let found = scanner.scanWithOffsets(data)
+                        // What the bootstrap's run printed is neither shown nor drawn.
+                        let visible = integration.output(data, marks: found)
+                        if !visible.isEmpty { model.feed(visible, modesBefore: before) }
                         lastActivity = Date()
-                        for mark in found {
+                        for (_, mark) in found {
                             switch mark {
                             case .workingDirectory(let path): directory = path
                             case .title(let text): title = text
                             default: break
                             }
                         }
-                        return (attachment, found)
+                        return (attachment, visible)
                     }
-                    if !found.isEmpty { marks(found) }
-                    if let target { _ = await target.outbox.put(data) }
+                    if let target, !visible.isEmpty { _ = await target.outbox.put(visible) }
                 }
+                await integration.finish()
                 finish(.exited(channel.exit, closed: lock.withLock { closing }))
             } catch {
                 finish(.lost(TermindError.from(error)))
@@ -118,6 +120,7 @@ final class DurableSession: @unchecked Sendable {
         case .lost(let error):
             logger.info("workspaces.session.lost", ["session": .int(id), "code": .identifier(error.code)])
         }
+        integration.cancel()
         attached?.outbox.finish()
         attached?.outcome.fulfill(.ended)
         ended.fulfill(())
@@ -156,6 +159,7 @@ final class DurableSession: @unchecked Sendable {
         let input = Task { [self] in
             for await chunk in client.input {
                 lock.withLock { lastActivity = Date() }
+                await integration.inputAllowed()
                 try? await channel.write(chunk)
             }
             // The client's terminal is gone (its input ended): it leaves, the session stays.

@@ -1,0 +1,65 @@
+import Foundation
+import TermindCore
+import WorkspacesAPI
+import WorkspacesRules
+
+/// Turns one session's shell marks into history rows: a command's line from its start
+/// (OSC 133 C), its status and duration from its end (D), the folder it ran in from the
+/// last OSC 7 before it. A command the shell gave no line for is not kept. Rows are written
+/// in order, one at a time, off the session's data path; a failed write is logged (by code
+/// only: never the command) and the session goes on.
+final class HistoryRecorder: @unchecked Sendable {
+    private let store: HistoryStore
+    private let host: String
+    private let logger: Logger
+    private let lock = NSLock()
+    private var directory: String?
+    /// The running command: its line (nil: the shell gave none) and its folder.
+    private var running: (line: String?, directory: String?)?
+    private var writes: Task<Void, Never>?
+
+    init(store: HistoryStore, host: String, logger: Logger) {
+        self.store = store
+        self.host = host
+        self.logger = logger
+    }
+
+    func take(_ marks: [TerminalMark]) {
+        for mark in marks {
+            switch mark {
+            case .workingDirectory(let path):
+                lock.withLock { directory = path }
+            case .commandExecuted(let line):
+                lock.withLock { running = (line, directory) }
+            case .commandFinished(let status, let duration):
+                let finished: (line: String?, directory: String?)? = lock.withLock {
+                    defer { running = nil }
+                    return running
+                }
+                guard let finished, let line = finished.line.map(HistoryText.normalized), !line.trimmingCharacters(in: .whitespaces).isEmpty else { continue }
+                let entry = WorkspacesContracts.HistoryEntry(command: line, exitStatus: status.map { Int32(truncatingIfNeeded: $0) },
+                                                             durationMilliseconds: duration, directory: finished.directory,
+                                                             finished: DurableSession.timestamp(Date()))
+                write(entry)
+            default:
+                break
+            }
+        }
+    }
+
+    private func write(_ entry: WorkspacesContracts.HistoryEntry) {
+        let store = store, host = host, logger = logger
+        lock.withLock {
+            let previous = writes
+            writes = Task {
+                await previous?.value
+                do { try await store.record(host: host, entry) } catch { logger.warning("workspaces.history.write_failed", ["code": .identifier(TermindError.from(error).code)]) }
+            }
+        }
+    }
+
+    /// Waits until every row taken so far is written.
+    func flush() async {
+        await lock.withLock({ writes })?.value
+    }
+}

@@ -1,0 +1,109 @@
+import Foundation
+import TermindCore
+import WorkspacesRules
+
+/// One session's shell integration, decided once when it starts (the host's choice, else
+/// `terminal.preferences`): with the bootstrap, once the shell shows its first prompt (output,
+/// then 250 ms of quiet; at most 5 s after the start) `ShellBootstrap`'s line is sent as
+/// input, and what the shell prints from then until its ready mark — the line's echo, its
+/// continuation prompts — is hidden (4 s at most), as are the person's keys, which wait and
+/// follow. Either way the marks in what is shown go to history.
+///
+/// Changing the setting later never reaches a running session: it has decided.
+final class ShellIntegration: @unchecked Sendable {
+    static let firstPromptLimit: TimeInterval = 5
+    static let hideLimit: TimeInterval = 4
+
+    private enum Phase {
+        case waiting
+        case hiding(nonce: String)
+        case open
+    }
+
+    private let lock = NSLock()
+    private var phase: Phase
+    private var lastOutput: Date?
+    private let started = Date()
+    private var inputWaiters: [CheckedContinuation<Void, Never>] = []
+    private let history: HistoryRecorder?
+    private var driver: Task<Void, Never>?
+
+    /// `send` writes to the shell's input.
+    init(bootstrap: Bool, history: HistoryRecorder?, send: @escaping @Sendable (Data) async -> Void) {
+        self.history = history
+        phase = bootstrap ? .waiting : .open
+        guard bootstrap else { return }
+        let task = Task { [weak self] in _ = await self?.drive(send: send) }
+        lock.withLock { driver = task }
+    }
+
+    /// Output as it arrives, with its marks (`TerminalScanner.scanWithOffsets`): what of it to
+    /// show. Everything, except while the bootstrap runs.
+    func output(_ data: Data, marks: [(offset: Int, mark: TerminalMark)]) -> Data {
+        let (visible, shownMarks, opened): (Data, [TerminalMark], [CheckedContinuation<Void, Never>]) = lock.withLock {
+            lastOutput = Date()
+            guard case .hiding(let nonce) = phase else { return (data, marks.map(\.mark), []) }
+            guard let ready = marks.first(where: { $0.mark == .bootstrapReady(nonce: nonce) }) else { return (Data(), [], []) }
+            phase = .open
+            defer { inputWaiters.removeAll() }
+            // The first prompt's line is erased: the next prompt goes where it was (the
+            // terminal never saw the line's echo, so the cursor is still on it).
+            let after = data.index(data.startIndex, offsetBy: ready.offset + 1)
+            return (Data("\r\u{1B}[K".utf8) + data[after...], marks.filter { $0.offset > ready.offset }.map(\.mark), inputWaiters)
+        }
+        for waiter in opened { waiter.resume() }
+        if !shownMarks.isEmpty { history?.take(shownMarks) }
+        return visible
+    }
+
+    /// Returns once the person's keys may go to the shell (at once, unless the bootstrap runs).
+    func inputAllowed() async {
+        await withCheckedContinuation { continuation in
+            let now: Bool = lock.withLock {
+                if case .open = phase { return true }
+                inputWaiters.append(continuation)
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+
+    /// The session ended: what history took is written.
+    func finish() async {
+        cancel()
+        await history?.flush()
+    }
+
+    /// The session ended: nothing waits any more.
+    func cancel() {
+        lock.withLock { driver }?.cancel()
+        open()
+    }
+
+    private func open() {
+        let waiters: [CheckedContinuation<Void, Never>] = lock.withLock {
+            phase = .open
+            defer { inputWaiters.removeAll() }
+            return inputWaiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    private func drive(send: @Sendable (Data) async -> Void) async {
+        // The first prompt: output, then a pause.
+        while !Task.isCancelled {
+            let (last, elapsed) = lock.withLock { (lastOutput, Date().timeIntervalSince(started)) }
+            if elapsed >= Self.firstPromptLimit { break }
+            if let last, Date().timeIntervalSince(last) >= 0.25 { break }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+        guard !Task.isCancelled else { return open() }
+        let nonce = String(UInt64.random(in: 1...UInt64.max), radix: 36)
+        lock.withLock { phase = .hiding(nonce: nonce) }
+        await send(Data(ShellBootstrap.line(nonce: nonce).utf8))
+        // A shell that never says it is ready (not bash or zsh, and no printf) is shown again.
+        try? await Task.sleep(for: .seconds(Self.hideLimit))
+        let stillHiding: Bool = lock.withLock { if case .hiding = phase { return true } else { return false } }
+        if stillHiding { open() }
+    }
+}
