@@ -77,12 +77,12 @@ let package = Package(
             dependencies: [],
             path: "Features/Workspaces/Sources/WorkspacesRules"
         ),
-        // libvterm (Debian's libvterm-dev), imported by TerminalScreen only.
+        // libvterm 0.3.3 built from Debian 13's source with termind's patches
+        // (scripts/deps/libvterm.sh, linked statically), imported by TerminalScreen only.
         .systemLibrary(
             name: "CVTerm",
             path: "Features/Workspaces/Sources/CVTerm",
-            pkgConfig: "vterm",
-            providers: [.apt(["libvterm-dev"])]
+            pkgConfig: "termind-vterm"
         ),
         // A durable session's screen: libvterm's model, its scrollback, and the redraw.
         .target(
@@ -212,6 +212,12 @@ let package = Package(
             name: "termind-forward-bench",
             dependencies: [core, "TermindHarness"],
             path: "Tests/Tools/ForwardBench"
+        ),
+        // `make bench`: terminal output throughput and keystroke echo against ssh -tt on the same sshd.
+        .executableTarget(
+            name: "termind-terminal-bench",
+            dependencies: [core, "TermindHarness"],
+            path: "Tests/Tools/TerminalBench"
         ),
         .target(
             name: "FixtureWrongSignature",

@@ -6,7 +6,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Debian packages the build and the tests need.
-PACKAGES=(pkg-config libffi-dev libssl-dev libsqlite3-dev sqlite3 binutils gcc openssl python3 util-linux openssh-client openssh-server libpam0g-dev iproute2 libvterm-dev tmux zsh vim-tiny)
+PACKAGES=(pkg-config libffi-dev libssl-dev libsqlite3-dev sqlite3 binutils gcc openssl python3 util-linux openssh-client openssh-server libpam0g-dev iproute2 tmux zsh vim-tiny)
 
 log() { printf 'termind-setup: %s\n' "$*" >&2; }
 
@@ -30,8 +30,10 @@ ensure_packages() {
         [ -z "$added_policy" ] || $sudo rm -f "$policy"
     fi
     command -v swift >/dev/null || { log "swift is not on PATH (expected the Swift 6 toolchain, e.g. /opt/swift/usr/bin)"; exit 1; }
-    # libssh2 1.11.1 from Debian 13's source package with termind's patches (cached).
+    # libssh2 1.11.1 and libvterm 0.3.3 from Debian 13's source packages with termind's
+    # patches (cached).
     bash "$ROOT/scripts/deps/libssh2.sh"
+    bash "$ROOT/scripts/deps/libvterm.sh"
 }
 
 # build [extra swift build flags...]: builds all products and lays out the bin folder.
@@ -52,6 +54,11 @@ build() {
     if [ -f "$libssh2_stamp" ] && ! cmp -s "$libssh2_stamp" "$bin_path/.libssh2-patches"; then
         rm -f "$bin_path/libTermindCore.so"
     fi
+    # The same for libvterm, linked statically into the Workspaces feature and the tests.
+    local libvterm_stamp=/usr/local/lib/termind/libvterm/.termind-patches
+    if [ -f "$libvterm_stamp" ] && ! cmp -s "$libvterm_stamp" "$bin_path/.libvterm-patches"; then
+        rm -f "$bin_path/libTermindWorkspaces.so" "$bin_path/TermindPackageTests.xctest"
+    fi
     # Build progress goes to stderr, and only when something was rebuilt (or failed), so
     # ./scripts/termind prints nothing but termind's own output on stdout.
     local log status=0
@@ -62,6 +69,7 @@ build() {
     [ "$status" -eq 0 ] || return "$status"
     BIN="$bin_path"
     [ ! -f "$libssh2_stamp" ] || cp "$libssh2_stamp" "$BIN/.libssh2-patches"
+    [ ! -f "$libvterm_stamp" ] || cp "$libvterm_stamp" "$BIN/.libvterm-patches"
     cp Registry.json "$BIN/Registry.json"
     # Example plugins, opt-in: termind --plugins "$BIN/plugins" ...
     for manifest in Plugins/Examples/*/plugin.json; do

@@ -89,16 +89,38 @@ final class TerminalScreenTests: XCTestCase {
         XCTAssertEqual(copy.scrollbackLines(), ["row 293", "row 294", "row 295"], "the rows pushed off by the resize are the newest")
     }
 
+    /// A remote host controls every byte the model reads. Inputs that crashed libvterm
+    /// before termind's patches (scripts/deps/libvterm): a UTF-8 encoded C1 control (width
+    /// -1) in insert mode, a wide character on a one-column terminal; then seeded random
+    /// sequences (the seeds that crashed 0.3.3 as released among them).
     func testHostileInputIsBoundedAndNeverCrashes() {
-        var generator = SystemRandomNumberGenerator()
-        let screen = TerminalScreen(rows: 24, columns: 80, scrollbackLimit: 1000)
-        let pieces = ["\u{1B}[", "\u{1B}]", "\u{1B}P", ";", "?", "9999999", "h", "m", "\u{7}", "\u{1B}\\", "\r\n", "é", "\u{FF}", "日", "\u{1B}[?1049h"]
-        for _ in 0..<20_000 {
-            let piece = pieces[Int(generator.next() % UInt64(pieces.count))]
-            screen.feed(Array(piece.utf8) + [UInt8(truncatingIfNeeded: generator.next())])
+        let insertC1 = TerminalScreen(rows: 24, columns: 80, scrollbackLimit: 10)
+        insertC1.feed(Array("\u{1B}[4h\u{1B}\\".utf8) + [0xC2, 0x95] + Array("u\u{85}v".utf8))
+        XCTAssertEqual(insertC1.lines().first, "uv", "C1 controls are not drawn")
+        let narrow = TerminalScreen(rows: 1, columns: 1, scrollbackLimit: 10)
+        narrow.feed(Array("日本\u{1B}#6語".utf8) + [0xE8, 0x85] + Array(repeating: 0x85, count: 20))
+        _ = narrow.redraw()
+        // More CSI arguments than libvterm holds, and a huge one; REP with nothing to repeat
+        // (it never returned).
+        let parser = TerminalScreen(rows: 5, columns: 20, scrollbackLimit: 10)
+        parser.feed(Array(("\u{1B}[" + String(repeating: ":", count: 40) + "m\u{1B}[" + String(repeating: "7;", count: 100) + "99999999999999999999H").utf8))
+        parser.feed(Array("\u{1B}[5bok\u{1B}[3b".utf8))
+        XCTAssertTrue(parser.lines().joined().contains("okkkk"), "\(parser.lines())")
+
+        let pieces = ["\u{1B}[", "\u{1B}]", "\u{1B}P", ";", "?", "9999999", "h", "m", "\u{7}", "\u{1B}\\", "\r\n", "é", "\u{FF}", "日",
+                      "\u{1B}[?1049h", "\u{1B}[4h", "\u{85}", "\u{1B}#6", "\u{301}"]
+        for seed in [UInt64(3), 5, 9, 19, 21, 25, 26, 27] {
+            var state = seed
+            func next() -> UInt64 { state ^= state << 13; state ^= state >> 7; state ^= state << 17; return state }
+            let screen = TerminalScreen(rows: 24, columns: 80, scrollbackLimit: 1000)
+            for step in 0..<20_000 {
+                let piece = pieces[Int(next() % UInt64(pieces.count))]
+                screen.feed(Array(piece.utf8) + [UInt8(truncatingIfNeeded: next())])
+                if step % 5000 == 4999 { screen.resize(rows: 1 + Int(next() % 40), columns: 1 + Int(next() % 120)) }
+            }
+            _ = screen.redraw()
+            XCTAssertLessThanOrEqual(screen.scrollbackCount, 1000)
         }
-        _ = screen.redraw()
-        XCTAssertLessThanOrEqual(screen.scrollbackCount, 1000)
     }
 
     /// After output the model could not follow was dropped, the screen carries on from the

@@ -1,7 +1,7 @@
 #ifndef TERMIND_CVTERM_SHIM_H
 #define TERMIND_CVTERM_SHIM_H
-// libvterm (Debian's libvterm-dev), the terminal state model of a durable session. Only
-// TerminalScreen imports this module.
+// libvterm (0.3.3 with termind's patches, scripts/deps/libvterm.sh), the terminal state
+// model of a durable session. Only TerminalScreen imports this module.
 #include <vterm.h>
 
 // A screen cell's attributes are C bit-fields; flattened here so Swift reads plain values.

@@ -1,3 +1,5 @@
+import struct Foundation.Data
+
 /// What a remote terminal's output says about its shell, beside what it draws: shell
 /// integration marks (OSC 133, as FinalTerm, kitty and others send them), the working folder
 /// (OSC 7) and the window title (OSC 0/2).
@@ -65,10 +67,27 @@ public struct TerminalScanner: Sendable {
 
     /// As `scan`, with the offset in `bytes` of the byte that completed each mark.
     public mutating func scanWithOffsets(_ bytes: some Sequence<UInt8>) -> [(offset: Int, mark: TerminalMark)] {
+        if let marks = bytes.withContiguousStorageIfAvailable({ scanRaw(UnsafeRawBufferPointer($0)) }) { return marks }
+        return Array(bytes).withUnsafeBytes { scanRaw($0) }
+    }
+
+    /// As `scanWithOffsets`, for a terminal's output as it arrives (no copy).
+    public mutating func scanWithOffsets(_ data: Data) -> [(offset: Int, mark: TerminalMark)] {
+        data.withUnsafeBytes { scanRaw($0) }
+    }
+
+    private mutating func scanRaw(_ bytes: UnsafeRawBufferPointer) -> [(offset: Int, mark: TerminalMark)] {
         var marks: [(offset: Int, mark: TerminalMark)] = []
-        var offset = -1
-        for byte in bytes {
-            offset += 1
+        var offset = 0
+        let count = bytes.count
+        while offset < count {
+            // Text between sequences is most of a terminal's output: skip to the next ESC.
+            if case .ground = state {
+                guard let escape = bytes[offset...].firstIndex(of: 0x1B) else { break }
+                offset = escape
+            }
+            let byte = bytes[offset]
+            defer { offset += 1 }
             // CAN and SUB abort any sequence; ESC starts a new one (except inside strings,
             // where it may be the first half of ST).
             if byte == 0x18 || byte == 0x1A {

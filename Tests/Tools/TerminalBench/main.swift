@@ -1,0 +1,225 @@
+import Dispatch
+import Foundation
+import TermindCore
+import TermindHarness
+
+// termind-terminal-bench [--mib N] [--runs R] [--keys K]
+//
+// Interactive terminals: `termind ssh` against `ssh -tt` on the same sshd (chacha20-poly1305
+// forced, a light remote shell), every client a whole process on a pseudo-terminal this
+// bench holds the other end of, runs alternated termind/ssh, medians compared:
+//   output throughput: the remote side writes N MiB of 80-column text to its terminal and
+//     the bench drains its end as fast as it can (ratio = ssh's time / termind's: > 1 is
+//     termind faster; target >= 1.0x) — in-process, and as a durable session inside
+//     `termind serve` (its screen model fed too);
+//   keystroke echo: one byte typed, the time until its echo arrives (the remote terminal
+//     echoes it), K keys 20 ms apart; median and p99 (ratio = termind's / ssh's: target
+//     <= 1.2x) — in-process and through serve.
+// Everything runs on this 2-core machine (sshd, clients, the bench): say so when quoting.
+
+func usage() -> Never {
+    FileHandle.standardError.write(Data("usage: termind-terminal-bench [--mib N] [--runs R] [--keys K]\n".utf8))
+    exit(2)
+}
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("termind-terminal-bench: \(message)\n".utf8))
+    exit(1)
+}
+func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+func percentile(_ values: [Double], _ p: Double) -> Double {
+    let sorted = values.sorted()
+    return sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * p).rounded()))]
+}
+
+var mib = 100
+var runs = 3
+var keys = 200
+var args = CommandLine.arguments.dropFirst()
+while let arg = args.popFirst() {
+    switch arg {
+    case "--mib": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; mib = v
+    case "--runs": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; runs = v
+    case "--keys": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; keys = v
+    default: usage()
+    }
+}
+
+/// A client on a new pseudo-terminal (24 rows × 80 columns) whose master end this holds.
+final class TerminalClient {
+    let pid: pid_t
+    let master: Int32
+    private var buffer = [UInt8](repeating: 0, count: 1 << 16)
+
+    init(_ argv: [String], environment: [String: String]) {
+        var master: Int32 = -1
+        var size = winsize(ws_row: 24, ws_col: 80, ws_xpixel: 0, ws_ypixel: 0)
+        let cArgv = argv.map { strdup($0) } + [nil]
+        let cEnv = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        let pid = forkpty(&master, nil, nil, &size)
+        if pid == 0 {
+            execve(cArgv[0]!, cArgv, cEnv)
+            _exit(127)
+        }
+        (cArgv + cEnv).forEach { free($0) }
+        guard pid > 0 else { fail("forkpty failed: \(String(cString: strerror(errno)))") }
+        self.pid = pid
+        self.master = master
+    }
+
+    /// Reads what is there within `timeout` seconds (nil: the terminal closed).
+    func read(timeout: Double) -> ArraySlice<UInt8>? {
+        var descriptor = pollfd(fd: master, events: Int16(POLLIN), revents: 0)
+        guard poll(&descriptor, 1, Int32(timeout * 1000)) > 0 else { return [] }
+        let n = Glibc.read(master, &buffer, buffer.count)
+        return n > 0 ? buffer[0..<n] : nil
+    }
+
+    /// Reads until `marker` has arrived; false after `timeout`.
+    func waitFor(_ marker: String, timeout: Double = 30) -> Bool {
+        let wanted = Array(marker.utf8)
+        var seen: [UInt8] = []
+        let deadline = now() + timeout
+        while now() < deadline {
+            guard let chunk = read(timeout: 0.2) else { return false }
+            seen += chunk
+            if seen.count > 1 << 16 { seen.removeFirst(seen.count - (1 << 15)) }
+            if seen.firstRange(of: wanted) != nil { return true }
+        }
+        return false
+    }
+
+    func write(_ bytes: [UInt8]) { _ = bytes.withUnsafeBytes { Glibc.write(master, $0.baseAddress, $0.count) } }
+
+    /// Drains until the terminal closes; the exit status.
+    func finish() -> Int32 {
+        while read(timeout: 1) != nil {}
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        close(master)
+        return status
+    }
+}
+
+let keyCount = keys
+
+// MARK: - Set-up
+
+let directory = try TemporaryDirectory("termind-terminal-bench")
+defer { directory.remove() }
+chmod(directory.path, 0o755)
+let keyPath = directory.file("id")
+_ = try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", keyPath])
+let account = getuid() == 0 ? try ThrowawayAccount() : nil
+defer { account?.remove() }
+let user = account?.name ?? NSUserName()
+let server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: keyPath + ".pub", encoding: .utf8)],
+                                  extraConfig: ["Ciphers chacha20-poly1305@openssh.com"], hostKeyTypes: ["ed25519"])
+defer { server.stop() }
+chmod(server.directory.path, 0o755)
+chmod(server.directory.file("authorized_keys"), 0o644)
+
+let termind = FeatureHarness.buildDirectory + "/termind"
+guard FileManager.default.isExecutableFile(atPath: termind) else { fail("\(termind) is missing: build it first (make bench does)") }
+let environment: [String: String] = {
+    var environment = ProcessInfo.processInfo.environment
+    environment["HOME"] = directory.file("home")
+    environment["TERMIND_SOCKET"] = directory.file("run/termind.sock")
+    environment["TERM"] = "xterm-256color"
+    environment["SSH_AUTH_SOCK"] = nil
+    return environment
+}()
+let store = ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("secrets.key")]
+try FileManager.default.createDirectory(atPath: directory.file("run"), withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+let serve = try SpawnedProcess(termind, store + ["serve"], environment: environment, captureOutput: false)
+serve.closeInput()
+for _ in 0..<400 where !FileManager.default.fileExists(atPath: directory.file("run/termind.sock")) { usleep(25_000) }
+guard FileManager.default.fileExists(atPath: directory.file("run/termind.sock")) else { fail("termind serve did not start") }
+defer { serve.signal(SIGTERM); serve.wait() }
+
+func sshClient(_ command: String) -> [String] {
+    ["/usr/bin/ssh", "-tt", "-F", "/dev/null", "-q", "-i", keyPath, "-p", "\(server.port)", "-o", "StrictHostKeyChecking=no",
+     "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "\(user)@127.0.0.1", command]
+}
+func termindClient(_ command: String, local: Bool) -> [String] {
+    [termind] + store + (local ? ["--local"] : []) + ["ssh", "ssh -p \(server.port) -i \(keyPath) \(user)@127.0.0.1", "--accept-host-key", "once", "--", command]
+}
+
+// MARK: - Output throughput
+
+let bytes = mib << 20
+/// 80-column lines (79 characters and a newline), N MiB of them.
+let flood = "yes 'the quick brown fox jumps over the lazy dog 0123456789 abcdefghijklmnopqrstu' | head -c \(bytes)"
+
+func throughput(_ argv: [String]) -> Double {
+    let start = now()
+    let client = TerminalClient(argv, environment: environment)
+    let status = client.finish()
+    guard status == 0 else { fail("\(argv.joined(separator: " ")) ended with status \(status)") }
+    return now() - start
+}
+
+// MARK: - Echo latency
+
+/// Starts `argv` (its remote side prints READY, then echoes what is typed), types `keys`
+/// bytes 20 ms apart and times each until its echo arrives (milliseconds).
+func echoLatencies(_ argv: [String], keys: Int) -> [Double] {
+    let client = TerminalClient(argv, environment: environment)
+    guard client.waitFor("READY") else { fail("\(argv.last ?? "") never said READY") }
+    var latencies: [Double] = []
+    let letters = Array("abcdefghijklmnopqrstuvwxyz".utf8)
+    for index in 0..<keys {
+        let key = letters[index % letters.count]
+        let start = now()
+        client.write([key])
+        var echoed = false
+        while !echoed, now() - start < 5 {
+            guard let chunk = client.read(timeout: 5) else { break }
+            echoed = chunk.contains(key)
+        }
+        guard echoed else { fail("no echo of a key after 5 s") }
+        latencies.append((now() - start) * 1000)
+        usleep(20_000)
+    }
+    client.write([0x04, 0x04])  // EOF ends cat (twice: a line may be pending)
+    _ = client.finish()
+    return latencies
+}
+
+// MARK: - Runs
+
+func cell(_ values: [Double], _ format: String = "%.1f") -> String {
+    let sorted = values.sorted()
+    return "\(String(format: format, sorted.first!))/\(String(format: format, sorted[sorted.count / 2]))/\(String(format: format, sorted.last!))"
+}
+func line(_ columns: [String]) {
+    let widths = [34, 22, 22, 8]
+    print(zip(columns, widths).map { $0.padding(toLength: $1, withPad: " ", startingAt: 0) }.joined(separator: " "))
+}
+
+print("termind-terminal-bench: termind ssh vs ssh -tt on one sshd (chacha20-poly1305), remote user \(user)\(account == nil ? "" : " (throwaway, /bin/sh)"), \(runs) runs alternated after a warm-up")
+line(["FIGURE", "TERMIND min/med/max", "SSH -TT min/med/max", "RATIO"])
+
+// A connection for the server rows, so that those runs measure the session, not the handshake.
+_ = throughput(termindClient("true", local: false))
+for (name, local) in [("in-process", true), ("durable, in serve", false)] {
+    _ = throughput(termindClient("true", local: local))
+    _ = throughput(sshClient("true"))
+    var ours: [Double] = [], theirs: [Double] = []
+    for _ in 0..<runs {
+        ours.append(throughput(termindClient(flood, local: local)))
+        theirs.append(throughput(sshClient(flood)))
+    }
+    let ratio = zip(ours, theirs).map { $1 / $0 }.sorted()[runs / 2]
+    line(["\(mib) MiB to the terminal, \(name) (MiB/s)", cell(ours.map { Double(mib) / $0 }), cell(theirs.map { Double(mib) / $0 }), String(format: "%.2f×", ratio)])
+}
+
+let echo = "printf READY; cat > /dev/null"
+for (name, local) in [("in-process", true), ("durable, in serve", false)] {
+    let ours = echoLatencies(termindClient(echo, local: local), keys: keyCount)
+    let theirs = echoLatencies(sshClient(echo), keys: keyCount)
+    line(["key echo \(name), median (ms)", String(format: "%.2f", percentile(ours, 0.5)), String(format: "%.2f", percentile(theirs, 0.5)),
+          String(format: "%.2f×", percentile(ours, 0.5) / percentile(theirs, 0.5))])
+    line(["key echo \(name), p99 (ms)", String(format: "%.2f", percentile(ours, 0.99)), String(format: "%.2f", percentile(theirs, 0.99)),
+          String(format: "%.2f×", percentile(ours, 0.99) / percentile(theirs, 0.99))])
+}
+print("ratio: throughput = ssh's time / termind's (> 1: termind faster); echo = termind's time / ssh's (< 1: termind faster)")
