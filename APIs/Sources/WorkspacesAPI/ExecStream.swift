@@ -74,3 +74,106 @@ public enum WorkspacesStreams {
         public static var questions: [String: String] { WorkspacesStreams.connectionQuestions }
     }
 }
+
+extension WorkspacesStreams {
+    /// `termind snippet run`: one command (a saved snippet's body, or the words given) on many
+    /// hosts at once — at most `parallel` at a time, one exec channel each on the process's
+    /// shared connections. Progress while it runs (hosts done of all, which run); each host's
+    /// output grouped under its name once it finished (`stdout` events); then a table of the
+    /// hosts with their exit status. The result holds every host's outcome, its output
+    /// (bounded, base64 when not UTF-8) and `exitStatus` 0 when every host succeeded, 3 when
+    /// some failed, 1 when none did.
+    public enum RunSnippet: StreamContract {
+        public struct Request: Codable, Sendable, Equatable {
+            /// A saved snippet (id or label); or give `command`.
+            public var snippet: String?
+            /// The command line (the words after `--`, joined as ssh joins them).
+            public var command: String?
+            /// Saved hosts (id or label) or quick-connect targets (`user@host:port`).
+            public var hosts: [String]?
+            /// Every saved host with this tag.
+            public var tag: String?
+            /// Hosts at once (1-64; default 8).
+            public var parallel: Int?
+            /// Seconds each host's command may run.
+            public var timeout: Double?
+            public var connectTimeout: Double?
+            public var acceptHostKey: Exec.HostKeyPreset?
+            public var workingDirectory: String?
+
+            public init(snippet: String? = nil, command: String? = nil, hosts: [String]? = nil, tag: String? = nil, parallel: Int? = nil,
+                        timeout: Double? = nil, connectTimeout: Double? = nil, acceptHostKey: Exec.HostKeyPreset? = nil, workingDirectory: String? = nil) {
+                self.snippet = snippet
+                self.command = command
+                self.hosts = hosts
+                self.tag = tag
+                self.parallel = parallel
+                self.timeout = timeout
+                self.connectTimeout = connectTimeout
+                self.acceptHostKey = acceptHostKey
+                self.workingDirectory = workingDirectory
+            }
+        }
+
+        /// One host's outcome.
+        public struct HostOutcome: Codable, Sendable, Equatable {
+            public var host: String
+            /// "succeeded" (exit 0), "failed" (another status or a signal), "error" (no command ran: connecting, authentication, …).
+            public var state: String
+            public var exitStatus: Int32?
+            public var exitSignal: String?
+            /// Why it could not run, for "error".
+            public var error: String?
+            public var errorCode: String?
+            public var stdout: String
+            public var stderr: String
+            /// "utf-8", or "base64" when the bytes are not UTF-8.
+            public var stdoutEncoding: String
+            public var stderrEncoding: String
+            /// More than 1 MiB of output on a stream: the rest was read and dropped.
+            public var truncated: Bool
+            public var durationMilliseconds: Int
+
+            public init(host: String, state: String, exitStatus: Int32?, exitSignal: String?, error: String?, errorCode: String?, stdout: String, stderr: String,
+                        stdoutEncoding: String, stderrEncoding: String, truncated: Bool, durationMilliseconds: Int) {
+                self.host = host
+                self.state = state
+                self.exitStatus = exitStatus
+                self.exitSignal = exitSignal
+                self.error = error
+                self.errorCode = errorCode
+                self.stdout = stdout
+                self.stderr = stderr
+                self.stdoutEncoding = stdoutEncoding
+                self.stderrEncoding = stderrEncoding
+                self.truncated = truncated
+                self.durationMilliseconds = durationMilliseconds
+            }
+        }
+
+        public struct Result: Codable, Sendable, Equatable {
+            public var command: String
+            public var hosts: [HostOutcome]
+            public var succeeded: Int
+            public var failed: Int
+            /// 0: every host succeeded; 3: some failed; 1: none succeeded.
+            public var exitStatus: Int32
+
+            public init(command: String, hosts: [HostOutcome], succeeded: Int, failed: Int, exitStatus: Int32) {
+                self.command = command
+                self.hosts = hosts
+                self.succeeded = succeeded
+                self.failed = failed
+                self.exitStatus = exitStatus
+            }
+        }
+
+        public static let name = "workspaces.snippet.run"
+        public static let version = 1
+        public static let summary = "Run a saved snippet or a command on many hosts in parallel: live progress, output grouped per host, a table of exit statuses."
+        public static var events: [String: JSONSchema] {
+            StreamEvents.output.merging(["progress": StreamEvents.progress, "view": StreamEvents.view, "notice": StreamEvents.notice]) { $1 }
+        }
+        public static var questions: [String: String] { WorkspacesStreams.connectionQuestions }
+    }
+}

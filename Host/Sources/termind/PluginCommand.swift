@@ -76,11 +76,14 @@ enum PluginCommand {
         var positional: [String] = []
         var index = 0
         var optionsEnded = false
+        /// How many positional words came before `--`.
+        var dashesAt: Int?
         while index < arguments.count {
             let arg = arguments[index]
             if !optionsEnded && arg == "--" {
                 // Everything after `--` is positional, even when it looks like an option.
                 optionsEnded = true
+                dashesAt = positional.count
             } else if !optionsEnded, let flags = command.flags, arg.hasPrefix("-"), !arg.hasPrefix("--"), arg.count > 1,
                       arg.dropFirst().allSatisfy({ flags[String($0)] != nil }) {
                 // `-r`, `-rp`: switches the command declares, each setting its field to true.
@@ -134,6 +137,13 @@ enum PluginCommand {
             positional.removeSubrange(middle..<(middle + taken))
             fields.remove(at: middle)
         }
+        let required: Set<String> = if case .array(let names)? = schema["required"] { Set(names.compactMap(\.stringValue)) } else { [] }
+        // Words after `--` fill a trailing `field...` alone when the fields between are optional
+        // (`snippet run -- uptime`: no snippet named, the words are the command).
+        if let dashes = dashesAt, let last = fields.last, last.hasSuffix("..."), dashes < fields.count - 1,
+           fields[dashes..<(fields.count - 1)].allSatisfy({ !required.contains($0) }) {
+            fields.removeSubrange(dashes..<(fields.count - 1))
+        }
         if let last = fields.last, last.hasSuffix("...") {
             let rest = String(last.dropLast(3))
             fields[fields.count - 1] = rest
@@ -156,10 +166,10 @@ enum PluginCommand {
             }
             body[field] = try typed(value, field: field, schema: schema)
         }
-        // A trailing `field...` the request does not require may be left out (a shell's command).
-        let required: Set<String> = if case .array(let names)? = schema["required"] { Set(names.compactMap(\.stringValue)) } else { [] }
+        // A trailing `field...` the request does not require may be left out (a shell's command),
+        // and so may the fields before one that the request does not require (`snippet run -- …`).
         let rest = command.arguments.last?.hasSuffix("...") == true ? fields.last : nil
-        if let missing = fields.first(where: { body[$0] == nil && ($0 != rest || required.contains($0)) }) {
+        if let missing = fields.first(where: { body[$0] == nil && (required.contains($0) || rest == nil) }) {
             throw Invocation.UsageError(description: "\(command.name) needs \(missing.uppercased()).")
         }
         // Local paths travel absolute (a server has its own working folder); "-" stays

@@ -23,6 +23,8 @@ final class WorkspacesFeature: Feature {
         let logger: Logger
         /// Inside `termind serve`: a session with a terminal is durable.
         let resident: Bool
+        /// Calls another feature's contract (declared in the manifest's `calls`).
+        let call: @Sendable (ContractID, Data) async throws -> Data
     }
 
     private let ports = Mutex<Ports?>(nil)
@@ -49,6 +51,9 @@ final class WorkspacesFeature: Feature {
                 throw TermindError.badRequest("termind attach needs a terminal: run it from one (its standard input is not a terminal).")
             }
             return try await durable.attach(session, terminal: request.terminal, scrollback: request.scrollback, first: false)
+        }
+        registrar.stream(WorkspacesStreams.RunSnippet.self) { [self] request, session in
+            try await SnippetRun(ports: try current(), request: request, session: session).run()
         }
         registrar.stream(WorkspacesStreams.History.self) { [self] request, session in
             try await Self.history(request, session: session, ports: try current())
@@ -83,7 +88,7 @@ final class WorkspacesFeature: Feature {
         let value = Ports(routes: try context.ports.require(.routes), trust: try context.ports.require(.hostKeyTrust),
                           pool: try context.ports.require(.sshConnections), hosts: try context.ports.require(.hostDirectory), settings: context.ports.optional(.settingsValues),
                           history: HistoryStore(db: db),
-                          logger: context.logger, resident: context.resident)
+                          logger: context.logger, resident: context.resident, call: context.call)
         ports.withLock { $0 = value }
     }
 
@@ -140,10 +145,16 @@ final class WorkspacesFeature: Feature {
 
     /// The connection for one stream run, asking the stream's client what only a person can answer.
     static func connection(_ ports: Ports, _ request: any SessionTarget, session: StreamSession) async throws -> SSHConnection {
+        try await connection(ports, request, session: session) { await session.ask($0) }
+    }
+
+    /// As above, asking through `ask` (several connections opening at once take turns).
+    static func connection(_ ports: Ports, _ request: any SessionTarget, session: StreamSession,
+                           ask: @escaping @Sendable (JSONValue) async -> JSONValue?) async throws -> SSHConnection {
         let opener = ConnectionOpener(routes: ports.routes, trust: ports.trust, pool: ports.pool, logger: ports.logger)
         let target = ConnectionTarget(target: request.target, user: request.user, identity: request.identity, workingDirectory: request.workingDirectory,
                                       acceptHostKey: request.acceptHostKey, connectTimeout: request.connectTimeout)
-        return try await opener.connection(target) { await session.ask($0) }
+        return try await opener.connection(target, ask: ask)
     }
 
     /// One `workspaces.exec@1` run: the command, its output as events.
