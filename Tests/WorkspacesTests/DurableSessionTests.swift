@@ -196,6 +196,29 @@ final class DurableSessionTests: XCTestCase {
         XCTAssertEqual(try plain.waitForExit("plain"), 4)
     }
 
+    /// `termind broadcast` types into three sessions at once; bash asked for bracketed paste,
+    /// so a two-line text is one paste, run with one Enter; an ended session is reported.
+    func testBroadcastTypesIntoThreeSessionsAndSaysWhereItWasDelivered() throws {
+        for name in ["a", "b", "c"] {
+            try tmux.open(name, ssh(), columns: 90, rows: 20)
+            XCTAssertTrue(try tmux.wait(name, for: "$").found)
+        }
+        XCTAssertEqual(try sessions().count, 3)
+        let typed = try ProcessRunner.run(termind, ["--json", "broadcast", "--sessions", "1,2,3,9", "--", "echo BROAD-$((40+2))"], environment: environment)
+        XCTAssertEqual(typed.status, 3, "three of four delivered: \(typed.stderr)")
+        let deliveries = try JSONCoding.parse(Data(typed.stdout.utf8), source: "broadcast")["deliveries"]?.arrayValue ?? []
+        XCTAssertEqual(deliveries.map { $0["delivered"] }, [.bool(true), .bool(true), .bool(true), .bool(false)])
+        XCTAssertEqual(deliveries.prefix(3).map { $0["bracketedPaste"] }, [.bool(true), .bool(true), .bool(true)], "bash's readline asks for bracketed paste")
+        XCTAssertTrue(deliveries[3]["error"]?.stringValue?.contains("no session 9") == true)
+        for name in ["a", "b", "c"] { XCTAssertTrue(try tmux.wait(name, for: "BROAD-42").found, name) }
+        // Two lines from standard input, one paste: both run after the single Enter.
+        let piped = try ProcessRunner.run(termind, ["broadcast", "--all", "true"], environment: environment, stdin: "echo ONE-$((0+1))\necho TWO-$((1+1))")
+        XCTAssertEqual(piped.status, 0, piped.stderr)
+        XCTAssertTrue(piped.stdout.contains("Typed into 3 of 3 sessions"), piped.stdout)
+        for name in ["a", "b", "c"] { XCTAssertTrue(try tmux.wait(name, for: "TWO-2").found, name) }
+        XCTAssertTrue(try tmux.screen("b").contains("ONE-1"))
+    }
+
     // MARK: - Helpers
 
     private func remoteProcessRuns(_ marker: String) -> Bool {

@@ -130,3 +130,64 @@ extension ErrorCode {
     /// The session has ended (its shell exited, it was closed).
     public static let workspacesSessionEnded: ErrorCode = "workspaces.session_ended"
 }
+
+extension WorkspacesStreams {
+    /// `termind broadcast`: types the same text into several durable sessions (inside
+    /// `termind serve`) — keys only, never mouse reports — and says, per session, whether it
+    /// was delivered. Where the session's program asked for bracketed paste (`CSI ? 2004 h`)
+    /// the text goes as one paste; otherwise each newline is typed as Enter. Enter follows
+    /// the text unless `enter` is false. Without `text`, the client's standard input is the
+    /// text (64 KiB at most).
+    public enum Broadcast: StreamContract {
+        public struct Request: Codable, Sendable, Equatable {
+            /// Session numbers (`termind sessions`).
+            public var sessions: [Int]?
+            /// Every session that is running.
+            public var all: Bool?
+            public var text: String?
+            /// Press Enter after the text (default true).
+            public var enter: Bool?
+            public init(sessions: [Int]? = nil, all: Bool? = nil, text: String? = nil, enter: Bool? = nil) {
+                self.sessions = sessions
+                self.all = all
+                self.text = text
+                self.enter = enter
+            }
+        }
+
+        public struct Delivery: Codable, Sendable, Equatable {
+            public var session: Int
+            public var host: String
+            public var delivered: Bool
+            /// Bytes typed (markers included).
+            public var bytes: Int
+            /// Sent as a bracketed paste.
+            public var bracketedPaste: Bool
+            public var error: String?
+            public init(session: Int, host: String, delivered: Bool, bytes: Int, bracketedPaste: Bool, error: String? = nil) {
+                self.session = session
+                self.host = host
+                self.delivered = delivered
+                self.bytes = bytes
+                self.bracketedPaste = bracketedPaste
+                self.error = error
+            }
+        }
+
+        public struct Result: Codable, Sendable, Equatable {
+            public var deliveries: [Delivery]
+            /// 0: delivered to every session; 3: to some; 1: to none.
+            public var exitStatus: Int32
+            public init(deliveries: [Delivery], exitStatus: Int32) {
+                self.deliveries = deliveries
+                self.exitStatus = exitStatus
+            }
+        }
+
+        public static let name = "workspaces.broadcast"
+        public static let version = 1
+        public static let summary = "Type the same text into several durable sessions (bracketed paste where asked for), with delivery per session."
+        public static let acceptsInput = true
+        public static var events: [String: JSONSchema] { ["view": StreamEvents.view] }
+    }
+}

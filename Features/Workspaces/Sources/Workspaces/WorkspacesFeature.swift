@@ -58,6 +58,10 @@ final class WorkspacesFeature: Feature {
         registrar.stream(WorkspacesStreams.History.self) { [self] request, session in
             try await Self.history(request, session: session, ports: try current())
         }
+        registrar.stream(WorkspacesStreams.Broadcast.self) { [self] request, session in
+            try Self.requireServer(try current())
+            return try await Self.broadcast(request, session: session, sessions: sessions)
+        }
         registrar.handle(WorkspacesContracts.ListSessions.self) { [self] _, _ in
             try Self.requireServer(try current())
             return .init(sessions: await sessions.list())
@@ -125,6 +129,49 @@ final class WorkspacesFeature: Feature {
             : "History of \(host): \(entries.count) command\(entries.count == 1 ? "" : "s"), oldest first"
         await session.emit("view", ["title": .string(title), "rows": .array(rows), "result": .bool(true)])
         return .init(host: host, entries: entries)
+    }
+
+    /// `termind broadcast`: the same keys into each session named, in order; each delivery said.
+    private static func broadcast(_ request: WorkspacesStreams.Broadcast.Request, session: StreamSession,
+                                  sessions: SessionRegistry) async throws -> WorkspacesStreams.Broadcast.Result {
+        var text = request.text ?? ""
+        if request.text == nil {
+            // Standard input, when the client has no terminal there.
+            for await chunk in session.input {
+                text += String(decoding: chunk, as: UTF8.self)
+                guard text.utf8.count <= 64 << 10 else { throw TermindError.badRequest("The text to broadcast is over 64 KiB; send less at a time.") }
+            }
+        }
+        guard !text.isEmpty || request.enter != false else {
+            throw TermindError.badRequest("Say what to type: termind broadcast --sessions 1,2 -- TEXT, or pipe it on standard input.")
+        }
+        var ids = request.sessions ?? []
+        if request.all == true { ids += await sessions.list().filter { $0.state != "ended" }.map(\.id) }
+        var seen = Set<Int>()
+        ids = ids.filter { seen.insert($0).inserted }
+        guard !ids.isEmpty else {
+            throw TermindError.badRequest(request.all == true ? "No session is running (termind ssh HOST opens one)." : "Name the sessions: --sessions 1,2,3 (termind sessions lists them) or --all true.")
+        }
+        var deliveries: [WorkspacesStreams.Broadcast.Delivery] = []
+        for id in ids {
+            do {
+                let target = try await sessions.session(id)
+                let (bytes, bracketed) = try await target.type(text, enter: request.enter ?? true)
+                deliveries.append(.init(session: id, host: target.host, delivered: true, bytes: bytes, bracketedPaste: bracketed))
+            } catch {
+                let host = (try? await sessions.session(id))?.host ?? "-"
+                deliveries.append(.init(session: id, host: host, delivered: false, bytes: 0, bracketedPaste: false, error: TermindError.from(error).message))
+            }
+        }
+        let delivered = deliveries.filter(\.delivered).count
+        let rows: [JSONValue] = deliveries.map { delivery in
+            .object(["session": .integer(Int64(delivery.session)), "host": .string(delivery.host), "delivered": .string(delivery.delivered ? "yes" : "no"),
+                     "as": .string(delivery.delivered ? (delivery.bracketedPaste ? "bracketed paste" : "keys") : "-"),
+                     "error": delivery.error.map(JSONValue.string) ?? .null])
+        }
+        await session.emit("view", ["title": .string("Typed into \(delivered) of \(deliveries.count) session\(deliveries.count == 1 ? "" : "s")"),
+                                    "rows": .array(rows), "result": .bool(true)])
+        return .init(deliveries: deliveries, exitStatus: delivered == deliveries.count ? 0 : delivered == 0 ? 1 : 3)
     }
 
     /// 850 ms, 12.3 s, 4m05s.

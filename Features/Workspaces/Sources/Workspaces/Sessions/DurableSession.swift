@@ -248,6 +248,22 @@ final class DurableSession: @unchecked Sendable {
         }
     }
 
+    // MARK: - Typing into it
+
+    /// Types `text` as keys (broadcast): as one bracketed paste when the program asked for it
+    /// (a paste end marker inside the text is dropped, so the text cannot end the paste
+    /// early), else with each newline as Enter; then Enter when `enter`. Mouse reports are
+    /// never typed (any in the text are dropped). Returns what was written.
+    func type(_ text: String, enter: Bool) async throws -> (bytes: Int, bracketed: Bool) {
+        try requireRunning()
+        let bracketed = lock.withLock { scanner.modes.bracketedPaste }
+        let keys = TerminalInput.keys(for: text, bracketedPaste: bracketed, enter: enter)
+        await integration.inputAllowed()
+        try await channel.write(Data(keys))
+        lock.withLock { lastActivity = Date() }
+        return (keys.count, bracketed)
+    }
+
     // MARK: - Ending
 
     /// Ends the session: the remote shell gets `signal` (HUP: as when a terminal closes) and

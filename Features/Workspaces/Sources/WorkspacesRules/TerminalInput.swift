@@ -1,0 +1,64 @@
+/// Text typed into a terminal on a person's behalf (broadcast): the keys it becomes.
+public enum TerminalInput {
+    /// `text` as keys: one bracketed paste when the program asked for it (`CSI ? 2004 h`) — a
+    /// paste end marker inside the text is dropped, so the text cannot end the paste early
+    /// and have the rest run as typed — else each newline as Enter (CR, as a terminal sends
+    /// it); then Enter when `enter`. Mouse reports are never typed (any in the text go).
+    public static func keys(for text: String, bracketedPaste: Bool, enter: Bool) -> [UInt8] {
+        var keys = withoutMouseReports(Array(text.utf8))
+        if bracketedPaste {
+            keys = Array("\u{1B}[200~".utf8) + removing(Array("\u{1B}[201~".utf8), from: keys) + Array("\u{1B}[201~".utf8)
+        } else {
+            var typed: [UInt8] = []
+            var previous: UInt8 = 0
+            for byte in keys {
+                if byte == 0x0A { if previous != 0x0D { typed.append(0x0D) } } else { typed.append(byte) }
+                previous = byte
+            }
+            keys = typed
+        }
+        if enter { keys.append(0x0D) }
+        return keys
+    }
+
+    /// `bytes` without X10/normal (`ESC [ M` and three bytes) or SGR (`ESC [ <` digits and `;`,
+    /// then `M` or `m`) mouse reports.
+    public static func withoutMouseReports(_ bytes: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var index = 0
+        while index < bytes.count {
+            if bytes[index] == 0x1B, index + 2 < bytes.count, bytes[index + 1] == 0x5B {
+                if bytes[index + 2] == 0x4D {
+                    index += 6
+                    continue
+                }
+                if bytes[index + 2] == 0x3C {
+                    var end = index + 3
+                    while end < bytes.count, (0x30...0x39).contains(bytes[end]) || bytes[end] == 0x3B { end += 1 }
+                    if end < bytes.count, bytes[end] == 0x4D || bytes[end] == 0x6D {
+                        index = end + 1
+                        continue
+                    }
+                }
+            }
+            out.append(bytes[index])
+            index += 1
+        }
+        return out
+    }
+
+    private static func removing(_ marker: [UInt8], from bytes: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        var index = 0
+        while index < bytes.count {
+            if bytes[index...].starts(with: marker) {
+                index += marker.count
+                continue
+            }
+            out.append(bytes[index])
+            index += 1
+        }
+        return out
+    }
+}
