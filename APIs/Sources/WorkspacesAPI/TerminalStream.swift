@@ -139,3 +139,51 @@ extension WorkspacesStreams {
         }
     }
 }
+
+extension WorkspacesStreams {
+    /// `termind serial DEVICE`: a temporary session on a local serial line (a console cable,
+    /// a board's UART) with the client's terminal bridged as for Terminal; never saved, never
+    /// a host anything else reaches. The line is set raw with the speed, parity, stop bits,
+    /// data bits and flow control asked for, and put back as it was when the session ends.
+    public enum Serial: StreamContract {
+        public enum Parity: String, Codable, Sendable, SchemaEnum { case none, even, odd }
+        public enum Flow: String, Codable, Sendable, SchemaEnum { case none, rtscts, xonxoff }
+        public struct Request: Codable, Sendable, Equatable {
+            /// The device (`/dev/ttyUSB0`), absolute.
+            public var device: String
+            /// Bits per second (default 115200).
+            public var baud: Int?
+            public var parity: Parity?
+            /// 1 or 2 (default 1).
+            public var stop: Int?
+            /// 5 to 8 (default 8).
+            public var data: Int?
+            public var flow: Flow?
+            public var terminal: Terminal.TerminalSize?
+            public init(device: String, baud: Int? = nil, parity: Parity? = nil, stop: Int? = nil, data: Int? = nil, flow: Flow? = nil,
+                        terminal: Terminal.TerminalSize? = nil) {
+                self.device = device
+                self.baud = baud
+                self.parity = parity
+                self.stop = stop
+                self.data = data
+                self.flow = flow
+                self.terminal = terminal
+            }
+        }
+        public struct Result: Codable, Sendable, Equatable {
+            /// Bytes read from and written to the line.
+            public var received: Int
+            public var sent: Int
+            public init(received: Int, sent: Int) {
+                self.received = received
+                self.sent = sent
+            }
+        }
+        public static let name = "workspaces.serial"
+        public static let version = 1
+        public static let summary = "A temporary session on a local serial line, the client's terminal bridged (speed, parity, stop and data bits, flow control)."
+        public static let acceptsInput = true
+        public static var events: [String: JSONSchema] { StreamEvents.output.merging(["started": StreamEvents.fields([])]) { $1 } }
+    }
+}

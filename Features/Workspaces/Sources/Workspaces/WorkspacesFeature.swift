@@ -58,6 +58,9 @@ final class WorkspacesFeature: Feature {
         registrar.stream(WorkspacesStreams.History.self) { [self] request, session in
             try await Self.history(request, session: session, ports: try current())
         }
+        registrar.stream(WorkspacesStreams.Serial.self) { request, session in
+            try await SerialRunner(request: request, session: session).run()
+        }
         registrar.stream(WorkspacesStreams.Broadcast.self) { [self] request, session in
             try Self.requireServer(try current())
             return try await Self.broadcast(request, session: session, sessions: sessions)

@@ -1,0 +1,51 @@
+import Foundation
+import TermindCore
+import WorkspacesAPI
+
+/// One `workspaces.serial@1` run: the line opened and set up, the client's terminal bridged
+/// (its keys to the line, the line's bytes as `stdout`), until the client ends it (`~.`), its
+/// input ends, or the line hangs up. Nothing of it is kept.
+struct SerialRunner {
+    let request: WorkspacesStreams.Serial.Request
+    let session: StreamSession
+
+    func run() async throws -> WorkspacesStreams.Serial.Result {
+        guard request.device.hasPrefix("/") else {
+            throw TermindError.badRequest("The device must be a path (/dev/ttyUSB0, /dev/ttyS0), not '\(request.device)'.")
+        }
+        let line = try SerialLine(request)
+        defer { line.close() }
+        let session = self.session
+        await session.emit("started")
+        let counts = Counts()
+        let input = Task {
+            for await chunk in session.input {
+                guard await line.write(chunk) else { break }
+                counts.add(sent: chunk.count)
+            }
+        }
+        defer { input.cancel() }
+        await withTaskCancellationHandler {
+            for await chunk in line.output() {
+                counts.add(received: chunk.count)
+                await session.emit("stdout", data: chunk)
+                line.consumed()
+            }
+        } onCancel: {
+            line.close()
+        }
+        return .init(received: counts.received, sent: counts.sent)
+    }
+
+    final class Counts: @unchecked Sendable {
+        private let lock = NSLock()
+        private(set) var received = 0
+        private(set) var sent = 0
+        func add(received: Int = 0, sent: Int = 0) {
+            lock.withLock {
+                self.received += received
+                self.sent += sent
+            }
+        }
+    }
+}
