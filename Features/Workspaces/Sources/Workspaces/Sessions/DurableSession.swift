@@ -152,8 +152,17 @@ final class DurableSession: @unchecked Sendable {
         logger.debug("workspaces.session.attached", ["session": .int(id)])
 
         await client.emit("started", ["session": .integer(Int64(id)), "detachable": .bool(true)])
-        let writer = Task {
-            if let redraw { await client.emit("stdout", data: Data(await redraw.value)) }
+        let writer = Task { [logger, id] in
+            if let redraw {
+                // The screen model answers within a moment; one that does not (stuck on what a
+                // host sent) must not keep the client from the live session.
+                if let bytes = await redraw.value(within: 5) {
+                    await client.emit("stdout", data: Data(bytes))
+                } else {
+                    logger.warning("workspaces.session.redraw_late", ["session": .int(id)])
+                    await client.emit("notice", ["text": .string("The screen of session \(id) could not be redrawn in time; what follows is live.")])
+                }
+            }
             while let chunk = await attachment.outbox.next() { await client.emit("stdout", data: chunk) }
         }
         let input = Task { [self] in
