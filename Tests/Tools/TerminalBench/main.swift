@@ -192,7 +192,7 @@ func cell(_ values: [Double], _ format: String = "%.1f") -> String {
     return "\(String(format: format, sorted.first!))/\(String(format: format, sorted[sorted.count / 2]))/\(String(format: format, sorted.last!))"
 }
 func line(_ columns: [String]) {
-    let widths = [34, 22, 22, 8]
+    let widths = [44, 22, 22, 8]
     print(zip(columns, widths).map { $0.padding(toLength: $1, withPad: " ", startingAt: 0) }.joined(separator: " "))
 }
 
