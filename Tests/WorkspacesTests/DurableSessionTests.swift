@@ -219,6 +219,59 @@ final class DurableSessionTests: XCTestCase {
         XCTAssertTrue(try tmux.screen("b").contains("ONE-1"))
     }
 
+    /// `termind ssh -L` runs a forward for the session's lifetime (the PortForwarding
+    /// feature's), in serve and in-process; it is gone once the session ends.
+    func testForwardsLiveAsLongAsTheSession() throws {
+        let echo = try EchoServer()
+        defer { echo.stop() }
+        let port = try SSHServerFixture.freePort()
+        try tmux.open("f", [termind, "ssh", target, "--accept-host-key", "once", "-L", "\(port):127.0.0.1:\(echo.port)", "--", "env PS1='$ ' bash --norc --noprofile -i"])
+        XCTAssertTrue(try tmux.wait("f", for: "$").found)
+        XCTAssertEqual(try roundTrip(port: port), "ping-\(port)", "the forward carries data while the session runs")
+        // Detached, the session (and its forward) goes on.
+        tmux.kill("f")
+        XCTAssertEqual(try waitForState(1, "detached")?["state"]?.stringValue, "detached")
+        XCTAssertEqual(try roundTrip(port: port), "ping-\(port)")
+        XCTAssertEqual(try ProcessRunner.run(termind, ["sessions", "close", "1"], environment: environment).status, 0)
+        XCTAssertTrue(waitUntil { (try? self.roundTrip(port: port)) == nil }, "the forward outlived its session")
+        // In-process, the same for a plain session.
+        let local = try SSHServerFixture.freePort()
+        try tmux.open("g", [termind, "--local", "--store", directory.file("local.sqlite"), "--secrets-key", directory.file("local.key"), "ssh", target,
+                            "--accept-host-key", "once", "-L\(local):127.0.0.1:\(echo.port)", "--", "echo UP; sleep 3"])
+        XCTAssertTrue(try tmux.wait("g", for: "UP").found)
+        XCTAssertEqual(try roundTrip(port: local), "ping-\(local)")
+        XCTAssertEqual(try tmux.waitForExit("g"), 0)
+        XCTAssertNil(try roundTrip(port: local), "the forward outlived the plain session")
+        // A spec that does not parse starts nothing and says which.
+        let bad = try ProcessRunner.run(termind, ["ssh", target, "--accept-host-key", "once", "-L", "nonsense", "--", "true"], environment: environment)
+        XCTAssertEqual(bad.status, 1)
+        XCTAssertTrue(bad.stderr.contains("nonsense"), bad.stderr)
+    }
+
+    /// Connects to 127.0.0.1:`port`, sends a line and reads it back (nil: refused or nothing back).
+    private func roundTrip(port: Int) throws -> String? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard connected == 0 else { return nil }
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let message = Array("ping-\(port)".utf8)
+        guard send(fd, message, message.count, 0) == message.count else { return nil }
+        var buffer = [UInt8](repeating: 0, count: 64)
+        var got: [UInt8] = []
+        while got.count < message.count {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            guard n > 0 else { return got.isEmpty ? nil : String(decoding: got, as: UTF8.self) }
+            got += buffer[0..<n]
+        }
+        return String(decoding: got, as: UTF8.self)
+    }
+
     // MARK: - Helpers
 
     private func remoteProcessRuns(_ marker: String) -> Bool {

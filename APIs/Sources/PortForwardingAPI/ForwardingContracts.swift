@@ -298,3 +298,26 @@ extension ErrorCode {
     /// The rule could not start or stopped trying (its last error says why).
     public static let forwardingFailed: ErrorCode = "forwarding.failed"
 }
+
+/// `forwarding.session`: forwards that live as long as something else holds them — an
+/// interactive session's `ssh -L/-R/-D` (Workspaces). They run as `forward run` runs its
+/// own: over the host's connection for forwards, kept alive by the supervisor while held.
+public protocol SessionForwarding: Sendable {
+    /// Starts each forward (`specs`: kind and ssh's grammar, as `forward run` takes them) on
+    /// `target` (a saved host's id or label, or a quick-connect line), asking `ask` what
+    /// connecting needs. A spec that does not parse throws, naming it, and nothing starts;
+    /// a forward that cannot start (a port in use) is reported in its status, the others run.
+    func start(_ specs: [(kind: ForwardKind, spec: String)], on target: String, acceptHostKey: HostKeyPreset?, connectTimeout: Double?,
+               ask: @escaping ConnectionAsker) async throws -> any SessionForwards
+}
+
+/// Forwards started for a session: stopped when it ends.
+public protocol SessionForwards: Sendable {
+    func statuses() async -> [ForwardStatus]
+    /// Ends every forward and closes what was opened for them (once).
+    func stop() async
+}
+
+extension PortKey where P == any SessionForwarding {
+    public static var sessionForwarding: Self { PortKey("forwarding.session") }
+}

@@ -129,6 +129,8 @@ extension ErrorCode {
     public static let workspacesNoSession: ErrorCode = "workspaces.no_session"
     /// The session has ended (its shell exited, it was closed).
     public static let workspacesSessionEnded: ErrorCode = "workspaces.session_ended"
+    /// -L/-R/-D were asked for and the PortForwarding feature does not run.
+    public static let workspacesForwardingUnavailable: ErrorCode = "workspaces.forwarding_unavailable"
     /// A serial line could not be opened or set up (the message names the device).
     public static let workspacesSerialFailed: ErrorCode = "workspaces.serial_failed"
 }

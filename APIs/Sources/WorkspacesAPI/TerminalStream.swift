@@ -25,9 +25,18 @@ extension WorkspacesStreams {
             public var workingDirectory: String?
             /// The client's terminal; absent: no remote terminal (stdin is not a terminal).
             public var terminal: TerminalSize?
+            /// Forwards for the session's lifetime, as ssh's -L, -R and -D (run by the
+            /// PortForwarding feature: `[BIND:]PORT:HOST:HOSTPORT`, `[BIND:]PORT`).
+            public var localForward: [String]?
+            public var remoteForward: [String]?
+            public var dynamicForward: [String]?
 
             public init(target: String, command: String? = nil, user: String? = nil, identity: String? = nil, connectTimeout: Double? = nil,
-                        acceptHostKey: Exec.HostKeyPreset? = nil, workingDirectory: String? = nil, terminal: TerminalSize? = nil) {
+                        acceptHostKey: Exec.HostKeyPreset? = nil, workingDirectory: String? = nil, terminal: TerminalSize? = nil,
+                        localForward: [String]? = nil, remoteForward: [String]? = nil, dynamicForward: [String]? = nil) {
+                self.localForward = localForward
+                self.remoteForward = remoteForward
+                self.dynamicForward = dynamicForward
                 self.target = target
                 self.command = command
                 self.user = user

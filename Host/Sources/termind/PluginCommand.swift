@@ -65,6 +65,7 @@ enum PluginCommand {
         let switches = (command.flags ?? [:]).keys.sorted().map { "[-\($0)]" }
         Output.line("Usage: termind \(command.name) \((switches + arguments).joined(separator: " ")) [--FIELD VALUE ...]")
         for (letter, field) in (command.flags ?? [:]).sorted(by: { $0.key < $1.key }) { Output.line("  -\(letter)  --\(field) true") }
+        for (letter, field) in (command.options ?? [:]).sorted(by: { $0.key < $1.key }) { Output.line("  -\(letter) VALUE  --\(field) VALUE") }
         if let summary = command.summary { Output.line(summary) }
         for line in command.help ?? [] { Output.line(line) }
         let kind = command.stream == nil ? "Calls contract" : "Runs stream"
@@ -84,6 +85,20 @@ enum PluginCommand {
                 // Everything after `--` is positional, even when it looks like an option.
                 optionsEnded = true
                 dashesAt = positional.count
+            } else if !optionsEnded, let options = command.options, arg.hasPrefix("-"), !arg.hasPrefix("--"), arg.count > 1,
+                      let field = options[String(arg.dropFirst().prefix(1))] {
+                // `-L VALUE` or `-LVALUE`: a one-letter option the command declares.
+                var value = String(arg.dropFirst(2))
+                if value.isEmpty {
+                    index += 1
+                    guard index < arguments.count else { throw Invocation.UsageError(description: "\(arg) needs a value (as --\(field)).") }
+                    value = arguments[index]
+                }
+                if case .array(let earlier)? = body[field], case .array(let more) = try typed(value, field: field, schema: schema) {
+                    body[field] = .array(earlier + more)
+                } else {
+                    body[field] = try typed(value, field: field, schema: schema)
+                }
             } else if !optionsEnded, let flags = command.flags, arg.hasPrefix("-"), !arg.hasPrefix("--"), arg.count > 1,
                       arg.dropFirst().allSatisfy({ flags[String($0)] != nil }) {
                 // `-r`, `-rp`: switches the command declares, each setting its field to true.

@@ -312,6 +312,12 @@ public struct RegistryValidator: Sendable {
             for letter in (c.flags ?? [:]).keys.sorted() where letter.count != 1 || !(letter.first!.isLetter || letter.first!.isNumber) {
                 return "command '\(c.name)': flag '\(letter)' must be one letter or digit (written -\(letter))"
             }
+            for letter in (c.options ?? [:]).keys.sorted() {
+                guard letter.count == 1, letter.first!.isLetter || letter.first!.isNumber else {
+                    return "command '\(c.name)': option '\(letter)' must be one letter or digit (written -\(letter) VALUE)"
+                }
+                guard c.flags?[letter] == nil else { return "command '\(c.name)': -\(letter) is both a flag and an option" }
+            }
             // Built-in features (Registry.json) may give a command a top-level word of its own
             // (`termind exec`); a plugin's commands stay in its namespace.
             guard c.words[0] == m.id || m.origin == .registry else {

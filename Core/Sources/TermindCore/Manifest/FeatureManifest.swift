@@ -126,14 +126,19 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         /// One-letter switches that set a boolean field to true, as `cp -r -p` (`{"r":
         /// "recursive"}`); several may be written together (`-rp`).
         public var flags: [String: String]?
+        /// One-letter options that take a value, as ssh's `-L 8080:db:5432` (`{"L":
+        /// "localForward"}`); `-L8080:db:5432` works too, and a list field given more than once
+        /// gathers every value.
+        public var options: [String: String]?
         /// Fields the command always sends with these values (one stream behind several
         /// commands: `get` and `put` naming their direction).
         public var values: [String: JSONValue]?
 
         public init(name: String, contract: String? = nil, stream: String? = nil, arguments: [String] = [], paths: [String]? = nil,
                     secrets: [String]? = nil, workingDirectory: String? = nil, terminal: String? = nil, output: String? = nil, summary: String? = nil,
-                    help: [String]? = nil, flags: [String: String]? = nil, values: [String: JSONValue]? = nil) {
+                    help: [String]? = nil, flags: [String: String]? = nil, options: [String: String]? = nil, values: [String: JSONValue]? = nil) {
             self.flags = flags
+            self.options = options
             self.values = values
             self.terminal = terminal
             self.output = output

@@ -23,12 +23,13 @@ final class ForwardingFeature: Feature {
     private let supervisor = Supervisor()
     private let follower = Mutex<Task<Void, Never>?>(nil)
 
-    private func current() throws -> Ports {
+    func current() throws -> Ports {
         guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("Port forwarding is not started.") }
         return ports
     }
 
     func register(_ registrar: FeatureRegistrar) throws {
+        registrar.provide(.sessionForwarding, SessionForwarder(feature: self))
         registrar.handle(ForwardingContracts.Add.self) { [self] request, _ in
             let ports = try current()
             let spec = try Self.spec(local: request.localForward, remote: request.remoteForward, dynamic: request.dynamicForward, required: true)!

@@ -1,4 +1,5 @@
 import Foundation
+import PortForwardingAPI
 import SettingsAPI
 import TermindCore
 import TermindSSH
@@ -27,18 +28,50 @@ struct TerminalRunner {
         let pty = request.terminal.map { PTYRequest(term: $0.term.isEmpty ? "xterm-256color" : $0.term, columns: max(1, $0.columns), rows: max(1, $0.rows)) }
         let environment = (request.terminal?.environment ?? [:]).filter { $0.key == "LANG" || $0.key.hasPrefix("LC_") }
         let channel = try await connection.openChannel(request.command.map { .exec($0) } ?? .shell, pty: pty, environment: environment)
+        // -L/-R/-D for the session's lifetime, by the PortForwarding feature; said before the
+        // terminal goes raw.
+        let forwards = try await startForwards()
         // History starts here, once authenticated: by saved host, else where the line went.
         let history = ports.history.map { HistoryRecorder(store: $0, host: saved?.id ?? connection.target.display, logger: ports.logger.child("history")) }
         let integration = ShellIntegration(bootstrap: bootstrap, history: history) { line in try? await channel.write(line) }
         if ports.resident, let pty {
             let durable = DurableSession(id: await sessions.reserveID(), host: saved?.label ?? connection.target.display, command: request.command,
                                          channel: channel, columns: pty.columns, rows: pty.rows, scrollbackLines: preferences.scrollbackLines,
-                                         logger: ports.logger.child("session"), integration: integration)
+                                         logger: ports.logger.child("session"), integration: integration, forwards: forwards)
             await sessions.add(durable)
             return try await durable.attach(session, terminal: request.terminal, scrollback: nil, first: true)
         }
         defer { integration.cancel() }
-        return try await plain(channel, connection: connection, integration: integration)
+        do {
+            let result = try await plain(channel, connection: connection, integration: integration)
+            await forwards?.stop()
+            return result
+        } catch {
+            await forwards?.stop()
+            throw error
+        }
+    }
+
+    /// The session's forwards, started and described; nil when none were asked for.
+    private func startForwards() async throws -> (any SessionForwards)? {
+        let specs = (request.localForward ?? []).map { (kind: ForwardKind.local, spec: $0) } + (request.remoteForward ?? []).map { (kind: ForwardKind.remote, spec: $0) }
+            + (request.dynamicForward ?? []).map { (kind: ForwardKind.dynamic, spec: $0) }
+        guard !specs.isEmpty else { return nil }
+        guard let forwarding = ports.forwarding else {
+            throw TermindError(.workspacesForwardingUnavailable, "-L, -R and -D are the PortForwarding feature's, and it is not running here (termind features says why).")
+        }
+        let session = self.session
+        let forwards = try await forwarding.start(specs, on: request.target, acceptHostKey: request.acceptHostKey, connectTimeout: request.connectTimeout) {
+            await session.ask($0)
+        }
+        for status in await forwards.statuses() {
+            let text: String = switch status.state {
+            case .running: "\(status.rule.name): \(status.bound ?? "?")\(status.rule.kind == .remote ? " on the server" : "") for this session"
+            default: "\(status.rule.name) did not start: \(status.lastError ?? status.state.rawValue)"
+            }
+            await session.emit("notice", ["text": .string(text)])
+        }
+        return forwards
     }
 
     /// A session that lasts as long as its client (in-process, or without a terminal).

@@ -3,6 +3,7 @@ import Synchronization
 import TermindCore
 import TermindSSH
 import TermindStore
+import PortForwardingAPI
 import SettingsAPI
 import VaultAPI
 import WorkspacesAPI
@@ -25,6 +26,8 @@ final class WorkspacesFeature: Feature {
         let resident: Bool
         /// Calls another feature's contract (declared in the manifest's `calls`).
         let call: @Sendable (ContractID, Data) async throws -> Data
+        /// A session's -L/-R/-D, when the PortForwarding feature runs.
+        let forwarding: (any SessionForwarding)?
     }
 
     private let ports = Mutex<Ports?>(nil)
@@ -95,7 +98,8 @@ final class WorkspacesFeature: Feature {
         let value = Ports(routes: try context.ports.require(.routes), trust: try context.ports.require(.hostKeyTrust),
                           pool: try context.ports.require(.sshConnections), hosts: try context.ports.require(.hostDirectory), settings: context.ports.optional(.settingsValues),
                           history: HistoryStore(db: db),
-                          logger: context.logger, resident: context.resident, call: context.call)
+                          logger: context.logger, resident: context.resident, call: context.call,
+                          forwarding: context.ports.optional(.sessionForwarding))
         ports.withLock { $0 = value }
     }
 

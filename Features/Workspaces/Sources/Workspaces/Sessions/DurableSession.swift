@@ -1,5 +1,6 @@
 import Foundation
 import TermindCore
+import PortForwardingAPI
 import TermindSSH
 import WorkspacesAPI
 import WorkspacesRules
@@ -37,6 +38,8 @@ final class DurableSession: @unchecked Sendable {
     let ended = Promise<Void>()
     /// The shell bootstrap's gate on output and keys, and the history it feeds.
     private let integration: ShellIntegration
+    /// The session's -L/-R/-D (stopped when it ends, not when a client detaches).
+    private let forwards: (any SessionForwards)?
 
     enum Ending: Sendable {
         /// The remote side ended it (its shell exited) or termind closed it.
@@ -62,7 +65,8 @@ final class DurableSession: @unchecked Sendable {
     }
 
     init(id: Int, host: String, command: String?, channel: SSHChannel, columns: Int, rows: Int, scrollbackLines: Int, logger: Logger,
-         integration: ShellIntegration) {
+         integration: ShellIntegration, forwards: (any SessionForwards)? = nil) {
+        self.forwards = forwards
         self.id = id
         self.host = host
         self.command = command
@@ -121,6 +125,7 @@ final class DurableSession: @unchecked Sendable {
             logger.info("workspaces.session.lost", ["session": .int(id), "code": .identifier(error.code)])
         }
         integration.cancel()
+        if let forwards { Task { await forwards.stop() } }
         attached?.outbox.finish()
         attached?.outcome.fulfill(.ended)
         ended.fulfill(())
