@@ -123,6 +123,8 @@ final class RegistryValidatorTests: XCTestCase {
             with("both", streams: ["both.go@1"], [.init(name: "both go", contract: "both.go@1", stream: "both.go@1")]),
             with("early", streams: ["early.go@1"], [.init(name: "early go", stream: "early.go@1", arguments: ["words...", "more...", "target"])]),
             with("flagged", streams: ["flagged.go@1"], [.init(name: "flagged go", stream: "flagged.go@1", arguments: [], flags: ["rf": "recursive"])]),
+            with("optioned", streams: ["optioned.go@1"], [.init(name: "optioned go", stream: "optioned.go@1", arguments: [], options: ["-L": "localForward"])]),
+            with("twice", streams: ["twice.go@1"], [.init(name: "twice go", stream: "twice.go@1", arguments: [], flags: ["L": "loud"], options: ["L": "localForward"])]),
             with("greedy", streams: ["greedy.go@1"], [.init(name: "serve", stream: "greedy.go@1")]),
             with("second", order: 2, streams: ["second.run@1"], [.init(name: "exec", stream: "second.run@1")]),
         ])
@@ -133,6 +135,8 @@ final class RegistryValidatorTests: XCTestCase {
         XCTAssertTrue(reason(plan, "both")?.message.contains("exactly one of \"contract\" and \"stream\"") ?? false)
         XCTAssertTrue(reason(plan, "early")?.message.contains("only one argument may take several words (words..., more...)") ?? false)
         XCTAssertTrue(reason(plan, "flagged")?.message.contains("flag 'rf' must be one letter or digit") ?? false)
+        XCTAssertTrue(reason(plan, "optioned")?.message.contains("option '-L' must be one letter or digit") ?? false)
+        XCTAssertTrue(reason(plan, "twice")?.message.contains("-L is both a flag and an option") ?? false)
         XCTAssertTrue(reason(plan, "greedy")?.message.contains("takes the word 'serve' of one of termind's own commands") ?? false)
         XCTAssertEqual(reason(plan, "second")?.code, "registry.command_conflict")
         XCTAssertTrue(reason(plan, "second")?.message.contains("'termind exec' is already a command of 'ws'") ?? false)
