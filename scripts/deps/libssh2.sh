@@ -32,8 +32,8 @@ write_pc() { # prefix libs version
 
 PATCHES="$(cd "$(dirname "${BASH_SOURCE[0]}")/libssh2" && pwd)"
 # What the cache is keyed by: the series and every patch in it.
-patch_digest() { (cd "$PATCHES" && cat series $(grep -v '^#' series) | sha256sum | cut -c1-16); }
-WANTED_PATCHES="$(patch_digest)"
+source "$(dirname "${BASH_SOURCE[0]}")/debian-source.sh"
+WANTED_PATCHES="$(patch_series_digest "$PATCHES")"
 
 # 1. Our cached build, when it carries this patch series.
 STAMP="$PREFIX/.termind-patches"
@@ -43,25 +43,8 @@ fi
 
 # 2. Build Debian 13's source package with termind's patches.
 say "building libssh2 $WANTED_UPSTREAM from Debian's $DEBIAN_SUITE source package with termind's patches (about a minute)"
-SOURCES=/etc/apt/sources.list.d/termind-$DEBIAN_SUITE-src.sources
-if [ ! -f "$SOURCES" ]; then
-    printf '%s\n' "Types: deb-src" "URIs: http://deb.debian.org/debian" "Suites: $DEBIAN_SUITE" "Components: main" \
-        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" | $SUDO tee "$SOURCES" >/dev/null
-fi
-$SUDO apt-get update -qq >&2
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq dpkg-dev libssl-dev build-essential >&2
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-apt-get source --download-only -qq "libssh2/$DEBIAN_SUITE" >&2
-dsc=$(ls libssh2_*.dsc | head -n 1)
-debian_version=$(sed -n 's/^Version: //p' "$dsc")
-dpkg-source --no-check -x "$dsc" src >&2
-cd src
-case "$debian_version" in "$WANTED_UPSTREAM"*) ;; *) say "unexpected libssh2 version $debian_version"; exit 1 ;; esac
-for patch in $(grep -v '^#' "$PATCHES/series"); do
-    patch -p1 --forward --quiet < "$PATCHES/$patch" >&2 || { say "termind's libssh2 patch $patch does not apply to $debian_version"; exit 1; }
-done
+unpack_debian_source libssh2 "$DEBIAN_SUITE" "$WANTED_UPSTREAM" "$PATCHES" libssl-dev
+debian_version="$DEBIAN_VERSION"
 CFLAGS="-O2 -fPIC" ./configure --prefix="$PREFIX" --disable-shared --enable-static --with-pic --with-crypto=openssl \
     --without-libz --disable-examples-build --disable-docker-tests --disable-sshd-tests >&2 || \
 CFLAGS="-O2 -fPIC" ./configure --prefix="$PREFIX" --disable-shared --enable-static --with-pic --with-crypto=openssl \

@@ -24,8 +24,8 @@ SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 say() { printf 'termind-setup: %s\n' "$*" >&2; }
 
 PATCHES="$(cd "$(dirname "${BASH_SOURCE[0]}")/libvterm" && pwd)"
-patch_digest() { (cd "$PATCHES" && cat series $(grep -v '^#' series) | sha256sum | cut -c1-16); }
-WANTED_PATCHES="$(patch_digest)"
+source "$(dirname "${BASH_SOURCE[0]}")/debian-source.sh"
+WANTED_PATCHES="$(patch_series_digest "$PATCHES")"
 
 STAMP="$PREFIX/.termind-patches"
 if [ "$(cat "$STAMP" 2>/dev/null)" = "$WANTED_PATCHES" ] && [ -f "$PREFIX/lib/libvterm.a" ] && [ -f "$PC_FILE" ]; then
@@ -33,25 +33,8 @@ if [ "$(cat "$STAMP" 2>/dev/null)" = "$WANTED_PATCHES" ] && [ -f "$PREFIX/lib/li
 fi
 
 say "building libvterm $WANTED_UPSTREAM from Debian's $DEBIAN_SUITE source package with termind's patches"
-SOURCES=/etc/apt/sources.list.d/termind-$DEBIAN_SUITE-src.sources
-if [ ! -f "$SOURCES" ]; then
-    printf '%s\n' "Types: deb-src" "URIs: http://deb.debian.org/debian" "Suites: $DEBIAN_SUITE" "Components: main" \
-        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" | $SUDO tee "$SOURCES" >/dev/null
-fi
-$SUDO apt-get update -qq >&2
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq dpkg-dev build-essential >&2
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-apt-get source --download-only -qq "libvterm/$DEBIAN_SUITE" >&2
-dsc=$(ls libvterm_*.dsc | head -n 1)
-debian_version=$(sed -n 's/^Version: //p' "$dsc")
-dpkg-source --no-check -x "$dsc" src >&2
-cd src
-case "$debian_version" in "$WANTED_UPSTREAM"*) ;; *) say "unexpected libvterm version $debian_version"; exit 1 ;; esac
-for patch in $(grep -v '^#' "$PATCHES/series"); do
-    patch -p1 --forward --quiet < "$PATCHES/$patch" >&2 || { say "termind's libvterm patch $patch does not apply to $debian_version"; exit 1; }
-done
+unpack_debian_source libvterm "$DEBIAN_SUITE" "$WANTED_UPSTREAM" "$PATCHES"
+debian_version="$DEBIAN_VERSION"
 # The upstream Makefile wants libtool; the library is its src/*.c (the generated tables ship
 # in the tarball), so gcc builds it directly.
 mkdir -p objects
