@@ -131,6 +131,29 @@ final class TerminalSessionTests: XCTestCase {
         XCTAssertTrue(refused.restored, "a failed session left the terminal raw")
     }
 
+    /// sshd killed under a running session (a crash, a pulled cable): termind says the
+    /// connection is gone, exits non-zero and leaves the terminal as it found it — in-process
+    /// and inside serve.
+    func testTheTerminalIsRestoredWhenSshdIsKilled() throws {
+        let server = self.server!
+        DispatchQueue.global().asyncAfter(deadline: .now() + 4) { server.kill() }
+        let local = try PseudoTerminal.run(ssh(), steps: ready + [.sleep(8)], environment: environment)
+        XCTAssertEqual(local.met, [true], local.output)
+        XCTAssertNotEqual(local.status, 0, local.output)
+        XCTAssertNotNil(local.status, "termind did not end when sshd went away: \(local.output)")
+        XCTAssertTrue(local.restored, "a killed sshd left the terminal raw")
+
+        try server.restart()
+        let serve = try ServeProcess(directory: directory, arguments: [])
+        defer { serve.stop() }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 4) { server.kill() }
+        let served = try PseudoTerminal.run(ssh(socket: serve.socketPath), steps: ready + [.sleep(8)], environment: environment)
+        XCTAssertEqual(served.met, [true], served.output)
+        XCTAssertNotEqual(served.status, 0, served.output)
+        XCTAssertNotNil(served.status)
+        XCTAssertTrue(served.restored, "a killed sshd left the terminal raw (inside serve)")
+    }
+
     /// Questions asked while connecting see a cooked terminal: a passphrase typed with
     /// Enter (a carriage return, as a real terminal sends it) is read, and the terminal goes
     /// raw only once the session has started.
