@@ -241,14 +241,17 @@ public actor Kernel {
             }
         }))
         answers.session = session
+        // The caller learns how to talk to the stream before the handler runs: an event the
+        // handler sends at once (`started`, which a terminal bridge answers by going raw) must
+        // not reach the caller before it can act on it.
+        onOpen(StreamControl(send: { message in session.receive(message); return true },
+                             input: { data in session.input.put(data, waitForRoom: true) }))
         // The session cancels this very task (a cancel message, or the caller giving up).
         let work = Task { () -> Result<Data, Error> in
             defer { session.finish() }
             do { return .success(try await endpoint.handler(body, session)) } catch { return .failure(error) }
         }
         session.start(cancelling: work)
-        onOpen(StreamControl(send: { message in session.receive(message); return true },
-                             input: { data in session.input.put(data, waitForRoom: true) }))
         let result = session.outcome(await withTaskCancellationHandler { await work.value } onCancel: { session.cancel() })
         // Every event is handled before the result is (output first, then the exit status).
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in events.async { done.resume() } }
