@@ -33,7 +33,8 @@ public final class TmuxTerminal: @unchecked Sendable {
     /// `[exited N]` after it (tmux can miss a pane program's exit status: it runs helpers
     /// with SIGCHLD at its default meanwhile), then keeps the terminal open for reading.
     public func open(_ name: String, _ argv: [String], columns: Int = 100, rows: Int = 30) throws {
-        let wrapped = ["/bin/sh", "-c", "\"$@\"; echo \"[exited $?]\"; exec sleep 100000", "sh"] + argv
+        // Once the program has exited, keys (a Ctrl-C meant for it) must not end the terminal.
+        let wrapped = ["/bin/sh", "-c", "\"$@\"; status=$?; trap '' INT QUIT TSTP; echo \"[exited $status]\"; exec sleep 100000", "sh"] + argv
         let command = wrapped.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
         // The first command starts the tmux server, which keeps the descriptors it was given:
         // never this process's pipes (a reader would wait for their end forever).

@@ -10,7 +10,11 @@ final class TerminalInputTests: XCTestCase {
 
     func testBracketedPasteWrapsTheTextAndCannotBeEndedEarly() {
         XCTAssertEqual(keys("ls\nrm -rf x", bracketed: true), "\u{1B}[200~ls\nrm -rf x\u{1B}[201~\r")
-        XCTAssertEqual(keys("a\u{1B}[201~; reboot\n", bracketed: true, enter: false), "\u{1B}[200~a; reboot\n\u{1B}[201~")
+        XCTAssertEqual(keys("a\u{1B}[201~; reboot\n", bracketed: true, enter: false), "\u{1B}[200~a[201~; reboot\n\u{1B}[201~")
+        // A marker split around another cannot be formed by what is taken out.
+        let nested = keys("\u{1B}[20\u{1B}[201~1~rm -rf ~\n", bracketed: true, enter: false)
+        XCTAssertEqual(nested.components(separatedBy: "\u{1B}[201~").count, 2, "one paste end, the last: \(nested.debugDescription)")
+        XCTAssertTrue(nested.hasSuffix("\u{1B}[201~"))
     }
 
     func testWithoutBracketedPasteNewlinesAreEnter() {

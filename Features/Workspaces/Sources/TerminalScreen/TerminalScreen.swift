@@ -7,7 +7,8 @@ import WorkspacesRules
 /// remote terminal's output as it arrives; `redraw()` gives the bytes that paint the same
 /// screen on a fresh terminal of the same size — the state, not a replay of what was sent.
 ///
-/// Not thread-safe: its owner serializes every call (a durable session holds it under a lock).
+/// Not thread-safe: its owner serializes every call (a durable session's screen model keeps
+/// it on a queue of its own).
 /// The C handles never leave this class.
 public final class TerminalScreen {
     public private(set) var rows: Int
@@ -164,7 +165,7 @@ public final class TerminalScreen {
 
     /// The scrollback's text, oldest first (SGR sequences removed), for tests and searches.
     public func scrollbackLines() -> [String] {
-        scrollback.lines.map { Self.plainText($0) }
+        scrollback.suffix(scrollback.count).map { Self.plainText($0) }
     }
 
     // MARK: - Redraw
@@ -346,41 +347,30 @@ public final class TerminalScreen {
     }
 }
 
-/// The lines that scrolled off, oldest first, in a ring: past either bound the oldest go.
+/// The lines that scrolled off, oldest first: past either bound the oldest go, each in
+/// constant time (the storage is compacted once its dropped head outgrows what is kept).
 struct Scrollback {
-    private var ring: [[UInt8]] = []
-    private var head = 0
+    private var storage: [[UInt8]] = []
+    private var start = 0
     private var bytes = 0
 
-    var count: Int { ring.count }
-
-    /// Oldest first.
-    var lines: [[UInt8]] { Array(ring[head...] + ring[..<head]) }
+    var count: Int { storage.count - start }
 
     /// The newest `count` lines, oldest first.
-    func suffix(_ count: Int) -> [[UInt8]] { Array(lines.suffix(count)) }
+    func suffix(_ count: Int) -> [[UInt8]] { Array(storage[max(start, storage.count - count)...]) }
 
     mutating func append(_ line: [UInt8], lineLimit: Int, byteLimit: Int) {
         guard lineLimit > 0 else { return }
+        storage.append(line)
         bytes += line.count
-        if ring.count < lineLimit {
-            ring.append(line)
-        } else {
-            bytes -= ring[head].count
-            ring[head] = line
-            head = (head + 1) % ring.count
+        while count > 1 && (count > lineLimit || bytes > byteLimit) {
+            bytes -= storage[start].count
+            storage[start] = []
+            start += 1
         }
-        // The byte bound: the oldest go (rare; the ring is rebuilt in order).
-        if bytes > byteLimit {
-            var ordered = lines
-            var drop = 0
-            while bytes > byteLimit, drop < ordered.count - 1 {
-                bytes -= ordered[drop].count
-                drop += 1
-            }
-            ordered.removeFirst(drop)
-            ring = ordered
-            head = 0
+        if start > 1024 && start > storage.count / 2 {
+            storage.removeFirst(start)
+            start = 0
         }
     }
 }

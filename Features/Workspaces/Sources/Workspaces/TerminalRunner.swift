@@ -27,10 +27,16 @@ struct TerminalRunner {
         let connection = try await WorkspacesFeature.connection(ports, request, session: session)
         let pty = request.terminal.map { PTYRequest(term: $0.term.isEmpty ? "xterm-256color" : $0.term, columns: max(1, $0.columns), rows: max(1, $0.rows)) }
         let environment = (request.terminal?.environment ?? [:]).filter { $0.key == "LANG" || $0.key.hasPrefix("LC_") }
-        let channel = try await connection.openChannel(request.command.map { .exec($0) } ?? .shell, pty: pty, environment: environment)
         // -L/-R/-D for the session's lifetime, by the PortForwarding feature; said before the
-        // terminal goes raw.
+        // terminal goes raw, and a spec that does not parse starts nothing (no shell either).
         let forwards = try await startForwards()
+        let channel: SSHChannel
+        do {
+            channel = try await connection.openChannel(request.command.map { .exec($0) } ?? .shell, pty: pty, environment: environment)
+        } catch {
+            await forwards?.stop()
+            throw error
+        }
         // History starts here, once authenticated: by saved host, else where the line went.
         let history = ports.history.map { HistoryRecorder(store: $0, host: saved?.id ?? connection.target.display, logger: ports.logger.child("history")) }
         let integration = ShellIntegration(bootstrap: bootstrap, history: history) { line in try? await channel.write(line) }

@@ -76,8 +76,9 @@ final class WorkspacesFeature: Feature {
             try Self.requireServer(try current())
             let session = try await sessions.session(request.session)
             session.close()
-            // Its end (the channel closed) is what the listing then shows.
-            _ = await Task { await session.ended.value }.result
+            // Its end (the channel closed) is what the reply shows; when the server does not
+            // confirm the close within 5 s, the reply shows it still running (it ends on its own).
+            _ = await session.ended.value(within: 5)
             return session.info()
         }
     }
@@ -143,14 +144,18 @@ final class WorkspacesFeature: Feature {
                                   sessions: SessionRegistry) async throws -> WorkspacesStreams.Broadcast.Result {
         var text = request.text ?? ""
         if request.text == nil {
-            // Standard input, when the client has no terminal there.
+            // Standard input, when the client has no terminal there (decoded once: a character
+            // may be split between two reads).
+            var bytes = Data()
             for await chunk in session.input {
-                text += String(decoding: chunk, as: UTF8.self)
-                guard text.utf8.count <= 64 << 10 else { throw TermindError.badRequest("The text to broadcast is over 64 KiB; send less at a time.") }
+                bytes += chunk
+                guard bytes.count <= 64 << 10 else { throw TermindError.badRequest("The text to broadcast is over 64 KiB; send less at a time.") }
             }
+            text = String(decoding: bytes, as: UTF8.self)
         }
-        guard !text.isEmpty || request.enter != false else {
-            throw TermindError.badRequest("Say what to type: termind broadcast --sessions 1,2 -- TEXT, or pipe it on standard input.")
+        // Enter alone in every session (it may confirm a question) only when asked for.
+        guard !text.isEmpty || request.enter == true else {
+            throw TermindError.badRequest("Say what to type: termind broadcast --sessions 1,2 -- TEXT, or pipe it on standard input (Enter alone: --enter true).")
         }
         var ids = request.sessions ?? []
         if request.all == true { ids += await sessions.list().filter { $0.state != "ended" }.map(\.id) }

@@ -1,13 +1,14 @@
 /// Text typed into a terminal on a person's behalf (broadcast): the keys it becomes.
 public enum TerminalInput {
-    /// `text` as keys: one bracketed paste when the program asked for it (`CSI ? 2004 h`) — a
-    /// paste end marker inside the text is dropped, so the text cannot end the paste early
-    /// and have the rest run as typed — else each newline as Enter (CR, as a terminal sends
-    /// it); then Enter when `enter`. Mouse reports are never typed (any in the text go).
+    /// `text` as keys: one bracketed paste when the program asked for it (`CSI ? 2004 h`) —
+    /// with every ESC in the text dropped, so that nothing in it can end the paste early
+    /// (not even a marker that dropping part of another would form) and have the rest run as
+    /// typed — else each newline as Enter (CR, as a terminal sends it); then Enter when
+    /// `enter`. Mouse reports are never typed (any in the text go).
     public static func keys(for text: String, bracketedPaste: Bool, enter: Bool) -> [UInt8] {
         var keys = withoutMouseReports(Array(text.utf8))
         if bracketedPaste {
-            keys = Array("\u{1B}[200~".utf8) + removing(Array("\u{1B}[201~".utf8), from: keys) + Array("\u{1B}[201~".utf8)
+            keys = Array("\u{1B}[200~".utf8) + keys.filter { $0 != 0x1B } + Array("\u{1B}[201~".utf8)
         } else {
             var typed: [UInt8] = []
             var previous: UInt8 = 0
@@ -41,20 +42,6 @@ public enum TerminalInput {
                         continue
                     }
                 }
-            }
-            out.append(bytes[index])
-            index += 1
-        }
-        return out
-    }
-
-    private static func removing(_ marker: [UInt8], from bytes: [UInt8]) -> [UInt8] {
-        var out: [UInt8] = []
-        var index = 0
-        while index < bytes.count {
-            if bytes[index...].starts(with: marker) {
-                index += marker.count
-                continue
             }
             out.append(bytes[index])
             index += 1

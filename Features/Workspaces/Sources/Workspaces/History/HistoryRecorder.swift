@@ -6,17 +6,23 @@ import WorkspacesRules
 /// Turns one session's shell marks into history rows: a command's line from its start
 /// (OSC 133 C), its status and duration from its end (D), the folder it ran in from the
 /// last OSC 7 before it. A command the shell gave no line for is not kept. Rows are written
-/// in order, one at a time, off the session's data path; a failed write is logged (by code
-/// only: never the command) and the session goes on.
+/// in order off the session's data path, by one writer, those waiting together in one
+/// transaction; at most `pendingLimit` wait (a host printing marks faster than they can be
+/// written loses the newest beyond that, said once in the log). A failed write is logged by
+/// its code only (never the command) and the session goes on.
 final class HistoryRecorder: @unchecked Sendable {
     private let store: HistoryStore
     private let host: String
     private let logger: Logger
+    static let pendingLimit = 1000
+
     private let lock = NSLock()
     private var directory: String?
     /// The running command: its line (nil: the shell gave none) and its folder.
     private var running: (line: String?, directory: String?)?
-    private var writes: Task<Void, Never>?
+    private var pending: [WorkspacesContracts.HistoryEntry] = []
+    private var writer: Task<Void, Never>?
+    private var droppedSaid = false
 
     init(store: HistoryStore, host: String, logger: Logger) {
         self.store = store
@@ -48,18 +54,37 @@ final class HistoryRecorder: @unchecked Sendable {
     }
 
     private func write(_ entry: WorkspacesContracts.HistoryEntry) {
-        let store = store, host = host, logger = logger
-        lock.withLock {
-            let previous = writes
-            writes = Task {
-                await previous?.value
-                do { try await store.record(host: host, entry) } catch { logger.warning("workspaces.history.write_failed", ["code": .identifier(TermindError.from(error).code)]) }
+        let sayDropped: Bool = lock.withLock {
+            guard pending.count < Self.pendingLimit else {
+                defer { droppedSaid = true }
+                return !droppedSaid
+            }
+            pending.append(entry)
+            // The writer is started and recorded in one step: it clears itself only once it
+            // found nothing waiting, under this lock.
+            if writer == nil { writer = Task { await self.drain() } }
+            return false
+        }
+        if sayDropped { logger.warning("workspaces.history.dropped", ["waiting": .int(Self.pendingLimit)]) }
+    }
+
+    /// Writes what waits, a batch per transaction, until nothing does.
+    private func drain() async {
+        while true {
+            let batch: [WorkspacesContracts.HistoryEntry] = lock.withLock {
+                defer { pending.removeAll() }
+                if pending.isEmpty { writer = nil }
+                return pending
+            }
+            guard !batch.isEmpty else { return }
+            do { try await store.record(host: host, batch) } catch {
+                logger.warning("workspaces.history.write_failed", ["code": .identifier(TermindError.from(error).code)])
             }
         }
     }
 
     /// Waits until every row taken so far is written.
     func flush() async {
-        await lock.withLock({ writes })?.value
+        while let writer = lock.withLock({ writer }) { await writer.value }
     }
 }

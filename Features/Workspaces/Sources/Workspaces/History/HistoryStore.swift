@@ -27,14 +27,17 @@ struct HistoryStore: Sendable {
     static let limit = 1000
     let db: Database
 
-    func record(host: String, _ entry: WorkspacesContracts.HistoryEntry) async throws {
-        let status: SQLValue = entry.exitStatus.map { .integer(Int64($0)) } ?? .null
-        let duration: SQLValue = entry.durationMilliseconds.map { .integer(Int64($0)) } ?? .null
-        let directory: SQLValue = entry.directory.map { .text($0) } ?? .null
-        // One transaction: the row and the trim of the host's oldest beyond the limit.
+    /// Adds `entries` in order, and trims the host's oldest beyond the limit, in one transaction.
+    func record(host: String, _ entries: [WorkspacesContracts.HistoryEntry]) async throws {
+        guard !entries.isEmpty else { return }
         try await db.write { db in
-            try db.execute("INSERT INTO workspaces_history (host, command, exit_status, duration_ms, directory) VALUES (?, ?, ?, ?, ?)",
-                           [host, entry.command, status, duration, directory])
+            for entry in entries {
+                let status: SQLValue = entry.exitStatus.map { .integer(Int64($0)) } ?? .null
+                let duration: SQLValue = entry.durationMilliseconds.map { .integer(Int64($0)) } ?? .null
+                let directory: SQLValue = entry.directory.map { .text($0) } ?? .null
+                try db.execute("INSERT INTO workspaces_history (host, command, exit_status, duration_ms, directory) VALUES (?, ?, ?, ?, ?)",
+                               [host, entry.command, status, duration, directory])
+            }
             try db.execute("""
                 DELETE FROM workspaces_history WHERE host = ?1 AND id <= (
                     SELECT id FROM workspaces_history WHERE host = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)

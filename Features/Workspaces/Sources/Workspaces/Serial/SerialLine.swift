@@ -4,7 +4,7 @@ import WorkspacesAPI
 
 /// A local serial line opened for one session: raw, at the speed and framing asked for, its
 /// previous settings put back by `close()`. Reading happens on a thread of its own that waits
-/// for the consumer (at most one chunk outstanding), writing on a queue of its own, so no
+/// for the consumer (at most four chunks outstanding), writing on a queue of its own, so no
 /// task of the cooperative pool ever blocks on the device.
 final class SerialLine: @unchecked Sendable {
     static let speeds: [Int: speed_t] = [
@@ -22,10 +22,13 @@ final class SerialLine: @unchecked Sendable {
     private let writes = DispatchQueue(label: "termind.workspaces.serial.write")
     private let lock = NSLock()
     private var closed = false
+    private var closedForGood = false
     private var reading = false
     private var wake: [Int32] = [-1, -1]
-    private let room = DispatchSemaphore(value: 4)
-    private let readerDone = DispatchSemaphore(value: 0)
+    /// Chunks the reader handed over and the consumer has not yet said it handled.
+    private let pace = NSCondition()
+    private var outstanding = 0
+    private var readerDone = false
 
     /// Opens and configures `request.device`; throws naming the device and what is wrong.
     init(_ request: WorkspacesStreams.Serial.Request) throws {
@@ -77,15 +80,16 @@ final class SerialLine: @unchecked Sendable {
             Glibc.close(fd)
             throw TermindError.internalFailure("Cannot make a pipe for the serial line.")
         }
+        for end in wake { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
     }
 
     /// What the line delivers, chunk by chunk, until it closes or hangs up. The reader
     /// waits while four chunks are not yet `consumed()`.
     func output() -> AsyncStream<Data> {
         let (stream, feed) = AsyncStream.makeStream(of: Data.self)
-        let fd = self.fd, wakeFD = wake[0], room = room, done = readerDone
+        let fd = self.fd, wakeFD = wake[0]
         lock.withLock { reading = true }
-        let thread = Thread {
+        let thread = Thread { [self] in
             var buffer = [UInt8](repeating: 0, count: 16 << 10)
             while true {
                 var descriptors = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
@@ -94,7 +98,10 @@ final class SerialLine: @unchecked Sendable {
                 let n = read(fd, &buffer, buffer.count)
                 if n > 0 {
                     feed.yield(Data(buffer[0..<n]))
-                    room.wait()
+                    pace.lock()
+                    outstanding += 1
+                    while outstanding >= 4 && !lock.withLock({ closed }) { pace.wait() }
+                    pace.unlock()
                 } else if n < 0 && (errno == EAGAIN || errno == EINTR) {
                     continue
                 } else {
@@ -102,14 +109,32 @@ final class SerialLine: @unchecked Sendable {
                 }
             }
             feed.finish()
-            done.signal()
+            pace.lock()
+            readerDone = true
+            pace.broadcast()
+            pace.unlock()
         }
         thread.start()
         return stream
     }
 
     /// The consumer handled a chunk of `output()`.
-    func consumed() { room.signal() }
+    func consumed() {
+        pace.lock()
+        outstanding = max(0, outstanding - 1)
+        pace.signal()
+        pace.unlock()
+    }
+
+    /// Ends the reading (its stream finishes) without waiting: for a cancellation.
+    func stop() {
+        lock.withLock { closed = true }
+        var one: UInt8 = 1
+        _ = Glibc.write(wake[1], &one, 1)
+        pace.lock()
+        pace.broadcast()
+        pace.unlock()
+    }
 
     /// Writes `data` whole (waiting while the line's buffer is full); false once closed.
     func write(_ data: Data) async -> Bool {
@@ -136,16 +161,17 @@ final class SerialLine: @unchecked Sendable {
 
     /// Puts the line's settings back and closes it (once), after its reader has stopped.
     func close() {
-        let (first, reading): (Bool, Bool) = lock.withLock {
-            defer { closed = true }
-            return (!closed, self.reading)
+        let first: Bool = lock.withLock {
+            defer { closedForGood = true }
+            return !closedForGood
         }
         guard first else { return }
-        var one: UInt8 = 1
-        _ = Glibc.write(wake[1], &one, 1)
-        if reading {
-            room.signal()  // a reader waiting for the consumer sees the wake-up next
-            _ = readerDone.wait(timeout: .now() + 2)
+        stop()
+        if lock.withLock({ reading }) {
+            pace.lock()
+            let deadline = Date().addingTimeInterval(2)
+            while !readerDone, pace.wait(until: deadline) {}
+            pace.unlock()
         }
         writes.sync {
             var settings = saved

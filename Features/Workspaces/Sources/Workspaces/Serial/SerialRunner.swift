@@ -3,8 +3,9 @@ import TermindCore
 import WorkspacesAPI
 
 /// One `workspaces.serial@1` run: the line opened and set up, the client's terminal bridged
-/// (its keys to the line, the line's bytes as `stdout`), until the client ends it (`~.`), its
-/// input ends, or the line hangs up. Nothing of it is kept.
+/// (its keys to the line, the line's bytes as `stdout`), until the client ends it (`~.`, a
+/// signal) or the line hangs up; the end of the client's input ends only what it sends.
+/// Nothing of it is kept.
 struct SerialRunner {
     let request: WorkspacesStreams.Serial.Request
     let session: StreamSession
@@ -32,7 +33,7 @@ struct SerialRunner {
                 line.consumed()
             }
         } onCancel: {
-            line.close()
+            line.stop()  // the reader ends, the loop above with it; close() follows (defer)
         }
         return .init(received: counts.received, sent: counts.sent)
     }

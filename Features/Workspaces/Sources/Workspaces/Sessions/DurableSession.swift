@@ -172,6 +172,8 @@ final class DurableSession: @unchecked Sendable {
         }
         let input = Task { [self] in
             for await chunk in client.input {
+                // Keys of a client that another replaced go nowhere (its input may still arrive).
+                guard lock.withLock({ self.attachment === attachment }) else { break }
                 lock.withLock { lastActivity = Date() }
                 await integration.inputAllowed()
                 try? await channel.write(chunk)
@@ -227,11 +229,12 @@ final class DurableSession: @unchecked Sendable {
     /// and a line says how to come back. A client that stopped reading (replaced because it
     /// hung) is given up on after two seconds.
     private func farewell(_ client: StreamSession, writer: Task<Void, Never>, reason: String) async {
-        let reset = model.resetSequences()
+        // The modes as the session's own scanner saw them (the model may lag behind).
+        let reset = lock.withLock { scanner.modes.resetSequences }
         let id = self.id, host = self.host
         let told = Task {
             await writer.value
-            await client.emit("stdout", data: Data((await reset.value + "\r\n").utf8))
+            await client.emit("stdout", data: Data((reset + "\r\n").utf8))
             let text = reason == "attached-elsewhere"
                 ? "Session \(id) on \(host) was attached from another terminal; 'termind attach \(id)' takes it back."
                 : "Detached from session \(id) on \(host); 'termind attach \(id)' returns to it."
@@ -283,12 +286,15 @@ final class DurableSession: @unchecked Sendable {
     /// Ends the session: the remote shell gets `signal` (HUP: as when a terminal closes) and
     /// the channel closes; the attached client, if any, gets the exit.
     func close(signal: String = "HUP") {
-        let running: Bool = lock.withLock {
-            guard ending == nil else { return false }
+        let (running, attached): (Bool, Attachment?) = lock.withLock {
+            guard ending == nil else { return (false, nil) }
             closing = true
-            return true
+            return (true, attachment)
         }
         guard running else { return }
+        // A client that stopped reading (suspended, hung) must not hold the pump, and with it
+        // the end, back: what it has not taken is dropped.
+        attached?.outbox.finish()
         channel.close(signal: signal)
     }
 

@@ -10,7 +10,9 @@ import WorkspacesAPI
 /// (an unknown host key, a passphrase) go to the client one at a time, naming the host.
 struct SnippetRun {
     static let defaultParallel = 8
-    static let outputLimit = 1 << 20
+    /// Output kept per stream and host: 1 MiB, less when many hosts run (128 MiB in all, at
+    /// least 64 KiB each), so a run over a thousand hosts holds a bounded amount.
+    static func outputLimit(hosts: Int) -> Int { max(64 << 10, min(1 << 20, (128 << 20) / max(hosts, 1))) }
 
     let ports: WorkspacesFeature.Ports
     let request: WorkspacesStreams.RunSnippet.Request
@@ -23,6 +25,7 @@ struct SnippetRun {
         guard (1...64).contains(parallel) else { throw TermindError.badRequest("--parallel must be from 1 to 64, not \(parallel).") }
         if let timeout = request.timeout, !(timeout > 0) { throw TermindError.badRequest("--timeout must be more than 0 seconds, not \(timeout).") }
 
+        let limit = Self.outputLimit(hosts: targets.count)
         let board = Board(hosts: targets.map(\.label))
         await report(board)
         // Questions one at a time (two hosts' host keys asked at once would interleave).
@@ -36,7 +39,7 @@ struct SnippetRun {
                 let target = targets[index]
                 group.addTask {
                     board.set(index, "running")
-                    let outcome = await runOne(command, on: target, asking: asking)
+                    let outcome = await runOne(command, on: target, limit: limit, asking: asking)
                     board.set(index, outcome.state)
                     return (index, outcome)
                 }
@@ -45,7 +48,7 @@ struct SnippetRun {
             for await (index, outcome) in group {
                 outcomes[index] = outcome
                 await report(board)
-                await show(outcome)
+                await show(outcome, limit: limit)
                 if next < targets.count { launch() }
             }
         }
@@ -106,7 +109,7 @@ struct SnippetRun {
 
     // MARK: - One host
 
-    private func runOne(_ command: String, on target: Target, asking: AsyncGate) async -> WorkspacesStreams.RunSnippet.HostOutcome {
+    private func runOne(_ command: String, on target: Target, limit: Int, asking: AsyncGate) async -> WorkspacesStreams.RunSnippet.HostOutcome {
         let started = Date()
         let session = self.session
         let label = target.label
@@ -118,7 +121,7 @@ struct SnippetRun {
                     return await session.ask(question)
                 }
             }
-            let result = try await connection.exec(command, outputLimit: Self.outputLimit, timeout: request.timeout)
+            let result = try await connection.exec(command, outputLimit: limit, timeout: request.timeout)
             let state = result.exitStatus == 0 ? "succeeded" : "failed"
             return Self.outcome(label, state: state, exitStatus: result.exitStatus, exitSignal: result.exitSignal, error: nil, stdout: result.stdout,
                                 stderr: result.stderr, truncated: result.truncated, started: started)
@@ -162,10 +165,10 @@ struct SnippetRun {
     // MARK: - Showing it
 
     /// Each host's output once it finished, under a line naming it and how it ended.
-    private func show(_ outcome: WorkspacesStreams.RunSnippet.HostOutcome) async {
+    private func show(_ outcome: WorkspacesStreams.RunSnippet.HostOutcome, limit: Int) async {
         let how = outcome.error.map { "could not run: \($0)" }
             ?? outcome.exitSignal.map { "killed by SIG\($0)" } ?? "exit \(outcome.exitStatus.map(String.init) ?? "?")"
-        var text = "── \(outcome.host) · \(how) · \(WorkspacesFeature.duration(outcome.durationMilliseconds))\(outcome.truncated ? " · output truncated at 1 MiB" : "") ──\n"
+        var text = "── \(outcome.host) · \(how) · \(WorkspacesFeature.duration(outcome.durationMilliseconds))\(outcome.truncated ? " · output cut at \(TerminalText.bytes(UInt64(limit)))" : "") ──\n"
         for (body, encoding) in [(outcome.stdout, outcome.stdoutEncoding), (outcome.stderr, outcome.stderrEncoding)] where !body.isEmpty {
             text += encoding == "base64" ? "(\(Data(base64Encoded: body)?.count ?? 0) bytes that are not UTF-8; see --json)\n" : body
             if !text.hasSuffix("\n") { text += "\n" }
