@@ -414,7 +414,8 @@ final class ForwardingFeatureTests: XCTestCase {
 
     /// The stop cancels the start's connecting; an answer typed afterwards authorizes
     /// nothing. (The client shows the question until a key is pressed: a question the
-    /// server withdraws is not taken off the terminal yet.)
+    /// server withdraws is not taken off the terminal yet.) The answer is typed only after
+    /// the stop has returned, so the order does not depend on how fast the machine is.
     func testAStopWhileAStartWaitsForAnAnswerCancelsItsConnecting() throws {
         try startServe()
         try saveHost()
@@ -422,21 +423,23 @@ final class ForwardingFeatureTests: XCTestCase {
         XCTAssertEqual(try termind(["forward", "add", "web", "box", "--local-forward", "\(web):127.0.0.1:\(echo.port)"]).status, 0)
         // Another client stops the rule once its start waits on the host-key question.
         let (program, location, environment) = (FeatureHarness.buildDirectory + "/termind", self.location, self.environment)
+        let stopped = directory.file("stopped")
         let stopper = Thread {
-            let deadline = Date().addingTimeInterval(30)
+            let deadline = Date().addingTimeInterval(60)
             while Date() < deadline {
                 let list = try? ProcessRunner.run(program, location + ["--json", "forward", "list"], environment: environment)
                 if list?.stdout.contains("\"starting\"") == true { break }
                 usleep(100_000)
             }
-            usleep(500_000)
-            _ = try? ProcessRunner.run(program, location + ["forward", "stop", "web"], environment: environment)
+            let stop = try? ProcessRunner.run(program, location + ["forward", "stop", "web"], environment: environment)
+            if stop?.status == 0 { FileManager.default.createFile(atPath: stopped, contents: Data()) }
         }
         stopper.start()
         let report = try PseudoTerminal.run([FeatureHarness.buildDirectory + "/termind"] + location + ["forward", "start", "web"],
-                                            steps: [.expect("Trust it?"), .sleep(4), .send("o\n"), .expect("stopped while it was starting", seconds: 30)],
+                                            steps: [.expect("Trust it?"), .waitForFile(stopped, seconds: 60), .send("o\n"),
+                                                    .expect("stopped while it was starting", seconds: 30)],
                                             environment: environment)
-        XCTAssertEqual(report.met, [true, true], report.output)
+        XCTAssertEqual(report.met, [true, true, true], report.output)
         XCTAssertNotEqual(report.status, 0)
         XCTAssertEqual(try state("web"), "stopped")
         XCTAssertFalse(Self.canConnect(web))

@@ -12,6 +12,9 @@ public enum PseudoTerminal {
         case resize(rows: Int, columns: Int)
         case signal(String)
         case sleep(Double)
+        /// Waits (reading the output meanwhile) until a file exists: another thread of the
+        /// test says its part is done. Reported like an expectation.
+        case waitForFile(String, seconds: Double = 30)
 
         var json: JSONValue {
             switch self {
@@ -20,6 +23,7 @@ public enum PseudoTerminal {
             case .resize(let rows, let columns): .array([.string("resize"), .integer(Int64(rows)), .integer(Int64(columns))])
             case .signal(let name): .array([.string("signal"), .string(name)])
             case .sleep(let seconds): .array([.string("sleep"), .double(seconds)])
+            case .waitForFile(let path, let seconds): .array([.string("waitfile"), .string(path), .double(seconds)])
             }
         }
     }
@@ -91,6 +95,20 @@ def read_until(marker, timeout):
             if found():
                 return True
     return False
+def wait_for_file(path, timeout):
+    global output
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if os.path.exists(path):
+            return True
+        r, _, _ = select.select([master], [], [], 0.1)
+        if r:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                chunk = b""
+            output += chunk
+    return os.path.exists(path)
 report = {"steps": []}
 for step in steps:
     kind = step[0]
@@ -104,6 +122,8 @@ for step in steps:
         os.kill(pid, getattr(signal, step[1]))
     elif kind == "sleep":
         time.sleep(step[1])
+    elif kind == "waitfile":
+        report["steps"].append(wait_for_file(step[1], step[2]))
 deadline = time.time() + 20
 status = None
 while time.time() < deadline:
