@@ -65,15 +65,20 @@ public final class SpawnedProcess: @unchecked Sendable {
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         var inPipe: [Int32] = [-1, -1], outPipe: [Int32] = [-1, -1], errPipe: [Int32] = [-1, -1]
-        guard pipe(&inPipe) == 0 else { throw TermindError(code: "test.spawn", message: "pipe failed") }
+        Self.spawning.lock()
+        defer { Self.spawning.unlock() }
+        guard Self.pipe(&inPipe) else { throw TermindError(code: "test.spawn", message: "pipe failed") }
         // Each pipe end the child gets lives on as 0, 1 or 2 only: a descendant that outlives
         // it (a daemon it starts, e.g. tmux's server) must not hold a copy of a pipe this
-        // process reads to its end.
+        // process reads to its end. The pipes are close-on-exec and made under one lock with
+        // the spawn: a child another thread spawns meanwhile must not inherit them either (a
+        // test's second thread running `termind forward list` waited for its output's end
+        // until the other thread's child exited).
         posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
         posix_spawn_file_actions_addclose(&actions, inPipe[1])
         posix_spawn_file_actions_addclose(&actions, inPipe[0])
         if captureOutput {
-            guard pipe(&outPipe) == 0, pipe(&errPipe) == 0 else { throw TermindError(code: "test.spawn", message: "pipe failed") }
+            guard Self.pipe(&outPipe), Self.pipe(&errPipe) else { throw TermindError(code: "test.spawn", message: "pipe failed") }
             posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
             posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
             for fd in [outPipe[0], errPipe[0], outPipe[1], errPipe[1]] { posix_spawn_file_actions_addclose(&actions, fd) }
@@ -105,6 +110,16 @@ public final class SpawnedProcess: @unchecked Sendable {
 
     deinit {
         for fd in [inputFD, outputFD, errorFD] where fd >= 0 { close(fd) }
+    }
+
+    private static let spawning = NSLock()
+
+    /// A close-on-exec pipe (Glibc does not show Swift `pipe2`; the lock around the spawns
+    /// covers the moment between the two calls).
+    private static func pipe(_ fds: inout [Int32]) -> Bool {
+        guard Glibc.pipe(&fds) == 0 else { return false }
+        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        return true
     }
 
     public func writeInput(_ data: Data) {
