@@ -111,6 +111,32 @@ final class SSHConnectionTests: XCTestCase {
         await connection.close()
     }
 
+    /// Channels set up at once on one connection each wait for the answers to their own
+    /// requests (env, pty-req, exec): an answer meant for another channel must not fail
+    /// them (libssh2 did, until termind's patch 0004: about one run in six of three
+    /// terminals at once lost a pty-req). Refused env requests put FAILUREs among them.
+    func testChannelsSetUpTogetherEachGetTheirOwnAnswers() async throws {
+        let connection = try await connect()
+        for round in 1...12 {
+            try await withThrowingTaskGroup(of: (Int, String, Int32?).self) { group in
+                for index in 1...6 {
+                    group.addTask {
+                        let channel = try await connection.openChannel(.exec("echo ready-\(round)-\(index)"), pty: PTYRequest(term: "xterm", columns: 80, rows: 24),
+                                                                       environment: ["LANG": "C.UTF-8", "TERMIND_REFUSED_\(index)": "x"])
+                        var output = Data()
+                        while let (_, data) = try await channel.next() { output += data }
+                        return (index, String(decoding: output, as: UTF8.self), channel.exit?.status)
+                    }
+                }
+                for try await (index, output, status) in group {
+                    XCTAssertTrue(output.contains("ready-\(round)-\(index)"), "round \(round), channel \(index): \(output)")
+                    XCTAssertEqual(status, 0)
+                }
+            }
+        }
+        await connection.close()
+    }
+
     func testLargeInputAndOutputFlowTogetherWithoutDeadlock() async throws {
         // More than the 2 MiB channel window each way: writing all input before reading any
         // output would stall once the remote's output filled our window.
