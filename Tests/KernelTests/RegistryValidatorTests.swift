@@ -126,9 +126,16 @@ final class RegistryValidatorTests: XCTestCase {
             with("optioned", streams: ["optioned.go@1"], [.init(name: "optioned go", stream: "optioned.go@1", arguments: [], options: ["-L": "localForward"])]),
             with("twice", streams: ["twice.go@1"], [.init(name: "twice go", stream: "twice.go@1", arguments: [], flags: ["L": "loud"], options: ["L": "localForward"])]),
             with("greedy", streams: ["greedy.go@1"], [.init(name: "serve", stream: "greedy.go@1")]),
+            with("tmuxed", streams: ["tmuxed.go@1"], [.init(name: "tmuxed go", stream: "tmuxed.go@1", environment: ["tmux": "TMUX", "pane": "TMUX_PANE"])]),
+            with("nosy", streams: ["nosy.go@1"], [.init(name: "nosy go", stream: "nosy.go@1", environment: ["token": "GITHUB_TOKEN"])]),
+            with("inward", streams: ["inward.go@1"], [.init(name: "inward go", stream: "inward.go@1", environment: ["key": "TERMIND_SECRETS_KEY"])]),
+            with("lower", streams: ["lower.go@1"], [.init(name: "lower go", stream: "lower.go@1", environment: ["home": "home"])]),
             with("second", order: 2, streams: ["second.run@1"], [.init(name: "exec", stream: "second.run@1")]),
         ])
-        XCTAssertEqual(plan.ordered.map(\.id), ["ws"])
+        XCTAssertEqual(plan.ordered.map(\.id), ["ws", "tmuxed"])
+        XCTAssertTrue(reason(plan, "nosy")?.message.contains("field 'token' from $GITHUB_TOKEN: a variable whose name holds TOKEN may hold a secret, and is never passed") ?? false)
+        XCTAssertTrue(reason(plan, "inward")?.message.contains("termind's own settings are not passed to features") ?? false)
+        XCTAssertTrue(reason(plan, "lower")?.message.contains("not an environment variable name") ?? false)
         XCTAssertEqual(reason(plan, "other")?.code, "manifest.namespace")
         XCTAssertEqual(reason(plan, "other")?.field, "streams")
         XCTAssertTrue(reason(plan, "undeclared")?.message.contains("runs stream 'undeclared.go@1', which this feature does not declare") ?? false)

@@ -33,7 +33,7 @@ enum Completion {
                 var options: [String] = []
                 if case .object(let properties)? = schemas[command.target]?["properties"] {
                     let positional = Set(command.arguments.map { $0.hasSuffix("...") ? String($0.dropLast(3)) : $0 })
-                    options = properties.keys.filter { !positional.contains($0) && $0 != command.workingDirectory && $0 != command.output }.sorted().map { "--" + kebab($0) }
+                    options = properties.keys.filter { !positional.contains($0) && $0 != command.workingDirectory && $0 != command.output && command.environment?[$0] == nil }.sorted().map { "--" + kebab($0) }
                 }
                 return (command.words, options)
             }

@@ -193,6 +193,9 @@ enum PluginCommand {
             if case .string(let path)? = body[field], !(path == "-" && readsInput) { body[field] = .string(Invocation.absolute(path)) }
         }
         if let field = command.workingDirectory { body[field] = .string(FileManager.default.currentDirectoryPath) }
+        for (field, name) in command.environment ?? [:] {
+            if let value = ProcessInfo.processInfo.environment[name], !value.isEmpty { body[field] = .string(value) }
+        }
         for (field, value) in command.values ?? [:] { body[field] = value }
         return body
     }

@@ -15,6 +15,7 @@ enum Serve {
         let termination = SignalCatcher([SIGINT, SIGTERM], keepUntilHandled: true)
         var configuration = try inv.kernelConfiguration()
         configuration.resident = true
+        configuration.controlSocket = Invocation.absolute(inv.socketPath)
         let kernel = Kernel(configuration: configuration, sink: try inv.logSink())
         let statuses = try await kernel.boot()
         // Features' contracts and streams (termind exec's among them) are served here; their

@@ -27,9 +27,13 @@ public struct FeatureContext: Sendable {
     /// outlive one command (a host's monitor, a forward) may start at boot. In a one-shot
     /// command it starts only when that command asks for it.
     public let resident: Bool
+    /// Where clients reach this resident process (`termind --socket PATH …`); nil in a
+    /// one-shot command.
+    public let controlSocket: String?
 
-    public init(featureID: String, logger: Logger, ports: PortDirectory, resident: Bool = false,
+    public init(featureID: String, logger: Logger, ports: PortDirectory, resident: Bool = false, controlSocket: String? = nil,
                 call: @escaping @Sendable (ContractID, Data) async throws -> Data) {
+        self.controlSocket = controlSocket
         self.featureID = featureID
         self.logger = logger
         self.ports = ports

@@ -318,6 +318,9 @@ public struct RegistryValidator: Sendable {
                 }
                 guard c.flags?[letter] == nil else { return "command '\(c.name)': -\(letter) is both a flag and an option" }
             }
+            for (field, name) in (c.environment ?? [:]).sorted(by: { $0.key < $1.key }) {
+                if let problem = environmentProblem(name) { return "command '\(c.name)': field '\(field)' from $\(name): \(problem)" }
+            }
             // Built-in features (Registry.json) may give a command a top-level word of its own
             // (`termind exec`); a plugin's commands stay in its namespace.
             guard c.words[0] == m.id || m.origin == .registry else {
@@ -326,6 +329,21 @@ public struct RegistryValidator: Sendable {
             guard c.words[0] == m.id || !hostCommands.contains(c.words[0]) else {
                 return "command '\(c.name)' takes the word '\(c.words[0])' of one of termind's own commands"
             }
+        }
+        return nil
+    }
+
+    /// What a command may take from the client's environment: a plain upper-case name,
+    /// never one that may hold a secret or one of termind's own settings.
+    static func environmentProblem(_ name: String) -> String? {
+        guard !name.isEmpty, name.utf8.count <= 64, name.first != "_" || name.count > 1,
+              name.unicodeScalars.allSatisfy({ ("A"..."Z").contains($0) || ("0"..."9").contains($0) || $0 == "_" }),
+              !("0"..."9").contains(name.unicodeScalars.first!) else {
+            return "not an environment variable name (upper-case letters, digits, _)"
+        }
+        if name.hasPrefix("TERMIND_") { return "termind's own settings are not passed to features" }
+        for word in ["KEY", "TOKEN", "SECRET", "PASS", "CREDENTIAL", "AUTH"] where name.contains(word) {
+            return "a variable whose name holds \(word) may hold a secret, and is never passed"
         }
         return nil
     }

@@ -130,13 +130,20 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         /// "localForward"}`); `-L8080:db:5432` works too, and a list field given more than once
         /// gathers every value.
         public var options: [String: String]?
+        /// Fields the CLI fills from its own environment variables, as `{"tmux": "TMUX"}`
+        /// (left out when unset or empty): what a server-side handler needs of the client's
+        /// surroundings (the terminal multiplexer it runs in). Names are upper case; none
+        /// that may hold a secret (…KEY, …TOKEN, …SECRET, …PASS…) nor termind's own.
+        public var environment: [String: String]?
         /// Fields the command always sends with these values (one stream behind several
         /// commands: `get` and `put` naming their direction).
         public var values: [String: JSONValue]?
 
         public init(name: String, contract: String? = nil, stream: String? = nil, arguments: [String] = [], paths: [String]? = nil,
                     secrets: [String]? = nil, workingDirectory: String? = nil, terminal: String? = nil, output: String? = nil, summary: String? = nil,
-                    help: [String]? = nil, flags: [String: String]? = nil, options: [String: String]? = nil, values: [String: JSONValue]? = nil) {
+                    help: [String]? = nil, flags: [String: String]? = nil, options: [String: String]? = nil, values: [String: JSONValue]? = nil,
+                    environment: [String: String]? = nil) {
+            self.environment = environment
             self.flags = flags
             self.options = options
             self.values = values

@@ -411,6 +411,7 @@ public actor Kernel {
                 return routes.port(port)
             },
             resident: configuration.resident,
+            controlSocket: configuration.controlSocket,
             call: { [weak self] contract, body in
                 guard let self else { throw TermindError.internalFailure("The kernel has shut down.") }
                 guard calls.contains(contract.description) || routes.endpoint(contract)?.owner == id else {

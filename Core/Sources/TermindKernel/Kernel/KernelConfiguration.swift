@@ -32,6 +32,9 @@ public struct KernelConfiguration: Sendable {
     /// The process serves clients until it is stopped (`termind serve`): features may start
     /// work at boot that outlives any one command (monitors, forwards). False for a one-shot command.
     public var resident = false
+    /// The control socket clients reach a resident process on (absolute), for features
+    /// that start clients of their own (a workspace's panes).
+    public var controlSocket: String?
 
     public init(registryPath: String?, libraryDirectory: String? = nil, pluginDirectories: [String] = [], selection: Set<String>? = nil,
                 hostVersion: String = "0.1.0", libraryVersions: [String: String] = [:]) {
