@@ -222,4 +222,60 @@ public enum VaultContracts {
         public static let version = 1
         public static let summary = "Delete a snippet."
     }
+
+    // MARK: Workspaces
+
+    public enum WorkspaceList: Contract {
+        public typealias Request = Empty
+        public struct Response: Codable, Sendable, Equatable {
+            public var workspaces: [WorkspaceRecord]
+            public init(workspaces: [WorkspaceRecord]) { self.workspaces = workspaces }
+        }
+        public static let name = "vault.workspace.list"
+        public static let version = 1
+        public static let summary = "List saved workspaces (templates of panes), by name."
+    }
+
+    public enum WorkspaceGet: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var workspace: String
+            public init(workspace: String) { self.workspace = workspace }
+        }
+        public typealias Response = WorkspaceRecord
+        public static let name = "vault.workspace.get"
+        public static let version = 1
+        public static let summary = "One saved workspace, by id or name."
+    }
+
+    public enum WorkspaceSave: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var name: String
+            public var layout: WorkspaceLayout
+            /// Replace a workspace of that name (else a taken name is an error).
+            public var replace: Bool?
+            public init(name: String, layout: WorkspaceLayout, replace: Bool? = nil) {
+                self.name = name
+                self.layout = layout
+                self.replace = replace
+            }
+        }
+        public typealias Response = WorkspaceRecord
+        public static let name = "vault.workspace.save"
+        public static let version = 1
+        public static let summary = "Save a workspace: its panes' hosts must be saved hosts (by id); replace keeps its id."
+    }
+
+    public enum WorkspaceDelete: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var workspace: String
+            public init(workspace: String) { self.workspace = workspace }
+        }
+        public struct Response: Codable, Sendable, Equatable {
+            public var deleted: String
+            public init(deleted: String) { self.deleted = deleted }
+        }
+        public static let name = "vault.workspace.delete"
+        public static let version = 1
+        public static let summary = "Delete a saved workspace (its open sessions go on)."
+    }
 }

@@ -18,6 +18,7 @@ extension ErrorCode {
     public static let vaultKnownhostNotFound: ErrorCode = "vault.knownhost_not_found"
     public static let vaultLabelTaken: ErrorCode = "vault.label_taken"
     public static let vaultSnippetNotFound: ErrorCode = "vault.snippet_not_found"
+    public static let vaultWorkspaceNotFound: ErrorCode = "vault.workspace_not_found"
     // The Vault's rules: quick-connect lines, host keys, ssh_config files.
     public static let hostKeyInvalid: ErrorCode = "host_key.invalid"
     public static let quickConnectBadHost: ErrorCode = "quick_connect.bad_host"

@@ -6,13 +6,14 @@ import VaultAPI
 import TermindStore
 import VaultRules
 
-/// The Vault: hosts, identities and snippets in the process database, secrets in the
+/// The Vault: hosts, identities, snippets and workspaces in the process database, secrets in the
 /// encrypted secret store. Provides `vault.hosts` (HostDirectory) to other features.
 final class VaultFeature: Feature {
     private struct State: Sendable {
         let hosts: HostRepository
         let identities: IdentityRepository
         let snippets: SnippetRepository
+        let workspaces: WorkspaceRepository
         let knownHosts: KnownHostRepository
         let keys: KeyRepository
         let logger: Logger
@@ -106,6 +107,10 @@ final class VaultFeature: Feature {
         registrar.handleBlocking(VaultContracts.SnippetList.self) { [self] _, _ in .init(snippets: try current().snippets.list()) }
         registrar.handleBlocking(VaultContracts.SnippetAdd.self) { [self] r, _ in try current().snippets.add(r) }
         registrar.handleBlocking(VaultContracts.SnippetDelete.self) { [self] r, _ in .init(deleted: try current().snippets.delete(r.snippet)) }
+        registrar.handleBlocking(VaultContracts.WorkspaceList.self) { [self] _, _ in .init(workspaces: try current().workspaces.list()) }
+        registrar.handleBlocking(VaultContracts.WorkspaceGet.self) { [self] r, _ in try current().workspaces.get(r.workspace) }
+        registrar.handleBlocking(VaultContracts.WorkspaceSave.self) { [self] r, _ in try current().workspaces.save(r) }
+        registrar.handleBlocking(VaultContracts.WorkspaceDelete.self) { [self] r, _ in .init(deleted: try current().workspaces.delete(r.workspace)) }
     }
 
     func start(_ context: FeatureContext) async throws {
@@ -120,7 +125,7 @@ final class VaultFeature: Feature {
         let keys = KeyRepository(db: db, secrets: secrets)
         state.withLock {
             $0 = State(hosts: HostRepository(db: db), identities: IdentityRepository(db: db, secrets: secrets, keys: keys),
-                       snippets: SnippetRepository(db: db), knownHosts: KnownHostRepository(db: db), keys: keys, logger: context.logger,
+                       snippets: SnippetRepository(db: db), workspaces: WorkspaceRepository(db: db), knownHosts: KnownHostRepository(db: db), keys: keys, logger: context.logger,
                        call: context.call)
         }
     }

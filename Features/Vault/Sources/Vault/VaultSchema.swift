@@ -51,5 +51,14 @@ enum VaultSchema {
             CREATE UNIQUE INDEX vault_keys_label ON vault_keys (label COLLATE NOCASE);
             CREATE INDEX vault_identities_key ON vault_identities (key_id);
             """),
+        Migration(3, "workspaces", """
+            CREATE TABLE vault_workspaces (
+                id TEXT PRIMARY KEY,
+                name TEXT NOT NULL,
+                layout TEXT NOT NULL,
+                created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+                updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')));
+            CREATE UNIQUE INDEX vault_workspaces_name ON vault_workspaces (name COLLATE NOCASE);
+            """),
     ])
 }
