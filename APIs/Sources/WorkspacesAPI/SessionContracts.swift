@@ -25,9 +25,14 @@ public enum WorkspacesContracts {
         /// How it ended, once ended.
         public var exitStatus: Int32?
         public var exitSignal: String?
+        /// The workspace (its name) and pane (from 1) it was opened for, if any.
+        public var workspace: String?
+        public var pane: Int?
 
         public init(id: Int, host: String, command: String?, state: String, started: String, lastActivity: String, directory: String?,
-                    title: String?, size: String, exitStatus: Int32? = nil, exitSignal: String? = nil) {
+                    title: String?, size: String, exitStatus: Int32? = nil, exitSignal: String? = nil, workspace: String? = nil, pane: Int? = nil) {
+            self.workspace = workspace
+            self.pane = pane
             self.id = id
             self.host = host
             self.command = command
@@ -148,10 +153,13 @@ extension WorkspacesStreams {
             public var sessions: [Int]?
             /// Every session that is running.
             public var all: Bool?
+            /// Every running session of this workspace's panes (its name).
+            public var workspace: String?
             public var text: String?
             /// Press Enter after the text (default true).
             public var enter: Bool?
-            public init(sessions: [Int]? = nil, all: Bool? = nil, text: String? = nil, enter: Bool? = nil) {
+            public init(sessions: [Int]? = nil, all: Bool? = nil, workspace: String? = nil, text: String? = nil, enter: Bool? = nil) {
+                self.workspace = workspace
                 self.sessions = sessions
                 self.all = all
                 self.text = text

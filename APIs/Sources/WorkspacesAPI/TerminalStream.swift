@@ -30,10 +30,18 @@ extension WorkspacesStreams {
             public var localForward: [String]?
             public var remoteForward: [String]?
             public var dynamicForward: [String]?
+            /// A workspace pane's session (`termind workspace open` starts panes with these):
+            /// inside `termind serve`, a live session of the same workspace, pane and host is
+            /// attached instead of opening another (no second authentication).
+            public var workspace: String?
+            public var pane: Int?
 
             public init(target: String, command: String? = nil, user: String? = nil, identity: String? = nil, connectTimeout: Double? = nil,
                         acceptHostKey: Exec.HostKeyPreset? = nil, workingDirectory: String? = nil, terminal: TerminalSize? = nil,
-                        localForward: [String]? = nil, remoteForward: [String]? = nil, dynamicForward: [String]? = nil) {
+                        localForward: [String]? = nil, remoteForward: [String]? = nil, dynamicForward: [String]? = nil,
+                        workspace: String? = nil, pane: Int? = nil) {
+                self.workspace = workspace
+                self.pane = pane
                 self.localForward = localForward
                 self.remoteForward = remoteForward
                 self.dynamicForward = dynamicForward

@@ -3,6 +3,7 @@ import PortForwardingAPI
 import SettingsAPI
 import TermindCore
 import TermindSSH
+import VaultAPI
 import WorkspacesAPI
 import WorkspacesRules
 
@@ -24,6 +25,16 @@ struct TerminalRunner {
         let bootstrap = request.terminal != nil && request.command == nil
             && (saved?.shellIntegration == .enabled || (saved?.shellIntegration ?? .default) == .default && preferences.shellIntegration)
 
+        // A workspace pane whose session is open already goes back to it: nothing connects
+        // or authenticates again.
+        var tag: PaneTag?
+        if ports.resident, request.terminal != nil, let workspace = request.workspace, let pane = request.pane {
+            let name = await workspaceName(workspace)
+            tag = PaneTag(workspace: workspace, name: name, pane: pane, host: saved?.id ?? request.target)
+            if let tag, let live = await sessions.session(for: tag) {
+                return try await live.attach(session, terminal: request.terminal, scrollback: nil, first: false)
+            }
+        }
         let connection = try await WorkspacesFeature.connection(ports, request, session: session)
         let pty = request.terminal.map { PTYRequest(term: $0.term.isEmpty ? "xterm-256color" : $0.term, columns: max(1, $0.columns), rows: max(1, $0.rows)) }
         let environment = (request.terminal?.environment ?? [:]).filter { $0.key == "LANG" || $0.key.hasPrefix("LC_") }
@@ -43,7 +54,7 @@ struct TerminalRunner {
         if ports.resident, let pty {
             let durable = DurableSession(id: await sessions.reserveID(), host: saved?.label ?? connection.target.display, command: request.command,
                                          channel: channel, columns: pty.columns, rows: pty.rows, scrollbackLines: preferences.scrollbackLines,
-                                         logger: ports.logger.child("session"), integration: integration, forwards: forwards)
+                                         logger: ports.logger.child("session"), integration: integration, forwards: forwards, pane: tag)
             await sessions.add(durable)
             return try await durable.attach(session, terminal: request.terminal, scrollback: nil, first: true)
         }
@@ -56,6 +67,13 @@ struct TerminalRunner {
             await forwards?.stop()
             throw error
         }
+    }
+
+    /// A saved workspace's name (a batch of --hosts is named by its tag).
+    private func workspaceName(_ workspace: String) async -> String {
+        guard let reply = try? await ports.call(VaultContracts.WorkspaceGet.id, JSONCoding.encode(VaultContracts.WorkspaceGet.Request(workspace: workspace))),
+              let record = try? JSONDecoder().decode(WorkspaceRecord.self, from: reply) else { return workspace }
+        return record.name
     }
 
     /// The session's forwards, started and described; nil when none were asked for.

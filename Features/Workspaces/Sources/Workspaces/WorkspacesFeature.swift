@@ -24,6 +24,8 @@ final class WorkspacesFeature: Feature {
         let logger: Logger
         /// Inside `termind serve`: a session with a terminal is durable.
         let resident: Bool
+        /// Where this server's clients reach it (a workspace's panes are its clients).
+        let controlSocket: String?
         /// Calls another feature's contract (declared in the manifest's `calls`).
         let call: @Sendable (ContractID, Data) async throws -> Data
         /// A session's -L/-R/-D, when the PortForwarding feature runs.
@@ -68,6 +70,29 @@ final class WorkspacesFeature: Feature {
             try Self.requireServer(try current())
             return try await Self.broadcast(request, session: session, sessions: sessions)
         }
+        registrar.handle(WorkspacesContracts.SaveWorkspace.self) { [self] request, _ in
+            try await WorkspaceTemplates(ports: try current()).save(request)
+        }
+        registrar.handle(WorkspacesContracts.ListWorkspaces.self) { [self] _, _ in
+            .init(workspaces: try await WorkspaceTemplates(ports: try current()).list())
+        }
+        registrar.handle(WorkspacesContracts.ShowWorkspace.self) { [self] request, _ in
+            let templates = WorkspaceTemplates(ports: try current())
+            return try await templates.summary(try await templates.get(request.workspace))
+        }
+        registrar.handle(WorkspacesContracts.DeleteWorkspace.self) { [self] request, _ in
+            let templates = WorkspaceTemplates(ports: try current())
+            let record = try await templates.get(request.workspace)
+            let reply = try await templates.ports.call(VaultContracts.WorkspaceDelete.id, JSONCoding.encode(VaultContracts.WorkspaceDelete.Request(workspace: record.id)))
+            return .init(deleted: try JSONDecoder().decode(VaultContracts.WorkspaceDelete.Response.self, from: reply).deleted, name: record.name)
+        }
+        registrar.stream(WorkspacesStreams.OpenWorkspace.self) { [self] request, session in
+            let ports = try current()
+            guard ports.resident, let socket = ports.controlSocket else {
+                throw TermindError(.workspacesNeedsServer, "A workspace's panes are durable sessions of termind serve: start it (termind serve), then termind workspace open again.")
+            }
+            return try await TmuxWorkspace(ports: ports, request: request, session: session, sessions: sessions, controlSocket: socket).run()
+        }
         registrar.handle(WorkspacesContracts.ListSessions.self) { [self] _, _ in
             try Self.requireServer(try current())
             return .init(sessions: await sessions.list())
@@ -99,7 +124,7 @@ final class WorkspacesFeature: Feature {
         let value = Ports(routes: try context.ports.require(.routes), trust: try context.ports.require(.hostKeyTrust),
                           pool: try context.ports.require(.sshConnections), hosts: try context.ports.require(.hostDirectory), settings: context.ports.optional(.settingsValues),
                           history: HistoryStore(db: db),
-                          logger: context.logger, resident: context.resident, call: context.call,
+                          logger: context.logger, resident: context.resident, controlSocket: context.controlSocket, call: context.call,
                           forwarding: context.ports.optional(.sessionForwarding))
         ports.withLock { $0 = value }
     }
@@ -159,10 +184,17 @@ final class WorkspacesFeature: Feature {
         }
         var ids = request.sessions ?? []
         if request.all == true { ids += await sessions.list().filter { $0.state != "ended" }.map(\.id) }
+        if let workspace = request.workspace {
+            let members = await sessions.sessions(ofWorkspace: workspace).map(\.id)
+            guard !members.isEmpty else {
+                throw TermindError(.workspacesNoSession, "No session of workspace '\(workspace)' is running (termind workspace open \(workspace) opens them; termind sessions lists sessions).")
+            }
+            ids += members
+        }
         var seen = Set<Int>()
         ids = ids.filter { seen.insert($0).inserted }
         guard !ids.isEmpty else {
-            throw TermindError.badRequest(request.all == true ? "No session is running (termind ssh HOST opens one)." : "Name the sessions: --sessions 1,2,3 (termind sessions lists them) or --all true.")
+            throw TermindError.badRequest(request.all == true ? "No session is running (termind ssh HOST opens one)." : "Name a workspace or the sessions: termind broadcast WORKSPACE, --sessions 1,2,3 (termind sessions lists them) or --all true.")
         }
         var deliveries: [WorkspacesStreams.Broadcast.Delivery] = []
         for id in ids {

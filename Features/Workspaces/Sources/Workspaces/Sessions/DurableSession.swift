@@ -19,6 +19,8 @@ final class DurableSession: @unchecked Sendable {
     /// The saved host's label, or the quick-connect target.
     let host: String
     let command: String?
+    /// The workspace pane it was opened for.
+    let pane: PaneTag?
     let started: Date
     private let channel: SSHChannel
     private let model: ScreenModel
@@ -65,8 +67,9 @@ final class DurableSession: @unchecked Sendable {
     }
 
     init(id: Int, host: String, command: String?, channel: SSHChannel, columns: Int, rows: Int, scrollbackLines: Int, logger: Logger,
-         integration: ShellIntegration, forwards: (any SessionForwards)? = nil) {
+         integration: ShellIntegration, forwards: (any SessionForwards)? = nil, pane: PaneTag? = nil) {
         self.forwards = forwards
+        self.pane = pane
         self.id = id
         self.host = host
         self.command = command
@@ -323,7 +326,8 @@ final class DurableSession: @unchecked Sendable {
             if case .exited(let value, _)? = ending { exit = value }
             return .init(id: id, host: host, command: command, state: ending != nil ? "ended" : attachment != nil ? "attached" : "detached",
                          started: Self.timestamp(started), lastActivity: Self.timestamp(lastActivity), directory: directory, title: title,
-                         size: "\(size.columns)x\(size.rows)", exitStatus: exit?.status, exitSignal: exit?.signal)
+                         size: "\(size.columns)x\(size.rows)", exitStatus: exit?.status, exitSignal: exit?.signal,
+                         workspace: pane?.name, pane: pane?.pane)
         }
     }
 

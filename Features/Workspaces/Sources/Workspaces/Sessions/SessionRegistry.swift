@@ -56,6 +56,18 @@ actor SessionRegistry {
         return session
     }
 
+    /// The live session of a workspace pane, on the same host: the one `workspace open`
+    /// attaches to instead of opening another.
+    func session(for pane: PaneTag) -> DurableSession? {
+        sessions.values.filter { !$0.isEnded && $0.pane?.sameSession(as: pane) == true }.min { $0.id < $1.id }
+    }
+
+    /// The running sessions of a workspace's panes (by name), in pane order.
+    func sessions(ofWorkspace name: String) -> [DurableSession] {
+        sessions.values.filter { !$0.isEnded && $0.pane?.name.caseInsensitiveCompare(name) == .orderedSame }
+            .sorted { ($0.pane?.pane ?? 0, $0.id) < ($1.pane?.pane ?? 0, $1.id) }
+    }
+
     func list() -> [WorkspacesContracts.SessionInfo] {
         prune()
         let now = Date()
@@ -71,5 +83,21 @@ actor SessionRegistry {
         while Date() < deadline, !open.allSatisfy(\.isEnded) {
             try? await Task.sleep(for: .milliseconds(20))
         }
+    }
+}
+
+/// Which workspace pane a durable session belongs to.
+struct PaneTag: Sendable, Equatable {
+    /// The workspace record's id (a batch of `--hosts` gets one of its own).
+    let workspace: String
+    /// Its name, for `termind sessions` and broadcast.
+    let name: String
+    /// From 1.
+    let pane: Int
+    /// The saved host's id, or the target as given.
+    let host: String
+
+    func sameSession(as other: PaneTag) -> Bool {
+        workspace == other.workspace && pane == other.pane && host == other.host
     }
 }

@@ -1,0 +1,175 @@
+import Foundation
+import TermindCore
+import VaultAPI
+import WorkspacesAPI
+import WorkspacesRules
+
+/// `termind workspace open`: the workspace built in tmux — a new window of the tmux the
+/// client runs in, else a new tmux session — its panes split as the layout says (tmux's
+/// `split-window -l N%`, children carved off in order), each running a termind client of
+/// this server: an SSH pane on its durable session (the live one when the pane has one
+/// already: no second authentication), an SFTP pane the host's home listed then a local
+/// shell, an empty pane (or a deleted host's) a local shell.
+struct TmuxWorkspace {
+    let ports: WorkspacesFeature.Ports
+    let request: WorkspacesStreams.OpenWorkspace.Request
+    let session: StreamSession
+    let sessions: SessionRegistry
+    let controlSocket: String
+
+    func run() async throws -> WorkspacesStreams.OpenWorkspace.Result {
+        let templates = WorkspaceTemplates(ports: ports)
+        let labels = try await templates.labels()
+        // What to build: a saved workspace, or one SSH pane per host (saved or quick-connect).
+        let (workspaceID, name, tree): (String, String, PaneTree)
+        switch (request.workspace, request.hosts) {
+        case (let reference?, nil):
+            let record = try await templates.get(reference)
+            (workspaceID, name, tree) = (record.id, record.name, WorkspaceTemplates.tree(record.layout))
+        case (nil, let hosts?):
+            guard !hosts.isEmpty, hosts.count <= WorkspaceLayout.paneLimit else {
+                throw TermindError.badRequest("--hosts takes 1 to \(WorkspaceLayout.paneLimit) hosts, not \(hosts.count).")
+            }
+            var panes: [WorkspacePane] = []
+            for host in hosts {
+                let saved = try await ports.hosts.host(named: host)
+                panes.append(WorkspacePane(kind: .ssh, host: saved?.id ?? host))
+            }
+            // A batch is a workspace of its own: its panes never reattach to another's.
+            let tag = "hosts-" + String(UUID().uuidString.prefix(8)).lowercased()
+            (workspaceID, name, tree) = (tag, tag, WorkspaceTemplates.tree(.grid(panes)))
+        default:
+            throw TermindError.badRequest("Name a saved workspace (termind workspace list) or give --hosts a,b,c, not both.")
+        }
+        let tmux = try Self.tmuxPath()
+        let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
+        let leaves = tree.leaves
+        var panes: [WorkspacesStreams.OpenWorkspace.PaneOpened] = []
+        var commands: [[String]] = []
+        for (index, leaf) in leaves.enumerated() {
+            let number = index + 1
+            var opened = WorkspacesStreams.OpenWorkspace.PaneOpened(pane: number, kind: leaf.kind.rawValue, host: leaf.host.map { labels[$0] ?? $0 }, tmuxPane: "")
+            switch (leaf.kind, leaf.host) {
+            case (.ssh, let host?) where labels[host] != nil || request.hosts != nil:
+                let tag = PaneTag(workspace: workspaceID, name: name, pane: number, host: host)
+                opened.session = await sessions.session(for: tag)?.id
+                commands.append(Self.held([executable, "--socket", controlSocket, "ssh", host, "--workspace", workspaceID, "--pane", String(number)]))
+            case (.sftp, let host?) where labels[host] != nil:
+                commands.append(Self.sftp([executable, "--socket", controlSocket, "sftp", host, "ls", "."], host: labels[host] ?? host))
+            case (_, let host?):
+                let note = "The host of this pane (\(host)) no longer exists; this is a local shell."
+                opened.note = note
+                commands.append(Self.shell(banner: note))
+            case (_, nil):
+                commands.append([])
+            }
+            panes.append(opened)
+        }
+        let socket = request.newSession == true ? nil : request.tmux?.split(separator: ",").first.map(String.init)
+        let base = [tmux] + (socket.map { ["-S", $0] } ?? [])
+        let format = ["-P", "-F", "#{session_name}\t#{window_id}\t#{pane_id}"]
+        var first: [String]
+        let newSession = socket == nil
+        if newSession {
+            let sessionName = try await Self.freeSessionName(name, tmux: base)
+            first = try await Self.tmux(base + ["new-session", "-d"] + format + ["-s", sessionName, "-n", name] + commands[0])
+        } else {
+            // After the client's own window (tmux takes a window there, not a pane).
+            var target: [String] = []
+            if let pane = request.tmuxPane, let window = try? await Self.tmux(base + ["display-message", "-p", "-t", pane, "#{window_id}"]).first, window.hasPrefix("@") {
+                target = ["-a", "-t", window]
+            }
+            first = try await Self.tmux(base + ["new-window"] + format + target + ["-n", name] + commands[0])
+        }
+        guard first.count == 3 else { throw TermindError(.workspacesTmuxFailed, "tmux did not say which pane it made (it printed \(first)).") }
+        var paneIDs = [first[2]]
+        panes[0].tmuxPane = first[2]
+        for split in PaneLayout.splits(tree) {
+            let made = try await Self.tmux(base + ["split-window", "-t", paneIDs[split.target], split.horizontal ? "-h" : "-v", "-l", "\(split.percent)%",
+                                                   "-P", "-F", "#{pane_id}"] + commands[split.leaf])
+            guard let id = made.first, id.hasPrefix("%") else { throw TermindError(.workspacesTmuxFailed, "tmux did not say which pane it made.") }
+            while paneIDs.count <= split.leaf { paneIDs.append("") }
+            paneIDs[split.leaf] = id
+            panes[split.leaf].tmuxPane = id
+        }
+        _ = try? await Self.tmux(base + ["select-pane", "-t", paneIDs[0]])
+        let result = WorkspacesStreams.OpenWorkspace.Result(workspace: name, tmuxSession: first[0], tmuxWindow: first[1], newSession: newSession, panes: panes)
+        let rows: [JSONValue] = panes.map { pane in
+            .object(["pane": .integer(Int64(pane.pane)), "kind": .string(pane.kind), "host": pane.host.map(JSONValue.string) ?? .string("-"),
+                     "tmux": .string(pane.tmuxPane),
+                     "session": pane.session.map { .string("\($0), reattached") } ?? .string(pane.kind == "ssh" && pane.note == nil ? "new" : "-")])
+        }
+        let title = newSession
+            ? "Workspace \(name) opened in tmux session '\(first[0])': tmux attach -t '\(first[0])' shows it."
+            : "Workspace \(name) opened in a new tmux window."
+        await session.emit("view", ["title": .string(title), "rows": .array(rows), "result": .bool(true)])
+        return result
+    }
+
+    // MARK: - Pane commands (run by tmux directly, not through a shell: no quoting)
+
+    /// Runs `argv`; when it fails, the pane stays until Enter (so that an error can be read).
+    static func held(_ argv: [String]) -> [String] {
+        ["/bin/sh", "-c", "\"$@\"; s=$?; if [ \"$s\" -ne 0 ]; then printf '\\n[termind ended with status %d; Enter closes this pane] ' \"$s\"; read _; fi",
+         "termind-pane"] + argv
+    }
+
+    static func sftp(_ argv: [String], host: String) -> [String] {
+        ["/bin/sh", "-c", "printf 'SFTP pane of %s: its home folder, then a local shell (termind get/put/sftp %s …).\\n' \"$0\" \"$0\"; \"$@\"; exec \"${SHELL:-/bin/sh}\"",
+         host] + argv
+    }
+
+    static func shell(banner: String) -> [String] {
+        ["/bin/sh", "-c", "printf '%s\\n' \"$0\"; exec \"${SHELL:-/bin/sh}\"", banner]
+    }
+
+    // MARK: - tmux
+
+    static func tmuxPath() throws -> String {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        for folder in path.split(separator: ":") + ["/usr/bin", "/usr/local/bin"] where FileManager.default.isExecutableFile(atPath: "\(folder)/tmux") {
+            return "\(folder)/tmux"
+        }
+        throw TermindError(.workspacesTmuxFailed, "termind workspace open builds the workspace in tmux, which is not installed here (apt install tmux).")
+    }
+
+    /// `name`, or `name-2`, `name-3`… when a tmux session has it already.
+    static func freeSessionName(_ name: String, tmux: [String]) async throws -> String {
+        for attempt in 1...100 {
+            let candidate = attempt == 1 ? name : "\(name)-\(attempt)"
+            if (try? await Self.tmux(tmux + ["has-session", "-t", "=\(candidate)"])) == nil { return candidate }
+        }
+        throw TermindError(.workspacesTmuxFailed, "tmux has sessions \(name) to \(name)-100 already; close some.")
+    }
+
+    /// Runs tmux; its output's first line split at tabs. A failure says what tmux said.
+    static func tmux(_ argv: [String]) async throws -> [String] {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: argv[0])
+                process.arguments = Array(argv.dropFirst())
+                let output = Pipe(), errors = Pipe()
+                process.standardOutput = output
+                process.standardError = errors
+                process.standardInput = FileHandle.nullDevice
+                do {
+                    try process.run()
+                } catch {
+                    continuation.resume(throwing: TermindError(.workspacesTmuxFailed, "tmux did not start: \(error.localizedDescription)"))
+                    return
+                }
+                let out = output.fileHandleForReading.readDataToEndOfFile()
+                let err = errors.fileHandleForReading.readDataToEndOfFile()
+                process.waitUntilExit()
+                guard process.terminationStatus == 0 else {
+                    let said = String(decoding: err.prefix(500), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+                    continuation.resume(throwing: TermindError(.workspacesTmuxFailed, "tmux \(argv.dropFirst().first(where: { !$0.hasPrefix("-") && !$0.hasPrefix("/") }) ?? "") failed: \(said.isEmpty ? "status \(process.terminationStatus)" : said)"))
+                    return
+                }
+                let line = String(decoding: out, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
+                continuation.resume(returning: line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init))
+            }
+        }
+    }
+}
