@@ -43,8 +43,20 @@ final class VaultSchemaFixtureTests: XCTestCase {
             XCTAssertEqual(known.count, 1)
             XCTAssertEqual(known.first?.keyType, "ssh-ed25519")
 
+            // From v2 on: an SSH key, given to the identity.
+            if fixture != "vault-v1.sql" {
+                let keys = try await session.call(KeyContracts.List.self, Empty()).keys
+                XCTAssertEqual(keys.map(\.label), ["fixture-key"], fixture)
+                XCTAssertEqual(identities.first?.key, keys.first?.id, fixture)
+            }
+            // v3: workspaces, saved on the migrated hosts.
+            let saved = try await session.call(VaultContracts.WorkspaceSave.self, .init(name: "gpus", layout: .grid([
+                WorkspacePane(kind: .ssh, host: gpu.id), WorkspacePane(kind: .sftp, host: gpu.id)])))
+            let workspaces = try await session.call(VaultContracts.WorkspaceList.self, Empty()).workspaces
+            XCTAssertEqual(workspaces, [saved], fixture)
+
             let db = try Database(path: directory.file("termind.sqlite"))
-            XCTAssertEqual(try db.schemaVersion(of: "vault"), 2, "migrated to the latest Vault schema version")
+            XCTAssertEqual(try db.schemaVersion(of: "vault"), 3, "migrated to the latest Vault schema version")
             XCTAssertEqual(try db.scalar("PRAGMA integrity_check"), .text("ok"))
             await session.shutdown()
         }
