@@ -94,8 +94,19 @@ public final class SpawnedProcess: @unchecked Sendable {
         let argv = ([program] + fullArguments).map { strdup($0) } + [nil]
         let envp = env.map { strdup($0) } + [nil]
         defer { (argv + envp).forEach { free($0) } }
+        // The child starts with no signal blocked and every signal at its default (a test
+        // thread may block some: an ssh-agent that inherited a blocked SIGTERM never ended).
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var none = sigset_t(), all = sigset_t()
+        sigemptyset(&none)
+        sigfillset(&all)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
         var child: pid_t = 0
-        let status = posix_spawn(&child, program, &actions, nil, argv, envp)
+        let status = posix_spawn(&child, program, &actions, &attributes, argv, envp)
         close(inPipe[0])
         if captureOutput { close(outPipe[1]); close(errPipe[1]) }
         guard status == 0 else {

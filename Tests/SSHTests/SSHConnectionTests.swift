@@ -137,6 +137,58 @@ final class SSHConnectionTests: XCTestCase {
         await connection.close()
     }
 
+    /// `ssh -A`: with the local agent's socket given, the remote side reaches that agent (its
+    /// key listed by `ssh-add -l` there, several times, from sessions asking at once); a
+    /// session before any asked has no agent.
+    func testAgentForwardingReachesTheLocalAgentOnlyWhereAsked() async throws {
+        let socket = directory.file("agent.sock")
+        let agent = try SpawnedProcess("/usr/bin/ssh-agent", ["-D", "-a", socket], captureOutput: false)
+        defer { agent.signal(SIGTERM); agent.wait() }
+        let deadline = Date().addingTimeInterval(10)
+        while !FileManager.default.fileExists(atPath: socket), Date() < deadline { usleep(20_000) }
+        let agentKey = try makeKey("ed25519", "agent-key")
+        let added = try ProcessRunner.run("/usr/bin/ssh-add", [directory.file("agent-key")], environment: ["SSH_AUTH_SOCK": socket])
+        XCTAssertEqual(added.status, 0, added.stderr)
+        let fingerprint = try ProcessRunner.run("/usr/bin/ssh-keygen", ["-lf", directory.file("agent-key.pub")]).stdout.split(separator: " ")[1]
+        XCTAssertFalse(agentKey.isEmpty)
+
+        let connection = try await connect()
+        func run(_ command: String, agent: String?) async throws -> (String, Int32?, Bool) {
+            let channel = try await connection.openChannel(.exec(command), forwardAgent: agent)
+            var output = Data()
+            while let (_, data) = try await channel.next() { output += data }
+            return (String(decoding: output, as: UTF8.self), channel.exit?.status, channel.agentForwarded)
+        }
+        let plain = try await run("ssh-add -l 2>&1; echo \"[$SSH_AUTH_SOCK]\"", agent: nil)
+        XCTAssertTrue(plain.0.contains("[]"), plain.0)
+        XCTAssertFalse(plain.2)
+        try await withThrowingTaskGroup(of: (String, Int32?, Bool).self) { group in
+            for _ in 1...3 { group.addTask { try await run("ssh-add -l && ssh-add -l", agent: socket) } }
+            for try await (output, status, forwarded) in group {
+                XCTAssertTrue(forwarded)
+                XCTAssertEqual(status, 0, output)
+                XCTAssertEqual(output.components(separatedBy: String(fingerprint)).count - 1, 2, output)
+            }
+        }
+        // OpenSSH's sshd keeps one agent socket per connection: once a session asked, later
+        // sessions of that connection have it too. (So termind keeps sessions that forward
+        // the agent on connections of their own: WorkspaceTemplateTests… no, TerminalSessionTests.)
+        let after = try await run("test -n \"$SSH_AUTH_SOCK\" && echo shared", agent: nil)
+        XCTAssertEqual(after.0, "shared\n")
+        await connection.close()
+
+        // The agent gone: each agent channel is closed at once; the remote side is told no.
+        agent.signal(SIGTERM)
+        agent.wait()
+        let again = try await connect()
+        let channel = try await again.openChannel(.exec("ssh-add -l; echo \"status $?\""), forwardAgent: socket)
+        var output = Data()
+        while let (_, data) = try await channel.next() { output += data }
+        let text = String(decoding: output, as: UTF8.self)
+        XCTAssertTrue(text.contains("status 2") || text.contains("status 1"), text)
+        await again.close()
+    }
+
     func testLargeInputAndOutputFlowTogetherWithoutDeadlock() async throws {
         // More than the 2 MiB channel window each way: writing all input before reading any
         // output would stall once the remote's output filled our window.

@@ -51,6 +51,8 @@ typedef struct termind_ssh2_context {
     size_t out_length, out_capacity, out_start;
     int discard;               // never send anything more (authentication was abandoned)
     unsigned long long received; // bytes read from the server: only they prove it is alive
+    LIBSSH2_CHANNEL **agent_channels; // auth-agent@openssh.com channels the server opened, for the engine
+    size_t agent_count, agent_capacity;
 } termind_ssh2_context;
 
 static inline termind_ssh2_context *termind_ssh2_context_new(void *owner) {
@@ -61,6 +63,7 @@ static inline termind_ssh2_context *termind_ssh2_context_new(void *owner) {
 static inline void termind_ssh2_context_free(termind_ssh2_context *context) {
     if (!context) return;
     if (context->out) { explicit_bzero(context->out, context->out_capacity); free(context->out); }
+    free(context->agent_channels);  // the channels themselves are the session's
     free(context);
 }
 static inline size_t termind_ssh2_backlog(const termind_ssh2_context *context) { return context->out_length - context->out_start; }
@@ -149,6 +152,35 @@ static inline LIBSSH2_SESSION *termind_ssh2_session_init(termind_ssh2_context *c
     }
     return session;
 }
+// Agent forwarding. libssh2 offers each auth-agent@openssh.com channel the server opens to
+// this callback, from inside a read on the engine thread, already confirmed; the channel is
+// queued and the engine bridges it to the local agent once the library call has returned.
+// Until a channel asked for agent forwarding no callback is set, and libssh2 refuses such
+// channels itself (a server cannot reach the agent uninvited).
+static inline void termind_ssh2_authagent(LIBSSH2_SESSION *session, LIBSSH2_CHANNEL *channel, void **abstract) {
+    (void)session;
+    termind_ssh2_context *context = (termind_ssh2_context *)*abstract;
+    if (context->agent_count == context->agent_capacity) {
+        size_t capacity = context->agent_capacity ? context->agent_capacity * 2 : 8;
+        LIBSSH2_CHANNEL **grown = realloc(context->agent_channels, capacity * sizeof(LIBSSH2_CHANNEL *));
+        if (!grown) return;  // the channel stays the session's, unused; freed with it
+        context->agent_channels = grown;
+        context->agent_capacity = capacity;
+    }
+    context->agent_channels[context->agent_count++] = channel;
+}
+static inline void termind_ssh2_accept_agent_channels(LIBSSH2_SESSION *s) {
+    libssh2_session_callback_set2(s, LIBSSH2_CALLBACK_AUTHAGENT, (libssh2_cb_generic *)termind_ssh2_authagent);
+}
+static inline LIBSSH2_CHANNEL *termind_ssh2_take_agent_channel(termind_ssh2_context *context) {
+    if (!context || context->agent_count == 0) return NULL;
+    LIBSSH2_CHANNEL *channel = context->agent_channels[0];
+    memmove(context->agent_channels, context->agent_channels + 1, (context->agent_count - 1) * sizeof(LIBSSH2_CHANNEL *));
+    context->agent_count--;
+    return channel;
+}
+static inline int termind_ssh2_request_agent(LIBSSH2_CHANNEL *channel) { return libssh2_channel_request_auth_agent(channel); }
+
 static inline int termind_ssh2_session_disconnect(LIBSSH2_SESSION *s, const char *description) {
     return libssh2_session_disconnect_ex(s, SSH_DISCONNECT_BY_APPLICATION, description, "");
 }

@@ -43,11 +43,14 @@ public final class SSHChannel: Sendable {
     let state: ChannelState
     private let pump: ChannelPump
     let isPTY: Bool
+    /// Agent forwarding was asked for and the server agreed.
+    public let agentForwarded: Bool
     /// The connection (and through it the route) stays open while a channel is in use.
     private let owner: SSHConnection
 
-    init(engine: SessionEngine, pump: ChannelPump, isPTY: Bool, owner: SSHConnection) {
+    init(engine: SessionEngine, pump: ChannelPump, isPTY: Bool, owner: SSHConnection, agentForwarded: Bool = false) {
         self.owner = owner
+        self.agentForwarded = agentForwarded
         self.engine = engine
         self.pump = pump
         self.state = pump.state

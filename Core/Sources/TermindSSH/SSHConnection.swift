@@ -310,8 +310,15 @@ public final class SSHConnection: Sendable {
     /// `descriptors`: local descriptors (borrowed) the channel reads its input from and writes
     /// its output to itself, on the engine thread; those streams never pass through `next()`
     /// or `write`. The channel works on copies of its own, closed when it ends.
+    ///
+    /// `forwardAgent`: the local agent's socket (SSH_AUTH_SOCK) to forward to the remote
+    /// side (auth-agent-req@openssh.com, as `ssh -A`): the agent channels the server then
+    /// opens on this connection are bridged to it. A server that refuses is not an error
+    /// (`agentForwarded` says). The agent can sign with its keys for whoever controls the
+    /// remote side while the session lasts — that is what the user chose.
     public func openChannel(_ kind: ChannelKind, pty: PTYRequest? = nil, environment: [String: String] = [:],
-                            bufferLimit: Int = 1 << 20, descriptors: ChannelDescriptors? = nil) async throws -> SSHChannel {
+                            bufferLimit: Int = 1 << 20, descriptors: ChannelDescriptors? = nil,
+                            forwardAgent: String? = nil) async throws -> SSHChannel {
         let endpoint = engine.endpoint
         let engine = self.engine
         let local = try LocalDescriptors.adopt(descriptors)
@@ -338,6 +345,7 @@ public final class SSHConnection: Sendable {
         let pump = ChannelPump(channel: channel, state: state, endpoint: endpoint, hangup: hangup, local: local)
         let handle = UncheckedBox(channel)
         let deadline = DispatchTime.now() + deadlines.channel
+        var agentForwarded = false
         do {
             for (name, value) in environment.sorted(by: { $0.key < $1.key }) {
                 // Servers commonly refuse variables outside AcceptEnv: not an error.
@@ -356,6 +364,31 @@ public final class SSHConnection: Sendable {
                     if rc == termind_ssh2_error_eagain() { return nil }
                     guard rc == 0 else { throw SSHError.make(.sshPTYFailed, "\(endpoint) refused a terminal for the channel.") }
                     return rc
+                }
+            }
+            if let socket = forwardAgent {
+                // Asked on the first channel that wants it; another one waits for that answer
+                // (sshd refuses a second request, and forwards to every session after the first).
+                let asker = UncheckedBox(false)
+                agentForwarded = try await engine.run("Requesting agent forwarding", lane: pump, deadline: deadline) { session -> Bool? in
+                    switch engine.agentForwarding {
+                    case .enabled: return true
+                    case .refused: return false
+                    case .asking where !asker.value: return nil
+                    case .none, .asking:
+                        engine.agentForwarding = .asking
+                        asker.value = true
+                        let rc = termind_ssh2_request_agent(handle.value)
+                        if rc == termind_ssh2_error_eagain() { return nil }
+                        guard rc == 0 else {
+                            engine.agentForwarding = .refused
+                            return false
+                        }
+                        engine.agentSocket = socket
+                        engine.agentForwarding = .enabled
+                        termind_ssh2_accept_agent_channels(session)
+                        return true
+                    }
                 }
             }
             _ = try await engine.run("Starting the channel", lane: pump, deadline: deadline) { _ -> Int32? in
@@ -387,7 +420,7 @@ public final class SSHConnection: Sendable {
         }
         engine.attach(pump)
         logger?.debug("ssh.channel.open", ["kind": .identifier(Self.name(of: kind)), "pty": .bool(pty != nil)])
-        return SSHChannel(engine: engine, pump: pump, isPTY: pty != nil, owner: self)
+        return SSHChannel(engine: engine, pump: pump, isPTY: pty != nil, owner: self, agentForwarded: agentForwarded)
     }
 
     static func name(of kind: ChannelKind) -> String {
