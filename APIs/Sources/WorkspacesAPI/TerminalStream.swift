@@ -35,11 +35,14 @@ extension WorkspacesStreams {
             /// attached instead of opening another (no second authentication).
             public var workspace: String?
             public var pane: Int?
+            /// Forward the local agent (`-A`); nil: as the saved host says (off by default).
+            public var forwardAgent: Bool?
 
             public init(target: String, command: String? = nil, user: String? = nil, identity: String? = nil, connectTimeout: Double? = nil,
                         acceptHostKey: Exec.HostKeyPreset? = nil, workingDirectory: String? = nil, terminal: TerminalSize? = nil,
                         localForward: [String]? = nil, remoteForward: [String]? = nil, dynamicForward: [String]? = nil,
-                        workspace: String? = nil, pane: Int? = nil) {
+                        workspace: String? = nil, pane: Int? = nil, forwardAgent: Bool? = nil) {
+                self.forwardAgent = forwardAgent
                 self.workspace = workspace
                 self.pane = pane
                 self.localForward = localForward

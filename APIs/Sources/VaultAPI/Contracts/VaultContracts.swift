@@ -47,8 +47,11 @@ public enum VaultContracts {
             public var jump: [String]?
             public var tags: [String]?
             public var shellIntegration: ShellIntegration?
+            /// Forward the local agent to this host's sessions (`ssh -A`), off unless true.
+            public var forwardAgent: Bool?
             public init(address: String, label: String? = nil, port: Int? = nil, user: String? = nil, identity: String? = nil,
-                        jump: [String]? = nil, tags: [String]? = nil, shellIntegration: ShellIntegration? = nil) {
+                        jump: [String]? = nil, tags: [String]? = nil, shellIntegration: ShellIntegration? = nil, forwardAgent: Bool? = nil) {
+                self.forwardAgent = forwardAgent
                 self.address = address
                 self.label = label
                 self.port = port
@@ -78,8 +81,11 @@ public enum VaultContracts {
             public var jump: [String]?
             public var tags: [String]?
             public var shellIntegration: ShellIntegration?
+            public var forwardAgent: Bool?
             public init(host: String, label: String? = nil, address: String? = nil, port: Int? = nil, user: String? = nil,
-                        identity: String? = nil, jump: [String]? = nil, tags: [String]? = nil, shellIntegration: ShellIntegration? = nil) {
+                        identity: String? = nil, jump: [String]? = nil, tags: [String]? = nil, shellIntegration: ShellIntegration? = nil,
+                        forwardAgent: Bool? = nil) {
+                self.forwardAgent = forwardAgent
                 self.host = host
                 self.label = label
                 self.address = address

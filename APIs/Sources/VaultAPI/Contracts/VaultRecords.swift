@@ -15,11 +15,14 @@ public struct HostRecord: Sendable, Equatable, Codable {
     public var jump: [String]
     public var tags: [String]
     public var shellIntegration: ShellIntegration
+    /// Sessions forward the local agent (`ssh -A`) unless they say otherwise; nil: off.
+    public var forwardAgent: Bool?
     public var createdAt: String
     public var updatedAt: String
 
     public init(id: String, label: String, address: String, port: Int, user: String?, identity: String?, jump: [String],
-                tags: [String], shellIntegration: ShellIntegration, createdAt: String, updatedAt: String) {
+                tags: [String], shellIntegration: ShellIntegration, forwardAgent: Bool? = nil, createdAt: String, updatedAt: String) {
+        self.forwardAgent = forwardAgent
         self.id = id
         self.label = label
         self.address = address
@@ -35,7 +38,8 @@ public struct HostRecord: Sendable, Equatable, Codable {
 
     /// The public view other features get through `HostDirectory`.
     public var summary: HostSummary {
-        HostSummary(id: id, label: label, address: address, port: port, user: user, tags: tags, shellIntegration: shellIntegration)
+        HostSummary(id: id, label: label, address: address, port: port, user: user, tags: tags, shellIntegration: shellIntegration,
+                    forwardAgent: forwardAgent == true)
     }
 }
 

@@ -12,9 +12,12 @@ public struct HostSummary: Sendable, Equatable, Codable {
     /// Whether termind's shell bootstrap goes to this host's interactive shells (default:
     /// as `terminal.preferences` says for every host).
     public var shellIntegration: ShellIntegration
+    /// Its sessions forward the local agent (`ssh -A`) unless they say otherwise.
+    public var forwardAgent: Bool
 
     public init(id: String, label: String, address: String, port: Int = 22, user: String? = nil, tags: [String] = [],
-                shellIntegration: ShellIntegration = .default) {
+                shellIntegration: ShellIntegration = .default, forwardAgent: Bool = false) {
+        self.forwardAgent = forwardAgent
         self.id = id
         self.label = label
         self.address = address
@@ -24,14 +27,15 @@ public struct HostSummary: Sendable, Equatable, Codable {
         self.shellIntegration = shellIntegration
     }
 
-    enum CodingKeys: String, CodingKey { case id, label, address, port, user, tags, shellIntegration }
+    enum CodingKeys: String, CodingKey { case id, label, address, port, user, tags, shellIntegration, forwardAgent }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         self.init(id: try c.decode(String.self, forKey: .id), label: try c.decode(String.self, forKey: .label), address: try c.decode(String.self, forKey: .address),
                   port: try c.decodeIfPresent(Int.self, forKey: .port) ?? 22, user: try c.decodeIfPresent(String.self, forKey: .user),
                   tags: try c.decodeIfPresent([String].self, forKey: .tags) ?? [],
-                  shellIntegration: try c.decodeIfPresent(ShellIntegration.self, forKey: .shellIntegration) ?? .default)
+                  shellIntegration: try c.decodeIfPresent(ShellIntegration.self, forKey: .shellIntegration) ?? .default,
+                  forwardAgent: try c.decodeIfPresent(Bool.self, forKey: .forwardAgent) ?? false)
     }
 
     /// The value of a `key=value` tag, e.g. `mac` for `mac=00:11:22:33:44:55`.

@@ -38,10 +38,10 @@ struct HostRepository: Sendable {
             let identity = try r.identity.flatMap { $0.isEmpty ? nil : try identities.get($0).id }
             let jump = try route(r.jump ?? [], for: id)
             try db.execute("""
-                INSERT INTO vault_hosts (id, label, address, port, user, identity_id, jump, tags, shell_integration)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO vault_hosts (id, label, address, port, user, identity_id, jump, tags, shell_integration, forward_agent)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, [id, label, address, port, user, identity, try Self.json(jump), try Self.json(VaultValidation.tags(r.tags ?? [])),
-                      (r.shellIntegration ?? .default).rawValue])
+                      (r.shellIntegration ?? .default).rawValue, r.forwardAgent == true ? 1 : 0])
             return try get(id)
         }
     }
@@ -57,11 +57,12 @@ struct HostRepository: Sendable {
             if let jump = r.jump { host.jump = try route(jump, for: host.id) }
             if let tags = r.tags { host.tags = try VaultValidation.tags(tags) }
             if let shell = r.shellIntegration { host.shellIntegration = shell }
+            if let forward = r.forwardAgent { host.forwardAgent = forward }
             try db.execute("""
                 UPDATE vault_hosts SET label = ?, address = ?, port = ?, user = ?, identity_id = ?, jump = ?, tags = ?,
-                    shell_integration = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?
+                    shell_integration = ?, forward_agent = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?
                 """, [host.label, host.address, host.port, host.user, host.identity, try Self.json(host.jump), try Self.json(host.tags),
-                      host.shellIntegration.rawValue, host.id])
+                      host.shellIntegration.rawValue, host.forwardAgent == true ? 1 : 0, host.id])
             return try get(host.id)
         }
     }
@@ -125,6 +126,7 @@ struct HostRepository: Sendable {
                    port: row.int("port") ?? 22, user: row.string("user"), identity: row.string("identity_id"),
                    jump: strings(row.string("jump")), tags: strings(row.string("tags")),
                    shellIntegration: ShellIntegration(rawValue: row.string("shell_integration") ?? "") ?? .default,
+                   forwardAgent: row.int("forward_agent") == 1 ? true : nil,
                    createdAt: row.string("created_at") ?? "", updatedAt: row.string("updated_at") ?? "")
     }
 }

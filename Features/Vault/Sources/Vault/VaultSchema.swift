@@ -51,7 +51,8 @@ enum VaultSchema {
             CREATE UNIQUE INDEX vault_keys_label ON vault_keys (label COLLATE NOCASE);
             CREATE INDEX vault_identities_key ON vault_identities (key_id);
             """),
-        Migration(3, "workspaces", """
+        Migration(3, "workspaces; agent forwarding per host", """
+            ALTER TABLE vault_hosts ADD COLUMN forward_agent INTEGER NOT NULL DEFAULT 0;
             CREATE TABLE vault_workspaces (
                 id TEXT PRIMARY KEY,
                 name TEXT NOT NULL,

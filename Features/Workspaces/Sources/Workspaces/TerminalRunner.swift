@@ -35,7 +35,15 @@ struct TerminalRunner {
                 return try await live.attach(session, terminal: request.terminal, scrollback: nil, first: false)
             }
         }
-        let connection = try await WorkspacesFeature.connection(ports, request, session: session)
+        // Agent forwarding (-A, or the saved host's setting): OpenSSH's sshd gives the agent to
+        // every session of a connection once one asked, so these sessions get connections of
+        // their own, never shared with sessions that did not ask.
+        let agent = (request.forwardAgent ?? saved?.forwardAgent ?? false) ? ProcessInfo.processInfo.environment["SSH_AUTH_SOCK"].flatMap { $0.isEmpty ? nil : $0 } : nil
+        if request.forwardAgent ?? saved?.forwardAgent ?? false, agent == nil {
+            await session.emit("notice", ["text": .string("No agent to forward: SSH_AUTH_SOCK is not set\(ports.resident ? " where termind serve runs" : "").")])
+        }
+        let session = self.session
+        let connection = try await WorkspacesFeature.connection(ports, request, session: session, purpose: agent == nil ? nil : "agent-forwarding") { await session.ask($0) }
         let pty = request.terminal.map { PTYRequest(term: $0.term.isEmpty ? "xterm-256color" : $0.term, columns: max(1, $0.columns), rows: max(1, $0.rows)) }
         let environment = (request.terminal?.environment ?? [:]).filter { $0.key == "LANG" || $0.key.hasPrefix("LC_") }
         // -L/-R/-D for the session's lifetime, by the PortForwarding feature; said before the
@@ -43,10 +51,13 @@ struct TerminalRunner {
         let forwards = try await startForwards()
         let channel: SSHChannel
         do {
-            channel = try await connection.openChannel(request.command.map { .exec($0) } ?? .shell, pty: pty, environment: environment)
+            channel = try await connection.openChannel(request.command.map { .exec($0) } ?? .shell, pty: pty, environment: environment, forwardAgent: agent)
         } catch {
             await forwards?.stop()
             throw error
+        }
+        if agent != nil, !channel.agentForwarded {
+            await session.emit("notice", ["text": .string("\(connection.target.display) refused agent forwarding (sshd's AllowAgentForwarding).")])
         }
         // History starts here, once authenticated: by saved host, else where the line went.
         let history = ports.history.map { HistoryRecorder(store: $0, host: saved?.id ?? connection.target.display, logger: ports.logger.child("history")) }

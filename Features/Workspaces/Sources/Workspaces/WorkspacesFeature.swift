@@ -240,11 +240,11 @@ final class WorkspacesFeature: Feature {
     }
 
     /// As above, asking through `ask` (several connections opening at once take turns).
-    static func connection(_ ports: Ports, _ request: any SessionTarget, session: StreamSession,
+    static func connection(_ ports: Ports, _ request: any SessionTarget, session: StreamSession, purpose: String? = nil,
                            ask: @escaping @Sendable (JSONValue) async -> JSONValue?) async throws -> SSHConnection {
         let opener = ConnectionOpener(routes: ports.routes, trust: ports.trust, pool: ports.pool, logger: ports.logger)
         let target = ConnectionTarget(target: request.target, user: request.user, identity: request.identity, workingDirectory: request.workingDirectory,
-                                      acceptHostKey: request.acceptHostKey, connectTimeout: request.connectTimeout)
+                                      acceptHostKey: request.acceptHostKey, connectTimeout: request.connectTimeout, purpose: purpose)
         return try await opener.connection(target, ask: ask)
     }
 
