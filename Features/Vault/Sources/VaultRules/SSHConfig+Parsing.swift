@@ -111,7 +111,7 @@ extension SSHConfig {
         case "remotecommand" where value != "none":
             return "RemoteCommand is not run by termind on connect: it runs what you ask (termind exec HOST -- COMMAND)"
         case "forwardagent" where value != "no":
-            return "ForwardAgent is not imported: termind never forwards your ssh-agent to a server unless you ask for it for one session"
+            return "ForwardAgent is not imported: termind forwards your ssh-agent only where you turn it on (ssh -A, or termind vault host edit HOST --forward-agent true)"
         case "stricthostkeychecking" where value == "no" || value == "off":
             return "StrictHostKeyChecking \(value) is not honoured: termind always checks host keys (an unknown key is asked about, a changed one is refused)"
         case "userknownhostsfile" where args.contains("/dev/null"):
