@@ -432,7 +432,7 @@ final class ForwardingFeatureTests: XCTestCase {
                 usleep(100_000)
             }
             let stop = try? ProcessRunner.run(program, location + ["forward", "stop", "web"], environment: environment)
-            if stop?.status == 0 { FileManager.default.createFile(atPath: stopped, contents: Data()) }
+            if stop?.status == 0 { _ = FileManager.default.createFile(atPath: stopped, contents: Data()) }
         }
         stopper.start()
         let report = try PseudoTerminal.run([FeatureHarness.buildDirectory + "/termind"] + location + ["forward", "start", "web"],

@@ -185,8 +185,9 @@ final class ControlServerTests: ControlServerTestCase {
         """
         let impostor = try SpawnedProcess("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script, impostorPath],
                                           captureOutput: true)
-        let deadline = Date().addingTimeInterval(10)
-        while !FileManager.default.fileExists(atPath: impostorPath) && Date() < deadline { usleep(20_000) }
+        // "ready" comes after listen(): the socket file exists from bind() on, and a client
+        // connecting between the two was refused, leaving the impostor waiting forever.
+        XCTAssertNotNil(impostor.readOutput(until: "ready", timeout: 10), "the impostor listens")
         XCTAssertThrowsError(try ControlClient(path: impostorPath)) { XCTAssertEqual(($0 as? TermindError)?.code, "socket.peer_rejected") }
         impostor.closeInput()
         _ = impostor.readAll()

@@ -44,18 +44,11 @@ final class AgentForwardingTests: XCTestCase {
     private var termind: String { FeatureHarness.buildDirectory + "/termind" }
 
     @discardableResult
-    private func run(_ arguments: [String], status: Int32 = 0) throws -> ProcessResult {
-        let result = try ProcessRunner.run(termind, arguments, environment: environment)
-        XCTAssertEqual(result.status, status, "termind \(arguments.joined(separator: " ")): \(result.stdout)\(result.stderr)")
-        return result
+    private func run(_ arguments: [String], status: Int32 = 0, file: StaticString = #filePath, line: UInt = #line) throws -> ProcessResult {
+        try TermindCLI(environment: environment).run(arguments, status: status, file: file, line: line)
     }
 
-    private func saveHost() throws {
-        try run(["vault", "key", "import", directory.file("id"), "--label", "ci"])
-        try run(["vault", "identity", "add", NSUserName(), "--key", "ci"])
-        try run(["vault", "host", "add", "127.0.0.1", "--label", "box", "--port", "\(server.port)", "--identity", NSUserName()])
-        try run(["vault", "knownhost", "add", "127.0.0.1", try XCTUnwrap(server.hostKeys["ssh-ed25519"]), "--port", "\(server.port)"])
-    }
+    private func saveHost() throws { try TermindCLI(environment: environment).saveHosts(["box"], server: server, key: directory.file("id")) }
 
     /// What `ssh-add -l` says on the remote side, and whether it sees an agent at all.
     private func remoteAgent(_ arguments: [String]) throws -> String {

@@ -34,27 +34,16 @@ final class WorkspaceTemplateTests: XCTestCase {
     }
 
     private var termind: String { FeatureHarness.buildDirectory + "/termind" }
+    private var cli: TermindCLI { TermindCLI(environment: environment) }
 
     @discardableResult
-    private func run(_ arguments: [String], status: Int32 = 0) throws -> ProcessResult {
-        let result = try ProcessRunner.run(termind, arguments, environment: environment)
-        XCTAssertEqual(result.status, status, "termind \(arguments.joined(separator: " ")): \(result.stdout)\(result.stderr)")
-        return result
+    private func run(_ arguments: [String], status: Int32 = 0, file: StaticString = #filePath, line: UInt = #line) throws -> ProcessResult {
+        try cli.run(arguments, status: status, file: file, line: line)
     }
 
-    private func json(_ arguments: [String]) throws -> JSONValue {
-        try JSONCoding.parse(Data(try run(["--json"] + arguments).stdout.utf8), source: "termind's output")
-    }
+    private func json(_ arguments: [String]) throws -> JSONValue { try cli.json(arguments) }
 
-    /// Saved hosts `box` and `db` for the fixture's sshd (trusted, with its key).
-    private func saveHosts() throws {
-        try run(["vault", "key", "import", directory.file("id"), "--label", "ci"])
-        try run(["vault", "identity", "add", NSUserName(), "--key", "ci"])
-        for label in ["box", "db"] {
-            try run(["vault", "host", "add", "127.0.0.1", "--label", label, "--port", "\(server.port)", "--identity", NSUserName()])
-        }
-        try run(["vault", "knownhost", "add", "127.0.0.1", try XCTUnwrap(server.hostKeys["ssh-ed25519"]), "--port", "\(server.port)"])
-    }
+    private func saveHosts() throws { try cli.saveHosts(["box", "db"], server: server, key: directory.file("id")) }
 
     private func logins() -> Int {
         ((try? String(contentsOfFile: server.directory.file("sshd.log"), encoding: .utf8)) ?? "").components(separatedBy: "Accepted publickey").count - 1
