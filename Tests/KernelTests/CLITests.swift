@@ -157,6 +157,11 @@ final class CLITests: XCTestCase {
         let unknown = try run(["--registry", try registry(""), "frobnicate"])
         XCTAssertEqual(unknown.status, 2)
         XCTAssertTrue(unknown.stderr.contains("Unknown command 'frobnicate'"), unknown.stderr)
+        // A command of several words, after `help` as after the words with --help.
+        let words = try run(["help", "vault", "host", "add"])
+        XCTAssertEqual(words.status, 0, words.stderr)
+        XCTAssertTrue(words.stdout.contains("Usage: termind vault host add ADDRESS"), words.stdout)
+        XCTAssertEqual(words.stdout, try run(["vault", "host", "add", "--help"]).stdout)
         let version = try run(["version", "--json"])
         XCTAssertEqual(version.status, 0)
         XCTAssertEqual(try json(version)["pluginABI"], .integer(1))

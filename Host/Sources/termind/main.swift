@@ -15,8 +15,10 @@ do {
             Output.line(await Help.general(inv))
             exitCode = .success
         case "help"?:
+            // `termind help vault host add`: the words after `help` name the command.
             var helpInv = inv
             helpInv.help = true
+            helpInv.arguments = Array(inv.arguments.dropFirst())
             exitCode = try await PluginCommand.run(inv.arguments[0], helpInv)
         case "features"?: exitCode = try await Commands.features(inv)
         case "contracts"?: exitCode = try await Commands.contracts(inv)
