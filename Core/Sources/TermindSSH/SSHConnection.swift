@@ -384,8 +384,7 @@ public final class SSHConnection: Sendable {
                             engine.agentForwarding = .refused
                             return false
                         }
-                        engine.agentSocket = socket
-                        engine.agentForwarding = .enabled
+                        engine.agentForwarding = .enabled(socket: socket)
                         termind_ssh2_accept_agent_channels(session)
                         return true
                     }

@@ -48,12 +48,10 @@ final class SessionEngine: @unchecked Sendable {
     // Engine-thread state.
     private var operations: [EngineOperation] = []
     private var pumps: [EnginePump] = []
-    /// Where agent channels the server opens are bridged to (set when a channel of this
-    /// connection asked for agent forwarding); engine thread only.
-    var agentSocket: String?
     /// OpenSSH's sshd takes one agent request per connection, and then gives every later
-    /// session of the connection the agent: asked once, its answer stands for all.
-    enum AgentForwarding { case none, asking, enabled, refused }
+    /// session of the connection the agent: asked once, its answer stands for all. Once
+    /// enabled, the agent channels the server opens are bridged to `socket`. Engine thread only.
+    enum AgentForwarding { case none, asking, enabled(socket: String), refused }
     var agentForwarding = AgentForwarding.none
     private var keepaliveInterval = 0
     private var keepaliveCountMax = 3
@@ -532,7 +530,7 @@ final class SessionEngine: @unchecked Sendable {
             adopted = true
             let state = ChannelState(limit: 64 << 10)
             var local = LocalDescriptors()
-            if let path = agentSocket, let fd = Self.connectUnix(path) {
+            if case .enabled(let path) = agentForwarding, let address = UnixSocket.address(path), let fd = try? UnixSocket.connect(address) {
                 local = (try? LocalDescriptors.adopt(ChannelDescriptors(input: fd, output: fd))) ?? LocalDescriptors()
                 Foundation.close(fd)
             }
@@ -545,28 +543,6 @@ final class SessionEngine: @unchecked Sendable {
             pumps.append(ChannelPump(channel: channel, state: state, endpoint: endpoint, local: local))
         }
         return adopted
-    }
-
-    /// A connected AF_UNIX stream socket to `path`, or nil.
-    static func connectUnix(_ path: String) -> Int32? {
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard !bytes.isEmpty, bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return nil }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-            raw[bytes.count] = 0
-        }
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return nil }
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard connected == 0 else {
-            Foundation.close(fd)
-            return nil
-        }
-        return fd
     }
 
     private func stepPumps() -> Bool {

@@ -5,16 +5,8 @@ import Foundation
 /// Small POSIX helpers for the Unix control socket. All descriptors are CLOEXEC.
 enum SocketIO {
     static func unixAddress(_ path: String) throws -> sockaddr_un {
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        let capacity = MemoryLayout.size(ofValue: address.sun_path)
-        guard bytes.count < capacity else {
-            throw TermindError(.socketPathTooLong, "The socket path \(path) is \(bytes.count) bytes; Unix sockets allow at most \(capacity - 1).")
-        }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-            raw[bytes.count] = 0
+        guard let address = UnixSocket.address(path) else {
+            throw TermindError(.socketPathTooLong, "The socket path \(path) is \(path.utf8.count) bytes; Unix sockets allow at most \(UnixSocket.pathLimit).")
         }
         return address
     }
@@ -41,19 +33,13 @@ enum SocketIO {
     }
 
     private static func connectUnchecked(_ path: String) throws -> Int32 {
-        var address = try unixAddress(path)
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw TermindError.posix(.socketCreateFailed, "Cannot create a Unix socket") }
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard result == 0 else {
-            let code = errno
-            close(fd)
-            errno = code
+        do {
+            return try UnixSocket.connect(try unixAddress(path))
+        } catch UnixSocket.Failure.create {
+            throw TermindError.posix(.socketCreateFailed, "Cannot create a Unix socket")
+        } catch UnixSocket.Failure.connect {
             throw TermindError.posix(.socketConnectFailed, "Cannot connect to the termind server at \(path)")
         }
-        return fd
     }
 
     /// Writes all of `data`, with `descriptors` (SCM_RIGHTS) on its first byte; false when
