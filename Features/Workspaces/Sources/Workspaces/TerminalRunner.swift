@@ -3,7 +3,6 @@ import PortForwardingAPI
 import SettingsAPI
 import TermindCore
 import TermindSSH
-import VaultAPI
 import WorkspacesAPI
 import WorkspacesRules
 
@@ -29,17 +28,20 @@ struct TerminalRunner {
         // or authenticates again.
         var tag: PaneTag?
         if ports.resident, request.terminal != nil, let workspace = request.workspace, let pane = request.pane {
-            let name = await workspaceName(workspace)
-            tag = PaneTag(workspace: workspace, name: name, pane: pane, host: saved?.id ?? request.target)
-            if let tag, let live = await sessions.session(for: tag) {
+            let host = saved?.id ?? request.target
+            if let live = await sessions.session(workspace: workspace, pane: pane, host: host) {
                 return try await live.attach(session, terminal: request.terminal, scrollback: nil, first: false)
             }
+            // A saved workspace is shown by its name; a batch of --hosts by its tag.
+            let name = (try? await WorkspaceTemplates(ports: ports).get(workspace).name) ?? workspace
+            tag = PaneTag(workspace: workspace, name: name, pane: pane, host: host)
         }
         // Agent forwarding (-A, or the saved host's setting): OpenSSH's sshd gives the agent to
         // every session of a connection once one asked, so these sessions get connections of
         // their own, never shared with sessions that did not ask.
-        let agent = (request.forwardAgent ?? saved?.forwardAgent ?? false) ? ProcessInfo.processInfo.environment["SSH_AUTH_SOCK"].flatMap { $0.isEmpty ? nil : $0 } : nil
-        if request.forwardAgent ?? saved?.forwardAgent ?? false, agent == nil {
+        let wantsAgent = request.forwardAgent ?? saved?.forwardAgent ?? false
+        let agent = wantsAgent ? ProcessInfo.processInfo.environment["SSH_AUTH_SOCK"].flatMap { $0.isEmpty ? nil : $0 } : nil
+        if wantsAgent, agent == nil {
             await session.emit("notice", ["text": .string("No agent to forward: SSH_AUTH_SOCK is not set\(ports.resident ? " where termind serve runs" : "").")])
         }
         let session = self.session
@@ -78,13 +80,6 @@ struct TerminalRunner {
             await forwards?.stop()
             throw error
         }
-    }
-
-    /// A saved workspace's name (a batch of --hosts is named by its tag).
-    private func workspaceName(_ workspace: String) async -> String {
-        guard let reply = try? await ports.call(VaultContracts.WorkspaceGet.id, JSONCoding.encode(VaultContracts.WorkspaceGet.Request(workspace: workspace))),
-              let record = try? JSONDecoder().decode(WorkspaceRecord.self, from: reply) else { return workspace }
-        return record.name
     }
 
     /// The session's forwards, started and described; nil when none were asked for.

@@ -81,10 +81,8 @@ final class WorkspacesFeature: Feature {
             return try await templates.summary(try await templates.get(request.workspace))
         }
         registrar.handle(WorkspacesContracts.DeleteWorkspace.self) { [self] request, _ in
-            let templates = WorkspaceTemplates(ports: try current())
-            let record = try await templates.get(request.workspace)
-            let reply = try await templates.ports.call(VaultContracts.WorkspaceDelete.id, JSONCoding.encode(VaultContracts.WorkspaceDelete.Request(workspace: record.id)))
-            return .init(deleted: try JSONDecoder().decode(VaultContracts.WorkspaceDelete.Response.self, from: reply).deleted, name: record.name)
+            let record = try await WorkspaceTemplates(ports: try current()).delete(request.workspace)
+            return .init(deleted: record.id, name: record.name)
         }
         registrar.stream(WorkspacesStreams.OpenWorkspace.self) { [self] request, session in
             let ports = try current()

@@ -58,8 +58,9 @@ actor SessionRegistry {
 
     /// The live session of a workspace pane, on the same host: the one `workspace open`
     /// attaches to instead of opening another.
-    func session(for pane: PaneTag) -> DurableSession? {
-        sessions.values.filter { !$0.isEnded && $0.pane?.sameSession(as: pane) == true }.min { $0.id < $1.id }
+    func session(workspace: String, pane: Int, host: String) -> DurableSession? {
+        sessions.values.filter { !$0.isEnded && $0.pane.map { $0.workspace == workspace && $0.pane == pane && $0.host == host } == true }
+            .min { $0.id < $1.id }
     }
 
     /// The running sessions of a workspace's panes (by name), in pane order.
@@ -96,8 +97,4 @@ struct PaneTag: Sendable, Equatable {
     let pane: Int
     /// The saved host's id, or the target as given.
     let host: String
-
-    func sameSession(as other: PaneTag) -> Bool {
-        workspace == other.workspace && pane == other.pane && host == other.host
-    }
 }

@@ -51,8 +51,7 @@ struct TmuxWorkspace {
             var opened = WorkspacesStreams.OpenWorkspace.PaneOpened(pane: number, kind: leaf.kind.rawValue, host: leaf.host.map { labels[$0] ?? $0 }, tmuxPane: "")
             switch (leaf.kind, leaf.host) {
             case (.ssh, let host?) where labels[host] != nil || request.hosts != nil:
-                let tag = PaneTag(workspace: workspaceID, name: name, pane: number, host: host)
-                opened.session = await sessions.session(for: tag)?.id
+                opened.session = await sessions.session(workspace: workspaceID, pane: number, host: host)?.id
                 commands.append(Self.held([executable, "--socket", controlSocket, "ssh", host, "--workspace", workspaceID, "--pane", String(number)]))
             case (.sftp, let host?) where labels[host] != nil:
                 commands.append(Self.sftp([executable, "--socket", controlSocket, "sftp", host, "ls", "."], host: labels[host] ?? host))
@@ -82,17 +81,15 @@ struct TmuxWorkspace {
             first = try await Self.tmux(base + ["new-window"] + format + target + ["-n", name] + commands[0])
         }
         guard first.count == 3 else { throw TermindError(.workspacesTmuxFailed, "tmux did not say which pane it made (it printed \(first)).") }
-        var paneIDs = [first[2]]
         panes[0].tmuxPane = first[2]
+        // A split's target always exists already: its leaf was made by an earlier split.
         for split in PaneLayout.splits(tree) {
-            let made = try await Self.tmux(base + ["split-window", "-t", paneIDs[split.target], split.horizontal ? "-h" : "-v", "-l", "\(split.percent)%",
+            let made = try await Self.tmux(base + ["split-window", "-t", panes[split.target].tmuxPane, split.horizontal ? "-h" : "-v", "-l", "\(split.percent)%",
                                                    "-P", "-F", "#{pane_id}"] + commands[split.leaf])
             guard let id = made.first, id.hasPrefix("%") else { throw TermindError(.workspacesTmuxFailed, "tmux did not say which pane it made.") }
-            while paneIDs.count <= split.leaf { paneIDs.append("") }
-            paneIDs[split.leaf] = id
             panes[split.leaf].tmuxPane = id
         }
-        _ = try? await Self.tmux(base + ["select-pane", "-t", paneIDs[0]])
+        _ = try? await Self.tmux(base + ["select-pane", "-t", panes[0].tmuxPane])
         let result = WorkspacesStreams.OpenWorkspace.Result(workspace: name, tmuxSession: first[0], tmuxWindow: first[1], newSession: newSession, panes: panes)
         let rows: [JSONValue] = panes.map { pane in
             .object(["pane": .integer(Int64(pane.pane)), "kind": .string(pane.kind), "host": pane.host.map(JSONValue.string) ?? .string("-"),

@@ -48,6 +48,13 @@ struct WorkspaceTemplates {
         try await call(VaultContracts.WorkspaceGet.self, .init(workspace: reference))
     }
 
+    /// Deletes a saved workspace (by name or id); its record as it was.
+    func delete(_ reference: String) async throws -> WorkspaceRecord {
+        let record = try await get(reference)
+        _ = try await call(VaultContracts.WorkspaceDelete.self, .init(workspace: record.id))
+        return record
+    }
+
     func summary(_ record: WorkspaceRecord) async throws -> WorkspacesContracts.WorkspaceSummary {
         Self.summary(record, labels: try await labels())
     }
