@@ -146,11 +146,13 @@ final class SSHConnectionTests: XCTestCase {
         defer { agent.signal(SIGTERM); agent.wait() }
         let deadline = Date().addingTimeInterval(10)
         while !FileManager.default.fileExists(atPath: socket), Date() < deadline { usleep(20_000) }
-        let agentKey = try makeKey("ed25519", "agent-key")
+        _ = try makeKey("ed25519", "agent-key")
         let added = try ProcessRunner.run("/usr/bin/ssh-add", [directory.file("agent-key")], environment: ["SSH_AUTH_SOCK": socket])
         XCTAssertEqual(added.status, 0, added.stderr)
         let fingerprint = try ProcessRunner.run("/usr/bin/ssh-keygen", ["-lf", directory.file("agent-key.pub")]).stdout.split(separator: " ")[1]
-        XCTAssertFalse(agentKey.isEmpty)
+        // The agent holds the key here before anything is forwarded.
+        let listed = try ProcessRunner.run("/usr/bin/ssh-add", ["-l"], environment: ["SSH_AUTH_SOCK": socket])
+        XCTAssertTrue(listed.stdout.contains(String(fingerprint)), listed.stdout + listed.stderr)
 
         let connection = try await connect()
         func run(_ command: String, agent: String?) async throws -> (String, Int32?, Bool) {
