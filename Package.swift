@@ -16,7 +16,10 @@ let signature = Target.PluginUsage.plugin(name: "BuildSignature", package: "Core
 let package = Package(
     name: "Termind",
     products: [
+        // The launcher (no Foundation, no termind library: a command a server takes starts
+        // in a few milliseconds) and the generic client it loads when a command runs here.
         .executable(name: "termind", targets: ["termind"]),
+        .library(name: "TermindClient", type: .dynamic, targets: ["TermindClient"]),
         // Features (listed in Registry.json).
         .library(name: "TermindVault", type: .dynamic, targets: ["Vault"]),
         .library(name: "TermindWorkspaces", type: .dynamic, targets: ["Workspaces"]),
@@ -43,8 +46,21 @@ let package = Package(
     targets: [
         .executableTarget(
             name: "termind",
-            dependencies: [core, apis],
+            dependencies: ["TermindLauncher"],
             path: "Host/Sources/termind"
+        ),
+        // The launcher's logic, on the Swift runtime and Glibc alone (unit-tested directly).
+        .target(
+            name: "TermindLauncher",
+            dependencies: [],
+            path: "Host/Sources/TermindLauncher"
+        ),
+        // The generic client: commands, streams, questions, views, `serve` and, inside it,
+        // the launcher's commands (libTermindClient.so, loaded by the launcher).
+        .target(
+            name: "TermindClient",
+            dependencies: [core, apis],
+            path: "Host/Sources/TermindClient"
         ),
         .target(
             name: "WakeOnLAN",
@@ -277,6 +293,13 @@ let package = Package(
             name: "WorkspacesTests",
             dependencies: [core, apis, "WorkspacesRules", "TerminalScreen", "TermindHarness"],
             path: "Tests/WorkspacesTests"
+        ),
+        // The launcher's pure parts (its JSON, where a command goes); the launcher itself is
+        // exercised end to end by every process test that starts termind.
+        .testTarget(
+            name: "LauncherTests",
+            dependencies: ["TermindLauncher"],
+            path: "Tests/LauncherTests"
         ),
         .testTarget(
             name: "PluginTests",

@@ -140,12 +140,13 @@ final class ArchitectureTests: XCTestCase {
         let apis = try FileManager.default.contentsOfDirectory(atPath: Repository.path("APIs/Sources")).filter { $0.hasSuffix("API") }
         XCTAssertFalse(apis.isEmpty)
         let forbidden = Set(apis + ["TermindSSH", "TermindCrypto"])
-        XCTAssertEqual(try imports(in: "Host/Sources/termind").filter { forbidden.contains($0.module) }.map(\.description), [])
+        let hostRoots = ["Host/Sources/termind", "Host/Sources/TermindLauncher", "Host/Sources/TermindClient"]
+        XCTAssertEqual(try hostRoots.flatMap { try imports(in: $0) }.filter { forbidden.contains($0.module) }.map(\.description), [])
         let registry = try XCTUnwrap(FileManager.default.contents(atPath: Repository.path("Registry.json")))
         let ids = try ManifestReader.readRegistry(registry, source: "Registry.json", baseDirectory: "/").manifests.map(\.id)
         XCTAssertTrue(ids.contains("workspaces"))
         var found: [String] = []
-        for file in try swiftFiles(in: "Host/Sources/termind") {
+        for file in try hostRoots.flatMap({ try swiftFiles(in: $0) }) {
             let text = try String(contentsOfFile: Repository.path(file), encoding: .utf8)
             for id in ids {
                 let named = try NSRegularExpression(pattern: #""\#(id)\.[a-z]"#)
@@ -153,6 +154,15 @@ final class ArchitectureTests: XCTestCase {
             }
         }
         XCTAssertEqual(found, [])
+    }
+
+    /// The launcher is what starts for every command: it imports the Swift runtime's Glibc
+    /// and its own module only, so it loads no Foundation and no termind library (LinkageTests
+    /// checks the linked result).
+    func testTheLauncherImportsOnlyGlibc() throws {
+        let found = try ["Host/Sources/termind", "Host/Sources/TermindLauncher"].flatMap { try imports(in: $0) }
+        XCTAssertFalse(found.isEmpty)
+        XCTAssertEqual(found.filter { !["Glibc", "TermindLauncher"].contains($0.module) }.map(\.description), [])
     }
 
     func testFeaturesAndPluginsImportOnlyCoreAndTheToolchain() throws {
@@ -180,7 +190,8 @@ final class ArchitectureTests: XCTestCase {
         let roots = ["Core/Sources/TermindCore", "Core/Sources/TermindKernel", "Core/Sources/TermindCrypto", "Core/Sources/TermindStore",
                      "Core/Sources/TermindSSH",
                      "Features/Workspaces/Sources/TerminalScreen", "Features/Workspaces/Sources/Workspaces", "Features/Workspaces/Sources/WorkspacesRules",
-                     "Host/Sources/termind", "Tests/Harness", "Tests/KernelTests", "Tests/PluginTests"]
+                     "Host/Sources/termind", "Host/Sources/TermindLauncher", "Host/Sources/TermindClient",
+                     "Tests/Harness", "Tests/KernelTests", "Tests/PluginTests"]
         var importers: [String: Set<String>] = [:]
         for root in roots {
             for i in try imports(in: root) where cModuleOwners[i.module] != nil || (i.module.hasPrefix("C") && i.module.dropFirst().first?.isUppercase == true) {

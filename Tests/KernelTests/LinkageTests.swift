@@ -62,7 +62,8 @@ final class LinkageTests: XCTestCase {
         for expected in ["libTermindWakeOnLAN.so", "libTermindFixtureEcho.so", "libTermindFixtureFailingStart.so"] {
             XCTAssertTrue(libraries.contains(expected), "\(expected) was not built")
         }
-        for image in ["termind"] + libraries.sorted() {
+        XCTAssertTrue(libraries.contains("libTermindClient.so"), "the client library was not built")
+        for image in libraries.sorted() {
             let path = dir + "/" + image
             XCTAssertTrue(try needed(path).contains("libTermindCore.so"), "\(image) does not link libTermindCore.so")
             let defs = try coreDefinitions(path)
@@ -96,16 +97,34 @@ final class LinkageTests: XCTestCase {
         // The API library holds them...
         XCTAssertGreaterThan(try apiDefinitions(dir + "/libTermindAPIs.so", dynamicOnly: true).count, 50)
         // ...and every image that uses them links it instead of carrying its own copy.
-        for image in ["termind", "libTermindVault.so", "libTermindWakeOnLAN.so", "libTermindFixtureEcho.so"] {
+        for image in ["libTermindClient.so", "libTermindVault.so", "libTermindWakeOnLAN.so", "libTermindFixtureEcho.so"] {
             let path = dir + "/" + image
             XCTAssertTrue(try needed(path).contains("libTermindAPIs.so"), "\(image) does not link libTermindAPIs.so")
             XCTAssertEqual(try apiDefinitions(path, dynamicOnly: false), [], "\(image) embeds API module definitions")
         }
     }
 
+    /// The launcher starts with the Swift runtime and Glibc only: Foundation, ICU, Dispatch,
+    /// OpenSSL, SQLite, libffi and termind's own libraries come with libTermindClient.so,
+    /// which it loads only for a command no server takes — that is the start-up a command
+    /// run by `termind serve` saves.
+    func testTheLauncherLinksNeitherFoundationNorTermindsLibraries() throws {
+        let dir = FeatureHarness.buildDirectory
+        let launcher = try needed(dir + "/termind")
+        XCTAssertTrue(launcher.contains("libswiftCore.so"))
+        let heavy = launcher.filter { name in
+            ["libFoundation", "libTermind", "libdispatch", "libicu", "libcrypto", "libssl", "libsqlite3", "libffi", "libxml2"].contains { name.hasPrefix($0) }
+        }
+        XCTAssertEqual(heavy, [], "the launcher links \(heavy)")
+        let client = try needed(dir + "/libTermindClient.so")
+        XCTAssertTrue(client.contains("libTermindCore.so") && client.contains("libFoundation.so"), "\(client)")
+        XCTAssertTrue(try tool("nm", ["-D", "--defined-only", dir + "/libTermindClient.so"]).contains("termind_client_main"),
+                      "the launcher's entry into the client is not exported")
+    }
+
     func testNoImageCarriesAStaticSwiftRuntime() throws {
         let dir = FeatureHarness.buildDirectory
-        for image in ["termind", "libTermindCore.so", "libTermindWakeOnLAN.so"] {
+        for image in ["termind", "libTermindClient.so", "libTermindCore.so", "libTermindWakeOnLAN.so"] {
             XCTAssertTrue(try needed(dir + "/" + image).contains("libswiftCore.so"), "\(image) must use the shared Swift runtime")
         }
     }

@@ -46,7 +46,8 @@ public final class StreamSession: @unchecked Sendable {
     private let sink: StreamSink
     private let lock = NSLock()
     private var nextAsk: Int64 = 0
-    private var asks: [Int64: CheckedContinuation<JSONValue?, Never>] = [:]
+    /// Questions waiting for their answers, by askID: each is told once (nil: no answer).
+    private var asks: [Int64: @Sendable (JSONValue?) -> Void] = [:]
     private var ended = false
     private var cancelTask: (@Sendable () -> Void)?
     private var signal: String?
@@ -141,25 +142,31 @@ public final class StreamSession: @unchecked Sendable {
     }
 
     /// Asks the client and waits for its answer; nil when the client went away, the
-    /// stream was cancelled, or the client declined.
+    /// stream was cancelled or ended, or the client declined.
     public func ask(_ question: JSONValue) async -> JSONValue? {
+        await withCheckedContinuation { (continuation: CheckedContinuation<JSONValue?, Never>) in
+            ask(question) { continuation.resume(returning: $0) }
+        }
+    }
+
+    /// Asks the client; `reply` gets the answer (nil as for `ask(_:)`) on whichever thread
+    /// it arrives, for a caller that waits without a task (a launcher's terminal).
+    public func ask(_ question: JSONValue, reply: @escaping @Sendable (JSONValue?) -> Void) {
         if let declaration {
             let topic = question["topic"]?.stringValue ?? "", kind = question["kind"]?.stringValue ?? ""
             guard declaration.questions[topic] == kind else {
                 fail(TermindError(.streamUndeclared, "The stream asked a '\(kind)' question on topic '\(topic)', which it does not declare; it was stopped."))
-                return nil
+                return reply(nil)
             }
         }
-        return await withCheckedContinuation { (continuation: CheckedContinuation<JSONValue?, Never>) in
-            let askID: Int64? = lock.withLock {
-                guard !ended else { return nil }
-                nextAsk += 1
-                asks[nextAsk] = continuation
-                return nextAsk
-            }
-            guard let askID else { continuation.resume(returning: nil); return }
-            send(["askID": .integer(askID), "event": .string("ask"), "ask": question])
+        let askID: Int64? = lock.withLock {
+            guard !ended else { return nil }
+            nextAsk += 1
+            asks[nextAsk] = reply
+            return nextAsk
         }
+        guard let askID else { return reply(nil) }
+        send(["askID": .integer(askID), "event": .string("ask"), "ask": question])
     }
 
     /// The signal the client named when it cancelled ("INT" after a Ctrl-C), for an
@@ -274,7 +281,7 @@ public final class StreamSession: @unchecked Sendable {
     package func receive(_ object: [String: JSONValue], attached: Data? = nil) {
         if case .object(let answer)? = object["answer"], case .integer(let askID)? = answer["askID"] {
             let waiting = lock.withLock { asks.removeValue(forKey: askID) }
-            waiting?.resume(returning: .object(answer))
+            waiting?(.object(answer))
         }
         if case .integer(let bytes)? = object["credit"], bytes > 0 { credit(Int(clamping: bytes)) }
         let bytes: Data? = if case .string(let text)? = object["input"] { Data(base64Encoded: text) } else { attached }
@@ -316,26 +323,28 @@ public final class StreamSession: @unchecked Sendable {
 
     /// The client cancelled: nobody will answer; the handler's task is cancelled.
     package func cancel() {
-        let (waiting, emitters, cancelTask): ([CheckedContinuation<JSONValue?, Never>], [CheckedContinuation<Bool, Never>], (@Sendable () -> Void)?) = lock.withLock {
+        let (waiting, emitters, cancelTask): ([@Sendable (JSONValue?) -> Void], [CheckedContinuation<Bool, Never>], (@Sendable () -> Void)?) = lock.withLock {
             ended = true
             defer { asks.removeAll(); creditWaiters.removeAll() }
             return (Array(asks.values), creditWaiters.map(\.continuation), self.cancelTask)
         }
         input.finish()
         controlFeed.finish()
-        for continuation in waiting { continuation.resume(returning: nil) }
+        for reply in waiting { reply(nil) }
         // Emitters waiting for room give up (a C plugin's thread among them).
         for emitter in emitters { emitter.resume(returning: false) }
         cancelTask?()
     }
 
-    /// The handler has returned: nothing more is sent, the handed-over descriptors close.
+    /// The handler has returned: nothing more is sent, the handed-over descriptors close, and
+    /// a question still waiting (asked by work the handler left behind) gets no answer.
     package func finish() {
-        let close: Bool = lock.withLock {
+        let (close, waiting): (Bool, [@Sendable (JSONValue?) -> Void]) = lock.withLock {
             ended = true
-            defer { descriptorsClosed = true }
-            return !descriptorsClosed
+            defer { descriptorsClosed = true; asks.removeAll() }
+            return (!descriptorsClosed, Array(asks.values))
         }
+        for reply in waiting { reply(nil) }
         input.finish()
         controlFeed.finish()
         if close { descriptors?.closeAll() }

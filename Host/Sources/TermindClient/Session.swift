@@ -2,22 +2,28 @@ import Foundation
 import TermindCore
 import TermindKernel
 
-/// Where contract calls go: the running server (over the control socket) or a kernel
-/// booted in this process.
+/// Where contract calls go: the running server (over the control socket, or directly when
+/// this run is inside it) or a kernel booted in this process.
 final class Session {
     private let client: ControlClient?
     private let kernel: Kernel?
+    /// The kernel is the server's (this run is a launcher's command inside it): not ours to shut down.
+    private let borrowed: Bool
+    /// The calls go to a running server.
     let isRemote: Bool
 
-    private init(client: ControlClient?, kernel: Kernel?) {
+    private init(client: ControlClient?, kernel: Kernel?, borrowed: Bool = false) {
         self.client = client
         self.kernel = kernel
-        isRemote = client != nil
+        self.borrowed = borrowed
+        isRemote = client != nil || borrowed
     }
 
-    /// Uses the server at the socket unless `--local` or boot-shaping options were given;
-    /// otherwise boots in-process. Throws `BootFailure` when a local boot cannot proceed.
+    /// Inside a server, its kernel; else the server at the socket unless `--local` or
+    /// boot-shaping options were given; otherwise boots in-process. Throws `BootFailure`
+    /// when a local boot cannot proceed.
     static func open(_ inv: Invocation) async throws -> Session {
+        if let server = inv.server { return Session(client: nil, kernel: server, borrowed: true) }
         if !inv.local && !inv.shapesBoot, let client = try? ControlClient(path: inv.socketPath) {
             return Session(client: client, kernel: nil)
         }
@@ -27,7 +33,7 @@ final class Session {
         let unattributed = await kernel.unattributed
         if !disabled.isEmpty || !unattributed.isEmpty {
             let count = disabled.count + unattributed.count
-            FileHandle.standardError.write(Data("termind: \(count) feature problem\(count == 1 ? "" : "s") (run 'termind features' for details).\n".utf8))
+            inv.console.error("\(count) feature problem\(count == 1 ? "" : "s") (run 'termind features' for details).")
         }
         return Session(client: nil, kernel: kernel)
     }
@@ -76,11 +82,11 @@ final class Session {
 
     /// Problems not tied to a loaded feature (local boots only).
     func unattributedProblems() async -> [FeatureProblem] {
-        guard let kernel else { return [] }
+        guard let kernel, !borrowed else { return [] }
         return await kernel.unattributed
     }
 
     func close() async {
-        if let kernel { await kernel.shutdown() }
+        if let kernel, !borrowed { await kernel.shutdown() }
     }
 }

@@ -15,12 +15,18 @@ enum Serve {
         let termination = SignalCatcher([SIGINT, SIGTERM], keepUntilHandled: true)
         var configuration = try inv.kernelConfiguration()
         configuration.resident = true
-        configuration.controlSocket = Invocation.absolute(inv.socketPath)
+        configuration.controlSocket = inv.console.absolute(inv.socketPath)
         let kernel = Kernel(configuration: configuration, sink: try inv.logSink())
         let statuses = try await kernel.boot()
         // Features' contracts and streams (termind exec's among them) are served here; their
         // SSH connections are the kernel's one pool, shared between invocations.
         let server = ControlServer(path: inv.socketPath, kernel: kernel, logger: kernel.logger)
+        // Whole commands from the launcher, run here against its descriptors.
+        RemoteInvocation.register(on: server, kernel: kernel)
+        Self.leaveControllingTerminal()
+        // Launchers' pipes are written from here: one whose reader went away is an error on
+        // that write (the launcher then exits 141), never the server's death.
+        signal(SIGPIPE, SIG_IGN)
         do {
             try server.start()
         } catch {
@@ -32,17 +38,31 @@ enum Serve {
         if inv.json {
             struct Ready: Encodable { let event = "ready"; let socket: String; let pid: Int32; let running: Int; let disabled: [String] }
             let data = (try? JSONCoding.encode(Ready(socket: inv.socketPath, pid: getpid(), running: running, disabled: disabled.map(\.id)))) ?? Data()
-            FileHandle.standardOutput.write(data + Data("\n".utf8))
+            inv.console.write(data + Data("\n".utf8), to: inv.console.output)
         } else {
-            Output.line("termind \(Invocation.version) serving on \(inv.socketPath): \(running) feature\(running == 1 ? "" : "s") running\(disabled.isEmpty ? "" : ", \(disabled.count) disabled (termind features)"). Stop with Ctrl-C or SIGTERM.")
+            inv.console.line("termind \(Invocation.version) serving on \(inv.socketPath): \(running) feature\(running == 1 ? "" : "s") running\(disabled.isEmpty ? "" : ", \(disabled.count) disabled (termind features)"). Stop with Ctrl-C or SIGTERM.")
         }
         SystemdNotify.send("READY=1\nMAINPID=\(getpid())\nSTATUS=serving on \(inv.socketPath)")
         let signal = await termination.waitForSignal()
         SystemdNotify.send("STOPPING=1")
         server.stop()
         await kernel.shutdown()
-        if !inv.json { Output.error("stopped (\(signal == SIGINT ? "SIGINT" : "SIGTERM")).") }
+        if !inv.json { inv.console.error("stopped (\(signal == SIGINT ? "SIGINT" : "SIGTERM")).") }
         return .success
+    }
+}
+
+extension Serve {
+    /// A server started from a shell (`termind serve &`) gives up that shell's terminal as
+    /// its controlling one: a launcher in the same terminal hands it over, and the server
+    /// reading or writing it as a background job would be stopped (SIGTTIN) or refused (EIO).
+    /// Ctrl-C still reaches a server in the foreground: the terminal signals its process group.
+    static func leaveControllingTerminal() {
+        let tty = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)
+        guard tty >= 0 else { return }
+        // A session leader giving it up would hang up the whole session.
+        if getsid(0) != getpid() { _ = ioctl(tty, UInt(TIOCNOTTY)) }
+        close(tty)
     }
 }
 

@@ -11,17 +11,17 @@ enum Commands {
             let problems = await session.unattributedProblems()
             if inv.json {
                 struct Listing: Encodable { let features: [FeatureStatus]; let problems: [FeatureProblem]; let server: Bool }
-                Output.json(Listing(features: reply.features, problems: problems, server: session.isRemote))
+                inv.console.json(Listing(features: reply.features, problems: problems, server: session.isRemote))
                 return .success
             }
             if reply.features.isEmpty && problems.isEmpty {
-                Output.line("No features are declared. Registry: \(inv.resolvedRegistry() ?? "none found"); add plugins with --plugins DIR.")
+                inv.console.line("No features are declared. Registry: \(inv.resolvedRegistry() ?? "none found"); add plugins with --plugins DIR.")
                 return .success
             }
-            Output.table(["#", "ID", "VERSION", "KIND", "STATE", "REASON"], reply.features.enumerated().map { index, f in
+            inv.console.table(["#", "ID", "VERSION", "KIND", "STATE", "REASON"], reply.features.enumerated().map { index, f in
                 [String(index + 1), f.id + (f.permanent ? " (permanent)" : ""), f.version, f.kind.rawValue, f.state.rawValue, f.reason ?? ""]
             })
-            for problem in problems { Output.line("problem: \(problem.message)") }
+            for problem in problems { inv.console.line("problem: \(problem.message)") }
             return .success
         }
     }
@@ -30,21 +30,21 @@ enum Commands {
         guard inv.arguments.count <= 1 else { throw Invocation.UsageError(description: "contracts takes at most one PREFIX argument.") }
         return try await Session.with(inv) { session in
             let reply = try await session.call(KernelContracts.Contracts.self, .init(prefix: inv.arguments.first))
-            if inv.json { Output.json(reply); return .success }
+            if inv.json { inv.console.json(reply); return .success }
             for c in reply.contracts {
                 let kind = c.stream == true ? (c.acceptsInput == true ? ", stream reading input" : ", stream") : ""
-                Output.line("\(c.id)  (\(c.owner)\(kind))")
-                Output.line("    \(c.summary)")
-                Output.line("    request:  \(compact(c.request))")
-                Output.line("    \(c.stream == true ? "result:  " : "response:") \(compact(c.response))")
+                inv.console.line("\(c.id)  (\(c.owner)\(kind))")
+                inv.console.line("    \(c.summary)")
+                inv.console.line("    request:  \(compact(c.request))")
+                inv.console.line("    \(c.stream == true ? "result:  " : "response:") \(compact(c.response))")
                 if let events = c.events, !events.isEmpty {
-                    Output.line("    events:   " + events.keys.sorted().map { "\($0) \(compact(events[$0]!))" }.joined(separator: ", "))
+                    inv.console.line("    events:   " + events.keys.sorted().map { "\($0) \(compact(events[$0]!))" }.joined(separator: ", "))
                 }
                 if let questions = c.questions, !questions.isEmpty {
-                    Output.line("    asks:     " + questions.keys.sorted().map { "\($0) (\(questions[$0]!))" }.joined(separator: ", "))
+                    inv.console.line("    asks:     " + questions.keys.sorted().map { "\($0) (\(questions[$0]!))" }.joined(separator: ", "))
                 }
             }
-            if reply.contracts.isEmpty { Output.line("No contracts match '\(inv.arguments.first ?? "")'.") }
+            if reply.contracts.isEmpty { inv.console.line("No contracts match '\(inv.arguments.first ?? "")'.") }
             return .success
         }
     }
@@ -78,7 +78,7 @@ enum Commands {
         }
         var body = Data("{}".utf8)
         if inv.arguments.count == 2 {
-            body = inv.arguments[1] == "-" ? FileHandle.standardInput.readDataToEndOfFile() : Data(inv.arguments[1].utf8)
+            body = inv.arguments[1] == "-" ? try inv.console.readAll(limit: 16 << 20, what: "call CONTRACT -") : Data(inv.arguments[1].utf8)
             do {
                 _ = try JSONCoding.parse(body, source: inv.arguments[1] == "-" ? "The BODY read from standard input" : "The BODY argument")
             } catch let error as TermindError {
@@ -86,7 +86,7 @@ enum Commands {
             }
         }
         return try await Session.with(inv) { session in
-            Output.json(try await session.call(contract, body: body))
+            inv.console.json(try await session.call(contract, body: body))
             return .success
         }
     }
@@ -95,11 +95,11 @@ enum Commands {
         guard inv.arguments.isEmpty else { throw Invocation.UsageError(description: "version takes no arguments.") }
         let kernel = Kernel(configuration: try inv.kernelConfiguration(), sink: .disabled())
         let reply = try await kernel.call(KernelContracts.Version.self, Empty())
-        if inv.json { Output.json(reply); return .success }
-        Output.line("termind \(reply.termind)")
-        Output.line("build: \(reply.signature)")
-        Output.line("plugin ABI: \(reply.pluginABI)")
-        for (name, version) in reply.libraries.sorted(by: { $0.key < $1.key }) { Output.line("\(name): \(version)") }
+        if inv.json { inv.console.json(reply); return .success }
+        inv.console.line("termind \(reply.termind)")
+        inv.console.line("build: \(reply.signature)")
+        inv.console.line("plugin ABI: \(reply.pluginABI)")
+        for (name, version) in reply.libraries.sorted(by: { $0.key < $1.key }) { inv.console.line("\(name): \(version)") }
         return .success
     }
 
@@ -110,9 +110,9 @@ enum Commands {
         case ["status"]:
             response = try await Session.with(inv) { try await $0.call(SecretStoreContracts.Status.self, Empty()) }
         case ["protect", "--passphrase", "-"]:
-            let first = try SecretInput.read(prompt: "New passphrase: ")
-            if isatty(STDIN_FILENO) == 1 {
-                guard try SecretInput.read(prompt: "Again: ") == first else {
+            let first = try SecretInput.read(prompt: "New passphrase: ", console: inv.console)
+            if inv.console.isTerminal(inv.console.input) {
+                guard try SecretInput.read(prompt: "Again: ", console: inv.console) == first else {
                     throw TermindError.badRequest("passphrase: the two entries differ; nothing was changed.")
                 }
             }
@@ -123,11 +123,11 @@ enum Commands {
         default:
             throw Invocation.UsageError(description: "usage: termind secrets status | termind secrets protect --passphrase - | termind secrets protect --key-file")
         }
-        if inv.json { Output.json(response) } else {
-            Output.line("protection  \(response.protection)")
-            Output.line("store       \(response.path)")
-            Output.line("secrets     \(response.secrets)")
-            Output.line("key made    \(response.keyRotatedAt ?? "unknown (before termind recorded it)")")
+        if inv.json { inv.console.json(response) } else {
+            inv.console.line("protection  \(response.protection)")
+            inv.console.line("store       \(response.path)")
+            inv.console.line("secrets     \(response.secrets)")
+            inv.console.line("key made    \(response.keyRotatedAt ?? "unknown (before termind recorded it)")")
         }
         return .success
     }
@@ -136,15 +136,15 @@ enum Commands {
         guard inv.arguments.count == 2, inv.arguments[0] == "check" else {
             throw Invocation.UsageError(description: "usage: termind plugins check DIR")
         }
-        let directory = Invocation.absolute(inv.arguments[1])
+        let directory = inv.console.absolute(inv.arguments[1])
         let checks = await PluginConformance.check(pluginDirectory: directory)
         let passed = checks.allSatisfy(\.passed)
         if inv.json {
             struct Report: Encodable { let plugin: String; let passed: Bool; let checks: [PluginConformance.Check] }
-            Output.json(Report(plugin: directory, passed: passed, checks: checks))
+            inv.console.json(Report(plugin: directory, passed: passed, checks: checks))
         } else {
-            for check in checks { Output.line("\(check.passed ? "ok  " : "FAIL") \(check.name): \(check.detail)") }
-            Output.line(passed ? "\(checks.count) passed, 0 failed" : "\(checks.filter(\.passed).count) passed, \(checks.filter { !$0.passed }.count) failed")
+            for check in checks { inv.console.line("\(check.passed ? "ok  " : "FAIL") \(check.name): \(check.detail)") }
+            inv.console.line(passed ? "\(checks.count) passed, 0 failed" : "\(checks.filter(\.passed).count) passed, \(checks.filter { !$0.passed }.count) failed")
         }
         return passed ? .success : .failure
     }

@@ -27,8 +27,8 @@ enum PluginCommand {
                 let prefix = words.prefix { !$0.hasPrefix("-") }
                 if !resolved.partial.isEmpty {
                     // `termind vault host`: list what can follow.
-                    Output.line("Usage: termind \(prefix.joined(separator: " ")) <command>")
-                    for c in resolved.partial { Output.line("  \(c.name.padding(toLength: 24, withPad: " ", startingAt: 0))  \(c.summary ?? "")") }
+                    inv.console.line("Usage: termind \(prefix.joined(separator: " ")) <command>")
+                    for c in resolved.partial { inv.console.line("  \(c.name.padding(toLength: 24, withPad: " ", startingAt: 0))  \(c.summary ?? "")") }
                     return { inv.help ? .success : .usage }
                 }
                 if let disabled = resolved.disabledFeature {
@@ -38,12 +38,12 @@ enum PluginCommand {
                 throw Invocation.UsageError(description: "Unknown command '\(name)'.\(available.isEmpty ? "" : " Commands from features and plugins: \(available.joined(separator: ", ")).")")
             }
             if inv.help {
-                usage(command)
+                usage(command, console: inv.console)
                 return { .success }
             }
             let info = resolved.target
             var body = try buildBody(command, arguments: Array(words.dropFirst(command.words.count)), schema: info?.request ?? .object([:]),
-                                     readsInput: command.stream != nil && info?.acceptsInput == true)
+                                     readsInput: command.stream != nil && info?.acceptsInput == true, console: inv.console)
             if let field = command.output { body[field] = .string(inv.json ? "json" : "text") }
             if let stream = command.stream {
                 return try await StreamCommand.run(stream, body: body, acceptsInput: info?.acceptsInput == true,
@@ -52,27 +52,28 @@ enum PluginCommand {
                                                    inv: inv, session: session)
             }
             let reply = try await session.call(command.target, body: JSONCoding.encode(body))
-            if inv.json { Output.json(reply) } else { Output.human(try JSONCoding.parse(reply, source: "reply")) }
+            if inv.json { inv.console.json(reply) } else { inv.console.human(try JSONCoding.parse(reply, source: "reply")) }
             return { .success }
         }
     }
 
-    static func usage(_ command: FeatureManifest.Command) {
+    static func usage(_ command: FeatureManifest.Command, console: Console) {
         let arguments = command.arguments.enumerated().map { index, name in
             guard name.hasSuffix("...") else { return name.uppercased() }
             return (index == command.arguments.count - 1 ? "[--] " : "") + name.dropLast(3).uppercased() + "..."
         }
         let switches = (command.flags ?? [:]).keys.sorted().map { "[-\($0)]" }
-        Output.line("Usage: termind \(command.name) \((switches + arguments).joined(separator: " ")) [--FIELD VALUE ...]")
-        for (letter, field) in (command.flags ?? [:]).sorted(by: { $0.key < $1.key }) { Output.line("  -\(letter)  --\(field) true") }
-        for (letter, field) in (command.options ?? [:]).sorted(by: { $0.key < $1.key }) { Output.line("  -\(letter) VALUE  --\(field) VALUE") }
-        if let summary = command.summary { Output.line(summary) }
-        for line in command.help ?? [] { Output.line(line) }
+        console.line("Usage: termind \(command.name) \((switches + arguments).joined(separator: " ")) [--FIELD VALUE ...]")
+        for (letter, field) in (command.flags ?? [:]).sorted(by: { $0.key < $1.key }) { console.line("  -\(letter)  --\(field) true") }
+        for (letter, field) in (command.options ?? [:]).sorted(by: { $0.key < $1.key }) { console.line("  -\(letter) VALUE  --\(field) VALUE") }
+        if let summary = command.summary { console.line(summary) }
+        for line in command.help ?? [] { console.line(line) }
         let kind = command.stream == nil ? "Calls contract" : "Runs stream"
-        Output.line("\(kind) \(command.target); see 'termind contracts \(command.target)' for every field (--field-name or --fieldName).")
+        console.line("\(kind) \(command.target); see 'termind contracts \(command.target)' for every field (--field-name or --fieldName).")
     }
 
-    static func buildBody(_ command: FeatureManifest.Command, arguments: [String], schema: JSONValue, readsInput: Bool = false) throws -> [String: JSONValue] {
+    static func buildBody(_ command: FeatureManifest.Command, arguments: [String], schema: JSONValue, readsInput: Bool = false,
+                          console: Console) throws -> [String: JSONValue] {
         var body: [String: JSONValue] = [:]
         var positional: [String] = []
         var index = 0
@@ -94,10 +95,10 @@ enum PluginCommand {
                     guard index < arguments.count else { throw Invocation.UsageError(description: "\(arg) needs a value (as --\(field)).") }
                     value = arguments[index]
                 }
-                if case .array(let earlier)? = body[field], case .array(let more) = try typed(value, field: field, schema: schema) {
+                if case .array(let earlier)? = body[field], case .array(let more) = try typed(value, field: field, schema: schema, console: console) {
                     body[field] = .array(earlier + more)
                 } else {
-                    body[field] = try typed(value, field: field, schema: schema)
+                    body[field] = try typed(value, field: field, schema: schema, console: console)
                 }
             } else if !optionsEnded, let flags = command.flags, arg.hasPrefix("-"), !arg.hasPrefix("--"), arg.count > 1,
                       arg.dropFirst().allSatisfy({ flags[String($0)] != nil }) {
@@ -120,17 +121,17 @@ enum PluginCommand {
                     guard value == "-" else {
                         throw Invocation.UsageError(description: "--\(key) is a secret: give it as '--\(key) -' and type it or pipe it on standard input, never on the command line.")
                     }
-                    let secret = try SecretInput.read(prompt: "\(key): ")
+                    let secret = try SecretInput.read(prompt: "\(key): ", console: console)
                     // An empty read is a mistake (empty input, a pipe that failed), never a secret.
                     guard !secret.isEmpty else {
-                        throw Invocation.UsageError(description: "--\(key) -: the \(key) read from \(isatty(STDIN_FILENO) == 1 ? "the terminal" : "standard input") is empty; nothing was changed.")
+                        throw Invocation.UsageError(description: "--\(key) -: the \(key) read from \(console.isTerminal(console.input) ? "the terminal" : "standard input") is empty; nothing was changed.")
                     }
                     body[key] = .string(secret)
-                } else if case .array(let earlier)? = body[key], case .array(let more) = try typed(value, field: key, schema: schema) {
+                } else if case .array(let earlier)? = body[key], case .array(let more) = try typed(value, field: key, schema: schema, console: console) {
                     // A list given more than once gathers them all (`--local-forward A --local-forward B`, as ssh's -L).
                     body[key] = .array(earlier + more)
                 } else {
-                    body[key] = try typed(value, field: key, schema: schema)
+                    body[key] = try typed(value, field: key, schema: schema, console: console)
                 }
             } else {
                 positional.append(arg)
@@ -179,7 +180,7 @@ enum PluginCommand {
             guard body[field] == nil else {
                 throw Invocation.UsageError(description: "\(command.name): \(field.uppercased()) is given twice, as an argument ('\(value)') and as --\(field); give it once.")
             }
-            body[field] = try typed(value, field: field, schema: schema)
+            body[field] = try typed(value, field: field, schema: schema, console: console)
         }
         // A trailing `field...` the request does not require may be left out (a shell's command),
         // and so may the fields before one that the request does not require (`snippet run -- …`).
@@ -190,11 +191,11 @@ enum PluginCommand {
         // Local paths travel absolute (a server has its own working folder); "-" stays
         // standard input for a stream that reads it.
         for field in command.paths ?? [] {
-            if case .string(let path)? = body[field], !(path == "-" && readsInput) { body[field] = .string(Invocation.absolute(path)) }
+            if case .string(let path)? = body[field], !(path == "-" && readsInput) { body[field] = .string(console.absolute(path)) }
         }
-        if let field = command.workingDirectory { body[field] = .string(FileManager.default.currentDirectoryPath) }
+        if let field = command.workingDirectory { body[field] = .string(console.workingDirectory) }
         for (field, name) in command.environment ?? [:] {
-            if let value = ProcessInfo.processInfo.environment[name], !value.isEmpty { body[field] = .string(value) }
+            if let value = console.variable(name) { body[field] = .string(value) }
         }
         for (field, value) in command.values ?? [:] { body[field] = value }
         return body
@@ -212,7 +213,7 @@ enum PluginCommand {
     /// file holding an object with a member named like the field gives that member, so a
     /// preview's `--json` report can be passed on as it is (`--files @preview.json`). An
     /// array of plain values also takes `a,b,c`.
-    static func typed(_ text: String, field: String, schema: JSONValue) throws -> JSONValue {
+    static func typed(_ text: String, field: String, schema: JSONValue, console: Console) throws -> JSONValue {
         let property = schema["properties"]?[field]
         let itemType = property?["items"]?["type"]?.stringValue
         let structured = switch property?["type"]?.stringValue {
@@ -221,12 +222,12 @@ enum PluginCommand {
         default: false
         }
         if structured {
-            return try structuredValue(text, field: field, expected: property?["type"]?.stringValue ?? "object")
+            return try structuredValue(text, field: field, expected: property?["type"]?.stringValue ?? "object", console: console)
         }
         switch property?["type"]?.stringValue {
         case "array"?:
             let items = text.split(separator: ",", omittingEmptySubsequences: true).map { String($0).trimmingCharacters(in: .whitespaces) }
-            return .array(try items.map { try typed(item: $0, field: field, type: itemType) })
+            return .array(try items.map { try typed(item: $0, field: field, type: itemType, console: console) })
         case "integer"?:
             if let v = Int64(text) { return .integer(v) }
             if let v = UInt64(text) { return JSONValue(exactly: v) }
@@ -246,13 +247,13 @@ enum PluginCommand {
     }
 
     /// One element of an `a,b,c` list.
-    private static func typed(item: String, field: String, type: String?) throws -> JSONValue {
+    private static func typed(item: String, field: String, type: String?, console: Console) throws -> JSONValue {
         guard let type, type != "string" else { return .string(item) }
         let schema: JSONValue = .object(["properties": .object([field: .object(["type": .string(type)])])])
-        return try typed(item, field: field, schema: schema)
+        return try typed(item, field: field, schema: schema, console: console)
     }
 
-    private static func structuredValue(_ text: String, field: String, expected: String) throws -> JSONValue {
+    private static func structuredValue(_ text: String, field: String, expected: String, console: Console) throws -> JSONValue {
         // "-" alone is standard input, as "@-" (`termind --json settings set KEY -`).
         let text = text == "-" ? "@-" : text
         let source: String
@@ -262,20 +263,10 @@ enum PluginCommand {
             source = path == "-" ? "standard input" : path
             if path == "-" {
                 // Bounded as a file is: a runaway pipe is an error, not all of memory.
-                let limit = 16 << 20
-                var read = Data()
-                while read.count <= limit {
-                    let chunk = FileHandle.standardInput.readData(ofLength: 1 << 20)
-                    if chunk.isEmpty { break }
-                    read += chunk
-                }
-                guard read.count <= limit else {
-                    throw Invocation.UsageError(description: "--\(field) @-: standard input holds more than \(limit >> 20) MiB; give a file instead.")
-                }
-                data = read
+                data = try console.readAll(limit: 16 << 20, what: "--\(field) @-")
             } else {
                 do {
-                    data = try BoundedFile.read(LocalPath.absolute(path), limit: 16 << 20, what: "--\(field) file", code: Invocation.UsageError.code)
+                    data = try BoundedFile.read(console.absolute(path), limit: 16 << 20, what: "--\(field) file", code: Invocation.UsageError.code)
                 } catch let error as TermindError {
                     throw Invocation.UsageError(description: "--\(field) \(text): \(error.message)")
                 }

@@ -13,6 +13,8 @@ struct Questions: Sendable {
     /// A secret prompt answered from a file others can read.
     static let unsafeAnswers: ErrorCode = "answers.unsafe"
 
+    /// Where questions are asked (and the editor found): the run's console.
+    let console: Console
     /// Scripted answers by topic.
     let book: [String: JSONValue]
     /// Whether `book` may answer secret prompts (the file is readable by its owner only).
@@ -22,7 +24,7 @@ struct Questions: Sendable {
     /// Reads `--answers FILE` (a JSON object by topic) and `--yes`.
     init(_ inv: Invocation) throws {
         guard let path = inv.answersPath else {
-            self.init(book: [:], bookIsPrivate: false, assumeYes: inv.assumeYes)
+            self.init(console: inv.console, book: [:], bookIsPrivate: false, assumeYes: inv.assumeYes)
             return
         }
         var info = stat()
@@ -40,10 +42,11 @@ struct Questions: Sendable {
         guard case .object(let book) = value else {
             throw Invocation.UsageError(description: "--answers \(path) must hold a JSON object of answers by question topic, e.g. {\"ssh.hostKey\": \"once\"}; it holds \(value.typeName == "array" ? "an" : "a") \(value.typeName).")
         }
-        self.init(book: book, bookIsPrivate: info.st_uid == getuid() && info.st_mode & 0o077 == 0, assumeYes: inv.assumeYes)
+        self.init(console: inv.console, book: book, bookIsPrivate: info.st_uid == getuid() && info.st_mode & 0o077 == 0, assumeYes: inv.assumeYes)
     }
 
-    private init(book: [String: JSONValue], bookIsPrivate: Bool, assumeYes: Bool) {
+    private init(console: Console, book: [String: JSONValue], bookIsPrivate: Bool, assumeYes: Bool) {
+        self.console = console
         self.book = book
         self.bookIsPrivate = bookIsPrivate
         self.assumeYes = assumeYes
@@ -57,16 +60,14 @@ struct Questions: Sendable {
             return try Self.scripted(scripted, topic: topic, kind: kind, question: question, isPrivate: bookIsPrivate)
         }
         if kind == "confirm" && assumeYes { return .object(["answer": .bool(true)]) }
-        if kind == "edit" { return Self.edit(question) }
-        let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
-        guard tty >= 0 else { return unanswered }
-        defer { close(tty) }
-        switch kind {
-        case "choice"?: return Self.choice(question, tty: tty)
-        case "confirm"?: return Self.confirm(question, tty: tty)
-        case "prompts"?: return Self.prompts(question, tty: tty)
-        default: return unanswered
+        let answer: JSONValue? = switch kind {
+        case "edit"?: edit(question)
+        case "choice"?: choice(question)
+        case "confirm"?: confirm(question)
+        case "prompts"?: prompts(question)
+        default: nil
         }
+        return answer ?? unanswered
     }
 
     /// A scripted answer, checked against what the question allows; a wrong one is an
@@ -101,60 +102,44 @@ struct Questions: Sendable {
     }
 
     /// Shows `text`, reads one line; `choices` maps what may be typed to the answer.
-    private static func choice(_ question: JSONValue, tty: Int32) -> JSONValue {
-        let typed = readLine(question["text"]?.stringValue ?? "", tty: tty)
+    private func choice(_ question: JSONValue) -> JSONValue? {
+        guard let typed = readLine(question["text"]?.stringValue ?? "") else { return nil }
         let answer = question["choices"]?[typed]?.stringValue ?? question["default"]?.stringValue ?? ""
         return .object(["answer": .string(answer)])
     }
 
     /// Shows `text [y/N]` (or `[Y/n]`), reads one line: y/yes or n/no, Enter the default.
-    private static func confirm(_ question: JSONValue, tty: Int32) -> JSONValue {
+    private func confirm(_ question: JSONValue) -> JSONValue? {
         let fallback = question["default"] == .bool(true)
         let text = (question["text"]?.stringValue ?? "").trimmingCharacters(in: .whitespaces)
         while true {
-            let typed = readLine(text + (fallback ? " [Y/n] " : " [y/N] "), tty: tty)
+            guard let typed = readLine(text + (fallback ? " [Y/n] " : " [y/N] ")) else { return nil }
             switch typed {
             case "": return .object(["answer": .bool(fallback)])
             case "y", "yes": return .object(["answer": .bool(true)])
             case "n", "no": return .object(["answer": .bool(false)])
-            default: say("Please answer yes or no.\n", tty)
+            default: say("Please answer yes or no.\n")
             }
         }
     }
 
-    /// One line typed at the terminal, trimmed and lowercased.
-    private static func readLine(_ text: String, tty: Int32) -> String {
-        TerminalPrompt.begin(tty)
-        defer { TerminalPrompt.end() }
-        say(text, tty)
-        var buffer = [UInt8](repeating: 0, count: 256)
-        let n = read(tty, &buffer, buffer.count)
-        return n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines).lowercased() : ""
+    /// One line typed at the controlling terminal, trimmed and lowercased; nil without one.
+    private func readLine(_ text: String) -> String? {
+        console.terminal.readLine(TerminalText.escaped(text), echo: true, controllingTerminal: true)?
+            .trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
     }
 
     /// Shows the header lines, then reads each prompt's answer, with echo as it asks.
-    private static func prompts(_ question: JSONValue, tty: Int32) -> JSONValue {
+    private func prompts(_ question: JSONValue) -> JSONValue? {
         if case .array(let header)? = question["header"] {
-            for line in header.compactMap(\.stringValue) { say(line.hasSuffix("\n") ? line : line + "\n", tty) }
+            for line in header.compactMap(\.stringValue) { say(line.hasSuffix("\n") ? line : line + "\n") }
         }
         guard case .array(let prompts)? = question["prompts"] else { return .object(["answers": .array([])]) }
         var answers: [JSONValue] = []
         for prompt in prompts {
-            let text = prompt["text"]?.stringValue ?? ""
-            let secret: Secret
-            if prompt["echo"] == .bool(true) {
-                say(text, tty)
-                TerminalPrompt.begin(tty)
-                var bytes: [UInt8] = []
-                var byte: UInt8 = 0
-                while read(tty, &byte, 1) == 1, byte != 10 { bytes.append(byte) }
-                TerminalPrompt.end()
-                secret = Secret(String(decoding: bytes, as: UTF8.self))
-                bytes.withUnsafeMutableBufferPointer { buffer in for index in buffer.indices { buffer[index] = 0 } }
-            } else {
-                secret = SecretInput.hidden(input: tty, output: tty, prompt: text)
-            }
-            answers.append(secret.withPlaintext { .string($0) })
+            let text = TerminalText.escaped(prompt["text"]?.stringValue ?? "")
+            guard let typed = console.terminal.readLine(text, echo: prompt["echo"] == .bool(true), controllingTerminal: true) else { return nil }
+            answers.append(.string(typed))
         }
         return .object(["answers": .array(answers)])
     }
@@ -162,28 +147,16 @@ struct Questions: Sendable {
     /// An `edit` question: the person's editor (`$VISUAL`, else `$EDITOR`, else vi — a shell
     /// command line, as git reads it) opens `path`, on the terminal when there is one; the
     /// answer is whether it exited with status 0. Only an absolute path to a regular file.
-    private static func edit(_ question: JSONValue) -> JSONValue {
-        guard let path = question["path"]?.stringValue, path.hasPrefix("/") else { return .object(["unanswered": .bool(true)]) }
+    private func edit(_ question: JSONValue) -> JSONValue? {
+        guard let path = question["path"]?.stringValue, path.hasPrefix("/") else { return nil }
         var info = stat()
-        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return .object(["unanswered": .bool(true)]) }
-        let environment = ProcessInfo.processInfo.environment
-        let editor = [environment["VISUAL"], environment["EDITOR"]].compactMap { $0 }.first { !$0.isEmpty } ?? "vi"
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", editor + " \"$1\"", "termind-edit", path]
-        let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
-        if tty >= 0 {
-            let handle = FileHandle(fileDescriptor: tty, closeOnDealloc: true)
-            process.standardInput = handle
-            process.standardOutput = handle
-            process.standardError = handle
-        }
-        do { try process.run() } catch { return .object(["answer": .bool(false)]) }
-        process.waitUntilExit()
-        return .object(["answer": .bool(process.terminationStatus == 0)])
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+        let editor = console.variable("VISUAL") ?? console.variable("EDITOR") ?? "vi"
+        return .object(["answer": .bool(console.terminal.edit(path, command: editor) == 0)])
     }
 
-    private static func say(_ text: String, _ tty: Int32) {
-        _ = TerminalText.escaped(text).withCString { write(tty, $0, strlen($0)) }
+    /// Text on the controlling terminal (escaped: it may hold a server's).
+    private func say(_ text: String) {
+        console.terminal.show(TerminalText.escaped(text))
     }
 }

@@ -32,17 +32,18 @@ enum StreamCommand {
     /// only when output came anyway.
     static func run(_ stream: String, body: [String: JSONValue], acceptsInput: Bool, acceptsDescriptors: Bool = false, terminalField: String? = nil,
                     emitsOutput: Bool = true, inv: Invocation, session: Session) async throws -> () -> Invocation.Exit {
+        let console = inv.console
         let questions = try Questions(inv)
         var body = body
         // A stream that bridges a terminal, with one on standard input: raw mode until it ends.
-        let bridge: TerminalBridge? = terminalField != nil && !inv.json ? TerminalBridge() : nil
+        let bridge: TerminalBridge? = terminalField != nil && !inv.json ? TerminalBridge(console: console) : nil
         if let field = terminalField, let bridge {
             let size = TerminalBridge.size(bridge.fd) ?? (80, 24)
-            let locale = ProcessInfo.processInfo.environment.filter { $0.key == "LANG" || $0.key.hasPrefix("LC_") }.mapValues { JSONValue.string($0) }
-            body[field] = .object(["term": .string(ProcessInfo.processInfo.environment["TERM"] ?? "xterm-256color"),
+            let locale = console.environment.filter { $0.key == "LANG" || $0.key.hasPrefix("LC_") }.mapValues { JSONValue.string($0) }
+            body[field] = .object(["term": .string(console.variable("TERM") ?? "xterm-256color"),
                                    "columns": .integer(Int64(size.columns)), "rows": .integer(Int64(size.rows)), "environment": .object(locale)])
         }
-        let interrupt = SignalCatcher(bridge == nil ? [SIGINT, SIGTERM] : [SIGINT, SIGTERM, SIGHUP])
+        let interrupt = console.catchSignals(bridge == nil ? [SIGINT, SIGTERM] : [SIGINT, SIGTERM, SIGHUP])
         // The bridge starts once the stream says its terminal is ready (`started`): questions
         // asked while connecting (host key, passphrase) still see a cooked terminal.
         let bridged = BridgeStart()
@@ -50,9 +51,9 @@ enum StreamCommand {
             bridged.stop()
             bridge?.restore()
         }
-        let handed = acceptsDescriptors && bridge == nil && !inv.json ? handOver(readsInput: acceptsInput) : nil
-        let output = CollectedOutput(keep: inv.json)
-        let view = StreamView(json: inv.json)
+        let handed = acceptsDescriptors && bridge == nil && !inv.json ? handOver(readsInput: acceptsInput, console: console) : nil
+        let output = CollectedOutput(keep: inv.json, console: console)
+        let view = StreamView(json: inv.json, console: console)
         // A scripted answer that does not fit its question: the question goes unanswered
         // (the feature fails closed) and termind reports why once the stream ended.
         let answerFailure = Mutex<TermindError?>(nil)
@@ -72,11 +73,11 @@ enum StreamCommand {
                     } else {
                         _ = control.send(["cancel": .bool(true), "signal": .string(SignalCatcher.name(number))])
                     }
-                    DispatchQueue.global().asyncAfter(deadline: .now() + 3) { _exit(128 + number) }  // never races main's exit
+                    DispatchQueue.global().asyncAfter(deadline: .now() + 3) { console.terminate(128 + number) }  // never races main's exit
                 }
                 if bridge == nil {
                     // Handed over, standard input is the stream's to read.
-                    if handed?.stdin == nil { sendInput(acceptsInput ? STDIN_FILENO : -1, to: control) }
+                    if handed?.stdin == nil { sendInput(acceptsInput ? console.input : -1, to: control, console: console) }
                 } else {
                     bridged.control = control
                 }
@@ -90,8 +91,8 @@ enum StreamCommand {
                     let detachable = event["detachable"] == .bool(true)
                     bridged.detachable = detachable
                     bridge.enterRaw()
-                    bridged.watch(watchWindow(bridge, control: control))
-                    sendInput(acceptsInput ? STDIN_FILENO : -1, terminal: true, detachable: detachable, to: control) { action in
+                    bridged.watch(watchWindow(bridge, control: control, console: console))
+                    sendInput(acceptsInput ? console.input : -1, terminal: true, detachable: detachable, to: control, console: console) { action in
                         switch action {
                         case .disconnect:
                             // As ssh's ~.: the session ends now; the remote shell gets a HUP.
@@ -103,7 +104,7 @@ enum StreamCommand {
                         case .suspend:
                             // As ssh's ~^Z: the terminal as it was, termind stopped; raw again on fg.
                             bridge.restore()
-                            kill(getpid(), SIGTSTP)
+                            console.terminal.suspend()
                             bridge.enterRaw()
                             sendSize(bridge, to: control)
                         case .detach:
@@ -111,7 +112,7 @@ enum StreamCommand {
                             _ = control.send(["control": .object(["detach": .bool(true)])])
                             return false
                         case .help:
-                            FileHandle.standardError.write(Data(TerminalEscapes.help(detachable: detachable).utf8))
+                            console.write(TerminalEscapes.help(detachable: detachable), to: console.errorOutput)
                         case .send:
                             break
                         }
@@ -140,23 +141,24 @@ enum StreamCommand {
                 }
             }
         } catch {
-            if disconnected.withLock({ $0 }) { return escapedOut }
-            if let number = interrupt.caught { return interrupted(number, json: inv.json) }
+            if disconnected.withLock({ $0 }) { return { escapedOut(console) } }
+            if let number = interrupt.caught { return interrupted(number, json: inv.json, console: console) }
             throw answerFailure.withLock({ $0 }) ?? error
         }
-        if disconnected.withLock({ $0 }) { return escapedOut }
-        if let number = interrupt.caught { return interrupted(number, json: inv.json) }
+        if disconnected.withLock({ $0 }) { return { escapedOut(console) } }
+        if let number = interrupt.caught { return interrupted(number, json: inv.json, console: console) }
         if let failure = answerFailure.withLock({ $0 }) { throw failure }
         let result = try JSONCoding.parse(reply, source: "The stream's result")
-        return { finish(result, output: output, json: inv.json, shown: view.showedResult, emitsOutput: emitsOutput) }
+        return { finish(result, output: output, json: inv.json, console: console, shown: view.showedResult, emitsOutput: emitsOutput) }
     }
 
     /// Our standard streams a stream may take over: not terminals (a person's keys and
     /// screen stay with this process), not closed ones; stdin only when it reads input.
-    private static func handOver(readsInput: Bool) -> StreamDescriptors? {
-        func usable(_ fd: Int32) -> Bool { fcntl(fd, F_GETFD) >= 0 && isatty(fd) == 0 }
-        let descriptors = StreamDescriptors(stdin: readsInput && usable(STDIN_FILENO) ? STDIN_FILENO : nil,
-                                            stdout: usable(STDOUT_FILENO) ? STDOUT_FILENO : nil, stderr: usable(STDERR_FILENO) ? STDERR_FILENO : nil)
+    private static func handOver(readsInput: Bool, console: Console) -> StreamDescriptors? {
+        func usable(_ fd: Int32) -> Bool { fd >= 0 && fcntl(fd, F_GETFD) >= 0 && !console.isTerminal(fd) }
+        let descriptors = StreamDescriptors(stdin: readsInput && usable(console.input) ? console.input : nil,
+                                            stdout: usable(console.output) ? console.output : nil,
+                                            stderr: usable(console.errorOutput) ? console.errorOutput : nil)
         return descriptors.fds.isEmpty ? nil : descriptors
     }
 
@@ -164,16 +166,16 @@ enum StreamCommand {
     /// has no room (in-process: the command's window); a terminal, or none, ends it at once.
     /// After a signal cancelled the stream: one line saying so, then 128 + its number.
     /// After `~.`: as ssh says it, and 255.
-    private static func escapedOut() -> Invocation.Exit {
-        FileHandle.standardError.write(Data("Connection closed.\n".utf8))
-        exit(255)
+    private static func escapedOut(_ console: Console) -> Invocation.Exit {
+        console.write("Connection closed.\n", to: console.errorOutput)
+        return Invocation.Exit(rawValue: 255)
     }
 
-    private static func interrupted(_ number: Int32, json: Bool) -> () -> Invocation.Exit {
+    private static func interrupted(_ number: Int32, json: Bool, console: Console) -> () -> Invocation.Exit {
         {
             let name = "SIG" + SignalCatcher.name(number)
-            _ = Output.failure(TermindError(.streamCancelled, "Cancelled by \(name); the operation on the server was stopped."), json: json)
-            exit(128 + number)
+            _ = console.failure(TermindError(.streamCancelled, "Cancelled by \(name); the operation on the server was stopped."), json: json)
+            return Invocation.Exit(rawValue: 128 + number)
         }
     }
 
@@ -185,67 +187,50 @@ enum StreamCommand {
 
     /// SIGWINCH: the terminal's new size goes to the stream as a `resize` control.
     /// The size now is sent too: it may have changed while the session was being opened.
-    private static func watchWindow(_ bridge: TerminalBridge, control: StreamControl) -> any DispatchSourceSignal {
+    /// Returns what stops the watch.
+    private static func watchWindow(_ bridge: TerminalBridge, control: StreamControl, console: Console) -> @Sendable () -> Void {
         let sendSize: @Sendable () -> Void = { Self.sendSize(bridge, to: control) }
-        signal(SIGWINCH, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: SIGWINCH, queue: .global())
-        source.setEventHandler(handler: sendSize)
-        source.resume()
+        let stop = console.onWindowChange(sendSize)
         sendSize()
-        return source
+        return stop
     }
 
     /// On a bridged terminal the keys go through OpenSSH's escape sequences first
     /// (`TerminalEscapes`): `escape` acts on each one and says whether to read on.
-    private static func sendInput(_ fd: Int32, terminal: Bool = false, detachable: Bool = false, to control: StreamControl,
+    private static func sendInput(_ fd: Int32, terminal: Bool = false, detachable: Bool = false, to control: StreamControl, console: Console,
                                   escape: (@Sendable (TerminalEscapes.Action) -> Bool)? = nil) {
         // A terminal's keys go to a stream only when it bridges the terminal (raw mode).
-        guard fd >= 0, terminal || isatty(fd) != 1 else {
+        guard fd >= 0, terminal || !console.isTerminal(fd) else {
             _ = control.send(["inputEnd": .bool(true)])
             return
         }
-        let thread = Thread {
-            var buffer = [UInt8](repeating: 0, count: 64 << 10)
-            var escapes = TerminalEscapes(detachable: detachable)
-            while true {
-                let n = read(fd, &buffer, buffer.count)
-                if n < 0 && errno == EINTR { continue }
-                if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                    // A non-blocking descriptor handed over by someone: wait for data.
-                    var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                    _ = poll(&ready, 1, -1)
-                    continue
-                }
-                guard n > 0 else { break }
-                guard let escape else {
-                    guard control.input(Data(buffer[0..<n])) else { return }
-                    continue
-                }
-                for action in escapes.filter(Data(buffer[0..<n])) {
-                    if case .send(let bytes) = action {
-                        guard control.input(bytes) else { return }
-                    } else if !escape(action) {
-                        return
-                    }
+        // Only the reader's thread touches the escape state.
+        let escapes = Mutex(TerminalEscapes(detachable: detachable))
+        console.readInput(fd, { chunk in
+            guard let escape else { return control.input(chunk) }
+            for action in escapes.withLock({ $0.filter(chunk) }) {
+                if case .send(let bytes) = action {
+                    guard control.input(bytes) else { return false }
+                } else if !escape(action) {
+                    return false
                 }
             }
-            _ = control.send(["inputEnd": .bool(true)])
-        }
-        thread.start()
+            return true
+        }, end: { _ = control.send(["inputEnd": .bool(true)]) })
     }
 
     /// Prints the result and returns the exit code; a command's status and signal become
     /// termind's (128 + the signal's number, as a shell reports it).
     /// `shown`: a view already showed the result's human form.
-    static func finish(_ result: JSONValue, output: CollectedOutput, json: Bool, shown: Bool = false, emitsOutput: Bool = true) -> Invocation.Exit {
+    static func finish(_ result: JSONValue, output: CollectedOutput, json: Bool, console: Console, shown: Bool = false, emitsOutput: Bool = true) -> Invocation.Exit {
         if shown && !json {
             // The result was shown as a view; a status it carries still sets the exit code
             // (`termind sftp`'s 3: some paths failed).
-            if case .object(let fields) = result, case .integer(let status)? = fields["exitStatus"], status != 0 { exit(Int32(truncatingIfNeeded: status)) }
+            if case .object(let fields) = result, case .integer(let status)? = fields["exitStatus"], status != 0 { return Invocation.Exit(rawValue: Int32(truncatingIfNeeded: status)) }
             return .success
         }
         guard case .object(var fields) = result else {
-            if json { Output.json(result) } else { Output.human(result) }
+            if json { console.json(result) } else { console.human(result) }
             return .success
         }
         let isCommand = fields.keys.contains("exitStatus") || fields.keys.contains("exitSignal")
@@ -253,19 +238,19 @@ enum StreamCommand {
         let status: Int32? = if case .integer(let value)? = fields["exitStatus"] { Int32(truncatingIfNeeded: value) } else { nil }
         if json {
             if (isCommand && emitsOutput) || output.seen { fields.merge(output.report()) { $1 } }
-            Output.json(JSONValue.object(fields))
+            console.json(JSONValue.object(fields))
         } else {
             fields["exitStatus"] = nil
             fields["exitSignal"] = nil
-            if !fields.isEmpty { Output.human(.object(fields)) }
+            if !fields.isEmpty { console.human(.object(fields)) }
         }
         guard isCommand else { return .success }
         if let signal {
             // As a shell, nothing is said of a SIGPIPE: the reader of our output went away.
-            if !json && signal != "PIPE" { Output.error("the remote command was killed by SIG\(signal).") }
-            exit(128 + (signalNumbers[signal] ?? 15))
+            if !json && signal != "PIPE" { console.error("the remote command was killed by SIG\(signal).") }
+            return Invocation.Exit(rawValue: 128 + (signalNumbers[signal] ?? 15))
         }
-        exit(status ?? 255)
+        return Invocation.Exit(rawValue: status ?? 255)
     }
 
     private static let signalNumbers: [String: Int32] = ["HUP": 1, "INT": 2, "QUIT": 3, "ILL": 4, "ABRT": 6, "FPE": 8, "KILL": 9, "USR1": 10,
@@ -275,17 +260,21 @@ enum StreamCommand {
 /// A stream's output: written through as it arrives, or kept (bounded) for `--json`.
 final class CollectedOutput: @unchecked Sendable {
     private let keep: Bool
+    private let console: Console
     private let lock = NSLock()
     private var streams: [String: Data] = [:]
     private var truncated = false
     private(set) var seen = false
 
-    init(keep: Bool) { self.keep = keep }
+    init(keep: Bool, console: Console) {
+        self.keep = keep
+        self.console = console
+    }
 
     func add(_ kind: String, _ data: Data) {
         lock.withLock { seen = true }
         guard keep else {
-            (kind == "stdout" ? FileHandle.standardOutput : FileHandle.standardError).write(data)
+            console.write(data, to: kind == "stdout" ? console.output : console.errorOutput)
             return
         }
         lock.withLock {
@@ -315,12 +304,12 @@ final class CollectedOutput: @unchecked Sendable {
     }
 }
 
-/// A bridged stream's way to send (known once it opened) and its SIGWINCH source, set from
+/// A bridged stream's way to send (known once it opened) and its window watch, set from
 /// the event thread once the stream started and stopped when the command ends.
 private final class BridgeStart: @unchecked Sendable {
     private let lock = NSLock()
     private var controlValue: StreamControl?
-    private var resizes: (any DispatchSourceSignal)?
+    private var stopResizes: (@Sendable () -> Void)?
     private var detachableValue = false
 
     /// The session outlives this client (`started` said `detachable`): leaving detaches.
@@ -334,7 +323,7 @@ private final class BridgeStart: @unchecked Sendable {
         set { lock.withLock { controlValue = newValue } }
     }
 
-    func watch(_ source: any DispatchSourceSignal) { lock.withLock { resizes = source } }
+    func watch(_ stop: @escaping @Sendable () -> Void) { lock.withLock { stopResizes = stop } }
 
-    func stop() { lock.withLock { resizes }?.cancel() }
+    func stop() { lock.withLock { stopResizes }?() }
 }

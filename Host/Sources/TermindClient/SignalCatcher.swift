@@ -8,7 +8,7 @@ import Foundation
 /// restores the terminal and ends the process at once with 128 + its number — unless
 /// `keepUntilHandled`, when it waits for the handler (`termind serve`, which must stop
 /// cleanly even on a signal that comes the moment it is ready).
-final class SignalCatcher: @unchecked Sendable {
+final class SignalCatcher: SignalCatching, @unchecked Sendable {
     private let lock = NSLock()
     private var first: Int32?
     private var handler: (@Sendable (Int32) -> Void)?
@@ -45,7 +45,7 @@ final class SignalCatcher: @unchecked Sendable {
 
     private func caught(_ number: Int32) {
         // A prompt blocks in read(): nothing would notice the signal until Enter.
-        if TerminalPrompt.restore() { TerminalBridge.restoreActive(); StreamView.restoreTerminal(); _exit(128 + number) }
+        if TerminalPrompt.restore() { LocalTerminal.restoreActive(); StreamView.restoreTerminal(); _exit(128 + number) }
         let handler: (@Sendable (Int32) -> Void)?? = lock.withLock {
             guard first == nil else { return .none }
             first = number
@@ -55,7 +55,7 @@ final class SignalCatcher: @unchecked Sendable {
         case .none: return                       // a second signal: the first is being handled
         case .some(nil):
             if keepUntilHandled { return }  // kept in `first` for the handler
-            TerminalBridge.restoreActive(); StreamView.restoreTerminal(); _exit(128 + number)  // nothing else to clean up yet
+            LocalTerminal.restoreActive(); StreamView.restoreTerminal(); _exit(128 + number)  // nothing else to clean up yet
         case .some(let handler?): handler(number)
         }
     }

@@ -22,6 +22,7 @@ import TermindCore
 /// The terminal is left as found: the cursor shown again and the progress line cleared
 /// when the stream ends, fails, or a signal ends termind.
 final class StreamView: @unchecked Sendable {
+    private let console: Console
     private let json: Bool
     private let errIsTerminal: Bool
     private let outIsTerminal: Bool
@@ -40,14 +41,15 @@ final class StreamView: @unchecked Sendable {
     /// A view stood for the result (`result: true`): the client prints the result only with `--json`.
     var showedResult: Bool { lock.withLock { resultShown } }
 
-    init(json: Bool) {
+    init(json: Bool, console: Console) {
+        self.console = console
         self.json = json
-        errIsTerminal = isatty(STDERR_FILENO) == 1
-        outIsTerminal = isatty(STDOUT_FILENO) == 1
-        StreamView.current.withLock { $0 = self }
+        errIsTerminal = console.isTerminal(console.errorOutput)
+        outIsTerminal = console.isTerminal(console.output)
+        if console.isProcess { StreamView.current.withLock { $0 = self } }
     }
 
-    /// The view a signal must tidy up after (the process is about to end).
+    /// This process's view a signal must tidy up after (the process is about to end).
     static let current = Mutex<StreamView?>(nil)
 
     /// Handles `event` if it is one of the kinds above; false otherwise.
@@ -96,7 +98,7 @@ final class StreamView: @unchecked Sendable {
 
     private func progress(_ event: StreamEvent) {
         if json {
-            writeJSONLine(.object(event.fields.filter { $0.key != "id" }), to: FileHandle.standardError)
+            writeJSONLine(.object(event.fields.filter { $0.key != "id" }), to: console.errorOutput)
             return
         }
         guard errIsTerminal else { return }
@@ -128,30 +130,30 @@ final class StreamView: @unchecked Sendable {
                 if let total, total > done { parts.append("ETA \(Self.duration((total - done) / rate))") }
             }
             var text = parts.joined(separator: "  ")
-            let width = TerminalBridge.size(STDERR_FILENO)?.columns ?? 80
+            let width = TerminalBridge.size(console.errorOutput)?.columns ?? 80
             if text.count > width - 1 { text = String(text.prefix(max(0, width - 1))) }
-            FileHandle.standardError.write(Data(("\r\u{1B}[K" + text).utf8))
+            console.write("\r\u{1B}[K" + text, to: console.errorOutput)
             progressShown = true
         }
     }
 
     private func clearProgressLocked() {
         guard progressShown else { return }
-        FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
+        console.write("\r\u{1B}[K", to: console.errorOutput)
         progressShown = false
     }
 
     // MARK: - Records, views, notices
 
     private func record(_ record: JSONValue) {
-        if json { return writeJSONLine(record, to: FileHandle.standardOutput) }
+        if json { return writeJSONLine(record, to: console.output) }
         let first: Bool = lock.withLock {
             clearProgressLocked()
             defer { recordsShown += 1 }
             return recordsShown == 0
         }
-        if !first { FileHandle.standardOutput.write(Data("\n".utf8)) }  // one blank line between records
-        Output.human(record)
+        if !first { console.write("\n", to: console.output) }  // one blank line between records
+        console.human(record)
     }
 
     private func view(_ fields: [String: JSONValue]) {
@@ -160,7 +162,7 @@ final class StreamView: @unchecked Sendable {
         if json {
             // The result is the document; a view may say what stands for it in JSON.
             if isResult { return }
-            return writeJSONLine(fields["json"] ?? view, to: FileHandle.standardOutput)
+            return writeJSONLine(fields["json"] ?? view, to: console.output)
         }
         lock.withLock {
             if isResult { resultShown = true }
@@ -205,12 +207,12 @@ final class StreamView: @unchecked Sendable {
         } else {
             text = lines.joined(separator: "\n") + "\n\n"
         }
-        FileHandle.standardOutput.write(Data(text.utf8))
+        console.write(text, to: console.output)
     }
 
     private func restoreLocked() {
         if cursorHidden {
-            FileHandle.standardOutput.write(Data("\u{1B}[?25h".utf8))
+            console.write("\u{1B}[?25h", to: console.output)
             cursorHidden = false
         }
         if progressShown { clearProgressLocked() }
@@ -219,15 +221,15 @@ final class StreamView: @unchecked Sendable {
     private func notice(_ text: String) {
         lock.withLock { clearProgressLocked() }
         if json {
-            writeJSONLine(.object(["event": .string("notice"), "text": .string(text)]), to: FileHandle.standardError)
+            writeJSONLine(.object(["event": .string("notice"), "text": .string(text)]), to: console.errorOutput)
         } else {
-            Output.error(text)
+            console.error(text)
         }
     }
 
-    private func writeJSONLine(_ value: JSONValue, to handle: FileHandle) {
+    private func writeJSONLine(_ value: JSONValue, to fd: Int32) {
         guard let line = try? JSONCoding.encode(value) else { return }
-        handle.write(line + Data("\n".utf8))
+        console.write(line + Data("\n".utf8), to: fd)
     }
 
     // MARK: - Formatting

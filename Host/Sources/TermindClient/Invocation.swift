@@ -5,6 +5,11 @@ import TermindStore
 
 /// The parsed command line. Global options may appear anywhere before `--`.
 struct Invocation {
+    /// Whose streams, terminal, environment and folder this run uses.
+    let console: Console
+    /// The `termind serve` kernel this run is inside (a launcher's command), if any: calls
+    /// and streams go to it directly instead of over the socket.
+    var server: Kernel?
     var registryPath: String?
     var pluginDirectories: [String] = []
     var selection: Set<String>?
@@ -31,9 +36,12 @@ struct Invocation {
 
     static let version = "0.1.0"
 
-    /// Exit codes: 0 success, 1 the operation failed, 2 bad usage, 3 termind could not boot.
-    enum Exit: Int32 {
-        case success = 0, failure = 1, usage = 2, bootFailed = 3
+    /// Exit codes: 0 success, 1 the operation failed, 2 bad usage, 3 termind could not boot;
+    /// a remote command's own status (128 + a signal's number when one ended it).
+    struct Exit: RawRepresentable, Equatable, Sendable {
+        let rawValue: Int32
+        init(rawValue: Int32) { self.rawValue = rawValue }
+        static let success = Exit(rawValue: 0), failure = Exit(rawValue: 1), usage = Exit(rawValue: 2), bootFailed = Exit(rawValue: 3)
     }
 
     struct UsageError: Error, CustomStringConvertible {
@@ -42,12 +50,14 @@ struct Invocation {
         let description: String
     }
 
-    static func parse(_ argv: [String], environment: [String: String]) throws -> Invocation {
-        func env(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
+    static func parse(_ argv: [String], console: Console, server: Kernel? = nil) throws -> Invocation {
+        let environment = console.environment
+        func env(_ name: String) -> String? { console.variable(name) }
         let home = env("HOME") ?? NSHomeDirectory()
         let dataHome = env("XDG_DATA_HOME").flatMap { $0.hasPrefix("/") ? $0 : nil } ?? "\(home)/.local/share"
         let configHome = env("XDG_CONFIG_HOME").flatMap { $0.hasPrefix("/") ? $0 : nil } ?? "\(home)/.config"
-        var inv = Invocation(socketPath: env("TERMIND_SOCKET") ?? ExecutablePaths.defaultSocketPath(environment: environment),
+        var inv = Invocation(console: console, server: server,
+                             socketPath: env("TERMIND_SOCKET") ?? ExecutablePaths.defaultSocketPath(environment: environment),
                              storePath: env("TERMIND_STORE") ?? "\(dataHome)/termind/termind.sqlite",
                              secretsPath: env("TERMIND_SECRETS"),
                              secretsKeyPath: env("TERMIND_SECRETS_KEY") ?? "\(configHome)/termind/secrets.key",
@@ -118,19 +128,25 @@ struct Invocation {
         } else {
             inv.arguments = rest
         }
-        inv.pluginDirectories = inv.pluginDirectories.map(absolute)
-        inv.registryPath = inv.registryPath.map(absolute)
-        inv.socketPath = absolute(inv.socketPath)
-        inv.storePath = absolute(inv.storePath)
-        inv.secretsPath = inv.secretsPath.map(absolute)
-        inv.secretsKeyPath = absolute(inv.secretsKeyPath)
-        inv.passphraseFile = inv.passphraseFile.map(absolute)
-        inv.answersPath = inv.answersPath.map(absolute)
+        inv.pluginDirectories = inv.pluginDirectories.map(console.absolute)
+        inv.registryPath = inv.registryPath.map(console.absolute)
+        inv.socketPath = console.absolute(inv.socketPath)
+        inv.storePath = console.absolute(inv.storePath)
+        inv.secretsPath = inv.secretsPath.map(console.absolute)
+        inv.secretsKeyPath = console.absolute(inv.secretsKeyPath)
+        inv.passphraseFile = inv.passphraseFile.map(console.absolute)
+        inv.answersPath = inv.answersPath.map(console.absolute)
         return inv
     }
 
-    /// `path` made absolute against the working folder (LocalPath).
-    static func absolute(_ path: String) -> String { LocalPath.absolute(path) }
+    /// Commands that run in the process that was started, never inside a server: the server
+    /// itself, benchmarks, the plugin check (it loads the plugin under test) and `version`
+    /// (this build's, not the server's).
+    static let processOnly: Set<String> = ["serve", "bench", "plugins", "version"]
+
+    /// Whether a launcher's command must run in the launcher's own process instead of the
+    /// server it reached (see `processOnly`; `--local`; options that shape the boot).
+    var runsInProcess: Bool { local || shapesBoot || Invocation.processOnly.contains(command ?? "") }
 
     /// Registry.json: --registry, TERMIND_REGISTRY, beside the executable, or ../share/termind.
     func resolvedRegistry() -> String? {
@@ -170,7 +186,7 @@ struct Invocation {
 
     func logSink() throws -> LogSink {
         guard debug || logFile != nil else { return .disabled() }
-        if let logFile { return try .file(at: Invocation.absolute(logFile), level: debug ? .debug : .info) }
+        if let logFile { return try .file(at: console.absolute(logFile), level: debug ? .debug : .info) }
         return .descriptor(STDERR_FILENO, level: .debug)
     }
 }

@@ -154,10 +154,10 @@ enum Bench {
 
         if inv.json {
             struct Report: Encodable { let iterations: Int; let peer: String; let figures: [Figure] }
-            Output.json(Report(iterations: iterations, peer: "raw Unix-socket line echo (same framing, no kernel)", figures: figures))
+            inv.console.json(Report(iterations: iterations, peer: "raw Unix-socket line echo (same framing, no kernel)", figures: figures))
         } else {
-            Output.line("termind bench — \(iterations) in-process calls, \(socketIterations) socket calls; peer: raw Unix-socket line echo")
-            Output.table(Figure.header, figures.map(\.row))
+            inv.console.line("termind bench — \(iterations) in-process calls, \(socketIterations) socket calls; peer: raw Unix-socket line echo")
+            inv.console.table(Figure.header, figures.map(\.row))
         }
         return .success
     }

@@ -38,7 +38,7 @@ enum Completion {
                 return (command.words, options)
             }
         }
-        FileHandle.standardOutput.write(Data(script(commands, zsh: shell == "zsh").utf8))
+        inv.console.write(script(commands, zsh: shell == "zsh"), to: inv.console.output)
         return .success
     }
 

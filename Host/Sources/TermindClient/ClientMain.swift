@@ -1,0 +1,64 @@
+import Dispatch
+import Foundation
+import TermindCore
+import TermindKernel
+
+/// The generic client: parse, dispatch, and the exit code that means something. It runs in
+/// the process that was started (`termind_client_main`, which the launcher calls when no
+/// server takes the command) or inside `termind serve` for a launcher (RemoteInvocation).
+enum ClientMain {
+    static func run(_ arguments: [String], console: Console, server: Kernel? = nil) async -> Invocation.Exit {
+        let inv: Invocation
+        do {
+            inv = try Invocation.parse(arguments, console: console, server: server)
+        } catch {
+            return console.failure(error, json: arguments.contains("--json"))
+        }
+        return await run(inv)
+    }
+
+    static func run(_ inv: Invocation) async -> Invocation.Exit {
+        do {
+            let builtins = RegistryValidator.hostCommands
+            let wantsGeneralHelp = inv.command == nil || (inv.command == "help" && inv.arguments.isEmpty)
+                || (inv.help && builtins.contains(inv.command ?? ""))
+            switch inv.command {
+            case _ where wantsGeneralHelp, nil:
+                inv.console.line(await Help.general(inv))
+                return .success
+            case "help"?:
+                // `termind help vault host add`: the words after `help` name the command.
+                var helpInv = inv
+                helpInv.help = true
+                helpInv.arguments = Array(inv.arguments.dropFirst())
+                return try await PluginCommand.run(inv.arguments[0], helpInv)
+            case "features"?: return try await Commands.features(inv)
+            case "contracts"?: return try await Commands.contracts(inv)
+            case "call"?: return try await Commands.call(inv)
+            case "serve"?: return try await Serve.run(inv)
+            case "version"?: return try await Commands.version(inv)
+            case "plugins"?: return try await Commands.plugins(inv)
+            case "secrets"?: return try await Commands.secrets(inv)
+            case "bench"?: return try await Bench.run(inv)
+            case "completion"?: return try await Completion.run(inv)
+            case let name?: return try await PluginCommand.run(name, inv)
+            }
+        } catch {
+            return inv.console.failure(error, json: inv.json)
+        }
+    }
+}
+
+/// The entry the launcher calls when the command runs in this process: runs the client on
+/// this process's console and exits with its code.
+@_cdecl("termind_client_main")
+public func termindClientMain() {
+    let arguments = Array(CommandLine.arguments.dropFirst())
+    Task {
+        let console = Console.process()
+        let code = await ClientMain.run(arguments, console: console)
+        console.finish()
+        exit(code.rawValue)
+    }
+    dispatchMain()
+}

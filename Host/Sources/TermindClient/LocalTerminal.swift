@@ -1,0 +1,99 @@
+import Foundation
+import Synchronization
+
+/// This process's own terminal (`Console.process`): raw mode on standard input, prompts on
+/// `/dev/tty` or standard input, the editor, and stopping as a shell's job.
+final class LocalTerminal: ConsoleTerminal, @unchecked Sendable {
+    private let lock = NSLock()
+    /// Standard input's settings before the first raw mode.
+    private var saved: termios?
+    private var raw = false
+
+    /// The terminal in raw mode, for paths that end the process at once.
+    private static let active = Mutex<LocalTerminal?>(nil)
+
+    func setRaw(_ on: Bool) {
+        lock.withLock {
+            if on {
+                var settings = termios()
+                if saved == nil, tcgetattr(STDIN_FILENO, &settings) == 0 { saved = settings }
+                guard var settings = saved else { return }
+                cfmakeraw(&settings)
+                // Output post-processing off too (the remote terminal sends its own CRs).
+                tcsetattr(STDIN_FILENO, TCSADRAIN, &settings)
+                raw = true
+            } else if raw, var settings = saved {
+                tcsetattr(STDIN_FILENO, TCSADRAIN, &settings)
+                raw = false
+            }
+        }
+        if on { Self.active.withLock { $0 = self } }
+    }
+
+    /// For a path about to end the process: the terminal as it was found.
+    static func restoreActive() {
+        active.withLock { $0 }?.setRaw(false)
+    }
+
+    func readLine(_ prompt: String, echo: Bool, controllingTerminal: Bool) -> String? {
+        let input: Int32, output: Int32
+        var opened: Int32 = -1
+        if controllingTerminal {
+            opened = open("/dev/tty", O_RDWR | O_CLOEXEC)
+            guard opened >= 0 else { return nil }
+            (input, output) = (opened, opened)
+        } else {
+            guard isatty(STDIN_FILENO) == 1 else { return nil }
+            (input, output) = (STDIN_FILENO, STDERR_FILENO)
+        }
+        defer { if opened >= 0 { close(opened) } }
+        _ = prompt.withCString { write(output, $0, strlen($0)) }
+        var before = termios()
+        tcgetattr(input, &before)
+        TerminalPrompt.begin(input, saved: before)
+        if !echo {
+            var quiet = before
+            quiet.c_lflag &= ~tcflag_t(ECHO)
+            tcsetattr(input, TCSANOW, &quiet)
+        }
+        defer {
+            if !echo {
+                tcsetattr(input, TCSANOW, &before)
+                _ = write(output, "\n", 1)
+            }
+            TerminalPrompt.end()
+        }
+        var bytes: [UInt8] = []
+        defer { bytes.withUnsafeMutableBufferPointer { buffer in for index in buffer.indices { buffer[index] = 0 } } }
+        var byte: UInt8 = 0
+        while bytes.count < 64 << 10, Glibc.read(input, &byte, 1) == 1, byte != 10 { bytes.append(byte) }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    func show(_ text: String) {
+        let tty = open("/dev/tty", O_WRONLY | O_CLOEXEC | O_NOCTTY)
+        guard tty >= 0 else { return }
+        defer { close(tty) }
+        _ = text.withCString { write(tty, $0, strlen($0)) }
+    }
+
+    func edit(_ path: String, command: String) -> Int32 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", command + " \"$1\"", "termind-edit", path]
+        let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
+        if tty >= 0 {
+            let handle = FileHandle(fileDescriptor: tty, closeOnDealloc: true)
+            process.standardInput = handle
+            process.standardOutput = handle
+            process.standardError = handle
+        }
+        do { try process.run() } catch { return -1 }
+        process.waitUntilExit()
+        return process.terminationReason == .exit ? process.terminationStatus : -1
+    }
+
+    func suspend() {
+        kill(getpid(), SIGTSTP)
+    }
+}

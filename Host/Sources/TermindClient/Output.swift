@@ -1,0 +1,168 @@
+import Foundation
+import TermindCore
+import TermindKernel
+
+/// Writing results on a run's console: JSON for scripts (`--json`), aligned text for people.
+extension Console {
+    /// Text for people; control characters from outside text are shown escaped (TerminalText).
+    func line(_ text: String) {
+        write(TerminalText.escaped(text) + "\n", to: output)
+    }
+
+    func error(_ text: String) {
+        write("termind: \(TerminalText.escaped(text))\n", to: errorOutput)
+    }
+
+    func json(_ data: Data) {
+        let value = (try? JSONCoding.parse(data, source: "reply")) ?? .null
+        json(value)
+    }
+
+    func json<T: Encodable>(_ value: T) {
+        let data = (try? JSONCoding.encode(value, pretty: true)) ?? Data("null".utf8)
+        write(data + Data("\n".utf8), to: output)
+    }
+
+    /// Rows with aligned columns.
+    func table(_ header: [String], _ rows: [[String]], indent: String = "") {
+        for text in Output.tableLines(header, rows) { line(indent + text) }
+    }
+
+    /// A JSON value for people. A reply holding one list of records (`{"hosts": [...]}`)
+    /// prints as a table. Other objects print their scalar fields as `key  value` lines, then
+    /// each list under its name: records as a table, strings as `- item` lines.
+    func human(_ value: JSONValue) {
+        if case .object(let o) = value, o.count == 1, case .array(let rows)? = o.values.first, let records = Output.records(rows) {
+            records.isEmpty ? line("(none)") : recordTable(records)
+            return
+        }
+        guard case .object(let o) = value else { return line(Output.scalar(value)) }
+        let keys = o.keys.sorted()
+        let lists = keys.filter { key in if case .array(let items) = o[key]!, !items.isEmpty { return Output.records(items) != nil || !Output.isShort(o[key]) || Output.scalar(o[key]!).count > 60 } else { return false } }
+        let plain = keys.filter { !lists.contains($0) }
+        let width = plain.map(\.count).max() ?? 0
+        for key in plain {
+            line("\(key.padding(toLength: width, withPad: " ", startingAt: 0))  \(Output.scalar(o[key]!))")
+        }
+        for key in lists {
+            guard case .array(let items) = o[key]! else { continue }
+            line("\(key) (\(items.count)):")
+            if let records = Output.records(items) {
+                recordTable(records, indent: "  ")
+            } else {
+                for item in items { line("  - " + Output.scalar(item)) }
+            }
+        }
+    }
+
+    /// Records as a table of their short fields; fields holding long text (a cell over 40
+    /// characters) follow the table, one line per item, under the record's first column.
+    private func recordTable(_ records: [[String: JSONValue]], indent: String = "") {
+        let columns = Output.columns(of: records)
+        let long = Set(columns.dropFirst().filter { key in records.contains { ($0[key].map(Output.scalar) ?? "").count > 40 } })
+        let shown = columns.filter { !long.contains($0) }
+        table(shown.map { $0.uppercased() }, records.map { r in shown.map { r[$0].map(Output.scalar) ?? "" } }, indent: indent)
+        guard let first = columns.first else { return }
+        for record in records {
+            for key in columns where long.contains(key) {
+                let items: [String]
+                switch record[key] {
+                case .array(let list)?: items = list.map(Output.scalar)
+                case let value?: items = value == .null ? [] : [Output.scalar(value)]
+                case nil: items = []
+                }
+                for item in items { line("\(indent)\(record[first].map(Output.scalar) ?? "-") \(key): \(item)") }
+            }
+        }
+    }
+
+    /// Reports an error in the form the caller asked for and returns the exit code.
+    func failure(_ error: any Error, json wantsJSON: Bool) -> Invocation.Exit {
+        switch error {
+        case let e as TermindError:
+            if wantsJSON { self.json(["error": ["code": e.code, "message": e.message]]) } else { self.error(e.message) }
+            return .failure
+        case let e as BootFailure where e.problems.first?.is(.featuresUnknown) == true:
+            if wantsJSON { self.json(["error": ["code": ErrorCode.featuresUnknown.rawValue, "message": e.description]]) } else { self.error("\(e.description) Run 'termind --help'.") }
+            return .usage
+        case let e as BootFailure:
+            if wantsJSON {
+                self.json(["error": ["code": e.problems.first?.code ?? Output.bootFailed.rawValue, "message": e.description]])
+            } else {
+                self.error("cannot start:\n" + e.problems.map { "  - \($0.message)" }.joined(separator: "\n"))
+            }
+            return .bootFailed
+        case let e as Invocation.UsageError:
+            if wantsJSON { self.json(["error": ["code": Invocation.UsageError.code.rawValue, "message": e.description]]) } else { self.error("\(e.description) Run 'termind --help'.") }
+            return .usage
+        default:
+            let mapped = TermindError.from(error)
+            if wantsJSON { self.json(["error": ["code": mapped.code, "message": mapped.message]]) } else { self.error(mapped.message) }
+            return .failure
+        }
+    }
+}
+
+/// Formatting shared by every way of showing results (no writing).
+enum Output {
+    /// The code of a boot failure that names no problem.
+    static let bootFailed: ErrorCode = "boot.failed"
+
+    /// Rows with aligned columns, as lines (escaped).
+    static func tableLines(_ header: [String], _ rows: [[String]]) -> [String] {
+        let all = ([header] + rows).map { $0.map { TerminalText.escaped($0, singleLine: true) } }
+        let widths = header.indices.map { column in all.map { $0[column].count }.max() ?? 0 }
+        return all.map { row in
+            let cells = row.enumerated().map { index, cell in
+                index == row.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
+            }
+            return cells.joined(separator: "  ").trimmingCharacters(in: .whitespaces)
+        }
+    }
+
+    /// Records as table lines of their short fields (a live view's rows).
+    static func tableLines(_ records: [[String: JSONValue]]) -> [String] {
+        let columns = columns(of: records)
+        return tableLines(columns.map { $0.uppercased() }, records.map { r in columns.map { r[$0].map(scalar) ?? "" } })
+    }
+
+    /// The columns a table of `records` shows: short fields, identifying ones first.
+    static func columns(of records: [[String: JSONValue]]) -> [String] {
+        records.flatMap(\.keys).reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
+            .filter { key in !key.hasSuffix("At") && records.allSatisfy { isShort($0[key]) } }
+            .sorted { (rank($0), $0) < (rank($1), $1) }
+    }
+
+    static func records(_ rows: [JSONValue]) -> [[String: JSONValue]]? {
+        let records = rows.compactMap { row -> [String: JSONValue]? in if case .object(let r) = row { return r } else { return nil } }
+        return records.count == rows.count ? records : nil
+    }
+
+    static func isShort(_ value: JSONValue?) -> Bool {
+        switch value {
+        case nil, .null?, .string?, .integer?, .unsignedInteger?, .double?, .bool?: return true
+        case .array(let items)?: return items.allSatisfy { if case .string = $0 { return true } else { return false } }
+        default: return false
+        }
+    }
+
+    /// Identifying columns first.
+    private static func rank(_ key: String) -> Int {
+        ["id": 0, "label": 1, "name": 2].first { $0.key == key }?.value ?? 3
+    }
+
+    static func scalar(_ value: JSONValue) -> String {
+        switch value {
+        case .string(let s): return s
+        case .integer(let i): return String(i)
+        case .unsignedInteger(let u): return String(u)
+        case .double(let d): return String(d)
+        case .bool(let b): return b ? "true" : "false"
+        case .null: return "-"
+        case .array(let items) where items.allSatisfy({ if case .string = $0 { return true } else { return false } }):
+            return items.isEmpty ? "-" : items.compactMap(\.stringValue).joined(separator: ", ")
+        default:
+            return (try? String(decoding: JSONCoding.encode(value), as: UTF8.self)) ?? ""
+        }
+    }
+}

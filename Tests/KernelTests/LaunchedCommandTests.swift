@@ -1,0 +1,176 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import TermindKernel
+import XCTest
+
+/// Commands a running `termind serve` takes from the launcher (docs/contracts.md, "The
+/// launcher"): the launcher loads no Foundation, the server runs the generic client against
+/// the launcher's own descriptors, folder and environment, asks the launcher to prompt and
+/// set terminal modes, hears its signals, and replies with the exit code. Each test checks
+/// what a person or a script sees, against a real server and the fixture stream feature.
+final class LaunchedCommandTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+    private var termind: String { FeatureHarness.buildDirectory + "/termind" }
+
+    override func setUpWithError() throws { directory = try TemporaryDirectory() }
+    override func tearDown() { directory?.remove() }
+
+    private func registry() throws -> String {
+        try directory.write("Registry.json", #"""
+        {"schema": 1, "features": [{"id": "fixture-streams", "version": "1.0.0", "abi": 1, "library": "libTermindFixtureStreams.so", "order": 10,
+          "streams": ["fixture-streams.show@1"],
+          "commands": [{"name": "show", "stream": "fixture-streams.show@1", "arguments": [], "summary": "Show each event kind."}]}]}
+        """#)
+    }
+
+    private func environment(socket: String) -> [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = directory.file("home")
+        environment["XDG_RUNTIME_DIR"] = directory.file("home/run")
+        for name in ["TERMIND_PLUGINS", "TERMIND_FEATURES", "TERMIND_REGISTRY", "TERMIND_STORE", "LD_DEBUG"] { environment.removeValue(forKey: name) }
+        environment["TERMIND_SOCKET"] = socket
+        return environment
+    }
+
+    private func serve() throws -> ServeProcess {
+        try ServeProcess(directory: directory, arguments: ["--registry", try registry()])
+    }
+
+    private func run(_ arguments: [String], socket: String, stdin: String? = nil, in folder: String? = nil,
+                     extra: [String: String] = [:]) throws -> ProcessResult {
+        try ProcessRunner.run(termind, arguments, environment: environment(socket: socket).merging(extra) { $1 }, stdin: stdin, currentDirectory: folder)
+    }
+
+    /// The point of the launcher: a command the server takes never maps Foundation or any
+    /// termind library in the process that was started; one run in-process does.
+    func testACommandTheServerTakesLoadsNeitherFoundationNorTermindsLibraries() throws {
+        let server = try serve()
+        defer { server.stop() }
+        let served = try run(["--json", "features"], socket: server.socketPath, extra: ["LD_DEBUG": "files"])
+        XCTAssertEqual(served.status, 0, served.stderr)
+        XCTAssertEqual(try JSONCoding.parse(Data(served.stdout.utf8), source: "features")["server"], .bool(true))
+        let loaded = served.stderr.split(separator: "\n").filter { $0.contains("file=") }
+        XCTAssertTrue(loaded.contains { $0.contains("libswiftCore.so") }, "LD_DEBUG said nothing: \(served.stderr.prefix(400))")
+        XCTAssertEqual(loaded.filter { $0.contains("libFoundation") || $0.contains("libTermind") || $0.contains("libicu") }, [])
+        let local = try run(["--json", "--registry", try registry(), "features"], socket: server.socketPath, extra: ["LD_DEBUG": "files"])
+        XCTAssertEqual(local.status, 0, local.stderr)
+        XCTAssertEqual(try JSONCoding.parse(Data(local.stdout.utf8), source: "features")["server"], .bool(false))
+        XCTAssertTrue(local.stderr.contains("libTermindClient.so") && local.stderr.contains("libFoundation.so"), "the in-process run loads the client")
+    }
+
+    /// The server reads the launcher's standard input, writes its output, resolves relative
+    /// paths against the launcher's folder and exits with the command's code.
+    func testTheLaunchersInputFolderAndExitCodesAreTheCommands() throws {
+        let server = try serve()
+        defer { server.stop() }
+        let ping = try run(["call", "kernel.ping@1", "-"], socket: server.socketPath, stdin: #"{"payload": "through the launcher"}"#)
+        XCTAssertEqual(ping.status, 0, ping.stderr)
+        XCTAssertEqual(try JSONCoding.parse(Data(ping.stdout.utf8), source: "ping")["payload"], .string("through the launcher"))
+
+        // A relative --answers file, from a folder the server has never been in.
+        let folder = directory.file("elsewhere")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        try #"{"fixture.choice": "beta"}"#.write(toFile: folder + "/answers.json", atomically: true, encoding: .utf8)
+        let answered = try run(["--answers", "answers.json", "show", "--ask", "choice", "--stdout", "out\n", "--stderr", "err\n"],
+                               socket: server.socketPath, in: folder)
+        XCTAssertEqual(answered.status, 0, answered.stderr)
+        XCTAssertEqual(answered.stdout, "out\nanswers  beta\n")
+        XCTAssertEqual(answered.stderr, "err\n")
+
+        let unknown = try run(["nope"], socket: server.socketPath)
+        XCTAssertEqual(unknown.status, 2)
+        XCTAssertTrue(unknown.stderr.hasPrefix("termind: Unknown command 'nope'."), unknown.stderr)
+        let undeclared = try run(["show", "--undeclared", "true"], socket: server.socketPath)
+        XCTAssertEqual(undeclared.status, 1)
+        XCTAssertTrue(undeclared.stderr.contains("which it does not declare"), undeclared.stderr)
+        // Usage errors come from the same parser as in-process.
+        let usage = try run(["show", "--steps"], socket: server.socketPath)
+        XCTAssertEqual(usage.status, 2)
+        XCTAssertTrue(usage.stderr.contains("--steps needs a value."), usage.stderr)
+    }
+
+    /// SIGTERM to the launcher cancels the command on the server, which ends it as it would
+    /// in its own process: a line saying so, and 128 + the signal.
+    func testASignalToTheLauncherCancelsTheCommandOnTheServer() throws {
+        let server = try serve()
+        defer { server.stop() }
+        let launcher = try SpawnedProcess(termind, ["show", "--stdout", "holding\n", "--hold", "60"], environment: environment(socket: server.socketPath),
+                                          captureOutput: true)
+        defer { launcher.signal(SIGKILL); launcher.wait() }
+        XCTAssertNotNil(launcher.readOutput(until: "holding", timeout: 20))
+        launcher.signal(SIGTERM)
+        let (_, error) = launcher.readAll()
+        XCTAssertEqual(launcher.wait(), 143)
+        XCTAssertTrue(String(decoding: error, as: UTF8.self).contains("Cancelled by SIGTERM"), String(decoding: error, as: UTF8.self))
+    }
+
+    /// A server that dies under a command: the launcher says the outcome is unknown and fails.
+    func testAServerThatGoesAwayMidCommandLeavesTheOutcomeUnknown() throws {
+        let server = try serve()
+        let launcher = try SpawnedProcess(termind, ["show", "--stdout", "holding\n", "--hold", "60"], environment: environment(socket: server.socketPath),
+                                          captureOutput: true)
+        defer { launcher.signal(SIGKILL); launcher.wait() }
+        XCTAssertNotNil(launcher.readOutput(until: "holding", timeout: 20))
+        server.process.signal(SIGKILL)
+        server.process.wait()
+        let (_, error) = launcher.readAll()
+        XCTAssertEqual(launcher.wait(), 1)
+        XCTAssertTrue(String(decoding: error, as: UTF8.self).contains("closed the connection before the command ended"), String(decoding: error, as: UTF8.self))
+    }
+
+    /// On a terminal, through the server: the launcher shows the questions and reads the
+    /// answers (a hidden one not echoed), the server's progress line is redrawn on the
+    /// launcher's terminal, and Ctrl-C during a live view restores the cursor and exits 130.
+    func testOnATerminalQuestionsAreAskedByTheLauncherAndCtrlCRestoresTheTerminal() throws {
+        let server = try serve()
+        defer { server.stop() }
+        let environment = environment(socket: server.socketPath)
+        func quoted(_ words: [String]) -> String { words.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ") }
+        let shown = try ProcessRunner.run("/usr/bin/script", ["-qec", quoted([termind, "show", "--steps", "2", "--total", "4194304", "--pause", "0.2",
+                                                                                "--ask", "confirm,choice,prompts"]), "/dev/null"],
+                                          environment: environment, stdin: "y\nb\nsecret-word\n")
+        XCTAssertEqual(shown.status, 0, shown.stdout)
+        XCTAssertTrue(shown.stdout.contains("\r\u{1B}[Kfile.bin  [##########..........]  50%"), shown.stdout)
+        XCTAssertTrue(shown.stdout.contains("Go ahead? [y/N] "), shown.stdout)
+        XCTAssertTrue(shown.stdout.contains("Pick [a]lpha/[b]eta: "), shown.stdout)
+        XCTAssertTrue(shown.stdout.hasSuffix("answers  yes, beta, secret-word\r\n"), shown.stdout)
+        XCTAssertFalse(shown.stdout.contains("secret-word\r\n\u{1B}"), "a hidden prompt must not echo what was typed")
+
+        let session = try SpawnedProcess("/usr/bin/script", ["-qec", quoted([termind, "show", "--views", "1", "--hold", "30"]), directory.file("typescript")],
+                                         environment: environment, captureOutput: true)
+        defer { session.signal(SIGKILL); session.wait() }
+        XCTAssertNotNil(session.readOutput(until: "box", timeout: 20), "the view was not drawn")
+        let pid = try ProcessRunner.run("/usr/bin/pgrep", ["-f", "show --views 1 --hold 30"]).stdout.split(separator: "\n").compactMap { Int32($0) }
+            .first { (try? String(contentsOfFile: "/proc/\($0)/comm", encoding: .utf8))?.hasPrefix("termind") == true }
+        kill(try XCTUnwrap(pid, "termind is not running"), SIGINT)
+        XCTAssertEqual(session.wait(), 130)
+        let screen = try String(contentsOfFile: directory.file("typescript"), encoding: .utf8)
+        XCTAssertTrue(screen.contains("\u{1B}[?25h"), "the cursor stays hidden: \(screen.debugDescription)")
+    }
+
+    /// A server that predates the launcher (no `client.invoke@1`) and commands that must run
+    /// in the launcher's own process: the launcher runs them itself, with the same result.
+    func testCommandsTheServerDoesNotTakeRunInTheLaunchersProcess() async throws {
+        let kernel = Kernel(configuration: KernelConfiguration(registryPath: try registry(), libraryDirectory: FeatureHarness.buildDirectory,
+                                                               pluginDirectories: [], selection: nil, hostVersion: "test"), sink: .disabled())
+        _ = try await kernel.boot()
+        let socket = directory.file("old/control.sock")
+        let old = ControlServer(path: socket, kernel: kernel, logger: kernel.logger)
+        try old.start()
+        // Answered by the old server, through the full client's own connection.
+        let features = try run(["--json", "features"], socket: socket)
+        old.stop()
+        await kernel.shutdown()
+        XCTAssertEqual(features.status, 0, features.stderr)
+        XCTAssertEqual(try JSONCoding.parse(Data(features.stdout.utf8), source: "features")["server"], .bool(true))
+
+        let server = try serve()
+        defer { server.stop() }
+        // `version` is this build's: it runs here even with a server answering.
+        let version = try run(["version"], socket: server.socketPath, extra: ["LD_DEBUG": "files"])
+        XCTAssertEqual(version.status, 0, version.stderr)
+        XCTAssertTrue(version.stdout.hasPrefix("termind "), version.stdout)
+        XCTAssertTrue(version.stderr.contains("libTermindClient.so"), "version did not run in the launcher's process")
+    }
+}
