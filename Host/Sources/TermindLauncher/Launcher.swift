@@ -65,19 +65,25 @@ public enum Launcher {
     static func serve(_ socket: LauncherSocket, terminal: LauncherTerminal) -> Outcome {
         var answered = false
         while true {
-            var ready = [pollfd(fd: socket.fd, events: Int16(POLLIN), revents: 0),
-                         pollfd(fd: LauncherSignals.readEnd, events: Int16(POLLIN), revents: 0)]
-            if poll(&ready, 2, -1) < 0 {
-                if errno == EINTR { continue }
-                return .failed("cannot wait for the termind server: \(String(cString: strerror(errno))).")
-            }
-            if ready[1].revents != 0 {
-                for number in LauncherSignals.drain() {
-                    _ = socket.send(LauncherJSON.object(["id": .number(1), "control": .object(["signal": .string(LauncherSignals.name(number))])]).text)
+            let read: LauncherSocket.Read
+            if let line = socket.bufferedLine() {
+                read = .line(line)
+            } else {
+                var ready = [pollfd(fd: socket.fd, events: Int16(POLLIN), revents: 0),
+                             pollfd(fd: LauncherSignals.readEnd, events: Int16(POLLIN), revents: 0)]
+                if poll(&ready, 2, -1) < 0 {
+                    if errno == EINTR { continue }
+                    return .failed("cannot wait for the termind server: \(String(cString: strerror(errno))).")
                 }
+                if ready[1].revents != 0 {
+                    for number in LauncherSignals.drain() {
+                        _ = socket.send(LauncherJSON.object(["id": .number(1), "control": .object(["signal": .string(LauncherSignals.name(number))])]).text)
+                    }
+                }
+                guard ready[0].revents != 0 else { continue }
+                read = socket.readLine()
             }
-            guard ready[0].revents != 0 else { continue }
-            switch socket.readLine() {
+            switch read {
             case .again:
                 continue
             case .end:

@@ -101,6 +101,10 @@ final class LauncherSocket {
 
     enum Read { case line([UInt8]), end, again }
 
+    /// A whole line already read, if any: one read may bring several, so the caller takes
+    /// these before it waits for the socket again.
+    func bufferedLine() -> [UInt8]? { takeLine() }
+
     /// The next whole line (without its newline) when one is buffered or arrives with one
     /// read; `.again` when the read brought only part of one; `.end` when the server closed
     /// the connection (or sent a line over `maximumLine`).
