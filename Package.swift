@@ -13,6 +13,13 @@ let apis = Target.Dependency.product(name: "TermindAPIs", package: "APIs")
 /// Records compiler and contracts hash in each Swift feature (FeatureDescriptor.export).
 let signature = Target.PluginUsage.plugin(name: "BuildSignature", package: "Core")
 
+/// The launcher imports neither Concurrency nor StringProcessing (nothing of theirs is
+/// used), so its process maps two fewer Swift libraries: it starts for every command.
+let launcherSettings: [SwiftSetting] = [
+    .unsafeFlags(["-Xfrontend", "-disable-implicit-concurrency-module-import",
+                  "-Xfrontend", "-disable-implicit-string-processing-module-import"]),
+]
+
 let package = Package(
     name: "Termind",
     products: [
@@ -47,13 +54,15 @@ let package = Package(
         .executableTarget(
             name: "termind",
             dependencies: ["TermindLauncher"],
-            path: "Host/Sources/termind"
+            path: "Host/Sources/termind",
+            swiftSettings: launcherSettings
         ),
         // The launcher's logic, on the Swift runtime and Glibc alone (unit-tested directly).
         .target(
             name: "TermindLauncher",
             dependencies: [],
-            path: "Host/Sources/TermindLauncher"
+            path: "Host/Sources/TermindLauncher",
+            swiftSettings: launcherSettings
         ),
         // The generic client: commands, streams, questions, views, `serve` and, inside it,
         // the launcher's commands (libTermindClient.so, loaded by the launcher).

@@ -50,9 +50,12 @@ public enum LaunchPlan: Equatable, Sendable {
     /// names say they may hold a secret (a command can never ask for those: BootPlan refuses
     /// them in a manifest's `environment`), and none that is not `NAME=value`.
     public static func forwardedEnvironment(_ environment: [String: String]) -> [String: String] {
-        environment.filter { name, _ in
-            let upper = name.uppercased()
-            return !name.isEmpty && !["KEY", "TOKEN", "SECRET", "PASS", "CREDENTIAL", "AUTH"].contains { upper.contains($0) }
+        let words = ["KEY", "TOKEN", "SECRET", "PASS", "CREDENTIAL", "AUTH"].map { Array($0.utf8) }
+        return environment.filter { name, _ in
+            let upper = Array(name.uppercased().utf8)
+            return !name.isEmpty && !words.contains { word in
+                upper.count >= word.count && (0...(upper.count - word.count)).contains { upper[$0..<$0 + word.count].elementsEqual(word) }
+            }
         }
     }
 
