@@ -181,13 +181,27 @@ public actor Kernel {
     }
 
     public nonisolated func contractInfos(prefix: String? = nil) -> [ContractInfo] {
-        let calls = routes.allEndpoints()
-            .map { ContractInfo(id: $0.id.description, owner: $0.owner, summary: $0.summary, request: $0.requestSchema.json, response: $0.responseSchema.json) }
-        let streams = routes.allStreams()
-            .map { ContractInfo(id: $0.id.description, owner: $0.owner, summary: $0.summary, request: $0.requestSchema.json, response: $0.resultSchema.json,
-                                stream: true, acceptsInput: $0.acceptsInput, events: $0.events.mapValues(\.json), questions: $0.questions,
-                                acceptsDescriptors: $0.acceptsDescriptors ? true : nil) }
-        return (calls + streams).filter { prefix == nil || $0.id.hasPrefix(prefix!) }
+        // Filtered before the schemas are rendered: rendering all of them made resolving one
+        // command (kernel.command@1) cost about 0.4 ms more.
+        let wanted: (ContractID) -> Bool = { prefix == nil || $0.description.hasPrefix(prefix!) }
+        return routes.allEndpoints().filter { wanted($0.id) }.map(Self.info) + routes.allStreams().filter { wanted($0.id) }.map(Self.info)
+    }
+
+    /// The contract or stream `id` (`name@version`) as `contracts` lists it.
+    nonisolated func contractInfo(_ id: String) -> ContractInfo? {
+        guard let parsed = ContractID(parsing: id) else { return nil }
+        return routes.endpoint(parsed).map(Self.info) ?? routes.stream(parsed).map(Self.info)
+    }
+
+    private static func info(_ endpoint: ContractEndpoint) -> ContractInfo {
+        ContractInfo(id: endpoint.id.description, owner: endpoint.owner, summary: endpoint.summary, request: endpoint.requestSchema.json,
+                     response: endpoint.responseSchema.json)
+    }
+
+    private static func info(_ stream: StreamEndpoint) -> ContractInfo {
+        ContractInfo(id: stream.id.description, owner: stream.owner, summary: stream.summary, request: stream.requestSchema.json, response: stream.resultSchema.json,
+                     stream: true, acceptsInput: stream.acceptsInput, events: stream.events.mapValues(\.json), questions: stream.questions,
+                     acceptsDescriptors: stream.acceptsDescriptors ? true : nil)
     }
 
     /// See `KernelContracts.Command`.
@@ -195,7 +209,7 @@ public actor Kernel {
         let features = featureStatuses()
         let running = features.filter { $0.state == .running }.flatMap(\.commands)
         if let command = running.filter({ words.starts(with: $0.words) }).max(by: { $0.words.count < $1.words.count }) {
-            return .init(command: command, target: contractInfos(prefix: command.target).first { $0.id == command.target })
+            return .init(command: command, target: contractInfo(command.target))
         }
         let prefix = words.prefix { !$0.hasPrefix("-") }
         let partial = prefix.isEmpty ? [] : running.filter { $0.words.starts(with: prefix) }.sorted { $0.name < $1.name }
