@@ -56,7 +56,10 @@ final class Session {
         return try await kernel!.call(contract, body: body)
     }
 
+    /// A typed call: in-process (a kernel of ours, or the server's for a launcher's command)
+    /// the values cross without JSON; over the socket they are encoded and decoded.
     func call<C: Contract>(_ contract: C.Type, _ request: C.Request) async throws -> C.Response {
+        if let kernel { return try await kernel.call(C.self, request) }
         let reply = try await call(C.id.description, body: JSONCoding.encode(request))
         return try JSONDecoder().decode(C.Response.self, from: reply)
     }
