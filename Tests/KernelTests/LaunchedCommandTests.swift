@@ -149,6 +149,41 @@ final class LaunchedCommandTests: XCTestCase {
         XCTAssertTrue(screen.contains("\u{1B}[?25h"), "the cursor stays hidden: \(screen.debugDescription)")
     }
 
+    /// Ctrl-Z in a shell stops the launcher as a job, and the command's output — written by
+    /// the server to the launcher's terminal — waits meanwhile, as it would behind a stopped
+    /// process of its own; `fg` lets it go on to the end.
+    func testCtrlZStopsTheCommandsOutputUntilFg() throws {
+        let server = try serve()
+        defer { server.stop() }
+        var environment = environment(socket: server.socketPath)
+        environment["PS1"] = "local$ "
+        let report = try PseudoTerminal.run(["/bin/bash", "--norc", "--noprofile", "-i"], steps: [
+            .send("'\(termind)' show --ticks 60 --pause 0.05\n"), .expect("tick 3"),
+            .send("\u{1A}"), .expect("Stopped"),
+            .send("echo MARK-$((1+1))\n"), .expect("MARK-2"), .sleep(1),
+            .send("echo AFTER-$((2+2))\n"), .expect("AFTER-4"),
+            .send("fg\n"), .expect("tick 60"), .sleep(0.5),
+            .send("exit\n"),
+        ], environment: environment)
+        XCTAssertEqual(report.met, [true, true, true, true, true], report.output)
+        let output = report.output
+        let stopped = try XCTUnwrap(output.range(of: "MARK-2")), resumed = try XCTUnwrap(output.range(of: "AFTER-4", range: stopped.upperBound..<output.endIndex))
+        XCTAssertFalse(output[stopped.upperBound..<resumed.lowerBound].contains("tick"), "output went on while the job was stopped: \(output)")
+        for n in [4, 30, 59] { XCTAssertTrue(output.contains("tick \(n)\r\n"), "tick \(n) is missing: \(output)") }
+    }
+
+    /// The launcher's broken pipe is the command's, as a pipeline's writer: through the
+    /// server as in-process, a reader that goes away ends termind with 141.
+    func testAReaderThatGoesAwayEndsTheCommandWith141() throws {
+        let server = try serve()
+        defer { server.stop() }
+        for boot in [[], ["--registry", try registry()]] {
+            let words = ([termind] + boot + ["show", "--ticks", "200", "--pause", "0.005"]).map { "'\($0)'" }.joined(separator: " ")
+            let result = try ProcessRunner.run("/bin/bash", ["-c", "\(words) | head -n 2; echo \"status ${PIPESTATUS[0]}\""], environment: environment(socket: server.socketPath))
+            XCTAssertEqual(result.stdout, "tick 1\ntick 2\nstatus 141\n", "\(boot): \(result.stderr)")
+        }
+    }
+
     /// A server that predates the launcher (no `client.invoke@1`) and commands that must run
     /// in the launcher's own process: the launcher runs them itself, with the same result.
     func testCommandsTheServerDoesNotTakeRunInTheLaunchersProcess() async throws {

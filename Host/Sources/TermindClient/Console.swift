@@ -29,6 +29,9 @@ final class Console: Sendable {
     private let readersDone = NSCondition()
     /// A reader of our output went away (only seen where SIGPIPE does not end the process).
     private let brokenPipe = Atomic<Bool>(false)
+    /// Writes wait while the person's job is stopped (a launcher's Ctrl-Z), as they would
+    /// behind a stopped process; `finish()` lets them go.
+    private let stopped = StopGate()
 
     init(input: Int32, output: Int32, errorOutput: Int32, environment: [String: String], workingDirectory: String,
          terminal: any ConsoleTerminal, signals: any ConsoleSignals) {
@@ -71,10 +74,12 @@ final class Console: Sendable {
 
     // MARK: - Writing
 
-    /// Writes all of `data` to `fd` (one of ours). Once a reader has gone away (EPIPE) the
-    /// rest is dropped and the run ends with 141, as a pipeline's writer does.
+    /// Writes all of `data` to `fd` (one of ours). Once a reader has gone away (EPIPE, seen
+    /// where SIGPIPE does not end the process: inside `serve`) the rest is dropped and the run
+    /// ends at once with 141, as a pipeline's writer does.
     func write(_ data: Data, to fd: Int32) {
         guard !data.isEmpty, !brokenPipe.load(ordering: .relaxed) else { return }
+        stopped.pass()
         data.withUnsafeBytes { raw in
             var offset = 0
             while offset < raw.count {
@@ -85,7 +90,10 @@ final class Console: Sendable {
                     _ = poll(&ready, 1, 1000)
                     continue
                 }
-                if count < 0 && errno == EPIPE { brokenPipe.store(true, ordering: .relaxed) }
+                if count < 0 && errno == EPIPE, !brokenPipe.exchange(true, ordering: .relaxed) {
+                    // What SIGPIPE does to a process of its own: the run ends now.
+                    terminate(128 + SIGPIPE)
+                }
                 guard count > 0 else { return }
                 offset += count
             }
@@ -94,8 +102,9 @@ final class Console: Sendable {
 
     func write(_ text: String, to fd: Int32) { write(Data(text.utf8), to: fd) }
 
-    /// Whether a write met a reader that went away.
-    var outputBroken: Bool { brokenPipe.load(ordering: .relaxed) }
+    /// The person's job was stopped (true) or continued (false): writes wait meanwhile.
+    func setStopped(_ value: Bool) { stopped.set(stopped: value) }
+
 
     // MARK: - Signals
 
@@ -181,6 +190,7 @@ final class Console: Sendable {
     /// The run is over: readers of `input` stop (and are waited for), so nothing of this
     /// run reads the person's terminal after it.
     func finish() {
+        stopped.open()
         wakeWriter.withLock {
             if $0 >= 0 { close($0) }
             $0 = -1
@@ -188,6 +198,33 @@ final class Console: Sendable {
         readersDone.lock()
         while readers.withLock({ $0 }) > 0 { readersDone.wait() }
         readersDone.unlock()
+    }
+}
+
+/// Holds writers while a job is stopped; open for good once the run is over.
+private final class StopGate: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var stopped = false
+    private var opened = false
+
+    func pass() {
+        condition.lock()
+        while stopped && !opened { condition.wait() }
+        condition.unlock()
+    }
+
+    func set(stopped value: Bool) {
+        condition.withLock {
+            stopped = value
+            condition.broadcast()
+        }
+    }
+
+    func open() {
+        condition.withLock {
+            opened = true
+            condition.broadcast()
+        }
     }
 }
 

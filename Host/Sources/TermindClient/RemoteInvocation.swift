@@ -44,15 +44,14 @@ enum RemoteInvocation {
         let console = Console(input: streams.input, output: streams.output, errorOutput: streams.errorOutput,
                               environment: request.environment, workingDirectory: request.workingDirectory,
                               terminal: RemoteTerminal(link: link), signals: link)
+        link.console = console
         let parsed = try? Invocation.parse(request.argv, console: console, server: kernel)
         if parsed?.runsInProcess == true { return Data(#"{"local":true}"#.utf8) }
-        var code = await link.run {
+        let code = await link.run {
             if let parsed { return await ClientMain.run(parsed) }
             return await ClientMain.run(request.argv, console: console, server: kernel)  // says what is wrong with the words
         }
         console.finish()
-        // A reader of the output that went away: as a pipeline's writer killed by SIGPIPE.
-        if console.outputBroken && code == 0 { code = 128 + SIGPIPE }
         return Data(#"{"exitCode":\#(code)}"#.utf8)
     }
 }
@@ -100,6 +99,8 @@ final class LauncherLink: ConsoleSignals, @unchecked Sendable {
     private var outcome: CheckedContinuation<Int32, Never>?
     private var resolved: Int32?
     private var work: Task<Void, Never>?
+    /// The run's console, whose writes wait while the launcher's job is stopped.
+    weak var console: Console?
 
     private struct Weak { weak var catcher: RemoteSignalCatcher? }
 
@@ -177,13 +178,19 @@ final class LauncherLink: ConsoleSignals, @unchecked Sendable {
         task?.cancel()
     }
 
-    /// A signal the launcher caught: a window change for the watchers; any other for the
-    /// newest catcher that takes it, or — as its default action would in a process — the end
-    /// of the run with 128 + its number.
+    /// A signal the launcher caught: a window change for the watchers; its job stopped or
+    /// continued for the console; any other for the newest catcher that takes it, or — as its
+    /// default action would in a process — the end of the run with 128 + its number.
     private func deliver(_ name: String) {
-        if name == "WINCH" {
+        switch name {
+        case "WINCH":
             for watcher in lock.withLock({ Array(windowWatchers.values) }) { watcher() }
             return
+        case "TSTP", "CONT":
+            lock.withLock { console }?.setStopped(name == "TSTP")
+            return
+        default:
+            break
         }
         guard let number = ["INT": SIGINT, "TERM": SIGTERM, "HUP": SIGHUP, "QUIT": SIGQUIT][name] else { return }
         let catcher = lock.withLock { catchers.reversed().compactMap(\.catcher).first { $0.numbers.contains(number) } }

@@ -77,7 +77,13 @@ public enum Launcher {
                 }
                 if ready[1].revents != 0 {
                     for number in LauncherSignals.drain() {
-                        _ = socket.send(LauncherJSON.object(["id": .number(1), "control": .object(["signal": .string(LauncherSignals.name(number))])]).text)
+                        relay(number, socket)
+                        if number == SIGTSTP {
+                            // Stopped as a job: the command's output waits meanwhile, as it
+                            // would behind a stopped process of its own.
+                            LauncherSignals.stopSelf()
+                            relay(SIGCONT, socket)
+                        }
                     }
                 }
                 guard ready[0].revents != 0 else { continue }
@@ -123,6 +129,11 @@ public enum Launcher {
                 // Grants and anything else: nothing to do.
             }
         }
+    }
+
+    static func relay(_ number: Int32, _ socket: LauncherSocket) {
+        let name = number == SIGCONT ? "CONT" : LauncherSignals.name(number)
+        _ = socket.send(LauncherJSON.object(["id": .number(1), "control": .object(["signal": .string(name)])]).text)
     }
 
     /// Carries out one request of the server's (`op`), returning the answer's fields.

@@ -3,11 +3,12 @@ import Glibc
 #endif
 
 /// The signals the launcher passes on to the server's run of the command (SIGINT, SIGTERM,
-/// SIGHUP as a cancel or a detach, SIGWINCH as a window change): caught into a pipe (the
-/// self-pipe trick: a handler may only write) that the launcher polls beside its socket.
-/// `restore()` puts the default dispositions back before the full client takes over.
+/// SIGHUP as a cancel or a detach, SIGWINCH as a window change, SIGTSTP as a pause of the
+/// command's output while this job is stopped): caught into a pipe (the self-pipe trick: a
+/// handler may only write) that the launcher polls beside its socket. `restore()` puts the
+/// default dispositions back before the full client takes over.
 enum LauncherSignals {
-    static let relayed: [Int32] = [SIGINT, SIGTERM, SIGHUP, SIGWINCH]
+    static let relayed: [Int32] = [SIGINT, SIGTERM, SIGHUP, SIGWINCH, SIGTSTP]
 
     /// The pipe's ends; -1 until `install()`. Written only by the handler, read by the loop.
     nonisolated(unsafe) private(set) static var readEnd: Int32 = -1
@@ -22,7 +23,12 @@ enum LauncherSignals {
         }
         readEnd = ends[0]
         writeEnd = ends[1]
-        for number in relayed {
+        for number in relayed { catchSignal(number) }
+        signal(SIGPIPE, SIG_IGN)
+    }
+
+    private static func catchSignal(_ number: Int32) {
+        do {
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { number in
                 var byte = UInt8(truncatingIfNeeded: number)
@@ -34,7 +40,14 @@ enum LauncherSignals {
             sigemptyset(&action.sa_mask)
             sigaction(number, &action, nil)
         }
-        signal(SIGPIPE, SIG_IGN)
+    }
+
+    /// Stops this process as a shell's job (what SIGTSTP does by default) and returns once
+    /// it is continued (`fg`, `bg`).
+    static func stopSelf() {
+        signal(SIGTSTP, SIG_DFL)
+        kill(getpid(), SIGTSTP)
+        catchSignal(SIGTSTP)
     }
 
     /// The signals caught since the last call, in order.
@@ -64,6 +77,7 @@ enum LauncherSignals {
         case SIGTERM: "TERM"
         case SIGHUP: "HUP"
         case SIGWINCH: "WINCH"
+        case SIGTSTP: "TSTP"
         default: "TERM"
         }
     }

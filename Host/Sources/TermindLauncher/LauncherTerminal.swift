@@ -68,8 +68,20 @@ final class LauncherTerminal {
                 if errno == EINTR { continue }
                 break
             }
-            if ready[1].revents != 0, let stop = LauncherSignals.drain().first(where: { $0 != SIGWINCH }) {
-                return .interrupted(stop)
+            if ready[1].revents != 0 {
+                let caught = LauncherSignals.drain()
+                if let stop = caught.first(where: { $0 != SIGWINCH && $0 != SIGTSTP }) { return .interrupted(stop) }
+                if caught.contains(SIGTSTP) {
+                    // Ctrl-Z at the prompt: the terminal as it was while stopped, the prompt's again after.
+                    if !echo && haveSettings { tcsetattr(input, TCSANOW, &before) }
+                    LauncherSignals.stopSelf()
+                    if !echo && haveSettings {
+                        var quiet = before
+                        quiet.c_lflag &= ~tcflag_t(ECHO)
+                        tcsetattr(input, TCSANOW, &quiet)
+                    }
+                    Self.write(prompt, to: output)
+                }
             }
             guard ready[0].revents != 0 else { continue }
             var byte: UInt8 = 0
@@ -105,7 +117,7 @@ final class LauncherTerminal {
     /// job; returns once it continues (`fg`), when the server asks for raw mode again.
     func suspend() {
         restore()
-        kill(getpid(), SIGTSTP)
+        LauncherSignals.stopSelf()
     }
 
     static func write(_ text: String, to fd: Int32) {

@@ -21,6 +21,8 @@ public enum ShowStream: StreamContract {
         public var ask: [String]?
         /// Seconds to wait after the views (to be interrupted).
         public var hold: Double?
+        /// Lines `tick 1` … `tick N` on standard output, `pause` seconds apart (0.05 unless said).
+        public var ticks: Int?
         /// Emit an event kind the stream does not declare (the session must stop it).
         public var undeclared: Bool?
     }
@@ -44,6 +46,10 @@ final class StreamsFeature: Feature {
             if let text = request.stdout { await session.emit("stdout", data: Data(text.utf8)) }
             if let text = request.stderr { await session.emit("stderr", data: Data(text.utf8)) }
             if let text = request.notice { await session.emit("notice", ["text": .string(text)]) }
+            for n in 0..<(request.ticks ?? 0) {
+                await session.emit("stdout", data: Data("tick \(n + 1)\n".utf8))
+                try await Task.sleep(nanoseconds: UInt64((request.pause ?? 0.05) * 1e9))
+            }
             let steps = request.steps ?? 0, total = request.total ?? 0
             for step in 0...max(steps, 0) where steps > 0 {
                 await session.emit("progress", ["item": .string("file.bin"), "done": .integer(Int64(total * step / steps)),
