@@ -126,6 +126,34 @@ final class MetricsFeatureTests: XCTestCase {
         XCTAssertFalse(text.stdout.contains("uptimeSeconds"), "the raw result was printed too: \(text.stdout)")
     }
 
+    /// Monitors of one interval sample on the same instants inside a server, however far
+    /// apart they started: one wake-up serves them all (MonitorClock). Two monitors started
+    /// about half a second apart (with timers of their own, their samples stayed that far apart).
+    func testMonitorsStartedApartSampleTogether() throws {
+        try start()
+        serve = try ServeProcess(directory: directory, arguments: [])
+        try saveHost()
+        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box2", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
+        XCTAssertEqual(try termind(["metrics", "add", "box", "--accept-host-key", "save"]).status, 0)
+        Thread.sleep(forTimeInterval: 0.5)
+        XCTAssertEqual(try termind(["metrics", "add", "box2"]).status, 0)
+        let watched = try termind(["--json", "metrics", "watch", "box", "box2", "--count", "12"])
+        XCTAssertEqual(watched.status, 0, watched.stderr)
+        var times: [String: [Double]] = [:]
+        for line in watched.stdout.split(separator: "\n") {
+            guard let sample = try? JSONCoding.parse(Data(line.utf8), source: "line"), let label = sample["label"]?.stringValue,
+                  let at = number(sample["takenAt"]) else { continue }
+            times[label, default: []].append(at)
+        }
+        guard let first = times["box"], let second = times["box2"], first.count >= 4, second.count >= 4 else { return XCTFail("\(times)") }
+        // Each of box2's later samples has one of box's within a tenth of a second (phases
+        // of separate timers would stay about half a second apart).
+        for at in second.suffix(3) {
+            let nearest = first.map { abs($0 - at) }.min() ?? .infinity
+            XCTAssertLessThan(nearest, 0.1, "box2 sampled at \(at), box at \(first)")
+        }
+    }
+
     func testGetReturnsWhatIsHeldAndNeverStartsSampling() throws {
         try start()
         try saveHost()

@@ -50,14 +50,14 @@ actor Monitor {
     /// connection starts), so a client that arrives mid-connection is the one that answers.
     private let currentPreset = CurrentPreset()
     private var trustedFor: HostSummary?
-    private var sleeper: CheckedContinuation<Void, Never>?
+    /// The sleep under way (the clock's timer and what it resumes), if any.
+    private var sleeper: (slot: SleepSlot, token: UInt64)?
     private var connection: SSHConnection?
     private var channel: SSHChannel?
     /// The current channel's framing, and events it completed that were not taken yet.
     private var reader = SnapshotReader()
     private var watchdog: Watchdog?
     private var queued: [SnapshotReader.Event] = []
-    private var timer: Task<Void, Never>?
 
     static let retryDelays: [Double] = [1, 2, 5, 10, 30]
     static let stableSeconds: Double = 60
@@ -218,7 +218,7 @@ actor Monitor {
                 nextRetryAt = Date().timeIntervalSince1970 + delay
                 logger.debug("metrics.monitor.retrying", ["code": .identifier(error.code), "delay": .seconds(delay)])
                 set(.retrying)
-                await sleep(delay)
+                await sleep(until: MonitorClock.now() + UInt64(delay * 1e9))
                 nextRetryAt = nil
                 guard !Task.isCancelled, generation == self.generation else { return }
                 set(.connecting)
@@ -285,7 +285,7 @@ actor Monitor {
         connected()
         set(.sampling)
         while !Task.isCancelled, generation == self.generation {
-            let started = Self.now()
+            let started = MonitorClock.now()
             try await channel.write(Data(RemoteScript.request(detail: detailViewers > 0, gpu: header.hasNvidiaSMI).utf8))
             let timeout = max(30, interval * 3)
             var raw: RawSnapshot?
@@ -299,8 +299,9 @@ actor Monitor {
             }
             guard let raw else { return }
             record(builder.sample(raw, host: current.id, label: current.label, takenAt: Date().timeIntervalSince1970, interfaces: interfaces))
-            let elapsed = Self.now() - started
-            await sleep(max(0, interval - elapsed))
+            // The next sample at the clock's instant for this interval, shared by every monitor
+            // on it: one wake-up for all of them.
+            await sleep(until: SamplingGrid.next(after: started, period: UInt64(interval * 1e9)))
         }
     }
 
@@ -344,23 +345,23 @@ actor Monitor {
 
     // MARK: - Sleeping
 
-    /// Sleeps `seconds`, or until woken (a new interval, a detail viewer, a stop).
-    private func sleep(_ seconds: Double) async {
-        guard seconds > 0, !Task.isCancelled else { return }
+    /// Sleeps until `deadline` (MonitorClock's nanoseconds), or until woken (a new interval,
+    /// a detail viewer, a stop).
+    private func sleep(until deadline: UInt64) async {
+        guard deadline > MonitorClock.now(), !Task.isCancelled else { return }
+        let slot = SleepSlot()
         await withCheckedContinuation { continuation in
-            sleeper = continuation
-            timer = Task {
-                try? await Task.sleep(for: .seconds(seconds))
-                self.wakeUp()
-            }
+            slot.hold(continuation)
+            sleeper = (slot, MonitorClock.shared.schedule(at: deadline) { slot.resume() })
         }
+        if sleeper?.slot === slot { sleeper = nil }
     }
 
     private func wakeUp() {
-        timer?.cancel()
-        timer = nil
-        sleeper?.resume()
-        sleeper = nil
+        guard let sleeper else { return }
+        self.sleeper = nil
+        MonitorClock.shared.cancel(sleeper.token)
+        sleeper.slot.resume()
     }
 
     static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
@@ -381,42 +382,51 @@ final class OnceTrust: Sendable {
 }
 
 /// Closes a channel that stayed silent longer than the time armed for the current wait,
-/// checking every two seconds on one task per channel (not a timer per read).
+/// checked on the monitors' shared clock every two seconds (not a timer per read, nor a
+/// task per channel).
 final class Watchdog: Sendable {
     private struct State {
         var last = Monitor.now()
         var limit: Double = 30
         var expired = false
     }
-    private final class Box: Sendable {
-        let state = Mutex(State())
-    }
-    private let box: Box
-    private let task: Task<Void, Never>
+    private let state = Mutex(State())
+    private let channel: SSHChannel
 
     init(channel: SSHChannel) {
-        let box = Box()
-        self.box = box
-        task = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(2))
-                let expired = box.state.withLock { state in
-                    guard !state.expired, Monitor.now() - state.last > state.limit else { return false }
-                    state.expired = true
-                    return true
-                }
-                if expired {
-                    channel.close()
-                    return
-                }
-            }
-        }
+        self.channel = channel
+        MonitorClock.shared.watch(self)
     }
 
-    func arm(_ limit: Double) { box.state.withLock { $0.limit = limit; $0.last = Monitor.now() } }
-    func touch() { box.state.withLock { $0.last = Monitor.now() } }
-    var expired: Bool { box.state.withLock { $0.expired } }
-    func cancel() { task.cancel() }
+    func arm(_ limit: Double) { state.withLock { $0.limit = limit; $0.last = Monitor.now() } }
+    func touch() { state.withLock { $0.last = Monitor.now() } }
+    var expired: Bool { state.withLock { $0.expired } }
+    func cancel() { MonitorClock.shared.unwatch(self) }
+
+    /// The clock's check: a channel silent past its limit is closed (once).
+    func check() {
+        let expired = state.withLock { state in
+            guard !state.expired, Monitor.now() - state.last > state.limit else { return false }
+            state.expired = true
+            return true
+        }
+        if expired { channel.close() }
+    }
+}
+
+/// A monitor's sleep: resumed once, by the clock or by a wake-up, whichever comes first.
+final class SleepSlot: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Void, Never>?>(nil)
+
+    func hold(_ waiting: CheckedContinuation<Void, Never>) { continuation.withLock { $0 = waiting } }
+
+    func resume() {
+        let waiting: CheckedContinuation<Void, Never>? = continuation.withLock { held in
+            defer { held = nil }
+            return held
+        }
+        waiting?.resume()
+    }
 }
 
 /// The --accept-host-key of the client that would answer now.
