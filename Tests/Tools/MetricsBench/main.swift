@@ -3,7 +3,7 @@ import Foundation
 import TermindCore
 import TermindHarness
 
-// termind-metrics-bench [--hosts N] [--servers S] [--seconds W] [--full-ring] [--json]
+// termind-metrics-bench [--hosts N] [--servers S] [--seconds W] [--interval I] [--full-ring] [--json]
 //
 // N saved hosts spread over S real sshd processes on loopback, all monitored at 1 Hz by
 // one `termind serve`: what the server costs. Figures: the server's CPU over W seconds (%
@@ -11,7 +11,9 @@ import TermindHarness
 // monitored host (against 1 MiB; with --full-ring after five minutes, when every history
 // ring is full), its threads, and the samples per second it achieved (against N). The
 // remote side (sshd, the sh loops and their cat/grep) runs on this machine too and is
-// not counted, but it competes for the same cores: say so when quoting figures.
+// not counted, but it competes for the same cores: say so when quoting figures. `--interval`
+// (seconds, default 1) samples less often: how 1,000 connections cost when this machine
+// cannot also run 1,000 remote loops a second; "CPU per 100 samples/s" compares runs.
 // A tool of `make bench`, outside the host: the generic client holds no feature code.
 
 typealias Figure = BenchmarkFigure
@@ -19,7 +21,7 @@ typealias Figure = BenchmarkFigure
 func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: termind-metrics-bench [--hosts N] [--servers S] [--seconds W] [--full-ring] [--json]\n".utf8))
+    FileHandle.standardError.write(Data("usage: termind-metrics-bench [--hosts N] [--servers S] [--seconds W] [--interval I] [--full-ring] [--json]\n".utf8))
     exit(2)
 }
 
@@ -31,6 +33,7 @@ func fail(_ message: String) -> Never {
 var hosts = 100
 var servers = 4
 var seconds = 60.0
+var interval = 1
 var fullRing = false
 var json = false
 var args = CommandLine.arguments.dropFirst()
@@ -39,6 +42,7 @@ while let arg = args.popFirst() {
     case "--hosts": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; hosts = v
     case "--servers": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; servers = v
     case "--seconds": guard let v = args.popFirst().flatMap(Double.init), v >= 5 else { usage() }; seconds = v
+    case "--interval": guard let v = args.popFirst().flatMap(Int.init), (1...60).contains(v) else { usage() }; interval = v
     case "--full-ring": fullRing = true
     case "--json": json = true
     default: usage()
@@ -132,10 +136,10 @@ func samples(_ items: [JSONValue]) -> Int {
 }
 
 let baselineRSS = serve.residentBytes()
-// Every host monitored at 1 Hz: the server starts them all (it follows the preferences).
+// Every host monitored (at 1 Hz unless --interval): the server starts them all (it follows the preferences).
 let order = "[" + ids.map { "\"\($0)\"" }.joined(separator: ",") + "]"
 let started = now()
-try termind(["settings", "set", "metrics.preferences", #"{"intervalSeconds": 1, "order": \#(order)}"#])
+try termind(["settings", "set", "metrics.preferences", #"{"intervalSeconds": \#(interval), "order": \#(order)}"#])
 var allSampling: Double?
 while now() - started < 300 {
     let items = try monitors()
@@ -169,22 +173,29 @@ if fullRing {
     ringNote = "rings full (\(Int(now() - started)) s)"
 }
 let perHost = Double(rss - baselineRSS) / Double(hosts) / 1_048_576
+// The issue's target: 5 % of a core for 100 hosts at 1 Hz (scaled by hosts; none for other intervals).
 let target = 5.0 * Double(hosts) / 100
+let expected = Double(hosts) / Double(interval)
 
 var figures: [Figure] = []
 figures.append(Figure(name: "time until all \(hosts) monitors sample", value: allSampling, unit: "s"))
-figures.append(Figure(name: "server CPU at 1 Hz (target \(String(format: "%.1f", target)) %)", value: cpuPercent, unit: "% of a core", baseline: target))
+if interval == 1 {
+    figures.append(Figure(name: "server CPU at 1 Hz (target \(String(format: "%.1f", target)) %)", value: cpuPercent, unit: "% of a core", baseline: target))
+} else {
+    figures.append(Figure(name: "server CPU every \(interval) s", value: cpuPercent, unit: "% of a core"))
+}
 figures.append(Figure(name: "server CPU per host", value: cpuPercent / Double(hosts) * 10, unit: "‰ of a core"))
-figures.append(Figure(name: "samples per second (target \(hosts))", value: rate, unit: "/s", baseline: Double(hosts)))
+figures.append(Figure(name: "server CPU per 100 samples/s", value: rate > 0 ? cpuPercent / rate * 100 : 0, unit: "% of a core"))
+figures.append(Figure(name: "samples per second (target \(String(format: "%g", expected)))", value: rate, unit: "/s", baseline: expected))
 figures.append(Figure(name: "server RSS per host, \(ringNote) (target 1)", value: perHost, unit: "MiB", baseline: 1))
 figures.append(Figure(name: "server RSS with no monitor", value: Double(baselineRSS) / 1_048_576, unit: "MiB"))
 figures.append(Figure(name: "server threads", value: Double(status("Threads")), unit: ""))
 
 if json {
-    struct Report: Encodable { let hosts: Int; let servers: Int; let seconds: Double; let figures: [Figure] }
-    let data = try JSONCoding.encode(Report(hosts: hosts, servers: servers, seconds: seconds, figures: figures), pretty: true)
+    struct Report: Encodable { let hosts: Int; let servers: Int; let seconds: Double; let interval: Int; let figures: [Figure] }
+    let data = try JSONCoding.encode(Report(hosts: hosts, servers: servers, seconds: seconds, interval: interval, figures: figures), pretty: true)
     FileHandle.standardOutput.write(data + Data("\n".utf8))
 } else {
-    print("termind-metrics-bench — \(hosts) hosts over \(servers) sshd on loopback, 1 Hz, measured over \(Int(seconds)) s; ratios are against the issue's targets")
+    print("termind-metrics-bench — \(hosts) hosts over \(servers) sshd on loopback, every \(interval) s, measured over \(Int(seconds)) s; ratios are against the issue's targets")
     for line in Figure.table(figures) { print(line) }
 }
