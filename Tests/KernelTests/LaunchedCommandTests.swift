@@ -8,7 +8,8 @@ import XCTest
 /// launcher"): the launcher loads no Foundation, the server runs the generic client against
 /// the launcher's own descriptors, folder and environment, asks the launcher to prompt and
 /// set terminal modes, hears its signals, and replies with the exit code. Each test checks
-/// what a person or a script sees, against a real server and the fixture stream feature.
+/// what a person or a script sees, against a real server and the fixture stream feature
+/// (StreamRenderingTests shows the same prompts, progress and views on a terminal both ways).
 final class LaunchedCommandTests: XCTestCase {
     private var directory: TemporaryDirectory!
     private var termind: String { FeatureHarness.buildDirectory + "/termind" }
@@ -117,36 +118,6 @@ final class LaunchedCommandTests: XCTestCase {
         let (_, error) = launcher.readAll()
         XCTAssertEqual(launcher.wait(), 1)
         XCTAssertTrue(String(decoding: error, as: UTF8.self).contains("closed the connection before the command ended"), String(decoding: error, as: UTF8.self))
-    }
-
-    /// On a terminal, through the server: the launcher shows the questions and reads the
-    /// answers (a hidden one not echoed), the server's progress line is redrawn on the
-    /// launcher's terminal, and Ctrl-C during a live view restores the cursor and exits 130.
-    func testOnATerminalQuestionsAreAskedByTheLauncherAndCtrlCRestoresTheTerminal() throws {
-        let server = try serve()
-        defer { server.stop() }
-        let environment = environment(socket: server.socketPath)
-        func quoted(_ words: [String]) -> String { words.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ") }
-        let shown = try ProcessRunner.run("/usr/bin/script", ["-qec", quoted([termind, "show", "--steps", "2", "--total", "4194304", "--pause", "0.2",
-                                                                                "--ask", "confirm,choice,prompts"]), "/dev/null"],
-                                          environment: environment, stdin: "y\nb\nsecret-word\n")
-        XCTAssertEqual(shown.status, 0, shown.stdout)
-        XCTAssertTrue(shown.stdout.contains("\r\u{1B}[Kfile.bin  [##########..........]  50%"), shown.stdout)
-        XCTAssertTrue(shown.stdout.contains("Go ahead? [y/N] "), shown.stdout)
-        XCTAssertTrue(shown.stdout.contains("Pick [a]lpha/[b]eta: "), shown.stdout)
-        XCTAssertTrue(shown.stdout.hasSuffix("answers  yes, beta, secret-word\r\n"), shown.stdout)
-        XCTAssertFalse(shown.stdout.contains("secret-word\r\n\u{1B}"), "a hidden prompt must not echo what was typed")
-
-        let session = try SpawnedProcess("/usr/bin/script", ["-qec", quoted([termind, "show", "--views", "1", "--hold", "30"]), directory.file("typescript")],
-                                         environment: environment, captureOutput: true)
-        defer { session.signal(SIGKILL); session.wait() }
-        XCTAssertNotNil(session.readOutput(until: "box", timeout: 20), "the view was not drawn")
-        let pid = try ProcessRunner.run("/usr/bin/pgrep", ["-f", "show --views 1 --hold 30"]).stdout.split(separator: "\n").compactMap { Int32($0) }
-            .first { (try? String(contentsOfFile: "/proc/\($0)/comm", encoding: .utf8))?.hasPrefix("termind") == true }
-        kill(try XCTUnwrap(pid, "termind is not running"), SIGINT)
-        XCTAssertEqual(session.wait(), 130)
-        let screen = try String(contentsOfFile: directory.file("typescript"), encoding: .utf8)
-        XCTAssertTrue(screen.contains("\u{1B}[?25h"), "the cursor stays hidden: \(screen.debugDescription)")
     }
 
     /// Ctrl-Z in a shell stops the launcher as a job, and the command's output — written by

@@ -82,16 +82,30 @@ final class StreamRenderingTests: XCTestCase {
         XCTAssertEqual(progress.first?["event"], .string("progress"))
     }
 
+    /// termind's words on a shell line: in-process with the fixture (`socket` nil), or a
+    /// launcher whose command the server at `socket` runs (prompts and terminal modes then
+    /// by the launcher, the rest by the server on the launcher's terminal).
+    private func commandLine(_ arguments: [String], socket: String?) throws -> String {
+        let boot = try socket.map { ["--socket", $0] } ?? ["--registry", registry(), "--socket", directory.file("none.sock")]
+        return ([termind] + boot + arguments).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+    }
+
     /// Runs termind on a pseudo-terminal (script(1)) fed `input`; returns what the terminal showed.
-    private func onTerminal(_ arguments: [String], input: String) throws -> ProcessResult {
-        let command = ([termind, "--registry", try registry(), "--socket", directory.file("none.sock")] + arguments)
-            .map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
-        return try ProcessRunner.run("/usr/bin/script", ["-qec", command, "/dev/null"], environment: environment, stdin: input)
+    private func onTerminal(_ arguments: [String], input: String, socket: String? = nil) throws -> ProcessResult {
+        try ProcessRunner.run("/usr/bin/script", ["-qec", try commandLine(arguments, socket: socket), "/dev/null"], environment: environment, stdin: input)
     }
 
     func testOnATerminalProgressAndViewsRedrawInPlaceAndQuestionsAreAskedThere() throws {
+        let serve = try ServeProcess(directory: directory, arguments: ["--registry", try registry()])
+        defer { serve.stop() }
+        for socket in [nil, serve.socketPath] {
+            try checkOnATerminal(socket: socket)
+        }
+    }
+
+    private func checkOnATerminal(socket: String?) throws {
         let shown = try onTerminal(["show", "--steps", "4", "--total", "4194304", "--pause", "0.15", "--views", "3", "--ask", "confirm,choice,prompts"],
-                                   input: "y\nb\nsecret-word\n")
+                                   input: "y\nb\nsecret-word\n", socket: socket)
         XCTAssertEqual(shown.status, 0, shown.stdout)
         let text = shown.stdout
         // One progress line redrawn in place (carriage return, clear line), with rate and size.
@@ -110,9 +124,16 @@ final class StreamRenderingTests: XCTestCase {
     }
 
     func testCtrlCDuringALiveViewRestoresTheTerminalAndExits130() throws {
-        let command = ([termind, "--registry", try registry(), "--socket", directory.file("none.sock"), "show", "--views", "1", "--hold", "30"])
-            .map { "'\($0)'" }.joined(separator: " ")
-        let session = try SpawnedProcess("/usr/bin/script", ["-qec", command, directory.file("typescript")], environment: environment, captureOutput: true)
+        let serve = try ServeProcess(directory: directory, arguments: ["--registry", try registry()])
+        defer { serve.stop() }
+        for socket in [nil, serve.socketPath] {
+            try checkCtrlCDuringALiveView(socket: socket)
+        }
+    }
+
+    private func checkCtrlCDuringALiveView(socket: String?) throws {
+        let session = try SpawnedProcess("/usr/bin/script", ["-qec", try commandLine(["show", "--views", "1", "--hold", "30"], socket: socket),
+                                                             directory.file("typescript")], environment: environment, captureOutput: true)
         defer { session.signal(SIGKILL); session.wait() }
         XCTAssertNotNil(session.readOutput(until: "box", timeout: 20), "the view was not drawn")
         let pid = try ProcessRunner.run("/usr/bin/pgrep", ["-f", "show --views 1 --hold 30"]).stdout.split(separator: "\n").compactMap { Int32($0) }

@@ -219,39 +219,17 @@ final class LauncherLink: ConsoleSignals, @unchecked Sendable {
 
 /// SignalCatching for a launcher's signals (LauncherLink.deliver): the first one is kept and
 /// handed to the handler; one before any handler ends the run at once.
-final class RemoteSignalCatcher: SignalCatching, @unchecked Sendable {
+final class RemoteSignalCatcher: FirstSignal, @unchecked Sendable {
     let numbers: [Int32]
     private weak var link: LauncherLink?
-    private let lock = NSLock()
-    private var first: Int32?
-    private var handler: (@Sendable (Int32) -> Void)?
 
     init(_ numbers: [Int32], link: LauncherLink) {
         self.numbers = numbers
         self.link = link
     }
 
-    var caught: Int32? { lock.withLock { first } }
-
-    func onSignal(_ handler: @escaping @Sendable (Int32) -> Void) {
-        let pending: Int32? = lock.withLock {
-            self.handler = handler
-            return first
-        }
-        if let pending { handler(pending) }
-    }
-
     func deliver(_ number: Int32) {
-        let handler: (@Sendable (Int32) -> Void)?? = lock.withLock {
-            guard first == nil else { return .none }
-            first = number
-            return .some(self.handler)
-        }
-        switch handler {
-        case .none: return
-        case .some(nil): link?.terminate(128 + number)
-        case .some(let handler?): handler(number)
-        }
+        if record(number) == .unhandled { link?.terminate(128 + number) }
     }
 }
 

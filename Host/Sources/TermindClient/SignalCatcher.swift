@@ -8,15 +8,13 @@ import Foundation
 /// restores the terminal and ends the process at once with 128 + its number — unless
 /// `keepUntilHandled`, when it waits for the handler (`termind serve`, which must stop
 /// cleanly even on a signal that comes the moment it is ready).
-final class SignalCatcher: SignalCatching, @unchecked Sendable {
-    private let lock = NSLock()
-    private var first: Int32?
-    private var handler: (@Sendable (Int32) -> Void)?
+final class SignalCatcher: FirstSignal, @unchecked Sendable {
     private var sources: [any DispatchSourceSignal] = []
     private let keepUntilHandled: Bool
 
     init(_ signals: [Int32], keepUntilHandled: Bool = false) {
         self.keepUntilHandled = keepUntilHandled
+        super.init()
         for number in signals {
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
@@ -25,6 +23,39 @@ final class SignalCatcher: SignalCatching, @unchecked Sendable {
             sources.append(source)
         }
     }
+
+    /// The first signal: waits for it, or returns the one caught already.
+    func waitForSignal() async -> Int32 {
+        await withCheckedContinuation { continuation in onSignal { continuation.resume(returning: $0) } }
+    }
+
+    private func caught(_ number: Int32) {
+        // A prompt blocks in read(): nothing would notice the signal until Enter.
+        if TerminalPrompt.restore() { LocalTerminal.restoreActive(); StreamView.restoreTerminal(); _exit(128 + number) }
+        guard record(number) == .unhandled, !keepUntilHandled else { return }  // else kept for the handler to come
+        LocalTerminal.restoreActive(); StreamView.restoreTerminal(); _exit(128 + number)  // nothing else to clean up yet
+    }
+
+    /// The SSH name of a signal ("INT" for SIGINT), as a channel's signal request takes it.
+    static func name(_ number: Int32) -> String {
+        switch number {
+        case SIGINT: "INT"
+        case SIGTERM: "TERM"
+        case SIGHUP: "HUP"
+        case SIGQUIT: "QUIT"
+        default: "TERM"
+        }
+    }
+}
+
+/// The first of the signals a command handles itself, and its handler: `record` keeps the
+/// first one and hands it to the handler once there is one (SignalCatcher for this
+/// process's signals, RemoteSignalCatcher for a launcher's).
+class FirstSignal: SignalCatching, @unchecked Sendable {
+    enum Recorded { case repeated, unhandled, handled }
+    private let lock = NSLock()
+    private var first: Int32?
+    private var handler: (@Sendable (Int32) -> Void)?
 
     /// The first signal caught, if any.
     var caught: Int32? { lock.withLock { first } }
@@ -38,36 +69,21 @@ final class SignalCatcher: SignalCatching, @unchecked Sendable {
         if let pending { handler(pending) }
     }
 
-    /// The first signal: waits for it, or returns the one caught already.
-    func waitForSignal() async -> Int32 {
-        await withCheckedContinuation { continuation in onSignal { continuation.resume(returning: $0) } }
-    }
-
-    private func caught(_ number: Int32) {
-        // A prompt blocks in read(): nothing would notice the signal until Enter.
-        if TerminalPrompt.restore() { LocalTerminal.restoreActive(); StreamView.restoreTerminal(); _exit(128 + number) }
+    /// A signal arrived: a second one is `repeated` (the first is being handled); the first
+    /// goes to the handler (`handled`), or is kept for one to come (`unhandled`: the caller
+    /// decides whether to wait for it or end the run at once).
+    func record(_ number: Int32) -> Recorded {
         let handler: (@Sendable (Int32) -> Void)?? = lock.withLock {
             guard first == nil else { return .none }
             first = number
             return .some(self.handler)
         }
         switch handler {
-        case .none: return                       // a second signal: the first is being handled
-        case .some(nil):
-            if keepUntilHandled { return }  // kept in `first` for the handler
-            LocalTerminal.restoreActive(); StreamView.restoreTerminal(); _exit(128 + number)  // nothing else to clean up yet
-        case .some(let handler?): handler(number)
-        }
-    }
-
-    /// The SSH name of a signal ("INT" for SIGINT), as a channel's signal request takes it.
-    static func name(_ number: Int32) -> String {
-        switch number {
-        case SIGINT: "INT"
-        case SIGTERM: "TERM"
-        case SIGHUP: "HUP"
-        case SIGQUIT: "QUIT"
-        default: "TERM"
+        case .none: return .repeated
+        case .some(nil): return .unhandled
+        case .some(let handler?):
+            handler(number)
+            return .handled
         }
     }
 }
