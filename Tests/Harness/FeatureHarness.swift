@@ -133,3 +133,16 @@ public final class HarnessSession: Sendable {
         temporary?.remove()
     }
 }
+
+extension TemporaryDirectory {
+    /// A Registry.json with only the fixture stream feature (libTermindFixtureStreams.so: one
+    /// stream sending each event kind and asking each kind of question) and its `show`
+    /// command; returns its path.
+    public func fixtureStreamsRegistry() throws -> String {
+        try write("Registry.json", #"""
+        {"schema": 1, "features": [{"id": "fixture-streams", "version": "1.0.0", "abi": 1, "library": "libTermindFixtureStreams.so", "order": 10,
+          "streams": ["fixture-streams.show@1"],
+          "commands": [{"name": "show", "stream": "fixture-streams.show@1", "arguments": [], "summary": "Show each event kind."}]}]}
+        """#)
+    }
+}

@@ -17,13 +17,7 @@ final class LaunchedCommandTests: XCTestCase {
     override func setUpWithError() throws { directory = try TemporaryDirectory() }
     override func tearDown() { directory?.remove() }
 
-    private func registry() throws -> String {
-        try directory.write("Registry.json", #"""
-        {"schema": 1, "features": [{"id": "fixture-streams", "version": "1.0.0", "abi": 1, "library": "libTermindFixtureStreams.so", "order": 10,
-          "streams": ["fixture-streams.show@1"],
-          "commands": [{"name": "show", "stream": "fixture-streams.show@1", "arguments": [], "summary": "Show each event kind."}]}]}
-        """#)
-    }
+    private func registry() throws -> String { try directory.fixtureStreamsRegistry() }
 
     private func environment(socket: String) -> [String: String] {
         var environment = ProcessInfo.processInfo.environment
