@@ -32,9 +32,13 @@ final class Console: Sendable {
     /// Writes wait while the person's job is stopped (a launcher's Ctrl-Z), as they would
     /// behind a stopped process; `finish()` lets them go.
     private let stopped = StopGate()
+    /// What owns the descriptors (a launcher's copies): kept as long as the console is, so
+    /// a number it writes to is never closed and reused under it.
+    private let descriptorOwner: (any Sendable)?
 
     init(input: Int32, output: Int32, errorOutput: Int32, environment: [String: String], workingDirectory: String,
-         terminal: any ConsoleTerminal, signals: any ConsoleSignals) {
+         terminal: any ConsoleTerminal, signals: any ConsoleSignals, descriptorOwner: (any Sendable)? = nil) {
+        self.descriptorOwner = descriptorOwner
         self.input = input
         self.output = output
         self.errorOutput = errorOutput
@@ -104,7 +108,6 @@ final class Console: Sendable {
 
     /// The person's job was stopped (true) or continued (false): writes wait meanwhile.
     func setStopped(_ value: Bool) { stopped.set(stopped: value) }
-
 
     // MARK: - Signals
 

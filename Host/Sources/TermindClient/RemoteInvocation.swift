@@ -43,7 +43,7 @@ enum RemoteInvocation {
         let link = LauncherLink(session: session)
         let console = Console(input: streams.input, output: streams.output, errorOutput: streams.errorOutput,
                               environment: request.environment, workingDirectory: request.workingDirectory,
-                              terminal: RemoteTerminal(link: link), signals: link)
+                              terminal: RemoteTerminal(link: link), signals: link, descriptorOwner: streams)
         link.console = console
         let parsed = try? Invocation.parse(request.argv, console: console, server: kernel)
         if parsed?.runsInProcess == true { return Data(#"{"local":true}"#.utf8) }
@@ -58,8 +58,8 @@ enum RemoteInvocation {
 
 /// The launcher's standard streams, as this run's own copies: a role the launcher had
 /// closed reads and writes /dev/null. `release()` points them all at /dev/null at once —
-/// a pipe's reader then sees its end even if leftover work still holds a number — and the
-/// numbers themselves close when the last user is gone.
+/// a pipe's reader then sees its end even if leftover work still writes — and the numbers
+/// themselves close when the last console holding them is gone (never under a writer).
 final class LauncherDescriptors: Sendable {
     let input: Int32
     let output: Int32
