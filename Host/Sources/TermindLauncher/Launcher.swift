@@ -149,11 +149,7 @@ public enum Launcher {
             terminal.suspend()
             return .object(["done": .bool(true)])
         case "show":
-            let tty = open("/dev/tty", O_WRONLY | O_CLOEXEC | O_NOCTTY)
-            if tty >= 0 {
-                LauncherTerminal.write(question["text"]?.string ?? "", to: tty)
-                close(tty)
-            }
+            terminal.show(question["text"]?.string ?? "")
             return .object(["done": .bool(true)])
         case "line":
             switch terminal.readLine(prompt: question["text"]?.string ?? "", echo: question["echo"]?.bool ?? true,

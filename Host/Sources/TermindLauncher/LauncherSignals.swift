@@ -28,18 +28,16 @@ enum LauncherSignals {
     }
 
     private static func catchSignal(_ number: Int32) {
-        do {
-            var action = sigaction()
-            action.__sigaction_handler.sa_handler = { number in
-                var byte = UInt8(truncatingIfNeeded: number)
-                let saved = errno
-                _ = write(LauncherSignals.writeEnd, &byte, 1)
-                errno = saved
-            }
-            action.sa_flags = SA_RESTART
-            sigemptyset(&action.sa_mask)
-            sigaction(number, &action, nil)
+        var action = sigaction()
+        action.__sigaction_handler.sa_handler = { number in
+            var byte = UInt8(truncatingIfNeeded: number)
+            let saved = errno
+            _ = write(LauncherSignals.writeEnd, &byte, 1)
+            errno = saved
         }
+        action.sa_flags = SA_RESTART
+        sigemptyset(&action.sa_mask)
+        sigaction(number, &action, nil)
     }
 
     /// Stops this process as a shell's job (what SIGTSTP does by default) and returns once

@@ -5,7 +5,9 @@ import Glibc
 /// The launcher's connection to `termind serve`: a Unix stream socket to a server that runs
 /// as this user (SO_PEERCRED, as the server checks its clients), lines written whole with
 /// MSG_NOSIGNAL, the first one carrying this process's standard streams as SCM_RIGHTS.
-/// Owns the descriptor; `close()` ends it.
+/// Owns the descriptor; `close()` ends it. The client's side of what Core's SocketIO and
+/// UnixSocket do for the full client, written again on purpose: the launcher loads no
+/// termind library (LinkageTests, ArchitectureTests).
 final class LauncherSocket {
     private(set) var fd: Int32
     private var buffer: [UInt8] = []

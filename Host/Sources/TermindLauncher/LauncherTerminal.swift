@@ -93,6 +93,14 @@ final class LauncherTerminal {
         return .text(String(decoding: bytes, as: UTF8.self))
     }
 
+    /// `show`: text on the controlling terminal, when there is one.
+    func show(_ text: String) {
+        let tty = open("/dev/tty", O_WRONLY | O_CLOEXEC | O_NOCTTY)
+        guard tty >= 0 else { return }
+        Self.write(text, to: tty)
+        close(tty)
+    }
+
     /// `edit`: `/bin/sh -c 'COMMAND "$1"' termind-edit PATH` on the controlling terminal when
     /// there is one, as git runs an editor; its exit status (-1 when it could not start).
     func edit(path: String, command: String) -> Int32 {
