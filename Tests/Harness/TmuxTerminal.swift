@@ -73,6 +73,28 @@ public final class TmuxTerminal: @unchecked Sendable {
         return (false, rows)
     }
 
+    /// Waits until the screen satisfies `condition` and then stays the same for `quiet`
+    /// seconds (a program redrawing is done); that screen, or nil when it never settles.
+    /// For comparing screens, where a fixed sleep races a loaded machine.
+    public func settled(_ name: String, seconds: Double = 20, quiet: Double = 0.3, until condition: ([String]) -> Bool) throws -> [String]? {
+        let deadline = Date().addingTimeInterval(seconds)
+        var last: [String]?
+        var since = Date()
+        while Date() < deadline {
+            let rows = try screen(name)
+            if !condition(rows) {
+                last = nil
+            } else if rows != last {
+                last = rows
+                since = Date()
+            } else if Date().timeIntervalSince(since) >= quiet {
+                return rows
+            }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return nil
+    }
+
     /// The program's exit status once it has ended (the `[exited N]` line), else nil.
     public func exitStatus(_ name: String) throws -> Int? {
         for row in try screen(name).reversed() {

@@ -66,8 +66,7 @@ final class DurableSessionTests: XCTestCase {
         let before = try tmux.wait("first", for: "ready-42").screen
         // ~d right after a newline (Enter at an empty prompt first).
         try tmux.send("first", "\r")
-        Thread.sleep(forTimeInterval: 0.3)
-        let shown = try tmux.screen("first")
+        let shown = try XCTUnwrap(try tmux.settled("first") { Array($0.suffix(3)) == ["ready-42", "$", "$"] }, "no empty prompt after ready-42")
         try tmux.send("first", "~d")
         XCTAssertEqual(try tmux.waitForExit("first"), 0)
         let left = try tmux.screen("first")
@@ -103,8 +102,8 @@ final class DurableSessionTests: XCTestCase {
         let inVi = try tmux.wait("first", for: "note 19:")
         XCTAssertTrue(inVi.found, inVi.screen.joined(separator: "\n"))
         try tmux.send("first", "30G")
-        Thread.sleep(forTimeInterval: 0.5)
-        let before = try tmux.screen("first")
+        // The screen once vi has moved (it scrolls so that line 30 shows) and is done drawing.
+        let before = try XCTUnwrap(try tmux.settled("first") { $0.contains { $0.contains("note 30:") } }, "vi never showed line 30")
         // Closing the window (the client gets SIGHUP) detaches; the editor goes on.
         tmux.kill("first")
         XCTAssertEqual(try waitForState(1, "detached")?["state"]?.stringValue, "detached")
