@@ -42,7 +42,8 @@ static inline void *termind_ssh2_realloc(void *pointer, size_t count, void **abs
 // EAGAIN on a send — a send it had to repeat would otherwise be completed by whichever
 // channel called next, losing that channel's packet and repeating the first one. The
 // engine flushes the buffer when the socket is writable and holds back new channel data
-// while the backlog is large (backpressure outside library calls).
+// while the backlog is large (backpressure outside library calls); a backlog of a full
+// packet or more is also written at once, from the callback (TERMIND_SSH2_EAGER_SEND).
 typedef struct termind_ssh2_context {
     void *owner;               // the Swift engine, for callbacks
     int fd;                    // the session's socket (libssh2 also sends to ssh-agent through the callback)
@@ -72,6 +73,28 @@ static inline void termind_ssh2_discard_output(termind_ssh2_context *context) {
     context->discard = 1;
     context->out_start = context->out_length = 0;
 }
+
+/// Writes what it can without blocking: 0 when the buffer is empty, 1 when bytes remain,
+/// -1 on a socket error (errno set).
+static inline int termind_ssh2_flush(termind_ssh2_context *context, int fd) {
+    while (context->out_start < context->out_length) {
+        ssize_t sent = send(fd, context->out + context->out_start, context->out_length - context->out_start, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (sent > 0) { context->out_start += (size_t)sent; continue; }
+        if (sent < 0 && errno == EINTR) continue;
+        if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 1;
+        return -1;
+    }
+    context->out_start = context->out_length = 0;
+    return 0;
+}
+
+// Once this many bytes wait, the send callback writes them at once (without blocking)
+// instead of leaving them for the engine's flush at the end of its pass. Small packets are
+// still gathered into one write; a bulk upload's full packets go out as they are made, as
+// OpenSSH's client writes each one, so the server decrypts one while the next is being
+// encrypted. Holding a whole pass (up to half a MiB) left the server idle meanwhile: a
+// 1 GiB upload ran at about 0.87x ssh's speed, and at parity with this.
+#define TERMIND_SSH2_EAGER_SEND 32768
 
 static inline ssize_t termind_ssh2_send(libssh2_socket_t socket, const void *buffer, size_t length, int flags, void **abstract) {
     termind_ssh2_context *context = (termind_ssh2_context *)*abstract;
@@ -105,21 +128,13 @@ static inline ssize_t termind_ssh2_send(libssh2_socket_t socket, const void *buf
     }
     memcpy(context->out + context->out_length, buffer, length);
     context->out_length += length;
-    return (ssize_t)length;
-}
-
-/// Writes what it can without blocking: 0 when the buffer is empty, 1 when bytes remain,
-/// -1 on a socket error (errno set).
-static inline int termind_ssh2_flush(termind_ssh2_context *context, int fd) {
-    while (context->out_start < context->out_length) {
-        ssize_t sent = send(fd, context->out + context->out_start, context->out_length - context->out_start, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (sent > 0) { context->out_start += (size_t)sent; continue; }
-        if (sent < 0 && errno == EINTR) continue;
-        if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 1;
-        return -1;
+    // A failed write is left for the engine's flush to find and report.
+    if (context->out_length - context->out_start >= TERMIND_SSH2_EAGER_SEND) {
+        int saved = errno;
+        (void)termind_ssh2_flush(context, context->fd);
+        errno = saved;
     }
-    context->out_start = context->out_length = 0;
-    return 0;
+    return (ssize_t)length;
 }
 
 /// Receiving: the session's socket is read as libssh2 itself would. Any other socket is
