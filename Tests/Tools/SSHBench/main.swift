@@ -17,7 +17,9 @@ import TermindSSH
 // means termind is faster), and client CPU seconds per GiB from getrusage of the client
 // process — plus, through a server, the server's (termind serve, or the ssh master) CPU
 // for the same run from /proc. As root, the remote side is a throwaway account whose
-// /bin/sh starts light, so neither side pays for a heavy .bashrc.
+// /bin/sh starts light, so neither side pays for a heavy .bashrc. STEAL is the share of
+// the machine's CPU time the hypervisor took during the row's runs: above a few per cent
+// the row's spread is the host's, not the programs'.
 // Usage: termind-ssh-bench [--mib N] [--runs N] [--quick] [--only TEXT] (only the rows whose name contains TEXT)
 
 var mib = 1024
@@ -87,6 +89,23 @@ func measure(_ program: String, _ arguments: [String], environment: [String: Str
     return Run(wall: wall, cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime) + serverCPU)
 }
 
+/// The machine's CPU time counters (/proc/stat): on a virtual machine the hypervisor's
+/// "steal" — time this machine wanted to run and was not let — makes figures noisy, so each
+/// row says how much there was during its runs.
+struct CPUSteal {
+    var steal = 0, total = 0
+    static func now() -> CPUSteal {
+        guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("cpu ") }) else { return CPUSteal() }
+        let fields = line.split(separator: " ").dropFirst().compactMap { Int($0) }
+        return CPUSteal(steal: fields.count > 7 ? fields[7] : 0, total: fields.reduce(0, +))
+    }
+    func share(since earlier: CPUSteal) -> String {
+        let total = self.total - earlier.total
+        return total > 0 ? String(format: "%.0f%%", 100 * Double(steal - earlier.steal) / Double(total)) : "?"
+    }
+}
+
 /// Runs `a` and `b` in turn (one unmeasured warm-up each), `count` pairs.
 func paired(count: Int = runCount, _ a: () throws -> Run, _ b: () throws -> Run) throws -> [(Run, Run)] {
     _ = try a()
@@ -102,7 +121,7 @@ func spread(_ values: [Double]) -> (min: Double, median: Double, max: Double) {
 }
 
 func row(_ name: String, _ cells: [String]) {
-    let widths = [40, 18, 18, 7, 19, 6]
+    let widths = [40, 18, 18, 7, 19, 7, 6]
     var line = name.padding(toLength: widths[0], withPad: " ", startingAt: 0)
     for (cell, width) in zip(cells, widths.dropFirst()) { line += " " + cell.padding(toLength: width, withPad: " ", startingAt: 0) }
     print(line)
@@ -117,14 +136,16 @@ func wanted(_ name: String) -> Bool { onlyRows.map { name.contains($0) } ?? true
 /// The pairs run only when the row is wanted.
 func throughputRow(_ name: String, bytes: Int, _ measured: @autoclosure () throws -> [(Run, Run)]) rethrows {
     guard wanted(name) else { return }
+    let stealBefore = CPUSteal.now()
     let pairs = try measured()
+    let steal = CPUSteal.now().share(since: stealBefore)
     let gib = Double(bytes) / Double(1 << 30)
     let ours = spread(pairs.map { Double(bytes) / $0.0.wall / 1_048_576 })
     let theirs = spread(pairs.map { Double(bytes) / $0.1.wall / 1_048_576 })
     let ratio = spread(pairs.map { $0.1.wall / $0.0.wall }).median
     let cpuOurs = spread(pairs.map { $0.0.cpu / gib }).median, cpuTheirs = spread(pairs.map { $0.1.cpu / gib }).median
     let cpuRatio = spread(pairs.map { $0.0.cpu / max($0.1.cpu, 1e-6) }).median
-    row(name, [triple(ours), triple(theirs), String(format: "%.2f×", ratio), "\(f(cpuOurs)) / \(f(cpuTheirs))", String(format: "%.2f×", cpuRatio)])
+    row(name, [triple(ours), triple(theirs), String(format: "%.2f×", ratio), "\(f(cpuOurs)) / \(f(cpuTheirs))", String(format: "%.2f×", cpuRatio), steal])
 }
 
 // MARK: - Set-up
@@ -187,7 +208,7 @@ let down = "head -c \(bytes) /dev/zero", up = "cat > /dev/null"
 print("termind-ssh-bench: libssh2 \(SSHLibrary.version) vs \(try ProcessRunner.run("/usr/bin/ssh", ["-V"]).stderr.trimmingCharacters(in: .whitespacesAndNewlines)), "
       + "\(runCount) pairs each after a warm-up, remote user \(user)\(account == nil ? "" : " (throwaway, /bin/sh)")")
 print("speed ratio = ssh's time / termind's time, pair by pair (> 1: termind faster); CPU = client (+ server) seconds per GiB")
-row("FIGURE", ["TERMIND min/med/max", "OPENSSH min/med/max", "RATIO", "CPU s/GiB t / ssh", "CPU ×"])
+row("FIGURE", ["TERMIND min/med/max", "OPENSSH min/med/max", "RATIO", "CPU s/GiB t / ssh", "CPU ×", "STEAL"])
 
 let ciphers = ["chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com"]
 for cipher in ciphers {
@@ -219,13 +240,15 @@ for cipher in ciphers {
                              { try ssh(port: port, control: control, up, stdin: source, server: master) }))
 
     if cipher == ciphers[0] && wanted("exec true serve/master (ms)") {  // start-up does not depend on the cipher: once
+        let stealBefore = CPUSteal.now()
         let pairs = try paired(count: max(20, runCount), { try termindExec(port: port, local: false, "true", server: serve.pid) },
                                { try ssh(port: port, control: control, "true", server: master) })
+        let steal = CPUSteal.now().share(since: stealBefore)
         let ours = spread(pairs.map { $0.0.wall * 1e3 }), theirs = spread(pairs.map { $0.1.wall * 1e3 })
         let ratio = spread(pairs.map { $0.1.wall / $0.0.wall }).median
         let cpuOurs = spread(pairs.map { $0.0.cpu * 1e3 }).median, cpuTheirs = spread(pairs.map { $0.1.cpu * 1e3 }).median
         row("exec true serve/master (ms)", [triple(ours), triple(theirs), String(format: "%.2f×", ratio),
-                                                "\(f(cpuOurs)) / \(f(cpuTheirs)) ms", String(format: "%.2f×", spread(pairs.map { $0.0.cpu / max($0.1.cpu, 1e-6) }).median)])
+                                                "\(f(cpuOurs)) / \(f(cpuTheirs)) ms", String(format: "%.2f×", spread(pairs.map { $0.0.cpu / max($0.1.cpu, 1e-6) }).median), steal])
     }
 
     if cipher.hasPrefix("chacha20") {
