@@ -5,6 +5,10 @@ import TermindCore
 /// direction before passing it on, so a client through it sees a round trip of twice that
 /// (this kernel has no netem). Each direction buffers up to `bufferLimit` bytes in flight,
 /// well above any SSH window, so the relay adds latency, not a bandwidth limit.
+///
+/// It also counts the bytes it carried (`bytesRelayed`: what crossed "the network") and can
+/// hold new connections (`holdNewConnections`): accepted, but not passed on, so a client's
+/// handshake hangs until `releaseHeld()`.
 public final class DelayingRelay: @unchecked Sendable {
     public let port: Int
     private let listener: Int32
@@ -14,6 +18,41 @@ public final class DelayingRelay: @unchecked Sendable {
     private let lock = NSLock()
     private var sockets: [Int32] = []
     private var stopped = false
+    private var holding = false
+    private var held: [Int32] = []
+    private let counter = Counter()
+
+    /// Bytes carried so far, both directions together.
+    public var bytesRelayed: Int { counter.value }
+
+    /// Connections accepted from now on wait, unanswered, until `releaseHeld()`.
+    public func holdNewConnections() { lock.withLock { holding = true } }
+
+    /// How many connections are being held.
+    public var heldCount: Int { lock.withLock { held.count } }
+
+    /// How many held connections their client has closed (given up on).
+    public var heldAbandoned: Int {
+        lock.withLock { held }.filter(Self.abandoned).count
+    }
+
+    /// Stops holding: a held connection whose client is still there is passed on; one whose
+    /// client gave up (closed it) is closed, and never reaches the server.
+    public func releaseHeld() {
+        let waiting: [Int32] = lock.withLock {
+            holding = false
+            defer { held = [] }
+            return held
+        }
+        for client in waiting {
+            if Self.abandoned(client) { close(client) } else { relay(client) }
+        }
+    }
+
+    private static func abandoned(_ client: Int32) -> Bool {
+        var byte: UInt8 = 0
+        return recv(client, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) == 0
+    }
 
     public init(to targetPort: Int, oneWayDelay: Double, bufferLimit: Int = 256 << 20) throws {
         self.targetPort = targetPort
@@ -39,13 +78,15 @@ public final class DelayingRelay: @unchecked Sendable {
 
     /// Closes the listener and every relayed connection.
     public func stop() {
-        let open: [Int32] = lock.withLock {
-            guard !stopped else { return [] }
+        let (open, waiting): ([Int32], [Int32]) = lock.withLock {
+            guard !stopped else { return ([], []) }
             stopped = true
-            return sockets
+            defer { held = [] }
+            return (sockets, held)
         }
         shutdown(listener, Int32(SHUT_RDWR))
         for fd in open { shutdown(fd, Int32(SHUT_RDWR)) }
+        for fd in waiting { close(fd) }
     }
 
     private static func loopback(port: Int) -> sockaddr_in {
@@ -60,26 +101,42 @@ public final class DelayingRelay: @unchecked Sendable {
         while true {
             let client = accept(listener, nil, nil)
             guard client >= 0 else { close(listener); return }  // shut down by stop()
-            let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var address = Self.loopback(port: targetPort)
-            let connected = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-            let keep = lock.withLock { () -> Bool in
-                guard !stopped, connected == 0 else { return false }
-                sockets += [client, server]
-                return true
+            let hold = lock.withLock { () -> Bool in
+                if holding { held.append(client) }
+                return holding
             }
-            guard keep else { close(client); close(server); continue }
-            for fd in [client, server] {
-                var one: Int32 = 1
-                setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-            }
-            let closer = Closer(client, server)
-            for (from, to) in [(client, server), (server, client)] {
-                let line = DelayLine(delay: delay, limit: bufferLimit)
-                Thread.detachNewThread { line.read(from: from); closer.done() }
-                Thread.detachNewThread { line.write(to: to); closer.done() }
-            }
+            if !hold { relay(client) }
         }
+    }
+
+    /// Connects `client` to the target and starts passing bytes both ways.
+    private func relay(_ client: Int32) {
+        let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = Self.loopback(port: targetPort)
+        let connected = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        let keep = lock.withLock { () -> Bool in
+            guard !stopped, connected == 0 else { return false }
+            sockets += [client, server]
+            return true
+        }
+        guard keep else { close(client); close(server); return }
+        for fd in [client, server] {
+            var one: Int32 = 1
+            setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        }
+        let closer = Closer(client, server)
+        for (from, to) in [(client, server), (server, client)] {
+            let line = DelayLine(delay: delay, limit: bufferLimit, counter: counter)
+            Thread.detachNewThread { line.read(from: from); closer.done() }
+            Thread.detachNewThread { line.write(to: to); closer.done() }
+        }
+    }
+
+    private final class Counter: @unchecked Sendable {
+        private let lock = NSLock()
+        private var total = 0
+        var value: Int { lock.withLock { total } }
+        func add(_ n: Int) { lock.withLock { total += n } }
     }
 
     /// Closes a relayed pair once all four of its pumps have ended.
@@ -103,8 +160,9 @@ public final class DelayingRelay: @unchecked Sendable {
         private var writerFailed = false
         private let delay: Double
         private let limit: Int
+        private let counter: Counter
 
-        init(delay: Double, limit: Int) { self.delay = delay; self.limit = limit }
+        init(delay: Double, limit: Int, counter: Counter) { self.delay = delay; self.limit = limit; self.counter = counter }
 
         private static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
@@ -120,6 +178,7 @@ public final class DelayingRelay: @unchecked Sendable {
                     return
                 }
                 while queued >= limit && !writerFailed { condition.wait() }
+                counter.add(n)
                 queue.append((Self.now() + delay, Data(buffer[0..<n])))
                 queued += n
                 condition.broadcast()

@@ -240,10 +240,21 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(try digest(copies + "/a/one.bin"), try digest(tree + "/one.bin"))
         XCTAssertEqual(try digest(copies + "/a/two/three.bin"), try digest(tree + "/two/three.bin"))
 
-        // One host: the server copies (copy-data), or it is streamed; the bytes are the same either way.
-        let same = try json(["cp", "box:" + tree + "/one.bin", "box:" + copies + "/same.bin"])
+        // One host: the server copies (copy-data, which this sshd's internal-sftp offers), so the
+        // file's bytes never cross the network — counted by a relay in front of the server.
+        // Streamed, 2 MiB would have crossed twice (read, then written back).
+        let relay = try DelayingRelay(to: server.port, oneWayDelay: 0)
+        self.relay = relay
+        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "counted", "--port", "\(relay.port)", "--identity", NSUserName()]).status, 0)
+        XCTAssertEqual(try termind(["vault", "knownhost", "add", "127.0.0.1", try XCTUnwrap(server.hostKeys["ssh-ed25519"]), "--port", "\(relay.port)"]).status, 0)
+        let same = try json(["cp", "counted:" + tree + "/one.bin", "counted:" + copies + "/same.bin"])
         XCTAssertEqual(same["copied"], .integer(1))
         XCTAssertEqual(try digest(copies + "/same.bin"), try digest(tree + "/one.bin"))
+        XCTAssertLessThan(relay.bytesRelayed, 256 << 10, "a same-host copy moved the file's bytes over the network (\(relay.bytesRelayed) bytes)")
+        // The count is real: a copy between two hosts through it carries the file.
+        let counted = relay.bytesRelayed
+        XCTAssertEqual(try json(["cp", "counted:" + tree + "/one.bin", "box:" + copies + "/across.bin"])["copied"], .integer(1))
+        XCTAssertGreaterThan(relay.bytesRelayed - counted, 2 << 20)
 
         // Never into itself; the same path only as a copy beside it.
         let inside = try termind(["cp", "-r", "box:" + tree, "box:" + tree + "/two"])
@@ -403,6 +414,46 @@ final class TransferFeatureTests: XCTestCase {
         let once = try put("connections-preferred", to: directory.file("once"), via: "scp://\(NSUserName())@localhost:\(server.port)/",
                            ["--identity", directory.file("id"), "--accept-host-key", "once"])
         XCTAssertEqual(once, 1, "no extra connection without durable trust")
+    }
+
+    /// Connections Preferred: a file cancelled while its silent probe is still opening caches
+    /// no failure — the next file of the same run probes again, and gets its own connection.
+    func testACancelledProbeLeavesTheNextFileItsExtraConnection() throws {
+        let relay = try DelayingRelay(to: server.port, oneWayDelay: 0)
+        self.relay = relay
+        serve = try ServeProcess(directory: directory, arguments: [], environment: ["TERMIND_SOCKET": directory.file("serve/control.sock")])
+        try saveHosts(slowPort: relay.port)
+        XCTAssertEqual(try termind(["settings", "set", "sftp.topology", #"{"strategy": "connections-preferred"}"#]).status, 0)
+        XCTAssertEqual(try termind(["settings", "set", "sftp.limits", #"{"active": 1, "perHost": 1}"#]).status, 0)
+        let tree = directory.file("pair")
+        try write(tree + "/a.bin", bytes: 100_000, seed: 31)
+        try write(tree + "/b.bin", bytes: 100_000, seed: 32)
+        let landing = directory.file("paired")
+        try FileManager.default.createDirectory(atPath: landing, withIntermediateDirectories: true)
+        // The server's pooled connection to the host is open first; only new ones are held.
+        XCTAssertEqual(try termind(["sftp", "slow", "stat", landing]).status, 0)
+        relay.holdNewConnections()
+        let put = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "put", "-r", tree, "slow:" + landing],
+                                     environment: environment, captureOutput: true)
+        spawned.append(put)
+        try wait("the first file's probe") { relay.heldCount == 1 }
+        let rows = try XCTUnwrap(try json(["transfers"])["transfers"]?.arrayValue)
+        XCTAssertEqual(rows.suffix(2).map { $0["state"]?.stringValue }, ["active", "queued"], "one host slot: the second file waits")
+        let first = try XCTUnwrap(rows.suffix(2).first)
+        _ = try json(["transfers", "cancel", try XCTUnwrap(first["id"]?.stringValue)])
+        // The second file is admitted and probes too (a cached failure would put it on a channel at once).
+        let deadline = Date().addingTimeInterval(30)
+        while relay.heldCount < 2 && put.isRunning && Date() < deadline { usleep(20_000) }
+        XCTAssertEqual(relay.heldCount, 2, "the next file did not probe for a connection of its own")
+        let logins = { ((try? String(contentsOfFile: self.server.directory.file("sshd.log"), encoding: .utf8)) ?? "").components(separatedBy: "Accepted publickey").count }
+        let before = logins()
+        relay.releaseHeld()
+        XCTAssertEqual(put.wait(), 3, "one file cancelled, one copied")
+        let ended = try XCTUnwrap(try json(["transfers"])["transfers"]?.arrayValue)
+        XCTAssertEqual(ended.suffix(2).map { $0["state"]?.stringValue }, ["cancelled", "done"])
+        XCTAssertEqual(try digest(landing + "/pair/b.bin"), try digest(tree + "/b.bin"))
+        usleep(200_000)  // sshd writes its log line a moment after the login
+        XCTAssertEqual(logins() - before, 1, "the second file's connection, and not the cancelled probe's")
     }
 
     func testEditUploadsConfirmedChangesAndNeverOverAChangedRemoteFileSilently() throws {
