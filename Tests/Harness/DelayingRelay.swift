@@ -49,9 +49,10 @@ public final class DelayingRelay: @unchecked Sendable {
         }
     }
 
+    /// Whether the client closed its end (it may have sent bytes first, unread here).
     private static func abandoned(_ client: Int32) -> Bool {
-        var byte: UInt8 = 0
-        return recv(client, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) == 0
+        var probe = pollfd(fd: client, events: Int16(0x2000 /* POLLRDHUP, which Glibc does not export to Swift */), revents: 0)
+        return poll(&probe, 1, 0) == 1 && probe.revents & Int16(0x2000 | POLLHUP) != 0
     }
 
     public init(to targetPort: Int, oneWayDelay: Double, bufferLimit: Int = 256 << 20) throws {

@@ -107,4 +107,30 @@ final class SSHConnectionPoolTests: XCTestCase {
         XCTAssertTrue(connection.isAlive)
         await pool.closeAll()
     }
+
+    /// closeAll cancels an opening still in its handshake and returns only once it has
+    /// ended, its socket closed: nothing of the pool is left running (on an engine thread, in
+    /// OpenSSL) when the process goes on to exit.
+    func testClosingThePoolWaitsForTheOpeningsItCancels() async throws {
+        let relay = try DelayingRelay(to: server.port, oneWayDelay: 0)
+        defer { relay.stop() }
+        relay.holdNewConnections()
+        let pool = SSHConnectionPool()
+        let route = SSHRoute([SSHTarget(host: "127.0.0.1", port: relay.port, username: NSUserName())])
+        let accepting = policy(answer: .acceptOnce)
+        let waiter = Task { try await pool.connection(for: route, policy: accepting) }
+        for _ in 0..<250 where relay.heldCount == 0 { try await Task.sleep(nanoseconds: 20_000_000) }
+        XCTAssertEqual(relay.heldCount, 1, "the opening connected and waits for the server's banner")
+        XCTAssertEqual(relay.heldAbandoned, 0)
+        let started = Date()
+        await pool.closeAll()
+        XCTAssertEqual(relay.heldAbandoned, 1, "closeAll returned while its cancelled opening still held its socket")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 2, "cancelled at once, not after the handshake deadline")
+        do {
+            _ = try await waiter.value
+            XCTFail("the waiter of a closed pool gets no connection")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.closed", error.message)
+        }
+    }
 }

@@ -254,14 +254,36 @@ public actor SSHConnectionPool {
     public var routes: [SSHRoute] { state.openKeys(isAlive: { $0.isAlive }) }
 
     /// Closes every connection (targets before the jumps they run through) and cancels
-    /// openings in progress.
-    public func closeAll() async {
+    /// openings in progress, then waits for those openings to end (at most `openingsGrace`
+    /// seconds): one still handshaking on its engine thread when the process exits would run
+    /// OpenSSL while the process tears it down.
+    public func closeAll(openingsGrace: Double = 2) async {
         let (open, waiters) = state.removeAll()
         for id in waiters { resume(id, with: .failure(SSHError.make(.sshClosed, "The connection pool was closed while the connection was being opened."))) }
-        for opening in openings.values { opening.cancel() }
+        let cancelled = Array(openings.values)
+        openings.removeAll()
+        for opening in cancelled { opening.cancel() }
         sweeper?.cancel()
         sweeper = nil
         for connection in open.sorted(by: { depth($0) > depth($1) }) { await connection.close() }
+        await Self.wait(for: cancelled, atMost: openingsGrace)
+    }
+
+    /// Returns when every task has ended, or after `seconds`, whichever comes first.
+    private static func wait(for tasks: [Task<Void, Never>], atMost seconds: Double) async {
+        guard !tasks.isEmpty else { return }
+        let once = ResumeOnce()
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            once.set(continuation)
+            Task {
+                for task in tasks { await task.value }
+                once.resume()
+            }
+            Task {
+                try? await Task.sleep(nanoseconds: UInt64(seconds * 1e9))
+                once.resume()
+            }
+        }
     }
 
     private func depth(_ connection: SSHConnection) -> Int {
@@ -327,4 +349,12 @@ extension PortKey where P == SSHConnectionPool {
     /// `kernel.ssh`: terminals, SFTP, forwarding, metrics and the assistant share live
     /// connections (one per route) and open their own channels on them.
     public static var sshConnections: Self { PortKey("kernel.ssh") }
+}
+
+/// A continuation resumed by whichever caller comes first; later calls do nothing.
+private final class ResumeOnce: @unchecked Sendable {
+    private let lock = NSLock()
+    private var continuation: CheckedContinuation<Void, Never>?
+    func set(_ continuation: CheckedContinuation<Void, Never>) { lock.withLock { self.continuation = continuation } }
+    func resume() { lock.withLock { () -> CheckedContinuation<Void, Never>? in defer { continuation = nil }; return continuation }?.resume() }
 }
