@@ -42,8 +42,8 @@ static inline void *termind_ssh2_realloc(void *pointer, size_t count, void **abs
 // EAGAIN on a send — a send it had to repeat would otherwise be completed by whichever
 // channel called next, losing that channel's packet and repeating the first one. The
 // engine flushes the buffer when the socket is writable and holds back new channel data
-// while the backlog is large (backpressure outside library calls); a backlog of a full
-// packet or more is also written at once, from the callback (TERMIND_SSH2_EAGER_SEND).
+// while the backlog is large (backpressure outside library calls); a large enough backlog
+// is also written at once, from the callback (`eager_send`).
 typedef struct termind_ssh2_context {
     void *owner;               // the Swift engine, for callbacks
     int fd;                    // the session's socket (libssh2 also sends to ssh-agent through the callback)
@@ -54,11 +54,12 @@ typedef struct termind_ssh2_context {
     unsigned long long received; // bytes read from the server: only they prove it is alive
     LIBSSH2_CHANNEL **agent_channels; // auth-agent@openssh.com channels the server opened, for the engine
     size_t agent_count, agent_capacity;
+    size_t eager_send;         // write from the callback once this many bytes wait
 } termind_ssh2_context;
 
 static inline termind_ssh2_context *termind_ssh2_context_new(void *owner) {
     termind_ssh2_context *context = calloc(1, sizeof(termind_ssh2_context));
-    if (context) { context->owner = owner; context->fd = -1; }
+    if (context) { context->owner = owner; context->fd = -1; context->eager_send = 262144; }
     return context;
 }
 static inline void termind_ssh2_context_free(termind_ssh2_context *context) {
@@ -68,6 +69,7 @@ static inline void termind_ssh2_context_free(termind_ssh2_context *context) {
     free(context);
 }
 static inline size_t termind_ssh2_backlog(const termind_ssh2_context *context) { return context->out_length - context->out_start; }
+static inline void termind_ssh2_set_eager_send(termind_ssh2_context *context, size_t bytes) { context->eager_send = bytes ? bytes : 1; }
 static inline unsigned long long termind_ssh2_received(const termind_ssh2_context *context) { return context->received; }
 static inline void termind_ssh2_discard_output(termind_ssh2_context *context) {
     context->discard = 1;
@@ -88,13 +90,11 @@ static inline int termind_ssh2_flush(termind_ssh2_context *context, int fd) {
     return 0;
 }
 
-// Once this many bytes wait, the send callback writes them at once (without blocking)
-// instead of leaving them for the engine's flush at the end of its pass. Small packets are
-// still gathered into one write; a bulk upload's full packets go out as they are made, as
-// OpenSSH's client writes each one, so the server decrypts one while the next is being
-// encrypted. Holding a whole pass (up to half a MiB) left the server idle meanwhile: a
-// 1 GiB upload ran at about 0.87x ssh's speed, and at parity with this.
-#define TERMIND_SSH2_EAGER_SEND 32768
+// Once `eager_send` bytes wait, the send callback writes them at once (without blocking)
+// instead of leaving them for the engine's flush at the end of its pass (which may have
+// gathered up to half a MiB); small packets are still gathered into one write. The engine
+// sets it from the cipher after the handshake (SessionEngine.tuneSending): what pays depends
+// on how fast the server decrypts.
 
 static inline ssize_t termind_ssh2_send(libssh2_socket_t socket, const void *buffer, size_t length, int flags, void **abstract) {
     termind_ssh2_context *context = (termind_ssh2_context *)*abstract;
@@ -129,7 +129,7 @@ static inline ssize_t termind_ssh2_send(libssh2_socket_t socket, const void *buf
     memcpy(context->out + context->out_length, buffer, length);
     context->out_length += length;
     // A failed write is left for the engine's flush to find and report.
-    if (context->out_length - context->out_start >= TERMIND_SSH2_EAGER_SEND) {
+    if (context->out_length - context->out_start >= context->eager_send) {
         int saved = errno;
         (void)termind_ssh2_flush(context, context->fd);
         errno = saved;

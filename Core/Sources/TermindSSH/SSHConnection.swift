@@ -232,6 +232,7 @@ public final class SSHConnection: Sendable {
                 }
                 let rc = try engine.retry("The SSH handshake", deadline: deadline) { libssh2_session_handshake($0, engine.fd) }
                 guard rc == 0 else { throw SSHError.make(.sshHandshakeFailed, "The SSH handshake with \(engine.endpoint) failed: \(engine.lastError()).") }
+                engine.tuneSending()
                 var length = 0
                 var type: Int32 = 0
                 guard let session = engine.session, let raw = libssh2_session_hostkey(session, &length, &type), length > 4 else {
