@@ -416,6 +416,70 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(once, 1, "no extra connection without durable trust")
     }
 
+    /// `--verify sha256`: each side's SHA-256 is computed where the file is (the host's by
+    /// its sha256sum), and a file whose digests differ, or a host without sha256sum, commits
+    /// nothing. The lying and the missing sha256sum are a script first on sshd's PATH.
+    func testVerifyBySHA256ComparesDigestsComputedOnEachSideAndCommitsNothingOnAMismatch() throws {
+        let fake = directory.file("fakebin")
+        try FileManager.default.createDirectory(atPath: fake, withIntermediateDirectories: true)
+        let mode = directory.file("fake-mode")
+        try """
+            #!/bin/sh
+            case "$(cat \(mode) 2>/dev/null)" in
+              lie) printf '%064d  %s\n' 0 "$2"; exit 0 ;;
+              *) exec /usr/bin/sha256sum "$@" ;;
+            esac
+            """.write(toFile: fake + "/sha256sum", atomically: true, encoding: .utf8)
+        chmod(fake + "/sha256sum", 0o755)
+        server.stop()
+        for key in ["id", "id.pub"] { try FileManager.default.removeItem(atPath: directory.file(key)) }
+        server = try SSHServerFixture.withNewKey(in: directory, extraConfig: ["SetEnv PATH=\(fake):/usr/bin:/bin"])
+        try saveHosts()
+        let tree = directory.file("sums")
+        try write(tree + "/one.bin", bytes: 3 << 20 | 5, seed: 51)
+        try write(tree + "/empty.bin", bytes: 0, seed: 52)
+        try write(tree + "/odd \n name.bin", bytes: 4097, seed: 53)
+        let up = directory.file("up")
+        try FileManager.default.createDirectory(atPath: up, withIntermediateDirectories: true)
+        let put = try json(["put", "-r", tree, "box:" + up, "--verify", "sha256"])
+        XCTAssertEqual(put["copied"], .integer(3), "\(put)")
+        for name in ["one.bin", "empty.bin", "odd \n name.bin"] {
+            XCTAssertEqual(try digest(up + "/sums/" + name), try digest(tree + "/" + name), name)
+        }
+        let down = directory.file("down")
+        try FileManager.default.createDirectory(atPath: down, withIntermediateDirectories: true)
+        XCTAssertEqual(try json(["get", "box:" + up + "/sums/one.bin", down, "--verify", "sha256"])["copied"], .integer(1))
+        XCTAssertEqual(try digest(down + "/one.bin"), try digest(tree + "/one.bin"))
+
+        // The host's sha256sum says something else: refused, nothing committed, no partial left.
+        try "lie".write(toFile: mode, atomically: true, encoding: .utf8)
+        let lied = try termind(["put", tree + "/one.bin", "box:" + up + "/again.bin", "--verify", "sha256"])
+        XCTAssertEqual(lied.status, 1, lied.stderr)
+        XCTAssertTrue(lied.stderr.contains("SHA-256 of what was written"), lied.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: up + "/again.bin"))
+        XCTAssertEqual(leftovers(up), [])
+        // Without --verify the byte count decides, and the file is there.
+        XCTAssertEqual(try json(["put", tree + "/one.bin", "box:" + up + "/again.bin"])["copied"], .integer(1))
+
+        // A host without sha256sum (on its PATH only xargs): said, nothing committed.
+        let bare = directory.file("barebin")
+        try FileManager.default.createDirectory(atPath: bare, withIntermediateDirectories: true)
+        XCTAssertEqual(symlink("/usr/bin/xargs", bare + "/xargs"), 0)
+        let without = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: directory.file("id.pub"), encoding: .utf8)],
+                                           extraConfig: ["SetEnv PATH=\(bare)"])
+        defer { without.stop() }
+        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "bare", "--port", "\(without.port)", "--identity", NSUserName()]).status, 0)
+        XCTAssertEqual(try termind(["vault", "knownhost", "add", "127.0.0.1", try XCTUnwrap(without.hostKeys["ssh-ed25519"]), "--port", "\(without.port)"]).status, 0)
+        let missing = try termind(["get", "bare:" + up + "/sums/one.bin", down + "/other.bin", "--verify", "sha256"])
+        XCTAssertEqual(missing.status, 1, missing.stderr)
+        XCTAssertTrue(missing.stderr.contains("has no sha256sum"), missing.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: down + "/other.bin"))
+        XCTAssertEqual(leftovers(down), [])
+        let bad = try termind(["put", tree + "/one.bin", "box:" + up, "--verify", "md5"])
+        XCTAssertEqual(bad.status, 1, bad.stderr)
+        XCTAssertTrue(bad.stderr.contains("verify: 'md5' is not one of size, sha256"), bad.stderr)
+    }
+
     /// Connections Preferred: a file cancelled while its silent probe is still opening caches
     /// no failure — the next file of the same run probes again, and gets its own connection.
     func testACancelledProbeLeavesTheNextFileItsExtraConnection() throws {
@@ -438,8 +502,8 @@ final class TransferFeatureTests: XCTestCase {
         spawned.append(put)
         try wait("the first file's probe") { relay.heldCount == 1 }
         let rows = try XCTUnwrap(try json(["transfers"])["transfers"]?.arrayValue)
-        XCTAssertEqual(rows.suffix(2).map { $0["state"]?.stringValue }, ["active", "queued"], "one host slot: the second file waits")
-        let first = try XCTUnwrap(rows.suffix(2).first)
+        XCTAssertEqual(Set(rows.suffix(2).compactMap { $0["state"]?.stringValue }), ["active", "queued"], "one host slot: the other file waits")
+        let first = try XCTUnwrap(rows.suffix(2).first { $0["state"]?.stringValue == "active" })
         _ = try json(["transfers", "cancel", try XCTUnwrap(first["id"]?.stringValue)])
         // The second file is admitted and probes too (a cached failure would put it on a channel at once).
         let deadline = Date().addingTimeInterval(30)
@@ -450,8 +514,12 @@ final class TransferFeatureTests: XCTestCase {
         relay.releaseHeld()
         XCTAssertEqual(put.wait(), 3, "one file cancelled, one copied")
         let ended = try XCTUnwrap(try json(["transfers"])["transfers"]?.arrayValue)
-        XCTAssertEqual(ended.suffix(2).map { $0["state"]?.stringValue }, ["cancelled", "done"])
-        XCTAssertEqual(try digest(landing + "/pair/b.bin"), try digest(tree + "/b.bin"))
+        XCTAssertEqual(ended.first { $0["id"] == first["id"] }?["state"]?.stringValue, "cancelled")
+        XCTAssertEqual(ended.suffix(2).filter { $0["id"] != first["id"] }.map { $0["state"]?.stringValue }, ["done"])
+        // (The run submits its files concurrently: either may have been the first.)
+        let landed = ["a.bin", "b.bin"].filter { FileManager.default.fileExists(atPath: landing + "/pair/" + $0) }
+        XCTAssertEqual(landed.count, 1, "\(landed)")
+        for name in landed { XCTAssertEqual(try digest(landing + "/pair/" + name), try digest(tree + "/" + name)) }
         usleep(200_000)  // sshd writes its log line a moment after the login
         XCTAssertEqual(logins() - before, 1, "the second file's connection, and not the cancelled probe's")
     }

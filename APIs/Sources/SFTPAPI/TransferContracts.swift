@@ -17,6 +17,16 @@ extension SFTPStreams {
             /// fails the file, naming --conflict.
             case ask
         }
+        /// What must match before a file is committed (renamed into place).
+        public enum Verify: String, Codable, Sendable, SchemaEnum {
+            /// The byte count, with the source's size and modification time unchanged (always checked).
+            case size
+            /// That, and the SHA-256 of the source and of the written file, each computed where
+            /// the file is: here by reading it, on a host by its `sha256sum` over an exec
+            /// channel (SFTP servers cannot tell a file's hash), so no byte is read back over
+            /// the network. A host without `sha256sum` fails the file, saying so.
+            case sha256
+        }
         public struct Request: Codable, Sendable, Equatable {
             /// What to copy: local paths, `HOST:PATH` (a saved host's label or `user@host`;
             /// `*`, `?`, `[…]` matched on the server) or `scp://[user@]host[:port]/PATH`.
@@ -31,6 +41,8 @@ extension SFTPStreams {
             /// Copy what symbolic links point at (`-L`); by default a link in a tree is skipped.
             public var follow: Bool?
             public var conflict: Conflict?
+            /// `size` by default.
+            public var verify: Verify?
             /// A jump route (`-J`, as ssh's) for every remote side that is not a saved host.
             public var jump: String?
             /// The operation its progress and errors name: get, put or cp.
@@ -41,7 +53,7 @@ extension SFTPStreams {
             public var acceptHostKey: HostKeyPreset?
             public var connectTimeout: Double?
             public init(sources: [String], destination: String, recursive: Bool? = nil, preserve: Bool? = nil, follow: Bool? = nil, conflict: Conflict? = nil,
-                        jump: String? = nil, verb: String? = nil, user: String? = nil, identity: String? = nil, workingDirectory: String? = nil,
+                        verify: Verify? = nil, jump: String? = nil, verb: String? = nil, user: String? = nil, identity: String? = nil, workingDirectory: String? = nil,
                         acceptHostKey: HostKeyPreset? = nil, connectTimeout: Double? = nil) {
                 self.sources = sources
                 self.destination = destination
@@ -49,6 +61,7 @@ extension SFTPStreams {
                 self.preserve = preserve
                 self.follow = follow
                 self.conflict = conflict
+                self.verify = verify
                 self.jump = jump
                 self.verb = verb
                 self.user = user

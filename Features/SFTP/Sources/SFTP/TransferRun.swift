@@ -563,7 +563,23 @@ struct TransferRun {
         if now?.size != file.attributes.size || now?.modifiedTime != file.attributes.modifiedTime {
             throw Refused(message: "the source changed while being read (now \(now?.size.map { "\($0)" } ?? "gone") bytes, was \(size ?? 0)); nothing was committed")
         }
+        if request.verify == .sha256 { try await verifyWhole(file, temporary, end) }
         return end
+    }
+
+    /// `--verify sha256`: the source's and the written file's SHA-256 are the same, each
+    /// computed where the file is (a host's by its sha256sum, read here by reading).
+    private func verifyWhole(_ file: PlannedFile, _ temporary: [UInt8], _ length: UInt64) async throws {
+        func sha256(_ side: any FileSide, _ path: [UInt8]) async throws -> String {
+            if let remote = side as? RemoteSide { return try await remote.sha256(path) }
+            return try await digest(side, path, length).hexEncoded
+        }
+        async let source = sha256(file.from.side, file.from.path)
+        async let written = sha256(file.to.side, temporary)
+        let (a, b) = try await (source, written)
+        guard a == b else {
+            throw Refused(message: "the SHA-256 of what was written (\(b.prefix(16))…) is not the source's (\(a.prefix(16))…); nothing was committed")
+        }
     }
 
     /// Before a resume: the source is as it was planned (size, modification time), the

@@ -452,6 +452,30 @@ final class RemoteSide: FileSide, @unchecked Sendable {
         try await controlSession().setstat(path, SFTPAttributes(permissions: mode.map { $0 & 0o7777 }, accessTime: modified.map { accessed ?? $0 }, modifiedTime: modified))
     }
 
+    /// The SHA-256 of a file on this host, computed there by `sha256sum` on an exec channel
+    /// of the connection (the name goes on standard input, NUL-terminated, so any bytes pass
+    /// unquoted). Fails, saying so, when the host has no sha256sum.
+    func sha256(_ path: [UInt8]) async throws -> String {
+        let connection = try await connected()
+        let result: ExecResult
+        do {
+            result = try await connection.exec("command -v sha256sum >/dev/null 2>&1 || exit 127; exec xargs -0 sha256sum --", stdin: Data(path + [0]), outputLimit: 64 << 10)
+        } catch {
+            throw SFTPError(status: .connectionLost, message: "\(shown(path)): its SHA-256 could not be asked for: \(TermindError.from(error).message)")
+        }
+        guard result.exitStatus != 127 else {
+            throw SFTPError(status: .opUnsupported, message: "\(host) has no sha256sum, which --verify sha256 needs (--verify size checks the byte count only)")
+        }
+        // sha256sum marks a line whose name it escaped with a leading backslash.
+        let line = Array(result.stdout.prefix { $0 != 0x0A }.drop { $0 == 0x5C })
+        let digest = line.prefix(64)
+        guard result.exitStatus == 0, digest.count == 64, digest.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) else {
+            let said = String(decoding: result.stderr.prefix(300), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            throw SFTPError(status: .failure, message: "\(shown(path)): sha256sum failed (status \(result.exitStatus.map(String.init) ?? "none"))\(said.isEmpty ? "" : ": \(said)")")
+        }
+        return String(decoding: digest, as: UTF8.self)
+    }
+
     /// `copy-data` from `from` to a new (or resumed) `to` on this host, when the server offers
     /// it: no byte crosses the network. nil when it does not.
     func serverCopy(_ from: [UInt8], to: [UInt8], mode: UInt32, resumeAt: UInt64) async throws -> Bool {
