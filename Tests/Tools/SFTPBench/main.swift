@@ -121,6 +121,8 @@ var notes: [String] = []
 
 /// get and put of one file of `size` MiB over `host` (sftp over `port`), alternated.
 @MainActor func bulk(_ label: String, mebibytes: Int, host: String, port: Int) throws {
+    let stealBefore = CPUSteal.now()
+    defer { notes.append("\(label): the hypervisor's steal while it ran: \(CPUSteal.now().share(since: stealBefore))") }
     let source = scratch.file("source-\(label.filter { $0.isLetter || $0.isNumber }).bin")
     makeFile(source, bytes: mebibytes << 20, seed: 88172645463325252)
     var values: [String: [Double]] = [:]
@@ -153,6 +155,8 @@ if only.contains("rtt") { try bulk("20 ms RTT", mebibytes: rttMib, host: "far", 
         total += size
         makeFile(folder + "/f\(i).bin", bytes: size, seed: state)
     }
+    let stealBefore = CPUSteal.now()
+    defer { notes.append("files \(label): the hypervisor's steal while it ran: \(CPUSteal.now().share(since: stealBefore))") }
     var values: [String: [Double]] = [:]
     for _ in 0..<runs {
         clear(scratch.file("up.termind"), scratch.file("up.sftp"), scratch.file("down.termind"), scratch.file("down.sftp"))

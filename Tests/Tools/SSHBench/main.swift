@@ -89,23 +89,6 @@ func measure(_ program: String, _ arguments: [String], environment: [String: Str
     return Run(wall: wall, cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime) + serverCPU)
 }
 
-/// The machine's CPU time counters (/proc/stat): on a virtual machine the hypervisor's
-/// "steal" — time this machine wanted to run and was not let — makes figures noisy, so each
-/// row says how much there was during its runs.
-struct CPUSteal {
-    var steal = 0, total = 0
-    static func now() -> CPUSteal {
-        guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
-              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("cpu ") }) else { return CPUSteal() }
-        let fields = line.split(separator: " ").dropFirst().compactMap { Int($0) }
-        return CPUSteal(steal: fields.count > 7 ? fields[7] : 0, total: fields.reduce(0, +))
-    }
-    func share(since earlier: CPUSteal) -> String {
-        let total = self.total - earlier.total
-        return total > 0 ? String(format: "%.0f%%", 100 * Double(steal - earlier.steal) / Double(total)) : "?"
-    }
-}
-
 /// Runs `a` and `b` in turn (one unmeasured warm-up each), `count` pairs.
 func paired(count: Int = runCount, _ a: () throws -> Run, _ b: () throws -> Run) throws -> [(Run, Run)] {
     _ = try a()
