@@ -439,11 +439,14 @@ final class TransferFeatureTests: XCTestCase {
         try write(tree + "/one.bin", bytes: 3 << 20 | 5, seed: 51)
         try write(tree + "/empty.bin", bytes: 0, seed: 52)
         try write(tree + "/odd \n name.bin", bytes: 4097, seed: 53)
+        // More files at once than sshd takes channels (MaxSessions 10): each sha256sum needs
+        // an exec channel beside the SFTP ones.
+        for i in 0..<12 { try write(tree + "/many/f\(i).bin", bytes: 70_000 + i, seed: UInt8(60 + i)) }
         let up = directory.file("up")
         try FileManager.default.createDirectory(atPath: up, withIntermediateDirectories: true)
         let put = try json(["put", "-r", tree, "box:" + up, "--verify", "sha256"])
-        XCTAssertEqual(put["copied"], .integer(3), "\(put)")
-        for name in ["one.bin", "empty.bin", "odd \n name.bin"] {
+        XCTAssertEqual(put["copied"], .integer(15), "\(put)")
+        for name in ["one.bin", "empty.bin", "odd \n name.bin"] + (0..<12).map({ "many/f\($0).bin" }) {
             XCTAssertEqual(try digest(up + "/sums/" + name), try digest(tree + "/" + name), name)
         }
         let down = directory.file("down")

@@ -459,9 +459,14 @@ final class RemoteSide: FileSide, @unchecked Sendable {
         let connection = try await connected()
         let result: ExecResult
         do {
-            result = try await connection.exec("command -v sha256sum >/dev/null 2>&1 || exit 127; exec xargs -0 sha256sum --", stdin: Data(path + [0]), outputLimit: 64 << 10)
+            result = try await withExecChannel {
+                try await connection.exec("command -v sha256sum >/dev/null 2>&1 || exit 127; exec xargs -0 sha256sum --", stdin: Data(path + [0]), outputLimit: 64 << 10)
+            }
+        } catch is CancellationError {
+            throw CancellationError()
         } catch {
-            throw SFTPError(status: .connectionLost, message: "\(shown(path)): its SHA-256 could not be asked for: \(TermindError.from(error).message)")
+            let failure = TermindError.from(error)
+            throw SFTPError(status: connection.isAlive ? .failure : .connectionLost, message: "\(shown(path)): its SHA-256 could not be asked for: \(failure.message)")
         }
         guard result.exitStatus != 127 else {
             throw SFTPError(status: .opUnsupported, message: "\(host) has no sha256sum, which --verify sha256 needs (--verify size checks the byte count only)")
@@ -474,6 +479,54 @@ final class RemoteSide: FileSide, @unchecked Sendable {
             throw SFTPError(status: .failure, message: "\(shown(path)): sha256sum failed (status \(result.exitStatus.map(String.init) ?? "none"))\(said.isEmpty ? "" : ": \(said)")")
         }
         return String(decoding: digest, as: UTF8.self)
+    }
+
+    /// Runs `body`, which opens one exec channel, in a channel slot of this host's: sshd
+    /// takes MaxSessions (10 by default) channels at once, SFTP and exec alike, so the exec
+    /// counts as one of ours while it runs. At the limit an idle SFTP channel is closed to
+    /// make room, or a moving file's release is waited for; a refusal teaches the limit, as
+    /// for SFTP channels. The slot goes to a waiting file afterwards.
+    private func withExecChannel<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        while true {
+            let reserved = state.withLock { () -> Bool in
+                guard channelLimit.map({ channels < $0 }) ?? true else { return false }
+                channels += 1
+                return true
+            }
+            if !reserved {
+                let spare = state.withLock { () -> SFTPSession? in
+                    guard let session = idle.popLast() else { return nil }
+                    channels -= 1
+                    return session
+                }
+                if let spare { await spare.close() } else { try await Task.sleep(nanoseconds: 50_000_000) }
+                continue
+            }
+            do {
+                let value = try await body()
+                freeChannelSlot()
+                return value
+            } catch let error as TermindError where error.isAny(of: [.sshChannelRefused, .sshChannelFailed]) {
+                let others = state.withLock { () -> Int in
+                    channels -= 1
+                    return channels
+                }
+                guard others > 0 else { throw error }  // refused with nothing of ours open: not our limit
+                state.withLock { channelLimit = others }
+            } catch {
+                freeChannelSlot()
+                throw error
+            }
+        }
+    }
+
+    /// A channel of ours closed: one fewer open, and a file waiting for a channel may open one.
+    private func freeChannelSlot() {
+        let waiter = state.withLock { () -> CheckedContinuation<SFTPSession?, Error>? in
+            channels -= 1
+            return waiters.isEmpty ? nil : waiters.removeFirst().1
+        }
+        waiter?.resume(returning: nil)
     }
 
     /// `copy-data` from `from` to a new (or resumed) `to` on this host, when the server offers
