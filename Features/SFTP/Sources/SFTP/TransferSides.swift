@@ -301,18 +301,33 @@ final class RemoteSide: FileSide, @unchecked Sendable {
         if mayOpen {
             do {
                 return try await newSession()
+            } catch let error as SFTPError where error.status == .opUnsupported {
+                guard learnedLimit() else { throw error }  // else wait for one of ours
             } catch {
-                let (refused, others) = state.withLock { () -> (Bool, Int) in
-                    channels -= 1
-                    return ((error as? SFTPError)?.status == .opUnsupported, channels)
-                }
-                // Refused while others are open: the server's limit; wait for one of ours.
-                guard refused, others > 0 else { throw error }
-                state.withLock { channelLimit = others }
-                logger.info("sftp.channels.limit", ["host": .identifier(host), "count": .int(others)])
+                state.withLock { channels -= 1 }
+                throw error
             }
         }
         guard wait else { return nil }
+        return try await nextRelease()
+    }
+
+    /// After the server refused a channel of ours: one fewer open. Refused while others of
+    /// ours are open, that is the server's limit (learned: true); refused with none open, it is not.
+    private func learnedLimit() -> Bool {
+        let others = state.withLock { () -> Int in
+            channels -= 1
+            return channels
+        }
+        guard others > 0 else { return false }
+        state.withLock { channelLimit = others }
+        logger.info("sftp.channels.limit", ["host": .identifier(host), "count": .int(others)])
+        return true
+    }
+
+    /// Waits for the next channel another file releases: its session, or nil when it closed
+    /// (a slot is free: try again).
+    private func nextRelease() async throws -> SFTPSession? {
         let ticket = state.withLock { () -> UInt64 in
             nextTicket += 1
             return nextTicket
@@ -484,8 +499,8 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     /// Runs `body`, which opens one exec channel, in a channel slot of this host's: sshd
     /// takes MaxSessions (10 by default) channels at once, SFTP and exec alike, so the exec
     /// counts as one of ours while it runs. At the limit an idle SFTP channel is closed to
-    /// make room, or a moving file's release is waited for; a refusal teaches the limit, as
-    /// for SFTP channels. The slot goes to a waiting file afterwards.
+    /// make room, or the next one a file releases; a refusal teaches the limit, as for SFTP
+    /// channels. The slot goes to a waiting file afterwards.
     private func withExecChannel<T: Sendable>(_ body: () async throws -> T) async throws -> T {
         while true {
             let reserved = state.withLock { () -> Bool in
@@ -494,12 +509,13 @@ final class RemoteSide: FileSide, @unchecked Sendable {
                 return true
             }
             if !reserved {
-                let spare = state.withLock { () -> SFTPSession? in
-                    guard let session = idle.popLast() else { return nil }
-                    channels -= 1
-                    return session
+                // Room is made: an idle SFTP channel of ours closes, or the next one released does.
+                var spare = state.withLock { idle.popLast() }
+                if spare == nil { spare = try await nextRelease() }
+                if let spare {
+                    state.withLock { channels -= 1 }
+                    await spare.close()
                 }
-                if let spare { await spare.close() } else { try await Task.sleep(nanoseconds: 50_000_000) }
                 continue
             }
             do {
@@ -507,12 +523,7 @@ final class RemoteSide: FileSide, @unchecked Sendable {
                 freeChannelSlot()
                 return value
             } catch let error as TermindError where error.isAny(of: [.sshChannelRefused, .sshChannelFailed]) {
-                let others = state.withLock { () -> Int in
-                    channels -= 1
-                    return channels
-                }
-                guard others > 0 else { throw error }  // refused with nothing of ours open: not our limit
-                state.withLock { channelLimit = others }
+                guard learnedLimit() else { throw error }
             } catch {
                 freeChannelSlot()
                 throw error
