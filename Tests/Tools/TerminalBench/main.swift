@@ -13,7 +13,8 @@ import TermindHarness
 //     termind faster; target >= 1.0x) — in-process, and as a durable session inside
 //     `termind serve` (its screen model fed too);
 //   keystroke echo: one byte typed, the time until its echo arrives (the remote terminal
-//     echoes it), K keys 20 ms apart; median and p99 (ratio = termind's / ssh's: target
+//     echoes it), K keys into each client, alternating key by key between termind and ssh
+//     (both open at once), 20 ms apart; median and p99 (ratio = termind's / ssh's: target
 //     <= 1.2x) — in-process and through serve.
 // Everything runs on this 2-core machine (sshd, clients, the bench): say so when quoting.
 
@@ -160,29 +161,36 @@ func throughput(_ argv: [String]) -> Double {
 
 // MARK: - Echo latency
 
-/// Starts `argv` (its remote side prints READY, then echoes what is typed), types `keys`
-/// bytes 20 ms apart and times each until its echo arrives (milliseconds).
-func echoLatencies(_ argv: [String], keys: Int) -> [Double] {
-    let client = TerminalClient(argv, environment: environment)
-    guard client.waitFor("READY") else { fail("\(argv.last ?? "") never said READY") }
-    var latencies: [Double] = []
+/// Starts both clients (their remote sides print READY, then echo what is typed) and types
+/// `keys` bytes into each, alternating between them key by key (which goes first alternates
+/// too) with 20 ms between keys, so both see the machine in the same state: a key's time is
+/// from its write to its echo's arrival (milliseconds). Returns termind's and ssh's times.
+func echoLatencies(_ ours: [String], _ theirs: [String], keys: Int) -> (ours: [Double], theirs: [Double]) {
+    let clients = [TerminalClient(ours, environment: environment), TerminalClient(theirs, environment: environment)]
+    for (client, argv) in zip(clients, [ours, theirs]) where !client.waitFor("READY") { fail("\(argv.last ?? "") never said READY") }
+    var latencies: [[Double]] = [[], []]
     let letters = Array("abcdefghijklmnopqrstuvwxyz".utf8)
     for index in 0..<keys {
         let key = letters[index % letters.count]
-        let start = now()
-        client.write([key])
-        var echoed = false
-        while !echoed, now() - start < 5 {
-            guard let chunk = client.read(timeout: 5) else { break }
-            echoed = chunk.contains(key)
+        for which in index % 2 == 0 ? [0, 1] : [1, 0] {
+            let client = clients[which]
+            let start = now()
+            client.write([key])
+            var echoed = false
+            while !echoed, now() - start < 5 {
+                guard let chunk = client.read(timeout: 5) else { break }
+                echoed = chunk.contains(key)
+            }
+            guard echoed else { fail("no echo of a key after 5 s") }
+            latencies[which].append((now() - start) * 1000)
+            usleep(20_000)
         }
-        guard echoed else { fail("no echo of a key after 5 s") }
-        latencies.append((now() - start) * 1000)
-        usleep(20_000)
     }
-    client.write([0x04, 0x04])  // EOF ends cat (twice: a line may be pending)
-    _ = client.finish()
-    return latencies
+    for client in clients {
+        client.write([0x04, 0x04])  // EOF ends cat (twice: a line may be pending)
+        _ = client.finish()
+    }
+    return (latencies[0], latencies[1])
 }
 
 // MARK: - Runs
@@ -215,8 +223,7 @@ for (name, local) in [("in-process", true), ("durable, in serve", false)] {
 
 let echo = "printf READY; cat > /dev/null"
 for (name, local) in [("in-process", true), ("durable, in serve", false)] {
-    let ours = echoLatencies(termindClient(echo, local: local), keys: keyCount)
-    let theirs = echoLatencies(sshClient(echo), keys: keyCount)
+    let (ours, theirs) = echoLatencies(termindClient(echo, local: local), sshClient(echo), keys: keyCount)
     line(["key echo \(name), median (ms)", String(format: "%.2f", percentile(ours, 0.5)), String(format: "%.2f", percentile(theirs, 0.5)),
           String(format: "%.2f×", percentile(ours, 0.5) / percentile(theirs, 0.5))])
     line(["key echo \(name), p99 (ms)", String(format: "%.2f", percentile(ours, 0.99)), String(format: "%.2f", percentile(theirs, 0.99)),
