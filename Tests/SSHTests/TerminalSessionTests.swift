@@ -92,23 +92,39 @@ final class TerminalSessionTests: XCTestCase {
     }
 
     /// `~^Z` stops termind as a job of the local shell, with the terminal cooked meanwhile;
-    /// `fg` brings the session back raw.
+    /// `fg` brings the session back raw. Inside `serve` the server reads the keys itself, and
+    /// must leave the terminal to the shell until `fg`.
     func testEscapeControlZSuspendsTermindAndFgResumesTheSession() throws {
-        let command = ssh().map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        try checkSuspend(ssh())
+        let serve = try ServeProcess(directory: directory, arguments: [])
+        defer { serve.stop() }
+        try checkSuspend(ssh(socket: serve.socketPath))
+    }
+
+    private func checkSuspend(_ argv: [String], file: StaticString = #filePath, line: UInt = #line) throws {
+        let command = argv.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
         var environment = self.environment
         environment["PS1"] = "local$ "
+        // Only the local shell knows it: what it prints proves the keys went there.
+        environment["TERMIND_TEST_SIDE"] = "local"
         let report = try PseudoTerminal.run(["/bin/bash", "--norc", "--noprofile", "-i"], steps: [
             .send(command + "\n"),
         ] + ready + [
-            .send("~\u{1A}"), .expect("Stopped"),
-            .send("echo LOCAL-$((1+1))\n"), .expect("LOCAL-2"),
+            // Printed by the remote side while termind is stopped: it must wait for fg.
+            .send("(sleep 1; echo LATE-$((6*7))) &\n"),
+            .send("~\u{1A}"), .expect("Stopped"), .sleep(2),
+            .send("echo SIDE-${TERMIND_TEST_SIDE}-$((1+1))\n"), .expect("SIDE-local-2"),
             .send("fg\n"), .sleep(1),
             .send("\necho BACK-$((2+2))\n"), .expect("BACK-4"),
             .send("exit 3\n"), .sleep(1),
             .send("exit\n"),
         ], environment: environment)
-        XCTAssertEqual(report.met, [true, true, true, true], report.output)
-        XCTAssertEqual(report.status, 3, "the resumed session's status: \(report.output)")
+        XCTAssertEqual(report.met, [true, true, true, true], report.output, file: file, line: line)
+        XCTAssertEqual(report.status, 3, "the resumed session's status: \(report.output)", file: file, line: line)
+        let local = report.output.range(of: "SIDE-local-2"), late = report.output.range(of: "LATE-42")
+        XCTAssertNotNil(late, report.output, file: file, line: line)
+        XCTAssertLessThan(local?.lowerBound ?? report.output.endIndex, late?.lowerBound ?? report.output.startIndex,
+                          "the remote output reached the terminal while termind was stopped: \(report.output)", file: file, line: line)
     }
 
     /// The other ways out: the server going away mid-session, and a session that fails

@@ -1,6 +1,7 @@
 import Foundation
 import TermindCore
 import TermindHarness
+import TermindKernel
 import XCTest
 
 /// Durable sessions (`termind ssh` inside `termind serve`): the session belongs to the
@@ -92,6 +93,60 @@ final class DurableSessionTests: XCTestCase {
         let again = try ProcessRunner.run(termind, ["attach", "1"], environment: environment)
         XCTAssertEqual(again.status, 1)
         XCTAssertTrue(again.stderr.contains("ended with status 7"), again.stderr)
+    }
+
+    /// Output while nobody is attached is drawn into the session's screen. A client that
+    /// hands over no terminal (any client of the socket) gets the session as `stdout` events
+    /// and types as input; the next terminal that attaches is linked to the engine again.
+    func testOutputWhileDetachedIsRedrawnAndAClientWithoutATerminalGetsTheSessionAsEvents() throws {
+        try tmux.open("first", ssh(), columns: 90, rows: 24)
+        XCTAssertTrue(try tmux.wait("first", for: "$").found)
+        try tmux.send("first", "\r")
+        XCTAssertNotNil(try tmux.settled("first") { Array($0.reversed().drop { $0.isEmpty }.prefix(2)) == ["$", "$"] })
+        try tmux.send("first", "~d")
+        XCTAssertEqual(try tmux.waitForExit("first"), 0)
+        XCTAssertEqual(try waitForState(1, "detached")?["state"]?.stringValue, "detached")
+        let typed = try ProcessRunner.run(termind, ["broadcast", "--sessions", "1", "--", "echo AWAY-$((3*3))"], environment: environment)
+        XCTAssertEqual(typed.status, 0, typed.stderr)
+        Thread.sleep(forTimeInterval: 1)
+
+        let client = try ControlClient(path: directory.file("serve/control.sock"))
+        var id: JSONValue = .null
+        var screen = Data()
+        var started: StreamEvent?
+        var typedThrough = false
+        let body = #"{"session": 1, "scrollback": 0, "terminal": {"term": "xterm-256color", "columns": 90, "rows": 24}}"#
+        let reply = try client.stream("workspaces.attach@1", body: Data(body.utf8), onOpen: { opened in
+            id = opened
+            // Whatever happens, the client leaves within 20 s (the assertions below then say why).
+            DispatchQueue.global().asyncAfter(deadline: .now() + 20) { _ = client.streamMessage(id: opened, ["control": .object(["detach": .bool(true)])]) }
+        }) { event in
+            switch event.kind {
+            case "started"?:
+                started = event
+            case "stdout"?:
+                screen += event.data ?? Data()
+                let text = String(decoding: screen, as: UTF8.self)
+                if text.contains("AWAY-9"), !typedThrough {
+                    typedThrough = true
+                    _ = client.streamInput(id: id, Data("echo EVENTS-$((2*4))\r".utf8))
+                }
+                if text.contains("EVENTS-8\r\n") { _ = client.streamMessage(id: id, ["control": .object(["detach": .bool(true)])]) }
+            default:
+                break
+            }
+            return nil
+        }
+        XCTAssertEqual(started?["linked"], .bool(false), "a client that handed over nothing is not linked")
+        XCTAssertTrue(String(decoding: screen, as: UTF8.self).contains("AWAY-9"), "the redraw holds what came while detached")
+        XCTAssertEqual(try JSONCoding.parse(reply, source: "attach")["detached"], .bool(true))
+
+        try tmux.open("second", [termind, "attach", "1", "--scrollback", "0"], columns: 90, rows: 24)
+        let redrawn = try tmux.wait("second", for: "EVENTS-8").screen
+        XCTAssertTrue(redrawn.contains { $0.contains("AWAY-9") }, redrawn.joined(separator: "\n"))
+        try tmux.send("second", "echo LINKED-$((5+5)); exit 2\r")
+        XCTAssertEqual(try tmux.waitForExit("second"), 2)
+        XCTAssertTrue(try tmux.screen("second").contains { $0 == "LINKED-10" })
     }
 
     func testAFullScreenProgramSurvivesItsWindowClosingAndIsRedrawnOnAttach() throws {

@@ -7,6 +7,16 @@ extension WorkspacesStreams {
     /// `{"control": {"resize": {"columns", "rows"}}}` changes the remote terminal's size.
     /// Questions as for Exec. The result is the remote exit status.
     ///
+    /// A client that hands over its terminal (stdin and stdout, `acceptsDescriptors`) has it
+    /// moved by the SSH engine itself, as OpenSSH's client loop does: `started` then says
+    /// `linked`, keys and output go straight between the terminal and the channel (no input
+    /// lines, no `stdout` events), nothing moves until the client says its terminal is raw
+    /// (`{"control": {"terminal": "ready"}}`; again after a suspend; `"pause"` holds it),
+    /// and the escape sequences are read by the engine: `escape` events tell the client
+    /// what was typed (`disconnect`, `suspend`, `detach`) so it acts as it would on its own
+    /// (`~?` is answered on the terminal). Without a terminal, handed-over pipes are moved
+    /// as Exec moves them.
+    ///
     /// Inside `termind serve` a session with a terminal is durable: it belongs to the server,
     /// which keeps its screen (`started` says `session` and `detachable`). The client leaves
     /// it with `{"control": {"detach": true}}` (`~d`), or by going away; the result then says
@@ -80,6 +90,8 @@ extension WorkspacesStreams {
         public static let version = 1
         public static let summary = "Open an interactive SSH session (a shell, or a command) with a remote terminal bridged to the client's."
         public static let acceptsInput = true
+        /// The client's terminal (or pipes) moved by the engine itself.
+        public static let acceptsDescriptors = true
         /// `started` once the session runs (the client's terminal goes raw only then, after
         /// any question), then the remote terminal's output.
         public static var events: [String: JSONSchema] { WorkspacesStreams.sessionEvents }
@@ -112,6 +124,8 @@ extension WorkspacesStreams {
         public static let version = 1
         public static let summary = "Return to a durable session inside termind serve: its screen is redrawn, then it goes on."
         public static let acceptsInput = true
+        /// The client's terminal moved by the engine itself, as for Terminal.
+        public static let acceptsDescriptors = true
         public static var events: [String: JSONSchema] { WorkspacesStreams.sessionEvents }
     }
 
@@ -119,7 +133,8 @@ extension WorkspacesStreams {
     /// terminal may go raw (with the durable session's number), a closing `view` and notices.
     public static var sessionEvents: [String: JSONSchema] {
         StreamEvents.output.merging([
-            "started": StreamEvents.fields([("session", .integer, false), ("detachable", .boolean, false)]),
+            "started": StreamEvents.fields([("session", .integer, false), ("detachable", .boolean, false), ("linked", .boolean, false)]),
+            "escape": StreamEvents.fields([("action", .string(), true)]),
             "view": StreamEvents.view,
             "notice": StreamEvents.notice,
         ]) { $1 }

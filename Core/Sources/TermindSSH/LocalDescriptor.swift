@@ -19,10 +19,11 @@ public struct ChannelDescriptors: Sendable, Equatable {
 
 /// One local descriptor on the engine thread, which must never block on it, without
 /// changing a file description other processes share with us (a shell's pipe, a terminal):
-/// a pipe is opened again through /proc with a non-blocking description of its own, a
-/// socket is used with MSG_DONTWAIT, a regular file never blocks anyway. Only another
-/// kind (a character device: /dev/null, a terminal) has O_NONBLOCK set on the shared
-/// description, as OpenSSH does, and its flags put back when the channel ends.
+/// a pipe or a terminal is opened again through /proc with a non-blocking description of
+/// its own (a terminal without becoming anyone's controlling terminal), a socket is used
+/// with MSG_DONTWAIT, a regular file never blocks anyway. Only another kind (a character
+/// device such as /dev/null, or where /proc cannot open it) has O_NONBLOCK set on the
+/// shared description, as OpenSSH does, and its flags put back when the channel ends.
 struct LocalDescriptor {
     enum Kind: Equatable { case file, ownNonBlocking, socket, shared(restore: Int32) }
     let fd: Int32
@@ -43,6 +44,10 @@ struct LocalDescriptor {
             let own = open("/proc/self/fd/\(fd)", (writing ? O_WRONLY : O_RDONLY) | O_NONBLOCK | O_CLOEXEC)
             if own >= 0 { return LocalDescriptor(fd: own, kind: .ownNonBlocking) }
             fallthrough  // no /proc: share the description, as for a device
+        case S_IFCHR where isatty(fd) == 1:
+            let own = open("/proc/self/fd/\(fd)", (writing ? O_WRONLY : O_RDONLY) | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+            if own >= 0 { return LocalDescriptor(fd: own, kind: .ownNonBlocking) }
+            fallthrough  // no /proc: share the description
         default:
             let copy = try duplicate(fd, role: role)
             let flags = fcntl(copy, F_GETFL)

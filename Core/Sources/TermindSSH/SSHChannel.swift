@@ -104,6 +104,41 @@ public final class SSHChannel: Sendable {
     /// How the remote process ended; nil until the channel has ended.
     public var exit: ChannelExit? { state.exitInfo }
 
+    /// For a channel opened with a `TerminalTap`: makes `link` the person's terminal this
+    /// channel's pump moves itself (see TerminalLink). `onLinked` runs on the engine thread at
+    /// the moment the link takes over, between two chunks of output: what the tap saw before
+    /// it was not the link's, what it sees after is. A terminal linked before is let go (its
+    /// descriptors closed, what it held dropped). Throws when the channel has ended; the
+    /// link is then finished.
+    public func link(_ link: TerminalLink, onLinked: @escaping @Sendable () -> Void = {}) async throws {
+        let pump = self.pump
+        let engine = self.engine
+        let endpoint = engine.endpoint
+        do {
+            // Not cancellable: once queued, the link is the pump's or finished here, never both.
+            try await Task.detached {
+                _ = try await engine.run("Linking the terminal", lane: pump) { _ -> Bool? in
+                    guard pump.hasTap, !pump.isClosing else { throw SSHError.make(.sshClosed, "The channel to \(endpoint) has ended.") }
+                    pump.install(link) { engine.wake() }
+                    onLinked()
+                    return true
+                }
+            }.value
+        } catch {
+            link.finish()
+            throw error
+        }
+    }
+
+    /// Lets `link` go: what it holds for the terminal is written first (for at most
+    /// `seconds`; nothing while it is paused), then its descriptors are closed.
+    public func unlink(_ link: TerminalLink, within seconds: Double = 2) async {
+        await link.unlink(within: seconds)
+    }
+
+    /// Wakes the engine: a `TerminalTap`'s consumer has room again, or its keys may go.
+    public func wake() { engine.wake() }
+
     /// With an output descriptor handed over (`ChannelDescriptors`): the errno of the write
     /// that failed and ended the channel (EPIPE when its reader went away), else nil.
     public var localOutputError: Int32? { state.localOutputError }
@@ -374,11 +409,19 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
     private var localInputEnded = false
     private var localOutputs: [(descriptor: LocalDescriptor, buffer: PendingBytes)?]
 
-    init(channel: OpaquePointer, state: ChannelState, endpoint: String, hangup: String? = nil, local: LocalDescriptors = LocalDescriptors()) {
+    /// A terminal channel bridged by the engine (`TerminalTap`): its output goes through the
+    /// tap to the linked terminal, if any, never to `next()`; its keys come from the link
+    /// after any input queued with `write`.
+    private let tap: TerminalTap?
+    private var link: TerminalLink?
+
+    init(channel: OpaquePointer, state: ChannelState, endpoint: String, hangup: String? = nil, local: LocalDescriptors = LocalDescriptors(),
+         tap: TerminalTap? = nil) {
         self.channel = channel
         self.state = state
         self.endpoint = endpoint
         self.hangup = hangup
+        self.tap = tap
         localInput = local.input.map { ($0, PendingBytes(capacity: Self.localBufferSize)) }
         localOutputs = [local.output, local.error].map { $0.map { ($0, PendingBytes(capacity: Self.localBufferSize)) } }
     }
@@ -387,6 +430,7 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
 
     override var wantsSessionInput: Bool {
         if closing { return true }
+        if let tap { return !(link?.isFull ?? false) && tap.hasRoom() }
         // A stream with room: its consumer's queue, or an empty buffer for its descriptor.
         let queueRoom = state.roomForOutput > 0
         return localOutputs.contains { output in output.map { $0.buffer.isEmpty } ?? queueRoom }
@@ -401,7 +445,20 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
         for case let output? in localOutputs where output.descriptor.pollable && !output.buffer.isEmpty {
             requests.append(pollfd(fd: output.descriptor.fd, events: Int16(POLLOUT), revents: 0))
         }
+        if let link, let tap { requests += link.pollRequests(keysAllowed: tap.keysAllowed()) }
         return requests
+    }
+
+    var hasTap: Bool { tap != nil }
+
+    /// Whether the channel is closing or gone (engine thread).
+    var isClosing: Bool { closing || channel == nil }
+
+    /// Makes `link` the terminal this pump moves (engine thread); one linked before is let go.
+    func install(_ link: TerminalLink, wake: @escaping @Sendable () -> Void) {
+        self.link?.finish()
+        self.link = link
+        link.linked(wake: wake)
     }
 
     override func step(_ engine: SessionEngine, _ session: OpaquePointer) -> PumpStep {
@@ -442,6 +499,19 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                     closing = true  // the channel is gone on the server side
                     break
                 }
+                // Then the linked terminal's keys, read as they come (no thread in between).
+                if let link, let tap, !closing {
+                    while budget > 0, engine.canSend, let keys = link.takeKeys(keysAllowed: tap.keysAllowed(), scratch: engine.scratch, progressed: &progressed) {
+                        let n = keys.withUnsafeBytes { raw in
+                            Int(termind_ssh2_channel_write(channel, raw.baseAddress!.assumingMemoryBound(to: CChar.self), min(raw.count, budget)))
+                        }
+                        if n > 0 { link.sent(n); budget -= n; progressed = true; continue }
+                        if n == eagain { break }
+                        if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while sending keys") }
+                        closing = true
+                        break
+                    }
+                }
             }
             let inputDone = localInput.map { localInputEnded && $0.buffer.isEmpty } ?? state.wantsEOF
             if !eofSent && !closing && inputDone {
@@ -454,7 +524,41 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
             }
             // Output, while the consumer has room.
             var readBudget = Self.stepBudget
-            for (index, (id, stream)) in [(Int32(0), ExecStream.stdout), (SSH_EXTENDED_DATA_STDERR, ExecStream.stderr)].enumerated() where !closing {
+            if let tap {
+                // A bridged terminal: every chunk through the tap, what it shows to the link.
+                while readBudget > 0, !closing, !(link?.isFull ?? false), tap.hasRoom() {
+                    var read = false
+                    for id in [Int32(0), SSH_EXTENDED_DATA_STDERR] where !closing {
+                        let n = termind_ssh2_channel_read(channel, id, engine.scratch, min(SessionEngine.scratchSize, readBudget))
+                        if n > 0 {
+                            read = true
+                            readBudget -= n
+                            progressed = true
+                            // The tap sees every chunk, linked or not (the screen model).
+                            let visible = tap.output(Data(bytes: engine.scratch, count: n))
+                            link?.enqueue(visible)
+                        } else if n < 0 && n != eagain {
+                            if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while the channel was open") }
+                            closing = true
+                        }
+                    }
+                    if !read { break }
+                }
+                if let link {
+                    link.flush(progressed: &progressed)
+                    if link.unlinkDue {
+                        link.finish()
+                        self.link = nil
+                        progressed = true
+                    }
+                }
+                if !closing && libssh2_channel_eof(channel) == 1 && !progressed && tap.hasRoom() && (link?.drained ?? true) {
+                    // Everything the server sent went through the tap and to the terminal.
+                    remoteEOF = true
+                    closing = true
+                }
+            }
+            for (index, (id, stream)) in [(Int32(0), ExecStream.stdout), (SSH_EXTENDED_DATA_STDERR, ExecStream.stderr)].enumerated() where !closing && tap == nil {
                 if let output = localOutputs[index] {
                     // What waits goes out first; the channel is read again once it all went.
                     while readBudget > 0 {
@@ -500,7 +604,7 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                 }
             }
             let delivered = localOutputs.allSatisfy { $0?.buffer.isEmpty ?? true }
-            if !closing && libssh2_channel_eof(channel) == 1 && !progressed && state.roomForOutput > 0 && delivered {
+            if tap == nil && !closing && libssh2_channel_eof(channel) == 1 && !progressed && state.roomForOutput > 0 && delivered {
                 // Everything the server sent has been delivered.
                 remoteEOF = true
                 closing = true
@@ -554,12 +658,15 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
         state.finish(exit: nil, error: error)
     }
 
-    /// Closes the pump's copies of handed-over descriptors (flags restored where shared).
+    /// Closes the pump's copies of handed-over descriptors (flags restored where shared) and
+    /// lets a linked terminal go.
     private func closeLocal() {
         localInput?.descriptor.close()
         localInput = nil
         for output in localOutputs { output?.descriptor.close() }
         localOutputs = [nil, nil]
+        link?.finish()
+        link = nil
     }
 }
 

@@ -317,9 +317,12 @@ public final class SSHConnection: Sendable {
     /// opens on this connection are bridged to it. A server that refuses is not an error
     /// (`agentForwarded` says). The agent can sign with its keys for whoever controls the
     /// remote side while the session lasts — that is what the user chose.
+    ///
+    /// `terminal`: the engine bridges a person's terminal itself (`SSHChannel.link`): all
+    /// output goes through the tap, from the first byte, and `next()` only tells the end.
     public func openChannel(_ kind: ChannelKind, pty: PTYRequest? = nil, environment: [String: String] = [:],
                             bufferLimit: Int = 1 << 20, descriptors: ChannelDescriptors? = nil,
-                            forwardAgent: String? = nil) async throws -> SSHChannel {
+                            forwardAgent: String? = nil, terminal: TerminalTap? = nil) async throws -> SSHChannel {
         let endpoint = engine.endpoint
         let engine = self.engine
         let local = try LocalDescriptors.adopt(descriptors)
@@ -343,7 +346,7 @@ public final class SSHConnection: Sendable {
         case .shell: hangup = "HUP"
         case .subsystem: hangup = nil
         }
-        let pump = ChannelPump(channel: channel, state: state, endpoint: endpoint, hangup: hangup, local: local)
+        let pump = ChannelPump(channel: channel, state: state, endpoint: endpoint, hangup: hangup, local: local, tap: terminal)
         let handle = UncheckedBox(channel)
         let deadline = DispatchTime.now() + deadlines.channel
         var agentForwarded = false

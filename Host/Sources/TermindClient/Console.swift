@@ -106,8 +106,24 @@ final class Console: Sendable {
 
     func write(_ text: String, to fd: Int32) { write(Data(text.utf8), to: fd) }
 
-    /// The person's job was stopped (true) or continued (false): writes wait meanwhile.
-    func setStopped(_ value: Bool) { stopped.set(stopped: value) }
+    /// The person's job was stopped (true) or continued (false): writes wait meanwhile, and
+    /// the watchers are told.
+    func setStopped(_ value: Bool) {
+        stopped.set(stopped: value)
+        for watcher in stopWatchers.withLock({ Array($0.watchers.values) }) { watcher(value) }
+    }
+
+    /// Calls `handler` each time the person's job stops or continues, until the returned
+    /// closure is called.
+    func onStopChange(_ handler: @escaping @Sendable (Bool) -> Void) -> @Sendable () -> Void {
+        let id = stopWatchers.withLock { watchers in
+            watchers.next += 1
+            watchers.watchers[watchers.next] = handler
+            return watchers.next
+        }
+        return { [weak self] in _ = self?.stopWatchers.withLock { $0.watchers.removeValue(forKey: id) } }
+    }
+    private let stopWatchers = Mutex<(next: Int, watchers: [Int: @Sendable (Bool) -> Void])>((0, [:]))
 
     // MARK: - Signals
 

@@ -16,7 +16,11 @@ import TermindKernel
 /// * A stream that takes descriptors (`acceptsDescriptors`, e.g. `termind exec`) gets our
 ///   own stdin, stdout and stderr — those that are not terminals, and not with `--json` —
 ///   and moves their bytes itself, with no event or input line in between (inside
-///   `termind serve` they travel over the control socket as SCM_RIGHTS).
+///   `termind serve` they travel over the control socket as SCM_RIGHTS). One that bridges a
+///   terminal gets the terminal itself (stdin and stdout): when `started` says `linked`, it
+///   reads the keys and writes the screen, and this client only sets the modes, sends
+///   window sizes, says when the terminal is raw (`ready`) or not (`pause`), and acts on
+///   the escapes the stream reports (`escape` events).
 /// * SIGINT and SIGTERM cancel the stream naming the signal (a remote command gets it);
 ///   termind exits 128 + the signal once the stream ended (after at most 3 s).
 /// * A result with `exitStatus` / `exitSignal` (a command's) sets termind's exit code, as a
@@ -51,7 +55,13 @@ enum StreamCommand {
             bridged.stop()
             bridge?.restore()
         }
-        let handed = acceptsDescriptors && bridge == nil && !inv.json ? handOver(readsInput: acceptsInput, console: console) : nil
+        let handed: StreamDescriptors? = if !acceptsDescriptors || inv.json {
+            nil
+        } else if bridge != nil {
+            terminalHandOver(console)
+        } else {
+            handOver(readsInput: acceptsInput, console: console)
+        }
         let output = CollectedOutput(keep: inv.json, console: console)
         let view = StreamView(json: inv.json, console: console)
         // A scripted answer that does not fit its question: the question goes unanswered
@@ -92,31 +102,30 @@ enum StreamCommand {
                     bridged.detachable = detachable
                     bridge.enterRaw()
                     bridged.watch(watchWindow(bridge, control: control, console: console))
+                    // A stream that took our terminal moves the keys itself; it waits for raw.
+                    guard event["linked"] != .bool(true) else {
+                        bridged.linked = true
+                        sendTerminal("ready", to: control)
+                        // Our job stopped from outside (the launcher's SIGTSTP): the stream
+                        // leaves the terminal alone until it is continued.
+                        bridged.watch(console.onStopChange { stopped in sendTerminal(stopped ? "pause" : "ready", to: control) })
+                        return nil
+                    }
                     sendInput(acceptsInput ? console.input : -1, terminal: true, detachable: detachable, to: control, console: console) { action in
-                        switch action {
-                        case .disconnect:
-                            // As ssh's ~.: the session ends now; the remote shell gets a HUP.
-                            disconnected.withLock { $0 = true }
-                            bridge.restore()
-                            view.finish()
-                            _ = control.send(["cancel": .bool(true), "signal": .string("HUP")])
-                            return false
-                        case .suspend:
-                            // As ssh's ~^Z: the terminal as it was, termind stopped; raw again on fg.
-                            bridge.restore()
-                            console.terminal.suspend()
-                            bridge.enterRaw()
-                            sendSize(bridge, to: control)
-                        case .detach:
-                            // ~d: this client leaves; the server answers with the result (detached).
-                            _ = control.send(["control": .object(["detach": .bool(true)])])
-                            return false
-                        case .help:
-                            console.write(TerminalEscapes.help(detachable: detachable), to: console.errorOutput)
-                        case .send:
-                            break
-                        }
-                        return true
+                        escaped(action, bridge: bridge, control: control, linked: false, detachable: detachable, disconnected: disconnected, view: view, console: console)
+                    }
+                    return nil
+                case "escape"? where bridge != nil:
+                    // What the person typed, read by a stream that took our terminal.
+                    guard let bridge, let control = bridged.control, bridged.linked else { return nil }
+                    let action: TerminalEscapes.Action? = switch event["action"]?.stringValue {
+                    case "disconnect"?: .disconnect
+                    case "suspend"?: .suspend
+                    case "detach"?: .detach
+                    default: nil
+                    }
+                    if let action {
+                        _ = escaped(action, bridge: bridge, control: control, linked: true, detachable: bridged.detachable, disconnected: disconnected, view: view, console: console)
                     }
                     return nil
                 case let kind? where kind == "stdout" || kind == "stderr":
@@ -150,6 +159,49 @@ enum StreamCommand {
         if let failure = answerFailure.withLock({ $0 }) { throw failure }
         let result = try JSONCoding.parse(reply, source: "The stream's result")
         return { finish(result, output: output, json: inv.json, console: console, shown: view.showedResult, emitsOutput: emitsOutput) }
+    }
+
+    /// Acts on an escape typed on the bridged terminal (read here, or by a stream that took
+    /// the terminal: `linked`); false when no more keys are to be read.
+    private static func escaped(_ action: TerminalEscapes.Action, bridge: TerminalBridge, control: StreamControl, linked: Bool, detachable: Bool,
+                                disconnected: borrowing Mutex<Bool>, view: StreamView, console: Console) -> Bool {
+        switch action {
+        case .disconnect:
+            // As ssh's ~.: the session ends now; the remote shell gets a HUP.
+            disconnected.withLock { $0 = true }
+            bridge.restore()
+            view.finish()
+            _ = control.send(["cancel": .bool(true), "signal": .string("HUP")])
+            return false
+        case .suspend:
+            // As ssh's ~^Z: the terminal as it was, termind stopped; raw again on fg.
+            bridge.restore()
+            console.terminal.suspend()
+            bridge.enterRaw()
+            sendSize(bridge, to: control)
+            if linked { sendTerminal("ready", to: control) }
+        case .detach:
+            // ~d: this client leaves; the server answers with the result (detached).
+            _ = control.send(["control": .object(["detach": .bool(true)])])
+            return false
+        case .help:
+            console.write(TerminalEscapes.help(detachable: detachable), to: console.errorOutput)
+        case .send:
+            break
+        }
+        return true
+    }
+
+    /// Tells a stream that took our terminal whether it may use it now.
+    private static func sendTerminal(_ state: String, to control: StreamControl) {
+        _ = control.send(["control": .object(["terminal": .string(state)])])
+    }
+
+    /// The terminal a bridging stream may take (stdin, a terminal, and stdout), so that the
+    /// SSH engine moves keys and screen itself; nil when stdout is closed.
+    private static func terminalHandOver(_ console: Console) -> StreamDescriptors? {
+        guard fcntl(console.output, F_GETFD) >= 0 else { return nil }
+        return StreamDescriptors(stdin: console.input, stdout: console.output)
     }
 
     /// Our standard streams a stream may take over: not terminals (a person's keys and
@@ -304,13 +356,20 @@ final class CollectedOutput: @unchecked Sendable {
     }
 }
 
-/// A bridged stream's way to send (known once it opened) and its window watch, set from
-/// the event thread once the stream started and stopped when the command ends.
+/// A bridged stream's way to send (known once it opened) and its watches, set from the
+/// event thread once the stream started and stopped when the command ends.
 private final class BridgeStart: @unchecked Sendable {
     private let lock = NSLock()
     private var controlValue: StreamControl?
-    private var stopResizes: (@Sendable () -> Void)?
+    private var stops: [@Sendable () -> Void] = []
     private var detachableValue = false
+    private var linkedValue = false
+
+    /// The stream took our terminal (`started` said `linked`).
+    var linked: Bool {
+        get { lock.withLock { linkedValue } }
+        set { lock.withLock { linkedValue = newValue } }
+    }
 
     /// The session outlives this client (`started` said `detachable`): leaving detaches.
     var detachable: Bool {
@@ -323,7 +382,14 @@ private final class BridgeStart: @unchecked Sendable {
         set { lock.withLock { controlValue = newValue } }
     }
 
-    func watch(_ stop: @escaping @Sendable () -> Void) { lock.withLock { stopResizes = stop } }
+    /// `stop` ends a watch (window changes, job stops) when the command ends.
+    func watch(_ stop: @escaping @Sendable () -> Void) { lock.withLock { stops.append(stop) } }
 
-    func stop() { lock.withLock { stopResizes }?() }
+    func stop() {
+        let stops: [@Sendable () -> Void] = lock.withLock {
+            defer { self.stops.removeAll() }
+            return self.stops
+        }
+        for stop in stops { stop() }
+    }
 }

@@ -51,35 +51,67 @@ struct TerminalRunner {
         // -L/-R/-D for the session's lifetime, by the PortForwarding feature; said before the
         // terminal goes raw, and a spec that does not parse starts nothing (no shell either).
         let forwards = try await startForwards()
-        let channel: SSHChannel
-        do {
-            channel = try await connection.openChannel(request.command.map { .exec($0) } ?? .shell, pty: pty, environment: environment, forwardAgent: agent)
-        } catch {
-            await forwards?.stop()
-            throw error
-        }
-        if agent != nil, !channel.agentForwarded {
-            await session.emit("notice", ["text": .string("\(connection.target.display) refused agent forwarding (sshd's AllowAgentForwarding).")])
-        }
         // History starts here, once authenticated: by saved host, else where the line went.
         let history = ports.history.map { HistoryRecorder(store: $0, host: saved?.id ?? connection.target.display, logger: ports.logger.child("history")) }
-        let integration = ShellIntegration(bootstrap: bootstrap, history: history) { line in try? await channel.write(line) }
+        let opened = ChannelBox()
+        let integration = ShellIntegration(bootstrap: bootstrap, history: history) { line in try? await opened.channel?.write(line) }
+        let kind: SSHConnection.ChannelKind = request.command.map { .exec($0) } ?? .shell
+        let handed = session.descriptors
         if ports.resident, let pty {
             let durable = DurableSession(id: await sessions.reserveID(), host: saved?.label ?? connection.target.display, command: request.command,
-                                         channel: channel, columns: pty.columns, rows: pty.rows, scrollbackLines: preferences.scrollbackLines,
+                                         columns: pty.columns, rows: pty.rows, scrollbackLines: preferences.scrollbackLines,
                                          logger: ports.logger.child("session"), integration: integration, forwards: forwards, pane: tag)
+            let channel = try await open(connection, kind, pty: pty, environment: environment, agent: agent, terminal: durable.tap, forwards: forwards,
+                                         integration: integration)
+            opened.channel = channel
+            durable.bind(channel)
             await sessions.add(durable)
             return try await durable.attach(session, terminal: request.terminal, scrollback: nil, first: true)
         }
+        // The client's terminal moved by the engine itself, when it handed it over.
+        let link = pty == nil ? nil : handed.flatMap { handed in
+            handed.stdin.flatMap { input in handed.stdout.flatMap { output in try? TerminalLink(input: input, output: output, detachable: false) } }
+        }
+        let marks = link.map { _ in OutputMarks(integration: integration) }
+        // Without a terminal, handed-over pipes are moved as exec moves them.
+        let pipes = pty == nil ? handed.map { ChannelDescriptors(input: $0.stdin, output: $0.stdout, error: $0.stderr) } : nil
         defer { integration.cancel() }
         do {
-            let result = try await plain(channel, connection: connection, integration: integration)
+            let channel = try await open(connection, kind, pty: pty, environment: environment, agent: agent, descriptors: pipes,
+                                         terminal: marks.map { marks in TerminalTap(output: { marks.visible($0) }, keysAllowed: { integration.keysAllowed }) },
+                                         forwards: forwards, integration: integration)
+            opened.channel = channel
+            let result = if let link {
+                try await linked(channel, link: link, connection: connection, integration: integration)
+            } else {
+                try await plain(channel, connection: connection, integration: integration, readsInput: pipes?.input == nil)
+            }
             await forwards?.stop()
             return result
         } catch {
+            // A link never taken by the channel closes its copies when it goes.
             await forwards?.stop()
             throw error
         }
+    }
+
+    /// Opens the session's channel; -A's refusal is said. Forwards stop when it cannot open.
+    private func open(_ connection: SSHConnection, _ kind: SSHConnection.ChannelKind, pty: PTYRequest?, environment: [String: String], agent: String?,
+                      descriptors: ChannelDescriptors? = nil, terminal: TerminalTap?, forwards: (any SessionForwards)?,
+                      integration: ShellIntegration) async throws -> SSHChannel {
+        let channel: SSHChannel
+        do {
+            channel = try await connection.openChannel(kind, pty: pty, environment: environment, descriptors: descriptors, forwardAgent: agent, terminal: terminal)
+        } catch {
+            integration.cancel()
+            await forwards?.stop()
+            throw error
+        }
+        integration.whenKeysAllowed { channel.wake() }
+        if agent != nil, !channel.agentForwarded {
+            await session.emit("notice", ["text": .string("\(connection.target.display) refused agent forwarding (sshd's AllowAgentForwarding).")])
+        }
+        return channel
     }
 
     /// The session's forwards, started and described; nil when none were asked for.
@@ -104,26 +136,91 @@ struct TerminalRunner {
         return forwards
     }
 
-    /// A session that lasts as long as its client (in-process, or without a terminal).
-    private func plain(_ channel: SSHChannel, connection: SSHConnection, integration: ShellIntegration) async throws -> WorkspacesStreams.Terminal.Result {
+    /// A session whose client's terminal the engine moves itself (in-process): keys and
+    /// output never pass through this task; it relays window sizes, the client's ready and
+    /// pause, and the escapes the engine read.
+    private func linked(_ channel: SSHChannel, link: TerminalLink, connection: SSHConnection, integration: ShellIntegration) async throws -> WorkspacesStreams.Terminal.Result {
+        let session = self.session
+        try await channel.link(link)
+        // The client's terminal goes raw now, after every question of the connection, and
+        // says so; until then nothing is read or written.
+        await session.emit("started", ["linked": .bool(true)])
+        let escapes = Task {
+            for await event in link.events {
+                switch event {
+                case .disconnect, .suspend, .detach:
+                    await session.emit("escape", ["action": .string(Self.name(event))])
+                case .hungUp:
+                    // The terminal is gone: as a closed window, the shell is hung up.
+                    channel.close(signal: "HUP")
+                }
+            }
+        }
+        let controls = Task {
+            for await control in session.controls {
+                switch control["terminal"]?.stringValue {
+                case "ready"?: link.resume()
+                case "pause"?: link.pause()
+                default: await resize(channel, control)
+                }
+            }
+        }
+        defer { escapes.cancel(); controls.cancel() }
+        try await untilEnded(channel, connection: connection)
+        await integration.finish()
+        return .init(exitStatus: channel.exit?.status, exitSignal: channel.exit?.signal)
+    }
+
+    /// An escape's name in `escape` events.
+    static func name(_ event: TerminalLink.Event) -> String {
+        switch event {
+        case .disconnect: "disconnect"
+        case .suspend: "suspend"
+        case .detach: "detach"
+        case .hungUp: "hung-up"
+        }
+    }
+
+    /// A `resize` control: the latest size wins; a resize that fails is only a diagnostic.
+    private func resize(_ channel: SSHChannel, _ control: JSONValue) async {
+        guard case .integer(let columns)? = control["resize"]?["columns"], case .integer(let rows)? = control["resize"]?["rows"] else { return }
+        do { try await channel.resize(columns: Int(columns), rows: Int(rows)) } catch {
+            ports.logger.debug("workspaces.terminal.resize_failed")
+        }
+    }
+
+    /// Waits for the channel's end; cancelling closes it with the client's signal.
+    private func untilEnded(_ channel: SSHChannel, connection: SSHConnection) async throws {
+        let session = self.session
+        do {
+            try await withTaskCancellationHandler {
+                while try await channel.next() != nil {}
+            } onCancel: {
+                if let signal = session.cancelSignal { channel.close(signal: signal) } else { channel.close() }
+            }
+            try Task.checkCancellation()
+        } catch {
+            if session.cancelSignal != nil { await connection.waitUntilIdle(timeout: 2) }
+            throw error
+        }
+    }
+
+    /// A session that lasts as long as its client (in-process, or without a terminal), its
+    /// keys and output as input lines and events (`readsInput`: stdin was not handed over).
+    private func plain(_ channel: SSHChannel, connection: SSHConnection, integration: ShellIntegration, readsInput: Bool) async throws -> WorkspacesStreams.Terminal.Result {
         let session = self.session
         // The client's terminal goes raw now, after every question of the connection.
         await session.emit("started")
         let input = Task {
+            guard readsInput else { return }
             for await chunk in session.input {
                 await integration.inputAllowed()
                 try await channel.write(chunk)
             }
             channel.closeInput()
         }
-        // The latest size wins; a resize that fails is only a diagnostic.
         let resizes = Task {
-            for await control in session.controls {
-                guard case .integer(let columns)? = control["resize"]?["columns"], case .integer(let rows)? = control["resize"]?["rows"] else { continue }
-                do { try await channel.resize(columns: Int(columns), rows: Int(rows)) } catch {
-                    ports.logger.debug("workspaces.terminal.resize_failed")
-                }
-            }
+            for await control in session.controls { await resize(channel, control) }
         }
         defer { input.cancel(); resizes.cancel() }
         do {
@@ -145,4 +242,24 @@ struct TerminalRunner {
         }
         return .init(exitStatus: channel.exit?.status, exitSignal: channel.exit?.signal)
     }
+}
+
+/// The channel a session opened, for what was made before it (the shell bootstrap's sender).
+final class ChannelBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: SSHChannel?
+    var channel: SSHChannel? {
+        get { lock.withLock { value } }
+        set { lock.withLock { value = newValue } }
+    }
+}
+
+/// A plain session's output on the engine thread (its `TerminalTap`): OSC 133/7 marks read,
+/// what the shell bootstrap's run printed hidden.
+final class OutputMarks: @unchecked Sendable {
+    private var scanner = TerminalScanner()
+    private let integration: ShellIntegration
+    init(integration: ShellIntegration) { self.integration = integration }
+    /// Engine thread only (one chunk at a time).
+    func visible(_ data: Data) -> Data { integration.output(data, marks: scanner.scanWithOffsets(data)) }
 }

@@ -9,10 +9,14 @@ import WorkspacesRules
 /// runs on, its output is drawn into a screen model (`ScreenModel`) whether or not a client
 /// is attached, and a client that attaches gets that screen redrawn, then the live output.
 ///
-/// One pump task reads the channel for the session's whole life. Output and the attached
-/// client change under one lock, and the screen's operations queue in that order, so a
-/// redraw holds exactly the output before it and the client's outbox exactly what follows.
-/// A slow client holds the remote side back (its outbox is bounded), as a plain session does;
+/// The channel's output goes through `tap` on the SSH engine's thread as it arrives: the
+/// screen model, the marks and the attached client's share are taken there under one lock,
+/// and the screen's operations queue in that order, so a redraw holds exactly the output
+/// before it and the client exactly what follows. A client that handed over its terminal
+/// is linked to the channel (`TerminalLink`): the engine writes its output and reads its
+/// keys itself, and it becomes the attached client on the engine's thread, between two
+/// chunks. Another client gets `stdout` events from a bounded outbox and sends keys as
+/// input. Either way a slow client holds the remote side back, as a plain session does;
 /// with nobody attached the output only feeds the screen.
 final class DurableSession: @unchecked Sendable {
     let id: Int
@@ -22,7 +26,7 @@ final class DurableSession: @unchecked Sendable {
     /// The workspace pane it was opened for.
     let pane: PaneTag?
     let started: Date
-    private let channel: SSHChannel
+    private var boundChannel: SSHChannel?
     private let model: ScreenModel
     private let logger: Logger
 
@@ -51,12 +55,26 @@ final class DurableSession: @unchecked Sendable {
         var date: Date { Date() }
     }
 
-    /// One client's time on the session.
+    /// One client's time on the session: linked (the engine moves its terminal) or fed
+    /// through `outbox`.
     final class Attachment: @unchecked Sendable {
         let client: StreamSession
+        let link: TerminalLink?
         let outbox = Outbox()
         let outcome = Promise<Outcome>()
-        init(client: StreamSession) { self.client = client }
+        /// A linked client's terminal is raw (its first `ready`).
+        let ready = Promise<Void>()
+        private let lock = NSLock()
+        private var live = false
+        init(client: StreamSession, link: TerminalLink?) {
+            self.client = client
+            self.link = link
+        }
+        /// The redraw went out and output flows: later `ready`s resume after a pause.
+        var isLive: Bool {
+            get { lock.withLock { live } }
+            set { lock.withLock { live = newValue } }
+        }
     }
 
     enum Outcome: Sendable {
@@ -66,14 +84,14 @@ final class DurableSession: @unchecked Sendable {
         case ended
     }
 
-    init(id: Int, host: String, command: String?, channel: SSHChannel, columns: Int, rows: Int, scrollbackLines: Int, logger: Logger,
+    /// `bind` gives it its channel, opened with `tap`.
+    init(id: Int, host: String, command: String?, columns: Int, rows: Int, scrollbackLines: Int, logger: Logger,
          integration: ShellIntegration, forwards: (any SessionForwards)? = nil, pane: PaneTag? = nil) {
         self.forwards = forwards
         self.pane = pane
         self.id = id
         self.host = host
         self.command = command
-        self.channel = channel
         self.logger = logger
         self.integration = integration
         started = Date()
@@ -82,31 +100,59 @@ final class DurableSession: @unchecked Sendable {
         model = ScreenModel(rows: rows, columns: columns, scrollbackLines: scrollbackLines)
     }
 
-    // MARK: - The pump
+    // MARK: - The channel
 
-    /// Starts reading the channel (once, after the first client attached).
+    /// The session's channel, opened with `tap`; set once, before the first attach.
+    func bind(_ channel: SSHChannel) { lock.withLock { boundChannel = channel } }
+
+    private var channel: SSHChannel {
+        guard let channel = lock.withLock({ boundChannel }) else { preconditionFailure("a durable session is bound to its channel before use") }
+        return channel
+    }
+
+    /// What the engine does with the channel's output (see the type's comment).
+    var tap: TerminalTap {
+        TerminalTap(output: { [weak self] data in self?.take(data) ?? Data() },
+                    hasRoom: { [weak self] in self?.hasRoom ?? true },
+                    keysAllowed: { [integration] in integration.keysAllowed })
+    }
+
+    /// One chunk of output (engine thread): drawn, its marks read, and the attached client's
+    /// share — returned for a linked one, queued for another.
+    private func take(_ data: Data) -> Data {
+        lock.withLock {
+            let before = scanner.modes
+            let found = scanner.scanWithOffsets(data)
+            // What the bootstrap's run printed is neither shown nor drawn.
+            let visible = integration.output(data, marks: found)
+            if !visible.isEmpty { model.feed(visible, modesBefore: before) }
+            lastActivity = Date()
+            for (_, mark) in found {
+                switch mark {
+                case .workingDirectory(let path): directory = path
+                case .title(let text): title = text
+                default: break
+                }
+            }
+            guard let attachment, !visible.isEmpty else { return Data() }
+            if attachment.link != nil { return visible }
+            attachment.outbox.push(visible)
+            return Data()
+        }
+    }
+
+    /// Whether the engine may read more output: the first client is there (what comes
+    /// before it is its to see, live), and an unlinked client's outbox has room.
+    private var hasRoom: Bool { lock.withLock { !awaitingFirst && (attachment.map { $0.link != nil || $0.outbox.hasRoom } ?? true) } }
+    private var awaitingFirst = true
+
+    /// Waits for the channel's end (once, after the first client attached): its output
+    /// all goes through `tap`.
     private func startPump() {
+        let channel = self.channel
         let task = Task.detached { [self] in
             do {
-                while let (_, data) = try await channel.next() {
-                    let (target, visible): (Attachment?, Data) = lock.withLock {
-                        let before = scanner.modes
-                        let found = scanner.scanWithOffsets(data)
-                        // What the bootstrap's run printed is neither shown nor drawn.
-                        let visible = integration.output(data, marks: found)
-                        if !visible.isEmpty { model.feed(visible, modesBefore: before) }
-                        lastActivity = Date()
-                        for (_, mark) in found {
-                            switch mark {
-                            case .workingDirectory(let path): directory = path
-                            case .title(let text): title = text
-                            default: break
-                            }
-                        }
-                        return (attachment, visible)
-                    }
-                    if let target, !visible.isEmpty { _ = await target.outbox.put(visible) }
-                }
+                while try await channel.next() != nil {}
                 await integration.finish()
                 finish(.exited(channel.exit, closed: lock.withLock { closing }))
             } catch {
@@ -140,38 +186,93 @@ final class DurableSession: @unchecked Sendable {
     /// client that opened it: nothing was drawn yet), then the live output, its keys and
     /// window sizes, until it detaches, another client attaches, or the session ends.
     func attach(_ client: StreamSession, terminal: WorkspacesStreams.Terminal.TerminalSize?, scrollback: Int?, first: Bool) async throws -> WorkspacesStreams.SessionResult {
-        let attachment = Attachment(client: client)
-        let (previous, redraw, resized): (Attachment?, Promise<[UInt8]>?, (columns: Int, rows: Int)?) = try lock.withLock {
-            if let ending { throw endedError(ending) }
-            let previous = self.attachment
-            self.attachment = attachment
-            var resized: (columns: Int, rows: Int)?
-            if let terminal, terminal.columns > 0, terminal.rows > 0, (terminal.columns, terminal.rows) != size {
-                size = (terminal.columns, terminal.rows)
-                model.resize(rows: terminal.rows, columns: terminal.columns)
-                resized = size
-            }
-            // Queued after every output fed so far, before any that follows (same lock).
-            return (previous, first ? nil : model.redraw(scrollbackLines: scrollback), resized)
+        try requireRunning()
+        let channel = self.channel
+        // A client that handed over its terminal has it moved by the engine.
+        let link = terminal == nil ? nil : client.descriptors.flatMap { handed in
+            handed.stdin.flatMap { input in handed.stdout.flatMap { output in try? TerminalLink(input: input, output: output, detachable: true) } }
         }
-        previous?.outcome.fulfill(.detached(reason: "attached-elsewhere"))
+        let attachment = Attachment(client: client, link: link)
+        attachment.outbox.whenDrained { channel.wake() }
+        // Becoming the attached client, and the redraw's place in the output: under the lock
+        // that `take` holds, so nothing falls between them; for a link, on the engine's
+        // thread at the moment it takes over.
+        let swapped = Handoff<Swap?>(nil)
+        let swap: @Sendable () -> Void = { [self] in
+            swapped.set(lock.withLock {
+                guard ending == nil else { return nil }
+                let previous = self.attachment
+                self.attachment = attachment
+                awaitingFirst = false
+                var resized: (columns: Int, rows: Int)?
+                if let terminal, terminal.columns > 0, terminal.rows > 0, (terminal.columns, terminal.rows) != size {
+                    size = (terminal.columns, terminal.rows)
+                    model.resize(rows: terminal.rows, columns: terminal.columns)
+                    resized = size
+                }
+                // Queued after every output fed so far, before any that follows.
+                return Swap(previous: previous, redraw: first ? nil : model.redraw(scrollbackLines: scrollback), resized: resized)
+            })
+        }
+        if let link {
+            try await channel.link(link, onLinked: swap)
+        } else {
+            swap()
+            channel.wake()
+        }
+        guard let swap = swapped.get() else {
+            if let link { await channel.unlink(link, within: 0) }
+            try requireRunning()
+            throw TermindError(.workspacesSessionEnded, "Session \(id) on \(host) ended.")
+        }
+        swap.previous?.outcome.fulfill(.detached(reason: "attached-elsewhere"))
         if first { startPump() }
-        if let resized { Task { try? await channel.resize(columns: resized.columns, rows: resized.rows) } }
-        logger.debug("workspaces.session.attached", ["session": .int(id)])
+        if let resized = swap.resized { Task { try? await channel.resize(columns: resized.columns, rows: resized.rows) } }
+        logger.debug("workspaces.session.attached", ["session": .int(id), "linked": .bool(link != nil)])
 
-        await client.emit("started", ["session": .integer(Int64(id)), "detachable": .bool(true)])
-        let writer = Task { [logger, id] in
-            if let redraw {
-                // The screen model answers within a moment; one that does not (stuck on what a
-                // host sent) must not keep the client from the live session.
-                if let bytes = await redraw.value(within: 5) {
-                    await client.emit("stdout", data: Data(bytes))
-                } else {
-                    logger.warning("workspaces.session.redraw_late", ["session": .int(id)])
-                    await client.emit("notice", ["text": .string("The screen of session \(id) could not be redrawn in time; what follows is live.")])
+        await client.emit("started", ["session": .integer(Int64(id)), "detachable": .bool(true), "linked": .bool(link != nil)])
+        let redraw = swap.redraw
+        let writer: Task<Void, Never>
+        var escapes: Task<Void, Never>?
+        if let link {
+            // Output waits in the link until the client's terminal is raw; the redraw first.
+            writer = Task { [logger, id] in
+                await attachment.ready.value
+                var prefix = Data()
+                if let redraw {
+                    if let bytes = await redraw.value(within: 5) { prefix = Data(bytes) } else {
+                        logger.warning("workspaces.session.redraw_late", ["session": .int(id)])
+                        await client.emit("notice", ["text": .string("The screen of session \(id) could not be redrawn in time; what follows is live.")])
+                    }
+                }
+                guard !Task.isCancelled else { return }
+                attachment.isLive = true
+                link.resume(prefix: prefix)
+            }
+            escapes = Task {
+                for await event in link.events {
+                    if event == .hungUp {
+                        // The client's terminal is gone (its window closed): it leaves.
+                        attachment.outcome.fulfill(.detached(reason: "closed"))
+                    } else {
+                        await client.emit("escape", ["action": .string(TerminalRunner.name(event))])
+                    }
                 }
             }
-            while let chunk = await attachment.outbox.next() { await client.emit("stdout", data: chunk) }
+        } else {
+            writer = Task { [logger, id] in
+                if let redraw {
+                    // The screen model answers within a moment; one that does not (stuck on what a
+                    // host sent) must not keep the client from the live session.
+                    if let bytes = await redraw.value(within: 5) {
+                        await client.emit("stdout", data: Data(bytes))
+                    } else {
+                        logger.warning("workspaces.session.redraw_late", ["session": .int(id)])
+                        await client.emit("notice", ["text": .string("The screen of session \(id) could not be redrawn in time; what follows is live.")])
+                    }
+                }
+                while let chunk = await attachment.outbox.next() { await client.emit("stdout", data: chunk) }
+            }
         }
         let input = Task { [self] in
             for await chunk in client.input {
@@ -181,13 +282,19 @@ final class DurableSession: @unchecked Sendable {
                 await integration.inputAllowed()
                 try? await channel.write(chunk)
             }
-            // The client's terminal is gone (its input ended): it leaves, the session stays.
+            // The client is gone (its input ended): it leaves, the session stays.
             attachment.outcome.fulfill(.detached(reason: "closed"))
         }
         let controls = Task { [self] in
             for await control in client.controls {
                 if control["detach"] == .bool(true) {
                     attachment.outcome.fulfill(.detached(reason: "detached"))
+                } else if let terminal = control["terminal"]?.stringValue, let link {
+                    if terminal == "pause" {
+                        link.pause()
+                    } else if terminal == "ready" {
+                        if attachment.isLive { link.resume() } else { attachment.ready.fulfill(()) }
+                    }
                 } else if case .integer(let columns)? = control["resize"]?["columns"], case .integer(let rows)? = control["resize"]?["rows"] {
                     resize(columns: Int(columns), rows: Int(rows), by: attachment)
                 }
@@ -203,10 +310,12 @@ final class DurableSession: @unchecked Sendable {
         }
         input.cancel()
         controls.cancel()
+        escapes?.cancel()
 
         switch outcome {
         case .ended:
-            // Every byte the shell wrote reaches the client before its exit status.
+            // Every byte the shell wrote reaches the client before its exit status (a link
+            // got it all before the channel ended).
             await writer.value
             let ending = lock.withLock { self.ending }
             switch ending {
@@ -217,26 +326,38 @@ final class DurableSession: @unchecked Sendable {
         case .detached(let reason):
             lock.withLock { if self.attachment === attachment { self.attachment = nil } }
             attachment.outbox.finish()
+            if let link {
+                writer.cancel()
+                // What the engine holds for it goes first (not to a terminal already gone).
+                await channel.unlink(link, within: reason == "closed" ? 0 : 2)
+            }
             if reason == "closed" {
                 // The client is gone: nothing more to show it.
                 writer.cancel()
             } else {
-                await farewell(client, writer: writer, reason: reason)
+                await farewell(client, writer: link == nil ? writer : nil, reason: reason)
             }
             return .init(exitStatus: nil, exitSignal: nil, session: id, detached: true, reason: reason)
         }
+    }
+
+    /// What becoming the attached client found.
+    private struct Swap {
+        let previous: Attachment?
+        let redraw: Promise<[UInt8]>?
+        let resized: (columns: Int, rows: Int)?
     }
 
     /// Tells a client that leaves a running session why, once its output is through: its
     /// terminal leaves the session's modes (application keys, mouse, the alternate screen)
     /// and a line says how to come back. A client that stopped reading (replaced because it
     /// hung) is given up on after two seconds.
-    private func farewell(_ client: StreamSession, writer: Task<Void, Never>, reason: String) async {
+    private func farewell(_ client: StreamSession, writer: Task<Void, Never>?, reason: String) async {
         // The modes as the session's own scanner saw them (the model may lag behind).
         let reset = lock.withLock { scanner.modes.resetSequences }
         let id = self.id, host = self.host
         let told = Task {
-            await writer.value
+            await writer?.value
             await client.emit("stdout", data: Data((reset + "\r\n").utf8))
             let text = reason == "attached-elsewhere"
                 ? "Session \(id) on \(host) was attached from another terminal; 'termind attach \(id)' takes it back."
@@ -245,7 +366,7 @@ final class DurableSession: @unchecked Sendable {
         }
         let deadline = Task {
             try? await Task.sleep(for: .seconds(2))
-            writer.cancel()
+            writer?.cancel()
             told.cancel()
         }
         await told.value
@@ -339,4 +460,13 @@ final class DurableSession: @unchecked Sendable {
         formatter.formatOptions = [.withInternetDateTime]
         return formatter.string(from: date)
     }
+}
+
+/// A value set on one thread (the engine's) and read on another after it was set.
+private final class Handoff<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+    init(_ value: Value) { self.value = value }
+    func set(_ newValue: Value) { lock.withLock { value = newValue } }
+    func get() -> Value { lock.withLock { value } }
 }

@@ -41,6 +41,29 @@ final class Outbox: @unchecked Sendable {
         }
     }
 
+    /// Queues `data` without waiting (the SSH engine's tap, which cannot wait: it stops reading
+    /// the channel while `hasRoom` is false instead). Dropped once finished.
+    func push(_ data: Data) {
+        let waiting: CheckedContinuation<Data?, Never>? = lock.withLock {
+            if finished { return nil }
+            if let waiting = reader {
+                reader = nil
+                return waiting
+            }
+            chunks.append(data)
+            held += data.count
+            return nil
+        }
+        waiting?.resume(returning: data)
+    }
+
+    /// Whether more may be pushed (or the outbox is finished and takes nothing).
+    var hasRoom: Bool { lock.withLock { finished || held < limit } }
+
+    /// Called each time the reader took what was queued (the engine then reads on).
+    func whenDrained(_ wake: @escaping @Sendable () -> Void) { lock.withLock { drained = wake } }
+    private var drained: (@Sendable () -> Void)?
+
     /// The next chunk (what is queued, joined), or nil once finished and drained.
     func next() async -> Data? {
         await withCheckedContinuation { continuation in
@@ -59,6 +82,7 @@ final class Outbox: @unchecked Sendable {
                 return (nil, false, [])
             }
             for writer in wake { writer.resume() }
+            if value != nil, let drained = lock.withLock({ drained }) { drained() }
             if done { continuation.resume(returning: value) }
         }
     }

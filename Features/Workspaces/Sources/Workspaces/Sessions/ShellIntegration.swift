@@ -25,6 +25,8 @@ final class ShellIntegration: @unchecked Sendable {
     private var lastOutput: Date?
     private let started = Date()
     private var inputWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Told when keys may go again (the engine's own terminal bridge waits on `keysAllowed`).
+    private var keysOpened: (@Sendable () -> Void)?
     private let history: HistoryRecorder?
     private var driver: Task<Void, Never>?
 
@@ -40,21 +42,31 @@ final class ShellIntegration: @unchecked Sendable {
     /// Output as it arrives, with its marks (`TerminalScanner.scanWithOffsets`): what of it to
     /// show. Everything, except while the bootstrap runs.
     func output(_ data: Data, marks: [(offset: Int, mark: TerminalMark)]) -> Data {
+        var wake: (@Sendable () -> Void)?
         let (visible, shownMarks, opened): (Data, [TerminalMark], [CheckedContinuation<Void, Never>]) = lock.withLock {
             lastOutput = Date()
             guard case .hiding(let nonce) = phase else { return (data, marks.map(\.mark), []) }
             guard let ready = marks.first(where: { $0.mark == .bootstrapReady(nonce: nonce) }) else { return (Data(), [], []) }
             phase = .open
             defer { inputWaiters.removeAll() }
+            wake = keysOpened
             // The first prompt's line is erased: the next prompt goes where it was (the
             // terminal never saw the line's echo, so the cursor is still on it).
             let after = data.index(data.startIndex, offsetBy: ready.offset + 1)
             return (Data("\r\u{1B}[K".utf8) + data[after...], marks.filter { $0.offset > ready.offset }.map(\.mark), inputWaiters)
         }
         for waiter in opened { waiter.resume() }
+        wake?()
         if !shownMarks.isEmpty { history?.take(shownMarks) }
         return visible
     }
+
+    /// Whether the person's keys may go to the shell now (for a bridge that cannot wait:
+    /// `whenKeysAllowed` tells it when they may).
+    var keysAllowed: Bool { lock.withLock { if case .open = phase { true } else { false } } }
+
+    /// `wake` is called each time keys may go again.
+    func whenKeysAllowed(_ wake: @escaping @Sendable () -> Void) { lock.withLock { keysOpened = wake } }
 
     /// Returns once the person's keys may go to the shell (at once, unless the bootstrap runs).
     func inputAllowed() async {
@@ -81,12 +93,13 @@ final class ShellIntegration: @unchecked Sendable {
     }
 
     private func open() {
-        let waiters: [CheckedContinuation<Void, Never>] = lock.withLock {
+        let (waiters, wake): ([CheckedContinuation<Void, Never>], (@Sendable () -> Void)?) = lock.withLock {
             phase = .open
             defer { inputWaiters.removeAll() }
-            return inputWaiters
+            return (inputWaiters, keysOpened)
         }
         for waiter in waiters { waiter.resume() }
+        wake?()
     }
 
     private func drive(send: @Sendable (Data) async -> Void) async {

@@ -1,0 +1,268 @@
+import Foundation
+import TermindCore
+
+/// What a PTY channel's pump does with the channel's output when the engine bridges a
+/// person's terminal itself (`TerminalLink`). Every closure runs on the engine thread, in
+/// order, and must not block or wait.
+public struct TerminalTap: Sendable {
+    /// Every chunk of the channel's output (both streams), in order, whether or not a
+    /// terminal is linked: returns what the linked terminal shows (nothing goes anywhere
+    /// else: without a link the returned bytes are dropped). A durable session's screen model
+    /// and shell integration read the output here.
+    public var output: @Sendable (Data) -> Data
+    /// Whether the pump may read more output now (a consumer of what `output` took has
+    /// room); call `SSHChannel.wake()` once it has again.
+    public var hasRoom: @Sendable () -> Bool
+    /// Whether the linked terminal's keys may go to the channel now (shell integration holds
+    /// them while its bootstrap runs); call `SSHChannel.wake()` once they may.
+    public var keysAllowed: @Sendable () -> Bool
+
+    public init(output: @escaping @Sendable (Data) -> Data, hasRoom: @escaping @Sendable () -> Bool = { true },
+                keysAllowed: @escaping @Sendable () -> Bool = { true }) {
+        self.output = output
+        self.hasRoom = hasRoom
+        self.keysAllowed = keysAllowed
+    }
+}
+
+/// A person's terminal that a PTY channel's pump moves itself, on the engine thread, as
+/// OpenSSH's client loop does: keys read from `input` go to the channel through OpenSSH's
+/// escape sequences (`TerminalEscapes`), and the output the channel's `TerminalTap` lets
+/// through is written to `output`. No other thread stands between a key and the socket, or
+/// between the socket and the screen.
+///
+/// The link works on copies of the descriptors (a terminal is opened again with a
+/// non-blocking description of its own, so the client's is left as it was), closed when it
+/// is unlinked or the channel ends. It starts held: nothing is read or written until
+/// `resume(prefix:)` (the client's terminal is raw; a durable session's redraw goes first).
+/// `pause()` holds it again (the client is suspended). Output waiting for a held or slow
+/// terminal is bounded (`limit`): beyond it the channel is not read, so the server's window
+/// holds the remote side back. `~.`, `~^Z` and `~d` hold the keys until the next resume
+/// and are reported in `events`, as is the terminal going away; `~?` is answered on the
+/// terminal itself.
+public final class TerminalLink: @unchecked Sendable {
+    public enum Event: Sendable, Equatable {
+        case disconnect, suspend, detach
+        /// The terminal went away (its read or write failed: the window closed).
+        case hungUp
+    }
+
+    /// What the person did on the terminal, in order; ends when the link is unlinked or its
+    /// channel ends.
+    public let events: AsyncStream<Event>
+    private let reporter: AsyncStream<Event>.Continuation
+    /// Output held for the terminal (and keys read ahead) stop being read beyond this.
+    static let limit = 256 * 1024
+
+    // Asked for from any thread (under `lock`).
+    private let lock = NSLock()
+    private var resumed = false
+    /// After `~.`, `~^Z` or `~d`: no key goes until the next `resume`.
+    private var keysHeld = false
+    private var finished = false
+    private var prefix: Data?
+    private var unlinkWaiters: [CheckedContinuation<Void, Never>] = []
+    private var unlinkDeadline: DispatchTime?
+    private var wakeEngine: (@Sendable () -> Void)?
+
+    // Engine thread only.
+    private var input: LocalDescriptor?
+    private var output: LocalDescriptor?
+    private var escapes: TerminalEscapes
+    /// Keys filtered and not yet taken by the channel.
+    private var keys = Data()
+    private var hungUp = false
+    private var queue: [Data] = []
+    private var queueOffset = 0
+    private(set) var queuedBytes = 0
+
+    /// `input` and `output` are borrowed (the link opens or copies its own); `detachable`:
+    /// `~d` detaches (a durable session).
+    public init(input: Int32, output: Int32, detachable: Bool) throws {
+        let adoptedInput = try LocalDescriptor.adopt(input, writing: false, role: "terminal input")
+        do {
+            self.output = try LocalDescriptor.adopt(output, writing: true, role: "terminal output")
+        } catch {
+            adoptedInput.close()
+            throw error
+        }
+        self.input = adoptedInput
+        escapes = TerminalEscapes(detachable: detachable)
+        (events, reporter) = AsyncStream.makeStream(of: Event.self)
+    }
+
+    deinit { closeDescriptors() }
+
+    /// Lets keys and output move (first after the client's terminal went raw, then after
+    /// each pause); `prefix` is written before any output held meanwhile.
+    public func resume(prefix: Data = Data()) {
+        let wake: (@Sendable () -> Void)? = lock.withLock {
+            resumed = true
+            keysHeld = false
+            if !prefix.isEmpty { self.prefix = (self.prefix ?? Data()) + prefix }
+            return wakeEngine
+        }
+        wake?()
+    }
+
+    /// Holds keys and output (the client is suspended or stopped) until `resume`: nothing is
+    /// read from or written to a terminal that belongs to another program meanwhile.
+    public func pause() {
+        lock.withLock { resumed = false }
+    }
+
+    // MARK: - The pump's side (engine thread)
+
+    func linked(wake: @escaping @Sendable () -> Void) {
+        lock.withLock { wakeEngine = wake }
+    }
+
+    /// Asks the pump to let the link go: waits until what is held for the terminal was
+    /// written (for at most `within` seconds) and the descriptors are closed.
+    func unlink(within seconds: Double) async {
+        await withCheckedContinuation { continuation in
+            let wake: (@Sendable () -> Void)?? = lock.withLock {
+                guard !finished else { return .none }
+                unlinkWaiters.append(continuation)
+                if unlinkDeadline == nil { unlinkDeadline = .now() + seconds }
+                return .some(wakeEngine)
+            }
+            switch wake {
+            case .none: continuation.resume()
+            case .some(let wake): wake?()
+            }
+        }
+    }
+
+    private var isResumed: Bool { lock.withLock { resumed } }
+
+    /// Whether an unlink is asked for and may end now: what is held went, or cannot go (a
+    /// held link writes nothing more), or its time to flush is up.
+    var unlinkDue: Bool {
+        let (deadline, resumed): (DispatchTime?, Bool) = lock.withLock { (unlinkDeadline, self.resumed) }
+        guard let deadline else { return false }
+        return drained || !resumed || DispatchTime.now() >= deadline
+    }
+
+    /// Whether everything meant for the terminal has gone (or can never go).
+    var drained: Bool { queuedBytes == 0 || hungUp || output == nil }
+
+    /// Whether the pump should stop reading the channel for this link.
+    var isFull: Bool { queuedBytes >= Self.limit && !hungUp && output != nil }
+
+    func enqueue(_ data: Data) {
+        guard !data.isEmpty, !hungUp, output != nil else { return }
+        queue.append(data)
+        queuedBytes += data.count
+    }
+
+    /// What to wait for while the engine sleeps.
+    func pollRequests(keysAllowed: Bool) -> [pollfd] {
+        let (resumed, held) = lock.withLock { (self.resumed, keysHeld) }
+        guard resumed, !hungUp else { return [] }
+        var requests: [pollfd] = []
+        if let input, input.pollable, !held, keys.isEmpty, keysAllowed {
+            requests.append(pollfd(fd: input.fd, events: Int16(POLLIN), revents: 0))
+        }
+        if let output, output.pollable, queuedBytes > 0 {
+            requests.append(pollfd(fd: output.fd, events: Int16(POLLOUT), revents: 0))
+        }
+        return requests
+    }
+
+    /// Reads keys (when none wait and they may go) and returns those to send now; `scratch`
+    /// is the engine's buffer. Escapes are acted on here: `~?` answered on the terminal, the
+    /// others reported with the keys held.
+    func takeKeys(keysAllowed: Bool, scratch: UnsafeMutablePointer<CChar>, progressed: inout Bool) -> Data? {
+        guard lock.withLock({ resumed && !keysHeld }), !hungUp else { return nil }
+        if keys.isEmpty, keysAllowed, let input {
+            let n = input.read(scratch, 4096)
+            if n > 0 {
+                progressed = true
+                for action in escapes.filter(Data(bytes: scratch, count: n)) {
+                    switch action {
+                    case .send(let bytes): keys.append(bytes)
+                    case .help: enqueue(Data(TerminalEscapes.help(detachable: escapes.detachable).utf8))
+                    case .disconnect: hold(.disconnect)
+                    case .suspend: hold(.suspend)
+                    case .detach: hold(.detach)
+                    }
+                }
+            } else if n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                progressed = true
+                hangUp()
+            }
+        }
+        return keys.isEmpty || lock.withLock({ keysHeld }) ? nil : keys
+    }
+
+    /// `count` keys went to the channel.
+    func sent(_ count: Int) { keys.removeFirst(count) }
+
+    /// An escape the client acts on: keys wait for the next resume; `~^Z` holds the output
+    /// too, since the terminal goes back to the shell that suspends termind.
+    private func hold(_ event: Event) {
+        lock.withLock {
+            keysHeld = true
+            if event == .suspend { resumed = false }
+        }
+        reporter.yield(event)
+    }
+
+    private func hangUp() {
+        guard !hungUp else { return }
+        hungUp = true
+        queue.removeAll()
+        queueOffset = 0
+        queuedBytes = 0
+        reporter.yield(.hungUp)
+    }
+
+    /// Writes what is held to the terminal until it would block.
+    func flush(progressed: inout Bool) {
+        guard let output, !hungUp, isResumed else { return }
+        if let wanted = lock.withLock({ () -> Data? in defer { prefix = nil }; return prefix }) {
+            // Before everything held meanwhile (a durable session's redraw).
+            if queueOffset > 0, let head = queue.first { queue[0] = head.dropFirst(queueOffset); queueOffset = 0 }
+            queue.insert(wanted, at: 0)
+            queuedBytes += wanted.count
+        }
+        while let head = queue.first {
+            let n = head.withUnsafeBytes { raw in output.write(raw.baseAddress! + queueOffset, raw.count - queueOffset) }
+            if n > 0 {
+                progressed = true
+                queueOffset += n
+                queuedBytes -= n
+                if queueOffset == head.count { queue.removeFirst(); queueOffset = 0 }
+                continue
+            }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
+            progressed = true
+            hangUp()
+            return
+        }
+    }
+
+    /// Closes the descriptors and ends `events`; unlink waiters return.
+    func finish() {
+        closeDescriptors()
+        queue.removeAll()
+        queuedBytes = 0
+        let waiters: [CheckedContinuation<Void, Never>] = lock.withLock {
+            finished = true
+            wakeEngine = nil
+            defer { unlinkWaiters.removeAll() }
+            return unlinkWaiters
+        }
+        reporter.finish()
+        for waiter in waiters { waiter.resume() }
+    }
+
+    private func closeDescriptors() {
+        input?.close()
+        input = nil
+        output?.close()
+        output = nil
+    }
+}
