@@ -35,6 +35,15 @@ final class TerminalEscapesTests: XCTestCase {
         XCTAssertEqual(run(["~", "~", "a"]), [send("~a")])
     }
 
+    /// Keys without a tilde pass whole (the engine's fast path): where the line stands after
+    /// them still decides what the next chunk's tilde means.
+    func testChunksWithoutATildeKeepTrackOfTheLineStart() {
+        XCTAssertEqual(run(["ls", "~."]), [send("ls~.")], "mid-line after a chunk that did not end a line")
+        XCTAssertEqual(run(["ls", "\r", "~."]), [send("ls\r"), .disconnect])
+        XCTAssertEqual(run(["l", "s\n", "~?"]), [send("ls\n"), .help])
+        XCTAssertEqual(run(["\r", "x", "~."]), [send("\rx~.")])
+    }
+
     func testNothingAfterADisconnectIsSent() {
         XCTAssertEqual(run(["~.rm -rf /\r"]), [.disconnect])
     }

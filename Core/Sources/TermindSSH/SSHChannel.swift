@@ -499,17 +499,22 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                     closing = true  // the channel is gone on the server side
                     break
                 }
-                // Then the linked terminal's keys, read as they come (no thread in between).
-                if let link, let tap, !closing {
-                    while budget > 0, engine.canSend, let keys = link.takeKeys(keysAllowed: tap.keysAllowed(), scratch: engine.scratch, progressed: &progressed) {
-                        let n = keys.withUnsafeBytes { raw in
-                            Int(termind_ssh2_channel_write(channel, raw.baseAddress!.assumingMemoryBound(to: CChar.self), min(raw.count, budget)))
-                        }
-                        if n > 0 { link.sent(n); budget -= n; progressed = true; continue }
-                        if n == eagain { break }
+                // Then the linked terminal's keys, read as they come (no thread in between) and
+                // sent at once: a person waits for their echo, so they do not wait for the rest
+                // of the pass as bulk data does.
+                if let link, let tap, !closing, engine.canSend,
+                   let keys = link.takeKeys(keysAllowed: tap.keysAllowed(), scratch: engine.scratch, progressed: &progressed) {
+                    let n = keys.withUnsafeBytes { raw in
+                        Int(termind_ssh2_channel_write(channel, raw.baseAddress!.assumingMemoryBound(to: CChar.self), min(raw.count, budget)))
+                    }
+                    if n > 0 {
+                        link.sent(n)
+                        progressed = true
+                        engine.flush()  // a failure is the pass's to find, at its own flush
+
+                    } else if n != eagain {
                         if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while sending keys") }
                         closing = true
-                        break
                     }
                 }
             }
@@ -526,6 +531,8 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
             var readBudget = Self.stepBudget
             if let tap {
                 // A bridged terminal: every chunk through the tap, what it shows to the link.
+                var tapped = false
+                defer { if tapped { tap.wrote() } }
                 while readBudget > 0, !closing, !(link?.isFull ?? false), tap.hasRoom() {
                     var read = false
                     for id in [Int32(0), SSH_EXTENDED_DATA_STDERR] where !closing {
@@ -534,9 +541,14 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                             read = true
                             readBudget -= n
                             progressed = true
-                            // The tap sees every chunk, linked or not (the screen model).
+                            // The tap sees every chunk, linked or not (the screen model); what
+                            // it lets through is written at once, before reading on.
                             let visible = tap.output(Data(bytes: engine.scratch, count: n))
-                            link?.enqueue(visible)
+                            tapped = true
+                            if let link {
+                                link.enqueue(visible)
+                                link.flush(progressed: &progressed)
+                            }
                         } else if n < 0 && n != eagain {
                             if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while the channel was open") }
                             closing = true

@@ -471,7 +471,11 @@ final class SessionEngine: @unchecked Sendable {
             progressed = stepPumps() || progressed
             if session == nil { break }
             progressed = adoptAgentChannels() || progressed
-            noteReceived()  // before the keepalive verdict: an answer just read counts
+            // Before the keepalive verdict: an answer just read counts. Bytes read in this
+            // pass also count as progress: a pump reading one stream (stderr, another
+            // channel's) may have made libssh2 take packets for a stream read before it,
+            // which now wait in libssh2 with nothing left on the socket to wake poll().
+            if noteReceived() { progressed = true }
             expireDeadlines()
             if session == nil { break }
             if !flush() {
@@ -490,14 +494,15 @@ final class SessionEngine: @unchecked Sendable {
         // The loop ends only through die(), which has told the close observers.
     }
 
-    /// Moves `lastInbound` when libssh2 read bytes from the server since the last pass.
-    private func noteReceived() {
-        guard let context else { return }
+    /// Moves `lastInbound` when libssh2 read bytes from the server since the last pass;
+    /// whether it did.
+    private func noteReceived() -> Bool {
+        guard let context else { return false }
         let received = UInt64(termind_ssh2_received(context))
-        if received != receivedCount {
-            receivedCount = received
-            lastInbound = .now()
-        }
+        guard received != receivedCount else { return false }
+        receivedCount = received
+        lastInbound = .now()
+        return true
     }
 
     private func stepOperations() -> Bool {

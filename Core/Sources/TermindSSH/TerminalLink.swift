@@ -16,12 +16,17 @@ public struct TerminalTap: Sendable {
     /// Whether the linked terminal's keys may go to the channel now (shell integration holds
     /// them while its bootstrap runs); call `SSHChannel.wake()` once they may.
     public var keysAllowed: @Sendable () -> Bool
+    /// After a step in which output went through `output`, once what it let through was
+    /// written to the terminal: where a consumer starts work of its own (a screen model's
+    /// drawing) without delaying the screen.
+    public var wrote: @Sendable () -> Void
 
     public init(output: @escaping @Sendable (Data) -> Data, hasRoom: @escaping @Sendable () -> Bool = { true },
-                keysAllowed: @escaping @Sendable () -> Bool = { true }) {
+                keysAllowed: @escaping @Sendable () -> Bool = { true }, wrote: @escaping @Sendable () -> Void = {}) {
         self.output = output
         self.hasRoom = hasRoom
         self.keysAllowed = keysAllowed
+        self.wrote = wrote
     }
 }
 
@@ -176,12 +181,12 @@ public final class TerminalLink: @unchecked Sendable {
     func takeKeys(keysAllowed: Bool, scratch: UnsafeMutablePointer<CChar>, progressed: inout Bool) -> Data? {
         guard lock.withLock({ resumed && !keysHeld }), !hungUp else { return nil }
         if keys.isEmpty, keysAllowed, let input {
-            let n = input.read(scratch, 4096)
+            let n = input.read(scratch, 16 << 10)
             if n > 0 {
                 progressed = true
                 for action in escapes.filter(Data(bytes: scratch, count: n)) {
                     switch action {
-                    case .send(let bytes): keys.append(bytes)
+                    case .send(let bytes): if keys.isEmpty { keys = bytes } else { keys.append(bytes) }
                     case .help: enqueue(Data(TerminalEscapes.help(detachable: escapes.detachable).utf8))
                     case .disconnect: hold(.disconnect)
                     case .suspend: hold(.suspend)
@@ -197,7 +202,9 @@ public final class TerminalLink: @unchecked Sendable {
     }
 
     /// `count` keys went to the channel.
-    func sent(_ count: Int) { keys.removeFirst(count) }
+    func sent(_ count: Int) {
+        if count == keys.count { keys = Data() } else { keys.removeFirst(count) }
+    }
 
     /// An escape the client acts on: keys wait for the next resume; `~^Z` holds the output
     /// too, since the terminal goes back to the shell that suspends termind.

@@ -3,7 +3,7 @@ import Foundation
 import TermindCore
 import TermindHarness
 
-// termind-terminal-bench [--mib N] [--runs R] [--keys K]
+// termind-terminal-bench [--mib N] [--runs R] [--keys K] [--only TEXT]
 //
 // Interactive terminals: `termind ssh` against `ssh -tt` on the same sshd (chacha20-poly1305
 // forced, a light remote shell), every client a whole process on a pseudo-terminal this
@@ -16,10 +16,11 @@ import TermindHarness
 //     echoes it), K keys into each client, alternating key by key between termind and ssh
 //     (both open at once), 20 ms apart; median and p99 (ratio = termind's / ssh's: target
 //     <= 1.2x) — in-process and through serve.
+// --only TEXT runs only the rows whose name contains TEXT ("echo", "durable", "MiB"...).
 // Everything runs on this 2-core machine (sshd, clients, the bench): say so when quoting.
 
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: termind-terminal-bench [--mib N] [--runs R] [--keys K]\n".utf8))
+    FileHandle.standardError.write(Data("usage: termind-terminal-bench [--mib N] [--runs R] [--keys K] [--only TEXT]\n".utf8))
     exit(2)
 }
 func fail(_ message: String) -> Never {
@@ -35,12 +36,14 @@ func percentile(_ values: [Double], _ p: Double) -> Double {
 var mib = 100
 var runs = 3
 var keys = 200
+var only: String?
 var args = CommandLine.arguments.dropFirst()
 while let arg = args.popFirst() {
     switch arg {
     case "--mib": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; mib = v
     case "--runs": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; runs = v
     case "--keys": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; keys = v
+    case "--only": guard let v = args.popFirst(), !v.isEmpty else { usage() }; only = v
     default: usage()
     }
 }
@@ -102,6 +105,9 @@ final class TerminalClient {
 }
 
 let keyCount = keys
+let onlyRows = only
+/// Whether a row whose name is `name` runs (`--only`).
+func wanted(_ name: String) -> Bool { onlyRows.map { name.contains($0) } ?? true }
 
 // MARK: - Set-up
 
@@ -200,33 +206,36 @@ func cell(_ values: [Double], _ format: String = "%.1f") -> String {
     return "\(String(format: format, sorted.first!))/\(String(format: format, sorted[sorted.count / 2]))/\(String(format: format, sorted.last!))"
 }
 func line(_ columns: [String]) {
-    let widths = [44, 22, 22, 8]
+    let widths = [44, 22, 22, 8, 6]
     print(zip(columns, widths).map { $0.padding(toLength: $1, withPad: " ", startingAt: 0) }.joined(separator: " "))
 }
 
 print("termind-terminal-bench: termind ssh vs ssh -tt on one sshd (chacha20-poly1305), remote user \(user)\(account == nil ? "" : " (throwaway, /bin/sh)"), \(runs) runs alternated after a warm-up")
-line(["FIGURE", "TERMIND min/med/max", "SSH -TT min/med/max", "RATIO"])
+line(["FIGURE", "TERMIND min/med/max", "SSH -TT min/med/max", "RATIO", "STEAL"])
 
 // A connection for the server rows, so that those runs measure the session, not the handshake.
 _ = throughput(termindClient("true", local: false))
-for (name, local) in [("in-process", true), ("durable, in serve", false)] {
+for (name, local) in [("in-process", true), ("durable, in serve", false)] where wanted("\(mib) MiB to the terminal, \(name)") {
     _ = throughput(termindClient("true", local: local))
     _ = throughput(sshClient("true"))
     var ours: [Double] = [], theirs: [Double] = []
+    let stealBefore = CPUSteal.now()
     for _ in 0..<runs {
         ours.append(throughput(termindClient(flood, local: local)))
         theirs.append(throughput(sshClient(flood)))
     }
     let ratio = zip(ours, theirs).map { $1 / $0 }.sorted()[runs / 2]
-    line(["\(mib) MiB to the terminal, \(name) (MiB/s)", cell(ours.map { Double(mib) / $0 }), cell(theirs.map { Double(mib) / $0 }), String(format: "%.2f×", ratio)])
+    line(["\(mib) MiB to the terminal, \(name) (MiB/s)", cell(ours.map { Double(mib) / $0 }), cell(theirs.map { Double(mib) / $0 }), String(format: "%.2f×", ratio),
+          CPUSteal.now().share(since: stealBefore)])
 }
 
 let echo = "printf READY; cat > /dev/null"
-for (name, local) in [("in-process", true), ("durable, in serve", false)] {
+for (name, local) in [("in-process", true), ("durable, in serve", false)] where wanted("key echo \(name)") {
+    let stealBefore = CPUSteal.now()
     let (ours, theirs) = echoLatencies(termindClient(echo, local: local), sshClient(echo), keys: keyCount)
     line(["key echo \(name), median (ms)", String(format: "%.2f", percentile(ours, 0.5)), String(format: "%.2f", percentile(theirs, 0.5)),
-          String(format: "%.2f×", percentile(ours, 0.5) / percentile(theirs, 0.5))])
+          String(format: "%.2f×", percentile(ours, 0.5) / percentile(theirs, 0.5)), CPUSteal.now().share(since: stealBefore)])
     line(["key echo \(name), p99 (ms)", String(format: "%.2f", percentile(ours, 0.99)), String(format: "%.2f", percentile(theirs, 0.99)),
           String(format: "%.2f×", percentile(ours, 0.99) / percentile(theirs, 0.99))])
 }
-print("ratio: throughput = ssh's time / termind's (> 1: termind faster); echo = termind's time / ssh's (< 1: termind faster)")
+print("ratio: throughput = ssh's time / termind's (> 1: termind faster); echo = termind's time / ssh's (< 1: termind faster); STEAL: the hypervisor's share of CPU time during the row")

@@ -43,6 +43,11 @@ public struct TerminalEscapes: Sendable {
 
     /// What `input` (as typed) means, in order.
     public mutating func filter(_ input: Data) -> [Action] {
+        // Most keys hold no escape character and none is pending: they go as they are.
+        if !pendingEscape, let last = input.last, input.firstIndex(of: Self.escape) == nil {
+            atLineStart = last == UInt8(ascii: "\r") || last == UInt8(ascii: "\n")
+            return [.send(input)]
+        }
         var actions: [Action] = []
         var plain = Data()
         func flush() {

@@ -114,7 +114,8 @@ final class DurableSession: @unchecked Sendable {
     var tap: TerminalTap {
         TerminalTap(output: { [weak self] data in self?.take(data) ?? Data() },
                     hasRoom: { [weak self] in self?.hasRoom ?? true },
-                    keysAllowed: { [integration] in integration.keysAllowed })
+                    keysAllowed: { [integration] in integration.keysAllowed },
+                    wrote: { [model] in model.kick() })
     }
 
     /// One chunk of output (engine thread): drawn, its marks read, and the attached client's
@@ -125,7 +126,8 @@ final class DurableSession: @unchecked Sendable {
             let found = scanner.scanWithOffsets(data)
             // What the bootstrap's run printed is neither shown nor drawn.
             let visible = integration.output(data, marks: found)
-            if !visible.isEmpty { model.feed(visible, modesBefore: before) }
+            // Drawn once the engine wrote the client's share (`wrote`): the screen first.
+            if !visible.isEmpty { model.feed(visible, modesBefore: before, drawLater: true) }
             lastActivity = Date()
             for (_, mark) in found {
                 switch mark {

@@ -40,8 +40,9 @@ final class ScreenModel: @unchecked Sendable {
         screen = TerminalScreen(rows: rows, columns: columns, scrollbackLimit: scrollbackLines)
     }
 
-    /// Queues output; `modes` are the terminal's modes just before it.
-    func feed(_ data: Data, modesBefore modes: TerminalModes) {
+    /// Queues output; `modes` are the terminal's modes just before it. Drawing starts at once,
+    /// or with `kick()` when `drawLater` (the SSH engine, which writes the client's screen first).
+    func feed(_ data: Data, modesBefore modes: TerminalModes, drawLater: Bool = false) {
         lock.withLock {
             if case .output? = waiting.last, case .output(var earlier, let before) = waiting.removeLast() {
                 earlier.append(data)  // in place: taken out of the list, it has no other owner
@@ -52,8 +53,11 @@ final class ScreenModel: @unchecked Sendable {
             waitingBytes += data.count
             if waitingBytes > Self.highWater { dropOldestOutput() }
         }
-        schedule()
+        if !drawLater { schedule() }
     }
+
+    /// Starts drawing what `feed(drawLater:)` queued.
+    func kick() { schedule() }
 
     /// Too far behind: the oldest output goes (under `lock`), the newest always stays.
     private func dropOldestOutput() {
@@ -93,7 +97,7 @@ final class ScreenModel: @unchecked Sendable {
     /// One drain at a time, on the queue.
     private func schedule() {
         let start: Bool = lock.withLock {
-            guard !draining else { return false }
+            guard !draining, !waiting.isEmpty else { return false }
             draining = true
             return true
         }
