@@ -66,20 +66,45 @@ final class TerminalLinkTests: XCTestCase {
         // ~? is answered on the terminal itself and never reaches the shell.
         terminal.type("~?")
         XCTAssertTrue(terminal.read(until: "detach").contains("Supported escape sequences"))
-        // Mid-line a tilde is just typed; ~d after a newline is the client's to act on.
+        // Mid-line a tilde is just typed.
         terminal.type("echo A~.B\r")
         XCTAssertTrue(terminal.read(until: "A~.B\r\n").contains("A~.B"))
-        terminal.type("~d")
+        // ~^Z in the middle of one read: the keys before it go, the output and the keys after
+        // it wait for the next resume (the terminal is the local shell's meanwhile).
+        terminal.type("echo BEFORE-$((1+1))\r~\u{1A}echo AFTER-$((2+3))\r")
+        let suspend = await events.next()
+        XCTAssertEqual(suspend, .suspend)
+        XCTAssertFalse(terminal.read(for: 0.8).contains("BEFORE-2"), "output went on after ~^Z")
+        link.resume()
+        let resumed = terminal.read(until: "AFTER-5\r\n")
+        let before = try XCTUnwrap(resumed.range(of: "BEFORE-2"), resumed), after = try XCTUnwrap(resumed.range(of: "AFTER-5"), resumed)
+        XCTAssertLessThan(before.lowerBound, after.lowerBound)
+        // ~d: the client detaches; no key is read again, resumed or not.
+        terminal.type("\r~d")
         let detach = await events.next()
         XCTAssertEqual(detach, .detach)
-        // Keys typed now wait until the client resumes the link.
-        terminal.type("echo LATER-$((2+3))\r")
-        XCTAssertFalse(terminal.read(for: 0.8).contains("LATER-5"), "keys went on after ~d")
+        terminal.type("echo GONE-$((3+3))\r")
         link.resume()
-        XCTAssertTrue(terminal.read(until: "LATER-5\r\n").contains("LATER-5"))
-        terminal.type("~.")
+        XCTAssertFalse(terminal.read(for: 0.8).contains("GONE-6"), "keys went on after ~d")
+        channel.close()
+        await connection.close()
+    }
+
+    func testTildeDotEndsKeysAndOutputForGood() async throws {
+        let terminal = try FakeTerminal()
+        let (connection, channel) = try await shell()
+        let link = try TerminalLink(input: terminal.slave, output: terminal.slave, detachable: false)
+        try await channel.link(link)
+        link.resume()
+        var events = link.events.makeAsyncIterator()
+        terminal.type("while :; do echo tick; sleep 0.1; done\r")
+        XCTAssertTrue(terminal.read(until: "tick\r\ntick\r\n").contains("tick"))
+        terminal.type("\r~.")
         let disconnect = await events.next()
         XCTAssertEqual(disconnect, .disconnect)
+        _ = terminal.read(for: 0.3)  // what was on its way
+        link.resume()  // a late ready (the client continued) changes nothing
+        XCTAssertEqual(terminal.read(for: 0.8), "", "output went on after ~.")
         channel.close()
         await connection.close()
     }

@@ -189,6 +189,24 @@ final class TerminalSessionTests: XCTestCase {
         XCTAssertTrue(report.restored)
     }
 
+    /// A command's whole output reaches the terminal, however soon it ends (the engine moves
+    /// the terminal from the channel's first byte); with stdout a pipe whose reader goes away,
+    /// termind ends as a pipeline's writer does: 141, no message.
+    func testAShortCommandsOutputAllArrivesAndAGoneReaderOfStdoutEndsWith141() throws {
+        for round in 1...3 {
+            let report = try PseudoTerminal.run(ssh() + ["--", "echo EARLY-$((\(round)+4)); exit \(round)"], steps: [.expect("EARLY-\(round + 4)")],
+                                                environment: environment)
+            XCTAssertEqual(report.met, [true], "round \(round): \(report.output)")
+            XCTAssertEqual(report.status, Int(round), report.output)
+        }
+        let command = ssh().map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        let piped = try PseudoTerminal.run(["/bin/bash", "--norc", "--noprofile", "-c",
+                                            command + " -- 'seq 1 10000000' | head -1; echo STATUS=${PIPESTATUS[0]}"],
+                                           steps: [.expect("STATUS=")], environment: environment)
+        XCTAssertTrue(piped.output.contains("STATUS=141"), piped.output)
+        XCTAssertFalse(piped.output.contains("killed by"), piped.output)
+    }
+
     func testWithoutATerminalNoRemoteTerminalIsAllocatedAndInputGoesToTheShell() throws {
         var environment = self.environment
         environment["TERM"] = nil

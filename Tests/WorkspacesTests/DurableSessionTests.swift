@@ -149,6 +149,43 @@ final class DurableSessionTests: XCTestCase {
         XCTAssertTrue(try tmux.screen("second").contains { $0 == "LINKED-10" })
     }
 
+    /// A client that handed over its terminal and never said it is raw (stopped before it
+    /// could): closing the session still ends its attach, with the exit, not a hang.
+    func testAnAttachThatNeverSaidReadyEndsWithTheSession() throws {
+        try tmux.open("first", ssh(), columns: 80, rows: 24)
+        XCTAssertTrue(try tmux.wait("first", for: "$").found)
+        var master: Int32 = -1, slave: Int32 = -1
+        XCTAssertEqual(openpty(&master, &slave, nil, nil, nil), 0)
+        defer { close(master); close(slave) }
+        let terminal = StreamDescriptors(stdin: slave, stdout: slave)
+        let client = try ControlClient(path: directory.file("serve/control.sock"))
+        let body = #"{"session": 1, "terminal": {"term": "xterm-256color", "columns": 80, "rows": 24}}"#
+        let (termind, environment) = (self.termind, self.environment)
+        let closer: @Sendable () -> Void = { _ = try? ProcessRunner.run(termind, ["sessions", "close", "1"], environment: environment) }
+        // On a thread of its own: a hang fails the test instead of stopping the suite.
+        let reply = Outcome()
+        let done = DispatchSemaphore(value: 0)
+        let stream = Thread {
+            reply.value = Result {
+                try client.stream("workspaces.attach@1", body: Data(body.utf8), descriptors: terminal) { event in
+                    if event.kind == "started" {
+                        reply.started = event
+                        DispatchQueue.global().asyncAfter(deadline: .now() + 0.5, execute: closer)
+                    }
+                    return nil
+                }
+            }
+            done.signal()
+        }
+        stream.start()
+        guard done.wait(timeout: .now() + 15) == .success, let outcome = reply.value else {
+            return XCTFail("the attach hung after its session ended")
+        }
+        XCTAssertEqual(reply.started?["linked"], .bool(true))
+        let result = try JSONCoding.parse(try outcome.get(), source: "attach")
+        XCTAssertNotNil(result["exitStatus"], "the session's end, not a detach: \(result)")
+    }
+
     func testAFullScreenProgramSurvivesItsWindowClosingAndIsRedrawnOnAttach() throws {
         let file = try directory.write("notes.txt", (1...60).map { "note \($0): the quick brown fox\n" }.joined())
         try tmux.open("first", ssh(), columns: 80, rows: 20)
@@ -340,4 +377,10 @@ final class DurableSessionTests: XCTestCase {
         }
         return condition()
     }
+}
+
+/// What a stream run on a thread of its own brought back.
+private final class Outcome: @unchecked Sendable {
+    var value: Result<Data, Error>?
+    var started: StreamEvent?
 }

@@ -20,10 +20,11 @@ public struct ChannelDescriptors: Sendable, Equatable {
 /// One local descriptor on the engine thread, which must never block on it, without
 /// changing a file description other processes share with us (a shell's pipe, a terminal):
 /// a pipe or a terminal is opened again through /proc with a non-blocking description of
-/// its own (a terminal without becoming anyone's controlling terminal), a socket is used
-/// with MSG_DONTWAIT, a regular file never blocks anyway. Only another kind (a character
-/// device such as /dev/null, or where /proc cannot open it) has O_NONBLOCK set on the
-/// shared description, as OpenSSH does, and its flags put back when the channel ends.
+/// its own (a terminal without becoming anyone's controlling terminal, and not at all where
+/// /proc cannot open it), a socket is used with MSG_DONTWAIT, a regular file never blocks
+/// anyway. Only another kind (a character device such as /dev/null, a pipe without /proc)
+/// has O_NONBLOCK set on the shared description, as OpenSSH does, and its flags put back
+/// when the channel ends.
 struct LocalDescriptor {
     enum Kind: Equatable { case file, ownNonBlocking, socket, shared(restore: Int32) }
     let fd: Int32
@@ -40,14 +41,18 @@ struct LocalDescriptor {
             return LocalDescriptor(fd: try duplicate(fd, role: role), kind: .file)
         case S_IFSOCK:
             return LocalDescriptor(fd: try duplicate(fd, role: role), kind: .socket)
+        case S_IFCHR where isatty(fd) == 1:
+            // A terminal is never made non-blocking under the shell that shares it (it would
+            // read EAGAIN while termind is suspended, or for good after a crash).
+            let own = open("/proc/self/fd/\(fd)", (writing ? O_WRONLY : O_RDONLY) | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+            guard own >= 0 else {
+                throw TermindError(.sshLocalDescriptor, "The \(role) handed to termind (a terminal) cannot be opened again on its own: \(String(cString: strerror(errno))).")
+            }
+            return LocalDescriptor(fd: own, kind: .ownNonBlocking)
         case S_IFIFO:
             let own = open("/proc/self/fd/\(fd)", (writing ? O_WRONLY : O_RDONLY) | O_NONBLOCK | O_CLOEXEC)
             if own >= 0 { return LocalDescriptor(fd: own, kind: .ownNonBlocking) }
             fallthrough  // no /proc: share the description, as for a device
-        case S_IFCHR where isatty(fd) == 1:
-            let own = open("/proc/self/fd/\(fd)", (writing ? O_WRONLY : O_RDONLY) | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
-            if own >= 0 { return LocalDescriptor(fd: own, kind: .ownNonBlocking) }
-            fallthrough  // no /proc: share the description
         default:
             let copy = try duplicate(fd, role: role)
             let flags = fcntl(copy, F_GETFL)

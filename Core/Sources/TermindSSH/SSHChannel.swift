@@ -445,7 +445,7 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
         for case let output? in localOutputs where output.descriptor.pollable && !output.buffer.isEmpty {
             requests.append(pollfd(fd: output.descriptor.fd, events: Int16(POLLOUT), revents: 0))
         }
-        if let link, let tap { requests += link.pollRequests(keysAllowed: tap.keysAllowed()) }
+        if let link { requests += link.pollRequests }
         return requests
     }
 
@@ -501,9 +501,9 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                 }
                 // Then the linked terminal's keys, read as they come (no thread in between) and
                 // sent at once: a person waits for their echo, so they do not wait for the rest
-                // of the pass as bulk data does.
-                if let link, let tap, !closing, engine.canSend,
-                   let keys = link.takeKeys(keysAllowed: tap.keysAllowed(), scratch: engine.scratch, progressed: &progressed) {
+                // of the pass as bulk data does. Escapes are read even when keys cannot go.
+                link?.readKeys(scratch: engine.scratch, progressed: &progressed)
+                if let link, let tap, !closing, budget > 0, engine.canSend, let keys = link.pendingKeys, tap.keysAllowed() {
                     let n = keys.withUnsafeBytes { raw in
                         Int(termind_ssh2_channel_write(channel, raw.baseAddress!.assumingMemoryBound(to: CChar.self), min(raw.count, budget)))
                     }

@@ -320,9 +320,11 @@ public final class SSHConnection: Sendable {
     ///
     /// `terminal`: the engine bridges a person's terminal itself (`SSHChannel.link`): all
     /// output goes through the tap, from the first byte, and `next()` only tells the end.
+    /// `linking`: that terminal, linked before the first byte is read (else output that
+    /// comes before a later `link` only goes through the tap).
     public func openChannel(_ kind: ChannelKind, pty: PTYRequest? = nil, environment: [String: String] = [:],
                             bufferLimit: Int = 1 << 20, descriptors: ChannelDescriptors? = nil,
-                            forwardAgent: String? = nil, terminal: TerminalTap? = nil) async throws -> SSHChannel {
+                            forwardAgent: String? = nil, terminal: TerminalTap? = nil, linking: TerminalLink? = nil) async throws -> SSHChannel {
         let endpoint = engine.endpoint
         let engine = self.engine
         let local = try LocalDescriptors.adopt(descriptors)
@@ -347,6 +349,8 @@ public final class SSHConnection: Sendable {
         case .subsystem: hangup = nil
         }
         let pump = ChannelPump(channel: channel, state: state, endpoint: endpoint, hangup: hangup, local: local, tap: terminal)
+        // Before the engine has the pump: no other thread touches it yet.
+        if let linking, terminal != nil { pump.install(linking) { engine.wake() } }
         let handle = UncheckedBox(channel)
         let deadline = DispatchTime.now() + deadlines.channel
         var agentForwarded = false

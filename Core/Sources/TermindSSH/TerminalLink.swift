@@ -37,18 +37,22 @@ public struct TerminalTap: Sendable {
 /// between the socket and the screen.
 ///
 /// The link works on copies of the descriptors (a terminal is opened again with a
-/// non-blocking description of its own, so the client's is left as it was), closed when it
-/// is unlinked or the channel ends. It starts held: nothing is read or written until
-/// `resume(prefix:)` (the client's terminal is raw; a durable session's redraw goes first).
-/// `pause()` holds it again (the client is suspended). Output waiting for a held or slow
-/// terminal is bounded (`limit`): beyond it the channel is not read, so the server's window
-/// holds the remote side back. `~.`, `~^Z` and `~d` hold the keys until the next resume
-/// and are reported in `events`, as is the terminal going away; `~?` is answered on the
-/// terminal itself.
+/// non-blocking description of its own, so the client's is left as it was; a link cannot be
+/// made where that fails), closed when it is unlinked or the channel ends. It starts held:
+/// nothing is read or written until `resume()` (the client's terminal is raw); `prepend`
+/// puts a durable session's redraw before the output held meanwhile. `pause()` holds it
+/// again (the client is suspended or stopped: the terminal is its shell's). Output waiting
+/// for a held or slow terminal is bounded (`limit`): beyond it the channel is not read, so
+/// the server's window holds the remote side back. Escapes are read even while the keys
+/// themselves must wait (shell integration's bootstrap); `~?` is answered on the terminal,
+/// `~.`, `~^Z` and `~d` are reported in `events`, as is the terminal going away. The keys
+/// typed before an escape go; after `~^Z` the rest waits for the next resume, and nothing
+/// more is read or written after `~.` (the client ends the session) nor read after `~d`.
 public final class TerminalLink: @unchecked Sendable {
     public enum Event: Sendable, Equatable {
         case disconnect, suspend, detach
-        /// The terminal went away (its read or write failed: the window closed).
+        /// The terminal went away (its read or write failed: the window closed, the reader of
+        /// a piped stdout went away — `outputError` says which).
         case hungUp
     }
 
@@ -56,16 +60,20 @@ public final class TerminalLink: @unchecked Sendable {
     /// channel ends.
     public let events: AsyncStream<Event>
     private let reporter: AsyncStream<Event>.Continuation
-    /// Output held for the terminal (and keys read ahead) stop being read beyond this.
+    /// Output held for the terminal stops the channel's reading beyond this.
     static let limit = 256 * 1024
 
     // Asked for from any thread (under `lock`).
     private let lock = NSLock()
     private var resumed = false
-    /// After `~.`, `~^Z` or `~d`: no key goes until the next `resume`.
+    /// After `~^Z`: no key is read until the next `resume`.
     private var keysHeld = false
+    /// After `~.` (keys and output) or `~d` (keys): for good.
+    private var keysEnded = false
+    private var outputEnded = false
     private var finished = false
     private var prefix: Data?
+    private var failedWrite: Int32?
     private var unlinkWaiters: [CheckedContinuation<Void, Never>] = []
     private var unlinkDeadline: DispatchTime?
     private var wakeEngine: (@Sendable () -> Void)?
@@ -76,6 +84,8 @@ public final class TerminalLink: @unchecked Sendable {
     private var escapes: TerminalEscapes
     /// Keys filtered and not yet taken by the channel.
     private var keys = Data()
+    /// Keys typed after `~^Z` in the same read: they follow the next resume.
+    private var afterSuspend = Data()
     private var hungUp = false
     private var queue: [Data] = []
     private var queueOffset = 0
@@ -99,7 +109,7 @@ public final class TerminalLink: @unchecked Sendable {
     deinit { closeDescriptors() }
 
     /// Lets keys and output move (first after the client's terminal went raw, then after
-    /// each pause); `prefix` is written before any output held meanwhile.
+    /// each pause); `prefix` (a redraw) is written before any output held meanwhile.
     public func resume(prefix: Data = Data()) {
         let wake: (@Sendable () -> Void)? = lock.withLock {
             resumed = true
@@ -110,11 +120,21 @@ public final class TerminalLink: @unchecked Sendable {
         wake?()
     }
 
+    /// Puts `prefix` before any output held so far, without letting anything move yet.
+    public func prepend(_ prefix: Data) {
+        guard !prefix.isEmpty else { return }
+        lock.withLock { self.prefix = (self.prefix ?? Data()) + prefix }
+    }
+
     /// Holds keys and output (the client is suspended or stopped) until `resume`: nothing is
     /// read from or written to a terminal that belongs to another program meanwhile.
     public func pause() {
         lock.withLock { resumed = false }
     }
+
+    /// With `hungUp`: the errno of the write to the terminal's output that failed (EPIPE: a
+    /// piped stdout's reader went away), nil when its input ended or failed.
+    public var outputError: Int32? { lock.withLock { failedWrite } }
 
     // MARK: - The pump's side (engine thread)
 
@@ -139,21 +159,24 @@ public final class TerminalLink: @unchecked Sendable {
         }
     }
 
-    private var isResumed: Bool { lock.withLock { resumed } }
+    /// Whether output may be written now.
+    private var writing: Bool { lock.withLock { resumed && !outputEnded } }
+    /// Whether keys may be read now.
+    private var reading: Bool { lock.withLock { resumed && !keysHeld && !keysEnded } }
 
     /// Whether an unlink is asked for and may end now: what is held went, or cannot go (a
     /// held link writes nothing more), or its time to flush is up.
     var unlinkDue: Bool {
-        let (deadline, resumed): (DispatchTime?, Bool) = lock.withLock { (unlinkDeadline, self.resumed) }
+        let (deadline, writing): (DispatchTime?, Bool) = lock.withLock { (unlinkDeadline, resumed && !outputEnded) }
         guard let deadline else { return false }
-        return drained || !resumed || DispatchTime.now() >= deadline
+        return drained || !writing || DispatchTime.now() >= deadline
     }
 
     /// Whether everything meant for the terminal has gone (or can never go).
-    var drained: Bool { queuedBytes == 0 || hungUp || output == nil }
+    var drained: Bool { queuedBytes == 0 || hungUp || output == nil || lock.withLock { outputEnded } }
 
     /// Whether the pump should stop reading the channel for this link.
-    var isFull: Bool { queuedBytes >= Self.limit && !hungUp && output != nil }
+    var isFull: Bool { queuedBytes >= Self.limit && !drained }
 
     func enqueue(_ data: Data) {
         guard !data.isEmpty, !hungUp, output != nil else { return }
@@ -161,73 +184,95 @@ public final class TerminalLink: @unchecked Sendable {
         queuedBytes += data.count
     }
 
-    /// What to wait for while the engine sleeps.
-    func pollRequests(keysAllowed: Bool) -> [pollfd] {
-        let (resumed, held) = lock.withLock { (self.resumed, keysHeld) }
-        guard resumed, !hungUp else { return [] }
+    /// What to wait for while the engine sleeps: keys when none wait to be sent (so a key
+    /// that cannot go yet never makes poll() return at once), the terminal's room for output.
+    var pollRequests: [pollfd] {
+        guard !hungUp else { return [] }
         var requests: [pollfd] = []
-        if let input, input.pollable, !held, keys.isEmpty, keysAllowed {
+        if let input, input.pollable, keys.isEmpty, afterSuspend.isEmpty, reading {
             requests.append(pollfd(fd: input.fd, events: Int16(POLLIN), revents: 0))
         }
-        if let output, output.pollable, queuedBytes > 0 {
+        if let output, output.pollable, queuedBytes > 0 || lock.withLock({ prefix != nil }), writing {
             requests.append(pollfd(fd: output.fd, events: Int16(POLLOUT), revents: 0))
         }
         return requests
     }
 
-    /// Reads keys (when none wait and they may go) and returns those to send now; `scratch`
-    /// is the engine's buffer. Escapes are acted on here: `~?` answered on the terminal, the
-    /// others reported with the keys held.
-    func takeKeys(keysAllowed: Bool, scratch: UnsafeMutablePointer<CChar>, progressed: inout Bool) -> Data? {
-        guard lock.withLock({ resumed && !keysHeld }), !hungUp else { return nil }
-        if keys.isEmpty, keysAllowed, let input {
-            let n = input.read(scratch, 16 << 10)
-            if n > 0 {
-                progressed = true
-                for action in escapes.filter(Data(bytes: scratch, count: n)) {
-                    switch action {
-                    case .send(let bytes): if keys.isEmpty { keys = bytes } else { keys.append(bytes) }
-                    case .help: enqueue(Data(TerminalEscapes.help(detachable: escapes.detachable).utf8))
-                    case .disconnect: hold(.disconnect)
-                    case .suspend: hold(.suspend)
-                    case .detach: hold(.detach)
-                    }
-                }
-            } else if n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                progressed = true
-                hangUp()
-            }
+    /// Reads the keys typed (when none wait) and acts on escapes; `scratch` is the engine's
+    /// buffer. Escapes are read even while the keys themselves must wait to be sent.
+    func readKeys(scratch: UnsafeMutablePointer<CChar>, progressed: inout Bool) {
+        guard !hungUp, reading else { return }
+        if keys.isEmpty, !afterSuspend.isEmpty {
+            swap(&keys, &afterSuspend)
+            return
         }
-        return keys.isEmpty || lock.withLock({ keysHeld }) ? nil : keys
+        guard keys.isEmpty, let input else { return }
+        let n = input.read(scratch, 16 << 10)
+        if n > 0 {
+            progressed = true
+            var held = false
+            for action in escapes.filter(Data(bytes: scratch, count: n)) {
+                switch action {
+                case .send(let bytes):
+                    if held { afterSuspend.append(bytes) } else if keys.isEmpty { keys = bytes } else { keys.append(bytes) }
+                case .help: enqueue(Data(TerminalEscapes.help(detachable: escapes.detachable).utf8))
+                case .disconnect, .suspend, .detach:
+                    held = true
+                    hold(action)
+                }
+            }
+        } else if n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            progressed = true
+            hangUp(writeError: nil)
+        }
     }
+
+    /// Keys waiting to be sent (those typed before an escape go too).
+    var pendingKeys: Data? { keys.isEmpty || hungUp ? nil : keys }
 
     /// `count` keys went to the channel.
     func sent(_ count: Int) {
         if count == keys.count { keys = Data() } else { keys.removeFirst(count) }
     }
 
-    /// An escape the client acts on: keys wait for the next resume; `~^Z` holds the output
-    /// too, since the terminal goes back to the shell that suspends termind.
-    private func hold(_ event: Event) {
+    /// An escape the client acts on: `~^Z` holds keys and output until the next resume (the
+    /// terminal goes back to the shell that suspends termind), `~d` ends the keys, `~.` ends
+    /// keys and output (the client ends the session and says so on the terminal).
+    private func hold(_ action: TerminalEscapes.Action) {
+        let event: Event
+        switch action {
+        case .disconnect: event = .disconnect
+        case .detach: event = .detach
+        default: event = .suspend
+        }
         lock.withLock {
-            keysHeld = true
-            if event == .suspend { resumed = false }
+            switch event {
+            case .disconnect:
+                keysEnded = true
+                outputEnded = true
+            case .detach:
+                keysEnded = true
+            default:
+                keysHeld = true
+                resumed = false
+            }
         }
         reporter.yield(event)
     }
 
-    private func hangUp() {
+    private func hangUp(writeError: Int32?) {
         guard !hungUp else { return }
         hungUp = true
         queue.removeAll()
         queueOffset = 0
         queuedBytes = 0
+        lock.withLock { failedWrite = writeError }
         reporter.yield(.hungUp)
     }
 
     /// Writes what is held to the terminal until it would block.
     func flush(progressed: inout Bool) {
-        guard let output, !hungUp, isResumed else { return }
+        guard let output, !hungUp, writing else { return }
         if let wanted = lock.withLock({ () -> Data? in defer { prefix = nil }; return prefix }) {
             // Before everything held meanwhile (a durable session's redraw).
             if queueOffset > 0, let head = queue.first { queue[0] = head.dropFirst(queueOffset); queueOffset = 0 }
@@ -246,7 +291,7 @@ public final class TerminalLink: @unchecked Sendable {
             if n < 0 && errno == EINTR { continue }
             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
             progressed = true
-            hangUp()
+            hangUp(writeError: n < 0 ? errno : EIO)
             return
         }
     }

@@ -64,9 +64,16 @@ struct TerminalRunner {
             let channel = try await open(connection, kind, pty: pty, environment: environment, agent: agent, terminal: durable.tap, forwards: forwards,
                                          integration: integration)
             opened.channel = channel
+            integration.start()
             durable.bind(channel)
             await sessions.add(durable)
-            return try await durable.attach(session, terminal: request.terminal, scrollback: nil, first: true)
+            do {
+                return try await durable.attach(session, terminal: request.terminal, scrollback: nil, first: true)
+            } catch {
+                // Its first client never got it: nobody would know it is there.
+                durable.close()
+                throw error
+            }
         }
         // The client's terminal moved by the engine itself, when it handed it over.
         let link = pty == nil ? nil : handed.flatMap { handed in
@@ -77,10 +84,12 @@ struct TerminalRunner {
         let pipes = pty == nil ? handed.map { ChannelDescriptors(input: $0.stdin, output: $0.stdout, error: $0.stderr) } : nil
         defer { integration.cancel() }
         do {
+            // The link takes the output from the first byte (the first prompt, a short command's all).
             let channel = try await open(connection, kind, pty: pty, environment: environment, agent: agent, descriptors: pipes,
                                          terminal: marks.map { marks in TerminalTap(output: { marks.visible($0) }, keysAllowed: { integration.keysAllowed }) },
-                                         forwards: forwards, integration: integration)
+                                         linking: link, forwards: forwards, integration: integration)
             opened.channel = channel
+            integration.start()
             let result = if let link {
                 try await linked(channel, link: link, connection: connection, integration: integration)
             } else {
@@ -97,11 +106,12 @@ struct TerminalRunner {
 
     /// Opens the session's channel; -A's refusal is said. Forwards stop when it cannot open.
     private func open(_ connection: SSHConnection, _ kind: SSHConnection.ChannelKind, pty: PTYRequest?, environment: [String: String], agent: String?,
-                      descriptors: ChannelDescriptors? = nil, terminal: TerminalTap?, forwards: (any SessionForwards)?,
+                      descriptors: ChannelDescriptors? = nil, terminal: TerminalTap?, linking: TerminalLink? = nil, forwards: (any SessionForwards)?,
                       integration: ShellIntegration) async throws -> SSHChannel {
         let channel: SSHChannel
         do {
-            channel = try await connection.openChannel(kind, pty: pty, environment: environment, descriptors: descriptors, forwardAgent: agent, terminal: terminal)
+            channel = try await connection.openChannel(kind, pty: pty, environment: environment, descriptors: descriptors, forwardAgent: agent,
+                                                       terminal: terminal, linking: linking)
         } catch {
             integration.cancel()
             await forwards?.stop()
@@ -141,15 +151,20 @@ struct TerminalRunner {
     /// pause, and the escapes the engine read.
     private func linked(_ channel: SSHChannel, link: TerminalLink, connection: SSHConnection, integration: ShellIntegration) async throws -> WorkspacesStreams.Terminal.Result {
         let session = self.session
-        try await channel.link(link)
         // The client's terminal goes raw now, after every question of the connection, and
         // says so; until then nothing is read or written.
         await session.emit("started", ["linked": .bool(true)])
+        let brokenPipe = Flag()
         let escapes = Task {
             for await event in link.events {
                 switch event {
                 case .disconnect, .suspend, .detach:
                     await session.emit("escape", ["action": .string(Self.name(event))])
+                case .hungUp where link.outputError == EPIPE:
+                    // A piped stdout's reader went away: the command ends as exec's does, and
+                    // termind with 141 (no message), as a pipeline's writer would.
+                    brokenPipe.set()
+                    channel.close()
                 case .hungUp:
                     // The terminal is gone: as a closed window, the shell is hung up.
                     channel.close(signal: "HUP")
@@ -168,6 +183,8 @@ struct TerminalRunner {
         defer { escapes.cancel(); controls.cancel() }
         try await untilEnded(channel, connection: connection)
         await integration.finish()
+        await escapes.value  // the last event is known (the channel's end finished the link)
+        if brokenPipe.isSet { return .init(exitStatus: nil, exitSignal: "PIPE") }
         return .init(exitStatus: channel.exit?.status, exitSignal: channel.exit?.signal)
     }
 
@@ -262,4 +279,12 @@ final class OutputMarks: @unchecked Sendable {
     init(integration: ShellIntegration) { self.integration = integration }
     /// Engine thread only (one chunk at a time).
     func visible(_ data: Data) -> Data { integration.output(data, marks: scanner.scanWithOffsets(data)) }
+}
+
+/// A flag one task sets and another reads once it is done.
+final class Flag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    func set() { lock.withLock { value = true } }
+    var isSet: Bool { lock.withLock { value } }
 }

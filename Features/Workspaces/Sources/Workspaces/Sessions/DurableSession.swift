@@ -62,19 +62,23 @@ final class DurableSession: @unchecked Sendable {
         let link: TerminalLink?
         let outbox = Outbox()
         let outcome = Promise<Outcome>()
-        /// A linked client's terminal is raw (its first `ready`).
+        /// A linked client's terminal is raw (its first `ready`), or its time is over.
         let ready = Promise<Void>()
         private let lock = NSLock()
+        /// The redraw is queued on the link: from then on `ready` and `pause` act on it.
         private var live = false
+        /// The client said `pause` (its job stopped) and not `ready` since.
+        private var paused = false
         init(client: StreamSession, link: TerminalLink?) {
             self.client = client
             self.link = link
         }
-        /// The redraw went out and output flows: later `ready`s resume after a pause.
-        var isLive: Bool {
-            get { lock.withLock { live } }
-            set { lock.withLock { live = newValue } }
-        }
+        /// The client says its terminal is raw: resume the link now (true), or let the redraw
+        /// go first (false).
+        func clientReady() -> Bool { lock.withLock { paused = false; return live } }
+        func clientPaused() { lock.withLock { paused = true } }
+        /// The redraw is queued: resume unless the client paused meanwhile.
+        func goLive() -> Bool { lock.withLock { live = true; return !paused } }
     }
 
     enum Outcome: Sendable {
@@ -102,8 +106,12 @@ final class DurableSession: @unchecked Sendable {
 
     // MARK: - The channel
 
-    /// The session's channel, opened with `tap`; set once, before the first attach.
-    func bind(_ channel: SSHChannel) { lock.withLock { boundChannel = channel } }
+    /// The session's channel, opened with `tap`; set once, before the first attach. From
+    /// now on the session ends when the channel does.
+    func bind(_ channel: SSHChannel) {
+        lock.withLock { boundChannel = channel }
+        startPump()
+    }
 
     private var channel: SSHChannel {
         guard let channel = lock.withLock({ boundChannel }) else { preconditionFailure("a durable session is bound to its channel before use") }
@@ -148,8 +156,8 @@ final class DurableSession: @unchecked Sendable {
     private var hasRoom: Bool { lock.withLock { !awaitingFirst && (attachment.map { $0.link != nil || $0.outbox.hasRoom } ?? true) } }
     private var awaitingFirst = true
 
-    /// Waits for the channel's end (once, after the first client attached): its output
-    /// all goes through `tap`.
+    /// Waits for the channel's end: its output all goes through `tap` (read once the first
+    /// client is there).
     private func startPump() {
         let channel = self.channel
         let task = Task.detached { [self] in
@@ -206,6 +214,8 @@ final class DurableSession: @unchecked Sendable {
                 let previous = self.attachment
                 self.attachment = attachment
                 awaitingFirst = false
+                // A linked client replaced keeps no keys or screen of the session meanwhile.
+                previous?.link?.pause()
                 var resized: (columns: Int, rows: Int)?
                 if let terminal, terminal.columns > 0, terminal.rows > 0, (terminal.columns, terminal.rows) != size {
                     size = (terminal.columns, terminal.rows)
@@ -228,7 +238,6 @@ final class DurableSession: @unchecked Sendable {
             throw TermindError(.workspacesSessionEnded, "Session \(id) on \(host) ended.")
         }
         swap.previous?.outcome.fulfill(.detached(reason: "attached-elsewhere"))
-        if first { startPump() }
         if let resized = swap.resized { Task { try? await channel.resize(columns: resized.columns, rows: resized.rows) } }
         logger.debug("workspaces.session.attached", ["session": .int(id), "linked": .bool(link != nil)])
 
@@ -240,16 +249,14 @@ final class DurableSession: @unchecked Sendable {
             // Output waits in the link until the client's terminal is raw; the redraw first.
             writer = Task { [logger, id] in
                 await attachment.ready.value
-                var prefix = Data()
+                guard !attachment.outcome.isFulfilled else { return }
                 if let redraw {
-                    if let bytes = await redraw.value(within: 5) { prefix = Data(bytes) } else {
+                    if let bytes = await redraw.value(within: 5) { link.prepend(Data(bytes)) } else {
                         logger.warning("workspaces.session.redraw_late", ["session": .int(id)])
                         await client.emit("notice", ["text": .string("The screen of session \(id) could not be redrawn in time; what follows is live.")])
                     }
                 }
-                guard !Task.isCancelled else { return }
-                attachment.isLive = true
-                link.resume(prefix: prefix)
+                if attachment.goLive() { link.resume() }
             }
             escapes = Task {
                 for await event in link.events {
@@ -293,9 +300,10 @@ final class DurableSession: @unchecked Sendable {
                     attachment.outcome.fulfill(.detached(reason: "detached"))
                 } else if let terminal = control["terminal"]?.stringValue, let link {
                     if terminal == "pause" {
+                        attachment.clientPaused()
                         link.pause()
                     } else if terminal == "ready" {
-                        if attachment.isLive { link.resume() } else { attachment.ready.fulfill(()) }
+                        if attachment.clientReady() { link.resume() } else { attachment.ready.fulfill(()) }
                     }
                 } else if case .integer(let columns)? = control["resize"]?["columns"], case .integer(let rows)? = control["resize"]?["rows"] {
                     resize(columns: Int(columns), rows: Int(rows), by: attachment)
@@ -313,6 +321,9 @@ final class DurableSession: @unchecked Sendable {
         input.cancel()
         controls.cancel()
         escapes?.cancel()
+        // A linked client that never said ready (the session ended, it went away): its writer
+        // stops waiting.
+        attachment.ready.fulfill(())
 
         switch outcome {
         case .ended:
@@ -327,6 +338,7 @@ final class DurableSession: @unchecked Sendable {
             }
         case .detached(let reason):
             lock.withLock { if self.attachment === attachment { self.attachment = nil } }
+            channel.wake()  // an outbox that held the channel back no longer does
             attachment.outbox.finish()
             if let link {
                 writer.cancel()

@@ -23,20 +23,30 @@ final class ShellIntegration: @unchecked Sendable {
     private let lock = NSLock()
     private var phase: Phase
     private var lastOutput: Date?
-    private let started = Date()
+    private var started = Date()
+    private let bootstrap: (@Sendable (Data) async -> Void)?
     private var inputWaiters: [CheckedContinuation<Void, Never>] = []
     /// Told when keys may go again (the engine's own terminal bridge waits on `keysAllowed`).
     private var keysOpened: (@Sendable () -> Void)?
     private let history: HistoryRecorder?
     private var driver: Task<Void, Never>?
 
-    /// `send` writes to the shell's input.
+    /// `send` writes to the shell's input. The bootstrap's clock starts with `start()`, once
+    /// the channel is open.
     init(bootstrap: Bool, history: HistoryRecorder?, send: @escaping @Sendable (Data) async -> Void) {
         self.history = history
         phase = bootstrap ? .waiting : .open
-        guard bootstrap else { return }
-        let task = Task { [weak self] in _ = await self?.drive(send: send) }
-        lock.withLock { driver = task }
+        self.bootstrap = bootstrap ? send : nil
+    }
+
+    /// The shell's channel is open: the wait for its first prompt starts now.
+    func start() {
+        guard let send = bootstrap else { return }
+        lock.withLock {
+            guard driver == nil else { return }
+            started = Date()
+            driver = Task { [weak self] in _ = await self?.drive(send: send) }
+        }
     }
 
     /// Output as it arrives, with its marks (`TerminalScanner.scanWithOffsets`): what of it to
