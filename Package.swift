@@ -223,7 +223,7 @@ let package = Package(
         // `make bench`: 100 (or N) monitored hosts at 1 Hz from one termind serve.
         .executableTarget(
             name: "termind-metrics-bench",
-            dependencies: [core, "TermindHarness"],
+            dependencies: [core, "MetricsRules", "TermindHarness"],
             path: "Tests/Tools/MetricsBench"
         ),
         // `make bench`: SFTP get and put against OpenSSH's sftp on the same sshd.

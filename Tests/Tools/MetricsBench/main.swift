@@ -1,9 +1,10 @@
 import Dispatch
 import Foundation
+import MetricsRules
 import TermindCore
 import TermindHarness
 
-// termind-metrics-bench [--hosts N] [--servers S] [--seconds W] [--interval I] [--full-ring] [--json]
+// termind-metrics-bench [--hosts N] [--servers S] [--seconds W] [--interval I] [--full-ring] [--replay] [--json]
 //
 // N saved hosts spread over S real sshd processes on loopback, all monitored at 1 Hz by
 // one `termind serve`: what the server costs. Figures: the server's CPU over W seconds (%
@@ -14,6 +15,11 @@ import TermindHarness
 // not counted, but it competes for the same cores: say so when quoting figures. `--interval`
 // (seconds, default 1) samples less often: how 1,000 connections cost when this machine
 // cannot also run 1,000 remote loops a second; "CPU per 100 samples/s" compares runs.
+// `--replay`: every host answers with a snapshot of this machine recorded once by the real
+// remote script (sshd's ForceCommand runs a `sh` loop of builtins that prints it, its uptime
+// counting up, per request line: no process per sample), so that 1,000 hosts can be sampled
+// at 1 Hz here. termind's side is the same — connections, channels, reading, parsing, rates,
+// rings — and the remote side costs next to nothing; its counters stand still (rates 0).
 // A tool of `make bench`, outside the host: the generic client holds no feature code.
 
 typealias Figure = BenchmarkFigure
@@ -21,7 +27,7 @@ typealias Figure = BenchmarkFigure
 func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: termind-metrics-bench [--hosts N] [--servers S] [--seconds W] [--interval I] [--full-ring] [--json]\n".utf8))
+    FileHandle.standardError.write(Data("usage: termind-metrics-bench [--hosts N] [--servers S] [--seconds W] [--interval I] [--full-ring] [--replay] [--json]\n".utf8))
     exit(2)
 }
 
@@ -35,6 +41,7 @@ var servers = 4
 var seconds = 60.0
 var interval = 1
 var fullRing = false
+var replay = false
 var json = false
 var args = CommandLine.arguments.dropFirst()
 while let arg = args.popFirst() {
@@ -44,6 +51,7 @@ while let arg = args.popFirst() {
     case "--seconds": guard let v = args.popFirst().flatMap(Double.init), v >= 5 else { usage() }; seconds = v
     case "--interval": guard let v = args.popFirst().flatMap(Int.init), (1...60).contains(v) else { usage() }; interval = v
     case "--full-ring": fullRing = true
+    case "--replay": replay = true
     case "--json": json = true
     default: usage()
     }
@@ -60,9 +68,62 @@ let publicKey = try String(contentsOfFile: scratch.file("id.pub"), encoding: .ut
 let account = getuid() == 0 ? try ThrowawayAccount() : nil
 defer { account?.remove() }
 let user = account?.name ?? NSUserName()
+/// A `sh` script that answers like `RemoteScript.command` with one recorded snapshot of this
+/// machine (recorded now, by the real script), its uptime and CPU idle time counting up (a
+/// second a sample), so rates are computed (CPU 0 % busy): builtins only.
+func replayScript() throws -> String {
+    let recorded = try ProcessRunner.run("/bin/sh", ["-c", RemoteScript.command], stdin: RemoteScript.request(detail: false, gpu: false))
+    let marker = String(UnicodeScalar(RemoteScript.marker))
+    let output = recorded.stdout
+    guard recorded.status == 0, let start = output.range(of: "\n" + marker + "snapshot\n") else {
+        fail("could not record a snapshot with the remote script: \(recorded.stderr)")
+    }
+    func quoted<S: StringProtocol>(_ text: S) -> String { "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'" }
+    // The snapshot as literal pieces and the values between them, as shell arithmetic on u.
+    var pieces: [String] = [], values: [String] = []
+    var literal = ""
+    let cores = output.components(separatedBy: "\n").filter { $0.hasPrefix("/proc/stat:cpu") && $0.dropFirst(14).first?.isNumber == true }.count
+    for line in output[start.lowerBound...].dropLast().split(separator: "\n", omittingEmptySubsequences: false) {
+        if line.hasPrefix("/proc/uptime:") {
+            let fields = line.dropFirst(13).split(separator: " ")
+            pieces.append(literal + "/proc/uptime:")
+            values.append("$u.00")
+            literal = " " + fields.dropFirst().joined(separator: " ") + "\n"
+        } else if line.hasPrefix("/proc/stat:cpu") {
+            // cpuN user nice system idle …: idle goes up 100 ticks a second per core.
+            var fields = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+            let perSecond = fields[0] == "/proc/stat:cpu" ? 100 * max(1, cores) : 100
+            pieces.append(literal + fields[0...3].joined(separator: " ") + " ")
+            values.append("$((\(Int(fields[4]) ?? 0) + u * \(perSecond)))")
+            fields.removeFirst(5)
+            literal = (fields.isEmpty ? "" : " " + fields.joined(separator: " ")) + "\n"
+        } else {
+            literal += line + "\n"
+        }
+    }
+    pieces.append(literal)
+    let header = output[..<start.lowerBound]
+    let assignments = pieces.enumerated().map { "p\($0.offset)=\(quoted($0.element))" }.joined(separator: "\n")
+    let format = String(repeating: "%s", count: pieces.count + values.count)
+    let arguments = zip(pieces.indices, values).map { "\"$p\($0.0)\" \"\($0.1)\"" }.joined(separator: " ") + " \"$p\(pieces.count - 1)\""
+    return """
+        \(assignments)
+        u=0
+        printf '%s' \(quoted(header))
+        while read -r r; do u=$((u+1)); printf '\(format)' \(arguments); done
+
+        """
+}
+var replayConfig: [String] = []
+if replay {
+    try replayScript().write(toFile: scratch.file("replay.sh"), atomically: true, encoding: .utf8)
+    chmod(scratch.file("replay.sh"), 0o644)
+    chmod(scratch.path, 0o755)  // the hosts' account reads it
+    replayConfig = ["ForceCommand /bin/sh \(scratch.file("replay.sh"))"]
+}
 var fixtures: [SSHServerFixture] = []
 for _ in 0..<servers {
-    let fixture = try SSHServerFixture(authorizedKeys: [publicKey], extraConfig: ["MaxStartups 4000:30:4000", "LogLevel ERROR"], hostKeyTypes: ["ed25519"])
+    let fixture = try SSHServerFixture(authorizedKeys: [publicKey], extraConfig: ["MaxStartups 4000:30:4000", "LogLevel ERROR"] + replayConfig, hostKeyTypes: ["ed25519"])
     // sshd reads the keys as the account logging in.
     chmod(fixture.directory.file("authorized_keys"), 0o644)
     fixtures.append(fixture)
@@ -172,6 +233,14 @@ if fullRing {
     rss = serve.residentBytes()
     ringNote = "rings full (\(Int(now() - started)) s)"
 }
+if replay {
+    // A replayed sample parses as a real one: nothing in it is reported as a problem.
+    let shown = try JSONCoding.parse(Data(try termind(["metrics", "show", ids[0]]).utf8), source: "show")
+    let problems = shown["problems"]?.arrayValue ?? []
+    guard problems.isEmpty, shown["memory"]?["total"]?.intValue != nil, shown["cpu"]?["total"]?["busy"] != nil && shown["cpu"]?["total"]?["busy"] != .null else {
+        fail("a replayed sample does not read as a real one: \(String(decoding: try JSONCoding.encode(shown), as: UTF8.self).prefix(2000))")
+    }
+}
 let perHost = Double(rss - baselineRSS) / Double(hosts) / 1_048_576
 // The issue's target: 5 % of a core for 100 hosts at 1 Hz (scaled by hosts; none for other intervals).
 let target = 5.0 * Double(hosts) / 100
@@ -192,10 +261,10 @@ figures.append(Figure(name: "server RSS with no monitor", value: Double(baseline
 figures.append(Figure(name: "server threads", value: Double(status("Threads")), unit: ""))
 
 if json {
-    struct Report: Encodable { let hosts: Int; let servers: Int; let seconds: Double; let interval: Int; let figures: [Figure] }
-    let data = try JSONCoding.encode(Report(hosts: hosts, servers: servers, seconds: seconds, interval: interval, figures: figures), pretty: true)
+    struct Report: Encodable { let hosts: Int; let servers: Int; let seconds: Double; let interval: Int; let replay: Bool; let figures: [Figure] }
+    let data = try JSONCoding.encode(Report(hosts: hosts, servers: servers, seconds: seconds, interval: interval, replay: replay, figures: figures), pretty: true)
     FileHandle.standardOutput.write(data + Data("\n".utf8))
 } else {
-    print("termind-metrics-bench — \(hosts) hosts over \(servers) sshd on loopback, every \(interval) s, measured over \(Int(seconds)) s; ratios are against the issue's targets")
+    print("termind-metrics-bench — \(hosts) hosts over \(servers) sshd on loopback, every \(interval) s, measured over \(Int(seconds)) s\(replay ? ", remote side replayed (one recorded snapshot, builtins only)" : ""); ratios are against the issue's targets")
     for line in Figure.table(figures) { print(line) }
 }
