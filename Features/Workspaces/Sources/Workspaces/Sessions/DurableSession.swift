@@ -184,6 +184,7 @@ final class DurableSession: @unchecked Sendable {
             logger.info("workspaces.session.lost", ["session": .int(id), "code": .identifier(error.code)])
         }
         integration.cancel()
+        model.stop()
         if let forwards { Task { await forwards.stop() } }
         attached?.outbox.finish()
         attached?.outcome.fulfill(.ended)

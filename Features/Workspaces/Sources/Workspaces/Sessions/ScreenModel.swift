@@ -3,72 +3,54 @@ import Foundation
 import TerminalScreen
 import WorkspacesRules
 
-/// A durable session's screen (`TerminalScreen`), drawn on a queue of its own so that the
-/// terminal's output reaches an attached client at full speed: libvterm draws about
-/// 20 MiB/s, far less than a channel carries. Operations run in the order they were asked
+/// A durable session's screen (`TerminalScreen`), drawn on a thread of its own at a lower
+/// priority than the data path (`DrawingThread`) so that the terminal's output reaches an
+/// attached client at full speed: libvterm draws about 20 MiB/s, far less than a channel
+/// carries, and on a busy machine its core would otherwise be taken from the data path. Operations run in the order they were asked
 /// for (output, resizes, redraws), so a redraw shows exactly the output queued before it.
 ///
-/// Bounded: operations wait in one list (output appended to output waiting right before it,
-/// so tiny chunks do not pile up as many entries), drained by one block at a time. When more
-/// than `highWater` bytes of output wait, the oldest output goes down to `lowWater`, and the
-/// screen carries on from the modes the session's own scanner saw at that point
-/// (`TerminalScreen.resynchronize`), noting the gap. Output that fast scrolls past a person
-/// anyway; the screen after it comes from what follows.
+/// Bounded (`ScreenBacklog`): when more than 8 MiB of output wait, the oldest output goes
+/// down to 1 MiB, and the screen carries on from the modes the session's own scanner saw at
+/// that point (`TerminalScreen.resynchronize`), noting the gap. Output that fast scrolls past
+/// a person anyway; the screen after it comes from what follows. Once the session ended
+/// (`stop`), nothing more is drawn.
 final class ScreenModel: @unchecked Sendable {
-    static let highWater = 8 << 20
-    static let lowWater = 1 << 20
-
-    private enum Operation {
-        /// Output, with the modes before it (for a resynchronization after a gap).
-        case output(Data, modesBefore: TerminalModes)
-        /// Output dropped: its size, and the modes after it.
-        case gap(Int, modesAfter: TerminalModes)
+    private enum Operation: Sendable {
         case resize(rows: Int, columns: Int)
         case run(@Sendable (TerminalScreen) -> Void)
     }
 
-    private let queue = DispatchQueue(label: "termind.workspaces.screen", qos: .utility)
-    /// Touched only on `queue`.
+    private let drawer = DrawingThread()
+    /// Touched only on `drawer`.
     private let screen: TerminalScreen
 
     private let lock = NSLock()
-    private var waiting: [Operation] = []
-    private var waitingBytes = 0
+    private var waiting = ScreenBacklog<Operation>()
     private var draining = false
+    private var stopped = false
 
     init(rows: Int, columns: Int, scrollbackLines: Int) {
         screen = TerminalScreen(rows: rows, columns: columns, scrollbackLimit: scrollbackLines)
     }
 
+    deinit { drawer.stop() }
+
     /// Queues output; `modes` are the terminal's modes just before it. Drawing starts at once,
     /// or with `kick()` when `drawLater` (the SSH engine, which writes the client's screen first).
     func feed(_ data: Data, modesBefore modes: TerminalModes, drawLater: Bool = false) {
-        lock.withLock {
-            if case .output? = waiting.last, case .output(var earlier, let before) = waiting.removeLast() {
-                earlier.append(data)  // in place: taken out of the list, it has no other owner
-                waiting.append(.output(earlier, modesBefore: before))
-            } else {
-                waiting.append(.output(data, modesBefore: modes))
-            }
-            waitingBytes += data.count
-            if waitingBytes > Self.highWater { dropOldestOutput() }
-        }
+        lock.withLock { if !stopped { waiting.feed(data, modesBefore: modes) } }
         if !drawLater { schedule() }
     }
 
     /// Starts drawing what `feed(drawLater:)` queued.
     func kick() { schedule() }
 
-    /// Too far behind: the oldest output goes (under `lock`), the newest always stays.
-    private func dropOldestOutput() {
-        for index in waiting.indices.dropLast() where waitingBytes > Self.lowWater {
-            guard case .output(let data, _) = waiting[index] else { continue }
-            // The modes after it are the ones before the next output (or the newest's).
-            let after = waiting[(index + 1)...].lazy.compactMap { operation -> TerminalModes? in
-                if case .output(_, let modes) = operation { return modes } else { return nil }
-            }.first ?? TerminalModes()
-            waiting[index] = .gap(data.count, modesAfter: after)
-            waitingBytes -= data.count
+    /// The session ended: output that waits is not drawn, nor any that comes (nobody can
+    /// attach to see it); redraws and line requests still answer.
+    func stop() {
+        lock.withLock {
+            stopped = true
+            waiting.discardOutput()
         }
     }
 
@@ -101,20 +83,18 @@ final class ScreenModel: @unchecked Sendable {
             draining = true
             return true
         }
-        if start { queue.async { [self] in drain() } }
+        if start { drawer.async { [self] in drain() } }
     }
 
     private func drain() {
         var skipped = 0
         while true {
-            let next: Operation? = lock.withLock {
-                guard !waiting.isEmpty else {
+            let next: ScreenBacklog<Operation>.Entry? = lock.withLock {
+                guard let entry = waiting.next() else {
                     draining = false
                     return nil
                 }
-                let operation = waiting.removeFirst()
-                if case .output(let data, _) = operation { waitingBytes -= data.count }
-                return operation
+                return entry
             }
             guard let next else { return }
             switch next {
@@ -131,11 +111,61 @@ final class ScreenModel: @unchecked Sendable {
                     screen.resynchronize(modes: modes, skippedBytes: skipped)
                     skipped = 0
                 }
-            case .resize(let rows, let columns):
+            case .other(.resize(let rows, let columns)):
                 screen.resize(rows: rows, columns: columns)
-            case .run(let body):
+            case .other(.run(let body)):
                 body(screen)
             }
+        }
+    }
+}
+
+/// One durable session's drawing thread: work runs in order, on CPU time nothing else wants
+/// (SCHED_IDLE), so that on a busy machine the screen model falls behind (and drops output,
+/// bounded: `ScreenBacklog`) rather than the data path. Ends once stopped and drained.
+final class DrawingThread: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var work: [@Sendable () -> Void] = []
+    private var stopped = false
+
+    init() {
+        let thread = Thread { [self] in run() }
+        thread.name = "termind.screen"
+        thread.start()
+    }
+
+    func async(_ body: @escaping @Sendable () -> Void) {
+        condition.withLock {
+            work.append(body)
+            condition.signal()
+        }
+    }
+
+    func stop() {
+        condition.withLock {
+            stopped = true
+            condition.signal()
+        }
+    }
+
+    private func run() {
+        // SCHED_IDLE: this thread runs on CPU time nothing else wants (no privilege needed to
+        // lower a thread's own class); nice 19 where that is refused.
+        var parameters = sched_param()
+        let schedIdle: Int32 = 5  // SCHED_IDLE (linux/sched.h), which Glibc's module leaves out
+        if pthread_setschedparam(pthread_self(), schedIdle, &parameters) != 0 {
+            _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 19)  // who 0: this thread only, on Linux
+        }
+        while true {
+            condition.lock()
+            while work.isEmpty && !stopped { condition.wait() }
+            guard !work.isEmpty else {
+                condition.unlock()
+                return
+            }
+            let next = work.removeFirst()
+            condition.unlock()
+            next()
         }
     }
 }
