@@ -16,10 +16,8 @@ final class TerminalLinkTests: XCTestCase {
 
     override func setUp() async throws {
         directory = try TemporaryDirectory()
-        let path = directory.file("client")
-        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", path]).status, 0)
-        clientKey = try String(contentsOfFile: path, encoding: .utf8)
-        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: path + ".pub", encoding: .utf8)])
+        server = try SSHServerFixture.withNewKey(in: directory)
+        clientKey = try String(contentsOfFile: directory.file("id"), encoding: .utf8)
         vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
     }
 
@@ -39,11 +37,18 @@ final class TerminalLinkTests: XCTestCase {
         return (connection, channel)
     }
 
-    func testNothingMovesUntilResumeAndThePrefixComesBeforeWhatWasHeld() async throws {
+    /// A shell with a fresh terminal linked to it (resumed unless asked otherwise).
+    private func linkedShell(detachable: Bool = false, resumed: Bool = true) async throws -> (FakeTerminal, SSHConnection, SSHChannel, TerminalLink) {
         let terminal = try FakeTerminal()
         let (connection, channel) = try await shell()
-        let link = try TerminalLink(input: terminal.slave, output: terminal.slave, detachable: false)
+        let link = try TerminalLink(input: terminal.slave, output: terminal.slave, detachable: detachable)
         try await channel.link(link)
+        if resumed { link.resume() }
+        return (terminal, connection, channel, link)
+    }
+
+    func testNothingMovesUntilResumeAndThePrefixComesBeforeWhatWasHeld() async throws {
+        let (terminal, connection, channel, link) = try await linkedShell(resumed: false)
         terminal.type("echo TYPED-$((40+2))\r")
         // Held: the keys wait in the terminal, the shell's prompt waits in the link.
         XCTAssertEqual(terminal.read(for: 0.8), "", "a held link wrote to the terminal")
@@ -55,11 +60,7 @@ final class TerminalLinkTests: XCTestCase {
     }
 
     func testEscapesAreReadOnTheEngineAndHoldTheKeysUntilTheNextResume() async throws {
-        let terminal = try FakeTerminal()
-        let (connection, channel) = try await shell()
-        let link = try TerminalLink(input: terminal.slave, output: terminal.slave, detachable: true)
-        try await channel.link(link)
-        link.resume()
+        let (terminal, connection, channel, link) = try await linkedShell(detachable: true)
         var events = link.events.makeAsyncIterator()
         terminal.type("echo UP-$((1+1))\r")
         _ = terminal.read(until: "UP-2\r\n")
@@ -91,11 +92,7 @@ final class TerminalLinkTests: XCTestCase {
     }
 
     func testTildeDotEndsKeysAndOutputForGood() async throws {
-        let terminal = try FakeTerminal()
-        let (connection, channel) = try await shell()
-        let link = try TerminalLink(input: terminal.slave, output: terminal.slave, detachable: false)
-        try await channel.link(link)
-        link.resume()
+        let (terminal, connection, channel, link) = try await linkedShell()
         var events = link.events.makeAsyncIterator()
         terminal.type("while :; do echo tick; sleep 0.1; done\r")
         XCTAssertTrue(terminal.read(until: "tick\r\ntick\r\n").contains("tick"))
@@ -110,11 +107,7 @@ final class TerminalLinkTests: XCTestCase {
     }
 
     func testPauseHoldsTheOutputAndATerminalThatGoesAwayIsReported() async throws {
-        let terminal = try FakeTerminal()
-        let (connection, channel) = try await shell()
-        let link = try TerminalLink(input: terminal.slave, output: terminal.slave, detachable: false)
-        try await channel.link(link)
-        link.resume()
+        let (terminal, connection, channel, link) = try await linkedShell()
         terminal.type("while :; do echo tick; sleep 0.1; done\r")
         XCTAssertTrue(terminal.read(until: "tick\r\ntick\r\n").contains("tick"))
         link.pause()
