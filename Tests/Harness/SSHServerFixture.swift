@@ -76,6 +76,7 @@ public final class SSHServerFixture: @unchecked Sendable {
         // With a namespace, `ip netns exec` execs sshd in place: the spawned pid is sshd's own.
         let (program, arguments) = NetworkChain.command(namespace: namespace, executable, ["-D", "-E", directory.file("sshd.log"), "-f", directory.file("sshd_config")])
         process = try SpawnedProcess(program, arguments, captureOutput: false)
+        process.stopAtExit()
         process.closeInput()
         do {
             try waitUntilListening()

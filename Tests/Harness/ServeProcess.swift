@@ -29,6 +29,7 @@ public final class ServeProcess: @unchecked Sendable {
         let script = "exec \"$0\" \"$@\" >&\(fds[1]) 2>>\(directory.file("serve-stderr.log"))"
         process = try SpawnedProcess("/bin/bash", ["-c", script, FeatureHarness.buildDirectory + "/termind"] + all,
                                      environment: environment, captureOutput: false)
+        process.stopAtExit()
         close(fds[1])
         outputFD = fds[0]
         var line = Data()

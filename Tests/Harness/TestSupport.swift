@@ -195,6 +195,12 @@ public final class SpawnedProcess: @unchecked Sendable {
 
     public func signal(_ number: Int32) { Foundation.kill(pid, number) }
 
+    /// A server (sshd, `termind serve`) that must not outlive this process: it gets SIGTERM
+    /// when the process ends by `exit()` — a benchmark's `fail`, which skips main.swift's
+    /// defers — unless it was reaped before. (A server left running skews every later
+    /// measurement on the machine.)
+    public func stopAtExit() { ExitReaper.add(pid) }
+
     /// Reaps the child and returns its exit status (128 + signal when killed).
     @discardableResult
     public func wait() -> Int32 {
@@ -205,6 +211,7 @@ public final class SpawnedProcess: @unchecked Sendable {
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         let code = (status & 0x7F) == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
         reaped = code
+        ExitReaper.remove(pid)
         return code
     }
 
@@ -217,9 +224,34 @@ public final class SpawnedProcess: @unchecked Sendable {
         let result = waitpid(pid, &status, WNOHANG)
         if result == pid {
             reaped = (status & 0x7F) == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+            ExitReaper.remove(pid)
             return false
         }
         return result == 0
+    }
+}
+
+/// The children `SpawnedProcess.stopAtExit` named, told to stop when this process exits.
+/// A child leaves the list once reaped, so a number the kernel reused is never signalled.
+private enum ExitReaper {
+    private static let lock = NSLock()
+    nonisolated(unsafe) private static var pids: Set<pid_t> = []
+    nonisolated(unsafe) private static var installed = false
+
+    static func add(_ pid: pid_t) {
+        lock.withLock {
+            if !installed {
+                installed = true
+                atexit { ExitReaper.stopAll() }
+            }
+            pids.insert(pid)
+        }
+    }
+
+    static func remove(_ pid: pid_t) { _ = lock.withLock { pids.remove(pid) } }
+
+    private static func stopAll() {
+        for pid in lock.withLock({ pids }) { kill(pid, SIGTERM) }
     }
 }
 

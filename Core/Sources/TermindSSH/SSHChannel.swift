@@ -511,7 +511,6 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                         link.sent(n)
                         progressed = true
                         engine.flush()  // a failure is the pass's to find, at its own flush
-
                     } else if n != eagain {
                         if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while sending keys") }
                         closing = true

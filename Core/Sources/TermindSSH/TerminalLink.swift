@@ -111,10 +111,10 @@ public final class TerminalLink: @unchecked Sendable {
     /// Lets keys and output move (first after the client's terminal went raw, then after
     /// each pause); `prefix` (a redraw) is written before any output held meanwhile.
     public func resume(prefix: Data = Data()) {
+        prepend(prefix)
         let wake: (@Sendable () -> Void)? = lock.withLock {
             resumed = true
             keysHeld = false
-            if !prefix.isEmpty { self.prefix = (self.prefix ?? Data()) + prefix }
             return wakeEngine
         }
         wake?()
@@ -216,9 +216,9 @@ public final class TerminalLink: @unchecked Sendable {
                 case .send(let bytes):
                     if held { afterSuspend.append(bytes) } else if keys.isEmpty { keys = bytes } else { keys.append(bytes) }
                 case .help: enqueue(Data(TerminalEscapes.help(detachable: escapes.detachable).utf8))
-                case .disconnect, .suspend, .detach:
-                    held = true
-                    hold(action)
+                case .disconnect: held = true; hold(.disconnect)
+                case .suspend: held = true; hold(.suspend)
+                case .detach: held = true; hold(.detach)
                 }
             }
         } else if n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
@@ -238,13 +238,7 @@ public final class TerminalLink: @unchecked Sendable {
     /// An escape the client acts on: `~^Z` holds keys and output until the next resume (the
     /// terminal goes back to the shell that suspends termind), `~d` ends the keys, `~.` ends
     /// keys and output (the client ends the session and says so on the terminal).
-    private func hold(_ action: TerminalEscapes.Action) {
-        let event: Event
-        switch action {
-        case .disconnect: event = .disconnect
-        case .detach: event = .detach
-        default: event = .suspend
-        }
+    private func hold(_ event: Event) {
         lock.withLock {
             switch event {
             case .disconnect:
@@ -252,7 +246,7 @@ public final class TerminalLink: @unchecked Sendable {
                 outputEnded = true
             case .detach:
                 keysEnded = true
-            default:
+            case .suspend, .hungUp:
                 keysHeld = true
                 resumed = false
             }

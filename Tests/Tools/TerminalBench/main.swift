@@ -23,11 +23,8 @@ func usage() -> Never {
     FileHandle.standardError.write(Data("usage: termind-terminal-bench [--mib N] [--runs R] [--keys K] [--only TEXT]\n".utf8))
     exit(2)
 }
-/// The bench's `termind serve`, stopped by `fail` too (exit skips the top-level defers).
-nonisolated(unsafe) var servePID: pid_t = 0
 func fail(_ message: String) -> Never {
     FileHandle.standardError.write(Data("termind-terminal-bench: \(message)\n".utf8))
-    if servePID > 0 { kill(servePID, SIGTERM) }
     exit(1)
 }
 func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
@@ -141,7 +138,7 @@ let environment: [String: String] = {
 let store = ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("secrets.key")]
 try FileManager.default.createDirectory(atPath: directory.file("run"), withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
 let serve = try SpawnedProcess(termind, store + ["serve"], environment: environment, captureOutput: false)
-servePID = serve.pid
+serve.stopAtExit()  // fail() exits without the defers
 serve.closeInput()
 for _ in 0..<400 where !FileManager.default.fileExists(atPath: directory.file("run/termind.sock")) { usleep(25_000) }
 guard FileManager.default.fileExists(atPath: directory.file("run/termind.sock")) else { fail("termind serve did not start") }

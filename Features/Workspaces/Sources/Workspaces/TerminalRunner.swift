@@ -53,18 +53,19 @@ struct TerminalRunner {
         let forwards = try await startForwards()
         // History starts here, once authenticated: by saved host, else where the line went.
         let history = ports.history.map { HistoryRecorder(store: $0, host: saved?.id ?? connection.target.display, logger: ports.logger.child("history")) }
-        let opened = ChannelBox()
-        let integration = ShellIntegration(bootstrap: bootstrap, history: history) { line in try? await opened.channel?.write(line) }
+        let integration = ShellIntegration(bootstrap: bootstrap, history: history)
         let kind: SSHConnection.ChannelKind = request.command.map { .exec($0) } ?? .shell
-        let handed = session.descriptors
         if ports.resident, let pty {
             let durable = DurableSession(id: await sessions.reserveID(), host: saved?.label ?? connection.target.display, command: request.command,
                                          columns: pty.columns, rows: pty.rows, scrollbackLines: preferences.scrollbackLines,
                                          logger: ports.logger.child("session"), integration: integration, forwards: forwards, pane: tag)
-            let channel = try await open(connection, kind, pty: pty, environment: environment, agent: agent, terminal: durable.tap, forwards: forwards,
-                                         integration: integration)
-            opened.channel = channel
-            integration.start()
+            let channel: SSHChannel
+            do {
+                channel = try await open(connection, kind, pty: pty, environment: environment, agent: agent, terminal: durable.tap, integration: integration)
+            } catch {
+                await forwards?.stop()
+                throw error
+            }
             durable.bind(channel)
             await sessions.add(durable)
             do {
@@ -76,20 +77,16 @@ struct TerminalRunner {
             }
         }
         // The client's terminal moved by the engine itself, when it handed it over.
-        let link = pty == nil ? nil : handed.flatMap { handed in
-            handed.stdin.flatMap { input in handed.stdout.flatMap { output in try? TerminalLink(input: input, output: output, detachable: false) } }
-        }
+        let link = pty == nil ? nil : session.terminalLink(detachable: false)
         let marks = link.map { _ in OutputMarks(integration: integration) }
         // Without a terminal, handed-over pipes are moved as exec moves them.
-        let pipes = pty == nil ? handed.map { ChannelDescriptors(input: $0.stdin, output: $0.stdout, error: $0.stderr) } : nil
+        let pipes = pty == nil ? session.descriptors.map { ChannelDescriptors(input: $0.stdin, output: $0.stdout, error: $0.stderr) } : nil
         defer { integration.cancel() }
         do {
             // The link takes the output from the first byte (the first prompt, a short command's all).
             let channel = try await open(connection, kind, pty: pty, environment: environment, agent: agent, descriptors: pipes,
                                          terminal: marks.map { marks in TerminalTap(output: { marks.visible($0) }, keysAllowed: { integration.keysAllowed }) },
-                                         linking: link, forwards: forwards, integration: integration)
-            opened.channel = channel
-            integration.start()
+                                         linking: link, integration: integration)
             let result = if let link {
                 try await linked(channel, link: link, connection: connection, integration: integration)
             } else {
@@ -104,20 +101,14 @@ struct TerminalRunner {
         }
     }
 
-    /// Opens the session's channel; -A's refusal is said. Forwards stop when it cannot open.
+    /// Opens the session's channel and starts its shell integration; -A's refusal is said.
     private func open(_ connection: SSHConnection, _ kind: SSHConnection.ChannelKind, pty: PTYRequest?, environment: [String: String], agent: String?,
-                      descriptors: ChannelDescriptors? = nil, terminal: TerminalTap?, linking: TerminalLink? = nil, forwards: (any SessionForwards)?,
+                      descriptors: ChannelDescriptors? = nil, terminal: TerminalTap?, linking: TerminalLink? = nil,
                       integration: ShellIntegration) async throws -> SSHChannel {
-        let channel: SSHChannel
-        do {
-            channel = try await connection.openChannel(kind, pty: pty, environment: environment, descriptors: descriptors, forwardAgent: agent,
+        let channel = try await connection.openChannel(kind, pty: pty, environment: environment, descriptors: descriptors, forwardAgent: agent,
                                                        terminal: terminal, linking: linking)
-        } catch {
-            integration.cancel()
-            await forwards?.stop()
-            throw error
-        }
         integration.whenKeysAllowed { channel.wake() }
+        integration.start { line in try? await channel.write(line) }
         if agent != nil, !channel.agentForwarded {
             await session.emit("notice", ["text": .string("\(connection.target.display) refused agent forwarding (sshd's AllowAgentForwarding).")])
         }
@@ -154,7 +145,6 @@ struct TerminalRunner {
         // The client's terminal goes raw now, after every question of the connection, and
         // says so; until then nothing is read or written.
         await session.emit("started", ["linked": .bool(true)])
-        let brokenPipe = Flag()
         let escapes = Task {
             for await event in link.events {
                 switch event {
@@ -163,7 +153,6 @@ struct TerminalRunner {
                 case .hungUp where link.outputError == EPIPE:
                     // A piped stdout's reader went away: the command ends as exec's does, and
                     // termind with 141 (no message), as a pipeline's writer would.
-                    brokenPipe.set()
                     channel.close()
                 case .hungUp:
                     // The terminal is gone: as a closed window, the shell is hung up.
@@ -183,8 +172,7 @@ struct TerminalRunner {
         defer { escapes.cancel(); controls.cancel() }
         try await untilEnded(channel, connection: connection)
         await integration.finish()
-        await escapes.value  // the last event is known (the channel's end finished the link)
-        if brokenPipe.isSet { return .init(exitStatus: nil, exitSignal: "PIPE") }
+        if link.outputError == EPIPE { return .init(exitStatus: nil, exitSignal: "PIPE") }
         return .init(exitStatus: channel.exit?.status, exitSignal: channel.exit?.signal)
     }
 
@@ -206,12 +194,14 @@ struct TerminalRunner {
         }
     }
 
-    /// Waits for the channel's end; cancelling closes it with the client's signal.
-    private func untilEnded(_ channel: SSHChannel, connection: SSHConnection) async throws {
+    /// Reads the channel to its end, each chunk to `output` (a linked terminal's channel has
+    /// none: it only ends); cancelling closes it with the client's signal.
+    private func untilEnded(_ channel: SSHChannel, connection: SSHConnection,
+                            output: (ExecStream, Data) async -> Void = { _, _ in }) async throws {
         let session = self.session
         do {
             try await withTaskCancellationHandler {
-                while try await channel.next() != nil {}
+                while let (stream, data) = try await channel.next() { await output(stream, data) }
             } onCancel: {
                 if let signal = session.cancelSignal { channel.close(signal: signal) } else { channel.close() }
             }
@@ -240,34 +230,23 @@ struct TerminalRunner {
             for await control in session.controls { await resize(channel, control) }
         }
         defer { input.cancel(); resizes.cancel() }
-        do {
-            try await withTaskCancellationHandler {
-                var scanner = TerminalScanner()
-                while let (stream, data) = try await channel.next() {
-                    // A terminal's output is one stream; a shell without one gets no bootstrap.
-                    let visible = stream == .stdout ? integration.output(data, marks: scanner.scanWithOffsets(data)) : data
-                    if !visible.isEmpty { await session.emit(stream == .stdout ? "stdout" : "stderr", data: visible) }
-                }
-            } onCancel: {
-                if let signal = session.cancelSignal { channel.close(signal: signal) } else { channel.close() }
-            }
-            try Task.checkCancellation()
-            await integration.finish()
-        } catch {
-            if session.cancelSignal != nil { await connection.waitUntilIdle(timeout: 2) }
-            throw error
+        var scanner = TerminalScanner()
+        try await untilEnded(channel, connection: connection) { stream, data in
+            // A terminal's output is one stream; a shell without one gets no bootstrap.
+            let visible = stream == .stdout ? integration.output(data, marks: scanner.scanWithOffsets(data)) : data
+            if !visible.isEmpty { await session.emit(stream == .stdout ? "stdout" : "stderr", data: visible) }
         }
+        await integration.finish()
         return .init(exitStatus: channel.exit?.status, exitSignal: channel.exit?.signal)
     }
 }
 
-/// The channel a session opened, for what was made before it (the shell bootstrap's sender).
-final class ChannelBox: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: SSHChannel?
-    var channel: SSHChannel? {
-        get { lock.withLock { value } }
-        set { lock.withLock { value = newValue } }
+extension StreamSession {
+    /// The client's terminal (its stdin and stdout, handed over) for the engine to move; nil
+    /// when the client handed over none, or the terminal cannot be opened on its own.
+    func terminalLink(detachable: Bool) -> TerminalLink? {
+        guard let input = descriptors?.stdin, let output = descriptors?.stdout else { return nil }
+        return try? TerminalLink(input: input, output: output, detachable: detachable)
     }
 }
 
@@ -279,12 +258,4 @@ final class OutputMarks: @unchecked Sendable {
     init(integration: ShellIntegration) { self.integration = integration }
     /// Engine thread only (one chunk at a time).
     func visible(_ data: Data) -> Data { integration.output(data, marks: scanner.scanWithOffsets(data)) }
-}
-
-/// A flag one task sets and another reads once it is done.
-final class Flag: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value = false
-    func set() { lock.withLock { value = true } }
-    var isSet: Bool { lock.withLock { value } }
 }

@@ -135,7 +135,7 @@ final class DurableSession: @unchecked Sendable {
             // What the bootstrap's run printed is neither shown nor drawn.
             let visible = integration.output(data, marks: found)
             // Drawn once the engine wrote the client's share (`wrote`): the screen first.
-            if !visible.isEmpty { model.feed(visible, modesBefore: before, drawLater: true) }
+            if !visible.isEmpty { model.feed(visible, modesBefore: before) }
             lastActivity = Date()
             for (_, mark) in found {
                 switch mark {
@@ -200,9 +200,7 @@ final class DurableSession: @unchecked Sendable {
         try requireRunning()
         let channel = self.channel
         // A client that handed over its terminal has it moved by the engine.
-        let link = terminal == nil ? nil : client.descriptors.flatMap { handed in
-            handed.stdin.flatMap { input in handed.stdout.flatMap { output in try? TerminalLink(input: input, output: output, detachable: true) } }
-        }
+        let link = terminal == nil ? nil : client.terminalLink(detachable: true)
         let attachment = Attachment(client: client, link: link)
         attachment.outbox.whenDrained { channel.wake() }
         // Becoming the attached client, and the redraw's place in the output: under the lock
@@ -248,15 +246,10 @@ final class DurableSession: @unchecked Sendable {
         var escapes: Task<Void, Never>?
         if let link {
             // Output waits in the link until the client's terminal is raw; the redraw first.
-            writer = Task { [logger, id] in
+            writer = Task { [self] in
                 await attachment.ready.value
                 guard !attachment.outcome.isFulfilled else { return }
-                if let redraw {
-                    if let bytes = await redraw.value(within: 5) { link.prepend(Data(bytes)) } else {
-                        logger.warning("workspaces.session.redraw_late", ["session": .int(id)])
-                        await client.emit("notice", ["text": .string("The screen of session \(id) could not be redrawn in time; what follows is live.")])
-                    }
-                }
+                if let bytes = await redrawn(redraw, for: client) { link.prepend(bytes) }
                 if attachment.goLive() { link.resume() }
             }
             escapes = Task {
@@ -270,17 +263,8 @@ final class DurableSession: @unchecked Sendable {
                 }
             }
         } else {
-            writer = Task { [logger, id] in
-                if let redraw {
-                    // The screen model answers within a moment; one that does not (stuck on what a
-                    // host sent) must not keep the client from the live session.
-                    if let bytes = await redraw.value(within: 5) {
-                        await client.emit("stdout", data: Data(bytes))
-                    } else {
-                        logger.warning("workspaces.session.redraw_late", ["session": .int(id)])
-                        await client.emit("notice", ["text": .string("The screen of session \(id) could not be redrawn in time; what follows is live.")])
-                    }
-                }
+            writer = Task { [self] in
+                if let bytes = await redrawn(redraw, for: client) { await client.emit("stdout", data: bytes) }
                 while let chunk = await attachment.outbox.next() { await client.emit("stdout", data: chunk) }
             }
         }
@@ -342,7 +326,6 @@ final class DurableSession: @unchecked Sendable {
             channel.wake()  // an outbox that held the channel back no longer does
             attachment.outbox.finish()
             if let link {
-                writer.cancel()
                 // What the engine holds for it goes first (not to a terminal already gone).
                 await channel.unlink(link, within: reason == "closed" ? 0 : 2)
             }
@@ -354,6 +337,17 @@ final class DurableSession: @unchecked Sendable {
             }
             return .init(exitStatus: nil, exitSignal: nil, session: id, detached: true, reason: reason)
         }
+    }
+
+    /// The redraw's bytes, if one was asked for. The screen model answers within a moment;
+    /// one that does not (stuck on what a host sent) must not keep the client from the live
+    /// session: it is told so, and gets nil.
+    private func redrawn(_ redraw: Promise<[UInt8]>?, for client: StreamSession) async -> Data? {
+        guard let redraw else { return nil }
+        if let bytes = await redraw.value(within: 5) { return Data(bytes) }
+        logger.warning("workspaces.session.redraw_late", ["session": .int(id)])
+        await client.emit("notice", ["text": .string("The screen of session \(id) could not be redrawn in time; what follows is live.")])
+        return nil
     }
 
     /// What becoming the attached client found.

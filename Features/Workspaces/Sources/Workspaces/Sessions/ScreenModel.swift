@@ -35,14 +35,13 @@ final class ScreenModel: @unchecked Sendable {
 
     deinit { drawer.stop() }
 
-    /// Queues output; `modes` are the terminal's modes just before it. Drawing starts at once,
-    /// or with `kick()` when `drawLater` (the SSH engine, which writes the client's screen first).
-    func feed(_ data: Data, modesBefore modes: TerminalModes, drawLater: Bool = false) {
+    /// Queues output; `modes` are the terminal's modes just before it. It is drawn once
+    /// `kick()` says so (the SSH engine writes the client's screen first).
+    func feed(_ data: Data, modesBefore modes: TerminalModes) {
         lock.withLock { if !stopped { waiting.feed(data, modesBefore: modes) } }
-        if !drawLater { schedule() }
     }
 
-    /// Starts drawing what `feed(drawLater:)` queued.
+    /// Starts drawing what `feed` queued.
     func kick() { schedule() }
 
     /// The session ended: output that waits is not drawn, nor any that comes (nobody can

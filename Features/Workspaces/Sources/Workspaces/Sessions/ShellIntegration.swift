@@ -24,24 +24,24 @@ final class ShellIntegration: @unchecked Sendable {
     private var phase: Phase
     private var lastOutput: Date?
     private var started = Date()
-    private let bootstrap: (@Sendable (Data) async -> Void)?
+    private let bootstrap: Bool
     private var inputWaiters: [CheckedContinuation<Void, Never>] = []
     /// Told when keys may go again (the engine's own terminal bridge waits on `keysAllowed`).
     private var keysOpened: (@Sendable () -> Void)?
     private let history: HistoryRecorder?
     private var driver: Task<Void, Never>?
 
-    /// `send` writes to the shell's input. The bootstrap's clock starts with `start()`, once
-    /// the channel is open.
-    init(bootstrap: Bool, history: HistoryRecorder?, send: @escaping @Sendable (Data) async -> Void) {
+    /// The bootstrap's clock starts with `start(send:)`, once the channel is open.
+    init(bootstrap: Bool, history: HistoryRecorder?) {
         self.history = history
+        self.bootstrap = bootstrap
         phase = bootstrap ? .waiting : .open
-        self.bootstrap = bootstrap ? send : nil
     }
 
-    /// The shell's channel is open: the wait for its first prompt starts now.
-    func start() {
-        guard let send = bootstrap else { return }
+    /// The shell's channel is open (`send` writes to its input): the wait for its first
+    /// prompt starts now.
+    func start(send: @escaping @Sendable (Data) async -> Void) {
+        guard bootstrap else { return }
         lock.withLock {
             guard driver == nil else { return }
             started = Date()
