@@ -77,7 +77,7 @@ struct TerminalRunner {
             }
         }
         // The client's terminal moved by the engine itself, when it handed it over.
-        let link = pty == nil ? nil : session.terminalLink(detachable: false)
+        let link = pty == nil ? nil : terminalLink(of: session, detachable: false)
         let marks = link.map { _ in OutputMarks(integration: integration) }
         // Without a terminal, handed-over pipes are moved as exec moves them.
         let pipes = pty == nil ? session.descriptors.map { ChannelDescriptors(input: $0.stdin, output: $0.stdout, error: $0.stderr) } : nil
@@ -241,13 +241,12 @@ struct TerminalRunner {
     }
 }
 
-extension StreamSession {
-    /// The client's terminal (its stdin and stdout, handed over) for the engine to move; nil
-    /// when the client handed over none, or the terminal cannot be opened on its own.
-    func terminalLink(detachable: Bool) -> TerminalLink? {
-        guard let input = descriptors?.stdin, let output = descriptors?.stdout else { return nil }
-        return try? TerminalLink(input: input, output: output, detachable: detachable)
-    }
+/// The client's terminal (its stdin and stdout, handed over) for the engine to move; nil when
+/// the client handed over none, or the terminal cannot be opened on its own. (A free function:
+/// an extension of a Core type would be a Core-named symbol exported by this library.)
+func terminalLink(of client: StreamSession, detachable: Bool) -> TerminalLink? {
+    guard let input = client.descriptors?.stdin, let output = client.descriptors?.stdout else { return nil }
+    return try? TerminalLink(input: input, output: output, detachable: detachable)
 }
 
 /// A plain session's output on the engine thread (its `TerminalTap`): OSC 133/7 marks read,

@@ -200,7 +200,7 @@ final class DurableSession: @unchecked Sendable {
         try requireRunning()
         let channel = self.channel
         // A client that handed over its terminal has it moved by the engine.
-        let link = terminal == nil ? nil : client.terminalLink(detachable: true)
+        let link = terminal == nil ? nil : terminalLink(of: client, detachable: true)
         let attachment = Attachment(client: client, link: link)
         attachment.outbox.whenDrained { channel.wake() }
         // Becoming the attached client, and the redraw's place in the output: under the lock
