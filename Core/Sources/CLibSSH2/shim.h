@@ -55,6 +55,8 @@ typedef struct termind_ssh2_context {
     LIBSSH2_CHANNEL **agent_channels; // auth-agent@openssh.com channels the server opened, for the engine
     size_t agent_count, agent_capacity;
     size_t eager_send;         // write from the callback once this many bytes wait
+    int quiet_hint;            // the engine is stepping its pumps: a socket known empty is not asked again
+    int drained;               // ... and it is known empty (poll said so, or a recv met EAGAIN since)
 } termind_ssh2_context;
 
 static inline termind_ssh2_context *termind_ssh2_context_new(void *owner) {
@@ -151,9 +153,21 @@ static inline ssize_t termind_ssh2_recv(libssh2_socket_t socket, void *buffer, s
             if (ready < 0 && errno != EINTR) return -errno;
         }
     }
+    // While the engine steps its pumps, a socket that poll() found empty, or that already
+    // said EAGAIN, is not read again: each channel read would otherwise cost a recv() that
+    // fails (libssh2 drains the socket in every read and write). Bytes that arrive meanwhile
+    // make the socket readable for the engine's next poll(), so they wait one loop at most.
+    if (socket == context->fd && context->quiet_hint && context->drained) return -EAGAIN;
     ssize_t received = recv(socket, buffer, length, flags);
     if (received > 0 && socket == context->fd) context->received += (unsigned long long)received;
+    if (received < 0 && socket == context->fd && (errno == EAGAIN || errno == EWOULDBLOCK)) context->drained = context->quiet_hint;
     return received < 0 ? -errno : received;
+}
+/// Around the engine's pump steps: `on` with whether poll() just found the socket empty;
+/// off afterwards, so every other caller (the opening's retries) reads as libssh2 does.
+static inline void termind_ssh2_quiet_hint(termind_ssh2_context *context, int on, int empty) {
+    context->quiet_hint = on;
+    context->drained = on && empty;
 }
 static inline void termind_ssh2_set_flag(int *flag, int value) { __atomic_store_n(flag, value, __ATOMIC_SEQ_CST); }
 

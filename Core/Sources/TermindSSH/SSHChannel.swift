@@ -502,7 +502,9 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                 // Then the linked terminal's keys, read as they come (no thread in between) and
                 // sent at once: a person waits for their echo, so they do not wait for the rest
                 // of the pass as bulk data does. Escapes are read even when keys cannot go.
-                link?.readKeys(scratch: engine.scratch, progressed: &progressed)
+                if let link {
+                    link.readKeys(scratch: engine.scratch, inputQuiet: link.inputFD.map { engine.pollFoundNoInput(on: $0) } ?? false, progressed: &progressed)
+                }
                 if let link, let tap, !closing, budget > 0, engine.canSend, let keys = link.pendingKeys, tap.keysAllowed() {
                     let n = keys.withUnsafeBytes { raw in
                         Int(termind_ssh2_channel_write(channel, raw.baseAddress!.assumingMemoryBound(to: CChar.self), min(raw.count, budget)))
@@ -532,7 +534,12 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                 // A bridged terminal: every chunk through the tap, what it shows to the link.
                 var tapped = false
                 defer { if tapped { tap.wrote() } }
+                // Whether the reading ended with libssh2 holding none of the channel's data: a
+                // round read nothing, and no bytes came from the server during it (a stderr
+                // read may pull in packets for stdout).
+                var readAll = false
                 while readBudget > 0, !closing, !(link?.isFull ?? false), tap.hasRoom() {
+                    let receivedBefore = engine.receivedBytes
                     var read = false
                     for id in [Int32(0), SSH_EXTENDED_DATA_STDERR] where !closing {
                         let n = termind_ssh2_channel_read(channel, id, engine.scratch, min(SessionEngine.scratchSize, readBudget))
@@ -553,7 +560,10 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                             closing = true
                         }
                     }
-                    if !read { break }
+                    if !read {
+                        readAll = engine.receivedBytes == receivedBefore
+                        break
+                    }
                 }
                 if let link {
                     link.flush(progressed: &progressed)
@@ -561,12 +571,19 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                         link.finish()
                         self.link = nil
                         progressed = true
+                        readAll = false
                     }
                 }
-                if !closing && libssh2_channel_eof(channel) == 1 && !progressed && tap.hasRoom() && (link?.drained ?? true) {
+                let eof = libssh2_channel_eof(channel) == 1
+                if !closing && eof && !progressed && tap.hasRoom() && (link?.drained ?? true) {
                     // Everything the server sent went through the tap and to the terminal.
                     remoteEOF = true
                     closing = true
+                }
+                // Keys sent and echo written, with nothing left over: poll() sees what comes next.
+                if progressed, readAll, !eof, !closing, eofSent || !inputDone, state.pendingInput() == nil,
+                   let link, link.pendingKeys == nil, link.drained {
+                    return .settled
                 }
             }
             for (index, (id, stream)) in [(Int32(0), ExecStream.stdout), (SSH_EXTENDED_DATA_STDERR, ExecStream.stderr)].enumerated() where !closing && tap == nil {

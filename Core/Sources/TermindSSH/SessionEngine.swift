@@ -468,14 +468,16 @@ final class SessionEngine: @unchecked Sendable {
             var progressed = !work.isEmpty
             progressed = stepOperations() || progressed
             if session == nil { break }
-            progressed = stepPumps() || progressed
+            let pumped = stepPumps()
+            progressed = pumped == .progressed || progressed
             if session == nil { break }
             progressed = adoptAgentChannels() || progressed
             // Before the keepalive verdict: an answer just read counts. Bytes read in this
             // pass also count as progress: a pump reading one stream (stderr, another
             // channel's) may have made libssh2 take packets for a stream read before it,
-            // which now wait in libssh2 with nothing left on the socket to wake poll().
-            if noteReceived() { progressed = true }
+            // which now wait in libssh2 with nothing left on the socket to wake poll() —
+            // unless the only pump, with no operation waiting, read them all (`settled`).
+            if noteReceived() && !(pumped == .settled && pumps.count == 1 && operations.isEmpty) { progressed = true }
             expireDeadlines()
             if session == nil { break }
             if !flush() {
@@ -493,6 +495,9 @@ final class SessionEngine: @unchecked Sendable {
         }
         // The loop ends only through die(), which has told the close observers.
     }
+
+    /// Bytes libssh2 has read from the server so far (engine thread).
+    var receivedBytes: UInt64 { context.map { UInt64(termind_ssh2_received($0)) } ?? 0 }
 
     /// Moves `lastInbound` when libssh2 read bytes from the server since the last pass;
     /// whether it did.
@@ -565,25 +570,43 @@ final class SessionEngine: @unchecked Sendable {
         return adopted
     }
 
-    private func stepPumps() -> Bool {
-        guard let session, !pumps.isEmpty else { return false }
+    /// `.progressed` when any pump did, `.settled` when every pump that progressed settled,
+    /// else `.idle`.
+    private func stepPumps() -> PumpStep {
+        defer { polled = [] }
+        guard let session, !pumps.isEmpty else { return .idle }
+        // The socket poll() just found empty (in the pass straight after it) is not read again
+        // by each channel; nor after a read met EAGAIN in this step (the shim's recv).
+        if let context { termind_ssh2_quiet_hint(context, 1, socketQuietAtPoll ? 1 : 0) }
+        socketQuietAtPoll = false
+        defer { if let context { termind_ssh2_quiet_hint(context, 0, 0) } }
         var progressed = false
+        var settled = false
         var index = 0
         while index < pumps.count {
             let pump = pumps[index]
             switch pump.step(self, session) {
             case .progressed: progressed = true; index += 1
+            case .settled: settled = true; index += 1
             case .idle: index += 1
             case .finished: pumps.remove(at: index); progressed = true
             case .sessionLost(let context):
                 // die() fails every pump, this one included.
                 sessionFailed(context)
-                return true
+                return .progressed
             }
-            if self.session == nil { return true }
+            if self.session == nil { return .progressed }
         }
-        return progressed
+        return progressed ? .progressed : settled ? .settled : .idle
     }
+
+    /// Whether the poll() this pump step directly follows asked `fd` for input and found none
+    /// (a read would only meet EAGAIN). False in any later pass: then nobody knows.
+    func pollFoundNoInput(on fd: Int32) -> Bool {
+        polled.contains { $0.fd == fd && $0.events & Int16(POLLIN) != 0 && $0.revents == 0 }
+    }
+    /// The pumps' descriptors as the last poll() left them, until the next pump step ends.
+    private var polled: [pollfd] = []
 
     private func expireDeadlines() {
         let now = DispatchTime.now()
@@ -645,6 +668,8 @@ final class SessionEngine: @unchecked Sendable {
         operations.append(operation)
     }
     private var probing = false
+    /// The last poll() asked the socket for input and found none (for the next pump step).
+    private var socketQuietAtPoll = false
 
     /// Whether the loop wants bytes from the server now. With every pump held back by a
     /// full consumer buffer and nothing else pending it does not read at all: TCP flow
@@ -674,6 +699,8 @@ final class SessionEngine: @unchecked Sendable {
         }
         if keepaliveInterval > 0 { timeoutMs = min(timeoutMs, 1000) }
         let ready = poll(&fds, nfds_t(fds.count), Int32(timeoutMs))
+        socketQuietAtPoll = ready >= 0 && events & Int16(POLLIN) != 0 && fds[0].revents == 0
+        if ready >= 0 { polled = Array(fds.dropFirst(2)) }
         guard ready > 0 else { return }
         if fds[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 && events & Int16(POLLIN) != 0 {
             // (Bytes count as a sign of life once libssh2 has read them: noteReceived.)
@@ -799,8 +826,13 @@ final class EngineOperation {
     }
 }
 
-enum PumpStep {
+enum PumpStep: Equatable {
     case progressed, idle, finished
+    /// Progressed, and left nothing that only another pass would find: what it reads next
+    /// makes poll() return (a person's keys sent, their echo written, libssh2 holding none of
+    /// the channel's data). The loop then sleeps at once instead of passing again, which on a
+    /// busy core would keep the peer it just woke (sshd, the terminal) waiting behind it.
+    case settled
     case sessionLost(String)
 }
 

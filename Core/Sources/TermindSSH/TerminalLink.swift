@@ -198,15 +198,19 @@ public final class TerminalLink: @unchecked Sendable {
         return requests
     }
 
+    /// The terminal's input descriptor (the engine knows whether its last poll() found keys).
+    var inputFD: Int32? { input?.fd }
+
     /// Reads the keys typed (when none wait) and acts on escapes; `scratch` is the engine's
     /// buffer. Escapes are read even while the keys themselves must wait to be sent.
-    func readKeys(scratch: UnsafeMutablePointer<CChar>, progressed: inout Bool) {
+    /// `inputQuiet`: the poll() just before found no keys, so no read is tried.
+    func readKeys(scratch: UnsafeMutablePointer<CChar>, inputQuiet: Bool = false, progressed: inout Bool) {
         guard !hungUp, reading else { return }
         if keys.isEmpty, !afterSuspend.isEmpty {
             swap(&keys, &afterSuspend)
             return
         }
-        guard keys.isEmpty, let input else { return }
+        guard keys.isEmpty, !inputQuiet, let input else { return }
         let n = input.read(scratch, 16 << 10)
         if n > 0 {
             progressed = true
