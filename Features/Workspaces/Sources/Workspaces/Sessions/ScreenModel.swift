@@ -41,8 +41,16 @@ final class ScreenModel: @unchecked Sendable {
         lock.withLock { if !stopped { waiting.feed(data, modesBefore: modes) } }
     }
 
-    /// Starts drawing what `feed` queued.
-    func kick() { schedule() }
+    /// Starts drawing what `feed` queued. After drawing, the drawing thread waits a moment
+    /// for more (`lingerSeconds`) and draws what came meanwhile, so that a person's typing
+    /// asks no wake-up of the engine thread per key, between writing their echo and going
+    /// back to poll(); only a flood (`promptBytes` waiting) wakes it early.
+    func kick() { schedule(urgent: lock.withLock { waiting.outputBytes >= Self.promptBytes }) }
+
+    /// How long the drawing thread waits for more output after it drew everything.
+    static let lingerSeconds = 0.25
+    /// Output waiting that ends the drawing thread's wait at once.
+    static let promptBytes = 64 << 10
 
     /// The session ended: output that waits is not drawn, nor any that comes (nobody can
     /// attach to see it); redraws and line requests still answer.
@@ -76,26 +84,42 @@ final class ScreenModel: @unchecked Sendable {
     }
 
     /// One drain at a time, on the queue.
-    private func schedule() {
-        let start: Bool = lock.withLock {
-            guard !draining, !waiting.isEmpty else { return false }
+    /// Starts the drawing thread on what waits; an `urgent` operation (a redraw, the lines, a
+    /// resize) also ends its lingering at once.
+    private func schedule(urgent: Bool = true) {
+        let start: Bool? = lock.withLock {
+            guard !waiting.isEmpty else { return false }
+            if draining { return urgent ? nil : false }
             draining = true
             return true
         }
-        if start { drawer.async { [self] in drain() } }
+        switch start {
+        case true?: drawer.async { [self] in drain() }
+        case nil: drawer.poke()
+        default: break
+        }
     }
 
     private func drain() {
         var skipped = 0
+        var lingered = false
         while true {
-            let next: ScreenBacklog<Operation>.Entry? = lock.withLock {
-                guard let entry = waiting.next() else {
+            // nil: done; .some(nil): nothing now, wait a moment for more.
+            let next: ScreenBacklog<Operation>.Entry?? = lock.withLock {
+                if let entry = waiting.next() { return .some(entry) }
+                if lingered || stopped {
                     draining = false
                     return nil
                 }
-                return entry
+                return .some(nil)
             }
             guard let next else { return }
+            guard let next else {
+                lingered = true
+                drawer.linger(Self.lingerSeconds)
+                continue
+            }
+            lingered = false
             switch next {
             case .output(let data, let modes):
                 if skipped > 0 {
@@ -143,6 +167,23 @@ final class DrawingThread: @unchecked Sendable {
     func stop() {
         condition.withLock {
             stopped = true
+            condition.signal()
+        }
+    }
+
+    /// From the work running on this thread: waits up to `seconds`, or until `poke` or `stop`.
+    func linger(_ seconds: Double) {
+        condition.withLock {
+            if !poked && !stopped { _ = condition.wait(until: Date(timeIntervalSinceNow: seconds)) }
+            poked = false
+        }
+    }
+    private var poked = false
+
+    /// Ends a `linger` now (or the next one, if none waits yet).
+    func poke() {
+        condition.withLock {
+            poked = true
             condition.signal()
         }
     }
