@@ -190,6 +190,15 @@ func parallel(_ port: Int, count: Int, bytes: Int, upload: Bool) throws -> Doubl
     return Double(count * bytes) / 1_048_576 / (now() - started)
 }
 
+/// Each SOCKS connection's time from connect to its echo (seconds), for the slowest.
+final class Latencies: @unchecked Sendable {
+    private let lock = NSLock()
+    private var list: [Double] = []
+    func add(_ value: Double) { lock.withLock { list.append(value) } }
+    func take() -> [Double] { lock.withLock { defer { list = [] }; return list.sorted() } }
+}
+let socksLatencies = Latencies()
+
 /// Hands out `total` tickets, one per call, to any thread.
 final class Tickets: @unchecked Sendable {
     private let lock = NSLock()
@@ -230,13 +239,21 @@ func socksRate(_ socks: Int, target: Int, total: Int) throws -> Double {
             defer { group.leave() }
             while true {
                 guard tickets.take() else { return }
+                let began = now()
                 do { try socksPing(socks, target: target) } catch { next.add("\(error)") }
+                socksLatencies.add(now() - began)
             }
         }.start()
     }
     group.wait()
     if let first = next.all.first { throw TermindError(code: "bench", message: "\(next.all.count) SOCKS connections failed: \(first)") }
-    return Double(total) / (now() - started)
+    let rate = Double(total) / (now() - started)
+    let times = socksLatencies.take()
+    if let slowest = times.last {
+        print(String(format: "  SOCKS %.0f conn/s: connect-to-echo median %.2f ms, p99 %.2f ms, slowest %.1f ms", rate,
+                     times[times.count / 2] * 1000, times[times.count * 99 / 100] * 1000, slowest * 1000))
+    }
+    return rate
 }
 
 func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Double? {
