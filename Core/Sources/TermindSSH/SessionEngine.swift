@@ -573,12 +573,14 @@ final class SessionEngine: @unchecked Sendable {
     /// `.progressed` when any pump did, `.settled` when every pump that progressed settled,
     /// else `.idle`.
     private func stepPumps() -> PumpStep {
+        // What the last poll() found holds for this step only, with pumps or without.
+        let socketQuiet = socketQuietAtPoll
+        socketQuietAtPoll = false
         defer { polled = [] }
         guard let session, !pumps.isEmpty else { return .idle }
         // The socket poll() just found empty (in the pass straight after it) is not read again
         // by each channel; nor after a read met EAGAIN in this step (the shim's recv).
-        if let context { termind_ssh2_quiet_hint(context, 1, socketQuietAtPoll ? 1 : 0) }
-        socketQuietAtPoll = false
+        if let context { termind_ssh2_quiet_hint(context, 1, socketQuiet ? 1 : 0) }
         defer { if let context { termind_ssh2_quiet_hint(context, 0, 0) } }
         var progressed = false
         var settled = false
