@@ -96,6 +96,34 @@ final class SSHLivenessTests: XCTestCase {
         await connection.close()
     }
 
+    func testAnOpenGivenUpBehindAnUnansweredProbeEndsTheConnectionAfterTheGrace() async throws {
+        // A probe holds the session lane until the server answers it. With the server frozen,
+        // an open behind it never starts and is given up at its deadline; the probe then counts
+        // as given up too, so the grace ends the connection — long before keepalive silence
+        // would (here (100 + 1) × 1 s).
+        var deadlines = SSHDeadlines()
+        deadlines.channel = 1
+        deadlines.abandonedGrace = 2
+        let connection = try await connect(keepalive: SSHKeepalive(interval: 1, countMax: 100), deadlines: deadlines)
+        let reason = UncheckedSendableBox<TermindError?>(nil)
+        connection.onClose { reason.value = $0 }
+        server.signalAll(SIGSTOP)
+        defer { server.signalAll(SIGCONT) }
+        try await Task.sleep(nanoseconds: 1_600_000_000)  // silent for the interval: a probe goes out, unanswered
+        do {
+            _ = try await connection.openChannel(.exec("true"))
+            XCTFail("a frozen server cannot open a channel")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.timeout", error.message)
+        }
+        let started = Date()
+        while connection.isAlive && Date().timeIntervalSince(started) < 15 { try await Task.sleep(nanoseconds: 100_000_000) }
+        XCTAssertFalse(connection.isAlive, "the unanswered probe held the session lane with no end")
+        for _ in 0..<200 where reason.value == nil { try await Task.sleep(nanoseconds: 10_000_000) }
+        XCTAssertEqual(reason.value?.code, "ssh.connection_lost")
+        XCTAssertTrue(reason.value?.message.contains("after it was given up") ?? false, reason.value?.message ?? "")
+    }
+
     func testAChannelOpenTheServerNeverAnswersCannotWedgeTheSession() async throws {
         var deadlines = SSHDeadlines()
         deadlines.channel = 1
@@ -114,6 +142,8 @@ final class SSHLivenessTests: XCTestCase {
         let started = Date()
         while connection.isAlive && Date().timeIntervalSince(started) < 15 { try await Task.sleep(nanoseconds: 100_000_000) }
         XCTAssertFalse(connection.isAlive, "the given-up open held the session lane with no end")
+        // isAlive turns false just before the engine thread tells the observers why.
+        for _ in 0..<200 where reason.value == nil { try await Task.sleep(nanoseconds: 10_000_000) }
         XCTAssertEqual(reason.value?.code, "ssh.connection_lost")
         XCTAssertTrue(reason.value?.message.contains("after it was given up") ?? false, reason.value?.message ?? "")
         do {

@@ -232,6 +232,15 @@ final class SessionEngine: @unchecked Sendable {
         if !operation.started || operation.dropIfAbandoned {
             operations.removeAll { $0 === operation }
         }
+        // One that waited behind the session lane's holder gave up on the holder's answer too:
+        // the holder now counts as given up, so `abandonedGrace` bounds it (a keepalive probe,
+        // sent to read a server's unsolicited bytes, has no deadline of its own: a server that
+        // froze after it held every later open with no end when keepalive was off).
+        let sessionLane = ObjectIdentifier(self)
+        if !operation.started, operation.lane == sessionLane,
+           let holder = operations.first(where: { $0.lane == sessionLane && $0.started }), holder.abandonedAt == nil {
+            holder.abandonedAt = .now()
+        }
     }
 
     /// Adds a pump (channel data, a bridge) to the fair passes.
