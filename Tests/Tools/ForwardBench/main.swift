@@ -228,7 +228,7 @@ func socksPing(_ socks: Int, target: Int) throws {
 }
 
 /// SOCKS connections per second: `total`, 16 at a time.
-func socksRate(_ socks: Int, target: Int, total: Int) throws -> Double {
+func socksRate(_ socks: Int, target: Int, total: Int, peer: String) throws -> Double {
     let next = Failures()
     let tickets = Tickets(total)
     let group = DispatchGroup()
@@ -250,7 +250,7 @@ func socksRate(_ socks: Int, target: Int, total: Int) throws -> Double {
     let rate = Double(total) / (now() - started)
     let times = socksLatencies.take()
     if let slowest = times.last {
-        print(String(format: "  SOCKS %.0f conn/s: connect-to-echo median %.2f ms, p99 %.2f ms, slowest %.1f ms", rate,
+        print("  SOCKS, \(peer): " + String(format: "%.0f conn/s, connect-to-echo median %.2f ms, p99 %.2f ms, slowest %.1f ms", rate,
                      times[times.count / 2] * 1000, times[times.count * 99 / 100] * 1000, slowest * 1000))
     }
     return rate
@@ -356,7 +356,7 @@ try compare("-L one stream down (MiB/s)", unit: "MiB/s") { Double(mib) / (try tr
 try compare("-L one stream up (MiB/s)", unit: "MiB/s") { Double(mib) / (try transfer($0.local, bytes: bytes, upload: true)) }
 try compare("-L \(streams) streams down (MiB/s)", unit: "MiB/s") { try parallel($0.local, count: streams, bytes: bytes / streams, upload: false) }
 try compare("-L \(streams) streams up (MiB/s)", unit: "MiB/s") { try parallel($0.local, count: streams, bytes: bytes / streams, upload: true) }
-try compare("-D SOCKS opens (conn/s)", unit: "conn/s") { try socksRate($0.socks, target: traffic.port, total: connections) }
+try compare("-D SOCKS opens (conn/s)", unit: "conn/s") { try socksRate($0.socks, target: traffic.port, total: connections, peer: $0.name) }
 
 if recovery {
     // termind's supervisor against autossh (ssh restarted as soon as it exits; it exits once
