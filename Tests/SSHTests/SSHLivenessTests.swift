@@ -105,11 +105,20 @@ final class SSHLivenessTests: XCTestCase {
         deadlines.channel = 1
         deadlines.abandonedGrace = 2
         let connection = try await connect(keepalive: SSHKeepalive(interval: 1, countMax: 100), deadlines: deadlines)
+        defer { server.signalAll(SIGCONT) }
+        try await assertAGivenUpOpenEndsTheConnection(connection, "the unanswered probe held the session lane with no end") {
+            try await Task.sleep(nanoseconds: 1_600_000_000)  // silent for the interval: a probe goes out, unanswered
+        }
+    }
+
+    /// Freezes the server, runs `meanwhile`, gives up an open (its 1 s deadline), and asserts
+    /// that the connection then ends, lost, within the grace.
+    private func assertAGivenUpOpenEndsTheConnection(_ connection: SSHConnection, _ failure: String,
+                                                     meanwhile: () async throws -> Void = {}) async throws {
         let reason = UncheckedSendableBox<TermindError?>(nil)
         connection.onClose { reason.value = $0 }
         server.signalAll(SIGSTOP)
-        defer { server.signalAll(SIGCONT) }
-        try await Task.sleep(nanoseconds: 1_600_000_000)  // silent for the interval: a probe goes out, unanswered
+        try await meanwhile()
         do {
             _ = try await connection.openChannel(.exec("true"))
             XCTFail("a frozen server cannot open a channel")
@@ -118,7 +127,8 @@ final class SSHLivenessTests: XCTestCase {
         }
         let started = Date()
         while connection.isAlive && Date().timeIntervalSince(started) < 15 { try await Task.sleep(nanoseconds: 100_000_000) }
-        XCTAssertFalse(connection.isAlive, "the unanswered probe held the session lane with no end")
+        XCTAssertFalse(connection.isAlive, failure)
+        // isAlive turns false just before the engine thread tells the observers why.
         for _ in 0..<200 where reason.value == nil { try await Task.sleep(nanoseconds: 10_000_000) }
         XCTAssertEqual(reason.value?.code, "ssh.connection_lost")
         XCTAssertTrue(reason.value?.message.contains("after it was given up") ?? false, reason.value?.message ?? "")
@@ -130,22 +140,7 @@ final class SSHLivenessTests: XCTestCase {
         deadlines.abandonedGrace = 2
         // Keepalive off: only the abandoned open can end this session.
         let connection = try await connect(keepalive: SSHKeepalive(interval: 0), deadlines: deadlines)
-        let reason = UncheckedSendableBox<TermindError?>(nil)
-        connection.onClose { reason.value = $0 }
-        server.signalAll(SIGSTOP)
-        do {
-            _ = try await connection.openChannel(.exec("true"))
-            XCTFail("a frozen server cannot open a channel")
-        } catch let error as TermindError {
-            XCTAssertEqual(error.code, "ssh.timeout", error.message)
-        }
-        let started = Date()
-        while connection.isAlive && Date().timeIntervalSince(started) < 15 { try await Task.sleep(nanoseconds: 100_000_000) }
-        XCTAssertFalse(connection.isAlive, "the given-up open held the session lane with no end")
-        // isAlive turns false just before the engine thread tells the observers why.
-        for _ in 0..<200 where reason.value == nil { try await Task.sleep(nanoseconds: 10_000_000) }
-        XCTAssertEqual(reason.value?.code, "ssh.connection_lost")
-        XCTAssertTrue(reason.value?.message.contains("after it was given up") ?? false, reason.value?.message ?? "")
+        try await assertAGivenUpOpenEndsTheConnection(connection, "the given-up open held the session lane with no end")
         do {
             _ = try await connection.openChannel(.exec("true"))
             XCTFail("the closed connection cannot open more")
