@@ -583,13 +583,11 @@ final class SessionEngine: @unchecked Sendable {
     /// else `.idle`.
     private func stepPumps() -> PumpStep {
         // What the last poll() found holds for this step only, with pumps or without.
-        let socketQuiet = socketQuietAtPoll
-        socketQuietAtPoll = false
         defer { polled = [] }
         guard let session, !pumps.isEmpty else { return .idle }
         // The socket poll() just found empty (in the pass straight after it) is not read again
         // by each channel; nor after a read met EAGAIN in this step (the shim's recv).
-        if let context { termind_ssh2_quiet_hint(context, 1, socketQuiet ? 1 : 0) }
+        if let context { termind_ssh2_quiet_hint(context, 1, pollFoundNoInput(on: fd) ? 1 : 0) }
         defer { if let context { termind_ssh2_quiet_hint(context, 0, 0) } }
         var progressed = false
         var settled = false
@@ -616,7 +614,8 @@ final class SessionEngine: @unchecked Sendable {
     func pollFoundNoInput(on fd: Int32) -> Bool {
         polled.contains { $0.fd == fd && $0.events & Int16(POLLIN) != 0 && $0.revents == 0 }
     }
-    /// The pumps' descriptors as the last poll() left them, until the next pump step ends.
+    /// The descriptors (the socket's, the pumps') as the last poll() left them, until the next
+    /// pump step ends.
     private var polled: [pollfd] = []
 
     private func expireDeadlines() {
@@ -679,8 +678,6 @@ final class SessionEngine: @unchecked Sendable {
         operations.append(operation)
     }
     private var probing = false
-    /// The last poll() asked the socket for input and found none (for the next pump step).
-    private var socketQuietAtPoll = false
 
     /// Whether the loop wants bytes from the server now. With every pump held back by a
     /// full consumer buffer and nothing else pending it does not read at all: TCP flow
@@ -710,8 +707,7 @@ final class SessionEngine: @unchecked Sendable {
         }
         if keepaliveInterval > 0 { timeoutMs = min(timeoutMs, 1000) }
         let ready = poll(&fds, nfds_t(fds.count), Int32(timeoutMs))
-        socketQuietAtPoll = ready >= 0 && events & Int16(POLLIN) != 0 && fds[0].revents == 0
-        if ready >= 0 { polled = Array(fds.dropFirst(2)) }
+        if ready >= 0 { polled = fds }
         guard ready > 0 else { return }
         if fds[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 && events & Int16(POLLIN) != 0 {
             // (Bytes count as a sign of life once libssh2 has read them: noteReceived.)

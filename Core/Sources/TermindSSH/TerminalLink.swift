@@ -204,7 +204,7 @@ public final class TerminalLink: @unchecked Sendable {
     /// Reads the keys typed (when none wait) and acts on escapes; `scratch` is the engine's
     /// buffer. Escapes are read even while the keys themselves must wait to be sent.
     /// `inputQuiet`: the poll() just before found no keys, so no read is tried.
-    func readKeys(scratch: UnsafeMutablePointer<CChar>, inputQuiet: Bool = false, progressed: inout Bool) {
+    func readKeys(scratch: UnsafeMutablePointer<CChar>, inputQuiet: Bool, progressed: inout Bool) {
         guard !hungUp, reading else { return }
         if keys.isEmpty, !afterSuspend.isEmpty {
             swap(&keys, &afterSuspend)

@@ -195,9 +195,8 @@ final class Latencies: @unchecked Sendable {
     private let lock = NSLock()
     private var list: [Double] = []
     func add(_ value: Double) { lock.withLock { list.append(value) } }
-    func take() -> [Double] { lock.withLock { defer { list = [] }; return list.sorted() } }
+    var sorted: [Double] { lock.withLock { list.sorted() } }
 }
-let socksLatencies = Latencies()
 
 /// Hands out `total` tickets, one per call, to any thread.
 final class Tickets: @unchecked Sendable {
@@ -230,6 +229,7 @@ func socksPing(_ socks: Int, target: Int) throws {
 /// SOCKS connections per second: `total`, 16 at a time.
 func socksRate(_ socks: Int, target: Int, total: Int, peer: String) throws -> Double {
     let next = Failures()
+    let latencies = Latencies()
     let tickets = Tickets(total)
     let group = DispatchGroup()
     let started = now()
@@ -241,14 +241,14 @@ func socksRate(_ socks: Int, target: Int, total: Int, peer: String) throws -> Do
                 guard tickets.take() else { return }
                 let began = now()
                 do { try socksPing(socks, target: target) } catch { next.add("\(error)") }
-                socksLatencies.add(now() - began)
+                latencies.add(now() - began)
             }
         }.start()
     }
     group.wait()
     if let first = next.all.first { throw TermindError(code: "bench", message: "\(next.all.count) SOCKS connections failed: \(first)") }
     let rate = Double(total) / (now() - started)
-    let times = socksLatencies.take()
+    let times = latencies.sorted
     if let slowest = times.last {
         print("  SOCKS, \(peer): " + String(format: "%.0f conn/s, connect-to-echo median %.2f ms, p99 %.2f ms, slowest %.1f ms", rate,
                      times[times.count / 2] * 1000, times[times.count * 99 / 100] * 1000, slowest * 1000))

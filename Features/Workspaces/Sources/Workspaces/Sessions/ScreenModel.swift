@@ -45,7 +45,7 @@ final class ScreenModel: @unchecked Sendable {
     /// for more (`lingerSeconds`) and draws what came meanwhile, so that a person's typing
     /// asks no wake-up of the engine thread per key, between writing their echo and going
     /// back to poll(); only a flood (`promptBytes` waiting) wakes it early.
-    func kick() { schedule(urgent: lock.withLock { waiting.outputBytes >= Self.promptBytes }) }
+    func kick() { schedule(urgent: nil) }
 
     /// How long the drawing thread waits for more output after it drew everything.
     static let lingerSeconds = 0.25
@@ -83,13 +83,13 @@ final class ScreenModel: @unchecked Sendable {
         return promise
     }
 
-    /// One drain at a time, on the queue.
-    /// Starts the drawing thread on what waits; an `urgent` operation (a redraw, the lines, a
-    /// resize) also ends its lingering at once.
-    private func schedule(urgent: Bool = true) {
+    /// Starts the drawing thread on what waits (one drain at a time); an `urgent` operation (a
+    /// redraw, the lines, a resize) also ends its lingering at once, output (`urgent: nil`)
+    /// only when it is a flood.
+    private func schedule(urgent: Bool? = true) {
         let start: Bool? = lock.withLock {
             guard !waiting.isEmpty else { return false }
-            if draining { return urgent ? nil : false }
+            if draining { return (urgent ?? (waiting.outputBytes >= Self.promptBytes)) ? nil : false }
             draining = true
             return true
         }
