@@ -90,4 +90,34 @@ final class TransferRulesTests: XCTestCase {
         queue.enqueue("copy-AB", hosts: ["A", "B"], source: "y")
         XCTAssertEqual(queue.admit(.init(active: 5, perHost: 1)), ["copy-AB"])
     }
+    func testALongSourceKeepsItsOrderThroughTakingRemovingAndResuming() {
+        // Thousands of files from one run: taken from the front, some removed while queued,
+        // one paused and put back; the order stays first in, first out.
+        var queue = FairQueue<Int>()
+        for i in 0..<1_000 { queue.enqueue(i, hosts: ["A"], source: "run") }
+        var order: [Int] = []
+        func take(_ count: Int) {
+            for _ in 0..<count {
+                let started = queue.admit(.init(active: 1, perHost: 1))
+                XCTAssertEqual(started.count, 1)
+                guard let id = started.first else { return }
+                order.append(id)
+                queue.finish(id)
+            }
+        }
+        take(150)
+        XCTAssertEqual(order, Array(0..<150))
+        queue.remove(500)
+        queue.remove(151)
+        // 150 starts, is paused (removed), and comes back ahead of 152.
+        XCTAssertEqual(queue.admit(.init(active: 1, perHost: 1)), [150])
+        queue.remove(150)
+        queue.enqueue(150, hosts: ["A"], source: "run")
+        order = []
+        take(848)
+        XCTAssertEqual(order.prefix(2), [150, 152])
+        XCTAssertEqual(order, [150] + Array(152..<500) + Array(501..<1_000))
+        XCTAssertEqual(queue.admit(.init(active: 1, perHost: 1)), [], "nothing is left")
+        XCTAssertEqual(queue.activeCount, 0)
+    }
 }

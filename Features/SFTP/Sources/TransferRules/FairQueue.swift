@@ -24,8 +24,36 @@ public struct FairQueue<ID: Hashable & Sendable>: Sendable {
         let sequence: UInt64
     }
 
+    /// One source's queued entries by sequence: taken from the front by moving `head`, so
+    /// neither taking nor adding copies the others (a run queues thousands of files).
+    private struct Line {
+        var entries: [Entry] = []
+        var head = 0
+        var first: Entry { entries[head] }
+        var isEmpty: Bool { head == entries.count }
+        mutating func insert(_ entry: Entry) {
+            // Almost always the newest; a resumed entry goes back to its place.
+            var index = entries.endIndex
+            while index > head, entries[index - 1].sequence > entry.sequence { index -= 1 }
+            entries.insert(entry, at: index)
+        }
+        mutating func takeFirst() -> Entry {
+            let entry = entries[head]
+            head += 1
+            if head >= 64, head * 2 >= entries.count {
+                entries.removeFirst(head)
+                head = 0
+            }
+            return entry
+        }
+        mutating func remove(_ id: ID) {
+            guard let index = entries[head...].firstIndex(where: { $0.id == id }) else { return }
+            entries.remove(at: index)
+        }
+    }
+
     /// Host (the first of an entry's) → source → its entries by sequence.
-    private var waiting: [String: [String: [Entry]]] = [:]
+    private var waiting: [String: [String: Line]] = [:]
     private var where_: [ID: (host: String, source: String)] = [:]
     private var running: [ID: Entry] = [:]
     private var perHost: [String: Int] = [:]
@@ -55,13 +83,8 @@ public struct FairQueue<ID: Hashable & Sendable>: Sendable {
         }
         var unique: [String] = []
         for host in hosts where !unique.contains(host) { unique.append(host) }
-        let entry = Entry(id: id, hosts: unique, source: source, sequence: place)
-        var list = waiting[unique[0], default: [:]][source, default: []]
-        // Almost always the newest; a resumed entry goes back to its place.
-        var index = list.endIndex
-        while index > list.startIndex, list[index - 1].sequence > place { index -= 1 }
-        list.insert(entry, at: index)
-        waiting[unique[0], default: [:]][source] = list
+        // In place: a copy of the line per file made queueing thousands quadratic.
+        waiting[unique[0], default: [:]][source, default: Line()].insert(Entry(id: id, hosts: unique, source: source, sequence: place))
         where_[id] = (unique[0], source)
     }
 
@@ -73,7 +96,7 @@ public struct FairQueue<ID: Hashable & Sendable>: Sendable {
             return true
         }
         guard let (host, source) = where_.removeValue(forKey: id) else { return false }
-        waiting[host]?[source]?.removeAll { $0.id == id }
+        waiting[host]?[source]?.remove(id)
         if waiting[host]?[source]?.isEmpty == true { waiting[host]?[source] = nil }
         if waiting[host]?.isEmpty == true { waiting[host] = nil }
         return true
@@ -93,14 +116,14 @@ public struct FairQueue<ID: Hashable & Sendable>: Sendable {
         while progress, running.count < active, !waiting.isEmpty {
             progress = false
             // Hosts by when they were last served (never first), then by their oldest entry.
-            let hosts = waiting.map { name, sources in (name, hostServed[name] ?? 0, sources.values.map { $0[0].sequence }.min() ?? 0) }
+            let hosts = waiting.map { name, sources in (name, hostServed[name] ?? 0, sources.values.map { $0.first.sequence }.min() ?? 0) }
                 .sorted { ($0.1, $0.2) < ($1.1, $1.2) }
             for (name, _, _) in hosts {
                 // That host's sources by when they were last served; each offers its first entry only.
-                let sources = waiting[name]!.map { source, list in (source, sourceServed[name + "\u{0}" + source] ?? 0, list[0]) }
+                let sources = waiting[name]!.map { source, line in (source, sourceServed[name + "\u{0}" + source] ?? 0, line.first) }
                     .sorted { ($0.1, $0.2.sequence) < ($1.1, $1.2.sequence) }
                 guard let (source, _, entry) = sources.first(where: { $0.2.hosts.allSatisfy { (perHost[$0] ?? 0) < host } }) else { continue }
-                waiting[name]![source]!.removeFirst()
+                _ = waiting[name]![source]!.takeFirst()
                 if waiting[name]![source]!.isEmpty { waiting[name]![source] = nil }
                 if waiting[name]!.isEmpty { waiting[name] = nil }
                 where_[entry.id] = nil
