@@ -280,7 +280,7 @@ struct EditRun {
         }
         let permissions = (now?.permissions ?? known.permissions ?? 0o644) & 0o7777
         let (directory, name) = SFTPPaths.split(path)
-        let temporary = SFTPPaths.join(directory, TransferNames.temporary(name, token: "edit-\(UUID().uuidString.prefix(6).lowercased())"))
+        let temporary = SFTPPaths.join(directory, TransferNames.temporary(name, token: "edit-\(TransferNames.randomToken())"))
         let fd = open(snapshot, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return false }
         defer { close(fd) }

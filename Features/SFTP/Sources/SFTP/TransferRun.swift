@@ -173,7 +173,7 @@ struct TransferRun {
 
         // The files, each through the scheduler.
         let board = ProgressBoard(files: files.count, total: files.reduce(0) { $0 + ($1.attributes.size ?? 0) })
-        let sourceID = "\(verb) \(UUID().uuidString.prefix(8).lowercased())"
+        let sourceID = "\(verb) \(TransferNames.randomToken(digits: 8))"
         let ticker = Task { [session, scheduler] in
             while !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(250))
@@ -442,7 +442,7 @@ struct TransferRun {
         let id = await scheduler.submit(source: source, hosts: hosts, savedHosts: saved, from: file.from.shown, to: file.to.shown, size: file.attributes.size)
         let row = "t\(id)"
         let (directory, name) = SFTPPaths.split(file.to.path)
-        let temporary = SFTPPaths.join(directory, TransferNames.temporary(name, token: "\(row)-\(UUID().uuidString.prefix(6).lowercased())"))
+        let temporary = SFTPPaths.join(directory, TransferNames.temporary(name, token: "\(row)-\(TransferNames.randomToken())"))
         let signal = Signal()
         /// Whether a temporary file may exist (only then is one removed).
         let created = Flag()

@@ -104,6 +104,13 @@ public enum TransferNames {
         return Array(name[..<dot]) + suffix + Array(name[dot...])
     }
 
+    /// `digits` random hexadecimal digits (at most 16) for a temporary name: from the
+    /// system's generator (getrandom), not `UUID()`, which opens /dev/urandom each time.
+    public static func randomToken(digits: Int = 6) -> String {
+        let text = String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        return String((String(repeating: "0", count: max(0, 16 - text.count)) + text).suffix(digits))
+    }
+
     /// The temporary name a file is written under before it is renamed into place: in the
     /// same directory (so the rename stays on one file system), hidden, and naming termind.
     public static func temporary(_ name: [UInt8], token: String) -> [UInt8] {
