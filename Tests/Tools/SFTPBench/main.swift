@@ -158,13 +158,21 @@ if only.contains("rtt") { try bulk("20 ms RTT", mebibytes: rttMib, host: "far", 
     let stealBefore = CPUSteal.now()
     defer { notes.append("files \(label): the hypervisor's steal while it ran: \(CPUSteal.now().share(since: stealBefore))") }
     var values: [String: [Double]] = [:]
-    for _ in 0..<runs {
-        clear(scratch.file("up.termind"), scratch.file("up.sftp"), scratch.file("down.termind"), scratch.file("down.sftp"))
-        values["put -r termind", default: []].append(try timed(["put", "-r", tree, "\(host):\(scratch.file("up.termind"))"]))
-        values["put -r sftp", default: []].append(try openssh("put -r \(tree) \(scratch.file("up.sftp"))", port: port))
-        values["get -r termind", default: []].append(try timed(["get", "-r", "\(host):\(tree)", scratch.file("down.termind")]))
-        values["get -r sftp", default: []].append(try openssh("get -r \(tree) \(scratch.file("down.sftp"))", port: port))
+    // Each run writes new trees, and they are all removed at the end: on an ext4 without a
+    // journal (this VM's disk), an inode freed in the last seconds (minutes, while its table
+    // block is dirty) is skipped by every later allocation, one buffer lookup each, so a
+    // tree created right after another was removed costs about 0.3 s more, for whichever
+    // tool came next. Without the removals both tools create files at the disk's plain cost.
+    var made: [String] = []
+    for run in 0..<runs {
+        let up = scratch.file("up\(run)"), down = scratch.file("down\(run)")
+        made += [up + ".termind", up + ".sftp", down + ".termind", down + ".sftp"]
+        values["put -r termind", default: []].append(try timed(["put", "-r", tree, "\(host):\(up).termind"]))
+        values["put -r sftp", default: []].append(try openssh("put -r \(tree) \(up).sftp", port: port))
+        values["get -r termind", default: []].append(try timed(["get", "-r", "\(host):\(tree)", down + ".termind"]))
+        values["get -r sftp", default: []].append(try openssh("get -r \(tree) \(down).sftp", port: port))
     }
+    for path in made { clear(path) }
     for (name, list) in values.sorted(by: { $0.key < $1.key }) { print("\(count) files \(label) \(name): \(list.map(BenchmarkFigure.format)) s") }
     // Files per second, so that above 1 means termind is faster.
     for verb in ["put -r", "get -r"] {
@@ -172,7 +180,7 @@ if only.contains("rtt") { try bulk("20 ms RTT", mebibytes: rttMib, host: "far", 
                                        baseline: Double(count) / median(values["\(verb) sftp"]!)))
     }
     notes.append("files \(label): \(count) files, \(total >> 10) KiB in all, 20 folders")
-    clear(tree, scratch.file("up.termind"), scratch.file("up.sftp"), scratch.file("down.termind"), scratch.file("down.sftp"))
+    clear(tree)
 }
 
 if only.contains("files") { try tree("loopback", count: fileCount, host: "box", port: sshd.port) }
