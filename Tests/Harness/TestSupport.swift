@@ -6,7 +6,13 @@ public struct TemporaryDirectory: Sendable {
     public let path: String
 
     public init(_ prefix: String = "termind-test") throws {
-        var template = Array((NSTemporaryDirectory() as NSString).appendingPathComponent("\(prefix)-XXXXXX").utf8CString)
+        try self.init(under: NSTemporaryDirectory(), prefix)
+    }
+
+    /// A folder under `parent` (a tmpfs such as /dev/shm, for a benchmark that must not
+    /// measure the disk).
+    public init(under parent: String, _ prefix: String) throws {
+        var template = Array((parent as NSString).appendingPathComponent("\(prefix)-XXXXXX").utf8CString)
         guard let made = mkdtemp(&template) else {
             throw TermindError(code: "test.tmpdir", message: "mkdtemp failed: \(String(cString: strerror(errno)))")
         }
