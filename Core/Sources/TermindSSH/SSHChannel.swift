@@ -69,6 +69,15 @@ public final class SSHChannel: Sendable {
         try await state.enqueue(data, wake: engine)
     }
 
+    /// Queues `data` when it fits under the input bound now, without suspending; false when
+    /// it would have to wait or the input is closed (then `write` waits, or says why).
+    public func offer(_ data: Data) -> Bool {
+        guard !data.isEmpty else { return true }
+        guard state.offer(data) else { return false }
+        engine.wake()
+        return true
+    }
+
     /// Sends EOF once the queued input has been written (the remote side sees its stdin end).
     public func closeInput() {
         state.requestEOF()
@@ -275,6 +284,16 @@ final class ChannelState: @unchecked Sendable {
             }
             engine.wake()
             if let immediate { continuation.resume(with: immediate) }
+        }
+    }
+
+    /// `data` queued if the input is open and it fits under the limit now.
+    func offer(_ data: Data) -> Bool {
+        lock.withLock {
+            guard failure == nil, !ended, !closeRequested, !eofRequested, inputBytes + data.count <= limit else { return false }
+            input.append(data)
+            inputBytes += data.count
+            return true
         }
     }
 

@@ -11,6 +11,8 @@ public struct SFTPChannelTransport: SFTPTransport {
 
     public func send(_ bytes: [UInt8]) async throws { try await channel.write(Data(bytes)) }
 
+    public func offer(_ bytes: [UInt8]) -> Bool { channel.offer(Data(bytes)) }
+
     public func receive() async throws -> Data? {
         while let (stream, data) = try await channel.next() {
             if stream == .stdout { return data }  // stderr: sftp-server's own log lines

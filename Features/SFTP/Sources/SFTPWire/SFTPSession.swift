@@ -5,9 +5,15 @@ import TermindCore
 /// connection; a pipe in unit tests).
 public protocol SFTPTransport: Sendable {
     func send(_ bytes: [UInt8]) async throws
+    /// Queues `bytes` only if that needs no wait; false otherwise (then `send` is used).
+    func offer(_ bytes: [UInt8]) -> Bool
     /// The next bytes from the server; nil once it closed.
     func receive() async throws -> Data?
     func close()
+}
+
+extension SFTPTransport {
+    public func offer(_ bytes: [UInt8]) -> Bool { false }
 }
 
 /// An SFTP v3 client session with requests pipelined: any number of requests may be in
@@ -24,9 +30,13 @@ public actor SFTPSession {
     private var failure: SFTPError?
     private var reader: Task<Void, Never>?
     private var sender: Task<Void, Never>?
-    /// Requests leave in the order they were made, from one task (whole packets each).
+    /// Requests leave in the order they were made, whole: handed to the transport at once
+    /// when it takes them without a wait and nothing is queued before them (no task hop
+    /// per request), else queued here for one sender task.
     private let outbox: AsyncStream<[UInt8]>
     private let post: AsyncStream<[UInt8]>.Continuation
+    /// Packets posted to the outbox and not yet handed to the transport.
+    private var queued = 0
 
     /// Requests kept in flight per transfer.
     public static let window = 64
@@ -75,6 +85,7 @@ public actor SFTPSession {
                     self.fail(SFTPError(status: .connectionLost, message: "Sending an SFTP request failed: \(TermindError.from(error).message)"))
                     return
                 }
+                self.queued -= 1
             }
         }
         reader = Task {
@@ -131,6 +142,8 @@ public actor SFTPSession {
         let bytes = writer.finished()
         return try await withCheckedThrowingContinuation { continuation in
             pending[id] = continuation
+            if queued == 0, transport.offer(bytes) { return }
+            queued += 1
             post.yield(bytes)
         }
     }
