@@ -67,6 +67,83 @@ final class SFTPPacketTests: XCTestCase {
     }
 }
 
+/// `SFTPTransfer.pipe` alone, over a byte array standing in for the source (pure logic).
+final class SFTPPipeTests: XCTestCase {
+    /// A source of `bytes` that answers at most `most` bytes per read (a short read), and
+    /// fails reads at `failAt` when set; writes land in `written`.
+    final class Ends: @unchecked Sendable {
+        let bytes: [UInt8]
+        let most: Int
+        let failAt: UInt64?
+        private let lock = NSLock()
+        private var target: [UInt8]
+        private(set) var reads = 0
+        init(_ count: Int, most: Int, failAt: UInt64? = nil) {
+            bytes = (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+            self.most = most
+            self.failAt = failAt
+            target = [UInt8](repeating: 0, count: count)
+        }
+        var written: [UInt8] { lock.withLock { target } }
+        func read(_ offset: UInt64, _ length: Int) throws -> ArraySlice<UInt8> {
+            lock.withLock { reads += 1 }
+            if let failAt, offset >= failAt { throw SFTPError(status: .failure, message: "read failed at \(offset)") }
+            let from = min(Int(offset), bytes.count)
+            return bytes[from..<min(bytes.count, from + min(length, most))]
+        }
+        func write(_ offset: UInt64, _ data: ArraySlice<UInt8>) {
+            lock.withLock { for (i, byte) in data.enumerated() { target[Int(offset) + i] = byte } }
+        }
+    }
+
+    func pipe(_ ends: Ends, size: UInt64?, chunk: Int, from start: UInt64 = 0) async throws -> UInt64 {
+        try await SFTPTransfer.pipe(from: start, size: size, chunk: chunk, window: 4,
+                                    read: { try ends.read($0, $1) }, write: { ends.write($0, $1) })
+    }
+
+    func testAFileOfOneRequestIsReadAgainAfterShortReadsAndWrittenWhole() async throws {
+        let ends = Ends(10_000, most: 3_000)
+        let end = try await pipe(ends, size: 10_000, chunk: 16_384)
+        XCTAssertEqual(end, 10_000)
+        XCTAssertEqual(ends.written, ends.bytes)
+        XCTAssertEqual(ends.reads, 4, "3,000 + 3,000 + 3,000 + 1,000")
+    }
+
+    func testAFileOfManyRequestsAndOneThatEndsBeforeItsSize() async throws {
+        let ends = Ends(100_000, most: 7_000)
+        let end = try await pipe(ends, size: 100_000, chunk: 8_192)
+        XCTAssertEqual(end, 100_000)
+        XCTAssertEqual(ends.written, ends.bytes)
+        // Planned at 12,000 bytes, the source now holds 5,000: the end is where reads stop.
+        let shrunk = Ends(5_000, most: 5_000)
+        let shorter = try await pipe(shrunk, size: 12_000, chunk: 16_384)
+        XCTAssertEqual(shorter, 5_000)
+        XCTAssertEqual(shrunk.written, shrunk.bytes)
+    }
+
+    func testAFailedReadSaysHowFarTheDestinationIsWhole() async throws {
+        for (size, chunk) in [(10_000, 16_384), (100_000, 8_192)] {
+            let ends = Ends(size, most: 4_000, failAt: 8_000)
+            do {
+                _ = try await pipe(ends, size: UInt64(size), chunk: chunk)
+                XCTFail("a failing read must fail the pipe")
+            } catch let stop as SFTPTransfer.Interrupted {
+                XCTAssertEqual(stop.contiguous, 8_000, "size \(size)")
+                XCTAssertTrue("\(stop.reason)".contains("read failed at 8"), "\(stop.reason)")  // 8,000 or the next request's 8,192
+                XCTAssertEqual(Array(ends.written.prefix(8_000)), Array(ends.bytes.prefix(8_000)))
+            }
+        }
+    }
+
+    func testAResumedPipeStartsAtItsOffset() async throws {
+        let ends = Ends(10_000, most: 10_000)
+        let end = try await pipe(ends, size: 10_000, chunk: 16_384, from: 6_000)
+        XCTAssertEqual(end, 10_000)
+        XCTAssertEqual(Array(ends.written[6_000...]), Array(ends.bytes[6_000...]))
+        XCTAssertEqual(Array(ends.written[..<6_000]), [UInt8](repeating: 0, count: 6_000), "nothing before the offset is asked for")
+    }
+}
+
 final class SFTPSessionTests: XCTestCase {
     private var directory: TemporaryDirectory!
     private var server: SSHServerFixture!

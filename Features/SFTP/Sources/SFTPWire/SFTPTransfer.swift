@@ -28,6 +28,9 @@ public enum SFTPTransfer {
                             write: @escaping @Sendable (UInt64, ArraySlice<UInt8>) async throws -> Void,
                             progress: (@Sendable (UInt64) -> Void)? = nil) async throws -> UInt64 {
         let limit = size.flatMap { $0 > 0 ? $0 : nil }
+        if let limit, limit > start, limit - start <= UInt64(chunk) {
+            return try await pipeOne(from: start, to: limit, read: read, write: write, progress: progress)
+        }
         return try await withThrowingTaskGroup(of: (UInt64, Int, Int, (any Error)?).self) { group -> UInt64 in
             var next = start
             var inFlight = 0
@@ -78,6 +81,30 @@ public enum SFTPTransfer {
             if Task.isCancelled { throw Interrupted(contiguous: contiguous, reason: CancellationError()) }
             return end.map { min($0, contiguous) } ?? contiguous
         }
+    }
+
+    /// What fits in one request (most files of a tree): read then written in this task, with
+    /// no task group, asking again after a short read, as `pipe` does.
+    private static func pipeOne(from start: UInt64, to limit: UInt64,
+                                read: @escaping @Sendable (UInt64, Int) async throws -> ArraySlice<UInt8>,
+                                write: @escaping @Sendable (UInt64, ArraySlice<UInt8>) async throws -> Void,
+                                progress: (@Sendable (UInt64) -> Void)?) async throws -> UInt64 {
+        var contiguous = start
+        while contiguous < limit {
+            if Task.isCancelled { throw Interrupted(contiguous: contiguous, reason: CancellationError()) }
+            let data: ArraySlice<UInt8>
+            do {
+                data = try await read(contiguous, Int(limit - contiguous))
+                if !data.isEmpty { try await write(contiguous, data) }
+            } catch {
+                throw Interrupted(contiguous: contiguous, reason: error)
+            }
+            if data.isEmpty { break }
+            contiguous += UInt64(data.count)
+            progress?(contiguous)
+        }
+        if Task.isCancelled { throw Interrupted(contiguous: contiguous, reason: CancellationError()) }
+        return contiguous
     }
 
     /// `length` bytes of `fd` at `offset`, fewer only at its end.
