@@ -111,6 +111,9 @@ public struct FairQueue<ID: Hashable & Sendable>: Sendable {
     /// The entries to start now, in the order they were chosen.
     public mutating func admit(_ limits: Limits) -> [ID] {
         let active = max(1, limits.active), host = max(1, min(limits.perHost, active))
+        // Nothing can start while the first host of every waiting file is full (the common
+        // case: one host, its slots taken), answered without ranking hosts and sources.
+        if waiting.keys.allSatisfy({ (perHost[$0] ?? 0) >= host }) { return [] }
         var started: [ID] = []
         var progress = true
         while progress, running.count < active, !waiting.isEmpty {
