@@ -112,11 +112,18 @@ enum Output {
     static func tableLines(_ header: [String], _ rows: [[String]]) -> [String] {
         let all = ([header] + rows).map { $0.map { TerminalText.escaped($0, singleLine: true) } }
         let widths = header.indices.map { column in all.map { $0[column].count }.max() ?? 0 }
+        // Padded to the widths counted above (characters), in Swift: NSString's padding counts
+        // UTF-16 units and took most of the time of a 4,000-entry listing. Only the end of a
+        // line is trimmed, so a row whose first cell is empty keeps its columns.
         return all.map { row in
-            let cells = row.enumerated().map { index, cell in
-                index == row.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
+            var line = ""
+            for (index, cell) in row.enumerated() {
+                if index > 0 { line += "  " }
+                line += cell
+                if index < row.count - 1, cell.count < widths[index] { line += String(repeating: " ", count: widths[index] - cell.count) }
             }
-            return cells.joined(separator: "  ").trimmingCharacters(in: .whitespaces)
+            while line.last == " " { line.removeLast() }
+            return line
         }
     }
 
