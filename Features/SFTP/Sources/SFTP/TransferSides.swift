@@ -258,9 +258,9 @@ final class RemoteSide: FileSide, @unchecked Sendable {
 
     /// The session for metadata.
     func controlSession() async throws -> SFTPSession {
-        if let control = state.withLock({ control }), await !control.isClosed { return control }
+        if let control = state.withLock({ control }), !control.isClosed { return control }
         return try await controlGate.run {
-            if let control = self.state.withLock({ self.control }), await !control.isClosed { return control }
+            if let control = self.state.withLock({ self.control }), !control.isClosed { return control }
             let session = try await self.newSession()
             self.state.withLock { self.control = session }
             return session
@@ -274,7 +274,7 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     func lease(extra: Bool = false) async throws -> SFTPSession {
         if extra, state.withLock({ !degraded }) {
             while let session = state.withLock({ idleExtra.popLast() }) {
-                if await !session.isClosed { return session }
+                if !session.isClosed { return session }
             }
             let number = state.withLock { () -> Int in
                 extraCount += 1
@@ -312,7 +312,7 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     /// the next one another file releases. nil: try again (or, without `wait`, none now).
     private func channel(wait: Bool) async throws -> SFTPSession? {
         while let session = state.withLock({ idle.popLast() }) {
-            if await !session.isClosed { return session }
+            if !session.isClosed { return session }
             state.withLock { channels -= 1 }
         }
         let mayOpen = state.withLock { () -> Bool in
@@ -379,7 +379,7 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     private var extraSessions = Set<ObjectIdentifier>()
 
     func release(_ session: SFTPSession) async {
-        let closed = await session.isClosed
+        let closed = session.isClosed
         enum Next { case done, close, give(CheckedContinuation<SFTPSession?, Error>, SFTPSession?) }
         let next = state.withLock { () -> Next in
             let isExtra = extraSessions.contains(ObjectIdentifier(session))

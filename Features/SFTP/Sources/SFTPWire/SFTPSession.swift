@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 
 /// The byte stream an SFTP session runs on (the `sftp` subsystem channel of an SSH
@@ -115,6 +116,7 @@ public actor SFTPSession {
     private func fail(_ error: SFTPError) {
         guard failure == nil else { return }
         failure = error
+        ended.store(true, ordering: .releasing)
         for waiter in pending.values { waiter.resume(throwing: error) }
         pending = [:]
         post.finish()
@@ -122,7 +124,9 @@ public actor SFTPSession {
     }
 
     /// Whether the session ended (closed, or its channel failed): a new one is needed.
-    public var isClosed: Bool { failure != nil }
+    /// Readable without a hop onto the session (callers ask it for every file they lease).
+    public nonisolated var isClosed: Bool { ended.load(ordering: .acquiring) }
+    private nonisolated let ended = Atomic<Bool>(false)
 
     /// Ends the session (requests still waiting fail).
     public func close() {
