@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 import XCTest
 
@@ -84,6 +85,43 @@ final class FunctionSignatureTests: XCTestCase {
         XCTAssertThrowsError(try FunctionSignature.parse("int32(void, int32)").get()) { XCTAssertTrue("\($0)".contains("'void'")) }
         XCTAssertThrowsError(try FunctionSignature.parse("int32").get())
         XCTAssertThrowsError(try FunctionSignature.parse("int32(" + Array(repeating: "int32", count: 17).joined(separator: ",") + ")").get())
+    }
+}
+
+final class DeferredSchemaTests: XCTestCase {
+    func testASchemaIsDerivedWhenFirstAskedForAndThenKept() {
+        let derivations = Mutex(0)
+        let deferred = DeferredSchema {
+            derivations.withLock { $0 += 1 }
+            return SchemaDerivation.schema(for: SchemaDerivationTests.Inner.self)
+        }
+        XCTAssertEqual(derivations.withLock { $0 }, 0, "nothing is derived when an endpoint is made")
+        let first = deferred.schema
+        XCTAssertEqual(deferred.schema, first)
+        XCTAssertEqual(derivations.withLock { $0 }, 1)
+        XCTAssertEqual(first, SchemaDerivation.schema(for: SchemaDerivationTests.Inner.self))
+        XCTAssertEqual(DeferredSchema(.any).schema, .any)
+    }
+
+    func testATypedEndpointStillNamesTheFieldOfABadRequest() async throws {
+        struct Echo: Contract {
+            static let name = "test.echo"
+            static let version = 1
+            static let summary = "echo"
+            struct Request: Codable, Sendable { var text: String; var times: Int? }
+            struct Response: Codable, Sendable { var text: String }
+        }
+        let endpoint = ContractEndpoint.typed(Echo.self, owner: "test") { request, _ in .init(text: String(repeating: request.text, count: request.times ?? 1)) }
+        let reply = try await endpoint.handler(Data(#"{"text": "ab", "times": 2}"#.utf8), .inProcess)
+        XCTAssertEqual(String(decoding: reply, as: UTF8.self), #"{"text":"abab"}"#)
+        do {
+            _ = try await endpoint.handler(Data(#"{"times": "two"}"#.utf8), .inProcess)
+            XCTFail("a bad body must be refused")
+        } catch {
+            let message = TermindError.from(error).message
+            XCTAssertTrue(message.contains("text") && message.contains("times"), message)
+        }
+        XCTAssertEqual(endpoint.requestSchema, SchemaDerivation.schema(for: Echo.Request.self))
     }
 }
 

@@ -39,8 +39,10 @@ public struct ContractEndpoint: Sendable {
     public let id: ContractID
     public let summary: String
     public let owner: String
-    public let requestSchema: JSONSchema
-    public let responseSchema: JSONSchema
+    public var requestSchema: JSONSchema { request.schema }
+    public var responseSchema: JSONSchema { response.schema }
+    private let request: DeferredSchema
+    private let response: DeferredSchema
     public let handler: @Sendable (Data, CallOrigin) async throws -> Data
     /// For Swift endpoints: the handler without JSON, used when an in-process caller uses
     /// the same request and response types (the type system already guarantees the shape).
@@ -55,11 +57,19 @@ public struct ContractEndpoint: Sendable {
     public init(id: ContractID, summary: String, owner: String, requestSchema: JSONSchema, responseSchema: JSONSchema,
                 typed: TypedHandler? = nil,
                 handler: @escaping @Sendable (Data, CallOrigin) async throws -> Data) {
+        self.init(id: id, summary: summary, owner: owner, request: DeferredSchema(requestSchema), response: DeferredSchema(responseSchema),
+                  typed: typed, handler: handler)
+    }
+
+    /// With schemas derived when first asked for.
+    public init(id: ContractID, summary: String, owner: String, request: DeferredSchema, response: DeferredSchema,
+                typed: TypedHandler? = nil,
+                handler: @escaping @Sendable (Data, CallOrigin) async throws -> Data) {
         self.id = id
         self.summary = summary
         self.owner = owner
-        self.requestSchema = requestSchema
-        self.responseSchema = responseSchema
+        self.request = request
+        self.response = response
         self.typed = typed
         self.handler = handler
     }
@@ -68,16 +78,16 @@ public struct ContractEndpoint: Sendable {
     /// problem named by field), decodes, calls, encodes.
     public static func typed<C: Contract>(_ contract: C.Type, owner: String,
                                           handler: @escaping @Sendable (C.Request, CallOrigin) async throws -> C.Response) -> ContractEndpoint {
-        let requestSchema = SchemaDerivation.schema(for: C.Request.self)
+        let requestSchema = DeferredSchema.of(C.Request.self)
         return ContractEndpoint(
             id: C.id, summary: C.summary, owner: owner,
-            requestSchema: requestSchema,
-            responseSchema: SchemaDerivation.schema(for: C.Response.self),
+            request: requestSchema,
+            response: DeferredSchema.of(C.Response.self),
             typed: TypedHandler(requestType: ObjectIdentifier(C.Request.self), responseType: ObjectIdentifier(C.Response.self)) { request, origin in
                 try await handler(request as! C.Request, origin)
             }
         ) { body, origin in
-            let request: C.Request = try ContractCoding.decodeRequest(body, schema: requestSchema, contract: C.id)
+            let request: C.Request = try ContractCoding.decodeRequest(body, schema: requestSchema.schema, contract: C.id)
             return try JSONCoding.encode(try await handler(request, origin))
         }
     }

@@ -529,14 +529,24 @@ public struct StreamEndpoint: Sendable {
     public let acceptsInput: Bool
     /// See `StreamContract.acceptsDescriptors`.
     public let acceptsDescriptors: Bool
-    public let requestSchema: JSONSchema
-    public let resultSchema: JSONSchema
+    public var requestSchema: JSONSchema { request.schema }
+    public var resultSchema: JSONSchema { result.schema }
+    private let request: DeferredSchema
+    private let result: DeferredSchema
     /// The event kinds it emits with their fields' schemas, and its questions (topic → kind).
     public let events: [String: JSONSchema]
     public let questions: [String: String]
     public let handler: @Sendable (Data, StreamSession) async throws -> Data
 
     public init(id: ContractID, summary: String, owner: String, acceptsInput: Bool, requestSchema: JSONSchema, resultSchema: JSONSchema,
+                events: [String: JSONSchema], questions: [String: String], acceptsDescriptors: Bool = false,
+                handler: @escaping @Sendable (Data, StreamSession) async throws -> Data) {
+        self.init(id: id, summary: summary, owner: owner, acceptsInput: acceptsInput, request: DeferredSchema(requestSchema),
+                  result: DeferredSchema(resultSchema), events: events, questions: questions, acceptsDescriptors: acceptsDescriptors, handler: handler)
+    }
+
+    /// With schemas derived when first asked for.
+    public init(id: ContractID, summary: String, owner: String, acceptsInput: Bool, request: DeferredSchema, result: DeferredSchema,
                 events: [String: JSONSchema], questions: [String: String], acceptsDescriptors: Bool = false,
                 handler: @escaping @Sendable (Data, StreamSession) async throws -> Data) {
         self.acceptsDescriptors = acceptsDescriptors
@@ -546,8 +556,8 @@ public struct StreamEndpoint: Sendable {
         self.summary = summary
         self.owner = owner
         self.acceptsInput = acceptsInput
-        self.requestSchema = requestSchema
-        self.resultSchema = resultSchema
+        self.request = request
+        self.result = result
         self.handler = handler
     }
 
@@ -555,11 +565,11 @@ public struct StreamEndpoint: Sendable {
     /// named by field) and decoded; the result is encoded.
     public static func typed<S: StreamContract>(_ stream: S.Type, owner: String,
                                                 handler: @escaping @Sendable (S.Request, StreamSession) async throws -> S.Result) -> StreamEndpoint {
-        let requestSchema = SchemaDerivation.schema(for: S.Request.self)
-        return StreamEndpoint(id: S.id, summary: S.summary, owner: owner, acceptsInput: S.acceptsInput, requestSchema: requestSchema,
-                              resultSchema: SchemaDerivation.schema(for: S.Result.self), events: S.events, questions: S.questions,
+        let requestSchema = DeferredSchema.of(S.Request.self)
+        return StreamEndpoint(id: S.id, summary: S.summary, owner: owner, acceptsInput: S.acceptsInput, request: requestSchema,
+                              result: DeferredSchema.of(S.Result.self), events: S.events, questions: S.questions,
                               acceptsDescriptors: S.acceptsDescriptors) { body, session in
-            let request: S.Request = try ContractCoding.decodeRequest(body, schema: requestSchema, contract: S.id)
+            let request: S.Request = try ContractCoding.decodeRequest(body, schema: requestSchema.schema, contract: S.id)
             return try JSONCoding.encode(try await handler(request, session))
         }
     }
