@@ -47,15 +47,17 @@ final class LocalTerminal: ConsoleTerminal, @unchecked Sendable {
             (input, output) = (STDIN_FILENO, STDERR_FILENO)
         }
         defer { if opened >= 0 { close(opened) } }
-        _ = prompt.withCString { write(output, $0, strlen($0)) }
         var before = termios()
         tcgetattr(input, &before)
         TerminalPrompt.begin(input, saved: before)
+        // Echo goes off before the prompt shows (as OpenSSH's readpassphrase does): a secret
+        // typed or pasted the moment the prompt appears is never shown.
         if !echo {
             var quiet = before
             quiet.c_lflag &= ~tcflag_t(ECHO)
             tcsetattr(input, TCSANOW, &quiet)
         }
+        _ = prompt.withCString { write(output, $0, strlen($0)) }
         defer {
             if !echo {
                 tcsetattr(input, TCSANOW, &before)
