@@ -299,6 +299,30 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(try digest(directory.file("big-back.bin")), try digest(tree + "/big.bin"))
     }
 
+    func testSmallFilesShareChannelsAndEachStillArrivesWhole() throws {
+        try saveHosts()
+        // 40 files of at most 256 KiB, 10 at a time: they share channels, 4 on each, so the
+        // server starts the control channel and about 3 more — not one per file at once (10,
+        // the most sshd takes).
+        let tree = directory.file("small")
+        for i in 0..<40 { try write(tree + "/f\(i).bin", bytes: i == 0 ? 0 : 1_000 + i * 6_000, seed: UInt8(100 + i)) }
+        let sessions = { ((try? String(contentsOfFile: self.server.directory.file("sshd.log"), encoding: .utf8)) ?? "").components(separatedBy: "subsystem 'sftp'").count - 1 }
+        let before = sessions()
+        let result = try json(["put", "-r", tree, "box:" + directory.file("landed")])
+        XCTAssertEqual(result["copied"], .integer(40), "\(result)")
+        let up = sessions() - before
+        XCTAssertGreaterThan(up, 1, "the files rode data channels beside the control one")
+        XCTAssertLessThanOrEqual(up, 5, "small files share channels (sshd started \(up) SFTP sessions)")
+        let back = try json(["get", "-r", "box:" + directory.file("landed"), directory.file("back")])
+        XCTAssertEqual(back["copied"], .integer(40), "\(back)")
+        XCTAssertLessThanOrEqual(sessions() - before - up, 5)
+        for i in 0..<40 {
+            XCTAssertEqual(try digest(directory.file("landed/f\(i).bin")), try digest(tree + "/f\(i).bin"))
+            XCTAssertEqual(try digest(directory.file("back/f\(i).bin")), try digest(tree + "/f\(i).bin"))
+        }
+        XCTAssertEqual(leftovers(directory.file("landed")) + leftovers(directory.file("back")), [])
+    }
+
     func testNamesWithNewlinesAndBytesThatAreNotUTF8ArriveExactly() throws {
         try saveHosts()
         let root = directory.file("odd")

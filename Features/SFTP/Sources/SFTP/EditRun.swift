@@ -226,9 +226,9 @@ struct EditRun {
         let temporary = folder + "/.download.part"
         unlink(temporary)
         let localSide = LocalSide()
-        let reader = try await TransferRun.attempt(remote.shown(path)) { try await remote.openRead(path, extra: false, stripes: 1) }
+        let reader = try await TransferRun.attempt(remote.shown(path)) { try await remote.openRead(path, extra: false, stripes: 1, shared: false) }
         let writer: any WriteHandle
-        do { writer = try await localSide.openWrite(Array(temporary.utf8), mode: 0o600, resume: false, extra: false, stripes: 1) } catch {
+        do { writer = try await localSide.openWrite(Array(temporary.utf8), mode: 0o600, resume: false, extra: false, stripes: 1, shared: false) } catch {
             await reader.close()
             throw TermindError(.sftpFailed, TransferRun.message(error))
         }
@@ -287,7 +287,7 @@ struct EditRun {
         var info = stat()
         fstat(fd, &info)
         do {
-            let writer = try await remote.openWrite(temporary, mode: permissions, resume: false, extra: false, stripes: 1)
+            let writer = try await remote.openWrite(temporary, mode: permissions, resume: false, extra: false, stripes: 1, shared: false)
             do {
                 _ = try await SFTPTransfer.pipe(size: UInt64(info.st_size), chunk: writer.chunk, window: 16,
                                                 read: { try SFTPTransfer.readLocal(fd, offset: $0, length: $1) }, write: { try await writer.write($0, $1) })

@@ -25,6 +25,8 @@ struct TransferRun {
     /// Saved hosts by name, so that deleting one cancels what reaches it.
     let hosts: (any HostDirectory)?
 
+    /// Files up to this size share channels (`RemoteSide.leaseShared`): a few requests each.
+    static let sharedSize: UInt64 = 256 << 10
     /// Smart topology: files up to this size (and of unknown size) ride channels.
     static let smartChannelLimit: UInt64 = 64_000_000
     /// Files this big spread their requests over up to `stripes` channels (one slot still).
@@ -531,9 +533,11 @@ struct TransferRun {
             // A big file's requests may ride several channels: each has its own window, so a
             // long round trip does not cap it at one window per round trip.
             let stripes = (size ?? 0) >= Self.stripedSize ? Self.stripes : 1
-            let reader = try await file.from.side.openRead(file.from.path, extra: extra, stripes: stripes)
+            // A small file (known to be) may share its channel with other small files.
+            let small = size.map { $0 <= Self.sharedSize } ?? false
+            let reader = try await file.from.side.openRead(file.from.path, extra: extra, stripes: stripes, shared: small)
             let writer: any WriteHandle
-            do { writer = try await file.to.side.openWrite(temporary, mode: mode, resume: resumeAt != nil, extra: extra, stripes: stripes) } catch {
+            do { writer = try await file.to.side.openWrite(temporary, mode: mode, resume: resumeAt != nil, extra: extra, stripes: stripes, shared: small) } catch {
                 await reader.close()
                 throw error
             }
@@ -600,7 +604,7 @@ struct TransferRun {
     }
 
     private func digest(_ side: any FileSide, _ path: [UInt8], _ length: UInt64) async throws -> Data {
-        let reader = try await side.openRead(path, extra: false, stripes: 1)
+        let reader = try await side.openRead(path, extra: false, stripes: 1, shared: false)
         let hash = Mutex(IncrementalDigest(.sha256))
         do {
             // Pieces arrive out of order; they are hashed in order through a bounded reorder map.
