@@ -25,6 +25,8 @@ struct TransferRun {
     /// Saved hosts by name, so that deleting one cancels what reaches it.
     let hosts: (any HostDirectory)?
 
+    /// Directories of one depth made at the same time, at most.
+    static let directoriesAtOnce = 16
     /// Files up to this size share channels (`RemoteSide.leaseShared`): a few requests each.
     static let sharedSize: UInt64 = 256 << 10
     /// Smart topology: files up to this size (and of unknown size) ride channels.
@@ -149,19 +151,48 @@ struct TransferRun {
             try await add(source, attributes, to: Place(side: destinationSide, path: target), parent: nil, depth: 0, root: true, plan: &plan, choices: choices)
         }
 
-        // Directories first (parents before children); a failed one fails what goes inside.
+        // Directories first, parents before children: one depth at a time, the directories of
+        // a depth made at once (a round trip per depth, not per directory); a failed one fails
+        // what goes inside.
         ahead.cancelRest()
         var failedDirectories = Set<Int>()
         var created = 0
-        for (index, directory) in plan.directories.enumerated() {
-            if let parent = directory.parent, failedDirectories.contains(parent) { failedDirectories.insert(index); continue }
-            guard !directory.exists else { continue }
-            do {
-                try await directory.to.side.mkdir(directory.to.path, mode: (directory.attributes.permissions ?? 0o755) & 0o777 | 0o700)
-                created += 1
-            } catch {
+        var depths: [Int] = []
+        for directory in plan.directories { depths.append(directory.parent.map { depths[$0] + 1 } ?? 0) }
+        for depth in Set(depths).sorted() {
+            var make: [Int] = []
+            for (index, directory) in plan.directories.enumerated() where depths[index] == depth {
+                if let parent = directory.parent, failedDirectories.contains(parent) { failedDirectories.insert(index); continue }
+                if !directory.exists { make.append(index) }
+            }
+            let directories = plan.directories
+            let failures = await withTaskGroup(of: (Int, String?).self) { group -> [(Int, String)] in
+                var next = make.makeIterator()
+                func start() -> Bool {
+                    guard let index = next.next() else { return false }
+                    let directory = directories[index]
+                    group.addTask {
+                        do {
+                            try await directory.to.side.mkdir(directory.to.path, mode: (directory.attributes.permissions ?? 0o755) & 0o777 | 0o700)
+                            return (index, nil)
+                        } catch {
+                            return (index, Self.message(error))
+                        }
+                    }
+                    return true
+                }
+                for _ in 0..<Self.directoriesAtOnce where start() {}
+                var failed: [(Int, String)] = []
+                for await (index, error) in group {
+                    if let error { failed.append((index, error)) }
+                    _ = start()
+                }
+                return failed
+            }
+            created += make.count - failures.count
+            for (index, error) in failures.sorted(by: { $0.0 < $1.0 }) {
                 failedDirectories.insert(index)
-                plan.outcomes.append(.init(from: "", to: directory.to.shown, outcome: .failed, error: Self.message(error)))
+                plan.outcomes.append(.init(from: "", to: plan.directories[index].to.shown, outcome: .failed, error: error))
             }
         }
         var files: [PlannedFile] = []
