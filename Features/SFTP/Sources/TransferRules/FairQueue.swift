@@ -70,6 +70,7 @@ public struct FairQueue<ID: Hashable & Sendable>: Sendable {
     public func active(on host: String) -> Int { perHost[host] ?? 0 }
 
     /// Queues `id` for `hosts` (the first is the one it rotates under) from `source`.
+    @_specialize(exported: true, where ID == UInt64)
     public mutating func enqueue(_ id: ID, hosts: [String], source: String) {
         precondition(!hosts.isEmpty, "a queued file names its host")
         guard where_[id] == nil, running[id] == nil else { return }
@@ -89,6 +90,7 @@ public struct FairQueue<ID: Hashable & Sendable>: Sendable {
     }
 
     /// Takes `id` out, queued or running (its slots free). Returns whether it was there.
+    @_specialize(exported: true, where ID == UInt64)
     @discardableResult
     public mutating func remove(_ id: ID) -> Bool {
         if let entry = running.removeValue(forKey: id) {
@@ -103,12 +105,14 @@ public struct FairQueue<ID: Hashable & Sendable>: Sendable {
     }
 
     /// Forgets `id` for good (its place in its source's order too).
+    @_specialize(exported: true, where ID == UInt64)
     public mutating func finish(_ id: ID) {
         remove(id)
         places[id] = nil
     }
 
     /// The entries to start now, in the order they were chosen.
+    @_specialize(exported: true, where ID == UInt64)
     public mutating func admit(_ limits: Limits) -> [ID] {
         let active = max(1, limits.active), host = max(1, min(limits.perHost, active))
         // Nothing can start while the first host of every waiting file is full (the common
