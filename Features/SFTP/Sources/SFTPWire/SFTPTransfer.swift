@@ -109,16 +109,21 @@ public enum SFTPTransfer {
 
     /// `length` bytes of `fd` at `offset`, fewer only at its end.
     public static func readLocal(_ fd: Int32, offset: UInt64, length: Int) throws -> ArraySlice<UInt8> {
-        var buffer = [UInt8](repeating: 0, count: length)
-        var got = 0
-        while got < length {
-            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + got, length - got, off_t(offset) + off_t(got)) }
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 { throw SFTPError(status: .failure, message: "Reading the local file failed: \(String(cString: strerror(errno))).") }
-            if n == 0 { break }
-            got += n
+        // Read straight into the array's storage: only the bytes read become its elements.
+        var failure: Int32?
+        let buffer = [UInt8](unsafeUninitializedCapacity: max(length, 1)) { storage, count in
+            var got = 0
+            while got < length {
+                let n = pread(fd, storage.baseAddress! + got, length - got, off_t(offset) + off_t(got))
+                if n < 0 && errno == EINTR { continue }
+                if n < 0 { failure = errno; break }
+                if n == 0 { break }
+                got += n
+            }
+            count = got
         }
-        return buffer[..<got]
+        if let failure { throw SFTPError(status: .failure, message: "Reading the local file failed: \(String(cString: strerror(failure))).") }
+        return buffer[...]
     }
 
     public static func writeLocal(_ fd: Int32, offset: UInt64, _ data: ArraySlice<UInt8>) throws {
