@@ -306,7 +306,8 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     /// once (their requests are few and short, so none waits long behind another). Fewer
     /// channels mean fewer sftp-server processes for sshd to feed, and each wakes for several
     /// requests at a time: for a tree of 2,000 small files the server's CPU fell by about a
-    /// quarter. A file still takes one slot of the scheduler's.
+    /// sixth. A file still takes one slot of the scheduler's. (A shared channel stays listed
+    /// here until its last file releases it, even past `closeAll`.)
     static let sharedPerChannel = 4
     private var shared: [(session: SFTPSession, users: Int)] = []
 
@@ -452,7 +453,7 @@ final class RemoteSide: FileSide, @unchecked Sendable {
 
     func closeAll() async {
         let sessions = state.withLock { () -> [SFTPSession] in
-            defer { idle = []; idleExtra = []; extraSessions = []; control = nil; channels = 0; shared = [] }
+            defer { idle = []; idleExtra = []; extraSessions = []; control = nil; channels = 0 }
             return idle + idleExtra + [control].compactMap { $0 }
         }
         for session in sessions { await session.close() }
