@@ -15,7 +15,8 @@ import TermindHarness
 //   keystroke echo: one byte typed, the time until its echo arrives (the remote terminal
 //     echoes it), K keys into each client, alternating key by key between termind and ssh
 //     (both open at once), 20 ms apart; median and p99 (ratio = termind's / ssh's: target
-//     <= 1.2x) — in-process and through serve.
+//     <= 1.2x) — in-process and through serve; and the CPU each client used per key (from
+//     /proc/PID/task/*/schedstat; termind's through serve counts all of serve's).
 // --only TEXT runs only the rows whose name contains TEXT ("echo", "durable", "MiB"...).
 // Everything runs on this 2-core machine (sshd, clients, the bench): say so when quoting.
 
@@ -168,13 +169,29 @@ func throughput(_ argv: [String]) -> Double {
 
 // MARK: - Echo latency
 
+/// CPU time (nanoseconds) of every thread of `pid` so far, from /proc/PID/task/*/schedstat
+/// (nanoseconds, where /proc/PID/stat counts 10 ms ticks).
+func cpuNanoseconds(_ pid: pid_t) -> UInt64 {
+    guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task") else { return 0 }
+    return tasks.reduce(0) { sum, task in
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/schedstat", encoding: .utf8),
+              let first = text.split(separator: " ").first, let value = UInt64(first) else { return sum }
+        return sum + value
+    }
+}
+
 /// Starts both clients (their remote sides print READY, then echo what is typed) and types
 /// `keys` bytes into each, alternating between them key by key (which goes first alternates
 /// too) with 20 ms between keys, so both see the machine in the same state: a key's time is
-/// from its write to its echo's arrival (milliseconds). Returns termind's and ssh's times.
-func echoLatencies(_ ours: [String], _ theirs: [String], keys: Int) -> (ours: [Double], theirs: [Double]) {
+/// from its write to its echo's arrival (milliseconds). Returns termind's and ssh's times,
+/// and the CPU each side used per key (microseconds): the client's process, and for termind
+/// also `helpers` (the serve process that runs a durable session, with whatever else it does
+/// meanwhile).
+func echoLatencies(_ ours: [String], _ theirs: [String], keys: Int, helpers: [pid_t] = []) -> (ours: [Double], theirs: [Double], cpu: (ours: Double, theirs: Double)) {
     let clients = [TerminalClient(ours, environment: environment), TerminalClient(theirs, environment: environment)]
     for (client, argv) in zip(clients, [ours, theirs]) where !client.waitFor("READY") { fail("\(argv.last ?? "") never said READY") }
+    let oursCPU = { ([clients[0].pid] + helpers).reduce(UInt64(0)) { $0 + cpuNanoseconds($1) } }, theirsCPU = { cpuNanoseconds(clients[1].pid) }
+    let cpuBefore = (oursCPU(), theirsCPU())
     var latencies: [[Double]] = [[], []]
     let letters = Array("abcdefghijklmnopqrstuvwxyz".utf8)
     for index in 0..<keys {
@@ -193,11 +210,12 @@ func echoLatencies(_ ours: [String], _ theirs: [String], keys: Int) -> (ours: [D
             usleep(20_000)
         }
     }
+    let cpu = (Double(oursCPU() - cpuBefore.0) / 1000 / Double(keys), Double(theirsCPU() - cpuBefore.1) / 1000 / Double(keys))
     for client in clients {
         client.write([0x04, 0x04])  // EOF ends cat (twice: a line may be pending)
         _ = client.finish()
     }
-    return (latencies[0], latencies[1])
+    return (latencies[0], latencies[1], cpu)
 }
 
 // MARK: - Runs
@@ -233,10 +251,13 @@ for (name, local) in [("in-process", true), ("durable, in serve", false)] where 
 let echo = "printf READY; cat > /dev/null"
 for (name, local) in [("in-process", true), ("durable, in serve", false)] where wanted("key echo \(name)") {
     let stealBefore = CPUSteal.now()
-    let (ours, theirs) = echoLatencies(termindClient(echo, local: local), sshClient(echo), keys: keyCount)
+    let (ours, theirs, cpu) = echoLatencies(termindClient(echo, local: local), sshClient(echo), keys: keyCount, helpers: local ? [] : [serve.pid])
     line(["key echo \(name), median (ms)", String(format: "%.2f", percentile(ours, 0.5)), String(format: "%.2f", percentile(theirs, 0.5)),
           String(format: "%.2f×", percentile(ours, 0.5) / percentile(theirs, 0.5)), CPUSteal.now().share(since: stealBefore)])
     line(["key echo \(name), p99 (ms)", String(format: "%.2f", percentile(ours, 0.99)), String(format: "%.2f", percentile(theirs, 0.99)),
           String(format: "%.2f×", percentile(ours, 0.99) / percentile(theirs, 0.99))])
+    // The CPU behind each key (termind's: with serve's when the session is durable), cold
+    // (keys 20 ms apart): the work under the latency, which wakes from idle blur.
+    line(["key echo \(name), CPU per key (µs)", String(format: "%.0f", cpu.ours), String(format: "%.0f", cpu.theirs), String(format: "%.2f×", cpu.ours / cpu.theirs)])
 }
 print("ratio: throughput = ssh's time / termind's (> 1: termind faster); echo = termind's time / ssh's (< 1: termind faster); STEAL: the hypervisor's share of CPU time during the row")
