@@ -175,12 +175,6 @@ for host in saved {
 guard ids.count == hosts else { fail("saved \(ids.count) hosts, expected \(hosts)") }
 
 @MainActor
-func cpuSeconds(_ pid: pid_t) -> Double {
-    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return 0 }
-    let f = stat[stat.index(after: close)...].split(separator: " ")
-    return (Double(f[11]) ?? 0) / Double(sysconf(Int32(_SC_CLK_TCK))) + (Double(f[12]) ?? 0) / Double(sysconf(Int32(_SC_CLK_TCK)))
-}
-@MainActor
 func status(_ field: String) -> Int {
     let text = (try? String(contentsOfFile: "/proc/\(serve.process.pid)/status", encoding: .utf8)) ?? ""
     return text.split(separator: "\n").first { $0.hasPrefix(field + ":") }.flatMap { Int($0.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "") } ?? 0
@@ -216,11 +210,11 @@ guard let allSampling else {
 }
 // Measured once the rings hold a few samples (start-up work is over).
 Thread.sleep(forTimeInterval: 5)
-let cpu0 = cpuSeconds(serve.process.pid)
+let cpu0 = ProcessCPU.seconds(of: serve.process.pid)
 let samples0 = samples(try monitors())
 let t0 = now()
 Thread.sleep(forTimeInterval: seconds)
-let cpu1 = cpuSeconds(serve.process.pid)
+let cpu1 = ProcessCPU.seconds(of: serve.process.pid)
 let samples1 = samples(try monitors())
 let elapsed = now() - t0
 let cpuPercent = (cpu1 - cpu0) / elapsed * 100

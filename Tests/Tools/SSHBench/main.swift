@@ -49,15 +49,6 @@ func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 /// share where a server does the SSH work).
 struct Run { var wall: Double; var cpu: Double }
 
-/// CPU seconds a live process has used so far (utime + stime from /proc).
-func cpuSeconds(of pid: pid_t) -> Double {
-    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-          let close = stat.lastIndex(of: ")") else { return 0 }
-    let fields = stat[stat.index(after: close)...].split(separator: " ")
-    guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
-    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
-}
-
 /// Runs `program` with stdin and stdout from/to files (stderr to `log`), waits for it
 /// with wait4, and returns its wall and CPU time; `server` is a process whose CPU during
 /// the run counts too.
@@ -72,7 +63,7 @@ func measure(_ program: String, _ arguments: [String], environment: [String: Str
     let argv = ([program] + arguments).map { strdup($0) } + [nil]
     let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
     defer { (argv + envp).forEach { free($0) } }
-    let serverBefore = server.map(cpuSeconds(of:)) ?? 0
+    let serverBefore = server.map(ProcessCPU.seconds(of:)) ?? 0
     let start = now()
     var pid: pid_t = 0
     let spawned = posix_spawn(&pid, program, &actions, nil, argv, envp)
@@ -81,7 +72,7 @@ func measure(_ program: String, _ arguments: [String], environment: [String: Str
     var usage = rusage()
     while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
     let wall = now() - start
-    let serverCPU = server.map { cpuSeconds(of: $0) - serverBefore } ?? 0
+    let serverCPU = server.map { ProcessCPU.seconds(of: $0) - serverBefore } ?? 0
     guard status == 0 else {
         throw TermindError(code: "bench.failed", message: "\(URL(fileURLWithPath: program).lastPathComponent) \(arguments.joined(separator: " ")) ended with status \(status); see \(log)")
     }

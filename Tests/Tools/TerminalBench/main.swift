@@ -15,8 +15,8 @@ import TermindHarness
 //   keystroke echo: one byte typed, the time until its echo arrives (the remote terminal
 //     echoes it), K keys into each client, alternating key by key between termind and ssh
 //     (both open at once), 20 ms apart; median and p99 (ratio = termind's / ssh's: target
-//     <= 1.2x) — in-process and through serve; and the CPU each client used per key (from
-//     /proc/PID/task/*/schedstat; termind's through serve counts all of serve's).
+//     <= 1.2x) — in-process and through serve; and the CPU each client used per key (its
+//     process CPU clock; termind's through serve counts all of serve's).
 // --only TEXT runs only the rows whose name contains TEXT ("echo", "durable", "MiB"...).
 // Everything runs on this 2-core machine (sshd, clients, the bench): say so when quoting.
 
@@ -169,17 +169,6 @@ func throughput(_ argv: [String]) -> Double {
 
 // MARK: - Echo latency
 
-/// CPU time (nanoseconds) of every thread of `pid` so far, from /proc/PID/task/*/schedstat
-/// (nanoseconds, where /proc/PID/stat counts 10 ms ticks).
-func cpuNanoseconds(_ pid: pid_t) -> UInt64 {
-    guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task") else { return 0 }
-    return tasks.reduce(0) { sum, task in
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/schedstat", encoding: .utf8),
-              let first = text.split(separator: " ").first, let value = UInt64(first) else { return sum }
-        return sum + value
-    }
-}
-
 /// Starts both clients (their remote sides print READY, then echo what is typed) and types
 /// `keys` bytes into each, alternating between them key by key (which goes first alternates
 /// too) with 20 ms between keys, so both see the machine in the same state: a key's time is
@@ -190,7 +179,7 @@ func cpuNanoseconds(_ pid: pid_t) -> UInt64 {
 func echoLatencies(_ ours: [String], _ theirs: [String], keys: Int, helpers: [pid_t] = []) -> (ours: [Double], theirs: [Double], cpu: (ours: Double, theirs: Double)) {
     let clients = [TerminalClient(ours, environment: environment), TerminalClient(theirs, environment: environment)]
     for (client, argv) in zip(clients, [ours, theirs]) where !client.waitFor("READY") { fail("\(argv.last ?? "") never said READY") }
-    let oursCPU = { ([clients[0].pid] + helpers).reduce(UInt64(0)) { $0 + cpuNanoseconds($1) } }, theirsCPU = { cpuNanoseconds(clients[1].pid) }
+    let oursCPU = { ([clients[0].pid] + helpers).reduce(0) { $0 + ProcessCPU.seconds(of: $1) } }, theirsCPU = { ProcessCPU.seconds(of: clients[1].pid) }
     let cpuBefore = (oursCPU(), theirsCPU())
     var latencies: [[Double]] = [[], []]
     let letters = Array("abcdefghijklmnopqrstuvwxyz".utf8)
@@ -210,7 +199,7 @@ func echoLatencies(_ ours: [String], _ theirs: [String], keys: Int, helpers: [pi
             usleep(20_000)
         }
     }
-    let cpu = (Double(oursCPU() - cpuBefore.0) / 1000 / Double(keys), Double(theirsCPU() - cpuBefore.1) / 1000 / Double(keys))
+    let cpu = ((oursCPU() - cpuBefore.0) * 1e6 / Double(keys), (theirsCPU() - cpuBefore.1) * 1e6 / Double(keys))
     for client in clients {
         client.write([0x04, 0x04])  // EOF ends cat (twice: a line may be pending)
         _ = client.finish()
