@@ -95,7 +95,7 @@ final class DeferredSchemaTests: XCTestCase {
             derivations.withLock { $0 += 1 }
             return SchemaDerivation.schema(for: SchemaDerivationTests.Inner.self)
         }
-        XCTAssertEqual(derivations.withLock { $0 }, 0, "nothing is derived when an endpoint is made")
+        XCTAssertEqual(derivations.withLock { $0 }, 0, "nothing is derived when it is made")
         let first = deferred.schema
         XCTAssertEqual(deferred.schema, first)
         XCTAssertEqual(derivations.withLock { $0 }, 1)
@@ -103,15 +103,11 @@ final class DeferredSchemaTests: XCTestCase {
         XCTAssertEqual(DeferredSchema(.any).schema, .any)
     }
 
-    func testATypedEndpointStillNamesTheFieldOfABadRequest() async throws {
-        struct Echo: Contract {
-            static let name = "test.echo"
-            static let version = 1
-            static let summary = "echo"
-            struct Request: Codable, Sendable { var text: String; var times: Int? }
-            struct Response: Codable, Sendable { var text: String }
-        }
+    func testATypedEndpointDerivesNothingUntilUsedAndStillNamesTheFieldOfABadRequest() async throws {
+        typealias Echo = CountedEcho
         let endpoint = ContractEndpoint.typed(Echo.self, owner: "test") { request, _ in .init(text: String(repeating: request.text, count: request.times ?? 1)) }
+        // Deriving a schema decodes a placeholder of the type: none yet.
+        XCTAssertEqual(countedEchoDecodings.withLock { $0 }, 0, "registering the endpoint derived its request schema")
         let reply = try await endpoint.handler(Data(#"{"text": "ab", "times": 2}"#.utf8), .inProcess)
         XCTAssertEqual(String(decoding: reply, as: UTF8.self), #"{"text":"abab"}"#)
         do {
@@ -122,7 +118,29 @@ final class DeferredSchemaTests: XCTestCase {
             XCTAssertTrue(message.contains("text") && message.contains("times"), message)
         }
         XCTAssertEqual(endpoint.requestSchema, SchemaDerivation.schema(for: Echo.Request.self))
+        XCTAssertGreaterThan(countedEchoDecodings.withLock { $0 }, 1, "the first call derived the schema and decoded the body")
     }
+}
+
+/// How often `CountedEcho.Request` was decoded (schema derivation decodes a placeholder).
+private let countedEchoDecodings = Mutex(0)
+
+private struct CountedEcho: Contract {
+    static let name = "test.echo"
+    static let version = 1
+    static let summary = "echo"
+    struct Request: Codable, Sendable {
+        var text: String
+        var times: Int?
+        enum CodingKeys: String, CodingKey { case text, times }
+        init(from decoder: any Decoder) throws {
+            countedEchoDecodings.withLock { $0 += 1 }
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            text = try container.decode(String.self, forKey: .text)
+            times = try container.decodeIfPresent(Int.self, forKey: .times)
+        }
+    }
+    struct Response: Codable, Sendable { var text: String }
 }
 
 final class ContractIDTests: XCTestCase {

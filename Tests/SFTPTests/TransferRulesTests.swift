@@ -39,6 +39,11 @@ final class TransferRulesTests: XCTestCase {
         let temporary = TransferNames.temporary(Array(String(repeating: "x", count: 250).utf8), token: "t1-abc")
         XCTAssertLessThanOrEqual(temporary.count, 255)
         XCTAssertEqual(temporary.first, 0x2E, "hidden")
+        // Temporary-name tokens: hexadecimal digits, as many as asked for, not repeated.
+        let tokens = (0..<100).map { _ in TransferNames.randomToken() }
+        XCTAssertTrue(tokens.allSatisfy { $0.count == 6 && $0.allSatisfy(\.isHexDigit) }, "\(tokens.prefix(3))")
+        XCTAssertGreaterThan(Set(tokens).count, 95)
+        XCTAssertEqual(TransferNames.randomToken(digits: 16).count, 16)
     }
 
     func testStrictlyInsideComparesWholeComponents() {
