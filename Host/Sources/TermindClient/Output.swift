@@ -113,7 +113,7 @@ enum Output {
         let all = ([header] + rows).map { $0.map { TerminalText.escaped($0, singleLine: true) } }
         let widths = header.indices.map { column in all.map { $0[column].count }.max() ?? 0 }
         // Padded to the widths counted above (characters), in Swift: NSString's padding counts
-        // UTF-16 units and took most of the time of a 4,000-entry listing. Only the end of a
+        // UTF-16 units and took a quarter of a 4,000-entry listing's time. Only the end of a
         // line is trimmed, so a row whose first cell is empty keeps its columns.
         return all.map { row in
             var line = ""
