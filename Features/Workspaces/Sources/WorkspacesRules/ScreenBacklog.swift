@@ -9,6 +9,10 @@ import struct Foundation.Data
 /// bytes of output wait, the oldest entries become gaps until `lowWater` bytes are left —
 /// the newest entry always stays. A gap keeps its size and the modes after it, so the
 /// screen carries on from there (`TerminalScreen.resynchronize`).
+///
+/// Its operations are `@inlinable` so that a user's `Other` (private to Workspaces) gets
+/// them specialized: run generic across the module boundary, a one-byte `feed` looked up
+/// type metadata and witness tables on every chunk (about a tenth of serve's CPU per key).
 public struct ScreenBacklog<Other>: Sendable where Other: Sendable {
     public enum Entry: Sendable {
         /// Output, with the modes before it (for a resynchronization after a gap).
@@ -21,57 +25,68 @@ public struct ScreenBacklog<Other>: Sendable where Other: Sendable {
     public let highWater: Int
     public let lowWater: Int
     public let chunk: Int
-    public private(set) var entries: [Entry] = []
+    /// What waits, in order (`entries`), and the bytes of output in it (`outputBytes`).
+    @usableFromInline var waiting: [Entry] = []
+    @usableFromInline var waitingBytes = 0
+    /// What waits, in order.
+    public var entries: [Entry] { waiting }
     /// Bytes of output waiting (gaps not counted).
-    public private(set) var outputBytes = 0
+    public var outputBytes: Int { waitingBytes }
 
+    @inlinable
     public init(highWater: Int = 8 << 20, lowWater: Int = 1 << 20, chunk: Int = 256 << 10) {
         self.highWater = highWater
         self.lowWater = lowWater
         self.chunk = chunk
     }
 
-    public var isEmpty: Bool { entries.isEmpty }
+    @inlinable
+    public var isEmpty: Bool { waiting.isEmpty }
 
     /// Queues output; `modes` are the terminal's modes just before it.
+    @inlinable
     public mutating func feed(_ data: Data, modesBefore modes: TerminalModes) {
-        if case .output(var earlier, let before)? = entries.last, earlier.count + data.count <= chunk {
-            entries.removeLast()
+        if case .output(var earlier, let before)? = waiting.last, earlier.count + data.count <= chunk {
+            waiting.removeLast()
             earlier.append(data)  // in place: taken out of the list, it has no other owner
-            entries.append(.output(earlier, modesBefore: before))
+            waiting.append(.output(earlier, modesBefore: before))
         } else {
-            entries.append(.output(data, modesBefore: modes))
+            waiting.append(.output(data, modesBefore: modes))
         }
-        outputBytes += data.count
-        if outputBytes > highWater { dropOldestOutput() }
+        waitingBytes += data.count
+        if waitingBytes > highWater { dropOldestOutput() }
     }
 
-    public mutating func append(_ other: Other) { entries.append(.other(other)) }
+    @inlinable
+    public mutating func append(_ other: Other) { waiting.append(.other(other)) }
 
     /// Drops every output and gap waiting; the other operations stay, in order.
+    @inlinable
     public mutating func discardOutput() {
-        entries.removeAll { if case .other = $0 { false } else { true } }
-        outputBytes = 0
+        waiting.removeAll { if case .other = $0 { false } else { true } }
+        waitingBytes = 0
     }
 
     /// The next entry to carry out, if any.
+    @inlinable
     public mutating func next() -> Entry? {
-        guard !entries.isEmpty else { return nil }
-        let entry = entries.removeFirst()
-        if case .output(let data, _) = entry { outputBytes -= data.count }
+        guard !waiting.isEmpty else { return nil }
+        let entry = waiting.removeFirst()
+        if case .output(let data, _) = entry { waitingBytes -= data.count }
         return entry
     }
 
     /// Too far behind: the oldest output goes, the newest entry always stays.
-    private mutating func dropOldestOutput() {
-        for index in entries.indices.dropLast() where outputBytes > lowWater {
-            guard case .output(let data, _) = entries[index] else { continue }
+    @inlinable
+    mutating func dropOldestOutput() {
+        for index in waiting.indices.dropLast() where waitingBytes > lowWater {
+            guard case .output(let data, _) = waiting[index] else { continue }
             // The modes after it are the ones before the next output (or the newest's).
-            let after = entries[(index + 1)...].lazy.compactMap { entry -> TerminalModes? in
+            let after = waiting[(index + 1)...].lazy.compactMap { entry -> TerminalModes? in
                 if case .output(_, let modes) = entry { return modes } else { return nil }
             }.first ?? TerminalModes()
-            entries[index] = .gap(data.count, modesAfter: after)
-            outputBytes -= data.count
+            waiting[index] = .gap(data.count, modesAfter: after)
+            waitingBytes -= data.count
         }
     }
 }
