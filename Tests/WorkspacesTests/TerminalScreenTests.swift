@@ -34,6 +34,17 @@ final class TerminalScreenTests: XCTestCase {
         assertRedrawReproduces(screen)
     }
 
+    func testLinesThatScrollOffKeepTheirColoursWideCharactersAndColouredBlanks() {
+        let screen = screen("\u{1B}[1;31mred\u{1B}[0m 日本\r\n\u{1B}[44m  \u{1B}[0m\r\nplain   \r\n\u{1B}[3mé\u{1B}[0m\r\nlast",
+                            rows: 2, columns: 12)
+        XCTAssertEqual(screen.scrollbackLines(), ["red 日本", "  ", "plain"])
+        // Each kept line: its own SGR (a reset after a coloured end), trailing default blanks
+        // dropped, blanks on a colour kept.
+        let expected = "\u{1B}[0m" + "\u{1B}[0;1;31mred\u{1B}[0m 日本\r\n" + "\u{1B}[0;44m  \u{1B}[0m\r\n" + "plain\r\n"
+        XCTAssertTrue(String(decoding: screen.redraw(), as: UTF8.self).hasPrefix(expected), String(decoding: screen.redraw(), as: UTF8.self).debugDescription)
+        XCTAssertEqual(screen.lines(), ["é", "last"])
+    }
+
     func testColoursAttributesAndWideCharactersSurviveARedraw() {
         let text = "\u{1B}[1;31mred\u{1B}[0m \u{1B}[4;38;5;200mpink\u{1B}[0m\r\n\u{1B}[48;2;10;20;30m rgb \u{1B}[0m 日本語 é\r\n"
             + "\u{1B}[7mrev\u{1B}[27m\u{1B}[3;9mis\u{1B}[0m\r\n\u{1B}[32mstill green"

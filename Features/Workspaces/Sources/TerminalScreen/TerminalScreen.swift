@@ -288,12 +288,21 @@ public final class TerminalScreen {
 
     private static func cell(_ cell: VTermScreenCell) -> Cell {
         var scalars: [Unicode.Scalar] = []
+        forEachScalar(of: cell) { scalars.append($0) }
+        return Cell(scalars: scalars, width: max(1, Int(cell.width)), pen: pen(of: cell))
+    }
+
+    /// The cell's characters, up to the first empty or invalid slot.
+    private static func forEachScalar(of cell: VTermScreenCell, _ body: (Unicode.Scalar) -> Void) {
         withUnsafeBytes(of: cell.chars) { raw in
             for code in raw.bindMemory(to: UInt32.self) {
                 guard code != 0, code != UInt32.max, let scalar = Unicode.Scalar(code) else { break }
-                scalars.append(scalar)
+                body(scalar)
             }
         }
+    }
+
+    private static func pen(of cell: VTermScreenCell) -> Pen {
         var copy = cell
         let attrs = termind_vterm_cell_attrs(&copy)
         var pen = Pen()
@@ -305,26 +314,43 @@ public final class TerminalScreen {
         pen.strike = attrs.strike != 0
         pen.foreground = Pen.Color(cell.fg, foreground: true)
         pen.background = Pen.Color(cell.bg, foreground: false)
-        return Cell(scalars: scalars, width: max(1, Int(cell.width)), pen: pen)
+        return pen
+    }
+
+    /// As `Cell.isBlank`, without making a `Cell`: no character, or one space.
+    private static func isBlank(_ cell: VTermScreenCell) -> Bool {
+        var count = 0, first: Unicode.Scalar?
+        forEachScalar(of: cell) { scalar in
+            if count == 0 { first = scalar }
+            count += 1
+        }
+        return count == 0 || (count == 1 && first == " ")
     }
 
     // MARK: - Scrollback
 
+    /// A line that scrolled off the top goes into the scrollback as text with SGR, trailing
+    /// blanks on the default background left out. Straight from libvterm's cells, with no
+    /// `Cell` (an array each) per cell: a flood scrolls a line every 80 bytes.
     private func pushLine(_ cells: UnsafeBufferPointer<VTermScreenCell>) {
         guard scrollbackLimit > 0 else { return }
+        var end = cells.count
+        while end > 0, Self.isBlank(cells[end - 1]), Pen.Color(cells[end - 1].bg, foreground: false) == .default { end -= 1 }
         var line: [UInt8] = []
+        line.reserveCapacity(end + 8)
         var pen = Pen()
-        let converted = cells.map(Self.cell)
-        let end = (converted.lastIndex { !$0.isBlank || $0.pen.background != .default }).map { $0 + 1 } ?? 0
         var index = 0
         while index < end {
-            let cell = converted[index]
-            if cell.pen != pen {
-                line.append(contentsOf: cell.pen.sgr.utf8)
-                pen = cell.pen
+            let cell = cells[index]
+            let cellPen = Self.pen(of: cell)
+            if cellPen != pen {
+                line.append(contentsOf: cellPen.sgr.utf8)
+                pen = cellPen
             }
-            if cell.scalars.isEmpty { line.append(0x20) } else { for scalar in cell.scalars { line.append(contentsOf: String(scalar).utf8) } }
-            index += max(cell.width, 1)
+            let before = line.count
+            Self.forEachScalar(of: cell) { UTF8.encode($0) { line.append($0) } }
+            if line.count == before { line.append(0x20) }
+            index += max(Int(cell.width), 1)
         }
         if pen != Pen() { line.append(contentsOf: "\u{1B}[0m".utf8) }
         scrollback.append(line, lineLimit: scrollbackLimit, byteLimit: Self.scrollbackByteLimit)
