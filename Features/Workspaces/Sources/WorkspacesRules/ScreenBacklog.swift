@@ -28,10 +28,13 @@ public struct ScreenBacklog<Other>: Sendable where Other: Sendable {
     /// What waits, in order (`entries`), and the bytes of output in it (`outputBytes`).
     @usableFromInline var waiting: [Entry] = []
     @usableFromInline var waitingBytes = 0
+    @usableFromInline var waitingOthers = 0
     /// What waits, in order.
     public var entries: [Entry] { waiting }
     /// Bytes of output waiting (gaps not counted).
     public var outputBytes: Int { waitingBytes }
+    /// Other operations waiting (`Other`).
+    public var operationsWaiting: Int { waitingOthers }
 
     @inlinable
     public init(highWater: Int = 8 << 20, lowWater: Int = 1 << 20, chunk: Int = 256 << 10) {
@@ -58,7 +61,10 @@ public struct ScreenBacklog<Other>: Sendable where Other: Sendable {
     }
 
     @inlinable
-    public mutating func append(_ other: Other) { waiting.append(.other(other)) }
+    public mutating func append(_ other: Other) {
+        waiting.append(.other(other))
+        waitingOthers += 1
+    }
 
     /// Drops every output and gap waiting; the other operations stay, in order.
     @inlinable
@@ -72,7 +78,11 @@ public struct ScreenBacklog<Other>: Sendable where Other: Sendable {
     public mutating func next() -> Entry? {
         guard !waiting.isEmpty else { return nil }
         let entry = waiting.removeFirst()
-        if case .output(let data, _) = entry { waitingBytes -= data.count }
+        switch entry {
+        case .output(let data, _): waitingBytes -= data.count
+        case .other: waitingOthers -= 1
+        case .gap: break
+        }
         return entry
     }
 

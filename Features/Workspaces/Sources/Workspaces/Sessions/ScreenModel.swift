@@ -6,8 +6,10 @@ import WorkspacesRules
 /// A durable session's screen (`TerminalScreen`), drawn on a thread of its own at a lower
 /// priority than the data path (`DrawingThread`) so that the terminal's output reaches an
 /// attached client at full speed: libvterm draws about 20 MiB/s, far less than a channel
-/// carries, and on a busy machine its core would otherwise be taken from the data path. Operations run in the order they were asked
-/// for (output, resizes, redraws), so a redraw shows exactly the output queued before it.
+/// carries, and on a busy machine its core would otherwise be taken from the data path.
+/// Output is drawn once it pauses (`DrawingPace`), not while a flood pours in. Operations run
+/// in the order they were asked for (output, resizes, redraws), so a redraw shows exactly the
+/// output queued before it.
 ///
 /// Bounded (`ScreenBacklog`): when more than 8 MiB of output wait, the oldest output goes
 /// down to 1 MiB, and the screen carries on from the modes the session's own scanner saw at
@@ -26,6 +28,8 @@ final class ScreenModel: @unchecked Sendable {
 
     private let lock = NSLock()
     private var waiting = ScreenBacklog<Operation>()
+    /// Output is drawn once it pauses, not while a flood pours in (`DrawingPace`).
+    private var pace = DrawingPace()
     private var draining = false
     private var stopped = false
 
@@ -38,19 +42,23 @@ final class ScreenModel: @unchecked Sendable {
     /// Queues output; `modes` are the terminal's modes just before it. It is drawn once
     /// `kick()` says so (the SSH engine writes the client's screen first).
     func feed(_ data: Data, modesBefore modes: TerminalModes) {
-        lock.withLock { if !stopped { waiting.feed(data, modesBefore: modes) } }
+        let now = DispatchTime.now().uptimeNanoseconds
+        lock.withLock {
+            guard !stopped else { return }
+            waiting.feed(data, modesBefore: modes)
+            pace.fed(at: now)
+        }
     }
 
-    /// Starts drawing what `feed` queued. After drawing, the drawing thread waits a moment
-    /// for more (`lingerSeconds`) and draws what came meanwhile, so that a person's typing
-    /// asks no wake-up of the engine thread per key, between writing their echo and going
-    /// back to poll(); only a flood (`promptBytes` waiting) wakes it early.
-    func kick() { schedule(urgent: nil) }
+    /// Starts drawing what `feed` queued (when no drain runs). A drain that lingers is not
+    /// woken for it: it draws once the output pauses (`DrawingPace`), so that a person's
+    /// typing asks no wake-up per key between writing their echo and going back to poll(),
+    /// and a flood none per chunk.
+    func kick() { schedule(urgent: false) }
 
-    /// How long the drawing thread waits for more output after it drew everything.
+    /// How long the drawing thread waits for more output after it drew everything, and
+    /// between looks while output pours in.
     static let lingerSeconds = 0.25
-    /// Output waiting that ends the drawing thread's wait at once.
-    static let promptBytes = 64 << 10
 
     /// The session ended: output that waits is not drawn, nor any that comes (nobody can
     /// attach to see it); redraws and line requests still answer.
@@ -84,12 +92,11 @@ final class ScreenModel: @unchecked Sendable {
     }
 
     /// Starts the drawing thread on what waits (one drain at a time); an `urgent` operation (a
-    /// redraw, the lines, a resize) also ends its lingering at once, output (`urgent: nil`)
-    /// only when it is a flood.
-    private func schedule(urgent: Bool? = true) {
+    /// redraw, the lines, a resize) also ends its lingering at once.
+    private func schedule(urgent: Bool = true) {
         let start: Bool? = lock.withLock {
             guard !waiting.isEmpty else { return false }
-            if draining { return (urgent ?? (waiting.outputBytes >= Self.promptBytes)) ? nil : false }
+            if draining { return urgent ? nil : false }
             draining = true
             return true
         }
@@ -104,20 +111,36 @@ final class ScreenModel: @unchecked Sendable {
         var skipped = 0
         var lingered = false
         while true {
-            // nil: done; .some(nil): nothing now, wait a moment for more.
-            let next: ScreenBacklog<Operation>.Entry?? = lock.withLock {
-                if let entry = waiting.next() { return .some(entry) }
+            enum Step { case entry(ScreenBacklog<Operation>.Entry), paced, empty, done }
+            let now = DispatchTime.now().uptimeNanoseconds
+            let step: Step = lock.withLock {
+                if !waiting.isEmpty {
+                    // Output waits until it pauses (or went undrawn too long), unless an
+                    // operation waits behind it.
+                    guard pace.mayDraw(at: now, operationWaiting: waiting.operationsWaiting > 0) else { return .paced }
+                    guard let entry = waiting.next() else { return .done }
+                    if case .output = entry { pace.drew(at: now) }
+                    return .entry(entry)
+                }
                 if lingered || stopped {
                     draining = false
-                    return nil
+                    return .done
                 }
-                return .some(nil)
+                return .empty
             }
-            guard let next else { return }
-            guard let next else {
+            let next: ScreenBacklog<Operation>.Entry
+            switch step {
+            case .done: return
+            case .empty:
+                // Nothing now: wait a moment for more.
                 lingered = true
                 drawer.linger(Self.lingerSeconds)
                 continue
+            case .paced:
+                lingered = false
+                drawer.linger(Self.lingerSeconds)
+                continue
+            case .entry(let entry): next = entry
             }
             lingered = false
             switch next {
