@@ -137,4 +137,44 @@ final class SFTPFeatureTests: XCTestCase {
         let human = try termind(["sftp", "box", "ls", root])
         XCTAssertTrue(human.stdout.contains("bad\\xFF\\x0Aname"), human.stdout)
     }
+
+    /// `termind sftp HOST` alone: the prompt, driven on a real pseudo-terminal. Every command
+    /// acts on the server's (this machine's) files from the prompt's folder; a mistake is said
+    /// and the prompt goes on; Ctrl-D leaves with status 0.
+    func testThePromptWorksFromItsFolderAndCtrlDLeaves() throws {
+        let root = directory.file("browse")
+        let local = directory.file("here")
+        for folder in [root, local] { try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true) }
+        try "remote text\n".write(toFile: root + "/notes.txt", atomically: false, encoding: .utf8)
+        try "local text\n".write(toFile: local + "/up.txt", atomically: false, encoding: .utf8)
+        let argv = [FeatureHarness.buildDirectory + "/termind", "--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k"), "sftp", "box"]
+        let prompt = "sftp box:\(root)> "
+        let report = try PseudoTerminal.run(argv, steps: [
+            .expect("sftp box:"), .send("cd \(root)\n"), .expect(prompt),
+            .send("mkdir -p 'two words'/deeper\n"), .expect(prompt),
+            .send("lcd \(local)\n"), .expect(prompt),
+            .send("put up.txt 'two words'\n"), .expect("1 copied"), .expect(prompt),
+            .send("get notes.txt\n"), .expect("1 copied"), .expect(prompt),
+            .send("mv notes.txt renamed.txt\n"), .expect(prompt),
+            .send("ls\n"), .expect("renamed.txt"), .expect(prompt),
+            .send("cd missing\n"), .expect("No such file"), .expect(prompt),
+            .send("frobnicate\n"), .expect("'frobnicate' is not a command"), .expect(prompt),
+            .send("rm 'two words'\n"), .expect("is a directory"), .expect(prompt),
+            .send("pwd\n"), .expect("box:\(root)"), .expect(prompt),
+            .send("\u{04}"),
+        ], environment: environment)
+        XCTAssertEqual(report.met, Array(repeating: true, count: report.met.count), report.output)
+        XCTAssertEqual(report.status, 0, report.output)
+        XCTAssertTrue(report.restored, "the terminal's settings are as before")
+        XCTAssertEqual(try String(contentsOfFile: root + "/two words/up.txt", encoding: .utf8), "local text\n", "put went into the folder named from the prompt's")
+        XCTAssertEqual(try String(contentsOfFile: local + "/notes.txt", encoding: .utf8), "remote text\n", "get came into the local folder set by lcd")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: root + "/renamed.txt"))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: root + "/notes.txt"))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: root + "/two words/deeper"), "the folder that rm refused is still there")
+
+        // Without a terminal there is nobody to type: a clear error, not a silent success.
+        let alone = try termind(["sftp", "box"])
+        XCTAssertEqual(alone.status, 1, alone.stderr)
+        XCTAssertTrue(alone.stderr.contains("needs a terminal"), alone.stderr)
+    }
 }

@@ -125,4 +125,38 @@ final class TransferRulesTests: XCTestCase {
         XCTAssertEqual(queue.admit(.init(active: 1, perHost: 1)), [], "nothing is left")
         XCTAssertEqual(queue.activeCount, 0)
     }
+
+    // MARK: - The prompt's lines (termind sftp HOST)
+
+    func testPromptLinesSplitAsAShellSplitsThem() throws {
+        XCTAssertEqual(try BrowseLine.words("  put  my\\ file 'a b'  \"c \\\"d\\\" \\x\" ''  "), ["put", "my file", "a b", "c \"d\" \\x", ""])
+        XCTAssertEqual(try BrowseLine.words("ls\t-L\tdir"), ["ls", "-L", "dir"])
+        XCTAssertEqual(try BrowseLine.words(""), [])
+        XCTAssertEqual(try BrowseLine.words("a'b'c\"d\"e"), ["abcde"], "quotes join with what touches them")
+        XCTAssertThrowsError(try BrowseLine.words("ls 'open")) { XCTAssertEqual("\($0)", "the quote ' is not closed") }
+        XCTAssertThrowsError(try BrowseLine.words("ls \"open")) { XCTAssertEqual("\($0)", "the quote \" is not closed") }
+        XCTAssertThrowsError(try BrowseLine.words("ls end\\")) { XCTAssertEqual("\($0)", "the line ends with a backslash") }
+    }
+
+    func testPromptPathsStartAtItsFolderAndTildeAtHome() {
+        let (folder, home) = ("/srv/data", "/home/ana")
+        XCTAssertEqual(BrowseLine.resolve("logs/x.txt", folder: folder, home: home), "/srv/data/logs/x.txt")
+        XCTAssertEqual(BrowseLine.resolve("/etc/hosts", folder: folder, home: home), "/etc/hosts")
+        XCTAssertEqual(BrowseLine.resolve("~", folder: folder, home: home), "/home/ana")
+        XCTAssertEqual(BrowseLine.resolve("~/notes", folder: folder, home: home), "/home/ana/notes")
+        XCTAssertEqual(BrowseLine.resolve(".", folder: folder, home: home), "/srv/data")
+        XCTAssertEqual(BrowseLine.resolve("..", folder: folder, home: home), "/srv/data/..", "the server resolves .. (it knows the links)")
+        XCTAssertEqual(BrowseLine.resolve("*.log", folder: "/", home: home), "/*.log")
+        XCTAssertEqual(BrowseLine.resolve("~x", folder: folder, home: home), "/srv/data/~x", "~user is a name here")
+    }
+
+    func testPromptOptionsComeBeforeTheWordsAndEndAtDoubleDash() {
+        let parsed = BrowseLine.options(["-rp", "-L", "src", "-x"][...])
+        XCTAssertEqual(parsed.flags, ["r", "p", "L"])
+        XCTAssertEqual(parsed.rest, ["src", "-x"])
+        let dashed = BrowseLine.options(["-r", "--", "-name-", "b"][...])
+        XCTAssertEqual(dashed.flags, ["r"])
+        XCTAssertEqual(dashed.rest, ["-name-", "b"])
+        XCTAssertEqual(BrowseLine.options(["-", "x"][...]).rest, ["-", "x"], "a lone - is a word")
+    }
 }

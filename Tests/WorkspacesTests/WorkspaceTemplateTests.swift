@@ -193,15 +193,25 @@ final class WorkspaceTemplateTests: XCTestCase {
 
     func testBatchHostsDeletedHostsAndNoServer() throws {
         try saveHosts()
-        try run(["workspace", "save", "ops", "v(db, empty)"])
+        try run(["workspace", "save", "ops", "v(db, empty, sftp:box)"])
         try run(["vault", "host", "delete", "db"])
         try tmux.open("main", ["/bin/sh", "-c", "\"$0\" workspace open ops; \"$0\" workspace open --hosts box,box; echo \"[open $?]\"; exec sleep 100000", termind],
                       columns: 120, rows: 30)
         XCTAssertTrue(try waitInFirstWindow("[open 0]"), (try? paneText("main:0")) ?? "")
         // The deleted host's pane is a local shell that says why; the empty pane a local shell.
         let ops = try panes("ops")
-        XCTAssertEqual(ops.count, 2)
+        XCTAssertEqual(ops.count, 3)
         try waitFor("the note in the deleted host's pane") { try paneText(ops[0].id).contains("no longer exists") }
+        // The SFTP pane: termind's prompt on the host's files, through the server (tmux drops
+        // the blank after a prompt).
+        try waitFor("the SFTP pane's prompt") { try paneText(ops[2].id).contains("sftp box:") }
+        try tmux.tmux(["send-keys", "-t", ops[2].id, "-l", "cd /\r"])
+        try waitFor("the prompt in /") { try paneText(ops[2].id).contains("sftp box:/>") }
+        try tmux.tmux(["send-keys", "-t", ops[2].id, "-l", "ls\r"])
+        try waitFor("the listing of /") { let text = try paneText(ops[2].id); return text.contains("usr/") && text.contains("var/") }
+        // Leaving it (exit) leaves a local shell in the pane.
+        try tmux.tmux(["send-keys", "-t", ops[2].id, "-l", "exit\recho LOCAL-$((2+3))\r"])
+        try waitFor("a local shell after the prompt") { try paneText(ops[2].id).contains("LOCAL-5") }
         // --hosts: one pane per host, a workspace of its own.
         let batch = try XCTUnwrap(try windows().first { $0.hasPrefix("hosts-") })
         XCTAssertEqual(try panes(batch).count, 2)

@@ -13,7 +13,9 @@ public enum SFTPStreams {
         public struct Request: Codable, Sendable, Equatable {
             /// A saved host (id or label) or a quick-connect line.
             public var target: String
-            public var action: Action
+            /// None: an interactive prompt on the host's files (`termind sftp HOST`), whose
+            /// lines are asked as questions (topic `sftp.browse`) on the client's terminal.
+            public var action: Action?
             /// The action's paths (chmod: MODE first; mv: SRC DST; ln: TARGET LINK). Relative
             /// paths start at the remote home; `*`, `?` and `[…]` are matched on the server.
             public var paths: [String]
@@ -32,7 +34,7 @@ public enum SFTPStreams {
             public var workingDirectory: String?
             public var acceptHostKey: HostKeyPreset?
             public var connectTimeout: Double?
-            public init(target: String, action: Action, paths: [String], follow: Bool? = nil, mode: String? = nil, parents: Bool? = nil, replace: Bool? = nil,
+            public init(target: String, action: Action?, paths: [String], follow: Bool? = nil, mode: String? = nil, parents: Bool? = nil, replace: Bool? = nil,
                         recursive: Bool? = nil, user: String? = nil, identity: String? = nil, workingDirectory: String? = nil, acceptHostKey: HostKeyPreset? = nil,
                         connectTimeout: Double? = nil) {
                 self.target = target
@@ -48,6 +50,19 @@ public enum SFTPStreams {
                 self.workingDirectory = workingDirectory
                 self.acceptHostKey = acceptHostKey
                 self.connectTimeout = connectTimeout
+            }
+            /// As synthesized, but `paths` may be left out (none: `termind sftp HOST` alone, or
+            /// `ls` and `df` of the home folder).
+            public init(from decoder: any Decoder) throws {
+                let c = try decoder.container(keyedBy: CodingKeys.self)
+                try self.init(target: c.decode(String.self, forKey: .target), action: c.decodeIfPresent(Action.self, forKey: .action),
+                              paths: c.decodeIfPresent([String].self, forKey: .paths) ?? [], follow: c.decodeIfPresent(Bool.self, forKey: .follow),
+                              mode: c.decodeIfPresent(String.self, forKey: .mode), parents: c.decodeIfPresent(Bool.self, forKey: .parents),
+                              replace: c.decodeIfPresent(Bool.self, forKey: .replace), recursive: c.decodeIfPresent(Bool.self, forKey: .recursive),
+                              user: c.decodeIfPresent(String.self, forKey: .user), identity: c.decodeIfPresent(String.self, forKey: .identity),
+                              workingDirectory: c.decodeIfPresent(String.self, forKey: .workingDirectory),
+                              acceptHostKey: c.decodeIfPresent(HostKeyPreset.self, forKey: .acceptHostKey),
+                              connectTimeout: c.decodeIfPresent(Double.self, forKey: .connectTimeout))
             }
         }
 
@@ -135,9 +150,12 @@ public enum SFTPStreams {
 
         public static let name = "sftp.run"
         public static let version = 1
-        public static let summary = "Remote file operations over SFTP that move no file data: ls, stat, mkdir, rm, rmdir, mv, ln, chmod, df."
-        public static var events: [String: JSONSchema] { ["view": StreamEvents.view, "notice": StreamEvents.notice] }
-        public static var questions: [String: String] { ConnectionOpener.questions }
+        public static let summary = "Remote file operations over SFTP that move no file data: ls, stat, mkdir, rm, rmdir, mv, ln, chmod, df; without one, an interactive prompt (whose get and put transfer)."
+        public static var events: [String: JSONSchema] { ["view": StreamEvents.view, "notice": StreamEvents.notice, "progress": StreamEvents.progress] }
+        /// The prompt's lines (`browseTopic`), and a prompt's transfers' questions.
+        public static var questions: [String: String] { Transfer.questions.merging([browseTopic: "prompts"]) { a, _ in a } }
+        /// The interactive prompt's question: one line, echoed.
+        public static let browseTopic = "sftp.browse"
     }
 }
 

@@ -68,7 +68,16 @@ final class LocalTerminal: ConsoleTerminal, @unchecked Sendable {
         var bytes: [UInt8] = []
         defer { bytes.withUnsafeMutableBufferPointer { buffer in for index in buffer.indices { buffer[index] = 0 } } }
         var byte: UInt8 = 0
-        while bytes.count < 64 << 10, Glibc.read(input, &byte, 1) == 1, byte != 10 { bytes.append(byte) }
+        var ended = true
+        while bytes.count < 64 << 10, Glibc.read(input, &byte, 1) == 1 {
+            if byte == 10 { ended = false; break }
+            bytes.append(byte)
+        }
+        // End of input (Ctrl-D) before anything was typed: no answer, not an empty one.
+        if ended && bytes.isEmpty {
+            if echo { _ = write(output, "\n", 1) }  // the next output starts on a line of its own, as after Enter
+            return nil
+        }
         return String(decoding: bytes, as: UTF8.self)
     }
 

@@ -69,10 +69,13 @@ final class StreamView: @unchecked Sendable {
         lock.withLock { clearProgressLocked() }
     }
 
-    /// Before a question: the terminal as a person expects it (cursor shown, no progress
-    /// line); the next view is drawn below what the question wrote.
+    /// Before a question: the terminal as a person expects it (a view still waiting for its
+    /// turn drawn, cursor shown, no progress line); the next view is drawn below what the
+    /// question wrote.
     func pause() {
         lock.withLock {
+            if let view = pendingView { drawLocked(view) }
+            pendingView = nil
             restoreLocked()
             viewLines = 0
         }

@@ -78,7 +78,7 @@ final class SFTPFeature: Feature {
 
     func register(_ registrar: FeatureRegistrar) throws {
         registrar.stream(SFTPStreams.Run.self) { [self] request, session in
-            try await Runner(request: request, session: session).run(try current().opener)
+            try await Runner(request: request, session: session).run(try current().opener) { try await self.transfer($0, session: session) }
         }
         let port = SchedulerPort(feature: self)
         registrar.stream(SFTPStreams.Transfer.self) { request, session in try await port.transfer(request, session: session) }
@@ -153,7 +153,7 @@ final class SFTPFeature: Feature {
 }
 
 /// One `termind sftp` run.
-private struct Runner {
+struct Runner {
     typealias Run = SFTPStreams.Run
     let request: Run.Request
     let session: StreamSession
@@ -161,7 +161,8 @@ private struct Runner {
     /// At most this many paths one pattern may match.
     static let maximumMatches = 100_000
 
-    func run(_ opener: ConnectionOpener) async throws -> Run.Result {
+    /// `transfer` runs a browsing prompt's get and put.
+    func run(_ opener: ConnectionOpener, transfer: @escaping Browser.Transfer) async throws -> Run.Result {
         try checkArguments()
         let target = ConnectionTarget(target: request.target, user: request.user, identity: request.identity, workingDirectory: request.workingDirectory,
                                       acceptHostKey: request.acceptHostKey, connectTimeout: request.connectTimeout)
@@ -173,6 +174,7 @@ private struct Runner {
             throw TermindError(.sftpProtocol, "\(request.target) did not start SFTP: \(error.message)")
         }
         defer { Task { await sftp.close() } }
+        guard request.action != nil else { return try await Browser(request: request, session: session, sftp: sftp, transfer: transfer).run() }
         var result = try await perform(sftp)
         result.exitStatus = result.failures.isEmpty ? 0 : 3
         for failure in result.failures {
@@ -185,13 +187,17 @@ private struct Runner {
         return result
     }
 
-    private func checkArguments() throws {
+    func checkArguments() throws {
         let count = request.paths.count
-        switch request.action {
+        guard let action = request.action else {
+            if count > 0 { throw TermindError.badRequest("sftp \(request.target): '\(request.paths[0])' is not an action (ls, stat, mkdir, rm, rmdir, mv, ln, chmod, df).") }
+            return
+        }
+        switch action {
         case .mv where count != 2: throw TermindError.badRequest("sftp mv takes SRC DST (2 paths), not \(count).")
         case .ln where count != 2: throw TermindError.badRequest("sftp ln takes TARGET LINK (2 paths), not \(count): the link LINK will point at TARGET.")
         case .chmod where count < 2: throw TermindError.badRequest("sftp chmod takes MODE PATH… (an octal mode such as 644, then at least one path).")
-        case .mkdir, .rm, .rmdir, .stat: if count == 0 { throw TermindError.badRequest("sftp \(request.action.rawValue) needs at least one PATH.") }
+        case .mkdir, .rm, .rmdir, .stat: if count == 0 { throw TermindError.badRequest("sftp \(action.rawValue) needs at least one PATH.") }
         default: break
         }
         if request.action == .chmod, Self.octal(request.paths[0]) == nil {
@@ -205,7 +211,7 @@ private struct Runner {
         return value
     }
 
-    private func perform(_ sftp: SFTPSession) async throws -> Run.Result {
+    func perform(_ sftp: SFTPSession) async throws -> Run.Result {
         var result = Run.Result(exitStatus: 0)
         func attempt(_ path: String, _ body: () async throws -> Void) async {
             do { try await body() } catch let error as SFTPError {
@@ -215,7 +221,8 @@ private struct Runner {
             }
         }
         let follow = request.follow == true
-        switch request.action {
+        guard let action = request.action else { return result }
+        switch action {
         case .ls:
             var listings: [Run.Listing] = []
             for pattern in request.paths.isEmpty ? ["."] : request.paths {
@@ -333,7 +340,7 @@ private struct Runner {
             })])
         }
         if let done = result.done, !done.isEmpty {
-            await session.emit("view", ["title": .string("\(request.action.rawValue) on \(request.target)"), "result": .bool(true),
+            await session.emit("view", ["title": .string("\(action.rawValue) on \(request.target)"), "result": .bool(true),
                                         "rows": .array(done.map { .object(["done": .string($0)]) })])
         }
         return result

@@ -54,7 +54,10 @@ struct TmuxWorkspace {
                 opened.session = await sessions.session(workspace: workspaceID, pane: number, host: host)?.id
                 commands.append(Self.held([executable, "--socket", controlSocket, "ssh", host, "--workspace", workspaceID, "--pane", String(number)]))
             case (.sftp, let host?) where labels[host] != nil:
-                commands.append(Self.sftp([executable, "--socket", controlSocket, "sftp", host, "ls", "."], host: labels[host] ?? host))
+                // The prompt names the host as its label when that is one word (get and put
+                // there write HOST:PATH), else by its id.
+                let name = labels[host].flatMap { $0.contains(where: { $0.isWhitespace || $0 == ":" }) ? nil : $0 } ?? host
+                commands.append(Self.sftp([executable, "--socket", controlSocket, "sftp", name], host: labels[host] ?? host))
             case (_, let host?):
                 let note = "The host of this pane (\(host)) no longer exists; this is a local shell."
                 opened.note = note
@@ -111,8 +114,10 @@ struct TmuxWorkspace {
          "termind-pane"] + argv
     }
 
+    /// An SFTP pane: termind's prompt on the host's files (`termind sftp HOST`), then, once
+    /// it is left, a local shell in the pane.
     static func sftp(_ argv: [String], host: String) -> [String] {
-        ["/bin/sh", "-c", "printf 'SFTP pane of %s: its home folder, then a local shell (termind get/put/sftp %s …).\\n' \"$0\" \"$0\"; \"$@\"; exec \"${SHELL:-/bin/sh}\"",
+        ["/bin/sh", "-c", "printf 'SFTP pane of %s (help lists the commands; exit leaves for a local shell).\\n' \"$0\"; \"$@\"; exec \"${SHELL:-/bin/sh}\"",
          host] + argv
     }
 

@@ -1,0 +1,202 @@
+import Foundation
+import SFTPAPI
+import SFTPWire
+import TermindCore
+import TransferRules
+
+/// `termind sftp HOST` with no action: a prompt on the host's files, as OpenSSH's `sftp`
+/// gives, for a workspace's SFTP pane and for a person at a terminal. Each line is asked as a
+/// question (`sftp.browse`, one echoed line) on the client's terminal; the metadata commands
+/// run as `termind sftp HOST ACTION` does, on the same SFTP session, with paths from the
+/// prompt's folder; get and put go through the process scheduler as `termind get`/`put`, on
+/// the same pooled connection (nothing authenticates again). Ends on exit, quit, bye or
+/// end of input (Ctrl-D).
+struct Browser {
+    typealias Run = SFTPStreams.Run
+    typealias Transfer = @Sendable (SFTPStreams.Transfer.Request) async throws -> SFTPStreams.Transfer.Result
+
+    let request: Run.Request
+    let session: StreamSession
+    let sftp: SFTPSession
+    let transfer: Transfer
+
+    /// What the prompt takes, as `help` shows it.
+    static let help: [(String, String)] = [
+        ("ls [-L] [PATH...]", "list folders (a file: itself); -L follows links"),
+        ("cd [PATH]", "go to a remote folder (none: the home folder)"),
+        ("pwd", "the remote folder"),
+        ("stat [-L] PATH...", "kind, size, permissions, owner, times"),
+        ("mkdir [-p] PATH...", "make folders (-p: with missing parents)"),
+        ("rm [-r] PATH...", "remove files and links (-r: folders with everything inside)"),
+        ("rmdir PATH...", "remove empty folders"),
+        ("mv [-f] SRC DST", "rename or move (-f: replace an existing file, atomically)"),
+        ("ln TARGET LINK", "make LINK a symbolic link to TARGET"),
+        ("chmod MODE PATH...", "set permissions (octal, e.g. 644)"),
+        ("df [PATH...]", "size, used and available space"),
+        ("get [-r] [-p] REMOTE [LOCAL]", "download into the local folder (or to LOCAL), through the scheduler"),
+        ("put [-r] [-p] LOCAL [REMOTE]", "upload into the remote folder (or to REMOTE), through the scheduler"),
+        ("lcd [PATH], lpwd, lls [PATH]", "the local folder: go to (none: home), show, list"),
+        ("help, ?", "this list"),
+        ("exit, quit, bye", "leave (so does Ctrl-D)"),
+        ("", "Paths start at the folder you are in, ~ at the home folder; *, ? and [...] match on the server"),
+        ("", "(put: here). Quote a name with blanks: 'my file' or my\\ file."),
+    ]
+
+    func run() async throws -> Run.Result {
+        let home = SFTPPaths.display(try await sftp.realpath(Array(".".utf8)))
+        var folder = home
+        var local = request.workingDirectory ?? FileManager.default.currentDirectoryPath
+        var asked = false
+        while true {
+            let question: JSONValue = .object([
+                "topic": .string(Run.browseTopic), "kind": .string("prompts"),
+                "prompts": .array([.object(["text": .string("sftp \(request.target):\(folder)> "), "echo": .bool(true)])]),
+            ])
+            guard let answer = await session.ask(question), case .array(let answers)? = answer["answers"], let line = answers.first?.stringValue else {
+                guard asked else {
+                    throw TermindError.badRequest("termind sftp \(request.target) without an action is an interactive prompt and needs a terminal; give an action (ls, stat, mkdir, rm, rmdir, mv, ln, chmod, df) or use termind get/put.")
+                }
+                return Run.Result(exitStatus: 0)
+            }
+            asked = true
+            let words: [String]
+            do { words = try BrowseLine.words(line) } catch {
+                await say("\(error.description); nothing was done.")
+                continue
+            }
+            guard let command = words.first else { continue }
+            let (flags, rest) = BrowseLine.options(words.dropFirst())
+            func remote(_ path: String) -> String { BrowseLine.resolve(path, folder: folder, home: home) }
+            func localPath(_ path: String) -> String {
+                if path.hasPrefix("/") { return path }
+                if path == "~" || path.hasPrefix("~/") { return (ProcessInfo.processInfo.environment["HOME"] ?? "/") + path.dropFirst() }
+                return BrowseLine.resolve(path, folder: local, home: local)
+            }
+            do {
+                switch command {
+                case "exit", "quit", "bye":
+                    return Run.Result(exitStatus: 0)
+                case "help", "?":
+                    await session.emit("view", ["rows": .array(Self.help.map { .object(["command": .string($0.0), "does": .string($0.1)]) }), "result": .bool(true)])
+                case "pwd":
+                    await session.emit("view", ["rows": .array([.object(["remote folder": .string("\(request.target):\(folder)")])]), "result": .bool(true)])
+                case "lpwd":
+                    await session.emit("view", ["rows": .array([.object(["local folder": .string(local)])]), "result": .bool(true)])
+                case "cd":
+                    try refuse(flags, allowed: "", command)
+                    guard rest.count <= 1 else { throw Problem("cd takes one PATH") }
+                    let target = Array(remote(rest.first ?? "~").utf8)
+                    let attributes = try await sftp.stat(target, followLinks: true)
+                    guard attributes.kind == .directory else { throw Problem("\(SFTPPaths.display(target)) is not a folder") }
+                    folder = SFTPPaths.display(try await sftp.realpath(target))
+                case "lcd":
+                    try refuse(flags, allowed: "", command)
+                    guard rest.count <= 1 else { throw Problem("lcd takes one PATH") }
+                    let target = URL(fileURLWithPath: localPath(rest.first ?? "~")).standardizedFileURL.path
+                    var isDirectory: ObjCBool = false
+                    guard FileManager.default.fileExists(atPath: target, isDirectory: &isDirectory), isDirectory.boolValue else {
+                        throw Problem("\(target) is not a local folder")
+                    }
+                    local = target
+                case "lls":
+                    try refuse(flags, allowed: "", command)
+                    let target = localPath(rest.first ?? ".")
+                    let names = try FileManager.default.contentsOfDirectory(atPath: target).sorted()
+                    let rows: [JSONValue] = names.map { name in
+                        var isDirectory: ObjCBool = false
+                        _ = FileManager.default.fileExists(atPath: target + "/" + name, isDirectory: &isDirectory)
+                        return .object(["name": .string(TerminalText.escaped(name) + (isDirectory.boolValue ? "/" : ""))])
+                    }
+                    await session.emit("view", ["title": .string(target), "rows": .array(rows), "result": .bool(true)])
+                case "ls", "stat", "mkdir", "rm", "rmdir", "mv", "ln", "chmod", "df":
+                    try await metadata(command, flags: flags, rest, remote: remote)
+                case "get":
+                    try refuse(flags, allowed: "rp", command)
+                    guard (1...2).contains(rest.count) else { throw Problem("get takes REMOTE [LOCAL]") }
+                    try await move(sources: ["\(try host()):\(remote(rest[0]))"], to: localPath(rest.count == 2 ? rest[1] : "."), verb: "get", flags: flags)
+                case "put":
+                    try refuse(flags, allowed: "rp", command)
+                    guard (1...2).contains(rest.count) else { throw Problem("put takes LOCAL [REMOTE]") }
+                    let sources = try LocalGlob.expand(localPath(rest[0]))
+                    try await move(sources: sources, to: "\(try host()):\(remote(rest.count == 2 ? rest[1] : "."))", verb: "put", flags: flags)
+                default:
+                    throw Problem("'\(TerminalText.escaped(command))' is not a command (help lists them)")
+                }
+            } catch let problem as Problem {
+                await say("\(problem.text); nothing was done.")
+            } catch let error as SFTPError {
+                await say(error.message)
+            } catch {
+                await say(TermindError.from(error).message)
+            }
+        }
+    }
+
+    /// A command line the prompt cannot run, said before the next prompt.
+    private struct Problem: Error {
+        let text: String
+        init(_ text: String) { self.text = text }
+    }
+
+    private func say(_ text: String) async { await session.emit("notice", ["text": .string(text)]) }
+
+    private func refuse(_ flags: Set<Character>, allowed: String, _ command: String) throws {
+        if let flag = flags.first(where: { !allowed.contains($0) }) {
+            throw Problem("\(command) has no option -\(flag)\(allowed.isEmpty ? "" : " (only -\(allowed.map(String.init).joined(separator: ", -")))")")
+        }
+    }
+
+    /// The host as a transfer names it: a saved host's label or USER@HOST (one word).
+    private func host() throws -> String {
+        let target = request.target
+        guard !target.contains(where: { $0 == " " || $0 == "\t" }), !target.contains(":") || target.hasPrefix("[") else {
+            throw Problem("get and put here need a saved host or USER@HOST; for '\(target)' use termind get and termind put")
+        }
+        return target
+    }
+
+    /// The metadata commands, as `termind sftp HOST ACTION` runs them, on this session.
+    private func metadata(_ command: String, flags: Set<Character>, _ words: [String], remote: (String) -> String) async throws {
+        guard let action = Run.Action(rawValue: command) else { throw Problem("'\(command)' is not a command") }
+        var sub = request
+        sub.action = action
+        switch action {
+        case .ls, .stat: try refuse(flags, allowed: "L", command); sub.follow = flags.contains("L")
+        case .mkdir: try refuse(flags, allowed: "p", command); sub.parents = flags.contains("p")
+        case .rm: try refuse(flags, allowed: "r", command); sub.recursive = flags.contains("r")
+        case .mv: try refuse(flags, allowed: "f", command); sub.replace = flags.contains("f")
+        default: try refuse(flags, allowed: "", command)
+        }
+        // chmod's MODE and ln's TARGET (where the link points, as written) are not paths here.
+        sub.paths = words.enumerated().map { index, word in
+            (action == .chmod || action == .ln) && index == 0 ? word : remote(word)
+        }
+        // ls and df of nothing: the folder the prompt is in (not the home folder).
+        if sub.paths.isEmpty, action == .ls || action == .df { sub.paths = [remote(".")] }
+        let runner = Runner(request: sub, session: session)
+        try runner.checkArguments()
+        let result = try await runner.perform(sftp)
+        for failure in result.failures { await say("\(failure.path): \(failure.error)") }
+    }
+
+    private func move(sources: [String], to destination: String, verb: String, flags: Set<Character>) async throws {
+        let request = SFTPStreams.Transfer.Request(sources: sources, destination: destination, recursive: flags.contains("r"), preserve: flags.contains("p"),
+                                                   verb: verb, user: self.request.user, identity: self.request.identity,
+                                                   workingDirectory: self.request.workingDirectory, acceptHostKey: self.request.acceptHostKey,
+                                                   connectTimeout: self.request.connectTimeout)
+        let result = try await transfer(request)
+        for file in result.files where file.outcome == .failed { await say("\(file.from): \(file.error ?? "failed")") }
+    }
+}
+
+/// `put`'s local side at the prompt, where no shell expanded `*`, `?` and `[…]`: the matches
+/// (sorted), or the path itself when it has none of them.
+enum LocalGlob {
+    static func expand(_ path: String) throws -> [String] {
+        guard path.contains(where: { "*?[".contains($0) }) else { return [path] }
+        var found = glob_t()
+        defer { globfree(&found) }
+        guard glob(path, 0, nil, &found) == 0 else { throw SFTPError(status: .noSuchFile, message: "\(path): nothing here matches") }
+        return (0..<Int(found.gl_pathc)).compactMap { found.gl_pathv[$0].map { String(cString: $0) } }.sorted()
+    }
+}
