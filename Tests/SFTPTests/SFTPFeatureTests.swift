@@ -146,6 +146,11 @@ final class SFTPFeatureTests: XCTestCase {
         let local = directory.file("here")
         for folder in [root, local] { try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true) }
         try "remote text\n".write(toFile: root + "/notes.txt", atomically: false, encoding: .utf8)
+        // A folder whose name is a pattern that matches another folder's name.
+        for folder in ["run[1]", "run1"] {
+            try FileManager.default.createDirectory(atPath: root + "/" + folder, withIntermediateDirectories: true)
+            try "old\n".write(toFile: root + "/" + folder + "/old.log", atomically: false, encoding: .utf8)
+        }
         try "local text\n".write(toFile: local + "/up.txt", atomically: false, encoding: .utf8)
         let argv = [FeatureHarness.buildDirectory + "/termind", "--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k"), "sftp", "box"]
         let prompt = "sftp box:\(root)> "
@@ -161,6 +166,11 @@ final class SFTPFeatureTests: XCTestCase {
             .send("frobnicate\n"), .expect("'frobnicate' is not a command"), .expect(prompt),
             .send("rm 'two words'\n"), .expect("is a directory"), .expect(prompt),
             .send("pwd\n"), .expect("box:\(root)"), .expect(prompt),
+            // Several folders: every listing is shown.
+            .send("ls run1 'two words'\n"), .expect("\(root)/run1"), .expect("\(root)/two words"), .expect(prompt),
+            // In run[1], a path is run[1]'s, never run1's (whose name the folder's matches).
+            .send("cd 'run[1]'\n"), .expect("sftp box:\(root)/run[1]> "),
+            .send("rm old.log\n"), .expect("sftp box:\(root)/run[1]> "),
             .send("\u{04}"),
         ], environment: environment)
         XCTAssertEqual(report.met, Array(repeating: true, count: report.met.count), report.output)
@@ -171,10 +181,12 @@ final class SFTPFeatureTests: XCTestCase {
         XCTAssertTrue(FileManager.default.fileExists(atPath: root + "/renamed.txt"))
         XCTAssertFalse(FileManager.default.fileExists(atPath: root + "/notes.txt"))
         XCTAssertTrue(FileManager.default.fileExists(atPath: root + "/two words/deeper"), "the folder that rm refused is still there")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: root + "/run[1]/old.log"), "rm in run[1] removed run[1]'s file")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: root + "/run1/old.log"), "and not run1's")
 
         // Without a terminal there is nobody to type: a clear error, not a silent success.
         let alone = try termind(["sftp", "box"])
         XCTAssertEqual(alone.status, 1, alone.stderr)
-        XCTAssertTrue(alone.stderr.contains("needs a terminal"), alone.stderr)
+        XCTAssertTrue(alone.stderr.contains("no line was read"), alone.stderr)
     }
 }

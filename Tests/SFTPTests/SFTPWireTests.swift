@@ -50,6 +50,20 @@ final class SFTPPacketTests: XCTestCase {
         XCTAssertThrowsError(try hostile.attributes())
     }
 
+    func testABackslashMakesAPatternCharacterLiteral() {
+        func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
+        XCTAssertTrue(SFTPPaths.isPattern(bytes("run[1]")))
+        XCTAssertFalse(SFTPPaths.isPattern(bytes("run\\[1]")), "an escaped [ starts no set")
+        XCTAssertTrue(SFTPPaths.isPattern(bytes("a\\\\*")), "an escaped backslash escapes nothing after it")
+        XCTAssertEqual(SFTPPaths.unescape(bytes("run\\[1\\]")), bytes("run[1]"))
+        XCTAssertEqual(SFTPPaths.unescape(bytes("a\\\\b")), bytes("a\\b"))
+        XCTAssertEqual(SFTPPaths.escape(bytes("r*n?[1]\\")), bytes("r\\*n\\?\\[1]\\\\"))
+        // An escaped name matches itself only; the same name unescaped matches others.
+        XCTAssertTrue(SFTPPaths.matches(bytes("run[1]"), pattern: SFTPPaths.escape(bytes("run[1]"))))
+        XCTAssertFalse(SFTPPaths.matches(bytes("run1"), pattern: SFTPPaths.escape(bytes("run[1]"))))
+        XCTAssertTrue(SFTPPaths.matches(bytes("run1"), pattern: bytes("run[1]")))
+    }
+
     func testVersionAndLimits() throws {
         var version = SFTPWriter(.version)
         version.uint32(3)

@@ -148,6 +148,11 @@ final class TransferRulesTests: XCTestCase {
         XCTAssertEqual(BrowseLine.resolve("..", folder: folder, home: home), "/srv/data/..", "the server resolves .. (it knows the links)")
         XCTAssertEqual(BrowseLine.resolve("*.log", folder: "/", home: home), "/*.log")
         XCTAssertEqual(BrowseLine.resolve("~x", folder: folder, home: home), "/srv/data/~x", "~user is a name here")
+        // A path to be matched: the folder's own pattern characters are escaped, the typed ones stay.
+        XCTAssertEqual(BrowseLine.resolve("*.log", folder: "/x/run[1]", home: home, pattern: true), "/x/run\\[1]/*.log")
+        XCTAssertEqual(BrowseLine.resolve("~/a?", folder: folder, home: "/h/*", pattern: true), "/h/\\*/a?")
+        XCTAssertEqual(BrowseLine.resolve("a", folder: "/x/back\\slash", home: home, pattern: true), "/x/back\\\\slash/a")
+        XCTAssertEqual(BrowseLine.resolve("a", folder: "/x/run[1]", home: home), "/x/run[1]/a", "a literal path stays as it is")
     }
 
     func testPromptOptionsComeBeforeTheWordsAndEndAtDoubleDash() {

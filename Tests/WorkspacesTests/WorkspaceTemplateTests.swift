@@ -209,8 +209,9 @@ final class WorkspaceTemplateTests: XCTestCase {
         try waitFor("the prompt in /") { try paneText(ops[2].id).contains("sftp box:/>") }
         try tmux.tmux(["send-keys", "-t", ops[2].id, "-l", "ls\r"])
         try waitFor("the listing of /") { let text = try paneText(ops[2].id); return text.contains("usr/") && text.contains("var/") }
-        // Leaving it (exit) leaves a local shell in the pane.
-        try tmux.tmux(["send-keys", "-t", ops[2].id, "-l", "exit\recho LOCAL-$((2+3))\r"])
+        // Leaving it (Ctrl-D, read by the launcher) leaves a local shell in the pane.
+        try tmux.tmux(["send-keys", "-t", ops[2].id, "C-d"])
+        try tmux.tmux(["send-keys", "-t", ops[2].id, "-l", "echo LOCAL-$((2+3))\r"])
         try waitFor("a local shell after the prompt") { try paneText(ops[2].id).contains("LOCAL-5") }
         // --hosts: one pane per host, a workspace of its own.
         let batch = try XCTUnwrap(try windows().first { $0.hasPrefix("hosts-") })

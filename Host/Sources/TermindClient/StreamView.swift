@@ -16,7 +16,8 @@ import TermindCore
 ///   between redraws): tables that a terminal redraws in place (the latest view at most
 ///   every `refresh`, 0.25 s unless said); without one each view is printed in turn; with
 ///   `--json` one JSON line each (its `json` field when it has one). A view with `result:
-///   true` is the human form of the result: printed instead of it, left out with `--json`.
+///   true` is the human form of the result: printed instead of it (at once, and each below
+///   the result before it), left out with `--json`.
 /// * `notice` (`text`): a line on standard error.
 ///
 /// The terminal is left as found: the cursor shown again and the progress line cleared
@@ -37,6 +38,8 @@ final class StreamView: @unchecked Sendable {
     /// Live views write to standard output: the latest not yet drawn, and when it is due.
     private var pendingView: JSONValue?
     private var resultShown = false
+    /// The view drawn last was a result (the next result goes below it).
+    private var lastWasResult = false
 
     /// A view stood for the result (`result: true`): the client prints the result only with `--json`.
     var showedResult: Bool { lock.withLock { resultShown } }
@@ -173,6 +176,16 @@ final class StreamView: @unchecked Sendable {
                 drawLocked(view)
                 return
             }
+            if isResult {
+                // A result is drawn at once, over the live view it ends but below an earlier
+                // result (`ls` of several folders shows every listing).
+                if lastWasResult { viewLines = 0 }
+                pendingView = nil
+                lastView = Bench.now()
+                lastWasResult = true
+                return drawLocked(view)
+            }
+            lastWasResult = false
             let refresh: Double = if case .double(let seconds)? = fields["refresh"] { seconds } else if case .integer(let seconds)? = fields["refresh"] { Double(seconds) } else { 0.25 }
             let now = Bench.now()
             pendingView = view

@@ -155,6 +155,7 @@ public enum Launcher {
             switch terminal.readLine(prompt: question["text"]?.string ?? "", echo: question["echo"]?.bool ?? true,
                                      controllingTerminal: question["terminal"]?.bool ?? true) {
             case .text(let text): return .object(["text": .string(text)])
+            case .ended: return .object(["ended": .bool(true)])
             case .unavailable: return .object(["unavailable": .bool(true)])
             case .interrupted(let number): return .object(["interrupted": .number(Double(number))])
             }

@@ -27,7 +27,8 @@ final class LauncherTerminal {
         tcsetattr(STDIN_FILENO, TCSADRAIN, &settings)
     }
 
-    enum LineResult { case text(String), unavailable, interrupted(Int32) }
+    /// `ended`: end of input (Ctrl-D) before anything was typed, which is no answer.
+    enum LineResult { case text(String), ended, unavailable, interrupted(Int32) }
 
     /// `line`: `prompt` shown, one line read — on the controlling terminal (`/dev/tty`), or
     /// on standard input with the prompt on standard error — with echo off unless `echo`.
@@ -87,8 +88,13 @@ final class LauncherTerminal {
             var byte: UInt8 = 0
             let count = read(input, &byte, 1)
             if count < 0 && errno == EINTR { continue }
-            guard count == 1, byte != 0x0A else { break }
+            if count == 1 && byte == 0x0A { return .text(String(decoding: bytes, as: UTF8.self)) }
+            guard count == 1 else { break }
             bytes.append(byte)
+        }
+        if bytes.isEmpty {
+            if echo { Self.write("\n", to: output) }  // what follows starts on a line of its own, as after Enter
+            return .ended
         }
         return .text(String(decoding: bytes, as: UTF8.self))
     }

@@ -54,7 +54,7 @@ struct Browser {
             ])
             guard let answer = await session.ask(question), case .array(let answers)? = answer["answers"], let line = answers.first?.stringValue else {
                 guard asked else {
-                    throw TermindError.badRequest("termind sftp \(request.target) without an action is an interactive prompt and needs a terminal; give an action (ls, stat, mkdir, rm, rmdir, mv, ln, chmod, df) or use termind get/put.")
+                    throw TermindError.badRequest("termind sftp \(request.target) without an action is a prompt, and no line was read (no terminal to type on, or the input ended); give an action (ls, stat, mkdir, rm, rmdir, mv, ln, chmod, df) or use termind get/put.")
                 }
                 return Run.Result(exitStatus: 0)
             }
@@ -66,11 +66,12 @@ struct Browser {
             }
             guard let command = words.first else { continue }
             let (flags, rest) = BrowseLine.options(words.dropFirst())
-            func remote(_ path: String) -> String { BrowseLine.resolve(path, folder: folder, home: home) }
-            func localPath(_ path: String) -> String {
-                if path.hasPrefix("/") { return path }
-                if path == "~" || path.hasPrefix("~/") { return (ProcessInfo.processInfo.environment["HOME"] ?? "/") + path.dropFirst() }
-                return BrowseLine.resolve(path, folder: local, home: local)
+            /// A remote path from the prompt's folder; `pattern`: it will be matched (its
+            /// folder's own glob characters escaped).
+            func remote(_ path: String, pattern: Bool = false) -> String { BrowseLine.resolve(path, folder: folder, home: home, pattern: pattern) }
+            let localHome = ProcessInfo.processInfo.environment["HOME"] ?? "/"
+            func localPath(_ path: String, pattern: Bool = false) -> String {
+                BrowseLine.resolve(path, folder: local, home: localHome, pattern: pattern)
             }
             do {
                 switch command {
@@ -99,7 +100,8 @@ struct Browser {
                     }
                     local = target
                 case "lls":
-                    try refuse(flags, allowed: "", command)
+                    try refuse(flags, allowed: "la", command)  // -l, -a as ls takes them: names are listed all the same
+                    guard rest.count <= 1 else { throw Problem("lls takes one PATH") }
                     let target = localPath(rest.first ?? ".")
                     let names = try FileManager.default.contentsOfDirectory(atPath: target).sorted()
                     let rows: [JSONValue] = names.map { name in
@@ -109,15 +111,15 @@ struct Browser {
                     }
                     await session.emit("view", ["title": .string(target), "rows": .array(rows), "result": .bool(true)])
                 case "ls", "stat", "mkdir", "rm", "rmdir", "mv", "ln", "chmod", "df":
-                    try await metadata(command, flags: flags, rest, remote: remote)
+                    try await metadata(command, flags: flags, rest, remote: { remote($0, pattern: $1) })
                 case "get":
                     try refuse(flags, allowed: "rp", command)
                     guard (1...2).contains(rest.count) else { throw Problem("get takes REMOTE [LOCAL]") }
-                    try await move(sources: ["\(try host()):\(remote(rest[0]))"], to: localPath(rest.count == 2 ? rest[1] : "."), verb: "get", flags: flags)
+                    try await move(sources: ["\(try host()):\(remote(rest[0], pattern: true))"], to: localPath(rest.count == 2 ? rest[1] : "."), verb: "get", flags: flags)
                 case "put":
                     try refuse(flags, allowed: "rp", command)
                     guard (1...2).contains(rest.count) else { throw Problem("put takes LOCAL [REMOTE]") }
-                    let sources = try LocalGlob.expand(localPath(rest[0]))
+                    let sources = try LocalGlob.expand(localPath(rest[0], pattern: true))
                     try await move(sources: sources, to: "\(try host()):\(remote(rest.count == 2 ? rest[1] : "."))", verb: "put", flags: flags)
                 default:
                     throw Problem("'\(TerminalText.escaped(command))' is not a command (help lists them)")
@@ -146,33 +148,44 @@ struct Browser {
         }
     }
 
-    /// The host as a transfer names it: a saved host's label or USER@HOST (one word).
+    /// The host as a transfer names it (`HOST:PATH`): only a target that reads back as
+    /// exactly that host — a saved host's label or id, or USER@HOST — never one that a
+    /// transfer would take for another host or a local path.
     private func host() throws -> String {
         let target = request.target
-        guard !target.contains(where: { $0 == " " || $0 == "\t" }), !target.contains(":") || target.hasPrefix("[") else {
+        guard case .remote(let host, nil, "x")? = try? Endpoint.parse("\(target):x"), host == target else {
             throw Problem("get and put here need a saved host or USER@HOST; for '\(target)' use termind get and termind put")
         }
         return target
     }
 
     /// The metadata commands, as `termind sftp HOST ACTION` runs them, on this session.
-    private func metadata(_ command: String, flags: Set<Character>, _ words: [String], remote: (String) -> String) async throws {
+    private func metadata(_ command: String, flags: Set<Character>, _ words: [String], remote: (String, Bool) -> String) async throws {
         guard let action = Run.Action(rawValue: command) else { throw Problem("'\(command)' is not a command") }
         var sub = request
         sub.action = action
         switch action {
-        case .ls, .stat: try refuse(flags, allowed: "L", command); sub.follow = flags.contains("L")
+        // -l and -a as OpenSSH's sftp takes them: the listing is long and shows every name anyway.
+        case .ls: try refuse(flags, allowed: "Lla", command); sub.follow = flags.contains("L")
+        case .stat: try refuse(flags, allowed: "L", command); sub.follow = flags.contains("L")
         case .mkdir: try refuse(flags, allowed: "p", command); sub.parents = flags.contains("p")
         case .rm: try refuse(flags, allowed: "r", command); sub.recursive = flags.contains("r")
         case .mv: try refuse(flags, allowed: "f", command); sub.replace = flags.contains("f")
+        case .ln: try refuse(flags, allowed: "s", command)  // -s as ln takes it: the link is symbolic anyway
         default: try refuse(flags, allowed: "", command)
+        }
+        // Which paths are matched on the server (ls, stat, rm, rmdir, chmod) and which name
+        // one path as written (mkdir, mv, ln, df).
+        let matched: Bool = switch action {
+        case .ls, .stat, .rm, .rmdir, .chmod: true
+        case .mkdir, .mv, .ln, .df: false
         }
         // chmod's MODE and ln's TARGET (where the link points, as written) are not paths here.
         sub.paths = words.enumerated().map { index, word in
-            (action == .chmod || action == .ln) && index == 0 ? word : remote(word)
+            (action == .chmod || action == .ln) && index == 0 ? word : remote(word, matched)
         }
         // ls and df of nothing: the folder the prompt is in (not the home folder).
-        if sub.paths.isEmpty, action == .ls || action == .df { sub.paths = [remote(".")] }
+        if sub.paths.isEmpty, action == .ls || action == .df { sub.paths = [remote(".", matched)] }
         let runner = Runner(request: sub, session: session)
         try runner.checkArguments()
         let result = try await runner.perform(sftp)
@@ -184,16 +197,17 @@ struct Browser {
                                                    verb: verb, user: self.request.user, identity: self.request.identity,
                                                    workingDirectory: self.request.workingDirectory, acceptHostKey: self.request.acceptHostKey,
                                                    connectTimeout: self.request.connectTimeout)
-        let result = try await transfer(request)
-        for file in result.files where file.outcome == .failed { await say("\(file.from): \(file.error ?? "failed")") }
+        _ = try await transfer(request)  // each failed file was said as it failed
     }
 }
 
 /// `put`'s local side at the prompt, where no shell expanded `*`, `?` and `[…]`: the matches
 /// (sorted), or the path itself when it has none of them.
 enum LocalGlob {
+    /// `path` as `BrowseLine.resolve(pattern: true)` gave it (the folder's own glob
+    /// characters escaped).
     static func expand(_ path: String) throws -> [String] {
-        guard path.contains(where: { "*?[".contains($0) }) else { return [path] }
+        guard SFTPPaths.isPattern(Array(path.utf8)) else { return [String(decoding: SFTPPaths.unescape(Array(path.utf8)), as: UTF8.self)] }
         var found = glob_t()
         defer { globfree(&found) }
         guard glob(path, 0, nil, &found) == 0 else { throw SFTPError(status: .noSuchFile, message: "\(path): nothing here matches") }

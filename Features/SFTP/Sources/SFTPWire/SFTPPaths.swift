@@ -3,9 +3,43 @@ import Foundation
 /// Remote paths as bytes: joining, server-side glob patterns, and showing a name that may
 /// not be UTF-8 (or may hold control characters) without corrupting a terminal.
 public enum SFTPPaths {
-    /// Whether `component` is a glob pattern (`*`, `?`, `[`).
+    /// Whether `component` is a glob pattern: it holds `*`, `?` or `[` that no backslash
+    /// makes literal (`\*` is a star in a name, as fnmatch and OpenSSH's sftp read it).
     public static func isPattern(_ component: some Collection<UInt8>) -> Bool {
-        component.contains { $0 == UInt8(ascii: "*") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "[") }
+        var escaped = false
+        for byte in component {
+            if escaped { escaped = false; continue }
+            if byte == UInt8(ascii: "\\") { escaped = true; continue }
+            if byte == UInt8(ascii: "*") || byte == UInt8(ascii: "?") || byte == UInt8(ascii: "[") { return true }
+        }
+        return false
+    }
+
+    /// A path or component that is no pattern, as the name it stands for: each backslash
+    /// gives the byte after it as it is.
+    public static func unescape(_ text: [UInt8]) -> [UInt8] {
+        guard text.contains(UInt8(ascii: "\\")) else { return text }
+        var out: [UInt8] = []
+        out.reserveCapacity(text.count)
+        var escaped = false
+        for byte in text {
+            if !escaped && byte == UInt8(ascii: "\\") { escaped = true; continue }
+            escaped = false
+            out.append(byte)
+        }
+        return out
+    }
+
+    /// `text` with the bytes a pattern reads specially (`*`, `?`, `[`, `\`) made literal: a
+    /// folder's name put in front of a pattern matches only that folder.
+    public static func escape(_ text: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(text.count)
+        for byte in text {
+            if byte == UInt8(ascii: "*") || byte == UInt8(ascii: "?") || byte == UInt8(ascii: "[") || byte == UInt8(ascii: "\\") { out.append(UInt8(ascii: "\\")) }
+            out.append(byte)
+        }
+        return out
     }
 
     /// fnmatch(3) on bytes; a leading `.` matches only a pattern that starts with one.
@@ -19,13 +53,14 @@ public enum SFTPPaths {
         }
     }
 
-    /// The paths `pattern` names: itself when it holds no glob characters, else its matches,
+    /// The paths `pattern` names: itself (backslashes removed) when it holds no glob
+    /// characters, else its matches,
     /// component by component, from `list` (a directory's entries, sorted, links unfollowed);
     /// only directories lead on to a next component (`isDirectory` tells for a link). At
     /// most `limit` paths; none is an error ("no match").
     public static func expand(_ pattern: [UInt8], limit: Int, list: (_ directory: [UInt8]) async throws -> [SFTPSession.Entry],
                               isDirectory: (_ link: [UInt8]) async -> Bool) async throws -> [[UInt8]] {
-        guard isPattern(pattern) else { return [pattern] }
+        guard isPattern(pattern) else { return [unescape(pattern)] }
         let (absolute, parts) = components(pattern)
         let here: [UInt8] = [UInt8(ascii: ".")]
         var paths: [[UInt8]] = [absolute ? [UInt8(ascii: "/")] : here]
@@ -34,7 +69,8 @@ public enum SFTPPaths {
             var next: [[UInt8]] = []
             for base in paths {
                 guard isPattern(part) else {
-                    next.append(base == here && !absolute ? part : join(base, part))
+                    let name = unescape(part)
+                    next.append(base == here && !absolute ? name : join(base, name))
                     continue
                 }
                 guard let entries = try? await list(base) else { continue }

@@ -11,13 +11,14 @@ public enum BrowseLine {
         var words: [String] = []
         var word = ""
         var inWord = false
-        var quote: Character?
+        var quote: Unicode.Scalar?
         var escaped = false
-        for character in line {
+        // Scalars, not characters: a quote or blank followed by a combining mark is still one.
+        for character in line.unicodeScalars {
             if escaped {
                 // Inside "…" a backslash escapes only \ " $ `; before anything else it stays.
-                if quote == "\"", !"\\\"$`".contains(character) { word.append("\\") }
-                word.append(character)
+                if quote == "\"", !"\\\"$`".unicodeScalars.contains(character) { word.unicodeScalars.append("\\") }
+                word.unicodeScalars.append(character)
                 escaped = false
                 continue
             }
@@ -25,7 +26,7 @@ public enum BrowseLine {
             case ("'", "'"), ("\"", "\""):
                 quote = nil
             case ("'", _):
-                word.append(character)
+                word.unicodeScalars.append(character)
             case (_, "\\"):
                 escaped = true
                 inWord = true
@@ -37,7 +38,7 @@ public enum BrowseLine {
                 word = ""
                 inWord = false
             default:
-                word.append(character)
+                word.unicodeScalars.append(character)
                 inWord = true
             }
         }
@@ -49,13 +50,27 @@ public enum BrowseLine {
 
     /// `path` seen from `folder`: an absolute path stays as it is, `~` and `~/…` start at
     /// `home`, anything else is joined to `folder` (`..` is left to the server, which knows
-    /// where links lead).
-    public static func resolve(_ path: String, folder: String, home: String) -> String {
+    /// where links lead). For a path that will be matched as a pattern (`pattern`), the
+    /// folder's or home's own `*`, `?`, `[` and `\` are escaped: after `cd 'run[1]'`,
+    /// `rm old.log` is `run[1]/old.log`, never `run1/old.log`.
+    public static func resolve(_ path: String, folder: String, home: String, pattern: Bool = false) -> String {
+        let (folder, home) = pattern ? (escape(folder), escape(home)) : (folder, home)
         if path.hasPrefix("/") { return path }
         if path == "~" { return home }
         if path.hasPrefix("~/") { return join(home, String(path.dropFirst(2))) }
         if path.isEmpty || path == "." { return folder }
         return join(folder, path)
+    }
+
+    /// `text` with `*`, `?`, `[` and `\` made literal for a pattern (fnmatch's and glob's
+    /// backslash).
+    public static func escape(_ text: String) -> String {
+        var out = ""
+        for scalar in text.unicodeScalars {
+            if "*?[\\".unicodeScalars.contains(scalar) { out.unicodeScalars.append("\\") }
+            out.unicodeScalars.append(scalar)
+        }
+        return out
     }
 
     private static func join(_ folder: String, _ name: String) -> String {

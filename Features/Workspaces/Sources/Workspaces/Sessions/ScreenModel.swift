@@ -118,7 +118,10 @@ final class ScreenModel: @unchecked Sendable {
                     // Output waits until it pauses (or went undrawn too long), unless an
                     // operation waits behind it.
                     guard pace.mayDraw(at: now, operationWaiting: waiting.operationsWaiting > 0) else { return .paced }
-                    guard let entry = waiting.next() else { return .done }
+                    guard let entry = waiting.next() else {
+                        draining = false
+                        return .done
+                    }
                     if case .output = entry { pace.drew(at: now) }
                     return .entry(entry)
                 }
