@@ -4,6 +4,7 @@ import TermindCore
 import TermindCrypto
 import TermindHarness
 import TermindSSH
+import TransferRules
 import XCTest
 
 /// SFTP v3 as termind speaks it: the packet rules alone, then a session on the `sftp`
@@ -57,10 +58,11 @@ final class SFTPPacketTests: XCTestCase {
         XCTAssertTrue(SFTPPaths.isPattern(bytes("a\\\\*")), "an escaped backslash escapes nothing after it")
         XCTAssertEqual(SFTPPaths.unescape(bytes("run\\[1\\]")), bytes("run[1]"))
         XCTAssertEqual(SFTPPaths.unescape(bytes("a\\\\b")), bytes("a\\b"))
-        XCTAssertEqual(SFTPPaths.escape(bytes("r*n?[1]\\")), bytes("r\\*n\\?\\[1]\\\\"))
+        // The prompt escapes a folder's name with BrowseLine.escape; SFTPPaths reads it back.
+        XCTAssertEqual(bytes(BrowseLine.escape("r*n?[1]\\")), bytes("r\\*n\\?\\[1]\\\\"))
         // An escaped name matches itself only; the same name unescaped matches others.
-        XCTAssertTrue(SFTPPaths.matches(bytes("run[1]"), pattern: SFTPPaths.escape(bytes("run[1]"))))
-        XCTAssertFalse(SFTPPaths.matches(bytes("run1"), pattern: SFTPPaths.escape(bytes("run[1]"))))
+        XCTAssertTrue(SFTPPaths.matches(bytes("run[1]"), pattern: bytes(BrowseLine.escape("run[1]"))))
+        XCTAssertFalse(SFTPPaths.matches(bytes("run1"), pattern: bytes(BrowseLine.escape("run[1]"))))
         XCTAssertTrue(SFTPPaths.matches(bytes("run1"), pattern: bytes("run[1]")))
     }
 

@@ -47,6 +47,7 @@ struct Browser {
         var folder = home
         var local = request.workingDirectory ?? FileManager.default.currentDirectoryPath
         var asked = false
+        let localHome = ProcessInfo.processInfo.environment["HOME"] ?? "/"
         while true {
             let question: JSONValue = .object([
                 "topic": .string(Run.browseTopic), "kind": .string("prompts"),
@@ -69,7 +70,6 @@ struct Browser {
             /// A remote path from the prompt's folder; `pattern`: it will be matched (its
             /// folder's own glob characters escaped).
             func remote(_ path: String, pattern: Bool = false) -> String { BrowseLine.resolve(path, folder: folder, home: home, pattern: pattern) }
-            let localHome = ProcessInfo.processInfo.environment["HOME"] ?? "/"
             func localPath(_ path: String, pattern: Bool = false) -> String {
                 BrowseLine.resolve(path, folder: local, home: localHome, pattern: pattern)
             }
@@ -110,8 +110,6 @@ struct Browser {
                         return .object(["name": .string(TerminalText.escaped(name) + (isDirectory.boolValue ? "/" : ""))])
                     }
                     await session.emit("view", ["title": .string(target), "rows": .array(rows), "result": .bool(true)])
-                case "ls", "stat", "mkdir", "rm", "rmdir", "mv", "ln", "chmod", "df":
-                    try await metadata(command, flags: flags, rest, remote: { remote($0, pattern: $1) })
                 case "get":
                     try refuse(flags, allowed: "rp", command)
                     guard (1...2).contains(rest.count) else { throw Problem("get takes REMOTE [LOCAL]") }
@@ -122,7 +120,9 @@ struct Browser {
                     let sources = try LocalGlob.expand(localPath(rest[0], pattern: true))
                     try await move(sources: sources, to: "\(try host()):\(remote(rest.count == 2 ? rest[1] : "."))", verb: "put", flags: flags)
                 default:
-                    throw Problem("'\(TerminalText.escaped(command))' is not a command (help lists them)")
+                    // The actions of `termind sftp HOST ACTION`.
+                    guard let action = Run.Action(rawValue: command) else { throw Problem("'\(TerminalText.escaped(command))' is not a command (help lists them)") }
+                    try await metadata(action, flags: flags, rest, remote: { remote($0, pattern: $1) })
                 }
             } catch let problem as Problem {
                 await say("\(problem.text); nothing was done.")
@@ -160,8 +160,8 @@ struct Browser {
     }
 
     /// The metadata commands, as `termind sftp HOST ACTION` runs them, on this session.
-    private func metadata(_ command: String, flags: Set<Character>, _ words: [String], remote: (String, Bool) -> String) async throws {
-        guard let action = Run.Action(rawValue: command) else { throw Problem("'\(command)' is not a command") }
+    private func metadata(_ action: Run.Action, flags: Set<Character>, _ words: [String], remote: (String, Bool) -> String) async throws {
+        let command = action.rawValue
         var sub = request
         sub.action = action
         switch action {

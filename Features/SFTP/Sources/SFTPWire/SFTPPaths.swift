@@ -30,18 +30,6 @@ public enum SFTPPaths {
         return out
     }
 
-    /// `text` with the bytes a pattern reads specially (`*`, `?`, `[`, `\`) made literal: a
-    /// folder's name put in front of a pattern matches only that folder.
-    public static func escape(_ text: [UInt8]) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(text.count)
-        for byte in text {
-            if byte == UInt8(ascii: "*") || byte == UInt8(ascii: "?") || byte == UInt8(ascii: "[") || byte == UInt8(ascii: "\\") { out.append(UInt8(ascii: "\\")) }
-            out.append(byte)
-        }
-        return out
-    }
-
     /// fnmatch(3) on bytes; a leading `.` matches only a pattern that starts with one.
     public static func matches(_ name: [UInt8], pattern: [UInt8]) -> Bool {
         let flags = FNM_PERIOD

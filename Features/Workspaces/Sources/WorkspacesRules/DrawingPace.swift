@@ -2,8 +2,9 @@
 /// paused (nothing new for `quiet`), or when nothing was drawn for `stale` — not while a flood
 /// pours in. Drawing (libvterm, on a thread of its own at idle priority) costs far more per
 /// byte than moving the bytes, and on a small machine even an idle-priority thread takes
-/// the moments the data path waits for a wake-up: a flood through a durable session ran at
-/// 60-70 MiB/s with the screen drawn along, 80-95 without. What waits meanwhile is bounded
+/// the moments the data path waits for a wake-up: 100 MiB through a durable session ran at
+/// 60-100 MiB/s with the screen drawn along, 79-106 without (3 runs of 3 each). What waits
+/// meanwhile is bounded
 /// (`ScreenBacklog` drops the oldest output), and an operation that needs the screen (a
 /// redraw, the lines, a resize) is drawn up to at once whatever the pace says.
 ///
