@@ -59,6 +59,7 @@ typedef struct termind_ssh2_context {
     size_t eager_send;         // write from the callback once this many bytes wait
     int quiet_hint;            // the engine is stepping its pumps: a socket known empty is not asked again
     int drained;               // ... and it is known empty (poll said so, or a recv met EAGAIN since)
+    int ack_due;               // ... and a short read is to be acknowledged once the pumps have stepped
 } termind_ssh2_context;
 
 static inline termind_ssh2_context *termind_ssh2_context_new(void *owner) {
@@ -141,6 +142,12 @@ static inline ssize_t termind_ssh2_send(libssh2_socket_t socket, const void *buf
     return (ssize_t)length;
 }
 
+/// Acknowledges what the socket received now, not up to 40 ms later (see termind_ssh2_recv).
+static inline void termind_ssh2_ack_now(int socket) {
+    int one = 1;
+    (void)setsockopt(socket, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+}
+
 /// Receiving: the session's socket is read as libssh2 itself would. Any other socket is
 /// ssh-agent's, which libssh2 reads blocking on the engine thread; it is waited on in
 /// slices so that cancelling the attempt ends even a wait for the agent's confirmation.
@@ -163,14 +170,17 @@ static inline ssize_t termind_ssh2_recv(libssh2_socket_t socket, void *buffer, s
     ssize_t received = recv(socket, buffer, length, flags);
     if (received > 0 && socket == context->fd) {
         context->received += (unsigned long long)received;
-        // The socket is drained: what was read is acknowledged now, not up to 40 ms later.
-        // sshd leaves Nagle on for connections without a terminal (forwards, SFTP, exec), so
-        // its second small packet (a channel-open confirmation, then the first data) waits for
-        // that acknowledgement: SOCKS opens stalled 44 or 88 ms in about half the bench runs.
-        // A burst's full reads set nothing; its last, short one does.
+        // A short read emptied the socket. What was read is acknowledged now, not up to
+        // 40 ms later: sshd leaves Nagle on for connections without a terminal (forwards,
+        // SFTP, exec), so its second small packet (a channel-open confirmation, then the first
+        // data) waits for that acknowledgement; SOCKS opens stalled 44 or 88 ms in about half
+        // the bench runs. A burst's full reads set nothing. While the pumps step, the
+        // acknowledgement (a packet of its own) waits until they have, so an echo read here
+        // reaches the terminal first; and the socket counts as drained: libssh2 reads again
+        // after every packet, a recv() that could only fail before the echo is written.
         if ((size_t)received < length) {
-            int one = 1;
-            (void)setsockopt(socket, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+            if (context->quiet_hint) context->ack_due = context->drained = 1;
+            else termind_ssh2_ack_now(socket);
         }
     }
     if (received < 0 && socket == context->fd && (errno == EAGAIN || errno == EWOULDBLOCK)) context->drained = context->quiet_hint;
@@ -179,6 +189,8 @@ static inline ssize_t termind_ssh2_recv(libssh2_socket_t socket, void *buffer, s
 /// Around the engine's pump steps: `on` with whether poll() just found the socket empty;
 /// off afterwards, so every other caller (the opening's retries) reads as libssh2 does.
 static inline void termind_ssh2_quiet_hint(termind_ssh2_context *context, int on, int empty) {
+    if (!on && context->ack_due) termind_ssh2_ack_now(context->fd);
+    context->ack_due = 0;
     context->quiet_hint = on;
     context->drained = on && empty;
 }
