@@ -111,6 +111,33 @@ final class SSHConnectionTests: XCTestCase {
         await connection.close()
     }
 
+    /// The connection's engine thread is named (top -H, perf) and runs at the process's own
+    /// priority, as ssh(1) does, even when opened from user-initiated work: it started at
+    /// that Dispatch worker's nice -2, under its name.
+    func testTheEngineThreadIsNamedAndRunsAtTheProcessPriority() async throws {
+        let (port, key, trust, user) = (server.port, clientKey!, trust!, user)
+        let connection = try await Task(priority: .userInitiated) {
+            try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: port, username: user), credentials: SSHCredentials(privateKey: Secret(key)),
+                                         trust: trust, deadlines: SSHDeadlines()) { _ in .acceptAndSave }
+        }.value
+        _ = try await connection.exec("true")  // the engine has run
+        func nice(_ stat: String) -> Int? {
+            // Fields after "(comm)": state is the first, nice the 17th.
+            guard let close = stat.lastIndex(of: ")") else { return nil }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            return fields.count > 16 ? Int(fields[16]) : nil
+        }
+        let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")
+        let engines = tasks.filter { (try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8))?.hasPrefix("termind.ssh") ?? false }
+        XCTAssertFalse(engines.isEmpty, "no thread named termind.ssh")
+        let processNice = nice(try String(contentsOfFile: "/proc/self/stat", encoding: .utf8))
+        XCTAssertNotNil(processNice)
+        for engine in engines {
+            XCTAssertEqual(nice(try String(contentsOfFile: "/proc/self/task/\(engine)/stat", encoding: .utf8)), processNice)
+        }
+        await connection.close()
+    }
+
     /// Channels set up at once on one connection each wait for the answers to their own
     /// requests (env, pty-req, exec): an answer meant for another channel must not fail
     /// them (libssh2 did, until termind's patch 0004: about one run in six of three

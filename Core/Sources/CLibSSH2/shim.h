@@ -9,6 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -193,6 +197,15 @@ static inline void termind_ssh2_quiet_hint(termind_ssh2_context *context, int on
     context->ack_due = 0;
     context->quiet_hint = on;
     context->drained = on && empty;
+}
+/// For the engine's thread, at its start: names it (top -H, perf) and gives it the
+/// process's own priority. Started from a Dispatch worker, it would otherwise keep that
+/// worker's name and QoS priority (nice -2 under user-initiated work).
+static inline void termind_ssh2_engine_thread(const char *name) {
+    (void)prctl(PR_SET_NAME, name, 0, 0, 0);
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, (id_t)getpid());
+    if (errno == 0) (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice);
 }
 static inline void termind_ssh2_set_flag(int *flag, int value) { __atomic_store_n(flag, value, __ATOMIC_SEQ_CST); }
 
