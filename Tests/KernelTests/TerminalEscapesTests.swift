@@ -44,6 +44,23 @@ final class TerminalEscapesTests: XCTestCase {
         XCTAssertEqual(run(["\r", "x", "~."]), [send("\rx~.")])
     }
 
+    /// The engine asks `takesAsTyped` first and calls `filter` only when it says no: a chunk
+    /// with a tilde, or after a lone tilde, is filter's; what it takes moves the line start.
+    func testWhatGoesAsTypedWithoutFilter() {
+        var escapes = TerminalEscapes()
+        func typed(_ text: String) -> Bool { Data(text.utf8).withUnsafeBytes { escapes.takesAsTyped($0) } }
+        XCTAssertTrue(typed("ls"))
+        XCTAssertFalse(typed("a~b"), "any tilde goes through filter")
+        XCTAssertFalse(typed(""))
+        XCTAssertTrue(typed("\r"))
+        XCTAssertEqual(escapes.filter(Data("~".utf8)), [], "a tilde at a line start waits")
+        XCTAssertFalse(typed("."), "after a pending tilde the next key is filter's")
+        XCTAssertEqual(escapes.filter(Data(".".utf8)), [.disconnect])
+        var other = TerminalEscapes()
+        XCTAssertTrue(Data("ls".utf8).withUnsafeBytes { other.takesAsTyped($0) })
+        XCTAssertEqual(other.filter(Data("~.".utf8)), [.send(Data("~.".utf8))], "mid-line after a chunk taken as typed")
+    }
+
     func testNothingAfterADisconnectIsSent() {
         XCTAssertEqual(run(["~.rm -rf /\r"]), [.disconnect])
     }

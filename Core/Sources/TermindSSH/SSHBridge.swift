@@ -86,11 +86,11 @@ final class BridgePump: EnginePump, @unchecked Sendable {
 
     override var wantsSessionInput: Bool { !remoteEOF && toLocal.count - toLocalOffset < Self.capacity }
 
-    override var pollRequests: [pollfd] {
+    override func addPollRequests(to requests: inout [pollfd]) {
         var events: Int16 = 0
         if !localEOF && toChannel.count - toChannelOffset < Self.capacity { events |= Int16(POLLIN) }
         if toLocalOffset < toLocal.count { events |= Int16(POLLOUT) }
-        return events == 0 ? [] : [pollfd(fd: fd, events: events, revents: 0)]
+        if events != 0 { requests.append(pollfd(fd: fd, events: events, revents: 0)) }
     }
 
     override func step(_ engine: SessionEngine, _ session: OpaquePointer) -> PumpStep {

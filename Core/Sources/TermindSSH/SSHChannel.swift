@@ -455,17 +455,15 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
         return localOutputs.contains { output in output.map { $0.buffer.isEmpty } ?? queueRoom }
     }
 
-    override var pollRequests: [pollfd] {
-        guard !closing else { return [] }
-        var requests: [pollfd] = []
+    override func addPollRequests(to requests: inout [pollfd]) {
+        guard !closing else { return }
         if let input = localInput, input.descriptor.pollable, !localInputEnded, input.buffer.isEmpty {
             requests.append(pollfd(fd: input.descriptor.fd, events: Int16(POLLIN), revents: 0))
         }
         for case let output? in localOutputs where output.descriptor.pollable && !output.buffer.isEmpty {
             requests.append(pollfd(fd: output.descriptor.fd, events: Int16(POLLOUT), revents: 0))
         }
-        if let link { requests += link.pollRequests }
-        return requests
+        link?.addPollRequests(to: &requests)
     }
 
     var hasTap: Bool { tap != nil }

@@ -585,7 +585,7 @@ final class SessionEngine: @unchecked Sendable {
     /// else `.idle`.
     private func stepPumps() -> PumpStep {
         // What the last poll() found holds for this step only, with pumps or without.
-        defer { polled = [] }
+        defer { pollSetIsFresh = false }
         guard let session, !pumps.isEmpty else { return .idle }
         // The socket poll() just found empty (in the pass straight after it) is not read again
         // by each channel; nor after a read met EAGAIN in this step (the shim's recv).
@@ -614,11 +614,13 @@ final class SessionEngine: @unchecked Sendable {
     /// Whether the poll() this pump step directly follows asked `fd` for input and found none
     /// (a read would only meet EAGAIN). False in any later pass: then nobody knows.
     func pollFoundNoInput(on fd: Int32) -> Bool {
-        polled.contains { $0.fd == fd && $0.events & Int16(POLLIN) != 0 && $0.revents == 0 }
+        pollSetIsFresh && pollSet.contains { $0.fd == fd && $0.events & Int16(POLLIN) != 0 && $0.revents == 0 }
     }
-    /// The descriptors (the socket's, the pumps') as the last poll() left them, until the next
-    /// pump step ends.
-    private var polled: [pollfd] = []
+    /// The descriptors the loop sleeps on (the socket's, the wake's, the pumps'), kept from
+    /// one sleep to the next so that no pass allocates them; as the last poll() left them.
+    private var pollSet: [pollfd] = []
+    /// Whether `pollSet` holds what the last poll() found, until the next pump step ends.
+    private var pollSetIsFresh = false
 
     private func expireDeadlines() {
         let now = DispatchTime.now()
@@ -698,8 +700,10 @@ final class SessionEngine: @unchecked Sendable {
         if !inbound { events &= ~Int16(POLLIN) }
         if inbound { events |= Int16(POLLIN) }
         if let context, termind_ssh2_backlog(context) > 0 { events |= Int16(POLLOUT) }
-        var fds = [pollfd(fd: fd, events: events, revents: 0), pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
-        fds += pumps.flatMap(\.pollRequests)
+        pollSet.removeAll(keepingCapacity: true)
+        pollSet.append(pollfd(fd: fd, events: events, revents: 0))
+        pollSet.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0))
+        for pump in pumps { pump.addPollRequests(to: &pollSet) }
         var timeoutMs: Int64 = 1000
         let now = DispatchTime.now().uptimeNanoseconds
         for operation in operations where !operation.isAbandoned {
@@ -708,16 +712,16 @@ final class SessionEngine: @unchecked Sendable {
             }
         }
         if keepaliveInterval > 0 { timeoutMs = min(timeoutMs, 1000) }
-        let ready = poll(&fds, nfds_t(fds.count), Int32(timeoutMs))
-        if ready >= 0 { polled = fds }
+        let ready = poll(&pollSet, nfds_t(pollSet.count), Int32(timeoutMs))
+        pollSetIsFresh = ready >= 0
         guard ready > 0 else { return }
-        if fds[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 && events & Int16(POLLIN) != 0 {
+        if pollSet[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 && events & Int16(POLLIN) != 0 {
             // (Bytes count as a sign of life once libssh2 has read them: noteReceived.)
             // Bytes nobody will read (an idle session: the server's own keepalive, say) would
             // keep poll() returning at once: a probe reads them through libssh2.
             if operations.isEmpty && !pumps.contains(where: { $0.wantsSessionInput }) { probe() }
         }
-        if fds[1].revents != 0 { drainWake() }
+        if pollSet[1].revents != 0 { drainWake() }
     }
 
     private func drainWake() {
@@ -850,8 +854,8 @@ enum PumpStep: Equatable {
 class EnginePump: @unchecked Sendable {
     func step(_ engine: SessionEngine, _ session: OpaquePointer) -> PumpStep { .finished }
     func fail(_ error: TermindError) {}
-    /// Extra descriptors to wait on while the loop sleeps (the pump uses them in `step`).
-    var pollRequests: [pollfd] { [] }
+    /// Adds the descriptors to wait on while the loop sleeps (the pump uses them in `step`).
+    func addPollRequests(to requests: inout [pollfd]) {}
     /// Whether this pump would read from the session now (false while its consumer is full).
     var wantsSessionInput: Bool { true }
 }

@@ -186,16 +186,14 @@ public final class TerminalLink: @unchecked Sendable {
 
     /// What to wait for while the engine sleeps: keys when none wait to be sent (so a key
     /// that cannot go yet never makes poll() return at once), the terminal's room for output.
-    var pollRequests: [pollfd] {
-        guard !hungUp else { return [] }
-        var requests: [pollfd] = []
+    func addPollRequests(to requests: inout [pollfd]) {
+        guard !hungUp else { return }
         if let input, input.pollable, keys.isEmpty, afterSuspend.isEmpty, reading {
             requests.append(pollfd(fd: input.fd, events: Int16(POLLIN), revents: 0))
         }
         if let output, output.pollable, queuedBytes > 0 || lock.withLock({ prefix != nil }), writing {
             requests.append(pollfd(fd: output.fd, events: Int16(POLLOUT), revents: 0))
         }
-        return requests
     }
 
     /// The terminal's input descriptor (the engine knows whether its last poll() found keys).
@@ -214,8 +212,13 @@ public final class TerminalLink: @unchecked Sendable {
         let n = input.read(scratch, 16 << 10)
         if n > 0 {
             progressed = true
+            let typed = UnsafeRawBufferPointer(start: scratch, count: n)
+            if escapes.takesAsTyped(typed) {
+                keys = Data(typed)
+                return
+            }
             var held = false
-            for action in escapes.filter(Data(bytes: scratch, count: n)) {
+            for action in escapes.filter(Data(typed)) {
                 switch action {
                 case .send(let bytes):
                     if held { afterSuspend.append(bytes) } else if keys.isEmpty { keys = bytes } else { keys.append(bytes) }

@@ -41,13 +41,19 @@ public struct TerminalEscapes: Sendable {
         self.detachable = detachable
     }
 
+    /// Whether `input` goes as typed: it holds no escape character and none is pending (most
+    /// keys). Then it is taken as `filter` would take it, and `filter` need not be called.
+    public mutating func takesAsTyped(_ input: UnsafeRawBufferPointer) -> Bool {
+        guard !pendingEscape, let base = input.baseAddress, !input.isEmpty,
+              memchr(base, Int32(Self.escape), input.count) == nil else { return false }
+        let last = input[input.count - 1]
+        atLineStart = last == UInt8(ascii: "\r") || last == UInt8(ascii: "\n")
+        return true
+    }
+
     /// What `input` (as typed) means, in order.
     public mutating func filter(_ input: Data) -> [Action] {
-        // Most keys hold no escape character and none is pending: they go as they are.
-        if !pendingEscape, let last = input.last, input.firstIndex(of: Self.escape) == nil {
-            atLineStart = last == UInt8(ascii: "\r") || last == UInt8(ascii: "\n")
-            return [.send(input)]
-        }
+        if input.withUnsafeBytes({ takesAsTyped($0) }) { return [.send(input)] }
         var actions: [Action] = []
         var plain = Data()
         func flush() {
