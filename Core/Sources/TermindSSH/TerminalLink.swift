@@ -3,23 +3,24 @@ import TermindCore
 
 /// What a PTY channel's pump does with the channel's output when the engine bridges a
 /// person's terminal itself (`TerminalLink`). Every closure runs on the engine thread, in
-/// order, and must not block or wait.
-public struct TerminalTap: Sendable {
+/// order, and must not block or wait. A class: the pump asks it several times a pass, and a
+/// struct's copy retained each of its closures every time.
+public final class TerminalTap: Sendable {
     /// Every chunk of the channel's output (both streams), in order, whether or not a
     /// terminal is linked: returns what the linked terminal shows (nothing goes anywhere
     /// else: without a link the returned bytes are dropped). A durable session's screen model
     /// and shell integration read the output here.
-    public var output: @Sendable (Data) -> Data
+    public let output: @Sendable (Data) -> Data
     /// Whether the pump may read more output now (a consumer of what `output` took has
     /// room); call `SSHChannel.wake()` once it has again.
-    public var hasRoom: @Sendable () -> Bool
+    public let hasRoom: @Sendable () -> Bool
     /// Whether the linked terminal's keys may go to the channel now (shell integration holds
     /// them while its bootstrap runs); call `SSHChannel.wake()` once they may.
-    public var keysAllowed: @Sendable () -> Bool
+    public let keysAllowed: @Sendable () -> Bool
     /// After a step in which output went through `output`, once what it let through was
     /// written to the terminal: where a consumer starts work of its own (a screen model's
     /// drawing) without delaying the screen.
-    public var wrote: @Sendable () -> Void
+    public let wrote: @Sendable () -> Void
 
     public init(output: @escaping @Sendable (Data) -> Data, hasRoom: @escaping @Sendable () -> Bool = { true },
                 keysAllowed: @escaping @Sendable () -> Bool = { true }, wrote: @escaping @Sendable () -> Void = {}) {
