@@ -62,7 +62,7 @@ typedef struct termind_ssh2_context {
     size_t agent_count, agent_capacity;
     size_t eager_send;         // write from the callback once this many bytes wait
     int quiet_hint;            // the engine is stepping its pumps: a socket known empty is not asked again
-    int drained;               // ... and it is known empty (poll said so, or a recv met EAGAIN since)
+    int drained;               // ... and it is known empty (poll said so, or a recv since met EAGAIN or came short)
     int ack_due;               // ... and a short read is to be acknowledged once the pumps have stepped
 } termind_ssh2_context;
 
@@ -166,10 +166,11 @@ static inline ssize_t termind_ssh2_recv(libssh2_socket_t socket, void *buffer, s
             if (ready < 0 && errno != EINTR) return -errno;
         }
     }
-    // While the engine steps its pumps, a socket that poll() found empty, or that already
-    // said EAGAIN, is not read again: each channel read would otherwise cost a recv() that
-    // fails (libssh2 drains the socket in every read and write). Bytes that arrive meanwhile
-    // make the socket readable for the engine's next poll(), so they wait one loop at most.
+    // While the engine steps its pumps, a socket that poll() found empty, or that a read
+    // since found empty (EAGAIN, or a short read), is not read again: each channel read
+    // would otherwise cost a recv() that fails (libssh2 drains the socket in every read and
+    // write). Bytes that arrive meanwhile make the socket readable for the engine's next
+    // poll(), so they wait one loop at most.
     if (socket == context->fd && context->quiet_hint && context->drained) return -EAGAIN;
     ssize_t received = recv(socket, buffer, length, flags);
     if (received > 0 && socket == context->fd) {
