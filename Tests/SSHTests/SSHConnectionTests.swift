@@ -113,7 +113,8 @@ final class SSHConnectionTests: XCTestCase {
 
     /// The connection's engine thread is named (top -H, perf) and runs at the process's own
     /// priority, as ssh(1) does, even when opened from user-initiated work: it started at
-    /// that Dispatch worker's nice -2, under its name.
+    /// that Dispatch worker's nice -2, under its name. (The priority part can only fail where
+    /// Dispatch may raise a worker's priority, i.e. as root; the name part fails anywhere.)
     func testTheEngineThreadIsNamedAndRunsAtTheProcessPriority() async throws {
         let (port, key, trust, user) = (server.port, clientKey!, trust!, user)
         let connection = try await Task(priority: .userInitiated) {

@@ -193,6 +193,7 @@ static inline ssize_t termind_ssh2_recv(libssh2_socket_t socket, void *buffer, s
 }
 /// Around the engine's pump steps: `on` with whether poll() just found the socket empty;
 /// off afterwards, so every other caller (the opening's retries) reads as libssh2 does.
+/// Turning it off sends the acknowledgement a short read in the step left due.
 static inline void termind_ssh2_quiet_hint(termind_ssh2_context *context, int on, int empty) {
     if (!on && context->ack_due) termind_ssh2_ack_now(context->fd);
     context->ack_due = 0;

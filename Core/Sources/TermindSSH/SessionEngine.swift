@@ -588,7 +588,8 @@ final class SessionEngine: @unchecked Sendable {
         defer { pollSetIsFresh = false }
         guard let session, !pumps.isEmpty else { return .idle }
         // The socket poll() just found empty (in the pass straight after it) is not read again
-        // by each channel; nor after a read met EAGAIN in this step (the shim's recv).
+        // by each channel; nor after a read met EAGAIN or came short in this step (the shim's
+        // recv, which also holds back the acknowledgement of a short read until the step ends).
         if let context { termind_ssh2_quiet_hint(context, 1, pollFoundNoInput(on: fd) ? 1 : 0) }
         defer { if let context { termind_ssh2_quiet_hint(context, 0, 0) } }
         var progressed = false
