@@ -102,7 +102,14 @@ struct SnippetRun {
         // A host named twice (by --hosts and --tag) runs once.
         var seen = Set<String>()
         targets = targets.filter { seen.insert($0.reference).inserted }
-        guard !targets.isEmpty else { throw TermindError.badRequest("Say where to run it: --hosts a,b,c (saved hosts or user@host[:port]) or --tag TAG.") }
+        guard !targets.isEmpty else {
+            // `snippet run -- uptime --hosts a,b`: everything after -- is the command.
+            let words = request.command?.split(separator: " ") ?? []
+            let misplaced = words.first { $0 == "--hosts" || $0 == "--tag" }.map {
+                " The \($0) after -- went into the command: everything after -- is the command, so put \($0) before it (termind snippet run \($0) … -- COMMAND)."
+            } ?? ""
+            throw TermindError.badRequest("Say where to run it: --hosts a,b,c (saved hosts or user@host[:port]) or --tag TAG.\(misplaced)")
+        }
         guard targets.count <= 1000 else { throw TermindError.badRequest("At most 1000 hosts in one run, not \(targets.count).") }
         return targets
     }
