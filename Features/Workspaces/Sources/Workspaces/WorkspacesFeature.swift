@@ -155,8 +155,13 @@ final class WorkspacesFeature: Feature {
                      "duration": entry.durationMilliseconds.map { .string(Self.duration($0)) } ?? .null,
                      "directory": entry.directory.map(JSONValue.string) ?? .null, "command": .string(HistoryText.firstLine(entry.command))])
         }
+        // The hint for an empty history fits what HOST is: a saved host can have shell
+        // integration enabled; any other name is a quick-connect target, or a typo.
+        let why = saved != nil
+            ? "shells report their commands with shell integration: termind vault host edit \(host) --shellIntegration enabled"
+            : "no saved host is named \(host) (termind vault host list shows them), and no quick-connect session to it reported a command"
         let title = entries.isEmpty
-            ? "No history for \(host)\(request.grep == nil ? "" : " matching that pattern") (shells report their commands with shell integration: termind vault host edit \(host) --shellIntegration enabled)."
+            ? "No history for \(host)\(request.grep == nil ? "" : " matching that pattern") (\(why))."
             : "History of \(host): \(entries.count) command\(entries.count == 1 ? "" : "s"), oldest first"
         await session.emit("view", ["title": .string(title), "rows": .array(rows), "result": .bool(true)])
         return .init(host: host, entries: entries)
