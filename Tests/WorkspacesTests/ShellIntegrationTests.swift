@@ -134,6 +134,12 @@ final class ShellIntegrationTests: XCTestCase {
         try tmux.send("q", "exit\r")
         XCTAssertEqual(try tmux.waitForExit("q"), 0)
         XCTAssertEqual(try history(local + ["history", "quiet"]).count, 0)
+        // The empty history's hint fits the name: a saved host's setting, or no such host.
+        XCTAssertTrue(try run(local + ["history", "quiet"]).stdout.contains("termind vault host edit quiet --shellIntegration enabled"))
+        let unknown = try run(local + ["history", "qiuet"]).stdout
+        XCTAssertTrue(unknown.contains("no saved host is named qiuet"), unknown)
+        XCTAssertFalse(unknown.contains("vault host edit"), unknown)
+        XCTAssertFalse(unknown.hasSuffix("\n\n\n"), "an empty table adds no line under the title: \(unknown)")
     }
 
     /// A shell that prints its own marks (kitty's, VS Code's style) is read the same way, with

@@ -129,6 +129,8 @@ enum Output {
 
     /// Records as table lines of their short fields (a live view's rows).
     static func tableLines(_ records: [[String: JSONValue]]) -> [String] {
+        // No rows, no table (not an empty header line under the title).
+        guard !records.isEmpty else { return [] }
         let columns = columns(of: records)
         return tableLines(columns.map { $0.uppercased() }, records.map { r in columns.map { r[$0].map(scalar) ?? "" } })
     }
