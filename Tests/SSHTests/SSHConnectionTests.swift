@@ -3,7 +3,7 @@ import TermindCore
 import VaultAPI
 import TermindHarness
 import TermindKernel
-import TermindSSH
+@testable import TermindSSH
 import XCTest
 
 /// The SSH transport against a real OpenSSH sshd started by the test, with the real Vault
@@ -136,6 +136,18 @@ final class SSHConnectionTests: XCTestCase {
         for engine in engines {
             XCTAssertEqual(nice(try String(contentsOfFile: "/proc/self/task/\(engine)/stat", encoding: .utf8)), processNice)
         }
+        await connection.close()
+    }
+
+    /// Short reads are acknowledged at once only until a session's process started: sshd
+    /// then turns Nagle off, and an acknowledgement per echo would be CPU for nothing.
+    func testShortReadsAreAcknowledgedOnlyUntilASessionStarted() async throws {
+        let connection = try await connect()
+        let before = try await connection.acknowledgesShortReads()
+        XCTAssertTrue(before, "a connection with no session yet acknowledges short reads (forwards alone keep sshd's Nagle on)")
+        _ = try await connection.exec("true")
+        let after = try await connection.acknowledgesShortReads()
+        XCTAssertFalse(after, "after an exec started, sshd has TCP_NODELAY on")
         await connection.close()
     }
 

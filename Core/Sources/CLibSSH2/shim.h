@@ -64,6 +64,7 @@ typedef struct termind_ssh2_context {
     int quiet_hint;            // the engine is stepping its pumps: a socket known empty is not asked again
     int drained;               // ... and it is known empty (poll said so, or a recv since met EAGAIN or came short)
     int ack_due;               // ... and a short read is to be acknowledged once the pumps have stepped
+    int peer_nodelay;          // the server sends small packets at once (a session started: see termind_ssh2_recv)
 } termind_ssh2_context;
 
 static inline termind_ssh2_context *termind_ssh2_context_new(void *owner) {
@@ -80,6 +81,8 @@ static inline void termind_ssh2_context_free(termind_ssh2_context *context) {
 static inline size_t termind_ssh2_backlog(const termind_ssh2_context *context) { return context->out_length - context->out_start; }
 static inline void termind_ssh2_set_eager_send(termind_ssh2_context *context, size_t bytes) { context->eager_send = bytes ? bytes : 1; }
 static inline unsigned long long termind_ssh2_received(const termind_ssh2_context *context) { return context->received; }
+static inline void termind_ssh2_set_peer_nodelay(termind_ssh2_context *context) { context->peer_nodelay = 1; }
+static inline int termind_ssh2_acks_short_reads(const termind_ssh2_context *context) { return !context->peer_nodelay; }
 static inline void termind_ssh2_discard_output(termind_ssh2_context *context) {
     context->discard = 1;
     context->out_start = context->out_length = 0;
@@ -175,17 +178,26 @@ static inline ssize_t termind_ssh2_recv(libssh2_socket_t socket, void *buffer, s
     ssize_t received = recv(socket, buffer, length, flags);
     if (received > 0 && socket == context->fd) {
         context->received += (unsigned long long)received;
-        // A short read emptied the socket. What was read is acknowledged now, not up to
-        // 40 ms later: sshd leaves Nagle on for connections without a terminal (forwards,
-        // SFTP, exec), so its second small packet (a channel-open confirmation, then the first
-        // data) waits for that acknowledgement; SOCKS opens stalled 44 or 88 ms in about half
-        // the bench runs. A burst's full reads set nothing. While the pumps step, the
-        // acknowledgement (a packet of its own) waits until they have, so an echo read here
-        // reaches the terminal first; and the socket counts as drained: libssh2 reads again
-        // after every packet, a recv() that could only fail before the echo is written.
+        // A short read emptied the socket. Until the server has turned Nagle off, what was
+        // read is acknowledged now, not up to 40 ms later: OpenSSH's sshd sets TCP_NODELAY
+        // only when the connection's first session (exec, shell, subsystem) starts, so on a
+        // connection with forwards alone its second small packet (a channel-open
+        // confirmation, then the first data) waits for that acknowledgement; SOCKS opens
+        // stalled 44 or 88 ms in about half the bench runs. Once a session started
+        // (`peer_nodelay`) nothing waits for it, and the acknowledgement — a setsockopt()
+        // and a packet through the whole TCP path for every echo, a sixth of the engine's
+        // CPU per key in a durable session — is left to TCP, as ssh(1) always leaves it.
+        // A burst's full reads set nothing. While the pumps step, the acknowledgement waits
+        // until they have, so an echo read here reaches the terminal first; and the socket
+        // counts as drained: libssh2 reads again after every packet, a recv() that could
+        // only fail before the echo is written.
         if ((size_t)received < length) {
-            if (context->quiet_hint) context->ack_due = context->drained = 1;
-            else termind_ssh2_ack_now(socket);
+            if (context->quiet_hint) {
+                context->drained = 1;
+                if (!context->peer_nodelay) context->ack_due = 1;
+            } else if (!context->peer_nodelay) {
+                termind_ssh2_ack_now(socket);
+            }
         }
     }
     if (received < 0 && socket == context->fd && (errno == EAGAIN || errno == EWOULDBLOCK)) context->drained = context->quiet_hint;

@@ -322,6 +322,13 @@ public final class SSHConnection: Sendable {
     /// output goes through the tap, from the first byte, and `next()` only tells the end.
     /// `linking`: that terminal, linked before the first byte is read (else output that
     /// comes before a later `link` only goes through the tap).
+    /// Whether the engine acknowledges short reads at once: until the connection's first
+    /// session started (see the shim's receive). For tests.
+    func acknowledgesShortReads() async throws -> Bool {
+        let engine = self.engine
+        return try await engine.run("Reading the acknowledgement rule") { _ in engine.acknowledgesShortReads }
+    }
+
     public func openChannel(_ kind: ChannelKind, pty: PTYRequest? = nil, environment: [String: String] = [:],
                             bufferLimit: Int = 1 << 20, descriptors: ChannelDescriptors? = nil,
                             forwardAgent: String? = nil, terminal: TerminalTap? = nil, linking: TerminalLink? = nil) async throws -> SSHChannel {
@@ -416,6 +423,7 @@ public final class SSHConnection: Sendable {
                     case .subsystem(let name): throw SSHError.make(.sshSubsystemFailed, "\(endpoint) did not start the \(name) subsystem.")
                     }
                 }
+                engine.sessionStarted()
                 return rc
             }
         } catch {

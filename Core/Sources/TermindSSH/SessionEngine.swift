@@ -221,6 +221,14 @@ final class SessionEngine: @unchecked Sendable {
         termind_ssh2_set_eager_send(context, String(cString: cipher).hasPrefix("chacha20-poly1305") ? 32 << 10 : 256 << 10)
     }
 
+    /// A session channel's process started (exec, shell, subsystem): OpenSSH's sshd has now
+    /// turned Nagle off for the connection, so short reads need no acknowledgement of their
+    /// own any more (see the shim's receive). Engine thread only.
+    func sessionStarted() { if let context { termind_ssh2_set_peer_nodelay(context) } }
+
+    /// Whether short reads are acknowledged at once (no session has started yet). Engine thread only.
+    var acknowledgesShortReads: Bool { context.map { termind_ssh2_acks_short_reads($0) != 0 } ?? false }
+
     /// After an abandoned authentication: nothing more leaves this session.
     func discardOutput() { if let context { termind_ssh2_discard_output(context) } }
 
