@@ -311,6 +311,27 @@ final class ExecRouteCommandTests: XCTestCase {
         XCTAssertTrue(known.stdout.contains("[\(chain.address(of: 2))]:\(target.port)"), known.stdout)
     }
 
+    /// `termind exec prdo` for the saved host prod: the name is no saved host and no host
+    /// name either, and the error says both (a user@host target is plainly a host name).
+    func testANameThatIsNoSavedHostAndDoesNotResolveSaysBoth() throws {
+        let chain = try NetworkChain(count: 1)
+        defer { chain.teardown() }
+        // Inside the namespace the name server is 127.0.0.1, where nothing listens: every
+        // lookup fails at once.
+        let netns = "/etc/netns/\(chain.name(of: 1))"
+        try FileManager.default.createDirectory(atPath: netns, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: netns) }
+        try "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n".write(toFile: netns + "/resolv.conf", atomically: true, encoding: .utf8)
+        let bare = try termind(["exec", "prdo", "--connect-timeout", "5", "--", "true"], namespace: chain.name(of: 1))
+        XCTAssertEqual(bare.status, 1, bare.stderr)
+        XCTAssertTrue(bare.stderr.contains("Cannot resolve prdo"), bare.stderr)
+        XCTAssertTrue(bare.stderr.contains("No saved host is named prdo either"), bare.stderr)
+        let quick = try termind(["exec", "someone@prdo", "--connect-timeout", "5", "--", "true"], namespace: chain.name(of: 1))
+        XCTAssertEqual(quick.status, 1, quick.stderr)
+        XCTAssertTrue(quick.stderr.contains("Cannot resolve prdo"), quick.stderr)
+        XCTAssertFalse(quick.stderr.contains("No saved host"), quick.stderr)
+    }
+
     func testConnectTimeoutBoundsANameServerThatNeverAnswers() throws {
         let chain = try NetworkChain(count: 1)
         defer { chain.teardown() }

@@ -69,7 +69,7 @@ public struct ConnectionOpener: Sendable {
                            hostKey: (@Sendable (HostKeyQuestion) -> HostKeyAnswer?)? = nil,
                            answered: (@Sendable (HostKeyQuestion, HostKeyAnswer) -> Void)? = nil) async throws -> SSHConnection {
         let (route, policy) = try await plan(request, ask: ask, hostKey: hostKey, answered: answered)
-        return try await pool.connection(for: route, policy: policy)
+        do { return try await pool.connection(for: route, policy: policy) } catch { throw Self.named(error, request, route) }
     }
 
     /// As `connection`, held by a lease: the pool's idle sweep leaves it open while work that
@@ -78,7 +78,16 @@ public struct ConnectionOpener: Sendable {
                       hostKey: (@Sendable (HostKeyQuestion) -> HostKeyAnswer?)? = nil,
                       answered: (@Sendable (HostKeyQuestion, HostKeyAnswer) -> Void)? = nil) async throws -> SSHConnectionLease {
         let (route, policy) = try await plan(request, ask: ask, hostKey: hostKey, answered: answered)
-        return try await pool.lease(for: route, policy: policy)
+        do { return try await pool.lease(for: route, policy: policy) } catch { throw Self.named(error, request, route) }
+    }
+
+    /// A name that is no saved host was taken as a host name; when that does not resolve either,
+    /// the error says both (`termind ssh prdo` for the saved host prod is the likelier mistake).
+    static func named(_ error: Error, _ request: ConnectionTarget, _ route: SSHRoute) -> Error {
+        guard let failure = error as? TermindError, failure.is(.sshResolveFailed), let target = route.target,
+              target.host == request.target, !request.target.contains("@"), !request.target.contains(" ") else { return error }
+        return TermindError(code: failure.code, message: failure.message
+            + " No saved host is named \(request.target) either (termind vault host list shows them).")
     }
 
     /// The route to open and how to answer what opening it raises.
