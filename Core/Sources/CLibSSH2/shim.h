@@ -185,7 +185,7 @@ static inline ssize_t termind_ssh2_recv(libssh2_socket_t socket, void *buffer, s
         // confirmation, then the first data) waits for that acknowledgement; SOCKS opens
         // stalled 44 or 88 ms in about half the bench runs. Once a session started
         // (`peer_nodelay`) nothing waits for it, and the acknowledgement — a setsockopt()
-        // and a packet through the whole TCP path for every echo, a sixth of the engine's
+        // and a packet through the whole TCP path for every echo, about 6 % of the engine's
         // CPU per key in a durable session — is left to TCP, as ssh(1) always leaves it.
         // A burst's full reads set nothing. While the pumps step, the acknowledgement waits
         // until they have, so an echo read here reaches the terminal first; and the socket
