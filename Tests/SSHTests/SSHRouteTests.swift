@@ -330,6 +330,12 @@ final class ExecRouteCommandTests: XCTestCase {
         XCTAssertEqual(quick.status, 1, quick.stderr)
         XCTAssertTrue(quick.stderr.contains("Cannot resolve prdo"), quick.stderr)
         XCTAssertFalse(quick.stderr.contains("No saved host"), quick.stderr)
+        // A saved host whose address is its own label is still a saved host.
+        XCTAssertEqual(try termind(["vault", "host", "add", "prdo", "--label", "prdo"]).status, 0)
+        let saved = try termind(["exec", "prdo", "--connect-timeout", "5", "--", "true"], namespace: chain.name(of: 1))
+        XCTAssertEqual(saved.status, 1, saved.stderr)
+        XCTAssertTrue(saved.stderr.contains("Cannot resolve prdo"), saved.stderr)
+        XCTAssertFalse(saved.stderr.contains("No saved host"), saved.stderr)
     }
 
     func testConnectTimeoutBoundsANameServerThatNeverAnswers() throws {

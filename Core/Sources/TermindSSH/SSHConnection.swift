@@ -305,6 +305,13 @@ public final class SSHConnection: Sendable {
     /// reader takes data.
     public static let channelWindow: UInt32 = 8 << 20
 
+    /// Whether the engine acknowledges short reads at once: until the connection's first
+    /// session started (see the shim's receive). For tests.
+    func acknowledgesShortReads() async throws -> Bool {
+        let engine = self.engine
+        return try await engine.run("Reading the acknowledgement rule") { _ in engine.acknowledgesShortReads }
+    }
+
     /// Opens a session channel and starts `kind` on it, with a terminal when `pty` is given.
     /// `bufferLimit` bounds unread output and unsent input for this channel.
     ///
@@ -322,13 +329,6 @@ public final class SSHConnection: Sendable {
     /// output goes through the tap, from the first byte, and `next()` only tells the end.
     /// `linking`: that terminal, linked before the first byte is read (else output that
     /// comes before a later `link` only goes through the tap).
-    /// Whether the engine acknowledges short reads at once: until the connection's first
-    /// session started (see the shim's receive). For tests.
-    func acknowledgesShortReads() async throws -> Bool {
-        let engine = self.engine
-        return try await engine.run("Reading the acknowledgement rule") { _ in engine.acknowledgesShortReads }
-    }
-
     public func openChannel(_ kind: ChannelKind, pty: PTYRequest? = nil, environment: [String: String] = [:],
                             bufferLimit: Int = 1 << 20, descriptors: ChannelDescriptors? = nil,
                             forwardAgent: String? = nil, terminal: TerminalTap? = nil, linking: TerminalLink? = nil) async throws -> SSHChannel {

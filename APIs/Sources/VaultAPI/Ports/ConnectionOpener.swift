@@ -68,8 +68,8 @@ public struct ConnectionOpener: Sendable {
     public func connection(_ request: ConnectionTarget, ask: @escaping ConnectionAsker,
                            hostKey: (@Sendable (HostKeyQuestion) -> HostKeyAnswer?)? = nil,
                            answered: (@Sendable (HostKeyQuestion, HostKeyAnswer) -> Void)? = nil) async throws -> SSHConnection {
-        let (route, policy) = try await plan(request, ask: ask, hostKey: hostKey, answered: answered)
-        do { return try await pool.connection(for: route, policy: policy) } catch { throw Self.named(error, request, route) }
+        let (route, policy, saved) = try await plan(request, ask: ask, hostKey: hostKey, answered: answered)
+        do { return try await pool.connection(for: route, policy: policy) } catch { throw Self.named(error, request, saved: saved) }
     }
 
     /// As `connection`, held by a lease: the pool's idle sweep leaves it open while work that
@@ -77,15 +77,15 @@ public struct ConnectionOpener: Sendable {
     public func lease(_ request: ConnectionTarget, ask: @escaping ConnectionAsker,
                       hostKey: (@Sendable (HostKeyQuestion) -> HostKeyAnswer?)? = nil,
                       answered: (@Sendable (HostKeyQuestion, HostKeyAnswer) -> Void)? = nil) async throws -> SSHConnectionLease {
-        let (route, policy) = try await plan(request, ask: ask, hostKey: hostKey, answered: answered)
-        do { return try await pool.lease(for: route, policy: policy) } catch { throw Self.named(error, request, route) }
+        let (route, policy, saved) = try await plan(request, ask: ask, hostKey: hostKey, answered: answered)
+        do { return try await pool.lease(for: route, policy: policy) } catch { throw Self.named(error, request, saved: saved) }
     }
 
     /// A name that is no saved host was taken as a host name; when that does not resolve either,
     /// the error says both (`termind ssh prdo` for the saved host prod is the likelier mistake).
-    static func named(_ error: Error, _ request: ConnectionTarget, _ route: SSHRoute) -> Error {
-        guard let failure = error as? TermindError, failure.is(.sshResolveFailed), let target = route.target,
-              target.host == request.target, !request.target.contains("@"), !request.target.contains(" ") else { return error }
+    static func named(_ error: Error, _ request: ConnectionTarget, saved: Bool) -> Error {
+        guard let failure = error as? TermindError, failure.is(.sshResolveFailed), !saved,
+              !request.target.contains("@"), !request.target.contains(" "), failure.message.contains(request.target) else { return error }
         return TermindError(code: failure.code, message: failure.message
             + " No saved host is named \(request.target) either (termind vault host list shows them).")
     }
@@ -93,7 +93,7 @@ public struct ConnectionOpener: Sendable {
     /// The route to open and how to answer what opening it raises.
     private func plan(_ request: ConnectionTarget, ask: @escaping ConnectionAsker,
                       hostKey: (@Sendable (HostKeyQuestion) -> HostKeyAnswer?)?,
-                      answered: (@Sendable (HostKeyQuestion, HostKeyAnswer) -> Void)?) async throws -> (SSHRoute, SSHOpenPolicy) {
+                      answered: (@Sendable (HostKeyQuestion, HostKeyAnswer) -> Void)?) async throws -> (SSHRoute, SSHOpenPolicy, targetIsSaved: Bool) {
         let resolved = try await routes.route(
             for: RouteRequest(target: request.target, user: request.user, identity: request.identity, workingDirectory: request.workingDirectory)
         ) { path in
@@ -128,7 +128,7 @@ public struct ConnectionOpener: Sendable {
             answered?(question, answer)
             return answer
         }
-        return (route, policy)
+        return (route, policy, resolved.targetIsSaved)
     }
 
     /// Failures retrying cannot mend: a person must answer, trust or fix something (an unknown

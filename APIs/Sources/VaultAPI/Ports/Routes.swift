@@ -25,10 +25,13 @@ public struct RouteRequest: Sendable, Equatable {
 /// A route and the credentials of each of its hops.
 public struct ResolvedRoute: Sendable {
     public var route: SSHRoute
+    /// Whether the target is a saved host (not a name taken as a host name).
+    public var targetIsSaved: Bool
     private var byHop: [String: SSHCredentials]
 
-    public init(route: SSHRoute, credentials: [String: SSHCredentials]) {
+    public init(route: SSHRoute, credentials: [String: SSHCredentials], targetIsSaved: Bool = false) {
         self.route = route
+        self.targetIsSaved = targetIsSaved
         byHop = credentials
     }
 

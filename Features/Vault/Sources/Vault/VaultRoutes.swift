@@ -26,7 +26,7 @@ struct VaultRoutes: RouteResolver {
         if let record = try await BlockingExecutor.run({ try vault.repositories().0.find(target) }) {
             for jump in record.jump { try await saved(jump, isTarget: false) }
             try await saved(record.id, isTarget: true)
-            return ResolvedRoute(route: SSHRoute(hops), credentials: secrets)
+            return ResolvedRoute(route: SSHRoute(hops), credentials: secrets, targetIsSaved: true)
         }
         let resolved = try await BlockingExecutor.run { try QuickConnectResolver(hosts: try vault.repositories().0).resolve(target) }
         for (index, endpoint) in resolved.route.enumerated() {
@@ -46,7 +46,7 @@ struct VaultRoutes: RouteResolver {
             }
             secrets[ResolvedRoute.key(hop)] = SSHCredentials(privateKey: key, passphrase: passphrase)
         }
-        return ResolvedRoute(route: SSHRoute(hops), credentials: secrets)
+        return ResolvedRoute(route: SSHRoute(hops), credentials: secrets, targetIsSaved: resolved.route.last?.savedHost != nil)
     }
 
     /// The passphrase of a protected key file (checked here, so a wrong one is named before
