@@ -186,7 +186,7 @@ public final class SSHChannel: Sendable {
 /// engine thread).
 final class ChannelState: @unchecked Sendable {
     let limit: Int
-    private let lock = NSLock()
+    private let lock = PlainLock()
     private var output: [(ExecStream, Data)] = []
     private var outputBytes = 0
     private var waiter: CheckedContinuation<(ExecStream, Data)?, Error>?

@@ -39,7 +39,7 @@ final class SessionEngine: @unchecked Sendable {
     static let sendBacklogLimit = 1 << 20
 
     private let wakeFD: Int32
-    private let lock = NSLock()
+    private let lock = PlainLock()
     private var inbox: [(SessionEngine) -> Void] = []
     private var stopping = false
     private var deathError: TermindError?

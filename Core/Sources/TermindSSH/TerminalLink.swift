@@ -65,7 +65,7 @@ public final class TerminalLink: @unchecked Sendable {
     static let limit = 256 * 1024
 
     // Asked for from any thread (under `lock`).
-    private let lock = NSLock()
+    private let lock = PlainLock()
     private var resumed = false
     /// After `~^Z`: no key is read until the next `resume`.
     private var keysHeld = false

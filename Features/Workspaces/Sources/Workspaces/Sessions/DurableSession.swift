@@ -30,7 +30,7 @@ final class DurableSession: @unchecked Sendable {
     private let model: ScreenModel
     private let logger: Logger
 
-    private let lock = NSLock()
+    private let lock = PlainLock()
     private var scanner = TerminalScanner()
     private var attachment: Attachment?
     private var lastActivity: Date

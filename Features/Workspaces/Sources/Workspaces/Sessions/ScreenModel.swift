@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import TermindCore
 import TerminalScreen
 import WorkspacesRules
 
@@ -26,7 +27,7 @@ final class ScreenModel: @unchecked Sendable {
     /// Touched only on `drawer`.
     private let screen: TerminalScreen
 
-    private let lock = NSLock()
+    private let lock = PlainLock()
     private var waiting = ScreenBacklog<Operation>()
     /// Output is drawn once it pauses, not while a flood pours in (`DrawingPace`).
     private var pace = DrawingPace()

@@ -20,7 +20,7 @@ final class ShellIntegration: @unchecked Sendable {
         case open
     }
 
-    private let lock = NSLock()
+    private let lock = PlainLock()
     private var phase: Phase
     private var lastOutput: Date?
     private var started = Date()
