@@ -287,6 +287,25 @@ final class ExecRouteCommandTests: XCTestCase {
         return try ProcessRunner.run(program, args, environment: environment, stdin: stdin)
     }
 
+    /// One network namespace whose resolver `resolvConf` configures (`ip netns exec` puts
+    /// /etc/netns/NAME/resolv.conf over /etc/resolv.conf); `cleanup` removes both.
+    private func namespace(resolvConf: String) throws -> (NetworkChain, cleanup: () -> Void) {
+        let chain = try NetworkChain(count: 1)
+        let netns = "/etc/netns/\(chain.name(of: 1))"
+        let cleanup = {
+            try? FileManager.default.removeItem(atPath: netns)
+            chain.teardown()
+        }
+        do {
+            try FileManager.default.createDirectory(atPath: netns, withIntermediateDirectories: true)
+            try resolvConf.write(toFile: netns + "/resolv.conf", atomically: true, encoding: .utf8)
+        } catch {
+            cleanup()
+            throw error
+        }
+        return (chain, cleanup)
+    }
+
     func testExecFollowsASavedHostsJumpRoute() throws {
         let chain = try NetworkChain(count: 2)
         defer { chain.teardown() }
@@ -314,14 +333,10 @@ final class ExecRouteCommandTests: XCTestCase {
     /// `termind exec prdo` for the saved host prod: the name is no saved host and no host
     /// name either, and the error says both (a user@host target is plainly a host name).
     func testANameThatIsNoSavedHostAndDoesNotResolveSaysBoth() throws {
-        let chain = try NetworkChain(count: 1)
-        defer { chain.teardown() }
         // Inside the namespace the name server is 127.0.0.1, where nothing listens: every
         // lookup fails at once.
-        let netns = "/etc/netns/\(chain.name(of: 1))"
-        try FileManager.default.createDirectory(atPath: netns, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: netns) }
-        try "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n".write(toFile: netns + "/resolv.conf", atomically: true, encoding: .utf8)
+        let (chain, cleanup) = try namespace(resolvConf: "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+        defer { cleanup() }
         let bare = try termind(["exec", "prdo", "--connect-timeout", "5", "--", "true"], namespace: chain.name(of: 1))
         XCTAssertEqual(bare.status, 1, bare.stderr)
         XCTAssertTrue(bare.stderr.contains("Cannot resolve prdo"), bare.stderr)
@@ -339,14 +354,10 @@ final class ExecRouteCommandTests: XCTestCase {
     }
 
     func testConnectTimeoutBoundsANameServerThatNeverAnswers() throws {
-        let chain = try NetworkChain(count: 1)
-        defer { chain.teardown() }
         // Inside the namespace, /etc/resolv.conf names a server on 127.0.0.1 that reads and
         // never answers; glibc alone would wait 2 × 30 s.
-        let netns = "/etc/netns/\(chain.name(of: 1))"
-        try FileManager.default.createDirectory(atPath: netns, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: netns) }
-        try "nameserver 127.0.0.1\noptions timeout:30 attempts:2\n".write(toFile: netns + "/resolv.conf", atomically: true, encoding: .utf8)
+        let (chain, cleanup) = try namespace(resolvConf: "nameserver 127.0.0.1\noptions timeout:30 attempts:2\n")
+        defer { cleanup() }
         let silent = try chain.spawn(in: 1, "/usr/bin/python3", ["-c", """
             import socket, time
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 53))
