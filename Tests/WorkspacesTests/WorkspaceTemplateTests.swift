@@ -169,6 +169,9 @@ final class WorkspaceTemplateTests: XCTestCase {
         for pane in laid {
             try waitFor("the broadcast in \(pane.id)") { try paneText(pane.id).contains("BROAD-23") }
         }
+        // A name that is no workspace is said as such, not as one with no session running.
+        let unknown = try run(["broadcast", "dve", "--", "echo never"], status: 1).stderr
+        XCTAssertTrue(unknown.contains("No workspace is named 'dve'"), unknown)
 
         // Closing the window detaches its sessions; they go on.
         try tmux.tmux(["kill-window", "-t", "main:dev"])

@@ -67,8 +67,9 @@ final class WorkspacesFeature: Feature {
             try await SerialRunner(request: request, session: session).run()
         }
         registrar.stream(WorkspacesStreams.Broadcast.self) { [self] request, session in
-            try Self.requireServer(try current())
-            return try await Self.broadcast(request, session: session, sessions: sessions)
+            let ports = try current()
+            try Self.requireServer(ports)
+            return try await Self.broadcast(request, session: session, sessions: sessions, templates: WorkspaceTemplates(ports: ports))
         }
         registrar.handle(WorkspacesContracts.SaveWorkspace.self) { [self] request, _ in
             try await WorkspaceTemplates(ports: try current()).save(request)
@@ -169,7 +170,7 @@ final class WorkspacesFeature: Feature {
 
     /// `termind broadcast`: the same keys into each session named, in order; each delivery said.
     private static func broadcast(_ request: WorkspacesStreams.Broadcast.Request, session: StreamSession,
-                                  sessions: SessionRegistry) async throws -> WorkspacesStreams.Broadcast.Result {
+                                  sessions: SessionRegistry, templates: WorkspaceTemplates) async throws -> WorkspacesStreams.Broadcast.Result {
         var text = request.text ?? ""
         if request.text == nil {
             // Standard input, when the client has no terminal there (decoded once: a character
@@ -190,6 +191,8 @@ final class WorkspacesFeature: Feature {
         if let workspace = request.workspace {
             let members = await sessions.sessions(ofWorkspace: workspace).map(\.id)
             guard !members.isEmpty else {
+                // A name that is no workspace at all is said as such (a typo), before "none is running".
+                _ = try await templates.get(workspace)
                 throw TermindError(.workspacesNoSession, "No session of workspace '\(workspace)' is running (termind workspace open \(workspace) opens them; termind sessions lists sessions).")
             }
             ids += members
