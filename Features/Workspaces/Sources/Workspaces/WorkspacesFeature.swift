@@ -142,7 +142,9 @@ final class WorkspacesFeature: Feature {
         if let pattern = request.grep {
             let regex: NSRegularExpression
             do { regex = try NSRegularExpression(pattern: pattern) } catch {
-                throw TermindError.badRequest("--grep \(pattern) is not a regular expression this termind reads (ICU syntax): \(error.localizedDescription)")
+                // (The error itself says only "The value is invalid.")
+                throw TermindError.badRequest("--grep '\(pattern)' is not a valid regular expression (ICU syntax, as grep -E mostly): "
+                                              + "an unclosed bracket or parenthesis, or a quantifier with nothing before it? Put \\ before a character meant literally (\\[ for [).")
             }
             entries = entries.filter { regex.firstMatch(in: $0.command, range: NSRange($0.command.startIndex..., in: $0.command)) != nil }
         }
