@@ -157,6 +157,7 @@ final class CLITests: XCTestCase {
         let unknown = try run(["--registry", try registry(""), "frobnicate"])
         XCTAssertEqual(unknown.status, 2)
         XCTAssertTrue(unknown.stderr.contains("Unknown command 'frobnicate'"), unknown.stderr)
+        XCTAssertTrue(unknown.stderr.contains("Run 'termind --help'."), unknown.stderr)
         // A command of several words, after `help` as after the words with --help.
         let words = try run(["help", "vault", "host", "add"])
         XCTAssertEqual(words.status, 0, words.stderr)
@@ -175,6 +176,8 @@ final class CLITests: XCTestCase {
         let badPort = try run(["--plugins", plugins, "wol", "00:11:22:33:44:55", "--port", "nine"])
         XCTAssertEqual(badPort.status, 2)
         XCTAssertTrue(badPort.stderr.contains("--port must be an integer, got 'nine'"), badPort.stderr)
+        // A command's usage error points to that command's help, not termind's.
+        XCTAssertTrue(badPort.stderr.contains("Run 'termind wol --help'."), badPort.stderr)
         let help = try run(["--plugins", plugins, "help", "wol"])
         XCTAssertEqual(help.status, 0)
         XCTAssertTrue(help.stdout.contains("Usage: termind wol TARGET"), help.stdout)

@@ -48,6 +48,8 @@ struct Invocation {
         /// Its code in `--json` output.
         static let code: ErrorCode = "usage"
         let description: String
+        /// The command it is about, whose own `--help` explains it (nil: termind's).
+        var command: String? = nil
     }
 
     static func parse(_ argv: [String], console: Console, server: Kernel? = nil) throws -> Invocation {

@@ -93,7 +93,11 @@ extension Console {
             }
             return .bootFailed
         case let e as Invocation.UsageError:
-            if wantsJSON { self.json(["error": ["code": Invocation.UsageError.code.rawValue, "message": e.description]]) } else { self.error("\(e.description) Run 'termind --help'.") }
+            if wantsJSON {
+                self.json(["error": ["code": Invocation.UsageError.code.rawValue, "message": e.description]])
+            } else {
+                self.error("\(e.description) Run 'termind \(e.command.map { $0 + " " } ?? "")--help'.")
+            }
             return .usage
         default:
             let mapped = TermindError.from(error)

@@ -74,6 +74,17 @@ enum PluginCommand {
 
     static func buildBody(_ command: FeatureManifest.Command, arguments: [String], schema: JSONValue, readsInput: Bool = false,
                           console: Console) throws -> [String: JSONValue] {
+        do {
+            return try parseBody(command, arguments: arguments, schema: schema, readsInput: readsInput, console: console)
+        } catch var error as Invocation.UsageError {
+            // Its remedy is the command's own help.
+            if error.command == nil { error.command = command.name }
+            throw error
+        }
+    }
+
+    private static func parseBody(_ command: FeatureManifest.Command, arguments: [String], schema: JSONValue, readsInput: Bool,
+                                  console: Console) throws -> [String: JSONValue] {
         var body: [String: JSONValue] = [:]
         var positional: [String] = []
         var index = 0
