@@ -1,28 +1,17 @@
-import Foundation
+import Synchronization
 
-/// A mutex for the short critical sections of hot paths (the SSH engine's pass for each key
-/// and each echo): a pthread mutex locked and unlocked inline. NSLock does the same through
-/// an overridable method of a Foundation class on each side, so every acquisition called
-/// into libFoundation — code a cold key had to bring back into the caches.
-public final class PlainLock: @unchecked Sendable {
-    @usableFromInline let mutex: UnsafeMutablePointer<pthread_mutex_t>
+/// The lock of the short critical sections on hot paths (the SSH engine's pass for each key
+/// and each echo): the toolchain's `Mutex`, whose fast path is inlined, with NSLock's call
+/// shape (`withLock { ... }`, no state inside) so that classes guarding several stored
+/// properties keep them as they are. NSLock called into libFoundation on each side — code a
+/// cold key had to bring back into the caches.
+public final class PlainLock: Sendable {
+    @usableFromInline let mutex = Mutex(())
 
-    public init() {
-        mutex = .allocate(capacity: 1)
-        mutex.initialize(to: pthread_mutex_t())
-        pthread_mutex_init(mutex, nil)
-    }
-
-    deinit {
-        pthread_mutex_destroy(mutex)
-        mutex.deinitialize(count: 1)
-        mutex.deallocate()
-    }
+    public init() {}
 
     @inlinable
     public func withLock<T>(_ body: () throws -> T) rethrows -> T {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body()
+        try mutex.withLock { _ in try body() }
     }
 }
