@@ -351,6 +351,13 @@ final class ExecRouteCommandTests: XCTestCase {
         XCTAssertEqual(saved.status, 1, saved.stderr)
         XCTAssertTrue(saved.stderr.contains("Cannot resolve prdo"), saved.stderr)
         XCTAssertFalse(saved.stderr.contains("No saved host"), saved.stderr)
+        // ... and so is its label with another port; an unsaved name with a port is not.
+        let otherPort = try termind(["exec", "prdo:2222", "--connect-timeout", "5", "--", "true"], namespace: chain.name(of: 1))
+        XCTAssertEqual(otherPort.status, 1, otherPort.stderr)
+        XCTAssertFalse(otherPort.stderr.contains("No saved host"), otherPort.stderr)
+        let unsavedPort = try termind(["exec", "prdo2:2222", "--connect-timeout", "5", "--", "true"], namespace: chain.name(of: 1))
+        XCTAssertEqual(unsavedPort.status, 1, unsavedPort.stderr)
+        XCTAssertTrue(unsavedPort.stderr.contains("No saved host is named prdo2:2222 either"), unsavedPort.stderr)
     }
 
     func testConnectTimeoutBoundsANameServerThatNeverAnswers() throws {

@@ -83,9 +83,11 @@ public struct ConnectionOpener: Sendable {
 
     /// A name that is no saved host was taken as a host name; when that does not resolve either,
     /// the error says both (`termind ssh prdo` for the saved host prod is the likelier mistake).
+    /// A bare name (no user@, no quick-connect options) is a route of one hop: the name that
+    /// failed to resolve is the target's.
     static func named(_ error: Error, _ request: ConnectionTarget, saved: Bool) -> Error {
         guard let failure = error as? TermindError, failure.is(.sshResolveFailed), !saved,
-              !request.target.contains("@"), !request.target.contains(" "), failure.message.contains(request.target) else { return error }
+              !request.target.contains("@"), !request.target.contains(" ") else { return error }
         return TermindError(code: failure.code, message: failure.message
             + " No saved host is named \(request.target) either (termind vault host list shows them).")
     }

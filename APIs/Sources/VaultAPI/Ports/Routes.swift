@@ -25,7 +25,8 @@ public struct RouteRequest: Sendable, Equatable {
 /// A route and the credentials of each of its hops.
 public struct ResolvedRoute: Sendable {
     public var route: SSHRoute
-    /// Whether the target is a saved host (not a name taken as a host name).
+    /// Whether the target names a saved host, even with another port or user (not a name
+    /// taken as a host name).
     public var targetIsSaved: Bool
     private var byHop: [String: SSHCredentials]
 

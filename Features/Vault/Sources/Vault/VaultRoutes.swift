@@ -46,7 +46,8 @@ struct VaultRoutes: RouteResolver {
             }
             secrets[ResolvedRoute.key(hop)] = SSHCredentials(privateKey: key, passphrase: passphrase)
         }
-        return ResolvedRoute(route: SSHRoute(hops), credentials: secrets, targetIsSaved: resolved.route.last?.savedHost != nil)
+        // A saved label with another port or user (`prod:2222`) still names a saved host.
+        return ResolvedRoute(route: SSHRoute(hops), credentials: secrets, targetIsSaved: resolved.route.last?.alias != nil)
     }
 
     /// The passphrase of a protected key file (checked here, so a wrong one is named before
