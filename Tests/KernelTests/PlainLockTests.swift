@@ -2,8 +2,8 @@ import Dispatch
 import TermindCore
 import XCTest
 
-/// `PlainLock`, the engine's hot-path mutex: it excludes, returns the body's value and lets
-/// its error through, and is free again afterwards.
+/// `PlainLock`, the hot-path lock (the toolchain's Mutex with NSLock's call shape): it
+/// excludes, returns the body's value and lets its error through, and is free again afterwards.
 final class PlainLockTests: XCTestCase {
     func testConcurrentIncrementsUnderTheLockAreNeverLost() {
         final class Counter: @unchecked Sendable {
@@ -24,7 +24,8 @@ final class PlainLockTests: XCTestCase {
         let lock = PlainLock()
         XCTAssertEqual(lock.withLock { 42 }, 42)
         XCTAssertThrowsError(try lock.withLock { throw Failure() })
-        // Still free: a second acquisition on this thread returns (it would deadlock otherwise).
+        // Still free: a second acquisition on this thread returns (a lock still held would stop
+        // it: Mutex traps on, or waits for, its own holder).
         XCTAssertEqual(lock.withLock { "free" }, "free")
     }
 }
