@@ -337,27 +337,26 @@ final class ExecRouteCommandTests: XCTestCase {
         // lookup fails at once.
         let (chain, cleanup) = try namespace(resolvConf: "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
         defer { cleanup() }
-        let bare = try termind(["exec", "prdo", "--connect-timeout", "5", "--", "true"], namespace: chain.name(of: 1))
-        XCTAssertEqual(bare.status, 1, bare.stderr)
-        XCTAssertTrue(bare.stderr.contains("Cannot resolve prdo"), bare.stderr)
-        XCTAssertTrue(bare.stderr.contains("No saved host is named prdo either"), bare.stderr)
-        let quick = try termind(["exec", "someone@prdo", "--connect-timeout", "5", "--", "true"], namespace: chain.name(of: 1))
-        XCTAssertEqual(quick.status, 1, quick.stderr)
-        XCTAssertTrue(quick.stderr.contains("Cannot resolve prdo"), quick.stderr)
-        XCTAssertFalse(quick.stderr.contains("No saved host"), quick.stderr)
+        /// `exec TARGET` fails to resolve (the host part of TARGET); its stderr.
+        func unresolved(_ target: String, file: StaticString = #filePath, line: UInt = #line) throws -> String {
+            let result = try termind(["exec", target, "--connect-timeout", "5", "--", "true"], namespace: chain.name(of: 1))
+            XCTAssertEqual(result.status, 1, result.stderr, file: file, line: line)
+            XCTAssertTrue(result.stderr.contains("Cannot resolve prdo"), result.stderr, file: file, line: line)
+            return result.stderr
+        }
+        let bare = try unresolved("prdo")
+        XCTAssertTrue(bare.contains("No saved host is named prdo either"), bare)
+        let quick = try unresolved("someone@prdo")
+        XCTAssertFalse(quick.contains("No saved host"), quick)
         // A saved host whose address is its own label is still a saved host.
         XCTAssertEqual(try termind(["vault", "host", "add", "prdo", "--label", "prdo"]).status, 0)
-        let saved = try termind(["exec", "prdo", "--connect-timeout", "5", "--", "true"], namespace: chain.name(of: 1))
-        XCTAssertEqual(saved.status, 1, saved.stderr)
-        XCTAssertTrue(saved.stderr.contains("Cannot resolve prdo"), saved.stderr)
-        XCTAssertFalse(saved.stderr.contains("No saved host"), saved.stderr)
+        let saved = try unresolved("prdo")
+        XCTAssertFalse(saved.contains("No saved host"), saved)
         // ... and so is its label with another port; an unsaved name with a port is not.
-        let otherPort = try termind(["exec", "prdo:2222", "--connect-timeout", "5", "--", "true"], namespace: chain.name(of: 1))
-        XCTAssertEqual(otherPort.status, 1, otherPort.stderr)
-        XCTAssertFalse(otherPort.stderr.contains("No saved host"), otherPort.stderr)
-        let unsavedPort = try termind(["exec", "prdo2:2222", "--connect-timeout", "5", "--", "true"], namespace: chain.name(of: 1))
-        XCTAssertEqual(unsavedPort.status, 1, unsavedPort.stderr)
-        XCTAssertTrue(unsavedPort.stderr.contains("No saved host is named prdo2:2222 either"), unsavedPort.stderr)
+        let otherPort = try unresolved("prdo:2222")
+        XCTAssertFalse(otherPort.contains("No saved host"), otherPort)
+        let unsavedPort = try unresolved("prdo2:2222")
+        XCTAssertTrue(unsavedPort.contains("No saved host is named prdo2:2222 either"), unsavedPort)
     }
 
     func testConnectTimeoutBoundsANameServerThatNeverAnswers() throws {
