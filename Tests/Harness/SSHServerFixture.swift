@@ -56,7 +56,8 @@ public final class SSHServerFixture: @unchecked Sendable {
         try (authorizedKeys.joined(separator: "\n") + "\n").write(toFile: directory.file("authorized_keys"), atomically: true, encoding: .utf8)
         chmod(directory.file("authorized_keys"), 0o600)
         port = try Self.freePort()
-        // sshd keeps the first value it reads for an option: extra lines go first to override.
+        // sshd keeps the first value it reads for an option: extra lines go first to override
+        // (a subsystem may not be named twice: an extra `Subsystem sftp` line replaces ours).
         let config = extraConfig + hostKeyTypes.map { "HostKey \(directory.file("ssh_host_\($0)_key"))" } + [
             "Port \(port)",
             "ListenAddress \(listenAddress)",
@@ -69,8 +70,7 @@ public final class SSHServerFixture: @unchecked Sendable {
             "KbdInteractiveAuthentication no",
             "PubkeyAuthentication yes",
             "LogLevel VERBOSE",
-            "Subsystem sftp internal-sftp",
-        ]
+        ] + (extraConfig.contains { $0.hasPrefix("Subsystem sftp ") } ? [] : ["Subsystem sftp internal-sftp"])
         try (config.joined(separator: "\n") + "\n").write(toFile: directory.file("sshd_config"), atomically: true, encoding: .utf8)
         try? FileManager.default.createDirectory(atPath: "/run/sshd", withIntermediateDirectories: true)
         // With a namespace, `ip netns exec` execs sshd in place: the spawned pid is sshd's own.

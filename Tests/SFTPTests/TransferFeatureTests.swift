@@ -707,6 +707,62 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertTrue(unknown.stderr.contains("No transfer t999"), unknown.stderr)
     }
 
+    /// The window after the last write was answered, while the file closes: a channel lost
+    /// there keeps every byte (paused at the whole length inside serve), and the resume
+    /// checks them and commits without sending them again.
+    func testAChannelLostWhileTheFileClosesPausesWithEveryByteKept() throws {
+        // sftp-server behind a proxy that, on this channel's first CLOSE after 2 MiB of writes,
+        // ends the channel instead of passing the CLOSE on (once: a marker file says it did).
+        let proxy = directory.file("sftp-proxy.py"), marker = directory.file("proxy-ended-a-channel")
+        try """
+        import os, struct, subprocess, sys
+        server = '/usr/lib/openssh/sftp-server'
+        if os.path.exists(sys.argv[1]):
+            os.execv(server, [server])
+        child = subprocess.Popen([server], stdin=subprocess.PIPE)
+        source, written = sys.stdin.buffer, 0
+        def exactly(n):
+            data = source.read(n)
+            if data is None or len(data) < n:
+                child.stdin.close(); child.wait(); sys.exit(0)
+            return data
+        while True:
+            head = exactly(4)
+            body = exactly(struct.unpack('>I', head)[0])
+            if body[0] == 6:  # WRITE: id, handle, offset, data
+                handle = struct.unpack('>I', body[5:9])[0]
+                written += struct.unpack('>I', body[17 + handle:21 + handle])[0]
+            elif body[0] == 4 and written >= \(2 << 20):  # CLOSE after the whole file
+                open(sys.argv[1], 'w').close()
+                child.kill()
+                os._exit(0)
+            child.stdin.write(head + body)
+            child.stdin.flush()
+        """.write(toFile: proxy, atomically: true, encoding: .utf8)
+        server.stop()
+        let key = try String(contentsOfFile: directory.file("id.pub"), encoding: .utf8)
+        server = try SSHServerFixture(authorizedKeys: [key], extraConfig: ["Subsystem sftp /usr/bin/python3 \(proxy) \(marker)"])
+        serve = try ServeProcess(directory: directory, arguments: [], environment: ["TERMIND_SOCKET": directory.file("serve/control.sock")])
+        try saveHosts()
+        let source = directory.file("local.bin"), landing = directory.file("landing")
+        try write(source, bytes: 2 << 20, seed: 15)
+        try FileManager.default.createDirectory(atPath: landing, withIntermediateDirectories: true)
+        let put = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "put", source, "box:" + landing],
+                                     environment: environment, captureOutput: true)
+        spawned.append(put)
+        try wait("the pause") { ["paused", "failed"].contains(try row()?["state"]?.stringValue ?? "") }
+        let stopped = try row()
+        XCTAssertEqual(stopped?["state"]?.stringValue, "paused", stopped?["error"]?.stringValue ?? "no error")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: marker), "the proxy ended the channel at the close")
+        XCTAssertEqual(stopped?["done"]?.intValue, 2 << 20, "every byte counts as written")
+        XCTAssertEqual(leftovers(landing).count, 1, "the partial is kept")
+        let id = try XCTUnwrap(stopped?["id"]?.stringValue)
+        _ = try json(["transfers", "resume", id])
+        XCTAssertEqual(put.wait(), 0, String(decoding: put.readAll().1, as: UTF8.self))
+        XCTAssertEqual(try digest(landing + "/local.bin"), try digest(source))
+        XCTAssertEqual(leftovers(landing), [])
+    }
+
     func testALostConnectionInsideServePausesAndResumesToTheSameBytes() throws {
         let relay = try DelayingRelay(to: server.port, oneWayDelay: 0.02, bufferLimit: 96 << 10)
         self.relay = relay

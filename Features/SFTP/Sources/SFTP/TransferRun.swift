@@ -529,7 +529,7 @@ struct TransferRun {
                     // Kept for a verified resume (termind transfers resume).
                     partial = contiguous
                     let why = signal.stop == .pause ? "paused" : "paused: \(Self.message(reason))"
-                    await scheduler.stopped(id, .paused, error: why)
+                    await scheduler.stopped(id, .paused, error: why, kept: contiguous)
                     board.paused(id)
                     await session.emit("notice", ["text": .string("\(row) \(file.from.shown) \(why) after \(TerminalText.bytes(contiguous)); termind transfers resume \(row) continues it, cancel \(row) drops it.")])
                     continue
@@ -584,10 +584,16 @@ struct TransferRun {
             }
             // The source is looked at again while both ends close (one round trip, not two).
             // Each end is closed exactly once: `finish` closes the writer even when it fails.
-            async let after = file.from.side.stat(file.from.path, follow: true)
-            await reader.close()
-            try await writer.finish()
-            sourceNow = .some(try await after)
+            do {
+                async let after = file.from.side.stat(file.from.path, follow: true)
+                await reader.close()
+                try await writer.finish()
+                sourceNow = .some(try await after)
+            } catch {
+                // Every write up to `end` was answered: a connection lost now stops the file
+                // there (paused in serve), not at nothing.
+                throw SFTPTransfer.Interrupted(contiguous: end, reason: error)
+            }
         }
         // The byte count must match, and the source must not have changed while it was read.
         if let size, size > 0, end != size {

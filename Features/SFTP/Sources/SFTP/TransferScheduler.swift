@@ -95,8 +95,9 @@ actor TransferScheduler {
     }
 
     /// The file stopped moving data: paused (its slot frees; it waits for a resume), or
-    /// ended in `state` (done, skipped, failed, cancelled).
-    func stopped(_ id: UInt64, _ state: Row.State, error: String? = nil) async {
+    /// ended in `state` (done, skipped, failed, cancelled). `kept`: the bytes a paused file
+    /// keeps (its row says them, however long ago its progress was last looked at).
+    func stopped(_ id: UInt64, _ state: Row.State, error: String? = nil, kept: UInt64? = nil) async {
         guard var slot = slots[id] else { return }
         if state == .paused {
             queue.remove(id)
@@ -109,6 +110,7 @@ actor TransferScheduler {
         slot.row.state = state
         slot.row.error = error
         if state == .done, let size = slot.row.size { slot.row.done = size }
+        if state == .paused, let kept { slot.row.done = kept }
         slots[id] = slot
         await admit()
     }

@@ -15,6 +15,11 @@ public enum SFTPTransfer {
     public struct Interrupted: Error {
         public let contiguous: UInt64
         public let reason: any Error
+
+        public init(contiguous: UInt64, reason: any Error) {
+            self.contiguous = contiguous
+            self.reason = reason
+        }
     }
 
     /// Moves bytes from `read` to `write`, from `start` up to `size` (nil or 0: up to where
