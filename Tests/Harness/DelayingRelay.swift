@@ -8,7 +8,9 @@ import TermindCore
 ///
 /// It also counts the bytes it carried (`bytesRelayed`: what crossed "the network") and can
 /// hold new connections (`holdNewConnections`): accepted, but not passed on, so a client's
-/// handshake hangs until `releaseHeld()`.
+/// handshake hangs until `releaseHeld()`. `freeze()` stops passing bytes on (both ways,
+/// every connection) until `thaw()`: what a client has seen stays where it is, whatever the
+/// server does meanwhile.
 public final class DelayingRelay: @unchecked Sendable {
     public let port: Int
     private let listener: Int32
@@ -21,6 +23,13 @@ public final class DelayingRelay: @unchecked Sendable {
     private var holding = false
     private var held: [Int32] = []
     private let counter = Counter()
+    private let valve = Valve()
+
+    /// Bytes stop moving on (they queue) until `thaw()`.
+    public func freeze() { valve.set(open: false) }
+
+    /// Bytes move on again, the queued ones first.
+    public func thaw() { valve.set(open: true) }
 
     /// Bytes carried so far, both directions together.
     public var bytesRelayed: Int { counter.value }
@@ -127,7 +136,7 @@ public final class DelayingRelay: @unchecked Sendable {
         }
         let closer = Closer(client, server)
         for (from, to) in [(client, server), (server, client)] {
-            let line = DelayLine(delay: delay, limit: bufferLimit, counter: counter)
+            let line = DelayLine(delay: delay, limit: bufferLimit, counter: counter, valve: valve)
             Thread.detachNewThread { line.read(from: from); closer.done() }
             Thread.detachNewThread { line.write(to: to); closer.done() }
         }
@@ -138,6 +147,17 @@ public final class DelayingRelay: @unchecked Sendable {
         private var total = 0
         var value: Int { lock.withLock { total } }
         func add(_ n: Int) { lock.withLock { total += n } }
+    }
+
+    /// Open or shut for every line at once; a line's writer waits while it is shut.
+    private final class Valve: @unchecked Sendable {
+        private let condition = NSCondition()
+        private var open = true
+        func set(open: Bool) {
+            condition.withLock { self.open = open }
+            condition.broadcast()
+        }
+        func waitOpen() { condition.withLock { while !open { condition.wait() } } }
     }
 
     /// Closes a relayed pair once all four of its pumps have ended.
@@ -162,8 +182,11 @@ public final class DelayingRelay: @unchecked Sendable {
         private let delay: Double
         private let limit: Int
         private let counter: Counter
+        private let valve: Valve
 
-        init(delay: Double, limit: Int, counter: Counter) { self.delay = delay; self.limit = limit; self.counter = counter }
+        init(delay: Double, limit: Int, counter: Counter, valve: Valve) {
+            self.delay = delay; self.limit = limit; self.counter = counter; self.valve = valve
+        }
 
         private static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
@@ -193,12 +216,14 @@ public final class DelayingRelay: @unchecked Sendable {
                 while queue.isEmpty && !readerEnded { condition.wait() }
                 guard let (due, data) = queue.first else {
                     condition.unlock()
+                    valve.waitOpen()  // the end, too, waits for a thaw
                     shutdown(fd, Int32(SHUT_WR))  // the reading side ended: pass the end on
                     return
                 }
                 condition.unlock()
                 let wait = due - Self.now()
                 if wait > 0 { usleep(UInt32(wait * 1e6)) }
+                valve.waitOpen()
                 let sent = data.withUnsafeBytes { raw -> Bool in
                     var offset = 0
                     while offset < raw.count {

@@ -777,10 +777,17 @@ final class TransferFeatureTests: XCTestCase {
         spawned.append(get)
         try wait("the get to move") { (try row()?["done"]?.intValue ?? 0) >= 1 << 20 }
         // sshd goes away mid-transfer (its sessions with it), then comes back on the same port.
+        // The relay holds every byte meanwhile, so the end is not reached however slowly this
+        // test looked; then what sshd had sent arrives, then the end of the connection.
+        relay.freeze()
         server.kill()
-        try wait("the pause") { try row()?["state"]?.stringValue == "paused" }
-        XCTAssertEqual(try row()?["state"]?.stringValue, "paused")
-        XCTAssertTrue(try row()?["error"]?.stringValue?.hasPrefix("paused:") ?? false)
+        relay.thaw()
+        // (A failure ends the wait too, so its error is shown at once.)
+        try wait("the pause") { ["paused", "failed"].contains(try row()?["state"]?.stringValue ?? "") }
+        let stopped = try row()
+        XCTAssertEqual(stopped?["state"]?.stringValue, "paused", stopped?["error"]?.stringValue ?? "no error")
+        XCTAssertLessThan(stopped?["done"]?.intValue ?? .max, 16 << 20)
+        XCTAssertTrue(stopped?["error"]?.stringValue?.hasPrefix("paused:") ?? false)
         XCTAssertEqual(leftovers(landing).count, 1, "the partial is kept")
         try server.restart()
         let id = try XCTUnwrap(try row()?["id"]?.stringValue)
