@@ -653,17 +653,21 @@ final class TransferFeatureTests: XCTestCase {
         let landing = directory.file("landing")
         try FileManager.default.createDirectory(atPath: landing, withIntermediateDirectories: true)
 
-        /// Starts `termind put` of the source to `target` and waits until its file (a new row) is moving.
+        /// Starts `termind put` of the source to `target` and waits until its file (a new row) is
+        /// moving; then the relay holds every byte (the file cannot end however slowly this test
+        /// looked) until the caller has said what to do and thaws it.
         func startPut(_ target: String, after previous: String?) throws -> (SpawnedProcess, String) {
             let process = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "put", source, target],
                                              environment: environment, captureOutput: true)
             spawned.append(process)
             try wait("\(target) to move") { try row()?["id"]?.stringValue != previous && (try row()?["done"]?.intValue ?? 0) > 1 << 20 }
+            relay.freeze()
             return (process, try XCTUnwrap(try row()?["id"]?.stringValue))
         }
 
         let (put, id) = try startPut("slow:" + landing, after: nil)
         XCTAssertEqual(try json(["transfers", "pause", id])["transfer"]?["id"]?.stringValue, id)
+        relay.thaw()
         try wait("the pause") { try row()?["state"]?.stringValue == "paused" }
         let partials = leftovers(landing)
         XCTAssertEqual(partials.count, 1, "the partial is kept while paused")
@@ -678,6 +682,7 @@ final class TransferFeatureTests: XCTestCase {
         // A source that changed while paused is refused on resume, and its partial goes.
         let (second, next) = try startPut("slow:" + landing + "/again.bin", after: id)
         _ = try json(["transfers", "pause", next])
+        relay.thaw()
         try wait("the second pause") { try row()?["state"]?.stringValue == "paused" }
         var later = [timespec(tv_sec: 1_600_000_000, tv_nsec: 0), timespec(tv_sec: 1_600_000_000, tv_nsec: 0)]
         XCTAssertEqual(utimensat(AT_FDCWD, source, &later, 0), 0)
@@ -690,6 +695,7 @@ final class TransferFeatureTests: XCTestCase {
         // Cancel: the partial goes, the run ends with the file cancelled.
         let (third, last) = try startPut("slow:" + landing + "/third.bin", after: next)
         _ = try json(["transfers", "cancel", last])
+        relay.thaw()
         XCTAssertEqual(third.wait(), 1)
         XCTAssertEqual(try row()?["state"]?.stringValue, "cancelled")
         XCTAssertEqual(leftovers(landing), [])
@@ -697,6 +703,7 @@ final class TransferFeatureTests: XCTestCase {
         // Deleting the saved host cancels what reaches it, partial and all.
         let (fourth, _) = try startPut("slow:" + landing + "/fourth.bin", after: last)
         let deleted = try termind(["vault", "host", "delete", "slow"])
+        relay.thaw()
         XCTAssertEqual(deleted.status, 0, deleted.stderr)
         XCTAssertEqual(fourth.wait(), 1)
         XCTAssertEqual(try row()?["state"]?.stringValue, "cancelled")
