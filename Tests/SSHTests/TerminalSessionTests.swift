@@ -39,11 +39,27 @@ final class TerminalSessionTests: XCTestCase {
     /// Typed at the remote shell once it is up (the marker is not in what is typed).
     private let ready: [PseudoTerminal.Step] = [.send("echo READY-$((40+2))\n"), .expect("READY-42")]
 
+    /// `ready`, with the remote shell (this machine, this user) also creating `path`.
+    private func ready(touching path: String) -> [PseudoTerminal.Step] {
+        [.send("touch '\(path)'; echo READY-$((40+2))\n"), .expect("READY-42")]
+    }
+
+    /// Runs `action` on a thread of its own once `path` exists (the session is up, however
+    /// long that took), or after 60 s.
+    private func whenUp(_ path: String, _ action: @escaping @Sendable () -> Void) {
+        Thread.detachNewThread {
+            let deadline = Date().addingTimeInterval(60)
+            while !FileManager.default.fileExists(atPath: path), Date() < deadline { usleep(20_000) }
+            action()
+        }
+    }
+
     private func checkSizesAndExit(_ argv: [String], file: StaticString = #filePath, line: UInt = #line) throws {
         let report = try PseudoTerminal.run(argv, steps: ready + [
             .send("echo TERM=$TERM; stty size\n"), .expect("30 100"),
-            .resize(rows: 40, columns: 120), .sleep(0.5),
-            .send("stty size\n"), .expect("40 120"),
+            // Asked until the window change has arrived (it races the keys otherwise).
+            .resize(rows: 40, columns: 120),
+            .send("until [ \"$(stty size)\" = '40 120' ]; do sleep 0.1; done; echo SIZE-$((100+20))\n"), .expect("SIZE-120"),
             .send("exit 5\n"),
         ], environment: environment)
         XCTAssertEqual(report.met, [true, true, true], report.output, file: file, line: line)
@@ -107,19 +123,22 @@ final class TerminalSessionTests: XCTestCase {
         environment["PS1"] = "local$ "
         // Only the local shell knows it: what it prints proves the keys went there.
         environment["TERMIND_TEST_SIDE"] = "local"
+        let gate = directory.file("gate-\(UUID().uuidString.prefix(8))")
         let report = try PseudoTerminal.run(["/bin/bash", "--norc", "--noprofile", "-i"], steps: [
             .send(command + "\n"),
         ] + ready + [
-            // Printed by the remote side while termind is stopped: it must wait for fg.
-            .send("(sleep 1; echo LATE-$((6*7))) &\n"),
-            .send("~\u{1A}"), .expect("Stopped"), .sleep(2),
-            .send("echo SIDE-${TERMIND_TEST_SIDE}-$((1+1))\n"), .expect("SIDE-local-2"),
+            // Printed by the remote side while termind is stopped (once the local shell has
+            // made the gate file, on this machine): it must wait for fg.
+            .send("(while [ ! -e '\(gate)' ]; do sleep 0.1; done; echo LATE-$((6*7))) &\n"),
+            .send("~\u{1A}"), .expect("Stopped"),
+            .send("touch '\(gate)'; echo SIDE-${TERMIND_TEST_SIDE}-$((1+1))\n"), .expect("SIDE-local-2"), .sleep(1),
             .send("fg\n"), .sleep(1),
             .send("\necho BACK-$((2+2))\n"), .expect("BACK-4"),
-            .send("exit 3\n"), .sleep(1),
+            // The local shell's prompt again: termind has ended.
+            .send("exit 3\n"), .expect("local$ "),
             .send("exit\n"),
         ], environment: environment)
-        XCTAssertEqual(report.met, [true, true, true, true], report.output, file: file, line: line)
+        XCTAssertEqual(report.met, [true, true, true, true, true], report.output, file: file, line: line)
         XCTAssertEqual(report.status, 3, "the resumed session's status: \(report.output)", file: file, line: line)
         let local = report.output.range(of: "SIDE-local-2"), late = report.output.range(of: "LATE-42")
         XCTAssertNotNil(late, report.output, file: file, line: line)
@@ -131,8 +150,9 @@ final class TerminalSessionTests: XCTestCase {
     /// before it starts (refused authentication) — the terminal is restored either way.
     func testTheTerminalIsRestoredWhenTheServerGoesAwayOrTheSessionFails() throws {
         let serve = try ServeProcess(directory: directory, arguments: [])
-        DispatchQueue.global().asyncAfter(deadline: .now() + 4) { serve.process.signal(SIGKILL) }
-        let lost = try PseudoTerminal.run(ssh(socket: serve.socketPath), steps: ready + [.sleep(8)], environment: environment)
+        let up = directory.file("up-serve")
+        whenUp(up) { serve.process.signal(SIGKILL) }
+        let lost = try PseudoTerminal.run(ssh(socket: serve.socketPath), steps: ready(touching: up) + [.sleep(8)], environment: environment)
         _ = serve.process.wait()
         XCTAssertEqual(lost.met, [true], lost.output)
         XCTAssertEqual(lost.status, 1, lost.output)
@@ -152,8 +172,9 @@ final class TerminalSessionTests: XCTestCase {
     /// and inside serve.
     func testTheTerminalIsRestoredWhenSshdIsKilled() throws {
         let server = self.server!
-        DispatchQueue.global().asyncAfter(deadline: .now() + 4) { server.kill() }
-        let local = try PseudoTerminal.run(ssh(), steps: ready + [.sleep(8)], environment: environment)
+        let up = directory.file("up-local")
+        whenUp(up) { server.kill() }
+        let local = try PseudoTerminal.run(ssh(), steps: ready(touching: up) + [.sleep(8)], environment: environment)
         XCTAssertEqual(local.met, [true], local.output)
         XCTAssertNotEqual(local.status, 0, local.output)
         XCTAssertNotNil(local.status, "termind did not end when sshd went away: \(local.output)")
@@ -162,8 +183,9 @@ final class TerminalSessionTests: XCTestCase {
         try server.restart()
         let serve = try ServeProcess(directory: directory, arguments: [])
         defer { serve.stop() }
-        DispatchQueue.global().asyncAfter(deadline: .now() + 4) { server.kill() }
-        let served = try PseudoTerminal.run(ssh(socket: serve.socketPath), steps: ready + [.sleep(8)], environment: environment)
+        let upServed = directory.file("up-served")
+        whenUp(upServed) { server.kill() }
+        let served = try PseudoTerminal.run(ssh(socket: serve.socketPath), steps: ready(touching: upServed) + [.sleep(8)], environment: environment)
         XCTAssertEqual(served.met, [true], served.output)
         XCTAssertNotEqual(served.status, 0, served.output)
         XCTAssertNotNil(served.status)

@@ -225,10 +225,10 @@ final class DurableSessionTests: XCTestCase {
         try tmux.send("second", "clear; stty size\r")
         XCTAssertTrue(try tmux.wait("second", for: "40 120").found)
         try tmux.resize("second", columns: 70, rows: 22)
-        Thread.sleep(forTimeInterval: 0.5)
+        // The window change reaches the server before anything is typed to ask for it.
+        XCTAssertTrue(waitUntil { (try? self.sessions().first?["size"]?.stringValue) == "70x22" }, "the session's size follows the window")
         try tmux.send("second", "stty size\r")
         XCTAssertTrue(try tmux.wait("second", for: "22 70").found)
-        XCTAssertEqual(try sessions().first?["size"]?.stringValue, "70x22")
         try tmux.send("second", "exit\r")
         XCTAssertEqual(try tmux.waitForExit("second"), 0)
     }
@@ -239,8 +239,7 @@ final class DurableSessionTests: XCTestCase {
         try tmux.open("first", ssh(), columns: 80, rows: 24)
         XCTAssertTrue(try tmux.wait("first", for: "$").found)
         try tmux.send("first", "\(marker)1\r")
-        Thread.sleep(forTimeInterval: 0.5)
-        XCTAssertTrue(remoteProcessRuns("\(marker)1"))
+        XCTAssertTrue(waitUntil { self.remoteProcessRuns("\(marker)1") })
         // Closed while attached: the client ends with the hung-up shell.
         let closed = try ProcessRunner.run(termind, ["--json", "sessions", "close", "1"], environment: environment)
         XCTAssertEqual(closed.status, 0, closed.stderr)
@@ -252,7 +251,7 @@ final class DurableSessionTests: XCTestCase {
         try tmux.open("second", ssh(), columns: 80, rows: 24)
         XCTAssertTrue(try tmux.wait("second", for: "$").found)
         try tmux.send("second", "\(marker)2\r")
-        Thread.sleep(forTimeInterval: 0.5)
+        XCTAssertTrue(waitUntil { self.remoteProcessRuns("\(marker)2") })
         tmux.kill("second")
         XCTAssertEqual(try waitForState(2, "detached")?["state"]?.stringValue, "detached")
         XCTAssertTrue(remoteProcessRuns("\(marker)2"))

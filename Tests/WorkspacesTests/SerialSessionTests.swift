@@ -43,10 +43,15 @@ final class SerialSessionTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(board, 0)
         defer { close(board) }
         try tmux.open("s", termind + ["serial", directory.file("line"), "--baud", "9600", "--parity", "even", "--stop", "2", "--data", "7"])
-        Thread.sleep(forTimeInterval: 1)
         // A pseudo-terminal keeps what it is given of the speed and stop bits (Linux's pty
-        // driver ignores parity and data bits, so those cannot be checked here).
-        let during = try flags(directory.file("line"))
+        // driver ignores parity and data bits, so those cannot be checked here). They are
+        // looked at until termind has started and set them (or 20 s have passed).
+        var during = try flags(directory.file("line"))
+        let settled = Date().addingTimeInterval(20)
+        while !(during.contains("9600") && during.contains("cstopb")), Date() < settled {
+            Thread.sleep(forTimeInterval: 0.1)
+            during = try flags(directory.file("line"))
+        }
         XCTAssertTrue(during.contains("9600") && during.contains("cstopb"), "\(during)")
 
         // The board prints; the terminal shows it.

@@ -65,6 +65,17 @@ final class ShellIntegrationTests: XCTestCase {
         try JSONCoding.parse(Data(try run(["--json"] + arguments).stdout.utf8), source: "history")["entries"]?.arrayValue ?? []
     }
 
+    /// How many history entries `user`'s host has once it has `count` (or after 20 s).
+    private func waitForHistory(_ user: String, count: Int) throws -> Int {
+        let deadline = Date().addingTimeInterval(20)
+        var entries = try history(["history", "\(user)@127.0.0.1:\(server.port)"])
+        while entries.count < count, Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.1)
+            entries = try history(["history", "\(user)@127.0.0.1:\(server.port)"])
+        }
+        return entries.count
+    }
+
     /// Types `command` at the prompt and waits for the next one.
     private func type(_ name: String, _ command: String, marker: String) throws {
         try tmux.send(name, command + "\r")
@@ -83,9 +94,11 @@ final class ShellIntegrationTests: XCTestCase {
         try type("s", "echo one-$((0+1))", marker: "one-1")
         try type("s", "cd /tmp", marker: "$ cd /tmp")
         try type("s", "sleep 0.3; false", marker: "false")
-        Thread.sleep(forTimeInterval: 0.8)
+        // (The markers match the typed echo: each command is known ended once its history
+        // entry is there, written when the next prompt's marks arrive.)
+        XCTAssertEqual(try waitForHistory(user, count: 3), 3)
         try type("s", "echo two \\\r  three", marker: "two three")
-        Thread.sleep(forTimeInterval: 0.5)
+        XCTAssertEqual(try waitForHistory(user, count: 4), 4)
         let screen = try tmux.screen("s").joined(separator: "\n")
         XCTAssertFalse(screen.contains("termind") || screen.contains("BASH_VERSION"), "the bootstrap showed:\n\(screen)")
         XCTAssertEqual(screen.components(separatedBy: "$ echo one-").count, 2, "one prompt line per prompt:\n\(screen)")
