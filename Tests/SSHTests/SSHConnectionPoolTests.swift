@@ -32,21 +32,27 @@ final class SSHConnectionPoolTests: XCTestCase {
         directory?.remove()
     }
 
-    private func policy(delay: Double = 0, answer: HostKeyAnswer) -> SSHOpenPolicy {
+    private func policy(answer: HostKeyAnswer) -> SSHOpenPolicy {
         let key = clientKey!
-        return SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(key), agentSocket: "") }) { _ in
-            if delay > 0 { try? await Task.sleep(nanoseconds: UInt64(delay * 1e9)) }
-            return answer
-        }
+        return SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(key), agentSocket: "") }) { _ in answer }
     }
 
     func testANonInteractiveCallerSharingAnOpeningNeverFailsAnInteractiveOne() async throws {
         let pool = SSHConnectionPool()
         // A sampler that cannot ask anyone opens first; a person asks for the same route meanwhile.
         let route = self.route
-        let samplerPolicy = policy(delay: 0.5, answer: .unanswered(reason: "a sampler cannot ask.")), personPolicy = policy(answer: .acceptOnce)
+        let asked = AskedLog()
+        let key = clientKey!
+        let samplerPolicy = SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(key), agentSocket: "") }) { question in
+            asked.append(question)
+            try? await Task.sleep(nanoseconds: 500_000_000)
+            return .unanswered(reason: "a sampler cannot ask.")
+        }
+        let personPolicy = policy(answer: .acceptOnce)
         let sampler = Task { try await pool.connection(for: route, policy: samplerPolicy) }
-        try await Task.sleep(nanoseconds: 100_000_000)
+        // The person comes while the sampler's opening waits on its host-key question.
+        for _ in 0..<500 where asked.questions.isEmpty { try await Task.sleep(nanoseconds: 20_000_000) }
+        XCTAssertEqual(asked.questions.count, 1, "the sampler's opening reached the host-key question")
         let person = Task { try await pool.connection(for: route, policy: personPolicy) }
         do {
             _ = try await sampler.value

@@ -364,13 +364,17 @@ final class ExecRouteCommandTests: XCTestCase {
         // never answers; glibc alone would wait 2 × 30 s.
         let (chain, cleanup) = try namespace(resolvConf: "nameserver 127.0.0.1\noptions timeout:30 attempts:2\n")
         defer { cleanup() }
+        let bound = directory.file("dns-bound")
         let silent = try chain.spawn(in: 1, "/usr/bin/python3", ["-c", """
             import socket, time
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 53))
+            open("\(bound)", "w").close()
             while True: s.recvfrom(4096)
             """])
         defer { silent.signal(SIGKILL); silent.wait() }
-        usleep(300_000)
+        // Asked only once the silent server listens (else the lookup fails at once).
+        for _ in 0..<500 where !FileManager.default.fileExists(atPath: bound) { usleep(20_000) }
+        XCTAssertTrue(FileManager.default.fileExists(atPath: bound), "the silent name server started")
         let started = Date()
         let result = try termind(["exec", "someone@build-box.termind-test.invalid", "--connect-timeout", "2", "--", "true"], namespace: chain.name(of: 1))
         let elapsed = Date().timeIntervalSince(started)

@@ -38,9 +38,16 @@ final class SnippetRunTests: XCTestCase {
     }
 
     func testACommandOnFiveHostsGroupsOutputAndSaysWhichFailed() throws {
-        let started = Date()
-        let result = try run(["snippet", "run", "--tag", "gpu", "--parallel", "5", "--connect-timeout", "3", "--", "sleep 1; echo on-$((6*7))-$(id -un)"], status: 3)
-        XCTAssertLessThan(Date().timeIntervalSince(started), 4.5, "the hosts ran at once")
+        // Each host says when its sleep began and ended (the hosts are this machine: one clock).
+        let result = try run(["snippet", "run", "--tag", "gpu", "--parallel", "5", "--connect-timeout", "3", "--",
+                              "s=$(date +%s.%N); sleep 1; echo on-$((6*7))-$(id -un) $s $(date +%s.%N)"], status: 3)
+        let spans = result.stdout.split(separator: "\n").filter { $0.hasPrefix("on-42-") }.compactMap { line -> (Double, Double)? in
+            let words = line.split(separator: " ")
+            guard words.count == 3, let start = Double(words[1]), let end = Double(words[2]) else { return nil }
+            return (start, end)
+        }
+        XCTAssertEqual(spans.count, 4, result.stdout)
+        XCTAssertLessThan(spans.map(\.0).max() ?? .infinity, spans.map(\.1).min() ?? 0, "the four hosts were all sleeping at one moment: they ran at once")
         for index in 1...4 {
             XCTAssertTrue(result.stdout.contains("── box\(index) · exit 0"), result.stdout)
         }
