@@ -45,18 +45,21 @@ final class DescriptorHandOverTests: XCTestCase {
     }
 
     func testAStoppedClientsOutputKeepsFlowingBecauseTheServerWritesItsPipeItself() throws {
-        // The command writes 1 MiB, pauses, writes another. The client is stopped after the
-        // first; the second still arrives only if the server writes the client's own pipe.
+        // The command writes 1 MiB, waits for a gate file (the remote side is this machine),
+        // writes another. The client is stopped after the first and the gate opened after
+        // that; the second still arrives only if the server writes the client's own pipe.
         // Meanwhile the pipe's description (shared with the client) stays blocking.
+        let gate = directory.file("gate")
         let script = """
         mkfifo \(directory.file("fifo"))
         cat \(directory.file("fifo")) > \(directory.file("out")) &
         reader=$!
-        \(exec("head -c 1048576 /dev/zero; sleep 1; head -c 1048576 /dev/zero")) > \(directory.file("fifo")) 2> \(directory.file("err")) &
+        \(exec("head -c 1048576 /dev/zero; while [ ! -e \(gate) ]; do sleep 0.05; done; head -c 1048576 /dev/zero")) > \(directory.file("fifo")) 2> \(directory.file("err")) &
         pid=$!
         size() { stat -c %s \(directory.file("out")); }
         for i in $(seq 300); do [ "$(size)" -ge 1048576 ] && break; sleep 0.05; done
         kill -STOP $pid
+        touch \(gate)
         for i in $(seq 200); do [ "$(size)" -ge 2097152 ] && break; sleep 0.05; done
         echo "size $(size)"
         echo "state $(ps -o stat= -p $pid)"
