@@ -147,14 +147,17 @@ final class MetricsFeatureTests: XCTestCase {
             times[label, default: []].append(at)
         }
         guard let first = times["box"], let second = times["box2"], first.count >= 4, second.count >= 4 else { return XCTFail("\(times)") }
-        // box2's later samples fall on box's instants of the 1 s grid, within a tenth of a
-        // second (phases of separate timers would stay about half a second apart); compared
-        // modulo the interval, since the two series need not end on the same instant.
+        // box2's later samples fall on box's instants of the 1 s grid (phases of separate
+        // timers would stay about half a second apart); compared modulo the interval, since
+        // the two series need not end on the same instant. A sample is stamped when it
+        // arrives, after its own round trip (both hosts' scripts share two cores), so the
+        // middle of the last three offsets is held to a fifth of a second.
         let phase = first.last!.truncatingRemainder(dividingBy: 1)
-        for at in second.suffix(3) {
+        let offsets = second.suffix(3).map { at -> Double in
             let apart = abs(at.truncatingRemainder(dividingBy: 1) - phase)
-            XCTAssertLessThan(min(apart, 1 - apart), 0.1, "box2 sampled at \(at), box at \(first)")
-        }
+            return min(apart, 1 - apart)
+        }.sorted()
+        XCTAssertLessThan(offsets[1], 0.2, "box2 sampled at \(second), box at \(first)")
     }
 
     func testGetReturnsWhatIsHeldAndNeverStartsSampling() throws {
