@@ -152,7 +152,7 @@ final class TerminalSessionTests: XCTestCase {
         let serve = try ServeProcess(directory: directory, arguments: [])
         let up = directory.file("up-serve")
         whenUp(up) { serve.process.signal(SIGKILL) }
-        let lost = try PseudoTerminal.run(ssh(socket: serve.socketPath), steps: ready(touching: up) + [.sleep(8)], environment: environment)
+        let lost = try PseudoTerminal.run(ssh(socket: serve.socketPath), steps: ready(touching: up), environment: environment)
         _ = serve.process.wait()
         XCTAssertEqual(lost.met, [true], lost.output)
         XCTAssertEqual(lost.status, 1, lost.output)
@@ -174,7 +174,7 @@ final class TerminalSessionTests: XCTestCase {
         let server = self.server!
         let up = directory.file("up-local")
         whenUp(up) { server.kill() }
-        let local = try PseudoTerminal.run(ssh(), steps: ready(touching: up) + [.sleep(8)], environment: environment)
+        let local = try PseudoTerminal.run(ssh(), steps: ready(touching: up), environment: environment)
         XCTAssertEqual(local.met, [true], local.output)
         XCTAssertNotEqual(local.status, 0, local.output)
         XCTAssertNotNil(local.status, "termind did not end when sshd went away: \(local.output)")
@@ -185,7 +185,7 @@ final class TerminalSessionTests: XCTestCase {
         defer { serve.stop() }
         let upServed = directory.file("up-served")
         whenUp(upServed) { server.kill() }
-        let served = try PseudoTerminal.run(ssh(socket: serve.socketPath), steps: ready(touching: upServed) + [.sleep(8)], environment: environment)
+        let served = try PseudoTerminal.run(ssh(socket: serve.socketPath), steps: ready(touching: upServed), environment: environment)
         XCTAssertEqual(served.met, [true], served.output)
         XCTAssertNotEqual(served.status, 0, served.output)
         XCTAssertNotNil(served.status)
