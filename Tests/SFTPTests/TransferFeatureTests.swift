@@ -714,60 +714,121 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertTrue(unknown.stderr.contains("No transfer t999"), unknown.stderr)
     }
 
-    /// The window after the last write was answered, while the file closes: a channel lost
-    /// there keeps every byte (paused at the whole length inside serve), and the resume
-    /// checks them and commits without sending them again.
-    func testAChannelLostWhileTheFileClosesPausesWithEveryByteKept() throws {
-        // sftp-server behind a proxy that, on this channel's first CLOSE after 2 MiB of writes,
-        // ends the channel instead of passing the CLOSE on (once: a marker file says it did).
-        let proxy = directory.file("sftp-proxy.py"), marker = directory.file("proxy-ended-a-channel")
+    /// Restarts sshd with sftp-server behind a proxy (python, on this machine) that ends an
+    /// SFTP channel once, at the point the file `proxy-mode` in the test's folder names when
+    /// the channel starts:
+    /// - `close`: at the channel's first CLOSE after 2 MiB of writes (not passed on);
+    /// - `rename-before`: at the first RENAME (not passed on: nothing is renamed);
+    /// - `rename-after`: at the answer to the first RENAME (passed on, answer dropped).
+    /// A marker file `proxy-done-MODE` says it did; from then on the channel is plain.
+    private func startServerBehindSFTPProxy() throws {
+        let proxy = directory.file("sftp-proxy.py")
         try """
-        import os, struct, subprocess, sys
+        import os, struct, subprocess, sys, threading
+        folder = sys.argv[1]
+        mode = open(os.path.join(folder, 'proxy-mode')).read().strip()
+        marker = os.path.join(folder, 'proxy-done-' + mode)
         server = '/usr/lib/openssh/sftp-server'
-        if os.path.exists(sys.argv[1]):
+        if os.path.exists(marker):
             os.execv(server, [server])
-        child = subprocess.Popen([server], stdin=subprocess.PIPE)
-        source, written = sys.stdin.buffer, 0
-        def exactly(n):
-            data = source.read(n)
+        child = subprocess.Popen([server], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        dropped = []  # ids of requests whose answer ends the channel
+        def end():
+            open(marker, 'w').close()
+            child.kill()
+            os._exit(0)
+        def exactly(stream, n):
+            data = stream.read(n)
             if data is None or len(data) < n:
-                child.stdin.close(); child.wait(); sys.exit(0)
+                child.kill()
+                os._exit(0)
             return data
+        def answers():
+            out = sys.stdout.buffer
+            while True:
+                head = exactly(child.stdout, 4)
+                body = exactly(child.stdout, struct.unpack('>I', head)[0])
+                if struct.unpack('>I', body[1:5])[0] in dropped:
+                    end()
+                out.write(head + body)
+                out.flush()
+        threading.Thread(target=answers, daemon=True).start()
+        written = 0
         while True:
-            head = exactly(4)
-            body = exactly(struct.unpack('>I', head)[0])
+            head = exactly(sys.stdin.buffer, 4)
+            body = exactly(sys.stdin.buffer, struct.unpack('>I', head)[0])
             if body[0] == 6:  # WRITE: id, handle, offset, data
                 handle = struct.unpack('>I', body[5:9])[0]
                 written += struct.unpack('>I', body[17 + handle:21 + handle])[0]
-            elif body[0] == 4 and written >= \(2 << 20):  # CLOSE after the whole file
-                open(sys.argv[1], 'w').close()
-                child.kill()
-                os._exit(0)
+            elif body[0] == 4 and mode == 'close' and written >= \(2 << 20):
+                end()
+            elif body[0] == 18 and mode == 'rename-before':
+                end()
+            elif body[0] == 18 and mode == 'rename-after':
+                dropped.append(struct.unpack('>I', body[1:5])[0])
             child.stdin.write(head + body)
             child.stdin.flush()
         """.write(toFile: proxy, atomically: true, encoding: .utf8)
         server.stop()
         let key = try String(contentsOfFile: directory.file("id.pub"), encoding: .utf8)
-        server = try SSHServerFixture(authorizedKeys: [key], extraConfig: ["Subsystem sftp /usr/bin/python3 \(proxy) \(marker)"])
-        serve = try ServeProcess(directory: directory, arguments: [], environment: ["TERMIND_SOCKET": directory.file("serve/control.sock")])
-        try saveHosts()
-        let source = directory.file("local.bin"), landing = directory.file("landing")
-        try write(source, bytes: 2 << 20, seed: 15)
+        server = try SSHServerFixture(authorizedKeys: [key], extraConfig: ["Subsystem sftp /usr/bin/python3 \(proxy) \(directory.path)"])
+    }
+
+    /// Inside serve, puts a 2 MiB file to box with the proxy in `mode`: the file pauses with
+    /// every byte kept, and a resume brings it to the destination whole. Returns what the
+    /// put printed on standard error.
+    private func putThroughProxy(_ mode: String, name: String, seed: UInt8) throws -> String {
+        try mode.write(toFile: directory.file("proxy-mode"), atomically: true, encoding: .utf8)
+        let source = directory.file(name), landing = directory.file("landing")
+        try write(source, bytes: 2 << 20, seed: seed)
         try FileManager.default.createDirectory(atPath: landing, withIntermediateDirectories: true)
+        let previous = try row()?["id"]?.stringValue
         let put = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["--json", "put", source, "box:" + landing],
                                      environment: environment, captureOutput: true)
         spawned.append(put)
-        try wait("the pause") { ["paused", "failed"].contains(try row()?["state"]?.stringValue ?? "") }
+        try wait("the pause (\(mode))") {
+            let now = try row()
+            return now?["id"]?.stringValue != previous && ["paused", "failed"].contains(now?["state"]?.stringValue ?? "")
+        }
         let stopped = try row()
-        XCTAssertEqual(stopped?["state"]?.stringValue, "paused", stopped?["error"]?.stringValue ?? "no error")
-        XCTAssertTrue(FileManager.default.fileExists(atPath: marker), "the proxy ended the channel at the close")
-        XCTAssertEqual(stopped?["done"]?.intValue, 2 << 20, "every byte counts as written")
-        XCTAssertEqual(leftovers(landing).count, 1, "the partial is kept")
+        XCTAssertEqual(stopped?["state"]?.stringValue, "paused", "\(mode): \(stopped?["error"]?.stringValue ?? "no error")")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: directory.file("proxy-done-" + mode)), "\(mode): the proxy ended the channel")
+        XCTAssertEqual(stopped?["done"]?.intValue, 2 << 20, "\(mode): every byte counts as written")
+        if mode.hasPrefix("rename") {
+            XCTAssertTrue(stopped?["error"]?.stringValue?.contains("renamed into place, so whether it is there is not known") ?? false, "\(stopped?["error"]?.stringValue ?? "")")
+        }
         let id = try XCTUnwrap(stopped?["id"]?.stringValue)
         _ = try json(["transfers", "resume", id])
-        XCTAssertEqual(put.wait(), 0, String(decoding: put.readAll().1, as: UTF8.self))
-        XCTAssertEqual(try digest(landing + "/local.bin"), try digest(source))
-        XCTAssertEqual(leftovers(landing), [])
+        let status = put.wait()
+        let errors = String(decoding: put.readAll().1, as: UTF8.self)
+        XCTAssertEqual(status, 0, "\(mode): \(errors)")
+        XCTAssertEqual(try digest(landing + "/" + name), try digest(source), mode)
+        XCTAssertEqual(leftovers(landing), [], mode)
+        return errors
+    }
+
+    /// The window after the last write was answered, while the file closes: a channel lost
+    /// there keeps every byte (paused at the whole length inside serve), and the resume
+    /// checks them and commits without sending them again.
+    func testAChannelLostWhileTheFileClosesPausesWithEveryByteKept() throws {
+        try startServerBehindSFTPProxy()
+        serve = try ServeProcess(directory: directory, arguments: [], environment: ["TERMIND_SOCKET": directory.file("serve/control.sock")])
+        try saveHosts()
+        let said = try putThroughProxy("close", name: "closed.bin", seed: 15)
+        XCTAssertTrue(said.contains("paused"), said)
+    }
+
+    /// A channel lost at the rename that commits the file: whether the rename went through
+    /// is not known, so the file pauses; the resume commits it (the temporary still there),
+    /// or finds it committed (the temporary gone, the destination the source's bytes).
+    func testAChannelLostAtTheRenameResumesWhetherOrNotTheRenameHappened() throws {
+        try startServerBehindSFTPProxy()
+        serve = try ServeProcess(directory: directory, arguments: [], environment: ["TERMIND_SOCKET": directory.file("serve/control.sock")])
+        try saveHosts()
+        let before = try putThroughProxy("rename-before", name: "before.bin", seed: 16)
+        XCTAssertFalse(before.contains("already in place"), before)
+        let after = try putThroughProxy("rename-after", name: "after.bin", seed: 17)
+        XCTAssertTrue(after.contains("already in place"), after)
     }
 
     func testALostConnectionInsideServePausesAndResumesToTheSameBytes() throws {

@@ -469,6 +469,15 @@ struct TransferRun {
 
     private struct Refused: Error { let message: String }
 
+    /// A resume found the file already committed: the temporary gone, the destination the
+    /// source's bytes (a rename whose answer the lost connection took with it).
+    private struct AlreadyCommitted: Error {}
+
+    /// Whether `error` is the connection (or the file's channel) going away.
+    static func isLost(_ error: any Error) -> Bool {
+        (error as? SFTPError).map { $0.status == .connectionLost || $0.status == .noConnection } ?? false
+    }
+
     private func move(_ file: PlannedFile, source: String, board: ProgressBoard) async -> Transfer.File {
         let hosts = [file.from.side.host, file.to.side.host].filter { !$0.isEmpty }
         let saved = Set([file.from.side, file.to.side].compactMap { ($0 as? RemoteSide)?.savedHost })
@@ -516,14 +525,24 @@ struct TransferRun {
             signal.attach(attempt)
             do {
                 let bytes = try await withTaskCancellationHandler { try await attempt.value } onCancel: { attempt.cancel() }
-                try await commit(file, temporary)
+                do { try await commit(file, temporary) } catch where Self.isLost(error) {
+                    // Whether the rename went through is not known: a resume finds out.
+                    let unknown = SFTPError(status: .connectionLost, message: "\(file.to.shown): the connection was lost while it was being renamed into place, "
+                                            + "so whether it is there is not known (\(Self.message(error)))")
+                    throw SFTPTransfer.Interrupted(contiguous: bytes, reason: unknown)
+                }
                 return await ended(.copied, nil, bytes: bytes)
+            } catch is AlreadyCommitted {
+                // The rename before the pause had gone through; only its answer was lost.
+                await keepAttributes(file)
+                await session.emit("notice", ["text": .string("\(row) \(file.to.shown) was already in place (its rename went through before the connection was lost).")])
+                return await ended(.copied, nil, bytes: partial ?? 0)
             } catch let refused as Refused {
                 return await ended(.failed, refused.message)
             } catch {
                 let contiguous = (error as? SFTPTransfer.Interrupted)?.contiguous ?? partial ?? 0
                 let reason = (error as? SFTPTransfer.Interrupted)?.reason ?? error
-                let lost = (reason as? SFTPError).map { $0.status == .connectionLost || $0.status == .noConnection } ?? false
+                let lost = Self.isLost(reason)
                 if Task.isCancelled || signal.stop == .cancel { return await ended(.cancelled, "cancelled") }
                 if signal.stop == .pause || (lost && resident && contiguous > 0) {
                     // Kept for a verified resume (termind transfers resume).
@@ -631,7 +650,9 @@ struct TransferRun {
         guard now?.size == file.attributes.size, now?.modifiedTime == file.attributes.modifiedTime else {
             throw Refused(message: "the source changed since it was paused (size or modification time); not resumed")
         }
-        guard let partial = try await file.to.side.stat(temporary, follow: false), partial.kind == .file, (partial.size ?? 0) >= length else {
+        let partial = try await file.to.side.stat(temporary, follow: false)
+        if partial == nil, try await wasCommitted(file, length) { throw AlreadyCommitted() }
+        guard let partial, partial.kind == .file, (partial.size ?? 0) >= length else {
             throw Refused(message: "the partial file \(file.to.side.shown(temporary)) is gone or shorter than the \(length) bytes written; not resumed")
         }
         guard length > 0 else { return }
@@ -668,16 +689,33 @@ struct TransferRun {
     private func commit(_ file: PlannedFile, _ temporary: [UInt8]) async throws {
         do {
             try await file.to.side.rename(temporary, to: file.to.path, overwrite: file.replace)
+        } catch where Self.isLost(error) {
+            throw error  // the caller pauses the file; a resume finds out whether it happened
         } catch {
             throw Refused(message: file.replace ? Self.message(error) : "\(file.to.shown) could not be created (did it appear meanwhile?): \(Self.message(error))")
         }
-        if request.preserve == true {
-            do {
-                try await file.to.side.setAttributes(file.to.path, mode: file.attributes.permissions, accessed: file.attributes.accessTime, modified: file.attributes.modifiedTime)
-            } catch {
-                await session.emit("notice", ["text": .string("\(file.to.shown): copied, but its permissions and times were not kept: \(Self.message(error))")])
-            }
+        await keepAttributes(file)
+    }
+
+    /// `--preserve`: the source's permissions and times on the committed file (a failure is
+    /// said, the file stays).
+    private func keepAttributes(_ file: PlannedFile) async {
+        guard request.preserve == true else { return }
+        do {
+            try await file.to.side.setAttributes(file.to.path, mode: file.attributes.permissions, accessed: file.attributes.accessTime, modified: file.attributes.modifiedTime)
+        } catch {
+            await session.emit("notice", ["text": .string("\(file.to.shown): copied, but its permissions and times were not kept: \(Self.message(error))")])
         }
+    }
+
+    /// On a resume whose temporary is gone: whether the destination already holds the whole
+    /// source (same length, same SHA-256), as after a rename whose answer was lost.
+    private func wasCommitted(_ file: PlannedFile, _ length: UInt64) async throws -> Bool {
+        guard length > 0, file.attributes.size == length,
+              let there = try await file.to.side.stat(file.to.path, follow: false), there.kind == .file, there.size == length else { return false }
+        async let a = digest(file.from.side, file.from.path, length)
+        async let b = digest(file.to.side, file.to.path, length)
+        return try await a == b
     }
 }
 
