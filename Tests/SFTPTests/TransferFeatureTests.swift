@@ -721,7 +721,8 @@ final class TransferFeatureTests: XCTestCase {
     /// - `rename-before`: at the first RENAME (not passed on: nothing is renamed);
     /// - `rename-after`: at the answer to the first RENAME (passed on, answer dropped).
     /// A marker file `proxy-done-MODE` says it did; from then on the channel is plain.
-    private func startServerBehindSFTPProxy() throws {
+    /// Then starts `termind serve` and saves the hosts.
+    private func startServeWithSFTPBehindAProxy() throws {
         let proxy = directory.file("sftp-proxy.py")
         try """
         import os, struct, subprocess, sys, threading
@@ -772,6 +773,8 @@ final class TransferFeatureTests: XCTestCase {
         server.stop()
         let key = try String(contentsOfFile: directory.file("id.pub"), encoding: .utf8)
         server = try SSHServerFixture(authorizedKeys: [key], extraConfig: ["Subsystem sftp /usr/bin/python3 \(proxy) \(directory.path)"])
+        serve = try ServeProcess(directory: directory, arguments: [], environment: ["TERMIND_SOCKET": directory.file("serve/control.sock")])
+        try saveHosts()
     }
 
     /// Inside serve, puts a 2 MiB file to box with the proxy in `mode`: the file pauses with
@@ -811,9 +814,7 @@ final class TransferFeatureTests: XCTestCase {
     /// there keeps every byte (paused at the whole length inside serve), and the resume
     /// checks them and commits without sending them again.
     func testAChannelLostWhileTheFileClosesPausesWithEveryByteKept() throws {
-        try startServerBehindSFTPProxy()
-        serve = try ServeProcess(directory: directory, arguments: [], environment: ["TERMIND_SOCKET": directory.file("serve/control.sock")])
-        try saveHosts()
+        try startServeWithSFTPBehindAProxy()
         let said = try putThroughProxy("close", name: "closed.bin", seed: 15)
         XCTAssertTrue(said.contains("paused"), said)
     }
@@ -822,9 +823,7 @@ final class TransferFeatureTests: XCTestCase {
     /// is not known, so the file pauses; the resume commits it (the temporary still there),
     /// or finds it committed (the temporary gone, the destination the source's bytes).
     func testAChannelLostAtTheRenameResumesWhetherOrNotTheRenameHappened() throws {
-        try startServerBehindSFTPProxy()
-        serve = try ServeProcess(directory: directory, arguments: [], environment: ["TERMIND_SOCKET": directory.file("serve/control.sock")])
-        try saveHosts()
+        try startServeWithSFTPBehindAProxy()
         let before = try putThroughProxy("rename-before", name: "before.bin", seed: 16)
         XCTAssertFalse(before.contains("already in place"), before)
         let after = try putThroughProxy("rename-after", name: "after.bin", seed: 17)
