@@ -32,9 +32,15 @@ final class SSHConnectionPoolTests: XCTestCase {
         directory?.remove()
     }
 
-    private func policy(answer: HostKeyAnswer) -> SSHOpenPolicy {
+    /// Answers the host-key question with `answer`, after noting it in `asked` and waiting
+    /// `delay` milliseconds (a caller that takes its time, or never answers).
+    private func policy(answer: HostKeyAnswer, asked: AskedLog? = nil, delay milliseconds: UInt64 = 0) -> SSHOpenPolicy {
         let key = clientKey!
-        return SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(key), agentSocket: "") }) { _ in answer }
+        return SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(key), agentSocket: "") }) { question in
+            asked?.append(question)
+            if milliseconds > 0 { try? await Task.sleep(nanoseconds: milliseconds * 1_000_000) }
+            return answer
+        }
     }
 
     func testANonInteractiveCallerSharingAnOpeningNeverFailsAnInteractiveOne() async throws {
@@ -42,12 +48,7 @@ final class SSHConnectionPoolTests: XCTestCase {
         // A sampler that cannot ask anyone opens first; a person asks for the same route meanwhile.
         let route = self.route
         let asked = AskedLog()
-        let key = clientKey!
-        let samplerPolicy = SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(key), agentSocket: "") }) { question in
-            asked.append(question)
-            try? await Task.sleep(nanoseconds: 500_000_000)
-            return .unanswered(reason: "a sampler cannot ask.")
-        }
+        let samplerPolicy = policy(answer: .unanswered(reason: "a sampler cannot ask."), asked: asked, delay: 500)
         let personPolicy = policy(answer: .acceptOnce)
         let sampler = Task { try await pool.connection(for: route, policy: samplerPolicy) }
         // The person comes while the sampler's opening waits on its host-key question.
@@ -89,12 +90,7 @@ final class SSHConnectionPoolTests: XCTestCase {
     func testACancelledWaiterStopsWaitingAtOnceAndAnOpeningNobodyWantsIsCancelled() async throws {
         let pool = SSHConnectionPool()
         let asked = AskedLog()
-        let key = clientKey!
-        let slow = SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(key), agentSocket: "") }) { question in
-            asked.append(question)
-            try? await Task.sleep(nanoseconds: 30_000_000_000)  // a person who never answers
-            return .reject
-        }
+        let slow = policy(answer: .reject, asked: asked, delay: 30_000)  // a person who never answers
         let route = self.route
         let waiter = Task { try await pool.connection(for: route, policy: slow) }
         for _ in 0..<100 where asked.questions.isEmpty { try await Task.sleep(nanoseconds: 20_000_000) }

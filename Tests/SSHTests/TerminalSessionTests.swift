@@ -36,12 +36,10 @@ final class TerminalSessionTests: XCTestCase {
         return [FeatureHarness.buildDirectory + "/termind"] + boot + ["ssh", target, "--accept-host-key", "once"]
     }
 
-    /// Typed at the remote shell once it is up (the marker is not in what is typed).
-    private let ready: [PseudoTerminal.Step] = [.send("echo READY-$((40+2))\n"), .expect("READY-42")]
-
-    /// `ready`, with the remote shell (this machine, this user) also creating `path`.
-    private func ready(touching path: String) -> [PseudoTerminal.Step] {
-        [.send("touch '\(path)'; echo READY-$((40+2))\n"), .expect("READY-42")]
+    /// Typed at the remote shell once it is up (the marker is not in what is typed); with
+    /// `touching`, the remote shell (this machine, this user) also creates that file.
+    private func ready(touching path: String? = nil) -> [PseudoTerminal.Step] {
+        [.send((path.map { "touch '\($0)'; " } ?? "") + "echo READY-$((40+2))\n"), .expect("READY-42")]
     }
 
     /// Runs `action` on a thread of its own once `path` exists (the session is up, however
@@ -55,7 +53,7 @@ final class TerminalSessionTests: XCTestCase {
     }
 
     private func checkSizesAndExit(_ argv: [String], file: StaticString = #filePath, line: UInt = #line) throws {
-        let report = try PseudoTerminal.run(argv, steps: ready + [
+        let report = try PseudoTerminal.run(argv, steps: ready() + [
             .send("echo TERM=$TERM; stty size\n"), .expect("30 100"),
             // Asked until the window change has arrived (it races the keys otherwise).
             .resize(rows: 40, columns: 120),
@@ -77,7 +75,7 @@ final class TerminalSessionTests: XCTestCase {
     }
 
     func testCtrlCGoesToTheRemoteSideAndSIGTERMSIGHUPOrSIGINTEndTheSessionWithTheTerminalRestored() throws {
-        let interrupted = try PseudoTerminal.run(ssh(), steps: ready + [
+        let interrupted = try PseudoTerminal.run(ssh(), steps: ready() + [
             .send("sleep 30; echo SLE''PT\n"), .sleep(0.5), .send("\u{3}"), .send("echo AFTER-$((1+1))\n"), .expect("AFTER-2"), .send("exit 9\n"),
         ], environment: environment)
         XCTAssertEqual(interrupted.met, [true, true], interrupted.output)
@@ -85,7 +83,7 @@ final class TerminalSessionTests: XCTestCase {
         XCTAssertEqual(interrupted.status, 9, interrupted.output)
         XCTAssertTrue(interrupted.restored)
         for (signal, status) in [("SIGTERM", 143), ("SIGHUP", 129), ("SIGINT", 130)] {
-            let ended = try PseudoTerminal.run(ssh(), steps: ready + [.send("sleep 30\n"), .sleep(0.5), .signal(signal)], environment: environment)
+            let ended = try PseudoTerminal.run(ssh(), steps: ready() + [.send("sleep 30\n"), .sleep(0.5), .signal(signal)], environment: environment)
             XCTAssertEqual(ended.status, status, "\(signal): \(ended.output)")
             XCTAssertTrue(ended.restored, "\(signal) left the terminal raw")
         }
@@ -94,7 +92,7 @@ final class TerminalSessionTests: XCTestCase {
     /// OpenSSH's escape sequences after a newline: `~?` lists them, `~~` sends one tilde, a
     /// tilde mid-line is just typed, `~.` ends the session (255, the terminal restored).
     func testEscapeSequencesAfterANewlineListSendATildeAndDisconnect() throws {
-        let report = try PseudoTerminal.run(ssh(), steps: ready + [
+        let report = try PseudoTerminal.run(ssh(), steps: ready() + [
             .send("~?"), .expect("Supported escape sequences"),
             .send("echo mid~.li''ne\n"), .expect("mid~.line"),
             .send("~~X-$((2+3))\n"), .expect(": ~X-5"),
@@ -126,7 +124,7 @@ final class TerminalSessionTests: XCTestCase {
         let gate = directory.file("gate-\(UUID().uuidString.prefix(8))")
         let report = try PseudoTerminal.run(["/bin/bash", "--norc", "--noprofile", "-i"], steps: [
             .send(command + "\n"),
-        ] + ready + [
+        ] + ready() + [
             // Printed by the remote side while termind is stopped (once the local shell has
             // made the gate file, on this machine): it must wait for fg.
             .send("(while [ ! -e '\(gate)' ]; do sleep 0.1; done; echo LATE-$((6*7))) &\n"),
@@ -203,7 +201,7 @@ final class TerminalSessionTests: XCTestCase {
         let target = "ssh -p \(server.port) -i \(directory.file("locked")) \(NSUserName())@127.0.0.1"
         let argv = [FeatureHarness.buildDirectory + "/termind", "--local", "--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k"),
                     "ssh", target, "--accept-host-key", "once"]
-        let report = try PseudoTerminal.run(argv, steps: [.expect("Enter passphrase for key"), .send("pass-phrase-7\r")] + ready + [.send("exit 4\n")],
+        let report = try PseudoTerminal.run(argv, steps: [.expect("Enter passphrase for key"), .send("pass-phrase-7\r")] + ready() + [.send("exit 4\n")],
                                             environment: environment)
         XCTAssertEqual(report.met, [true, true], report.output)
         XCTAssertEqual(report.status, 4, report.output)

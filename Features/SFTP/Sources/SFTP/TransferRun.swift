@@ -525,12 +525,7 @@ struct TransferRun {
             signal.attach(attempt)
             do {
                 let bytes = try await withTaskCancellationHandler { try await attempt.value } onCancel: { attempt.cancel() }
-                do { try await commit(file, temporary) } catch where Self.isLost(error) {
-                    // Whether the rename went through is not known: a resume finds out.
-                    let unknown = SFTPError(status: .connectionLost, message: "\(file.to.shown): the connection was lost while it was being renamed into place, "
-                                            + "so whether it is there is not known (\(Self.message(error)))")
-                    throw SFTPTransfer.Interrupted(contiguous: bytes, reason: unknown)
-                }
+                try await commit(file, temporary, bytes: bytes)
                 return await ended(.copied, nil, bytes: bytes)
             } catch is AlreadyCommitted {
                 // The rename before the pause had gone through; only its answer was lost.
@@ -686,11 +681,16 @@ struct TransferRun {
 
     /// Renames the finished temporary file into place: over the old file only when it was
     /// chosen to be replaced (atomically), never over one that appeared meanwhile.
-    private func commit(_ file: PlannedFile, _ temporary: [UInt8]) async throws {
+    /// Renames the whole temporary (`bytes` long) over the destination. A connection lost
+    /// meanwhile interrupts the file at its whole length: whether the rename went through is
+    /// not known, and a resume finds out (`wasCommitted`).
+    private func commit(_ file: PlannedFile, _ temporary: [UInt8], bytes: UInt64) async throws {
         do {
             try await file.to.side.rename(temporary, to: file.to.path, overwrite: file.replace)
         } catch where Self.isLost(error) {
-            throw error  // the caller pauses the file; a resume finds out whether it happened
+            let unknown = SFTPError(status: .connectionLost, message: "\(file.to.shown): the connection was lost while it was being renamed into place, "
+                                    + "so whether it is there is not known (\(Self.message(error)))")
+            throw SFTPTransfer.Interrupted(contiguous: bytes, reason: unknown)
         } catch {
             throw Refused(message: file.replace ? Self.message(error) : "\(file.to.shown) could not be created (did it appear meanwhile?): \(Self.message(error))")
         }
