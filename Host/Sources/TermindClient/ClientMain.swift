@@ -51,6 +51,15 @@ enum ClientMain {
 
 /// The entry the launcher calls when the command runs in this process: runs the client on
 /// this process's console and exits with its code.
+///
+/// It ends with `_exit`, not `exit`: the kernel's threads (an SSH engine closing its
+/// connection, executor and dispatch workers) are still running, and `exit` would run the
+/// process's exit handlers under them — libstdc++'s and CoreFoundation's destructors and
+/// OpenSSL's cleanup freeing state that a thread which is ending frees again ("double
+/// free" on the engine thread, about once in 1,500 runs of `termind ssh … -- cmd` with six
+/// running at once). Everything the
+/// client wrote is out once its console has finished and stdio is flushed; the store needs
+/// no exit handler (a committed SQLite transaction is already in its WAL file).
 @_cdecl("termind_client_main")
 public func termindClientMain() {
     let arguments = Array(CommandLine.arguments.dropFirst())
@@ -58,7 +67,8 @@ public func termindClientMain() {
         let console = Console.process()
         let code = await ClientMain.run(arguments, console: console)
         console.finish()
-        exit(code.rawValue)
+        fflush(nil)
+        _exit(code.rawValue)
     }
     dispatchMain()
 }
