@@ -225,6 +225,17 @@ final class TerminalSessionTests: XCTestCase {
                                            steps: [.expect("STATUS=")], environment: environment)
         XCTAssertTrue(piped.output.contains("STATUS=141"), piped.output)
         XCTAssertFalse(piped.output.contains("killed by"), piped.output)
+        // Without a terminal the same: the output's reader gone is 141, not the remote status.
+        let noTerminal = try ProcessRunner.run("/bin/bash", ["--norc", "--noprofile", "-c",
+                                                             command + " -- 'seq 1 10000000' </dev/null | head -1; exit ${PIPESTATUS[0]}"], environment: environment)
+        XCTAssertEqual(noTerminal.status, 141, noTerminal.stderr)
+        XCTAssertEqual(noTerminal.stdout, "1\n")
+        XCTAssertEqual(noTerminal.stderr, "")
+        // An output that cannot be written (a full disk) fails the command and says why.
+        let full = try ProcessRunner.run("/bin/bash", ["--norc", "--noprofile", "-c", command + " -- 'echo LOST; exit 0' </dev/null >/dev/full"],
+                                         environment: environment)
+        XCTAssertNotEqual(full.status, 0, full.stderr)
+        XCTAssertTrue(full.stderr.contains("No space left on device"), full.stderr)
     }
 
     func testWithoutATerminalNoRemoteTerminalIsAllocatedAndInputGoesToTheShell() throws {

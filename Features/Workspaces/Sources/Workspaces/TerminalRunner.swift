@@ -237,6 +237,16 @@ struct TerminalRunner {
             if !visible.isEmpty { await session.emit(stream == .stdout ? "stdout" : "stderr", data: visible) }
         }
         await integration.finish()
+        // A handed-over output that could not be written closed the channel (the command got
+        // TERM), as exec's does: its reader gone (EPIPE) ends termind with 141, as a
+        // pipeline's writer would; any other failure (a full disk) is an error, never the
+        // remote status of a command whose output was lost.
+        if let failure = channel.localOutputError {
+            guard failure == EPIPE else {
+                throw TermindError(.sshLocalOutputFailed, "Writing the output of the session on \(connection.target.display) failed: \(String(cString: strerror(failure))); its channel was closed.")
+            }
+            return .init(exitStatus: nil, exitSignal: "PIPE")
+        }
         return .init(exitStatus: channel.exit?.status, exitSignal: channel.exit?.signal)
     }
 }
