@@ -53,11 +53,11 @@ enum ClientMain {
 /// this process's console and exits with its code.
 ///
 /// It ends with `_exit`, not `exit`: the kernel's threads (an SSH engine closing its
-/// connection, executor and dispatch workers) are still running, and `exit` would run the
-/// process's exit handlers under them — libstdc++'s and CoreFoundation's destructors and
-/// OpenSSL's cleanup freeing state that a thread which is ending frees again ("double
-/// free" on the engine thread, about once in 1,500 runs of `termind ssh … -- cmd` with six
-/// running at once). Everything the
+/// connection, executor and dispatch workers) are still running, and `exit` runs the
+/// process's exit handlers and static destructors under them. An engine thread that ended
+/// at that moment died of "double free" in its thread-specific data's destructors while
+/// this thread was inside the exit handlers (CI once; 2 in 3,600 local runs of
+/// `termind ssh … -- cmd`, six at a time, none in 11,700 with `_exit`). Everything the
 /// client wrote is out once its console has finished and stdio is flushed; the store needs
 /// no exit handler (a committed SQLite transaction is already in its WAL file).
 @_cdecl("termind_client_main")
