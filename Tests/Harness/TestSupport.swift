@@ -39,6 +39,14 @@ public struct ProcessResult: Sendable {
     public let stderr: String
 }
 
+/// Words for `/bin/sh -c` (or bash's): each single-quoted, so that spaces and quotes in them
+/// stay literal.
+public enum Shell {
+    public static func quoted(_ words: [String]) -> String {
+        words.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+    }
+}
+
 /// Runs programs with posix_spawn and reaps them with waitpid. (Foundation's Process on
 /// Linux can miss a child's exit while another child runs — seen here with an sshd
 /// fixture alive — and then waits forever on a zombie.)

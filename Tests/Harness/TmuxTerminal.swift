@@ -35,7 +35,7 @@ public final class TmuxTerminal: @unchecked Sendable {
     public func open(_ name: String, _ argv: [String], columns: Int = 100, rows: Int = 30) throws {
         // Once the program has exited, keys (a Ctrl-C meant for it) must not end the terminal.
         let wrapped = ["/bin/sh", "-c", "\"$@\"; status=$?; trap '' INT QUIT TSTP; echo \"[exited $status]\"; exec sleep 100000", "sh"] + argv
-        let command = wrapped.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        let command = Shell.quoted(wrapped)
         // The first command starts the tmux server, which keeps the descriptors it was given:
         // never this process's pipes (a reader would wait for their end forever).
         let arguments = ["-S", socket, "-f", configuration, "new-session", "-d", "-s", name, "-x", String(columns), "-y", String(rows), command]

@@ -81,7 +81,7 @@ final class StreamRenderingTests: XCTestCase {
     /// by the launcher, the rest by the server on the launcher's terminal).
     private func commandLine(_ arguments: [String], socket: String?) throws -> String {
         let boot = try socket.map { ["--socket", $0] } ?? ["--registry", registry(), "--socket", directory.file("none.sock")]
-        return ([termind] + boot + arguments).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        return Shell.quoted([termind] + boot + arguments)
     }
 
     /// Runs termind on a pseudo-terminal (script(1)) fed `input`; returns what the terminal showed.

@@ -29,8 +29,7 @@ final class DescriptorHandOverTests: XCTestCase {
     private func exec(_ command: String, inProcess: Bool = false) -> String {
         let target = "ssh -p \(server.port) -i \(directory.file("id")) \(NSUserName())@127.0.0.1"
         let socket = inProcess ? ["--local", "--store", directory.file("local.sqlite"), "--secrets-key", directory.file("local.key")] : ["--socket", serve.socketPath]
-        return ([FeatureHarness.buildDirectory + "/termind"] + socket + ["exec", target, "--accept-host-key", "once", "--", command])
-            .map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        return Shell.quoted([FeatureHarness.buildDirectory + "/termind"] + socket + ["exec", target, "--accept-host-key", "once", "--", command])
     }
 
     private var environment: [String: String] {

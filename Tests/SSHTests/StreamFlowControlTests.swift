@@ -37,8 +37,7 @@ final class StreamFlowControlTests: XCTestCase {
     /// `termind exec` on the server's socket, as a shell command line.
     private func exec(_ command: String) -> String {
         let target = "ssh -p \(server.port) -i \(directory.file("id")) \(NSUserName())@127.0.0.1"
-        return ([FeatureHarness.buildDirectory + "/termind", "--socket", serve.socketPath, "exec", target, "--accept-host-key", "once", "--", command])
-            .map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        return Shell.quoted([FeatureHarness.buildDirectory + "/termind", "--socket", serve.socketPath, "exec", target, "--accept-host-key", "once", "--", command])
     }
 
     /// The environment of the clients: nothing that would make them boot in-process.

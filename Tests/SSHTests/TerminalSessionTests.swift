@@ -116,7 +116,7 @@ final class TerminalSessionTests: XCTestCase {
     }
 
     private func checkSuspend(_ argv: [String], file: StaticString = #filePath, line: UInt = #line) throws {
-        let command = argv.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        let command = Shell.quoted(argv)
         var environment = self.environment
         environment["PS1"] = "local$ "
         // Only the local shell knows it: what it prints proves the keys went there.
@@ -219,23 +219,29 @@ final class TerminalSessionTests: XCTestCase {
             XCTAssertEqual(report.met, [true], "round \(round): \(report.output)")
             XCTAssertEqual(report.status, Int(round), report.output)
         }
-        let command = ssh().map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        let command = Shell.quoted(ssh())
         let piped = try PseudoTerminal.run(["/bin/bash", "--norc", "--noprofile", "-c",
                                             command + " -- 'seq 1 10000000' | head -1; echo STATUS=${PIPESTATUS[0]}"],
                                            steps: [.expect("STATUS=")], environment: environment)
         XCTAssertTrue(piped.output.contains("STATUS=141"), piped.output)
         XCTAssertFalse(piped.output.contains("killed by"), piped.output)
-        // Without a terminal the same: the output's reader gone is 141, not the remote status.
-        let noTerminal = try ProcessRunner.run("/bin/bash", ["--norc", "--noprofile", "-c",
-                                                             command + " -- 'seq 1 10000000' </dev/null | head -1; exit ${PIPESTATUS[0]}"], environment: environment)
-        XCTAssertEqual(noTerminal.status, 141, noTerminal.stderr)
-        XCTAssertEqual(noTerminal.stdout, "1\n")
-        XCTAssertEqual(noTerminal.stderr, "")
-        // An output that cannot be written (a full disk) fails the command and says why.
-        let full = try ProcessRunner.run("/bin/bash", ["--norc", "--noprofile", "-c", command + " -- 'echo LOST; exit 0' </dev/null >/dev/full"],
-                                         environment: environment)
-        XCTAssertNotEqual(full.status, 0, full.stderr)
-        XCTAssertTrue(full.stderr.contains("No space left on device"), full.stderr)
+        // Without a terminal the same, in-process and inside serve: the output's reader gone
+        // is 141, not the remote status; an output that cannot be written (a full disk)
+        // fails the command and says why.
+        let serve = try ServeProcess(directory: directory, arguments: [])
+        defer { serve.stop() }
+        for argv in [ssh(), ssh(socket: serve.socketPath)] {
+            let command = Shell.quoted(argv)
+            let noTerminal = try ProcessRunner.run("/bin/bash", ["--norc", "--noprofile", "-c",
+                                                                 command + " -- 'seq 1 10000000' </dev/null | head -1; exit ${PIPESTATUS[0]}"], environment: environment)
+            XCTAssertEqual(noTerminal.status, 141, noTerminal.stderr)
+            XCTAssertEqual(noTerminal.stdout, "1\n")
+            XCTAssertEqual(noTerminal.stderr, "")
+            let full = try ProcessRunner.run("/bin/bash", ["--norc", "--noprofile", "-c", command + " -- 'echo LOST; exit 0' </dev/null >/dev/full"],
+                                             environment: environment)
+            XCTAssertEqual(full.status, 1, full.stderr)
+            XCTAssertTrue(full.stderr.contains("No space left on device"), full.stderr)
+        }
     }
 
     func testWithoutATerminalNoRemoteTerminalIsAllocatedAndInputGoesToTheShell() throws {

@@ -15,9 +15,8 @@ final class SettingsProcessTests: XCTestCase {
     override func tearDown() { directory?.remove() }
 
     private var termind: String {
-        ([FeatureHarness.buildDirectory + "/termind", "--local", "--registry", FeatureHarness.buildDirectory + "/Registry.json",
-          "--store", directory.file("termind.sqlite"), "--secrets-key", directory.file("secrets.key")])
-            .map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        Shell.quoted([FeatureHarness.buildDirectory + "/termind", "--local", "--registry", FeatureHarness.buildDirectory + "/Registry.json",
+                     "--store", directory.file("termind.sqlite"), "--secrets-key", directory.file("secrets.key")])
     }
 
     private func shell(_ script: String) throws -> ProcessResult {

@@ -24,7 +24,7 @@ final class ClientExitTests: XCTestCase {
         let target = "ssh -p \(server.port) -i \(directory.file("id")) \(NSUserName())@127.0.0.1"
         let termind = [FeatureHarness.buildDirectory + "/termind", "--local", "--store", directory.file("db.sqlite"),
                        "--secrets-key", directory.file("k"), "ssh", target, "--accept-host-key", "once", "--"]
-        let quoted = termind.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        let quoted = Shell.quoted(termind)
         // On a terminal, as a person runs them: a short command, and one whose output's
         // reader goes away while the remote side still sends.
         let shortCommand = (termind + ["echo OUT-$((1+2)); exit 3"], "OUT-3", 3)
