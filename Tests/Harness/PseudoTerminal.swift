@@ -41,11 +41,7 @@ public enum PseudoTerminal {
         defer { directory.remove() }
         let script = try directory.write("drive.py", driver)
         let plan = String(decoding: try JSONCoding.encode(JSONValue.array(steps.map(\.json))), as: UTF8.self)
-        // A program that crashes on the terminal would otherwise wait 20 s for a key before
-        // printing its backtrace; the report should carry the backtrace instead.
-        var environment = environment
-        if environment["SWIFT_BACKTRACE"] == nil { environment["SWIFT_BACKTRACE"] = "interactive=no,color=no" }
-        let result = try ProcessRunner.run("/usr/bin/python3", [script, plan] + argv, environment: environment)
+        let result = try ProcessRunner.run("/usr/bin/python3", [script, plan] + argv, environment: printingBacktraces(environment))
         guard result.status == 0, let report = try? JSONCoding.parse(Data(result.stdout.utf8), source: "pty report") else {
             throw TermindError(code: "test.pty", message: "the pty driver failed: \(result.stderr)")
         }

@@ -39,6 +39,14 @@ public struct ProcessResult: Sendable {
     public let stderr: String
 }
 
+/// A program's environment with Swift's crash backtraces printed at once: one that crashes
+/// on a terminal otherwise waits 20 s for a key before it prints anything.
+public func printingBacktraces(_ environment: [String: String]) -> [String: String] {
+    var environment = environment
+    if environment["SWIFT_BACKTRACE"] == nil { environment["SWIFT_BACKTRACE"] = "interactive=no,color=no" }
+    return environment
+}
+
 /// Words for `/bin/sh -c` (or bash's): each single-quoted, so that spaces and quotes in them
 /// stay literal.
 public enum Shell {

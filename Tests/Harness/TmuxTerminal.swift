@@ -14,7 +14,7 @@ public final class TmuxTerminal: @unchecked Sendable {
     public init(directory: TemporaryDirectory, environment: [String: String]) {
         socket = directory.file("tmux.sock")
         configuration = (try? directory.write("tmux.conf", "set -g status off\nset -g history-limit 5000\n")) ?? "/dev/null"
-        var environment = environment
+        var environment = printingBacktraces(environment)
         environment.removeValue(forKey: "TMUX")
         self.environment = environment
     }
