@@ -219,19 +219,24 @@ final class TerminalSessionTests: XCTestCase {
             XCTAssertEqual(report.met, [true], "round \(round): \(report.output)")
             XCTAssertEqual(report.status, Int(round), report.output)
         }
-        let command = Shell.quoted(ssh())
-        let piped = try PseudoTerminal.run(["/bin/bash", "--norc", "--noprofile", "-c",
-                                            command + " -- 'seq 1 10000000' | head -1; echo STATUS=${PIPESTATUS[0]}"],
-                                           steps: [.expect("STATUS=")], environment: environment)
-        XCTAssertTrue(piped.output.contains("STATUS=141"), piped.output)
-        XCTAssertFalse(piped.output.contains("killed by"), piped.output)
-        // Without a terminal the same, in-process and inside serve: the output's reader gone
-        // is 141, not the remote status; an output that cannot be written (a full disk)
-        // fails the command and says why.
+        // On a terminal and without one, in-process and inside serve (where the terminal's
+        // session is a durable one): the output's reader gone is 141, not the remote status,
+        // and leaves no session behind; an output that cannot be written (a full disk) fails
+        // the command and says why.
         let serve = try ServeProcess(directory: directory, arguments: [])
         defer { serve.stop() }
         for argv in [ssh(), ssh(socket: serve.socketPath)] {
             let command = Shell.quoted(argv)
+            let piped = try PseudoTerminal.run(["/bin/bash", "--norc", "--noprofile", "-c",
+                                                command + " -- 'seq 1 10000000' | head -1; echo STATUS=${PIPESTATUS[0]}"],
+                                               steps: [.expect("STATUS=")], environment: environment)
+            XCTAssertTrue(piped.output.contains("STATUS=141"), piped.output)
+            XCTAssertFalse(piped.output.contains("killed by"), piped.output)
+            let fullTerminal = try PseudoTerminal.run(["/bin/bash", "--norc", "--noprofile", "-c",
+                                                      command + " -- 'echo LOST; exit 0' >/dev/full; echo STATUS=$?"],
+                                                     steps: [.expect("STATUS=")], environment: environment)
+            XCTAssertTrue(fullTerminal.output.contains("No space left on device"), fullTerminal.output)
+            XCTAssertTrue(fullTerminal.output.contains("STATUS=1"), fullTerminal.output)
             let noTerminal = try ProcessRunner.run("/bin/bash", ["--norc", "--noprofile", "-c",
                                                                  command + " -- 'seq 1 10000000' </dev/null | head -1; exit ${PIPESTATUS[0]}"], environment: environment)
             XCTAssertEqual(noTerminal.status, 141, noTerminal.stderr)
@@ -242,6 +247,9 @@ final class TerminalSessionTests: XCTestCase {
             XCTAssertEqual(full.status, 1, full.stderr)
             XCTAssertTrue(full.stderr.contains("No space left on device"), full.stderr)
         }
+        let sessions = try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", ["--socket", serve.socketPath, "sessions", "--json"], environment: environment)
+        XCTAssertEqual(sessions.status, 0, sessions.stderr)
+        XCTAssertFalse(sessions.stdout.contains("\"detached\"") || sessions.stdout.contains("\"attached\""), "a session was left behind: \(sessions.stdout)")
     }
 
     func testWithoutATerminalNoRemoteTerminalIsAllocatedAndInputGoesToTheShell() throws {

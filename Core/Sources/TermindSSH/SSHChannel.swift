@@ -31,6 +31,28 @@ public struct ChannelExit: Sendable, Equatable {
     /// The remote exit status; nil when the process ended by a signal or reported nothing.
     public var status: Int32?
     public var signal: String?
+
+    public init(status: Int32?, signal: String?) {
+        self.status = status
+        self.signal = signal
+    }
+
+    /// How a command ends whose handed-over output could not be written (`failure`, the
+    /// write's errno; its channel was closed): the reader gone (EPIPE) is SIGPIPE, as a
+    /// local pipeline's writer ends; any other failure (a full disk) is
+    /// `ssh.local_output_failed` naming `what`, never the remote status of a command whose
+    /// output was lost.
+    public static func afterLocalOutputFailure(_ failure: Int32, of what: String) throws -> ChannelExit {
+        guard failure == EPIPE else {
+            throw SSHError.make(.sshLocalOutputFailed, "Writing the output of \(what) failed: \(String(cString: strerror(failure))); its channel was closed.")
+        }
+        return ChannelExit(status: nil, signal: "PIPE")
+    }
+
+    /// Whether a failed write to a client's terminal (`failure`) is the terminal gone (EIO:
+    /// its window closed, a hang-up) rather than an output that failed (a piped stdout's
+    /// reader gone, a full disk).
+    public static func isTerminalGone(_ failure: Int32?) -> Bool { failure == nil || failure == EIO }
 }
 
 /// One channel of a shared SSH connection: a command, a shell with a PTY, a direct-tcpip

@@ -497,12 +497,8 @@ public final class SSHConnection: Sendable {
             if Task.isCancelled { throw SSHError.make(.sshCancelled, "The command on \(endpoint) was cancelled; its channel was closed.") }
             var exit = channel.exit
             if let failure = channel.localOutputError {
-                guard failure == EPIPE else {
-                    throw SSHError.make(.sshLocalOutputFailed, "Writing the output of the command on \(endpoint) failed: \(String(cString: strerror(failure))); its channel was closed.")
-                }
-                // Closed by this side (the command got TERM): what ended it here is the
-                // reader that went away, as for a local pipeline's writer.
-                exit = ChannelExit(status: nil, signal: "PIPE")
+                // Closed by this side (the command got TERM): what ended it here is the output.
+                exit = try ChannelExit.afterLocalOutputFailure(failure, of: "the command on \(endpoint)")
             }
             logger?.debug("ssh.channel.exit", ["status": .int(Int(exit?.status ?? -1)), "signalled": .bool(exit?.signal != nil),
                                                "truncated": .bool(collected.truncated)])

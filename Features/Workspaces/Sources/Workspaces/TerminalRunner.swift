@@ -150,9 +150,9 @@ struct TerminalRunner {
                 switch event {
                 case .disconnect, .suspend, .detach:
                     await session.emit("escape", ["action": .string(Self.name(event))])
-                case .hungUp where link.outputError == EPIPE:
-                    // A piped stdout's reader went away: the command ends as exec's does, and
-                    // termind with 141 (no message), as a pipeline's writer would.
+                case .hungUp where !ChannelExit.isTerminalGone(link.outputError):
+                    // A piped stdout's reader went away, or its file cannot be written: the
+                    // command ends as exec's does (141, or the error, below).
                     channel.close()
                 case .hungUp:
                     // The terminal is gone: as a closed window, the shell is hung up.
@@ -172,7 +172,10 @@ struct TerminalRunner {
         defer { escapes.cancel(); controls.cancel() }
         try await untilEnded(channel, connection: connection)
         await integration.finish()
-        if link.outputError == EPIPE { return .init(exitStatus: nil, exitSignal: "PIPE") }
+        if let failure = link.outputError, !ChannelExit.isTerminalGone(failure) {
+            let exit = try ChannelExit.afterLocalOutputFailure(failure, of: "the session on \(connection.target.display)")
+            return .init(exitStatus: exit.status, exitSignal: exit.signal)
+        }
         return .init(exitStatus: channel.exit?.status, exitSignal: channel.exit?.signal)
     }
 
@@ -238,14 +241,10 @@ struct TerminalRunner {
         }
         await integration.finish()
         // A handed-over output that could not be written closed the channel (the command got
-        // TERM), as exec's does: its reader gone (EPIPE) ends termind with 141, as a
-        // pipeline's writer would; any other failure (a full disk) is an error, never the
-        // remote status of a command whose output was lost.
+        // TERM), as exec's does: 141 for a reader gone, an error for a full disk.
         if let failure = channel.localOutputError {
-            guard failure == EPIPE else {
-                throw TermindError(.sshLocalOutputFailed, "Writing the output of the session on \(connection.target.display) failed: \(String(cString: strerror(failure))); its channel was closed.")
-            }
-            return .init(exitStatus: nil, exitSignal: "PIPE")
+            let exit = try ChannelExit.afterLocalOutputFailure(failure, of: "the session on \(connection.target.display)")
+            return .init(exitStatus: exit.status, exitSignal: exit.signal)
         }
         return .init(exitStatus: channel.exit?.status, exitSignal: channel.exit?.signal)
     }
