@@ -21,7 +21,8 @@ final class StreamRenderingTests: XCTestCase {
         environment["HOME"] = directory.file("home")
         environment["XDG_RUNTIME_DIR"] = directory.file("home/run")
         for name in ["TERMIND_PLUGINS", "TERMIND_FEATURES", "TERMIND_REGISTRY", "TERMIND_SOCKET", "TERMIND_STORE"] { environment.removeValue(forKey: name) }
-        return environment
+        // Some runs are on script(1)'s terminal: a crash there prints its backtrace at once.
+        return printingBacktraces(environment)
     }
 
     /// termind in-process with the fixture (`socket` nil) or as a client of a server.
