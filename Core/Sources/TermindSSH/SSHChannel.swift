@@ -32,11 +32,6 @@ public struct ChannelExit: Sendable, Equatable {
     public var status: Int32?
     public var signal: String?
 
-    public init(status: Int32?, signal: String?) {
-        self.status = status
-        self.signal = signal
-    }
-
     /// How a command ends whose handed-over output could not be written (`failure`, the
     /// write's errno; its channel was closed): the reader gone (EPIPE) is SIGPIPE, as a
     /// local pipeline's writer ends; any other failure (a full disk) is
@@ -48,11 +43,6 @@ public struct ChannelExit: Sendable, Equatable {
         }
         return ChannelExit(status: nil, signal: "PIPE")
     }
-
-    /// Whether a failed write to a client's terminal (`failure`) is the terminal gone (EIO:
-    /// its window closed, a hang-up) rather than an output that failed (a piped stdout's
-    /// reader gone, a full disk).
-    public static func isTerminalGone(_ failure: Int32?) -> Bool { failure == nil || failure == EIO }
 }
 
 /// One channel of a shared SSH connection: a command, a shell with a PTY, a direct-tcpip
@@ -173,6 +163,13 @@ public final class SSHChannel: Sendable {
     /// With an output descriptor handed over (`ChannelDescriptors`): the errno of the write
     /// that failed and ended the channel (EPIPE when its reader went away), else nil.
     public var localOutputError: Int32? { state.localOutputError }
+
+    /// How the channel's command ended, for its caller: `exit`, unless a handed-over output
+    /// could not be written (`ChannelExit.afterLocalOutputFailure`, naming `what`).
+    public func outcome(of what: String) throws -> ChannelExit? {
+        guard let failure = localOutputError else { return exit }
+        return try ChannelExit.afterLocalOutputFailure(failure, of: what)
+    }
 
     /// Closes this channel only (unread output is discarded, unsent input dropped).
     public func close() {

@@ -495,11 +495,7 @@ public final class SSHConnection: Sendable {
             defer { feeder.cancel() }
             let collected = try await channel.collect(limit: outputLimit, output: output)
             if Task.isCancelled { throw SSHError.make(.sshCancelled, "The command on \(endpoint) was cancelled; its channel was closed.") }
-            var exit = channel.exit
-            if let failure = channel.localOutputError {
-                // Closed by this side (the command got TERM): what ended it here is the output.
-                exit = try ChannelExit.afterLocalOutputFailure(failure, of: "the command on \(endpoint)")
-            }
+            let exit = try channel.outcome(of: "the command on \(endpoint)")
             logger?.debug("ssh.channel.exit", ["status": .int(Int(exit?.status ?? -1)), "signalled": .bool(exit?.signal != nil),
                                                "truncated": .bool(collected.truncated)])
             return ExecResult(stdout: collected.stdout, stderr: collected.stderr, exitStatus: exit?.status,

@@ -133,9 +133,10 @@ public final class TerminalLink: @unchecked Sendable {
         lock.withLock { resumed = false }
     }
 
-    /// With `hungUp`: the errno of the write to the terminal's output that failed (EPIPE: a
-    /// piped stdout's reader went away), nil when its input ended or failed.
-    public var outputError: Int32? { lock.withLock { failedWrite } }
+    /// With `hungUp`: the errno of a write to the terminal's output that failed for a reason
+    /// other than the terminal going away (EIO: its window closed) — a piped stdout's reader
+    /// gone (EPIPE), a full disk. nil when its input ended or failed, or the terminal went.
+    public var outputFailure: Int32? { lock.withLock { failedWrite == EIO ? nil : failedWrite } }
 
     // MARK: - The pump's side (engine thread)
 

@@ -679,11 +679,10 @@ struct TransferRun {
         return hash.withLock { $0.finish() }
     }
 
-    /// Renames the finished temporary file into place: over the old file only when it was
-    /// chosen to be replaced (atomically), never over one that appeared meanwhile.
-    /// Renames the whole temporary (`bytes` long) over the destination. A connection lost
-    /// meanwhile interrupts the file at its whole length: whether the rename went through is
-    /// not known, and a resume finds out (`wasCommitted`).
+    /// Renames the finished temporary file (`bytes` long) into place: over the old file only
+    /// when it was chosen to be replaced (atomically), never over one that appeared meanwhile.
+    /// A connection lost meanwhile interrupts the file at its whole length: whether the
+    /// rename went through is not known, and a resume finds out (`wasCommitted`).
     private func commit(_ file: PlannedFile, _ temporary: [UInt8], bytes: UInt64) async throws {
         do {
             try await file.to.side.rename(temporary, to: file.to.path, overwrite: file.replace)

@@ -150,7 +150,7 @@ struct TerminalRunner {
                 switch event {
                 case .disconnect, .suspend, .detach:
                     await session.emit("escape", ["action": .string(Self.name(event))])
-                case .hungUp where !ChannelExit.isTerminalGone(link.outputError):
+                case .hungUp where link.outputFailure != nil:
                     // A piped stdout's reader went away, or its file cannot be written: the
                     // command ends as exec's does (141, or the error, below).
                     channel.close()
@@ -172,7 +172,7 @@ struct TerminalRunner {
         defer { escapes.cancel(); controls.cancel() }
         try await untilEnded(channel, connection: connection)
         await integration.finish()
-        if let failure = link.outputError, !ChannelExit.isTerminalGone(failure) {
+        if let failure = link.outputFailure {
             let exit = try ChannelExit.afterLocalOutputFailure(failure, of: "the session on \(connection.target.display)")
             return .init(exitStatus: exit.status, exitSignal: exit.signal)
         }
@@ -242,11 +242,8 @@ struct TerminalRunner {
         await integration.finish()
         // A handed-over output that could not be written closed the channel (the command got
         // TERM), as exec's does: 141 for a reader gone, an error for a full disk.
-        if let failure = channel.localOutputError {
-            let exit = try ChannelExit.afterLocalOutputFailure(failure, of: "the session on \(connection.target.display)")
-            return .init(exitStatus: exit.status, exitSignal: exit.signal)
-        }
-        return .init(exitStatus: channel.exit?.status, exitSignal: channel.exit?.signal)
+        let exit = try channel.outcome(of: "the session on \(connection.target.display)")
+        return .init(exitStatus: exit?.status, exitSignal: exit?.signal)
     }
 }
 

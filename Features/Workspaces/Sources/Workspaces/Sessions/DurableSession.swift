@@ -254,14 +254,16 @@ final class DurableSession: @unchecked Sendable {
             }
             escapes = Task {
                 for await event in link.events {
-                    if event == .hungUp, !ChannelExit.isTerminalGone(link.outputError) {
-                        // A piped stdout's reader went away (`termind ssh HOST -- CMD | head`)
-                        // or its file cannot be written: no window shows this session, and it
-                        // ends as it would in-process (the command gets TERM; 141, or the error).
-                        close(signal: "TERM")
-                    } else if event == .hungUp {
-                        // The client's terminal is gone (its window closed): it leaves.
-                        attachment.outcome.fulfill(.detached(reason: "closed"))
+                    if event == .hungUp {
+                        if link.outputFailure != nil {
+                            // A piped stdout's reader went away (`termind ssh HOST -- CMD | head`)
+                            // or its file cannot be written: no window shows this session, and it
+                            // ends as it would in-process (the command gets TERM; 141, or the error).
+                            close(signal: "TERM")
+                        } else {
+                            // The client's terminal is gone (its window closed): it leaves.
+                            attachment.outcome.fulfill(.detached(reason: "closed"))
+                        }
                     } else {
                         await client.emit("escape", ["action": .string(TerminalRunner.name(event))])
                     }
@@ -320,7 +322,7 @@ final class DurableSession: @unchecked Sendable {
             // Every byte the shell wrote reaches the client before its exit status (a link
             // got it all before the channel ended).
             await writer.value
-            if let failure = link?.outputError, !ChannelExit.isTerminalGone(failure) {
+            if let failure = link?.outputFailure {
                 let exit = try ChannelExit.afterLocalOutputFailure(failure, of: "session \(id) on \(host)")
                 return .init(exitStatus: exit.status, exitSignal: exit.signal, session: id)
             }
