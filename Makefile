@@ -8,7 +8,7 @@ interop:
 	TERMIND_INTEROP_MIB=256 ./scripts/test --filter SSHCipherInteropTests
 # 3,000 short in-process sessions, four at a time: a process that ends under live threads (make test runs 24).
 soak:
-	TERMIND_EXIT_RUNS=3000 ./scripts/test --filter ClientExitTests
+	TERMIND_EXIT_RUNS=3000 ./scripts/test --filter TerminalSessionTests.testManyShortInProcessSessions
 run:
 	./scripts/termind $(ARGS)
 bench:

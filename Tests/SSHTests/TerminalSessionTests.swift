@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 import TermindHarness
 import XCTest
@@ -250,6 +251,53 @@ final class TerminalSessionTests: XCTestCase {
         let sessions = try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", ["--socket", serve.socketPath, "sessions", "--json"], environment: environment)
         XCTAssertEqual(sessions.status, 0, sessions.stderr)
         XCTAssertFalse(sessions.stdout.contains("\"detached\"") || sessions.stdout.contains("\"attached\""), "a session was left behind: \(sessions.stdout)")
+    }
+
+    /// A command run in-process ends the process while the kernel's threads still run (the
+    /// SSH engine closing its connection, executor workers). The client must end without
+    /// running the process's exit handlers under those threads: with `exit` it died of
+    /// "double free" on the engine thread in 2 of 3,600 runs under load, and CI caught one.
+    /// This runs many short sessions on terminals, four at a time, half of them ending
+    /// because the reader of their output went away while the remote side still sends, and
+    /// holds each to its exit status and output. `TERMIND_EXIT_RUNS` sets how many
+    /// (`make soak` runs 3,000; `make test` runs 24).
+    func testManyShortInProcessSessionsEndWithTheRightStatusAndNeverCrash() throws {
+        let command = Shell.quoted(ssh() + ["--"])
+        // (the shell command, what its terminal must show)
+        let kinds = [(command + " 'echo OUT-$((1+2)); exit 3'; echo STATUS=$?", "OUT-3\r\nSTATUS=3"),
+                     (command + " 'seq 1 10000000' | head -1; echo STATUS=${PIPESTATUS[0]}", "1\r\nSTATUS=141")]
+        let environment = self.environment
+        let runs = Int(ProcessInfo.processInfo.environment["TERMIND_EXIT_RUNS"] ?? "") ?? 24
+        let failures = Mutex<[String]>([])
+        let next = Mutex(0)
+        // Four threads of our own: concurrentPerform would run only as many as there are cores.
+        let group = DispatchGroup()
+        for _ in 0..<4 {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                while true {
+                    let run = next.withLock { count -> Int in
+                        count += 1
+                        return count
+                    }
+                    guard run <= runs else { return }
+                    let (line, shown) = kinds[run % 2]
+                    do {
+                        let report = try PseudoTerminal.run(["/bin/bash", "--norc", "--noprofile", "-c", line], steps: [.expect("STATUS=")],
+                                                            environment: environment)
+                        if report.met != [true] || !report.output.contains(shown) || report.output.contains("crashed") {
+                            failures.withLock { $0.append("run \(run): wanted \(shown.debugDescription)\n\(report.output)") }
+                        }
+                    } catch {
+                        failures.withLock { $0.append("run \(run): \(error)") }
+                    }
+                }
+            }
+        }
+        group.wait()
+        let failed = failures.withLock { $0 }
+        XCTAssertTrue(failed.isEmpty, "\(failed.count) of \(runs) runs failed; the first:\n\(failed.first ?? "")")
     }
 
     func testWithoutATerminalNoRemoteTerminalIsAllocatedAndInputGoesToTheShell() throws {
