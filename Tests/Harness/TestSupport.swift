@@ -47,6 +47,18 @@ public func printingBacktraces(_ environment: [String: String]) -> [String: Stri
     return environment
 }
 
+/// Asks `condition` every tenth of a second until it holds or `seconds` have passed, and
+/// says whether it held (a test's wait for something another process does, in place of a
+/// fixed sleep).
+public func waitUntil(seconds: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return true }
+        Thread.sleep(forTimeInterval: 0.1)
+    }
+    return try condition()
+}
+
 /// Words for `/bin/sh -c` (or bash's): each single-quoted, so that spaces and quotes in them
 /// stay literal.
 public enum Shell {

@@ -373,8 +373,7 @@ final class ExecRouteCommandTests: XCTestCase {
             """])
         defer { silent.signal(SIGKILL); silent.wait() }
         // Asked only once the silent server listens (else the lookup fails at once).
-        for _ in 0..<500 where !FileManager.default.fileExists(atPath: bound) { usleep(20_000) }
-        XCTAssertTrue(FileManager.default.fileExists(atPath: bound), "the silent name server started")
+        XCTAssertTrue(waitUntil { FileManager.default.fileExists(atPath: bound) }, "the silent name server started")
         let started = Date()
         let result = try termind(["exec", "someone@build-box.termind-test.invalid", "--connect-timeout", "2", "--", "true"], namespace: chain.name(of: 1))
         let elapsed = Date().timeIntervalSince(started)

@@ -47,8 +47,7 @@ final class TerminalSessionTests: XCTestCase {
     /// long that took), or after 60 s.
     private func whenUp(_ path: String, _ action: @escaping @Sendable () -> Void) {
         Thread.detachNewThread {
-            let deadline = Date().addingTimeInterval(60)
-            while !FileManager.default.fileExists(atPath: path), Date() < deadline { usleep(20_000) }
+            _ = waitUntil(seconds: 60) { FileManager.default.fileExists(atPath: path) }
             action()
         }
     }

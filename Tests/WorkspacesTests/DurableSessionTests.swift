@@ -367,15 +367,6 @@ final class DurableSessionTests: XCTestCase {
     private func remoteProcessRuns(_ marker: String) -> Bool {
         ((try? ProcessRunner.run("/usr/bin/pgrep", ["-f", marker]))?.status ?? 1) == 0
     }
-
-    private func waitUntil(seconds: Double = 10, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition() { return true }
-            Thread.sleep(forTimeInterval: 0.1)
-        }
-        return condition()
-    }
 }
 
 /// What a stream run on a thread of its own brought back.

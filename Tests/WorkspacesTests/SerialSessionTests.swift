@@ -46,11 +46,10 @@ final class SerialSessionTests: XCTestCase {
         // A pseudo-terminal keeps what it is given of the speed and stop bits (Linux's pty
         // driver ignores parity and data bits, so those cannot be checked here). They are
         // looked at until termind has started and set them (or 20 s have passed).
-        var during = try flags(directory.file("line"))
-        let settled = Date().addingTimeInterval(20)
-        while !(during.contains("9600") && during.contains("cstopb")), Date() < settled {
-            Thread.sleep(forTimeInterval: 0.1)
+        var during = Set<String>()
+        _ = try waitUntil(seconds: 20) {
             during = try flags(directory.file("line"))
+            return during.contains("9600") && during.contains("cstopb")
         }
         XCTAssertTrue(during.contains("9600") && during.contains("cstopb"), "\(during)")
 

@@ -67,13 +67,12 @@ final class ShellIntegrationTests: XCTestCase {
 
     /// How many history entries `user`'s host has once it has `count` (or after 20 s).
     private func waitForHistory(_ user: String, count: Int) throws -> Int {
-        let deadline = Date().addingTimeInterval(20)
-        var entries = try history(["history", "\(user)@127.0.0.1:\(server.port)"])
-        while entries.count < count, Date() < deadline {
-            Thread.sleep(forTimeInterval: 0.1)
-            entries = try history(["history", "\(user)@127.0.0.1:\(server.port)"])
+        var entries = 0
+        _ = try waitUntil(seconds: 20) {
+            entries = try history(["history", "\(user)@127.0.0.1:\(server.port)"]).count
+            return entries >= count
         }
-        return entries.count
+        return entries
     }
 
     /// Types `command` at the prompt and waits for the next one.
