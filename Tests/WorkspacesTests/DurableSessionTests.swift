@@ -260,6 +260,34 @@ final class DurableSessionTests: XCTestCase {
         XCTAssertTrue(waitUntil { !self.remoteProcessRuns("\(marker)2") }, "the server's stop left the remote shell running")
     }
 
+    func testTildeDotEndsTheSessionAndItsRemoteShellAtEverySpeed() throws {
+        // `~.` is the user ending the session: it must never be taken for the client merely
+        // going away (a detach that leaves the shell logged in), however fast the client exits.
+        // The gaps between Enter, `~` and `.`: all in one write, a fast typist, a person.
+        let marker = "sleep 9998.\(Int.random(in: 100_000...999_999))"
+        for (index, gap) in [0.0, 0.03, 0.3].enumerated() {
+            let name = "tilde\(index)", id = index + 1
+            try tmux.open(name, ssh(), columns: 80, rows: 24)
+            XCTAssertTrue(try tmux.wait(name, for: "$").found)
+            try tmux.send(name, "\(marker)\(index)\r")
+            XCTAssertTrue(waitUntil { self.remoteProcessRuns("\(marker)\(index)") })
+            if gap == 0 {
+                try tmux.send(name, "\r~.")
+            } else {
+                for key in ["\r", "~", "."] {
+                    try tmux.send(name, key)
+                    Thread.sleep(forTimeInterval: gap)
+                }
+            }
+            let status = try tmux.waitForExit(name)
+            let screen = try tmux.screen(name)
+            XCTAssertEqual(status, 255, "gap \(gap) s: " + screen.joined(separator: "\n"))
+            XCTAssertTrue(screen.contains { $0.contains("Connection closed.") }, screen.joined(separator: "\n"))
+            XCTAssertEqual(try waitForState(id, "ended")?["state"]?.stringValue, "ended", "gap \(gap) s: the session was left running")
+            XCTAssertTrue(waitUntil { !self.remoteProcessRuns("\(marker)\(index)") }, "gap \(gap) s: the remote shell's command still runs")
+        }
+    }
+
     func testWithoutAServerSessionsAndAttachSaySoAndSshIsAPlainSession() throws {
         serve.stop()
         serve = nil

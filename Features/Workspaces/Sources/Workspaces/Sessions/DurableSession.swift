@@ -240,6 +240,14 @@ final class DurableSession: @unchecked Sendable {
         if let resized = swap.resized { Task { try? await channel.resize(columns: resized.columns, rows: resized.rows) } }
         logger.debug("workspaces.session.attached", ["session": .int(id), "linked": .bool(link != nil)])
 
+        // The client is gone (its input ended, its window closed, its connection dropped):
+        // it leaves and the session goes on — unless it cancelled naming a signal (`~.`),
+        // which ends the session. `cancel` finishes the input before the handler's task is
+        // cancelled, so each way out asks, not only the cancellation handler.
+        let leave: @Sendable () -> Void = { [self] in
+            if let signal = client.cancelSignal { close(signal: signal) }
+            attachment.outcome.fulfill(.detached(reason: "closed"))
+        }
         await client.emit("started", ["session": .integer(Int64(id)), "detachable": .bool(true), "linked": .bool(link != nil)])
         let redraw = swap.redraw
         let writer: Task<Void, Never>
@@ -262,10 +270,14 @@ final class DurableSession: @unchecked Sendable {
                             close(signal: "TERM")
                         } else {
                             // The client's terminal is gone (its window closed): it leaves.
-                            attachment.outcome.fulfill(.detached(reason: "closed"))
+                            leave()
                         }
                     } else {
                         await client.emit("escape", ["action": .string(TerminalRunner.name(event))])
+                        // `~.` ends the session here, where the engine read it: the client's
+                        // own cancel may never arrive (it exits at once, or is killed), and
+                        // its leaving must not be taken for a detach.
+                        if event == .disconnect { close(signal: "HUP") }
                     }
                 }
             }
@@ -284,7 +296,7 @@ final class DurableSession: @unchecked Sendable {
                 try? await channel.write(chunk)
             }
             // The client is gone (its input ended): it leaves, the session stays.
-            attachment.outcome.fulfill(.detached(reason: "closed"))
+            leave()
         }
         let controls = Task { [self] in
             for await control in client.controls {
@@ -307,8 +319,7 @@ final class DurableSession: @unchecked Sendable {
         } onCancel: {
             // `~.` cancels with a signal: the session ends with it. A client that went away
             // (its window closed, killed) leaves the session running.
-            if let signal = client.cancelSignal { close(signal: signal) }
-            attachment.outcome.fulfill(.detached(reason: "closed"))
+            leave()
         }
         input.cancel()
         controls.cancel()
