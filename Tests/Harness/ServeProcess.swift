@@ -23,12 +23,12 @@ public final class ServeProcess: @unchecked Sendable {
         for (key, value) in extra { environment[key] = value }
         var fds: [Int32] = [-1, -1]
         guard pipe(&fds) == 0 else { throw TermindError(code: "test.pipe", message: "pipe failed") }
-        // The ready line arrives on standard output: hand the child the pipe's write end via /dev/fd.
+        // The ready line arrives on standard output: the pipe's write end.
         let all = arguments + ["--socket", socketPath, "--store", directory.file("serve/db.sqlite"),
                                "--secrets-key", directory.file("serve/secrets.key"), "serve", "--json"]
-        let script = "exec \"$0\" \"$@\" >&\(fds[1]) 2>>\(directory.file("serve-stderr.log"))"
+        let script = "exec \"$0\" \"$@\" 2>>\(directory.file("serve-stderr.log"))"
         process = try SpawnedProcess("/bin/bash", ["-c", script, FeatureHarness.buildDirectory + "/termind"] + all,
-                                     environment: environment, captureOutput: false)
+                                     environment: environment, captureOutput: false, output: fds[1])
         process.stopAtExit()
         close(fds[1])
         outputFD = fds[0]

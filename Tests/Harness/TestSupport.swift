@@ -93,62 +93,42 @@ public final class SpawnedProcess: @unchecked Sendable {
     private var reaped: Int32?
     private let lock = NSLock()
 
+    /// `output`: without `captureOutput`, the descriptor its standard output goes to (else
+    /// /dev/null).
     public init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil,
-                currentDirectory: String? = nil, captureOutput: Bool) throws {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
+                currentDirectory: String? = nil, captureOutput: Bool, output: Int32? = nil) throws {
         var inPipe: [Int32] = [-1, -1], outPipe: [Int32] = [-1, -1], errPipe: [Int32] = [-1, -1]
+        // The pipes are close-on-exec and made under one lock with the spawn: a child another
+        // thread spawns meanwhile must not inherit them (a test's second thread running
+        // `termind forward list` waited for its output's end until the other thread's child
+        // exited). The child gets each end only as 0, 1 or 2, nothing else of ours, and
+        // starts with default signals (ChildProcess): a descendant that outlives it (tmux's
+        // server) holds no pipe this process reads to its end, and an ssh-agent it starts
+        // does not inherit a signal a test thread blocked.
         Self.spawning.lock()
         defer { Self.spawning.unlock() }
         guard Self.pipe(&inPipe) else { throw TermindError(code: "test.spawn", message: "pipe failed") }
-        // Each pipe end the child gets lives on as 0, 1 or 2 only: a descendant that outlives
-        // it (a daemon it starts, e.g. tmux's server) must not hold a copy of a pipe this
-        // process reads to its end. The pipes are close-on-exec and made under one lock with
-        // the spawn: a child another thread spawns meanwhile must not inherit them either (a
-        // test's second thread running `termind forward list` waited for its output's end
-        // until the other thread's child exited).
-        posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
-        posix_spawn_file_actions_addclose(&actions, inPipe[1])
-        posix_spawn_file_actions_addclose(&actions, inPipe[0])
         if captureOutput {
             guard Self.pipe(&outPipe), Self.pipe(&errPipe) else { throw TermindError(code: "test.spawn", message: "pipe failed") }
-            posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
-            posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
-            for fd in [outPipe[0], errPipe[0], outPipe[1], errPipe[1]] { posix_spawn_file_actions_addclose(&actions, fd) }
-        } else {
-            posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-            posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
         }
         // A working directory goes through coreutils' `env -C` (posix_spawn's chdir action
         // is not visible to Swift here).
         let program = currentDirectory == nil ? executable : "/usr/bin/env"
         let fullArguments = currentDirectory.map { ["-C", $0, executable] + arguments } ?? arguments
-        let env = (environment ?? ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
-        let argv = ([program] + fullArguments).map { strdup($0) } + [nil]
-        let envp = env.map { strdup($0) } + [nil]
-        defer { (argv + envp).forEach { free($0) } }
-        // The child starts with no signal blocked and every signal at its default (a test
-        // thread may block some: an ssh-agent that inherited a blocked SIGTERM never ended).
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var none = sigset_t(), all = sigset_t()
-        sigemptyset(&none)
-        sigfillset(&all)
-        posix_spawnattr_setsigmask(&attributes, &none)
-        posix_spawnattr_setsigdefault(&attributes, &all)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-        var child: pid_t = 0
-        let status = posix_spawn(&child, program, &actions, &attributes, argv, envp)
+        let spawned = Result {
+            try ChildProcess.spawn([program] + fullArguments, environment: environment, stdin: inPipe[0],
+                                   stdout: captureOutput ? outPipe[1] : output, stderr: captureOutput ? errPipe[1] : nil)
+        }
         close(inPipe[0])
         if captureOutput { close(outPipe[1]); close(errPipe[1]) }
-        guard status == 0 else {
+        switch spawned {
+        case .success(let child):
+            pid = child
+        case .failure(let error):
             close(inPipe[1])
             if captureOutput { close(outPipe[0]); close(errPipe[0]) }
-            throw TermindError(code: "test.spawn", message: "Cannot start \(executable): \(String(cString: strerror(status)))")
+            throw TermindError(code: "test.spawn", message: "Cannot start \(executable): \(TermindError.from(error).message)")
         }
-        pid = child
         inputFD = inPipe[1]
         if captureOutput { outputFD = outPipe[0]; errorFD = errPipe[0] }
     }

@@ -231,4 +231,82 @@ final class WorkspaceTemplateTests: XCTestCase {
         XCTAssertTrue(refused.stderr.contains("termind serve"), refused.stderr)
         XCTAssertEqual(try windows().count, 3, "nothing opened")
     }
+
+    func testOpenStartsTmuxLikeAnyChildAndReturnsAndANewSessionStaysOnTheUsersTmuxServer() throws {
+        // serve's own default tmux server lives in a folder of the test's.
+        serve.stop()
+        let tmuxFolder = directory.file("tmux-tmp")
+        try FileManager.default.createDirectory(atPath: tmuxFolder, withIntermediateDirectories: true)
+        serve = try ServeProcess(directory: directory, arguments: [], environment: ["TMUX_TMPDIR": tmuxFolder])
+        let defaultSocket = "\(tmuxFolder)/tmux-\(getuid())/default"
+        defer { _ = try? ProcessRunner.run("/usr/bin/tmux", ["-S", defaultSocket, "kill-server"]) }
+        try saveHosts()
+
+        // Inside a tmux on a non-default socket (the test's), --new-session makes the session
+        // there, not on the default server of serve's environment.
+        try tmux.open("main", ["/bin/sh", "-c", "\"$0\" workspace open --hosts box --new-session true; echo \"[open $?]\"; exec sleep 100000", termind],
+                      columns: 120, rows: 30)
+        XCTAssertTrue(try waitInFirstWindow("[open 0]"), (try? paneText("main:0")) ?? "")
+        let sessionNames = try tmux.tmux(["list-sessions", "-F", "#{session_name}"]).split(separator: "\n")
+        XCTAssertTrue(sessionNames.contains { $0.hasPrefix("hosts-") }, "sessions of the user's tmux: \(sessionNames)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: defaultSocket), "a tmux server was started on the default socket")
+
+        // Outside tmux, with no tmux server yet (a first use): the command returns.
+        var outside = environment
+        outside["TMUX"] = nil
+        outside["TMUX_PANE"] = nil
+        let open = try SpawnedProcess(termind, ["workspace", "open", "--hosts", "db"], environment: outside, captureOutput: true)
+        let returned = waitUntil(seconds: 30) { !open.isRunning }
+        if !returned { open.signal(SIGKILL) }
+        let (output, errors) = open.readAll()
+        XCTAssertTrue(returned, "workspace open never returned once it had started a tmux server")
+        XCTAssertEqual(open.wait(), 0, String(decoding: output + errors, as: UTF8.self))
+        let server = try XCTUnwrap(Int32(try ProcessRunner.run("/usr/bin/tmux", ["-S", defaultSocket, "display-message", "-p", "#{pid}"])
+            .stdout.trimmingCharacters(in: .whitespacesAndNewlines)), "no tmux server on \(defaultSocket)")
+
+        // The tmux server starts as any child of termind's: no signal blocked or ignored that
+        // it did not choose, no descriptor of serve's.
+        let status = try String(contentsOfFile: "/proc/\(server)/status", encoding: .utf8)
+        func mask(_ field: String) -> UInt64 {
+            let line = status.split(separator: "\n").first { $0.hasPrefix(field + ":") } ?? ""
+            return UInt64(line.dropFirst(field.count + 1).trimmingCharacters(in: .whitespaces), radix: 16) ?? .max
+        }
+        let term: UInt64 = 1 << (UInt64(SIGTERM) - 1)
+        XCTAssertEqual(mask("SigBlk"), 0, status)
+        XCTAssertEqual(mask("SigIgn") & term, 0, "the tmux server ignores SIGTERM\n\(status)")
+        let shared = descriptors(of: serve.process.pid).intersection(descriptors(of: server))
+        XCTAssertEqual(shared, [], "the tmux server holds descriptors of serve's")
+        XCTAssertEqual(zombies(of: serve.process.pid), [], "serve left children unreaped")
+
+        // It ends on SIGTERM, as a tmux server does.
+        kill(server, SIGTERM)
+        XCTAssertTrue(waitUntil { !Self.runs(server) }, "the tmux server did not end on SIGTERM")
+    }
+
+    /// What a process's descriptors are open on, but for what every process shares
+    /// (/dev/null, terminals, epoll and event descriptors).
+    private func descriptors(of pid: pid_t) -> Set<String> {
+        let folder = "/proc/\(pid)/fd"
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+        return Set(names.compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "\(folder)/\($0)") }.filter {
+            $0 != "/dev/null" && !$0.hasPrefix("/dev/pts") && $0 != "/dev/ptmx" && !$0.hasPrefix("anon_inode:")
+        })
+    }
+
+    /// Children of `pid` that ended and were never reaped.
+    private func zombies(of pid: pid_t) -> [pid_t] {
+        let all = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return all.compactMap(Int32.init).filter { child in
+            guard let stat = try? String(contentsOfFile: "/proc/\(child)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return false }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            return fields.count > 1 && fields[0] == "Z" && Int32(fields[1]) == pid
+        }
+    }
+
+    /// Whether `pid` is a live process (not gone, not a zombie).
+    private static func runs(_ pid: pid_t) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return false }
+        return stat[stat.index(after: close)...].split(separator: " ").first != "Z"
+    }
 }

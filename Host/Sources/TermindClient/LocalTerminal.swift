@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TermindCore
 
 /// This process's own terminal (`Console.process`): raw mode on standard input, prompts on
 /// `/dev/tty` or standard input, the editor, and stopping as a shell's job.
@@ -88,20 +89,16 @@ final class LocalTerminal: ConsoleTerminal, @unchecked Sendable {
         _ = text.withCString { write(tty, $0, strlen($0)) }
     }
 
+    /// Runs the editor on the controlling terminal and waits for it; its exit status, or -1
+    /// when it did not start or was killed. It starts as every child of termind does
+    /// (`ChildProcess`: default signals, only the terminal as its descriptors).
     func edit(_ path: String, command: String) -> Int32 {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", command + " \"$1\"", "termind-edit", path]
         let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
-        if tty >= 0 {
-            let handle = FileHandle(fileDescriptor: tty, closeOnDealloc: true)
-            process.standardInput = handle
-            process.standardOutput = handle
-            process.standardError = handle
-        }
-        do { try process.run() } catch { return -1 }
-        process.waitUntilExit()
-        return process.terminationReason == .exit ? process.terminationStatus : -1
+        defer { if tty >= 0 { close(tty) } }
+        // No terminal: the editor gets our standard streams.
+        guard let pid = try? ChildProcess.spawn(["/bin/sh", "-c", command + " \"$1\"", "termind-edit", path],
+                                                stdin: tty >= 0 ? tty : 0, stdout: tty >= 0 ? tty : 1, stderr: tty >= 0 ? tty : 2) else { return -1 }
+        return ChildProcess.wait(pid).status ?? -1
     }
 
     func suspend() {

@@ -13,4 +13,6 @@ extension ErrorCode {
     public static let blockingBusy: ErrorCode = "blocking.busy"
     /// The log file (TERMIND_LOG_FILE, --log-file) cannot be opened.
     public static let logOpenFailed: ErrorCode = "log.open_failed"
+    /// A program termind starts (tmux, an editor) could not be started.
+    public static let processSpawnFailed: ErrorCode = "process.spawn_failed"
 }

@@ -67,11 +67,13 @@ struct TmuxWorkspace {
             }
             panes.append(opened)
         }
-        let socket = request.newSession == true ? nil : request.tmux?.split(separator: ",").first.map(String.init)
+        // The client's own tmux server (its $TMUX names the socket, a non-default one too),
+        // for a new window or, with --new-session, a new session; else tmux's default server.
+        let socket = request.tmux?.split(separator: ",").first.map(String.init).flatMap { $0.isEmpty ? nil : $0 }
         let base = [tmux] + (socket.map { ["-S", $0] } ?? [])
         let format = ["-P", "-F", "#{session_name}\t#{window_id}\t#{pane_id}"]
         var first: [String]
-        let newSession = socket == nil
+        let newSession = socket == nil || request.newSession == true
         if newSession {
             let sessionName = try await Self.freeSessionName(name, tmux: base)
             first = try await Self.tmux(base + ["new-session", "-d"] + format + ["-s", sessionName, "-n", name] + commands[0])
@@ -99,9 +101,11 @@ struct TmuxWorkspace {
                      "tmux": .string(pane.tmuxPane),
                      "session": pane.session.map { .string("\($0), reattached") } ?? .string(pane.kind == "ssh" && pane.note == nil ? "new" : "-")])
         }
-        let title = newSession
-            ? "Workspace \(name) opened in tmux session '\(first[0])': tmux attach -t '\(first[0])' shows it."
-            : "Workspace \(name) opened in a new tmux window."
+        let title = !newSession
+            ? "Workspace \(name) opened in a new tmux window."
+            : socket != nil
+            ? "Workspace \(name) opened in tmux session '\(first[0])' of your tmux server: tmux switch-client -t '\(first[0])' shows it."
+            : "Workspace \(name) opened in tmux session '\(first[0])': tmux attach -t '\(first[0])' shows it."
         await session.emit("view", ["title": .string(title), "rows": .array(rows), "result": .bool(true)])
         return result
     }
@@ -145,33 +149,23 @@ struct TmuxWorkspace {
     }
 
     /// Runs tmux; its output's first line split at tabs. A failure says what tmux said.
+    /// tmux starts as every child of termind does (`ChildProcess`): default signals and only
+    /// its standard descriptors, so the tmux server a first command starts ends on SIGTERM
+    /// and `kill-server`, reaps its panes, and holds none of the server's descriptors — nor
+    /// the pipe this command reads, which is why the command returns.
     static func tmux(_ argv: [String]) async throws -> [String] {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
-                let process = Process()
-                process.executableURL = URL(fileURLWithPath: argv[0])
-                process.arguments = Array(argv.dropFirst())
-                let output = Pipe(), errors = Pipe()
-                process.standardOutput = output
-                process.standardError = errors
-                process.standardInput = FileHandle.nullDevice
-                do {
-                    try process.run()
-                } catch {
-                    continuation.resume(throwing: TermindError(.workspacesTmuxFailed, "tmux did not start: \(error.localizedDescription)"))
-                    return
-                }
-                let out = output.fileHandleForReading.readDataToEndOfFile()
-                let err = errors.fileHandleForReading.readDataToEndOfFile()
-                process.waitUntilExit()
-                guard process.terminationStatus == 0 else {
-                    let said = String(decoding: err.prefix(500), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-                    continuation.resume(throwing: TermindError(.workspacesTmuxFailed, "tmux \(argv.dropFirst().first(where: { !$0.hasPrefix("-") && !$0.hasPrefix("/") }) ?? "") failed: \(said.isEmpty ? "status \(process.terminationStatus)" : said)"))
-                    return
-                }
-                let line = String(decoding: out, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
-                continuation.resume(returning: line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init))
-            }
+        let outcome: ChildProcess.Outcome
+        do {
+            outcome = try await ChildProcess.run(argv, limit: 64 << 10)
+        } catch let error as TermindError {
+            throw TermindError(.workspacesTmuxFailed, "tmux did not start: \(error.message)")
         }
+        guard outcome.termination.succeeded else {
+            let said = String(decoding: outcome.stderr.prefix(500), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            let how = outcome.termination.signal.map { "killed by signal \($0)" } ?? "status \(outcome.termination.status ?? -1)"
+            throw TermindError(.workspacesTmuxFailed, "tmux \(argv.dropFirst().first(where: { !$0.hasPrefix("-") && !$0.hasPrefix("/") }) ?? "") failed: \(said.isEmpty ? how : said)")
+        }
+        let line = String(decoding: outcome.stdout, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
+        return line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
     }
 }
