@@ -7,6 +7,9 @@ import TermindKernel
 /// SIGINT or SIGTERM; then stops accepting, stops features in reverse order and removes
 /// the socket.
 enum Serve {
+    /// How long stopping may take before the process ends anyway.
+    static let stopLimit: Double = 30
+
     static func run(_ inv: Invocation) async throws -> Invocation.Exit {
         guard inv.arguments.isEmpty else { throw Invocation.UsageError(description: "serve takes no arguments.") }
         // Armed before anything is announced: a SIGTERM right after the ready line (a
@@ -45,6 +48,13 @@ enum Serve {
         SystemdNotify.send("READY=1\nMAINPID=\(getpid())\nSTATUS=serving on \(inv.socketPath)")
         let signal = await termination.waitForSignal()
         SystemdNotify.send("STOPPING=1")
+        // Stopping is bounded whatever hangs (a plugin's stop is abandoned after 5 s, a
+        // feature's after this): the process ends.
+        let console = inv.console
+        DispatchQueue.global().asyncAfter(deadline: .now() + Self.stopLimit) {
+            console.error("stopping took more than \(Int(Self.stopLimit)) s; exiting without waiting for the rest.")
+            console.terminate(1)
+        }
         server.stop()
         await kernel.shutdown()
         if !inv.json { inv.console.error("stopped (\(signal == SIGINT ? "SIGINT" : "SIGTERM")).") }

@@ -22,10 +22,11 @@ public struct BootPlan: Sendable, Equatable {
 public struct RegistryValidator: Sendable {
     public static let supportedABI = 1
 
-    /// Ids no plugin may take: the kernel's own namespaces, termind's built-in features
-    /// (present and planned), the host's command words and the built-in features' (exec).
+    /// Ids no plugin may take: the kernel's own namespaces, the client's (`client.invoke@1`,
+    /// which every command through serve uses), termind's built-in features (present and
+    /// planned), the host's command words and the built-in features' (exec).
     public static let reservedIDs: Set<String> = hostCommands.union([
-        "kernel", "termind", "ssh", "mcp",
+        "kernel", "termind", "ssh", "mcp", "client",
         "vault", "workspaces", "metrics", "assistant", "settings", "portforwarding", "sftp",
         "exec",
     ])

@@ -100,7 +100,17 @@ public actor Kernel {
         // Start, in order.
         for (m, feature) in loaded where statuses[m.id]?.state != .disabled {
             do {
-                try await feature.start(context(for: m))
+                let context = context(for: m)
+                if m.origin == .plugin {
+                    // Third-party code: a start that never returns disables the plugin instead
+                    // of hanging every command (its thread is abandoned, not waited for).
+                    let limit = configuration.pluginStartSeconds
+                    guard try await Deadline.run(seconds: limit, { try await feature.start(context) }) != nil else {
+                        throw TermindError(.featureStartTimeout, "feature '\(m.id)' did not finish starting within \(Self.seconds(limit)); it is disabled (its start() still runs and is abandoned).")
+                    }
+                } else {
+                    try await feature.start(context)
+                }
                 running.append((m.id, feature))
                 setStatus(m, .running, nil)
                 logger.info("kernel.feature.started", ["feature": .identifier(m.id)])
@@ -121,13 +131,27 @@ public actor Kernel {
         return featureStatuses()
     }
 
+    /// "10 s", "0.5 s".
+    private static func seconds(_ value: Double) -> String {
+        value == value.rounded() ? "\(Int(value)) s" : "\(value) s"
+    }
+
     /// Problems that belong to no loadable feature (unreadable entries, duplicates).
     public private(set) var unattributed: [FeatureProblem] = []
 
     /// Stops running features in reverse start order. Idempotent.
     public func shutdown() async {
         while let (id, feature) = running.popLast() {
-            await feature.stop()
+            if manifests[id]?.origin == .plugin {
+                // A plugin's stop that never returns must not keep termind (serve on SIGTERM)
+                // from stopping: it is abandoned after the bound.
+                let limit = configuration.pluginStopSeconds
+                if (try? await Deadline.run(seconds: limit, { await feature.stop() })) == nil {
+                    logger.warning("kernel.feature.stop_timeout", ["feature": .identifier(id), "seconds": .seconds(limit)])
+                }
+            } else {
+                await feature.stop()
+            }
             if let m = manifests[id] { setStatus(m, .stopped, nil) }
             logger.info("kernel.feature.stopped", ["feature": .identifier(id)])
         }

@@ -35,6 +35,10 @@ public struct KernelConfiguration: Sendable {
     /// The control socket clients reach a resident process on (absolute), for features
     /// that start clients of their own (a workspace's panes).
     public var controlSocket: String?
+    /// How long a third-party plugin's `start` may take before it is disabled, and its
+    /// `stop` before it is abandoned (a plugin blocked in C must not hang termind).
+    public var pluginStartSeconds: Double = 10
+    public var pluginStopSeconds: Double = 5
 
     public init(registryPath: String?, libraryDirectory: String? = nil, pluginDirectories: [String] = [], selection: Set<String>? = nil,
                 hostVersion: String = "0.1.0", libraryVersions: [String: String] = [:]) {

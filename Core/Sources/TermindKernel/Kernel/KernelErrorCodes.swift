@@ -28,6 +28,8 @@ extension ErrorCode {
     public static let featureUndeclaredPort: ErrorCode = "feature.undeclared_port"
     public static let featureMissingPort: ErrorCode = "feature.missing_port"
     public static let featureStartFailed: ErrorCode = "feature.start_failed"
+    /// A plugin's start did not return within its bound (KernelConfiguration.pluginStartSeconds).
+    public static let featureStartTimeout: ErrorCode = "feature.start_timeout"
     // The kernel's ports.
     /// A feature requires `kernel.store` but no database path is configured.
     public static let storeUnconfigured: ErrorCode = "store.unconfigured"
