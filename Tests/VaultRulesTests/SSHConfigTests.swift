@@ -577,4 +577,20 @@ final class SSHConfigTests: XCTestCase {
         XCTAssertEqual(TerminalText.escaped("a\tb\nc", singleLine: true), "a\\x09b\\x0ac")
         XCTAssertEqual(TerminalText.escaped("caf\u{E9} \u{1F600}"), "caf\u{E9} \u{1F600}", "printable text is untouched")
     }
+
+    func testSeventyFiveThousandMatchExecLinesWarnOnceEachAndListAHundredThenACount() {
+        // 975 KB, under the 1 MiB limit: every line warns for the file and again for the host.
+        let text = "Host box\n  HostName 10.0.0.1\n" + String(repeating: "Match exec a\n", count: 75_000)
+        let config = parse(text)
+        let host = config.importCandidates(localUser: "me")[0]
+        for warnings in [config.warnings, host.warnings] {
+            XCTAssertEqual(warnings.count, WarningList.limit + 1)
+            XCTAssertEqual(warnings.first?.line, 3)
+            XCTAssertEqual(warnings.first?.message, SSHConfig.matchExecWarning)
+            XCTAssertEqual(warnings.last?.description, "cfg line \(3 + WarningList.limit): 74900 more warnings from this line on are not listed")
+        }
+        // A warning met twice (the final pass walks the file again) is listed once.
+        let twice = parse("Host final-box\n  ForwardAgent yes\nMatch final\n  User x\n").importCandidates(localUser: "me")[0]
+        XCTAssertEqual(twice.warnings.map(\.line), [2])
+    }
 }

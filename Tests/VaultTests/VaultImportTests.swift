@@ -295,4 +295,28 @@ final class VaultImportValidationTests: XCTestCase {
         XCTAssertEqual(preview.candidates.map(\.alias), ["a"])
         XCTAssertTrue(preview.errors.contains { $0.contains("Too many recursive configuration includes") }, "\(preview.errors)")
     }
+
+    func testAPreviewInsideServeStopsWhenItsClientIsInterrupted() throws {
+        // 2,000 hosts under 40,000 Match exec blocks: each host is resolved through every
+        // block, a long preview (minutes in a debug build).
+        let hosts = (0..<2_000).map { "Host h\($0)\n  HostName 10.0.\($0 / 250).\($0 % 250)\n" }.joined()
+        let config = try directory.write("big-config", hosts + String(repeating: "Match exec t\n", count: 40_000))
+        let serve = try ServeProcess(directory: directory, arguments: [])
+        defer { serve.stop() }
+        var environment = ProcessInfo.termindEnvironment(home: directory.file("home"), socket: serve.socketPath)
+        environment["TERMIND_SOCKET"] = serve.socketPath
+        let client = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", ["vault", "import", "preview", config],
+                                        environment: environment, captureOutput: true)
+        // Busy on the preview, then Ctrl-C.
+        XCTAssertTrue(waitUntil(seconds: 20) { ProcessCPU.seconds(of: serve.process.pid) > 1.5 }, "the server never got busy")
+        client.signal(SIGINT)
+        XCTAssertTrue(waitUntil(seconds: 10) { !client.isRunning }, "the client did not end on Ctrl-C")
+        XCTAssertEqual(client.wait(), 130)
+        // The server stops working on it: almost no CPU from a moment after.
+        Thread.sleep(forTimeInterval: 0.5)
+        let before = ProcessCPU.seconds(of: serve.process.pid)
+        Thread.sleep(forTimeInterval: 2)
+        let used = ProcessCPU.seconds(of: serve.process.pid) - before
+        XCTAssertLessThan(used, 0.5, "the server went on with the preview after its client's Ctrl-C (\(used) s of CPU in 2 s)")
+    }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Runs blocking work (C plugin calls, anything that may sleep in the kernel or wait on
 /// I/O) on dedicated threads of its own, never on Swift's cooperative pool or
@@ -77,16 +78,38 @@ public final class BlockingExecutor: @unchecked Sendable {
 
     /// Runs `body` on one of the executor's threads and returns its result; throws
     /// `busy()` at once when the executor is full.
+    /// The caller's task being cancelled (its client went away) is seen by the job through
+    /// `checkCancellation()`; a job that never asks runs to its end.
     public func run<T: Sendable>(busy: @autoclosure () -> any Error, _ body: @escaping @Sendable () throws -> T) async throws -> T {
         let error = busy()
-        return try await withCheckedThrowingContinuation { continuation in
-            let accepted = enqueue {
-                let result = Result { try body() }
-                return { continuation.resume(with: result) }
+        let token = CancellationToken()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let accepted = enqueue {
+                    Self.currentToken = token
+                    defer { Self.currentToken = nil }
+                    let result = Result { try body() }
+                    return { continuation.resume(with: result) }
+                }
+                if !accepted { continuation.resume(throwing: error) }
             }
-            if !accepted { continuation.resume(throwing: error) }
+        } onCancel: {
+            token.cancel()
         }
     }
+
+    /// Throws `CancellationError` when the task that queued the running job was cancelled:
+    /// for long blocking work to call between steps (a no-op outside an executor's job).
+    public static func checkCancellation() throws {
+        if currentToken?.isCancelled == true { throw CancellationError() }
+    }
+
+    /// The job this thread runs now.
+    private static var currentToken: CancellationToken? {
+        get { Thread.current.threadDictionary[tokenKey] as? CancellationToken }
+        set { Thread.current.threadDictionary[tokenKey] = newValue }
+    }
+    private static let tokenKey = "termind.blocking-executor.job"
 
     /// The name of the executor whose thread runs the caller, or nil (a cooperative-pool
     /// thread, the main thread): lets code and tests check where blocking work runs.
@@ -133,4 +156,11 @@ public final class BlockingExecutor: @unchecked Sendable {
             thread.start()
         }
     }
+}
+
+/// A job's cancellation, set by its caller's task and read on the executor's thread.
+final class CancellationToken: Sendable {
+    private let cancelled = Atomic(false)
+    var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
+    func cancel() { cancelled.store(true, ordering: .releasing) }
 }

@@ -1,5 +1,6 @@
 import CTermindSystem
 import Foundation
+import Synchronization
 import TermindCore
 
 /// The control socket of `termind serve`: a Unix stream socket, mode 0600 in a 0700
@@ -170,6 +171,7 @@ public final class ControlServer: @unchecked Sendable {
         }
         let reply: @Sendable (Data) -> Void = { line in writer.send(line) }
         let streams = StreamTable()
+        let requests = RequestTable()
         loop: while true {
             // A client that does not read its replies is not read either (bounded memory).
             writer.waitForRoom()
@@ -273,7 +275,7 @@ public final class ControlServer: @unchecked Sendable {
                     slots.wait()
                     group.enter()
                     inFlight.add(1)
-                    Task {
+                    requests.start {
                         defer { inFlight.add(-1); slots.signal(); group.leave() }
                         do {
                             let body = try await kernel.call(request.contract, body: request.body, origin: .controlSocket(connection: connection))
@@ -287,8 +289,11 @@ public final class ControlServer: @unchecked Sendable {
                 }
             }
         }
-        // The client is gone: its streams are cancelled (nobody can answer their questions).
+        // The client is gone: its streams are cancelled (nobody can answer their questions),
+        // and so are its calls (no one reads their replies; long blocking work such as an
+        // import preview stops at its next check).
         streams.disconnectAll()
+        requests.cancelAll()
         group.wait()
         writer.finish()
         lock.withLock { _ = clients.removeValue(forKey: connection) }
@@ -425,6 +430,29 @@ final class InFlightCounter: @unchecked Sendable {
     private var count = 0
     func add(_ n: Int) { lock.withLock { count += n } }
     var value: Int { lock.withLock { count } }
+}
+
+/// The contract calls running for one connection, cancelled when the client goes away.
+final class RequestTable: Sendable {
+    private let state = Mutex<(next: UInt64, tasks: [UInt64: Task<Void, Never>?])>((0, [:]))
+
+    func start(_ body: @escaping @Sendable () async -> Void) {
+        // Reserved before the task exists, so one that ends at once is not listed after it ended.
+        let key = state.withLock { table -> UInt64 in
+            table.next += 1
+            table.tasks[table.next] = .some(nil)
+            return table.next
+        }
+        let task = Task {
+            await body()
+            _ = state.withLock { $0.tasks.removeValue(forKey: key) }
+        }
+        state.withLock { if $0.tasks[key] != nil { $0.tasks[key] = task } }
+    }
+
+    func cancelAll() {
+        for task in state.withLock({ $0.tasks.values.compactMap { $0 } }) { task.cancel() }
+    }
 }
 
 /// The streams running on one connection, by id.

@@ -39,7 +39,8 @@ struct ConfigImporter {
 
     func preview(_ path: String) throws -> ImportContracts.Preview.Response {
         let reading = try Self.read(path)
-        let resolved = reading.config.importCandidates()
+        // A client that went away (Ctrl-C) stops the work between hosts.
+        let resolved = try reading.config.importCandidates(checking: BlockingExecutor.checkCancellation)
         let candidates = try resolved.map { resolved in
             ImportContracts.Candidate(
                 alias: resolved.alias, hostname: resolved.hostname, user: resolved.user, port: resolved.port,
@@ -125,7 +126,7 @@ struct ConfigImporter {
     /// selected too; otherwise nothing is written.
     func commit(_ request: ImportContracts.Commit.Request, identities: IdentityRepository) throws -> (ImportContracts.Commit.Response, [PlannedForward]) {
         let reading = try Self.read(request.path)
-        let candidates = Dictionary(reading.config.importCandidates().map { ($0.alias, $0) }, uniquingKeysWith: { first, _ in first })
+        let candidates = Dictionary(try reading.config.importCandidates(checking: BlockingExecutor.checkCancellation).map { ($0.alias, $0) }, uniquingKeysWith: { first, _ in first })
         let keyPaths = Set(candidates.values.flatMap { $0.identityFiles.map(Self.expand) })
         if let expected = request.files?.filter({ !keyPaths.contains($0.path) }), expected != reading.files {
             let changed = Set(expected.map(\.path)).union(reading.files.map(\.path)).sorted().filter { path in

@@ -8,7 +8,7 @@ extension SSHConfig {
                              include: IncludeResolver = { _, _ in [] }) -> SSHConfig {
         var parser = Parser(origin: origin)
         let entries = parser.parseFile(text, path: path, depth: 0, include: include)
-        return SSHConfig(path: path, origin: origin, entries: entries, errors: parser.errors, warnings: parser.warnings)
+        return SSHConfig(path: path, origin: origin, entries: entries, errors: parser.errors, warnings: parser.warnings.all)
     }
 
     struct Location: Sendable, Equatable {
@@ -127,7 +127,7 @@ extension SSHConfig {
     struct Parser {
         let origin: Origin
         var errors: [TermindError] = []
-        var warnings: [SSHConfigWarning] = []
+        var warnings = WarningList()
         var filesRead = 0
         /// The first `IgnoreUnknown` list seen. OpenSSH honours it only where it applies to
         /// the host; termind reads files once for all hosts, so it applies from its line on.
@@ -219,7 +219,7 @@ extension SSHConfig {
                 do {
                     let criteria = try parseMatch(args)
                     if criteria.contains(where: { $0.kind == .exec }) {
-                        warnings.append(SSHConfigWarning(file: at.file, line: at.line, message: SSHConfig.matchExecWarning))
+                        warnings.add(SSHConfigWarning(file: at.file, line: at.line, message: SSHConfig.matchExecWarning))
                     }
                     return .match(criteria: criteria, at: at)
                 } catch {
@@ -259,7 +259,7 @@ extension SSHConfig {
                 return parseForwardLine(keyword, args, at: at)
             case "proxycommand", "localcommand", "knownhostscommand", "permitlocalcommand":
                 let message = SSHConfig.neverRun[keyword]!
-                warnings.append(SSHConfigWarning(file: at.file, line: at.line, message: message))
+                warnings.add(SSHConfigWarning(file: at.file, line: at.line, message: message))
                 let option: Option = keyword == "proxycommand"
                     ? .proxyCommand
                     : .other(SSHConfigOption(keyword: keyword, arguments: args, file: at.file, line: at.line))
@@ -267,12 +267,12 @@ extension SSHConfig {
             default:
                 if SSHConfig.ignoredKeywords.contains(keyword) { return nil }
                 if SSHConfig.unsupportedKeywords.contains(keyword) {
-                    warnings.append(SSHConfigWarning(file: at.file, line: at.line, message: "Unsupported option \"\(keyword)\""))
+                    warnings.add(SSHConfigWarning(file: at.file, line: at.line, message: "Unsupported option \"\(keyword)\""))
                     return nil
                 }
                 if keyword == "ignoreunknown", ignoreUnknown == nil, let list = args.first { ignoreUnknown = list }
                 let warning = SSHConfig.notActedOn(keyword, args)
-                if let warning { warnings.append(SSHConfigWarning(file: at.file, line: at.line, message: warning)) }
+                if let warning { warnings.add(SSHConfigWarning(file: at.file, line: at.line, message: warning)) }
                 return .option(.other(SSHConfigOption(keyword: keyword, arguments: args, file: at.file, line: at.line)), at: at, warning: warning)
             }
         }

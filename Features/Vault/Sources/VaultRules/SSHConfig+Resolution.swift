@@ -34,13 +34,19 @@ extension SSHConfig {
         }
         return ResolvedHost(alias: alias, hostname: hostname, user: run.user, port: run.port ?? 22,
                             identityFiles: run.identityFiles, proxyJump: run.jumpHops, forwards: run.forwards,
-                            otherOptions: run.other, warnings: run.warnings, problems: run.problems)
+                            otherOptions: run.other, warnings: run.warnings.all, problems: run.problems)
     }
 
     /// One resolved host per concrete alias named on a `Host` line (no `*`, `?` or `!`), in
     /// file order with Includes inline, each alias once. An alias OpenSSH would refuse as a
     /// host name (`x1,x2`: Host lines are not split at commas) carries that as a problem.
     public func importCandidates(localUser: String? = nil) -> [ResolvedHost] {
+        importCandidates(localUser: localUser, checking: {})
+    }
+
+    /// As `importCandidates(localUser:)`; `check` runs before each host is resolved (a
+    /// caller stops a long import by throwing).
+    public func importCandidates(localUser: String? = nil, checking check: () throws -> Void) rethrows -> [ResolvedHost] {
         var aliases: [(String, Location)] = []
         var seen: Set<String> = []
         func collect(_ entries: [Entry]) {
@@ -58,7 +64,8 @@ extension SSHConfig {
             }
         }
         collect(entries)
-        return aliases.map { alias, at in
+        return try aliases.map { alias, at in
+            try check()
             var host = resolve(alias: alias, localUser: localUser)
             if let why = Self.invalidHostName(alias) {
                 host.problems.insert("\(at.file) line \(at.line): Host '\(alias)' is not a valid host name: \(why)", at: 0)
@@ -96,7 +103,7 @@ extension SSHConfig {
         var forwards: [SSHForward] = []
         var other: [SSHConfigOption] = []
         var appliedOther: Set<String> = []
-        var warnings: [SSHConfigWarning] = []
+        var warnings = WarningList()
         /// Rejected lines that applied to this host.
         var problems: [String] = []
 
@@ -106,8 +113,7 @@ extension SSHConfig {
         }
 
         mutating func warn(_ at: Location, _ message: String) {
-            let warning = SSHConfigWarning(file: at.file, line: at.line, message: message)
-            if !warnings.contains(warning) { warnings.append(warning) }
+            warnings.add(SSHConfigWarning(file: at.file, line: at.line, message: message))
         }
 
         /// OpenSSH's `read_config_file_depth` loop: `active` is the "activep" flag; files

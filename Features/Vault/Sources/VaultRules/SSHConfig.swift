@@ -66,7 +66,7 @@ public struct SSHConfig: Sendable {
 }
 
 /// A line termind reads but does not act on, with where it is.
-public struct SSHConfigWarning: Sendable, Equatable, CustomStringConvertible {
+public struct SSHConfigWarning: Sendable, Hashable, CustomStringConvertible {
     public let file: String
     public let line: Int
     public let message: String
@@ -78,6 +78,34 @@ public struct SSHConfigWarning: Sendable, Equatable, CustomStringConvertible {
     }
 
     public var description: String { "\(file) line \(line): \(message)" }
+}
+
+/// Warnings as a bounded list: each said once, at most `limit` listed, the rest counted and
+/// summed up in one last warning at the first of them. (A file of 75,000 `Match exec`
+/// lines warns 75,000 times, for every host it applies to.)
+struct WarningList: Sendable {
+    static let limit = 100
+    private(set) var listed: [SSHConfigWarning] = []
+    private var seen: Set<SSHConfigWarning> = []
+    private var omitted = 0
+    private var firstOmitted: SSHConfigWarning?
+
+    mutating func add(_ warning: SSHConfigWarning) {
+        guard seen.insert(warning).inserted else { return }
+        if listed.count < Self.limit {
+            listed.append(warning)
+        } else {
+            omitted += 1
+            if firstOmitted == nil { firstOmitted = warning }
+        }
+    }
+
+    /// The listed warnings, then the summary of those not listed.
+    var all: [SSHConfigWarning] {
+        guard let first = firstOmitted else { return listed }
+        return listed + [SSHConfigWarning(file: first.file, line: first.line,
+                                          message: "\(omitted) more warning\(omitted == 1 ? "" : "s") from this line on \(omitted == 1 ? "is" : "are") not listed")]
+    }
 }
 
 /// A known ssh_config keyword termind keeps but does not interpret.
