@@ -18,7 +18,8 @@ final class MetricsFeatureTests: XCTestCase {
         directory?.remove()
     }
 
-    /// sshd with a fake nvidia-smi printing `gpuXML` (nil: none on the PATH).
+    /// sshd with a fake nvidia-smi printing `gpuXML` (nil: none on the PATH); it hangs
+    /// while the file `hangFlag` exists, as a wedged driver makes the real one hang.
     private func start(gpuXML: String? = nil) throws {
         directory = try TemporaryDirectory()
         var extra: [String] = []
@@ -26,13 +27,15 @@ final class MetricsFeatureTests: XCTestCase {
             let bin = directory.file("fakebin")
             try FileManager.default.createDirectory(atPath: bin, withIntermediateDirectories: true)
             try gpuXML.write(toFile: directory.file("gpu.xml"), atomically: true, encoding: .utf8)
-            let script = "#!/bin/sh\n[ \"$1 $2\" = \"-q -x\" ] || exit 2\ncat \(directory.file("gpu.xml"))\n"
+            let script = "#!/bin/sh\n[ \"$1 $2\" = \"-q -x\" ] || exit 2\nwhile [ -e \(hangFlag) ]; do sleep 0.2; done\ncat \(directory.file("gpu.xml"))\n"
             try script.write(toFile: bin + "/nvidia-smi", atomically: true, encoding: .utf8)
             chmod(bin + "/nvidia-smi", 0o755)
             extra.append("SetEnv PATH=\(bin):/usr/local/bin:/usr/bin:/bin")
         }
         server = try SSHServerFixture.withNewKey(in: directory, extraConfig: extra)
     }
+
+    private var hangFlag: String { directory.file("nvidia-smi.hangs") }
 
     private var environment: [String: String] {
         ProcessInfo.termindEnvironment(home: directory.file("home"), socket: directory.file("none.sock"))
@@ -286,6 +289,67 @@ final class MetricsFeatureTests: XCTestCase {
         let said = String(decoding: stdout + stderr, as: UTF8.self)
         XCTAssertEqual(status, 1, said)
         XCTAssertTrue(said.contains("no longer monitored") && said.contains("metrics.not_monitored"), said)
+    }
+
+    /// A hanging nvidia-smi (a wedged driver) never holds up the base data: CPU and memory
+    /// keep coming, each sample names the late GPU probe (and list, get and show say so),
+    /// and the GPUs come back once it answers. It blanked the whole host before: the remote
+    /// loop waited for nvidia-smi, the channel went silent, and the monitor reconnected into
+    /// the same wait.
+    func testAHangingNvidiaSMIKeepsTheBaseDataFlowingAndIsNamedUntilItAnswers() throws {
+        let xml = try String(contentsOfFile: Repository.path("Tests/Fixtures/NvidiaSMI/tesla-v100s-x8-driver-460.xml"), encoding: .utf8)
+        try start(gpuXML: xml)
+        serve = try ServeProcess(directory: directory, arguments: [])
+        try saveHost()
+        let added = try termind(["metrics", "add", "box", "--accept-host-key", "once"])
+        XCTAssertEqual(added.status, 0, added.stderr)
+        func latest() throws -> JSONValue? {
+            try json(["call", "metrics.get@1", #"{"hosts": ["box"]}"#])["hosts"]?.arrayValue?.first?["sample"]
+        }
+        func problems(_ sample: JSONValue?) -> [String] { sample?["problems"]?.arrayValue?.compactMap(\.stringValue) ?? [] }
+        func isLate(_ sample: JSONValue?) -> Bool { problems(sample).contains { $0.hasPrefix("gpu: nvidia-smi has not answered for") } }
+        XCTAssertTrue(try waitUntil(seconds: 20) { try latest()?["gpus"]?.arrayValue?.count == 8 }, "no GPUs before the hang")
+
+        XCTAssertTrue(FileManager.default.createFile(atPath: hangFlag, contents: nil))
+        let hung = Date().timeIntervalSince1970
+        var late: JSONValue?
+        XCTAssertTrue(try waitUntil(seconds: 45) {
+            late = try latest()
+            return isLate(late)
+        }, "no sample named the late GPU probe; the latest, taken at \(number(late?["takenAt"]) ?? 0), says \(problems(late))")
+        // The base data stands in it; the GPUs are left out, not made up.
+        XCTAssertGreaterThan(number(late?["takenAt"]) ?? 0, hung)
+        XCTAssertNotNil(number(late?["memory"]?["total"]), "no memory while nvidia-smi hangs")
+        XCTAssertNotNil(number(late?["cpu"]?["total"]?["busy"]), "no CPU while nvidia-smi hangs")
+        XCTAssertEqual(late?["gpus"], .null, "GPU figures while nvidia-smi hangs")
+        // Samples keep coming while it hangs, each naming it.
+        var next: JSONValue?
+        XCTAssertTrue(try waitUntil(seconds: 10) {
+            next = try latest()
+            return (number(next?["takenAt"]) ?? 0) > (number(late?["takenAt"]) ?? 0)
+        }, "sampling stopped while nvidia-smi hangs")
+        XCTAssertTrue(isLate(next), "\(problems(next))")
+        // list does not claim all is well; show answers (with the problem) instead of failing.
+        let monitor = try json(["metrics", "list"])["monitors"]?.arrayValue?.first
+        XCTAssertEqual(monitor?["state"], .string("sampling"))
+        XCTAssertTrue(monitor?["problems"]?.arrayValue?.contains { $0.stringValue?.contains("nvidia-smi has not answered") == true } == true,
+                      "list: \(String(describing: monitor))")
+        let listed = try termind(["metrics", "list"])
+        XCTAssertTrue(listed.stdout.contains("nvidia-smi has not answered"), listed.stdout)
+        let shown = try termind(["--json", "metrics", "show", "box"])
+        XCTAssertEqual(shown.status, 0, shown.stderr)
+        XCTAssertTrue(isLate(try? JSONCoding.parse(Data(shown.stdout.utf8), source: "show")), "show: \(shown.stdout.prefix(300))")
+        let text = try termind(["metrics", "show", "box"])
+        XCTAssertTrue(text.stdout.contains("Problems") && text.stdout.contains("nvidia-smi has not answered"), text.stdout)
+
+        // It answers again: the GPUs are back and nothing is said any more.
+        try FileManager.default.removeItem(atPath: hangFlag)
+        var recovered: JSONValue?
+        XCTAssertTrue(try waitUntil(seconds: 20) {
+            recovered = try latest()
+            return recovered?["gpus"]?.arrayValue?.count == 8 && problems(recovered).isEmpty
+        }, "the GPUs did not come back: \(problems(recovered))")
+        XCTAssertEqual(try json(["metrics", "list"])["monitors"]?.arrayValue?.first?["problems"], .array([]))
     }
 
     func testChangingTheHostsUserForgetsOnceOnlyTrust() throws {

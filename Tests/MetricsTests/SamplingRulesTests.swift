@@ -86,6 +86,22 @@ final class SamplingRulesTests: XCTestCase {
         XCTAssertFalse(sample.problems.joined().contains("SECRETCONTENT"), "a problem repeats remote content")
     }
 
+    /// A probe without a result (late, or not run) is named among the problems, with how long
+    /// it has been running; lines the script never writes are skipped, each probe counts once.
+    func testProbesWithoutAResultAreNamedAndTheRestStands() throws {
+        let raw = try raw([(.meminfo, "MemTotal: 1000 kB\n"), (.probes, "gpu late 12\ndf skipped\nsecret late 3\ngpu late 99\ndf late x\ngpu\n")])
+        XCTAssertEqual(ProcParsers.probes(raw.sections[.probes] ?? []),
+                       [.init(section: .gpu, lateSeconds: 12), .init(section: .df, lateSeconds: nil)])
+        var builder = SampleBuilder(header: RemoteHeader(pageSize: 4096, clockTicks: 100, hasNvidiaSMI: true))
+        let sample = builder.sample(raw, host: "h", label: "h", takenAt: 0)
+        XCTAssertEqual(sample.memory?.total, 1000 * 1024, "the base data stands")
+        XCTAssertNil(sample.gpus, "no GPU figures are made up")
+        let named = sample.problems.filter { $0.hasPrefix("gpu:") || $0.hasPrefix("df:") }
+        XCTAssertEqual(named, ["gpu: nvidia-smi has not answered for 12 s (it is left running; its figures come back when it answers)",
+                               "df: df was not run: the host gave no temporary folder for its output (mktemp -d failed)"])
+        XCTAssertFalse(sample.problems.joined().contains("secret"), "a problem repeats remote content")
+    }
+
     func testAnEndlessLineOrSnapshotHoldsOnlyBoundedMemory() {
         var reader = SnapshotReader()
         _ = reader.feed(Array("\u{1E}termind-metrics 1 4096 100 0\n\u{1E}snapshot\n\u{1E}procs\n".utf8))

@@ -31,8 +31,11 @@ public enum MetricsContracts {
         /// Samples held (at most five minutes' worth), and taken since the monitor started in this process.
         public var samples: Int
         public var taken: Int
+        /// While sampling: what the latest sample lacks and why (its `problems`: a probe that
+        /// has not answered, a section over its bound); empty when it is whole.
+        public var problems: [String]
         public init(host: String, label: String, state: MonitorState, lastSampleAt: Double? = nil, nextRetryAt: Double? = nil, lastError: String? = nil,
-                    samples: Int = 0, taken: Int = 0) {
+                    samples: Int = 0, taken: Int = 0, problems: [String] = []) {
             self.host = host
             self.label = label
             self.state = state
@@ -41,6 +44,7 @@ public enum MetricsContracts {
             self.lastError = lastError
             self.samples = samples
             self.taken = taken
+            self.problems = problems
         }
     }
 
@@ -52,7 +56,7 @@ public enum MetricsContracts {
         }
         public static let name = "metrics.list"
         public static let version = 1
-        public static let summary = "List the monitored hosts in their order: state, last sample, next retry, last error."
+        public static let summary = "List the monitored hosts in their order: state, last sample, next retry, last error, what the latest sample lacks."
     }
 
     public enum Remove: Contract {

@@ -73,7 +73,7 @@ actor Monitor {
 
     var status: MetricsContracts.Monitor {
         MetricsContracts.Monitor(host: host.id, label: host.label, state: state, lastSampleAt: latest?.takenAt, nextRetryAt: nextRetryAt,
-                                 lastError: lastError, samples: history.count, taken: taken)
+                                 lastError: lastError, samples: history.count, taken: taken, problems: state == .sampling ? latest?.problems ?? [] : [])
     }
 
     var isRunning: Bool { task != nil }

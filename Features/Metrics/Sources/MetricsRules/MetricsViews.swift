@@ -35,7 +35,12 @@ public enum MetricsViews {
                 "\(percent(g.utilization)) \(bytes(g.memoryUsed.map { Double($0) }))/\(bytes(g.memoryTotal.map { Double($0) }))"
             }.joined(separator: " | ") + (gpus.count > 8 ? " +\(gpus.count - 8)" : ""))
         }
-        if let error, state != .sampling { row["error"] = .string(String(error.prefix(120))) }
+        if let error, state != .sampling {
+            row["error"] = .string(String(error.prefix(120)))
+        } else if state == .sampling, let problems = s?.problems, !problems.isEmpty {
+            // Sampling, but not everything is there (a probe that has not answered): said, not hidden.
+            row["problems"] = .string(String(problems.joined(separator: "; ").prefix(120)))
+        }
         return row
     }
 

@@ -139,9 +139,23 @@ public struct SampleBuilder: Sendable {
             }
         }
 
+        // Probes with no result to show: named, with how long they have been running.
+        if let probes = raw.sections[.probes] {
+            problems += ProcParsers.probes(probes).map(Self.problem)
+        }
+
         sample.problems = problems
         previous = now
         return sample
+    }
+
+    /// What a probe without a result is, as one of a sample's problems.
+    static func problem(_ probe: ProcParsers.ProbeState) -> String {
+        let command = probe.section == .gpu ? "nvidia-smi" : "df"
+        guard let seconds = probe.lateSeconds else {
+            return "\(probe.section.rawValue): \(command) was not run: the host gave no temporary folder for its output (mktemp -d failed)"
+        }
+        return "\(probe.section.rawValue): \(command) has not answered for \(seconds) s (it is left running; its figures come back when it answers)"
     }
 
     /// Forgets the previous snapshot (a new channel: its counters may come from a rebooted host).
