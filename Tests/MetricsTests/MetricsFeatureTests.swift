@@ -163,6 +163,49 @@ final class MetricsFeatureTests: XCTestCase {
         XCTAssertLessThan(offsets[1], 0.2, "box2 sampled at \(second), box at \(first)")
     }
 
+    /// Inside a server, whose monitor samples without detail until someone views it, a
+    /// detail has processes' CPU: show waits for the second detail snapshot (taken a second
+    /// after the first) instead of answering with the first, where every process's CPU was
+    /// null (nothing to rate it against).
+    func testADetailShownInsideAServerHasProcessesCPU() throws {
+        try start()
+        serve = try ServeProcess(directory: directory, arguments: [])
+        try saveHost()
+        XCTAssertEqual(try termind(["metrics", "add", "box", "--accept-host-key", "save"]).status, 0)
+        let sample = try json(["metrics", "show", "box", "--detail", "true"])
+        let processes = sample["processes"]
+        XCTAssertNotNil(number(processes?["intervalSeconds"]), "no process table to rate against: \(String(describing: processes?["intervalSeconds"]))")
+        let listed = (processes?["byCPU"]?.arrayValue ?? []) + (processes?["byMemory"]?.arrayValue ?? [])
+        XCTAssertFalse(listed.isEmpty)
+        // A process seen in both tables (this machine's long-lived ones: sshd, termind serve) has a CPU figure.
+        XCTAssertTrue(listed.contains { number($0["cpu"]) != nil }, "every process's CPU is null: \(listed.prefix(3))")
+        for process in processes?["byCPU"]?.arrayValue ?? [] { XCTAssertNotNil(number(process["cpu"])) }
+    }
+
+    /// `metrics watch` without a host shows every monitored host, as its help says (it was
+    /// refused: "needs HOSTS").
+    func testWatchWithoutAHostShowsEveryMonitoredHost() throws {
+        try start()
+        serve = try ServeProcess(directory: directory, arguments: [])
+        try saveHost()
+        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box2", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
+        XCTAssertEqual(try termind(["metrics", "add", "box", "--accept-host-key", "save"]).status, 0)
+        XCTAssertEqual(try termind(["metrics", "add", "box2"]).status, 0)
+        let watched = try termind(["--json", "metrics", "watch", "--count", "6"])
+        XCTAssertEqual(watched.status, 0, watched.stderr)
+        let labels = Set(watched.stdout.split(separator: "\n").compactMap { try? JSONCoding.parse(Data($0.utf8), source: "line") }.compactMap { $0["label"]?.stringValue })
+        XCTAssertEqual(labels, ["box", "box2"], watched.stdout)
+        // Paused hosts are left out; with every host paused it says so.
+        XCTAssertEqual(try termind(["metrics", "pause", "box2"]).status, 0)
+        let one = try termind(["--json", "metrics", "watch", "--count", "2"])
+        XCTAssertEqual(one.status, 0, one.stderr)
+        XCTAssertFalse(one.stdout.contains("\"box2\""), one.stdout)
+        XCTAssertEqual(try termind(["metrics", "pause", "box"]).status, 0)
+        let none = try termind(["metrics", "watch"])
+        XCTAssertEqual(none.status, 1)
+        XCTAssertTrue(none.stderr.contains("Every monitored host is paused"), none.stderr)
+    }
+
     func testGetReturnsWhatIsHeldAndNeverStartsSampling() throws {
         try start()
         try saveHost()

@@ -261,6 +261,25 @@ final class SamplingRulesTests: XCTestCase {
         XCTAssertEqual(next.processes?.count, 2)
     }
 
+    /// Processes' CPU is rated against the previous snapshot's process table: a detail
+    /// snapshot after one without detail (a viewer arriving at a server's monitor) says it
+    /// has none to rate against, and the next detail snapshot has it.
+    func testProcessesSayWhetherTheirCPUCouldBeRated() throws {
+        var builder = SampleBuilder(header: header)
+        let procs = { (ticks: Int) in "7 (p7) S 1 1 1 0 -1 0 0 0 0 0 \(ticks) 0 0 0 20 0 1 0 500 1000 10 0" }
+        let base = builder.sample(try raw([(.uptime, "10.00 1")]), host: "h", label: "h", takenAt: 0)
+        XCTAssertNil(base.processes)
+        let first = builder.sample(try raw([(.uptime, "11.00 1"), (.procs, procs(100))]), host: "h", label: "h", takenAt: 1)
+        XCTAssertEqual(first.intervalSeconds, 1, "the other rates have their interval")
+        XCTAssertNil(first.processes?.intervalSeconds, "no process table came before")
+        XCTAssertNil(first.processes?.byMemory.first?.cpu)
+        let second = builder.sample(try raw([(.uptime, "11.50 1"), (.procs, procs(110))]), host: "h", label: "h", takenAt: 2)
+        XCTAssertEqual(second.processes?.intervalSeconds, 0.5)
+        XCTAssertEqual(second.processes?.byMemory.first?.cpu ?? -1, 20, accuracy: 1e-9)  // 10 ticks at 100 Hz in 0.5 s
+        let text = String(decoding: try JSONEncoder().encode(first), as: UTF8.self)
+        XCTAssertTrue(text.contains("\"intervalSeconds\":null"), "unknown is null, not left out: \(text)")
+    }
+
     func testTopListsAreBounded() throws {
         var builder = SampleBuilder(header: header)
         let lines = (1...500).map { "\($0) (p) S 1 1 1 0 -1 0 0 0 0 0 \($0) 0 0 0 20 0 1 0 1 1000 \($0) 0" }.joined(separator: "\n")

@@ -187,7 +187,7 @@ public enum MetricsStreams {
     /// A live view of hosts, redrawn at each sample: a row per host, or one host's detail.
     public enum Watch: StreamContract {
         public struct Request: Codable, Sendable, Equatable {
-            /// Saved host ids or labels; empty: every monitored host that is not paused.
+            /// Saved host ids or labels; empty or left out: every monitored host that is not paused.
             public var hosts: [String]
             /// One host's detail: per core, processes, filesystems, GPU processes.
             public var detail: Bool?
@@ -198,7 +198,7 @@ public enum MetricsStreams {
             /// Filled by the CLI: "json" streams one view per sample whose `json` is the
             /// sample; "text" (the default) coalesces redraws for a person.
             public var output: String?
-            public init(hosts: [String], detail: Bool? = nil, count: Int? = nil, acceptHostKey: HostKeyPreset? = nil, connectTimeout: Double? = nil,
+            public init(hosts: [String] = [], detail: Bool? = nil, count: Int? = nil, acceptHostKey: HostKeyPreset? = nil, connectTimeout: Double? = nil,
                         output: String? = nil) {
                 self.hosts = hosts
                 self.detail = detail
@@ -207,6 +207,17 @@ public enum MetricsStreams {
                 self.acceptHostKey = acceptHostKey
                 self.connectTimeout = connectTimeout
             }
+            /// `hosts` may be left out (every monitored host), so `termind metrics watch` needs no HOST.
+            public init(from decoder: any Decoder) throws {
+                let c = try decoder.container(keyedBy: CodingKeys.self)
+                hosts = try c.decodeIfPresent([String].self, forKey: .hosts) ?? []
+                detail = try c.decodeIfPresent(Bool.self, forKey: .detail)
+                count = try c.decodeIfPresent(Int.self, forKey: .count)
+                acceptHostKey = try c.decodeIfPresent(HostKeyPreset.self, forKey: .acceptHostKey)
+                connectTimeout = try c.decodeIfPresent(Double.self, forKey: .connectTimeout)
+                output = try c.decodeIfPresent(String.self, forKey: .output)
+            }
+            enum CodingKeys: String, CodingKey { case hosts, detail, count, acceptHostKey, connectTimeout, output }
         }
         public struct Result: Codable, Sendable, Equatable {
             public var redraws: Int

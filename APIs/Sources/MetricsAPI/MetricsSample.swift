@@ -236,12 +236,24 @@ public struct MetricsSample: Codable, Sendable, Equatable {
     public struct Processes: Codable, Sendable, Equatable {
         /// How many processes the host had.
         public var count: Int
+        /// The remote seconds since the process table the processes' CPU is computed against
+        /// (the previous snapshot's); nil when there was none, and every `cpu` is then unknown.
+        public var intervalSeconds: Double?
         public var byCPU: [Process]
         public var byMemory: [Process]
-        public init(count: Int, byCPU: [Process], byMemory: [Process]) {
+        public init(count: Int, intervalSeconds: Double? = nil, byCPU: [Process], byMemory: [Process]) {
             self.count = count
+            self.intervalSeconds = intervalSeconds
             self.byCPU = byCPU
             self.byMemory = byMemory
+        }
+        enum CodingKeys: String, CodingKey { case count, intervalSeconds, byCPU, byMemory }
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(count, forKey: .count)
+            try c.encode(intervalSeconds.finite, forKey: .intervalSeconds)
+            try c.encode(byCPU, forKey: .byCPU)
+            try c.encode(byMemory, forKey: .byMemory)
         }
     }
 

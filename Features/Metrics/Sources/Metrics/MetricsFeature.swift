@@ -259,7 +259,9 @@ final class MetricsFeature: Feature {
         guard let host = try await ports.hosts.host(named: id) else { throw Self.notSaved(request.host) }
         let monitor = await monitor(host, prefs: prefs, ports: ports)
         let detail = request.detail == true
-        let qualifies: @Sendable (MetricsSample) -> Bool = { $0.intervalSeconds != nil && (!detail || $0.processes != nil) }
+        // Rates need two snapshots, and processes' CPU two detail snapshots: a server's monitor
+        // samples without detail until someone views it, so its first detail sample has none.
+        let qualifies: @Sendable (MetricsSample) -> Bool = { $0.intervalSeconds != nil && (!detail || $0.processes?.intervalSeconds != nil) }
         let sample: MetricsSample
         if let latest = await monitor.latest, qualifies(latest), Date().timeIntervalSince1970 - latest.takenAt < 3 * prefs.intervalSeconds {
             sample = latest
@@ -277,7 +279,8 @@ final class MetricsFeature: Feature {
             }
             await monitor.start()
             let updates = await monitor.subscribe()
-            // Rates need two snapshots: up to two intervals after connecting.
+            // Rates need two snapshots: up to two intervals after connecting (the second detail
+            // snapshot follows the first within a second: Monitor).
             sample = try await waitForSample(monitor, updates: updates, timeout: 60 + 4 * prefs.intervalSeconds, accept: qualifies)
         }
         var view = Self.detailView(sample, state: await monitor.status.state, history: await monitor.history.recent(MetricsViews.sparkWidth))

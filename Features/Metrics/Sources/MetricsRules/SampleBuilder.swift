@@ -123,7 +123,9 @@ public struct SampleBuilder: Sendable {
             }
             now.processes = table
             let n = topProcesses
-            sample.processes = .init(count: list.count,
+            // Processes' CPU needs the previous snapshot's table: a first detail snapshot (a
+            // viewer just arrived) has none, and says so.
+            sample.processes = .init(count: list.count, intervalSeconds: previous?.processes == nil ? nil : interval,
                                      byCPU: Array(list.filter { ($0.cpu ?? 0) > 0 }.sorted { ($0.cpu ?? 0, $1.pid) > ($1.cpu ?? 0, $0.pid) }.prefix(n)),
                                      byMemory: Array(list.sorted { ($0.rss, $1.pid) > ($1.rss, $0.pid) }.prefix(n)))
         }
