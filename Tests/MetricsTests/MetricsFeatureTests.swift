@@ -206,6 +206,42 @@ final class MetricsFeatureTests: XCTestCase {
         XCTAssertTrue(none.stderr.contains("Every monitored host is paused"), none.stderr)
     }
 
+    /// A host removed (termind metrics rm) while a watch shows it leaves the view; it stayed
+    /// as a row of dashes.
+    func testAHostRemovedDuringAWatchLeavesTheView() throws {
+        try start()
+        serve = try ServeProcess(directory: directory, arguments: [])
+        try saveHost()
+        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box2", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
+        XCTAssertEqual(try termind(["metrics", "add", "box", "--accept-host-key", "save"]).status, 0)
+        XCTAssertEqual(try termind(["metrics", "add", "box2"]).status, 0)
+        // Without a terminal each view is printed in turn, its title first.
+        let watch = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", ["--socket", serve?.socketPath ?? "", "metrics", "watch", "box", "box2"],
+                                       environment: environment, captureOutput: true)
+        defer {
+            if watch.isRunning { watch.signal(SIGKILL) }
+            watch.wait()
+        }
+        XCTAssertNotNil(watch.readOutput(until: "box2", timeout: 20), "the watch never showed box2")
+        XCTAssertEqual(try termind(["metrics", "rm", "box2"]).status, 0)
+        let title = "termind metrics at"
+        var text = ""
+        var views: [String] { Array(text.components(separatedBy: title).dropFirst().dropLast()) }  // the complete ones
+        let shown = waitUntil(seconds: 20) {
+            guard let more = watch.readOutput(until: title, timeout: 5) else { return true }
+            text += more
+            guard let gone = views.firstIndex(where: { !$0.contains("box2") }) else { return false }
+            return views.count >= gone + 3
+        }
+        XCTAssertTrue(shown, "the watch ended or stopped drawing: \(text.suffix(500))")
+        guard let gone = views.firstIndex(where: { !$0.contains("box2") }) else { return XCTFail("box2 stayed in the view: \(views.last ?? text.suffix(500).description)") }
+        for view in views[gone...] {
+            XCTAssertFalse(view.contains("box2"), "box2 came back: \(view)")
+            XCTAssertTrue(view.contains("box"), view)
+        }
+        XCTAssertTrue(watch.isRunning, "the watch of the host left ended")
+    }
+
     func testGetReturnsWhatIsHeldAndNeverStartsSampling() throws {
         try start()
         try saveHost()

@@ -361,11 +361,17 @@ final class MetricsFeature: Feature {
         var ended: Set<Int> = []
         // Hosts a person must act on; when that is all of them, nothing more can come.
         var stuck: [Int: String] = [:]
+        // The monitors still watched: a host removed meanwhile (termind metrics rm) leaves the view.
+        var live: [Monitor] { watched.indices.filter { !ended.contains($0) }.map { watched[$0].monitor } }
         for await event in merged.stream {
             if case .ended(let index) = event {
                 ended.insert(index)
+                stuck[index] = nil
                 // Nothing more can come once every watched monitor is gone.
-                guard ended.count == ids.count else { continue }
+                guard ended.count == ids.count else {
+                    dirty = true
+                    continue
+                }
                 var labels: [String] = []
                 for entry in watched { labels.append(await entry.monitor.host.label) }
                 throw TermindError(.metricsNotMonitored, "\(labels.joined(separator: ", ")) \(labels.count == 1 ? "is" : "are") no longer monitored (removed meanwhile).")
@@ -376,8 +382,8 @@ final class MetricsFeature: Feature {
                 } else {
                     stuck[index] = nil
                 }
-                if stuck.count == ids.count {
-                    if !json { await draw(watched.map(\.monitor), detail: detail, session: session) }
+                if stuck.count == ids.count - ended.count {
+                    if !json { await draw(live, detail: detail, session: session) }
                     throw TermindError(.metricsUnavailable, stuck.sorted { $0.key < $1.key }.map(\.value).joined(separator: "\n")
                         + "\nWhen that is settled: termind metrics resume HOST.")
                 }
@@ -392,7 +398,7 @@ final class MetricsFeature: Feature {
                 continue
             case (.tick, false) where dirty:
                 dirty = false
-                await draw(watched.map(\.monitor), detail: detail, session: session)
+                await draw(live, detail: detail, session: session)
                 redraws += 1
             default:
                 continue
