@@ -261,7 +261,8 @@ public struct MetricsSample: Codable, Sendable, Equatable {
     public struct GPU: Codable, Sendable, Equatable {
         /// PCI bus id, e.g. 00000000:3B:00.0.
         public var id: String
-        public var name: String
+        /// The product name; nil (JSON null) when nvidia-smi gives none, an empty one or N/A.
+        public var name: String?
         public var uuid: String?
         /// Percent.
         public var utilization: Double?
@@ -278,7 +279,7 @@ public struct MetricsSample: Codable, Sendable, Equatable {
         public var migMode: Bool
         public var migDevices: [MIGDevice]
         public var processes: [GPUProcess]
-        public init(id: String, name: String, uuid: String? = nil, utilization: Double? = nil, memoryUtilization: Double? = nil, memoryUsed: UInt64? = nil,
+        public init(id: String, name: String?, uuid: String? = nil, utilization: Double? = nil, memoryUtilization: Double? = nil, memoryUsed: UInt64? = nil,
                     memoryTotal: UInt64? = nil, temperature: Double? = nil, power: Double? = nil, powerLimit: Double? = nil, graphicsClock: Double? = nil,
                     memoryClock: Double? = nil, migMode: Bool = false, migDevices: [MIGDevice] = [], processes: [GPUProcess] = []) {
             self.id = id

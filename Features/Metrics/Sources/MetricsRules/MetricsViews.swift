@@ -80,7 +80,7 @@ public enum MetricsViews {
         }
         if let gpus = sample.gpus, !gpus.isEmpty {
             sections.append(("GPUs", gpus.map { g in
-                var row: [String: JSONValue] = ["id": .string(g.id), "name": .string(g.name), "util": .string(percent(g.utilization)),
+                var row: [String: JSONValue] = ["id": .string(g.id), "name": .string(g.name ?? "-"), "util": .string(percent(g.utilization)),
                                                 "memory": .string("\(bytes(g.memoryUsed.map { Double($0) }))/\(bytes(g.memoryTotal.map { Double($0) }))"),
                                                 "temp": .string(g.temperature.map { String(format: "%.0f C", $0) } ?? "-"),
                                                 "power": .string(g.power.map { String(format: "%.0f W", $0) } ?? "-")]
