@@ -478,6 +478,25 @@ final class MetricsFeatureTests: XCTestCase {
         XCTAssertTrue(problems.contains { $0.hasPrefix("gpu: nvidia-smi's XML (\(laughs.utf8.count + 1) bytes) is unusable") }, "\(problems)")
     }
 
+    /// The interfaces chosen per host are keyed by host id: a label or an unknown key is
+    /// refused, named (both were stored and never used); the id works.
+    func testInterfacesAreChosenByMonitoredHostID() throws {
+        try start()
+        try saveHost()
+        XCTAssertEqual(try termind(["metrics", "add", "box", "--accept-host-key", "save"]).status, 0)
+        let id = try XCTUnwrap(try json(["metrics", "list"])["monitors"]?.arrayValue?.first?["host"]?.stringValue)
+        for key in ["box", "nosuchhost"] {
+            let refused = try termind(["settings", "set", "metrics.preferences", #"{"interfaces": {"\#(key)": ["lo"]}}"#])
+            XCTAssertEqual(refused.status, 1, refused.stderr)
+            XCTAssertTrue(refused.stderr.contains("metrics.preferences.interfaces.\(key)") && refused.stderr.contains("not the id of a monitored host"), refused.stderr)
+        }
+        let set = try termind(["settings", "set", "metrics.preferences", #"{"interfaces": {"\#(id)": ["lo"]}}"#])
+        XCTAssertEqual(set.status, 0, set.stderr)
+        // The chosen (virtual) interface is what the sample shows.
+        let sample = try json(["metrics", "show", "box"])
+        XCTAssertEqual(sample["network"]?.arrayValue?.compactMap { $0["name"]?.stringValue }, ["lo"], "\(String(describing: sample["network"]))")
+    }
+
     /// Processes whose parent is `pid` (sshd's per-connection children).
     static func children(of pid: Int32) -> [Int32] {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
