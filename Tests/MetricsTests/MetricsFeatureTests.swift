@@ -18,7 +18,8 @@ final class MetricsFeatureTests: XCTestCase {
         directory?.remove()
     }
 
-    /// sshd with a fake nvidia-smi printing `gpuXML` (nil: none on the PATH).
+    /// sshd with a fake nvidia-smi printing `gpuXML` (nil: none on the PATH); it hangs
+    /// while the file `hangFlag` exists, as a wedged driver makes the real one hang.
     private func start(gpuXML: String? = nil) throws {
         directory = try TemporaryDirectory()
         var extra: [String] = []
@@ -26,13 +27,15 @@ final class MetricsFeatureTests: XCTestCase {
             let bin = directory.file("fakebin")
             try FileManager.default.createDirectory(atPath: bin, withIntermediateDirectories: true)
             try gpuXML.write(toFile: directory.file("gpu.xml"), atomically: true, encoding: .utf8)
-            let script = "#!/bin/sh\n[ \"$1 $2\" = \"-q -x\" ] || exit 2\ncat \(directory.file("gpu.xml"))\n"
+            let script = "#!/bin/sh\n[ \"$1 $2\" = \"-q -x\" ] || exit 2\nwhile [ -e \(hangFlag) ]; do sleep 0.2; done\ncat \(directory.file("gpu.xml"))\n"
             try script.write(toFile: bin + "/nvidia-smi", atomically: true, encoding: .utf8)
             chmod(bin + "/nvidia-smi", 0o755)
             extra.append("SetEnv PATH=\(bin):/usr/local/bin:/usr/bin:/bin")
         }
         server = try SSHServerFixture.withNewKey(in: directory, extraConfig: extra)
     }
+
+    private var hangFlag: String { directory.file("nvidia-smi.hangs") }
 
     private var environment: [String: String] {
         ProcessInfo.termindEnvironment(home: directory.file("home"), socket: directory.file("none.sock"))
@@ -158,6 +161,85 @@ final class MetricsFeatureTests: XCTestCase {
             return min(apart, 1 - apart)
         }.sorted()
         XCTAssertLessThan(offsets[1], 0.2, "box2 sampled at \(second), box at \(first)")
+    }
+
+    /// Inside a server, whose monitor samples without detail until someone views it, a
+    /// detail has processes' CPU: show waits for the second detail snapshot (taken a second
+    /// after the first) instead of answering with the first, where every process's CPU was
+    /// null (nothing to rate it against).
+    func testADetailShownInsideAServerHasProcessesCPU() throws {
+        try start()
+        serve = try ServeProcess(directory: directory, arguments: [])
+        try saveHost()
+        XCTAssertEqual(try termind(["metrics", "add", "box", "--accept-host-key", "save"]).status, 0)
+        let sample = try json(["metrics", "show", "box", "--detail", "true"])
+        let processes = sample["processes"]
+        XCTAssertNotNil(number(processes?["intervalSeconds"]), "no process table to rate against: \(String(describing: processes?["intervalSeconds"]))")
+        let listed = (processes?["byCPU"]?.arrayValue ?? []) + (processes?["byMemory"]?.arrayValue ?? [])
+        XCTAssertFalse(listed.isEmpty)
+        // A process seen in both tables (this machine's long-lived ones: sshd, termind serve) has a CPU figure.
+        XCTAssertTrue(listed.contains { number($0["cpu"]) != nil }, "every process's CPU is null: \(listed.prefix(3))")
+        for process in processes?["byCPU"]?.arrayValue ?? [] { XCTAssertNotNil(number(process["cpu"])) }
+    }
+
+    /// `metrics watch` without a host shows every monitored host, as its help says (it was
+    /// refused: "needs HOSTS").
+    func testWatchWithoutAHostShowsEveryMonitoredHost() throws {
+        try start()
+        serve = try ServeProcess(directory: directory, arguments: [])
+        try saveHost()
+        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box2", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
+        XCTAssertEqual(try termind(["metrics", "add", "box", "--accept-host-key", "save"]).status, 0)
+        XCTAssertEqual(try termind(["metrics", "add", "box2"]).status, 0)
+        let watched = try termind(["--json", "metrics", "watch", "--count", "6"])
+        XCTAssertEqual(watched.status, 0, watched.stderr)
+        let labels = Set(watched.stdout.split(separator: "\n").compactMap { try? JSONCoding.parse(Data($0.utf8), source: "line") }.compactMap { $0["label"]?.stringValue })
+        XCTAssertEqual(labels, ["box", "box2"], watched.stdout)
+        // Paused hosts are left out; with every host paused it says so.
+        XCTAssertEqual(try termind(["metrics", "pause", "box2"]).status, 0)
+        let one = try termind(["--json", "metrics", "watch", "--count", "2"])
+        XCTAssertEqual(one.status, 0, one.stderr)
+        XCTAssertFalse(one.stdout.contains("\"box2\""), one.stdout)
+        XCTAssertEqual(try termind(["metrics", "pause", "box"]).status, 0)
+        let none = try termind(["metrics", "watch"])
+        XCTAssertEqual(none.status, 1)
+        XCTAssertTrue(none.stderr.contains("Every monitored host is paused"), none.stderr)
+    }
+
+    /// A host removed (termind metrics rm) while a watch shows it leaves the view; it stayed
+    /// as a row of dashes.
+    func testAHostRemovedDuringAWatchLeavesTheView() throws {
+        try start()
+        serve = try ServeProcess(directory: directory, arguments: [])
+        try saveHost()
+        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box2", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
+        XCTAssertEqual(try termind(["metrics", "add", "box", "--accept-host-key", "save"]).status, 0)
+        XCTAssertEqual(try termind(["metrics", "add", "box2"]).status, 0)
+        // Without a terminal each view is printed in turn, its title first.
+        let watch = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", ["--socket", serve?.socketPath ?? "", "metrics", "watch", "box", "box2"],
+                                       environment: environment, captureOutput: true)
+        defer {
+            if watch.isRunning { watch.signal(SIGKILL) }
+            watch.wait()
+        }
+        XCTAssertNotNil(watch.readOutput(until: "box2", timeout: 20), "the watch never showed box2")
+        XCTAssertEqual(try termind(["metrics", "rm", "box2"]).status, 0)
+        let title = "termind metrics at"
+        var text = ""
+        var views: [String] { Array(text.components(separatedBy: title).dropFirst().dropLast()) }  // the complete ones
+        let shown = waitUntil(seconds: 20) {
+            guard let more = watch.readOutput(until: title, timeout: 5) else { return true }
+            text += more
+            guard let gone = views.firstIndex(where: { !$0.contains("box2") }) else { return false }
+            return views.count >= gone + 3
+        }
+        XCTAssertTrue(shown, "the watch ended or stopped drawing: \(text.suffix(500))")
+        guard let gone = views.firstIndex(where: { !$0.contains("box2") }) else { return XCTFail("box2 stayed in the view: \(views.last ?? text.suffix(500).description)") }
+        for view in views[gone...] {
+            XCTAssertFalse(view.contains("box2"), "box2 came back: \(view)")
+            XCTAssertTrue(view.contains("box"), view)
+        }
+        XCTAssertTrue(watch.isRunning, "the watch of the host left ended")
     }
 
     func testGetReturnsWhatIsHeldAndNeverStartsSampling() throws {
@@ -288,6 +370,67 @@ final class MetricsFeatureTests: XCTestCase {
         XCTAssertTrue(said.contains("no longer monitored") && said.contains("metrics.not_monitored"), said)
     }
 
+    /// A hanging nvidia-smi (a wedged driver) never holds up the base data: CPU and memory
+    /// keep coming, each sample names the late GPU probe (and list, get and show say so),
+    /// and the GPUs come back once it answers. It blanked the whole host before: the remote
+    /// loop waited for nvidia-smi, the channel went silent, and the monitor reconnected into
+    /// the same wait.
+    func testAHangingNvidiaSMIKeepsTheBaseDataFlowingAndIsNamedUntilItAnswers() throws {
+        let xml = try String(contentsOfFile: Repository.path("Tests/Fixtures/NvidiaSMI/tesla-v100s-x8-driver-460.xml"), encoding: .utf8)
+        try start(gpuXML: xml)
+        serve = try ServeProcess(directory: directory, arguments: [])
+        try saveHost()
+        let added = try termind(["metrics", "add", "box", "--accept-host-key", "once"])
+        XCTAssertEqual(added.status, 0, added.stderr)
+        func latest() throws -> JSONValue? {
+            try json(["call", "metrics.get@1", #"{"hosts": ["box"]}"#])["hosts"]?.arrayValue?.first?["sample"]
+        }
+        func problems(_ sample: JSONValue?) -> [String] { sample?["problems"]?.arrayValue?.compactMap(\.stringValue) ?? [] }
+        func isLate(_ sample: JSONValue?) -> Bool { problems(sample).contains { $0.hasPrefix("gpu: nvidia-smi has not answered for") } }
+        XCTAssertTrue(try waitUntil(seconds: 20) { try latest()?["gpus"]?.arrayValue?.count == 8 }, "no GPUs before the hang")
+
+        XCTAssertTrue(FileManager.default.createFile(atPath: hangFlag, contents: nil))
+        let hung = Date().timeIntervalSince1970
+        var late: JSONValue?
+        XCTAssertTrue(try waitUntil(seconds: 45) {
+            late = try latest()
+            return isLate(late)
+        }, "no sample named the late GPU probe; the latest, taken at \(number(late?["takenAt"]) ?? 0), says \(problems(late))")
+        // The base data stands in it; the GPUs are left out, not made up.
+        XCTAssertGreaterThan(number(late?["takenAt"]) ?? 0, hung)
+        XCTAssertNotNil(number(late?["memory"]?["total"]), "no memory while nvidia-smi hangs")
+        XCTAssertNotNil(number(late?["cpu"]?["total"]?["busy"]), "no CPU while nvidia-smi hangs")
+        XCTAssertEqual(late?["gpus"], .null, "GPU figures while nvidia-smi hangs")
+        // Samples keep coming while it hangs, each naming it.
+        var next: JSONValue?
+        XCTAssertTrue(try waitUntil(seconds: 10) {
+            next = try latest()
+            return (number(next?["takenAt"]) ?? 0) > (number(late?["takenAt"]) ?? 0)
+        }, "sampling stopped while nvidia-smi hangs")
+        XCTAssertTrue(isLate(next), "\(problems(next))")
+        // list does not claim all is well; show answers (with the problem) instead of failing.
+        let monitor = try json(["metrics", "list"])["monitors"]?.arrayValue?.first
+        XCTAssertEqual(monitor?["state"], .string("sampling"))
+        XCTAssertTrue(monitor?["problems"]?.arrayValue?.contains { $0.stringValue?.contains("nvidia-smi has not answered") == true } == true,
+                      "list: \(String(describing: monitor))")
+        let listed = try termind(["metrics", "list"])
+        XCTAssertTrue(listed.stdout.contains("nvidia-smi has not answered"), listed.stdout)
+        let shown = try termind(["--json", "metrics", "show", "box"])
+        XCTAssertEqual(shown.status, 0, shown.stderr)
+        XCTAssertTrue(isLate(try? JSONCoding.parse(Data(shown.stdout.utf8), source: "show")), "show: \(shown.stdout.prefix(300))")
+        let text = try termind(["metrics", "show", "box"])
+        XCTAssertTrue(text.stdout.contains("Problems") && text.stdout.contains("nvidia-smi has not answered"), text.stdout)
+
+        // It answers again: the GPUs are back and nothing is said any more.
+        try FileManager.default.removeItem(atPath: hangFlag)
+        var recovered: JSONValue?
+        XCTAssertTrue(try waitUntil(seconds: 20) {
+            recovered = try latest()
+            return recovered?["gpus"]?.arrayValue?.count == 8 && problems(recovered).isEmpty
+        }, "the GPUs did not come back: \(problems(recovered))")
+        XCTAssertEqual(try json(["metrics", "list"])["monitors"]?.arrayValue?.first?["problems"], .array([]))
+    }
+
     func testChangingTheHostsUserForgetsOnceOnlyTrust() throws {
         // A second account the same key logs in as (root makes it; without root: skipped).
         guard getuid() == 0 else { throw XCTSkip("needs root for a second account") }
@@ -333,6 +476,25 @@ final class MetricsFeatureTests: XCTestCase {
         XCTAssertEqual(sample["gpus"], .null)
         let problems = sample["problems"]?.arrayValue?.compactMap(\.stringValue) ?? []
         XCTAssertTrue(problems.contains { $0.hasPrefix("gpu: nvidia-smi's XML (\(laughs.utf8.count + 1) bytes) is unusable") }, "\(problems)")
+    }
+
+    /// The interfaces chosen per host are keyed by host id: a label or an unknown key is
+    /// refused, named (both were stored and never used); the id works.
+    func testInterfacesAreChosenByMonitoredHostID() throws {
+        try start()
+        try saveHost()
+        XCTAssertEqual(try termind(["metrics", "add", "box", "--accept-host-key", "save"]).status, 0)
+        let id = try XCTUnwrap(try json(["metrics", "list"])["monitors"]?.arrayValue?.first?["host"]?.stringValue)
+        for key in ["box", "nosuchhost"] {
+            let refused = try termind(["settings", "set", "metrics.preferences", #"{"interfaces": {"\#(key)": ["lo"]}}"#])
+            XCTAssertEqual(refused.status, 1, refused.stderr)
+            XCTAssertTrue(refused.stderr.contains("metrics.preferences.interfaces.\(key)") && refused.stderr.contains("not the id of a monitored host"), refused.stderr)
+        }
+        let set = try termind(["settings", "set", "metrics.preferences", #"{"interfaces": {"\#(id)": ["lo"]}}"#])
+        XCTAssertEqual(set.status, 0, set.stderr)
+        // The chosen (virtual) interface is what the sample shows.
+        let sample = try json(["metrics", "show", "box"])
+        XCTAssertEqual(sample["network"]?.arrayValue?.compactMap { $0["name"]?.stringValue }, ["lo"], "\(String(describing: sample["network"]))")
     }
 
     /// Processes whose parent is `pid` (sshd's per-connection children).

@@ -1,6 +1,7 @@
 import Foundation
 import MetricsAPI
 import MetricsRules
+import TermindCore
 import TermindHarness
 import XCTest
 
@@ -92,6 +93,18 @@ final class NvidiaSMITests: XCTestCase {
         """
         let gpu = try XCTUnwrap(try NvidiaSMI.gpus(Array(xml.utf8)).first)
         XCTAssertEqual(gpu.processes, [MetricsSample.GPUProcess(pid: 42, name: "python3", memoryUsed: 10 * MiB)])
+    }
+
+    /// A GPU whose product name nvidia-smi leaves out, empty or N/A has none (null), not "".
+    func testAGPUWithoutAProductNameHasNone() throws {
+        let xml = """
+        <?xml version="1.0" ?><nvidia_smi_log><gpu id="0"><uuid>GPU-1</uuid></gpu><gpu id="1"><product_name>  </product_name><uuid></uuid></gpu>
+        <gpu id="2"><product_name>N/A</product_name><uuid>[N/A]</uuid></gpu><gpu id="3"><product_name>Tesla T4</product_name></gpu></nvidia_smi_log>
+        """
+        // As every client sees them: JSON.
+        let gpus = try NvidiaSMI.gpus(Array(xml.utf8)).map { try JSONCoding.parse(JSONEncoder().encode($0), source: "gpu") }
+        XCTAssertEqual(gpus.map { $0["name"] }, [.null, .null, .null, .string("Tesla T4")])
+        XCTAssertEqual(gpus.map { $0["uuid"] }, [.string("GPU-1"), .null, .null, .null])
     }
 
     // MARK: - Hostile XML

@@ -86,6 +86,22 @@ final class SamplingRulesTests: XCTestCase {
         XCTAssertFalse(sample.problems.joined().contains("SECRETCONTENT"), "a problem repeats remote content")
     }
 
+    /// A probe without a result (late, or not run) is named among the problems, with how long
+    /// it has been running; lines the script never writes are skipped, each probe counts once.
+    func testProbesWithoutAResultAreNamedAndTheRestStands() throws {
+        let raw = try raw([(.meminfo, "MemTotal: 1000 kB\n"), (.probes, "gpu late 12\ndf skipped\nsecret late 3\ngpu late 99\ndf late x\ngpu\n")])
+        XCTAssertEqual(ProcParsers.probes(raw.sections[.probes] ?? []),
+                       [.init(section: .gpu, lateSeconds: 12), .init(section: .df, lateSeconds: nil)])
+        var builder = SampleBuilder(header: RemoteHeader(pageSize: 4096, clockTicks: 100, hasNvidiaSMI: true))
+        let sample = builder.sample(raw, host: "h", label: "h", takenAt: 0)
+        XCTAssertEqual(sample.memory?.total, 1000 * 1024, "the base data stands")
+        XCTAssertNil(sample.gpus, "no GPU figures are made up")
+        let named = sample.problems.filter { $0.hasPrefix("gpu:") || $0.hasPrefix("df:") }
+        XCTAssertEqual(named, ["gpu: nvidia-smi has not answered for 12 s (it is left running; its figures come back when it answers)",
+                               "df: df was not run: the host gave no temporary folder for its output (mktemp -d failed)"])
+        XCTAssertFalse(sample.problems.joined().contains("secret"), "a problem repeats remote content")
+    }
+
     func testAnEndlessLineOrSnapshotHoldsOnlyBoundedMemory() {
         var reader = SnapshotReader()
         _ = reader.feed(Array("\u{1E}termind-metrics 1 4096 100 0\n\u{1E}snapshot\n\u{1E}procs\n".utf8))
@@ -243,6 +259,25 @@ final class SamplingRulesTests: XCTestCase {
         XCTAssertEqual(byPID[8]?.rss, 20 * 4096, "RSS is pages times the remote page size")
         XCTAssertEqual(next.processes?.byCPU.map(\.pid), [8])
         XCTAssertEqual(next.processes?.count, 2)
+    }
+
+    /// Processes' CPU is rated against the previous snapshot's process table: a detail
+    /// snapshot after one without detail (a viewer arriving at a server's monitor) says it
+    /// has none to rate against, and the next detail snapshot has it.
+    func testProcessesSayWhetherTheirCPUCouldBeRated() throws {
+        var builder = SampleBuilder(header: header)
+        let procs = { (ticks: Int) in "7 (p7) S 1 1 1 0 -1 0 0 0 0 0 \(ticks) 0 0 0 20 0 1 0 500 1000 10 0" }
+        let base = builder.sample(try raw([(.uptime, "10.00 1")]), host: "h", label: "h", takenAt: 0)
+        XCTAssertNil(base.processes)
+        let first = builder.sample(try raw([(.uptime, "11.00 1"), (.procs, procs(100))]), host: "h", label: "h", takenAt: 1)
+        XCTAssertEqual(first.intervalSeconds, 1, "the other rates have their interval")
+        XCTAssertNil(first.processes?.intervalSeconds, "no process table came before")
+        XCTAssertNil(first.processes?.byMemory.first?.cpu)
+        let second = builder.sample(try raw([(.uptime, "11.50 1"), (.procs, procs(110))]), host: "h", label: "h", takenAt: 2)
+        XCTAssertEqual(second.processes?.intervalSeconds, 0.5)
+        XCTAssertEqual(second.processes?.byMemory.first?.cpu ?? -1, 20, accuracy: 1e-9)  // 10 ticks at 100 Hz in 0.5 s
+        let text = String(decoding: try JSONEncoder().encode(first), as: UTF8.self)
+        XCTAssertTrue(text.contains("\"intervalSeconds\":null"), "unknown is null, not left out: \(text)")
     }
 
     func testTopListsAreBounded() throws {

@@ -51,4 +51,41 @@ final class ScriptTests: XCTestCase {
             XCTAssertTrue(second.filesystems?.contains { $0.mount == "/" } == true, "\(second.filesystems ?? [])")
         }
     }
+
+    /// A probe that hangs (a wedged driver's nvidia-smi, a dead NFS mount's df) never holds up
+    /// the loop: every request gets its snapshot with the base data, the hanging probe is not
+    /// started twice, and at EOF the loop ends and removes its temporary folder. Before, each
+    /// snapshot waited for nvidia-smi.
+    func testAHangingProbeNeverHoldsUpTheLoop() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let bin = directory.file("bin")
+        let temporary = directory.file("tmp")
+        try FileManager.default.createDirectory(atPath: bin, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: temporary, withIntermediateDirectories: true)
+        // It hangs for a while, counting how often it was started.
+        try "#!/bin/sh\necho started >>\(directory.file("starts"))\nsleep 20\necho \"<nvidia_smi_log/>\"\n".write(toFile: bin + "/nvidia-smi", atomically: true, encoding: .utf8)
+        chmod(bin + "/nvidia-smi", 0o755)
+        var environment = ProcessInfo.processInfo.environment
+        environment["PATH"] = bin + ":/usr/bin:/bin"
+        environment["TMPDIR"] = temporary
+        let requests = String(repeating: RemoteScript.request(detail: true, gpu: true), count: 3)
+        let result = try ProcessRunner.run("/bin/sh", ["-c", RemoteScript.command], environment: environment, stdin: requests)
+        XCTAssertEqual(result.status, 0, result.stderr)
+        var reader = SnapshotReader()
+        let events = reader.feed(Array(result.stdout.utf8))
+        guard case .header(let header)? = events.first else { return XCTFail("no header in \(result.stdout.prefix(200))") }
+        XCTAssertTrue(header.hasNvidiaSMI)
+        let snapshots = events.compactMap { if case .snapshot(let raw) = $0 { raw } else { nil } }
+        XCTAssertEqual(snapshots.count, 3)
+        for raw in snapshots {
+            XCTAssertFalse((raw.sections[.meminfo] ?? []).isEmpty, "no base data")
+            XCTAssertNotNil(raw.sections[.procs])
+            XCTAssertNil(raw.sections[.gpu], "a GPU section while nvidia-smi hangs")
+        }
+        XCTAssertTrue(snapshots.contains { $0.sections[.df] != nil }, "df, which answers, never came")
+        let starts = (try? String(contentsOfFile: directory.file("starts"), encoding: .utf8)) ?? ""
+        XCTAssertEqual(starts.split(separator: "\n").count, 1, "nvidia-smi was started again while it hung")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: temporary), [], "the probes' folder is left behind")
+    }
 }

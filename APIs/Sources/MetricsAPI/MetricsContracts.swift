@@ -31,8 +31,11 @@ public enum MetricsContracts {
         /// Samples held (at most five minutes' worth), and taken since the monitor started in this process.
         public var samples: Int
         public var taken: Int
+        /// While sampling: what the latest sample lacks and why (its `problems`: a probe that
+        /// has not answered, a section over its bound); empty when it is whole.
+        public var problems: [String]
         public init(host: String, label: String, state: MonitorState, lastSampleAt: Double? = nil, nextRetryAt: Double? = nil, lastError: String? = nil,
-                    samples: Int = 0, taken: Int = 0) {
+                    samples: Int = 0, taken: Int = 0, problems: [String] = []) {
             self.host = host
             self.label = label
             self.state = state
@@ -41,6 +44,7 @@ public enum MetricsContracts {
             self.lastError = lastError
             self.samples = samples
             self.taken = taken
+            self.problems = problems
         }
     }
 
@@ -52,7 +56,7 @@ public enum MetricsContracts {
         }
         public static let name = "metrics.list"
         public static let version = 1
-        public static let summary = "List the monitored hosts in their order: state, last sample, next retry, last error."
+        public static let summary = "List the monitored hosts in their order: state, last sample, next retry, last error, what the latest sample lacks."
     }
 
     public enum Remove: Contract {
@@ -183,7 +187,7 @@ public enum MetricsStreams {
     /// A live view of hosts, redrawn at each sample: a row per host, or one host's detail.
     public enum Watch: StreamContract {
         public struct Request: Codable, Sendable, Equatable {
-            /// Saved host ids or labels; empty: every monitored host that is not paused.
+            /// Saved host ids or labels; empty or left out: every monitored host that is not paused.
             public var hosts: [String]
             /// One host's detail: per core, processes, filesystems, GPU processes.
             public var detail: Bool?
@@ -194,7 +198,7 @@ public enum MetricsStreams {
             /// Filled by the CLI: "json" streams one view per sample whose `json` is the
             /// sample; "text" (the default) coalesces redraws for a person.
             public var output: String?
-            public init(hosts: [String], detail: Bool? = nil, count: Int? = nil, acceptHostKey: HostKeyPreset? = nil, connectTimeout: Double? = nil,
+            public init(hosts: [String] = [], detail: Bool? = nil, count: Int? = nil, acceptHostKey: HostKeyPreset? = nil, connectTimeout: Double? = nil,
                         output: String? = nil) {
                 self.hosts = hosts
                 self.detail = detail
@@ -203,6 +207,17 @@ public enum MetricsStreams {
                 self.acceptHostKey = acceptHostKey
                 self.connectTimeout = connectTimeout
             }
+            /// `hosts` may be left out (every monitored host), so `termind metrics watch` needs no HOST.
+            public init(from decoder: any Decoder) throws {
+                let c = try decoder.container(keyedBy: CodingKeys.self)
+                hosts = try c.decodeIfPresent([String].self, forKey: .hosts) ?? []
+                detail = try c.decodeIfPresent(Bool.self, forKey: .detail)
+                count = try c.decodeIfPresent(Int.self, forKey: .count)
+                acceptHostKey = try c.decodeIfPresent(HostKeyPreset.self, forKey: .acceptHostKey)
+                connectTimeout = try c.decodeIfPresent(Double.self, forKey: .connectTimeout)
+                output = try c.decodeIfPresent(String.self, forKey: .output)
+            }
+            enum CodingKeys: String, CodingKey { case hosts, detail, count, acceptHostKey, connectTimeout, output }
         }
         public struct Result: Codable, Sendable, Equatable {
             public var redraws: Int

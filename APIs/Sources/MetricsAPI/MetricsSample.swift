@@ -236,12 +236,24 @@ public struct MetricsSample: Codable, Sendable, Equatable {
     public struct Processes: Codable, Sendable, Equatable {
         /// How many processes the host had.
         public var count: Int
+        /// The remote seconds since the process table the processes' CPU is computed against
+        /// (the previous snapshot's); nil when there was none, and every `cpu` is then unknown.
+        public var intervalSeconds: Double?
         public var byCPU: [Process]
         public var byMemory: [Process]
-        public init(count: Int, byCPU: [Process], byMemory: [Process]) {
+        public init(count: Int, intervalSeconds: Double? = nil, byCPU: [Process], byMemory: [Process]) {
             self.count = count
+            self.intervalSeconds = intervalSeconds
             self.byCPU = byCPU
             self.byMemory = byMemory
+        }
+        enum CodingKeys: String, CodingKey { case count, intervalSeconds, byCPU, byMemory }
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(count, forKey: .count)
+            try c.encode(intervalSeconds.finite, forKey: .intervalSeconds)
+            try c.encode(byCPU, forKey: .byCPU)
+            try c.encode(byMemory, forKey: .byMemory)
         }
     }
 
@@ -249,7 +261,8 @@ public struct MetricsSample: Codable, Sendable, Equatable {
     public struct GPU: Codable, Sendable, Equatable {
         /// PCI bus id, e.g. 00000000:3B:00.0.
         public var id: String
-        public var name: String
+        /// The product name; nil (JSON null) when nvidia-smi gives none, an empty one or N/A.
+        public var name: String?
         public var uuid: String?
         /// Percent.
         public var utilization: Double?
@@ -266,7 +279,7 @@ public struct MetricsSample: Codable, Sendable, Equatable {
         public var migMode: Bool
         public var migDevices: [MIGDevice]
         public var processes: [GPUProcess]
-        public init(id: String, name: String, uuid: String? = nil, utilization: Double? = nil, memoryUtilization: Double? = nil, memoryUsed: UInt64? = nil,
+        public init(id: String, name: String?, uuid: String? = nil, utilization: Double? = nil, memoryUtilization: Double? = nil, memoryUsed: UInt64? = nil,
                     memoryTotal: UInt64? = nil, temperature: Double? = nil, power: Double? = nil, powerLimit: Double? = nil, graphicsClock: Double? = nil,
                     memoryClock: Double? = nil, migMode: Bool = false, migDevices: [MIGDevice] = [], processes: [GPUProcess] = []) {
             self.id = id

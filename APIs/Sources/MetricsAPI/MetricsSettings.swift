@@ -17,7 +17,8 @@ public enum MetricsSettings {
         /// Saved host ids, in the order monitors show.
         public var order: [String]
         public var paused: [String]
-        /// Host id → interfaces chosen (virtual ones included only when listed here).
+        /// Host id → interfaces chosen (virtual ones included only when listed here); each key
+        /// a monitored host's id (in `order`), as each of `paused` is.
         public var interfaces: [String: [String]]
 
         public init(intervalSeconds: Double = 2, order: [String] = [], paused: [String] = [], interfaces: [String: [String]] = [:]) {
@@ -25,6 +26,11 @@ public enum MetricsSettings {
             self.order = order
             self.paused = paused
             self.interfaces = interfaces
+        }
+
+        static func notMonitored(_ host: String) -> String {
+            "'\(host.prefix(64))' is not the id of a monitored host (one in order); hosts are named by id, not label "
+                + "(termind metrics list --json shows each one's), and are monitored with termind metrics add HOST first"
         }
 
         public init(from decoder: any Decoder) throws {
@@ -44,6 +50,15 @@ public enum MetricsSettings {
             }
             for (host, names) in interfaces.sorted(by: { $0.key < $1.key }) where names.count > 256 || names.contains(where: { $0.isEmpty || $0.count > 15 }) {
                 problems.append(SettingsProblem("\(Self.key).interfaces.\(host)", "interface names are 1 to 15 characters, at most 256 of them"))
+            }
+            // Hosts are named by their ids, as in order: a label or an unknown key would be kept
+            // and never used, so it is refused, named.
+            let monitored = Set(order)
+            for host in interfaces.keys.sorted() where !monitored.contains(host) {
+                problems.append(SettingsProblem("\(Self.key).interfaces.\(host)", Self.notMonitored(host)))
+            }
+            for host in paused where !monitored.contains(host) {
+                problems.append(SettingsProblem("\(Self.key).paused", Self.notMonitored(host)))
             }
             return problems
         }

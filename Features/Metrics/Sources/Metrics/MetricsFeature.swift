@@ -259,7 +259,9 @@ final class MetricsFeature: Feature {
         guard let host = try await ports.hosts.host(named: id) else { throw Self.notSaved(request.host) }
         let monitor = await monitor(host, prefs: prefs, ports: ports)
         let detail = request.detail == true
-        let qualifies: @Sendable (MetricsSample) -> Bool = { $0.intervalSeconds != nil && (!detail || $0.processes != nil) }
+        // Rates need two snapshots, and processes' CPU two detail snapshots: a server's monitor
+        // samples without detail until someone views it, so its first detail sample has none.
+        let qualifies: @Sendable (MetricsSample) -> Bool = { $0.intervalSeconds != nil && (!detail || $0.processes?.intervalSeconds != nil) }
         let sample: MetricsSample
         if let latest = await monitor.latest, qualifies(latest), Date().timeIntervalSince1970 - latest.takenAt < 3 * prefs.intervalSeconds {
             sample = latest
@@ -277,7 +279,8 @@ final class MetricsFeature: Feature {
             }
             await monitor.start()
             let updates = await monitor.subscribe()
-            // Rates need two snapshots: up to two intervals after connecting.
+            // Rates need two snapshots: up to two intervals after connecting (the second detail
+            // snapshot follows the first within a second: Monitor).
             sample = try await waitForSample(monitor, updates: updates, timeout: 60 + 4 * prefs.intervalSeconds, accept: qualifies)
         }
         var view = Self.detailView(sample, state: await monitor.status.state, history: await monitor.history.recent(MetricsViews.sparkWidth))
@@ -358,11 +361,17 @@ final class MetricsFeature: Feature {
         var ended: Set<Int> = []
         // Hosts a person must act on; when that is all of them, nothing more can come.
         var stuck: [Int: String] = [:]
+        // The monitors still watched: a host removed meanwhile (termind metrics rm) leaves the view.
+        var live: [Monitor] { watched.indices.filter { !ended.contains($0) }.map { watched[$0].monitor } }
         for await event in merged.stream {
             if case .ended(let index) = event {
                 ended.insert(index)
+                stuck[index] = nil
                 // Nothing more can come once every watched monitor is gone.
-                guard ended.count == ids.count else { continue }
+                guard ended.count == ids.count else {
+                    dirty = true
+                    continue
+                }
                 var labels: [String] = []
                 for entry in watched { labels.append(await entry.monitor.host.label) }
                 throw TermindError(.metricsNotMonitored, "\(labels.joined(separator: ", ")) \(labels.count == 1 ? "is" : "are") no longer monitored (removed meanwhile).")
@@ -373,8 +382,8 @@ final class MetricsFeature: Feature {
                 } else {
                     stuck[index] = nil
                 }
-                if stuck.count == ids.count {
-                    if !json { await draw(watched.map(\.monitor), detail: detail, session: session) }
+                if stuck.count == ids.count - ended.count {
+                    if !json { await draw(live, detail: detail, session: session) }
                     throw TermindError(.metricsUnavailable, stuck.sorted { $0.key < $1.key }.map(\.value).joined(separator: "\n")
                         + "\nWhen that is settled: termind metrics resume HOST.")
                 }
@@ -389,7 +398,7 @@ final class MetricsFeature: Feature {
                 continue
             case (.tick, false) where dirty:
                 dirty = false
-                await draw(watched.map(\.monitor), detail: detail, session: session)
+                await draw(live, detail: detail, session: session)
                 redraws += 1
             default:
                 continue

@@ -60,6 +60,8 @@ actor Monitor {
     private var queued: [SnapshotReader.Event] = []
 
     static let retryDelays: [Double] = [1, 2, 5, 10, 30]
+    /// Nanoseconds between a first detail snapshot and the one that rates processes' CPU.
+    static let detailFollowUp: UInt64 = 1_000_000_000
     static let stableSeconds: Double = 60
 
     init(host: HostSummary, opener: MonitorOpener, interval: Double, interfaces: Set<String>, logger: Logger) {
@@ -73,7 +75,7 @@ actor Monitor {
 
     var status: MetricsContracts.Monitor {
         MetricsContracts.Monitor(host: host.id, label: host.label, state: state, lastSampleAt: latest?.takenAt, nextRetryAt: nextRetryAt,
-                                 lastError: lastError, samples: history.count, taken: taken)
+                                 lastError: lastError, samples: history.count, taken: taken, problems: state == .sampling ? latest?.problems ?? [] : [])
     }
 
     var isRunning: Bool { task != nil }
@@ -298,10 +300,17 @@ actor Monitor {
                 }
             }
             guard let raw else { return }
-            record(builder.sample(raw, host: current.id, label: current.label, takenAt: Date().timeIntervalSince1970, interfaces: interfaces))
+            let sample = builder.sample(raw, host: current.id, label: current.label, takenAt: Date().timeIntervalSince1970, interfaces: interfaces)
+            record(sample)
             // The next sample at the clock's instant for this interval, shared by every monitor
             // on it: one wake-up for all of them.
-            await sleep(until: SamplingGrid.next(after: started, period: UInt64(interval * 1e9)))
+            var next = SamplingGrid.next(after: started, period: UInt64(interval * 1e9))
+            // A first detail snapshot has nothing to rate processes' CPU against: a viewer gets
+            // the second one a second later, not a whole interval (up to a minute) later.
+            if detailViewers > 0, let processes = sample.processes, processes.intervalSeconds == nil {
+                next = min(next, started + Self.detailFollowUp)
+            }
+            await sleep(until: next)
         }
     }
 

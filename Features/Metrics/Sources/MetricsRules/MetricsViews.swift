@@ -35,7 +35,12 @@ public enum MetricsViews {
                 "\(percent(g.utilization)) \(bytes(g.memoryUsed.map { Double($0) }))/\(bytes(g.memoryTotal.map { Double($0) }))"
             }.joined(separator: " | ") + (gpus.count > 8 ? " +\(gpus.count - 8)" : ""))
         }
-        if let error, state != .sampling { row["error"] = .string(String(error.prefix(120))) }
+        if let error, state != .sampling {
+            row["error"] = .string(String(error.prefix(120)))
+        } else if state == .sampling, let problems = s?.problems, !problems.isEmpty {
+            // Sampling, but not everything is there (a probe that has not answered): said, not hidden.
+            row["problems"] = .string(String(problems.joined(separator: "; ").prefix(120)))
+        }
         return row
     }
 
@@ -75,7 +80,7 @@ public enum MetricsViews {
         }
         if let gpus = sample.gpus, !gpus.isEmpty {
             sections.append(("GPUs", gpus.map { g in
-                var row: [String: JSONValue] = ["id": .string(g.id), "name": .string(g.name), "util": .string(percent(g.utilization)),
+                var row: [String: JSONValue] = ["id": .string(g.id), "name": .string(g.name ?? "-"), "util": .string(percent(g.utilization)),
                                                 "memory": .string("\(bytes(g.memoryUsed.map { Double($0) }))/\(bytes(g.memoryTotal.map { Double($0) }))"),
                                                 "temp": .string(g.temperature.map { String(format: "%.0f C", $0) } ?? "-"),
                                                 "power": .string(g.power.map { String(format: "%.0f W", $0) } ?? "-")]

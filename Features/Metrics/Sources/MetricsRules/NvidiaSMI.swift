@@ -31,8 +31,8 @@ public enum NvidiaSMI {
         }
         return MetricsSample.GPU(
             id: ProcParsers.printable(e.attributes["id"] ?? "", limit: 64),
-            name: ProcParsers.printable(e["product_name"]?.trimmedText ?? "", limit: 128),
-            uuid: e["uuid"].map { ProcParsers.printable($0.trimmedText, limit: 128) },
+            name: text(e["product_name"], limit: 128),
+            uuid: text(e["uuid"], limit: 128),
             utilization: number(e["utilization", "gpu_util"]),
             memoryUtilization: number(e["utilization", "memory_util"]),
             memoryUsed: bytes(e["fb_memory_usage", "used"]),
@@ -46,6 +46,15 @@ public enum NvidiaSMI {
             migDevices: Array(migDevices),
             processes: processes)
     }
+
+    /// An element's text for display; nil when it is missing, empty, or a value nvidia-smi
+    /// cannot give ("N/A", "[N/A]", "[Not Supported]", "Unknown Error"), never "".
+    static func text(_ e: XMLElement?, limit: Int) -> String? {
+        guard let text = e?.trimmedText, !text.isEmpty, !unavailable.contains(text) else { return nil }
+        return ProcParsers.printable(text, limit: limit)
+    }
+
+    static let unavailable: Set<String> = ["N/A", "[N/A]", "[Not Supported]", "Not Supported", "Unknown Error", "[Unknown Error]"]
 
     /// The number at the start of "71 %", "9.85 W", "1590 MHz", "32 C"; nil for N/A and the like.
     static func number(_ e: XMLElement?) -> Double? {

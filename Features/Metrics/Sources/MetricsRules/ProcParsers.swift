@@ -184,6 +184,41 @@ public enum ProcParsers {
         return result
     }
 
+    // MARK: - Probes
+
+    /// A probe the snapshot holds no result of (the script's `probes` section).
+    public struct ProbeState: Sendable, Equatable {
+        /// The section its result goes to: `df` or `gpu`.
+        public var section: RemoteScript.Section
+        /// Seconds it has been running (late); nil when it could not be run at all.
+        public var lateSeconds: UInt64?
+        public init(section: RemoteScript.Section, lateSeconds: UInt64?) {
+            self.section = section
+            self.lateSeconds = lateSeconds
+        }
+    }
+
+    /// `NAME late SECONDS` or `NAME skipped` lines, for the probes the script runs (`df`,
+    /// `gpu`): any other line is skipped, and each probe counts once.
+    public static func probes(_ bytes: [UInt8]) -> [ProbeState] {
+        var result: [ProbeState] = []
+        for line in Bytes.lines(bytes) {
+            let words = Bytes.fields(line)
+            guard let name = words.first, let section = RemoteScript.Section(rawValue: String(decoding: name, as: UTF8.self)),
+                  section == .df || section == .gpu, !result.contains(where: { $0.section == section }) else { continue }
+            switch (words.count, words.dropFirst().first.map { String(decoding: $0, as: UTF8.self) }) {
+            case (3, "late"?):
+                guard let seconds = Bytes.unsigned(words[2]) else { continue }
+                result.append(ProbeState(section: section, lateSeconds: seconds))
+            case (2, "skipped"?):
+                result.append(ProbeState(section: section, lateSeconds: nil))
+            default:
+                continue
+            }
+        }
+        return result
+    }
+
     // MARK: - Processes
 
     public struct ProcessCounters: Sendable, Equatable {

@@ -123,7 +123,9 @@ public struct SampleBuilder: Sendable {
             }
             now.processes = table
             let n = topProcesses
-            sample.processes = .init(count: list.count,
+            // Processes' CPU needs the previous snapshot's table: a first detail snapshot (a
+            // viewer just arrived) has none, and says so.
+            sample.processes = .init(count: list.count, intervalSeconds: previous?.processes == nil ? nil : interval,
                                      byCPU: Array(list.filter { ($0.cpu ?? 0) > 0 }.sorted { ($0.cpu ?? 0, $1.pid) > ($1.cpu ?? 0, $0.pid) }.prefix(n)),
                                      byMemory: Array(list.sorted { ($0.rss, $1.pid) > ($1.rss, $0.pid) }.prefix(n)))
         }
@@ -139,9 +141,23 @@ public struct SampleBuilder: Sendable {
             }
         }
 
+        // Probes with no result to show: named, with how long they have been running.
+        if let probes = raw.sections[.probes] {
+            problems += ProcParsers.probes(probes).map(Self.problem)
+        }
+
         sample.problems = problems
         previous = now
         return sample
+    }
+
+    /// What a probe without a result is, as one of a sample's problems.
+    static func problem(_ probe: ProcParsers.ProbeState) -> String {
+        let command = probe.section == .gpu ? "nvidia-smi" : "df"
+        guard let seconds = probe.lateSeconds else {
+            return "\(probe.section.rawValue): \(command) was not run: the host gave no temporary folder for its output (mktemp -d failed)"
+        }
+        return "\(probe.section.rawValue): \(command) has not answered for \(seconds) s (it is left running; its figures come back when it answers)"
     }
 
     /// Forgets the previous snapshot (a new channel: its counters may come from a rebooted host).
