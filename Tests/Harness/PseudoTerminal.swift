@@ -35,12 +35,13 @@ public enum PseudoTerminal {
         public let output: String
     }
 
-    /// The window starts at 30 rows × 100 columns.
-    public static func run(_ argv: [String], steps: [Step], environment: [String: String]) throws -> Report {
+    /// The window starts at `rows` × `columns` (30 × 100 unless said).
+    public static func run(_ argv: [String], steps: [Step], environment: [String: String], rows: Int = 30, columns: Int = 100) throws -> Report {
         let directory = try TemporaryDirectory("termind-pty")
         defer { directory.remove() }
         let script = try directory.write("drive.py", driver)
-        let plan = String(decoding: try JSONCoding.encode(JSONValue.array(steps.map(\.json))), as: UTF8.self)
+        let size = JSONValue.array([.string("size"), .integer(Int64(rows)), .integer(Int64(columns))])
+        let plan = String(decoding: try JSONCoding.encode(JSONValue.array([size] + steps.map(\.json))), as: UTF8.self)
         let result = try ProcessRunner.run("/usr/bin/python3", [script, plan] + argv, environment: printingBacktraces(environment))
         guard result.status == 0, let report = try? JSONCoding.parse(Data(result.stdout.utf8), source: "pty report") else {
             throw TermindError(code: "test.pty", message: "the pty driver failed: \(result.stderr)")
@@ -56,9 +57,10 @@ import json, os, pty, select, signal, struct, sys, termios, time, fcntl
 # Runs argv under a new pseudo-terminal (its controlling terminal), as a person's terminal
 # emulator would; follows a script of steps; prints a JSON report.
 steps = json.loads(sys.argv[1])
+_, rows, columns = steps.pop(0)  # the window's size from the start
 argv = sys.argv[2:]
 master, slave = os.openpty()
-fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
 before = termios.tcgetattr(slave)
 pid = os.fork()
 if pid == 0:

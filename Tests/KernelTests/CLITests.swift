@@ -420,4 +420,37 @@ final class CLITests: XCTestCase {
         let result = try ProcessRunner.run("/usr/bin/sha256sum", [path])
         return String(result.stdout.prefix(64))
     }
+
+    func testTablesShowWhatARowIsFirstTimesInLocalTimeAndFitTheTerminal() throws {
+        XCTAssertEqual(try run(["vault", "host", "add", "10.0.0.5", "--label", "gpu-box", "--user", "ml", "--tags", "gpu,prod"]).status, 0)
+        XCTAssertEqual(try run(["vault", "host", "add", "db.example.com", "--label", "db", "--port", "2222"]).status, 0)
+        // The command's declared columns: the label first, the long id last.
+        let listed = try run(["vault", "host", "list"])
+        let header = try XCTUnwrap(listed.stdout.split(separator: "\n").first)
+        XCTAssertTrue(header.hasPrefix("LABEL  "), listed.stdout)
+        XCTAssertTrue(header.hasSuffix("  ID"), listed.stdout)
+        // --json keeps every field, as the contract has them.
+        let hosts = try json(try run(["--json", "vault", "host", "list"]))["hosts"]?.arrayValue ?? []
+        XCTAssertEqual(hosts.count, 2)
+        XCTAssertNotNil(hosts.first?["createdAt"]?.stringValue)
+        // A time is shown in local time, not as RFC 3339.
+        XCTAssertEqual(try run(["workspace", "save", "dev", "h(gpu-box 60%, db)"]).status, 0)
+        let shown = try run(["workspace", "show", "dev"]).stdout
+        let updated = try XCTUnwrap(shown.split(separator: "\n").first { $0.hasPrefix("updatedAt") }, shown)
+        XCTAssertNotNil(updated.range(of: #"^updatedAt  \d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$"#, options: .regularExpression), shown)
+        // On a terminal 30 columns wide, each line is cut to fit.
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = directory.file("home")
+        environment["XDG_DATA_HOME"] = directory.file("home/data")
+        environment["XDG_CONFIG_HOME"] = directory.file("home/config")
+        environment["TERMIND_SOCKET"] = directory.file("no-server.sock")
+        let report = try PseudoTerminal.run([termind, "vault", "host", "list"], steps: [.expect("gpu-box")], environment: environment, rows: 24, columns: 30)
+        XCTAssertEqual(report.status, 0, report.output)
+        let lines = report.output.replacingOccurrences(of: "\r", with: "").split(separator: "\n").filter { $0.contains("gpu-box") || $0.contains("LABEL") }
+        XCTAssertEqual(lines.count, 2, report.output)
+        for line in lines {
+            XCTAssertLessThanOrEqual(line.count, 30, report.output)
+            XCTAssertTrue(line.hasSuffix("…"), report.output)
+        }
+    }
 }

@@ -23,17 +23,20 @@ extension Console {
         write(data + Data("\n".utf8), to: output)
     }
 
-    /// Rows with aligned columns.
+    /// Rows with aligned columns; on a terminal each line cut to its width (`--json` has
+    /// every cell whole).
     func table(_ header: [String], _ rows: [[String]], indent: String = "") {
-        for text in Output.tableLines(header, rows) { line(indent + text) }
+        let width = isTerminal(output) ? TerminalBridge.size(output)?.columns : nil
+        for text in Output.tableLines(header, rows) { line(Output.clipped(indent + text, to: width)) }
     }
 
     /// A JSON value for people. A reply holding one list of records (`{"hosts": [...]}`)
-    /// prints as a table. Other objects print their scalar fields as `key  value` lines, then
-    /// each list under its name: records as a table, strings as `- item` lines.
-    func human(_ value: JSONValue) {
+    /// prints as a table (its columns in the order `columns` gives, the command's). Other
+    /// objects print their scalar fields as `key  value` lines, then each list under its
+    /// name: records as a table, strings as `- item` lines.
+    func human(_ value: JSONValue, columns preferred: [String]? = nil) {
         if case .object(let o) = value, o.count == 1, case .array(let rows)? = o.values.first, let records = Output.records(rows) {
-            records.isEmpty ? line("(none)") : recordTable(records)
+            records.isEmpty ? line("(none)") : recordTable(records, preferred: preferred)
             return
         }
         guard case .object(let o) = value else { return line(Output.scalar(value)) }
@@ -42,7 +45,7 @@ extension Console {
         let plain = keys.filter { !lists.contains($0) }
         let width = plain.map(\.count).max() ?? 0
         for key in plain {
-            line("\(key.padding(toLength: width, withPad: " ", startingAt: 0))  \(Output.scalar(o[key]!))")
+            line("\(key.padding(toLength: width, withPad: " ", startingAt: 0))  \(Output.cell(key, o[key]!))")
         }
         for key in lists {
             guard case .array(let items) = o[key]! else { continue }
@@ -57,11 +60,11 @@ extension Console {
 
     /// Records as a table of their short fields; fields holding long text (a cell over 40
     /// characters) follow the table, one line per item, under the record's first column.
-    private func recordTable(_ records: [[String: JSONValue]], indent: String = "") {
-        let columns = Output.columns(of: records)
+    private func recordTable(_ records: [[String: JSONValue]], preferred: [String]? = nil, indent: String = "") {
+        let columns = Output.columns(of: records, preferred: preferred)
         let long = Set(columns.dropFirst().filter { key in records.contains { ($0[key].map(Output.scalar) ?? "").count > 40 } })
         let shown = columns.filter { !long.contains($0) }
-        table(shown.map { $0.uppercased() }, records.map { r in shown.map { r[$0].map(Output.scalar) ?? "" } }, indent: indent)
+        table(shown.map { $0.uppercased() }, records.map { r in shown.map { key in r[key].map { Output.cell(key, $0) } ?? "" } }, indent: indent)
         guard let first = columns.first else { return }
         for record in records {
             for key in columns where long.contains(key) {
@@ -131,19 +134,79 @@ enum Output {
         }
     }
 
-    /// Records as table lines of their short fields (a live view's rows).
-    static func tableLines(_ records: [[String: JSONValue]]) -> [String] {
+    /// Records as table lines of their short fields (a live view's rows), in the order
+    /// `preferred` gives first.
+    static func tableLines(_ records: [[String: JSONValue]], preferred: [String]? = nil) -> [String] {
         // No rows, no table (not an empty header line under the title).
         guard !records.isEmpty else { return [] }
-        let columns = columns(of: records)
-        return tableLines(columns.map { $0.uppercased() }, records.map { r in columns.map { r[$0].map(scalar) ?? "" } })
+        let columns = columns(of: records, preferred: preferred)
+        return tableLines(columns.map { $0.uppercased() }, records.map { r in columns.map { key in r[key].map { cell(key, $0) } ?? "" } })
     }
 
-    /// The columns a table of `records` shows: short fields, identifying ones first.
-    static func columns(of records: [[String: JSONValue]]) -> [String] {
-        records.flatMap(\.keys).reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
-            .filter { key in !key.hasSuffix("At") && records.allSatisfy { isShort($0[key]) } }
-            .sorted { (rank($0), $0) < (rank($1), $1) }
+    /// The columns a table of `records` shows: short fields, those `preferred` names first
+    /// in its order (a command's declared `columns`), then identifying ones, then the rest
+    /// by name. Times (`…At`) show only where named.
+    static func columns(of records: [[String: JSONValue]], preferred: [String]? = nil) -> [String] {
+        let preferred = preferred ?? []
+        let all = records.flatMap(\.keys).reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
+            .filter { key in records.allSatisfy { isShort($0[key]) } }
+        let named = preferred.filter { all.contains($0) }
+        let rest = all.filter { !preferred.contains($0) && !$0.hasSuffix("At") }.sorted { (rank($0), $0) < (rank($1), $1) }
+        return named + rest
+    }
+
+    /// A line cut to `width` columns (the last one an ellipsis) when it is longer.
+    static func clipped(_ line: String, to width: Int?) -> String {
+        guard let width, width > 1, line.count > width else { return line }
+        return String(line.prefix(width - 1)) + "…"
+    }
+
+    /// A value as a person reads it in a table or a `key  value` line: times (RFC 3339
+    /// strings, or seconds since 1970 in a `…At`/`started` field) in local time, byte
+    /// counts (`…bytes`, `size`) with units, anything else as it is.
+    static func cell(_ key: String, _ value: JSONValue) -> String {
+        switch value {
+        case .string(let text):
+            if let date = timestamp(text) { return localTime(date) }
+        case .double(let seconds) where isTime(key) && (1e9...1e10).contains(seconds):
+            return localTime(Date(timeIntervalSince1970: seconds))
+        case .integer(let seconds) where isTime(key) && (1_000_000_000...10_000_000_000).contains(seconds):
+            return localTime(Date(timeIntervalSince1970: Double(seconds)))
+        case .integer(let n) where isByteCount(key):
+            return n < 1024 ? "\(n) B" : StreamView.amount(Double(n), bytes: true)
+        case .unsignedInteger(let n) where isByteCount(key):
+            return n < 1024 ? "\(n) B" : StreamView.amount(Double(n), bytes: true)
+        default:
+            break
+        }
+        return scalar(value)
+    }
+
+    /// A field holding a time as seconds since 1970 (`lastSampleAt`, `started`).
+    private static func isTime(_ key: String) -> Bool {
+        key.hasSuffix("At") || ["started", "ended", "finished"].contains(key)
+    }
+
+    private static func isByteCount(_ key: String) -> Bool {
+        let lower = key.lowercased()
+        return lower.hasSuffix("bytes") || lower.hasPrefix("bytes") || lower == "size"
+    }
+
+    /// An RFC 3339 time (`2026-12-06T07:20:10Z`, with or without fractions), or nil.
+    static func timestamp(_ text: String) -> Date? {
+        guard text.count >= 20, text.count <= 35, text.dropFirst(10).first == "T", text.first?.isNumber == true else { return nil }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = text.contains(".") ? [.withInternetDateTime, .withFractionalSeconds] : [.withInternetDateTime]
+        return formatter.date(from: text)
+    }
+
+    /// `2026-12-06 08:20:10` in this machine's time zone.
+    static func localTime(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = .current
+        formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
+        return formatter.string(from: date)
     }
 
     static func records(_ rows: [JSONValue]) -> [[String: JSONValue]]? {

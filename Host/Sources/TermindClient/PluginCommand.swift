@@ -52,7 +52,7 @@ enum PluginCommand {
                                                    inv: inv, session: session)
             }
             let reply = try await session.call(command.target, body: JSONCoding.encode(body))
-            if inv.json { inv.console.json(reply) } else { inv.console.human(try JSONCoding.parse(reply, source: "reply")) }
+            if inv.json { inv.console.json(reply) } else { inv.console.human(try JSONCoding.parse(reply, source: "reply"), columns: command.columns) }
             return { .success }
         }
     }

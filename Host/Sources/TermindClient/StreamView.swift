@@ -13,8 +13,9 @@ import TermindCore
 /// * `record` (`record`: an object): printed as it arrives as `key  value` lines; with
 ///   `--json` one JSON line on standard output.
 /// * `view` (`title`, `rows`: records, `sections`: more titled tables, `refresh`: seconds
-///   between redraws): tables that a terminal redraws in place (the latest view at most
-///   every `refresh`, 0.25 s unless said); without one each view is printed in turn; with
+///   between redraws, `columns`: the fields its tables show first, in order): tables that a
+///   terminal redraws in place (the latest view at most every `refresh`, 0.25 s unless said),
+///   each line cut to the terminal's width; without one each view is printed in turn; with
 ///   `--json` one JSON line each (its `json` field when it has one). A view with `result:
 ///   true` is the human form of the result: printed instead of it (at once, and each below
 ///   the result before it), left out with `--json`.
@@ -40,6 +41,8 @@ final class StreamView: @unchecked Sendable {
     private var resultShown = false
     /// The view drawn last was a result (the next result goes below it).
     private var lastWasResult = false
+    /// The columns the stream's views put first (a view's `columns`).
+    private var viewColumns: [String]?
 
     /// A view stood for the result (`result: true`): the client prints the result only with `--json`.
     var showedResult: Bool { lock.withLock { resultShown } }
@@ -163,7 +166,8 @@ final class StreamView: @unchecked Sendable {
     }
 
     private func view(_ fields: [String: JSONValue]) {
-        let view = JSONValue.object(fields.filter { $0.key != "id" && $0.key != "event" && $0.key != "json" && $0.key != "result" })
+        let view = JSONValue.object(fields.filter { !["id", "event", "json", "result", "columns"].contains($0.key) })
+        let columns: [String]? = if case .array(let names)? = fields["columns"] { names.compactMap(\.stringValue) } else { nil }
         let isResult = fields["result"] == .bool(true)
         if json {
             // The result is the document; a view may say what stands for it in JSON.
@@ -172,6 +176,7 @@ final class StreamView: @unchecked Sendable {
         }
         lock.withLock {
             if isResult { resultShown = true }
+            if let columns { viewColumns = columns }
             guard outIsTerminal else {
                 drawLocked(view)
                 return
@@ -204,7 +209,7 @@ final class StreamView: @unchecked Sendable {
         func table(_ rows: JSONValue?) {
             guard case .array(let rows)? = rows else { return }
             let records = rows.compactMap { row -> [String: JSONValue]? in if case .object(let r) = row { r } else { nil } }
-            lines += Output.tableLines(records)
+            lines += Output.tableLines(records, preferred: viewColumns)
         }
         table(view["rows"])
         if case .array(let sections)? = view["sections"] {
@@ -216,6 +221,10 @@ final class StreamView: @unchecked Sendable {
         }
         var text = ""
         if outIsTerminal {
+            // Each line within the terminal's width: a line that wrapped would take two rows,
+            // and the next redraw would start too low and leave stray text behind.
+            let width = TerminalBridge.size(console.output)?.columns
+            lines = lines.map { Output.clipped($0, to: width) }
             if !cursorHidden { text += "\u{1B}[?25l"; cursorHidden = true }
             if viewLines > 0 { text += "\u{1B}[\(viewLines)F" }
             text += lines.map { "\u{1B}[K" + $0 + "\n" }.joined() + "\u{1B}[J"

@@ -138,6 +138,10 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         /// Fields the command always sends with these values (one stream behind several
         /// commands: `get` and `put` naming their direction).
         public var values: [String: JSONValue]?
+        /// The columns, in order, of the table a person sees of the reply's records: what
+        /// a row is first (the host, the session, the rule), then what matters most. Fields
+        /// not named follow, identifying ones first; `--json` always has every field.
+        public var columns: [String]?
 
         public init(name: String, contract: String? = nil, stream: String? = nil, arguments: [String] = [], paths: [String]? = nil,
                     secrets: [String]? = nil, workingDirectory: String? = nil, terminal: String? = nil, output: String? = nil, summary: String? = nil,
