@@ -55,6 +55,32 @@ final class EditFeatureTests: XCTestCase {
         return lstat(path, &info) == 0 ? info.st_mode & 0o7777 : 0
     }
 
+    /// An "editor" that appends `$LINE` to the file it is given, then runs `$MEANWHILE` (a
+    /// shell line standing for someone else changing the server's files) when set.
+    private func appender() throws -> String {
+        let editor = try directory.write("appender.sh", """
+            #!/bin/sh
+            echo "$LINE" >> "$1"
+            [ -n "$MEANWHILE" ] && sh -c "$MEANWHILE"
+            exit 0
+            """)
+        chmod(editor, 0o755)
+        return editor
+    }
+
+    /// `termind --json edit box:PATH` with the appender as EDITOR, answering from `answers`
+    /// (a JSON object by topic) when given.
+    private func edit(_ path: String, _ extra: [String] = [], line: String, meanwhile: String? = nil, answers: String? = nil) throws -> (ProcessResult, JSONValue?) {
+        var env = environment
+        env["VISUAL"] = nil
+        env["EDITOR"] = try appender()
+        env["LINE"] = line
+        env["MEANWHILE"] = meanwhile
+        let pre = try answers.map { ["--answers", try directory.write("answers-\(UUID().uuidString).json", $0)] } ?? []
+        let result = try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", location + ["--json"] + pre + ["edit", "box:" + path] + extra, environment: env)
+        return (result, try? JSONCoding.parse(Data(result.stdout.utf8), source: "edit"))
+    }
+
     // MARK: -
 
     func testEditUploadsConfirmedChangesAndNeverOverAChangedRemoteFileSilently() throws {
@@ -147,5 +173,58 @@ final class EditFeatureTests: XCTestCase {
         XCTAssertEqual(done["state"], .string("uploaded"))
         XCTAssertEqual(done["uploads"], .integer(2), result.stderr)
         XCTAssertEqual(try String(contentsOfFile: remote, encoding: .utf8), "one\ntwo\nthree\n")
+    }
+
+    /// A symbolic link (sites-enabled/x, a stow-managed dotfile) is never replaced: edit
+    /// opens and uploads the file it leads to, resolved on the server, and the link stays
+    /// as it was. What is not a regular file fails closed, saying what it is; a file that
+    /// became a link while the editor was open is not replaced, even when replacing a
+    /// changed file is confirmed.
+    func testEditThroughASymbolicLinkChangesTheFileItLeadsToAndNeverTheLink() throws {
+        try saveHosts()
+        let srv = directory.file("srv")
+        for folder in ["available", "enabled"] { try FileManager.default.createDirectory(atPath: srv + "/" + folder, withIntermediateDirectories: true) }
+        let real = srv + "/available/site.conf", link = srv + "/enabled/site.conf"
+        try "listen 80\n".write(toFile: real, atomically: false, encoding: .utf8)
+        chmod(real, 0o640)
+        XCTAssertEqual(symlink("../available/site.conf", link), 0)
+
+        let (result, done) = try edit(link, ["--upload", "true"], line: "listen 443")
+        XCTAssertEqual(result.status, 0, result.stderr)
+        XCTAssertEqual(done?["state"], .string("uploaded"))
+        XCTAssertEqual(try FileManager.default.destinationOfSymbolicLink(atPath: link), "../available/site.conf", "the link is still the same link")
+        XCTAssertEqual(try String(contentsOfFile: real, encoding: .utf8), "listen 80\nlisten 443\n", "the file it leads to has the change")
+        XCTAssertEqual(mode(real), 0o640)
+        XCTAssertEqual(done?["acknowledged"]?.stringValue, try digest(real))
+        XCTAssertTrue(result.stderr.contains("a symbolic link to box:\(real)"), result.stderr)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: srv + "/available"), ["site.conf"], "no temporary left beside it")
+
+        // What is not a regular file — itself or behind a link — fails closed, saying what it is.
+        XCTAssertEqual(mkfifo(srv + "/pipe", 0o644), 0)
+        XCTAssertEqual(symlink("available", srv + "/folder-link"), 0)
+        XCTAssertEqual(symlink("pipe", srv + "/pipe-link"), 0)
+        XCTAssertEqual(symlink("gone.conf", srv + "/broken"), 0)
+        for (name, said) in [("available", "is a directory, not a regular file"), ("folder-link", "(a symbolic link to box:\(srv)/available) is a directory"),
+                             ("pipe", "is a special file"), ("pipe-link", "(a symbolic link to box:\(srv)/pipe) is a special file"),
+                             ("broken", "is a symbolic link to box:\(srv)/gone.conf, which does not exist")] {
+            let (refused, _) = try edit(srv + "/" + name, ["--upload", "true"], line: "never")
+            XCTAssertEqual(refused.status, 1, "\(name): \(refused.stderr)")
+            XCTAssertTrue(refused.stdout.contains(said), "\(name): \(refused.stdout)")
+        }
+        XCTAssertEqual(try FileManager.default.destinationOfSymbolicLink(atPath: srv + "/broken"), "gone.conf")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: srv + "/gone.conf"))
+
+        // A file that becomes a link while the editor is open is not replaced, even when
+        // replacing a changed file is confirmed: the link and what it leads to stay as they are.
+        let plain = srv + "/enabled/plain.conf"
+        try "a\n".write(toFile: plain, atomically: false, encoding: .utf8)
+        let (swapped, kept) = try edit(plain, ["--upload", "true"], line: "b", meanwhile: "rm '\(plain)' && ln -s ../available/site.conf '\(plain)'",
+                                       answers: #"{"sftp.edit.remoteChanged": true}"#)
+        XCTAssertEqual(swapped.status, 1, swapped.stderr)
+        XCTAssertEqual(kept?["error"]?["code"], .string("sftp.failed"))
+        XCTAssertTrue(swapped.stdout.contains("is now a symbolic link"), swapped.stdout)
+        XCTAssertEqual(try FileManager.default.destinationOfSymbolicLink(atPath: plain), "../available/site.conf")
+        XCTAssertEqual(try String(contentsOfFile: real, encoding: .utf8), "listen 80\nlisten 443\n")
+        XCTAssertEqual(try json(["edit", "list"])["copies"]?.arrayValue?.first { $0["path"]?.stringValue == plain }?["state"], .string("dirty"))
     }
 }

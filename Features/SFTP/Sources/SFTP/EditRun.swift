@@ -13,7 +13,8 @@ import VaultAPI
 /// remote file as last seen (kind, size, modification time, mode) and the SHA-256 of what it
 /// holds as far as termind knows. Changes are found by streamed SHA-256, uploaded only when
 /// confirmed, from an immutable snapshot whose digest alone is acknowledged (a save after
-/// the snapshot stays dirty), through a temporary file renamed over the original.
+/// the snapshot stays dirty), through a temporary file renamed over the original. A symbolic
+/// link is never replaced: the file it points at (resolved on the server) is what is edited.
 struct EditRun {
     typealias Edit = SFTPStreams.Edit
     let request: Edit.Request
@@ -30,6 +31,12 @@ struct EditRun {
         var permissions: UInt32?
         /// SHA-256 (hex) of what the remote file holds as far as termind knows.
         var acknowledged: String
+        /// When `path` is a symbolic link: the file it led to when it was downloaded (resolved
+        /// on the server), which uploads replace — only while the link still leads there.
+        var target: Data?
+
+        /// The remote file that is edited: the link's target, or `path` itself.
+        var file: [UInt8] { target.map(Array.init) ?? Array(path.utf8) }
     }
 
     /// The record as this run knows it (the watcher and the run share it).
@@ -136,10 +143,16 @@ struct EditRun {
         defer { Task { await remote.closeAll() } }
         let remotePath = Array(path.utf8)
         let shown = remote.shown(remotePath)
-        guard let attributes = try await TransferRun.attempt(shown, { try await remote.stat(remotePath, follow: true) }) else {
-            throw TermindError(.sftpFailed, "\(shown): no such file (termind edit opens an existing file).")
+        // A link is never replaced by the upload: the file it leads to is what is edited.
+        let (file, found) = try await Self.locate(remote, remotePath)
+        let through = file == remotePath ? "" : " (a symbolic link to \(remote.shown(file)))"
+        guard let attributes = found else {
+            throw TermindError(.sftpFailed, file == remotePath ? "\(shown): no such file (termind edit opens an existing file)."
+                               : "\(shown) is a symbolic link to \(remote.shown(file)), which does not exist; termind edit edits the file a link leads to, never the link.")
         }
-        guard attributes.kind == .file else { throw TermindError(.sftpFailed, "\(shown) is not a regular file; termind edit opens only those.") }
+        guard attributes.kind == .file else {
+            throw TermindError(.sftpFailed, "\(shown)\(through) is \(Self.kind(attributes)), not a regular file; termind edit opens only those.")
+        }
 
         let folder = try Self.folder(host: host, port: port, path: path, create: true)
         let name = SFTPPaths.split(remotePath).name
@@ -157,14 +170,16 @@ struct EditRun {
             fresh = answer?["answer"]?.stringValue == "download"
         }
         if fresh {
-            let digest = try await download(remote, remotePath, to: local, in: folder)
+            let digest = try await download(remote, file, to: local, in: folder)
             record = Record(host: host, port: port, path: path, name: safeName, size: attributes.size, modified: attributes.modifiedTime,
-                            permissions: attributes.permissions, acknowledged: digest)
+                            permissions: attributes.permissions, acknowledged: digest, target: file == remotePath ? nil : Data(file))
             try Self.writeRecord(record!, folder)
         }
         let state = Box(record!)
+        // Kept changes go where they were downloaded from (an upload checks the link still leads there).
+        let target = record!.file
         let uploads = Counter()
-        await session.emit("notice", ["text": .string("Editing \(shown) as \(local)")])
+        await session.emit("notice", ["text": .string("Editing \(shown)\(target == remotePath ? "" : " (a symbolic link to \(remote.shown(target)): that file is edited, the link stays)") as \(local)")])
 
         // With --watch, each save is uploaded while the editor is open.
         let watcher: Task<Void, Never>? = request.watch == true ? Task {
@@ -174,7 +189,7 @@ struct EditRun {
                 let now = Self.fingerprint(local)
                 guard now != seen else { continue }
                 seen = now
-                if (try? await upload(remote, remotePath, local: local, folder: folder, record: state)) == true { uploads.add() }
+                if (try? await upload(remote, remotePath, target, local: local, folder: folder, record: state)) == true { uploads.add() }
             }
         } : nil
         let edited = await session.ask(.object(["topic": .string(Edit.editTopic), "kind": .string("edit"), "path": .string(local),
@@ -199,7 +214,7 @@ struct EditRun {
                                                     "text": .string("Upload your changes to \(shown)?"), "default": .bool(true)]))
             confirmed = answer?["answer"] == .bool(true)
         }
-        guard confirmed, try await upload(remote, remotePath, local: local, folder: folder, record: state) else {
+        guard confirmed, try await upload(remote, remotePath, target, local: local, folder: folder, record: state) else {
             await session.emit("notice", ["text": .string("Not uploaded: your changes stay in \(local) (termind edit \(request.target) again to upload them).")])
             return .init(state: .kept, localPath: local, acknowledged: state.withLock { $0.acknowledged }, uploads: uploads.value)
         }
@@ -211,6 +226,30 @@ struct EditRun {
 
     private func endpoint() throws -> Endpoint {
         do { return try Endpoint.parse(request.target) } catch { throw TermindError.badRequest("edit: \(error.description).") }
+    }
+
+    /// The remote file an edit of `path` reads and replaces, with its own attributes (nil when
+    /// nothing is there): `path` itself, or — when it is a symbolic link — the file it leads
+    /// to, resolved by the server (realpath), so that an upload replaces that file and the
+    /// link stays a link.
+    static func locate(_ remote: RemoteSide, _ path: [UInt8]) async throws -> (file: [UInt8], attributes: SFTPAttributes?) {
+        let shown = remote.shown(path)
+        let own = try await TransferRun.attempt(shown) { try await remote.stat(path, follow: false) }
+        guard let own, own.kind == .symlink else { return (path, own) }
+        let target: [UInt8]
+        do { target = try await remote.realpath(path) } catch let error as SFTPError {
+            throw TermindError(.sftpFailed, "\(shown) is a symbolic link the server could not resolve (\(error.message)); termind edit edits the file a link leads to, never the link.")
+        }
+        return (target, try await TransferRun.attempt(remote.shown(target)) { try await remote.stat(target, follow: false) })
+    }
+
+    /// What a file that is not a regular one is, said.
+    static func kind(_ attributes: SFTPAttributes) -> String {
+        switch attributes.kind {
+        case .directory?: "a directory"
+        case .symlink?: "a symbolic link the server did not resolve"
+        default: "a special file (a FIFO, socket or device)"
+        }
     }
 
 
@@ -249,12 +288,14 @@ struct EditRun {
         return digest
     }
 
-    /// Uploads an immutable snapshot of the copy: first the remote file must still be the
-    /// regular file last seen (else the person is asked, never overwritten silently), then
-    /// it goes through a temporary name renamed over the original, with its permissions.
+    /// Uploads an immutable snapshot of the copy to `target` (`path`, or the file the link
+    /// `path` led to when it was downloaded): first `path` must still lead to `target`, a
+    /// regular file as last seen (a change of what it leads to fails closed; a changed file
+    /// is asked about, never overwritten silently), then the snapshot goes through a temporary
+    /// name beside `target` renamed over it, with its permissions — a link is never replaced.
     /// Only the snapshot's digest is acknowledged. Returns whether it was uploaded.
-    private func upload(_ remote: RemoteSide, _ path: [UInt8], local: String, folder: String, record: Box) async throws -> Bool {
-        let shown = remote.shown(path)
+    private func upload(_ remote: RemoteSide, _ path: [UInt8], _ target: [UInt8], local: String, folder: String, record: Box) async throws -> Bool {
+        let shown = remote.shown(target)
         let snapshot = folder + "/.snapshot.part"
         unlink(snapshot)
         guard copyFile(local, snapshot), let digest = Self.digest(snapshot) else {
@@ -264,9 +305,14 @@ struct EditRun {
         defer { unlink(snapshot) }
         let known = record.withLock { $0 }
         if digest == known.acknowledged { return false }
-        let now = try await TransferRun.attempt(shown) { try await remote.stat(path, follow: true) }
+        let (leadsTo, now) = try await Self.locate(remote, path)
+        guard leadsTo == target else {
+            let change = target == path ? "is now a symbolic link (to \(remote.shown(leadsTo))), which termind edit never replaces"
+                : leadsTo == path ? "is no longer a symbolic link to \(shown)" : "now leads to \(remote.shown(leadsTo)), not to \(shown)"
+            throw TermindError(.sftpFailed, "\(remote.shown(path)) \(change); nothing uploaded (your changes stay in \(local)).")
+        }
         if let now, now.kind != .file {
-            throw TermindError(.sftpFailed, "\(shown) is no longer a regular file; nothing uploaded (your changes stay in \(local)).")
+            throw TermindError(.sftpFailed, "\(shown) is no longer a regular file (it is \(Self.kind(now))); nothing uploaded (your changes stay in \(local)).")
         }
         if now?.size != known.size || now?.modifiedTime != known.modified || now?.permissions != known.permissions {
             let what = now == nil ? "was removed" : "changed (size \(now?.size.map(String.init) ?? "?"), was \(known.size.map(String.init) ?? "?"))"
@@ -279,7 +325,7 @@ struct EditRun {
             }
         }
         let permissions = (now?.permissions ?? known.permissions ?? 0o644) & 0o7777
-        let (directory, name) = SFTPPaths.split(path)
+        let (directory, name) = SFTPPaths.split(target)
         let temporary = SFTPPaths.join(directory, TransferNames.temporary(name, token: "edit-\(TransferNames.randomToken())"))
         let fd = open(snapshot, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return false }
@@ -297,12 +343,12 @@ struct EditRun {
                 throw error
             }
             try await remote.setAttributes(temporary, mode: permissions, accessed: nil, modified: nil)
-            try await remote.rename(temporary, to: path, overwrite: now != nil)
+            try await remote.rename(temporary, to: target, overwrite: now != nil)
         } catch {
             try? await remote.remove(temporary)
             throw TermindError(.sftpFailed, "Uploading to \(shown) failed (the original is untouched): \(TransferRun.message(error))")
         }
-        let after = try? await remote.stat(path, follow: true)
+        let after = try? await remote.stat(target, follow: false)
         record.withLock {
             $0.acknowledged = digest
             $0.size = after?.size

@@ -486,6 +486,9 @@ final class RemoteSide: FileSide, @unchecked Sendable {
 
     func mkdir(_ path: [UInt8], mode: UInt32) async throws { try await controlSession().mkdir(path, permissions: mode) }
 
+    /// The path with every symbolic link resolved, by the server.
+    func realpath(_ path: [UInt8]) async throws -> [UInt8] { try await controlSession().realpath(path) }
+
     func openRead(_ path: [UInt8], extra: Bool, stripes: Int, shared: Bool) async throws -> any ReadHandle {
         try await openHandles(stripes: stripes, extra: extra, shared: shared, size: { $0.readSize }) { session, first in try await session.open(path, .read) }
     }
