@@ -120,8 +120,9 @@ final class EditFeatureTests: XCTestCase {
         // The remote file changes while the editor is open: asked, answered no, nothing replaced.
         let (second, kept) = try edit([], line: "debug = true", mess: remote,
                                       answers: #"{"sftp.edit.upload": true, "sftp.edit.remoteChanged": false}"#)
-        XCTAssertEqual(second.status, 0, second.stderr)
+        XCTAssertEqual(second.status, 1, "the upload said yes to did not happen: \(second.stderr)")
         XCTAssertEqual(kept?["state"], .string("kept"))
+        XCTAssertEqual(kept?["exitStatus"], .integer(1))
         XCTAssertEqual(try String(contentsOfFile: remote, encoding: .utf8), "port = 80\nworkers = 4\nchanged by someone else\n")
         let listed = try json(["edit", "list"])["copies"]?.arrayValue?.first
         XCTAssertEqual(listed?["state"], .string("dirty"))
@@ -226,5 +227,90 @@ final class EditFeatureTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.destinationOfSymbolicLink(atPath: plain), "../available/site.conf")
         XCTAssertEqual(try String(contentsOfFile: real, encoding: .utf8), "listen 80\nlisten 443\n")
         XCTAssertEqual(try json(["edit", "list"])["copies"]?.arrayValue?.first { $0["path"]?.stringValue == plain }?["state"], .string("dirty"))
+    }
+
+    private func owner(_ path: String) -> String {
+        var info = stat()
+        return lstat(path, &info) == 0 ? "\(info.st_uid):\(info.st_gid)" : "gone"
+    }
+
+    /// Root's edit keeps the file's owner and group (a service reading its 0640 config keeps
+    /// its access); mode too. `--upload true` whose upload is declined exits 1.
+    func testEditAsRootKeepsTheOwnerGroupAndModeAndAnUploadNotDoneExitsOne() throws {
+        try XCTSkipUnless(getuid() == 0, "needs root to give a file to another user")
+        try saveHosts()
+        let remote = directory.file("etc/service.conf")
+        try FileManager.default.createDirectory(atPath: directory.file("etc"), withIntermediateDirectories: true)
+        try "port = 80\n".write(toFile: remote, atomically: false, encoding: .utf8)
+        XCTAssertEqual(chown(remote, 4242, 4343), 0)
+        chmod(remote, 0o640)
+
+        let (done, uploaded) = try edit(remote, ["--upload", "true"], line: "workers = 4")
+        XCTAssertEqual(done.status, 0, done.stderr)
+        XCTAssertEqual(uploaded?["state"], .string("uploaded"))
+        XCTAssertEqual(uploaded?["exitStatus"], .integer(0))
+        XCTAssertEqual(try String(contentsOfFile: remote, encoding: .utf8), "port = 80\nworkers = 4\n")
+        XCTAssertEqual(owner(remote), "4242:4343", "the owner and group are the file's, not the uploader's")
+        XCTAssertEqual(mode(remote), 0o640)
+
+        // --upload true, the file changed meanwhile and replacing it declined: nothing uploaded, status 1.
+        let (declined, kept) = try edit(remote, ["--upload", "true"], line: "debug = true", meanwhile: "echo 'by someone else' >> '\(remote)'",
+                                        answers: #"{"sftp.edit.remoteChanged": false}"#)
+        XCTAssertEqual(declined.status, 1, declined.stderr)
+        XCTAssertEqual(kept?["state"], .string("kept"))
+        XCTAssertFalse(try String(contentsOfFile: remote, encoding: .utf8).contains("debug = true"))
+    }
+
+    /// The server's user may not give a file away (sftp-server runs as `nobody`, in its own
+    /// group and in group 4343): a group it is in is kept; another owner cannot be, so it asks —
+    /// nobody to ask (or no) and nothing is uploaded, status 1; yes, and the new owner is said.
+    func testEditThatCannotKeepTheOwnerAsksAndByDefaultUploadsNothing() throws {
+        try XCTSkipUnless(getuid() == 0, "needs root to start sftp-server as another user")
+        let nobody = try XCTUnwrap(getpwnam("nobody")?.pointee, "sftp-server needs a user in the password database")
+        let (uid, gid) = (nobody.pw_uid, nobody.pw_gid)
+        server.stop()
+        let key = try String(contentsOfFile: directory.file("id.pub"), encoding: .utf8)
+        server = try SSHServerFixture(authorizedKeys: [key], extraConfig: [
+            "Subsystem sftp /usr/bin/setpriv --reuid=\(uid) --regid=\(gid) --groups=4343 /usr/lib/openssh/sftp-server",
+        ])
+        try saveHosts()
+        let etc = directory.file("etc")
+        try FileManager.default.createDirectory(atPath: etc, withIntermediateDirectories: true)
+        XCTAssertEqual(chown(etc, uid, gid), 0)
+
+        // Its own file in another of its groups: that group is kept.
+        let own = etc + "/own.conf"
+        try "a = 1\n".write(toFile: own, atomically: false, encoding: .utf8)
+        XCTAssertEqual(chown(own, uid, 4343), 0)
+        chmod(own, 0o640)
+        let (kept, keptResult) = try edit(own, ["--upload", "true"], line: "b = 2")
+        XCTAssertEqual(kept.status, 0, kept.stdout + kept.stderr)
+        XCTAssertEqual(keptResult?["state"], .string("uploaded"))
+        XCTAssertEqual(owner(own), "\(uid):4343")
+        XCTAssertEqual(mode(own), 0o640)
+
+        // Someone else's file its group may write: the owner cannot be kept.
+        let theirs = etc + "/theirs.conf"
+        try "x = 1\n".write(toFile: theirs, atomically: false, encoding: .utf8)
+        XCTAssertEqual(chown(theirs, 4444, gid), 0)
+        chmod(theirs, 0o664)
+        let (refused, refusedResult) = try edit(theirs, ["--upload", "true"], line: "y = 2")
+        XCTAssertEqual(refused.status, 1, refused.stdout + refused.stderr)
+        XCTAssertEqual(refusedResult?["state"], .string("kept"))
+        XCTAssertEqual(refusedResult?["exitStatus"], .integer(1))
+        XCTAssertTrue(refused.stderr.contains("belongs to 4444:\(gid)") && refused.stderr.contains("sftp.edit.owner"), refused.stderr)
+        XCTAssertEqual(try String(contentsOfFile: theirs, encoding: .utf8), "x = 1\n")
+        XCTAssertEqual(owner(theirs), "4444:\(gid)")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: etc).sorted(), ["own.conf", "theirs.conf"], "no temporary left")
+
+        // Answered yes: uploaded, and the change of owner is said.
+        let (changed, changedResult) = try edit(theirs, ["--upload", "true"], line: "z = 3",
+                                                answers: #"{"sftp.edit.localChanges": "keep", "sftp.edit.owner": true}"#)
+        XCTAssertEqual(changed.status, 0, changed.stdout + changed.stderr)
+        XCTAssertEqual(changedResult?["state"], .string("uploaded"))
+        XCTAssertEqual(try String(contentsOfFile: theirs, encoding: .utf8), "x = 1\ny = 2\nz = 3\n")
+        XCTAssertEqual(owner(theirs), "\(uid):\(gid)")
+        XCTAssertEqual(mode(theirs), 0o664)
+        XCTAssertTrue(changed.stderr.contains("now belongs to \(uid):\(gid)"), changed.stderr)
     }
 }

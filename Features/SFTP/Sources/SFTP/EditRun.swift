@@ -214,14 +214,16 @@ struct EditRun {
                                                     "text": .string("Upload your changes to \(shown)?"), "default": .bool(true)]))
             confirmed = answer?["answer"] == .bool(true)
         }
+        // An upload that was asked for (--upload, --watch, or yes) and did not happen is a
+        // failure of the command (status 1), whatever stopped it; the copy keeps the changes.
         guard confirmed, try await upload(remote, remotePath, target, local: local, folder: folder, record: state) else {
             await session.emit("notice", ["text": .string("Not uploaded: your changes stay in \(local) (termind edit \(request.target) again to upload them).")])
-            return .init(state: .kept, localPath: local, acknowledged: state.withLock { $0.acknowledged }, uploads: uploads.value)
+            return .init(state: .kept, localPath: local, acknowledged: state.withLock { $0.acknowledged }, uploads: uploads.value, exitStatus: confirmed ? 1 : 0)
         }
         let count = uploads.add()
         // A save made after the snapshot that was uploaded stays dirty.
         let clean = Self.digest(local) == state.withLock { $0.acknowledged }
-        return .init(state: clean ? .uploaded : .kept, localPath: local, acknowledged: state.withLock { $0.acknowledged }, uploads: count)
+        return .init(state: clean ? .uploaded : .kept, localPath: local, acknowledged: state.withLock { $0.acknowledged }, uploads: count, exitStatus: clean ? 0 : 1)
     }
 
     private func endpoint() throws -> Endpoint {
@@ -292,8 +294,9 @@ struct EditRun {
     /// `path` led to when it was downloaded): first `path` must still lead to `target`, a
     /// regular file as last seen (a change of what it leads to fails closed; a changed file
     /// is asked about, never overwritten silently), then the snapshot goes through a temporary
-    /// name beside `target` renamed over it, with its permissions — a link is never replaced.
-    /// Only the snapshot's digest is acknowledged. Returns whether it was uploaded.
+    /// name beside `target` renamed over it, with its owner, group and permissions — a link
+    /// is never replaced. Only the snapshot's digest is acknowledged. Returns whether it was
+    /// uploaded.
     private func upload(_ remote: RemoteSide, _ path: [UInt8], _ target: [UInt8], local: String, folder: String, record: Box) async throws -> Bool {
         let shown = remote.shown(target)
         let snapshot = folder + "/.snapshot.part"
@@ -335,6 +338,12 @@ struct EditRun {
         do {
             let writer = try await remote.openWrite(temporary, mode: permissions, resume: false, extra: false, stripes: 1, shared: false)
             do {
+                // The owner first, before any byte goes: a refusal may end the upload here.
+                guard try await keepOwner(remote, temporary, of: now, shown: shown, local: local) else {
+                    await writer.abandon()
+                    try? await remote.remove(temporary)
+                    return false
+                }
                 _ = try await SFTPTransfer.pipe(size: UInt64(info.st_size), chunk: writer.chunk, window: 16,
                                                 read: { try SFTPTransfer.readLocal(fd, offset: $0, length: $1) }, write: { try await writer.write($0, $1) })
                 try await writer.finish()
@@ -342,6 +351,7 @@ struct EditRun {
                 await writer.abandon()
                 throw error
             }
+            // After the owner: a chown clears the set-user-ID and set-group-ID bits.
             try await remote.setAttributes(temporary, mode: permissions, accessed: nil, modified: nil)
             try await remote.rename(temporary, to: target, overwrite: now != nil)
         } catch {
@@ -358,6 +368,40 @@ struct EditRun {
         try Self.writeRecord(record.withLock { $0 }, folder)
         await session.emit("notice", ["text": .string("Uploaded to \(shown) (\(TerminalText.bytes(UInt64(info.st_size)))).")])
         return true
+    }
+
+    /// Gives the new temporary file the owner and group of the file it replaces (`original`;
+    /// nothing to keep when there is none, or the server does not say), so that the rename
+    /// does not hand the file to whoever uploads it: root editing a service's 0640 config
+    /// must not take it from the service. The server refuses when the uploader may not give
+    /// a file away (only root may; a group only one the uploader is in): then the person is
+    /// asked (`sftp.edit.owner`, default no) — nobody to ask, or no, and nothing is uploaded.
+    /// Returns whether the upload goes on.
+    private func keepOwner(_ remote: RemoteSide, _ temporary: [UInt8], of original: SFTPAttributes?, shown: String, local: String) async throws -> Bool {
+        guard let uid = original?.uid, let gid = original?.gid else { return true }
+        let made = try await remote.stat(temporary, follow: false)
+        if made?.uid == uid, made?.gid == gid { return true }
+        let refusal: String
+        do {
+            try await remote.setOwner(temporary, uid: uid, gid: gid)
+            return true
+        } catch let error as SFTPError where !TransferRun.isLost(error) {
+            refusal = error.message
+        }
+        let new = "\(made?.uid.map(String.init) ?? "?"):\(made?.gid.map(String.init) ?? "?")"
+        let answer = await session.ask(.object([
+            "topic": .string(Edit.ownerTopic), "kind": .string("confirm"),
+            "text": .string("\(shown) belongs to \(uid):\(gid) (owner:group), which the server would not give the new version (\(refusal)): "
+                            + "it would belong to \(new). Upload it anyway?"),
+            "default": .bool(false),
+        ]))
+        if answer?["answer"] == .bool(true) {
+            await session.emit("notice", ["text": .string("\(shown) now belongs to \(new), no longer to \(uid):\(gid), as you chose.")])
+            return true
+        }
+        await session.emit("notice", ["text": .string("\(shown) belongs to \(uid):\(gid), and the server would not let termind keep that owner and group "
+                                                      + "(\(refusal)); not replaced. Edit it as a user who may, or answer sftp.edit.owner yes to let it change owner.")])
+        return false
     }
 
     /// A private copy of `from` (0600), so that what is uploaded cannot change under it.

@@ -536,6 +536,11 @@ final class RemoteSide: FileSide, @unchecked Sendable {
         try await controlSession().setstat(path, SFTPAttributes(permissions: mode.map { $0 & 0o7777 }, accessTime: modified.map { accessed ?? $0 }, modifiedTime: modified))
     }
 
+    /// chown, by the server (which refuses what its user may not do: only root gives a file away).
+    func setOwner(_ path: [UInt8], uid: UInt32, gid: UInt32) async throws {
+        try await controlSession().setstat(path, SFTPAttributes(uid: uid, gid: gid))
+    }
+
     /// The SHA-256 of a file on this host, computed there by `sha256sum` on an exec channel
     /// of the connection (the name goes on standard input, NUL-terminated, so any bytes pass
     /// unquoted). Fails, saying so, when the host has no sha256sum.
