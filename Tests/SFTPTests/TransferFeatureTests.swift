@@ -185,6 +185,42 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertTrue(FileManager.default.fileExists(atPath: remote + "/small.bin"))
     }
 
+    /// A destination whose folder does not exist is found while the transfer is planned,
+    /// before any byte moves (a relay in front of the server counts them), and the folder is
+    /// named — never a hidden temporary name after the whole file moved. Both directions.
+    func testADestinationFolderThatDoesNotExistIsNamedBeforeAnyByteMoves() throws {
+        let relay = try DelayingRelay(to: server.port, oneWayDelay: 0)
+        self.relay = relay
+        try saveHosts(slowPort: relay.port)
+        let source = directory.file("big.bin"), here = directory.file("here"), there = directory.file("there")
+        try write(source, bytes: 4 << 20, seed: 21)
+        try write(there + "/plain.txt", bytes: 10, seed: 22)
+        try FileManager.default.createDirectory(atPath: here, withIntermediateDirectories: true)
+        func refused(_ arguments: [String], naming folder: String, _ what: String = "does not exist", prefix: String = "the folder ") throws {
+            let before = relay.bytesRelayed
+            let result = try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", location + arguments, environment: environment, currentDirectory: here)
+            let said = arguments.joined(separator: " ")
+            XCTAssertEqual(result.status, 1, "\(said): \(result.stderr)")
+            XCTAssertTrue(result.stderr.contains("\(prefix)\(folder) \(what)"), "\(said): \(result.stderr)")
+            XCTAssertFalse(result.stderr.contains(".termind-") || result.stderr.contains("meanwhile"), "\(said): \(result.stderr)")
+            XCTAssertLessThan(relay.bytesRelayed - before, 1 << 20, "\(said): the file moved before the destination was found wanting")
+        }
+        try refused(["get", "slow:" + source, "./nodir/"], naming: "\(here)/nodir")
+        try refused(["get", "slow:" + source, "nodir/big.bin"], naming: "\(here)/nodir")
+        try refused(["put", source, "slow:" + there + "/newdir/"], naming: "slow:\(there)/newdir")
+        try refused(["put", source, "slow:" + there + "/new/deeper/big.bin"], naming: "slow:\(there)/new/deeper")
+        try refused(["put", source, "slow:" + there + "/plain.txt/big.bin"], naming: "slow:\(there)/plain.txt", "is not a folder", prefix: "")
+        try refused(["cp", "box:" + source, "slow:" + there + "/newdir/"], naming: "slow:\(there)/newdir")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: here), [])
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: there), ["plain.txt"])
+
+        // A tree may take a new name written with a trailing slash (as cp -r does).
+        let tree = directory.file("tree")
+        try write(tree + "/one.bin", bytes: 1000, seed: 23)
+        XCTAssertEqual(try json(["put", "-r", tree, "slow:" + there + "/newtree/"])["copied"], .integer(1))
+        XCTAssertEqual(try digest(there + "/newtree/one.bin"), try digest(tree + "/one.bin"))
+    }
+
     func testAnExistingDestinationIsAskedAboutReplacedSkippedOrKeptBoth() throws {
         try saveHosts()
         let source = directory.file("src/report.txt"), target = directory.file("dst/report.txt")

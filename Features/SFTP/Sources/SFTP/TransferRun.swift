@@ -145,6 +145,9 @@ struct TransferRun {
         if expanded.count > 1 || (request.sources.count > 1 && !expanded.isEmpty), !intoDirectory {
             throw TermindError.badRequest("\(verb): \(destinationSide.shown(destinationPath)) must be an existing directory to take \(expanded.count) sources.")
         }
+        if existing == nil, let (_, attributes) = expanded.first {
+            try await checkNewDestination(destinationSide, destinationPath, tree: attributes.kind == .directory)
+        }
         for (source, attributes) in expanded {
             let name = SFTPPaths.split(source.path).name
             let target = intoDirectory ? SFTPPaths.join(destinationPath, name) : destinationPath
@@ -289,8 +292,30 @@ struct TransferRun {
         case .local(let path):
             if path.hasPrefix("/") { return Array(path.utf8) }
             let base = request.workingDirectory ?? FileManager.default.currentDirectoryPath
-            return Array((base + "/" + path).utf8)
+            var relative = Substring(path)
+            while relative.hasPrefix("./") { relative = relative.dropFirst(2).drop { $0 == "/" } }
+            return Array((relative.isEmpty ? base : base + "/" + relative).utf8)
         }
+    }
+
+    /// A destination that does not exist yet is made by the run, in a folder that must be there
+    /// now: found wanting while planning, before any byte moves, naming that folder (else the
+    /// file would move whole and fail at its temporary name or its rename). A name written as
+    /// a folder (ending in `/`) must be an existing folder, unless a tree takes it (cp -r).
+    private func checkNewDestination(_ side: any FileSide, _ path: [UInt8], tree: Bool) async throws {
+        let slash = UInt8(ascii: "/")
+        var folder = SFTPPaths.split(path).parent
+        // What is wrong with the folder, and the end of the sentence saying it.
+        var then = ", so \(side.shown(path)) cannot be created; nothing was copied (\(verb) makes files and trees, never the folders they go into)."
+        if path.count > 1, path.last == slash, !tree {
+            folder = path
+            while folder.count > 1, folder.last == slash { folder.removeLast() }
+            then = "; nothing was copied (a destination ending in / names an existing folder)."
+        }
+        let shown = side.shown(folder)
+        let attributes = try await Self.attempt(shown) { try await side.stat(folder, follow: true) }
+        guard let attributes else { throw TermindError(.sftpFailed, "\(verb): the folder \(shown) does not exist" + then) }
+        guard attributes.kind == .directory else { throw TermindError(.sftpFailed, "\(verb): \(shown) is not a folder" + then) }
     }
 
     /// `body`, with an SFTP failure said as `sftp.failed` naming `what`.
@@ -691,7 +716,10 @@ struct TransferRun {
                                     + "so whether it is there is not known (\(Self.message(error)))")
             throw SFTPTransfer.Interrupted(contiguous: bytes, reason: unknown)
         } catch {
-            throw Refused(message: file.replace ? Self.message(error) : "\(file.to.shown) could not be created (did it appear meanwhile?): \(Self.message(error))")
+            guard !file.replace else { throw Refused(message: Self.message(error)) }
+            // Never put over a file that appeared meanwhile; else say what the server said.
+            let there = (try? await file.to.side.stat(file.to.path, follow: false)) ?? nil
+            throw Refused(message: there != nil ? "\(file.to.shown) appeared meanwhile; it was not replaced" : "\(file.to.shown) could not be created: \(Self.message(error))")
         }
         await keepAttributes(file)
     }
