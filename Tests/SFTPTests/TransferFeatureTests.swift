@@ -158,7 +158,7 @@ final class TransferFeatureTests: XCTestCase {
         // A directory without -r is skipped and said; wrong directions are refused up front.
         let plain = try termind(["get", "box:" + remote + "/tree", directory.file("nothing")])
         XCTAssertNotEqual(plain.status, 0)
-        XCTAssertTrue(plain.stderr.contains("-r copies it"), plain.stderr)
+        XCTAssertEqual(plain.stderr.components(separatedBy: "-r copies it").count, 2, "said once: \(plain.stderr)")
         let wrong = try termind(["get", tree, "box:" + remote])
         XCTAssertEqual(wrong.status, 1)
         XCTAssertTrue(wrong.stderr.contains("get copies HOST:PATH"), wrong.stderr)
@@ -181,7 +181,7 @@ final class TransferFeatureTests: XCTestCase {
         // Some sources fail, the others arrive: exit 3, each failure said.
         let partial = try termind(["put", tree + "/small.bin", directory.file("missing.bin"), "box:" + remote])
         XCTAssertEqual(partial.status, 3, partial.stderr)
-        XCTAssertTrue(partial.stderr.contains("missing.bin"), partial.stderr)
+        XCTAssertEqual(partial.stderr.components(separatedBy: "missing.bin").count, 2, "said once, its path once: \(partial.stderr)")
         XCTAssertTrue(FileManager.default.fileExists(atPath: remote + "/small.bin"))
     }
 
@@ -228,12 +228,17 @@ final class TransferFeatureTests: XCTestCase {
         try write(target, bytes: 5, seed: 8)
         let original = try digest(target)
 
-        // Nobody to ask: the file fails, naming --conflict, and the old one is untouched.
+        // Nobody to ask: the file fails, naming --conflict and the file that exists (once), and the old one is untouched.
         let unanswered = try termind(["put", source, "box:" + directory.file("dst")])
         XCTAssertEqual(unanswered.status, 1, unanswered.stderr)
-        XCTAssertTrue(unanswered.stderr.contains("--conflict"), unanswered.stderr)
+        XCTAssertTrue(unanswered.stderr.contains("box:\(target) exists; nobody answered") && unanswered.stderr.contains("--conflict"), unanswered.stderr)
+        XCTAssertEqual(unanswered.stderr.components(separatedBy: "nobody answered").count, 2, "said once: \(unanswered.stderr)")
         XCTAssertEqual(try digest(target), original)
 
+        // Skipped: said of the source that was not copied and of the file that exists.
+        let skipping = try termind(["put", source, "box:" + directory.file("dst"), "--conflict", "skip"])
+        XCTAssertEqual(skipping.status, 0, skipping.stderr)
+        XCTAssertTrue(skipping.stderr.contains("skipped \(source): box:\(target) exists (--conflict replace replaces it)"), skipping.stderr)
         let skipped = try json(["put", source, "box:" + directory.file("dst"), "--conflict", "skip"])
         XCTAssertEqual(skipped["skipped"], .integer(1))
         XCTAssertEqual(try digest(target), original)
@@ -436,11 +441,13 @@ final class TransferFeatureTests: XCTestCase {
         let landing = directory.file("tty-landing")
         try write(landing + "/note.txt", bytes: 3, seed: 92)
         let argv = [FeatureHarness.buildDirectory + "/termind"] + location + ["put", up + "/big.bin", up + "/note.txt", "slow:" + landing]
+        // An answer that is not a choice is not taken as one (skip, silently): asked again.
         let report = try PseudoTerminal.run(argv, steps: [
-            .expect("note.txt exists. [r]eplace, [s]kip, [k]eep both"), .send("k\n"),
+            .expect("note.txt exists. [r]eplace, [s]kip, [k]eep both"), .send("x\n"),
+            .expect("That is not one of r, s, k, ra, sa, ka. slow:\(landing)/note.txt exists. [r]eplace"), .send("k\n"),
             .expect("files · big.bin"), .expect("ETA"), .expect("2 copied", seconds: 60),
         ], environment: environment)
-        XCTAssertEqual(report.met, [true, true, true, true], report.output.replacingOccurrences(of: "\r", with: "\\r"))
+        XCTAssertEqual(report.met, [true, true, true, true, true], report.output.replacingOccurrences(of: "\r", with: "\\r"))
         XCTAssertEqual(report.status, 0, report.output)
         XCTAssertTrue(report.output.contains("/s"), "a rate: \(report.output)")
         XCTAssertEqual(try digest(landing + "/note (1).txt"), try digest(up + "/note.txt"), "kept both, as typed")
@@ -632,7 +639,9 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(utimensat(AT_FDCWD, source, &later, 0), 0)
         _ = try json(["transfers", "resume", next])
         XCTAssertEqual(second.wait(), 1)
-        XCTAssertTrue(String(decoding: second.readAll().1, as: UTF8.self).contains("the source changed since it was paused"))
+        // Nothing was done: the reason is said once, in the error (on standard output with --json).
+        let said = second.readAll()
+        XCTAssertTrue(String(decoding: said.0, as: UTF8.self).contains("the source changed since it was paused"), String(decoding: said.0 + said.1, as: UTF8.self))
         XCTAssertFalse(FileManager.default.fileExists(atPath: landing + "/again.bin"))
         XCTAssertEqual(leftovers(landing), [], "the refused partial is removed")
 

@@ -177,12 +177,12 @@ struct Runner {
         guard request.action != nil else { return try await Browser(request: request, session: session, sftp: sftp, transfer: transfer).run() }
         var result = try await perform(sftp)
         result.exitStatus = result.failures.isEmpty ? 0 : 3
+        if !result.failures.isEmpty, result.done?.isEmpty ?? true, result.listings?.isEmpty ?? true, result.entries?.isEmpty ?? true, result.space?.isEmpty ?? true {
+            // Nothing at all was done: an error, with every reason (said once: not also as notices).
+            throw TermindError(.sftpFailed, result.failures.map { "\($0.path): \($0.error)" }.joined(separator: "\n"))
+        }
         for failure in result.failures {
             await session.emit("notice", ["text": .string("\(failure.path): \(failure.error)")])
-        }
-        if !result.failures.isEmpty, result.done?.isEmpty ?? true, result.listings?.isEmpty ?? true, result.entries?.isEmpty ?? true, result.space?.isEmpty ?? true {
-            // Nothing at all was done: an error, with every reason.
-            throw TermindError(.sftpFailed, result.failures.map { "\($0.path): \($0.error)" }.joined(separator: "\n"))
         }
         return result
     }

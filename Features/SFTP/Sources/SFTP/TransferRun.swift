@@ -240,16 +240,17 @@ struct TransferRun {
         let all = (plan.outcomes + outcomes).sorted { $0.from < $1.from }
         let copied = all.filter { $0.outcome == .copied }, failed = all.filter { $0.outcome == .failed || $0.outcome == .cancelled }
         let skipped = all.filter { $0.outcome == .skipped }
+        if !failed.isEmpty, copied.isEmpty, skipped.isEmpty, created == 0 {
+            // Nothing was done: the error says every failure, and nothing else does.
+            throw TermindError(.sftpFailed, failed.map { Self.said($0, outcome: false) }.joined(separator: "\n"))
+        }
         for file in all where file.outcome != .copied {
-            await session.emit("notice", ["text": .string("\(file.outcome == .skipped ? "skipped" : file.outcome.rawValue) \(file.from.isEmpty ? file.to : file.from): \(file.error ?? "")")])
+            await session.emit("notice", ["text": .string(Self.said(file, outcome: true))])
         }
         let seconds = Date().timeIntervalSince(started)
         let bytes = copied.reduce(0) { $0 + $1.bytes }
         let result = Transfer.Result(exitStatus: failed.isEmpty ? 0 : 3, copied: copied.count, skipped: skipped.count, failed: failed.count, directories: created,
                                      bytes: bytes, seconds: (seconds * 1000).rounded() / 1000, files: all)
-        if !failed.isEmpty, copied.isEmpty, skipped.isEmpty, created == 0 {
-            throw TermindError(.sftpFailed, failed.map { "\($0.from.isEmpty ? $0.to : $0.from): \($0.error ?? $0.outcome.rawValue)" }.joined(separator: "\n"))
-        }
         let rate = seconds > 0 && bytes > 0 ? " (\(TerminalText.bytes(UInt64(Double(bytes) / seconds)))/s)" : ""
         var summary = "\(copied.count) copied"
         if !skipped.isEmpty { summary += ", \(skipped.count) skipped" }
@@ -258,6 +259,18 @@ struct TransferRun {
         summary += " · \(TerminalText.bytes(bytes)) in \(String(format: "%.1f", seconds)) s" + rate
         await session.emit("view", ["result": .bool(true), "title": .string(summary), "rows": .array([])])
         return result
+    }
+
+    /// One file that was not copied, said once: "failed SOURCE: why" (with `outcome`, its
+    /// word first), the path not said again when the reason starts with it, and left out when
+    /// the reason names it anyway.
+    static func said(_ file: Transfer.File, outcome: Bool) -> String {
+        let subject = file.from.isEmpty ? file.to : file.from
+        var why = file.error ?? file.outcome.rawValue
+        if why.hasPrefix(subject + ": ") { why.removeFirst(subject.count + 2) }
+        let word = outcome ? file.outcome.rawValue : ""
+        if why.contains(subject) { return outcome ? "\(word): \(why)" : why }
+        return outcome ? "\(word) \(subject): \(why)" : "\(subject): \(why)"
     }
 
     // MARK: - Endpoints and paths
@@ -379,7 +392,7 @@ struct TransferRun {
                         exists = true  // merged into: each file inside decides on its own
                     }
                 } else if present.kind == .symlink, !root {
-                    return outcome(.failed, "a symbolic link is in the way (a tree is never written through one)")
+                    return outcome(.failed, "\(target.shown): a symbolic link is in the way (a tree is never written through one)")
                 } else if present.kind == .symlink, try await target.side.stat(target.path, follow: true)?.kind == .directory {
                     exists = true  // the destination named on the command line may be a link to a directory
                 } else {
@@ -426,14 +439,18 @@ struct TransferRun {
             var place = target
             var replace = false
             if let present {
-                if present.kind == .directory { return outcome(.failed, "a directory is in the way") }
+                if present.kind == .directory { return outcome(.failed, "\(target.shown): a directory is in the way") }
+                // Said of the file that exists (the destination), not of the source.
                 switch try await decide(source, target, choices: choices) {
-                case .skip: return outcome(.skipped, "exists (--conflict replace replaces it)")
-                case .replace:
+                case .skip?: return outcome(.skipped, "\(target.shown) exists (--conflict replace replaces it)")
+                case .replace?:
                     guard present.kind == .file else { return outcome(.failed, "\(target.shown) exists and is not a regular file; it is not replaced") }
                     replace = true
-                case .keepBoth: place = Place(side: target.side, path: try await freeName(target, isDirectory: false))
-                case .ask: return outcome(.failed, "exists; nobody answered whether to replace it (--conflict replace|skip|keep-both decides without asking)")
+                case .keepBoth?: place = Place(side: target.side, path: try await freeName(target, isDirectory: false))
+                case .ask?: return outcome(.failed, "\(target.shown) exists; nobody answered whether to replace it (--conflict replace|skip|keep-both decides without asking)")
+                case nil:
+                    return outcome(.failed, "\(target.shown) exists; no answer to whether to replace it was one of r, s, k, ra, sa, ka, so it was left as it is "
+                                   + "(--conflict replace|skip|keep-both decides without asking)")
                 }
             }
             plan.files.append(PlannedFile(from: source, to: place, attributes: attributes, replace: replace, directory: parent))
@@ -443,25 +460,36 @@ struct TransferRun {
     }
 
     /// What to do with an existing destination file: the request's policy, an earlier "for
-    /// all" answer, or the question (`.ask` back when nobody answered).
-    private func decide(_ source: Place, _ target: Place, choices: Choices) async throws -> Transfer.Conflict {
+    /// all" answer, or the question (`.ask` back when nobody answered). An answer that is not
+    /// one of the choices is never taken as one: the question is asked again, saying so (the
+    /// question has no default, so a client gives "" for whatever it did not recognise, and
+    /// Enter alone decides nothing either); nil after `conflictAsks` such answers.
+    private func decide(_ source: Place, _ target: Place, choices: Choices) async throws -> Transfer.Conflict? {
         let policy = request.conflict ?? .ask
         guard policy == .ask else { return policy }
         if let all = choices.all.withLock({ $0 }) { return all }
-        let question: JSONValue = .object([
-            "topic": .string(Transfer.conflictTopic), "kind": .string("choice"),
-            "text": .string("\(target.shown) exists. [r]eplace, [s]kip, [k]eep both — or ra, sa, ka for all that follow: "),
-            "choices": .object(["r": "replace", "s": "skip", "k": "keep-both", "ra": "replace-all", "sa": "skip-all", "ka": "keep-both-all",
-                                "replace": "replace", "skip": "skip", "keep": "keep-both"].mapValues { JSONValue.string($0) }),
-            "default": .string("skip"),
-            "details": .object(["source": .string(source.shown), "destination": .string(target.shown)]),
-        ])
-        guard let answer = await session.ask(question)?["answer"]?.stringValue else { return .ask }
-        let forAll = answer.hasSuffix("-all")
-        guard let choice = Transfer.Conflict(rawValue: forAll ? String(answer.dropLast(4)) : answer), choice != .ask else { return .skip }
-        if forAll { choices.all.withLock { $0 = choice } }
-        return choice
+        let asked = "\(target.shown) exists. [r]eplace, [s]kip, [k]eep both — or ra, sa, ka for all that follow: "
+        var text = asked
+        for _ in 0..<Self.conflictAsks {
+            let question: JSONValue = .object([
+                "topic": .string(Transfer.conflictTopic), "kind": .string("choice"), "text": .string(text),
+                "choices": .object(["r": "replace", "s": "skip", "k": "keep-both", "ra": "replace-all", "sa": "skip-all", "ka": "keep-both-all",
+                                    "replace": "replace", "skip": "skip", "keep": "keep-both"].mapValues { JSONValue.string($0) }),
+                "details": .object(["source": .string(source.shown), "destination": .string(target.shown)]),
+            ])
+            guard let answer = await session.ask(question)?["answer"]?.stringValue else { return .ask }
+            let forAll = answer.hasSuffix("-all")
+            if let choice = Transfer.Conflict(rawValue: forAll ? String(answer.dropLast(4)) : answer), choice != .ask {
+                if forAll { choices.all.withLock { $0 = choice } }
+                return choice
+            }
+            text = "That is not one of r, s, k, ra, sa, ka. " + asked
+        }
+        return nil
     }
+
+    /// How many answers that are not a choice the conflict question takes before it gives up.
+    static let conflictAsks = 5
 
     /// The first free `name (n).ext` beside `target`.
     private func freeName(_ target: Place, isDirectory: Bool) async throws -> [UInt8] {
