@@ -624,20 +624,23 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(partials.count, 1, "the partial is kept while paused")
         XCTAssertTrue(put.isRunning, "the put waits for its paused file")
 
-        XCTAssertTrue(["queued", "active"].contains(try json(["transfers", "resume", id])["transfer"]?["state"]?.stringValue ?? ""))
+        XCTAssertEqual(try json(["transfers", "resume", id])["transfer"]?["state"]?.stringValue, "active", "the checks passed: it moves")
         XCTAssertEqual(put.wait(), 0)
         XCTAssertEqual(try digest(landing + "/big.bin"), try digest(source))
         XCTAssertEqual(try row()?["state"]?.stringValue, "done")
         XCTAssertEqual(leftovers(landing), [])
 
-        // A source that changed while paused is refused on resume, and its partial goes.
+        // A source that changed while paused is refused on resume, and its partial goes; the
+        // resume says so and exits 1 (it said "active" and 0 before its own check refused the file).
         let (second, next) = try startPut("slow:" + landing + "/again.bin", after: id)
         _ = try json(["transfers", "pause", next])
         relay.thaw()
         try wait("the second pause") { try row()?["state"]?.stringValue == "paused" }
         var later = [timespec(tv_sec: 1_600_000_000, tv_nsec: 0), timespec(tv_sec: 1_600_000_000, tv_nsec: 0)]
         XCTAssertEqual(utimensat(AT_FDCWD, source, &later, 0), 0)
-        _ = try json(["transfers", "resume", next])
+        let refused = try termind(["transfers", "resume", next])
+        XCTAssertEqual(refused.status, 1, refused.stdout + refused.stderr)
+        XCTAssertTrue(refused.stderr.contains("\(next) (\(source) → slow:\(landing)/again.bin) was not resumed: the source changed since it was paused"), refused.stderr)
         XCTAssertEqual(second.wait(), 1)
         // Nothing was done: the reason is said once, in the error (on standard output with --json).
         let said = second.readAll()
@@ -645,8 +648,23 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: landing + "/again.bin"))
         XCTAssertEqual(leftovers(landing), [], "the refused partial is removed")
 
+        // A partial whose first bytes changed while paused: the SHA-256 of the prefix differs, refused too.
+        let (tampered, changed) = try startPut("slow:" + landing + "/tampered.bin", after: next)
+        _ = try json(["transfers", "pause", changed])
+        relay.thaw()
+        try wait("the third pause") { try row()?["state"]?.stringValue == "paused" }
+        let partial = try XCTUnwrap(FileHandle(forWritingAtPath: landing + "/" + XCTUnwrap(leftovers(landing).first)))
+        try partial.write(contentsOf: Data(repeating: 0xA5, count: 4096))
+        try partial.close()
+        let mismatch = try termind(["--json", "transfers", "resume", changed])
+        XCTAssertEqual(mismatch.status, 1, mismatch.stdout + mismatch.stderr)
+        XCTAssertTrue(mismatch.stdout.contains("differ from the source's"), mismatch.stdout)
+        XCTAssertEqual(tampered.wait(), 1)
+        XCTAssertEqual(try row()?["state"]?.stringValue, "failed")
+        XCTAssertEqual(leftovers(landing), [])
+
         // Cancel: the partial goes, the run ends with the file cancelled.
-        let (third, last) = try startPut("slow:" + landing + "/third.bin", after: next)
+        let (third, last) = try startPut("slow:" + landing + "/third.bin", after: changed)
         _ = try json(["transfers", "cancel", last])
         relay.thaw()
         XCTAssertEqual(third.wait(), 1)

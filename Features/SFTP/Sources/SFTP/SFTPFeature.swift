@@ -110,7 +110,21 @@ final class SFTPFeature: Feature {
         }
         func transfers() async -> [SFTPContracts.TransferRow] { await feature.scheduler.list() }
         func pause(_ id: String) async throws -> SFTPContracts.TransferRow { try await control { try await feature.scheduler.pause(id) } }
-        func resume(_ id: String) async throws -> SFTPContracts.TransferRow { try await control { try await feature.scheduler.resume(id) } }
+        /// A resume that its own checks refused (or that stopped again) is a failure, said.
+        func resume(_ id: String) async throws -> SFTPContracts.TransferRow {
+            let row = try await control { try await feature.scheduler.resume(id) }
+            let what = "\(row.id) (\(row.from) → \(row.to))"
+            switch row.state {
+            case .failed:
+                throw TermindError(.sftpFailed, "\(what) was not resumed: \(row.error ?? "its checks failed"); its partial file is removed.")
+            case .paused:
+                throw TermindError(.sftpFailed, "\(what) is paused again: \(row.error ?? "paused") (termind transfers resume \(row.id) tries again).")
+            case .cancelled:
+                throw TermindError(.sftpFailed, "\(what) was cancelled meanwhile.")
+            default:
+                return row
+            }
+        }
         func cancel(_ id: String) async throws -> SFTPContracts.TransferRow { try await control { try await feature.scheduler.cancel(id) } }
 
         private func control(_ body: () async throws -> SFTPContracts.TransferRow) async throws -> SFTPContracts.TransferRow {

@@ -542,6 +542,8 @@ struct TransferRun {
         /// Whether a temporary file may exist (only then is one removed).
         let created = Flag()
         var partial: UInt64?
+        /// The attempt follows a pause: a `transfers resume` waits to hear how its checks went.
+        var resumed = false
         func ended(_ outcome: Transfer.File.Outcome, _ error: String?, bytes: UInt64 = 0) async -> Transfer.File {
             if outcome != .copied, created.isSet {
                 // The partial goes; a failed clean-up is said with its path.
@@ -574,7 +576,9 @@ struct TransferRun {
                 partial = nil
             }
             let resumeAt = partial
-            let attempt = Task { try await copy(file, into: temporary, resumeAt: resumeAt, created: created) { board.progress(id, $0) } }
+            let checked: @Sendable () async -> Void
+            if resumed { checked = { [scheduler] in await scheduler.checked(id) } } else { checked = {} }
+            let attempt = Task { try await copy(file, into: temporary, resumeAt: resumeAt, created: created, checked: checked) { board.progress(id, $0) } }
             signal.attach(attempt)
             do {
                 let bytes = try await withTaskCancellationHandler { try await attempt.value } onCancel: { attempt.cancel() }
@@ -599,6 +603,7 @@ struct TransferRun {
                     await scheduler.stopped(id, .paused, error: why, kept: contiguous)
                     board.paused(id)
                     await session.emit("notice", ["text": .string("\(row) \(file.from.shown) \(why) after \(TerminalText.bytes(contiguous)); termind transfers resume \(row) continues it, cancel \(row) drops it.")])
+                    resumed = true
                     continue
                 }
                 return await ended(.failed, Self.message(reason))
@@ -607,12 +612,14 @@ struct TransferRun {
     }
 
     /// Copies `file` into `temporary` (from `resumeAt` after checking that neither side
-    /// changed); returns the bytes the file holds.
-    private func copy(_ file: PlannedFile, into temporary: [UInt8], resumeAt: UInt64?, created: Flag,
+    /// changed; `checked` once the checks passed, before more bytes move); returns the bytes
+    /// the file holds.
+    private func copy(_ file: PlannedFile, into temporary: [UInt8], resumeAt: UInt64?, created: Flag, checked: @Sendable () async -> Void,
                       progress: @escaping @Sendable (UInt64) -> Void) async throws -> UInt64 {
         let size = file.attributes.size
         let mode = (file.attributes.permissions ?? 0o644) & 0o777
         if let resumeAt { try await verifyPrefix(file, temporary, resumeAt) }
+        await checked()
         let start = resumeAt ?? 0
         let end: UInt64
         var sourceNow: SFTPAttributes??
