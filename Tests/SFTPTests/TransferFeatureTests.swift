@@ -158,7 +158,7 @@ final class TransferFeatureTests: XCTestCase {
         // A directory without -r is skipped and said; wrong directions are refused up front.
         let plain = try termind(["get", "box:" + remote + "/tree", directory.file("nothing")])
         XCTAssertNotEqual(plain.status, 0)
-        XCTAssertTrue(plain.stderr.contains("-r copies it"), plain.stderr)
+        XCTAssertEqual(plain.stderr.components(separatedBy: "-r copies it").count, 2, "said once: \(plain.stderr)")
         let wrong = try termind(["get", tree, "box:" + remote])
         XCTAssertEqual(wrong.status, 1)
         XCTAssertTrue(wrong.stderr.contains("get copies HOST:PATH"), wrong.stderr)
@@ -181,8 +181,44 @@ final class TransferFeatureTests: XCTestCase {
         // Some sources fail, the others arrive: exit 3, each failure said.
         let partial = try termind(["put", tree + "/small.bin", directory.file("missing.bin"), "box:" + remote])
         XCTAssertEqual(partial.status, 3, partial.stderr)
-        XCTAssertTrue(partial.stderr.contains("missing.bin"), partial.stderr)
+        XCTAssertEqual(partial.stderr.components(separatedBy: "missing.bin").count, 2, "said once, its path once: \(partial.stderr)")
         XCTAssertTrue(FileManager.default.fileExists(atPath: remote + "/small.bin"))
+    }
+
+    /// A destination whose folder does not exist is found while the transfer is planned,
+    /// before any byte moves (a relay in front of the server counts them), and the folder is
+    /// named — never a hidden temporary name after the whole file moved. Both directions.
+    func testADestinationFolderThatDoesNotExistIsNamedBeforeAnyByteMoves() throws {
+        let relay = try DelayingRelay(to: server.port, oneWayDelay: 0)
+        self.relay = relay
+        try saveHosts(slowPort: relay.port)
+        let source = directory.file("big.bin"), here = directory.file("here"), there = directory.file("there")
+        try write(source, bytes: 4 << 20, seed: 21)
+        try write(there + "/plain.txt", bytes: 10, seed: 22)
+        try FileManager.default.createDirectory(atPath: here, withIntermediateDirectories: true)
+        func refused(_ arguments: [String], naming folder: String, _ what: String = "does not exist", prefix: String = "the folder ") throws {
+            let before = relay.bytesRelayed
+            let result = try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", location + arguments, environment: environment, currentDirectory: here)
+            let said = arguments.joined(separator: " ")
+            XCTAssertEqual(result.status, 1, "\(said): \(result.stderr)")
+            XCTAssertTrue(result.stderr.contains("\(prefix)\(folder) \(what)"), "\(said): \(result.stderr)")
+            XCTAssertFalse(result.stderr.contains(".termind-") || result.stderr.contains("meanwhile"), "\(said): \(result.stderr)")
+            XCTAssertLessThan(relay.bytesRelayed - before, 1 << 20, "\(said): the file moved before the destination was found wanting")
+        }
+        try refused(["get", "slow:" + source, "./nodir/"], naming: "\(here)/nodir")
+        try refused(["get", "slow:" + source, "nodir/big.bin"], naming: "\(here)/nodir")
+        try refused(["put", source, "slow:" + there + "/newdir/"], naming: "slow:\(there)/newdir")
+        try refused(["put", source, "slow:" + there + "/new/deeper/big.bin"], naming: "slow:\(there)/new/deeper")
+        try refused(["put", source, "slow:" + there + "/plain.txt/big.bin"], naming: "slow:\(there)/plain.txt", "is not a folder", prefix: "")
+        try refused(["cp", "box:" + source, "slow:" + there + "/newdir/"], naming: "slow:\(there)/newdir")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: here), [])
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: there), ["plain.txt"])
+
+        // A tree may take a new name written with a trailing slash (as cp -r does).
+        let tree = directory.file("tree")
+        try write(tree + "/one.bin", bytes: 1000, seed: 23)
+        XCTAssertEqual(try json(["put", "-r", tree, "slow:" + there + "/newtree/"])["copied"], .integer(1))
+        XCTAssertEqual(try digest(there + "/newtree/one.bin"), try digest(tree + "/one.bin"))
     }
 
     func testAnExistingDestinationIsAskedAboutReplacedSkippedOrKeptBoth() throws {
@@ -192,12 +228,17 @@ final class TransferFeatureTests: XCTestCase {
         try write(target, bytes: 5, seed: 8)
         let original = try digest(target)
 
-        // Nobody to ask: the file fails, naming --conflict, and the old one is untouched.
+        // Nobody to ask: the file fails, naming --conflict and the file that exists (once), and the old one is untouched.
         let unanswered = try termind(["put", source, "box:" + directory.file("dst")])
         XCTAssertEqual(unanswered.status, 1, unanswered.stderr)
-        XCTAssertTrue(unanswered.stderr.contains("--conflict"), unanswered.stderr)
+        XCTAssertTrue(unanswered.stderr.contains("box:\(target) exists; nobody answered") && unanswered.stderr.contains("--conflict"), unanswered.stderr)
+        XCTAssertEqual(unanswered.stderr.components(separatedBy: "nobody answered").count, 2, "said once: \(unanswered.stderr)")
         XCTAssertEqual(try digest(target), original)
 
+        // Skipped: said of the source that was not copied and of the file that exists.
+        let skipping = try termind(["put", source, "box:" + directory.file("dst"), "--conflict", "skip"])
+        XCTAssertEqual(skipping.status, 0, skipping.stderr)
+        XCTAssertTrue(skipping.stderr.contains("skipped \(source): box:\(target) exists (--conflict replace replaces it)"), skipping.stderr)
         let skipped = try json(["put", source, "box:" + directory.file("dst"), "--conflict", "skip"])
         XCTAssertEqual(skipped["skipped"], .integer(1))
         XCTAssertEqual(try digest(target), original)
@@ -400,11 +441,13 @@ final class TransferFeatureTests: XCTestCase {
         let landing = directory.file("tty-landing")
         try write(landing + "/note.txt", bytes: 3, seed: 92)
         let argv = [FeatureHarness.buildDirectory + "/termind"] + location + ["put", up + "/big.bin", up + "/note.txt", "slow:" + landing]
+        // An answer that is not a choice is not taken as one (skip, silently): asked again.
         let report = try PseudoTerminal.run(argv, steps: [
-            .expect("note.txt exists. [r]eplace, [s]kip, [k]eep both"), .send("k\n"),
+            .expect("note.txt exists. [r]eplace, [s]kip, [k]eep both"), .send("x\n"),
+            .expect("That is not one of r, s, k, ra, sa, ka. slow:\(landing)/note.txt exists. [r]eplace"), .send("k\n"),
             .expect("files · big.bin"), .expect("ETA"), .expect("2 copied", seconds: 60),
         ], environment: environment)
-        XCTAssertEqual(report.met, [true, true, true, true], report.output.replacingOccurrences(of: "\r", with: "\\r"))
+        XCTAssertEqual(report.met, [true, true, true, true, true], report.output.replacingOccurrences(of: "\r", with: "\\r"))
         XCTAssertEqual(report.status, 0, report.output)
         XCTAssertTrue(report.output.contains("/s"), "a rate: \(report.output)")
         XCTAssertEqual(try digest(landing + "/note (1).txt"), try digest(up + "/note.txt"), "kept both, as typed")
@@ -551,98 +594,6 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(logins() - before, 1, "the second file's connection, and not the cancelled probe's")
     }
 
-    func testEditUploadsConfirmedChangesAndNeverOverAChangedRemoteFileSilently() throws {
-        try saveHosts()
-        let remote = directory.file("srv/app.conf")
-        try FileManager.default.createDirectory(atPath: directory.file("srv"), withIntermediateDirectories: true)
-        try "port = 80\n".write(toFile: remote, atomically: false, encoding: .utf8)
-        chmod(remote, 0o640)
-        // The "editor" appends a line; with MESS set it also changes the remote file meanwhile.
-        let editor = try directory.write("editor.sh", """
-            #!/bin/sh
-            echo "$LINE" >> "$1"
-            [ -n "$MESS" ] && echo "changed by someone else" >> "$MESS"
-            exit 0
-            """)
-        chmod(editor, 0o755)
-        func edit(_ extra: [String], line: String, mess: String? = nil, answers: String? = nil) throws -> (ProcessResult, JSONValue?) {
-            var env = environment
-            env["VISUAL"] = nil
-            env["EDITOR"] = editor
-            env["LINE"] = line
-            env["MESS"] = mess
-            let pre = answers.map { ["--answers", try! directory.write("answers-\(line).json", $0)] } ?? []
-            let result = try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", location + ["--json"] + pre + ["edit", "box:" + remote] + extra, environment: env)
-            return (result, try? JSONCoding.parse(Data(result.stdout.utf8), source: "edit"))
-        }
-        let (first, done) = try edit(["--upload", "true"], line: "workers = 4")
-        XCTAssertEqual(first.status, 0, first.stderr)
-        XCTAssertEqual(done?["state"], .string("uploaded"))
-        XCTAssertEqual(try String(contentsOfFile: remote, encoding: .utf8), "port = 80\nworkers = 4\n")
-        XCTAssertEqual(mode(remote), 0o640, "permissions kept")
-        let local = try XCTUnwrap(done?["localPath"]?.stringValue)
-        XCTAssertEqual(mode(local), 0o600)
-        XCTAssertEqual(mode((local as NSString).deletingLastPathComponent), 0o700)
-        XCTAssertEqual(done?["acknowledged"]?.stringValue, try digest(remote))
-
-        // The remote file changes while the editor is open: asked, answered no, nothing replaced.
-        let (second, kept) = try edit([], line: "debug = true", mess: remote,
-                                      answers: #"{"sftp.edit.upload": true, "sftp.edit.remoteChanged": false}"#)
-        XCTAssertEqual(second.status, 0, second.stderr)
-        XCTAssertEqual(kept?["state"], .string("kept"))
-        XCTAssertEqual(try String(contentsOfFile: remote, encoding: .utf8), "port = 80\nworkers = 4\nchanged by someone else\n")
-        let listed = try json(["edit", "list"])["copies"]?.arrayValue?.first
-        XCTAssertEqual(listed?["state"], .string("dirty"))
-        XCTAssertEqual(listed?["path"]?.stringValue, remote)
-
-        // Next time the unsent edits are kept, and replacing the changed file is confirmed.
-        let (third, replaced) = try edit([], line: "log = info", answers: #"{"sftp.edit.localChanges": "keep", "sftp.edit.upload": true, "sftp.edit.remoteChanged": true}"#)
-        XCTAssertEqual(third.status, 0, third.stderr)
-        XCTAssertEqual(replaced?["state"], .string("uploaded"))
-        XCTAssertEqual(try String(contentsOfFile: remote, encoding: .utf8), "port = 80\nworkers = 4\ndebug = true\nlog = info\n")
-        XCTAssertEqual(try json(["edit", "list"])["copies"]?.arrayValue?.first?["state"], .string("clean"))
-
-        // Not confirmed (nobody to ask): the change stays local.
-        let (fourth, unsent) = try edit([], line: "x = 1")
-        XCTAssertEqual(fourth.status, 0, fourth.stderr)
-        XCTAssertEqual(unsent?["state"], .string("kept"))
-        XCTAssertFalse(try String(contentsOfFile: remote, encoding: .utf8).contains("x = 1"))
-
-        // Discard: tracking stops, the copy stays; the next edit downloads anew.
-        XCTAssertEqual(try json(["edit", "discard", "box:" + remote])["state"], .string("dirty"))
-        XCTAssertEqual(try json(["edit", "list"])["copies"]?.arrayValue?.count, 0)
-        XCTAssertTrue(FileManager.default.fileExists(atPath: local))
-        let (fifth, fresh) = try edit(["--upload", "true"], line: "y = 2")
-        XCTAssertEqual(fifth.status, 0, fifth.stderr)
-        XCTAssertEqual(fresh?["state"], .string("uploaded"))
-        XCTAssertEqual(try String(contentsOfFile: remote, encoding: .utf8), "port = 80\nworkers = 4\ndebug = true\nlog = info\ny = 2\n")
-
-        // Only regular files.
-        let folder = try termind(["edit", "box:" + directory.file("srv")])
-        XCTAssertEqual(folder.status, 1)
-        XCTAssertTrue(folder.stderr.contains("not a regular file"), folder.stderr)
-    }
-
-    func testEditWatchUploadsEachSave() throws {
-        try saveHosts()
-        let remote = directory.file("watched.txt")
-        try "one\n".write(toFile: remote, atomically: false, encoding: .utf8)
-        let editor = try directory.write("saver.sh", """
-            #!/bin/sh
-            echo two >> "$1"; sleep 1.5
-            echo three >> "$1"; sleep 1.5
-            """)
-        chmod(editor, 0o755)
-        var env = environment
-        env["EDITOR"] = editor
-        let result = try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", location + ["--json", "edit", "box:" + remote, "--watch", "true"], environment: env)
-        XCTAssertEqual(result.status, 0, result.stderr)
-        let done = try JSONCoding.parse(Data(result.stdout.utf8), source: "edit")
-        XCTAssertEqual(done["state"], .string("uploaded"))
-        XCTAssertEqual(done["uploads"], .integer(2), result.stderr)
-        XCTAssertEqual(try String(contentsOfFile: remote, encoding: .utf8), "one\ntwo\nthree\n")
-    }
-
     func testInsideServeATransferPausesResumesAfterCheckingAndCancels() throws {
         let relay = try DelayingRelay(to: server.port, oneWayDelay: 0.02, bufferLimit: 96 << 10)
         self.relay = relay
@@ -673,27 +624,47 @@ final class TransferFeatureTests: XCTestCase {
         XCTAssertEqual(partials.count, 1, "the partial is kept while paused")
         XCTAssertTrue(put.isRunning, "the put waits for its paused file")
 
-        XCTAssertTrue(["queued", "active"].contains(try json(["transfers", "resume", id])["transfer"]?["state"]?.stringValue ?? ""))
+        XCTAssertEqual(try json(["transfers", "resume", id])["transfer"]?["state"]?.stringValue, "active", "the checks passed: it moves")
         XCTAssertEqual(put.wait(), 0)
         XCTAssertEqual(try digest(landing + "/big.bin"), try digest(source))
         XCTAssertEqual(try row()?["state"]?.stringValue, "done")
         XCTAssertEqual(leftovers(landing), [])
 
-        // A source that changed while paused is refused on resume, and its partial goes.
+        // A source that changed while paused is refused on resume, and its partial goes; the
+        // resume says so and exits 1 (it said "active" and 0 before its own check refused the file).
         let (second, next) = try startPut("slow:" + landing + "/again.bin", after: id)
         _ = try json(["transfers", "pause", next])
         relay.thaw()
         try wait("the second pause") { try row()?["state"]?.stringValue == "paused" }
         var later = [timespec(tv_sec: 1_600_000_000, tv_nsec: 0), timespec(tv_sec: 1_600_000_000, tv_nsec: 0)]
         XCTAssertEqual(utimensat(AT_FDCWD, source, &later, 0), 0)
-        _ = try json(["transfers", "resume", next])
+        let refused = try termind(["transfers", "resume", next])
+        XCTAssertEqual(refused.status, 1, refused.stdout + refused.stderr)
+        XCTAssertTrue(refused.stderr.contains("\(next) (\(source) → slow:\(landing)/again.bin) was not resumed: the source changed since it was paused"), refused.stderr)
         XCTAssertEqual(second.wait(), 1)
-        XCTAssertTrue(String(decoding: second.readAll().1, as: UTF8.self).contains("the source changed since it was paused"))
+        // Nothing was done: the reason is said once, in the error (on standard output with --json).
+        let said = second.readAll()
+        XCTAssertTrue(String(decoding: said.0, as: UTF8.self).contains("the source changed since it was paused"), String(decoding: said.0 + said.1, as: UTF8.self))
         XCTAssertFalse(FileManager.default.fileExists(atPath: landing + "/again.bin"))
         XCTAssertEqual(leftovers(landing), [], "the refused partial is removed")
 
+        // A partial whose first bytes changed while paused: the SHA-256 of the prefix differs, refused too.
+        let (tampered, changed) = try startPut("slow:" + landing + "/tampered.bin", after: next)
+        _ = try json(["transfers", "pause", changed])
+        relay.thaw()
+        try wait("the third pause") { try row()?["state"]?.stringValue == "paused" }
+        let partial = try XCTUnwrap(FileHandle(forWritingAtPath: landing + "/" + XCTUnwrap(leftovers(landing).first)))
+        try partial.write(contentsOf: Data(repeating: 0xA5, count: 4096))
+        try partial.close()
+        let mismatch = try termind(["--json", "transfers", "resume", changed])
+        XCTAssertEqual(mismatch.status, 1, mismatch.stdout + mismatch.stderr)
+        XCTAssertTrue(mismatch.stdout.contains("differ from the source's"), mismatch.stdout)
+        XCTAssertEqual(tampered.wait(), 1)
+        XCTAssertEqual(try row()?["state"]?.stringValue, "failed")
+        XCTAssertEqual(leftovers(landing), [])
+
         // Cancel: the partial goes, the run ends with the file cancelled.
-        let (third, last) = try startPut("slow:" + landing + "/third.bin", after: next)
+        let (third, last) = try startPut("slow:" + landing + "/third.bin", after: changed)
         _ = try json(["transfers", "cancel", last])
         relay.thaw()
         XCTAssertEqual(third.wait(), 1)

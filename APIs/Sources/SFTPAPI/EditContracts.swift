@@ -51,11 +51,18 @@ extension SFTPStreams {
             /// download or upload).
             public var acknowledged: String
             public var uploads: Int
-            public init(state: State, localPath: String, acknowledged: String, uploads: Int) {
+            /// termind's exit status: 0 when the edit ended as chosen (uploaded, unchanged, or
+            /// kept because the upload was declined at its question); 1 when an upload was
+            /// asked for (`upload`, `watch`, or yes at the question) and did not happen — the
+            /// remote file changed and replacing it was not confirmed, its owner could not be
+            /// kept, … (an upload that fails outright is an error, also 1).
+            public var exitStatus: Int
+            public init(state: State, localPath: String, acknowledged: String, uploads: Int, exitStatus: Int = 0) {
                 self.state = state
                 self.localPath = localPath
                 self.acknowledged = acknowledged
                 self.uploads = uploads
+                self.exitStatus = exitStatus
             }
         }
 
@@ -64,12 +71,14 @@ extension SFTPStreams {
         public static let summary = "Edit a remote file in your editor through a managed local copy; upload changes when confirmed, never over a changed remote file silently."
         public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice, "view": StreamEvents.view] }
         public static var questions: [String: String] {
-            ConnectionOpener.questions.merging([editTopic: "edit", uploadTopic: "confirm", changedTopic: "confirm", dirtyTopic: "choice"]) { a, _ in a }
+            ConnectionOpener.questions.merging([editTopic: "edit", uploadTopic: "confirm", changedTopic: "confirm", dirtyTopic: "choice", ownerTopic: "confirm"]) { a, _ in a }
         }
         public static let editTopic = "sftp.edit"
         public static let uploadTopic = "sftp.edit.upload"
         public static let changedTopic = "sftp.edit.remoteChanged"
         public static let dirtyTopic = "sftp.edit.localChanges"
+        /// The server would not let the new version keep the file's owner and group.
+        public static let ownerTopic = "sftp.edit.owner"
     }
 }
 

@@ -13,7 +13,8 @@ import VaultAPI
 /// remote file as last seen (kind, size, modification time, mode) and the SHA-256 of what it
 /// holds as far as termind knows. Changes are found by streamed SHA-256, uploaded only when
 /// confirmed, from an immutable snapshot whose digest alone is acknowledged (a save after
-/// the snapshot stays dirty), through a temporary file renamed over the original.
+/// the snapshot stays dirty), through a temporary file renamed over the original. A symbolic
+/// link is never replaced: the file it points at (resolved on the server) is what is edited.
 struct EditRun {
     typealias Edit = SFTPStreams.Edit
     let request: Edit.Request
@@ -30,6 +31,12 @@ struct EditRun {
         var permissions: UInt32?
         /// SHA-256 (hex) of what the remote file holds as far as termind knows.
         var acknowledged: String
+        /// When `path` is a symbolic link: the file it led to when it was downloaded (resolved
+        /// on the server), which uploads replace — only while the link still leads there.
+        var target: Data?
+
+        /// The remote file that is edited: the link's target, or `path` itself.
+        var file: [UInt8] { target.map(Array.init) ?? Array(path.utf8) }
     }
 
     /// The record as this run knows it (the watcher and the run share it).
@@ -136,10 +143,16 @@ struct EditRun {
         defer { Task { await remote.closeAll() } }
         let remotePath = Array(path.utf8)
         let shown = remote.shown(remotePath)
-        guard let attributes = try await TransferRun.attempt(shown, { try await remote.stat(remotePath, follow: true) }) else {
-            throw TermindError(.sftpFailed, "\(shown): no such file (termind edit opens an existing file).")
+        // A link is never replaced by the upload: the file it leads to is what is edited.
+        let (file, found) = try await Self.locate(remote, remotePath)
+        let through = file == remotePath ? "" : " (a symbolic link to \(remote.shown(file)))"
+        guard let attributes = found else {
+            throw TermindError(.sftpFailed, file == remotePath ? "\(shown): no such file (termind edit opens an existing file)."
+                               : "\(shown) is a symbolic link to \(remote.shown(file)), which does not exist; termind edit edits the file a link leads to, never the link.")
         }
-        guard attributes.kind == .file else { throw TermindError(.sftpFailed, "\(shown) is not a regular file; termind edit opens only those.") }
+        guard attributes.kind == .file else {
+            throw TermindError(.sftpFailed, "\(shown)\(through) is \(Self.kind(attributes)), not a regular file; termind edit opens only those.")
+        }
 
         let folder = try Self.folder(host: host, port: port, path: path, create: true)
         let name = SFTPPaths.split(remotePath).name
@@ -157,14 +170,16 @@ struct EditRun {
             fresh = answer?["answer"]?.stringValue == "download"
         }
         if fresh {
-            let digest = try await download(remote, remotePath, to: local, in: folder)
+            let digest = try await download(remote, file, to: local, in: folder)
             record = Record(host: host, port: port, path: path, name: safeName, size: attributes.size, modified: attributes.modifiedTime,
-                            permissions: attributes.permissions, acknowledged: digest)
+                            permissions: attributes.permissions, acknowledged: digest, target: file == remotePath ? nil : Data(file))
             try Self.writeRecord(record!, folder)
         }
         let state = Box(record!)
+        // Kept changes go where they were downloaded from (an upload checks the link still leads there).
+        let target = record!.file
         let uploads = Counter()
-        await session.emit("notice", ["text": .string("Editing \(shown) as \(local)")])
+        await session.emit("notice", ["text": .string("Editing \(shown)\(target == remotePath ? "" : " (a symbolic link to \(remote.shown(target)): that file is edited, the link stays)") as \(local)")])
 
         // With --watch, each save is uploaded while the editor is open.
         let watcher: Task<Void, Never>? = request.watch == true ? Task {
@@ -174,7 +189,7 @@ struct EditRun {
                 let now = Self.fingerprint(local)
                 guard now != seen else { continue }
                 seen = now
-                if (try? await upload(remote, remotePath, local: local, folder: folder, record: state)) == true { uploads.add() }
+                if (try? await upload(remote, remotePath, target, local: local, folder: folder, record: state)) == true { uploads.add() }
             }
         } : nil
         let edited = await session.ask(.object(["topic": .string(Edit.editTopic), "kind": .string("edit"), "path": .string(local),
@@ -199,18 +214,44 @@ struct EditRun {
                                                     "text": .string("Upload your changes to \(shown)?"), "default": .bool(true)]))
             confirmed = answer?["answer"] == .bool(true)
         }
-        guard confirmed, try await upload(remote, remotePath, local: local, folder: folder, record: state) else {
+        // An upload that was asked for (--upload, --watch, or yes) and did not happen is a
+        // failure of the command (status 1), whatever stopped it; the copy keeps the changes.
+        guard confirmed, try await upload(remote, remotePath, target, local: local, folder: folder, record: state) else {
             await session.emit("notice", ["text": .string("Not uploaded: your changes stay in \(local) (termind edit \(request.target) again to upload them).")])
-            return .init(state: .kept, localPath: local, acknowledged: state.withLock { $0.acknowledged }, uploads: uploads.value)
+            return .init(state: .kept, localPath: local, acknowledged: state.withLock { $0.acknowledged }, uploads: uploads.value, exitStatus: confirmed ? 1 : 0)
         }
         let count = uploads.add()
         // A save made after the snapshot that was uploaded stays dirty.
         let clean = Self.digest(local) == state.withLock { $0.acknowledged }
-        return .init(state: clean ? .uploaded : .kept, localPath: local, acknowledged: state.withLock { $0.acknowledged }, uploads: count)
+        return .init(state: clean ? .uploaded : .kept, localPath: local, acknowledged: state.withLock { $0.acknowledged }, uploads: count, exitStatus: clean ? 0 : 1)
     }
 
     private func endpoint() throws -> Endpoint {
         do { return try Endpoint.parse(request.target) } catch { throw TermindError.badRequest("edit: \(error.description).") }
+    }
+
+    /// The remote file an edit of `path` reads and replaces, with its own attributes (nil when
+    /// nothing is there): `path` itself, or — when it is a symbolic link — the file it leads
+    /// to, resolved by the server (realpath), so that an upload replaces that file and the
+    /// link stays a link.
+    static func locate(_ remote: RemoteSide, _ path: [UInt8]) async throws -> (file: [UInt8], attributes: SFTPAttributes?) {
+        let shown = remote.shown(path)
+        let own = try await TransferRun.attempt(shown) { try await remote.stat(path, follow: false) }
+        guard let own, own.kind == .symlink else { return (path, own) }
+        let target: [UInt8]
+        do { target = try await remote.realpath(path) } catch let error as SFTPError {
+            throw TermindError(.sftpFailed, "\(shown) is a symbolic link the server could not resolve (\(error.message)); termind edit edits the file a link leads to, never the link.")
+        }
+        return (target, try await TransferRun.attempt(remote.shown(target)) { try await remote.stat(target, follow: false) })
+    }
+
+    /// What a file that is not a regular one is, said.
+    static func kind(_ attributes: SFTPAttributes) -> String {
+        switch attributes.kind {
+        case .directory?: "a directory"
+        case .symlink?: "a symbolic link the server did not resolve"
+        default: "a special file (a FIFO, socket or device)"
+        }
     }
 
 
@@ -249,12 +290,15 @@ struct EditRun {
         return digest
     }
 
-    /// Uploads an immutable snapshot of the copy: first the remote file must still be the
-    /// regular file last seen (else the person is asked, never overwritten silently), then
-    /// it goes through a temporary name renamed over the original, with its permissions.
-    /// Only the snapshot's digest is acknowledged. Returns whether it was uploaded.
-    private func upload(_ remote: RemoteSide, _ path: [UInt8], local: String, folder: String, record: Box) async throws -> Bool {
-        let shown = remote.shown(path)
+    /// Uploads an immutable snapshot of the copy to `target` (`path`, or the file the link
+    /// `path` led to when it was downloaded): first `path` must still lead to `target`, a
+    /// regular file as last seen (a change of what it leads to fails closed; a changed file
+    /// is asked about, never overwritten silently), then the snapshot goes through a temporary
+    /// name beside `target` renamed over it, with its owner, group and permissions — a link
+    /// is never replaced. Only the snapshot's digest is acknowledged. Returns whether it was
+    /// uploaded.
+    private func upload(_ remote: RemoteSide, _ path: [UInt8], _ target: [UInt8], local: String, folder: String, record: Box) async throws -> Bool {
+        let shown = remote.shown(target)
         let snapshot = folder + "/.snapshot.part"
         unlink(snapshot)
         guard copyFile(local, snapshot), let digest = Self.digest(snapshot) else {
@@ -264,9 +308,14 @@ struct EditRun {
         defer { unlink(snapshot) }
         let known = record.withLock { $0 }
         if digest == known.acknowledged { return false }
-        let now = try await TransferRun.attempt(shown) { try await remote.stat(path, follow: true) }
+        let (leadsTo, now) = try await Self.locate(remote, path)
+        guard leadsTo == target else {
+            let change = target == path ? "is now a symbolic link (to \(remote.shown(leadsTo))), which termind edit never replaces"
+                : leadsTo == path ? "is no longer a symbolic link to \(shown)" : "now leads to \(remote.shown(leadsTo)), not to \(shown)"
+            throw TermindError(.sftpFailed, "\(remote.shown(path)) \(change); nothing uploaded (your changes stay in \(local)).")
+        }
         if let now, now.kind != .file {
-            throw TermindError(.sftpFailed, "\(shown) is no longer a regular file; nothing uploaded (your changes stay in \(local)).")
+            throw TermindError(.sftpFailed, "\(shown) is no longer a regular file (it is \(Self.kind(now))); nothing uploaded (your changes stay in \(local)).")
         }
         if now?.size != known.size || now?.modifiedTime != known.modified || now?.permissions != known.permissions {
             let what = now == nil ? "was removed" : "changed (size \(now?.size.map(String.init) ?? "?"), was \(known.size.map(String.init) ?? "?"))"
@@ -279,7 +328,7 @@ struct EditRun {
             }
         }
         let permissions = (now?.permissions ?? known.permissions ?? 0o644) & 0o7777
-        let (directory, name) = SFTPPaths.split(path)
+        let (directory, name) = SFTPPaths.split(target)
         let temporary = SFTPPaths.join(directory, TransferNames.temporary(name, token: "edit-\(TransferNames.randomToken())"))
         let fd = open(snapshot, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return false }
@@ -289,6 +338,12 @@ struct EditRun {
         do {
             let writer = try await remote.openWrite(temporary, mode: permissions, resume: false, extra: false, stripes: 1, shared: false)
             do {
+                // The owner first, before any byte goes: a refusal may end the upload here.
+                guard try await keepOwner(remote, temporary, of: now, shown: shown, local: local) else {
+                    await writer.abandon()
+                    try? await remote.remove(temporary)
+                    return false
+                }
                 _ = try await SFTPTransfer.pipe(size: UInt64(info.st_size), chunk: writer.chunk, window: 16,
                                                 read: { try SFTPTransfer.readLocal(fd, offset: $0, length: $1) }, write: { try await writer.write($0, $1) })
                 try await writer.finish()
@@ -296,13 +351,14 @@ struct EditRun {
                 await writer.abandon()
                 throw error
             }
+            // After the owner: a chown clears the set-user-ID and set-group-ID bits.
             try await remote.setAttributes(temporary, mode: permissions, accessed: nil, modified: nil)
-            try await remote.rename(temporary, to: path, overwrite: now != nil)
+            try await remote.rename(temporary, to: target, overwrite: now != nil)
         } catch {
             try? await remote.remove(temporary)
             throw TermindError(.sftpFailed, "Uploading to \(shown) failed (the original is untouched): \(TransferRun.message(error))")
         }
-        let after = try? await remote.stat(path, follow: true)
+        let after = try? await remote.stat(target, follow: false)
         record.withLock {
             $0.acknowledged = digest
             $0.size = after?.size
@@ -312,6 +368,40 @@ struct EditRun {
         try Self.writeRecord(record.withLock { $0 }, folder)
         await session.emit("notice", ["text": .string("Uploaded to \(shown) (\(TerminalText.bytes(UInt64(info.st_size)))).")])
         return true
+    }
+
+    /// Gives the new temporary file the owner and group of the file it replaces (`original`;
+    /// nothing to keep when there is none, or the server does not say), so that the rename
+    /// does not hand the file to whoever uploads it: root editing a service's 0640 config
+    /// must not take it from the service. The server refuses when the uploader may not give
+    /// a file away (only root may; a group only one the uploader is in): then the person is
+    /// asked (`sftp.edit.owner`, default no) — nobody to ask, or no, and nothing is uploaded.
+    /// Returns whether the upload goes on.
+    private func keepOwner(_ remote: RemoteSide, _ temporary: [UInt8], of original: SFTPAttributes?, shown: String, local: String) async throws -> Bool {
+        guard let uid = original?.uid, let gid = original?.gid else { return true }
+        let made = try await remote.stat(temporary, follow: false)
+        if made?.uid == uid, made?.gid == gid { return true }
+        let refusal: String
+        do {
+            try await remote.setOwner(temporary, uid: uid, gid: gid)
+            return true
+        } catch let error as SFTPError where !TransferRun.isLost(error) {
+            refusal = error.message
+        }
+        let new = "\(made?.uid.map(String.init) ?? "?"):\(made?.gid.map(String.init) ?? "?")"
+        let answer = await session.ask(.object([
+            "topic": .string(Edit.ownerTopic), "kind": .string("confirm"),
+            "text": .string("\(shown) belongs to \(uid):\(gid) (owner:group), which the server would not give the new version (\(refusal)): "
+                            + "it would belong to \(new). Upload it anyway?"),
+            "default": .bool(false),
+        ]))
+        if answer?["answer"] == .bool(true) {
+            await session.emit("notice", ["text": .string("\(shown) now belongs to \(new), no longer to \(uid):\(gid), as you chose.")])
+            return true
+        }
+        await session.emit("notice", ["text": .string("\(shown) belongs to \(uid):\(gid), and the server would not let termind keep that owner and group "
+                                                      + "(\(refusal)); not replaced. Edit it as a user who may, or answer sftp.edit.owner yes to let it change owner.")])
+        return false
     }
 
     /// A private copy of `from` (0600), so that what is uploaded cannot change under it.

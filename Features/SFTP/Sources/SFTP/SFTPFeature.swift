@@ -110,7 +110,21 @@ final class SFTPFeature: Feature {
         }
         func transfers() async -> [SFTPContracts.TransferRow] { await feature.scheduler.list() }
         func pause(_ id: String) async throws -> SFTPContracts.TransferRow { try await control { try await feature.scheduler.pause(id) } }
-        func resume(_ id: String) async throws -> SFTPContracts.TransferRow { try await control { try await feature.scheduler.resume(id) } }
+        /// A resume that its own checks refused (or that stopped again) is a failure, said.
+        func resume(_ id: String) async throws -> SFTPContracts.TransferRow {
+            let row = try await control { try await feature.scheduler.resume(id) }
+            let what = "\(row.id) (\(row.from) → \(row.to))"
+            switch row.state {
+            case .failed:
+                throw TermindError(.sftpFailed, "\(what) was not resumed: \(row.error ?? "its checks failed"); its partial file is removed.")
+            case .paused:
+                throw TermindError(.sftpFailed, "\(what) is paused again: \(row.error ?? "paused") (termind transfers resume \(row.id) tries again).")
+            case .cancelled:
+                throw TermindError(.sftpFailed, "\(what) was cancelled meanwhile.")
+            default:
+                return row
+            }
+        }
         func cancel(_ id: String) async throws -> SFTPContracts.TransferRow { try await control { try await feature.scheduler.cancel(id) } }
 
         private func control(_ body: () async throws -> SFTPContracts.TransferRow) async throws -> SFTPContracts.TransferRow {
@@ -177,12 +191,12 @@ struct Runner {
         guard request.action != nil else { return try await Browser(request: request, session: session, sftp: sftp, transfer: transfer).run() }
         var result = try await perform(sftp)
         result.exitStatus = result.failures.isEmpty ? 0 : 3
+        if !result.failures.isEmpty, result.done?.isEmpty ?? true, result.listings?.isEmpty ?? true, result.entries?.isEmpty ?? true, result.space?.isEmpty ?? true {
+            // Nothing at all was done: an error, with every reason (said once: not also as notices).
+            throw TermindError(.sftpFailed, result.failures.map { "\($0.path): \($0.error)" }.joined(separator: "\n"))
+        }
         for failure in result.failures {
             await session.emit("notice", ["text": .string("\(failure.path): \(failure.error)")])
-        }
-        if !result.failures.isEmpty, result.done?.isEmpty ?? true, result.listings?.isEmpty ?? true, result.entries?.isEmpty ?? true, result.space?.isEmpty ?? true {
-            // Nothing at all was done: an error, with every reason.
-            throw TermindError(.sftpFailed, result.failures.map { "\($0.path): \($0.error)" }.joined(separator: "\n"))
         }
         return result
     }

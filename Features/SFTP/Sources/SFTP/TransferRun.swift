@@ -145,6 +145,9 @@ struct TransferRun {
         if expanded.count > 1 || (request.sources.count > 1 && !expanded.isEmpty), !intoDirectory {
             throw TermindError.badRequest("\(verb): \(destinationSide.shown(destinationPath)) must be an existing directory to take \(expanded.count) sources.")
         }
+        if existing == nil, let (_, attributes) = expanded.first {
+            try await checkNewDestination(destinationSide, destinationPath, tree: attributes.kind == .directory)
+        }
         for (source, attributes) in expanded {
             let name = SFTPPaths.split(source.path).name
             let target = intoDirectory ? SFTPPaths.join(destinationPath, name) : destinationPath
@@ -237,16 +240,17 @@ struct TransferRun {
         let all = (plan.outcomes + outcomes).sorted { $0.from < $1.from }
         let copied = all.filter { $0.outcome == .copied }, failed = all.filter { $0.outcome == .failed || $0.outcome == .cancelled }
         let skipped = all.filter { $0.outcome == .skipped }
+        if !failed.isEmpty, copied.isEmpty, skipped.isEmpty, created == 0 {
+            // Nothing was done: the error says every failure, and nothing else does.
+            throw TermindError(.sftpFailed, failed.map { Self.said($0, outcome: false) }.joined(separator: "\n"))
+        }
         for file in all where file.outcome != .copied {
-            await session.emit("notice", ["text": .string("\(file.outcome == .skipped ? "skipped" : file.outcome.rawValue) \(file.from.isEmpty ? file.to : file.from): \(file.error ?? "")")])
+            await session.emit("notice", ["text": .string(Self.said(file, outcome: true))])
         }
         let seconds = Date().timeIntervalSince(started)
         let bytes = copied.reduce(0) { $0 + $1.bytes }
         let result = Transfer.Result(exitStatus: failed.isEmpty ? 0 : 3, copied: copied.count, skipped: skipped.count, failed: failed.count, directories: created,
                                      bytes: bytes, seconds: (seconds * 1000).rounded() / 1000, files: all)
-        if !failed.isEmpty, copied.isEmpty, skipped.isEmpty, created == 0 {
-            throw TermindError(.sftpFailed, failed.map { "\($0.from.isEmpty ? $0.to : $0.from): \($0.error ?? $0.outcome.rawValue)" }.joined(separator: "\n"))
-        }
         let rate = seconds > 0 && bytes > 0 ? " (\(TerminalText.bytes(UInt64(Double(bytes) / seconds)))/s)" : ""
         var summary = "\(copied.count) copied"
         if !skipped.isEmpty { summary += ", \(skipped.count) skipped" }
@@ -255,6 +259,18 @@ struct TransferRun {
         summary += " · \(TerminalText.bytes(bytes)) in \(String(format: "%.1f", seconds)) s" + rate
         await session.emit("view", ["result": .bool(true), "title": .string(summary), "rows": .array([])])
         return result
+    }
+
+    /// One file that was not copied, said once: "failed SOURCE: why" (with `outcome`, its
+    /// word first), the path not said again when the reason starts with it, and left out when
+    /// the reason names it anyway.
+    static func said(_ file: Transfer.File, outcome: Bool) -> String {
+        let subject = file.from.isEmpty ? file.to : file.from
+        var why = file.error ?? file.outcome.rawValue
+        if why.hasPrefix(subject + ": ") { why.removeFirst(subject.count + 2) }
+        let word = outcome ? file.outcome.rawValue : ""
+        if why.contains(subject) { return outcome ? "\(word): \(why)" : why }
+        return outcome ? "\(word) \(subject): \(why)" : "\(subject): \(why)"
     }
 
     // MARK: - Endpoints and paths
@@ -289,8 +305,30 @@ struct TransferRun {
         case .local(let path):
             if path.hasPrefix("/") { return Array(path.utf8) }
             let base = request.workingDirectory ?? FileManager.default.currentDirectoryPath
-            return Array((base + "/" + path).utf8)
+            var relative = Substring(path)
+            while relative.hasPrefix("./") { relative = relative.dropFirst(2).drop { $0 == "/" } }
+            return Array((relative.isEmpty ? base : base + "/" + relative).utf8)
         }
+    }
+
+    /// A destination that does not exist yet is made by the run, in a folder that must be there
+    /// now: found wanting while planning, before any byte moves, naming that folder (else the
+    /// file would move whole and fail at its temporary name or its rename). A name written as
+    /// a folder (ending in `/`) must be an existing folder, unless a tree takes it (cp -r).
+    private func checkNewDestination(_ side: any FileSide, _ path: [UInt8], tree: Bool) async throws {
+        let slash = UInt8(ascii: "/")
+        var folder = SFTPPaths.split(path).parent
+        // What is wrong with the folder, and the end of the sentence saying it.
+        var then = ", so \(side.shown(path)) cannot be created; nothing was copied (\(verb) makes files and trees, never the folders they go into)."
+        if path.count > 1, path.last == slash, !tree {
+            folder = path
+            while folder.count > 1, folder.last == slash { folder.removeLast() }
+            then = "; nothing was copied (a destination ending in / names an existing folder)."
+        }
+        let shown = side.shown(folder)
+        let attributes = try await Self.attempt(shown) { try await side.stat(folder, follow: true) }
+        guard let attributes else { throw TermindError(.sftpFailed, "\(verb): the folder \(shown) does not exist" + then) }
+        guard attributes.kind == .directory else { throw TermindError(.sftpFailed, "\(verb): \(shown) is not a folder" + then) }
     }
 
     /// `body`, with an SFTP failure said as `sftp.failed` naming `what`.
@@ -354,7 +392,7 @@ struct TransferRun {
                         exists = true  // merged into: each file inside decides on its own
                     }
                 } else if present.kind == .symlink, !root {
-                    return outcome(.failed, "a symbolic link is in the way (a tree is never written through one)")
+                    return outcome(.failed, "\(target.shown): a symbolic link is in the way (a tree is never written through one)")
                 } else if present.kind == .symlink, try await target.side.stat(target.path, follow: true)?.kind == .directory {
                     exists = true  // the destination named on the command line may be a link to a directory
                 } else {
@@ -401,14 +439,18 @@ struct TransferRun {
             var place = target
             var replace = false
             if let present {
-                if present.kind == .directory { return outcome(.failed, "a directory is in the way") }
+                if present.kind == .directory { return outcome(.failed, "\(target.shown): a directory is in the way") }
+                // Said of the file that exists (the destination), not of the source.
                 switch try await decide(source, target, choices: choices) {
-                case .skip: return outcome(.skipped, "exists (--conflict replace replaces it)")
-                case .replace:
+                case .skip?: return outcome(.skipped, "\(target.shown) exists (--conflict replace replaces it)")
+                case .replace?:
                     guard present.kind == .file else { return outcome(.failed, "\(target.shown) exists and is not a regular file; it is not replaced") }
                     replace = true
-                case .keepBoth: place = Place(side: target.side, path: try await freeName(target, isDirectory: false))
-                case .ask: return outcome(.failed, "exists; nobody answered whether to replace it (--conflict replace|skip|keep-both decides without asking)")
+                case .keepBoth?: place = Place(side: target.side, path: try await freeName(target, isDirectory: false))
+                case .ask?: return outcome(.failed, "\(target.shown) exists; nobody answered whether to replace it (--conflict replace|skip|keep-both decides without asking)")
+                case nil:
+                    return outcome(.failed, "\(target.shown) exists; no answer to whether to replace it was one of r, s, k, ra, sa, ka, so it was left as it is "
+                                   + "(--conflict replace|skip|keep-both decides without asking)")
                 }
             }
             plan.files.append(PlannedFile(from: source, to: place, attributes: attributes, replace: replace, directory: parent))
@@ -418,25 +460,36 @@ struct TransferRun {
     }
 
     /// What to do with an existing destination file: the request's policy, an earlier "for
-    /// all" answer, or the question (`.ask` back when nobody answered).
-    private func decide(_ source: Place, _ target: Place, choices: Choices) async throws -> Transfer.Conflict {
+    /// all" answer, or the question (`.ask` back when nobody answered). An answer that is not
+    /// one of the choices is never taken as one: the question is asked again, saying so (the
+    /// question has no default, so a client gives "" for whatever it did not recognise, and
+    /// Enter alone decides nothing either); nil after `conflictAsks` such answers.
+    private func decide(_ source: Place, _ target: Place, choices: Choices) async throws -> Transfer.Conflict? {
         let policy = request.conflict ?? .ask
         guard policy == .ask else { return policy }
         if let all = choices.all.withLock({ $0 }) { return all }
-        let question: JSONValue = .object([
-            "topic": .string(Transfer.conflictTopic), "kind": .string("choice"),
-            "text": .string("\(target.shown) exists. [r]eplace, [s]kip, [k]eep both — or ra, sa, ka for all that follow: "),
-            "choices": .object(["r": "replace", "s": "skip", "k": "keep-both", "ra": "replace-all", "sa": "skip-all", "ka": "keep-both-all",
-                                "replace": "replace", "skip": "skip", "keep": "keep-both"].mapValues { JSONValue.string($0) }),
-            "default": .string("skip"),
-            "details": .object(["source": .string(source.shown), "destination": .string(target.shown)]),
-        ])
-        guard let answer = await session.ask(question)?["answer"]?.stringValue else { return .ask }
-        let forAll = answer.hasSuffix("-all")
-        guard let choice = Transfer.Conflict(rawValue: forAll ? String(answer.dropLast(4)) : answer), choice != .ask else { return .skip }
-        if forAll { choices.all.withLock { $0 = choice } }
-        return choice
+        let asked = "\(target.shown) exists. [r]eplace, [s]kip, [k]eep both — or ra, sa, ka for all that follow: "
+        var text = asked
+        for _ in 0..<Self.conflictAsks {
+            let question: JSONValue = .object([
+                "topic": .string(Transfer.conflictTopic), "kind": .string("choice"), "text": .string(text),
+                "choices": .object(["r": "replace", "s": "skip", "k": "keep-both", "ra": "replace-all", "sa": "skip-all", "ka": "keep-both-all",
+                                    "replace": "replace", "skip": "skip", "keep": "keep-both"].mapValues { JSONValue.string($0) }),
+                "details": .object(["source": .string(source.shown), "destination": .string(target.shown)]),
+            ])
+            guard let answer = await session.ask(question)?["answer"]?.stringValue else { return .ask }
+            let forAll = answer.hasSuffix("-all")
+            if let choice = Transfer.Conflict(rawValue: forAll ? String(answer.dropLast(4)) : answer), choice != .ask {
+                if forAll { choices.all.withLock { $0 = choice } }
+                return choice
+            }
+            text = "That is not one of r, s, k, ra, sa, ka. " + asked
+        }
+        return nil
     }
+
+    /// How many answers that are not a choice the conflict question takes before it gives up.
+    static let conflictAsks = 5
 
     /// The first free `name (n).ext` beside `target`.
     private func freeName(_ target: Place, isDirectory: Bool) async throws -> [UInt8] {
@@ -489,6 +542,8 @@ struct TransferRun {
         /// Whether a temporary file may exist (only then is one removed).
         let created = Flag()
         var partial: UInt64?
+        /// The attempt follows a pause: a `transfers resume` waits to hear how its checks went.
+        var resumed = false
         func ended(_ outcome: Transfer.File.Outcome, _ error: String?, bytes: UInt64 = 0) async -> Transfer.File {
             if outcome != .copied, created.isSet {
                 // The partial goes; a failed clean-up is said with its path.
@@ -521,7 +576,9 @@ struct TransferRun {
                 partial = nil
             }
             let resumeAt = partial
-            let attempt = Task { try await copy(file, into: temporary, resumeAt: resumeAt, created: created) { board.progress(id, $0) } }
+            let checked: @Sendable () async -> Void
+            if resumed { checked = { [scheduler] in await scheduler.checked(id) } } else { checked = {} }
+            let attempt = Task { try await copy(file, into: temporary, resumeAt: resumeAt, created: created, checked: checked) { board.progress(id, $0) } }
             signal.attach(attempt)
             do {
                 let bytes = try await withTaskCancellationHandler { try await attempt.value } onCancel: { attempt.cancel() }
@@ -546,6 +603,7 @@ struct TransferRun {
                     await scheduler.stopped(id, .paused, error: why, kept: contiguous)
                     board.paused(id)
                     await session.emit("notice", ["text": .string("\(row) \(file.from.shown) \(why) after \(TerminalText.bytes(contiguous)); termind transfers resume \(row) continues it, cancel \(row) drops it.")])
+                    resumed = true
                     continue
                 }
                 return await ended(.failed, Self.message(reason))
@@ -554,12 +612,14 @@ struct TransferRun {
     }
 
     /// Copies `file` into `temporary` (from `resumeAt` after checking that neither side
-    /// changed); returns the bytes the file holds.
-    private func copy(_ file: PlannedFile, into temporary: [UInt8], resumeAt: UInt64?, created: Flag,
+    /// changed; `checked` once the checks passed, before more bytes move); returns the bytes
+    /// the file holds.
+    private func copy(_ file: PlannedFile, into temporary: [UInt8], resumeAt: UInt64?, created: Flag, checked: @Sendable () async -> Void,
                       progress: @escaping @Sendable (UInt64) -> Void) async throws -> UInt64 {
         let size = file.attributes.size
         let mode = (file.attributes.permissions ?? 0o644) & 0o777
         if let resumeAt { try await verifyPrefix(file, temporary, resumeAt) }
+        await checked()
         let start = resumeAt ?? 0
         let end: UInt64
         var sourceNow: SFTPAttributes??
@@ -691,7 +751,10 @@ struct TransferRun {
                                     + "so whether it is there is not known (\(Self.message(error)))")
             throw SFTPTransfer.Interrupted(contiguous: bytes, reason: unknown)
         } catch {
-            throw Refused(message: file.replace ? Self.message(error) : "\(file.to.shown) could not be created (did it appear meanwhile?): \(Self.message(error))")
+            guard !file.replace else { throw Refused(message: Self.message(error)) }
+            // Never put over a file that appeared meanwhile; else say what the server said.
+            let there = (try? await file.to.side.stat(file.to.path, follow: false)) ?? nil
+            throw Refused(message: there != nil ? "\(file.to.shown) appeared meanwhile; it was not replaced" : "\(file.to.shown) could not be created: \(Self.message(error))")
         }
         await keepAttributes(file)
     }

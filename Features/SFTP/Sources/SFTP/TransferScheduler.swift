@@ -20,6 +20,10 @@ actor TransferScheduler {
         var waiter: CheckedContinuation<Void, Error>?
         /// Tells the file's task to stop (pause keeps the partial; cancel removes it).
         var control: (@Sendable (Control) -> Void)?
+        /// Resumed, and its run has not yet said whether its checks passed (`checked`) or
+        /// stopped it: `termind transfers resume` waits for that, to report it.
+        var checking = false
+        var checkWaiters: [CheckedContinuation<Row, Never>] = []
     }
 
     private var queue = FairQueue<UInt64>()
@@ -111,8 +115,23 @@ actor TransferScheduler {
         slot.row.error = error
         if state == .done, let size = slot.row.size { slot.row.done = size }
         if state == .paused, let kept { slot.row.done = kept }
+        // A resume waiting for the checks hears how the file stopped instead.
+        let waiters = slot.checkWaiters
+        slot.checking = false
+        slot.checkWaiters = []
         slots[id] = slot
+        for waiter in waiters { waiter.resume(returning: slot.row) }
         await admit()
+    }
+
+    /// The run's checks before moving more bytes passed (or there were none): the file moves.
+    func checked(_ id: UInt64) {
+        guard var slot = slots[id], slot.checking else { return }
+        let waiters = slot.checkWaiters
+        slot.checking = false
+        slot.checkWaiters = []
+        slots[id] = slot
+        for waiter in waiters { waiter.resume(returning: slot.row) }
     }
 
     // MARK: - termind transfers
@@ -146,6 +165,11 @@ actor TransferScheduler {
         return slots[id]!.row
     }
 
+    /// Queues a paused file again. When it is admitted at once, waits for its run's checks
+    /// (source unchanged, partial there, the same SHA-256 of the prefix on both sides) and
+    /// returns the row as they left it: active (moving), or failed with the reason, so the
+    /// resume can report a refusal. A file that must wait for a slot is returned queued (its
+    /// checks run when it starts; the get/put that owns it reports them).
     func resume(_ text: String) async throws -> Row {
         let id = try find(text)
         guard let slot = slots[id], slot.row.state == .paused else {
@@ -153,9 +177,18 @@ actor TransferScheduler {
         }
         slots[id]?.row.state = .queued
         slots[id]?.row.error = nil
+        slots[id]?.checking = true
         queue.enqueue(id, hosts: slot.row.hosts, source: slot.row.source)
         await admit()
-        return slots[id]!.row
+        let row = slots[id]?.row ?? slot.row
+        guard row.state == .active else { return row }
+        return await withCheckedContinuation { (continuation: CheckedContinuation<Row, Never>) in
+            if let now = slots[id], now.checking, now.row.state == .active {
+                slots[id]?.checkWaiters.append(continuation)
+            } else {
+                continuation.resume(returning: slots[id]?.row ?? row)
+            }
+        }
     }
 
     /// A saved host was deleted (or a host its route runs through): every file that reaches

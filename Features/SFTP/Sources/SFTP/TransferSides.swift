@@ -486,6 +486,9 @@ final class RemoteSide: FileSide, @unchecked Sendable {
 
     func mkdir(_ path: [UInt8], mode: UInt32) async throws { try await controlSession().mkdir(path, permissions: mode) }
 
+    /// The path with every symbolic link resolved, by the server.
+    func realpath(_ path: [UInt8]) async throws -> [UInt8] { try await controlSession().realpath(path) }
+
     func openRead(_ path: [UInt8], extra: Bool, stripes: Int, shared: Bool) async throws -> any ReadHandle {
         try await openHandles(stripes: stripes, extra: extra, shared: shared, size: { $0.readSize }) { session, first in try await session.open(path, .read) }
     }
@@ -531,6 +534,11 @@ final class RemoteSide: FileSide, @unchecked Sendable {
 
     func setAttributes(_ path: [UInt8], mode: UInt32?, accessed: UInt32?, modified: UInt32?) async throws {
         try await controlSession().setstat(path, SFTPAttributes(permissions: mode.map { $0 & 0o7777 }, accessTime: modified.map { accessed ?? $0 }, modifiedTime: modified))
+    }
+
+    /// chown, by the server (which refuses what its user may not do: only root gives a file away).
+    func setOwner(_ path: [UInt8], uid: UInt32, gid: UInt32) async throws {
+        try await controlSession().setstat(path, SFTPAttributes(uid: uid, gid: gid))
     }
 
     /// The SHA-256 of a file on this host, computed there by `sha256sum` on an exec channel
