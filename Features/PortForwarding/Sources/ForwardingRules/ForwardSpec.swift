@@ -136,11 +136,16 @@ extension ForwardRule {
     public var optionDescription: String { "--\(kind.rawValue)-forward \(spec.description)" }
 }
 
-/// The supervisor's reconnect delays (seed): 1, 2, 5, 10, then 30 s for every later attempt,
-/// back to the start once a connection stayed up for 60 s.
+/// The supervisor's reconnect delays (seed): each outage's attempts come 1, 2, 5, 10, then
+/// every 30 s after the loss — every outage, however soon after the last one it comes. Only a
+/// connection that did not hold (lost within `holdSeconds` of being made: a host that takes
+/// the connection and drops it at once) goes on where the schedule stood, so such a host is
+/// not asked every second.
 public struct RetrySchedule: Sendable, Equatable {
     public static let delays: [Double] = [1, 2, 5, 10, 30]
-    public static let stableSeconds: Double = 60
+    /// One keepalive interval: a link that dies silently is noticed only after 15 s, so a
+    /// connection lost sooner than this was dropped by the other end.
+    public static let holdSeconds: Double = 5
     public private(set) var attempt = 0
 
     public init() {}
@@ -151,8 +156,9 @@ public struct RetrySchedule: Sendable, Equatable {
         return Self.delays[min(attempt, Self.delays.count - 1)]
     }
 
-    /// A connection that was up for `seconds` before it broke: long enough resets the schedule.
+    /// A connection that was up for `seconds` before it broke: one that held starts a new
+    /// outage at the first delay.
     public mutating func connectionEnded(after seconds: Double) {
-        if seconds >= Self.stableSeconds { attempt = 0 }
+        if seconds >= Self.holdSeconds { attempt = 0 }
     }
 }

@@ -11,7 +11,7 @@ import VaultAPI
 /// - A rule starts only when asked (`start`), with the asking client's answers; a first start
 ///   that fails stays failed until an explicit retry.
 /// - Once a rule has run, a lost connection is recovered silently after 1, 2, 5, 10, 30, 30 … s
-///   (back to 1 s after 60 stable seconds), with the Vault's durable trust read again and
+///   (each outage anew; `RetrySchedule`), with the Vault's durable trust read again and
 ///   nobody to ask: a host key trusted once, keyboard-interactive answers or an unknown key
 ///   never authorize the reconnect, and such a failure (or authentication's) ends recovery
 ///   for the host at once in `needs-attention`. Only a key's passphrase, given at the start,
