@@ -5,6 +5,34 @@ import XCTest
 
 /// `termind forward …` as a person types it: ssh's flags and specs (IPv6 in brackets).
 extension ForwardingFeatureTests {
+    /// Issue 34: `forward run HOST -L … -R … -D …` was refused ("takes 1 argument") although
+    /// the docs call it "like ssh -N": the command declared no one-letter options. It takes
+    /// ssh's flags now, as `termind ssh` does, and so do `forward add` and `forward edit`.
+    func testForwardRunAddAndEditTakeSshsFlags() throws {
+        try saveHost()
+        let local = try SSHServerFixture.freePort()
+        let remote = try SSHServerFixture.freePort()
+        let socks = try SSHServerFixture.freePort()
+        let run = try spawn(["forward", "run", "box", "--accept-host-key", "once", "-L", "\(local):127.0.0.1:\(echo.port)",
+                             "-R", "\(remote):127.0.0.1:\(echo.port)", "-D\(socks)"])
+        try waitFor("the forwards") { !run.isRunning || (Self.canConnect(local) && Self.canConnect(remote) && Self.canConnect(socks)) }
+        XCTAssertTrue(run.isRunning, String(decoding: run.readAll().1, as: UTF8.self))
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(local), bytes: 64 << 10))
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(remote), bytes: 64 << 10))
+        XCTAssertNil(try Self.echoRoundTrip(Self.socks5(socks, host: "127.0.0.1", port: echo.port), bytes: 64 << 10))
+        run.signal(SIGINT)
+        XCTAssertEqual(run.wait(), 130)
+
+        let added = try json(["forward", "add", "db", "box", "-L", "15432:db.internal:5432"])
+        XCTAssertEqual(added["kind"]?.stringValue, "local")
+        XCTAssertEqual(added["bindPort"], .integer(15432))
+        let edited = try json(["forward", "edit", "db", "-D", "[::1]:11080"])
+        XCTAssertEqual(edited["rule"]?["kind"]?.stringValue, "dynamic")
+        XCTAssertEqual(edited["rule"]?["bindAddress"]?.stringValue, "::1")
+        let help = try termind(["forward", "run", "--help"])
+        XCTAssertTrue(help.stdout.contains("-L VALUE  --localForward VALUE"), help.stdout)
+    }
+
     /// Issue 34: a value starting with `[` for a list option was read as JSON, so an IPv6
     /// spec could not be given to `forward run --local-forward`. A JSON array of the items'
     /// type is still a list; anything else is text, split at commas outside brackets.
