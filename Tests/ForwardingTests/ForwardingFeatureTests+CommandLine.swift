@@ -76,6 +76,74 @@ extension ForwardingFeatureTests {
         XCTAssertEqual(run.wait(), 130)
     }
 
+    /// Issue 34: `forward list` showed no rule names or specs and epoch times; start, stop,
+    /// edit (and add, rm), the end of `forward run` and of `status --watch` printed the
+    /// raw record: the rule as JSON, the host as its id. They say it in words now: the
+    /// rule's name, the host's label, the forward as ssh writes it, the state, ages.
+    func testTheCommandsSayWhatTheyDidByRuleHostAndSpec() throws {
+        try startServe()
+        try saveHost()
+        try trustServer()
+        let web = try SSHServerFixture.freePort()
+        let spec = "-L 127.0.0.1:\(web):127.0.0.1:\(echo.port)"
+        func words(_ arguments: [String], _ expected: String..., file: StaticString = #filePath, line: UInt = #line) throws {
+            let result = try termind(arguments)
+            XCTAssertEqual(result.status, 0, result.stderr, file: file, line: line)
+            for text in expected { XCTAssertTrue(result.stdout.contains(text), "\(arguments.joined(separator: " ")): no '\(text)' in:\n\(result.stdout)", file: file, line: line) }
+            // Never the record itself: no JSON, no host id, no epoch time.
+            XCTAssertFalse(result.stdout.contains("{") || result.stdout.contains("host_"), result.stdout, file: file, line: line)
+            XCTAssertNil(result.stdout.range(of: #"\d{9,}\.\d"#, options: .regularExpression), result.stdout, file: file, line: line)
+        }
+        try words(["forward", "add", "web", "box", "-L", "\(web):127.0.0.1:\(echo.port)", "--tags", "site"], "Saved web (\(spec) through box), not started")
+        try words(["forward", "list"], "web", "box", spec, "stopped")
+        try words(["forward", "start", "web"], "web (\(spec) through box) is running", "127.0.0.1:\(web) → 127.0.0.1:\(echo.port)")
+        try words(["forward", "list", "--tag", "site"], "web", "box", spec, "running", " s")
+        try words(["forward", "edit", "web", "--tags", "site,prod"], "Changed web. web (\(spec) through box) is running")
+        try words(["forward", "status", "--watch", "true", "--count", "2"], "Forwarding rules", "web", spec, "running")
+        try words(["forward", "stop", "web"], "Stopped web (\(spec) through box)")
+        try words(["forward", "rm", "web"], "Deleted web (\(spec) through box)")
+        // --json keeps the whole record.
+        XCTAssertEqual(try termind(["forward", "add", "db", "box", "-L", "1:db:5432"]).status, 0)
+        let listed = try json(["forward", "list"])
+        XCTAssertEqual(rule(listed, "db")?["rule"]?["host"]?.stringValue?.hasPrefix("host_"), true, "\(listed)")
+        XCTAssertEqual(rule(listed, "db")?["hostLabel"]?.stringValue, "box")
+
+        // The end of a run: a table of its forwards, not the record.
+        let run = try termind(["forward", "run", "box", "-L", "\(try SSHServerFixture.freePort()):127.0.0.1:\(echo.port)", "--seconds", "1"])
+        XCTAssertEqual(run.status, 0, run.stderr)
+        XCTAssertTrue(run.stdout.contains("Forwards through box, now ended") && run.stdout.contains("running"), run.stdout)
+        XCTAssertFalse(run.stdout.contains("{") || run.stdout.contains("host_"), run.stdout)
+    }
+
+    /// Issue 34: with several forwards, one that could not bind ended them all. As with
+    /// ssh -N, it is reported by name with the reason and the others go on; the run says
+    /// which one failed, and ends with exit 3 (some failed). --exit-on-forward-failure
+    /// true is ssh's ExitOnForwardFailure: the run ends at once.
+    func testAForwardThatCannotBindLeavesTheOthersRunning() throws {
+        try saveHost()
+        try trustServer()
+        let taken = try Self.occupy()
+        defer { close(taken.fd) }
+        let free = try SSHServerFixture.freePort()
+        let clash = "-L 127.0.0.1:\(taken.port):127.0.0.1:\(echo.port)"
+        let run = try spawn(["forward", "run", "box", "-L", "\(taken.port):127.0.0.1:\(echo.port)", "-L", "\(free):127.0.0.1:\(echo.port)", "--seconds", "6"])
+        try waitFor("the forward that could bind") { !run.isRunning || Self.canConnect(free) }
+        XCTAssertNil(try Self.echoRoundTrip(Self.connect(free), bytes: 256 << 10), "the other forward carries bytes")
+        XCTAssertEqual(run.wait(), 3, "ended by --seconds with a forward that never ran")
+        let (stdout, stderr) = run.readAll()
+        let said = String(decoding: stderr, as: UTF8.self)
+        XCTAssertTrue(said.contains("warning: \(clash) through box did not start: Rule '\(clash)' cannot listen on 127.0.0.1:\(taken.port)"), said)
+        XCTAssertTrue(said.contains("1 of 2 running; \(clash) did not start"), said)
+        let table = String(decoding: stdout, as: UTF8.self)
+        XCTAssertTrue(table.contains("failed") && table.contains("in use"), table)
+
+        let strict = try termind(["forward", "run", "box", "-L", "\(free):127.0.0.1:\(echo.port)", "-L", "\(taken.port):127.0.0.1:\(echo.port)",
+                                  "--exit-on-forward-failure", "true"])
+        XCTAssertEqual(strict.status, 1, strict.stderr)
+        XCTAssertTrue(strict.stderr.contains("Rule '\(clash)' cannot listen on 127.0.0.1:\(taken.port)"), strict.stderr)
+        XCTAssertFalse(Self.canConnect(free), "every forward ended with the run")
+    }
+
     // MARK: - IPv6
 
     /// An echo server on [::1] (python3), and its port.

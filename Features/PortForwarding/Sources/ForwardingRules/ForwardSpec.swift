@@ -114,11 +114,15 @@ public struct ForwardSpec: Sendable, Equatable {
 
     /// As ssh writes it back (`[::1]:8080:db:5432`).
     public var description: String {
-        func bracket(_ host: String) -> String { host.contains(":") ? "[\(host)]" : host }
-        let listen = "\(bracket(bindAddress)):\(bindPort)"
-        guard let targetHost, let targetPort else { return listen }
-        return "\(listen):\(bracket(targetHost)):\(targetPort)"
+        guard let targetHost, let targetPort else { return listenDescription }
+        return "\(listenDescription):\(Self.bracketed(targetHost)):\(targetPort)"
     }
+
+    /// Where it listens, as ssh writes it (`127.0.0.1:8080`, `[::1]:1080`).
+    public var listenDescription: String { "\(Self.bracketed(bindAddress)):\(bindPort)" }
+
+    /// An IPv6 address in brackets (`[::1]`); a name or an IPv4 address as it is.
+    public static func bracketed(_ host: String) -> String { host.contains(":") ? "[\(host)]" : host }
 }
 
 extension ForwardRule {

@@ -51,6 +51,9 @@ actor HostRun {
 
     var isEmpty: Bool { runs.isEmpty }
 
+    /// Whether the host's connection is up now.
+    var isConnected: Bool { lease?.connection.isAlive ?? false }
+
     func rename(_ label: String) { self.label = label }
 
     // MARK: - Control
