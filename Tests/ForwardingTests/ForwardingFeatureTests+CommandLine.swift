@@ -144,6 +144,29 @@ extension ForwardingFeatureTests {
         XCTAssertFalse(Self.canConnect(free), "every forward ended with the run")
     }
 
+    /// Issue 34: a rule that needs attention says how to try it again, by its name:
+    /// `termind forward retry NAME` (the deleted host's text said "RULE").
+    func testARuleThatNeedsAttentionSaysHowToRetryItByName() throws {
+        try startServe()
+        try saveHost()
+        let web = try SSHServerFixture.freePort()
+        XCTAssertEqual(try termind(["forward", "add", "my web", "box", "-L", "\(web):127.0.0.1:\(echo.port)"]).status, 0)
+        let unasked = try termind(["forward", "start", "my web"])
+        XCTAssertNotEqual(unasked.status, 0, "nobody to ask about the unknown key")
+        XCTAssertTrue(unasked.stderr.contains("To try again: termind forward retry 'my web'."), unasked.stderr)
+        let listed = rule(try json(["forward", "list"]), "my web")
+        XCTAssertEqual(listed?["state"]?.stringValue, "needs-attention")
+        XCTAssertTrue(listed?["lastError"]?.stringValue?.hasSuffix("To try again: termind forward retry 'my web'.") == true, "\(String(describing: listed))")
+        let shown = try termind(["forward", "list"])
+        XCTAssertTrue(shown.stdout.contains("termind forward retry 'my web'"), shown.stdout)
+
+        XCTAssertEqual(try termind(["forward", "retry", "my web", "--accept-host-key", "once"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "host", "delete", "box"]).status, 0)
+        try waitFor("needs-attention once the host is gone") { try state("my web") == "needs-attention" }
+        let gone = rule(try json(["forward", "list"]), "my web")?["lastError"]?.stringValue ?? ""
+        XCTAssertTrue(gone.contains("termind forward edit 'my web' --host HOST), then termind forward retry 'my web'."), gone)
+    }
+
     // MARK: - IPv6
 
     /// An echo server on [::1] (python3), and its port.

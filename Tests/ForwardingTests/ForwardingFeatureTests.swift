@@ -139,6 +139,8 @@ final class ForwardingFeatureTests: XCTestCase {
         let start = try termind(["forward", "start", "socks"])
         XCTAssertNotEqual(start.status, 0)
         XCTAssertTrue(start.stderr.contains("termind serve") && start.stderr.contains("termind forward run"), start.stderr)
+        // The run it suggests names the host as the person knows it (issue 34), not the rule's id for it.
+        XCTAssertTrue(start.stderr.contains("termind forward run prod-box -D '[::1]:11080'"), start.stderr)
     }
 
     func testSshConfigForwardsAreRuleCandidatesSavedOnlyWhenSelectedAndNeverStarted() throws {
@@ -390,6 +392,7 @@ final class ForwardingFeatureTests: XCTestCase {
         try waitFor("needs-attention after the reconnect was refused", timeout: 20) { try state("web") == "needs-attention" }
         let shown = rule(try json(["forward", "list"]), "web")
         XCTAssertTrue(shown?["lastError"]?.stringValue?.contains("no terminal to ask") == true, "\(String(describing: shown))")
+        XCTAssertTrue(shown?["lastError"]?.stringValue?.hasSuffix("To try again: termind forward retry web.") == true, "\(String(describing: shown))")
         XCTAssertFalse(Self.canConnect(web), "a rule that needs attention does not listen")
         let accepted = (try? String(contentsOfFile: server.directory.file("sshd.log"), encoding: .utf8))?.components(separatedBy: "Accepted publickey").count ?? 0
         XCTAssertEqual(accepted - 1, 1, "only the person's start authenticated; the reconnect stopped at the host key")

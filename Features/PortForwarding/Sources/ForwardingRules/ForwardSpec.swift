@@ -33,9 +33,8 @@ public struct ForwardSpec: Sendable, Equatable {
 
     /// Parses `text` as the spec of `kind`; the error names the spec and what is wrong.
     public static func parse(_ text: String, kind: ForwardKind) throws -> ForwardSpec {
-        let flag = switch kind { case .local: "-L"; case .remote: "-R"; case .dynamic: "-D" }
         func bad(_ why: String) -> TermindError {
-            TermindError(.forwardingBadSpec, "\(flag) '\(text)': \(why).")
+            TermindError(.forwardingBadSpec, "\(kind.flag) '\(text)': \(why).")
         }
         guard !text.isEmpty, text.utf8.count <= 1024 else { throw bad("a spec is 1 to 1024 bytes") }
         guard !text.contains(where: { $0.isWhitespace || $0.isNewline }) else { throw bad("a spec has no spaces") }
@@ -125,16 +124,24 @@ public struct ForwardSpec: Sendable, Equatable {
     public static func bracketed(_ host: String) -> String { host.contains(":") ? "[\(host)]" : host }
 }
 
+extension ForwardKind {
+    /// ssh's flag for it: `-L`, `-R`, `-D`.
+    public var flag: String {
+        switch self {
+        case .local: "-L"
+        case .remote: "-R"
+        case .dynamic: "-D"
+        }
+    }
+}
+
 extension ForwardRule {
     public var spec: ForwardSpec {
         ForwardSpec(kind: kind, bindAddress: bindAddress, bindPort: bindPort, targetHost: targetHost, targetPort: targetPort)
     }
 
     /// `-L 127.0.0.1:8080:db:5432`, as ssh takes it.
-    public var flagDescription: String {
-        let flag = switch kind { case .local: "-L"; case .remote: "-R"; case .dynamic: "-D" }
-        return "\(flag) \(spec.description)"
-    }
+    public var flagDescription: String { "\(kind.flag) \(spec.description)" }
 
     /// `--local-forward 127.0.0.1:8080:db:5432`, as termind's commands take it.
     public var optionDescription: String { "--\(kind.rawValue)-forward \(spec.description)" }

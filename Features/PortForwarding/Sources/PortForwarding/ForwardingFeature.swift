@@ -182,8 +182,11 @@ final class ForwardingFeature: Feature {
         let ports = try current()
         let rule = try await Self.find(request.rule, ports: ports)
         guard ports.resident else {
+            // The host as the person knows it (its label), not the id the rule keeps.
+            let host = try await Self.label(rule.host, ports: ports)
             throw TermindError(.forwardingNeedsServer, "Saved rules run inside termind serve, which keeps them alive: start it (termind serve), then "
-                + "termind forward \(retry ? "retry" : "start") \(rule.name) again. For this command's lifetime only: termind forward run \(Self.shell(rule.host)) \(rule.optionDescription).")
+                + "termind forward \(retry ? "retry" : "start") \(Self.shell(rule.name)) again. For this command's lifetime only: termind forward run \(Self.shell(host)) "
+                + "\(rule.kind.flag) \(Self.shell(rule.spec.description)).")
         }
         if !retry, let status = await supervisor.status(rule.id), status.state == .running || status.state == .recovering {
             await Self.say(RuleText.sentence(status), session)
@@ -406,7 +409,7 @@ actor Supervisor {
             await run.rename(label)
             return run
         }
-        let run = HostRun(target: reference, label: label, purpose: "forwarding", opener: opener, logger: logger.child("host"))
+        let run = HostRun(target: reference, label: label, purpose: "forwarding", saved: true, opener: opener, logger: logger.child("host"))
         hosts[reference] = run
         return run
     }
