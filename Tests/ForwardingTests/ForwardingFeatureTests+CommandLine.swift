@@ -167,6 +167,31 @@ extension ForwardingFeatureTests {
         XCTAssertTrue(gone.contains("termind forward edit 'my web' --host HOST), then termind forward retry 'my web'."), gone)
     }
 
+    /// Issue 34 (point 13): a bad forward spec is a usage error, as the README's exit codes
+    /// say: exit 2, the message naming the spec and what is wrong, nothing stored or started.
+    /// The feature reports it as `forwarding.bad_spec`; the client turns that code into 2.
+    func testABadForwardSpecIsAUsageErrorNamingTheSpec() throws {
+        try saveHost()
+        XCTAssertEqual(try termind(["forward", "add", "db", "box", "-L", "15432:db:5432"]).status, 0)
+        let cases: [([String], String)] = [
+            (["forward", "add", "web", "box", "--local-forward", "8080:web"], "-L '8080:web': write [BIND:]PORT:HOST:HOSTPORT."),
+            (["forward", "add", "web", "box", "-D", "1080:x:1"], "-D '1080:x:1': write [BIND:]PORT."),
+            (["forward", "add", "web", "box", "-R", "0"], "-R '0': a SOCKS proxy on the server (-R [BIND:]PORT alone) is not supported"),
+            (["forward", "edit", "db", "-L", "15432:db:99999"], "-L '15432:db:99999': the target port '99999' is not a port"),
+            (["forward", "run", "box", "-L", "8080:web:80", "-L", "[::1]:8080:db"], "-L '[::1]:8080:db': the listening port '::1' is not a port"),
+            (["forward", "run", "box"], "Name at least one forward: -L [BIND:]PORT:HOST:HOSTPORT"),
+        ]
+        for (arguments, message) in cases {
+            let result = try termind(arguments)
+            XCTAssertEqual(result.status, 2, "\(arguments.joined(separator: " ")): a usage error (needs the client to exit 2 on forwarding.bad_spec): \(result.stderr)")
+            XCTAssertTrue(result.stderr.contains(message), "\(arguments.joined(separator: " ")): \(result.stderr)")
+        }
+        let listed = try json(["forward", "list"])
+        guard case .array(let rules)? = listed["rules"] else { return XCTFail("\(listed)") }
+        XCTAssertEqual(rules.compactMap { $0["rule"]?["name"]?.stringValue }, ["db"], "nothing stored")
+        XCTAssertEqual(rule(listed, "db")?["rule"]?["bindPort"], .integer(15432), "the bad edit changed nothing")
+    }
+
     // MARK: - IPv6
 
     /// An echo server on [::1] (python3), and its port.

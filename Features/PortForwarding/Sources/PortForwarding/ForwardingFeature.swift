@@ -206,7 +206,10 @@ final class ForwardingFeature: Feature {
         for text in request.localForward ?? [] { specs.append(try ForwardSpec.parse(text, kind: .local)) }
         for text in request.remoteForward ?? [] { specs.append(try ForwardSpec.parse(text, kind: .remote)) }
         for text in request.dynamicForward ?? [] { specs.append(try ForwardSpec.parse(text, kind: .dynamic)) }
-        guard !specs.isEmpty else { throw TermindError.badRequest("Name at least one forward: --local-forward SPEC, --remote-forward SPEC or --dynamic-forward SPEC (as ssh's -L, -R, -D).") }
+        guard !specs.isEmpty else {
+            throw TermindError(.forwardingBadSpec, "Name at least one forward: -L [BIND:]PORT:HOST:HOSTPORT, -R [BIND:]PORT:HOST:HOSTPORT or -D [BIND:]PORT, "
+                + "as ssh takes them (or --local-forward, --remote-forward, --dynamic-forward).")
+        }
         if let seconds = request.seconds, !(seconds > 0) { throw TermindError.badRequest("--seconds must be more than 0, not \(seconds).") }
         let reference = try await Self.hostReference(request.host, ports: ports)
         let label = try await Self.label(reference, ports: ports)
