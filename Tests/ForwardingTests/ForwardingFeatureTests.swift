@@ -1,4 +1,5 @@
 import Foundation
+import ForwardingRules
 import TermindCore
 import TermindCrypto
 import TermindHarness
@@ -8,11 +9,11 @@ import XCTest
 /// a TCP echo server as every forward's target, so each flow's bytes can be checked by
 /// SHA-256 both ways.
 final class ForwardingFeatureTests: XCTestCase {
-    private var directory: TemporaryDirectory!
-    private var server: SSHServerFixture!
-    private var echo: EchoServer!
-    private var serve: ServeProcess?
-    private var spawned: [SpawnedProcess] = []
+    var directory: TemporaryDirectory!
+    var server: SSHServerFixture!
+    var echo: EchoServer!
+    var serve: ServeProcess?
+    var spawned: [SpawnedProcess] = []
 
     override func setUpWithError() throws {
         directory = try TemporaryDirectory()
@@ -31,57 +32,57 @@ final class ForwardingFeatureTests: XCTestCase {
         directory?.remove()
     }
 
-    private var environment: [String: String] {
+    var environment: [String: String] {
         ProcessInfo.termindEnvironment(home: directory.file("home"), socket: directory.file("none.sock"))
     }
 
-    private var location: [String] {
+    var location: [String] {
         serve.map { ["--socket", $0.socketPath] } ?? ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")]
     }
 
-    private func termind(_ arguments: [String]) throws -> ProcessResult {
+    func termind(_ arguments: [String]) throws -> ProcessResult {
         try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", location + arguments, environment: environment)
     }
 
-    private func json(_ arguments: [String]) throws -> JSONValue {
+    func json(_ arguments: [String]) throws -> JSONValue {
         let result = try termind(["--json"] + arguments)
         XCTAssertEqual(result.status, 0, "termind \(arguments.joined(separator: " ")): \(result.stderr)")
         return try JSONCoding.parse(Data(result.stdout.utf8), source: "termind's output")
     }
 
-    private func spawn(_ arguments: [String]) throws -> SpawnedProcess {
+    func spawn(_ arguments: [String]) throws -> SpawnedProcess {
         let process = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + arguments, environment: environment, captureOutput: true)
         spawned.append(process)
         return process
     }
 
     /// A saved host "box" for the fixture's sshd with its key.
-    private func saveHost() throws {
+    func saveHost() throws {
         XCTAssertEqual(try termind(["vault", "key", "import", directory.file("id"), "--label", "ci"]).status, 0)
         XCTAssertEqual(try termind(["vault", "identity", "add", NSUserName(), "--key", "ci"]).status, 0)
         XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
     }
 
-    private func trustServer() throws {
+    func trustServer() throws {
         let key = try XCTUnwrap(server.hostKeys["ssh-ed25519"])
         let added = try termind(["vault", "knownhost", "add", "127.0.0.1", key, "--port", "\(server.port)"])
         XCTAssertEqual(added.status, 0, added.stderr)
     }
 
-    private func startServe() throws {
+    func startServe() throws {
         serve = try ServeProcess(directory: directory, arguments: [], environment: ["TERMIND_SOCKET": directory.file("serve/control.sock")])
     }
 
-    private func rule(_ list: JSONValue, _ name: String) -> JSONValue? {
+    func rule(_ list: JSONValue, _ name: String) -> JSONValue? {
         guard case .array(let rules)? = list["rules"] else { return nil }
         return rules.first { $0["rule"]?["name"]?.stringValue == name }
     }
 
-    private func state(_ name: String) throws -> String? {
+    func state(_ name: String) throws -> String? {
         rule(try json(["forward", "list"]), name)?["state"]?.stringValue
     }
 
-    private func waitFor(_ what: String, timeout: Double = 30, _ condition: () throws -> Bool) throws {
+    func waitFor(_ what: String, timeout: Double = 30, _ condition: () throws -> Bool) throws {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if try condition() { return }
@@ -138,6 +139,8 @@ final class ForwardingFeatureTests: XCTestCase {
         let start = try termind(["forward", "start", "socks"])
         XCTAssertNotEqual(start.status, 0)
         XCTAssertTrue(start.stderr.contains("termind serve") && start.stderr.contains("termind forward run"), start.stderr)
+        // The run it suggests names the host as the person knows it (issue 34), not the rule's id for it.
+        XCTAssertTrue(start.stderr.contains("termind forward run prod-box -D '[::1]:11080'"), start.stderr)
     }
 
     func testSshConfigForwardsAreRuleCandidatesSavedOnlyWhenSelectedAndNeverStarted() throws {
@@ -339,6 +342,40 @@ final class ForwardingFeatureTests: XCTestCase {
         XCTAssertEqual(shown.first?["state"]?.stringValue, "running")
     }
 
+    /// Issue 34: a loss soon after a recovery is an outage of its own, retried 1, 2, 5 s …
+    /// apart like the first (the supervisor had gone on from the first outage's schedule,
+    /// so its attempts came 5, 10, 30 s apart). The attempts are seen where sshd was: a
+    /// listener on its port that takes each connection and drops it.
+    func testALossSoonAfterARecoveryIsRetriedAfter1Then2Then5Seconds() throws {
+        try saveHost()
+        try trustServer()
+        let web = try SSHServerFixture.freePort()
+        let run = try spawn(["forward", "run", "box", "--local-forward", "\(web):127.0.0.1:\(echo.port)"])
+        try waitFor("the forward") { Self.canConnect(web) }
+        server.kill()
+        try server.restart()
+        try waitFor("recovered") { (try? Self.echoRoundTrip(Self.connect(web), bytes: 1024)) == .some(nil) }
+        // The new connection holds (one the server drops at once goes on with the delays).
+        Thread.sleep(forTimeInterval: RetrySchedule.holdSeconds + 0.5)
+
+        server.kill()
+        let attempts = try AttemptRecorder(port: server.port)
+        defer { attempts.stop() }
+        try waitFor("three attempts", timeout: 40) { attempts.times.count >= 3 }
+        let times = attempts.times
+        guard times.count >= 3 else {
+            run.signal(SIGINT)
+            run.wait()
+            return XCTFail("attempts at \(times): \(String(decoding: run.readAll().1, as: UTF8.self))")
+        }
+        let gaps = [times[1] - times[0], times[2] - times[1]]
+        XCTAssertTrue(gaps[0] >= 1.8 && gaps[0] < 4, "the second attempt 2 s after the first: \(gaps)")
+        XCTAssertTrue(gaps[1] >= 4.8 && gaps[1] < 8.5, "the third 5 s after the second: \(gaps)")
+        XCTAssertTrue(run.isRunning, "still trying")
+        run.signal(SIGINT)
+        XCTAssertEqual(run.wait(), 130)
+    }
+
     func testAHostKeyTrustedOnceNeverAuthorizesASilentReconnect() throws {
         try startServe()
         try saveHost()
@@ -355,6 +392,7 @@ final class ForwardingFeatureTests: XCTestCase {
         try waitFor("needs-attention after the reconnect was refused", timeout: 20) { try state("web") == "needs-attention" }
         let shown = rule(try json(["forward", "list"]), "web")
         XCTAssertTrue(shown?["lastError"]?.stringValue?.contains("no terminal to ask") == true, "\(String(describing: shown))")
+        XCTAssertTrue(shown?["lastError"]?.stringValue?.hasSuffix("To try again: termind forward retry web.") == true, "\(String(describing: shown))")
         XCTAssertFalse(Self.canConnect(web), "a rule that needs attention does not listen")
         let accepted = (try? String(contentsOfFile: server.directory.file("sshd.log"), encoding: .utf8))?.components(separatedBy: "Accepted publickey").count ?? 0
         XCTAssertEqual(accepted - 1, 1, "only the person's start authenticated; the reconnect stopped at the host key")
@@ -702,6 +740,49 @@ final class ForwardingFeatureTests: XCTestCase {
         }
         group.wait()
         return failures.all
+    }
+}
+
+/// A listener on a port a client reconnects to: it notes when each connection arrives
+/// (monotonic seconds) and closes it at once.
+final class AttemptRecorder: @unchecked Sendable {
+    private let fd: Int32
+    private let lock = NSLock()
+    private var arrivals: [Double] = []
+    private var thread: Thread?
+
+    init(port: Int) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard bound == 0, listen(fd, 16) == 0 else {
+            close(fd)
+            throw TermindError(code: "test.bind", message: "cannot listen on port \(port): \(String(cString: strerror(errno)))")
+        }
+        let listener = fd
+        thread = Thread { [weak self] in
+            while true {
+                let client = accept(listener, nil, nil)
+                guard client >= 0 else { return }
+                let now = Double(DispatchTime.now().uptimeNanoseconds) / 1e9
+                close(client)
+                guard let self else { return }
+                self.lock.withLock { self.arrivals.append(now) }
+            }
+        }
+        thread?.start()
+    }
+
+    var times: [Double] { lock.withLock { arrivals } }
+
+    func stop() {
+        shutdown(fd, Int32(SHUT_RDWR))
+        close(fd)
     }
 }
 

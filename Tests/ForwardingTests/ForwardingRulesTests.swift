@@ -54,12 +54,28 @@ final class ForwardSpecTests: XCTestCase {
         XCTAssertTrue(message("a1080", .dynamic).contains("not a port"))
     }
 
-    func testTheRetryScheduleResetsOnlyAfterAStableMinute() {
+    /// Issue 34: a second outage soon after a recovery started at 2 s (the first outage's
+    /// successful attempt had used the 1 s step), so its attempts came 2, 5, 10, 30 s apart.
+    func testEveryOutageRetriesAfter1_2_5_10_30AndOnlyADroppedConnectionGoesOn() {
         var schedule = RetrySchedule()
         XCTAssertEqual((0..<7).map { _ in schedule.next() }, [1, 2, 5, 10, 30, 30, 30])
-        schedule.connectionEnded(after: 59)
-        XCTAssertEqual(schedule.next(), 30, "59 s is not stable")
-        schedule.connectionEnded(after: 60)
+
+        // Recovered at the first attempt; the new connection held 8 s, then was lost too.
+        schedule = RetrySchedule()
+        XCTAssertEqual(schedule.next(), 1)
+        schedule.connectionEnded(after: 8)
+        XCTAssertEqual((0..<6).map { _ in schedule.next() }, [1, 2, 5, 10, 30, 30], "a new outage, a new schedule")
+
+        // A long outage, then a loss a minute later: from the start as well.
+        schedule.connectionEnded(after: 61)
+        XCTAssertEqual(schedule.next(), 1)
+
+        // A connection the server dropped at once did not hold: the delays go on growing.
+        schedule = RetrySchedule()
+        XCTAssertEqual([schedule.next(), schedule.next()], [1, 2])
+        schedule.connectionEnded(after: RetrySchedule.holdSeconds - 0.5)
+        XCTAssertEqual(schedule.next(), 5)
+        schedule.connectionEnded(after: RetrySchedule.holdSeconds)
         XCTAssertEqual(schedule.next(), 1)
     }
 }

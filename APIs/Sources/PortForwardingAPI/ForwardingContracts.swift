@@ -210,7 +210,7 @@ public enum ForwardingStreams {
         public static let name = "forwarding.start"
         public static let version = 1
         public static let summary = "Start a saved rule inside termind serve, asking what connecting needs; the supervisor keeps it alive."
-        public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice] }
+        public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice, "view": StreamEvents.view] }
         public static var questions: [String: String] { ConnectionOpener.questions }
     }
 
@@ -220,7 +220,7 @@ public enum ForwardingStreams {
         public static let name = "forwarding.retry"
         public static let version = 1
         public static let summary = "Start a failed rule, or one that needs attention, again, asking what connecting needs."
-        public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice] }
+        public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice, "view": StreamEvents.view] }
         public static var questions: [String: String] { ConnectionOpener.questions }
     }
 
@@ -237,8 +237,11 @@ public enum ForwardingStreams {
             public var connectTimeout: Double?
             /// Ends after this many seconds (nil: until cancelled).
             public var seconds: Double?
+            /// As ssh's ExitOnForwardFailure: a forward that cannot be set up ends the run and
+            /// every other forward (nil, false: it is reported and the others go on).
+            public var exitOnForwardFailure: Bool?
             public init(host: String, localForward: [String]? = nil, remoteForward: [String]? = nil, dynamicForward: [String]? = nil, acceptHostKey: HostKeyPreset? = nil,
-                        connectTimeout: Double? = nil, seconds: Double? = nil) {
+                        connectTimeout: Double? = nil, seconds: Double? = nil, exitOnForwardFailure: Bool? = nil) {
                 self.host = host
                 self.localForward = localForward
                 self.remoteForward = remoteForward
@@ -246,15 +249,21 @@ public enum ForwardingStreams {
                 self.acceptHostKey = acceptHostKey
                 self.connectTimeout = connectTimeout
                 self.seconds = seconds
+                self.exitOnForwardFailure = exitOnForwardFailure
             }
         }
         public struct Result: Codable, Sendable, Equatable {
             public var forwards: [ForwardStatus]
-            public init(forwards: [ForwardStatus]) { self.forwards = forwards }
+            /// 3 when the run ended with some of its forwards failed (a partial failure); nil when every one ran.
+            public var exitStatus: Int?
+            public init(forwards: [ForwardStatus], exitStatus: Int? = nil) {
+                self.forwards = forwards
+                self.exitStatus = exitStatus
+            }
         }
         public static let name = "forwarding.run"
         public static let version = 1
-        public static let summary = "Run unsaved forwards (-L, -R, -D) on a host for this command's lifetime, like ssh -N; they recover after a dropped connection."
+        public static let summary = "Run unsaved forwards (-L, -R, -D) on a host for this command's lifetime, like ssh -N; they recover after a dropped connection, and one that cannot be set up leaves the others running."
         public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice, "view": StreamEvents.view] }
         public static var questions: [String: String] { ConnectionOpener.questions }
     }
@@ -269,17 +278,60 @@ public enum ForwardingStreams {
             public var count: Int?
             /// Filled by the CLI: "json" emits the statuses as each view's `json`.
             public var output: String?
-            public init(rule: String? = nil, watch: Bool? = nil, count: Int? = nil, output: String? = nil) {
+            /// Only the rules with this tag.
+            public var tag: String?
+            public init(rule: String? = nil, watch: Bool? = nil, count: Int? = nil, output: String? = nil, tag: String? = nil) {
                 self.rule = rule
                 self.watch = watch
                 self.count = count
                 self.output = output
+                self.tag = tag
             }
         }
         public typealias Result = ForwardingContracts.List.Response
         public static let name = "forwarding.status"
         public static let version = 1
         public static let summary = "Each rule's state, where it listens, bytes each way, open flows, last error, uptime; --watch redraws it live."
+        public static var events: [String: JSONSchema] { ["view": StreamEvents.view] }
+    }
+
+    // The commands that change a rule, as a person runs them: each does what the contract
+    // of the same name without `rule.` does, returns what it returns, and says what it did
+    // in a sentence (a `view`, left out with --json).
+
+    public enum AddRule: StreamContract {
+        public typealias Request = ForwardingContracts.Add.Request
+        public typealias Result = ForwardRule
+        public static let name = "forwarding.rule.add"
+        public static let version = 1
+        public static let summary = "forwarding.add@1 for a person: save a rule (not started) and say what was saved."
+        public static var events: [String: JSONSchema] { ["view": StreamEvents.view] }
+    }
+
+    public enum EditRule: StreamContract {
+        public typealias Request = ForwardingContracts.Edit.Request
+        public typealias Result = ForwardStatus
+        public static let name = "forwarding.rule.edit"
+        public static let version = 1
+        public static let summary = "forwarding.edit@1 for a person: change a rule (a running one restarts alone) and say what it is now."
+        public static var events: [String: JSONSchema] { ["view": StreamEvents.view] }
+    }
+
+    public enum RemoveRule: StreamContract {
+        public typealias Request = ForwardingContracts.RuleRequest
+        public typealias Result = ForwardRule
+        public static let name = "forwarding.rule.remove"
+        public static let version = 1
+        public static let summary = "forwarding.remove@1 for a person: delete a rule (stopped first when it runs) and say what was deleted."
+        public static var events: [String: JSONSchema] { ["view": StreamEvents.view] }
+    }
+
+    public enum StopRule: StreamContract {
+        public typealias Request = ForwardingContracts.RuleRequest
+        public typealias Result = ForwardStatus
+        public static let name = "forwarding.rule.stop"
+        public static let version = 1
+        public static let summary = "forwarding.stop@1 for a person: stop a running rule (its peers keep running) and say so."
         public static var events: [String: JSONSchema] { ["view": StreamEvents.view] }
     }
 }

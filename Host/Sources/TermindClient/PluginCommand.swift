@@ -222,14 +222,19 @@ enum PluginCommand {
     /// A command-line value typed by the field's schema. Structured fields (objects, arrays
     /// of anything but plain values) take JSON, inline or `@FILE` (`@-`: standard input); a
     /// file holding an object with a member named like the field gives that member, so a
-    /// preview's `--json` report can be passed on as it is (`--files @preview.json`). An
-    /// array of plain values also takes `a,b,c`.
+    /// preview's `--json` report can be passed on as it is (`--files @preview.json`).
+    ///
+    /// An array of plain values takes `a,b,c` (split at commas outside brackets), `@FILE`,
+    /// or a JSON array of its items' type (`["a","b"]`). A value starting with `[` that is
+    /// not such an array is text like any other: an ssh forward with an IPv6 address
+    /// (`[::1]:8080:[fd00::5]:80`) is one item, not malformed JSON.
     static func typed(_ text: String, field: String, schema: JSONValue, console: Console) throws -> JSONValue {
         let property = schema["properties"]?[field]
         let itemType = property?["items"]?["type"]?.stringValue
+        let plainItems = ["string", "integer", "number", "boolean"].contains(itemType ?? "")
         let structured = switch property?["type"]?.stringValue {
         case "object"?: true
-        case "array"?: !["string", "integer", "number", "boolean"].contains(itemType ?? "") || text.hasPrefix("[") || text.hasPrefix("@")
+        case "array"?: !plainItems || text.hasPrefix("@") || (text.hasPrefix("[") && isJSONArray(text, of: itemType))
         default: false
         }
         if structured {
@@ -237,7 +242,7 @@ enum PluginCommand {
         }
         switch property?["type"]?.stringValue {
         case "array"?:
-            let items = text.split(separator: ",", omittingEmptySubsequences: true).map { String($0).trimmingCharacters(in: .whitespaces) }
+            let items = listItems(text).map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             return .array(try items.map { try typed(item: $0, field: field, type: itemType, console: console) })
         case "integer"?:
             if let v = Int64(text) { return .integer(v) }
@@ -255,6 +260,40 @@ enum PluginCommand {
         default:
             return .string(text)
         }
+    }
+
+    /// Whether `text` is a JSON array whose items all have the plain type `itemType`.
+    static func isJSONArray(_ text: String, of itemType: String?) -> Bool {
+        guard case .array(let items)? = try? JSONCoding.parse(Data(text.utf8), source: "the value") else { return false }
+        return items.allSatisfy { item in
+            switch (itemType, item) {
+            case ("string"?, .string), ("boolean"?, .bool), ("integer"?, .integer), ("integer"?, .unsignedInteger),
+                 ("number"?, .integer), ("number"?, .unsignedInteger), ("number"?, .double): true
+            default: false
+            }
+        }
+    }
+
+    /// The items of `a,b,c`: split at commas outside brackets, so a bracketed part
+    /// (`[fd00::5]`, or any `[…]` a value holds) stays whole.
+    static func listItems(_ text: String) -> [String] {
+        var items: [String] = []
+        var current = ""
+        var depth = 0
+        for character in text {
+            switch character {
+            case "[": depth += 1
+            case "]": depth = max(0, depth - 1)
+            case "," where depth == 0:
+                items.append(current)
+                current = ""
+                continue
+            default: break
+            }
+            current.append(character)
+        }
+        items.append(current)
+        return items
     }
 
     /// One element of an `a,b,c` list.

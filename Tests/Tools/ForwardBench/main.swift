@@ -362,7 +362,7 @@ if recovery {
     // termind's supervisor against autossh (ssh restarted as soon as it exits; it exits once
     // the dead connection is noticed: ServerAliveInterval 1). Fresh forwards each run, up
     // for a moment before sshd goes: termind's first retry is 1 s after the loss (the seed's
-    // 1, 2, 5, 10, 30 s schedule, reset only after 60 stable seconds).
+    // 1, 2, 5, 10, 30 s schedule, from the start at each outage).
     let autosshPath = "/usr/bin/autossh"
     let haveAutossh = FileManager.default.isExecutableFile(atPath: autosshPath)
     if !haveAutossh { print("autossh is not installed (apt-get install autossh): termind's recovery time is shown alone") }

@@ -33,9 +33,8 @@ public struct ForwardSpec: Sendable, Equatable {
 
     /// Parses `text` as the spec of `kind`; the error names the spec and what is wrong.
     public static func parse(_ text: String, kind: ForwardKind) throws -> ForwardSpec {
-        let flag = switch kind { case .local: "-L"; case .remote: "-R"; case .dynamic: "-D" }
         func bad(_ why: String) -> TermindError {
-            TermindError(.forwardingBadSpec, "\(flag) '\(text)': \(why).")
+            TermindError(.forwardingBadSpec, "\(kind.flag) '\(text)': \(why).")
         }
         guard !text.isEmpty, text.utf8.count <= 1024 else { throw bad("a spec is 1 to 1024 bytes") }
         guard !text.contains(where: { $0.isWhitespace || $0.isNewline }) else { throw bad("a spec has no spaces") }
@@ -114,10 +113,25 @@ public struct ForwardSpec: Sendable, Equatable {
 
     /// As ssh writes it back (`[::1]:8080:db:5432`).
     public var description: String {
-        func bracket(_ host: String) -> String { host.contains(":") ? "[\(host)]" : host }
-        let listen = "\(bracket(bindAddress)):\(bindPort)"
-        guard let targetHost, let targetPort else { return listen }
-        return "\(listen):\(bracket(targetHost)):\(targetPort)"
+        guard let targetHost, let targetPort else { return listenDescription }
+        return "\(listenDescription):\(Self.bracketed(targetHost)):\(targetPort)"
+    }
+
+    /// Where it listens, as ssh writes it (`127.0.0.1:8080`, `[::1]:1080`).
+    public var listenDescription: String { "\(Self.bracketed(bindAddress)):\(bindPort)" }
+
+    /// An IPv6 address in brackets (`[::1]`); a name or an IPv4 address as it is.
+    public static func bracketed(_ host: String) -> String { host.contains(":") ? "[\(host)]" : host }
+}
+
+extension ForwardKind {
+    /// ssh's flag for it: `-L`, `-R`, `-D`.
+    public var flag: String {
+        switch self {
+        case .local: "-L"
+        case .remote: "-R"
+        case .dynamic: "-D"
+        }
     }
 }
 
@@ -127,20 +141,22 @@ extension ForwardRule {
     }
 
     /// `-L 127.0.0.1:8080:db:5432`, as ssh takes it.
-    public var flagDescription: String {
-        let flag = switch kind { case .local: "-L"; case .remote: "-R"; case .dynamic: "-D" }
-        return "\(flag) \(spec.description)"
-    }
+    public var flagDescription: String { "\(kind.flag) \(spec.description)" }
 
     /// `--local-forward 127.0.0.1:8080:db:5432`, as termind's commands take it.
     public var optionDescription: String { "--\(kind.rawValue)-forward \(spec.description)" }
 }
 
-/// The supervisor's reconnect delays (seed): 1, 2, 5, 10, then 30 s for every later attempt,
-/// back to the start once a connection stayed up for 60 s.
+/// The supervisor's reconnect delays (seed): each outage's attempts come 1, 2, 5, 10, then
+/// every 30 s after the loss — every outage, however soon after the last one it comes. Only a
+/// connection that did not hold (lost within `holdSeconds` of being made: a host that takes
+/// the connection and drops it at once) goes on where the schedule stood, so such a host is
+/// not asked every second.
 public struct RetrySchedule: Sendable, Equatable {
     public static let delays: [Double] = [1, 2, 5, 10, 30]
-    public static let stableSeconds: Double = 60
+    /// One keepalive interval: a link that dies silently is noticed only after 15 s, so a
+    /// connection lost sooner than this was dropped by the other end.
+    public static let holdSeconds: Double = 5
     public private(set) var attempt = 0
 
     public init() {}
@@ -151,8 +167,9 @@ public struct RetrySchedule: Sendable, Equatable {
         return Self.delays[min(attempt, Self.delays.count - 1)]
     }
 
-    /// A connection that was up for `seconds` before it broke: long enough resets the schedule.
+    /// A connection that was up for `seconds` before it broke: one that held starts a new
+    /// outage at the first delay.
     public mutating func connectionEnded(after seconds: Double) {
-        if seconds >= Self.stableSeconds { attempt = 0 }
+        if seconds >= Self.holdSeconds { attempt = 0 }
     }
 }

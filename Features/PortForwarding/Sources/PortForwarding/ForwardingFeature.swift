@@ -30,61 +30,47 @@ final class ForwardingFeature: Feature {
 
     func register(_ registrar: FeatureRegistrar) throws {
         registrar.provide(.sessionForwarding, SessionForwarder(feature: self))
-        registrar.handle(ForwardingContracts.Add.self) { [self] request, _ in
-            let ports = try current()
-            let spec = try Self.spec(local: request.localForward, remote: request.remoteForward, dynamic: request.dynamicForward, required: true)!
-            let rule = ForwardRule(id: UUID().uuidString.lowercased(), name: try Self.checkName(request.name), kind: spec.kind,
-                                   bindAddress: spec.bindAddress, bindPort: spec.bindPort, targetHost: spec.targetHost, targetPort: spec.targetPort,
-                                   host: try await Self.hostReference(request.host, ports: ports), color: try Self.checkColor(request.color),
-                                   tags: try Self.checkTags(request.tags ?? []))
-            try await ports.store.insert(rule)
-            return rule
-        }
-        registrar.handle(ForwardingContracts.Edit.self) { [self] request, _ in
-            let ports = try current()
-            var rule = try await Self.find(request.rule, ports: ports)
-            let before = rule
-            if let name = request.name { rule.name = try Self.checkName(name) }
-            if let host = request.host { rule.host = try await Self.hostReference(host, ports: ports) }
-            if let spec = try Self.spec(local: request.localForward, remote: request.remoteForward, dynamic: request.dynamicForward, required: false) {
-                rule.kind = spec.kind
-                rule.bindAddress = spec.bindAddress
-                rule.bindPort = spec.bindPort
-                rule.targetHost = spec.targetHost
-                rule.targetPort = spec.targetPort
-            }
-            if let color = request.color { rule.color = color.isEmpty ? nil : try Self.checkColor(color) }
-            if let tags = request.tags { rule.tags = try Self.checkTags(tags) }
-            guard rule != before else { return try await status(rule, ports: ports) }
-            try await ports.store.update(rule)
-            // Only this rule's run restarts (a name or color alone changes nothing that runs).
-            let running = await supervisor.status(rule.id).map { $0.state != .stopped } ?? false
-            if running {
-                let shapeChanged = rule.host != before.host || rule.spec != before.spec
-                if shapeChanged {
-                    _ = await supervisor.restart(rule, label: try await Self.label(rule.host, ports: ports), ports: ports.opener, logger: ports.logger)
-                } else {
-                    await supervisor.update(rule)
-                }
-            }
-            return try await status(rule, ports: ports)
-        }
-        registrar.handle(ForwardingContracts.Remove.self) { [self] request, _ in
-            let ports = try current()
-            let rule = try await Self.find(request.rule, ports: ports)
-            await supervisor.stop(rule.id)
-            try await ports.store.delete(rule.id)
-            return rule
-        }
-        registrar.handle(ForwardingContracts.Stop.self) { [self] request, _ in
-            let ports = try current()
-            let rule = try await Self.find(request.rule, ports: ports)
-            if let stopped = await supervisor.stop(rule.id) { return stopped }
-            return try await status(rule, ports: ports)
-        }
+        registrar.handle(ForwardingContracts.Add.self) { [self] request, _ in try await add(request, ports: try current()) }
+        registrar.handle(ForwardingContracts.Edit.self) { [self] request, _ in try await edit(request, ports: try current()).status }
+        registrar.handle(ForwardingContracts.Remove.self) { [self] request, _ in try await remove(request, ports: try current()).rule }
+        registrar.handle(ForwardingContracts.Stop.self) { [self] request, _ in try await stop(request, ports: try current()).status }
         registrar.handle(ForwardingContracts.List.self) { [self] request, _ in
             let ports = try current()
             return .init(rules: try await statuses(ports, tag: request.tag))
+        }
+        // The same, run by a person: each says what it did.
+        registrar.stream(ForwardingStreams.AddRule.self) { [self] request, session in
+            let ports = try current()
+            let rule = try await add(request, ports: ports)
+            let what = RuleText.what(rule, hostLabel: try await Self.label(rule.host, ports: ports))
+            await Self.say("Saved \(what), not started: termind forward start \(Self.shell(rule.name)) runs it inside termind serve.", session)
+            return rule
+        }
+        registrar.stream(ForwardingStreams.EditRule.self) { [self] request, session in
+            let (status, changed) = try await edit(request, ports: try current())
+            await Self.say((changed ? "Changed \(status.rule.name). " : "Nothing to change. ") + RuleText.sentence(status), session)
+            return status
+        }
+        registrar.stream(ForwardingStreams.RemoveRule.self) { [self] request, session in
+            let ports = try current()
+            let (rule, stopped) = try await remove(request, ports: ports)
+            let what = RuleText.what(rule, hostLabel: try await Self.label(rule.host, ports: ports))
+            let wasRunning = stopped.map { $0.state == .running || $0.state == .recovering || $0.state == .starting } ?? false
+            await Self.say("Deleted \(what)\(wasRunning ? "; it was stopped first" : "").", session)
+            return rule
+        }
+        registrar.stream(ForwardingStreams.StopRule.self) { [self] request, session in
+            let (status, before) = try await stop(request, ports: try current())
+            let what = RuleText.what(status.rule, hostLabel: status.hostLabel)
+            switch before {
+            case .running?, .recovering?, .starting?:
+                await Self.say("Stopped \(what): its listener is closed and its flows ended; other rules go on.", session)
+            case let state?:
+                await Self.say("Stopped \(what), which was \(state.rawValue).", session)
+            case nil:
+                await Self.say("\(what) was not running; nothing changed.", session)
+            }
+            return status
         }
         registrar.stream(ForwardingStreams.Start.self) { [self] request, session in
             try await start(request, session: session, retry: false)
@@ -98,6 +84,70 @@ final class ForwardingFeature: Feature {
         registrar.stream(ForwardingStreams.Status.self) { [self] request, session in
             try await showStatus(request, session: session, ports: try current())
         }
+    }
+
+    /// A command's result for a person: one sentence (left out with --json, where the record is printed).
+    static func say(_ sentence: String, _ session: StreamSession) async {
+        await say(["title": .string(sentence), "rows": .array([])], session)
+    }
+
+    // MARK: - Rules
+
+    private func add(_ request: ForwardingContracts.Add.Request, ports: Ports) async throws -> ForwardRule {
+        let spec = try Self.spec(local: request.localForward, remote: request.remoteForward, dynamic: request.dynamicForward, required: true)!
+        let rule = ForwardRule(id: UUID().uuidString.lowercased(), name: try Self.checkName(request.name), kind: spec.kind,
+                               bindAddress: spec.bindAddress, bindPort: spec.bindPort, targetHost: spec.targetHost, targetPort: spec.targetPort,
+                               host: try await Self.hostReference(request.host, ports: ports), color: try Self.checkColor(request.color),
+                               tags: try Self.checkTags(request.tags ?? []))
+        try await ports.store.insert(rule)
+        return rule
+    }
+
+    /// The rule's status after the edit, and whether anything changed.
+    private func edit(_ request: ForwardingContracts.Edit.Request, ports: Ports) async throws -> (status: ForwardStatus, changed: Bool) {
+        var rule = try await Self.find(request.rule, ports: ports)
+        let before = rule
+        if let name = request.name { rule.name = try Self.checkName(name) }
+        if let host = request.host { rule.host = try await Self.hostReference(host, ports: ports) }
+        if let spec = try Self.spec(local: request.localForward, remote: request.remoteForward, dynamic: request.dynamicForward, required: false) {
+            rule.kind = spec.kind
+            rule.bindAddress = spec.bindAddress
+            rule.bindPort = spec.bindPort
+            rule.targetHost = spec.targetHost
+            rule.targetPort = spec.targetPort
+        }
+        if let color = request.color { rule.color = color.isEmpty ? nil : try Self.checkColor(color) }
+        if let tags = request.tags { rule.tags = try Self.checkTags(tags) }
+        guard rule != before else { return (try await status(rule, ports: ports), false) }
+        try await ports.store.update(rule)
+        // Only this rule's run restarts (a name or color alone changes nothing that runs).
+        let running = await supervisor.status(rule.id).map { $0.state != .stopped } ?? false
+        if running {
+            let shapeChanged = rule.host != before.host || rule.spec != before.spec
+            if shapeChanged {
+                _ = await supervisor.restart(rule, label: try await Self.label(rule.host, ports: ports), ports: ports.opener, logger: ports.logger)
+            } else {
+                await supervisor.update(rule)
+            }
+        }
+        return (try await status(rule, ports: ports), true)
+    }
+
+    /// The deleted rule, and its run's last status when it had one.
+    private func remove(_ request: ForwardingContracts.RuleRequest, ports: Ports) async throws -> (rule: ForwardRule, stopped: ForwardStatus?) {
+        let rule = try await Self.find(request.rule, ports: ports)
+        let before = await supervisor.status(rule.id)
+        await supervisor.stop(rule.id)
+        try await ports.store.delete(rule.id)
+        return (rule, before)
+    }
+
+    /// The rule's status now, and the state of its run before (nil: it had none).
+    private func stop(_ request: ForwardingContracts.RuleRequest, ports: Ports) async throws -> (status: ForwardStatus, before: ForwardState?) {
+        let rule = try await Self.find(request.rule, ports: ports)
+        let before = await supervisor.status(rule.id)?.state
+        if let stopped = await supervisor.stop(rule.id) { return (stopped, before) }
+        return (try await status(rule, ports: ports), nil)
     }
 
     func start(_ context: FeatureContext) async throws {
@@ -132,16 +182,21 @@ final class ForwardingFeature: Feature {
         let ports = try current()
         let rule = try await Self.find(request.rule, ports: ports)
         guard ports.resident else {
+            // The host as the person knows it (its label), not the id the rule keeps.
+            let host = try await Self.label(rule.host, ports: ports)
             throw TermindError(.forwardingNeedsServer, "Saved rules run inside termind serve, which keeps them alive: start it (termind serve), then "
-                + "termind forward \(retry ? "retry" : "start") \(rule.name) again. For this command's lifetime only: termind forward run \(Self.shell(rule.host)) \(rule.optionDescription).")
+                + "termind forward \(retry ? "retry" : "start") \(Self.shell(rule.name)) again. For this command's lifetime only: termind forward run \(Self.shell(host)) "
+                + "\(rule.kind.flag) \(Self.shell(rule.spec.description)).")
         }
         if !retry, let status = await supervisor.status(rule.id), status.state == .running || status.state == .recovering {
-            await session.emit("notice", ["text": .string("\(rule.name) is \(status.state.rawValue) already.")])
+            await Self.say(RuleText.sentence(status), session)
             return status
         }
         let label = try await Self.label(rule.host, ports: ports)
-        return try await supervisor.start(rule, label: label, ask: { await session.ask($0) }, preset: request.acceptHostKey,
-                                          connectTimeout: request.connectTimeout, opener: ports.opener, logger: ports.logger)
+        let status = try await supervisor.start(rule, label: label, ask: { await session.ask($0) }, preset: request.acceptHostKey,
+                                                connectTimeout: request.connectTimeout, opener: ports.opener, logger: ports.logger)
+        await Self.say(RuleText.sentence(status), session)
+        return status
     }
 
     // MARK: - Unsaved forwards
@@ -151,7 +206,10 @@ final class ForwardingFeature: Feature {
         for text in request.localForward ?? [] { specs.append(try ForwardSpec.parse(text, kind: .local)) }
         for text in request.remoteForward ?? [] { specs.append(try ForwardSpec.parse(text, kind: .remote)) }
         for text in request.dynamicForward ?? [] { specs.append(try ForwardSpec.parse(text, kind: .dynamic)) }
-        guard !specs.isEmpty else { throw TermindError.badRequest("Name at least one forward: --local-forward SPEC, --remote-forward SPEC or --dynamic-forward SPEC (as ssh's -L, -R, -D).") }
+        guard !specs.isEmpty else {
+            throw TermindError(.forwardingBadSpec, "Name at least one forward: -L [BIND:]PORT:HOST:HOSTPORT, -R [BIND:]PORT:HOST:HOSTPORT or -D [BIND:]PORT, "
+                + "as ssh takes them (or --local-forward, --remote-forward, --dynamic-forward).")
+        }
         if let seconds = request.seconds, !(seconds > 0) { throw TermindError.badRequest("--seconds must be more than 0, not \(seconds).") }
         let reference = try await Self.hostReference(request.host, ports: ports)
         let label = try await Self.label(reference, ports: ports)
@@ -172,24 +230,41 @@ final class ForwardingFeature: Feature {
             rule.name = rule.flagDescription
             return rule
         }
+        let exitOnFailure = request.exitOnForwardFailure ?? false
         do {
             for rule in rules {
-                let status = try await host.start(rule, ask: { await session.ask($0) }, preset: request.acceptHostKey, connectTimeout: request.connectTimeout)
-                await session.emit("notice", ["text": .string(Self.describe(status))])
+                do {
+                    let status = try await host.start(rule, ask: { await session.ask($0) }, preset: request.acceptHostKey, connectTimeout: request.connectTimeout)
+                    await session.emit("notice", ["text": .string(RuleText.sentence(status))])
+                } catch {
+                    // Without a connection no forward can run; with one, this forward's own
+                    // failure (a port in use, a listen the server refused) is its own, as ssh's.
+                    guard !exitOnFailure, await host.isConnected else { throw error }
+                    let failure = TermindError.from(error)
+                    await session.emit("notice", ["text": .string("warning: \(RuleText.what(rule, hostLabel: label)) did not start: \(RuleText.sentenceEnd(failure.message)); "
+                        + "the other forwards go on (--exit-on-forward-failure true ends them all instead).")])
+                }
             }
-            await session.emit("notice", ["text": .string("Forwarding through \(label) until interrupted (Ctrl-C).")])
+            let started = await host.statuses()
+            let failed = started.filter { $0.state != .running }
+            if failed.count == started.count {
+                throw TermindError(.forwardingFailed, "No forward could start: " + failed.map { "\($0.rule.name): \(RuleText.sentenceEnd($0.lastError ?? $0.state.rawValue))" }.joined(separator: "; ") + ".")
+            }
+            let failures = failed.isEmpty ? "" : "; \(failed.map(\.rule.name).joined(separator: ", ")) did not start"
+            await session.emit("notice", ["text": .string("Forwarding through \(label) until interrupted (Ctrl-C): \(started.count - failed.count) of \(started.count) running\(failures).")])
             let deadline = request.seconds.map { Date().timeIntervalSince1970 + $0 }
-            var last = await host.statuses().map(\.state)
+            var last = started.map(\.state)
             while !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(250))
                 if let deadline, Date().timeIntervalSince1970 >= deadline { break }
                 let now = await host.statuses()
                 for (status, before) in zip(now, last) where status.state != before {
-                    await session.emit("notice", ["text": .string(Self.describe(status))])
+                    await session.emit("notice", ["text": .string(RuleText.sentence(status))])
                 }
                 last = now.map(\.state)
-                if now.allSatisfy({ $0.state == .failed || $0.state == .needsAttention }) {
-                    throw TermindError(.forwardingFailed, now.map { "\($0.rule.name): \($0.lastError ?? $0.state.rawValue)" }.joined(separator: "\n"))
+                let stopped = now.filter { $0.state == .failed || $0.state == .needsAttention }
+                if stopped.count == now.count || (exitOnFailure && !stopped.isEmpty) {
+                    throw TermindError(.forwardingFailed, stopped.map { "\($0.rule.name): \(RuleText.sentenceEnd($0.lastError ?? $0.state.rawValue))" }.joined(separator: "; ") + ".")
                 }
             }
         } catch {
@@ -198,22 +273,10 @@ final class ForwardingFeature: Feature {
         }
         let final = await host.statuses()
         await host.stopAll()
-        return .init(forwards: final)
-    }
-
-    static func describe(_ status: ForwardStatus) -> String {
-        let rule = status.rule
-        let target = rule.kind == .dynamic ? "SOCKS" : "\(rule.targetHost ?? "?"):\(rule.targetPort ?? 0)"
-        switch status.state {
-        case .running:
-            return rule.kind == .remote
-                ? "\(rule.name): \(status.hostLabel) listens on \(status.bound ?? "?") → \(target) from here"
-                : "\(rule.name): \(status.bound ?? "?") → \(target) through \(status.hostLabel)"
-        case .recovering:
-            return "\(rule.name): the connection to \(status.hostLabel) was lost (\(status.lastError ?? "")); reconnecting"
-        default:
-            return "\(rule.name): \(status.state.rawValue)\(status.lastError.map { " (\($0))" } ?? "")"
-        }
+        await Self.say(RuleText.view(final, title: "Forwards through \(label), now ended", empty: "No forwards"), session)
+        // Some forwards never ran or stopped for good while the others went on: a partial failure.
+        let partial = final.contains { $0.state == .failed || $0.state == .needsAttention }
+        return .init(forwards: final, exitStatus: partial ? 3 : nil)
     }
 
     // MARK: - Status
@@ -235,59 +298,48 @@ final class ForwardingFeature: Feature {
         return result
     }
 
+    /// `forward status` and `forward list`: a table of the rules (each error whole under it),
+    /// once or redrawn each second; with `--json` the records (one line per redraw).
     private func showStatus(_ request: ForwardingStreams.Status.Request, session: StreamSession, ports: Ports) async throws -> ForwardingContracts.List.Response {
         if let count = request.count, count < 1 { throw TermindError.badRequest("--count must be at least 1, not \(count).") }
         var only: String?
         if let name = request.rule { only = try await Self.find(name, ports: ports).id }
         func current() async throws -> [ForwardStatus] {
-            try await statuses(ports, tag: nil).filter { only == nil || $0.rule.id == only }
+            try await statuses(ports, tag: request.tag).filter { only == nil || $0.rule.id == only }
         }
         let json = request.output == "json"
+        let empty = request.tag.map { "No forwarding rule is tagged \($0)." } ?? "No forwarding rules: termind forward add NAME HOST -L 8080:db:5432"
+        func view(_ list: [ForwardStatus]) -> [String: JSONValue] { RuleText.view(list, title: "Forwarding rules", empty: empty) }
         guard request.watch == true else {
             let list = try await current()
-            if !json { await session.emit("view", Self.view(list, watching: false)) }
+            if !json { await Self.say(view(list), session) }
             return .init(rules: list)
         }
         var redraws = 0
         var list = try await current()
         while !Task.isCancelled {
             list = try await current()
-            var view = Self.view(list, watching: true)
-            if json { view["json"] = .object(["rules": try JSONCoding.parse(JSONCoding.encode(list), source: "status")]) }
-            await session.emit("view", view)
             redraws += 1
-            if let count = request.count, redraws >= count { break }
+            let last = request.count.map { redraws >= $0 } ?? false
+            if json {
+                var redraw = view(list)
+                redraw["json"] = .object(["rules": try JSONCoding.parse(JSONCoding.encode(list), source: "status")])
+                await session.emit("view", redraw)
+            } else if last {
+                // The last redraw stands for the result (not the records printed again).
+                await Self.say(view(list), session)
+            } else {
+                await session.emit("view", view(list).merging(["refresh": .double(1)]) { $1 })
+            }
+            if last { break }
             try? await Task.sleep(for: .seconds(1))
         }
         return .init(rules: list)
     }
 
-    static func view(_ list: [ForwardStatus], watching: Bool) -> [String: JSONValue] {
-        let now = Date().timeIntervalSince1970
-        let rows: [JSONValue] = list.map { status in
-            let rule = status.rule
-            var row: [String: JSONValue] = [
-                "name": .string(rule.name), "state": .string(status.state.rawValue), "forward": .string(rule.flagDescription),
-                "host": .string(status.hostLabel), "listening": .string(status.bound ?? "-"),
-                "sent": .string(TerminalText.bytes(status.bytesSent)), "received": .string(TerminalText.bytes(status.bytesReceived)),
-                "flows": .string("\(status.openFlows) open / \(status.flows)"),
-            ]
-            if let since = status.runningSince { row["uptime"] = .string(duration(now - since)) }
-            if let next = status.nextRetryAt { row["retry"] = .string("in \(duration(max(0, next - now)))") }
-            if let error = status.lastError { row["error"] = .string(error) }
-            return .object(row)
-        }
-        var view: [String: JSONValue] = ["title": .string(list.isEmpty ? "No forwarding rules: termind forward add NAME HOST --local-forward 8080:db:5432" : "Forwarding rules"),
-                                         "rows": .array(rows)]
-        if watching { view["refresh"] = .double(1) } else { view["result"] = .bool(true) }
-        return view
-    }
-
-    static func duration(_ seconds: Double) -> String {
-        let s = Int(seconds.rounded())
-        if s < 60 { return "\(s) s" }
-        if s < 3600 { return "\(s / 60) min \(s % 60) s" }
-        return "\(s / 3600) h \(s % 3600 / 60) min"
+    /// A view that stands for the command's result (left out with --json).
+    static func say(_ view: [String: JSONValue], _ session: StreamSession) async {
+        await session.emit("view", view.merging(["result": .bool(true)]) { $1 })
     }
 
     // MARK: - Checks
@@ -360,7 +412,7 @@ actor Supervisor {
             await run.rename(label)
             return run
         }
-        let run = HostRun(target: reference, label: label, purpose: "forwarding", opener: opener, logger: logger.child("host"))
+        let run = HostRun(target: reference, label: label, purpose: "forwarding", saved: true, opener: opener, logger: logger.child("host"))
         hosts[reference] = run
         return run
     }

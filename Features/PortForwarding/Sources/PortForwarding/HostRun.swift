@@ -11,7 +11,7 @@ import VaultAPI
 /// - A rule starts only when asked (`start`), with the asking client's answers; a first start
 ///   that fails stays failed until an explicit retry.
 /// - Once a rule has run, a lost connection is recovered silently after 1, 2, 5, 10, 30, 30 … s
-///   (back to 1 s after 60 stable seconds), with the Vault's durable trust read again and
+///   (each outage anew; `RetrySchedule`), with the Vault's durable trust read again and
 ///   nobody to ask: a host key trusted once, keyboard-interactive answers or an unknown key
 ///   never authorize the reconnect, and such a failure (or authentication's) ends recovery
 ///   for the host at once in `needs-attention`. Only a key's passphrase, given at the start,
@@ -24,6 +24,9 @@ import VaultAPI
 actor HostRun {
     let target: String
     private let purpose: String
+    /// Its rules are saved ones, which a person starts again with `termind forward retry NAME`
+    /// (an unsaved run's or a session's are started again with their command).
+    private let saved: Bool
     private let opener: ConnectionOpener
     private let logger: Logger
     private var label: String
@@ -41,15 +44,19 @@ actor HostRun {
     /// Passphrases given at the start (question text → answer), for reconnects only.
     private var passphrases: [String: JSONValue] = [:]
 
-    init(target: String, label: String, purpose: String, opener: ConnectionOpener, logger: Logger) {
+    init(target: String, label: String, purpose: String, saved: Bool = false, opener: ConnectionOpener, logger: Logger) {
         self.target = target
         self.label = label
         self.purpose = purpose
+        self.saved = saved
         self.opener = opener
         self.logger = logger
     }
 
     var isEmpty: Bool { runs.isEmpty }
+
+    /// Whether the host's connection is up now.
+    var isConnected: Bool { lease?.connection.isAlive ?? false }
 
     func rename(_ label: String) { self.label = label }
 
@@ -87,8 +94,13 @@ actor HostRun {
             return status(run)
         } catch {
             guard runs[rule.id] === run else { throw Self.stoppedMeanwhile(rule) }
-            let failure = TermindError.from(error)
-            run.fail(failure, needsAttention: ConnectionOpener.needsAttention(failure))
+            var failure = TermindError.from(error)
+            if ConnectionOpener.needsAttention(failure) {
+                failure = retryHint(failure, rule)
+                run.fail(failure, needsAttention: true)
+            } else {
+                run.fail(failure, needsAttention: false)
+            }
             throw failure
         }
     }
@@ -226,8 +238,12 @@ actor HostRun {
         if deleted {
             // Its id names nothing now (and would read as a host name): nothing to reconnect to.
             endRecovery()
-            let gone = TermindError(.vaultHostNotFound, "\(label) was deleted from the Vault: give the rule another host (termind forward edit RULE --host HOST), then termind forward retry RULE.")
-            for run in runs.values where run.state == .running || run.state == .recovering { run.fail(gone, needsAttention: true) }
+            for run in runs.values where run.state == .running || run.state == .recovering {
+                let name = ForwardingFeature.shell(run.rule.name)
+                let gone = saved ? "\(label) was deleted from the Vault: give the rule another host (termind forward edit \(name) --host HOST), then termind forward retry \(name)."
+                    : "\(label) was deleted from the Vault: nothing is left to connect to."
+                run.fail(TermindError(.vaultHostNotFound, gone), needsAttention: true)
+            }
         }
         guard let lease else { return }
         drop(lease, reason: "\(label)'s saved connection settings changed; reconnecting")
@@ -277,7 +293,7 @@ actor HostRun {
                 let failure = TermindError.from(error)
                 if ConnectionOpener.needsAttention(failure) {
                     // Nothing silent may mend this: a person retries.
-                    for run in waiting { run.fail(failure, needsAttention: true) }
+                    for run in waiting { run.fail(retryHint(failure, run.rule), needsAttention: true) }
                     recovery = nil
                     logger.info("forwarding.needs_attention", ["code": .identifier(failure.code)])
                     return
@@ -378,6 +394,12 @@ actor HostRun {
     }
 
     // MARK: - Rules
+
+    /// A failure only a person can mend, saying how a saved rule is tried again once it is mended.
+    private func retryHint(_ failure: TermindError, _ rule: ForwardRule) -> TermindError {
+        guard saved else { return failure }
+        return TermindError(code: failure.code, message: "\(failure.message) To try again: termind forward retry \(ForwardingFeature.shell(rule.name)).")
+    }
 
     static func stoppedMeanwhile(_ rule: ForwardRule) -> TermindError {
         TermindError(.forwardingFailed, "Rule '\(rule.name)' was stopped while it was starting.")
