@@ -453,4 +453,18 @@ final class CLITests: XCTestCase {
             XCTAssertTrue(line.hasSuffix("…"), report.output)
         }
     }
+
+    func testInputAFeatureRefusesIsAUsageErrorExitingTwo() throws {
+        XCTAssertEqual(try run(["vault", "host", "add", "10.0.0.5", "--label", "box"]).status, 0)
+        for (arguments, says) in [(["workspace", "save", "x", "h(box 60%"], "layout"),
+                                  (["vault", "host", "add", "10.0.0.6", "--port", "99999"], "port"),
+                                  (["vault", "host", "edit", "box", "--shellIntegration", "maybe"], "shellIntegration"),
+                                  (["vault", "connect", "resolve", "ssh -p nope box"], "nope")] {
+            let result = try run(arguments)
+            XCTAssertEqual(result.status, 2, "termind \(arguments.joined(separator: " ")): \(result.stderr)")
+            XCTAssertTrue(result.stderr.contains(says), result.stderr)
+        }
+        // An operation that failed is still 1.
+        XCTAssertEqual(try run(["vault", "host", "show", "nowhere"]).status, 1)
+    }
 }

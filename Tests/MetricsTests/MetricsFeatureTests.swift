@@ -195,6 +195,10 @@ final class MetricsFeatureTests: XCTestCase {
         XCTAssertEqual(watched.status, 0, watched.stderr)
         let labels = Set(watched.stdout.split(separator: "\n").compactMap { try? JSONCoding.parse(Data($0.utf8), source: "line") }.compactMap { $0["label"]?.stringValue })
         XCTAssertEqual(labels, ["box", "box2"], watched.stdout)
+        // Every line is a JSON document of its own, the closing result too (not pretty-printed).
+        let lines = watched.stdout.split(separator: "\n")
+        for line in lines { XCTAssertNoThrow(try JSONCoding.parse(Data(line.utf8), source: "line"), String(line)) }
+        XCTAssertEqual(try lines.last.map { try JSONCoding.parse(Data($0.utf8), source: "last line") }?["redraws"], .integer(6), watched.stdout)
         // Paused hosts are left out; with every host paused it says so.
         XCTAssertEqual(try termind(["metrics", "pause", "box2"]).status, 0)
         let one = try termind(["--json", "metrics", "watch", "--count", "2"])

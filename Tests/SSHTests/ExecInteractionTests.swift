@@ -68,6 +68,20 @@ final class ExecInteractionTests: XCTestCase {
         XCTAssertEqual(try run(["exec", quick(), "--", "echo trusted"]).stdout, "trusted\n")
     }
 
+    func testATypoAtTheHostKeyQuestionIsAskedAgainNeverTakenForAnAnswer() throws {
+        let report = try PseudoTerminal.run([termind] + store + ["exec", quick(), "--", "echo trusted-once"], steps: [
+            .expect("Trust it?"), .send("sav\n"), .expect("Please answer one of"), .expect("Trust it?"), .send("o\n"), .expect("trusted-once"),
+        ], environment: environment)
+        XCTAssertEqual(report.met, [true, true, true, true], report.output)
+        XCTAssertEqual(report.status, 0, report.output)
+        // Once: nothing was saved.
+        XCTAssertEqual(try run(["--json", "vault", "knownhost", "list"]).stdout.contains("SHA256"), false)
+        // n refuses, as the question's [N]o says.
+        let refused = try PseudoTerminal.run([termind] + store + ["exec", quick(), "--", "true"], steps: [.expect("Trust it?"), .send("n\n")],
+                                             environment: environment)
+        XCTAssertEqual(refused.status, 1, refused.output)
+    }
+
     func testAPassphraseProtectedKeyIsAskedForOnATerminalAndNamedWithoutOne() throws {
         let without = try run(["exec", quick("locked"), "--accept-host-key", "once", "--", "true"])
         XCTAssertEqual(without.status, 1, without.stderr)

@@ -84,7 +84,7 @@ extension Console {
         switch error {
         case let e as TermindError:
             if wantsJSON { self.json(["error": ["code": e.code, "message": e.message]]) } else { self.error(e.message) }
-            return .failure
+            return Output.isUsage(e) ? .usage : .failure
         case let e as BootFailure where e.problems.first?.is(.featuresUnknown) == true:
             if wantsJSON { self.json(["error": ["code": ErrorCode.featuresUnknown.rawValue, "message": e.description]]) } else { self.error("\(e.description) Run 'termind --help'.") }
             return .usage
@@ -114,6 +114,15 @@ extension Console {
 enum Output {
     /// The code of a boot failure that names no problem.
     static let bootFailed: ErrorCode = "boot.failed"
+
+    /// Whether a feature's error says the command was given bad input (exit 2, as for the
+    /// client's own usage errors): a request its contract refused (a bad layout, an enum
+    /// value it does not have, `--parallel 0`), a forward spec, a quick-connect line, a
+    /// settings value — as opposed to an operation that failed (exit 1).
+    static func isUsage(_ error: TermindError) -> Bool {
+        usageCodes.contains(error.code) || error.code.hasPrefix("quick_connect.")
+    }
+    static let usageCodes: Set<String> = ["request.invalid", "forwarding.bad_spec", "settings.invalid"]
 
     /// Rows with aligned columns, as lines (escaped).
     static func tableLines(_ header: [String], _ rows: [[String]]) -> [String] {

@@ -101,11 +101,18 @@ struct Questions: Sendable {
         throw TermindError(Self.invalidAnswer, "--answers: \"\(topic)\" cannot answer a question of kind \(kind ?? "unknown").")
     }
 
-    /// Shows `text`, reads one line; `choices` maps what may be typed to the answer.
+    /// Shows `text`, reads one line; `choices` maps what may be typed to the answer, Enter
+    /// is the question's `default` (when it has one). Anything else is asked again — a typo
+    /// is never taken for the default (a host key saved, a conflict skipped).
     private func choice(_ question: JSONValue) -> JSONValue? {
-        guard let typed = readLine(question["text"]?.stringValue ?? "") else { return nil }
-        let answer = question["choices"]?[typed]?.stringValue ?? question["default"]?.stringValue ?? ""
-        return .object(["answer": .string(answer)])
+        guard case .object(let choices)? = question["choices"] else { return nil }
+        let fallback = question["default"]?.stringValue
+        while true {
+            guard let typed = readLine(question["text"]?.stringValue ?? "") else { return nil }
+            if let answer = choices[typed]?.stringValue { return .object(["answer": .string(answer)]) }
+            if typed.isEmpty, let fallback { return .object(["answer": .string(fallback)]) }
+            say("Please answer one of: \(choices.keys.sorted().joined(separator: ", "))\(fallback.map { " (Enter: \($0))" } ?? "").\n")
+        }
     }
 
     /// Shows `text [y/N]` (or `[Y/n]`), reads one line: y/yes or n/no, Enter the default.

@@ -158,7 +158,8 @@ enum StreamCommand {
         if let number = interrupt.caught { return interrupted(number, json: inv.json, console: console) }
         if let failure = answerFailure.withLock({ $0 }) { throw failure }
         let result = try JSONCoding.parse(reply, source: "The stream's result")
-        return { finish(result, output: output, json: inv.json, console: console, shown: view.showedResult, emitsOutput: emitsOutput) }
+        return { finish(result, output: output, json: inv.json, console: console, shown: view.showedResult, emitsOutput: emitsOutput,
+                        lines: view.wroteJSONLines) }
     }
 
     /// Acts on an escape typed on the bridged terminal (read here, or by a stream that took
@@ -273,8 +274,14 @@ enum StreamCommand {
 
     /// Prints the result and returns the exit code; a command's status and signal become
     /// termind's (128 + the signal's number, as a shell reports it).
-    /// `shown`: a view already showed the result's human form.
-    static func finish(_ result: JSONValue, output: CollectedOutput, json: Bool, console: Console, shown: Bool = false, emitsOutput: Bool = true) -> Invocation.Exit {
+    /// `shown`: a view already showed the result's human form. `lines`: with `--json` the
+    /// stream wrote JSON lines to standard output (records, views), so the result is one
+    /// more line, not a pretty-printed document after them.
+    static func finish(_ result: JSONValue, output: CollectedOutput, json: Bool, console: Console, shown: Bool = false, emitsOutput: Bool = true,
+                       lines: Bool = false) -> Invocation.Exit {
+        let printJSON: (JSONValue) -> Void = { value in
+            if lines, let line = try? JSONCoding.encode(value) { console.write(line + Data("\n".utf8), to: console.output) } else { console.json(value) }
+        }
         if shown && !json {
             // The result was shown as a view; a status it carries still sets the exit code
             // (`termind sftp`'s 3: some paths failed).
@@ -282,7 +289,7 @@ enum StreamCommand {
             return .success
         }
         guard case .object(var fields) = result else {
-            if json { console.json(result) } else { console.human(result) }
+            if json { printJSON(result) } else { console.human(result) }
             return .success
         }
         let isCommand = fields.keys.contains("exitStatus") || fields.keys.contains("exitSignal")
@@ -290,7 +297,7 @@ enum StreamCommand {
         let status: Int32? = if case .integer(let value)? = fields["exitStatus"] { Int32(truncatingIfNeeded: value) } else { nil }
         if json {
             if (isCommand && emitsOutput) || output.seen { fields.merge(output.report()) { $1 } }
-            console.json(JSONValue.object(fields))
+            printJSON(JSONValue.object(fields))
         } else {
             fields["exitStatus"] = nil
             fields["exitSignal"] = nil

@@ -252,8 +252,13 @@ final class StreamView: @unchecked Sendable {
         }
     }
 
+    /// With `--json`, records or views went to standard output as JSON lines.
+    var wroteJSONLines: Bool { lock.withLock { jsonLinesWritten } }
+    private var jsonLinesWritten = false
+
     private func writeJSONLine(_ value: JSONValue, to fd: Int32) {
         guard let line = try? JSONCoding.encode(value) else { return }
+        if fd == console.output { lock.withLock { jsonLinesWritten = true } }
         console.write(line + Data("\n".utf8), to: fd)
     }
 

@@ -161,7 +161,8 @@ public struct ConnectionOpener: Sendable {
         let details: JSONValue = .object(["hostKey": .object(["host": .string(question.host), "port": .integer(Int64(question.port)),
                                                              "algorithm": .string(question.algorithm), "fingerprint": .string(question.fingerprint),
                                                              "key": .string(question.key)])])
-        let answer = await ask(StreamQuestion.choice(topic: "ssh.hostKey", text, ["s": "save", "save": "save", "yes": "save", "y": "save", "o": "once", "once": "once"],
+        let answer = await ask(StreamQuestion.choice(topic: "ssh.hostKey", text, ["s": "save", "save": "save", "yes": "save", "y": "save", "o": "once", "once": "once",
+                                                                                 "n": "reject", "no": "reject"],
                                                      default: "reject", details: details))
         if StreamQuestion.unanswered(answer) {
             return .unanswered(reason: "there is no terminal to ask whether to trust it. Check the fingerprint with the server's administrator, then run termind "

@@ -5,7 +5,8 @@ import Foundation
 /// (`ssh.hostKey`, `ssh.passphrase`, …): a script answers by topic (`--answers FILE`).
 public enum StreamQuestion {
     /// Text, then one line read; `choices` maps what may be typed (lowercased, trimmed) to
-    /// the answer, anything else is `default`. Answer: `{"answer": …}` or `{"unanswered": true}`.
+    /// the answer, Enter alone is `default`, anything else is asked again. Answer:
+    /// `{"answer": …}` or `{"unanswered": true}`.
     public static func choice(topic: String, _ text: String, _ choices: [String: String], default fallback: String,
                               details: JSONValue? = nil) -> JSONValue {
         var question: [String: JSONValue] = ["kind": .string("choice"), "topic": .string(topic), "text": .string(text),

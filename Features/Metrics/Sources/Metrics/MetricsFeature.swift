@@ -435,14 +435,15 @@ final class MetricsFeature: Feature {
             rows.append(.object(MetricsViews.overviewRow(host: status.host, label: status.label, state: status.state, sample: await monitor.latest,
                                                          history: await monitor.history.recent(MetricsViews.sparkWidth), error: status.lastError)))
         }
-        await session.emit("view", ["title": .string("termind metrics at \(Self.clock(Date().timeIntervalSince1970))"), "rows": .array(rows), "refresh": .double(0.25)])
+        await session.emit("view", ["title": .string("termind metrics at \(Self.clock(Date().timeIntervalSince1970))"), "rows": .array(rows), "refresh": .double(0.25),
+                                    "columns": MetricsViews.overviewColumns])
     }
 
     /// One host's detail as a `view` event's fields (show's result, watch --detail's redraws).
     static func detailView(_ sample: MetricsSample, state: MetricsContracts.MonitorState, history: [History.Point]) -> [String: JSONValue] {
         let view = MetricsViews.detail(sample, state: state, history: history)
         return ["title": .string("\(sample.label) at \(clock(sample.takenAt))"), "rows": .array(view.rows.map { .object($0) }),
-                "sections": MetricsViews.sectionsJSON(view.sections)]
+                "sections": MetricsViews.sectionsJSON(view.sections), "columns": MetricsViews.overviewColumns]
     }
 
     static func object(_ sample: MetricsSample) throws -> [String: JSONValue] {

@@ -8,6 +8,10 @@ public enum MetricsViews {
     /// Sparkline width: the last minute at a 2 s interval.
     public static let sparkWidth = 30
 
+    /// The order of an overview row's columns: the host first, problems last (a view's
+    /// `columns`).
+    public static let overviewColumns: JSONValue = .array(["host", "state", "cpu", "memory", "load", "net", "disk", "gpu", "problems", "error"].map(JSONValue.string))
+
     /// One host's row: state, CPU, memory, load, network, the busiest disk, each GPU.
     public static func overviewRow(host: String, label: String, state: MetricsContracts.MonitorState, sample: MetricsSample?, history: [History.Point],
                                    error: String? = nil) -> [String: JSONValue] {

@@ -69,7 +69,8 @@ enum RuleText {
             if unsaved { row["name"] = nil }
             return .object(row)
         }
-        var view: [String: JSONValue] = ["title": .string(list.isEmpty ? empty : title), "rows": .array(rows)]
+        var view: [String: JSONValue] = ["title": .string(list.isEmpty ? empty : title), "rows": .array(rows),
+                                         "columns": .array(["name", "host", "forward", "state", "listening", "uptime", "sent", "received", "flows"].map(JSONValue.string))]
         let problems: [JSONValue] = list.compactMap { status in
             status.lastError.map { .object([unsaved ? "forward" : "name": .string(status.rule.name), "error": .string($0)]) }
         }
