@@ -132,7 +132,7 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(badBody.stderr.contains("The BODY argument is not valid JSON"), badBody.stderr)
 
         let invalid = try run(["--registry", path, "call", "fixture-echo.echo@1", #"{"message": 1}"#])
-        XCTAssertEqual(invalid.status, 1)
+        XCTAssertEqual(invalid.status, 2)
         XCTAssertTrue(invalid.stderr.contains("body.message: expected string, got integer"), invalid.stderr)
         XCTAssertTrue(invalid.stderr.contains("body.secret: required field is missing"), invalid.stderr)
     }
@@ -350,7 +350,7 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(try json(listed)["identities"], .array([]), "no identity without its password was created")
         // The contract refuses it too, for scripts and socket clients.
         let direct = try run(store + ["call", "vault.identity.add@1", #"{"username": "deploy", "password": ""}"#])
-        XCTAssertEqual(direct.status, 1, direct.stderr)
+        XCTAssertEqual(direct.status, 2, direct.stderr)
         XCTAssertTrue(direct.stderr.contains("an empty password cannot be saved"), direct.stderr)
     }
 
@@ -403,7 +403,7 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(notJSON.status, 2, notJSON.stderr)
         XCTAssertTrue(notJSON.stderr.contains("--files takes JSON"), notJSON.stderr)
         let wrongShape = try run(store + ["vault", "import", "commit", config, "--select", "db", "--files", #"[{"path": 1}]"#])
-        XCTAssertEqual(wrongShape.status, 1, wrongShape.stderr)
+        XCTAssertEqual(wrongShape.status, 2, wrongShape.stderr)
         XCTAssertTrue(wrongShape.stderr.contains("body.files[0].path: expected string"), wrongShape.stderr)
     }
 

@@ -39,10 +39,10 @@ final class StreamRenderingTests: XCTestCase {
         XCTAssertEqual(result.stdout, """
         out
         name  record-0
-        size  0
+        size  0 B
 
         name  record-1
-        size  10
+        size  10 B
         view 1
         HOST  N
         box   0
@@ -176,7 +176,7 @@ final class StreamRenderingTests: XCTestCase {
 
         let wrong = try directory.write("wrong.json", #"{"fixture.choice": "gamma"}"#)
         let refused = try run(["--answers", wrong, "show", "--ask", "choice"])
-        XCTAssertEqual(refused.status, 1)
+        XCTAssertEqual(refused.status, 2, "a wrong scripted answer is bad input")
         XCTAssertTrue(refused.stderr.contains(#""fixture.choice" must be one of "alpha", "beta", "none""#), refused.stderr)
         let notJSON = try directory.write("broken.json", "{")
         XCTAssertEqual(try run(["--answers", notJSON, "show"]).status, 2)

@@ -129,7 +129,7 @@ final class InstalledPluginSDKTests: XCTestCase {
         XCTAssertTrue(check.stdout.contains("4 passed, 0 failed"), check.stdout)
         let call = try ProcessRunner.run(termind, store + ["--plugins", "hello", "call", "hello.greet@1", #"{"name": 7}"#], environment: environment,
                                          currentDirectory: directory.path)
-        XCTAssertEqual(call.status, 1)
+        XCTAssertEqual(call.status, 2)
         XCTAssertTrue(call.stderr.contains("Invalid request for hello.greet@1: body.name: expected string, got integer."), call.stderr)
     }
 }

@@ -100,7 +100,7 @@ final class SFTPFeatureTests: XCTestCase {
         XCTAssertEqual(stat(root + "/a/keep.log", &info), 0)
         XCTAssertEqual(info.st_mode & 0o777, 0o600)
         let badMode = try termind(["sftp", "box", "chmod", "rw-r", root + "/a/keep.log"])
-        XCTAssertEqual(badMode.status, 1, badMode.stderr)
+        XCTAssertEqual(badMode.status, 2, badMode.stderr)
         XCTAssertTrue(badMode.stderr.contains("not an octal mode"), badMode.stderr)
 
         // rm -r: a tree with everything inside; a link inside is removed, what it points at stays.
@@ -186,7 +186,7 @@ final class SFTPFeatureTests: XCTestCase {
 
         // Without a terminal there is nobody to type: a clear error, not a silent success.
         let alone = try termind(["sftp", "box"])
-        XCTAssertEqual(alone.status, 1, alone.stderr)
+        XCTAssertEqual(alone.status, 2, alone.stderr)
         XCTAssertTrue(alone.stderr.contains("no line was read"), alone.stderr)
     }
 }

@@ -69,7 +69,7 @@ final class SettingsProcessTests: XCTestCase {
 
     func testTheCLINamesTheFieldAtFaultExitsNonZeroAndWritesNothing() throws {
         let bad = try shell("\(termind) settings set sftp.limits '{\"perHost\": 60}'; echo \" $?\"; \(termind) settings set terminal.preferences '{\"scrollbackLines\": 5}'; echo \" $?\"")
-        XCTAssertEqual(bad.stdout, " 1\n 1\n", bad.stderr)
+        XCTAssertEqual(bad.stdout, " 2\n 2\n", bad.stderr)
         XCTAssertTrue(bad.stderr.contains("sftp.limits.perHost: must be from 1 to 30"), "SFTP registers its records: \(bad.stderr)")
         XCTAssertTrue(bad.stderr.contains("terminal.preferences.scrollbackLines: must be from 100 to 100000, not 5"), bad.stderr)
         let listed = try shell("\(termind) --json settings list")

@@ -362,7 +362,7 @@ final class DurableSessionTests: XCTestCase {
         XCTAssertNil(try roundTrip(port: local), "the forward outlived the plain session")
         // A spec that does not parse starts nothing and says which.
         let bad = try ProcessRunner.run(termind, ["ssh", target, "--accept-host-key", "once", "-L", "nonsense", "--", "true"], environment: environment)
-        XCTAssertEqual(bad.status, 1)
+        XCTAssertEqual(bad.status, 2)
         XCTAssertTrue(bad.stderr.contains("nonsense"), bad.stderr)
     }
 

@@ -112,7 +112,7 @@ final class ShellIntegrationTests: XCTestCase {
         XCTAssertEqual(sessions.first?["directory"]?.stringValue, "/tmp")
         // --grep, and the human table shows first lines.
         XCTAssertEqual(try history(["history", "\(user)@127.0.0.1:\(server.port)", "--grep", "^(cd|false)"]).count, 1)
-        let unclosed = try run(["history", "\(user)@127.0.0.1:\(server.port)", "--grep", "echo ["], status: 1).stderr
+        let unclosed = try run(["history", "\(user)@127.0.0.1:\(server.port)", "--grep", "echo ["], status: 2).stderr
         XCTAssertTrue(unclosed.contains("--grep 'echo [' is not a valid regular expression") && unclosed.contains("\\["), unclosed)
         let table = try run(["history", "\(user)@127.0.0.1:\(server.port)", "--limit", "2"]).stdout
         XCTAssertTrue(table.contains("sleep 0.3; false") && table.contains("echo two") && !table.contains("cd /tmp"), table)

@@ -73,12 +73,12 @@ final class SnippetRunTests: XCTestCase {
         XCTAssertEqual(result.stdout.components(separatedBy: "snip-2").count - 1, 2, result.stdout)
         XCTAssertTrue(result.stdout.contains("2 of 2 hosts succeeded"), result.stdout)
         XCTAssertTrue(try run(["snippet", "run", "nope", "--hosts", "box1"], status: 1).stderr.contains("no snippet 'nope'"))
-        XCTAssertTrue(try run(["snippet", "run", "--hosts", "box1"], status: 1).stderr.contains("Name a saved snippet"))
-        XCTAssertTrue(try run(["snippet", "run", "check"], status: 1).stderr.contains("--hosts"))
+        XCTAssertTrue(try run(["snippet", "run", "--hosts", "box1"], status: 2).stderr.contains("Name a saved snippet"))
+        XCTAssertTrue(try run(["snippet", "run", "check"], status: 2).stderr.contains("--hosts"))
         // Options after -- are the command's words: the error says so.
-        let misplaced = try run(["snippet", "run", "--", "uptime", "--hosts", "box1"], status: 1).stderr
+        let misplaced = try run(["snippet", "run", "--", "uptime", "--hosts", "box1"], status: 2).stderr
         XCTAssertTrue(misplaced.contains("The --hosts after -- went into the command"), misplaced)
-        XCTAssertTrue(try run(["snippet", "run", "check", "--tag", "nothing"], status: 1).stderr.contains("tag 'nothing'"))
-        XCTAssertTrue(try run(["snippet", "run", "check", "--hosts", "box1", "--parallel", "0"], status: 1).stderr.contains("--parallel"))
+        XCTAssertTrue(try run(["snippet", "run", "check", "--tag", "nothing"], status: 2).stderr.contains("tag 'nothing'"))
+        XCTAssertTrue(try run(["snippet", "run", "check", "--hosts", "box1", "--parallel", "0"], status: 2).stderr.contains("--parallel"))
     }
 }

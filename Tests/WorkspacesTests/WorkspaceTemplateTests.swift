@@ -111,9 +111,9 @@ final class WorkspaceTemplateTests: XCTestCase {
         // Bad input: a clear error naming the problem, and the stored workspace untouched.
         let unknown = try run(["workspace", "save", "other", "h(box, nope)"], status: 1)
         XCTAssertTrue(unknown.stderr.contains("'nope' is not a saved host"), unknown.stderr)
-        let malformed = try run(["workspace", "save", "other", "h(box 70%, db 40%)"], status: 1)
+        let malformed = try run(["workspace", "save", "other", "h(box 70%, db 40%)"], status: 2)
         XCTAssertTrue(malformed.stderr.contains("the shares add up to 110.0%"), malformed.stderr)
-        let name = try run(["workspace", "save", "no good", "box"], status: 1)
+        let name = try run(["workspace", "save", "no good", "box"], status: 2)
         XCTAssertTrue(name.stderr.contains("'no good' is not a workspace name"), name.stderr)
         let taken = try run(["workspace", "save", "DEV", "box"], status: 1)
         XCTAssertTrue(taken.stderr.contains("--replace"), taken.stderr)

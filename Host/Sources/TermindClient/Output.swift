@@ -115,14 +115,14 @@ enum Output {
     /// The code of a boot failure that names no problem.
     static let bootFailed: ErrorCode = "boot.failed"
 
-    /// Whether a feature's error says the command was given bad input (exit 2, as for the
-    /// client's own usage errors): a request its contract refused (a bad layout, an enum
-    /// value it does not have, `--parallel 0`), a forward spec, a quick-connect line, a
-    /// settings value — as opposed to an operation that failed (exit 1).
+    /// Whether an error says the command was given bad input (exit 2, as for the client's
+    /// own usage errors) rather than an operation that failed (exit 1), by its code's
+    /// shape (docs/contracts.md): `….invalid` (a request its contract refused — a bad layout,
+    /// an enum value it does not have, `--parallel 0` —, a settings value, a host key),
+    /// `….bad_spec` (a forward spec), `quick_connect.…` (a quick-connect line).
     static func isUsage(_ error: TermindError) -> Bool {
-        usageCodes.contains(error.code) || error.code.hasPrefix("quick_connect.")
+        error.code.hasSuffix(".invalid") || error.code.hasSuffix(".bad_spec") || error.code.hasPrefix("quick_connect.")
     }
-    static let usageCodes: Set<String> = ["request.invalid", "forwarding.bad_spec", "settings.invalid"]
 
     /// Rows with aligned columns, as lines (escaped).
     static func tableLines(_ header: [String], _ rows: [[String]]) -> [String] {

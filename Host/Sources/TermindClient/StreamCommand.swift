@@ -158,8 +158,8 @@ enum StreamCommand {
         if let number = interrupt.caught { return interrupted(number, json: inv.json, console: console) }
         if let failure = answerFailure.withLock({ $0 }) { throw failure }
         let result = try JSONCoding.parse(reply, source: "The stream's result")
-        return { finish(result, output: output, json: inv.json, console: console, shown: view.showedResult, emitsOutput: emitsOutput,
-                        lines: view.wroteJSONLines) }
+        return { finish(result, output: output, json: inv.json, console: console, shown: view.showedResult || terminalField != nil,
+                        emitsOutput: emitsOutput, lines: view.wroteJSONLines) }
     }
 
     /// Acts on an escape typed on the bridged terminal (read here, or by a stream that took
@@ -274,7 +274,8 @@ enum StreamCommand {
 
     /// Prints the result and returns the exit code; a command's status and signal become
     /// termind's (128 + the signal's number, as a shell reports it).
-    /// `shown`: a view already showed the result's human form. `lines`: with `--json` the
+    /// `shown`: a view already showed the result's human form, or there is none (a terminal
+    /// session's: what it had to say, the terminal showed). `lines`: with `--json` the
     /// stream wrote JSON lines to standard output (records, views), so the result is one
     /// more line, not a pretty-printed document after them.
     static func finish(_ result: JSONValue, output: CollectedOutput, json: Bool, console: Console, shown: Bool = false, emitsOutput: Bool = true,
@@ -282,14 +283,10 @@ enum StreamCommand {
         let printJSON: (JSONValue) -> Void = { value in
             if lines, let line = try? JSONCoding.encode(value) { console.write(line + Data("\n".utf8), to: console.output) } else { console.json(value) }
         }
-        if shown && !json {
-            // The result was shown as a view; a status it carries still sets the exit code
-            // (`termind sftp`'s 3: some paths failed).
-            if case .object(let fields) = result, case .integer(let status)? = fields["exitStatus"], status != 0 { return Invocation.Exit(rawValue: Int32(truncatingIfNeeded: status)) }
-            return .success
-        }
+        // When the result was shown as a view, a status or signal it carries still sets the
+        // exit code (`termind sftp`'s 3: some paths failed; a session's remote status).
         guard case .object(var fields) = result else {
-            if json { printJSON(result) } else { console.human(result) }
+            if json { printJSON(result) } else if !shown { console.human(result) }
             return .success
         }
         let isCommand = fields.keys.contains("exitStatus") || fields.keys.contains("exitSignal")
@@ -298,7 +295,7 @@ enum StreamCommand {
         if json {
             if (isCommand && emitsOutput) || output.seen { fields.merge(output.report()) { $1 } }
             printJSON(JSONValue.object(fields))
-        } else {
+        } else if !shown {
             fields["exitStatus"] = nil
             fields["exitSignal"] = nil
             if !fields.isEmpty { console.human(.object(fields)) }

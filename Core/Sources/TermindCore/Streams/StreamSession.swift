@@ -507,10 +507,12 @@ public enum StreamEvents {
                                          ("key", .string(), false)])
     public static let record = fields([("record", .dictionary(.any), true)])
     /// A table (`rows`), optionally followed by titled tables (`sections`: `title`, `rows`);
-    /// `json` is what `--json` prints instead of the view; `result: true` marks the human
-    /// form of the stream's result (shown instead of it; left out with `--json`).
+    /// `columns` names the fields its tables show first, in order; `json` is what `--json`
+    /// prints instead of the view; `result: true` marks the human form of the stream's
+    /// result (shown instead of it; left out with `--json`).
     public static let view = fields([("title", .string(), false), ("rows", .array(.dictionary(.any)), true), ("refresh", .number, false),
-                                     ("sections", .array(.dictionary(.any)), false), ("json", .any, false), ("result", .boolean, false)])
+                                     ("sections", .array(.dictionary(.any)), false), ("columns", .array(.string()), false), ("json", .any, false),
+                                     ("result", .boolean, false)])
     public static let notice = fields([("text", .string(), true)])
     /// Output on both streams, as a command's.
     public static let output: [String: JSONSchema] = ["stdout": data, "stderr": data]

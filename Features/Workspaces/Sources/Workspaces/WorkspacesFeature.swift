@@ -99,7 +99,7 @@ final class WorkspacesFeature: Feature {
         registrar.handle(WorkspacesContracts.CloseSession.self) { [self] request, _ in
             try Self.requireServer(try current())
             let session = try await sessions.session(request.session)
-            session.close()
+            session.close(because: "termind sessions close \(request.session)")
             // Its end (the channel closed) is what the reply shows; when the server does not
             // confirm the close within 5 s, the reply shows it still running (it ends on its own).
             _ = await session.ended.value(within: 5)

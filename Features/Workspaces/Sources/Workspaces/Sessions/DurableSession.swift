@@ -39,6 +39,7 @@ final class DurableSession: @unchecked Sendable {
     private var size: (columns: Int, rows: Int)
     private var ending: Ending?
     private var closing = false
+    private var closedBecause: String?
     private var pump: Task<Void, Never>?
     /// Told once the session has ended.
     let ended = Promise<Void>()
@@ -337,7 +338,10 @@ final class DurableSession: @unchecked Sendable {
                 let exit = try ChannelExit.afterLocalOutputFailure(failure, of: "session \(id) on \(host)")
                 return .init(exitStatus: exit.status, exitSignal: exit.signal, session: id)
             }
-            let ending = lock.withLock { self.ending }
+            let (ending, reason) = lock.withLock { (self.ending, closedBecause) }
+            if let reason {
+                await client.emit("notice", ["text": .string("Session \(id) on \(host) was closed (\(reason)).")])
+            }
             switch ending {
             case .lost(let error)?: throw error
             case .exited(let exit, _)?: return .init(exitStatus: exit?.status, exitSignal: exit?.signal, session: id)
@@ -440,10 +444,13 @@ final class DurableSession: @unchecked Sendable {
 
     /// Ends the session: the remote shell gets `signal` (HUP: as when a terminal closes) and
     /// the channel closes; the attached client, if any, gets the exit.
-    func close(signal: String = "HUP") {
+    /// `reason`: why termind closed it, told to the attached client (`sessions close`, the
+    /// server stopping); nil when the client itself ended it (`~.`).
+    func close(signal: String = "HUP", because reason: String? = nil) {
         let (running, attached): (Bool, Attachment?) = lock.withLock {
             guard ending == nil else { return (false, nil) }
             closing = true
+            if closedBecause == nil { closedBecause = reason }
             return (true, attachment)
         }
         guard running else { return }

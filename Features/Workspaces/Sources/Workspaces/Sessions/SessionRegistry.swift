@@ -79,7 +79,7 @@ actor SessionRegistry {
     /// until their channels have closed (`seconds` at most).
     func closeAll(seconds: Double = 3) async {
         let open = sessions.values.filter { !$0.isEnded }
-        for session in open { session.close() }
+        for session in open { session.close(because: "termind serve is stopping") }
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline, !open.allSatisfy(\.isEnded) {
             try? await Task.sleep(for: .milliseconds(20))
