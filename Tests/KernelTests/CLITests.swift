@@ -282,7 +282,7 @@ final class CLITests: XCTestCase {
         let empty = try registry("")
         let help = try run(["--registry", empty, "--plugins", plugins, "help"])
         XCTAssertEqual(help.status, 0, help.stderr)
-        XCTAssertTrue(help.stdout.contains("Commands from features and plugins"), help.stdout)
+        XCTAssertTrue(help.stdout.contains("Plugin digest (digest):"), help.stdout)
         XCTAssertTrue(help.stdout.contains("  digest PATH"), help.stdout)
         XCTAssertTrue(help.stdout.contains("  wol TARGET"), help.stdout)
         XCTAssertTrue(help.stdout.contains("Wake a machine"), help.stdout)
@@ -466,5 +466,35 @@ final class CLITests: XCTestCase {
         }
         // An operation that failed is still 1.
         XCTAssertEqual(try run(["vault", "host", "show", "nowhere"]).status, 1)
+    }
+
+    func testTheGeneralHelpNamesEveryFeatureCommandGroupedAndVersionWorks() throws {
+        let help = try run(["--help"])
+        XCTAssertEqual(help.status, 0, help.stderr)
+        let lines = help.stdout.split(separator: "\n").map(String.init)
+        // Each command a person starts with, at the start of a row of its group.
+        for command in ["exec TARGET", "ssh TARGET", "attach SESSION", "sessions", "sessions close SESSION", "workspace save|list|show|rm|open", "broadcast",
+                        "snippet run", "history HOST", "serial DEVICE", "sftp TARGET", "get SOURCES... DESTINATION", "put SOURCES... DESTINATION",
+                        "cp SOURCES... DESTINATION", "edit TARGET", "transfers", "forward run HOST", "metrics watch", "vault host list|show|add|edit|delete",
+                        "settings set KEY VALUE"] {
+            XCTAssertTrue(lines.contains { $0.hasPrefix("  " + command) }, "\(command) is not named: \(help.stdout)")
+        }
+        for title in ["Terminals and commands on your hosts (workspaces):", "Files (sftp):", "Port forwards (forwarding):", "Server and GPU metrics (metrics):",
+                      "Hosts, identities, keys and trusted host keys (vault):", "Settings (settings):", "termind itself:"] {
+            XCTAssertTrue(lines.contains(title), "no group \(title): \(help.stdout)")
+        }
+        // No row sends a person to a command that only says what it needs.
+        XCTAssertFalse(help.stdout.contains("lists them"), help.stdout)
+        let version = try run(["--version"])
+        XCTAssertEqual(version.status, 0, version.stderr)
+        XCTAssertTrue(version.stdout.hasPrefix("termind 0."), version.stdout)
+    }
+
+    func testAnArgumentThatIsNotUTF8IsRefusedNotRepaired() throws {
+        // Swift would turn the byte into U+FFFD, and a path would name another file.
+        let shell = try ProcessRunner.run("/bin/sh", ["-c", #""$0" vault host show "$(printf 'caf\351')"; echo "[$?]""#, termind],
+                                          environment: ["HOME": directory.file("home"), "TERMIND_SOCKET": directory.file("no-server.sock"), "PATH": "/usr/bin:/bin"])
+        XCTAssertTrue(shell.stdout.hasSuffix("[2]\n"), shell.stdout + shell.stderr)
+        XCTAssertTrue(shell.stderr.contains("argument 4 is not valid UTF-8 (caf\\xe9)"), shell.stderr)
     }
 }

@@ -491,7 +491,7 @@ final class MetricsFeatureTests: XCTestCase {
         let id = try XCTUnwrap(try json(["metrics", "list"])["monitors"]?.arrayValue?.first?["host"]?.stringValue)
         for key in ["box", "nosuchhost"] {
             let refused = try termind(["settings", "set", "metrics.preferences", #"{"interfaces": {"\#(key)": ["lo"]}}"#])
-            XCTAssertEqual(refused.status, 1, refused.stderr)
+            XCTAssertEqual(refused.status, 2, refused.stderr)
             XCTAssertTrue(refused.stderr.contains("metrics.preferences.interfaces.\(key)") && refused.stderr.contains("not the id of a monitored host"), refused.stderr)
         }
         let set = try termind(["settings", "set", "metrics.preferences", #"{"interfaces": {"\#(id)": ["lo"]}}"#])

@@ -444,7 +444,7 @@ final class TransferFeatureTests: XCTestCase {
         // An answer that is not a choice is not taken as one (skip, silently): asked again.
         let report = try PseudoTerminal.run(argv, steps: [
             .expect("note.txt exists. [r]eplace, [s]kip, [k]eep both"), .send("x\n"),
-            .expect("Please answer one of: k, ka, r, ra, s, sa."), .send("k\n"),
+            .expect("Please answer one of: k, ka, keep, r, ra, replace, s, sa, skip."), .send("k\n"),
             .expect("files · big.bin"), .expect("ETA"), .expect("2 copied", seconds: 60),
         ], environment: environment)
         XCTAssertEqual(report.met, [true, true, true, true, true], report.output.replacingOccurrences(of: "\r", with: "\\r"))

@@ -10,25 +10,20 @@ enum Help {
         return template.replacingOccurrences(of: marker, with: await featureCommands(inv))
     }
 
-    /// "Commands from features and plugins:" with each running feature's commands; a
-    /// feature with many lists its first word and where to see them.
+    /// Every command of each running feature and plugin, under its feature's `help` title
+    /// (what people do with them), groups in their rank order. Commands under one parent
+    /// (`vault host add`, `vault host list`, …) share a row when there are three or more.
     static func featureCommands(_ inv: Invocation) async -> String {
         do {
             return try await Session.with(inv) { session in
-                let features = try await session.call(KernelContracts.Features.self, Empty()).features.filter { $0.state == .running }
-                var lines: [String] = []
-                for feature in features where !feature.commands.isEmpty {
-                    if feature.commands.count > 6, let word = feature.commands.first?.words.first {
-                        lines.append(row("\(word) ...", "\(feature.commands.count) commands of '\(feature.id)': 'termind \(word)' lists them."))
-                    } else {
-                        for command in feature.commands.sorted(by: { $0.name < $1.name }) {
-                            let usage = ([command.name] + command.arguments.map { $0.hasSuffix("...") ? "-- " + $0.dropLast(3).uppercased() + "..." : $0.uppercased() }).joined(separator: " ")
-                            lines.append(row(usage, command.summary ?? "(\(feature.id))"))
-                        }
-                    }
-                }
-                if lines.isEmpty { return "  (none loaded; add plugins with --plugins DIR)\n" }
-                return lines.joined(separator: "\n") + "\n"
+                let features = try await session.call(KernelContracts.Features.self, Empty()).features
+                    .filter { $0.state == .running && !$0.commands.isEmpty }
+                    .sorted { ($0.help?.rank ?? Int.max, $0.id) < ($1.help?.rank ?? Int.max, $1.id) }
+                guard !features.isEmpty else { return "  (none loaded; add plugins with --plugins DIR)\n" }
+                return features.map { feature in
+                    let title = feature.help?.title ?? (feature.source.hasSuffix("plugin.json") ? "Plugin \(feature.id)" : feature.id)
+                    return "\(title) (\(feature.id)):\n" + rows(feature.commands).joined(separator: "\n") + "\n"
+                }.joined(separator: "\n")
             }
         } catch {
             let reason = (error as? TermindError)?.message ?? (error as? BootFailure)?.description ?? "\(error)"
@@ -36,8 +31,56 @@ enum Help {
         }
     }
 
+    /// A feature's commands as help rows, in their declared order; a feature with many
+    /// (more than 12) shows each family of three or more (`vault host add|list|…`) as one row.
+    static func rows(_ commands: [FeatureManifest.Command]) -> [String] {
+        func parent(_ command: FeatureManifest.Command) -> String { command.words.dropLast().joined(separator: " ") }
+        var shown: Set<String> = []
+        var lines: [String] = []
+        for command in commands {
+            let family = commands.filter { !parent($0).isEmpty && parent($0) == parent(command) }
+            if commands.count > 12 && family.count >= 3 {
+                let key = parent(command)
+                guard shown.insert(key).inserted else { continue }
+                lines.append(row("\(key) " + family.compactMap(\.words.last).joined(separator: "|"), "'termind help \(key) COMMAND' explains one"))
+            } else {
+                let usage = ([command.name] + command.arguments.enumerated().map { index, name in
+                    guard name.hasSuffix("...") else { return name.uppercased() }
+                    let words = name.dropLast(3).uppercased() + "..."
+                    return index == command.arguments.count - 1 ? "[-- \(words)]" : words
+                }).joined(separator: " ")
+                lines.append(row(usage, gist(command.summary) ?? ""))
+            }
+        }
+        return lines
+    }
+
+    /// What a command's summary says it does: the part before its usage (`Open a workspace
+    /// in tmux, …: WORKSPACE | …`) or its first sentence.
+    static func gist(_ summary: String?) -> String? {
+        guard let summary else { return nil }
+        // Up to the first ': ' or '. ' outside parentheses (not an "e.g. ").
+        var depth = 0
+        var end = summary.endIndex
+        var index = summary.startIndex
+        while index < summary.endIndex {
+            let character = summary[index]
+            if character == "(" { depth += 1 } else if character == ")" { depth = max(0, depth - 1) }
+            let next = summary.index(after: index)
+            if depth == 0, character == ":" || character == ".", next < summary.endIndex, summary[next] == " ",
+               !summary[..<index].hasSuffix("e.g"), !summary[..<index].hasSuffix("i.e") {
+                end = index
+                break
+            }
+            index = next
+        }
+        var text = String(summary[..<end])
+        if text.hasSuffix(".") { text.removeLast() }
+        return text
+    }
+
     private static func row(_ usage: String, _ summary: String) -> String {
-        usage.count <= 23 ? "  \(usage.padding(toLength: 23, withPad: " ", startingAt: 0))  \(summary)" : "  \(usage)\n                           \(summary)"
+        usage.count <= 30 ? "  \(usage.padding(toLength: 30, withPad: " ", startingAt: 0))  \(summary)" : "  \(usage)\n  \(String(repeating: " ", count: 30))  \(summary)"
     }
 
     static let template = """
@@ -45,8 +88,11 @@ enum Help {
     port forwards, metrics and an AI assistant, as a kernel of loadable features.
 
     Usage: termind [options] <command> [arguments]
+    ('termind help COMMAND' explains one; after '--' everything is the command's)
 
-    Commands:
+    __FEATURE_COMMANDS__
+
+    termind itself:
       features                 List features in boot order: state, and why any is disabled.
       contracts [PREFIX]       List contracts (the operations features offer) with their
                                request/response JSON Schemas (full schemas with --json).
@@ -67,9 +113,6 @@ enum Help {
                                (make install puts them in place).
       help [COMMAND]           Show this help, or a feature or plugin command's usage.
 
-    Commands from features and plugins (positional arguments, then --FIELD VALUE;
-    after '--' everything is positional; 'termind help COMMAND' explains one):
-    __FEATURE_COMMANDS__
 
     Options (anywhere before '--'):
       --json                   Machine-readable output; errors too ({"error": {code, message}}).
@@ -103,6 +146,7 @@ enum Help {
       --debug                  Debug log to standard error (env TERMIND_DEBUG=1). Off by default.
       --log-file PATH          Append the log to PATH (mode 0600; env TERMIND_LOG_FILE).
       -h, --help               Show help.
+      --version                Print termind's version (as termind version).
 
     Exit codes: 0 success · 1 the operation failed · 2 bad usage · 3 termind could not boot.
     A command that runs a remote command (exec) exits with its status instead: 128 + N when

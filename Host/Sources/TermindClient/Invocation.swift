@@ -85,6 +85,7 @@ struct Invocation {
             return argv[index]
         }
         var afterSeparator = false
+        var askedVersion = false
         while index < argv.count {
             let arg = argv[index]
             if afterSeparator { rest.append(arg); index += 1; continue }
@@ -119,6 +120,7 @@ struct Invocation {
             case "--yes", "-y": inv.assumeYes = true
             case "--answers": inv.answersPath = try take(flag)
             case "-h", "--help": inv.help = true
+            case "--version": askedVersion = true
             case "--": afterSeparator = true; rest.append(arg)
             default: rest.append(arg)
             }
@@ -127,6 +129,8 @@ struct Invocation {
         if let first = rest.first, first != "--" {
             inv.command = first
             inv.arguments = Array(rest.dropFirst())
+        } else if askedVersion {
+            inv.command = "version"
         } else {
             inv.arguments = rest
         }

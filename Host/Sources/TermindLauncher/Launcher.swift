@@ -16,6 +16,12 @@ public enum Launcher {
     public static let stream = "client.invoke@1"
 
     public static func main() -> Never {
+        if let (index, bytes) = argumentNotUTF8() {
+            // Swift would repair it into U+FFFD, and a path with it names another file (or none).
+            LauncherTerminal.write("termind: argument \(index) is not valid UTF-8 (\(bytes)); termind takes its arguments as text. "
+                                   + "Name such a file by a pattern matched on its side (e.g. 'dir/*.log'), or rename it.\n", to: STDERR_FILENO)
+            exit(2)
+        }
         let arguments = Array(CommandLine.arguments.dropFirst())
         let environment = LaunchPlan.currentEnvironment()
         if case .server(let path) = LaunchPlan.decide(arguments, environment: environment),
@@ -23,6 +29,26 @@ public enum Launcher {
             exit(code)
         }
         ClientLibrary.run()
+    }
+
+    /// The first argument (numbered from 1) whose bytes are not UTF-8, with those bytes
+    /// written as a person can read them (`caf\xe9.txt`).
+    static func argumentNotUTF8() -> (Int, String)? {
+        for index in 1..<Int(CommandLine.argc) {
+            guard let pointer = CommandLine.unsafeArgv[index], String(validatingCString: pointer) == nil else { continue }
+            var shown = ""
+            var cursor = UnsafeRawPointer(pointer).assumingMemoryBound(to: UInt8.self)
+            while cursor.pointee != 0 {
+                let byte = cursor.pointee
+                if byte >= 0x20 && byte < 0x7f { shown.append(Character(Unicode.Scalar(byte))) } else {
+                    let hex = String(byte, radix: 16)
+                    shown += "\\x" + (hex.count == 1 ? "0" + hex : hex)
+                }
+                cursor += 1
+            }
+            return (index, shown)
+        }
+        return nil
     }
 
     /// The command run by the server at `path`: its exit code, or nil when it must run in

@@ -115,6 +115,8 @@ public struct FeatureStatus: Sendable, Equatable, Codable {
     public var provides: [String]
     /// CLI subcommands the feature adds.
     public var commands: [FeatureManifest.Command]
+    /// Where `termind --help` lists them (the manifest's `help`).
+    public var help: FeatureManifest.HelpGroup?
     /// What it may reach, as its manifest declares and the kernel enforces: the ports it
     /// requires and may use, and the contracts of others it may call.
     public var requires: [String]

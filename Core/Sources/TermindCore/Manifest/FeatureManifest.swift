@@ -194,6 +194,18 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     /// same ownership and permission checks).
     public var libraryOutsidePlugin: Bool
     public var summary: String?
+    /// Where `termind --help` lists the feature's commands: under `title` (what people do
+    /// with them: "Files", "Port forwards"), groups in `rank` order (then by id).
+    public var help: HelpGroup?
+
+    public struct HelpGroup: Sendable, Equatable, Codable {
+        public var title: String
+        public var rank: Int?
+        public init(title: String, rank: Int? = nil) {
+            self.title = title
+            self.rank = rank
+        }
+    }
 
     /// Set by the reader, not the document.
     public var origin: Origin = .registry
@@ -209,7 +221,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
 
     enum CodingKeys: String, CodingKey {
         case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, streams, calls, functions, commands, schemas
-        case libraryOutsidePlugin, summary
+        case libraryOutsidePlugin, summary, help
     }
 
     public init(id: String, version: String = "1.0.0", abi: Int = 1, kind: Kind = .swift, library: String,
@@ -259,6 +271,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         schemas = try c.decodeIfPresent([String: ContractSchemas].self, forKey: .schemas) ?? [:]
         libraryOutsidePlugin = try c.decodeIfPresent(Bool.self, forKey: .libraryOutsidePlugin) ?? false
         summary = try c.decodeIfPresent(String.self, forKey: .summary)
+        help = try c.decodeIfPresent(HelpGroup.self, forKey: .help)
     }
 
     /// The absolute path of the library. Relative names resolve against `baseDirectory`,

@@ -504,6 +504,7 @@ public actor Kernel {
             id: m.id, version: m.version, kind: m.kind, state: state, reason: problem?.message, reasonCode: problem?.code,
             permanent: m.isPermanent, source: m.source, contracts: m.contracts + m.functions.map { "\(m.id).fn.\($0.name)@1" },
             provides: m.ports.provides, commands: m.commands, requires: m.ports.requires, optional: m.ports.optional, calls: m.calls)
+        statuses[m.id]?.help = m.help
     }
 
     private static func problem(_ error: any Error, feature: String, code: ErrorCode) -> FeatureProblem {
