@@ -288,6 +288,28 @@ final class DurableSessionTests: XCTestCase {
         }
     }
 
+    func testASessionThatEndsSaysNothingButItsStatusAndOneClosedByTermindSaysWhy() throws {
+        // The remote shell exits 7: the client ends with 7 and prints no record of the result.
+        try tmux.open("exits", ssh(), columns: 80, rows: 24)
+        XCTAssertTrue(try tmux.wait("exits", for: "$").found)
+        try tmux.send("exits", "exit 7\r")
+        XCTAssertEqual(try tmux.waitForExit("exits"), 7)
+        let exited = try tmux.screen("exits")
+        XCTAssertFalse(exited.contains { $0.hasPrefix("session") }, exited.joined(separator: "\n"))
+        // Closed with termind sessions close: the attached client is told so.
+        try tmux.open("closed", ssh(), columns: 120, rows: 24)
+        XCTAssertTrue(try tmux.wait("closed", for: "$").found)
+        let id = try XCTUnwrap(try sessions().last?["id"]?.intValue)
+        XCTAssertEqual(try ProcessRunner.run(termind, ["sessions", "close", String(id)], environment: environment).status, 0)
+        XCTAssertNotNil(try tmux.waitForExit("closed"))
+        let screen = try tmux.screen("closed")
+        XCTAssertTrue(screen.contains { $0.contains("Session \(id) on") && $0.contains("was closed (termind sessions close \(id))") }, screen.joined(separator: "\n"))
+        XCTAssertFalse(screen.contains { $0.hasPrefix("session") }, screen.joined(separator: "\n"))
+        // A session number that is no open session: only open ones are offered.
+        let missing = try ProcessRunner.run(termind, ["attach", "999"], environment: environment)
+        XCTAssertFalse(missing.stderr.contains("open: \(id)"), missing.stderr)
+    }
+
     func testWithoutAServerSessionsAndAttachSaySoAndSshIsAPlainSession() throws {
         serve.stop()
         serve = nil

@@ -188,6 +188,15 @@ final class WorkspaceTemplateTests: XCTestCase {
         try waitFor("the first pane's screen redrawn") { try paneText(again[0].id).contains("PANE-ONE-42") }
         XCTAssertEqual(logins(), authenticated, "no second authentication")
 
+        // Opened again while another window shows it: refused, that window keeps its panes;
+        // --take-over true moves the sessions.
+        try tmux.tmux(["new-window", "-t", "main", "-n", "third", "/bin/sh -c '\"$0\" workspace open dev; echo \"[third $?]\"; exec sleep 100000' '\(termind)'"])
+        try waitFor("the refusal") { try paneText("main:third").contains("[third 1]") }
+        let refusal = try paneText("main:third")
+        XCTAssertTrue(refusal.contains("Workspace dev is open already") && refusal.contains("--take-over true"), refusal)
+        XCTAssertEqual(try panes("dev").count, 3, "the open window lost panes")
+        XCTAssertEqual(try sessions().filter { $0["state"]?.stringValue == "attached" }.count, 3)
+
         // Closing one pane detaches only its session.
         try tmux.tmux(["kill-pane", "-t", again[2].id])
         try waitFor("one detached session") { try sessions().filter { $0["state"]?.stringValue == "detached" }.count == 1 }

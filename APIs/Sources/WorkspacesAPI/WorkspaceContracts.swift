@@ -115,7 +115,12 @@ extension WorkspacesStreams {
             public var tmuxPane: String?
             /// A new tmux session even inside tmux (its name: the workspace's).
             public var newSession: Bool?
-            public init(workspace: String? = nil, hosts: [String]? = nil, tmux: String? = nil, tmuxPane: String? = nil, newSession: Bool? = nil) {
+            /// Open it even when its panes' sessions are attached in another window (whose
+            /// panes then close); without it that is refused (`workspaces.already_open`).
+            public var takeOver: Bool?
+            public init(workspace: String? = nil, hosts: [String]? = nil, tmux: String? = nil, tmuxPane: String? = nil, newSession: Bool? = nil,
+                        takeOver: Bool? = nil) {
+                self.takeOver = takeOver
                 self.workspace = workspace
                 self.hosts = hosts
                 self.tmux = tmux
@@ -170,4 +175,6 @@ extension WorkspacesStreams {
 
 extension ErrorCode {
     public static let workspacesTmuxFailed: ErrorCode = "workspaces.tmux_failed"
+    /// The workspace's panes are attached in another window already (`--take-over true` moves them).
+    public static let workspacesAlreadyOpen: ErrorCode = "workspaces.already_open"
 }

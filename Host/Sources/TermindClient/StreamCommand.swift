@@ -64,6 +64,7 @@ enum StreamCommand {
         }
         let output = CollectedOutput(keep: inv.json, console: console)
         let view = StreamView(json: inv.json, console: console)
+        if let bridge { view.terminalIsRaw = { bridge.isRaw } }
         // A scripted answer that does not fit its question: the question goes unanswered
         // (the feature fails closed) and termind reports why once the stream ended.
         let answerFailure = Mutex<TermindError?>(nil)

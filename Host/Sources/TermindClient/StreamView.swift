@@ -243,10 +243,16 @@ final class StreamView: @unchecked Sendable {
         if progressShown { clearProgressLocked() }
     }
 
+    /// Whether a bridged terminal is raw (`TerminalBridge.isRaw`): a notice then starts on a
+    /// line of its own and ends with a carriage return too.
+    var terminalIsRaw: @Sendable () -> Bool = { false }
+
     private func notice(_ text: String) {
         lock.withLock { clearProgressLocked() }
         if json {
             writeJSONLine(.object(["event": .string("notice"), "text": .string(text)]), to: console.errorOutput)
+        } else if terminalIsRaw() {
+            console.write("\r\ntermind: \(TerminalText.escaped(text))\r\n", to: console.errorOutput)
         } else {
             console.error(text)
         }

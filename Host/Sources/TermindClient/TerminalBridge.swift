@@ -33,6 +33,9 @@ final class TerminalBridge: @unchecked Sendable {
         }
     }
 
+    /// Whether the terminal is raw now (a line written to it needs its own carriage return).
+    var isRaw: Bool { lock.withLock { raw } }
+
     /// Puts the terminal back as it was; safe to call more than once, from any thread.
     func restore() {
         lock.withLock {

@@ -49,9 +49,9 @@ actor SessionRegistry {
     func session(_ id: Int) throws -> DurableSession {
         prune()
         guard let session = sessions[id] else {
-            let known = sessions.keys.sorted()
+            let open = sessions.values.filter { !$0.isEnded }.map(\.id).sorted()
             throw TermindError(.workspacesNoSession, "There is no session \(id)"
-                + (known.isEmpty ? "; no session is open (termind ssh HOST opens one)." : " (open: \(known.map(String.init).joined(separator: ", ")); termind sessions lists them)."))
+                + (open.isEmpty ? "; no session is open (termind ssh HOST opens one)." : " (open: \(open.map(String.init).joined(separator: ", ")); termind sessions lists them)."))
         }
         return session
     }

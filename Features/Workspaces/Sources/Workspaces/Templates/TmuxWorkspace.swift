@@ -46,12 +46,17 @@ struct TmuxWorkspace {
         let leaves = tree.leaves
         var panes: [WorkspacesStreams.OpenWorkspace.PaneOpened] = []
         var commands: [[String]] = []
+        // Sessions of its panes that a window shows now: opening the workspace again would
+        // take them from it (its panes close), so that is done only when asked.
+        var attachedElsewhere: [Int] = []
         for (index, leaf) in leaves.enumerated() {
             let number = index + 1
             var opened = WorkspacesStreams.OpenWorkspace.PaneOpened(pane: number, kind: leaf.kind.rawValue, host: leaf.host.map { labels[$0] ?? $0 }, tmuxPane: "")
             switch (leaf.kind, leaf.host) {
             case (.ssh, let host?) where labels[host] != nil || request.hosts != nil:
-                opened.session = await sessions.session(workspace: workspaceID, pane: number, host: host)?.id
+                let live = await sessions.session(workspace: workspaceID, pane: number, host: host)
+                opened.session = live?.id
+                if let live, live.info().state == "attached" { attachedElsewhere.append(live.id) }
                 commands.append(Self.held([executable, "--socket", controlSocket, "ssh", host, "--workspace", workspaceID, "--pane", String(number)]))
             case (.sftp, let host?) where labels[host] != nil:
                 // The prompt names the host as its label when that is one word (get and put
@@ -66,6 +71,12 @@ struct TmuxWorkspace {
                 commands.append([])
             }
             panes.append(opened)
+        }
+        if !attachedElsewhere.isEmpty && request.takeOver != true {
+            let list = attachedElsewhere.map(String.init).joined(separator: ", ")
+            throw TermindError(.workspacesAlreadyOpen, "Workspace \(name) is open already: its session\(attachedElsewhere.count == 1 ? "" : "s") \(list) "
+                + "\(attachedElsewhere.count == 1 ? "is" : "are") attached in another window. Go to that window, or open it here with --take-over true "
+                + "(the other window's panes then close).")
         }
         // The client's own tmux server (its $TMUX names the socket, a non-default one too),
         // for a new window or, with --new-session, a new session; else tmux's default server.
