@@ -82,6 +82,24 @@ final class ExecInteractionTests: XCTestCase {
         XCTAssertEqual(refused.status, 1, refused.output)
     }
 
+    func testSSHsOwnOptionsWorkUnquotedAndWordsAfterTheCommandAreItsOwn() throws {
+        // ssh -p PORT -i KEY user@host, as ssh is typed: no quoted quick-connect line.
+        let plain = try run(["exec", "-p", "\(server.port)", "-i", directory.file("id"), "\(user)@127.0.0.1", "--accept-host-key", "once", "echo", "-n", "plain-ok"])
+        XCTAssertEqual(plain.status, 0, plain.stderr)
+        XCTAssertEqual(plain.stdout, "plain-ok", "-n after the command's first word is the command's")
+        let viaSSH = try run(["ssh", "-p", "\(server.port)", "-l", user, "-i", directory.file("id"), "127.0.0.1", "--accept-host-key", "once", "-t", "--", "echo", "ssh-ok"])
+        XCTAssertEqual(viaSSH.status, 0, viaSSH.stderr)
+        XCTAssertEqual(viaSSH.stdout, "ssh-ok\n")
+        // -N is not sent to the remote side: it names the command that does forwards only.
+        let forwardsOnly = try run(["ssh", "box", "-N"])
+        XCTAssertEqual(forwardsOnly.status, 2, forwardsOnly.stderr)
+        XCTAssertTrue(forwardsOnly.stderr.contains("termind forward run box"), forwardsOnly.stderr)
+        // An option ssh has and termind does not is refused, not run as a command.
+        let unknown = try run(["ssh", "box", "-X"])
+        XCTAssertEqual(unknown.status, 2, unknown.stderr)
+        XCTAssertTrue(unknown.stderr.contains("unknown option -X"), unknown.stderr)
+    }
+
     func testAPassphraseProtectedKeyIsAskedForOnATerminalAndNamedWithoutOne() throws {
         let without = try run(["exec", quick("locked"), "--accept-host-key", "once", "--", "true"])
         XCTAssertEqual(without.status, 1, without.stderr)

@@ -29,9 +29,17 @@ public enum WorkspacesStreams {
             public var acceptHostKey: HostKeyPreset?
             /// The client's working folder (for a relative `-i` key file).
             public var workingDirectory: String?
+            /// As ssh's `-p`, `-J` and `-i`: the target's port, hosts to jump through (`a,b`),
+            /// a key file (relative to `workingDirectory`).
+            public var port: Int?
+            public var jump: String?
+            public var identityFile: String?
 
             public init(target: String, command: String, user: String? = nil, identity: String? = nil, timeout: Double? = nil,
-                        connectTimeout: Double? = nil, acceptHostKey: HostKeyPreset? = nil, workingDirectory: String? = nil) {
+                        connectTimeout: Double? = nil, acceptHostKey: HostKeyPreset? = nil, workingDirectory: String? = nil,
+                        port: Int? = nil, jump: String? = nil) {
+                self.port = port
+                self.jump = jump
                 self.target = target
                 self.command = command
                 self.user = user

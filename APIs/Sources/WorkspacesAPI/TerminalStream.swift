@@ -47,6 +47,17 @@ extension WorkspacesStreams {
             public var pane: Int?
             /// Forward the local agent (`-A`); nil: as the saved host says (off by default).
             public var forwardAgent: Bool?
+            /// As ssh's `-p`, `-J` and `-i`: the target's port, hosts to jump through (`a,b`),
+            /// a key file (relative to `workingDirectory`).
+            public var port: Int?
+            public var jump: String?
+            public var identityFile: String?
+            /// ssh's `-t`: a remote terminal for a command too. termind gives one whenever
+            /// the client's standard input is a terminal, so this changes nothing; it is
+            /// taken so that ssh's habit works.
+            public var tty: Bool?
+            /// ssh's `-N` (no shell, forwards only): refused, naming `termind forward run`.
+            public var noCommand: Bool?
 
             public init(target: String, command: String? = nil, user: String? = nil, identity: String? = nil, connectTimeout: Double? = nil,
                         acceptHostKey: Exec.HostKeyPreset? = nil, workingDirectory: String? = nil, terminal: TerminalSize? = nil,

@@ -89,11 +89,21 @@ enum PluginCommand {
         var positional: [String] = []
         var index = 0
         var optionsEnded = false
+        // A command whose last argument is a command line (`ssh HOST [COMMAND...]`) reads
+        // options as ssh does: up to the command's first word, after which every word is the
+        // command's (`termind ssh box ls -la`); before it, a one-letter option the command
+        // does not declare is an error, never a word of the command (`termind ssh box -N`).
+        let commandLine: String? = command.arguments.last.flatMap { last in
+            last.hasSuffix("...") && schema["properties"]?[String(last.dropLast(3))]?["type"]?.stringValue == "string" ? String(last.dropLast(3)) : nil
+        }
+        var commandStarted = false
         /// How many positional words came before `--`.
         var dashesAt: Int?
         while index < arguments.count {
             let arg = arguments[index]
-            if !optionsEnded && arg == "--" {
+            if commandStarted {
+                positional.append(arg)
+            } else if !optionsEnded && arg == "--" {
                 // Everything after `--` is positional, even when it looks like an option.
                 optionsEnded = true
                 dashesAt = positional.count
@@ -145,7 +155,13 @@ enum PluginCommand {
                     body[key] = try typed(value, field: key, schema: schema, console: console)
                 }
             } else {
+                if let commandLine, !optionsEnded, arg.hasPrefix("-"), arg.count > 1 {
+                    let known = ((command.options ?? [:]).keys.map { "-\($0) VALUE" } + (command.flags ?? [:]).keys.map { "-\($0)" }).sorted()
+                    throw Invocation.UsageError(description: "\(command.name): unknown option \(arg)\(known.isEmpty ? "" : " (it takes \(known.joined(separator: ", ")) and --FIELD VALUE)"); "
+                        + "words after -- are the \(commandLine)'s.")
+                }
                 positional.append(arg)
+                if commandLine != nil, !optionsEnded, positional.count >= command.arguments.count { commandStarted = true }
             }
             index += 1
         }

@@ -42,10 +42,18 @@ final class WorkspacesFeature: Feature {
 
     func register(_ registrar: FeatureRegistrar) throws {
         registrar.stream(WorkspacesStreams.Exec.self) { [self] request, session in
-            try await ExecRunner(ports: try current(), request: request, session: session).run()
+            var request = request
+            request.target = try Self.target(request)
+            return try await ExecRunner(ports: try current(), request: request, session: session).run()
         }
         registrar.stream(WorkspacesStreams.Terminal.self) { [self] request, session in
-            try await TerminalRunner(ports: try current(), request: request, session: session, sessions: sessions).run()
+            if request.noCommand == true {
+                throw TermindError.badRequest("ssh -N (no remote command, forwards only) is termind forward run \(request.target) -L|-R|-D SPEC …: "
+                    + "it forwards for as long as it runs, with no shell.")
+            }
+            var request = request
+            request.target = try Self.target(request)
+            return try await TerminalRunner(ports: try current(), request: request, session: session, sessions: sessions).run()
         }
         registrar.stream(WorkspacesStreams.Attach.self) { [self] request, session in
             let ports = try current()
@@ -284,13 +292,47 @@ final class WorkspacesFeature: Feature {
 }
 
 /// What every session stream's request says about where to connect and how.
+extension WorkspacesFeature {
+    /// The target with ssh's `-p PORT`, `-J HOSTS` and `-i FILE` folded in, as the
+    /// quick-connect line `ssh -p PORT -J HOSTS -i FILE TARGET` (a saved host's label still
+    /// supplies what it has).
+    static func target(_ request: any SessionTarget) throws -> String {
+        guard request.port != nil || request.jump != nil || request.identityFile != nil else { return request.target }
+        if let port = request.port, !(1...65535).contains(port) {
+            throw TermindError.badRequest("-p \(port): a port is a number from 1 to 65535.")
+        }
+        var words: [String] = []
+        if let port = request.port { words += ["-p", String(port)] }
+        if let jump = request.jump { words += ["-J", quoted(jump)] }
+        if let file = request.identityFile { words += ["-i", quoted(file)] }
+        var target = request.target.trimmingCharacters(in: .whitespaces)
+        if target == "ssh" || target.hasPrefix("ssh ") { target = String(target.dropFirst(3)).trimmingCharacters(in: .whitespaces) } else { target = quoted(target) }
+        return (["ssh"] + words + [target]).joined(separator: " ")
+    }
+
+    /// A word for the quick-connect grammar: as it is when plain, else single-quoted.
+    private static func quoted(_ word: String) -> String {
+        let plain = !word.isEmpty && word.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "@%+=:,./_-[]".unicodeScalars.contains($0) }
+        return plain ? word : "'" + word.replacingOccurrences(of: "'", with: "'\\''") + "'"
+    }
+}
+
 protocol SessionTarget: Sendable {
+    var port: Int? { get }
+    var jump: String? { get }
+    var identityFile: String? { get }
     var target: String { get }
     var user: String? { get }
     var identity: String? { get }
     var workingDirectory: String? { get }
     var acceptHostKey: HostKeyPreset? { get }
     var connectTimeout: Double? { get }
+}
+
+extension SessionTarget {
+    var port: Int? { nil }
+    var jump: String? { nil }
+    var identityFile: String? { nil }
 }
 
 extension WorkspacesStreams.Exec.Request: SessionTarget {}
