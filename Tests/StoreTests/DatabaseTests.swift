@@ -112,6 +112,36 @@ final class DatabaseTests: XCTestCase {
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: path)), truncated)
     }
 
+    func testAnEmptyFileALinkAFolderOrAFIFOAtTheStoresPathIsRefusedWithWhatItIs() throws {
+        // Empty: SQLite would take it for a new database; it may be one that lost its data.
+        let empty = try directory.write("empty.sqlite", "")
+        XCTAssertThrowsError(try Database(path: empty)) { error in
+            XCTAssertEqual((error as? StoreError)?.code, "store.corrupt")
+            XCTAssertTrue("\(error)".contains("is empty (0 bytes)") && "\(error)".contains("left untouched"), "\(error)")
+        }
+        XCTAssertEqual(try FileManager.default.attributesOfItem(atPath: empty)[.size] as? Int, 0, "the empty file was written")
+        // A symbolic link, even to a good database: refused, naming it.
+        let real = directory.file("real.sqlite")
+        try Database(path: real).migrate(notes)
+        let link = directory.file("link.sqlite")
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: real)
+        XCTAssertThrowsError(try Database(path: link)) { error in
+            XCTAssertEqual((error as? StoreError)?.code, "store.open_failed")
+            XCTAssertTrue("\(error)".contains("is a symbolic link (to \(real))"), "\(error)")
+        }
+        // A folder, and a FIFO.
+        let folder = directory.file("folder.sqlite")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        XCTAssertThrowsError(try Database(path: folder)) { error in
+            XCTAssertTrue("\(error)".contains("it is a folder") && "\(error)".contains("--store"), "\(error)")
+        }
+        let fifo = directory.file("fifo.sqlite")
+        XCTAssertEqual(mkfifo(fifo, 0o600), 0)
+        XCTAssertThrowsError(try Database(path: fifo)) { error in
+            XCTAssertTrue("\(error)".contains("not a regular file"), "\(error)")
+        }
+    }
+
     func testStatementValuesNeverAppearInErrors() throws {
         let db = try Database(path: directory.file("t.sqlite"))
         try db.migrate(notes)

@@ -46,6 +46,7 @@ public final class Database: @unchecked Sendable {
             throw access(path, F_OK) == 0 ? StoreError.readOnly(path, reason, option: option)
                 : StoreError.openFailed(path, "\(reason), so the database cannot be created there (choose another place with \(option) PATH)")
         }
+        try Self.checkExisting(path, option: option)
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW
         let previous = umask(0o077)
@@ -95,6 +96,36 @@ public final class Database: @unchecked Sendable {
             sqlite3_close_v2(db)
             throw error.is(.storeSQL) ? StoreError.notADatabase(path, error.message, option: option) : error
         }
+    }
+
+    /// What is at `path` already must be a database file, or nothing (a new one is made):
+    /// a symbolic link, a folder or another kind of file is refused with what it is; so is an
+    /// empty file, which SQLite would silently take for a new database — it may be one whose
+    /// data was lost (a truncated copy). A file another opener created a moment ago is empty
+    /// only until that opener writes its header: it is given that moment.
+    static func checkExisting(_ path: String, option: String) throws {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return }
+        switch info.st_mode & S_IFMT {
+        case S_IFREG:
+            break
+        case S_IFLNK:
+            let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: path)).map { " (to \($0))" } ?? ""
+            throw StoreError.openFailed(path, "it is a symbolic link\(target), and termind opens only a regular file there, so that a link cannot move "
+                + "the database elsewhere; give \(option) the file's own path")
+        case S_IFDIR:
+            throw StoreError.openFailed(path, "it is a folder; give \(option) the path of a file in it (e.g. \((path as NSString).appendingPathComponent("termind.sqlite")))")
+        default:
+            throw StoreError.openFailed(path, "it is not a regular file (a FIFO, socket or device); give \(option) the path of a file")
+        }
+        guard info.st_size == 0 else { return }
+        let deadline = Date().addingTimeInterval(2)
+        while Date() < deadline {
+            usleep(20_000)
+            if stat(path, &info) == 0, info.st_size > 0 { return }
+        }
+        throw StoreError(.storeCorrupt, "\(path) is empty (0 bytes): a database termind made holds at least its header, so this one may have lost its data "
+            + "(a truncated copy, a full disk). It was left untouched; restore it from a backup, or remove it if it is new and termind creates a database there.")
     }
 
     /// Why termind cannot write the database, or nil: it writes the file and, beside it, the
