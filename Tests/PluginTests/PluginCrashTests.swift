@@ -57,4 +57,65 @@ final class PluginCrashTests: XCTestCase {
         XCTAssertNoThrow(try ControlClient(path: next.socketPath).call("kernel.ping@1", body: Data(#"{"payload": "x"}"#.utf8)))
         XCTAssertEqual(next.stop(), 0)
     }
+
+    func testPluginsCheckSaysWhichCallItWasMakingWhenThePluginCrashed() throws {
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = directory.file("home")
+        let result = try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", ["plugins", "check", directory.file("plugins/crash")],
+                                           environment: printingBacktraces(environment))
+        XCTAssertEqual(result.status, 134, result.stderr)
+        XCTAssertTrue(result.stdout.contains("ok   load and start"), result.stdout)
+        XCTAssertTrue(result.stdout.hasSuffix("...  crash.abort@1: calling it with an empty request\n"), result.stdout)
+    }
+
+    static let staleSource = #"""
+    #include "termind_plugin.h"
+    #include <stdio.h>
+    #include <string.h>
+    static const termind_host_api *host;
+    static void *kept;
+    static char *copy(const char *s) { size_t n = strlen(s) + 1; char *c = host->alloc(n); memcpy(c, s, n); return c; }
+    static int handle(const char *contract, const char *request, size_t length, char **reply) {
+        /* A handle kept past its stream's end, used again. */
+        char buffer[16];
+        int emitted = host->stream_emit(kept, "notice", "{\"text\": \"late\"}", NULL, 0);
+        long long got = (long long)host->stream_read(kept, buffer, sizeof buffer);
+        int cancelled = host->stream_cancelled(kept);
+        char *answer = host->stream_ask(kept, "{\"kind\": \"confirm\", \"topic\": \"stale.q\", \"text\": \"?\"}");
+        char text[160];
+        snprintf(text, sizeof text, "{\"emit\": %d, \"read\": %lld, \"cancelled\": %d, \"asked\": %s}", emitted, got, cancelled, answer ? "true" : "false");
+        *reply = copy(text);
+        return TERMIND_OK;
+    }
+    static int handle_stream(const char *stream, const char *request, size_t length, void *handle, char **reply) {
+        kept = handle;
+        *reply = copy("{}");
+        return TERMIND_OK;
+    }
+    static const termind_plugin_descriptor descriptor = {
+        sizeof(termind_plugin_descriptor), TERMIND_PLUGIN_ABI_VERSION, "stale", "1.0.0", NULL, NULL, handle, handle_stream
+    };
+    const termind_plugin_descriptor *termind_plugin_entry_v1(const termind_host_api *api) { host = api; return &descriptor; }
+    """#
+
+    func testAStreamHandleUsedAfterItsStreamEndedNamesNoStreamAndTheServerLivesOn() throws {
+        let manifest = #"{"id": "stale", "version": "1.0.0", "abi": 1, "kind": "c", "library": "libstale.so", "contracts": ["stale.poke@1"], "streams": ["stale.keep@1"], "commands": [{"name": "stale keep", "stream": "stale.keep@1", "arguments": []}, {"name": "stale poke", "contract": "stale.poke@1", "arguments": []}]}"#
+        try CPluginCompiler.build(source: Self.staleSource, folder: directory.file("stale/stale"), name: "stale", manifest: manifest)
+        let server = try ServeProcess(directory: directory, arguments: ["--registry", directory.file("Registry.json"), "--plugins", directory.file("stale")])
+        defer { server.stop() }
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = directory.file("home")
+        let termind = FeatureHarness.buildDirectory + "/termind"
+        for _ in 0..<5 {
+            XCTAssertEqual(try ProcessRunner.run(termind, ["--socket", server.socketPath, "stale", "keep"], environment: environment).status, 0)
+            let poked = try ProcessRunner.run(termind, ["--socket", server.socketPath, "--json", "stale", "poke"], environment: environment)
+            XCTAssertEqual(poked.status, 0, poked.stderr)
+            let reply = try JSONCoding.parse(Data(poked.stdout.utf8), source: "poke")
+            XCTAssertEqual(reply["emit"], .integer(2), poked.stdout)
+            XCTAssertEqual(reply["read"], .integer(-1), poked.stdout)
+            XCTAssertEqual(reply["cancelled"], .integer(1), poked.stdout)
+            XCTAssertEqual(reply["asked"], .bool(false), poked.stdout)
+        }
+        XCTAssertTrue(server.process.isRunning, "the server died")
+    }
 }

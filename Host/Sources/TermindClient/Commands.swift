@@ -137,13 +137,23 @@ enum Commands {
             throw Invocation.UsageError(description: "usage: termind plugins check DIR")
         }
         let directory = inv.console.absolute(inv.arguments[1])
-        let checks = await PluginConformance.check(pluginDirectory: directory)
+        let console = inv.console, json = inv.json
+        // Each check is printed as it is made, and each call announced before it is made (on
+        // standard error with --json): a plugin that crashes termind leaves its last words.
+        let checks = await PluginConformance.check(pluginDirectory: directory, calling: { contract in
+            if json {
+                console.write("{\"calling\": \"\(contract)\"}\n", to: console.errorOutput)
+            } else {
+                console.line("...  \(contract): calling it with an empty request")
+            }
+        }, checked: { check in
+            if !json { console.line("\(check.passed ? "ok  " : "FAIL") \(check.name): \(check.detail)") }
+        })
         let passed = checks.allSatisfy(\.passed)
         if inv.json {
             struct Report: Encodable { let plugin: String; let passed: Bool; let checks: [PluginConformance.Check] }
             inv.console.json(Report(plugin: directory, passed: passed, checks: checks))
         } else {
-            for check in checks { inv.console.line("\(check.passed ? "ok  " : "FAIL") \(check.name): \(check.detail)") }
             inv.console.line(passed ? "\(checks.count) passed, 0 failed" : "\(checks.filter(\.passed).count) passed, \(checks.filter { !$0.passed }.count) failed")
         }
         return passed ? .success : .failure

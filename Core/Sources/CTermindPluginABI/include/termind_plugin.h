@@ -68,7 +68,9 @@ typedef struct termind_host_api {
     char *(*json_quote)(const char *text);
 
     /* ---- Streams (check host->size covers them: TERMIND_HOST_HAS(host, stream_emit)).
-     * `stream` is the handle handle_stream received; valid until it returns. */
+     * `stream` is the handle handle_stream received; valid until it returns. A handle
+     * used after that names no stream: each call answers as for a stream that is over
+     * (emit nonzero, read -1, ask NULL, cancelled nonzero). */
 
     /* Sends event `kind` ("progress", "record", "stdout", ...; docs/contracts.md) with
      * `fields_json`, a JSON object of its fields (NULL: none), and for a data event

@@ -14,7 +14,13 @@ public enum PluginConformance {
         public var detail: String
     }
 
-    public static func check(pluginDirectory: String, fakes: [InProcessFeature] = []) async -> [Check] {
+    /// `calling` is told each contract before it is called and `checked` each check as it is
+    /// made, so that a plugin that crashes the process leaves what it was doing on screen.
+    public static func check(pluginDirectory: String, fakes: [InProcessFeature] = [], calling: @Sendable (String) -> Void = { _ in },
+                             checked: @Sendable (Check) -> Void = { _ in }) async -> [Check] {
+        var checks: [Check] = [] {
+            didSet { if let last = checks.last, checks.count > oldValue.count { checked(last) } }
+        }
         var configuration = KernelConfiguration(registryPath: nil, pluginDirectories: [pluginDirectory], hostVersion: "conformance")
         configuration.inProcessFeatures = fakes
         let kernel = Kernel(configuration: configuration, sink: .disabled())
@@ -22,11 +28,11 @@ public enum PluginConformance {
         do {
             statuses = try await kernel.boot()
         } catch {
-            return [Check(name: "boot", passed: false, detail: String(describing: error))]
+            checks.append(Check(name: "boot", passed: false, detail: String(describing: error)))
+            return checks
         }
         let fakeIDs = Set(fakes.map(\.manifest.id))
         let plugins = statuses.filter { !fakeIDs.contains($0.id) }
-        var checks: [Check] = []
         // What discovery refused (permissions, plugin.json, reserved ids) never became a plugin.
         let refused = await kernel.unattributed
         for problem in refused {
@@ -40,6 +46,7 @@ public enum PluginConformance {
             }
             checks.append(Check(name: "load and start", passed: true, detail: "descriptor matches the manifest; started"))
             for contract in status.contracts {
+                calling(contract)
                 checks.append(await call(contract, on: kernel))
             }
         }

@@ -1,6 +1,7 @@
 import CTermindPluginABI
 import Dispatch
 import Foundation
+import Synchronization
 import TermindCore
 
 /// The documented bounds of C plugin calls (docs/plugins.md).
@@ -144,10 +145,12 @@ final class CPluginFeature: Feature, @unchecked Sendable {
             guard let handler else {
                 throw TermindError(.pluginUnhandled, "plugin '\(id)' declares stream \(stream) but its descriptor has no handle_stream.")
             }
-            let context = Unmanaged.passRetained(CStreamContext(session: session))
-            defer { context.release() }
+            // The plugin gets a number, not a pointer: a handle kept past its stream's end
+            // finds nothing (the stream_* calls say the stream is over), never freed memory.
+            let handle = CStreamHandles.open(CStreamContext(session: session))
+            defer { CStreamHandles.close(handle) }
             return try invoke(stream, body: body) { name, request, length, reply in
-                handler(name, request, length, context.toOpaque(), reply)
+                handler(name, request, length, handle, reply)
             }
         }
     }
@@ -258,8 +261,7 @@ final class CPluginHost: @unchecked Sendable {
             return strdup(String(decoding: data, as: UTF8.self))
         }
         table.pointee.stream_emit = { handle, kind, fields, data, length in
-            guard let handle, let kind else { return 2 }
-            let context = Unmanaged<CStreamContext>.fromOpaque(handle).takeUnretainedValue()
+            guard let kind, let context = CStreamHandles.context(handle) else { return 2 }
             var object: [String: JSONValue] = [:]
             if let fields {
                 guard case .object(let parsed)? = try? JSONCoding.parse(Data(String(cString: fields).utf8), source: "stream_emit fields") else { return 2 }
@@ -269,22 +271,47 @@ final class CPluginHost: @unchecked Sendable {
             return context.emit(String(cString: kind), object, data: bytes) ? 0 : 1
         }
         table.pointee.stream_read = { handle, buffer, capacity in
-            guard let handle, let buffer else { return -1 }
-            return Unmanaged<CStreamContext>.fromOpaque(handle).takeUnretainedValue().read(into: buffer, capacity: capacity)
+            guard let buffer, let context = CStreamHandles.context(handle) else { return -1 }
+            return context.read(into: buffer, capacity: capacity)
         }
         table.pointee.stream_ask = { handle, question in
-            guard let handle, let question,
+            guard let question, let context = CStreamHandles.context(handle),
                   let value = try? JSONCoding.parse(Data(String(cString: question).utf8), source: "stream_ask question") else { return nil }
-            guard let answer = Unmanaged<CStreamContext>.fromOpaque(handle).takeUnretainedValue().ask(value),
-                  let data = try? JSONCoding.encode(answer) else { return nil }
+            guard let answer = context.ask(value), let data = try? JSONCoding.encode(answer) else { return nil }
             return strdup(String(decoding: data, as: UTF8.self))
         }
         table.pointee.stream_cancelled = { handle in
-            guard let handle else { return 1 }
-            return Unmanaged<CStreamContext>.fromOpaque(handle).takeUnretainedValue().session.isCancelled ? 1 : 0
+            guard let context = CStreamHandles.context(handle) else { return 1 }
+            return context.session.isCancelled ? 1 : 0
         }
         // The table outlives every call; keep the context alive with it.
         table.pointee.host_context = Unmanaged.passRetained(self).toOpaque()
+    }
+}
+
+/// The streams C plugins are serving, by the handle each plugin was given: a number that
+/// is never reused, so a handle kept after its stream ended (or one made up) names nothing
+/// and the stream_* calls answer as for a stream that is over, instead of reading freed
+/// memory and taking the server down.
+enum CStreamHandles {
+    private static let table = Mutex<(next: UInt, live: [UInt: CStreamContext])>((0, [:]))
+
+    static func open(_ context: CStreamContext) -> UnsafeMutableRawPointer {
+        let number = table.withLock { state -> UInt in
+            state.next += 1
+            state.live[state.next] = context
+            return state.next
+        }
+        return UnsafeMutableRawPointer(bitPattern: number)!
+    }
+
+    static func close(_ handle: UnsafeMutableRawPointer) {
+        _ = table.withLock { $0.live.removeValue(forKey: UInt(bitPattern: handle)) }
+    }
+
+    static func context(_ handle: UnsafeMutableRawPointer?) -> CStreamContext? {
+        guard let handle else { return nil }
+        return table.withLock { $0.live[UInt(bitPattern: handle)] }
     }
 }
 
