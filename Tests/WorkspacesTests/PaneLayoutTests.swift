@@ -59,6 +59,15 @@ final class PaneLayoutTests: XCTestCase {
             XCTAssertEqual(PaneLayout.render(tree), text)
             XCTAssertEqual(try PaneLayout.parse(PaneLayout.render(tree)), tree)
         }
+        // A share close to 0% or 100% is written finely enough to read back (not as 100%/0%,
+        // which saving refuses).
+        for text in ["h(a 99.99%, b 0.01%)", "v(a 0.05%, b 99.95%)", "h(a 33.3%, b 66.7%)"] {
+            let tree = try PaneLayout.parse(text)
+            XCTAssertEqual(PaneLayout.render(tree), text)
+            let again = try PaneLayout.parse(PaneLayout.render(tree))
+            guard case .split(_, let first) = tree, case .split(_, let second) = again else { return XCTFail(text) }
+            XCTAssertEqual(first.map(\.fraction), second.map(\.fraction))
+        }
         // Hosts are written by the name the caller gives them (today's label of an id).
         XCTAssertEqual(PaneLayout.render(.split(horizontal: true, children: [.init(fraction: 0.5, tree: .pane(kind: .ssh, host: "host_1")),
                                                                             .init(fraction: 0.5, tree: .pane(kind: .empty, host: nil))])) { $0 == "host_1" ? "web" : $0 },

@@ -292,6 +292,17 @@ final class WorkspaceTemplateTests: XCTestCase {
         XCTAssertTrue(waitUntil { !Self.runs(server) }, "the tmux server did not end on SIGTERM")
     }
 
+    func testALayoutTooLargeForTheWindowIsRefusedBeforeTmuxMakesAnything() throws {
+        try saveHosts()
+        try run(["workspace", "save", "wide", "h(box, db, box, db, box, db, box, db, box, db, box, db)"])
+        try tmux.open("main", ["/bin/sh", "-c", "\"$0\" workspace open wide; echo \"[open $?]\"; exec sleep 100000", termind], columns: 20, rows: 12)
+        XCTAssertTrue(try waitInFirstWindow("[open 1]"), (try? paneText("main:0")) ?? "")
+        let said = try paneText("main:0").replacingOccurrences(of: "\n", with: "")
+        XCTAssertTrue(said.contains("needs at least 23×1 cells") && said.contains("Nothing was opened"), said)
+        XCTAssertEqual(try windows().count, 1, "a window was left")
+        XCTAssertEqual(try sessions().count, 0, "sessions were opened")
+    }
+
     /// What a process's descriptors are open on, but for what every process shares
     /// (/dev/null, terminals, epoll and event descriptors).
     private func descriptors(of pid: pid_t) -> Set<String> {

@@ -24,6 +24,21 @@ public indirect enum PaneTree: Sendable, Equatable {
         }
     }
 
+    /// The fewest columns and rows the tree fits in: a pane needs a cell each way, panes side
+    /// by side add up across (one column of border between each two), stacked ones down.
+    public var minimumSize: (columns: Int, rows: Int) {
+        switch self {
+        case .pane:
+            return (1, 1)
+        case .split(let horizontal, let children):
+            let sizes = children.map(\.tree.minimumSize)
+            let borders = max(0, children.count - 1)
+            return horizontal
+                ? (sizes.map(\.columns).reduce(0, +) + borders, sizes.map(\.rows).max() ?? 1)
+                : (sizes.map(\.columns).max() ?? 1, sizes.map(\.rows).reduce(0, +) + borders)
+        }
+    }
+
     /// Panes depth first, children in order (the order tmux's panes are made and numbered).
     public var leaves: [(kind: Kind, host: String?)] {
         switch self {
@@ -214,16 +229,31 @@ public enum PaneLayout {
             return kind == .ssh && shown != "empty" && shown != "h" && shown != "v" ? shown : "\(kind.rawValue):\(shown)"
         case .split(let horizontal, let children):
             let even = children.allSatisfy { abs($0.fraction - 1 / Double(children.count)) < 0.0005 }
-            let parts = children.map { child in
-                render(child.tree, name: name) + (even ? "" : " \(percent(child.fraction))%")
+            let shares = percents(children.map(\.fraction))
+            let parts = zip(children, shares).map { child, share in
+                render(child.tree, name: name) + (even ? "" : " \(share)%")
             }
             return (horizontal ? "h(" : "v(") + parts.joined(separator: ", ") + ")"
         }
     }
 
-    static func percent(_ fraction: Double) -> String {
-        let value = (fraction * 1000).rounded() / 10
-        return value == value.rounded() ? String(Int(value)) : String(value)
+    /// A split's shares as written back: to a tenth of a percent, or finer (the same for
+    /// every child) when that would round one to 0% or 100% — `99.99%` must not come back as
+    /// `100%`, which `save` refuses.
+    static func percents(_ fractions: [Double]) -> [String] {
+        var digits = 1
+        func rounded(_ fraction: Double) -> Double {
+            let scale = pow(10, Double(digits))
+            return (fraction * 100 * scale).rounded() / scale
+        }
+        while digits < 6 && fractions.contains(where: { rounded($0) <= 0 || rounded($0) >= 100 }) { digits += 1 }
+        return fractions.map { fraction in
+            let value = rounded(fraction)
+            if value == value.rounded() { return String(Int(value)) }
+            var text = String(format: "%.\(digits)f", value)
+            while text.hasSuffix("0") { text.removeLast() }
+            return text
+        }
     }
 
     static func word(_ text: String) -> String {

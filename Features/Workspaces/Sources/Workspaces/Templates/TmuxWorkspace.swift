@@ -85,6 +85,21 @@ struct TmuxWorkspace {
         let format = ["-P", "-F", "#{session_name}\t#{window_id}\t#{pane_id}"]
         var first: [String]
         let newSession = socket == nil || request.newSession == true
+        // The layout must fit the window it is built in (a new window takes the client's
+        // window's size; a new detached session tmux's default 80×24): checked before tmux
+        // makes anything.
+        let need = tree.minimumSize
+        var room = (columns: 80, rows: 24)
+        if !newSession, let pane = request.tmuxPane,
+           let size = try? await Self.tmux(base + ["display-message", "-p", "-t", pane, "#{window_width}\t#{window_height}"]),
+           size.count == 2, let columns = Int(size[0]), let rows = Int(size[1]) {
+            room = (columns, rows)
+        }
+        if need.columns > room.columns || need.rows > room.rows {
+            throw TermindError(.workspacesTmuxFailed, "Workspace \(name) needs at least \(need.columns)×\(need.rows) cells for its \(leaves.count) panes and the window "
+                + "is \(room.columns)×\(room.rows): enlarge the window, or split the layout into smaller workspaces. Nothing was opened.")
+        }
+        let before = Set(await sessions.sessions(ofWorkspace: name).map(\.id))
         if newSession {
             let sessionName = try await Self.freeSessionName(name, tmux: base)
             first = try await Self.tmux(base + ["new-session", "-d"] + format + ["-s", sessionName, "-n", name] + commands[0])
@@ -98,12 +113,23 @@ struct TmuxWorkspace {
         }
         guard first.count == 3 else { throw TermindError(.workspacesTmuxFailed, "tmux did not say which pane it made (it printed \(first)).") }
         panes[0].tmuxPane = first[2]
-        // A split's target always exists already: its leaf was made by an earlier split.
-        for split in PaneLayout.splits(tree) {
-            let made = try await Self.tmux(base + ["split-window", "-t", panes[split.target].tmuxPane, split.horizontal ? "-h" : "-v", "-l", "\(split.percent)%",
-                                                   "-P", "-F", "#{pane_id}"] + commands[split.leaf])
-            guard let id = made.first, id.hasPrefix("%") else { throw TermindError(.workspacesTmuxFailed, "tmux did not say which pane it made.") }
-            panes[split.leaf].tmuxPane = id
+        // A split's target always exists already: its leaf was made by an earlier split. One
+        // that fails (no room left) takes back what was made: never a half-built window.
+        do {
+            for split in PaneLayout.splits(tree) {
+                let made = try await Self.tmux(base + ["split-window", "-t", panes[split.target].tmuxPane, split.horizontal ? "-h" : "-v", "-l", "\(split.percent)%",
+                                                       "-P", "-F", "#{pane_id}"] + commands[split.leaf])
+                guard let id = made.first, id.hasPrefix("%") else { throw TermindError(.workspacesTmuxFailed, "tmux did not say which pane it made.") }
+                panes[split.leaf].tmuxPane = id
+            }
+        } catch {
+            _ = try? await Self.tmux(base + (newSession ? ["kill-session", "-t", first[0]] : ["kill-window", "-t", first[1]]))
+            // Sessions its panes opened meanwhile end with them (they would stay detached).
+            for made in await sessions.sessions(ofWorkspace: name) where !before.contains(made.id) {
+                made.close(because: "its workspace could not be built")
+            }
+            let reason = (error as? TermindError)?.message ?? "\(error)"
+            throw TermindError(.workspacesTmuxFailed, "Workspace \(name) could not be built in tmux (\(reason)); what was made of it was closed again.")
         }
         _ = try? await Self.tmux(base + ["select-pane", "-t", panes[0].tmuxPane])
         let result = WorkspacesStreams.OpenWorkspace.Result(workspace: name, tmuxSession: first[0], tmuxWindow: first[1], newSession: newSession, panes: panes)
