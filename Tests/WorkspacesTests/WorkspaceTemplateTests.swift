@@ -116,7 +116,8 @@ final class WorkspaceTemplateTests: XCTestCase {
         let name = try run(["workspace", "save", "no good", "box"], status: 2)
         XCTAssertTrue(name.stderr.contains("'no good' is not a workspace name"), name.stderr)
         let taken = try run(["workspace", "save", "DEV", "box"], status: 1)
-        XCTAssertTrue(taken.stderr.contains("--replace"), taken.stderr)
+        XCTAssertTrue(taken.stderr.contains("a workspace is named 'dev' already (names match whatever their case)") && taken.stderr.contains("--replace"),
+                      taken.stderr)
         XCTAssertEqual(try json(["workspace", "list"])["workspaces"]?.arrayValue?.map { $0["layout"]?.stringValue ?? "" },
                        ["h(box 60%, v(db, sftp:db) 40%)"])
 

@@ -42,9 +42,12 @@ struct WorkspaceRepository: Sendable {
                     throw TermindError(.vaultHostNotFound, "layout: pane \(index + 1) names host '\(host)', which is not a saved host's id.")
                 }
             }
-            if let existing = try db.query("SELECT id FROM vault_workspaces WHERE name = ? COLLATE NOCASE", [name]).first?.string("id") {
+            if let row = try db.query("SELECT id, name FROM vault_workspaces WHERE name = ? COLLATE NOCASE", [name]).first, let existing = row.string("id") {
                 guard request.replace == true else {
-                    throw TermindError(.vaultLabelTaken, "name: a workspace is named '\(name)' already; --replace replaces it.")
+                    // Names match whatever their case: say the one it has.
+                    let taken = row.string("name") ?? name
+                    throw TermindError(.vaultLabelTaken, "name: a workspace is named '\(taken)' already\(taken == name ? "" : " (names match whatever their case)"); "
+                        + "--replace true replaces it.")
                 }
                 try db.execute("""
                     UPDATE vault_workspaces SET name = ?, layout = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?
