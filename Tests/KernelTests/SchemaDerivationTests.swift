@@ -129,6 +129,7 @@ private struct CountedEcho: Contract {
     static let name = "test.echo"
     static let version = 1
     static let summary = "echo"
+    static let effect: Effect = .read
     struct Request: Codable, Sendable {
         var text: String
         var times: Int?

@@ -24,6 +24,7 @@ enum WakeOnLAN: Contract {
         var bytes: Int
     }
     static let name = "wol.wake"
+    static let effect: Effect = Effect(.write, network: true)
     static let version = 1
     static let summary = "client-side declaration"
 }

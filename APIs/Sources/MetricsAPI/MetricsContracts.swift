@@ -55,6 +55,7 @@ public enum MetricsContracts {
             public init(monitors: [Monitor]) { self.monitors = monitors }
         }
         public static let name = "metrics.list"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "List the monitored hosts in their order: state, last sample, next retry, last error, what the latest sample lacks."
     }
@@ -66,6 +67,7 @@ public enum MetricsContracts {
         }
         public typealias Response = Monitor
         public static let name = "metrics.remove"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Stop monitoring a host: its sampler stops, its history and any once-only trust are dropped."
     }
@@ -77,6 +79,7 @@ public enum MetricsContracts {
         }
         public typealias Response = Monitor
         public static let name = "metrics.pause"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Pause a host's monitor (saved): sampling stops, once-only trust is dropped, the history is kept."
     }
@@ -121,6 +124,7 @@ public enum MetricsContracts {
             public init(hosts: [HostMetrics]) { self.hosts = hosts }
         }
         public static let name = "metrics.get"
+        public static let effect: Effect = Effect(.read, network: true)
         public static let version = 1
         public static let summary = "The latest sample of monitored hosts, with its age and staleness: read-only, never starts sampling or authentication."
     }
@@ -145,6 +149,7 @@ public enum MetricsStreams {
         }
         public typealias Result = MetricsContracts.Monitor
         public static let name = "metrics.add"
+        public static let effect: Effect = Effect(.write, network: true)
         public static let version = 1
         public static let summary = "Monitor a saved host: saved in this device's metrics preferences, first sample taken (asking what connecting needs)."
         public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice] }
@@ -155,6 +160,7 @@ public enum MetricsStreams {
         public typealias Request = Add.Request
         public typealias Result = MetricsContracts.Monitor
         public static let name = "metrics.resume"
+        public static let effect: Effect = Effect(.write, network: true)
         public static let version = 1
         public static let summary = "Resume a paused host's monitor, or one that needs attention, asking what connecting needs."
         public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice] }
@@ -178,6 +184,7 @@ public enum MetricsStreams {
         }
         public typealias Result = MetricsSample
         public static let name = "metrics.show"
+        public static let effect: Effect = Effect(.read, network: true)
         public static let version = 1
         public static let summary = "Show a host's latest sample: CPU, memory, load, network, disks, GPUs (with --detail processes and filesystems)."
         public static var events: [String: JSONSchema] { ["view": StreamEvents.view, "notice": StreamEvents.notice] }
@@ -224,6 +231,7 @@ public enum MetricsStreams {
             public init(redraws: Int) { self.redraws = redraws }
         }
         public static let name = "metrics.watch"
+        public static let effect: Effect = Effect(.read, network: true)
         public static let version = 1
         public static let summary = "Watch hosts live: a row per host with sparklines, or one host's detail; --json streams one object per sample."
         public static var events: [String: JSONSchema] { ["view": StreamEvents.view, "notice": StreamEvents.notice] }

@@ -121,6 +121,7 @@ public enum ForwardingContracts {
         }
         public typealias Response = ForwardRule
         public static let name = "forwarding.add"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Save a forwarding rule (not started): a name, a host, and one of local, remote or dynamic as ssh's -L, -R or -D."
     }
@@ -151,6 +152,7 @@ public enum ForwardingContracts {
         }
         public typealias Response = ForwardStatus
         public static let name = "forwarding.edit"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Change a rule; a running one restarts with the change (its peers keep running)."
     }
@@ -165,6 +167,7 @@ public enum ForwardingContracts {
         public typealias Request = RuleRequest
         public typealias Response = ForwardRule
         public static let name = "forwarding.remove"
+        public static let effect: Effect = .destructive
         public static let version = 1
         public static let summary = "Delete a rule, stopping it first when it runs."
     }
@@ -173,6 +176,7 @@ public enum ForwardingContracts {
         public typealias Request = RuleRequest
         public typealias Response = ForwardStatus
         public static let name = "forwarding.stop"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Stop a running rule: its listener closes and its flows end; other rules keep running."
     }
@@ -187,6 +191,7 @@ public enum ForwardingContracts {
             public init(rules: [ForwardStatus]) { self.rules = rules }
         }
         public static let name = "forwarding.list"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "List the rules with their state in this process."
     }
@@ -208,6 +213,7 @@ public enum ForwardingStreams {
         }
         public typealias Result = ForwardStatus
         public static let name = "forwarding.start"
+        public static let effect: Effect = Effect(.write, network: true)
         public static let version = 1
         public static let summary = "Start a saved rule inside termind serve, asking what connecting needs; the supervisor keeps it alive."
         public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice, "view": StreamEvents.view] }
@@ -218,6 +224,7 @@ public enum ForwardingStreams {
         public typealias Request = Start.Request
         public typealias Result = ForwardStatus
         public static let name = "forwarding.retry"
+        public static let effect: Effect = Effect(.write, network: true)
         public static let version = 1
         public static let summary = "Start a failed rule, or one that needs attention, again, asking what connecting needs."
         public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice, "view": StreamEvents.view] }
@@ -262,6 +269,7 @@ public enum ForwardingStreams {
             }
         }
         public static let name = "forwarding.run"
+        public static let effect: Effect = Effect(.write, network: true)
         public static let version = 1
         public static let summary = "Run unsaved forwards (-L, -R, -D) on a host for this command's lifetime, like ssh -N; they recover after a dropped connection, and one that cannot be set up leaves the others running."
         public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice, "view": StreamEvents.view] }
@@ -290,6 +298,7 @@ public enum ForwardingStreams {
         }
         public typealias Result = ForwardingContracts.List.Response
         public static let name = "forwarding.status"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "Each rule's state, where it listens, bytes each way, open flows, last error, uptime; --watch redraws it live."
         public static var events: [String: JSONSchema] { ["view": StreamEvents.view] }
@@ -303,6 +312,7 @@ public enum ForwardingStreams {
         public typealias Request = ForwardingContracts.Add.Request
         public typealias Result = ForwardRule
         public static let name = "forwarding.rule.add"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "forwarding.add@1 for a person: save a rule (not started) and say what was saved."
         public static var events: [String: JSONSchema] { ["view": StreamEvents.view] }
@@ -312,6 +322,7 @@ public enum ForwardingStreams {
         public typealias Request = ForwardingContracts.Edit.Request
         public typealias Result = ForwardStatus
         public static let name = "forwarding.rule.edit"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "forwarding.edit@1 for a person: change a rule (a running one restarts alone) and say what it is now."
         public static var events: [String: JSONSchema] { ["view": StreamEvents.view] }
@@ -321,6 +332,7 @@ public enum ForwardingStreams {
         public typealias Request = ForwardingContracts.RuleRequest
         public typealias Result = ForwardRule
         public static let name = "forwarding.rule.remove"
+        public static let effect: Effect = .destructive
         public static let version = 1
         public static let summary = "forwarding.remove@1 for a person: delete a rule (stopped first when it runs) and say what was deleted."
         public static var events: [String: JSONSchema] { ["view": StreamEvents.view] }
@@ -330,6 +342,7 @@ public enum ForwardingStreams {
         public typealias Request = ForwardingContracts.RuleRequest
         public typealias Result = ForwardStatus
         public static let name = "forwarding.rule.stop"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "forwarding.stop@1 for a person: stop a running rule (its peers keep running) and say so."
         public static var events: [String: JSONSchema] { ["view": StreamEvents.view] }

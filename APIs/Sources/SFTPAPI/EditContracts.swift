@@ -67,6 +67,8 @@ extension SFTPStreams {
         }
 
         public static let name = "sftp.edit"
+
+        public static let effect: Effect = Effect(.destructive, network: true)
         public static let version = 1
         public static let summary = "Edit a remote file in your editor through a managed local copy; upload changes when confirmed, never over a changed remote file silently."
         public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice, "view": StreamEvents.view] }
@@ -114,6 +116,7 @@ extension SFTPContracts {
             public init(copies: [EditCopy]) { self.copies = copies }
         }
         public static let name = "sftp.edit.list"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "The managed copies of termind edit: host, path, local copy, clean or dirty."
     }
@@ -126,6 +129,7 @@ extension SFTPContracts {
         }
         public typealias Response = EditCopy
         public static let name = "sftp.edit.discard"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Stop tracking a managed copy (the local file stays where it is; the next edit downloads anew)."
     }

@@ -149,6 +149,8 @@ public enum SFTPStreams {
         }
 
         public static let name = "sftp.run"
+
+        public static let effect: Effect = Effect(.destructive, network: true)
         public static let version = 1
         public static let summary = "Remote file operations over SFTP that move no file data: ls, stat, mkdir, rm, rmdir, mv, ln, chmod, df; without one, an interactive prompt (whose get and put transfer)."
         public static var events: [String: JSONSchema] { ["view": StreamEvents.view, "notice": StreamEvents.notice, "progress": StreamEvents.progress] }

@@ -119,6 +119,8 @@ extension SFTPStreams {
         }
 
         public static let name = "sftp.transfer"
+
+        public static let effect: Effect = Effect(.destructive, network: true)
         public static let version = 1
         public static let summary = "Copy files and trees between this machine and hosts, or between hosts, through the process scheduler: get, put, cp."
         public static var events: [String: JSONSchema] { ["progress": StreamEvents.progress, "view": StreamEvents.view, "notice": StreamEvents.notice] }
@@ -185,6 +187,7 @@ public enum SFTPContracts {
             public init(transfers: [TransferRow]) { self.transfers = transfers }
         }
         public static let name = "sftp.transfers.list"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "The process scheduler's transfers: queued, active, paused and recently finished, with progress."
     }
@@ -193,6 +196,7 @@ public enum SFTPContracts {
         public typealias Request = TransferRequest
         public typealias Response = TransferReply
         public static let name = "sftp.transfers.pause"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Pause a queued or active transfer: its partial destination is kept for a verified resume."
     }
@@ -201,6 +205,7 @@ public enum SFTPContracts {
         public typealias Request = TransferRequest
         public typealias Response = TransferReply
         public static let name = "sftp.transfers.resume"
+        public static let effect: Effect = Effect(.write, network: true)
         public static let version = 1
         public static let summary = "Resume a paused transfer: it queues again and, before moving more, checks that neither its source nor its partial changed."
     }
@@ -209,6 +214,7 @@ public enum SFTPContracts {
         public typealias Request = TransferRequest
         public typealias Response = TransferReply
         public static let name = "sftp.transfers.cancel"
+        public static let effect: Effect = .destructive
         public static let version = 1
         public static let summary = "Cancel a queued, active or paused transfer: its partial destination is removed."
     }

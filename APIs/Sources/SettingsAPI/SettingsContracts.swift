@@ -10,6 +10,7 @@ public enum SettingsContracts {
             public init(records: [SettingsValue]) { self.records = records }
         }
         public static let name = "settings.list"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "List every settings record: scope, state (default, saved, quarantined with the reason) and the value that applies."
     }
@@ -31,6 +32,7 @@ public enum SettingsContracts {
             }
         }
         public static let name = "settings.get"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "Show one settings record with its defaults and schema."
     }
@@ -54,6 +56,7 @@ public enum SettingsContracts {
         }
         public typealias Response = SettingsValue
         public static let name = "settings.set"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Change a settings record: checked against its schema and rules first (each problem named by field); nothing is written on failure."
     }
@@ -69,6 +72,7 @@ public enum SettingsContracts {
         }
         public typealias Response = SettingsValue
         public static let name = "settings.reset"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Reset a settings record to its defaults (a quarantined one too)."
     }
@@ -94,6 +98,7 @@ extension SettingsContracts {
         }
         public typealias Response = SettingsValue
         public static let name = "settings.repair"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Repair a quarantined settings record: reset it to its defaults, or keep it stored as it is (still not applied)."
     }
@@ -117,6 +122,7 @@ extension SettingsContracts {
         }
         public typealias Response = Document
         public static let name = "settings.export"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "Export the saved settings records (not defaults, not quarantined ones) as a JSON document for import."
     }
@@ -141,6 +147,7 @@ extension SettingsContracts {
             }
         }
         public static let name = "settings.import"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Import a settings document: every record is checked first, then all are written in one transaction, or none."
     }
@@ -165,6 +172,7 @@ extension SettingsContracts {
         }
         public typealias Response = SettingsValue
         public static let name = "settings.secret"
+        public static let effect: Effect = Effect(.write, secrets: true)
         public static let version = 1
         public static let summary = "Keep a secret for a record's reference field (an API key, say) in the encrypted secret store; the record holds only its handle."
     }

@@ -73,6 +73,8 @@ public enum WorkspacesStreams {
         }
 
         public static let name = "workspaces.exec"
+
+        public static let effect: Effect = Effect(.destructive, network: true)
         public static let version = 1
         public static let summary = "Run a command over SSH on a saved host or a quick-connect target, streaming its output."
         public static let acceptsInput = true
@@ -177,6 +179,8 @@ extension WorkspacesStreams {
         }
 
         public static let name = "workspaces.snippet.run"
+
+        public static let effect: Effect = Effect(.destructive, network: true)
         public static let version = 1
         public static let summary = "Run a saved snippet or a command on many hosts in parallel: live progress, output grouped per host, a table of exit statuses."
         public static var events: [String: JSONSchema] {

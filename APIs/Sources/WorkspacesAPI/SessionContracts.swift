@@ -54,6 +54,7 @@ public enum WorkspacesContracts {
             public init(sessions: [SessionInfo]) { self.sessions = sessions }
         }
         public static let name = "workspaces.sessions.list"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "The durable sessions of termind serve: host, state (attached, detached, ended), started, last activity, folder."
     }
@@ -65,6 +66,7 @@ public enum WorkspacesContracts {
         }
         public typealias Response = SessionInfo
         public static let name = "workspaces.sessions.close"
+        public static let effect: Effect = .destructive
         public static let version = 1
         public static let summary = "End a durable session: its remote shell is hung up (SIGHUP) and its client, if any, told so."
     }
@@ -121,6 +123,7 @@ extension WorkspacesStreams {
             }
         }
         public static let name = "workspaces.history"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "The commands a host's shells reported (exit status, duration, folder), oldest first; --grep PATTERN, --limit N."
         public static var events: [String: JSONSchema] { ["view": StreamEvents.view] }
@@ -197,6 +200,8 @@ extension WorkspacesStreams {
         }
 
         public static let name = "workspaces.broadcast"
+
+        public static let effect: Effect = .destructive
         public static let version = 1
         public static let summary = "Type the same text into several durable sessions (bracketed paste where asked for), with delivery per session."
         public static let acceptsInput = true

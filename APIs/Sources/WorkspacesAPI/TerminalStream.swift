@@ -98,6 +98,8 @@ extension WorkspacesStreams {
         public typealias Result = SessionResult
 
         public static let name = "workspaces.terminal"
+
+        public static let effect: Effect = Effect(.destructive, network: true)
         public static let version = 1
         public static let summary = "Open an interactive SSH session (a shell, or a command) with a remote terminal bridged to the client's."
         public static let acceptsInput = true
@@ -132,6 +134,8 @@ extension WorkspacesStreams {
         public typealias Result = SessionResult
 
         public static let name = "workspaces.attach"
+
+        public static let effect: Effect = .destructive
         public static let version = 1
         public static let summary = "Return to a durable session inside termind serve: its screen is redrawn, then it goes on."
         public static let acceptsInput = true
@@ -227,6 +231,7 @@ extension WorkspacesStreams {
             }
         }
         public static let name = "workspaces.serial"
+        public static let effect: Effect = .destructive
         public static let version = 1
         public static let summary = "A temporary session on a local serial line, the client's terminal bridged (speed, parity, stop and data bits, flow control)."
         public static let acceptsInput = true

@@ -53,6 +53,7 @@ extension WorkspacesContracts {
         }
         public typealias Response = WorkspaceSummary
         public static let name = "workspaces.workspace.save"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Save a workspace from a layout expression or a list of hosts (a grid), as a Vault record."
     }
@@ -64,6 +65,7 @@ extension WorkspacesContracts {
             public init(workspaces: [WorkspaceSummary]) { self.workspaces = workspaces }
         }
         public static let name = "workspaces.workspace.list"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "The saved workspaces, their layouts and panes."
     }
@@ -75,6 +77,7 @@ extension WorkspacesContracts {
         }
         public typealias Response = WorkspaceSummary
         public static let name = "workspaces.workspace.show"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "One saved workspace: its layout with today's host labels, and its panes."
     }
@@ -95,6 +98,7 @@ extension WorkspacesContracts {
             }
         }
         public static let name = "workspaces.workspace.delete"
+        public static let effect: Effect = .destructive
         public static let version = 1
         public static let summary = "Delete a saved workspace; its open sessions go on."
     }
@@ -167,6 +171,8 @@ extension WorkspacesStreams {
         }
 
         public static let name = "workspaces.workspace.open"
+
+        public static let effect: Effect = Effect(.write, network: true)
         public static let version = 1
         public static let summary = "Open a saved workspace (or one pane per host) in tmux, each pane a durable session of termind serve."
         public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice, "view": StreamEvents.view] }

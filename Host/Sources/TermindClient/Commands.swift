@@ -35,6 +35,7 @@ enum Commands {
                 let kind = c.stream == true ? (c.acceptsInput == true ? ", stream reading input" : ", stream") : ""
                 inv.console.line("\(c.id)  (\(c.owner)\(kind))")
                 inv.console.line("    \(c.summary)")
+                inv.console.line("    effect:   \(c.effect)\(c.effectDeclared ? "" : " (not declared: taken as the worst)")")
                 inv.console.line("    request:  \(compact(c.request))")
                 inv.console.line("    \(c.stream == true ? "result:  " : "response:") \(compact(c.response))")
                 if let events = c.events, !events.isEmpty {

@@ -20,6 +20,7 @@ public enum FixtureEcho: Contract {
         public var secretLength: Int
     }
     public static let name = "fixture-echo.echo"
+    public static let effect: Effect = .read
     public static let version = 1
     public static let summary = "Echo a message; report a secret's length (test fixture)."
 }

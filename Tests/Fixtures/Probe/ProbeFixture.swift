@@ -10,6 +10,7 @@ public enum ProbeCall: Contract {
     public struct Request: Codable, Sendable { public var contract: String; public var body: String }
     public struct Response: Codable, Sendable { public var reply: String?; public var errorCode: String?; public var errorMessage: String? }
     public static let name = "fixture-probe.call"
+    public static let effect: Effect = .read
     public static let version = 1
     public static let summary = "Call another contract as this feature (test fixture)."
 }
@@ -22,6 +23,7 @@ public enum ProbeSQL: Contract {
     }
     public struct Response: Codable, Sendable { public var rows: Int?; public var errorCode: String?; public var errorMessage: String? }
     public static let name = "fixture-probe.sql"
+    public static let effect: Effect = .write
     public static let version = 1
     public static let summary = "Run SQL on this feature's database connection (test fixture)."
 }
@@ -30,6 +32,7 @@ public enum ProbeSecrets: Contract {
     public struct Request: Codable, Sendable { public var store: String?; public var read: String? }
     public struct Response: Codable, Sendable { public var stored: String?; public var handles: [String]; public var read: String?; public var readError: String? }
     public static let name = "fixture-probe.secrets"
+    public static let effect: Effect = Effect(.write, secrets: true)
     public static let version = 1
     public static let summary = "Store, list and read secrets as this feature (test fixture)."
 }

@@ -31,6 +31,7 @@ public enum ShowStream: StreamContract {
         public var answers: [String]
     }
     public static let name = "fixture-streams.show"
+    public static let effect: Effect = .read
     public static let version = 1
     public static let summary = "Send one of each stream event kind and ask each kind of question (test fixture)."
     public static var events: [String: JSONSchema] {

@@ -38,6 +38,7 @@ public enum ConnectContracts {
             }
         }
         public static let name = "vault.connect.resolve"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "Parse a quick-connect line into a route (at most 8 hosts, no cycles); saves nothing."
     }
@@ -63,6 +64,7 @@ public enum ConnectContracts {
             }
         }
         public static let name = "vault.connect.save"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Save a quick-connect route: new endpoints become hosts in one transaction; originals stay."
     }

@@ -97,6 +97,7 @@ public enum ImportContracts {
             }
         }
         public static let name = "vault.import.preview"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "Preview the hosts an ssh_config file would import (nothing is executed or saved)."
     }
@@ -172,6 +173,7 @@ public enum ImportContracts {
             }
         }
         public static let name = "vault.import.commit"
+        public static let effect: Effect = Effect(.write, secrets: true)
         public static let version = 1
         public static let summary = "Import the selected hosts in one transaction; existing hosts are never overwritten."
     }

@@ -39,6 +39,7 @@ public enum KeyContracts {
             public init(keys: [KeyRecord]) { self.keys = keys }
         }
         public static let name = "vault.key.list"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "List SSH keys with their fingerprints."
     }
@@ -60,6 +61,7 @@ public enum KeyContracts {
         }
         public typealias Response = KeyRecord
         public static let name = "vault.key.generate"
+        public static let effect: Effect = Effect(.write, secrets: true)
         public static let version = 1
         public static let summary = "Generate an ed25519, ECDSA or RSA key pair (OpenSSH format) into the Vault."
     }
@@ -79,6 +81,7 @@ public enum KeyContracts {
         }
         public typealias Response = KeyRecord
         public static let name = "vault.key.import"
+        public static let effect: Effect = Effect(.write, secrets: true)
         public static let version = 1
         public static let summary = "Import a private key file (OpenSSH or PEM, with or without a passphrase)."
     }
@@ -90,6 +93,7 @@ public enum KeyContracts {
         }
         public typealias Response = KeyRecord
         public static let name = "vault.key.show"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "Show a key's public key and fingerprint."
     }
@@ -104,6 +108,7 @@ public enum KeyContracts {
             public init(deleted: String) { self.deleted = deleted }
         }
         public static let name = "vault.key.delete"
+        public static let effect: Effect = Effect(.destructive, secrets: true)
         public static let version = 1
         public static let summary = "Delete a key and its private part; refused while identities use it (they are named)."
     }

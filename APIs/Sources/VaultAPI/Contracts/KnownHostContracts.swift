@@ -18,6 +18,7 @@ public enum KnownHostContracts {
             public init(entries: [KnownHostRecord]) { self.entries = entries }
         }
         public static let name = "vault.knownhost.list"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "List trusted host keys (optionally those matching a host and port)."
     }
@@ -39,6 +40,7 @@ public enum KnownHostContracts {
         }
         public typealias Response = KnownHostRecord
         public static let name = "vault.knownhost.add"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Trust a host key for host[:port]."
     }
@@ -53,6 +55,7 @@ public enum KnownHostContracts {
             public init(removed: String) { self.removed = removed }
         }
         public static let name = "vault.knownhost.remove"
+        public static let effect: Effect = .destructive
         public static let version = 1
         public static let summary = "Stop trusting one entry (by id)."
     }
@@ -81,6 +84,7 @@ public enum KnownHostContracts {
             }
         }
         public static let name = "vault.knownhost.check"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "What OpenSSH's rules say about a host key for host[:port]."
     }
@@ -103,6 +107,7 @@ public enum KnownHostContracts {
             }
         }
         public static let name = "vault.knownhost.import"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Import a known_hosts file; duplicates are skipped, bad lines reported."
     }
@@ -122,6 +127,7 @@ public enum KnownHostContracts {
             }
         }
         public static let name = "vault.knownhost.export"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "Export trusted keys as a known_hosts file OpenSSH reads."
     }

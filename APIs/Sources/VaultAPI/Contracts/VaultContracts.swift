@@ -20,6 +20,7 @@ public enum VaultContracts {
             public init(hosts: [HostRecord]) { self.hosts = hosts }
         }
         public static let name = "vault.host.list"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "List saved hosts (optionally with a tag), by label."
     }
@@ -31,6 +32,7 @@ public enum VaultContracts {
         }
         public typealias Response = HostRecord
         public static let name = "vault.host.get"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "Show one host by id or label."
     }
@@ -64,6 +66,7 @@ public enum VaultContracts {
         }
         public typealias Response = HostRecord
         public static let name = "vault.host.add"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Save a host; a blank label saves the address."
     }
@@ -99,6 +102,7 @@ public enum VaultContracts {
         }
         public typealias Response = HostRecord
         public static let name = "vault.host.update"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Change fields of a host; label \"\" restores the default label."
     }
@@ -114,6 +118,7 @@ public enum VaultContracts {
             public init(deleted: String) { self.deleted = deleted }
         }
         public static let name = "vault.host.delete"
+        public static let effect: Effect = .destructive
         public static let version = 1
         public static let summary = "Delete a host (its trusted host keys stay). Refused while another host jumps through it."
     }
@@ -127,6 +132,7 @@ public enum VaultContracts {
             public init(identities: [IdentityRecord]) { self.identities = identities }
         }
         public static let name = "vault.identity.list"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "List identities (usernames, whether a password is stored, which key)."
     }
@@ -147,6 +153,7 @@ public enum VaultContracts {
         }
         public typealias Response = IdentityRecord
         public static let name = "vault.identity.add"
+        public static let effect: Effect = Effect(.write, secrets: true)
         public static let version = 1
         public static let summary = "Save an identity; its password goes to the encrypted secret store."
     }
@@ -169,6 +176,7 @@ public enum VaultContracts {
         }
         public typealias Response = IdentityRecord
         public static let name = "vault.identity.update"
+        public static let effect: Effect = Effect(.write, secrets: true)
         public static let version = 1
         public static let summary = "Change an identity; password \"\" removes the stored password."
     }
@@ -183,6 +191,7 @@ public enum VaultContracts {
             public init(deleted: String) { self.deleted = deleted }
         }
         public static let name = "vault.identity.delete"
+        public static let effect: Effect = Effect(.destructive, secrets: true)
         public static let version = 1
         public static let summary = "Delete an identity and its stored password; refused while hosts use it (they are named)."
     }
@@ -196,6 +205,7 @@ public enum VaultContracts {
             public init(snippets: [SnippetRecord]) { self.snippets = snippets }
         }
         public static let name = "vault.snippet.list"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "List saved command snippets."
     }
@@ -211,6 +221,7 @@ public enum VaultContracts {
         }
         public typealias Response = SnippetRecord
         public static let name = "vault.snippet.add"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Save a command snippet; a blank label saves its first line."
     }
@@ -225,6 +236,7 @@ public enum VaultContracts {
             public init(deleted: String) { self.deleted = deleted }
         }
         public static let name = "vault.snippet.delete"
+        public static let effect: Effect = .destructive
         public static let version = 1
         public static let summary = "Delete a snippet."
     }
@@ -238,6 +250,7 @@ public enum VaultContracts {
             public init(workspaces: [WorkspaceRecord]) { self.workspaces = workspaces }
         }
         public static let name = "vault.workspace.list"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "List saved workspaces (templates of panes), by name."
     }
@@ -249,6 +262,7 @@ public enum VaultContracts {
         }
         public typealias Response = WorkspaceRecord
         public static let name = "vault.workspace.get"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "One saved workspace, by id or name."
     }
@@ -267,6 +281,7 @@ public enum VaultContracts {
         }
         public typealias Response = WorkspaceRecord
         public static let name = "vault.workspace.save"
+        public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Save a workspace: its panes' hosts must be saved hosts (by id); replace keeps its id."
     }
@@ -281,6 +296,7 @@ public enum VaultContracts {
             public init(deleted: String) { self.deleted = deleted }
         }
         public static let name = "vault.workspace.delete"
+        public static let effect: Effect = .destructive
         public static let version = 1
         public static let summary = "Delete a saved workspace (its open sessions go on)."
     }

@@ -13,6 +13,9 @@ public protocol Contract: Sendable {
     static var version: Int { get }
     /// One line for `termind contracts` and MCP tool lists.
     static var summary: String { get }
+    /// What it does (read, write, destructive; network, secrets): the kernel's policy hook
+    /// decides on it for calls made on someone's behalf.
+    static var effect: Effect { get }
 }
 
 extension Contract {
@@ -39,6 +42,9 @@ public struct ContractEndpoint: Sendable {
     public let id: ContractID
     public let summary: String
     public let owner: String
+    /// What it does; nil when its owner did not say (a C plugin whose manifest names no
+    /// effect for it), which the kernel treats as the worst: destructive, network, secrets.
+    public let effect: Effect?
     public var requestSchema: JSONSchema { request.schema }
     public var responseSchema: JSONSchema { response.schema }
     private let request: DeferredSchema
@@ -54,17 +60,18 @@ public struct ContractEndpoint: Sendable {
         public let call: @Sendable (any Sendable, CallOrigin) async throws -> any Sendable
     }
 
-    public init(id: ContractID, summary: String, owner: String, requestSchema: JSONSchema, responseSchema: JSONSchema,
+    public init(id: ContractID, summary: String, owner: String, effect: Effect?, requestSchema: JSONSchema, responseSchema: JSONSchema,
                 typed: TypedHandler? = nil,
                 handler: @escaping @Sendable (Data, CallOrigin) async throws -> Data) {
-        self.init(id: id, summary: summary, owner: owner, request: DeferredSchema(requestSchema), response: DeferredSchema(responseSchema),
+        self.init(id: id, summary: summary, owner: owner, effect: effect, request: DeferredSchema(requestSchema), response: DeferredSchema(responseSchema),
                   typed: typed, handler: handler)
     }
 
     /// With schemas derived when first asked for.
-    public init(id: ContractID, summary: String, owner: String, request: DeferredSchema, response: DeferredSchema,
+    public init(id: ContractID, summary: String, owner: String, effect: Effect?, request: DeferredSchema, response: DeferredSchema,
                 typed: TypedHandler? = nil,
                 handler: @escaping @Sendable (Data, CallOrigin) async throws -> Data) {
+        self.effect = effect
         self.id = id
         self.summary = summary
         self.owner = owner
@@ -80,7 +87,7 @@ public struct ContractEndpoint: Sendable {
                                           handler: @escaping @Sendable (C.Request, CallOrigin) async throws -> C.Response) -> ContractEndpoint {
         let requestSchema = DeferredSchema.of(C.Request.self)
         return ContractEndpoint(
-            id: C.id, summary: C.summary, owner: owner,
+            id: C.id, summary: C.summary, owner: owner, effect: C.effect,
             request: requestSchema,
             response: DeferredSchema.of(C.Response.self),
             typed: TypedHandler(requestType: ObjectIdentifier(C.Request.self), responseType: ObjectIdentifier(C.Response.self)) { request, origin in

@@ -8,6 +8,7 @@ public enum KernelContracts {
         }
         public typealias Response = Request
         public static let name = "kernel.ping"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "Echo the payload back (health check, benchmarks)."
     }
@@ -20,6 +21,7 @@ public enum KernelContracts {
             public init(features: [FeatureStatus]) { self.features = features }
         }
         public static let name = "kernel.features"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "List features in boot order with their status and, if disabled, why."
     }
@@ -36,6 +38,7 @@ public enum KernelContracts {
             public init(contracts: [ContractInfo]) { self.contracts = contracts }
         }
         public static let name = "kernel.contracts"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "List contracts with their owner and request/response JSON Schemas."
     }
@@ -72,6 +75,7 @@ public enum KernelContracts {
             }
         }
         public static let name = "kernel.command"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "Resolve a command line's words to the declared command, with its contract's schemas (what the CLI asks first)."
     }
@@ -92,6 +96,7 @@ public enum KernelContracts {
             }
         }
         public static let name = "kernel.version"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "Termind version, build signature, plugin ABI and C library versions."
     }
@@ -161,9 +166,15 @@ public struct ContractInfo: Sendable, Equatable, Codable {
     public var events: [String: JSONValue]?
     /// For a stream: the questions it may ask, topic → kind (`choice`, `confirm`, `prompts`).
     public var questions: [String: String]?
+    /// What it does (`Effect`); `declared` false when its owner did not say, and the kernel
+    /// takes the worst (destructive, network, secrets).
+    public var effect: Effect
+    public var effectDeclared: Bool
 
     public init(id: String, owner: String, summary: String, request: JSONValue, response: JSONValue, stream: Bool? = nil, acceptsInput: Bool? = nil,
-                events: [String: JSONValue]? = nil, questions: [String: String]? = nil, acceptsDescriptors: Bool? = nil) {
+                events: [String: JSONValue]? = nil, questions: [String: String]? = nil, acceptsDescriptors: Bool? = nil, effect: Effect? = nil) {
+        self.effect = effect ?? Effect.undeclared
+        self.effectDeclared = effect != nil
         self.acceptsDescriptors = acceptsDescriptors
         self.events = events
         self.questions = questions
@@ -197,6 +208,7 @@ public enum SecretStoreContracts {
             }
         }
         public static let name = "kernel.secrets.status"
+        public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "How the secret store is protected and how many secrets it holds."
     }
@@ -211,6 +223,7 @@ public enum SecretStoreContracts {
         }
         public typealias Response = SecretStoreContracts.Status.Response
         public static let name = "kernel.secrets.protect"
+        public static let effect: Effect = Effect(.write, secrets: true)
         public static let version = 1
         public static let summary = "Protect the secret store with a new passphrase (or a new key file), rotating its data key; no secret is lost."
     }

@@ -131,6 +131,8 @@ public struct RegistryValidator: Sendable {
                 disable(m.id, field: "commands", code: .manifestCommand, "\(name): field \"commands\": \(problem).")
             } else if let problem = Self.schemaProblem(m) {
                 disable(m.id, field: "schemas", code: .manifestSchema, "\(name): field \"schemas\": \(problem).")
+            } else if let problem = Self.effectProblem(m) {
+                disable(m.id, field: "effects", code: .manifestInvalidField, "\(name): field \"effects\": \(problem).")
             }
         }
 
@@ -345,6 +347,17 @@ public struct RegistryValidator: Sendable {
         if name.hasPrefix("TERMIND_") { return "termind's own settings are not passed to features" }
         for word in ["KEY", "TOKEN", "SECRET", "PASS", "CREDENTIAL", "AUTH"] where name.contains(word) {
             return "a variable whose name holds \(word) may hold a secret, and is never passed"
+        }
+        return nil
+    }
+
+    /// A C plugin's `effects`: for its own operations only, each one an effect.
+    private static func effectProblem(_ m: FeatureManifest) -> String? {
+        if !m.effects.isEmpty && m.kind != .c { return "only C plugins (kind \"c\") declare effects here; a Swift feature's are declared beside its types" }
+        let own = Set(m.contracts + m.streams + m.functions.map { "\(m.id).fn.\($0.name)@1" })
+        for (id, text) in m.effects.sorted(by: { $0.key < $1.key }) {
+            guard own.contains(id) else { return "'\(id)' is not one of the contracts, streams or functions this plugin declares" }
+            if case .failure(let error) = Effect.parse(text) { return "'\(id)': \(error.message)" }
         }
         return nil
     }

@@ -194,6 +194,10 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     /// same ownership and permission checks).
     public var libraryOutsidePlugin: Bool
     public var summary: String?
+    /// C plugins: the effect of each of its contracts, streams and functions' contracts
+    /// (`{"digest.hash@1": "read"}`, `"write+network"`; see `Effect`). One left out is
+    /// treated as the worst: destructive, network, secrets.
+    public var effects: [String: String]
     /// Where `termind --help` lists the feature's commands: under `title` (what people do
     /// with them: "Files", "Port forwards"), groups in `rank` order (then by id).
     public var help: HelpGroup?
@@ -221,7 +225,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
 
     enum CodingKeys: String, CodingKey {
         case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, streams, calls, functions, commands, schemas
-        case libraryOutsidePlugin, summary, help
+        case libraryOutsidePlugin, summary, help, effects
     }
 
     public init(id: String, version: String = "1.0.0", abi: Int = 1, kind: Kind = .swift, library: String,
@@ -247,6 +251,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         self.schemas = schemas
         self.libraryOutsidePlugin = libraryOutsidePlugin
         self.summary = summary
+        self.effects = [:]
         self.source = source
         self.baseDirectory = baseDirectory
         self.origin = origin
@@ -272,6 +277,13 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         libraryOutsidePlugin = try c.decodeIfPresent(Bool.self, forKey: .libraryOutsidePlugin) ?? false
         summary = try c.decodeIfPresent(String.self, forKey: .summary)
         help = try c.decodeIfPresent(HelpGroup.self, forKey: .help)
+        effects = try c.decodeIfPresent([String: String].self, forKey: .effects) ?? [:]
+    }
+
+    /// The declared effect of one of its operations, or nil when it declares none (or one
+    /// that does not read: the validator refuses such a manifest).
+    public func effect(of id: String) -> Effect? {
+        effects[id].flatMap { try? Effect.parse($0).get() }
     }
 
     /// The absolute path of the library. Relative names resolve against `baseDirectory`,

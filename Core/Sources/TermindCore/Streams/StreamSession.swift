@@ -475,6 +475,8 @@ public protocol StreamContract: Sendable {
     static var name: String { get }
     static var version: Int { get }
     static var summary: String { get }
+    /// What it does, the worst it may do with any request (see `Effect`).
+    static var effect: Effect { get }
     /// Whether the stream reads `input` messages (a client sends its standard input).
     static var acceptsInput: Bool { get }
     /// Whether the stream takes the client's own standard streams (`StreamDescriptors`)
@@ -528,6 +530,8 @@ public struct StreamEndpoint: Sendable {
     public let id: ContractID
     public let summary: String
     public let owner: String
+    /// What it does; nil when its owner did not say (see `ContractEndpoint.effect`).
+    public let effect: Effect?
     public let acceptsInput: Bool
     /// See `StreamContract.acceptsDescriptors`.
     public let acceptsDescriptors: Bool
@@ -540,17 +544,18 @@ public struct StreamEndpoint: Sendable {
     public let questions: [String: String]
     public let handler: @Sendable (Data, StreamSession) async throws -> Data
 
-    public init(id: ContractID, summary: String, owner: String, acceptsInput: Bool, requestSchema: JSONSchema, resultSchema: JSONSchema,
+    public init(id: ContractID, summary: String, owner: String, effect: Effect?, acceptsInput: Bool, requestSchema: JSONSchema, resultSchema: JSONSchema,
                 events: [String: JSONSchema], questions: [String: String], acceptsDescriptors: Bool = false,
                 handler: @escaping @Sendable (Data, StreamSession) async throws -> Data) {
-        self.init(id: id, summary: summary, owner: owner, acceptsInput: acceptsInput, request: DeferredSchema(requestSchema),
+        self.init(id: id, summary: summary, owner: owner, effect: effect, acceptsInput: acceptsInput, request: DeferredSchema(requestSchema),
                   result: DeferredSchema(resultSchema), events: events, questions: questions, acceptsDescriptors: acceptsDescriptors, handler: handler)
     }
 
     /// With schemas derived when first asked for.
-    public init(id: ContractID, summary: String, owner: String, acceptsInput: Bool, request: DeferredSchema, result: DeferredSchema,
+    public init(id: ContractID, summary: String, owner: String, effect: Effect?, acceptsInput: Bool, request: DeferredSchema, result: DeferredSchema,
                 events: [String: JSONSchema], questions: [String: String], acceptsDescriptors: Bool = false,
                 handler: @escaping @Sendable (Data, StreamSession) async throws -> Data) {
+        self.effect = effect
         self.acceptsDescriptors = acceptsDescriptors
         self.events = events
         self.questions = questions
@@ -568,7 +573,7 @@ public struct StreamEndpoint: Sendable {
     public static func typed<S: StreamContract>(_ stream: S.Type, owner: String,
                                                 handler: @escaping @Sendable (S.Request, StreamSession) async throws -> S.Result) -> StreamEndpoint {
         let requestSchema = DeferredSchema.of(S.Request.self)
-        return StreamEndpoint(id: S.id, summary: S.summary, owner: owner, acceptsInput: S.acceptsInput, request: requestSchema,
+        return StreamEndpoint(id: S.id, summary: S.summary, owner: owner, effect: S.effect, acceptsInput: S.acceptsInput, request: requestSchema,
                               result: DeferredSchema.of(S.Result.self), events: S.events, questions: S.questions,
                               acceptsDescriptors: S.acceptsDescriptors) { body, session in
             let request: S.Request = try ContractCoding.decodeRequest(body, schema: requestSchema.schema, contract: S.id)

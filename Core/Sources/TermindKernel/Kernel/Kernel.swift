@@ -219,13 +219,13 @@ public actor Kernel {
 
     private static func info(_ endpoint: ContractEndpoint) -> ContractInfo {
         ContractInfo(id: endpoint.id.description, owner: endpoint.owner, summary: endpoint.summary, request: endpoint.requestSchema.json,
-                     response: endpoint.responseSchema.json)
+                     response: endpoint.responseSchema.json, effect: endpoint.effect)
     }
 
     private static func info(_ stream: StreamEndpoint) -> ContractInfo {
         ContractInfo(id: stream.id.description, owner: stream.owner, summary: stream.summary, request: stream.requestSchema.json, response: stream.resultSchema.json,
                      stream: true, acceptsInput: stream.acceptsInput, events: stream.events.mapValues(\.json), questions: stream.questions,
-                     acceptsDescriptors: stream.acceptsDescriptors ? true : nil)
+                     acceptsDescriptors: stream.acceptsDescriptors ? true : nil, effect: stream.effect)
     }
 
     /// See `KernelContracts.Command`.

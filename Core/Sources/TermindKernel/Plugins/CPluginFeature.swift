@@ -50,7 +50,7 @@ final class CPluginFeature: Feature, @unchecked Sendable {
             let summary = manifest.commands.first { $0.contract == text }?.summary ?? "Handled by C plugin '\(id)'."
             // The header promises `handle` a JSON object: enforce it, or the declared schema.
             let schemas = manifest.schemas(of: text)
-            registrar.handle(ContractEndpoint(id: contract, summary: summary, owner: id, requestSchema: schemas.request,
+            registrar.handle(ContractEndpoint(id: contract, summary: summary, owner: id, effect: manifest.effect(of: text), requestSchema: schemas.request,
                                               responseSchema: schemas.response) { [self] body, _ in
                 let request = body.isEmpty ? Data("{}".utf8) : body
                 let value = try JSONCoding.parse(request, source: "The request body for \(text)")
@@ -72,7 +72,8 @@ final class CPluginFeature: Feature, @unchecked Sendable {
             let schemas = manifest.schemas(of: text)
             let declared = manifest.schemas[text]
             let events = (declared?.events ?? [:]).compactMapValues { try? JSONSchema.read($0, at: "events").get() }
-            registrar.stream(StreamEndpoint(id: stream, summary: summary, owner: id, acceptsInput: declared?.acceptsInput ?? false, requestSchema: schemas.request,
+            registrar.stream(StreamEndpoint(id: stream, summary: summary, owner: id, effect: manifest.effect(of: text), acceptsInput: declared?.acceptsInput ?? false,
+                                            requestSchema: schemas.request,
                                             resultSchema: schemas.response, events: events, questions: declared?.questions ?? [:]) { [self] body, session in
                 let request = body.isEmpty ? Data("{}".utf8) : body
                 let value = try JSONCoding.parse(request, source: "The request body for \(text)")
@@ -94,7 +95,7 @@ final class CPluginFeature: Feature, @unchecked Sendable {
             let contract = ContractID(name: "\(id).fn.\(function.name)", version: 1)
             let summary = manifest.functions.first { $0.name == function.name }?.summary ?? "C function \(function.name)\(function.signature)"
             registrar.handle(ContractEndpoint(
-                id: contract, summary: summary, owner: id,
+                id: contract, summary: summary, owner: id, effect: manifest.effect(of: contract.description),
                 requestSchema: requestSchema,
                 responseSchema: responseSchema
             ) { [self] body, _ in

@@ -35,6 +35,8 @@ public enum WakeOnLAN: Contract {
     }
 
     public static let name = "wol.wake"
+
+    public static let effect: Effect = Effect(.write, network: true)
     public static let version = 1
     public static let summary = "Send a Wake-on-LAN magic packet to a MAC address or a Vault host tagged mac=…."
 }
