@@ -89,13 +89,13 @@ enum PluginCommand {
         var positional: [String] = []
         var index = 0
         var optionsEnded = false
-        // A command whose last argument is a command line (`ssh HOST [COMMAND...]`) reads
-        // options as ssh does: up to the command's first word, after which every word is the
+        // A command whose last argument is a command line (`ssh HOST [COMMAND...]`, declared
+        // `stopsOptions`) reads options as ssh does: up to the command's first word, after which every word is the
         // command's (`termind ssh box ls -la`); before it, a one-letter option the command
         // does not declare is an error, never a word of the command (`termind ssh box -N`).
-        let commandLine: String? = command.arguments.last.flatMap { last in
-            last.hasSuffix("...") && schema["properties"]?[String(last.dropLast(3))]?["type"]?.stringValue == "string" ? String(last.dropLast(3)) : nil
-        }
+        let commandLine: String? = command.stopsOptions == true ? command.arguments.last.flatMap { last in
+            last.hasSuffix("...") ? String(last.dropLast(3)) : nil
+        } : nil
         var commandStarted = false
         /// How many positional words came before `--`.
         var dashesAt: Int?

@@ -142,6 +142,10 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         /// a row is first (the host, the session, the rule), then what matters most. Fields
         /// not named follow, identifying ones first; `--json` always has every field.
         public var columns: [String]?
+        /// The last argument (`field...`) is a command line of its own (a remote command, text
+        /// to type): options end at its first word, as ssh reads `ssh host ls -la`, and a
+        /// one-letter option the command does not declare before it is an error.
+        public var stopsOptions: Bool?
 
         public init(name: String, contract: String? = nil, stream: String? = nil, arguments: [String] = [], paths: [String]? = nil,
                     secrets: [String]? = nil, workingDirectory: String? = nil, terminal: String? = nil, output: String? = nil, summary: String? = nil,
