@@ -45,6 +45,8 @@ let package = Package(
         .library(name: "TermindFixtureWrongSignature", type: .dynamic, targets: ["FixtureWrongSignature"]),
         .library(name: "TermindFixtureProbe", type: .dynamic, targets: ["FixtureProbe"]),
         .library(name: "TermindFixtureStreams", type: .dynamic, targets: ["FixtureStreams"]),
+        .library(name: "TermindFixtureAgent", type: .dynamic, targets: ["FixtureAgent"]),
+        .library(name: "TermindFixturePolicy", type: .dynamic, targets: ["FixturePolicy"]),
     ],
     dependencies: [
         .package(path: "Core"),
@@ -187,6 +189,19 @@ let package = Package(
             name: "FixtureProbe",
             dependencies: [core],
             path: "Tests/Fixtures/Probe",
+            plugins: [signature]
+        ),
+        // Calls and streams on an agent's behalf; and a scripted policy hook (the kernel's).
+        .target(
+            name: "FixtureAgent",
+            dependencies: [core, apis],
+            path: "Tests/Fixtures/Agent",
+            plugins: [signature]
+        ),
+        .target(
+            name: "FixturePolicy",
+            dependencies: [core],
+            path: "Tests/Fixtures/Policy",
             plugins: [signature]
         ),
         // One stream sending each event kind and asking each question kind (the CLI's rendering).

@@ -262,4 +262,12 @@ final class RegistryValidatorTests: XCTestCase {
         let plan = try validator.plan([m])
         XCTAssertEqual(reason(plan, "wol")?.field, "commands")
     }
+
+    func testOnlyARegistryFeatureMayProvideThePolicyThatDecidesForAgents() throws {
+        var plugin = feature("sneaky", provides: ["kernel.policy"])
+        plugin.origin = .plugin
+        let plan = try validator.plan([feature("assistant", provides: ["kernel.policy"]), plugin])
+        XCTAssertEqual(plan.ordered.map(\.id), ["assistant"])
+        XCTAssertTrue(reason(plan, "sneaky")?.message.contains("'kernel.policy' (what decides on an agent's calls) is provided only by a feature of termind's own registry") == true)
+    }
 }

@@ -14,6 +14,14 @@ int termind_peer_uid(int fd, uid_t *uid) {
     return 0;
 }
 
+int termind_peer_pid(int fd, pid_t *pid) {
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
+    *pid = cred.pid;
+    return 0;
+}
+
 long termind_executable_path(char *buf, unsigned long size) {
     if (size == 0) { errno = EINVAL; return -1; }
     ssize_t n = readlink("/proc/self/exe", buf, size - 1);

@@ -83,7 +83,13 @@ extension Console {
     func failure(_ error: any Error, json wantsJSON: Bool) -> Invocation.Exit {
         switch error {
         case let e as TermindError:
-            if wantsJSON { self.json(["error": ["code": e.code, "message": e.message]]) } else { self.error(e.message) }
+            if wantsJSON {
+                var fields: [String: JSONValue] = ["code": .string(e.code), "message": .string(e.message)]
+                if let details = e.details { fields["details"] = details }
+                self.json(JSONValue.object(["error": .object(fields)]))
+            } else {
+                self.error(e.message)
+            }
             return Output.isUsage(e) ? .usage : .failure
         case let e as BootFailure where e.problems.first?.is(.featuresUnknown) == true:
             if wantsJSON { self.json(["error": ["code": ErrorCode.featuresUnknown.rawValue, "message": e.description]]) } else { self.error("\(e.description) Run 'termind --help'.") }

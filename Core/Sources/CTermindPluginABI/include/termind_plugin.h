@@ -89,6 +89,13 @@ typedef struct termind_host_api {
     char *(*stream_ask)(void *stream, const char *question_json);
     /* Nonzero once the stream was cancelled (Ctrl-C at the client, client gone). */
     int (*stream_cancelled)(void *stream);
+
+    /* ---- The caller chain (check TERMIND_HOST_HAS(host, call_chain)).
+     * Who the call or stream this thread serves is for, as a JSON array of links, first
+     * first: {"kind": "client"|"feature"|"agent", "id": "uid 1000", "detail": "pid 42"}
+     * (docs/contracts.md, "The caller chain"). Free with host->free; NULL when the thread
+     * serves no call (outside handle and handle_stream). */
+    char *(*call_chain)(void);
 } termind_host_api;
 
 /* Whether a host table (or descriptor) is large enough to hold `member`. */

@@ -5,6 +5,8 @@
 /// The effective uid of the process on the other end of a connected Unix socket
 /// (SO_PEERCRED). Returns 0 on success, -1 with errno set otherwise.
 int termind_peer_uid(int fd, uid_t *uid);
+/* The pid of the process at the other end of a Unix socket (SO_PEERCRED), as it connected. */
+int termind_peer_pid(int fd, pid_t *pid);
 
 /// Path of the running executable (/proc/self/exe), NUL-terminated into buf.
 /// Returns the length, or -1 with errno set.

@@ -28,14 +28,6 @@ public struct Empty: Codable, Sendable, Equatable, SchemaDescribable {
     public static var schema: JSONSchema { .object([]) }
 }
 
-/// Who is calling a contract. Features may use it for policy (e.g. interactions travel
-/// back to the client that started an operation); it is never logged with user data.
-public enum CallOrigin: Sendable, Equatable {
-    case inProcess
-    case controlSocket(connection: UInt64)
-    case plugin(id: String)
-    case feature(id: String)
-}
 
 /// The type-erased form the kernel routes: JSON bytes in, JSON bytes out.
 public struct ContractEndpoint: Sendable {

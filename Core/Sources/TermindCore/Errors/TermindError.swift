@@ -6,10 +6,14 @@
 public struct TermindError: Error, Sendable, Equatable, Codable, CustomStringConvertible {
     public let code: String
     public let message: String
+    /// What a program matches on besides the code, where the error has fields (a refusal's
+    /// contract, effect and caller chain); absent for most errors.
+    public let details: JSONValue?
 
-    public init(code: String, message: String) {
+    public init(code: String, message: String, details: JSONValue? = nil) {
         self.code = code
         self.message = message
+        self.details = details
     }
 
     public var description: String { message }

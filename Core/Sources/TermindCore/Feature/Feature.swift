@@ -31,20 +31,63 @@ public struct FeatureContext: Sendable {
     /// one-shot command.
     public let controlSocket: String?
 
-    public init(featureID: String, logger: Logger, ports: PortDirectory, resident: Bool = false, controlSocket: String? = nil,
-                call: @escaping @Sendable (ContractID, Data) async throws -> Data) {
+    /// Runs another feature's stream (declared under `calls`), as this feature, on behalf of
+    /// whoever it serves: the body, the input to send (then its end), and what to do with
+    /// each event; its questions go to the client of the stream this feature serves (never
+    /// answered by anyone else), and cancelling the calling task cancels the stream. Returns
+    /// the result body.
+    public let runStream: @Sendable (ContractID, Data, Data?, @escaping @Sendable (StreamEvent) -> Void) async throws -> Data
+
+    /// A session for a port that reports through one (the SFTP scheduler's `transfer`): its
+    /// events go to the closure, its questions up the chain as `runStream`'s do. Used by
+    /// `withSession`, which ends it.
+    let makeSession: @Sendable (@escaping @Sendable (StreamEvent) -> Void) -> StreamSession
+
+    /// Made by the kernel only: what a feature reaches is what the kernel hands it.
+    package init(featureID: String, logger: Logger, ports: PortDirectory, resident: Bool = false, controlSocket: String? = nil,
+                 call: @escaping @Sendable (ContractID, Data) async throws -> Data,
+                 runStream: @escaping @Sendable (ContractID, Data, Data?, @escaping @Sendable (StreamEvent) -> Void) async throws -> Data,
+                 makeSession: @escaping @Sendable (@escaping @Sendable (StreamEvent) -> Void) -> StreamSession) {
+        self.makeSession = makeSession
         self.controlSocket = controlSocket
         self.featureID = featureID
         self.logger = logger
         self.ports = ports
         self.resident = resident
         self.call = call
+        self.runStream = runStream
     }
 
     /// Typed convenience over `call`.
     public func call<C: Contract>(_ contract: C.Type, _ request: C.Request) async throws -> C.Response {
         let reply = try await call(C.id, try JSONCoding.encode(request))
         return try JSONDecoder().decode(C.Response.self, from: reply)
+    }
+
+    /// Typed convenience over `runStream`.
+    public func stream<S: StreamContract>(_ stream: S.Type, _ request: S.Request, input: Data? = nil,
+                                          onEvent: @escaping @Sendable (StreamEvent) -> Void = { _ in }) async throws -> S.Result {
+        let reply = try await runStream(S.id, try JSONCoding.encode(request), input, onEvent)
+        return try JSONDecoder().decode(S.Result.self, from: reply)
+    }
+
+    /// Runs `body` with a session for a port that reports through one (the SFTP scheduler's
+    /// `transfer`): the session's events go to `onEvent`, its questions to the client of the
+    /// stream this feature serves (refused when it serves none), and it ends with `body`.
+    /// A port is a direct call that no policy sees: work done for an agent goes through
+    /// contracts and streams (`call`, `runStream`), never through ports.
+    public func withSession<T>(onEvent: @escaping @Sendable (StreamEvent) -> Void, _ body: (StreamSession) async throws -> T) async rethrows -> T {
+        let session = makeSession(onEvent)
+        defer { session.finish() }
+        return try await body(session)
+    }
+
+    /// Runs `body` on an agent's behalf (an assistant's conversation and tool call, in
+    /// `detail`): every call and stream it makes carries an `agent` link after this feature,
+    /// so the kernel asks its policy hook before dispatching each one.
+    public func actingForAgent<T>(_ detail: String, _ body: () async throws -> T) async rethrows -> T {
+        let origin = (CallOrigin.current ?? .inProcess).appending(Caller(.agent, featureID, detail: detail))
+        return try await CallOrigin.$current.withValue(origin) { try await body() }
     }
 }
 

@@ -121,6 +121,9 @@ public struct RegistryValidator: Sendable {
                 disable(m.id, field: "streams", code: .manifestContractID, "\(name): field \"streams\": '\(bad)' is not of the form name@version (e.g. workspaces.exec@1).")
             } else if let bad = m.streams.first(where: { !Self.isInNamespace(ContractID(parsing: $0)!.name, of: m.id) }) {
                 disable(m.id, field: "streams", code: .manifestNamespace, "\(name): field \"streams\": '\(bad)' is outside the feature's namespace; its streams must be named '\(m.id).…'.")
+            } else if m.origin == .plugin && m.ports.provides.contains("kernel.policy") {
+                disable(m.id, field: "ports.provides", code: .manifestInvalidField,
+                        "\(name): field \"ports.provides\": 'kernel.policy' (what decides on an agent's calls) is provided only by a feature of termind's own registry, never a plugin.")
             } else if m.origin == .plugin && m.permanent {
                 disable(m.id, field: "permanent", code: .pluginPermanent, "\(name): field \"permanent\": a plugin can never be permanent (only Registry.json features are); remove the field.")
             } else if m.origin != .plugin && m.libraryOutsidePlugin {

@@ -73,6 +73,17 @@ public final class StreamSession: @unchecked Sendable {
     public let descriptors: StreamDescriptors?
     private var descriptorsClosed = false
 
+    /// Who the stream runs for (its caller chain, as the kernel built it).
+    public let origin: CallOrigin
+
+    /// The stream the current task serves, set by the kernel as it runs a handler (package:
+    /// no feature sets it): a question the kernel must ask (the policy's) goes to its client.
+    @TaskLocal package static var current: StreamSession?
+
+    /// The topic of the kernel's own question (the policy asking a person to approve what
+    /// an agent asked for): every stream may ask it.
+    public static let policyTopic = "kernel.policy"
+
     /// What the stream declared it emits and asks (nil: anything, for a test's own stream).
     private let declaration: (events: [String: JSONSchema], questions: [String: String])?
 
@@ -80,7 +91,8 @@ public final class StreamSession: @unchecked Sendable {
     /// in-process a sender waits for room in `input` instead. `endpoint`: the declaration
     /// the session holds the handler to.
     package init(id: JSONValue, window: Int = StreamSession.defaultWindow, grantsInput: Bool = false, endpoint: StreamEndpoint? = nil,
-                 descriptors: StreamDescriptors? = nil, sink: StreamSink) {
+                 descriptors: StreamDescriptors? = nil, origin: CallOrigin = .inProcess, sink: StreamSink) {
+        self.origin = origin
         self.id = id
         self.descriptors = descriptors
         declaration = endpoint.map { ($0.events, $0.questions) }
@@ -154,7 +166,7 @@ public final class StreamSession: @unchecked Sendable {
     public func ask(_ question: JSONValue, reply: @escaping @Sendable (JSONValue?) -> Void) {
         if let declaration {
             let topic = question["topic"]?.stringValue ?? "", kind = question["kind"]?.stringValue ?? ""
-            guard declaration.questions[topic] == kind else {
+            guard declaration.questions[topic] == kind || (topic == Self.policyTopic && kind == "confirm") else {
                 fail(TermindError(.streamUndeclared, "The stream asked a '\(kind)' question on topic '\(topic)', which it does not declare; it was stopped."))
                 return reply(nil)
             }

@@ -172,6 +172,9 @@ public final class ControlServer: @unchecked Sendable {
         let reply: @Sendable (Data) -> Void = { line in writer.send(line) }
         let streams = StreamTable()
         let requests = RequestTable()
+        // Who the connection's calls and streams are for: its peer, as the kernel reads it.
+        var peerPID: pid_t = 0
+        let origin = CallOrigin.controlSocket(connection: connection, uid: getuid(), pid: termind_peer_pid(fd, &peerPID) == 0 ? peerPID : nil)
         loop: while true {
             // A client that does not read its replies is not read either (bounded memory).
             writer.waitForRoom()
@@ -242,7 +245,7 @@ public final class ControlServer: @unchecked Sendable {
                             continue
                         }
                         let session = StreamSession(id: id, window: window, grantsInput: endpoint?.acceptsInput ?? true, endpoint: endpoint,
-                                                    descriptors: descriptors, sink: .socket(binary: binary, write: reply))
+                                                    descriptors: descriptors, origin: origin, sink: .socket(binary: binary, write: reply))
                         guard streams.add(session) else {
                             descriptors?.closeAll()
                             reply(Envelope.failure(id: id, error: TermindError(.streamDuplicateId, "A stream with this id is already running on the connection.")))
@@ -256,7 +259,7 @@ public final class ControlServer: @unchecked Sendable {
                         session.start(cancelling: Task {
                             defer { streams.remove(session); inFlight.add(-1); slots.signal(); group.leave() }
                             let result: Result<Data, any Error>
-                            do { result = .success(try await handler(body, session)) } catch { result = .failure(error) }
+                            do { result = .success(try await Kernel.serving(session) { try await handler(body, session) }) } catch { result = .failure(error) }
                             let outcome = session.outcome(result)
                             // Ended first: no grant or question of this stream follows its reply.
                             session.finish()
@@ -278,7 +281,7 @@ public final class ControlServer: @unchecked Sendable {
                     requests.start {
                         defer { inFlight.add(-1); slots.signal(); group.leave() }
                         do {
-                            let body = try await kernel.call(request.contract, body: request.body, origin: .controlSocket(connection: connection))
+                            let body = try await kernel.call(request.contract, body: request.body, origin: origin)
                             reply(Envelope.success(id: request.id, body: body))
                         } catch let error as TermindError {
                             reply(Envelope.failure(id: request.id, error: error))

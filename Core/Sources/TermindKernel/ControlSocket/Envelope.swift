@@ -98,6 +98,7 @@ public enum Envelope {
         let id = o["id"] ?? .null
         if ok { return (id, .success(try JSONCoding.encode(o["body"] ?? .null))) }
         let error = o["error"]
-        return (id, .failure(TermindError(code: error?["code"]?.stringValue ?? ErrorCode.unknown.rawValue, message: error?["message"]?.stringValue ?? "The server reported an error without a message.")))
+        return (id, .failure(TermindError(code: error?["code"]?.stringValue ?? ErrorCode.unknown.rawValue, message: error?["message"]?.stringValue ?? "The server reported an error without a message.",
+                                          details: error?["details"])))
     }
 }

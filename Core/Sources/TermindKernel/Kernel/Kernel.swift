@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 import TermindCrypto
 import TermindSSH
@@ -165,17 +166,24 @@ public actor Kernel {
 
     /// Routes a contract call. Safe to call from any task concurrently; never blocks on
     /// the kernel actor.
-    public nonisolated func call(_ id: ContractID, body: Data, origin: CallOrigin = .inProcess) async throws -> Data {
+    /// `origin`: who it is for; nil: the chain of the call or stream this task serves, else
+    /// this process's own client.
+    public nonisolated func call(_ id: ContractID, body: Data, origin: CallOrigin? = nil) async throws -> Data {
         guard let endpoint = routes.endpoint(id) else { throw TermindError.unknownContract(id.description) }
+        let served = CallOrigin.current ?? .inProcess
+        let origin = origin ?? served
         do {
-            return try await endpoint.handler(body, origin)
+            if origin.hasAgent { try await authorize(id, effect: endpoint.effect, stream: false, origin: origin, body: body) }
+            // The handler's task serves the call's chain (no change when it goes on for it).
+            if served.isSame(origin) { return try await endpoint.handler(body, origin) }
+            return try await CallOrigin.$current.withValue(origin) { try await endpoint.handler(body, origin) }
         } catch {
             throw TermindError.from(error)  // a store or transport failure in user terms, never "internal"
         }
     }
 
     /// Routes a call given as text (`name@version`), as it arrives from a client.
-    public nonisolated func call(_ text: String, body: Data, origin: CallOrigin = .inProcess) async throws -> Data {
+    public nonisolated func call(_ text: String, body: Data, origin: CallOrigin? = nil) async throws -> Data {
         guard let id = ContractID(parsing: text) else {
             throw TermindError.badRequest("'\(text)' is not a contract id; expected name@version, e.g. kernel.features@1.")
         }
@@ -185,18 +193,83 @@ public actor Kernel {
     /// A typed call. When the endpoint is a Swift handler of these very request and
     /// response types, the value crosses without JSON; otherwise (a C plugin, a client-side
     /// declaration of the contract) it is encoded, validated and decoded like any request.
-    public nonisolated func call<C: Contract>(_ contract: C.Type, _ request: C.Request, origin: CallOrigin = .inProcess) async throws -> C.Response {
+    public nonisolated func call<C: Contract>(_ contract: C.Type, _ request: C.Request, origin: CallOrigin? = nil) async throws -> C.Response {
         guard let endpoint = routes.endpoint(C.id) else { throw TermindError.unknownContract(C.id.description) }
+        let served = CallOrigin.current ?? .inProcess
+        let origin = origin ?? served
         do {
-            if let typed = endpoint.typed, typed.requestType == ObjectIdentifier(C.Request.self),
-               typed.responseType == ObjectIdentifier(C.Response.self) {
-                return try await typed.call(request, origin) as! C.Response
-            }
-            let reply = try await endpoint.handler(JSONCoding.encode(request), origin)
-            return try JSONDecoder().decode(C.Response.self, from: reply)
+            if origin.hasAgent { try await authorize(C.id, effect: endpoint.effect, stream: false, origin: origin, body: try JSONCoding.encode(request)) }
+            if served.isSame(origin) { return try await Self.dispatch(C.self, request, to: endpoint, origin: origin) }
+            return try await CallOrigin.$current.withValue(origin) { try await Self.dispatch(C.self, request, to: endpoint, origin: origin) }
         } catch {
             throw TermindError.from(error)
         }
+    }
+
+    private static func dispatch<C: Contract>(_ contract: C.Type, _ request: C.Request, to endpoint: ContractEndpoint, origin: CallOrigin) async throws -> C.Response {
+        if let typed = endpoint.typed, typed.requestType == ObjectIdentifier(C.Request.self),
+           typed.responseType == ObjectIdentifier(C.Response.self) {
+            return try await typed.call(request, origin) as! C.Response
+        }
+        let reply = try await endpoint.handler(JSONCoding.encode(request), origin)
+        return try JSONDecoder().decode(C.Response.self, from: reply)
+    }
+
+    /// Runs a stream handler with the task-locals the kernel sets for it: its chain (calls it
+    /// makes go on from there) and its session (the kernel's own questions go to its client).
+    package static func serving<T: Sendable>(_ session: StreamSession, _ body: () async throws -> T) async throws -> T {
+        try await CallOrigin.$current.withValue(session.origin) {
+            try await StreamSession.$current.withValue(session) { try await body() }
+        }
+    }
+
+    // MARK: - Policy
+
+    /// Consults the policy hook for a call or stream whose chain holds an agent; throws the
+    /// refusal. Without an agent in the chain it is never called (no cost on a person's path).
+    nonisolated func authorize(_ id: ContractID, effect: Effect?, stream: Bool, origin: CallOrigin, body: Data) async throws {
+        let operation = id.description
+        func refuse(_ code: ErrorCode, _ reason: String) -> Refusal {
+            logger.info("kernel.policy.refused", ["contract": .identifier(operation), "code": .identifier(code.rawValue), "chain": .identifier(Self.compact(origin))])
+            return Refusal(code, contract: operation, effect: effect, chain: origin, reason: reason)
+        }
+        guard let policy = routes.port(PortKey<any CallPolicy>.policy.id) as? any CallPolicy else {
+            throw refuse(.policyUnavailable, "\(operation) was asked for on an agent's behalf (\(origin)) and no policy is loaded to decide on it, so it was refused.")
+        }
+        let arguments = (try? JSONCoding.parse(body.isEmpty ? Data("{}".utf8) : body, source: "the arguments")) ?? .null
+        let request = PolicyRequest(operation: operation, stream: stream, effect: effect ?? .undeclared, effectDeclared: effect != nil,
+                                    origin: origin, arguments: arguments)
+        let decision: PolicyDecision?
+        do {
+            decision = try await Deadline.run(seconds: CallPolicyLimits.seconds) { try await policy.decide(request) }
+        } catch {
+            throw refuse(.policyUnavailable, "The policy could not decide on \(operation) (\(TermindError.from(error).message)), so it was refused.")
+        }
+        switch decision {
+        case nil:
+            throw refuse(.policyUnavailable, "The policy did not decide on \(operation) within \(Int(CallPolicyLimits.seconds)) s, so it was refused.")
+        case .allow?:
+            logger.debug("kernel.policy.allowed", ["contract": .identifier(operation), "chain": .identifier(Self.compact(origin))])
+        case .deny(let reason)?:
+            throw refuse(.policyDenied, reason)
+        case .ask(let question)?:
+            // The client at the start of the chain answers, through the stream it runs.
+            guard let client = StreamSession.current else {
+                throw refuse(.policyDenied, "\(operation) needs a person's approval and there is nobody to ask (\(origin)), so it was refused.")
+            }
+            let answer = await client.ask(StreamQuestion.confirm(topic: StreamSession.policyTopic, question, default: false,
+                                                                 details: .object(["operation": .string(operation), "effect": .string((effect ?? .undeclared).description)])))
+            guard StreamQuestion.confirmed(answer) == true else {
+                throw refuse(.policyDenied, StreamQuestion.unanswered(answer)
+                    ? "\(operation) needs a person's approval and nobody answered, so it was refused."
+                    : "\(operation) was not approved.")
+            }
+        }
+    }
+
+    /// A chain as a log identifier: `client:uid1000+feature:assistant+agent:assistant`.
+    static func compact(_ origin: CallOrigin) -> String {
+        origin.chain.map { "\($0.kind.rawValue):\($0.id.replacingOccurrences(of: " ", with: ""))" }.joined(separator: "+")
     }
 
     /// The provider of a port (for the host and tests; features use their context).
@@ -256,12 +329,21 @@ public actor Kernel {
     ///
     /// `descriptors` (owned from now on: closed once the stream ended) go to a stream that
     /// declares `acceptsDescriptors`; another refuses them with `stream.descriptors_refused`.
-    public nonisolated func runStream(_ name: String, body: Data, descriptors: StreamDescriptors? = nil,
+    public nonisolated func runStream(_ name: String, body: Data, descriptors: StreamDescriptors? = nil, origin: CallOrigin? = nil,
                                       onOpen: (StreamControl) -> Void = { _ in },
                                       onEvent: @escaping @Sendable (StreamEvent) -> JSONValue?) async throws -> Data {
         guard let endpoint = stream(name) else {
             descriptors?.closeAll()
             throw TermindError(.streamUnknown, "No running feature serves stream '\(name)'. Run 'termind contracts' to list the available ones.")
+        }
+        let origin = origin ?? CallOrigin.current ?? .inProcess
+        if origin.hasAgent {
+            do {
+                try await authorize(endpoint.id, effect: endpoint.effect, stream: true, origin: origin, body: body)
+            } catch {
+                descriptors?.closeAll()
+                throw TermindError.from(error)
+            }
         }
         if let descriptors, !endpoint.acceptsDescriptors {
             descriptors.closeAll()
@@ -272,7 +354,7 @@ public actor Kernel {
         // Events are handled in order on a queue of their own; each one's size is credited
         // back once `onEvent` returned, so an emitter waits for a slow consumer (a full pipe)
         // instead of queuing without bound.
-        let session = StreamSession(id: .integer(1), endpoint: endpoint, descriptors: descriptors, sink: .local({ event, size in
+        let session = StreamSession(id: .integer(1), endpoint: endpoint, descriptors: descriptors, origin: origin, sink: .local({ event, size in
             events.async {
                 if let answer = onEvent(event) { answers.session?.receive(["answer": answer]) }
                 if size > 0 { answers.session?.credit(size) }
@@ -287,7 +369,7 @@ public actor Kernel {
         // The session cancels this very task (a cancel message, or the caller giving up).
         let work = Task { () -> Result<Data, Error> in
             defer { session.finish() }
-            do { return .success(try await endpoint.handler(body, session)) } catch { return .failure(error) }
+            do { return .success(try await Self.serving(session) { try await endpoint.handler(body, session) }) } catch { return .failure(error) }
         }
         session.start(cancelling: work)
         let result = session.outcome(await withTaskCancellationHandler { await work.value } onCancel: { session.cancel() })
@@ -452,13 +534,75 @@ public actor Kernel {
             controlSocket: configuration.controlSocket,
             call: { [weak self] contract, body in
                 guard let self else { throw TermindError.internalFailure("The kernel has shut down.") }
+                // On behalf of whoever the feature serves now: the chain goes on, never restarts.
+                let origin = (CallOrigin.current ?? .inProcess).appending(Caller(.feature, id))
                 guard calls.contains(contract.description) || routes.endpoint(contract)?.owner == id else {
-                    throw TermindError(.capabilityDenied,
-                                       "Feature '\(id)' may not call \(contract): it is not among the calls its manifest declares (\(calls.isEmpty ? "none" : calls.sorted().joined(separator: ", "))).")
+                    throw Refusal.capabilityDenied(feature: id, contract: contract.description, declared: calls, origin: origin,
+                                                   effect: routes.endpoint(contract)?.effect).termindError
                 }
-                return try await self.call(contract, body: body, origin: .feature(id: id))
+                return try await self.call(contract, body: body, origin: origin)
+            },
+            runStream: { [weak self] stream, body, input, onEvent in
+                guard let self else { throw TermindError.internalFailure("The kernel has shut down.") }
+                let origin = (CallOrigin.current ?? .inProcess).appending(Caller(.feature, id))
+                guard calls.contains(stream.description) || routes.stream(stream)?.owner == id else {
+                    throw Refusal.capabilityDenied(feature: id, contract: stream.description, declared: calls, origin: origin, effect: routes.stream(stream)?.effect).termindError
+                }
+                // Questions go up the chain: to the client of the stream this feature serves.
+                let parent = StreamSession.current
+                return try await self.runStream(stream.description, body: body, origin: origin, onOpen: { control in
+                    if let input, !input.isEmpty { _ = control.input(input) }
+                    _ = control.send(["inputEnd": .bool(true)])
+                }, onEvent: { event in
+                    guard event.kind == "ask" else {
+                        onEvent(event)
+                        return nil
+                    }
+                    return Self.relay(event, to: parent)
+                })
+            },
+            makeSession: { onEvent in
+                let origin = (CallOrigin.current ?? .inProcess).appending(Caller(.feature, id))
+                let parent = StreamSession.current
+                let events = DispatchQueue(label: "termind.session.events")
+                let answers = StreamAnswers()
+                let session = StreamSession(id: .integer(1), origin: origin, sink: .local({ event, size in
+                    events.async {
+                        if event.kind == "ask" {
+                            answers.session?.receive(["answer": Self.relay(event, to: parent)])
+                        } else {
+                            onEvent(event)
+                        }
+                        if size > 0 { answers.session?.credit(size) }
+                    }
+                }))
+                answers.session = session
+                return session
             }
         )
+    }
+
+    /// The answer to a question asked by a stream a feature runs: from the client of the
+    /// stream that feature serves (`parent`), or none — never made up.
+    private static func relay(_ event: StreamEvent, to parent: StreamSession?) -> JSONValue {
+        let askID = event["askID"] ?? .null
+        guard let parent, let question = event["ask"],
+              case .object(var answer)? = waitFor({ await parent.ask(question) }) else { return .object(["askID": askID, "unanswered": .bool(true)]) }
+        answer["askID"] = askID
+        return .object(answer)
+    }
+
+    /// Blocks the calling thread (an events queue, never the cooperative pool) until `work` is done.
+    private static func waitFor<T: Sendable>(_ work: @escaping @Sendable () async -> T) -> T {
+        let done = DispatchSemaphore(value: 0)
+        let box = Mutex<T?>(nil)
+        Task {
+            let value = await work()
+            box.withLock { $0 = value }
+            done.signal()
+        }
+        done.wait()
+        return box.withLock { $0! }
     }
 
     /// Kernel ports a feature only ever gets a view of its own.

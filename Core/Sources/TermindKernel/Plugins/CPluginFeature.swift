@@ -51,14 +51,14 @@ final class CPluginFeature: Feature, @unchecked Sendable {
             // The header promises `handle` a JSON object: enforce it, or the declared schema.
             let schemas = manifest.schemas(of: text)
             registrar.handle(ContractEndpoint(id: contract, summary: summary, owner: id, effect: manifest.effect(of: text), requestSchema: schemas.request,
-                                              responseSchema: schemas.response) { [self] body, _ in
+                                              responseSchema: schemas.response) { [self] body, origin in
                 let request = body.isEmpty ? Data("{}".utf8) : body
                 let value = try JSONCoding.parse(request, source: "The request body for \(text)")
                 let problems = schemas.request.problems(in: value)
                 guard problems.isEmpty else {
                     throw TermindError.badRequest("Invalid request for \(text): \(problems.prefix(5).joined(separator: "; "))\(problems.count > 5 ? "; …" : "").")
                 }
-                let (reply, parsed) = try await self.handle(contract: text, body: request)
+                let (reply, parsed) = try await self.handle(contract: text, body: request, origin: origin)
                 let replyProblems = schemas.response.problems(in: parsed)
                 guard replyProblems.isEmpty else {
                     throw TermindError(.pluginBadReply, "The reply of plugin '\(id)' to \(text) does not match the response schema in its manifest: \(replyProblems.prefix(5).joined(separator: "; ")).")
@@ -127,12 +127,31 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     /// Calls `handle` and maps its status (docs/plugins.md): OK → the reply, which must be
     /// UTF-8 JSON within the bound; BAD_REQUEST → `request.invalid`; UNKNOWN for a declared
     /// contract → `plugin.unhandled`; FAILED or any other status → `plugin.failed`.
-    private func handle(contract: String, body: Data) async throws -> (Data, JSONValue) {
+    private func handle(contract: String, body: Data, origin: CallOrigin) async throws -> (Data, JSONValue) {
         let handler = descriptor.pointee.handle
         return try await onExecutor(contract) { [self] in
             guard let handler else { throw TermindError.unknownContract(contract) }
-            return try invoke(contract, body: body) { name, request, length, reply in handler(name, request, length, reply) }
+            return try Self.serving(origin) {
+                try invoke(contract, body: body) { name, request, length, reply in handler(name, request, length, reply) }
+            }
         }
+    }
+
+    /// Where `call_chain` finds the chain of the call the plugin's thread serves.
+    static let chainKey = "termind.plugin.chain"
+
+    /// Runs `body` (a call into the plugin, on its thread) with `origin` as the chain the
+    /// host table's `call_chain` answers.
+    static func serving<T>(_ origin: CallOrigin, _ body: () throws -> T) rethrows -> T {
+        let links: [JSONValue] = origin.chain.map { link in
+            var fields: [String: JSONValue] = ["kind": .string(link.kind.rawValue), "id": .string(link.id)]
+            if let detail = link.detail { fields["detail"] = .string(detail) }
+            return .object(fields)
+        }
+        let text = (try? JSONCoding.encode(JSONValue.array(links))).map { String(decoding: $0, as: UTF8.self) }
+        Thread.current.threadDictionary[chainKey] = text
+        defer { Thread.current.threadDictionary[chainKey] = nil }
+        return try body()
     }
 
     /// Runs `handle_stream` for `stream` on one of the plugin's threads; the plugin talks
@@ -150,8 +169,10 @@ final class CPluginFeature: Feature, @unchecked Sendable {
             // finds nothing (the stream_* calls say the stream is over), never freed memory.
             let handle = CStreamHandles.open(CStreamContext(session: session))
             defer { CStreamHandles.close(handle) }
-            return try invoke(stream, body: body) { name, request, length, reply in
-                handler(name, request, length, handle, reply)
+            return try Self.serving(session.origin) {
+                try invoke(stream, body: body) { name, request, length, reply in
+                    handler(name, request, length, handle, reply)
+                }
             }
         }
     }
@@ -284,6 +305,10 @@ final class CPluginHost: @unchecked Sendable {
         table.pointee.stream_cancelled = { handle in
             guard let context = CStreamHandles.context(handle) else { return 1 }
             return context.session.isCancelled ? 1 : 0
+        }
+        table.pointee.call_chain = {
+            guard let chain = Thread.current.threadDictionary[CPluginFeature.chainKey] as? String else { return nil }
+            return strdup(chain)
         }
         // The table outlives every call; keep the context alive with it.
         table.pointee.host_context = Unmanaged.passRetained(self).toOpaque()
