@@ -213,4 +213,24 @@ final class ArchitectureTests: XCTestCase {
         defer { try? FileManager.default.removeItem(atPath: Repository.path(relative)) }
         XCTAssertThrowsError(try swiftFiles(in: relative)) { XCTAssertEqual(($0 as? TermindError)?.code, "architecture.root_empty") }
     }
+
+    /// A feature reaches its database, secrets and SSH connections only through the views the
+    /// kernel hands it: nothing public in the store or the transport opens another database,
+    /// widens a view or hands out the pool's kernel-only operations as a port.
+    func testNoPublicSymbolLetsAFeatureWidenItsViews() throws {
+        let forbidden: [(pattern: String, why: String)] = [
+            (#"public\s+(convenience\s+)?init\s*\(\s*path:"#, "opens a database or secret store"),
+            (#"public\s+func\s+scoped\s*\(\s*to"#, "widens a view to another owner"),
+            (#"public\s+func\s+claimUnowned"#, "claims secrets for an owner"),
+            (#"extension\s+PortKey\s+where\s+P\s*==\s*SSHConnectionPool"#, "hands features the pool itself"),
+        ]
+        var found: [String] = []
+        for file in try swiftFiles(in: "Core/Sources/TermindStore") + swiftFiles(in: "Core/Sources/TermindSSH") {
+            let text = try String(contentsOfFile: Repository.path(file), encoding: .utf8)
+            for (pattern, why) in forbidden where text.range(of: pattern, options: .regularExpression) != nil {
+                found.append("\(file) \(why)")
+            }
+        }
+        XCTAssertEqual(found, [])
+    }
 }

@@ -17,8 +17,8 @@ final class CapabilityTests: XCTestCase {
 
     private func probe(calls: [String]) -> FeatureManifest {
         FeatureManifest(id: "fixture-probe", version: "1.0.0", library: FeatureHarness.libraryPath(product: "TermindFixtureProbe"), order: 50,
-                        ports: .init(requires: ["kernel.store", "kernel.secrets"]),
-                        contracts: ["fixture-probe.call@1", "fixture-probe.sql@1", "fixture-probe.secrets@1"], calls: calls, source: "test")
+                        ports: .init(requires: ["kernel.store", "kernel.secrets", "kernel.ssh"]),
+                        contracts: ["fixture-probe.call@1", "fixture-probe.sql@1", "fixture-probe.secrets@1", "fixture-probe.escape@1"], calls: calls, source: "test")
     }
 
     private func boot(calls: [String]) async throws -> HarnessSession {
@@ -49,7 +49,7 @@ final class CapabilityTests: XCTestCase {
         let features = await session.kernel.featureStatuses()
         let status = try XCTUnwrap(features.first { $0.id == "fixture-probe" })
         XCTAssertEqual(status.calls, ["kernel.ping@1"])
-        XCTAssertEqual(status.requires, ["kernel.store", "kernel.secrets"])
+        XCTAssertEqual(status.requires, ["kernel.store", "kernel.secrets", "kernel.ssh"])
         await session.shutdown()
 
         let widened = try await boot(calls: ["vault.host.list@1"])
@@ -79,6 +79,23 @@ final class CapabilityTests: XCTestCase {
             XCTAssertEqual(error.code, "store.denied", "not 'internal': \(error.message)")
             XCTAssertTrue(error.message.contains("may use only its own tables"), error.message)
         }
+        // No view or trigger (unchecked SQL that could name the Vault's tables and break its
+        // table-rebuild migrations), no function beyond SQLite's ordinary ones (fts3_tokenizer
+        // hands out a pointer).
+        for statement in ["CREATE VIEW fixture_probe_v AS SELECT * FROM vault_hosts", "CREATE VIEW fixture_probe_own AS SELECT * FROM fixture_probe_notes",
+                          "CREATE TRIGGER fixture_probe_t AFTER INSERT ON fixture_probe_notes BEGIN DELETE FROM vault_hosts; END",
+                          "SELECT fts3_tokenizer('simple')", "SELECT load_extension('x')"] {
+            let reply = try await sql(statement)
+            XCTAssertEqual(reply.errorCode, "store.denied", "\(statement): \(reply.errorMessage ?? "allowed")")
+        }
+        // Another feature's table is refused exactly as one that does not exist: the answer
+        // never tells which tables there are.
+        let existing = try await sql("SELECT * FROM vault_hosts")
+        let missing = try await sql("SELECT * FROM vault_nothing_here")
+        XCTAssertEqual(existing.errorMessage, missing.errorMessage)
+        XCTAssertEqual(missing.errorCode, "store.denied")
+        let ordinary = try await sql("SELECT upper('a'), json_array(1), strftime('%Y', 'now')")
+        XCTAssertNil(ordinary.errorCode, "ordinary functions work: \(ordinary.errorMessage ?? "")")
         let own = try await sql("INSERT INTO fixture_probe_notes (body) VALUES ('mine')")
         XCTAssertNil(own.errorCode, own.errorMessage ?? "")
         let read = try await sql("SELECT * FROM fixture_probe_notes")
@@ -93,7 +110,7 @@ final class CapabilityTests: XCTestCase {
         let session = try await boot(calls: [])
         let identity = try await session.call(VaultContracts.IdentityAdd.self, .init(username: "deploy", password: Secret("vault-only-pw")))
         XCTAssertTrue(identity.hasPassword)
-        let raw = try Database(path: directory.file("termind.sqlite"))
+        let raw = try StoreAccess.database(path: directory.file("termind.sqlite"))
         let vaultHandle = try XCTUnwrap(raw.query("SELECT password_handle FROM vault_identities").first?.string("password_handle"))
         func secrets(store: String? = nil, read: String? = nil) async throws -> SecretsReply {
             var body: [String: String] = [:]
@@ -112,20 +129,32 @@ final class CapabilityTests: XCTestCase {
         let readBack = try await secrets(read: handle)
         XCTAssertEqual(readBack.read, "probe-secret")
         // The kernel's own view sees both.
-        let kernelView = try SecretStore(path: directory.file("secrets.sqlite"), keySource: .keyFile(directory.file("secrets.key")))
+        let kernelView = try StoreAccess.secrets(path: directory.file("secrets.sqlite"), keySource: .keyFile(directory.file("secrets.key")))
         XCTAssertEqual(Set(try kernelView.handles()), [vaultHandle, handle])
         await session.shutdown()
     }
 
     func testSecretsStoredBeforeOwnershipBelongToTheBuiltInFeatureThatKeptThem() async throws {
         // A store from before secrets had owners: one row with no owner.
-        let legacy = try SecretStore(path: directory.file("secrets.sqlite"), keySource: .keyFile(directory.file("secrets.key")))
+        let legacy = try StoreAccess.secrets(path: directory.file("secrets.sqlite"), keySource: .keyFile(directory.file("secrets.key")))
         let handle = try legacy.store(Secret("old"), purpose: "identity.password")
-        let raw = try Database(path: directory.file("secrets.sqlite"))
+        let raw = try StoreAccess.database(path: directory.file("secrets.sqlite"))
         try raw.execute("UPDATE secrets SET owner = ''")
         let session = try await boot(calls: [])
         let owner = try raw.query("SELECT owner FROM secrets WHERE handle = ?", [handle]).first?.string("owner")
         XCTAssertEqual(owner, "vault", "the permanent feature requiring the store claims them, never a plugin")
         await session.shutdown()
+    }
+
+    func testAFeatureTriesEachFormerWayOutOfItsViewsAndIsRefused() async throws {
+        let session = try await boot(calls: [])
+        defer { Task { await session.shutdown() } }
+        struct Escape: Decodable { var gotThePool: Bool; var gotSSH: Bool; var changedProtection: String }
+        let tried = try JSONDecoder().decode(Escape.self, from: try await session.call("fixture-probe.escape@1", json: "{}"))
+        XCTAssertTrue(tried.gotSSH)
+        XCTAssertFalse(tried.gotThePool, "the SSH port is a view, not the pool with closeAll, closeIdle and routes")
+        XCTAssertEqual(tried.changedProtection, "capability.denied", "a feature's secret view cannot re-protect the whole store")
+        // The store is still protected by its key file: it opens as before.
+        XCTAssertNoThrow(try StoreAccess.secrets(path: directory.file("secrets.sqlite"), keySource: .keyFile(directory.file("secrets.key"))))
     }
 }

@@ -45,10 +45,12 @@ final class KernelLifecycleTests: XCTestCase {
         user.ports.requires = ["kernel.ssh"]
         let (kernel, statuses) = try await boot([user])
         XCTAssertEqual(statuses.map(\.state), [.running])
-        let first = try XCTUnwrap(kernel.port(.sshConnections))
-        let second = try XCTUnwrap(kernel.port(.sshConnections))
-        XCTAssertTrue(first === second, "one pool per process")
-        let routes = await first.routes
+        let view = try XCTUnwrap(kernel.port(.sshConnections))
+        // A feature gets a view of the kernel's one pool: opening and leasing, never the pool
+        // itself (its routes, closeAll, closeIdle are the kernel's).
+        XCTAssertNil(view as? SSHConnectionPool)
+        XCTAssertTrue(view is SSHConnectionsView)
+        let routes = await kernel.sshConnections.routes
         XCTAssertEqual(routes, [])
         await kernel.shutdown()
     }

@@ -67,6 +67,28 @@ final class SSHConnectionPoolTests: XCTestCase {
         await pool.closeAll()
     }
 
+    func testAFeatureSharesAConnectionOnlyWithRequestsThatPresentTheSameCredentials() async throws {
+        // A second key the server also accepts.
+        let otherPath = directory.file("other")
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", otherPath]).status, 0)
+        server.stop()
+        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: directory.file("client.pub"), encoding: .utf8),
+                                                       try String(contentsOfFile: otherPath + ".pub", encoding: .utf8)])
+        let pool = SSHConnectionPool()
+        let view = SSHConnectionsView(pool: pool)
+        let otherKey = try String(contentsOfFile: otherPath, encoding: .utf8)
+        let mine = policy(answer: .acceptOnce)
+        let theirs = SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(otherKey), agentSocket: "") }) { _ in .acceptOnce }
+        let first = try await view.connection(for: route, policy: mine)
+        let again = try await view.connection(for: route, policy: mine)
+        XCTAssertTrue(first === again, "the same credentials share the route's connection")
+        let other = try await view.connection(for: route, policy: theirs)
+        XCTAssertFalse(first === other, "other credentials never get a connection the first ones authenticated")
+        let output = try await other.exec("echo other").stdout
+        XCTAssertEqual(output, Data("other\n".utf8))
+        await pool.closeAll()
+    }
+
     func testLeasesAndOpenChannelsKeepAConnectionFromTheIdleSweep() async throws {
         let pool = SSHConnectionPool(idleTimeout: 0.5)
         let lease = try await pool.lease(for: route, policy: policy(answer: .acceptOnce))

@@ -75,7 +75,7 @@ class SettingsTestCase: XCTestCase {
 
     /// The database as another program sees it.
     func sql(_ query: String) throws -> [Row] {
-        try Database(path: directory.file("termind.sqlite")).query(query)
+        try StoreAccess.database(path: directory.file("termind.sqlite")).query(query)
     }
 
     func set(_ key: String, _ json: String, replace: Bool? = nil, revision: Int? = nil) async throws -> SettingsValue {
@@ -177,7 +177,7 @@ final class SettingsFeatureTests: SettingsTestCase {
 
     func testAStoredValueThatNoLongerValidatesIsQuarantinedNeverAppliedNeverDeleted() async throws {
         // As another termind, or a person with sqlite3, could leave them.
-        let db = try Database(path: directory.file("termind.sqlite"))
+        let db = try StoreAccess.database(path: directory.file("termind.sqlite"))
         let broken = [("sftp.limits", #"{"active": 20, "perHost": 40}"#, "sftp.limits.perHost"),
                       ("sftp.topology", #"{"strategy": 3}"#, "sftp.topology.strategy: expected string"),
                       ("terminal.preferences", "{not json", "not JSON"),
@@ -214,7 +214,7 @@ final class SettingsFeatureTests: SettingsTestCase {
     }
 
     func testAStoredRecordMissingAFieldReadsWithItsDefaultAndStaysAsStored() async throws {
-        let db = try Database(path: directory.file("termind.sqlite"))
+        let db = try StoreAccess.database(path: directory.file("termind.sqlite"))
         try db.execute("INSERT INTO settings_records (key, value, revision, device_id) VALUES ('sftp.topology', '{}', 1, 'older')")
         let topology = try await session.call(SettingsContracts.Get.self, .init(key: "sftp.topology")).record
         XCTAssertEqual(topology.state, .saved)
@@ -284,7 +284,7 @@ final class SettingsFeatureTests: SettingsTestCase {
         directory.remove()
         directory = try TemporaryDirectory()
         let dump = try String(contentsOfFile: Repository.path("Tests/SettingsTests/Fixtures/settings-v1.sql"), encoding: .utf8)
-        try Database(path: directory.file("termind.sqlite")).executeScript(dump)
+        try StoreAccess.database(path: directory.file("termind.sqlite")).executeScript(dump)
         session = try await boot()
         let preferences = try await port.read(TerminalSettings.Preferences.self)
         XCTAssertEqual(preferences, TerminalSettings.Preferences(theme: "solarized", scrollbackLines: 50_000))
@@ -296,7 +296,7 @@ final class SettingsFeatureTests: SettingsTestCase {
         XCTAssertEqual(try sql("SELECT device_id FROM settings_records WHERE key = 'terminal.preferences'").first?.string("device_id"),
                        "74e3a0ff258174ada79dfae4d4cfa045", "the device keeps its id")
         XCTAssertEqual(try sql("SELECT count(*) AS n FROM settings_outbox").first?.int("n"), 5)
-        XCTAssertEqual(try Database(path: directory.file("termind.sqlite")).schemaVersion(of: "settings"), 1)
+        XCTAssertEqual(try StoreAccess.database(path: directory.file("termind.sqlite")).schemaVersion(of: "settings"), 1)
     }
 }
 
@@ -366,7 +366,7 @@ final class SettingsSecretTests: SettingsTestCase {
     override var logSink: LogSink { get throws { try LogSink.file(at: directory.file("debug.log"), level: .debug) } }
 
     private var secretStore: SecretStore {
-        get throws { try SecretStore(path: directory.file("secrets.sqlite"), keySource: .keyFile(directory.file("secrets.key"))) }
+        get throws { try StoreAccess.secrets(path: directory.file("secrets.sqlite"), keySource: .keyFile(directory.file("secrets.key"))) }
     }
 
     private func providers(_ json: String, replace: Bool = true) async throws -> SettingsValue {
@@ -423,11 +423,11 @@ final class SettingsSecretTests: SettingsTestCase {
         // What a crash between a write's commit and its cleanup leaves: secrets of Settings'
         // that nothing references; one just stored (a writer elsewhere may be about to use
         // it) and one of a record this boot does not register (a lookalike key).
-        let store = try secretStore.scoped(to: "settings")
+        let store = try StoreAccess.scoped(secretStore, to: "settings")
         let orphan = try store.store(Secret("orphan"), purpose: "settings:assistant.providers:providers.gone.secretRef")
         let young = try store.store(Secret("young"), purpose: "settings:assistant.providers:providers.new.secretRef")
         let unregistered = try store.store(Secret("other"), purpose: "settings:assistant.providersv2:providers.a.secretRef")
-        try Database(path: directory.file("secrets.sqlite")).execute("UPDATE secrets SET created_at = '2000-01-01T00:00:00.000Z' WHERE handle != ?", [young])
+        try StoreAccess.database(path: directory.file("secrets.sqlite")).execute("UPDATE secrets SET created_at = '2000-01-01T00:00:00.000Z' WHERE handle != ?", [young])
 
         session = try await boot()
         _ = try await session.call(SettingsContracts.List.self, .init())
@@ -479,9 +479,9 @@ final class SettingsSecretTests: SettingsTestCase {
         await session.shutdown()
         session = nil
         // A newer termind's value this one cannot read, and the key stored long ago.
-        try Database(path: directory.file("termind.sqlite")).execute("UPDATE settings_records SET value = ? WHERE key = 'assistant.providers'",
+        try StoreAccess.database(path: directory.file("termind.sqlite")).execute("UPDATE settings_records SET value = ? WHERE key = 'assistant.providers'",
                                                                      [#"{"providers": {"openai": {"kind": "openai", "secretRef": "\#(mine)", "region": "eu"}}}"#])
-        try Database(path: directory.file("secrets.sqlite")).execute("UPDATE secrets SET created_at = '2000-01-01T00:00:00.000Z'")
+        try StoreAccess.database(path: directory.file("secrets.sqlite")).execute("UPDATE secrets SET created_at = '2000-01-01T00:00:00.000Z'")
         session = try await boot()
         let list = try await session.call(SettingsContracts.List.self, .init()).records
         XCTAssertEqual(list.first { $0.key == "assistant.providers" }?.state, .quarantined)
@@ -552,7 +552,7 @@ final class SettingsRecordRulesTests: SettingsTestCase {
         let roles = try await values.read(AssistantSettings.Roles.self)
         XCTAssertEqual(roles.effectiveGenerator, "sonnet", "no generator means the same as chat")
 
-        let db = try Database(path: directory.file("termind.sqlite"))
+        let db = try StoreAccess.database(path: directory.file("termind.sqlite"))
         try db.execute("UPDATE settings_records SET value = ? WHERE key = 'assistant.roles'", [#"{"chat": "sonnet", "securityReview": "opus"}"#])
         let legacy = try await values.read(AssistantSettings.Roles.self)
         XCTAssertEqual(legacy.guardian, "opus")
@@ -589,7 +589,7 @@ final class SettingsRecordRulesTests: SettingsTestCase {
         let exported = try await session.call(SettingsContracts.Export.self, .init())
         XCTAssertNil(exported.records["assistant.local"])
         XCTAssertNil(exported.records["metrics.preferences"])
-        let journal = try Database(path: directory.file("termind.sqlite")).query("SELECT key FROM settings_outbox")
+        let journal = try StoreAccess.database(path: directory.file("termind.sqlite")).query("SELECT key FROM settings_outbox")
         XCTAssertEqual(journal.count, 0, "device-local changes are never journaled for sync")
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import TermindCore
 import TermindHarness
+import TermindKernel
 import TermindCrypto
 import TermindStore
 import XCTest
@@ -54,7 +55,7 @@ final class SettingsProcessTests: XCTestCase {
         let second = try XCTUnwrap(counts["second"])
         XCTAssertGreaterThan(second, 0, "the second writer never got a write in before it was killed")
 
-        let db = try Database(path: directory.file("termind.sqlite"))
+        let db = try StoreAccess.database(path: directory.file("termind.sqlite"))
         XCTAssertEqual(try db.scalar("PRAGMA integrity_check"), .text("ok"))
         let revisions = try db.query("SELECT revision FROM settings_outbox WHERE key = 'terminal.preferences' ORDER BY seq").compactMap { $0.int("revision") }
         // Every write that reported success is journaled once, in order; the killed writer's

@@ -1,6 +1,7 @@
 import Foundation
 import TermindCore
 import TermindHarness
+import TermindKernel
 import TermindStore
 import XCTest
 
@@ -17,7 +18,7 @@ final class DatabaseTests: XCTestCase {
 
     func testANewDatabaseIsOwnerOnlyAndInWALMode() throws {
         let path = directory.file("state/termind.sqlite")
-        let db = try Database(path: path)
+        let db = try StoreAccess.database(path: path)
         XCTAssertEqual(try db.scalar("PRAGMA journal_mode"), .text("wal"))
         XCTAssertEqual(try db.scalar("PRAGMA synchronous"), .integer(2), "FULL")
         var info = stat()
@@ -28,7 +29,7 @@ final class DatabaseTests: XCTestCase {
     }
 
     func testMigrationsApplyInOrderOnceAndAreRecorded() throws {
-        let db = try Database(path: directory.file("t.sqlite"))
+        let db = try StoreAccess.database(path: directory.file("t.sqlite"))
         let first = try db.migrate(notes)
         XCTAssertEqual(first.applied, [1, 2])
         XCTAssertEqual(try db.migrate(notes).applied, [], "a second run applies nothing")
@@ -40,7 +41,7 @@ final class DatabaseTests: XCTestCase {
 
     func testMigratingFromEveryPastVersionReachesTheSameSchemaAndKeepsData() throws {
         for version in 0..<notes.latestVersion {
-            let db = try Database(path: directory.file("v\(version).sqlite"))
+            let db = try StoreAccess.database(path: directory.file("v\(version).sqlite"))
             if version > 0 {
                 // The database exactly as a build with `version` migrations left it, with data.
                 try db.migrate(Schema(feature: "notes", migrations: Array(notes.migrations.prefix(version))))
@@ -53,7 +54,7 @@ final class DatabaseTests: XCTestCase {
     }
 
     func testAFailingMigrationChangesNothing() throws {
-        let db = try Database(path: directory.file("t.sqlite"))
+        let db = try StoreAccess.database(path: directory.file("t.sqlite"))
         try db.migrate(Schema(feature: "notes", migrations: [notes.migrations[0]]))
         try db.execute("INSERT INTO notes (body) VALUES ('precious')")
         let broken = Schema(feature: "notes", migrations: [notes.migrations[0], Migration(2, "broken", "ALTER TABLE notes ADD COLUMN x TEXT; CREATE TABLE notes (id INTEGER);")])
@@ -67,7 +68,7 @@ final class DatabaseTests: XCTestCase {
     }
 
     func testADatabaseFromANewerTermindOrAnEditedMigrationIsRefused() throws {
-        let db = try Database(path: directory.file("t.sqlite"))
+        let db = try StoreAccess.database(path: directory.file("t.sqlite"))
         try db.migrate(notes)
         XCTAssertThrowsError(try db.migrate(Schema(feature: "notes", migrations: [notes.migrations[0]]))) {
             XCTAssertEqual(($0 as? StoreError)?.code, "store.too_new")
@@ -83,7 +84,7 @@ final class DatabaseTests: XCTestCase {
     func testAFileThatIsNotADatabaseIsReportedAndLeftUntouched() throws {
         let path = try directory.write("garbage.sqlite", String(repeating: "not a database at all ", count: 100))
         let before = try Data(contentsOf: URL(fileURLWithPath: path))
-        XCTAssertThrowsError(try Database(path: path)) { error in
+        XCTAssertThrowsError(try StoreAccess.database(path: path)) { error in
             XCTAssertEqual((error as? StoreError)?.code, "store.corrupt")
             XCTAssertTrue("\(error)".contains("left untouched"), "\(error)")
         }
@@ -93,7 +94,7 @@ final class DatabaseTests: XCTestCase {
     func testATruncatedDatabaseIsReportedAndLeftUntouched() throws {
         let path = directory.file("t.sqlite")
         do {
-            let db = try Database(path: path)
+            let db = try StoreAccess.database(path: path)
             try db.migrate(notes)
             let body = String(repeating: "x", count: 2000)
             try db.transaction { for _ in 0..<200 { try db.execute("INSERT INTO notes (body) VALUES (?)", [body]) } }
@@ -103,7 +104,7 @@ final class DatabaseTests: XCTestCase {
         try full.prefix(full.count / 3).write(to: URL(fileURLWithPath: path))
         let truncated = try Data(contentsOf: URL(fileURLWithPath: path))
         do {
-            let db = try Database(path: path)
+            let db = try StoreAccess.database(path: path)
             _ = try db.query("SELECT count(*), sum(length(body)) FROM notes")
             XCTFail("reading a truncated database must fail")
         } catch let error as StoreError {
@@ -115,35 +116,35 @@ final class DatabaseTests: XCTestCase {
     func testAnEmptyFileALinkAFolderOrAFIFOAtTheStoresPathIsRefusedWithWhatItIs() throws {
         // Empty: SQLite would take it for a new database; it may be one that lost its data.
         let empty = try directory.write("empty.sqlite", "")
-        XCTAssertThrowsError(try Database(path: empty)) { error in
+        XCTAssertThrowsError(try StoreAccess.database(path: empty)) { error in
             XCTAssertEqual((error as? StoreError)?.code, "store.corrupt")
             XCTAssertTrue("\(error)".contains("is empty (0 bytes)") && "\(error)".contains("left untouched"), "\(error)")
         }
         XCTAssertEqual(try FileManager.default.attributesOfItem(atPath: empty)[.size] as? Int, 0, "the empty file was written")
         // A symbolic link, even to a good database: refused, naming it.
         let real = directory.file("real.sqlite")
-        try Database(path: real).migrate(notes)
+        try StoreAccess.database(path: real).migrate(notes)
         let link = directory.file("link.sqlite")
         try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: real)
-        XCTAssertThrowsError(try Database(path: link)) { error in
+        XCTAssertThrowsError(try StoreAccess.database(path: link)) { error in
             XCTAssertEqual((error as? StoreError)?.code, "store.open_failed")
             XCTAssertTrue("\(error)".contains("is a symbolic link (to \(real))"), "\(error)")
         }
         // A folder, and a FIFO.
         let folder = directory.file("folder.sqlite")
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        XCTAssertThrowsError(try Database(path: folder)) { error in
+        XCTAssertThrowsError(try StoreAccess.database(path: folder)) { error in
             XCTAssertTrue("\(error)".contains("it is a folder") && "\(error)".contains("--store"), "\(error)")
         }
         let fifo = directory.file("fifo.sqlite")
         XCTAssertEqual(mkfifo(fifo, 0o600), 0)
-        XCTAssertThrowsError(try Database(path: fifo)) { error in
+        XCTAssertThrowsError(try StoreAccess.database(path: fifo)) { error in
             XCTAssertTrue("\(error)".contains("not a regular file"), "\(error)")
         }
     }
 
     func testStatementValuesNeverAppearInErrors() throws {
-        let db = try Database(path: directory.file("t.sqlite"))
+        let db = try StoreAccess.database(path: directory.file("t.sqlite"))
         try db.migrate(notes)
         try db.execute("CREATE UNIQUE INDEX notes_body ON notes (body)")
         try db.execute("INSERT INTO notes (body) VALUES (?)", ["hunter2-password"])
@@ -155,7 +156,7 @@ final class DatabaseTests: XCTestCase {
     }
 
     func testTransactionsRollBackOnError() throws {
-        let db = try Database(path: directory.file("t.sqlite"))
+        let db = try StoreAccess.database(path: directory.file("t.sqlite"))
         try db.migrate(notes)
         struct Stop: Error {}
         XCTAssertThrowsError(try db.transaction {
@@ -172,7 +173,7 @@ final class DatabaseTests: XCTestCase {
             let path = directory.file("race-\(round).sqlite")
             let writers = try ["a", "b", "c"].map { try SpawnedProcess(writer, [path, $0, "3"], captureOutput: false) }
             for process in writers { XCTAssertEqual(process.wait(), 0, "round \(round): a writer failed") }
-            let db = try Database(path: path)
+            let db = try StoreAccess.database(path: path)
             XCTAssertEqual(try db.scalar("SELECT count(*) FROM rows"), .integer(9), "round \(round): every writer's rows are in the one file")
         }
     }
@@ -209,7 +210,7 @@ final class DatabaseTests: XCTestCase {
             process.waitUntilExit()
             XCTAssertEqual(process.terminationStatus, 0)
         }
-        let db = try Database(path: path)
+        let db = try StoreAccess.database(path: path)
         XCTAssertEqual(try db.scalar("PRAGMA integrity_check"), .text("ok"))
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM rows WHERE writer = 'a'"), .integer(300))
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM rows WHERE writer = 'b'"), .integer(300))
@@ -224,7 +225,7 @@ final class DatabaseTests: XCTestCase {
         try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
         do {
-            let db = try Database(path: source + "/termind.sqlite")
+            let db = try StoreAccess.database(path: source + "/termind.sqlite")
             try db.migrate(notes)
             try db.execute("INSERT INTO notes (body) VALUES ('precious')")
         }  // closed: no -wal or -shm left beside it
@@ -232,7 +233,7 @@ final class DatabaseTests: XCTestCase {
         defer { _ = try? ProcessRunner.run("/usr/bin/umount", [mountPoint]) }
         let remount = try ProcessRunner.run("/usr/bin/mount", ["-o", "remount,ro,bind", mountPoint])
         guard remount.status == 0 else { throw XCTSkip("cannot remount read-only here: \(remount.stderr)") }
-        XCTAssertThrowsError(try Database(path: mountPoint + "/termind.sqlite")) { error in
+        XCTAssertThrowsError(try StoreAccess.database(path: mountPoint + "/termind.sqlite")) { error in
             let failure = error as? StoreError
             XCTAssertEqual(failure?.code, "store.read_only", "\(error)")
             XCTAssertTrue(failure?.message.contains("read-only mount") ?? false, "\(error)")
@@ -240,25 +241,25 @@ final class DatabaseTests: XCTestCase {
             XCTAssertFalse(failure?.message.contains("not a readable") ?? true, "\(error)")
         }
         // A new database cannot be made there either, and the error says why.
-        XCTAssertThrowsError(try Database(path: mountPoint + "/new.sqlite")) { error in
+        XCTAssertThrowsError(try StoreAccess.database(path: mountPoint + "/new.sqlite")) { error in
             XCTAssertTrue("\(error)".contains("read-only mount"), "\(error)")
         }
         _ = try ProcessRunner.run("/usr/bin/umount", [mountPoint])
-        let reopened = try Database(path: source + "/termind.sqlite")
+        let reopened = try StoreAccess.database(path: source + "/termind.sqlite")
         XCTAssertEqual(try reopened.query("SELECT body FROM notes").first?.string("body"), "precious")
     }
 
     func testADamagedFileNamesTheOptionThatChoosesIt() throws {
         let path = try directory.write("secrets.sqlite", String(repeating: "not sqlite ", count: 100))
-        XCTAssertThrowsError(try SecretStore(path: path, keySource: .keyFile(directory.file("k")))) { error in
+        XCTAssertThrowsError(try StoreAccess.secrets(path: path, keySource: .keyFile(directory.file("k")))) { error in
             XCTAssertTrue("\(error)".contains("--secrets PATH"), "\(error)")
             XCTAssertFalse("\(error)".contains("--store"), "\(error)")
         }
-        XCTAssertThrowsError(try Database(path: path)) { XCTAssertTrue("\($0)".contains("--store PATH"), "\($0)") }
+        XCTAssertThrowsError(try StoreAccess.database(path: path)) { XCTAssertTrue("\($0)".contains("--store PATH"), "\($0)") }
     }
 
     func testReadsAndWritesRunOnCoresBlockingExecutorNeverTheCooperativePool() async throws {
-        let db = try Database(path: directory.file("t.sqlite"))
+        let db = try StoreAccess.database(path: directory.file("t.sqlite"))
         try db.migrate(notes)
         let writer = try await db.write { db -> String in
             try db.execute("INSERT INTO notes (body) VALUES ('queued')")
@@ -270,7 +271,7 @@ final class DatabaseTests: XCTestCase {
     }
 
     func testPreparedStatementsAreReusedAndOnesPreparedWithAMigrationsRightsAreNot() throws {
-        let db = try Database(path: directory.file("t.sqlite"))
+        let db = try StoreAccess.database(path: directory.file("t.sqlite"))
         try db.migrate(notes)
         for index in 0..<500 { try db.execute("INSERT INTO notes (body) VALUES (?)", ["note \(index)"]) }  // one statement, 500 runs
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM notes WHERE body LIKE ?", ["note %"]), .integer(500))
@@ -280,7 +281,7 @@ final class DatabaseTests: XCTestCase {
         }
         // A feature's migration may read the migrations table; the same statement afterwards may not.
         let jot = Schema(feature: "jot", migrations: [Migration(1, "create entries", "CREATE TABLE jot_entries (id INTEGER PRIMARY KEY, body TEXT);")])
-        let feature = try db.scoped(to: "jot")
+        let feature = try StoreAccess.scoped(db, to: "jot")
         try feature.migrate(jot)
         XCTAssertThrowsError(try feature.query("SELECT version, name, checksum FROM termind_migrations WHERE feature = ? ORDER BY version", ["jot"])) {
             XCTAssertEqual(($0 as? StoreError)?.code, "store.denied", "\($0)")
@@ -290,9 +291,9 @@ final class DatabaseTests: XCTestCase {
     }
 
     func testAFeaturesMigrationSQLGetsNoMoreRightsThanItsOtherSQL() throws {
-        let db = try Database(path: directory.file("t.sqlite"))
+        let db = try StoreAccess.database(path: directory.file("t.sqlite"))
         try db.migrate(notes)
-        let feature = try db.scoped(to: "jot")
+        let feature = try StoreAccess.scoped(db, to: "jot")
         for sql in ["CREATE TABLE jot_a (x); DELETE FROM termind_migrations;",
                     "CREATE TABLE jot_b (x); PRAGMA writable_schema = ON;",
                     "CREATE TABLE jot_c (x); INSERT INTO notes (body) VALUES ('planted');"] {
@@ -309,20 +310,17 @@ final class DatabaseTests: XCTestCase {
     /// A feature's DDL works whole (SQLite's own statements rewrite its schema rows), yet
     /// no statement of the feature's reads the schema, not even folded into a CREATE.
     func testAFeatureChangesItsOwnSchemaButNeverReadsTheSchemaOfOthers() throws {
-        let db = try Database(path: directory.file("t.sqlite"))
+        let db = try StoreAccess.database(path: directory.file("t.sqlite"))
         try db.migrate(notes)
-        let feature = try db.scoped(to: "jot")
+        let feature = try StoreAccess.scoped(db, to: "jot")
         var migrations = [
             Migration(1, "tables", """
                 CREATE TABLE jot_items (id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT UNIQUE);
                 CREATE INDEX jot_items_body ON jot_items (body);
-                CREATE VIEW jot_bodies AS SELECT body FROM jot_items;
-                CREATE TRIGGER jot_items_upper AFTER INSERT ON jot_items BEGIN UPDATE jot_items SET body = upper(body) WHERE id = new.id; END;
                 """),
             Migration(2, "rebuild", """
                 CREATE TABLE jot_items_new (id INTEGER PRIMARY KEY, body TEXT, added TEXT DEFAULT 'now');
                 INSERT INTO jot_items_new (id, body) SELECT id, body FROM jot_items;
-                DROP VIEW jot_bodies;
                 DROP TABLE jot_items;
                 ALTER TABLE jot_items_new RENAME TO jot_items;
                 ALTER TABLE jot_items ADD COLUMN done INTEGER NOT NULL DEFAULT 0;

@@ -2,6 +2,7 @@ import Foundation
 import TermindCore
 import VaultAPI
 import TermindHarness
+import TermindKernel
 import TermindStore
 import XCTest
 
@@ -21,7 +22,7 @@ final class VaultSchemaFixtureTests: XCTestCase {
             defer { directory.remove() }
             let dump = try String(contentsOfFile: Repository.path("Tests/VaultTests/Fixtures/\(fixture)"), encoding: .utf8)
             do {
-                let restored = try Database(path: directory.file("termind.sqlite"))
+                let restored = try StoreAccess.database(path: directory.file("termind.sqlite"))
                 try restored.executeScript(dump)
             }
             let session = try await FeatureHarness.boot(manifest, storeDirectory: directory.path)
@@ -55,7 +56,7 @@ final class VaultSchemaFixtureTests: XCTestCase {
             let workspaces = try await session.call(VaultContracts.WorkspaceList.self, Empty()).workspaces
             XCTAssertEqual(workspaces, [saved], fixture)
 
-            let db = try Database(path: directory.file("termind.sqlite"))
+            let db = try StoreAccess.database(path: directory.file("termind.sqlite"))
             XCTAssertEqual(try db.schemaVersion(of: "vault"), 3, "migrated to the latest Vault schema version")
             XCTAssertEqual(try db.scalar("PRAGMA integrity_check"), .text("ok"))
             await session.shutdown()

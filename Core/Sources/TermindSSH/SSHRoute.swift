@@ -344,13 +344,6 @@ public final class SSHConnectionLease: Sendable {
     deinit { release() }
 }
 
-extension PortKey where P == SSHConnectionPool {
-    /// The process's one connection pool, provided by the kernel to features that list
-    /// `kernel.ssh`: terminals, SFTP, forwarding, metrics and the assistant share live
-    /// connections (one per route) and open their own channels on them.
-    public static var sshConnections: Self { PortKey("kernel.ssh") }
-}
-
 /// A continuation resumed by whichever caller comes first; later calls do nothing.
 private final class ResumeOnce: @unchecked Sendable {
     private let lock = NSLock()

@@ -3,8 +3,9 @@ import Foundation
 import TermindCore
 
 /// What one feature's connection may touch: its own tables and indexes (named
-/// `<id>_…`, with `-` in the id written `_`), and the migrations table only for the
-/// bookkeeping statements `migrate` runs itself. The connection is also in SQLite's
+/// `<id>_…`, with `-` in the id written `_`; no views or triggers), SQLite's ordinary
+/// functions, and the migrations table only for the bookkeeping statements `migrate` runs
+/// itself. A table that is not its own is refused the same way whether or not it exists. The connection is also in SQLite's
 /// defensive mode (no writable_schema, no schema-corrupting pragmas). Enforced by an SQLite authorizer when each statement is prepared, so no
 /// SQL a feature writes can read or change another feature's data, attach another
 /// database, or read the schema of others.
@@ -48,8 +49,14 @@ final class TableScope: @unchecked Sendable {
         case SQLITE_SELECT:
             if window == .create { window = .createAfterSelect }
             return true
-        case SQLITE_TRANSACTION, SQLITE_SAVEPOINT, SQLITE_FUNCTION, SQLITE_RECURSIVE:
+        case SQLITE_TRANSACTION, SQLITE_SAVEPOINT, SQLITE_RECURSIVE:
             return true
+        case SQLITE_FUNCTION:
+            // SQLite's ordinary functions; not fts3_tokenizer (it hands out a pointer),
+            // load_extension or anything else. SQLite's own functions for a feature's ALTER
+            // (rewriting its schema rows) run inside that ALTER only.
+            guard let name = arg2?.lowercased() else { return false }
+            return Self.functions.contains(name) || (window == .alter && name.hasPrefix("sqlite_") && name != "sqlite_compileoption_get")
         case SQLITE_READ, SQLITE_UPDATE, SQLITE_INSERT, SQLITE_DELETE:
             if own(arg1) { return true }
             // sqlite_sequence holds every feature's AUTOINCREMENT counters: only SQLite's own
@@ -76,10 +83,13 @@ final class TableScope: @unchecked Sendable {
             let automatic = arg1?.hasPrefix("sqlite_autoindex_") == true
             let allowed = (own(arg1) || automatic) && (own(arg2) || (privileged && automatic && arg2 == "termind_migrations"))
             return entered(action == SQLITE_CREATE_INDEX ? .create : .drop, if: allowed)
-        case SQLITE_CREATE_TRIGGER, SQLITE_DROP_TRIGGER:
-            return entered(action == SQLITE_CREATE_TRIGGER ? .create : .drop, if: own(arg1) && own(arg2))
-        case SQLITE_CREATE_VIEW, SQLITE_DROP_VIEW:
-            return entered(action == SQLITE_CREATE_VIEW ? .create : .drop, if: own(arg1))
+        case SQLITE_CREATE_TRIGGER, SQLITE_CREATE_VIEW:
+            // A view's SELECT and a trigger's body are not checked when they are created: one
+            // could name another feature's tables and break that feature's table-rebuild
+            // migrations. A feature keeps tables and indexes only.
+            return false
+        case SQLITE_DROP_TRIGGER, SQLITE_DROP_VIEW:
+            return entered(.drop, if: own(arg1))
         case SQLITE_ALTER_TABLE:
             return entered(.alter, if: own(arg2))
         case SQLITE_ANALYZE, SQLITE_REINDEX:
@@ -93,6 +103,23 @@ final class TableScope: @unchecked Sendable {
         }
     }
 
+    /// The SQL functions a feature's statements may call: SQLite's core scalar, aggregate,
+    /// window, date and time, JSON and math functions.
+    static let functions: Set<String> = [
+        "abs", "changes", "char", "coalesce", "concat", "concat_ws", "format", "glob", "hex", "ifnull", "iif", "instr", "last_insert_rowid",
+        "length", "like", "likelihood", "likely", "lower", "ltrim", "max", "min", "nullif", "octet_length", "printf", "quote", "random",
+        "randomblob", "replace", "round", "rtrim", "sign", "substr", "substring", "total_changes", "trim", "typeof", "unhex", "unicode",
+        "unlikely", "upper", "zeroblob", "avg", "count", "group_concat", "string_agg", "sum", "total",
+        "row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile", "lag", "lead", "first_value", "last_value", "nth_value",
+        "date", "time", "datetime", "julianday", "unixepoch", "strftime", "timediff",
+        "json", "jsonb", "json_array", "jsonb_array", "json_array_length", "json_error_position", "json_extract", "jsonb_extract", "json_insert",
+        "jsonb_insert", "json_object", "jsonb_object", "json_patch", "jsonb_patch", "json_pretty", "json_remove", "jsonb_remove", "json_replace",
+        "jsonb_replace", "json_set", "jsonb_set", "json_type", "json_valid", "json_quote", "json_group_array", "jsonb_group_array",
+        "json_group_object", "jsonb_group_object",
+        "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "ceiling", "cos", "cosh", "degrees", "exp", "floor", "ln", "log",
+        "log10", "log2", "mod", "pi", "pow", "power", "radians", "sin", "sinh", "sqrt", "tan", "tanh", "trunc",
+    ]
+
     /// Installs the authorizer on `handle`; the scope must outlive the connection.
     func install(on handle: OpaquePointer) {
         sqlite3_set_authorizer(handle, { context, action, arg1, arg2, _, _ in
@@ -105,8 +132,9 @@ final class TableScope: @unchecked Sendable {
 
 extension Database {
     /// A connection of its own for feature `owner`, limited to the feature's tables (see
-    /// `TableScope`): what the kernel hands a feature as its `kernel.store` port.
-    public func scoped(to owner: String) throws -> Database {
+    /// `TableScope`): what the kernel hands a feature as its `kernel.store` port. Package:
+    /// a view is made by the kernel, never widened by a feature.
+    package func scoped(to owner: String) throws -> Database {
         try Database(path: path, option: option, scope: TableScope(owner: owner))
     }
 

@@ -26,7 +26,9 @@ public final class Database: @unchecked Sendable {
     /// Opens (creating if absent, with mode 0600 in a 0700 folder) the database at `path`.
     /// `option` is the command-line option that chooses this file, named in remedies.
     /// A database termind cannot write (a read-only mount or folder) is reported as such.
-    public convenience init(path: String, option: String = "--store") throws {
+    /// Package: only the kernel opens a database (`StoreAccess` in TermindKernel); a feature
+    /// gets its own view as its `kernel.store` port, never a way to open another.
+    package convenience init(path: String, option: String = "--store") throws {
         try self.init(path: path, option: option, scope: nil)
     }
 
@@ -312,6 +314,19 @@ public final class Database: @unchecked Sendable {
         }
     }
 
+    /// A feature's statement reached beyond what its connection may touch.
+    private var denied: StoreError {
+        StoreError(.storeDenied, "Feature '\(scope?.owner ?? "?")' may use only its own tables (\(scope?.prefix ?? "")…) and SQLite's ordinary functions in \(path): "
+            + "the statement reaches beyond them, so it was not run.")
+    }
+
+    /// The table named by SQLite's "no such table: main.x" (without its schema), or nil.
+    static func missingTable(_ message: String) -> String? {
+        guard let range = message.range(of: "no such table: ") else { return nil }
+        let name = message[range.upperBound...].split(separator: " ").first.map(String.init) ?? ""
+        return name.split(separator: ".").last.map(String.init)
+    }
+
     /// SQLite's message for the failure; never the statement's bound values.
     private func failure(_ status: Int32, _ sql: String) -> StoreError {
         let message = String(cString: sqlite3_errmsg(handle))
@@ -321,7 +336,13 @@ public final class Database: @unchecked Sendable {
         case SQLITE_CORRUPT, SQLITE_NOTADB:
             return StoreError.notADatabase(path, message, option: option)
         case SQLITE_AUTH:
-            return StoreError(.storeDenied, "Feature '\(scope?.owner ?? "?")' may use only its own tables (\(scope?.prefix ?? "")…) in \(path): the statement reaches beyond them, so it was not run.")
+            return denied
+        case SQLITE_ERROR where scope != nil && message.hasPrefix("not authorized"):
+            return denied  // a function the connection may not call
+        case SQLITE_ERROR where scope != nil && Self.missingTable(message).map({ !$0.lowercased().hasPrefix(scope!.prefix) }) == true:
+            // A table that is not the feature's gets the same answer whether or not it
+            // exists: the error never tells a feature which other tables there are.
+            return denied
         case SQLITE_READONLY:
             return StoreError.readOnly(path, "SQLite could not write it (\(message))", option: option)
         case SQLITE_CONSTRAINT:

@@ -72,7 +72,8 @@ public final class SecretStore: @unchecked Sendable {
 
     /// Opens the store at `path` (creating it with a new data key when it is new).
     /// A wrong passphrase or key file is reported as such; nothing is changed.
-    public init(path: String, keySource: KeySource) throws {
+    /// Package: only the kernel opens the secret store (`StoreAccess` in TermindKernel).
+    package init(path: String, keySource: KeySource) throws {
         self.path = path
         let database = try Database(path: path, option: "--secrets")
         try database.migrate(Self.schema)
@@ -120,14 +121,19 @@ public final class SecretStore: @unchecked Sendable {
     }
 
     /// The view of feature `owner`: it stores under that id and sees only its own secrets.
-    public func scoped(to owner: String) -> SecretStore {
+    /// Package: made by the kernel, never widened by a feature.
+    package func scoped(to owner: String) -> SecretStore {
         SecretStore(path: path, database: database, keys: keys, owner: owner)
     }
 
     /// Gives secrets stored before they had owners to `owner` (the kernel does this once, for
-    /// the built-in feature that stored them). Returns how many.
+    /// the built-in feature that stored them). Returns how many. Only the kernel's own store
+    /// may: a feature's view is refused.
     @discardableResult
-    public func claimUnowned(for owner: String) throws -> Int {
+    package func claimUnowned(for owner: String) throws -> Int {
+        guard self.owner == nil else {
+            throw TermindError(.capabilityDenied, "Feature '\(self.owner!)' may not claim secrets that belong to nobody: only termind does that, once, at start.")
+        }
         try database.execute("UPDATE secrets SET owner = ? WHERE owner = ''", [owner])
         return database.changes
     }
@@ -242,6 +248,9 @@ public final class SecretStore: @unchecked Sendable {
     /// commit (best effort on copy-on-write or flash storage). The current source must be
     /// right (it opened this store).
     public func changeProtection(to newSource: KeySource) throws {
+        if let owner {
+            throw TermindError(.capabilityDenied, "Feature '\(owner)' may not change how the secret store is protected: only termind secrets protect does.")
+        }
         guard owner == nil else {
             throw TermindError(.secretDenied, "Only the kernel changes how the secret store is protected (feature '\(owner!)' asked).")
         }

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import TermindCore
+import TermindSSH
 import TermindStore
 
 /// Test fixture: a feature that tries what the capability tests ask of it — call another
@@ -37,6 +38,22 @@ public enum ProbeSecrets: Contract {
     public static let summary = "Store, list and read secrets as this feature (test fixture)."
 }
 
+/// Tries each way a feature once had out of its views, and says what the kernel let it do.
+public enum ProbeEscape: Contract {
+    public typealias Request = Empty
+    public struct Response: Codable, Sendable {
+        /// The `kernel.ssh` port is the pool itself (with closeAll, closeIdle, routes).
+        public var gotThePool: Bool
+        public var gotSSH: Bool
+        /// Changing how the whole secret store is protected, from its view.
+        public var changedProtection: String
+    }
+    public static let name = "fixture-probe.escape"
+    public static let effect: Effect = .destructive
+    public static let version = 1
+    public static let summary = "Try to leave this feature's views (test fixture)."
+}
+
 final class ProbeFeature: Feature {
     private let context = Mutex<FeatureContext?>(nil)
 
@@ -61,6 +78,20 @@ final class ProbeFeature: Feature {
             } catch let error as StoreError where request.rethrow != true {
                 return .init(rows: nil, errorCode: error.code, errorMessage: error.message)
             }
+        }
+        registrar.handle(ProbeEscape.self) { [self] _, _ in
+            let context = self.context.withLock { $0 }
+            let ssh = context?.ports.optional(.sshConnections)
+            var changed = "no secret store"
+            if let secrets = context?.ports.optional(.secrets) {
+                do {
+                    try secrets.changeProtection(to: .passphrase(Secret("taken over")))
+                    changed = "changed"
+                } catch let error as TermindError {
+                    changed = error.code
+                }
+            }
+            return .init(gotThePool: ssh.map { $0 is SSHConnectionPool } ?? false, gotSSH: ssh != nil, changedProtection: changed)
         }
         registrar.handle(ProbeSecrets.self) { [self] request, _ in
             guard let secrets = self.context.withLock({ $0 })?.ports.optional(.secrets) else {

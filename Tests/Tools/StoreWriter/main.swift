@@ -1,4 +1,5 @@
 import Foundation
+import TermindKernel
 import TermindStore
 
 // Test peer: `termind-test-store-writer DB WRITER COUNT [--slow]` inserts COUNT rows, one
@@ -11,7 +12,7 @@ guard arguments.count >= 4, let count = Int(arguments[3]) else {
     exit(2)
 }
 do {
-    let database = try Database(path: arguments[1])
+    let database = try StoreAccess.database(path: arguments[1])
     try database.migrate(Schema(feature: "torture", migrations: [
         Migration(1, "rows", "CREATE TABLE rows (writer TEXT NOT NULL, sequence INTEGER NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (writer, sequence));"),
     ]))

@@ -50,10 +50,10 @@ public struct ConnectionTarget: Sendable, Equatable {
 public struct ConnectionOpener: Sendable {
     public let routes: any RouteResolver
     public let trust: any HostKeyTrust
-    public let pool: SSHConnectionPool
+    public let pool: any SSHConnections
     public let logger: Logger
 
-    public init(routes: any RouteResolver, trust: any HostKeyTrust, pool: SSHConnectionPool, logger: Logger) {
+    public init(routes: any RouteResolver, trust: any HostKeyTrust, pool: any SSHConnections, logger: Logger) {
         self.routes = routes
         self.trust = trust
         self.pool = pool

@@ -27,9 +27,12 @@ public struct FeatureContext: Sendable {
     /// outlive one command (a host's monitor, a forward) may start at boot. In a one-shot
     /// command it starts only when that command asks for it.
     public let resident: Bool
-    /// Where clients reach this resident process (`termind --socket PATH …`); nil in a
-    /// one-shot command.
-    public let controlSocket: String?
+    /// The words that start a termind client of this resident process (its executable and
+    /// `--socket PATH`), for work that opens a person's client in a window (a workspace's
+    /// panes); nil in a one-shot command. Such a client has its person's rights, as any
+    /// command they type: it is not a way to call what this feature's manifest does not list
+    /// on its own behalf.
+    public let clientCommand: [String]?
 
     /// Runs another feature's stream (declared under `calls`), as this feature, on behalf of
     /// whoever it serves: the body, the input to send (then its end), and what to do with
@@ -41,15 +44,15 @@ public struct FeatureContext: Sendable {
     /// A session for a port that reports through one (the SFTP scheduler's `transfer`): its
     /// events go to the closure, its questions up the chain as `runStream`'s do. Used by
     /// `withSession`, which ends it.
-    let makeSession: @Sendable (@escaping @Sendable (StreamEvent) -> Void) -> StreamSession
+    let makeSession: @Sendable (@escaping @Sendable (StreamEvent) -> Void) -> (StreamSession, drained: @Sendable () async -> Void)
 
     /// Made by the kernel only: what a feature reaches is what the kernel hands it.
-    package init(featureID: String, logger: Logger, ports: PortDirectory, resident: Bool = false, controlSocket: String? = nil,
+    package init(featureID: String, logger: Logger, ports: PortDirectory, resident: Bool = false, clientCommand: [String]? = nil,
                  call: @escaping @Sendable (ContractID, Data) async throws -> Data,
                  runStream: @escaping @Sendable (ContractID, Data, Data?, @escaping @Sendable (StreamEvent) -> Void) async throws -> Data,
-                 makeSession: @escaping @Sendable (@escaping @Sendable (StreamEvent) -> Void) -> StreamSession) {
+                 makeSession: @escaping @Sendable (@escaping @Sendable (StreamEvent) -> Void) -> (StreamSession, drained: @Sendable () async -> Void)) {
         self.makeSession = makeSession
-        self.controlSocket = controlSocket
+        self.clientCommand = clientCommand
         self.featureID = featureID
         self.logger = logger
         self.ports = ports
@@ -77,9 +80,17 @@ public struct FeatureContext: Sendable {
     /// A port is a direct call that no policy sees: work done for an agent goes through
     /// contracts and streams (`call`, `runStream`), never through ports.
     public func withSession<T>(onEvent: @escaping @Sendable (StreamEvent) -> Void, _ body: (StreamSession) async throws -> T) async rethrows -> T {
-        let session = makeSession(onEvent)
-        defer { session.finish() }
-        return try await body(session)
+        let (session, drained) = makeSession(onEvent)
+        do {
+            let result = try await body(session)
+            // Every event the work sent is handled before its result is.
+            await drained()
+            session.finish()
+            return result
+        } catch {
+            session.finish()
+            throw error
+        }
     }
 
     /// Runs `body` on an agent's behalf (an assistant's conversation and tool call, in

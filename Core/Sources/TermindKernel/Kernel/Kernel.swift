@@ -494,7 +494,8 @@ public actor Kernel {
             }
         }
         if wanted.contains("kernel.ssh") {
-            try? routes.addPort("kernel.ssh", owner: "kernel", value: sshConnections)
+            // Each feature gets a view of the pool (`SSHConnectionsView`), never the pool.
+            try? routes.addPort("kernel.ssh", owner: "kernel", value: SSHConnectionsView(pool: sshConnections) as any SSHConnections)
         }
         for m in manifests {
             guard let port = m.ports.requires.first(where: { failures[$0] != nil }), let failure = failures[port] else { continue }
@@ -531,7 +532,9 @@ public actor Kernel {
                 return routes.port(port)
             },
             resident: configuration.resident,
-            controlSocket: configuration.controlSocket,
+            clientCommand: configuration.controlSocket.map { socket in
+                [(ExecutablePaths.executable() ?? CommandLine.arguments[0]), "--socket", socket]
+            },
             call: { [weak self] contract, body in
                 guard let self else { throw TermindError.internalFailure("The kernel has shut down.") }
                 // On behalf of whoever the feature serves now: the chain goes on, never restarts.
@@ -577,7 +580,7 @@ public actor Kernel {
                     }
                 }))
                 answers.session = session
-                return session
+                return (session, drained: { await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in events.async { done.resume() } } })
             }
         )
     }

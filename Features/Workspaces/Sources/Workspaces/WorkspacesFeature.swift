@@ -16,7 +16,7 @@ final class WorkspacesFeature: Feature {
     struct Ports: Sendable {
         let routes: any RouteResolver
         let trust: any HostKeyTrust
-        let pool: SSHConnectionPool
+        let pool: any SSHConnections
         let hosts: any HostDirectory
         let settings: (any SettingsValues)?
         /// The commands shells reported (device-local).
@@ -25,7 +25,7 @@ final class WorkspacesFeature: Feature {
         /// Inside `termind serve`: a session with a terminal is durable.
         let resident: Bool
         /// Where this server's clients reach it (a workspace's panes are its clients).
-        let controlSocket: String?
+        let clientCommand: [String]?
         /// Calls another feature's contract (declared in the manifest's `calls`).
         let call: @Sendable (ContractID, Data) async throws -> Data
         /// A session's -L/-R/-D, when the PortForwarding feature runs.
@@ -95,10 +95,10 @@ final class WorkspacesFeature: Feature {
         }
         registrar.stream(WorkspacesStreams.OpenWorkspace.self) { [self] request, session in
             let ports = try current()
-            guard ports.resident, let socket = ports.controlSocket else {
+            guard ports.resident, let client = ports.clientCommand else {
                 throw TermindError(.workspacesNeedsServer, "A workspace's panes are durable sessions of termind serve: start it (termind serve), then termind workspace open again.")
             }
-            return try await TmuxWorkspace(ports: ports, request: request, session: session, sessions: sessions, controlSocket: socket).run()
+            return try await TmuxWorkspace(ports: ports, request: request, session: session, sessions: sessions, clientCommand: client).run()
         }
         registrar.handle(WorkspacesContracts.ListSessions.self) { [self] _, _ in
             try Self.requireServer(try current())
@@ -131,7 +131,7 @@ final class WorkspacesFeature: Feature {
         let value = Ports(routes: try context.ports.require(.routes), trust: try context.ports.require(.hostKeyTrust),
                           pool: try context.ports.require(.sshConnections), hosts: try context.ports.require(.hostDirectory), settings: context.ports.optional(.settingsValues),
                           history: HistoryStore(db: db),
-                          logger: context.logger, resident: context.resident, controlSocket: context.controlSocket, call: context.call,
+                          logger: context.logger, resident: context.resident, clientCommand: context.clientCommand, call: context.call,
                           forwarding: context.ports.optional(.sessionForwarding))
         ports.withLock { $0 = value }
     }

@@ -15,7 +15,8 @@ struct TmuxWorkspace {
     let request: WorkspacesStreams.OpenWorkspace.Request
     let session: StreamSession
     let sessions: SessionRegistry
-    let controlSocket: String
+    /// The words that start a client of this server (`FeatureContext.clientCommand`).
+    let clientCommand: [String]
 
     func run() async throws -> WorkspacesStreams.OpenWorkspace.Result {
         let templates = WorkspaceTemplates(ports: ports)
@@ -42,7 +43,6 @@ struct TmuxWorkspace {
             throw TermindError.badRequest("Name a saved workspace (termind workspace list) or give --hosts a,b,c, not both.")
         }
         let tmux = try Self.tmuxPath()
-        let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
         let leaves = tree.leaves
         var panes: [WorkspacesStreams.OpenWorkspace.PaneOpened] = []
         var commands: [[String]] = []
@@ -57,12 +57,12 @@ struct TmuxWorkspace {
                 let live = await sessions.session(workspace: workspaceID, pane: number, host: host)
                 opened.session = live?.id
                 if let live, live.info().state == "attached" { attachedElsewhere.append(live.id) }
-                commands.append(Self.held([executable, "--socket", controlSocket, "ssh", host, "--workspace", workspaceID, "--pane", String(number)]))
+                commands.append(Self.held(clientCommand + ["ssh", host, "--workspace", workspaceID, "--pane", String(number)]))
             case (.sftp, let host?) where labels[host] != nil:
                 // The prompt names the host as its label when that is one word (get and put
                 // there write HOST:PATH), else by its id.
                 let name = labels[host].flatMap { $0.contains(where: { $0.isWhitespace || $0 == ":" }) ? nil : $0 } ?? host
-                commands.append(Self.sftp([executable, "--socket", controlSocket, "sftp", name], host: labels[host] ?? host))
+                commands.append(Self.sftp(clientCommand + ["sftp", name], host: labels[host] ?? host))
             case (_, let host?):
                 let note = "The host of this pane (\(host)) no longer exists; this is a local shell."
                 opened.note = note
