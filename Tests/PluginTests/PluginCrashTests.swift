@@ -76,6 +76,16 @@ final class PluginCrashTests: XCTestCase {
     static void *kept;
     static char *copy(const char *s) { size_t n = strlen(s) + 1; char *c = host->alloc(n); memcpy(c, s, n); return c; }
     static int handle(const char *contract, const char *request, size_t length, char **reply) {
+        if (strcmp(contract, "stale.chain@1") == 0) {
+            /* Who this call is for, as the host says. */
+            char *chain = TERMIND_HOST_HAS(host, call_chain) ? host->call_chain() : NULL;
+            size_t n = (chain ? strlen(chain) : 4) + 16;
+            char *text = host->alloc(n);
+            snprintf(text, n, "{\"chain\": %s}", chain ? chain : "null");
+            host->free(chain);
+            *reply = text;
+            return TERMIND_OK;
+        }
         /* A handle kept past its stream's end, used again. */
         char buffer[16];
         int emitted = host->stream_emit(kept, "notice", "{\"text\": \"late\"}", NULL, 0);
@@ -99,7 +109,7 @@ final class PluginCrashTests: XCTestCase {
     """#
 
     func testAStreamHandleUsedAfterItsStreamEndedNamesNoStreamAndTheServerLivesOn() throws {
-        let manifest = #"{"id": "stale", "version": "1.0.0", "abi": 1, "kind": "c", "library": "libstale.so", "contracts": ["stale.poke@1"], "streams": ["stale.keep@1"], "commands": [{"name": "stale keep", "stream": "stale.keep@1", "arguments": []}, {"name": "stale poke", "contract": "stale.poke@1", "arguments": []}]}"#
+        let manifest = #"{"id": "stale", "version": "1.0.0", "abi": 1, "kind": "c", "library": "libstale.so", "contracts": ["stale.poke@1", "stale.chain@1"], "streams": ["stale.keep@1"], "commands": [{"name": "stale keep", "stream": "stale.keep@1", "arguments": []}, {"name": "stale poke", "contract": "stale.poke@1", "arguments": []}]}"#
         try CPluginCompiler.build(source: Self.staleSource, folder: directory.file("stale/stale"), name: "stale", manifest: manifest)
         let server = try ServeProcess(directory: directory, arguments: ["--registry", directory.file("Registry.json"), "--plugins", directory.file("stale")])
         defer { server.stop() }
@@ -117,5 +127,12 @@ final class PluginCrashTests: XCTestCase {
             XCTAssertEqual(reply["asked"], .bool(false), poked.stdout)
         }
         XCTAssertTrue(server.process.isRunning, "the server died")
+        // The plugin reads who a call is for: the socket's peer, by uid and pid.
+        let client = try ControlClient(path: server.socketPath)
+        let reply = try JSONCoding.parse(try client.call("stale.chain@1", body: Data("{}".utf8)), source: "chain")
+        let link = try XCTUnwrap(reply["chain"]?.arrayValue?.first)
+        XCTAssertEqual(link["kind"], .string("client"))
+        XCTAssertEqual(link["id"], .string("uid \(getuid())"))
+        XCTAssertTrue(link["detail"]?.stringValue?.hasPrefix("pid \(getpid())") == true, "\(reply)")
     }
 }
