@@ -26,12 +26,16 @@ final class FeatureToFeatureTests: XCTestCase {
         directory?.remove()
     }
 
-    private func boot(calls: [String]) async throws -> HarnessSession {
+    private func boot(calls: [String], policy: Bool = false) async throws -> HarnessSession {
         let agent = FeatureManifest(id: "fixture-agent", version: "1.0.0", library: FeatureHarness.libraryPath(product: "TermindFixtureAgent"), order: 90,
                                     ports: .init(optional: ["sftp.scheduler"]),
                                     contracts: ["fixture-agent.chain@1", "fixture-agent.relay@1", "fixture-agent.transfer@1"], streams: ["fixture-agent.run@1"],
                                     calls: calls, source: "test")
-        let others = try ["vault", "settings", "sftp", "workspaces"].map { try FeatureHarness.registryManifest(id: $0) }
+        var others = try ["vault", "settings", "sftp", "workspaces"].map { try FeatureHarness.registryManifest(id: $0) }
+        if policy {
+            others.append(FeatureManifest(id: "fixture-policy", version: "1.0.0", library: FeatureHarness.libraryPath(product: "TermindFixturePolicy"), order: 5,
+                                          ports: .init(provides: ["kernel.policy"]), contracts: ["fixture-policy.script@1"], source: "test"))
+        }
         return try await FeatureHarness.boot(agent, others: others, storeDirectory: directory.path)
     }
 
@@ -69,5 +73,22 @@ final class FeatureToFeatureTests: XCTestCase {
         XCTAssertEqual(result["copied"], .integer(1), "\(reply)")
         XCTAssertEqual(result["bytes"], .integer(4 << 20))
         XCTAssertEqual(result["exitStatus"], .integer(0))
+    }
+
+    func testThePolicyDecidesOnWhatEachRequestDoesNotOnTheWorstItsOperationMay() async throws {
+        let session = try await boot(calls: ["sftp.run@1"], policy: true)
+        defer { Task { await session.shutdown() } }
+        _ = try await session.call("fixture-policy.script@1", json: #"{"fallback": "allow"}"#)
+        for action in ["ls", "mkdir", "rmdir"] {
+            let path = directory.file("made-by-agent")
+            let body = String(decoding: try JSONCoding.encode(["target": JSONValue.string("box"), "action": .string(action), "paths": .array([.string(action == "ls" ? "/" : path)])]),
+                              as: UTF8.self)
+            let request = String(decoding: try JSONCoding.encode(["contract": JSONValue.string("sftp.run@1"), "body": .string(body), "stream": .bool(true),
+                                                                  "agent": .string("conversation 1")]), as: UTF8.self)
+            let reply = try JSONCoding.parse(try await session.call("fixture-agent.relay@1", json: request), source: "relay")
+            XCTAssertNil(reply["errorCode"], "\(action): \(reply)")
+        }
+        let seen = try JSONCoding.parse(try await session.call("fixture-policy.script@1", json: "{}"), source: "seen")["seen"]?.arrayValue ?? []
+        XCTAssertEqual(seen.compactMap { $0["effect"]?.stringValue }, ["read+network", "write+network", "destructive+network"])
     }
 }

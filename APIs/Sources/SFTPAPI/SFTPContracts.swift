@@ -151,6 +151,16 @@ public enum SFTPStreams {
         public static let name = "sftp.run"
 
         public static let effect: Effect = Effect(.destructive, network: true)
+        /// A listing reads, making a folder or a link writes, removing (or a rename that
+        /// replaces) is destructive; the prompt (no action) may do anything.
+        public static func effect(of request: Request) -> Effect {
+            switch request.action {
+            case .ls?, .stat?, .df?: Effect(.read, network: true)
+            case .mkdir?, .ln?, .chmod?: Effect(.write, network: true)
+            case .mv?: request.replace == true ? effect : Effect(.write, network: true)
+            case .rm?, .rmdir?, nil: effect
+            }
+        }
         public static let version = 1
         public static let summary = "Remote file operations over SFTP that move no file data: ls, stat, mkdir, rm, rmdir, mv, ln, chmod, df; without one, an interactive prompt (whose get and put transfer)."
         public static var events: [String: JSONSchema] { ["view": StreamEvents.view, "notice": StreamEvents.notice, "progress": StreamEvents.progress] }

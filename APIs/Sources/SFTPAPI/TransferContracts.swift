@@ -121,6 +121,11 @@ extension SFTPStreams {
         public static let name = "sftp.transfer"
 
         public static let effect: Effect = Effect(.destructive, network: true)
+        /// A transfer that never replaces an existing file (skip, keep both) writes; one
+        /// that may (replace, ask, the default) is destructive.
+        public static func effect(of request: Request) -> Effect {
+            request.conflict == .skip || request.conflict == .keepBoth ? Effect(.write, network: true) : effect
+        }
         public static let version = 1
         public static let summary = "Copy files and trees between this machine and hosts, or between hosts, through the process scheduler: get, put, cp."
         public static var events: [String: JSONSchema] { ["progress": StreamEvents.progress, "view": StreamEvents.view, "notice": StreamEvents.notice] }

@@ -16,10 +16,15 @@ public protocol Contract: Sendable {
     /// What it does (read, write, destructive; network, secrets): the kernel's policy hook
     /// decides on it for calls made on someone's behalf.
     static var effect: Effect { get }
+    /// What one request does, where that is less than `effect` (a listing through an
+    /// operation that may also delete): the policy decides on this one. Never more than
+    /// `effect`; by default `effect` itself.
+    static func effect(of request: Request) -> Effect
 }
 
 extension Contract {
     public static var id: ContractID { ContractID(name: name, version: version) }
+    public static func effect(of request: Request) -> Effect { effect }
 }
 
 /// An empty request or response body (`{}`).
@@ -37,6 +42,8 @@ public struct ContractEndpoint: Sendable {
     /// What it does; nil when its owner did not say (a C plugin whose manifest names no
     /// effect for it), which the kernel treats as the worst: destructive, network, secrets.
     public let effect: Effect?
+    /// What one request body does (`Contract.effect(of:)`), for the policy; nil: `effect`.
+    public let narrow: (@Sendable (Data) -> Effect?)?
     public var requestSchema: JSONSchema { request.schema }
     public var responseSchema: JSONSchema { response.schema }
     private let request: DeferredSchema
@@ -61,9 +68,10 @@ public struct ContractEndpoint: Sendable {
 
     /// With schemas derived when first asked for.
     public init(id: ContractID, summary: String, owner: String, effect: Effect?, request: DeferredSchema, response: DeferredSchema,
-                typed: TypedHandler? = nil,
+                typed: TypedHandler? = nil, narrow: (@Sendable (Data) -> Effect?)? = nil,
                 handler: @escaping @Sendable (Data, CallOrigin) async throws -> Data) {
         self.effect = effect
+        self.narrow = narrow
         self.id = id
         self.summary = summary
         self.owner = owner
@@ -84,7 +92,8 @@ public struct ContractEndpoint: Sendable {
             response: DeferredSchema.of(C.Response.self),
             typed: TypedHandler(requestType: ObjectIdentifier(C.Request.self), responseType: ObjectIdentifier(C.Response.self)) { request, origin in
                 try await handler(request as! C.Request, origin)
-            }
+            },
+            narrow: { body in (try? JSONDecoder().decode(C.Request.self, from: body.isEmpty ? Data("{}".utf8) : body)).map { C.effect(of: $0) } }
         ) { body, origin in
             let request: C.Request = try ContractCoding.decodeRequest(body, schema: requestSchema.schema, contract: C.id)
             return try JSONCoding.encode(try await handler(request, origin))

@@ -489,6 +489,8 @@ public protocol StreamContract: Sendable {
     static var summary: String { get }
     /// What it does, the worst it may do with any request (see `Effect`).
     static var effect: Effect { get }
+    /// What one request does, where less than `effect` (see `Contract.effect(of:)`).
+    static func effect(of request: Request) -> Effect
     /// Whether the stream reads `input` messages (a client sends its standard input).
     static var acceptsInput: Bool { get }
     /// Whether the stream takes the client's own standard streams (`StreamDescriptors`)
@@ -504,6 +506,7 @@ public protocol StreamContract: Sendable {
 
 extension StreamContract {
     public static var id: ContractID { ContractID(name: name, version: version) }
+    public static func effect(of request: Request) -> Effect { effect }
     public static var acceptsInput: Bool { false }
     public static var acceptsDescriptors: Bool { false }
     public static var events: [String: JSONSchema] { [:] }
@@ -544,6 +547,8 @@ public struct StreamEndpoint: Sendable {
     public let owner: String
     /// What it does; nil when its owner did not say (see `ContractEndpoint.effect`).
     public let effect: Effect?
+    /// What one request body does, for the policy; nil: `effect`.
+    public let narrow: (@Sendable (Data) -> Effect?)?
     public let acceptsInput: Bool
     /// See `StreamContract.acceptsDescriptors`.
     public let acceptsDescriptors: Bool
@@ -566,8 +571,10 @@ public struct StreamEndpoint: Sendable {
     /// With schemas derived when first asked for.
     public init(id: ContractID, summary: String, owner: String, effect: Effect?, acceptsInput: Bool, request: DeferredSchema, result: DeferredSchema,
                 events: [String: JSONSchema], questions: [String: String], acceptsDescriptors: Bool = false,
+                narrow: (@Sendable (Data) -> Effect?)? = nil,
                 handler: @escaping @Sendable (Data, StreamSession) async throws -> Data) {
         self.effect = effect
+        self.narrow = narrow
         self.acceptsDescriptors = acceptsDescriptors
         self.events = events
         self.questions = questions
@@ -587,7 +594,8 @@ public struct StreamEndpoint: Sendable {
         let requestSchema = DeferredSchema.of(S.Request.self)
         return StreamEndpoint(id: S.id, summary: S.summary, owner: owner, effect: S.effect, acceptsInput: S.acceptsInput, request: requestSchema,
                               result: DeferredSchema.of(S.Result.self), events: S.events, questions: S.questions,
-                              acceptsDescriptors: S.acceptsDescriptors) { body, session in
+                              acceptsDescriptors: S.acceptsDescriptors,
+                              narrow: { body in (try? JSONDecoder().decode(S.Request.self, from: body.isEmpty ? Data("{}".utf8) : body)).map { S.effect(of: $0) } }) { body, session in
             let request: S.Request = try ContractCoding.decodeRequest(body, schema: requestSchema.schema, contract: S.id)
             return try JSONCoding.encode(try await handler(request, session))
         }
