@@ -91,7 +91,8 @@ final class ProbeFeature: Feature {
                     changed = error.code
                 }
             }
-            return .init(gotThePool: ssh.map { $0 is SSHConnectionPool } ?? false, gotSSH: ssh != nil, changedProtection: changed)
+            let port: Any? = ssh
+            return .init(gotThePool: port is SSHConnectionPool, gotSSH: ssh != nil, changedProtection: changed)
         }
         registrar.handle(ProbeSecrets.self) { [self] request, _ in
             guard let secrets = self.context.withLock({ $0 })?.ports.optional(.secrets) else {

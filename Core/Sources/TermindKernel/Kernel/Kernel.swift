@@ -172,6 +172,7 @@ public actor Kernel {
         guard let endpoint = routes.endpoint(id) else { throw TermindError.unknownContract(id.description) }
         let served = CallOrigin.current ?? .inProcess
         let origin = origin ?? served
+        if logger.isEnabled(.debug) { logger.debug("kernel.call", ["contract": .identifier(id.description), "chain": .identifier(Self.compact(origin))]) }
         do {
             if origin.hasAgent { try await authorize(id, effect: endpoint.effect, narrow: endpoint.narrow, stream: false, origin: origin, body: body) }
             // The handler's task serves the call's chain (no change when it goes on for it).
@@ -341,6 +342,7 @@ public actor Kernel {
             throw TermindError(.streamUnknown, "No running feature serves stream '\(name)'. Run 'termind contracts' to list the available ones.")
         }
         let origin = origin ?? CallOrigin.current ?? .inProcess
+        if logger.isEnabled(.debug) { logger.debug("kernel.stream", ["stream": .identifier(endpoint.id.description), "chain": .identifier(Self.compact(origin))]) }
         if origin.hasAgent {
             do {
                 try await authorize(endpoint.id, effect: endpoint.effect, narrow: endpoint.narrow, stream: true, origin: origin, body: body)
