@@ -91,4 +91,30 @@ final class FeatureToFeatureTests: XCTestCase {
         let seen = try JSONCoding.parse(try await session.call("fixture-policy.script@1", json: "{}"), source: "seen")["seen"]?.arrayValue ?? []
         XCTAssertEqual(seen.compactMap { $0["effect"]?.stringValue }, ["read+network", "write+network", "destructive+network"])
     }
+
+    func testCancellingAFeaturesRunOfAnotherFeaturesStreamEndsTheRemoteCommand() async throws {
+        // sshd delivers signal requests only to unprivileged users' sessions.
+        try XCTSkipUnless(getuid() == 0, "needs root to create a throwaway account")
+        let throwaway = try ThrowawayAccount()
+        defer { throwaway.remove() }
+        chmod(server.directory.file("authorized_keys"), 0o644)
+        chmod(directory.path, 0o777)
+        let marker = directory.file("cancelled")
+        let tag = "sleep 39.\(Int.random(in: 100_000...999_999))"
+        let script = "exec 2>/dev/null; trap 'echo TERM > \(marker); exit 0' TERM; \(tag)"
+        let session = try await boot(calls: ["workspaces.exec@1"])
+        defer { Task { await session.shutdown() } }
+        let target = "ssh -p \(server.port) -i \(directory.file("id")) \(throwaway.name)@127.0.0.1"
+        let body = String(decoding: try JSONCoding.encode(["target": target, "command": script, "acceptHostKey": "once"]), as: UTF8.self)
+        let request = String(decoding: try JSONCoding.encode(["contract": JSONValue.string("workspaces.exec@1"), "body": .string(body), "stream": .bool(true)]), as: UTF8.self)
+        let running = Task { try await session.call("fixture-agent.relay@1", json: request) }
+        func runs() -> Bool { ((try? ProcessRunner.run("/usr/bin/pgrep", ["-u", throwaway.name, "-f", tag]))?.status ?? 1) == 0 }
+        XCTAssertTrue(waitUntil(seconds: 20) { runs() }, "the remote command never started")
+        // The feature gives up (its task is cancelled): the remote command gets TERM.
+        running.cancel()
+        _ = try? await running.value
+        XCTAssertTrue(waitUntil(seconds: 20) { (try? String(contentsOfFile: marker, encoding: .utf8))?.contains("TERM") == true },
+                      "the remote command got no TERM: \(server.log)")
+        XCTAssertTrue(waitUntil(seconds: 20) { !runs() }, "the remote command outlived its cancelled run")
+    }
 }
