@@ -60,17 +60,17 @@ extension ForwardingFeatureTests {
         server.stop()
         server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: directory.file("id.pub"), encoding: .utf8)], listenAddress: "::1",
                                       hostKeyTypes: ["ed25519"])
-        let echo6 = try Self.ipv6Echo()
-        spawned.append(echo6.process)
+        let echo6 = try EchoServer(host: "::1")
+        defer { echo6.stop() }
         XCTAssertEqual(try termind(["vault", "key", "import", directory.file("id"), "--label", "ci"]).status, 0)
         XCTAssertEqual(try termind(["vault", "identity", "add", NSUserName(), "--key", "ci"]).status, 0)
         let added = try termind(["vault", "host", "add", "::1", "--label", "six", "--port", "\(server.port)", "--identity", NSUserName()])
         XCTAssertEqual(added.status, 0, added.stderr)
         let local = try SSHServerFixture.freePort()
         let run = try spawn(["forward", "run", "six", "--accept-host-key", "once", "--local-forward", "[::1]:\(local):[::1]:\(echo6.port)"])
-        try waitFor("the IPv6 listener") { !run.isRunning || (try? Self.connect6(local)).map { close($0); return true } ?? false }
+        try waitFor("the IPv6 listener") { !run.isRunning || (try? EchoServer.connect(host: "::1", port: local)).map { close($0); return true } ?? false }
         XCTAssertTrue(run.isRunning, String(decoding: run.readAll().1, as: UTF8.self))
-        XCTAssertNil(try Self.echoRoundTrip(Self.connect6(local), bytes: 4 << 20))
+        XCTAssertNil(try Self.echoRoundTrip(EchoServer.connect(host: "::1", port: local), bytes: 4 << 20))
         XCTAssertFalse(Self.canConnect(local), "it listens on ::1 only, as asked")
         run.signal(SIGINT)
         XCTAssertEqual(run.wait(), 130)
@@ -190,54 +190,5 @@ extension ForwardingFeatureTests {
         guard case .array(let rules)? = listed["rules"] else { return XCTFail("\(listed)") }
         XCTAssertEqual(rules.compactMap { $0["rule"]?["name"]?.stringValue }, ["db"], "nothing stored")
         XCTAssertEqual(rule(listed, "db")?["rule"]?["bindPort"], .integer(15432), "the bad edit changed nothing")
-    }
-
-    // MARK: - IPv6
-
-    /// An echo server on [::1] (python3), and its port.
-    static func ipv6Echo() throws -> (process: SpawnedProcess, port: Int) {
-        let port = try SSHServerFixture.freePort()
-        let process = try SpawnedProcess("/usr/bin/python3", ["-c", """
-            import socket, threading
-            srv = socket.socket(socket.AF_INET6); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            srv.bind(("::1", \(port))); srv.listen(64)
-            def serve(c):
-                while True:
-                    d = c.recv(65536)
-                    if not d: break
-                    c.sendall(d)
-                c.shutdown(socket.SHUT_WR); c.close()
-            while True:
-                c, _ = srv.accept()
-                threading.Thread(target=serve, args=(c,), daemon=True).start()
-            """], captureOutput: false)
-        process.closeInput()
-        let deadline = Date().addingTimeInterval(10)
-        while Date() < deadline {
-            if let fd = try? connect6(port) {
-                close(fd)
-                return (process, port)
-            }
-            usleep(20_000)
-        }
-        process.signal(SIGKILL)
-        process.wait()
-        throw TermindError(code: "test.echo6", message: "the IPv6 echo server did not listen on [::1]:\(port)")
-    }
-
-    static func connect6(_ port: Int) throws -> Int32 {
-        let fd = socket(AF_INET6, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in6()
-        address.sin6_family = sa_family_t(AF_INET6)
-        address.sin6_port = UInt16(port).bigEndian
-        address.sin6_addr = in6addr_loopback
-        let ok = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) } }
-        guard ok == 0 else {
-            close(fd)
-            throw TermindError(code: "test.connect", message: "cannot connect to [::1]:\(port): \(String(cString: strerror(errno)))")
-        }
-        var timeout = timeval(tv_sec: 30, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        return fd
     }
 }
