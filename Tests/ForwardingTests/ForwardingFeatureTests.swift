@@ -605,7 +605,7 @@ final class ForwardingFeatureTests: XCTestCase {
     }
 
     /// A listening socket on `port` (0: a free one): a port in use for a rule that wants it.
-    static func occupy(port: Int = 0) throws -> (fd: Int32, port: Int) {
+    static func occupy(port: Int = 0, backlog: Int32 = 1) throws -> (fd: Int32, port: Int) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
@@ -614,8 +614,11 @@ final class ForwardingFeatureTests: XCTestCase {
         address.sin_port = UInt16(port).bigEndian
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard bound == 0 else { throw TermindError(code: "test.bind", message: "cannot bind port \(port): \(String(cString: strerror(errno)))") }
-        listen(fd, 1)
+        guard bound == 0, listen(fd, backlog) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            throw TermindError(code: "test.bind", message: "cannot listen on port \(port): \(reason)")
+        }
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
         return (fd, Int(UInt16(bigEndian: address.sin_port)))
@@ -752,18 +755,7 @@ final class AttemptRecorder: @unchecked Sendable {
     private var thread: Thread?
 
     init(port: Int) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(port).bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard bound == 0, listen(fd, 16) == 0 else {
-            close(fd)
-            throw TermindError(code: "test.bind", message: "cannot listen on port \(port): \(String(cString: strerror(errno)))")
-        }
+        fd = try ForwardingFeatureTests.occupy(port: port, backlog: 16).fd
         let listener = fd
         thread = Thread { [weak self] in
             while true {

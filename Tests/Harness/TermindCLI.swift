@@ -7,16 +7,19 @@ import XCTest
 /// and the usual set-up of a saved host for an sshd fixture.
 public struct TermindCLI: Sendable {
     public let environment: [String: String]
+    /// Options every run starts with (`--store PATH --secrets-key PATH`, `--socket PATH`).
+    public let leading: [String]
     public var program: String { FeatureHarness.buildDirectory + "/termind" }
 
-    public init(environment: [String: String]) {
+    public init(environment: [String: String], leading: [String] = []) {
         self.environment = environment
+        self.leading = leading
     }
 
     /// Runs `termind ARGUMENTS`, failing the test when the exit status is not `status`.
     @discardableResult
     public func run(_ arguments: [String], status: Int32 = 0, file: StaticString = #filePath, line: UInt = #line) throws -> ProcessResult {
-        let result = try ProcessRunner.run(program, arguments, environment: environment)
+        let result = try ProcessRunner.run(program, leading + arguments, environment: environment)
         XCTAssertEqual(result.status, status, "termind \(arguments.joined(separator: " ")): \(result.stdout)\(result.stderr)", file: file, line: line)
         return result
     }

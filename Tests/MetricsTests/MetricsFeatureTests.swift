@@ -182,15 +182,20 @@ final class MetricsFeatureTests: XCTestCase {
         for process in processes?["byCPU"]?.arrayValue ?? [] { XCTAssertNotNil(number(process["cpu"])) }
     }
 
-    /// `metrics watch` without a host shows every monitored host, as its help says (it was
-    /// refused: "needs HOSTS").
-    func testWatchWithoutAHostShowsEveryMonitoredHost() throws {
+    /// A served store with two monitored hosts, `box` and `box2`, both this machine's sshd.
+    private func serveTwoMonitoredHosts(file: StaticString = #filePath, line: UInt = #line) throws {
         try start()
         serve = try ServeProcess(directory: directory, arguments: [])
         try saveHost()
-        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box2", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
-        XCTAssertEqual(try termind(["metrics", "add", "box", "--accept-host-key", "save"]).status, 0)
-        XCTAssertEqual(try termind(["metrics", "add", "box2"]).status, 0)
+        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box2", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0, file: file, line: line)
+        XCTAssertEqual(try termind(["metrics", "add", "box", "--accept-host-key", "save"]).status, 0, file: file, line: line)
+        XCTAssertEqual(try termind(["metrics", "add", "box2"]).status, 0, file: file, line: line)
+    }
+
+    /// `metrics watch` without a host shows every monitored host, as its help says (it was
+    /// refused: "needs HOSTS").
+    func testWatchWithoutAHostShowsEveryMonitoredHost() throws {
+        try serveTwoMonitoredHosts()
         let watched = try termind(["--json", "metrics", "watch", "--count", "6"])
         XCTAssertEqual(watched.status, 0, watched.stderr)
         let labels = Set(watched.stdout.split(separator: "\n").compactMap { try? JSONCoding.parse(Data($0.utf8), source: "line") }.compactMap { $0["label"]?.stringValue })
@@ -213,12 +218,7 @@ final class MetricsFeatureTests: XCTestCase {
     /// A host removed (termind metrics rm) while a watch shows it leaves the view; it stayed
     /// as a row of dashes.
     func testAHostRemovedDuringAWatchLeavesTheView() throws {
-        try start()
-        serve = try ServeProcess(directory: directory, arguments: [])
-        try saveHost()
-        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box2", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
-        XCTAssertEqual(try termind(["metrics", "add", "box", "--accept-host-key", "save"]).status, 0)
-        XCTAssertEqual(try termind(["metrics", "add", "box2"]).status, 0)
+        try serveTwoMonitoredHosts()
         // Without a terminal each view is printed in turn, its title first.
         let watch = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", ["--socket", serve?.socketPath ?? "", "metrics", "watch", "box", "box2"],
                                        environment: environment, captureOutput: true)

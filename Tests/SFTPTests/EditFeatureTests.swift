@@ -40,10 +40,7 @@ final class EditFeatureTests: XCTestCase {
 
     /// The saved host `box` with the fixture's key, trusted.
     private func saveHosts() throws {
-        XCTAssertEqual(try termind(["vault", "key", "import", directory.file("id"), "--label", "ci"]).status, 0)
-        XCTAssertEqual(try termind(["vault", "identity", "add", NSUserName(), "--key", "ci"]).status, 0)
-        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
-        XCTAssertEqual(try termind(["vault", "knownhost", "add", "127.0.0.1", try XCTUnwrap(server.hostKeys["ssh-ed25519"]), "--port", "\(server.port)"]).status, 0)
+        try TermindCLI(environment: environment, leading: location).saveHosts(["box"], server: server, key: directory.file("id"))
     }
 
     private func digest(_ path: String) throws -> String {

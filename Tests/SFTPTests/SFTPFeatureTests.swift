@@ -13,10 +13,7 @@ final class SFTPFeatureTests: XCTestCase {
         directory = try TemporaryDirectory()
         chmod(directory.path, 0o755)
         server = try SSHServerFixture.withNewKey(in: directory)
-        XCTAssertEqual(try termind(["vault", "key", "import", directory.file("id"), "--label", "ci"]).status, 0)
-        XCTAssertEqual(try termind(["vault", "identity", "add", NSUserName(), "--key", "ci"]).status, 0)
-        XCTAssertEqual(try termind(["vault", "host", "add", "127.0.0.1", "--label", "box", "--port", "\(server.port)", "--identity", NSUserName()]).status, 0)
-        XCTAssertEqual(try termind(["vault", "knownhost", "add", "127.0.0.1", try XCTUnwrap(server.hostKeys["ssh-ed25519"]), "--port", "\(server.port)"]).status, 0)
+        try TermindCLI(environment: environment, leading: location).saveHosts(["box"], server: server, key: directory.file("id"))
     }
 
     override func tearDown() {
@@ -28,9 +25,10 @@ final class SFTPFeatureTests: XCTestCase {
         ProcessInfo.termindEnvironment(home: directory.file("home"), socket: directory.file("none.sock"))
     }
 
+    private var location: [String] { ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")] }
+
     private func termind(_ arguments: [String]) throws -> ProcessResult {
-        try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")] + arguments,
-                              environment: environment)
+        try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", location + arguments, environment: environment)
     }
 
     private func json(_ arguments: [String]) throws -> JSONValue {
