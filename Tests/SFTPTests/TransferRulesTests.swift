@@ -1,23 +1,24 @@
 import TransferRules
+import SFTPAPI
 import XCTest
 
 /// The transfer rules alone: how command-line paths split into sides, which child names a
 /// tree may hold, kept-both names, the subtree test, and the scheduler's fair admission.
 final class TransferRulesTests: XCTestCase {
     func testEndpointsFollowScpsRules() throws {
-        XCTAssertEqual(try Endpoint.parse("box:/etc/hosts"), .remote(host: "box", port: nil, path: "/etc/hosts"))
-        XCTAssertEqual(try Endpoint.parse("alice@db:logs"), .remote(host: "alice@db", port: nil, path: "logs"))
-        XCTAssertEqual(try Endpoint.parse("box:"), .remote(host: "box", port: nil, path: "."))
-        XCTAssertEqual(try Endpoint.parse("./a:b"), .local("./a:b"))
-        XCTAssertEqual(try Endpoint.parse("dir/a:b"), .local("dir/a:b"), "a '/' before the ':' makes it local")
-        XCTAssertEqual(try Endpoint.parse("/x:y"), .local("/x:y"))
-        XCTAssertEqual(try Endpoint.parse("plain.txt"), .local("plain.txt"))
-        XCTAssertEqual(try Endpoint.parse("bob@[::1]:/tmp/f"), .remote(host: "bob@::1", port: nil, path: "/tmp/f"))
-        XCTAssertEqual(try Endpoint.parse("scp://bob@db:2200/var/log"), .remote(host: "bob@db", port: 2200, path: "var/log"))
-        XCTAssertEqual(try Endpoint.parse("scp://db//abs"), .remote(host: "db", port: nil, path: "/abs"))
-        XCTAssertEqual(try Endpoint.parse("scp://[fe80::1]:22"), .remote(host: "fe80::1", port: 22, path: "."))
+        XCTAssertEqual(try TransferEndpoint.parse("box:/etc/hosts"), .remote(host: "box", port: nil, path: "/etc/hosts"))
+        XCTAssertEqual(try TransferEndpoint.parse("alice@db:logs"), .remote(host: "alice@db", port: nil, path: "logs"))
+        XCTAssertEqual(try TransferEndpoint.parse("box:"), .remote(host: "box", port: nil, path: "."))
+        XCTAssertEqual(try TransferEndpoint.parse("./a:b"), .local("./a:b"))
+        XCTAssertEqual(try TransferEndpoint.parse("dir/a:b"), .local("dir/a:b"), "a '/' before the ':' makes it local")
+        XCTAssertEqual(try TransferEndpoint.parse("/x:y"), .local("/x:y"))
+        XCTAssertEqual(try TransferEndpoint.parse("plain.txt"), .local("plain.txt"))
+        XCTAssertEqual(try TransferEndpoint.parse("bob@[::1]:/tmp/f"), .remote(host: "bob@::1", port: nil, path: "/tmp/f"))
+        XCTAssertEqual(try TransferEndpoint.parse("scp://bob@db:2200/var/log"), .remote(host: "bob@db", port: 2200, path: "var/log"))
+        XCTAssertEqual(try TransferEndpoint.parse("scp://db//abs"), .remote(host: "db", port: nil, path: "/abs"))
+        XCTAssertEqual(try TransferEndpoint.parse("scp://[fe80::1]:22"), .remote(host: "fe80::1", port: 22, path: "."))
         for (bad, says) in [(":x", "no host"), ("scp://db:99999/x", "65535"), ("scp://db:ab/x", "not a port"), ("[::1]x", "followed by ':PATH'"), ("", "empty")] {
-            XCTAssertThrowsError(try Endpoint.parse(bad), bad) { XCTAssertTrue("\($0)".contains(says), "\(bad): \($0)") }
+            XCTAssertThrowsError(try TransferEndpoint.parse(bad), bad) { XCTAssertTrue("\($0)".contains(says), "\(bad): \($0)") }
         }
     }
 

@@ -76,9 +76,9 @@ final class FeatureToFeatureTests: XCTestCase {
     }
 
     func testThePolicyDecidesOnWhatEachRequestDoesNotOnTheWorstItsOperationMay() async throws {
-        let session = try await boot(calls: ["sftp.run@1"], policy: true)
+        let session = try await boot(calls: ["sftp.run@1", "sftp.transfer@1"], policy: true)
         defer { Task { await session.shutdown() } }
-        _ = try await session.call("fixture-policy.script@1", json: #"{"fallback": "allow"}"#)
+        _ = try await session.call("fixture-policy.script@1", json: #"{"fallback": "allow", "decisions": {"sftp.transfer@1": "deny"}}"#)
         for action in ["ls", "mkdir", "rmdir"] {
             let path = directory.file("made-by-agent")
             let body = String(decoding: try JSONCoding.encode(["target": JSONValue.string("box"), "action": .string(action), "paths": .array([.string(action == "ls" ? "/" : path)])]),
@@ -88,8 +88,17 @@ final class FeatureToFeatureTests: XCTestCase {
             let reply = try JSONCoding.parse(try await session.call("fixture-agent.relay@1", json: request), source: "relay")
             XCTAssertNil(reply["errorCode"], "\(action): \(reply)")
         }
+        // The hosts a request reaches, as the feature itself reads them (scp's rules), for the
+        // policy to resolve; a local path is none.
+        let transfer = String(decoding: try JSONCoding.encode(["sources": JSONValue.array([.string("box:/etc/hostname"), .string("alice@db:logs"), .string("./local:file")]),
+                                                              "destination": .string("scp://bob@[::1]:2222/tmp"), "conflict": .string("skip")]), as: UTF8.self)
+        let relayed = String(decoding: try JSONCoding.encode(["contract": JSONValue.string("sftp.transfer@1"), "body": .string(transfer), "stream": .bool(true),
+                                                              "agent": .string("conversation 1")]), as: UTF8.self)
+        let refused = try JSONCoding.parse(try await session.call("fixture-agent.relay@1", json: relayed), source: "relay")
+        XCTAssertEqual(refused["errorCode"], .string("policy.denied"), "\(refused)")
         let seen = try JSONCoding.parse(try await session.call("fixture-policy.script@1", json: "{}"), source: "seen")["seen"]?.arrayValue ?? []
-        XCTAssertEqual(seen.compactMap { $0["effect"]?.stringValue }, ["read+network", "write+network", "destructive+network"])
+        XCTAssertEqual(seen.compactMap { $0["effect"]?.stringValue }, ["read+network", "write+network", "destructive+network", "write+network"])
+        XCTAssertEqual(seen.map { $0["hosts"]?.arrayValue?.compactMap(\.stringValue) ?? [] }, [["box"], ["box"], ["box"], ["box", "alice@db", "bob@::1"]])
     }
 
     func testCancellingAFeaturesRunOfAnotherFeaturesStreamEndsTheRemoteCommand() async throws {

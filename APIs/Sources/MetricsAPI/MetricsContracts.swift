@@ -67,6 +67,7 @@ public enum MetricsContracts {
         }
         public typealias Response = Monitor
         public static let name = "metrics.remove"
+        public static func hosts(in request: Request) -> [String] { [request.host] }
         public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Stop monitoring a host: its sampler stops, its history and any once-only trust are dropped."
@@ -79,6 +80,7 @@ public enum MetricsContracts {
         }
         public typealias Response = Monitor
         public static let name = "metrics.pause"
+        public static func hosts(in request: Request) -> [String] { [request.host] }
         public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Pause a host's monitor (saved): sampling stops, once-only trust is dropped, the history is kept."
@@ -124,6 +126,7 @@ public enum MetricsContracts {
             public init(hosts: [HostMetrics]) { self.hosts = hosts }
         }
         public static let name = "metrics.get"
+        public static func hosts(in request: Request) -> [String] { request.hosts ?? ["*"] }
         public static let effect: Effect = Effect(.read, network: true)
         public static let version = 1
         public static let summary = "The latest sample of monitored hosts, with its age and staleness: read-only, never starts sampling or authentication."
@@ -149,6 +152,7 @@ public enum MetricsStreams {
         }
         public typealias Result = MetricsContracts.Monitor
         public static let name = "metrics.add"
+        public static func hosts(in request: Request) -> [String] { [request.host] }
         public static let effect: Effect = Effect(.write, network: true)
         public static let version = 1
         public static let summary = "Monitor a saved host: saved in this device's metrics preferences, first sample taken (asking what connecting needs)."
@@ -160,6 +164,7 @@ public enum MetricsStreams {
         public typealias Request = Add.Request
         public typealias Result = MetricsContracts.Monitor
         public static let name = "metrics.resume"
+        public static func hosts(in request: Request) -> [String] { [request.host] }
         public static let effect: Effect = Effect(.write, network: true)
         public static let version = 1
         public static let summary = "Resume a paused host's monitor, or one that needs attention, asking what connecting needs."
@@ -184,6 +189,7 @@ public enum MetricsStreams {
         }
         public typealias Result = MetricsSample
         public static let name = "metrics.show"
+        public static func hosts(in request: Request) -> [String] { [request.host] }
         public static let effect: Effect = Effect(.read, network: true)
         public static let version = 1
         public static let summary = "Show a host's latest sample: CPU, memory, load, network, disks, GPUs (with --detail processes and filesystems)."
@@ -231,6 +237,7 @@ public enum MetricsStreams {
             public init(redraws: Int) { self.redraws = redraws }
         }
         public static let name = "metrics.watch"
+        public static func hosts(in request: Request) -> [String] { request.hosts.isEmpty ? ["*"] : request.hosts }
         public static let effect: Effect = Effect(.read, network: true)
         public static let version = 1
         public static let summary = "Watch hosts live: a row per host with sparklines, or one host's detail; --json streams one object per sample."

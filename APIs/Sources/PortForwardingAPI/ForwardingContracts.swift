@@ -121,6 +121,7 @@ public enum ForwardingContracts {
         }
         public typealias Response = ForwardRule
         public static let name = "forwarding.add"
+        public static func hosts(in request: Request) -> [String] { [request.host] }
         public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Save a forwarding rule (not started): a name, a host, and one of local, remote or dynamic as ssh's -L, -R or -D."
@@ -269,6 +270,7 @@ public enum ForwardingStreams {
             }
         }
         public static let name = "forwarding.run"
+        public static func hosts(in request: Request) -> [String] { [request.host] }
         public static let effect: Effect = Effect(.write, network: true)
         public static let version = 1
         public static let summary = "Run unsaved forwards (-L, -R, -D) on a host for this command's lifetime, like ssh -N; they recover after a dropped connection, and one that cannot be set up leaves the others running."

@@ -67,6 +67,7 @@ extension SFTPStreams {
         }
 
         public static let name = "sftp.edit"
+        public static func hosts(in request: Request) -> [String] { TransferEndpoint.host(in: request.target).map { [$0] } ?? [] }
 
         public static let effect: Effect = Effect(.destructive, network: true)
         public static let version = 1
@@ -129,6 +130,7 @@ extension SFTPContracts {
         }
         public typealias Response = EditCopy
         public static let name = "sftp.edit.discard"
+        public static func hosts(in request: Request) -> [String] { TransferEndpoint.host(in: request.target).map { [$0] } ?? [] }
         public static let effect: Effect = .write
         public static let version = 1
         public static let summary = "Stop tracking a managed copy (the local file stays where it is; the next edit downloads anew)."

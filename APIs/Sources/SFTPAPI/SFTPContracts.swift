@@ -149,6 +149,7 @@ public enum SFTPStreams {
         }
 
         public static let name = "sftp.run"
+        public static func hosts(in request: Request) -> [String] { [request.target] }
 
         public static let effect: Effect = Effect(.destructive, network: true)
         /// A listing reads, making a folder or a link writes, removing (or a rename that

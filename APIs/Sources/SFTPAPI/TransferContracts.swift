@@ -119,6 +119,7 @@ extension SFTPStreams {
         }
 
         public static let name = "sftp.transfer"
+        public static func hosts(in request: Request) -> [String] { (request.sources + [request.destination]).compactMap(TransferEndpoint.host(in:)) }
 
         public static let effect: Effect = Effect(.destructive, network: true)
         /// A transfer that never replaces an existing file (skip, keep both) writes; one

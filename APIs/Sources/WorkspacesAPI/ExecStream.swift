@@ -73,6 +73,7 @@ public enum WorkspacesStreams {
         }
 
         public static let name = "workspaces.exec"
+        public static func hosts(in request: Request) -> [String] { [request.target] }
 
         public static let effect: Effect = Effect(.destructive, network: true)
         public static let version = 1
@@ -179,6 +180,7 @@ extension WorkspacesStreams {
         }
 
         public static let name = "workspaces.snippet.run"
+        public static func hosts(in request: Request) -> [String] { (request.hosts ?? []) + (request.tag.map { ["tag:\($0)"] } ?? []) }
 
         public static let effect: Effect = Effect(.destructive, network: true)
         public static let version = 1

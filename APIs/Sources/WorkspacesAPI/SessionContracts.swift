@@ -123,6 +123,7 @@ extension WorkspacesStreams {
             }
         }
         public static let name = "workspaces.history"
+        public static func hosts(in request: Request) -> [String] { [request.host] }
         public static let effect: Effect = .read
         public static let version = 1
         public static let summary = "The commands a host's shells reported (exit status, duration, folder), oldest first; --grep PATTERN, --limit N."

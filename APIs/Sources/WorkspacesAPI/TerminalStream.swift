@@ -98,6 +98,7 @@ extension WorkspacesStreams {
         public typealias Result = SessionResult
 
         public static let name = "workspaces.terminal"
+        public static func hosts(in request: Request) -> [String] { [request.target] }
 
         public static let effect: Effect = Effect(.destructive, network: true)
         public static let version = 1

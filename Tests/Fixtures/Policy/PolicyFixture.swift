@@ -15,6 +15,7 @@ public enum AgentPolicy: Contract {
         public var operation: String
         public var effect: String
         public var chain: [Caller]
+        public var hosts: [String]
         public var arguments: JSONValue
     }
     public struct Response: Codable, Sendable { public var seen: [Seen] }
@@ -29,7 +30,7 @@ final class ScriptedPolicy: CallPolicy {
 
     func decide(_ request: PolicyRequest) async throws -> PolicyDecision {
         let rule = state.withLock { state -> String in
-            state.seen.append(.init(operation: request.operation, effect: request.effect.description, chain: request.origin.chain, arguments: request.arguments))
+            state.seen.append(.init(operation: request.operation, effect: request.effect.description, chain: request.origin.chain, hosts: request.hosts, arguments: request.arguments))
             return state.decisions[request.operation] ?? state.fallback
         }
         switch rule {

@@ -20,11 +20,31 @@ public protocol Contract: Sendable {
     /// operation that may also delete): the policy decides on this one. Never more than
     /// `effect`; by default `effect` itself.
     static func effect(of request: Request) -> Effect
+    /// The hosts one request reaches, as it names them (a saved host's label or id, a
+    /// quick-connect line, `tag:NAME`), for the policy to resolve; empty: none, or not known.
+    static func hosts(in request: Request) -> [String]
 }
 
 extension Contract {
     public static var id: ContractID { ContractID(name: name, version: version) }
     public static func effect(of request: Request) -> Effect { effect }
+    public static func hosts(in request: Request) -> [String] { [] }
+}
+
+/// What the kernel can tell the policy about one request body from its owner's types: what
+/// it does (`effect(of:)`) and which hosts it reaches (`hosts(in:)`).
+public struct RequestFacts: Sendable, Equatable {
+    public let effect: Effect
+    public let hosts: [String]
+    public init(effect: Effect, hosts: [String]) {
+        self.effect = effect
+        self.hosts = hosts
+    }
+
+    /// The facts of a Swift request type, read from a body (nil when it does not decode).
+    static func reader<R: Decodable & Sendable>(_ type: R.Type, effect: @escaping @Sendable (R) -> Effect, hosts: @escaping @Sendable (R) -> [String]) -> @Sendable (Data) -> RequestFacts? {
+        { body in (try? JSONDecoder().decode(R.self, from: body.isEmpty ? Data("{}".utf8) : body)).map { RequestFacts(effect: effect($0), hosts: hosts($0)) } }
+    }
 }
 
 /// An empty request or response body (`{}`).
@@ -42,8 +62,9 @@ public struct ContractEndpoint: Sendable {
     /// What it does; nil when its owner did not say (a C plugin whose manifest names no
     /// effect for it), which the kernel treats as the worst: destructive, network, secrets.
     public let effect: Effect?
-    /// What one request body does (`Contract.effect(of:)`), for the policy; nil: `effect`.
-    public let narrow: (@Sendable (Data) -> Effect?)?
+    /// What one request body does and which hosts it reaches (`Contract.effect(of:)`,
+    /// `hosts(in:)`), for the policy; nil: `effect`, no hosts known.
+    public let facts: (@Sendable (Data) -> RequestFacts?)?
     public var requestSchema: JSONSchema { request.schema }
     public var responseSchema: JSONSchema { response.schema }
     private let request: DeferredSchema
@@ -68,10 +89,10 @@ public struct ContractEndpoint: Sendable {
 
     /// With schemas derived when first asked for.
     public init(id: ContractID, summary: String, owner: String, effect: Effect?, request: DeferredSchema, response: DeferredSchema,
-                typed: TypedHandler? = nil, narrow: (@Sendable (Data) -> Effect?)? = nil,
+                typed: TypedHandler? = nil, facts: (@Sendable (Data) -> RequestFacts?)? = nil,
                 handler: @escaping @Sendable (Data, CallOrigin) async throws -> Data) {
         self.effect = effect
-        self.narrow = narrow
+        self.facts = facts
         self.id = id
         self.summary = summary
         self.owner = owner
@@ -93,7 +114,7 @@ public struct ContractEndpoint: Sendable {
             typed: TypedHandler(requestType: ObjectIdentifier(C.Request.self), responseType: ObjectIdentifier(C.Response.self)) { request, origin in
                 try await handler(request as! C.Request, origin)
             },
-            narrow: { body in (try? JSONDecoder().decode(C.Request.self, from: body.isEmpty ? Data("{}".utf8) : body)).map { C.effect(of: $0) } }
+            facts: RequestFacts.reader(C.Request.self, effect: C.effect(of:), hosts: C.hosts(in:))
         ) { body, origin in
             let request: C.Request = try ContractCoding.decodeRequest(body, schema: requestSchema.schema, contract: C.id)
             return try JSONCoding.encode(try await handler(request, origin))

@@ -18,15 +18,21 @@ public struct PolicyRequest: Sendable, Equatable {
     public let effect: Effect
     public let effectDeclared: Bool
     public let origin: CallOrigin
-    /// The request's body as sent (a host is in its `target` or `host` field where there is one).
+    /// The hosts the request reaches as it names them (`Contract.hosts(in:)`: a saved host's
+    /// label or id, a quick-connect line, `tag:NAME`), for the policy to resolve to the
+    /// Vault's records; empty when the operation reaches none or its owner cannot tell (a C
+    /// plugin): a policy that keys on hosts treats that as unknown, never as "no host".
+    public let hosts: [String]
+    /// The request's body as sent.
     public let arguments: JSONValue
 
-    public init(operation: String, stream: Bool, effect: Effect, effectDeclared: Bool, origin: CallOrigin, arguments: JSONValue) {
+    public init(operation: String, stream: Bool, effect: Effect, effectDeclared: Bool, origin: CallOrigin, hosts: [String] = [], arguments: JSONValue) {
         self.operation = operation
         self.stream = stream
         self.effect = effect
         self.effectDeclared = effectDeclared
         self.origin = origin
+        self.hosts = hosts
         self.arguments = arguments
     }
 }

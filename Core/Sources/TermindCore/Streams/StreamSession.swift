@@ -491,6 +491,8 @@ public protocol StreamContract: Sendable {
     static var effect: Effect { get }
     /// What one request does, where less than `effect` (see `Contract.effect(of:)`).
     static func effect(of request: Request) -> Effect
+    /// The hosts one request reaches (see `Contract.hosts(in:)`).
+    static func hosts(in request: Request) -> [String]
     /// Whether the stream reads `input` messages (a client sends its standard input).
     static var acceptsInput: Bool { get }
     /// Whether the stream takes the client's own standard streams (`StreamDescriptors`)
@@ -507,6 +509,7 @@ public protocol StreamContract: Sendable {
 extension StreamContract {
     public static var id: ContractID { ContractID(name: name, version: version) }
     public static func effect(of request: Request) -> Effect { effect }
+    public static func hosts(in request: Request) -> [String] { [] }
     public static var acceptsInput: Bool { false }
     public static var acceptsDescriptors: Bool { false }
     public static var events: [String: JSONSchema] { [:] }
@@ -547,8 +550,9 @@ public struct StreamEndpoint: Sendable {
     public let owner: String
     /// What it does; nil when its owner did not say (see `ContractEndpoint.effect`).
     public let effect: Effect?
-    /// What one request body does, for the policy; nil: `effect`.
-    public let narrow: (@Sendable (Data) -> Effect?)?
+    /// What one request body does and which hosts it reaches, for the policy (see
+    /// `ContractEndpoint.facts`).
+    public let facts: (@Sendable (Data) -> RequestFacts?)?
     public let acceptsInput: Bool
     /// See `StreamContract.acceptsDescriptors`.
     public let acceptsDescriptors: Bool
@@ -571,10 +575,10 @@ public struct StreamEndpoint: Sendable {
     /// With schemas derived when first asked for.
     public init(id: ContractID, summary: String, owner: String, effect: Effect?, acceptsInput: Bool, request: DeferredSchema, result: DeferredSchema,
                 events: [String: JSONSchema], questions: [String: String], acceptsDescriptors: Bool = false,
-                narrow: (@Sendable (Data) -> Effect?)? = nil,
+                facts: (@Sendable (Data) -> RequestFacts?)? = nil,
                 handler: @escaping @Sendable (Data, StreamSession) async throws -> Data) {
         self.effect = effect
-        self.narrow = narrow
+        self.facts = facts
         self.acceptsDescriptors = acceptsDescriptors
         self.events = events
         self.questions = questions
@@ -595,7 +599,7 @@ public struct StreamEndpoint: Sendable {
         return StreamEndpoint(id: S.id, summary: S.summary, owner: owner, effect: S.effect, acceptsInput: S.acceptsInput, request: requestSchema,
                               result: DeferredSchema.of(S.Result.self), events: S.events, questions: S.questions,
                               acceptsDescriptors: S.acceptsDescriptors,
-                              narrow: { body in (try? JSONDecoder().decode(S.Request.self, from: body.isEmpty ? Data("{}".utf8) : body)).map { S.effect(of: $0) } }) { body, session in
+                              facts: RequestFacts.reader(S.Request.self, effect: S.effect(of:), hosts: S.hosts(in:))) { body, session in
             let request: S.Request = try ContractCoding.decodeRequest(body, schema: requestSchema.schema, contract: S.id)
             return try JSONCoding.encode(try await handler(request, session))
         }

@@ -174,7 +174,7 @@ public actor Kernel {
         let origin = origin ?? served
         if logger.isEnabled(.debug) { logger.debug("kernel.call", ["contract": .identifier(id.description), "chain": .identifier(Self.compact(origin))]) }
         do {
-            if origin.hasAgent { try await authorize(id, effect: endpoint.effect, narrow: endpoint.narrow, stream: false, origin: origin, body: body) }
+            if origin.hasAgent { try await authorize(id, effect: endpoint.effect, facts: endpoint.facts, stream: false, origin: origin, body: body) }
             // The handler's task serves the call's chain (no change when it goes on for it).
             if served.isSame(origin) { return try await endpoint.handler(body, origin) }
             return try await CallOrigin.$current.withValue(origin) { try await endpoint.handler(body, origin) }
@@ -199,7 +199,7 @@ public actor Kernel {
         let served = CallOrigin.current ?? .inProcess
         let origin = origin ?? served
         do {
-            if origin.hasAgent { try await authorize(C.id, effect: endpoint.effect, narrow: endpoint.narrow, stream: false, origin: origin, body: try JSONCoding.encode(request)) }
+            if origin.hasAgent { try await authorize(C.id, effect: endpoint.effect, facts: endpoint.facts, stream: false, origin: origin, body: try JSONCoding.encode(request)) }
             if served.isSame(origin) { return try await Self.dispatch(C.self, request, to: endpoint, origin: origin) }
             return try await CallOrigin.$current.withValue(origin) { try await Self.dispatch(C.self, request, to: endpoint, origin: origin) }
         } catch {
@@ -228,12 +228,14 @@ public actor Kernel {
 
     /// Consults the policy hook for a call or stream whose chain holds an agent; throws the
     /// refusal. Without an agent in the chain it is never called (no cost on a person's path).
-    nonisolated func authorize(_ id: ContractID, effect declared: Effect?, narrow: (@Sendable (Data) -> Effect?)? = nil, stream: Bool,
+    nonisolated func authorize(_ id: ContractID, effect declared: Effect?, facts reader: (@Sendable (Data) -> RequestFacts?)? = nil, stream: Bool,
                                origin: CallOrigin, body: Data) async throws {
         let operation = id.description
-        // What this request does, where its owner can tell (never more than declared).
-        let effect = declared.map { declared in narrow?(body).map { Effect(min($0.level, declared.level), network: $0.network && declared.network,
-                                                                               secrets: $0.secrets && declared.secrets) } ?? declared }
+        // What this request does, where its owner can tell (never more than declared), and
+        // the hosts it names.
+        let facts = reader?(body)
+        let effect = declared.map { declared in facts.map { Effect(min($0.effect.level, declared.level), network: $0.effect.network && declared.network,
+                                                                  secrets: $0.effect.secrets && declared.secrets) } ?? declared }
         func refuse(_ code: ErrorCode, _ reason: String) -> Refusal {
             logger.info("kernel.policy.refused", ["contract": .identifier(operation), "code": .identifier(code.rawValue), "chain": .identifier(Self.compact(origin))])
             return Refusal(code, contract: operation, effect: effect, chain: origin, reason: reason)
@@ -243,7 +245,7 @@ public actor Kernel {
         }
         let arguments = (try? JSONCoding.parse(body.isEmpty ? Data("{}".utf8) : body, source: "the arguments")) ?? .null
         let request = PolicyRequest(operation: operation, stream: stream, effect: effect ?? .undeclared, effectDeclared: effect != nil,
-                                    origin: origin, arguments: arguments)
+                                    origin: origin, hosts: facts?.hosts ?? [], arguments: arguments)
         let decision: PolicyDecision?
         do {
             decision = try await Deadline.run(seconds: CallPolicyLimits.seconds) { try await policy.decide(request) }
@@ -345,7 +347,7 @@ public actor Kernel {
         if logger.isEnabled(.debug) { logger.debug("kernel.stream", ["stream": .identifier(endpoint.id.description), "chain": .identifier(Self.compact(origin))]) }
         if origin.hasAgent {
             do {
-                try await authorize(endpoint.id, effect: endpoint.effect, narrow: endpoint.narrow, stream: true, origin: origin, body: body)
+                try await authorize(endpoint.id, effect: endpoint.effect, facts: endpoint.facts, stream: true, origin: origin, body: body)
             } catch {
                 descriptors?.closeAll()
                 throw TermindError.from(error)

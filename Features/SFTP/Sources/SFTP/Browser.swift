@@ -153,7 +153,7 @@ struct Browser {
     /// transfer would take for another host or a local path.
     private func host() throws -> String {
         let target = request.target
-        guard case .remote(let host, nil, "x")? = try? Endpoint.parse("\(target):x"), host == target else {
+        guard case .remote(let host, nil, "x")? = try? TransferEndpoint.parse("\(target):x"), host == target else {
             throw Problem("get and put here need a saved host or USER@HOST; for '\(target)' use termind get and termind put")
         }
         return target

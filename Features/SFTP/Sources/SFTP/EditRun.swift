@@ -119,7 +119,7 @@ struct EditRun {
     }
 
     static func discard(_ target: String) throws -> SFTPContracts.EditCopy {
-        guard case .remote(let host, let port, let path)? = try? Endpoint.parse(target) else {
+        guard case .remote(let host, let port, let path)? = try? TransferEndpoint.parse(target) else {
             throw TermindError.badRequest("edit discard takes HOST:PATH as given to termind edit, not '\(target)'.")
         }
         let folder = try Self.folder(host: host, port: port, path: path, create: false)
@@ -226,8 +226,8 @@ struct EditRun {
         return .init(state: clean ? .uploaded : .kept, localPath: local, acknowledged: state.withLock { $0.acknowledged }, uploads: count, exitStatus: clean ? 0 : 1)
     }
 
-    private func endpoint() throws -> Endpoint {
-        do { return try Endpoint.parse(request.target) } catch { throw TermindError.badRequest("edit: \(error.description).") }
+    private func endpoint() throws -> TransferEndpoint {
+        do { return try TransferEndpoint.parse(request.target) } catch { throw TermindError.badRequest("edit: \(error.description).") }
     }
 
     /// The remote file an edit of `path` reads and replaces, with its own attributes (nil when

@@ -98,7 +98,7 @@ struct TransferRun {
         var remotes: [String: RemoteSide] = [:]
         let local = LocalSide()
         let ask: ConnectionAsker = { await session.ask($0) }
-        func side(_ endpoint: Endpoint) -> any FileSide {
+        func side(_ endpoint: TransferEndpoint) -> any FileSide {
             guard case .remote(let host, let port, _) = endpoint else { return local }
             let key = port.map { "\(host):\($0)" } ?? host
             if let known = remotes[key] { return known }
@@ -275,8 +275,8 @@ struct TransferRun {
 
     // MARK: - Endpoints and paths
 
-    private func endpoint(_ text: String) throws -> Endpoint {
-        do { return try Endpoint.parse(text) } catch { throw TermindError.badRequest("\(verb): \(error.description).") }
+    private func endpoint(_ text: String) throws -> TransferEndpoint {
+        do { return try TransferEndpoint.parse(text) } catch { throw TermindError.badRequest("\(verb): \(error.description).") }
     }
 
     /// A quick-connect line for HOST (and a `--jump`, a port from scp://), with the identity
@@ -299,7 +299,7 @@ struct TransferRun {
     }
 
     /// An endpoint's path as bytes: a local one absolute from the client's working folder.
-    private func localize(_ endpoint: Endpoint) -> [UInt8] {
+    private func localize(_ endpoint: TransferEndpoint) -> [UInt8] {
         switch endpoint {
         case .remote(_, _, let path): return Array(path.utf8)
         case .local(let path):
