@@ -147,6 +147,20 @@ let package = Package(
             dependencies: [core, apis],
             path: "Features/PortForwarding/Sources/ForwardingRules"
         ),
+        // libcurl (Debian's libcurl4-openssl-dev) for HTTP and TLS, imported by CurlHTTP only.
+        .systemLibrary(
+            name: "CCurl",
+            path: "Features/Assistant/Sources/CCurl",
+            pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]
+        ),
+        // termind's one HTTP client: libcurl's multi interface on a thread of its own, bodies
+        // read with backpressure, redirects followed by termind.
+        .target(
+            name: "CurlHTTP",
+            dependencies: [core, "CCurl"],
+            path: "Features/Assistant/Sources/CurlHTTP"
+        ),
         .target(
             name: "SFTP",
             dependencies: [core, apis, "SFTPWire", "TransferRules"],
@@ -307,6 +321,11 @@ let package = Package(
             name: "ForwardingTests",
             dependencies: [core, apis, "ForwardingRules", "TermindHarness"],
             path: "Tests/ForwardingTests"
+        ),
+        .testTarget(
+            name: "AssistantTests",
+            dependencies: [core, apis, "CurlHTTP", "TermindHarness"],
+            path: "Tests/AssistantTests"
         ),
         .testTarget(
             name: "SFTPTests",
