@@ -147,6 +147,13 @@ let package = Package(
             dependencies: [core, apis],
             path: "Features/PortForwarding/Sources/ForwardingRules"
         ),
+        // The Assistant's pure rules (server-sent events, the four provider dialects' parsers
+        // and request bodies, retries), unit-tested directly against the SDKs' fixture shapes.
+        .target(
+            name: "AssistantRules",
+            dependencies: [core],
+            path: "Features/Assistant/Sources/AssistantRules"
+        ),
         // libcurl (Debian's libcurl4-openssl-dev) for HTTP and TLS, imported by CurlHTTP only.
         .systemLibrary(
             name: "CCurl",
@@ -324,7 +331,7 @@ let package = Package(
         ),
         .testTarget(
             name: "AssistantTests",
-            dependencies: [core, apis, "CurlHTTP", "TermindHarness"],
+            dependencies: [core, apis, "CurlHTTP", "AssistantRules", "TermindHarness"],
             path: "Tests/AssistantTests"
         ),
         .testTarget(
