@@ -34,6 +34,7 @@ let package = Package(
         .library(name: "TermindMetrics", type: .dynamic, targets: ["Metrics"]),
         .library(name: "TermindPortForwarding", type: .dynamic, targets: ["PortForwarding"]),
         .library(name: "TermindSFTP", type: .dynamic, targets: ["SFTP"]),
+        .library(name: "TermindAssistant", type: .dynamic, targets: ["Assistant"]),
         // Example third-party plugins (opt-in: loaded only from --plugins / TERMIND_PLUGINS).
         .library(name: "TermindWakeOnLAN", type: .dynamic, targets: ["WakeOnLAN"]),
         .library(name: "TermindDigest", type: .dynamic, targets: ["Digest"]),
@@ -146,6 +147,12 @@ let package = Package(
             name: "ForwardingRules",
             dependencies: [core, apis],
             path: "Features/PortForwarding/Sources/ForwardingRules"
+        ),
+        .target(
+            name: "Assistant",
+            dependencies: [core, apis, "AssistantRules", "CurlHTTP"],
+            path: "Features/Assistant/Sources/Assistant",
+            plugins: [signature]
         ),
         // The Assistant's pure rules (server-sent events, the four provider dialects' parsers
         // and request bodies, retries), unit-tested directly against the SDKs' fixture shapes.

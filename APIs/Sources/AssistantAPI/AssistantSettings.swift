@@ -7,37 +7,86 @@ import TermindCore
 /// itself lives in the encrypted secret store on each device and never syncs.
 public enum AssistantSettings {
     public struct Providers: SettingsRecord {
-        public enum Kind: String, Codable, Sendable, Equatable, SchemaEnum {
-            case anthropic, openai, ollama
-            /// Any server speaking OpenAI's chat completions API at `baseURL`.
-            case openaiCompatible = "openai-compatible"
+        /// The wire protocol a provider speaks (see docs/assistant.md).
+        public enum ProviderProtocol: String, Codable, Sendable, Equatable, SchemaEnum, CaseIterable {
+            /// OpenAI's Responses API at its full URL (`…/v1/responses`): "Automatic".
+            case responses
+            /// OpenAI-compatible Chat Completions at a base URL (OpenAI, Ollama, llama.cpp, vLLM).
+            case chat
+            /// Anthropic Messages at a base URL.
+            case anthropic
+            /// Gemini `streamGenerateContent` with an API key.
+            case gemini
+            /// Gemini on Vertex AI: a service account (its JSON in the secret store), a
+            /// project and a location.
+            case vertex
         }
         public struct Provider: Codable, Sendable, Equatable {
-            public var kind: Kind
-            /// The API's base URL; the provider's own when absent.
-            public var baseURL: String?
-            /// A handle into the secret store (`termind settings secret`); empty: anonymous.
+            public var `protocol`: ProviderProtocol
+            /// Responses: the full URL; the others: their base URL. Filled in when a provider
+            /// is added without one; nil only in a record written before URLs were required
+            /// (such a provider is not used until one is set: no public endpoint is guessed).
+            public var url: String?
+            /// A handle into the secret store (`termind settings secret`); empty: anonymous
+            /// (no auth header is sent).
             public var secretRef: String
+            /// Vertex: the service account's JSON, in the secret store.
+            public var serviceAccountRef: String
+            public var project: String?
+            public var location: String?
 
-            public init(kind: Kind, baseURL: String? = nil, secretRef: String = "") {
-                self.kind = kind
-                self.baseURL = baseURL
+            public init(protocol: ProviderProtocol, url: String? = nil, secretRef: String = "", serviceAccountRef: String = "",
+                        project: String? = nil, location: String? = nil) {
+                self.protocol = `protocol`
+                self.url = url
                 self.secretRef = secretRef
+                self.serviceAccountRef = serviceAccountRef
+                self.project = project
+                self.location = location
             }
 
+            private enum CodingKeys: String, CodingKey { case `protocol`, url, secretRef, serviceAccountRef, project, location, kind, baseURL }
+
+            /// Reads the record's first shape too (`kind` anthropic, openai, ollama or
+            /// openai-compatible, with `baseURL`): never guessing a public endpoint for a row
+            /// that had none.
             public init(from decoder: any Decoder) throws {
                 let container = try decoder.container(keyedBy: CodingKeys.self)
-                kind = try container.decode(Kind.self, forKey: .kind)
-                baseURL = try container.decodeIfPresent(String.self, forKey: .baseURL)
                 secretRef = try container.decodeIfPresent(String.self, forKey: .secretRef) ?? ""
+                serviceAccountRef = try container.decodeIfPresent(String.self, forKey: .serviceAccountRef) ?? ""
+                project = try container.decodeIfPresent(String.self, forKey: .project)
+                location = try container.decodeIfPresent(String.self, forKey: .location)
+                if let value = try container.decodeIfPresent(ProviderProtocol.self, forKey: .protocol) {
+                    `protocol` = value
+                    url = try container.decodeIfPresent(String.self, forKey: .url)
+                    return
+                }
+                let base = try container.decodeIfPresent(String.self, forKey: .baseURL)
+                switch try container.decode(String.self, forKey: .kind) {
+                case "anthropic": `protocol` = .anthropic; url = base
+                case "openai": `protocol` = .responses; url = base.map { ($0.hasSuffix("/") ? String($0.dropLast()) : $0) + "/responses" }
+                case "ollama", "openai-compatible": `protocol` = .chat; url = base
+                case let other:
+                    throw DecodingError.dataCorruptedError(forKey: .kind, in: container, debugDescription: "'\(other)' is not a provider kind")
+                }
+            }
+
+            public func encode(to encoder: any Encoder) throws {
+                var container = encoder.container(keyedBy: CodingKeys.self)
+                try container.encode(`protocol`, forKey: .protocol)
+                try container.encodeIfPresent(url, forKey: .url)
+                try container.encode(secretRef, forKey: .secretRef)
+                if !serviceAccountRef.isEmpty { try container.encode(serviceAccountRef, forKey: .serviceAccountRef) }
+                try container.encodeIfPresent(project, forKey: .project)
+                try container.encodeIfPresent(location, forKey: .location)
             }
         }
 
         public static let key = "assistant.providers"
         public static let scope = SettingsScope.synced
-        public static let summary = "Assistant model providers by id: kind, base URL, and a reference to the API key kept in the secret store."
+        public static let summary = "Assistant model providers by name: protocol (responses, chat, anthropic, gemini, vertex), URL, references to the key (or Vertex service account) kept in the secret store."
         public static var defaults: Providers { Providers(providers: [:]) }
-        public static var secretReferences: [String] { ["providers.*.secretRef"] }
+        public static var secretReferences: [String] { ["providers.*.secretRef", "providers.*.serviceAccountRef"] }
 
         public var providers: [String: Provider]
 
@@ -46,14 +95,18 @@ public enum AssistantSettings {
         public func problems() -> [SettingsProblem] {
             var problems: [SettingsProblem] = []
             for (id, provider) in providers.sorted(by: { $0.key < $1.key }) {
+                let path = "\(Self.key).providers.\(id)"
                 if id.isEmpty || id.count > 40 || !id.allSatisfy({ $0.isLowercase || $0.isNumber || $0 == "-" }) {
-                    problems.append(SettingsProblem("\(Self.key).providers.\(id)", "a provider id is 1 to 40 lowercase letters, digits or '-'"))
+                    problems.append(SettingsProblem(path, "a provider name is 1 to 40 lowercase letters, digits or '-'"))
                 }
-                if let url = provider.baseURL, !(url.hasPrefix("https://") || url.hasPrefix("http://")) || URL(string: url)?.host == nil {
-                    problems.append(SettingsProblem("\(Self.key).providers.\(id).baseURL", "must be an http(s) URL with a host"))
+                if let url = provider.url, let problem = AssistantSettings.urlProblem(url) {
+                    problems.append(SettingsProblem(path + ".url", problem))
                 }
-                if provider.kind == .openaiCompatible && provider.baseURL == nil {
-                    problems.append(SettingsProblem("\(Self.key).providers.\(id).baseURL", "is required for an openai-compatible provider"))
+                if provider.protocol == .vertex {
+                    if provider.project?.isEmpty != false { problems.append(SettingsProblem(path + ".project", "is required for a vertex provider")) }
+                    if let location = provider.location, !location.isEmpty, location.allSatisfy({ $0.isLowercase || $0.isNumber || $0 == "-" }) {} else {
+                        problems.append(SettingsProblem(path + ".location", "is required for a vertex provider (a region such as us-central1, or global)"))
+                    }
                 }
             }
             return problems
@@ -71,11 +124,14 @@ extension AssistantSettings {
             public var model: String
             public var contextTokens: Int?
             public var maxOutputTokens: Int?
-            public init(provider: String, model: String, contextTokens: Int? = nil, maxOutputTokens: Int? = nil) {
+            /// Whether the model can call tools (absent: it can); one that cannot is offered none.
+            public var tools: Bool?
+            public init(provider: String, model: String, contextTokens: Int? = nil, maxOutputTokens: Int? = nil, tools: Bool? = nil) {
                 self.provider = provider
                 self.model = model
                 self.contextTokens = contextTokens
                 self.maxOutputTokens = maxOutputTokens
+                self.tools = tools
             }
         }
         public static let key = "assistant.models"
@@ -111,24 +167,32 @@ extension AssistantSettings {
     public struct Roles: SettingsRecord {
         public static let key = "assistant.roles"
         public static let scope = SettingsScope.synced
-        public static let summary = "Assistant roles: the chat model, the generator (absent: same as chat) and the guardian reviewing actions (absent: automatic)."
+        public static let summary = "Assistant roles: the chat model; title, compact and generator (absent: the chat model); the guardian reviewing actions (absent: automatic)."
         public static var defaults: Roles { Roles() }
 
         public var chat: String?
+        /// Names conversations (absent: the chat model).
+        public var title: String?
+        /// Summarizes a long conversation to fit its model (absent: the chat model).
+        public var compact: String?
         public var generator: String?
         public var guardian: String?
 
-        public init(chat: String? = nil, generator: String? = nil, guardian: String? = nil) {
+        public init(chat: String? = nil, title: String? = nil, compact: String? = nil, generator: String? = nil, guardian: String? = nil) {
             self.chat = chat
+            self.title = title
+            self.compact = compact
             self.generator = generator
             self.guardian = guardian
         }
 
-        private enum CodingKeys: String, CodingKey { case chat, generator, guardian, securityReview }
+        private enum CodingKeys: String, CodingKey { case chat, title, compact, generator, guardian, securityReview }
 
         public init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             chat = try container.decodeIfPresent(String.self, forKey: .chat)
+            title = try container.decodeIfPresent(String.self, forKey: .title)
+            compact = try container.decodeIfPresent(String.self, forKey: .compact)
             generator = try container.decodeIfPresent(String.self, forKey: .generator)
             let legacy = try container.decodeIfPresent(String.self, forKey: .securityReview)
             guardian = try container.decodeIfPresent(String.self, forKey: .guardian) ?? legacy
@@ -137,6 +201,8 @@ extension AssistantSettings {
         public func encode(to encoder: any Encoder) throws {
             var container = encoder.container(keyedBy: CodingKeys.self)
             try container.encodeIfPresent(chat, forKey: .chat)
+            try container.encodeIfPresent(title, forKey: .title)
+            try container.encodeIfPresent(compact, forKey: .compact)
             try container.encodeIfPresent(generator, forKey: .generator)
             try container.encodeIfPresent(guardian, forKey: .guardian)
         }
@@ -145,7 +211,7 @@ extension AssistantSettings {
         public var effectiveGenerator: String? { generator ?? chat }
 
         public func problems() -> [SettingsProblem] {
-            [("chat", chat), ("generator", generator), ("guardian", guardian)].compactMap { field, value in
+            [("chat", chat), ("title", title), ("compact", compact), ("generator", generator), ("guardian", guardian)].compactMap { field, value in
                 guard let value, !AssistantSettings.isIdentifier(value) else { return nil }
                 return SettingsProblem("\(Self.key).\(field)", "must be a model id of assistant.models (1 to 40 lowercase letters, digits, '-' or '.')")
             }
@@ -266,7 +332,22 @@ extension AssistantSettings {
         }
     }
 
-    static func isIdentifier(_ text: String) -> Bool {
+    /// Why `url` cannot be a provider's URL (nil: it can): http(s) with a host, no
+    /// credentials or fragment in it (a key goes in the secret store, never the URL).
+    public static func urlProblem(_ url: String) -> String? {
+        guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(), scheme == "https" || scheme == "http",
+              let host = components.host, !host.isEmpty else { return "must be an http(s) URL with a host" }
+        if components.user != nil || components.password != nil { return "must not hold a user or password (keep a key in the secret store)" }
+        if components.fragment != nil { return "must not have a #fragment" }
+        return nil
+    }
+
+    /// 1 to 40 lowercase letters, digits or '-'.
+    public static func isProviderName(_ text: String) -> Bool {
+        !text.isEmpty && text.count <= 40 && text.allSatisfy { $0.isLowercase || $0.isNumber || $0 == "-" }
+    }
+
+    public static func isIdentifier(_ text: String) -> Bool {
         !text.isEmpty && text.count <= 40 && text.allSatisfy { $0.isLowercase || $0.isNumber || $0 == "-" || $0 == "." }
     }
 }

@@ -49,7 +49,7 @@ enum PluginCommand {
                 return try await StreamCommand.run(stream, body: body, acceptsInput: info?.acceptsInput == true,
                                                    acceptsDescriptors: info?.acceptsDescriptors == true, terminalField: command.terminal,
                                                    emitsOutput: info.map { $0.events?["stdout"] != nil || $0.events?["stderr"] != nil } ?? true,
-                                                   inv: inv, session: session)
+                                                   quietResult: command.quietResult == true, inv: inv, session: session)
             }
             let reply = try await session.call(command.target, body: JSONCoding.encode(body))
             if inv.json { inv.console.json(reply) } else { inv.console.human(try JSONCoding.parse(reply, source: "reply"), columns: command.columns) }

@@ -35,7 +35,7 @@ enum StreamCommand {
     /// carries them (a command's, even when it printed nothing); other streams' results do
     /// only when output came anyway.
     static func run(_ stream: String, body: [String: JSONValue], acceptsInput: Bool, acceptsDescriptors: Bool = false, terminalField: String? = nil,
-                    emitsOutput: Bool = true, inv: Invocation, session: Session) async throws -> () -> Invocation.Exit {
+                    emitsOutput: Bool = true, quietResult: Bool = false, inv: Invocation, session: Session) async throws -> () -> Invocation.Exit {
         let console = inv.console
         let questions = try Questions(inv)
         var body = body
@@ -159,7 +159,7 @@ enum StreamCommand {
         if let number = interrupt.caught { return interrupted(number, json: inv.json, console: console) }
         if let failure = answerFailure.withLock({ $0 }) { throw failure }
         let result = try JSONCoding.parse(reply, source: "The stream's result")
-        return { finish(result, output: output, json: inv.json, console: console, shown: view.showedResult || terminalField != nil,
+        return { finish(result, output: output, json: inv.json, console: console, shown: view.showedResult || terminalField != nil || quietResult,
                         emitsOutput: emitsOutput, lines: view.wroteJSONLines) }
     }
 

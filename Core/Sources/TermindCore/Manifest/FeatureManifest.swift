@@ -146,6 +146,9 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         /// to type): options end at its first word, as ssh reads `ssh host ls -la`, and a
         /// one-letter option the command does not declare before it is an error.
         public var stopsOptions: Bool?
+        /// A stream command whose events already showed a person everything (an answer
+        /// streamed as it came): its result is printed only with `--json`.
+        public var quietResult: Bool?
 
         public init(name: String, contract: String? = nil, stream: String? = nil, arguments: [String] = [], paths: [String]? = nil,
                     secrets: [String]? = nil, workingDirectory: String? = nil, terminal: String? = nil, output: String? = nil, summary: String? = nil,

@@ -1,0 +1,467 @@
+import Foundation
+import TermindCore
+
+/// The Assistant's operations: providers and models (kept in the settings records of
+/// AssistantSettings), runs, and conversations.
+public enum AssistantContracts {
+    /// A provider as people and scripts see it: never a secret, only whether one is set and
+    /// whether this device has it.
+    public struct ProviderView: Codable, Sendable, Equatable {
+        public var name: String
+        public var `protocol`: AssistantSettings.Providers.ProviderProtocol
+        public var url: String?
+        /// `key` (an API key is referenced), `service-account` (Vertex), or `anonymous`.
+        public var credential: String
+        /// Whether this device holds the referenced secret (secrets never sync).
+        public var credentialPresent: Bool
+        public var project: String?
+        public var location: String?
+
+        public init(name: String, protocol: AssistantSettings.Providers.ProviderProtocol, url: String?, credential: String, credentialPresent: Bool,
+                    project: String? = nil, location: String? = nil) {
+            self.name = name
+            self.protocol = `protocol`
+            self.url = url
+            self.credential = credential
+            self.credentialPresent = credentialPresent
+            self.project = project
+            self.location = location
+        }
+    }
+
+    public enum AddProvider: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var name: String
+            /// `responses` when left out (OpenAI's Responses API, "Automatic").
+            public var `protocol`: AssistantSettings.Providers.ProviderProtocol?
+            /// Left out: the protocol's public endpoint (the full Responses URL, the others'
+            /// base), written into the record.
+            public var url: String?
+            /// The API key, read from standard input (`--key -`); left out: anonymous.
+            public var key: Secret?
+            /// Vertex: the service account's JSON key file (read once, kept in the secret store).
+            public var serviceAccount: String?
+            public var project: String?
+            public var location: String?
+            /// Replace a provider of that name (its old secrets are deleted).
+            public var replace: Bool?
+            public init(name: String, protocol: AssistantSettings.Providers.ProviderProtocol? = nil, url: String? = nil, key: Secret? = nil,
+                        serviceAccount: String? = nil, project: String? = nil, location: String? = nil, replace: Bool? = nil) {
+                self.name = name
+                self.protocol = `protocol`
+                self.url = url
+                self.key = key
+                self.serviceAccount = serviceAccount
+                self.project = project
+                self.location = location
+                self.replace = replace
+            }
+        }
+        public typealias Response = ProviderView
+        public static let name = "assistant.provider.add"
+        public static let version = 1
+        public static let summary = "Add a model provider: its protocol, URL and API key (kept in the secret store); nothing is sent to it."
+        public static let effect: Effect = Effect(.write, secrets: true)
+    }
+
+    public enum EditProvider: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var name: String
+            public var url: String?
+            /// A new key from standard input (`--key -`); an empty one makes it anonymous.
+            public var key: Secret?
+            public var serviceAccount: String?
+            public var project: String?
+            public var location: String?
+            public init(name: String, url: String? = nil, key: Secret? = nil, serviceAccount: String? = nil, project: String? = nil, location: String? = nil) {
+                self.name = name
+                self.url = url
+                self.key = key
+                self.serviceAccount = serviceAccount
+                self.project = project
+                self.location = location
+            }
+        }
+        public typealias Response = ProviderView
+        public static let name = "assistant.provider.edit"
+        public static let version = 1
+        public static let summary = "Change a provider's URL, key, service account, project or location; nothing is sent to it."
+        public static let effect: Effect = Effect(.write, secrets: true)
+    }
+
+    public enum ListProviders: Contract {
+        public typealias Request = Empty
+        public struct Response: Codable, Sendable, Equatable {
+            public var providers: [ProviderView]
+            public init(providers: [ProviderView]) { self.providers = providers }
+        }
+        public static let name = "assistant.provider.list"
+        public static let version = 1
+        public static let summary = "List model providers: protocol, URL, whether a key is set and present on this device."
+        public static let effect: Effect = .read
+    }
+
+    public enum RemoveProvider: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var name: String
+            public init(name: String) { self.name = name }
+        }
+        public typealias Response = ProviderView
+        public static let name = "assistant.provider.remove"
+        public static let version = 1
+        public static let summary = "Remove a provider and delete its key from the secret store."
+        public static let effect: Effect = Effect(.destructive, secrets: true)
+    }
+
+    public enum TestProvider: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var name: String
+            public init(name: String) { self.name = name }
+        }
+        public struct Response: Codable, Sendable, Equatable {
+            public var name: String
+            public var reachable: Bool
+            /// The models the provider lists (empty where it has no list, as Vertex).
+            public var models: [String]
+            public var note: String?
+            public init(name: String, reachable: Bool, models: [String], note: String? = nil) {
+                self.name = name
+                self.reachable = reachable
+                self.models = models
+                self.note = note
+            }
+        }
+        public static let name = "assistant.provider.test"
+        public static let version = 1
+        public static let summary = "Contact a provider with its credentials and list its models (the only command that contacts a provider without a prompt)."
+        public static let effect: Effect = Effect(.read, network: true, secrets: true)
+    }
+
+    public enum AddModel: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var id: String
+            public var provider: String
+            /// The provider's own model name.
+            public var model: String
+            public var tools: Bool?
+            public var maxOutputTokens: Int?
+            public var contextTokens: Int?
+            public init(id: String, provider: String, model: String, tools: Bool? = nil, maxOutputTokens: Int? = nil, contextTokens: Int? = nil) {
+                self.id = id
+                self.provider = provider
+                self.model = model
+                self.tools = tools
+                self.maxOutputTokens = maxOutputTokens
+                self.contextTokens = contextTokens
+            }
+        }
+        public typealias Response = ModelView
+        public static let name = "assistant.model.add"
+        public static let version = 1
+        public static let summary = "Add (or replace) a model: an id of yours for a provider's model name; the first one becomes the chat model."
+        public static let effect: Effect = .write
+    }
+
+    public struct ModelView: Codable, Sendable, Equatable {
+        public var id: String
+        public var provider: String
+        public var model: String
+        public var tools: Bool
+        /// The roles it plays (chat, title, compact, generator, guardian).
+        public var roles: [String]
+        public init(id: String, provider: String, model: String, tools: Bool, roles: [String]) {
+            self.id = id
+            self.provider = provider
+            self.model = model
+            self.tools = tools
+            self.roles = roles
+        }
+    }
+
+    public enum ListModels: Contract {
+        public typealias Request = Empty
+        public struct Response: Codable, Sendable, Equatable {
+            public var models: [ModelView]
+            public init(models: [ModelView]) { self.models = models }
+        }
+        public static let name = "assistant.model.list"
+        public static let version = 1
+        public static let summary = "List models, their providers and the roles they play."
+        public static let effect: Effect = .read
+    }
+
+    public enum RemoveModel: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var id: String
+            public init(id: String) { self.id = id }
+        }
+        public typealias Response = ModelView
+        public static let name = "assistant.model.remove"
+        public static let version = 1
+        public static let summary = "Remove a model (refused while a role names it)."
+        public static let effect: Effect = .write
+    }
+
+    public enum SetRole: Contract {
+        public enum Role: String, Codable, Sendable, Equatable, SchemaEnum { case chat, title, compact, generator, guardian }
+        public struct Request: Codable, Sendable, Equatable {
+            public var role: Role
+            /// A model id; empty: the role falls back (to the chat model; the guardian to automatic).
+            public var model: String
+            public init(role: Role, model: String) {
+                self.role = role
+                self.model = model
+            }
+        }
+        public typealias Response = AssistantSettings.Roles
+        public static let name = "assistant.role.set"
+        public static let version = 1
+        public static let summary = "Choose the model for a role: chat, title, compact, generator or guardian."
+        public static let effect: Effect = .write
+    }
+}
+
+// MARK: - Conversations
+
+extension AssistantContracts {
+    public enum RunState: String, Codable, Sendable, Equatable, SchemaEnum {
+        case running, completed, failed, cancelled
+        /// termind stopped while it ran; it is never resumed or replayed.
+        case interrupted
+    }
+
+    public struct ConversationSummary: Codable, Sendable, Equatable {
+        public var id: String
+        public var title: String
+        public var model: String
+        public var messages: Int
+        public var archived: Bool
+        public var updatedAt: Double
+        public var lastRun: RunState?
+        public var forkedFrom: String?
+        public init(id: String, title: String, model: String, messages: Int, archived: Bool, updatedAt: Double, lastRun: RunState?, forkedFrom: String?) {
+            self.id = id
+            self.title = title
+            self.model = model
+            self.messages = messages
+            self.archived = archived
+            self.updatedAt = updatedAt
+            self.lastRun = lastRun
+            self.forkedFrom = forkedFrom
+        }
+    }
+
+    /// One entry of a conversation as stored.
+    public struct Entry: Codable, Sendable, Equatable {
+        public enum Role: String, Codable, Sendable, Equatable, SchemaEnum { case user, assistant, tool, error }
+        public var index: Int
+        public var role: Role
+        public var text: String
+        /// Assistant: the tool calls it made (name and arguments); tool: the call answered.
+        public var calls: [CallView]?
+        public var createdAt: Double
+        public var inputTokens: Int?
+        public var outputTokens: Int?
+        public init(index: Int, role: Role, text: String, calls: [CallView]? = nil, createdAt: Double, inputTokens: Int? = nil, outputTokens: Int? = nil) {
+            self.index = index
+            self.role = role
+            self.text = text
+            self.calls = calls
+            self.createdAt = createdAt
+            self.inputTokens = inputTokens
+            self.outputTokens = outputTokens
+        }
+    }
+
+    public struct CallView: Codable, Sendable, Equatable {
+        public enum State: String, Codable, Sendable, Equatable, SchemaEnum {
+            case pending, running, succeeded, failed, refused
+            /// termind stopped while it ran: whether it took effect is not known.
+            case unknown
+        }
+        public var id: String
+        public var name: String
+        public var arguments: JSONValue
+        public var state: State
+        /// The start of its result (at most 4 KiB); the whole is kept by reference.
+        public var preview: String?
+        public var resultBytes: Int?
+        public init(id: String, name: String, arguments: JSONValue, state: State, preview: String? = nil, resultBytes: Int? = nil) {
+            self.id = id
+            self.name = name
+            self.arguments = arguments
+            self.state = state
+            self.preview = preview
+            self.resultBytes = resultBytes
+        }
+    }
+
+    public enum ListConversations: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            /// Archived ones instead of the others.
+            public var archived: Bool?
+            public init(archived: Bool? = nil) { self.archived = archived }
+        }
+        public struct Response: Codable, Sendable, Equatable {
+            public var conversations: [ConversationSummary]
+            public init(conversations: [ConversationSummary]) { self.conversations = conversations }
+        }
+        public static let name = "assistant.conversation.list"
+        public static let version = 1
+        public static let summary = "List conversations, newest first (archived ones with --archived true)."
+        public static let effect: Effect = .read
+    }
+
+    public enum ShowConversation: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var id: String
+            public init(id: String) { self.id = id }
+        }
+        public struct Response: Codable, Sendable, Equatable {
+            public var conversation: ConversationSummary
+            public var entries: [Entry]
+            public init(conversation: ConversationSummary, entries: [Entry]) {
+                self.conversation = conversation
+                self.entries = entries
+            }
+        }
+        public static let name = "assistant.conversation.show"
+        public static let version = 1
+        public static let summary = "Show a conversation: its messages, tool calls with their results' previews, errors and token use."
+        public static let effect: Effect = .read
+    }
+
+    public enum RemoveConversation: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var id: String
+            public init(id: String) { self.id = id }
+        }
+        public typealias Response = ConversationSummary
+        public static let name = "assistant.conversation.remove"
+        public static let version = 1
+        public static let summary = "Delete a conversation and everything kept of it."
+        public static let effect: Effect = .destructive
+    }
+
+    public enum ArchiveConversation: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var id: String
+            /// Restore an archived conversation (it can be continued again).
+            public var restore: Bool?
+            public init(id: String, restore: Bool? = nil) {
+                self.id = id
+                self.restore = restore
+            }
+        }
+        public typealias Response = ConversationSummary
+        public static let name = "assistant.conversation.archive"
+        public static let version = 1
+        public static let summary = "Archive a conversation (read-only until restored with --restore true)."
+        public static let effect: Effect = .write
+    }
+
+    public enum ForkConversation: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var id: String
+            public init(id: String) { self.id = id }
+        }
+        public typealias Response = ConversationSummary
+        public static let name = "assistant.conversation.fork"
+        public static let version = 1
+        public static let summary = "Copy a conversation into a new one to continue it another way; the original stays as it is."
+        public static let effect: Effect = .write
+    }
+}
+
+// MARK: - Runs
+
+public enum AssistantStreams {
+    /// One prompt, answered until the model stops (tool calls dispatched in between).
+    public enum Run: StreamContract {
+        public struct Request: Codable, Sendable, Equatable {
+            /// What to ask.
+            public var prompt: String
+            /// Continue this conversation (a new one when left out).
+            public var conversation: String?
+            /// A model id of assistant.models; or, with `provider`, the provider's own
+            /// model name. Left out: the chat role's model.
+            public var model: String?
+            /// A provider to use directly, with `model` its model name.
+            public var provider: String?
+            /// How the client shows it: "json" (a record per event) or "text".
+            public var output: String?
+            public init(prompt: String, conversation: String? = nil, model: String? = nil, provider: String? = nil, output: String? = nil) {
+                self.prompt = prompt
+                self.conversation = conversation
+                self.model = model
+                self.provider = provider
+                self.output = output
+            }
+        }
+        public struct Result: Codable, Sendable, Equatable {
+            public var conversation: String
+            public var run: String
+            public var state: RunStateValue
+            /// The final answer's text.
+            public var text: String
+            public var inputTokens: Int
+            public var outputTokens: Int
+            public var toolCalls: Int
+            public init(conversation: String, run: String, state: RunStateValue, text: String, inputTokens: Int, outputTokens: Int, toolCalls: Int) {
+                self.conversation = conversation
+                self.run = run
+                self.state = state
+                self.text = text
+                self.inputTokens = inputTokens
+                self.outputTokens = outputTokens
+                self.toolCalls = toolCalls
+            }
+        }
+        public typealias RunStateValue = AssistantContracts.RunState
+        public static let name = "assistant.run"
+        public static let version = 1
+        public static let summary = "Ask the assistant once: the answer streams as it arrives, tool calls run under the policy, and the conversation is kept."
+        public static let effect: Effect = Effect(.write, network: true, secrets: true)
+        public static var events: [String: JSONSchema] { ["stdout": StreamEvents.data, "notice": StreamEvents.notice, "record": StreamEvents.record] }
+        public static var questions: [String: String] { [:] }
+    }
+
+    /// A shell command for what a person wants, for the host they name; printed, never run.
+    public enum Suggest: StreamContract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var want: String
+            /// A saved host whose context (its OS, shell) the command is for.
+            public var host: String?
+            public var model: String?
+            public var provider: String?
+            public init(want: String, host: String? = nil, model: String? = nil, provider: String? = nil) {
+                self.want = want
+                self.host = host
+                self.model = model
+                self.provider = provider
+            }
+        }
+        public struct Result: Codable, Sendable, Equatable {
+            public var command: String
+            public init(command: String) { self.command = command }
+        }
+        public static let name = "assistant.suggest"
+        public static let version = 1
+        public static let summary = "Suggest a shell command for what you want (printed, never run)."
+        public static let effect: Effect = Effect(.read, network: true, secrets: true)
+        public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice] }
+    }
+}
+
+extension ErrorCode {
+    /// No such provider, model or conversation; or none is configured for a role.
+    public static let assistantUnknown: ErrorCode = "assistant.unknown"
+    /// A provider, model or request that cannot be used as given (named in the message).
+    public static let assistantInvalid: ErrorCode = "assistant.invalid"
+    /// The provider refused or failed the request (after the retries transient failures get).
+    public static let assistantProviderFailed: ErrorCode = "assistant.provider_failed"
+    /// The provider's answer was incomplete or broke its protocol; it was discarded.
+    public static let assistantIncomplete: ErrorCode = "assistant.incomplete"
+    /// An archived conversation is read-only until restored.
+    public static let assistantArchived: ErrorCode = "assistant.archived"
+}

@@ -1,0 +1,210 @@
+import AssistantAPI
+import AssistantRules
+import Foundation
+import TermindCore
+
+/// How a run shows itself to its client: the answer's text as it arrives, a discarded
+/// attempt, tool calls and their outcomes, notices. A person gets the text on standard
+/// output and the rest as notices; a script (`--json`) gets one record per event.
+struct RunEmitter: Sendable {
+    let session: StreamSession
+    let json: Bool
+
+    func text(_ text: String) async {
+        if json { await session.emit("record", ["record": .object(["type": .string("text"), "text": .string(text)])]) } else {
+            await session.emit("stdout", data: Data(text.utf8))
+        }
+    }
+
+    /// What was shown of an attempt is void: it is sent again after `delay` seconds.
+    func discard(_ reason: String, shown: Bool, retryIn delay: Double) async {
+        if json {
+            await session.emit("record", ["record": .object(["type": .string("discard"), "reason": .string(reason), "retryIn": .double(delay)])])
+        } else {
+            if shown { await session.emit("stdout", data: Data("\n".utf8)) }
+            await session.emit("notice", ["text": .string("\(shown ? "The answer above is discarded: " : "")\(reason); asking again in \(Self.seconds(delay)).")])
+        }
+    }
+
+    func call(_ call: ToolCall) async {
+        if json {
+            await session.emit("record", ["record": .object(["type": .string("tool_call"), "id": .string(call.id), "name": .string(call.name), "arguments": call.arguments])])
+        } else {
+            await session.emit("notice", ["text": .string("→ \(call.name) \(Self.short(call.arguments))")])
+        }
+    }
+
+    func result(_ call: ToolCall, state: AssistantContracts.CallView.State, preview: String) async {
+        if json {
+            await session.emit("record", ["record": .object(["type": .string("tool_result"), "id": .string(call.id), "name": .string(call.name),
+                                                             "state": .string(state.rawValue), "preview": .string(preview)])])
+        } else if state != .succeeded {
+            await session.emit("notice", ["text": .string("  \(call.name) \(state.rawValue): \(preview.prefix(300))")])
+        }
+    }
+
+    /// The end of an answer's text on a terminal: a newline when it had none.
+    func endText(_ text: String) async {
+        if !json && !text.isEmpty && !text.hasSuffix("\n") { await session.emit("stdout", data: Data("\n".utf8)) }
+    }
+
+    static func seconds(_ value: Double) -> String { value == value.rounded() ? "\(Int(value)) s" : String(format: "%.1f s", value) }
+
+    static func short(_ arguments: JSONValue) -> String {
+        let text = (try? JSONCoding.encode(arguments)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+        return text.count > 200 ? String(text.prefix(200)) + "…" : text
+    }
+}
+
+/// A tool's outcome: its state and the text the model is sent.
+struct ToolOutcome: Sendable {
+    let state: AssistantContracts.CallView.State
+    let text: String
+}
+
+/// The tools a run offers. Part of the runtime's shape so the host tools (issue 37) slot in:
+/// each call is checked against its schema before anything runs, then dispatched through
+/// the kernel on the conversation's behalf (the policy decides).
+protocol ToolBox: Sendable {
+    var specs: [ToolSpec] { get }
+    func run(_ call: ToolCall, conversation: String, run: String) async -> ToolOutcome
+}
+
+/// One run of a conversation: the turn loop. A turn streams the answer to the client; tool
+/// calls are dispatched only once the answer is complete and valid, in the model's order,
+/// each result stored before the next request; a dispatched call is never sent again.
+/// Transient failures send the same request again (what was shown is discarded); the final
+/// failure is an error entry, never assistant text.
+actor ConversationRun {
+    private let store: ConversationStore
+    private let client: ModelClient
+    private let model: ResolvedModel
+    private let conversation: String
+    private let tools: any ToolBox
+    private let emitter: RunEmitter
+    private let system: String
+
+    init(store: ConversationStore, client: ModelClient, model: ResolvedModel, conversation: String, tools: any ToolBox, emitter: RunEmitter, system: String) {
+        self.store = store
+        self.client = client
+        self.model = model
+        self.conversation = conversation
+        self.tools = tools
+        self.emitter = emitter
+        self.system = system
+    }
+
+    private static func now() -> Double { Date().timeIntervalSince1970 }
+
+    func run(prompt: String) async throws -> AssistantStreams.Run.Result {
+        let run = try await store.startRun(conversation, now: Self.now())
+        var usage = TokenUsage(input: 0, output: 0)
+        var calls = 0
+        var last = ""
+        do {
+            try await store.append(conversation, role: .user, text: prompt, run: run, now: Self.now())
+            while true {
+                try Task.checkCancellation()
+                let request = ModelRequest(model: model.model, system: system, items: try await store.transcript(conversation),
+                                           tools: model.tools ? tools.specs : [], maxOutputTokens: model.maxOutputTokens)
+                let outcome = try await Answerer(client: client, model: model, emitter: emitter).answer(request)
+                if let used = outcome.usage {
+                    usage.input += used.input
+                    usage.output += used.output
+                }
+                // The answer and its calls are stored (calls pending) before any runs.
+                try await store.append(conversation, role: .assistant, text: outcome.text, calls: outcome.calls, echo: outcome.echo, run: run,
+                                       usage: outcome.usage, now: Self.now())
+                await emitter.endText(outcome.text)
+                last = outcome.text
+                if outcome.calls.isEmpty { break }
+                for call in outcome.calls {
+                    try Task.checkCancellation()
+                    calls += 1
+                    await emitter.call(call)
+                    try await store.callStarted(conversation, call.id, now: Self.now())
+                    let result = await tools.run(call, conversation: conversation, run: run)
+                    // A call cancelled while it ran may have taken effect: unknown, never "not run".
+                    let state: AssistantContracts.CallView.State = Task.isCancelled ? .unknown : result.state
+                    try await store.callFinished(conversation, call.id, state: state, result: result.text, run: run, now: Self.now())
+                    await emitter.result(call, state: state, preview: ConversationStore.preview(result.text))
+                }
+            }
+            try await store.endRun(run, state: .completed, usage: usage, error: nil, now: Self.now())
+            return .init(conversation: conversation, run: run, state: .completed, text: last, inputTokens: usage.input, outputTokens: usage.output, toolCalls: calls)
+        } catch {
+            let cancelled = error is CancellationError || Task.isCancelled || TermindError.from(error).code == ErrorCode.cancelled.rawValue
+            let failure = TermindError.from(error)
+            if !cancelled {
+                _ = try? await store.append(conversation, role: .error, text: failure.message, run: run, now: Self.now())
+            }
+            try? await store.endRun(run, state: cancelled ? .cancelled : .failed, usage: usage, error: cancelled ? nil : failure, now: Self.now())
+            if cancelled { throw CancellationError() }
+            throw TermindError(code: failure.code, message: "\(failure.message) (conversation \(conversation); termind assistant show \(conversation))")
+        }
+    }
+}
+
+/// Gets one complete, valid answer to a request: the same request is sent again after a
+/// transient failure (after 1, 2, 4, 8, 16 s or the server's Retry-After), and what was
+/// shown of the failed attempt is declared void first.
+actor Answerer {
+    private let client: ModelClient
+    private let model: ResolvedModel
+    /// Where text goes as it arrives (nil: the answer is buffered, shown by nobody).
+    private let emitter: RunEmitter?
+    private let notices: StreamSession?
+    private var shown = false
+
+    init(client: ModelClient, model: ResolvedModel, emitter: RunEmitter?, notices: StreamSession? = nil) {
+        self.client = client
+        self.model = model
+        self.emitter = emitter
+        self.notices = notices
+    }
+
+    private func showed(_ delta: StreamDelta) async {
+        guard case .text(let text) = delta, let emitter else { return }
+        shown = true
+        await emitter.text(text)
+    }
+
+    func answer(_ request: ModelRequest) async throws -> TurnOutcome {
+        var attempt = 0
+        while true {
+            shown = false
+            let reason: String
+            var retryAfter: Double?
+            do {
+                let outcome = try await client.stream(request, with: model) { [self] delta in await showed(delta) }
+                if outcome.complete { return outcome }
+                if let error = outcome.error {
+                    let said = Redaction.scrub(error.message, secrets: [])
+                    guard error.type != "malformed_event" else {
+                        throw TermindError(.assistantIncomplete, "\(model.provider)'s answer broke its protocol (\(said)); it was discarded.")
+                    }
+                    guard RetryRule.isTransient(streamError: error.type) else {
+                        throw TermindError(.assistantProviderFailed, "\(model.provider) reported \(error.type): \(said)")
+                    }
+                    reason = "\(model.provider) reported \(error.type)"
+                } else {
+                    reason = "\(model.provider)'s answer ended before its end"
+                }
+            } catch let failure as ModelFailure {
+                guard failure.transient else { throw failure.error }
+                reason = failure.error.message
+                retryAfter = failure.retryAfter
+            }
+            guard let delay = RetryRule.delay(after: attempt, retryAfter: retryAfter) else {
+                throw TermindError(.assistantProviderFailed, "\(reason); gave up after \(attempt + 1) attempts.")
+            }
+            if let emitter {
+                await emitter.discard(reason, shown: shown, retryIn: delay)
+            } else {
+                await notices?.emit("notice", ["text": .string("\(reason); asking again in \(RunEmitter.seconds(delay)).")])
+            }
+            attempt += 1
+            try await Task.sleep(for: .seconds(delay))
+        }
+    }
+}

@@ -1,0 +1,385 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import XCTest
+
+/// `termind assistant` end to end: the real binary against a loopback server that answers
+/// in each provider's streaming format as the official SDKs' fixtures show it
+/// (Tests/Fixtures/Providers), recording every request.
+final class AssistantFeatureTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+    private var server: ReplayServer!
+    private let key = "sk-test-" + String(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(24))
+
+    override func setUpWithError() throws {
+        directory = try TemporaryDirectory()
+        server = try ReplayServer()
+    }
+
+    override func tearDown() {
+        server?.stop()
+        directory?.remove()
+    }
+
+    private var environment: [String: String] {
+        var environment = ProcessInfo.termindEnvironment(home: directory.file("home"), socket: directory.file("none.sock"))
+        // Loopback is never sent to a proxy the machine may have configured.
+        environment["no_proxy"] = "127.0.0.1,localhost"
+        environment["NO_PROXY"] = "127.0.0.1,localhost"
+        return environment
+    }
+
+    private var location: [String] { ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")] }
+
+    private func termind(_ arguments: [String], stdin: String? = nil) throws -> ProcessResult {
+        try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", location + arguments, environment: environment, stdin: stdin)
+    }
+
+    @discardableResult
+    private func ok(_ arguments: [String], stdin: String? = nil, file: StaticString = #filePath, line: UInt = #line) throws -> ProcessResult {
+        let result = try termind(arguments, stdin: stdin)
+        XCTAssertEqual(result.status, 0, "termind \(arguments.joined(separator: " ")): \(result.stdout)\(result.stderr)", file: file, line: line)
+        return result
+    }
+
+    private func json(_ arguments: [String], file: StaticString = #filePath, line: UInt = #line) throws -> JSONValue {
+        try JSONCoding.parse(Data(try ok(["--json"] + arguments, file: file, line: line).stdout.utf8), source: "termind's output")
+    }
+
+    private func fixture(_ name: String) throws -> Data {
+        try Data(contentsOf: URL(fileURLWithPath: Repository.path("Tests/Fixtures/Providers/\(name)")))
+    }
+
+    /// A provider for `dialect` on the replay server, keyed, and its model as the chat model.
+    private func provider(_ dialect: String, name: String = "p", model: String = "m1") throws {
+        let url = switch dialect {
+        case "responses": server.url + "/v1/responses"
+        case "chat": server.url + "/v1"
+        case "gemini": server.url + "/v1beta"
+        default: server.url
+        }
+        try ok(["assistant", "provider", "add", name, "--protocol", dialect, "--url", url, "--key", "-"], stdin: key)
+        try ok(["assistant", "model", "add", model, "--provider", name, "--model", "model-\(dialect)"])
+    }
+
+    /// Nothing termind kept or printed holds the key.
+    private func assertKeyNowhere(_ results: [ProcessResult], file: StaticString = #filePath, line: UInt = #line) throws {
+        for result in results {
+            XCTAssertFalse(result.stdout.contains(key) || result.stderr.contains(key), "the key was printed", file: file, line: line)
+        }
+        for name in try FileManager.default.contentsOfDirectory(atPath: directory.path) where name.hasPrefix("db.sqlite") || name.hasPrefix("secrets.sqlite") {
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: directory.file(name)))
+            XCTAssertNil(bytes.range(of: Data(key.utf8)), "\(name) holds the key in plain text", file: file, line: line)
+        }
+    }
+
+    private func sse(_ events: [String]) -> Data { Data(events.map { "data: \($0)\n\n" }.joined().utf8) }
+
+    // MARK: - Providers
+
+    func testAProvidersKeyGoesToTheSecretStoreViewingNeverContactsItAndTestDoes() throws {
+        let added = try ok(["--json", "assistant", "provider", "add", "openai", "--url", server.url + "/v1/responses", "--key", "-"], stdin: key)
+        let view = try JSONCoding.parse(Data(added.stdout.utf8), source: "add")
+        XCTAssertEqual(view["protocol"], .string("responses"), "responses is the default")
+        XCTAssertEqual(view["credential"], .string("key"))
+        XCTAssertEqual(view["credentialPresent"], .bool(true))
+        // Without --url the protocol's public endpoint is written in, never guessed later.
+        let anthropic = try json(["assistant", "provider", "add", "claude", "--protocol", "anthropic"])
+        XCTAssertEqual(anthropic["url"], .string("https://api.anthropic.com"))
+        XCTAssertEqual(anthropic["credential"], .string("anonymous"))
+        let listed = try json(["assistant", "provider", "list"])["providers"]?.arrayValue ?? []
+        XCTAssertEqual(listed.compactMap { $0["name"]?.stringValue }, ["claude", "openai"])
+        XCTAssertEqual(server.requests.count, 0, "adding and listing contacted the provider")
+        // Bad input is named and changes nothing.
+        let bad = try termind(["assistant", "provider", "add", "x", "--protocol", "chat", "--url", "ftp://nowhere"])
+        XCTAssertEqual(bad.status, 2, bad.stderr)
+        XCTAssertTrue(bad.stderr.contains("--url 'ftp://nowhere'"), bad.stderr)
+        let taken = try termind(["assistant", "provider", "add", "openai", "--protocol", "chat", "--url", server.url])
+        XCTAssertEqual(taken.status, 2)
+        XCTAssertTrue(taken.stderr.contains("provider edit openai"), taken.stderr)
+        XCTAssertEqual(try json(["assistant", "provider", "list"])["providers"]?.arrayValue?.count, 2)
+        // test is the explicit probe: it lists the models with the key.
+        server.enqueue(.body(#"{"object": "list", "data": [{"id": "gpt-4.1"}, {"id": "gpt-4.1-mini"}]}"#))
+        let tested = try json(["assistant", "provider", "test", "openai"])
+        XCTAssertEqual(tested["models"], .array([.string("gpt-4.1"), .string("gpt-4.1-mini")]))
+        XCTAssertEqual(server.requests.first?.target, "/v1/models")
+        XCTAssertEqual(server.requests.first?.header("authorization"), "Bearer \(key)")
+        // A refused key: the error names the status and the way to fix it, never the body's echo of the key.
+        server.enqueue(.body(#"{"error": {"message": "Incorrect API key provided: \#(key).", "type": "invalid_request_error", "code": "invalid_api_key"}}"#, status: 401))
+        let refused = try termind(["assistant", "provider", "test", "openai"])
+        XCTAssertEqual(refused.status, 1)
+        XCTAssertTrue(refused.stderr.contains("HTTP 401") && refused.stderr.contains("invalid_api_key") && refused.stderr.contains("provider edit openai --key -"), refused.stderr)
+        // Removed: gone with its key.
+        try ok(["assistant", "provider", "rm", "openai"])
+        XCTAssertEqual(try json(["assistant", "provider", "list"])["providers"]?.arrayValue?.compactMap { $0["name"]?.stringValue }, ["claude"])
+        try assertKeyNowhere([added, refused])
+    }
+
+    // MARK: - Dialects
+
+    func testEachDialectStreamsItsAnswerFromARequestInItsOwnShape() throws {
+        let expected = "The load average on web-1 is 0.42 — nothing to worry about."
+        var outputs: [ProcessResult] = []
+        for (index, dialect) in ["responses", "chat", "anthropic", "gemini"].enumerated() {
+            try provider(dialect, name: "p\(index)", model: "m\(index)")
+            server.enqueue(.stream(try fixture("\(dialect)/text.sse"), piece: 13))
+            let result = try ok(["assistant", "run", "--model", "m\(index)", "How", "is", "web-1?"])
+            outputs.append(result)
+            XCTAssertEqual(result.stdout, expected + "\n", dialect)
+            let request = try XCTUnwrap(server.requests.last)
+            let body = try request.json()
+            switch dialect {
+            case "responses":
+                XCTAssertEqual(request.path, "/v1/responses")
+                XCTAssertEqual(request.header("authorization"), "Bearer \(key)")
+                XCTAssertEqual(body["input"]?.arrayValue?.last?["content"], .string("How is web-1?"))
+                XCTAssertEqual(body["store"], .bool(false))
+            case "chat":
+                XCTAssertEqual(request.path, "/v1/chat/completions")
+                XCTAssertEqual(request.header("authorization"), "Bearer \(key)")
+                XCTAssertEqual(body["messages"]?.arrayValue?.last?["content"], .string("How is web-1?"))
+                XCTAssertEqual(body["stream_options"]?["include_usage"], .bool(true))
+            case "anthropic":
+                XCTAssertEqual(request.path, "/v1/messages")
+                XCTAssertEqual(request.header("x-api-key"), key)
+                XCTAssertNil(request.header("authorization"))
+                XCTAssertEqual(request.header("anthropic-version"), "2023-06-01")
+                XCTAssertNotNil(body["max_tokens"], "Anthropic requires max_tokens")
+            default:
+                XCTAssertEqual(request.path, "/v1beta/models/model-gemini:streamGenerateContent?alt=sse")
+                XCTAssertEqual(request.header("x-goog-api-key"), key)
+                XCTAssertEqual(body["contents"]?.arrayValue?.last?["parts"]?.arrayValue?.first?["text"], .string("How is web-1?"))
+            }
+            XCTAssertEqual(body["stream"] ?? .bool(true), .bool(true), dialect)
+            XCTAssertFalse(String(decoding: request.body, as: UTF8.self).contains(key), "\(dialect): the key went into the body")
+        }
+        // Each run is a conversation, its answer and usage kept.
+        let conversations = try json(["assistant", "list"])["conversations"]?.arrayValue ?? []
+        XCTAssertEqual(conversations.count, 4)
+        let shown = try json(["assistant", "show", "1"])
+        XCTAssertEqual(shown["entries"]?.arrayValue?.map { $0["role"]?.stringValue ?? "" }, ["user", "assistant"])
+        XCTAssertEqual(shown["entries"]?.arrayValue?.last?["text"], .string(expected))
+        XCTAssertNotNil(shown["entries"]?.arrayValue?.last?["outputTokens"]?.intValue)
+        // --json: one record per event, the result last.
+        server.enqueue(.stream(try fixture("chat/text.sse")))
+        let scripted = try ok(["--json", "assistant", "run", "--model", "m1", "again"])
+        let lines = scripted.stdout.split(separator: "\n").compactMap { try? JSONCoding.parse(Data($0.utf8), source: "line") }
+        XCTAssertEqual(lines.filter { $0["type"] == .string("text") }.compactMap { $0["text"]?.stringValue }.joined(), expected)
+        XCTAssertEqual(lines.last?["state"], .string("completed"))
+        XCTAssertEqual(lines.last?["text"], .string(expected))
+        outputs.append(scripted)
+        try assertKeyNowhere(outputs)
+    }
+
+    func testAConversationGoesOnWithItsHistoryAndAnArchivedOneIsReadOnlyUntilRestored() throws {
+        try provider("chat")
+        server.enqueue(.stream(try fixture("chat/text.sse")), .stream(try fixture("chat/text.sse")), .stream(try fixture("chat/text.sse")))
+        try ok(["assistant", "run", "first question"])
+        try ok(["assistant", "run", "--conversation", "1", "second question"])
+        let messages = try server.requests[1].json()["messages"]?.arrayValue ?? []
+        XCTAssertEqual(messages.map { $0["role"]?.stringValue ?? "" }, ["system", "user", "assistant", "user"])
+        XCTAssertEqual(messages[1]["content"], .string("first question"))
+        XCTAssertEqual(messages[2]["content"], .string("The load average on web-1 is 0.42 — nothing to worry about."))
+        try ok(["assistant", "archive", "1"])
+        let archived = try termind(["assistant", "run", "--conversation", "1", "third"])
+        XCTAssertEqual(archived.status, 1)
+        XCTAssertTrue(archived.stderr.contains("archived") && archived.stderr.contains("--restore true"), archived.stderr)
+        XCTAssertEqual(try json(["assistant", "list"])["conversations"]?.arrayValue?.count, 0)
+        XCTAssertEqual(try json(["assistant", "list", "--archived", "true"])["conversations"]?.arrayValue?.count, 1)
+        try ok(["assistant", "archive", "1", "--restore", "true"])
+        // A fork is a copy: going on in it leaves the original as it was.
+        let fork = try json(["assistant", "fork", "1"])
+        XCTAssertEqual(fork["forkedFrom"], .string("1"))
+        let copy = try XCTUnwrap(fork["id"]?.stringValue)
+        try ok(["assistant", "run", "--conversation", copy, "in the fork"])
+        XCTAssertEqual(try json(["assistant", "show", copy])["entries"]?.arrayValue?.count, 6)
+        XCTAssertEqual(try json(["assistant", "show", "1"])["entries"]?.arrayValue?.count, 4)
+        try ok(["assistant", "rm", copy])
+        let gone = try termind(["assistant", "show", copy])
+        XCTAssertEqual(gone.status, 1)
+        XCTAssertTrue(gone.stderr.contains("no conversation \(copy)"), gone.stderr)
+    }
+
+    // MARK: - Tools
+
+    func testToolCallsRunOnlyFromACompleteAnswerInTheModelsOrderEachResultSentBack() throws {
+        try provider("chat")
+        try ok(["vault", "host", "add", "10.0.0.7", "--label", "web-1", "--tags", "prod"])
+        try ok(["vault", "host", "add", "10.0.0.8", "--label", "db-1"])
+        // Two calls in one answer, their pieces interleaved: list_hosts (with a tag) and a tool
+        // that does not exist. Then the final answer.
+        let calls = sse([
+            #"{"choices":[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"list_hosts","arguments":""}}]},"finish_reason":null}]}"#,
+            #"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"reboot_everything","arguments":"{}"}}]},"finish_reason":null}]}"#,
+            #"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"tag\":"}}]},"finish_reason":null}]}"#,
+            #"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"prod\"}"}}]},"finish_reason":null}]}"#,
+            #"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            "[DONE]",
+        ])
+        server.enqueue(.stream(calls, piece: 17), .stream(try fixture("chat/text.sse")))
+        let result = try ok(["--json", "assistant", "run", "which hosts are in prod?"])
+        let records = result.stdout.split(separator: "\n").compactMap { try? JSONCoding.parse(Data($0.utf8), source: "line") }
+        XCTAssertEqual(records.filter { $0["type"] == .string("tool_call") }.compactMap { $0["name"]?.stringValue }, ["list_hosts", "reboot_everything"])
+        XCTAssertEqual(records.filter { $0["type"] == .string("tool_result") }.compactMap { $0["state"]?.stringValue }, ["succeeded", "failed"])
+        XCTAssertEqual(server.requests.count, 2)
+        let first = try server.requests[0].json()
+        XCTAssertEqual(first["tools"]?.arrayValue?.compactMap { $0["function"]?["name"]?.stringValue }, ["list_hosts"])
+        let messages = try server.requests[1].json()["messages"]?.arrayValue ?? []
+        XCTAssertEqual(messages.map { $0["role"]?.stringValue ?? "" }, ["system", "user", "assistant", "tool", "tool"])
+        XCTAssertEqual(messages[2]["tool_calls"]?.arrayValue?.compactMap { $0["id"]?.stringValue }, ["call_a", "call_b"])
+        XCTAssertEqual(messages[3]["tool_call_id"], .string("call_a"))
+        let hosts = try JSONCoding.parse(Data((messages[3]["content"]?.stringValue ?? "").utf8), source: "tool result")
+        XCTAssertEqual(hosts.arrayValue?.compactMap { $0["label"]?.stringValue }, ["web-1"], "the tag went through the call")
+        XCTAssertEqual(messages[4]["tool_call_id"], .string("call_b"))
+        XCTAssertTrue(messages[4]["content"]?.stringValue?.contains("no tool named reboot_everything") == true)
+        let shown = try json(["assistant", "show", "1"])
+        let entries = shown["entries"]?.arrayValue ?? []
+        XCTAssertEqual(entries.map { $0["role"]?.stringValue ?? "" }, ["user", "assistant", "tool", "tool", "assistant"])
+        XCTAssertEqual(entries[1]["calls"]?.arrayValue?.compactMap { $0["state"]?.stringValue }, ["succeeded", "failed"])
+    }
+
+    func testAnIncompleteAnswerIsNeverShownAsAnAnswerNorUsedToDispatchAToolCall() throws {
+        try provider("chat")
+        // A tool call cut before [DONE], then a malformed stream: neither dispatches anything.
+        let cutCall = sse([#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_x","type":"function","function":{"name":"list_hosts","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#])
+        server.enqueue(.stream(cutCall), .stream(try fixture("chat/malformed-delta.sse")))
+        let result = try termind(["--json", "assistant", "run", "go"])
+        XCTAssertEqual(result.status, 1, result.stderr)
+        XCTAssertTrue(result.stdout.contains("broke its protocol"), "--json errors are on standard output: \(result.stdout)")
+        let records = result.stdout.split(separator: "\n").compactMap { try? JSONCoding.parse(Data($0.utf8), source: "line") }
+        XCTAssertTrue(records.allSatisfy { $0["type"] != .string("tool_call") }, result.stdout)
+        XCTAssertEqual(records.filter { $0["type"] == .string("discard") }.count, 1, "the cut answer was declared void")
+        let entries = try json(["assistant", "show", "1"])["entries"]?.arrayValue ?? []
+        XCTAssertEqual(entries.map { $0["role"]?.stringValue ?? "" }, ["user", "error"], "no assistant text, an error entry")
+        XCTAssertEqual(try json(["assistant", "list"])["conversations"]?.arrayValue?.first?["lastRun"], .string("failed"))
+    }
+
+    // MARK: - Retries
+
+    func testTransientFailuresSendTheSameRequestAgainAndWhatWasShownIsVoid() throws {
+        try provider("anthropic")
+        server.enqueue(.stream(try fixture("anthropic/cut.sse")),
+                       .body(#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#, status: 529, headers: [("Retry-After", "0")]),
+                       .body(#"{"error": {"type": "rate_limit_error", "message": "slow down"}}"#, status: 429, headers: [("Retry-After", "0")]),
+                       .stream(try fixture("anthropic/error-mid-stream.sse")),
+                       .stream(try fixture("anthropic/text.sse")))
+        let started = Date()
+        let result = try ok(["assistant", "run", "status?"])
+        // cut → 1 s, 529 and 429 → Retry-After 0, overloaded mid-stream → 8 s at the fourth retry.
+        XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 9)
+        XCTAssertEqual(server.requests.count, 5)
+        let bodies = Set(server.requests.map(\.body))
+        XCTAssertEqual(bodies.count, 1, "every attempt sent the same request")
+        XCTAssertTrue(result.stdout.hasSuffix("The load average on web-1 is 0.42 — nothing to worry about.\n"), result.stdout)
+        XCTAssertTrue(result.stderr.contains("The answer above is discarded"), result.stderr)
+        XCTAssertTrue(result.stderr.contains("HTTP 529") && result.stderr.contains("HTTP 429"), result.stderr)
+        let entries = try json(["assistant", "show", "1"])["entries"]?.arrayValue ?? []
+        XCTAssertEqual(entries.map { $0["role"]?.stringValue ?? "" }, ["user", "assistant"], "only the complete answer was kept")
+    }
+
+    func testASpentBudgetIsNotRetriedAndFiveRetriesEndInAnErrorEntry() throws {
+        try provider("chat")
+        server.enqueue(.body(#"{"error": {"message": "You exceeded your budget.", "type": "insufficient_quota", "code": "enforced_spend_limit_reached"}}"#, status: 429,
+                             headers: [("Retry-After", "0")]))
+        let spent = try termind(["assistant", "run", "hi"])
+        XCTAssertEqual(spent.status, 1)
+        XCTAssertEqual(server.requests.count, 1, "a spent budget was retried")
+        XCTAssertTrue(spent.stderr.contains("enforced_spend_limit_reached"), spent.stderr)
+        server.answer { _ in .body(#"{"error": {"message": "busy"}}"#, status: 503, headers: [("Retry-After", "0")]) }
+        let busy = try termind(["assistant", "run", "hi again"])
+        XCTAssertEqual(busy.status, 1)
+        XCTAssertEqual(server.requests.count, 1 + 6, "one try and five retries")
+        XCTAssertTrue(busy.stderr.contains("gave up after 6 attempts"), busy.stderr)
+        let entries = try json(["assistant", "show", "2"])["entries"]?.arrayValue ?? []
+        XCTAssertEqual(entries.map { $0["role"]?.stringValue ?? "" }, ["user", "error"])
+    }
+
+    func testAResponseOverSixteenMebibytesIsRefused() throws {
+        try provider("chat")
+        let line = Data(("data: " + #"{"choices":[{"index":0,"delta":{"content":""# + String(repeating: "x", count: 60_000) + #""}}]}"# + "\n\n").utf8)
+        server.enqueue(ReplayServer.Reply(steps: (0..<350).map { _ in .bytes(line) }))
+        let result = try termind(["assistant", "run", "a lot"])
+        XCTAssertEqual(result.status, 1)
+        XCTAssertTrue(result.stderr.contains("16 MiB"), result.stderr)
+        XCTAssertEqual(server.requests.count, 1, "a too large answer is not asked for again")
+    }
+
+    // MARK: - Cancellation and interruption
+
+    func testCtrlCEndsTheTurnClosesTheRequestAndKeepsWhatWasComplete() throws {
+        try provider("chat")
+        let start = sse([#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"Thinking"},"finish_reason":null}]}"#])
+        server.enqueue(ReplayServer.Reply(steps: [.bytes(start), .hang]))
+        let run = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["assistant", "run", "slow one"], environment: environment, captureOutput: true)
+        XCTAssertNotNil(run.readOutput(until: "Thinking", timeout: 20))
+        run.signal(SIGINT)
+        XCTAssertEqual(run.wait(), 130)
+        XCTAssertTrue(waitUntil(seconds: 5) { server.hangUps == 1 }, "the HTTP request stayed open")
+        let conversation = try json(["assistant", "list"])["conversations"]?.arrayValue?.first
+        XCTAssertEqual(conversation?["lastRun"], .string("cancelled"))
+        XCTAssertEqual(try json(["assistant", "show", "1"])["entries"]?.arrayValue?.map { $0["role"]?.stringValue ?? "" }, ["user"], "the partial answer is not kept")
+    }
+
+    func testARunLeftByATermindThatDiedIsInterruptedNeverResumed() throws {
+        try provider("chat")
+        server.enqueue(ReplayServer.Reply(steps: [.bytes(sse([#"{"choices":[{"index":0,"delta":{"content":"Work"},"finish_reason":null}]}"#])), .hang]))
+        let run = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["assistant", "run", "long job"], environment: environment, captureOutput: true)
+        XCTAssertNotNil(run.readOutput(until: "Work", timeout: 20))
+        run.signal(SIGKILL)
+        _ = run.wait()
+        let requests = server.requests.count
+        let conversation = try json(["assistant", "list"])["conversations"]?.arrayValue?.first
+        XCTAssertEqual(conversation?["lastRun"], .string("interrupted"))
+        XCTAssertEqual(server.requests.count, requests, "starting again replayed the request")
+    }
+
+    // MARK: - Secrets
+
+    func testAKeyNeverReachesALogAndAMissingOneIsAnErrorNotAnAnonymousCall() throws {
+        try provider("chat")
+        server.enqueue(.stream(try fixture("chat/text.sse")))
+        let debug = try ok(["--debug", "assistant", "run", "hello"])
+        XCTAssertTrue(debug.stderr.contains("http.request"), debug.stderr)
+        XCTAssertTrue(debug.stderr.contains("authorization:redacted"), debug.stderr)
+        try assertKeyNowhere([debug])
+        // The secret the record names is gone from this device (as for a record synced from
+        // another): refused before anything is sent.
+        let secrets = try ProcessRunner.run("/usr/bin/sqlite3", [directory.file("secrets.sqlite"), "DELETE FROM secrets;"])
+        XCTAssertEqual(secrets.status, 0, secrets.stderr)
+        let before = server.requests.count
+        let missing = try termind(["assistant", "run", "hello"])
+        XCTAssertEqual(missing.status, 1, missing.stdout)
+        XCTAssertTrue(missing.stderr.contains("secret"), missing.stderr)
+        XCTAssertEqual(server.requests.count, before, "a request went out without its key")
+    }
+}
+
+/// `termind assistant run` against a real model: llama.cpp's server with SmolLM2-135M
+/// (Tests/Peers/llm_server.py), through each of the three dialects it speaks. (This model
+/// makes no tool calls; those are covered against the replay server.)
+final class LocalModelTests: XCTestCase {
+    func testARealModelAnswersThroughChatResponsesAndMessages() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let model = try LocalModel()
+        defer { model.stop() }
+        var environment = ProcessInfo.termindEnvironment(home: directory.file("home"), socket: directory.file("none.sock"))
+        environment["no_proxy"] = "127.0.0.1"
+        let cli = TermindCLI(environment: environment, leading: ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")])
+        try cli.run(["assistant", "provider", "add", "chat", "--protocol", "chat", "--url", model.url + "/v1"])
+        try cli.run(["assistant", "provider", "add", "responses", "--protocol", "responses", "--url", model.url + "/v1/responses"])
+        try cli.run(["assistant", "provider", "add", "messages", "--protocol", "anthropic", "--url", model.url])
+        let listed = try cli.json(["assistant", "provider", "test", "chat"])
+        XCTAssertEqual(listed["models"]?.arrayValue?.compactMap(\.stringValue), [model.model])
+        for provider in ["chat", "responses", "messages"] {
+            try cli.run(["assistant", "model", "add", provider, "--provider", provider, "--model", model.model, "--max-output-tokens", "24"])
+            let answer = try cli.run(["assistant", "run", "--model", provider, "Name", "one", "colour."])
+            XCTAssertFalse(answer.stdout.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty, "\(provider): no answer")
+            let run = try cli.json(["assistant", "list"])["conversations"]?.arrayValue?.first
+            XCTAssertEqual(run?["lastRun"], .string("completed"), provider)
+            let shown = try cli.json(["assistant", "show", run?["id"]?.stringValue ?? ""])
+            XCTAssertEqual(shown["entries"]?.arrayValue?.last?["text"]?.stringValue, answer.stdout.trimmingCharacters(in: .newlines), provider)
+            XCTAssertGreaterThan(shown["entries"]?.arrayValue?.last?["outputTokens"]?.intValue ?? 0, 0, "\(provider): no usage")
+        }
+    }
+}
