@@ -383,3 +383,79 @@ final class LocalModelTests: XCTestCase {
         }
     }
 }
+
+/// Vertex: a service account's JSON kept in the secret store, a JWT signed with its key
+/// (RS256, OpenSSL) exchanged at its token URL (here the replay server's), the token sent
+/// as the bearer of `streamGenerateContent`.
+final class VertexTests: XCTestCase {
+    func testAServiceAccountsSignedAssertionIsExchangedForTheTokenTheRequestCarries() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let server = try ReplayServer()
+        defer { server.stop() }
+        let key = directory.file("key.pem"), publicKey = directory.file("public.pem")
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", key]).status, 0)
+        XCTAssertEqual(try ProcessRunner.run("/usr/bin/openssl", ["pkey", "-in", key, "-pubout", "-out", publicKey]).status, 0)
+        let pem = try String(contentsOfFile: key, encoding: .utf8)
+        func account(_ tokenURL: String) throws -> String {
+            let text = String(decoding: try JSONCoding.encode(JSONValue.object([
+                "type": .string("service_account"), "project_id": .string("proj"), "private_key_id": .string("kid-1"), "private_key": .string(pem),
+                "client_email": .string("termind@proj.iam.gserviceaccount.com"), "token_uri": .string(tokenURL),
+            ])), as: UTF8.self)
+            return try directory.write("account-\(abs(tokenURL.hashValue)).json", text)
+        }
+        var environment = ProcessInfo.termindEnvironment(home: directory.file("home"), socket: directory.file("none.sock"))
+        environment["no_proxy"] = "127.0.0.1"
+        let cli = TermindCLI(environment: environment, leading: ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")])
+        // A token URL that is neither Google's nor this machine's is refused: the signed
+        // assertion would be a credential handed to it.
+        let elsewhere = try cli.run(["assistant", "provider", "add", "vx", "--protocol", "vertex", "--service-account", try account("https://tokens.example.com/token"),
+                                     "--project", "proj", "--location", "us-central1"], status: 2)
+        XCTAssertTrue(elsewhere.stderr.contains("token_uri (https://tokens.example.com)"), elsewhere.stderr)
+        let added = try cli.json(["assistant", "provider", "add", "vx", "--protocol", "vertex", "--url", server.url + "/v1",
+                                  "--service-account", try account(server.url + "/token"), "--project", "proj", "--location", "us-central1"])
+        XCTAssertEqual(added["credential"], .string("service-account"))
+        let token = #"{"access_token": "ya29.token-for-the-test", "expires_in": 3599, "token_type": "Bearer"}"#
+        server.enqueue(.body(token))
+        let tested = try cli.json(["assistant", "provider", "test", "vx"])
+        XCTAssertEqual(tested["reachable"], .bool(true))
+        // The assertion: RS256 over header.claims, verifiable with the account's public key.
+        let exchange = try XCTUnwrap(server.requests.first)
+        XCTAssertEqual(exchange.path, "/token")
+        XCTAssertEqual(exchange.header("content-type"), "application/x-www-form-urlencoded")
+        let form = String(decoding: exchange.body, as: UTF8.self)
+        XCTAssertTrue(form.hasPrefix("grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion="), form)
+        let parts = form.components(separatedBy: "assertion=").last?.split(separator: ".").map(String.init) ?? []
+        XCTAssertEqual(parts.count, 3)
+        func decode(_ text: String) -> Data {
+            var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+            while base64.count % 4 != 0 { base64 += "=" }
+            return Data(base64Encoded: base64) ?? Data()
+        }
+        let header = try JSONCoding.parse(decode(parts[0]), source: "header")
+        let claims = try JSONCoding.parse(decode(parts[1]), source: "claims")
+        XCTAssertEqual(header["alg"], .string("RS256"))
+        XCTAssertEqual(header["kid"], .string("kid-1"))
+        XCTAssertEqual(claims["iss"], .string("termind@proj.iam.gserviceaccount.com"))
+        XCTAssertEqual(claims["aud"], .string(server.url + "/token"))
+        XCTAssertEqual(claims["scope"], .string("https://www.googleapis.com/auth/cloud-platform"))
+        try Data((parts[0] + "." + parts[1]).utf8).write(to: URL(fileURLWithPath: directory.file("signed")))
+        try decode(parts[2]).write(to: URL(fileURLWithPath: directory.file("signature")))
+        let verified = try ProcessRunner.run("/usr/bin/openssl", ["dgst", "-sha256", "-verify", publicKey, "-signature", directory.file("signature"), directory.file("signed")])
+        XCTAssertEqual(verified.status, 0, "the signature does not verify: \(verified.stdout)\(verified.stderr)")
+        // A run: the token as the bearer, the model under the project's location.
+        try cli.run(["assistant", "model", "add", "g", "--provider", "vx", "--model", "gemini-2.5-flash"])
+        server.enqueue(.body(token), .stream(try Data(contentsOf: URL(fileURLWithPath: Repository.path("Tests/Fixtures/Providers/gemini/text.sse")))))
+        let answer = try cli.run(["assistant", "run", "load?"])
+        XCTAssertEqual(answer.stdout, "The load average on web-1 is 0.42 — nothing to worry about.\n")
+        let request = try XCTUnwrap(server.requests.last)
+        XCTAssertEqual(request.path, "/v1/projects/proj/locations/us-central1/publishers/google/models/gemini-2.5-flash:streamGenerateContent?alt=sse")
+        XCTAssertEqual(request.header("authorization"), "Bearer ya29.token-for-the-test")
+        // The private key is in the encrypted secret store only.
+        let body = pem.split(separator: "\n")[1]
+        for name in ["db.sqlite", "db.sqlite-wal", "secrets.sqlite", "secrets.sqlite-wal"] where FileManager.default.fileExists(atPath: directory.file(name)) {
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: directory.file(name)))
+            XCTAssertNil(bytes.range(of: Data(body.utf8)), "\(name) holds the private key in plain text")
+        }
+    }
+}
