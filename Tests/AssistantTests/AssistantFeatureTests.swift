@@ -459,3 +459,59 @@ final class VertexTests: XCTestCase {
         }
     }
 }
+
+extension AssistantFeatureTests {
+    func testAnAnonymousProviderSendsNoAuthHeaderAndAModelWithoutToolsIsOfferedNone() throws {
+        try ok(["assistant", "provider", "add", "local", "--protocol", "chat", "--url", server.url + "/v1"])
+        try ok(["assistant", "model", "add", "plain", "--provider", "local", "--model", "m", "--tools", "false"])
+        server.enqueue(.stream(try fixture("chat/text.sse")))
+        try ok(["assistant", "run", "hello"])
+        let request = try XCTUnwrap(server.requests.first)
+        XCTAssertNil(request.header("authorization"))
+        XCTAssertNil(try request.json()["tools"], "a model that cannot call tools was offered some")
+        // A key added later is sent; --anonymous true drops it again.
+        try ok(["assistant", "provider", "edit", "local", "--key", "-"], stdin: key)
+        server.enqueue(.stream(try fixture("chat/text.sse")), .stream(try fixture("chat/text.sse")))
+        try ok(["assistant", "run", "hello"])
+        XCTAssertEqual(server.requests.last?.header("authorization"), "Bearer \(key)")
+        try ok(["assistant", "provider", "edit", "local", "--anonymous", "true"])
+        try ok(["assistant", "run", "hello"])
+        XCTAssertNil(server.requests.last?.header("authorization"))
+        XCTAssertEqual(try json(["assistant", "provider", "list"])["providers"]?.arrayValue?.first?["credential"], .string("anonymous"))
+    }
+
+    func testACallWhoseOutcomeIsUnknownIsShownAsSuchAndTheModelIsToldSo() throws {
+        try provider("chat")
+        let call = sse([#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_q","type":"function","function":{"name":"list_hosts","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#,
+                        "[DONE]"])
+        server.enqueue(.stream(call), .stream(try fixture("chat/text.sse")))
+        try ok(["assistant", "run", "hosts?"])
+        // As a termind killed while the call ran leaves it: the run running, the call running.
+        let crashed = try ProcessRunner.run("/usr/bin/sqlite3", [directory.file("db.sqlite"),
+            "UPDATE assistant_runs SET state = 'running'; UPDATE assistant_tool_calls SET state = 'running';"])
+        XCTAssertEqual(crashed.status, 0, crashed.stderr)
+        let shown = try json(["assistant", "show", "1"])
+        XCTAssertEqual(shown["conversation"]?["lastRun"], .string("interrupted"))
+        XCTAssertEqual(shown["entries"]?.arrayValue?[1]["calls"]?.arrayValue?.first?["state"], .string("unknown"))
+        server.enqueue(.stream(try fixture("chat/text.sse")))
+        try ok(["assistant", "run", "--conversation", "1", "did it work?"])
+        let messages = try server.requests.last?.json()["messages"]?.arrayValue ?? []
+        let told = messages.first { $0["role"] == .string("tool") }?["content"]?.stringValue ?? ""
+        XCTAssertTrue(told.contains("[") || told.contains("not known"), told)
+    }
+
+    func testSuggestPrintsOneCommandAndRunsNothing() throws {
+        try provider("chat")
+        try ok(["vault", "host", "add", "10.0.0.7", "--label", "web-1"])
+        let reply = sse([#"{"choices":[{"index":0,"delta":{"content":"```sh\ndf -h /var\n```"},"finish_reason":"stop"}]}"#, "[DONE]"])
+        server.enqueue(.stream(reply))
+        let suggested = try ok(["assistant", "suggest", "--host", "web-1", "how", "full", "is", "/var?"])
+        XCTAssertEqual(suggested.stdout, "df -h /var\n", "the bare command, ready to copy")
+        server.enqueue(.stream(reply))
+        XCTAssertEqual(try json(["assistant", "suggest", "disk", "use"])["command"], .string("df -h /var"))
+        let request = try server.requests.first?.json()
+        XCTAssertNil(request?["tools"], "a suggestion offers no tools")
+        XCTAssertTrue(request?["messages"]?.arrayValue?.first?["content"]?.stringValue?.contains("web-1") == true)
+        XCTAssertEqual(try json(["assistant", "list"])["conversations"]?.arrayValue?.count, 0, "a suggestion is no conversation")
+    }
+}

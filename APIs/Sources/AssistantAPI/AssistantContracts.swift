@@ -68,15 +68,19 @@ public enum AssistantContracts {
         public struct Request: Codable, Sendable, Equatable {
             public var name: String
             public var url: String?
-            /// A new key from standard input (`--key -`); an empty one makes it anonymous.
+            /// A new key from standard input (`--key -`).
             public var key: Secret?
+            /// Drop the key: requests go without an auth header (the secret is deleted).
+            public var anonymous: Bool?
             public var serviceAccount: String?
             public var project: String?
             public var location: String?
-            public init(name: String, url: String? = nil, key: Secret? = nil, serviceAccount: String? = nil, project: String? = nil, location: String? = nil) {
+            public init(name: String, url: String? = nil, key: Secret? = nil, anonymous: Bool? = nil, serviceAccount: String? = nil, project: String? = nil,
+                        location: String? = nil) {
                 self.name = name
                 self.url = url
                 self.key = key
+                self.anonymous = anonymous
                 self.serviceAccount = serviceAccount
                 self.project = project
                 self.location = location
@@ -434,11 +438,14 @@ public enum AssistantStreams {
             public var host: String?
             public var model: String?
             public var provider: String?
-            public init(want: String, host: String? = nil, model: String? = nil, provider: String? = nil) {
+            /// How the client shows it: "json" or "text" (the bare command on standard output).
+            public var output: String?
+            public init(want: String, host: String? = nil, model: String? = nil, provider: String? = nil, output: String? = nil) {
                 self.want = want
                 self.host = host
                 self.model = model
                 self.provider = provider
+                self.output = output
             }
         }
         public struct Result: Codable, Sendable, Equatable {
@@ -449,7 +456,7 @@ public enum AssistantStreams {
         public static let version = 1
         public static let summary = "Suggest a shell command for what you want (printed, never run)."
         public static let effect: Effect = Effect(.read, network: true, secrets: true)
-        public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice] }
+        public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice, "stdout": StreamEvents.data] }
     }
 }
 

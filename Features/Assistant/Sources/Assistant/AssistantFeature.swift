@@ -184,6 +184,11 @@ final class AssistantFeature: Feature {
             try await Self.write(providers, revision: revision, ports: ports)
             revision += 1
         }
+        if request.anonymous == true {
+            guard request.key == nil else { throw TermindError(.assistantInvalid, "--anonymous true and --key - contradict each other; give one.") }
+            guard provider.protocol != .vertex else { throw TermindError(.assistantInvalid, "A vertex provider cannot be anonymous: it needs its service account.") }
+            try await Self.setSecret(Secret(""), field: "providers.\(request.name).secretRef", ports: ports)
+        }
         if let key = request.key { try await Self.setSecret(key, field: "providers.\(request.name).secretRef", ports: ports) }
         if let account { try await Self.setSecret(account, field: "providers.\(request.name).serviceAccountRef", ports: ports) }
         let (saved, _) = try await Self.providers(ports)
@@ -424,6 +429,7 @@ final class AssistantFeature: Feature {
             .answer(ModelRequest(model: model.model, system: system, items: [.user(want)], tools: [], maxOutputTokens: model.maxOutputTokens ?? 200))
         let command = Self.command(in: outcome.text)
         guard !command.isEmpty else { throw TermindError(.assistantIncomplete, "\(model.provider) suggested nothing.") }
+        if request.output != "json" { await session.emit("stdout", data: Data((command + "\n").utf8)) }
         return .init(command: command)
     }
 
