@@ -21,7 +21,22 @@ public enum AssistantSettings {
             /// project and a location.
             case vertex
         }
-        public struct Provider: Codable, Sendable, Equatable {
+        public struct Provider: Codable, Sendable, Equatable, SchemaDescribable {
+            /// Both shapes validate: `protocol` with `url`, or the first one's `kind` with
+            /// `baseURL` (read as above, written back in the new shape).
+            public static var schema: JSONSchema {
+                .object([
+                    .init(name: "protocol", schema: ProviderProtocol.schema, required: false),
+                    .init(name: "url", schema: .string(), required: false),
+                    .init(name: "secretRef", schema: .string(), required: false),
+                    .init(name: "serviceAccountRef", schema: .string(), required: false),
+                    .init(name: "project", schema: .string(), required: false),
+                    .init(name: "location", schema: .string(), required: false),
+                    .init(name: "kind", schema: .enumeration(["anthropic", "openai", "ollama", "openai-compatible"]), required: false),
+                    .init(name: "baseURL", schema: .string(), required: false),
+                ])
+            }
+
             public var `protocol`: ProviderProtocol
             /// Responses: the full URL; the others: their base URL. Filled in when a provider
             /// is added without one; nil only in a record written before URLs were required
@@ -34,6 +49,10 @@ public enum AssistantSettings {
             public var serviceAccountRef: String
             public var project: String?
             public var location: String?
+            /// The first shape's `kind` and `baseURL`, kept as they came and written back, so a
+            /// record that went through this termind still reads where only they are known.
+            public var legacyKind: String?
+            public var legacyBaseURL: String?
 
             public init(protocol: ProviderProtocol, url: String? = nil, secretRef: String = "", serviceAccountRef: String = "",
                         project: String? = nil, location: String? = nil) {
@@ -56,6 +75,8 @@ public enum AssistantSettings {
                 serviceAccountRef = try container.decodeIfPresent(String.self, forKey: .serviceAccountRef) ?? ""
                 project = try container.decodeIfPresent(String.self, forKey: .project)
                 location = try container.decodeIfPresent(String.self, forKey: .location)
+                legacyKind = try container.decodeIfPresent(String.self, forKey: .kind)
+                legacyBaseURL = try container.decodeIfPresent(String.self, forKey: .baseURL)
                 if let value = try container.decodeIfPresent(ProviderProtocol.self, forKey: .protocol) {
                     `protocol` = value
                     url = try container.decodeIfPresent(String.self, forKey: .url)
@@ -79,6 +100,8 @@ public enum AssistantSettings {
                 if !serviceAccountRef.isEmpty { try container.encode(serviceAccountRef, forKey: .serviceAccountRef) }
                 try container.encodeIfPresent(project, forKey: .project)
                 try container.encodeIfPresent(location, forKey: .location)
+                try container.encodeIfPresent(legacyKind, forKey: .kind)
+                try container.encodeIfPresent(legacyBaseURL, forKey: .baseURL)
             }
         }
 

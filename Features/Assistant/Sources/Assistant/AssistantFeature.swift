@@ -173,6 +173,9 @@ final class AssistantFeature: Feature {
         if let url = request.url {
             if let problem = AssistantSettings.urlProblem(url) { throw TermindError(.assistantInvalid, "--url '\(url)' \(problem).") }
             provider.url = url
+            // The first shape's fields would now say something else: they go.
+            provider.legacyKind = nil
+            provider.legacyBaseURL = nil
         }
         if request.project != nil || request.location != nil {
             guard provider.protocol == .vertex else { throw TermindError(.assistantInvalid, "--project and --location are for a vertex provider; \(request.name) speaks \(provider.protocol.rawValue).") }
