@@ -281,6 +281,12 @@ let package = Package(
             dependencies: [core, "TermindHarness"],
             path: "Tests/Tools/ForwardBench"
         ),
+        // `make bench`: a long streamed answer through `termind assistant run` against the official openai SDK.
+        .executableTarget(
+            name: "termind-assistant-bench",
+            dependencies: [core, "TermindHarness"],
+            path: "Tests/Tools/AssistantBench"
+        ),
         // `make bench`: terminal output throughput and keystroke echo against ssh -tt on the same sshd.
         .executableTarget(
             name: "termind-terminal-bench",

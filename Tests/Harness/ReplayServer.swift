@@ -79,6 +79,7 @@ public final class ReplayServer: @unchecked Sendable {
         var handler: (@Sendable (Request) -> Reply)?
         var hangUps = 0
         var written = 0
+        var bodyStarts: [Double] = []
         var connections = 0
         var stopped = false
     }
@@ -121,6 +122,9 @@ public final class ReplayServer: @unchecked Sendable {
     /// Body bytes written to clients so far.
     public var written: Int { state.withLock { $0.written } }
     public var connections: Int { state.withLock { $0.connections } }
+    /// When each reply's first body bytes were written (monotonic seconds, as
+    /// `DispatchTime.now().uptimeNanoseconds / 1e9`): what a client's first token is timed from.
+    public var bodyStarts: [Double] { state.withLock { $0.bodyStarts } }
 
     public func stop() {
         state.withLock { $0.stopped = true }
@@ -207,11 +211,17 @@ public final class ReplayServer: @unchecked Sendable {
         }
         head += "\r\n"
         guard send(fd, Data(head.utf8)) else { return hungUp() }
+        var started = false
         for step in reply.steps {
             switch step {
             case .bytes(let data):
                 guard !data.isEmpty else { continue }
                 let framed = reply.chunked ? Data(String(data.count, radix: 16).utf8) + Data("\r\n".utf8) + data + Data("\r\n".utf8) : data
+                if !started {
+                    started = true
+                    let now = Double(DispatchTime.now().uptimeNanoseconds) / 1e9
+                    state.withLock { $0.bodyStarts.append(now) }
+                }
                 guard send(fd, framed) else { return hungUp() }
                 state.withLock { $0.written += data.count }
             case .pause(let seconds):

@@ -1,0 +1,172 @@
+import Foundation
+import TermindCore
+import TermindHarness
+
+// termind-assistant-bench: a long streamed answer (10,000 tokens by default, one Chat
+// Completions chunk each, as OpenAI's API sends them) from a loopback replay server, read by
+// whole `termind assistant run` processes and by whole Python processes using the official
+// `openai` SDK (`client.chat.completions.create(stream=True)`, each delta written and flushed
+// as it comes, as termind does), alternated in pairs on the same server in one run.
+//
+// Printed per client (min/median/max over the runs):
+// * first token: from the server writing the first body byte to the client's first byte on
+//   standard output (the client's own overhead over the raw stream; the target is 5 ms);
+// * CPU per 1,000 tokens: the client's CPU (wait4) for the long answer minus its CPU for a
+//   one-token answer, divided by the tokens (start-up, imports and the request are the same in
+//   both, so what is left is the cost of reading the stream); the target is termind ≤ 0.5× the SDK;
+// * CPU and wall time of the whole process, start-up included.
+
+var tokens = 10_000
+var runs = 5
+var arguments = CommandLine.arguments.dropFirst()
+while let argument = arguments.popFirst() {
+    switch argument {
+    case "--tokens": tokens = arguments.popFirst().flatMap(Int.init) ?? tokens
+    case "--runs": runs = arguments.popFirst().flatMap(Int.init) ?? runs
+    default:
+        FileHandle.standardError.write(Data("usage: termind-assistant-bench [--tokens N] [--runs N]\n".utf8))
+        exit(2)
+    }
+}
+
+func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+
+/// One chunk per token, then the finish, usage and [DONE], as OpenAI's API streams them.
+func stream(tokens: Int) -> Data {
+    var body = ""
+    let head = #"{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1767225600,"model":"gpt-4.1-2025-04-14","system_fingerprint":"fp_bench","choices":[{"index":0,"delta":{"#
+    body += "data: " + head + #""role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}"# + "\n\n"
+    let words = ["load", " average", " on", " web", "-1", " is", " 0", ".42", ";", " fine", ".\\n"]
+    for index in 0..<tokens {
+        body += "data: " + head + #""content":""# + words[index % words.count] + #""},"logprobs":null,"finish_reason":null}],"usage":null}"# + "\n\n"
+    }
+    body += "data: " + head + #"},"logprobs":null,"finish_reason":"stop"}],"usage":null}"# + "\n\n"
+    body += "data: " + #"{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1767225600,"model":"gpt-4.1-2025-04-14","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":"# + String(tokens) + #","total_tokens":"# + String(tokens + 12) + "}}\n\n"
+    body += "data: [DONE]\n\n"
+    return Data(body.utf8)
+}
+
+struct Run {
+    var wall: Double
+    var cpu: Double
+    /// From the server's first body byte to the client's first byte on standard output.
+    var firstToken: Double
+    var bytes: Int
+}
+
+/// Runs a client whose standard output is a pipe read here; its CPU from wait4.
+func measure(_ program: String, _ arguments: [String], environment: [String: String], server: ReplayServer) throws -> Run {
+    var pipeFDs: [Int32] = [0, 0]
+    guard pipe(&pipeFDs) == 0 else { throw TermindError(code: "bench.pipe", message: "pipe failed") }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 1)
+    posix_spawn_file_actions_addclose(&actions, pipeFDs[0])
+    posix_spawn_file_actions_addclose(&actions, pipeFDs[1])
+    let argv = ([program] + arguments).map { strdup($0) } + [nil]
+    let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer { (argv + envp).forEach { free($0) } }
+    let replies = server.bodyStarts.count
+    let start = now()
+    var pid: pid_t = 0
+    let spawned = posix_spawn(&pid, program, &actions, nil, argv, envp)
+    close(pipeFDs[1])
+    guard spawned == 0 else { throw TermindError(code: "bench.spawn", message: "cannot start \(program): \(String(cString: strerror(spawned)))") }
+    var first: Double?
+    var total = 0
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let count = read(pipeFDs[0], &buffer, buffer.count)
+        if count < 0 && errno == EINTR { continue }
+        if count <= 0 { break }
+        if first == nil { first = now() }
+        total += count
+    }
+    close(pipeFDs[0])
+    var status: Int32 = 0
+    var usage = rusage()
+    while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
+    let wall = now() - start
+    guard status == 0 else { throw TermindError(code: "bench.failed", message: "\(program) \(arguments.joined(separator: " ")) ended with status \(status)") }
+    let starts = server.bodyStarts
+    guard starts.count > replies, let first else { throw TermindError(code: "bench.stream", message: "\(program) printed nothing") }
+    func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+    return Run(wall: wall, cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime), firstToken: first - starts[replies], bytes: total)
+}
+
+func spread(_ values: [Double]) -> (min: Double, median: Double, max: Double) {
+    let sorted = values.sorted()
+    return (sorted.first ?? 0, sorted[sorted.count / 2], sorted.last ?? 0)
+}
+func f(_ v: Double) -> String { v >= 100 ? String(format: "%.0f", v) : v >= 10 ? String(format: "%.1f", v) : String(format: "%.2f", v) }
+func triple(_ s: (min: Double, median: Double, max: Double)) -> String { "\(f(s.min))/\(f(s.median))/\(f(s.max))" }
+
+do {
+    let directory = try TemporaryDirectory("termind-assistant-bench")
+    defer { directory.remove() }
+    let server = try ReplayServer()
+    defer { server.stop() }
+    let long = stream(tokens: tokens), short = stream(tokens: 1)
+    let python = try LocalModel.python()
+    let sdk = try directory.write("sdk.py", """
+        import sys
+        from openai import OpenAI
+        client = OpenAI(base_url=sys.argv[1], api_key="sk-bench")
+        out = sys.stdout
+        for chunk in client.chat.completions.create(model="gpt-4.1", messages=[{"role": "user", "content": "how is web-1?"}], stream=True):
+            if chunk.choices and chunk.choices[0].delta.content:
+                out.write(chunk.choices[0].delta.content)
+                out.flush()
+        """)
+    var environment = ProcessInfo.processInfo.environment
+    environment["HOME"] = directory.file("home")
+    environment["no_proxy"] = "127.0.0.1"
+    environment["NO_PROXY"] = "127.0.0.1"
+    for name in ["TERMIND_SOCKET", "TERMIND_DEBUG", "TERMIND_LOG_FILE"] { environment[name] = nil }
+    let termind = FeatureHarness.buildDirectory + "/termind"
+    let location = ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")]
+    for setup in [["assistant", "provider", "add", "bench", "--protocol", "chat", "--url", server.url + "/v1"],
+                  ["assistant", "model", "add", "gpt", "--provider", "bench", "--model", "gpt-4.1"]] {
+        let result = try ProcessRunner.run(termind, location + setup, environment: environment)
+        guard result.status == 0 else { throw TermindError(code: "bench.setup", message: result.stderr) }
+    }
+    let termindRun = { () throws -> Run in try measure(termind, location + ["assistant", "run", "how is web-1?"], environment: environment, server: server) }
+    let sdkRun = { () throws -> Run in try measure(python, [sdk, server.url + "/v1"], environment: environment, server: server) }
+
+    func serve(_ body: Data) { server.enqueue(.stream(body, piece: 16 << 10)) }
+    // Warm-up, one of each, unmeasured.
+    serve(long); _ = try termindRun()
+    serve(long); _ = try sdkRun()
+    var longRuns: [(Run, Run)] = [], shortRuns: [(Run, Run)] = []
+    for _ in 0..<runs {
+        serve(long); let t = try termindRun()
+        serve(long); let s = try sdkRun()
+        longRuns.append((t, s))
+        serve(short); let ts = try termindRun()
+        serve(short); let ss = try sdkRun()
+        shortRuns.append((ts, ss))
+    }
+    guard longRuns.allSatisfy({ $0.0.bytes == $0.1.bytes }) else {
+        throw TermindError(code: "bench.output", message: "termind and the SDK printed different amounts: \(longRuns.map { ($0.0.bytes, $0.1.bytes) })")
+    }
+    let termindPer = zip(longRuns, shortRuns).map { ($0.0.0.cpu - $0.1.0.cpu) / Double(tokens) * 1000 }
+    let sdkPer = zip(longRuns, shortRuns).map { ($0.0.1.cpu - $0.1.1.cpu) / Double(tokens) * 1000 }
+    print("termind-assistant-bench: \(tokens) tokens (\(long.count >> 10) KiB of Chat Completions chunks) from a loopback server, \(runs) runs each, alternated")
+    print("\("".padding(toLength: 34, withPad: " ", startingAt: 0)) \("termind".padding(toLength: 20, withPad: " ", startingAt: 0)) \("openai SDK".padding(toLength: 20, withPad: " ", startingAt: 0)) ratio (median)")
+    func line(_ name: String, _ a: [Double], _ b: [Double], scale: Double = 1) {
+        let x = spread(a.map { $0 * scale }), y = spread(b.map { $0 * scale })
+        print("\(name.padding(toLength: 34, withPad: " ", startingAt: 0)) \(triple(x).padding(toLength: 20, withPad: " ", startingAt: 0)) \(triple(y).padding(toLength: 20, withPad: " ", startingAt: 0)) \(f(x.median / max(y.median, 1e-9)))")
+    }
+    line("first token after the stream, ms", longRuns.map(\.0.firstToken), longRuns.map(\.1.firstToken), scale: 1000)
+    line("CPU per 1,000 tokens, ms", termindPer, sdkPer, scale: 1000)
+    line("whole process CPU, s", longRuns.map(\.0.cpu), longRuns.map(\.1.cpu))
+    line("whole process wall, s", longRuns.map(\.0.wall), longRuns.map(\.1.wall))
+    line("one-token answer CPU, s", shortRuns.map(\.0.cpu), shortRuns.map(\.1.cpu))
+    let ratio = spread(termindPer).median / max(spread(sdkPer).median, 1e-9)
+    print("target: termind's CPU per token ≤ 0.5× the SDK's: \(f(ratio))× (\(ratio <= 0.5 ? "met" : "missed")); first-token overhead ≤ 5 ms: \(f(spread(longRuns.map(\.0.firstToken)).median * 1000)) ms (\(spread(longRuns.map(\.0.firstToken)).median <= 0.005 ? "met" : "missed"))")
+} catch {
+    FileHandle.standardError.write(Data("termind-assistant-bench: \(TermindError.from(error).message)\n".utf8))
+    exit(1)
+}
