@@ -17,6 +17,7 @@ final class AssistantFeatureTests: XCTestCase {
     }
 
     override func tearDown() {
+        _ = serve?.stop()
         server?.stop()
         directory?.remove()
     }
@@ -29,7 +30,10 @@ final class AssistantFeatureTests: XCTestCase {
         return environment
     }
 
-    private var location: [String] { ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")] }
+    /// Inside a `termind serve` when a test starts one, else in-process on the test's store.
+    private var serve: ServeProcess?
+    private var location: [String] { serve.map { ["--socket", $0.socketPath] } ?? ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")] }
+    private var database: String { serve == nil ? directory.file("db.sqlite") : directory.file("serve/db.sqlite") }
 
     private func termind(_ arguments: [String], stdin: String? = nil) throws -> ProcessResult {
         try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", location + arguments, environment: environment, stdin: stdin)
@@ -513,5 +517,59 @@ extension AssistantFeatureTests {
         XCTAssertNil(request?["tools"], "a suggestion offers no tools")
         XCTAssertTrue(request?["messages"]?.arrayValue?.first?["content"]?.stringValue?.contains("web-1") == true)
         XCTAssertEqual(try json(["assistant", "list"])["conversations"]?.arrayValue?.count, 0, "a suggestion is no conversation")
+    }
+}
+
+extension AssistantFeatureTests {
+    func testAChatTakesATurnPerLineOfItsInputAndKeepsOneConversation() throws {
+        try provider("chat")
+        server.enqueue(.stream(try fixture("chat/text.sse")), .stream(try fixture("chat/text.sse")))
+        let chatted = try ok(["assistant", "chat"], stdin: "first question\nsecond question\n")
+        let answer = "The load average on web-1 is 0.42 — nothing to worry about.\n"
+        XCTAssertEqual(chatted.stdout, answer + answer)
+        let messages = try server.requests[1].json()["messages"]?.arrayValue ?? []
+        XCTAssertEqual(messages.map { $0["role"]?.stringValue ?? "" }, ["system", "user", "assistant", "user"])
+        XCTAssertEqual(try json(["assistant", "list"])["conversations"]?.arrayValue?.count, 1)
+        XCTAssertEqual(try json(["assistant", "show", "1"])["entries"]?.arrayValue?.count, 4)
+    }
+
+    func testOnATerminalCtrlCEndsTheTurnTheChatGoesOnAndCtrlCAtThePromptLeaves() throws {
+        try chatOnATerminal()
+    }
+
+    func testInsideServeCtrlCEndsTheTurnTheChatGoesOnAndCtrlCAtThePromptLeaves() throws {
+        serve = try ServeProcess(directory: directory, arguments: [], environment: ["no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"])
+        try chatOnATerminal()
+    }
+
+    private func chatOnATerminal() throws {
+        try provider("chat")
+        let start = sse([#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"Thinking hard"},"finish_reason":null}]}"#])
+        server.enqueue(ReplayServer.Reply(steps: [.bytes(start), .hang]), .stream(try fixture("chat/text.sse")))
+        var terminal = environment
+        terminal["TERM"] = "xterm-256color"
+        let tmux = TmuxTerminal(directory: directory, environment: terminal)
+        defer { tmux.stop() }
+        // In a process group of its own, as a shell with job control runs it: the Ctrl-C at the
+        // prompt reaches termind, not the shell that waits for it.
+        try tmux.open("chat", ["/bin/sh", "-c", "set -m; \"$@\"; echo \"[exited $?]\"; exec sleep 100000", "sh", FeatureHarness.buildDirectory + "/termind"]
+                      + location + ["assistant", "chat"], columns: 120, rows: 30)
+        XCTAssertTrue(try tmux.wait("chat", for: "you>").found)
+        try tmux.send("chat", "a slow question\r")
+        XCTAssertTrue(try tmux.wait("chat", for: "Thinking hard").found)
+        try tmux.send("chat", "\u{03}")
+        let interrupted = try tmux.wait("chat", for: "The turn was interrupted")
+        XCTAssertTrue(interrupted.found, interrupted.screen.joined(separator: "\n"))
+        XCTAssertTrue(waitUntil(seconds: 5) { server.hangUps == 1 }, "the interrupted turn's request stayed open")
+        XCTAssertTrue(try tmux.settled("chat") { $0.filter { $0.hasPrefix("you>") }.count == 2 } != nil, "no prompt after the interrupted turn")
+        try tmux.send("chat", "and now?\r")
+        XCTAssertTrue(try tmux.wait("chat", for: "nothing to worry about").found)
+        XCTAssertTrue(try tmux.settled("chat") { $0.filter { $0.hasPrefix("you>") }.count == 3 } != nil)
+        try tmux.send("chat", "\u{03}")
+        XCTAssertEqual(try tmux.waitForExit("chat"), 130)
+        let entries = try json(["assistant", "show", "1"])["entries"]?.arrayValue ?? []
+        XCTAssertEqual(entries.map { $0["role"]?.stringValue ?? "" }, ["user", "user", "assistant"], "the interrupted turn kept its question, not its partial answer")
+        let runs = try ProcessRunner.run("/usr/bin/sqlite3", [database, "SELECT state FROM assistant_runs ORDER BY id"])
+        XCTAssertEqual(runs.stdout, "cancelled\ncompleted\n")
     }
 }

@@ -430,6 +430,45 @@ public enum AssistantStreams {
         public static var questions: [String: String] { [:] }
     }
 
+    /// A conversation, turn after turn: on a terminal a prompt asks for each one (the
+    /// answer streams as it comes; Ctrl-C ends the turn, a second one leaves); without one,
+    /// each line of standard input is a turn.
+    public enum Chat: StreamContract {
+        public struct Request: Codable, Sendable, Equatable {
+            /// Go on with this conversation (a new one when left out).
+            public var conversation: String?
+            public var model: String?
+            public var provider: String?
+            /// Filled by the CLI: whether its standard input is a terminal.
+            public var interactive: Bool?
+            public var output: String?
+            public init(conversation: String? = nil, model: String? = nil, provider: String? = nil, interactive: Bool? = nil, output: String? = nil) {
+                self.conversation = conversation
+                self.model = model
+                self.provider = provider
+                self.interactive = interactive
+                self.output = output
+            }
+        }
+        public struct Result: Codable, Sendable, Equatable {
+            /// Nil when no turn was taken.
+            public var conversation: String?
+            public var turns: Int
+            public init(conversation: String?, turns: Int) {
+                self.conversation = conversation
+                self.turns = turns
+            }
+        }
+        public static let name = "assistant.chat"
+        public static let version = 1
+        public static let summary = "Talk with the assistant turn after turn; the conversation is kept."
+        public static let effect: Effect = Effect(.write, network: true, secrets: true)
+        public static let acceptsInput = true
+        public static let promptTopic = "assistant.prompt"
+        public static var events: [String: JSONSchema] { ["stdout": StreamEvents.data, "notice": StreamEvents.notice, "record": StreamEvents.record] }
+        public static var questions: [String: String] { [promptTopic: "prompts"] }
+    }
+
     /// A shell command for what a person wants, for the host they name; printed, never run.
     public enum Suggest: StreamContract {
         public struct Request: Codable, Sendable, Equatable {

@@ -276,6 +276,8 @@ protocol ConsoleSignals: Sendable {
 protocol SignalCatching: AnyObject, Sendable {
     var caught: Int32? { get }
     func onSignal(_ handler: @escaping @Sendable (Int32) -> Void)
+    /// Offers each signal to `body` before recording it (see FirstSignal.divert).
+    func divert(_ body: @escaping @Sendable (Int32) -> Bool)
 }
 
 /// This process's signals: SIGINT and the like through a SignalCatcher, SIGWINCH through a

@@ -45,11 +45,13 @@ enum PluginCommand {
             var body = try buildBody(command, arguments: Array(words.dropFirst(command.words.count)), schema: info?.request ?? .object([:]),
                                      readsInput: command.stream != nil && info?.acceptsInput == true, console: inv.console)
             if let field = command.output { body[field] = .string(inv.json ? "json" : "text") }
+            if let field = command.interactive { body[field] = .bool(inv.console.isTerminal(inv.console.input)) }
             if let stream = command.stream {
                 return try await StreamCommand.run(stream, body: body, acceptsInput: info?.acceptsInput == true,
                                                    acceptsDescriptors: info?.acceptsDescriptors == true, terminalField: command.terminal,
                                                    emitsOutput: info.map { $0.events?["stdout"] != nil || $0.events?["stderr"] != nil } ?? true,
-                                                   quietResult: command.quietResult == true, inv: inv, session: session)
+                                                   quietResult: command.quietResult == true, interruptible: command.interruptible == true,
+                                                   inv: inv, session: session)
             }
             let reply = try await session.call(command.target, body: JSONCoding.encode(body))
             if inv.json { inv.console.json(reply) } else { inv.console.human(try JSONCoding.parse(reply, source: "reply"), columns: command.columns) }

@@ -56,6 +56,13 @@ class FirstSignal: SignalCatching, @unchecked Sendable {
     private let lock = NSLock()
     private var first: Int32?
     private var handler: (@Sendable (Int32) -> Void)?
+    private var diverter: (@Sendable (Int32) -> Bool)?
+
+    /// Offers every signal to `body` first: one it takes (returns true) is neither recorded
+    /// nor handed to the handler (a chat's Ctrl-C that interrupts only its turn).
+    func divert(_ body: @escaping @Sendable (Int32) -> Bool) {
+        lock.withLock { diverter = body }
+    }
 
     /// The first signal caught, if any.
     var caught: Int32? { lock.withLock { first } }
@@ -73,6 +80,7 @@ class FirstSignal: SignalCatching, @unchecked Sendable {
     /// goes to the handler (`handled`), or is kept for one to come (`unhandled`: the caller
     /// decides whether to wait for it or end the run at once).
     func record(_ number: Int32) -> Recorded {
+        if let diverter = lock.withLock({ first == nil ? self.diverter : nil }), diverter(number) { return .handled }
         let handler: (@Sendable (Int32) -> Void)?? = lock.withLock {
             guard first == nil else { return .none }
             first = number

@@ -35,7 +35,8 @@ enum StreamCommand {
     /// carries them (a command's, even when it printed nothing); other streams' results do
     /// only when output came anyway.
     static func run(_ stream: String, body: [String: JSONValue], acceptsInput: Bool, acceptsDescriptors: Bool = false, terminalField: String? = nil,
-                    emitsOutput: Bool = true, quietResult: Bool = false, inv: Invocation, session: Session) async throws -> () -> Invocation.Exit {
+                    emitsOutput: Bool = true, quietResult: Bool = false, interruptible: Bool = false, inv: Invocation,
+                    session: Session) async throws -> () -> Invocation.Exit {
         let console = inv.console
         let questions = try Questions(inv)
         var body = body
@@ -70,10 +71,22 @@ enum StreamCommand {
         let answerFailure = Mutex<TermindError?>(nil)
         // `~.` on the bridged terminal ended the session.
         let disconnected = Mutex(false)
+        // An interruptible stream's turn was interrupted already (its next Ctrl-C ends it).
+        let turnInterrupted = Mutex(false)
         let reply: Data
         do {
             defer { view.finish() }
             reply = try await session.stream(stream, body: try JSONCoding.encode(JSONValue.object(body)), descriptors: handed, onOpen: { control in
+                if interruptible {
+                    // The first Ctrl-C of a turn interrupts the turn; the next one (before the
+                    // stream asks again) ends the stream.
+                    interrupt.divert { number in
+                        guard number == SIGINT, !turnInterrupted.withLock({ interrupted in defer { interrupted = true }; return interrupted }) else { return false }
+                        view.clearProgress()
+                        _ = control.send(["control": .object(["interrupt": .bool(true)])])
+                        return true
+                    }
+                }
                 interrupt.onSignal { number in
                     bridge?.restore()
                     view.finish()
@@ -137,6 +150,7 @@ enum StreamCommand {
                     return nil
                 case "ask"?:
                     guard case .integer(let askID)? = event["askID"], let question = event["ask"] else { return nil }
+                    turnInterrupted.withLock { $0 = false }
                     view.pause()
                     var answer: [String: JSONValue] = ["unanswered": .bool(true)]
                     do {

@@ -149,6 +149,13 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         /// A stream command whose events already showed a person everything (an answer
         /// streamed as it came): its result is printed only with `--json`.
         public var quietResult: Bool?
+        /// A field the CLI fills with whether its standard input is a terminal (a person
+        /// who can be asked, as opposed to lines piped in).
+        public var interactive: String?
+        /// A stream command that runs turns (a chat): the first Ctrl-C of a turn is sent to
+        /// the stream as `{"control": {"interrupt": true}}` instead of ending it; a second
+        /// one before the stream asks its next question ends the stream as usual.
+        public var interruptible: Bool?
 
         public init(name: String, contract: String? = nil, stream: String? = nil, arguments: [String] = [], paths: [String]? = nil,
                     secrets: [String]? = nil, workingDirectory: String? = nil, terminal: String? = nil, output: String? = nil, summary: String? = nil,

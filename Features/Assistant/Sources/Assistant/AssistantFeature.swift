@@ -39,6 +39,9 @@ final class AssistantFeature: Feature {
         registrar.stream(AssistantStreams.Run.self) { [self] request, session in
             try await run(request, session: session, ports: try current())
         }
+        registrar.stream(AssistantStreams.Chat.self) { [self] request, session in
+            try await chat(request, session: session, ports: try current())
+        }
         registrar.stream(AssistantStreams.Suggest.self) { [self] request, session in
             try await suggest(request, session: session, ports: try current())
         }
@@ -415,6 +418,65 @@ final class AssistantFeature: Feature {
                                          system: Self.system).run(prompt: prompt)
     }
 
+    /// Turns until the person leaves (an empty prompt, `/exit`, end of input, Ctrl-C at the
+    /// prompt). An interrupt control cancels the turn that runs (its request closed, what was
+    /// complete kept); a failed turn is said and the chat goes on.
+    private func chat(_ request: AssistantStreams.Chat.Request, session: StreamSession, ports: Ports) async throws -> AssistantStreams.Chat.Result {
+        var conversation = request.conversation
+        var modelID = request.model
+        if let id = conversation {
+            guard let summary = try await ports.store.summary(id) else { throw Self.unknownConversation(id) }
+            guard !summary.archived else {
+                throw TermindError(.assistantArchived, "Conversation \(id) is archived (read-only); restore it with termind assistant archive \(id) --restore true.")
+            }
+            if modelID == nil && request.provider == nil && !summary.model.contains("/") && !summary.model.isEmpty { modelID = summary.model }
+        }
+        let model = try await resolve(model: modelID, provider: request.provider, ports: ports)
+        let emitter = RunEmitter(session: session, json: request.output == "json")
+        let running = Mutex<Task<AssistantStreams.Run.Result, any Error>?>(nil)
+        let watcher = Task {
+            for await control in session.controls where control["interrupt"] == .bool(true) {
+                running.withLock { $0?.cancel() }
+            }
+        }
+        defer { watcher.cancel() }
+        var lines = LineReader(session.input)
+        var turns = 0
+        if request.interactive == true && request.output != "json" {
+            await session.emit("notice", ["text": .string("Chatting with \(model.id)\(conversation.map { " in conversation \($0)" } ?? ""). Ctrl-C ends a turn; an empty line, /exit or Ctrl-C here leaves.")])
+        }
+        while true {
+            let prompt: String?
+            if request.interactive == true {
+                let answer = await session.ask(StreamQuestion.prompts(topic: AssistantStreams.Chat.promptTopic, header: [], [("you> ", true)]))
+                prompt = StreamQuestion.answers(answer)?.first?.withPlaintext { $0 }
+            } else {
+                prompt = await lines.next()
+            }
+            guard let text = prompt?.trimmingCharacters(in: .whitespacesAndNewlines), !text.isEmpty, text != "/exit" else { break }
+            if conversation == nil {
+                let firstLine = text.split(separator: "\n").first.map(String.init) ?? text
+                conversation = try await ports.store.create(model: model.id, title: firstLine.count > 60 ? String(firstLine.prefix(59)) + "…" : firstLine, now: Self.now())
+            }
+            let run = ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation!, tools: HostTools(context: ports.context),
+                                      emitter: emitter, system: Self.system)
+            let task = Task { try await run.run(prompt: text) }
+            running.withLock { $0 = task }
+            turns += 1
+            do {
+                _ = try await task.value
+            } catch is CancellationError {
+                if Task.isCancelled { throw CancellationError() }
+                await emitter.endText("…")
+                await session.emit("notice", ["text": .string("The turn was interrupted; what was complete is kept.")])
+            } catch {
+                await session.emit("notice", ["text": .string(TermindError.from(error).message)])
+            }
+            running.withLock { $0 = nil }
+        }
+        return .init(conversation: conversation, turns: turns)
+    }
+
     private func suggest(_ request: AssistantStreams.Suggest.Request, session: StreamSession, ports: Ports) async throws -> AssistantStreams.Suggest.Result {
         let want = request.want.trimmingCharacters(in: .whitespacesAndNewlines)
         guard !want.isEmpty else { throw TermindError(.assistantInvalid, "Say what you want: termind assistant suggest \"free disk space on /var\".") }
@@ -444,6 +506,30 @@ final class AssistantFeature: Feature {
         if first.hasPrefix("$ ") { first.removeFirst(2) }
         if first.hasPrefix("`") && first.hasSuffix("`") && first.count > 1 { first = String(first.dropFirst().dropLast()) }
         return first
+    }
+}
+
+/// Lines of a stream's input (a chat's piped prompts), at most 1 MiB each.
+struct LineReader {
+    private var iterator: StreamInput.AsyncIterator
+    private var buffer = Data()
+    private var ended = false
+
+    init(_ input: StreamInput) { iterator = input.makeAsyncIterator() }
+
+    mutating func next() async -> String? {
+        while true {
+            if let newline = buffer.firstIndex(of: 0x0A) {
+                let line = buffer[buffer.startIndex..<newline]
+                buffer.removeSubrange(buffer.startIndex...newline)
+                return String(decoding: line, as: UTF8.self)
+            }
+            if ended || buffer.count > 1 << 20 {
+                defer { buffer.removeAll() }
+                return buffer.isEmpty ? nil : String(decoding: buffer, as: UTF8.self)
+            }
+            if let chunk = await iterator.next() { buffer.append(chunk) } else { ended = true }
+        }
     }
 }
 
