@@ -573,3 +573,37 @@ extension AssistantFeatureTests {
         XCTAssertEqual(runs.stdout, "cancelled\ncompleted\n")
     }
 }
+
+extension AssistantFeatureTests {
+    func testInsideServeARunOutlivesItsClientAndAttachShowsItAllWhileCtrlCEndsIt() throws {
+        serve = try ServeProcess(directory: directory, arguments: [], environment: ["no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"])
+        try provider("chat")
+        let chunk = { (text: String) in self.sse([#"{"choices":[{"index":0,"delta":{"content":"\#(text)"},"finish_reason":null}]}"#]) }
+        let end = sse([#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#, "[DONE]"])
+        server.enqueue(ReplayServer.Reply(steps: [.bytes(chunk("First part. ")), .pause(2), .bytes(chunk("Second part.")), .bytes(end)]))
+        let client = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["assistant", "run", "long", "answer"], environment: environment,
+                                        captureOutput: true)
+        XCTAssertNotNil(client.readOutput(until: "First part.", timeout: 20))
+        // The window closes: the client dies without a word to the server.
+        client.signal(SIGKILL)
+        _ = client.wait()
+        let attached = try ok(["assistant", "attach", "1"])
+        XCTAssertEqual(attached.stdout, "First part. Second part.\n", "attach shows the run so far, then the rest")
+        XCTAssertEqual(server.hangUps, 0, "the run's request was closed when its client left")
+        let shown = try json(["assistant", "show", "1"])
+        XCTAssertEqual(shown["entries"]?.arrayValue?.last?["text"], .string("First part. Second part."))
+        XCTAssertEqual(shown["conversation"]?["lastRun"], .string("completed"))
+        let over = try termind(["assistant", "attach", "1"])
+        XCTAssertEqual(over.status, 1)
+        XCTAssertTrue(over.stderr.contains("no run going"), over.stderr)
+        // Ctrl-C ends a run inside serve too: its request is closed.
+        server.enqueue(ReplayServer.Reply(steps: [.bytes(chunk("Thinking")), .hang]))
+        let interrupted = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["assistant", "run", "--conversation", "1", "more"],
+                                             environment: environment, captureOutput: true)
+        XCTAssertNotNil(interrupted.readOutput(until: "Thinking", timeout: 20))
+        interrupted.signal(SIGINT)
+        XCTAssertEqual(interrupted.wait(), 130)
+        XCTAssertTrue(waitUntil(seconds: 5) { server.hangUps == 1 }, "the run's request stayed open")
+        XCTAssertTrue(waitUntil(seconds: 5) { (try? self.json(["assistant", "list"]))?["conversations"]?.arrayValue?.first?["lastRun"] == .string("cancelled") })
+    }
+}

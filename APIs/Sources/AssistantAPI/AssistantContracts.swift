@@ -430,6 +430,25 @@ public enum AssistantStreams {
         public static var questions: [String: String] { [:] }
     }
 
+    /// Follow a run that goes on inside `termind serve` after its client left: what it said
+    /// so far, then the rest as it comes.
+    public enum Attach: StreamContract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var conversation: String
+            public var output: String?
+            public init(conversation: String, output: String? = nil) {
+                self.conversation = conversation
+                self.output = output
+            }
+        }
+        public typealias Result = Run.Result
+        public static let name = "assistant.attach"
+        public static let version = 1
+        public static let summary = "Follow a conversation's run that goes on inside termind serve: what it said so far, then the rest."
+        public static let effect: Effect = .read
+        public static var events: [String: JSONSchema] { Run.events }
+    }
+
     /// A conversation, turn after turn: on a terminal a prompt asks for each one (the
     /// answer streams as it comes; Ctrl-C ends the turn, a second one leaves); without one,
     /// each line of standard input is a turn.

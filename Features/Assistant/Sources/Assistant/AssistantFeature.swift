@@ -23,6 +23,8 @@ final class AssistantFeature: Feature {
 
     private let ports = Mutex<Ports?>(nil)
     private let policy = AssistantPolicy()
+    /// Runs inside `termind serve`, which outlive the clients that started them.
+    private let live = LiveRuns()
 
     private func current() throws -> Ports {
         guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("The Assistant is not started.") }
@@ -38,6 +40,9 @@ final class AssistantFeature: Feature {
         registerConversations(registrar)
         registrar.stream(AssistantStreams.Run.self) { [self] request, session in
             try await run(request, session: session, ports: try current())
+        }
+        registrar.stream(AssistantStreams.Attach.self) { [self] request, session in
+            try await attach(request, session: session, ports: try current())
         }
         registrar.stream(AssistantStreams.Chat.self) { [self] request, session in
             try await chat(request, session: session, ports: try current())
@@ -69,6 +74,7 @@ final class AssistantFeature: Feature {
     }
 
     func stop() async {
+        live.cancelAll()
         ports.withLock { $0 = nil }
     }
 
@@ -412,10 +418,53 @@ final class AssistantFeature: Feature {
             let firstLine = prompt.split(separator: "\n").first.map(String.init) ?? prompt
             conversation = try await ports.store.create(model: model.id, title: firstLine.count > 60 ? String(firstLine.prefix(59)) + "…" : firstLine, now: Self.now())
         }
-        let emitter = RunEmitter(session: session, json: request.output == "json")
+        let json = request.output == "json"
         let tools = HostTools(context: ports.context)
-        return try await ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation, tools: tools, emitter: emitter,
-                                         system: Self.system).run(prompt: prompt)
+        guard ports.context.resident else {
+            return try await ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation, tools: tools,
+                                             emitter: RunEmitter(session: session, json: json), system: Self.system).run(prompt: prompt)
+        }
+        // Inside serve the run outlives its client: a client that goes away detaches (attach
+        // again with termind assistant attach ID); Ctrl-C ends the run.
+        let run = try live.start(conversation, first: session, json: json) { live in
+            let emitter = RunEmitter { event in await live.deliver(event) }
+            do {
+                return .success(try await ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation, tools: tools,
+                                                          emitter: emitter, system: Self.system).run(prompt: prompt))
+            } catch {
+                return .failure(TermindError.from(error))
+            }
+        }
+        return try await follow(run, session: session, alreadyAttached: true, json: json)
+    }
+
+    /// Waits for a live run's end as one of its clients; a client that leaves detaches, one
+    /// that cancels with a signal (Ctrl-C) ends the run.
+    private func follow(_ run: LiveRun, session: StreamSession, alreadyAttached: Bool, json: Bool) async throws -> AssistantStreams.Run.Result {
+        let conversation = run.conversation
+        let outcome = await withTaskCancellationHandler {
+            alreadyAttached ? await run.outcome(for: session) : await run.follow(session, json: json)
+        } onCancel: { [live] in
+            if session.cancelSignal != nil { live.cancel(conversation) } else { run.detach(session) }
+        }
+        switch outcome {
+        case .success(let result)?: return result
+        case .failure(let error)?:
+            if error.code == ErrorCode.cancelled.rawValue || error.code == ErrorCode.streamCancelled.rawValue { throw CancellationError() }
+            throw error
+        case nil: throw CancellationError()
+        }
+    }
+
+    private func attach(_ request: AssistantStreams.Attach.Request, session: StreamSession, ports: Ports) async throws -> AssistantStreams.Run.Result {
+        guard try await ports.store.summary(request.conversation) != nil else { throw Self.unknownConversation(request.conversation) }
+        guard ports.context.resident else {
+            throw TermindError(.assistantInvalid, "Runs outlive their client only inside termind serve; this termind runs none.")
+        }
+        guard let run = live.find(request.conversation)?.run else {
+            throw TermindError(.assistantUnknown, "Conversation \(request.conversation) has no run going; termind assistant show \(request.conversation) shows how it ended.")
+        }
+        return try await follow(run, session: session, alreadyAttached: false, json: request.output == "json")
     }
 
     /// Turns until the person leaves (an empty prompt, `/exit`, end of input, Ctrl-C at the
@@ -468,9 +517,9 @@ final class AssistantFeature: Feature {
             } catch is CancellationError {
                 if Task.isCancelled { throw CancellationError() }
                 await emitter.endText("…")
-                await session.emit("notice", ["text": .string("The turn was interrupted; what was complete is kept.")])
+                await emitter.notice("The turn was interrupted; what was complete is kept.")
             } catch {
-                await session.emit("notice", ["text": .string(TermindError.from(error).message)])
+                await emitter.notice(TermindError.from(error).message)
             }
             running.withLock { $0 = nil }
         }

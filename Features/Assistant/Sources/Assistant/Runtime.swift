@@ -3,49 +3,68 @@ import AssistantRules
 import Foundation
 import TermindCore
 
-/// How a run shows itself to its client: the answer's text as it arrives, a discarded
-/// attempt, tool calls and their outcomes, notices. A person gets the text on standard
-/// output and the rest as notices; a script (`--json`) gets one record per event.
+/// One thing a run shows: the record a script gets (`--json`), and what a person gets on
+/// standard output and as a notice.
+struct RunEvent: Sendable {
+    var record: JSONValue?
+    var stdout: String?
+    var notice: String?
+
+    /// Sends it to `session` in that client's way.
+    func send(to session: StreamSession, json: Bool) async {
+        if json {
+            if let record { await session.emit("record", ["record": record]) }
+            return
+        }
+        if let stdout { await session.emit("stdout", data: Data(stdout.utf8)) }
+        if let notice { await session.emit("notice", ["text": .string(notice)]) }
+    }
+}
+
+/// How a run shows itself: the answer's text as it arrives, a discarded attempt, tool calls
+/// and their outcomes. A person gets the text on standard output and the rest as notices; a
+/// script (`--json`) gets one record per event. Events go to one client, or to whoever is
+/// attached to a run that outlives its client (LiveRun).
 struct RunEmitter: Sendable {
-    let session: StreamSession
-    let json: Bool
+    let deliver: @Sendable (RunEvent) async -> Void
+
+    init(session: StreamSession, json: Bool) {
+        deliver = { event in await event.send(to: session, json: json) }
+    }
+
+    init(deliver: @escaping @Sendable (RunEvent) async -> Void) {
+        self.deliver = deliver
+    }
 
     func text(_ text: String) async {
-        if json { await session.emit("record", ["record": .object(["type": .string("text"), "text": .string(text)])]) } else {
-            await session.emit("stdout", data: Data(text.utf8))
-        }
+        await deliver(RunEvent(record: .object(["type": .string("text"), "text": .string(text)]), stdout: text))
     }
 
     /// What was shown of an attempt is void: it is sent again after `delay` seconds.
     func discard(_ reason: String, shown: Bool, retryIn delay: Double) async {
-        if json {
-            await session.emit("record", ["record": .object(["type": .string("discard"), "reason": .string(reason), "retryIn": .double(delay)])])
-        } else {
-            if shown { await session.emit("stdout", data: Data("\n".utf8)) }
-            await session.emit("notice", ["text": .string("\(shown ? "The answer above is discarded: " : "")\(reason); asking again in \(Self.seconds(delay)).")])
-        }
+        await deliver(RunEvent(record: .object(["type": .string("discard"), "reason": .string(reason), "retryIn": .double(delay)]),
+                               stdout: shown ? "\n" : nil,
+                               notice: "\(shown ? "The answer above is discarded: " : "")\(reason); asking again in \(Self.seconds(delay))."))
     }
 
     func call(_ call: ToolCall) async {
-        if json {
-            await session.emit("record", ["record": .object(["type": .string("tool_call"), "id": .string(call.id), "name": .string(call.name), "arguments": call.arguments])])
-        } else {
-            await session.emit("notice", ["text": .string("→ \(call.name) \(Self.short(call.arguments))")])
-        }
+        await deliver(RunEvent(record: .object(["type": .string("tool_call"), "id": .string(call.id), "name": .string(call.name), "arguments": call.arguments]),
+                               notice: "→ \(call.name) \(Self.short(call.arguments))"))
     }
 
     func result(_ call: ToolCall, state: AssistantContracts.CallView.State, preview: String) async {
-        if json {
-            await session.emit("record", ["record": .object(["type": .string("tool_result"), "id": .string(call.id), "name": .string(call.name),
-                                                             "state": .string(state.rawValue), "preview": .string(preview)])])
-        } else if state != .succeeded {
-            await session.emit("notice", ["text": .string("  \(call.name) \(state.rawValue): \(preview.prefix(300))")])
-        }
+        await deliver(RunEvent(record: .object(["type": .string("tool_result"), "id": .string(call.id), "name": .string(call.name),
+                                                "state": .string(state.rawValue), "preview": .string(preview)]),
+                               notice: state == .succeeded ? nil : "  \(call.name) \(state.rawValue): \(preview.prefix(300))"))
+    }
+
+    func notice(_ text: String) async {
+        await deliver(RunEvent(notice: text))
     }
 
     /// The end of an answer's text on a terminal: a newline when it had none.
     func endText(_ text: String) async {
-        if !json && !text.isEmpty && !text.hasSuffix("\n") { await session.emit("stdout", data: Data("\n".utf8)) }
+        if !text.isEmpty && !text.hasSuffix("\n") { await deliver(RunEvent(stdout: "\n")) }
     }
 
     static func seconds(_ value: Double) -> String { value == value.rounded() ? "\(Int(value)) s" : String(format: "%.1f s", value) }
