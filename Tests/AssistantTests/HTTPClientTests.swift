@@ -79,7 +79,7 @@ final class HTTPClientTests: XCTestCase {
         try await Task.sleep(for: .seconds(0.3))
         reader.cancel()
         let failure = await reader.value
-        XCTAssertEqual(failure?.code, .httpCancelled)
+        XCTAssertEqual(failure?.code, HTTPErrorCode.cancelled)
         XCTAssertTrue(waitUntil(seconds: 5) { server.hangUps == 1 }, "the server never saw the client hang up")
     }
 
@@ -88,18 +88,18 @@ final class HTTPClientTests: XCTestCase {
         let response = try await client.send(request(idle: 1))
         let started = Date()
         let silent = await failure { while try await response.next() != nil {} }
-        XCTAssertEqual(silent?.code, .httpTimeout)
+        XCTAssertEqual(silent?.code, HTTPErrorCode.timeout)
         XCTAssertEqual(silent?.beforeResponse, false, "bytes had arrived")
         XCTAssertLessThan(Date().timeIntervalSince(started), 10)
         XCTAssertTrue(silent?.message.contains("sent nothing for 1 s") == true, silent?.message ?? "")
 
         let closed = try SSHServerFixture.freePort()
         let unreachable = await failure { _ = try await self.client.send(HTTPRequest(url: "http://127.0.0.1:\(closed)/v1/x")) }
-        XCTAssertEqual(unreachable?.code, .httpConnect)
+        XCTAssertEqual(unreachable?.code, HTTPErrorCode.connect)
         XCTAssertEqual(unreachable?.beforeResponse, true)
         XCTAssertTrue(unreachable?.message.contains("http://127.0.0.1:\(closed)") == true, unreachable?.message ?? "")
         let bad = await failure { _ = try await self.client.send(HTTPRequest(url: "ftp://example.com/file")) }
-        XCTAssertEqual(bad?.code, .httpBadURL)
+        XCTAssertEqual(bad?.code, HTTPErrorCode.badURL)
     }
 
     func testAResponseLargerThanTheLimitIsRefused() async throws {
@@ -107,7 +107,7 @@ final class HTTPClientTests: XCTestCase {
         let response = try await client.send(request())
         var read = 0
         let refused = await failure { while let piece = try await response.next() { read += piece.count } }
-        XCTAssertEqual(refused?.code, .httpTooLarge)
+        XCTAssertEqual(refused?.code, HTTPErrorCode.tooLarge)
         XCTAssertLessThanOrEqual(read, HTTPLimits.response)
         // Its connection is not reused half-read: the next request opens another.
         server.enqueue(.body("{}"))
@@ -139,22 +139,22 @@ final class HTTPClientTests: XCTestCase {
         server.enqueue(.body("", status: 308, headers: [("Location", other.url + "/x")]))
         let refused = await failure {
             _ = try await self.client.send(self.request()) { _, to in
-                throw HTTPFailure(.httpRedirect, "not to \(to.origin)", beforeResponse: true)
+                throw HTTPFailure(HTTPErrorCode.redirect, "not to \(to.origin)", beforeResponse: true)
             }
         }
         XCTAssertEqual(refused?.message, "not to \(other.url)")
         server.enqueue(.body("", status: 302, headers: [("Location", "/elsewhere")]))
         let dropped = await failure { _ = try await self.client.send(self.request()) }
-        XCTAssertEqual(dropped?.code, .httpRedirect)
+        XCTAssertEqual(dropped?.code, HTTPErrorCode.redirect)
         XCTAssertTrue(dropped?.message.contains("302") == true, dropped?.message ?? "")
         // Never from https to http; never more than five hops.
         let downgrade = HTTPRequest(url: "https://api.example.com/v1/x")
         XCTAssertThrowsError(try client.redirect(downgrade, status: 307, location: "http://api.example.com/v1/x", rule: nil)) {
-            XCTAssertEqual(($0 as? HTTPFailure)?.code, .httpRedirect)
+            XCTAssertEqual(($0 as? HTTPFailure)?.code, HTTPErrorCode.redirect)
         }
         server.answer { _ in .body("", status: 307, headers: [("Location", "/again")]) }
         let loop = await failure { _ = try await self.client.send(self.request()) }
-        XCTAssertEqual(loop?.code, .httpRedirect)
+        XCTAssertEqual(loop?.code, HTTPErrorCode.redirect)
         XCTAssertTrue(loop?.message.contains("more than 5 times") == true, loop?.message ?? "")
     }
 
@@ -189,7 +189,7 @@ final class HTTPClientTests: XCTestCase {
         defer { tls.signal(SIGKILL); _ = tls.wait() }
         XCTAssertTrue(waitUntil { (try? EchoServer.connect(host: "127.0.0.1", port: port)).map { close($0); return true } ?? false })
         let refused = await failure { _ = try await self.client.send(HTTPRequest(method: "GET", url: "https://127.0.0.1:\(port)/")) }
-        XCTAssertEqual(refused?.code, .httpTLS, refused?.message ?? "")
+        XCTAssertEqual(refused?.code, HTTPErrorCode.tls, refused?.message ?? "")
         XCTAssertEqual(refused?.beforeResponse, true)
     }
 }

@@ -55,7 +55,7 @@ struct ModelClient: Sendable {
             // Nothing of an answer was seen: safe to send again (a connection refused, reset,
             // a deadline before the head).
             throw ModelFailure(error: TermindError(.assistantProviderFailed, "\(model.provider): \(failure.message)"),
-                               transient: failure.code != .httpBadURL && failure.code != .httpTLS && failure.code != .httpRedirect && failure.code != .httpCancelled,
+                               transient: failure.code != HTTPErrorCode.badURL && failure.code != HTTPErrorCode.tls && failure.code != HTTPErrorCode.redirect && failure.code != HTTPErrorCode.cancelled,
                                retryAfter: nil)
         }
         guard response.head.status == 200 else { throw try await failure(response, model: model, secrets: secrets) }
@@ -83,11 +83,11 @@ struct ModelClient: Sendable {
                 }
             }
         } catch let failure as HTTPFailure {
-            if failure.code == .httpCancelled { throw CancellationError() }
+            if failure.code == HTTPErrorCode.cancelled { throw CancellationError() }
             // The stream broke after it began: what came is incomplete and discarded; the
             // same request may go again.
             throw ModelFailure(error: TermindError(.assistantIncomplete, "\(model.provider)'s answer broke off: \(failure.message)"),
-                               transient: failure.code != .httpTooLarge, retryAfter: nil)
+                               transient: failure.code != HTTPErrorCode.tooLarge, retryAfter: nil)
         }
         return parser.outcome()
     }

@@ -148,18 +148,20 @@ public struct ParseProblem: Error, Sendable, Equatable, CustomStringConvertible 
     public init(_ description: String) { self.description = description }
 }
 
-extension JSONValue {
+/// Reading the JSON of a stream's events (functions, not an extension: the Core type's
+/// namespace stays Core's own).
+enum JSONRead {
     /// An integer however the server wrote it (1, 1.0).
-    var intValue: Int? {
-        switch self {
-        case .integer(let value): Int(exactly: value)
-        case .unsignedInteger(let value): Int(exactly: value)
-        case .double(let value): Int(exactly: value)
+    static func int(_ value: JSONValue?) -> Int? {
+        switch value {
+        case .integer(let value)?: Int(exactly: value)
+        case .unsignedInteger(let value)?: Int(exactly: value)
+        case .double(let value)?: Int(exactly: value)
         default: nil
         }
     }
 
-    var arrayItems: [JSONValue] { if case .array(let items) = self { items } else { [] } }
+    static func items(_ value: JSONValue?) -> [JSONValue] { if case .array(let items)? = value { items } else { [] } }
 
     /// Parses a data line as JSON for a dialect (`what` names it in the problem).
     static func event(_ data: String, _ what: String) throws(ParseProblem) -> JSONValue {

@@ -17,7 +17,7 @@ struct PendingCall: Sendable {
             guard case .object = object else { throw ParseProblem("the arguments of the call to \(name) are not a JSON object") }
             arguments = object
         } else {
-            arguments = try JSONValue.arguments(self.arguments, name)
+            arguments = try JSONRead.arguments(self.arguments, name)
         }
         return ToolCall(id: id, name: name, arguments: arguments, signature: signature)
     }
@@ -74,7 +74,7 @@ public struct ResponsesParser: StreamParser {
     public mutating func consume(_ event: SSEEvent) throws(ParseProblem) -> [StreamDelta] {
         guard !finished, event.data != "[DONE]" else { return [] }
         let value: JSONValue
-        do { value = try JSONValue.event(event.data, "an event of the Responses stream") } catch { throw state.fail(error) }
+        do { value = try JSONRead.event(event.data, "an event of the Responses stream") } catch { throw state.fail(error) }
         switch value["type"]?.stringValue {
         case "response.output_text.delta":
             guard let delta = value["delta"]?.stringValue else { return [] }
@@ -104,7 +104,7 @@ public struct ResponsesParser: StreamParser {
             let response = value["response"]
             state.complete = true
             state.rawFinish = value["type"]?.stringValue == "response.completed" ? "completed" : response?["incomplete_details"]?["reason"]?.stringValue ?? "incomplete"
-            if let usage = response?["usage"], let input = usage["input_tokens"]?.intValue, let output = usage["output_tokens"]?.intValue {
+            if let usage = response?["usage"], let input = JSONRead.int(usage["input_tokens"]), let output = JSONRead.int(usage["output_tokens"]) {
                 state.usage = TokenUsage(input: input, output: output)
             }
             // A truncated answer keeps only the calls that were finished.
@@ -133,8 +133,8 @@ public struct ResponsesParser: StreamParser {
 
     /// The text of a completed response's message items (for a server that sent no deltas).
     private static func text(of output: JSONValue) -> String {
-        output.arrayItems.filter { $0["type"]?.stringValue == "message" }
-            .flatMap { $0["content"]?.arrayItems ?? [] }
+        JSONRead.items(output).filter { $0["type"]?.stringValue == "message" }
+            .flatMap { JSONRead.items($0["content"]) }
             .compactMap { $0["type"]?.stringValue == "output_text" ? $0["text"]?.stringValue : nil }.joined()
     }
 
@@ -171,28 +171,28 @@ public struct ChatParser: StreamParser {
             return []
         }
         let value: JSONValue
-        do { value = try JSONValue.event(event.data, "a chunk of the chat completion stream") } catch { throw state.fail(error) }
+        do { value = try JSONRead.event(event.data, "a chunk of the chat completion stream") } catch { throw state.fail(error) }
         if let error = value["error"], error != .null {
             finished = true
             state.error = ProviderError(type: error["type"]?.stringValue ?? error["code"]?.stringValue ?? "error",
                                         message: error["message"]?.stringValue ?? "The provider reported an error.")
             return []
         }
-        if let usage = value["usage"], let input = usage["prompt_tokens"]?.intValue, let output = usage["completion_tokens"]?.intValue {
+        if let usage = value["usage"], let input = JSONRead.int(usage["prompt_tokens"]), let output = JSONRead.int(usage["completion_tokens"]) {
             state.usage = TokenUsage(input: input, output: output)
         }
         var deltas: [StreamDelta] = []
-        guard let choice = value["choices"]?.arrayItems.first else { return [] }
+        guard let choice = JSONRead.items(value["choices"]).first else { return [] }
         let delta = choice["delta"] ?? choice["message"]
         if let text = delta?["content"]?.stringValue, !text.isEmpty {
             state.text += text
             deltas.append(.text(text))
         }
-        for entry in delta?["tool_calls"]?.arrayItems ?? [] {
+        for entry in JSONRead.items(delta?["tool_calls"]) {
             let function = entry["function"]
             let name = function?["name"]?.stringValue ?? ""
             let slot: Int
-            if let index = entry["index"]?.intValue {
+            if let index = JSONRead.int(entry["index"]) {
                 if let known = byIndex[index] { slot = known } else {
                     slot = state.calls.count
                     byIndex[index] = slot
@@ -256,14 +256,14 @@ public struct AnthropicParser: StreamParser {
     public mutating func consume(_ event: SSEEvent) throws(ParseProblem) -> [StreamDelta] {
         guard !finished else { return [] }
         let value: JSONValue
-        do { value = try JSONValue.event(event.data, "an event of the Messages stream") } catch { throw state.fail(error) }
+        do { value = try JSONRead.event(event.data, "an event of the Messages stream") } catch { throw state.fail(error) }
         switch event.event ?? value["type"]?.stringValue {
         case "message_start":
             let usage = value["message"]?["usage"]
-            inputTokens = (usage?["input_tokens"]?.intValue ?? 0) + (usage?["cache_read_input_tokens"]?.intValue ?? 0)
-                + (usage?["cache_creation_input_tokens"]?.intValue ?? 0)
+            inputTokens = (JSONRead.int(usage?["input_tokens"]) ?? 0) + (JSONRead.int(usage?["cache_read_input_tokens"]) ?? 0)
+                + (JSONRead.int(usage?["cache_creation_input_tokens"]) ?? 0)
         case "content_block_start":
-            guard let index = value["index"]?.intValue, let block = value["content_block"] else { return [] }
+            guard let index = JSONRead.int(value["index"]), let block = value["content_block"] else { return [] }
             switch block["type"]?.stringValue {
             case "text":
                 blocks[index] = .text
@@ -285,7 +285,7 @@ public struct AnthropicParser: StreamParser {
                 blocks[index] = .other
             }
         case "content_block_delta":
-            guard let index = value["index"]?.intValue, let delta = value["delta"], let block = blocks[index] else { return [] }
+            guard let index = JSONRead.int(value["index"]), let delta = value["delta"], let block = blocks[index] else { return [] }
             switch (block, delta["type"]?.stringValue) {
             case (.text, "text_delta"):
                 guard let text = delta["text"]?.stringValue else { return [] }
@@ -301,13 +301,13 @@ public struct AnthropicParser: StreamParser {
                 break
             }
         case "content_block_stop":
-            guard let index = value["index"]?.intValue else { return [] }
+            guard let index = JSONRead.int(value["index"]) else { return [] }
             if case .thinking(let text, let signature)? = blocks[index] {
                 thinking.append(.object(["type": .string("thinking"), "thinking": .string(text), "signature": .string(signature)]))
             }
         case "message_delta":
             if let reason = value["delta"]?["stop_reason"]?.stringValue { state.rawFinish = reason }
-            if let output = value["usage"]?["output_tokens"]?.intValue { state.usage = TokenUsage(input: inputTokens ?? 0, output: output) }
+            if let output = JSONRead.int(value["usage"]?["output_tokens"]) { state.usage = TokenUsage(input: inputTokens ?? 0, output: output) }
         case "message_stop":
             finished = true
             state.complete = true
@@ -348,19 +348,19 @@ public struct GeminiParser: StreamParser {
     public mutating func consume(_ event: SSEEvent) throws(ParseProblem) -> [StreamDelta] {
         guard state.error == nil else { return [] }
         let value: JSONValue
-        do { value = try JSONValue.event(event.data, "a chunk of the Gemini stream") } catch { throw state.fail(error) }
+        do { value = try JSONRead.event(event.data, "a chunk of the Gemini stream") } catch { throw state.fail(error) }
         if let error = value["error"] {
-            state.error = ProviderError(type: error["status"]?.stringValue ?? error["code"]?.intValue.map(String.init) ?? "error",
+            state.error = ProviderError(type: error["status"]?.stringValue ?? JSONRead.int(error["code"]).map(String.init) ?? "error",
                                         message: error["message"]?.stringValue ?? "The provider reported an error.")
             state.complete = false
             return []
         }
-        if let usage = value["usageMetadata"], let input = usage["promptTokenCount"]?.intValue {
-            state.usage = TokenUsage(input: input, output: usage["candidatesTokenCount"]?.intValue ?? 0)
+        if let usage = value["usageMetadata"], let input = JSONRead.int(usage["promptTokenCount"]) {
+            state.usage = TokenUsage(input: input, output: JSONRead.int(usage["candidatesTokenCount"]) ?? 0)
         }
-        guard let candidate = value["candidates"]?.arrayItems.first else { return [] }
+        guard let candidate = JSONRead.items(value["candidates"]).first else { return [] }
         var deltas: [StreamDelta] = []
-        for part in candidate["content"]?["parts"]?.arrayItems ?? [] {
+        for part in JSONRead.items(candidate["content"]?["parts"]) {
             let signature = part["thoughtSignature"]?.stringValue
             if let call = part["functionCall"] {
                 let name = call["name"]?.stringValue ?? ""

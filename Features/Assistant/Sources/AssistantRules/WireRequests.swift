@@ -75,8 +75,8 @@ public struct ProviderAddress: Sendable, Equatable {
     /// The names of the models in a models listing (OpenAI's `data[].id`, Anthropic's
     /// `data[].id`, Gemini's `models[].name`, Ollama's `models[].name`).
     public static func modelNames(in listing: JSONValue) -> [String] {
-        let openAI = listing["data"]?.arrayItems.compactMap { $0["id"]?.stringValue } ?? []
-        let named = listing["models"]?.arrayItems.compactMap { $0["name"]?.stringValue ?? $0["model"]?.stringValue } ?? []
+        let openAI = JSONRead.items(listing["data"]).compactMap { $0["id"]?.stringValue }
+        let named = JSONRead.items(listing["models"]).compactMap { $0["name"]?.stringValue ?? $0["model"]?.stringValue }
         return (openAI.isEmpty ? named : openAI).map { $0.hasPrefix("models/") ? String($0.dropFirst("models/".count)) : $0 }
     }
 }
@@ -169,7 +169,7 @@ public enum WireBody {
             case .user(let text):
                 add("user", [.object(["type": .string("text"), "text": .string(text)])])
             case .assistant(let text, let calls, let echo):
-                var blocks = echo?["thinking"]?.arrayItems ?? []
+                var blocks = JSONRead.items(echo?["thinking"])
                 if !text.isEmpty { blocks.append(.object(["type": .string("text"), "text": .string(text)])) }
                 blocks += calls.map { .object(["type": .string("tool_use"), "id": .string($0.id), "name": .string($0.name), "input": $0.arguments]) }
                 add("assistant", blocks)

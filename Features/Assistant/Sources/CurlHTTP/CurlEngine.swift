@@ -66,12 +66,12 @@ final class CurlEngine: @unchecked Sendable {
             active[transfer.easy] = transfer
             let code = curl_multi_add_handle(multi, transfer.easy)
             if code != CURLM_OK {
-                finish(transfer, failure: HTTPFailure(.httpInterrupted, "The request to \(transfer.origin) could not be started (\(String(cString: curl_multi_strerror(code)))).",
+                finish(transfer, failure: HTTPFailure(HTTPErrorCode.interrupted, "The request to \(transfer.origin) could not be started (\(String(cString: curl_multi_strerror(code)))).",
                                                       beforeResponse: true))
             }
         case .cancel(let transfer):
             // Removing a handle mid-response closes its connection (never reused half-read).
-            if active[transfer.easy] != nil { finish(transfer, failure: HTTPFailure(.httpCancelled, "The request to \(transfer.origin) was cancelled.", beforeResponse: false)) }
+            if active[transfer.easy] != nil { finish(transfer, failure: HTTPFailure(HTTPErrorCode.cancelled, "The request to \(transfer.origin) was cancelled.", beforeResponse: false)) }
         case .resume(let transfer):
             if active[transfer.easy] != nil { _ = curl_easy_pause(transfer.easy, termind_curl_pause_continue) }
         }

@@ -32,27 +32,27 @@ public struct HTTPClient: Sendable {
             guard [301, 302, 303, 307, 308].contains(head.status), let location = head.value("location") else { return response }
             response.cancel()
             guard hop < HTTPLimits.redirects else {
-                throw HTTPFailure(.httpRedirect, "\(request.origin) redirected more than \(HTTPLimits.redirects) times; termind stopped following.", beforeResponse: true)
+                throw HTTPFailure(HTTPErrorCode.redirect, "\(request.origin) redirected more than \(HTTPLimits.redirects) times; termind stopped following.", beforeResponse: true)
             }
             current = try redirect(current, status: head.status, location: location, rule: rule)
         }
-        throw HTTPFailure(.httpRedirect, "\(request.origin) redirected too often.", beforeResponse: true)
+        throw HTTPFailure(HTTPErrorCode.redirect, "\(request.origin) redirected too often.", beforeResponse: true)
     }
 
     /// The next request of a redirect, or why it is not followed.
     package func redirect(_ request: HTTPRequest, status: Int, location: String, rule: RedirectRule?) throws -> HTTPRequest {
         guard let from = HTTPURL(request.url), let resolved = URL(string: location, relativeTo: URL(string: request.url))?.absoluteString,
               let to = HTTPURL(resolved) else {
-            throw HTTPFailure(.httpRedirect, "\(request.origin) redirected (\(status)) to something that is not an http(s) URL; termind did not follow.", beforeResponse: true)
+            throw HTTPFailure(HTTPErrorCode.redirect, "\(request.origin) redirected (\(status)) to something that is not an http(s) URL; termind did not follow.", beforeResponse: true)
         }
         if from.scheme == "https" && to.scheme == "http" {
-            throw HTTPFailure(.httpRedirect, "\(request.origin) redirected (\(status)) from https to plain http (\(to.origin)); termind does not follow that.", beforeResponse: true)
+            throw HTTPFailure(HTTPErrorCode.redirect, "\(request.origin) redirected (\(status)) from https to plain http (\(to.origin)); termind does not follow that.", beforeResponse: true)
         }
         var next = request
         next.url = resolved
         if status == 301 || status == 302 || status == 303 {
             guard request.method == "GET" else {
-                throw HTTPFailure(.httpRedirect, "\(request.origin) answered \(request.method) with a \(status) redirect to \(to.origin), which would drop the request's body; "
+                throw HTTPFailure(HTTPErrorCode.redirect, "\(request.origin) answered \(request.method) with a \(status) redirect to \(to.origin), which would drop the request's body; "
                                   + "set the URL to where it points.", beforeResponse: true)
             }
         }
@@ -94,7 +94,7 @@ public final class HTTPResponse: Sendable {
         while let piece = try await next() {
             guard data.count + piece.count <= limit else {
                 cancel()
-                throw HTTPFailure(.httpTooLarge, "The response from \(transfer.origin) is larger than \(limit) bytes; it was refused.", beforeResponse: false)
+                throw HTTPFailure(HTTPErrorCode.tooLarge, "The response from \(transfer.origin) is larger than \(limit) bytes; it was refused.", beforeResponse: false)
             }
             data.append(piece)
         }

@@ -124,21 +124,22 @@ public struct HTTPFailure: Error, Sendable, TermindErrorConvertible, CustomStrin
     public var description: String { message }
 }
 
-extension ErrorCode {
+/// The codes of HTTPFailure (a namespace of their own: Core's ErrorCode stays Core's).
+public enum HTTPErrorCode {
     /// The server could not be reached (DNS, TCP, proxy).
-    public static let httpConnect: ErrorCode = "http.connect"
+    public static let connect: ErrorCode = "http.connect"
     /// A deadline passed: connecting, or the response went silent for too long.
-    public static let httpTimeout: ErrorCode = "http.timeout"
+    public static let timeout: ErrorCode = "http.timeout"
     /// The TLS handshake failed or the certificate is not trusted.
-    public static let httpTLS: ErrorCode = "http.tls"
+    public static let tls: ErrorCode = "http.tls"
     /// The connection broke while the request or response was under way.
-    public static let httpInterrupted: ErrorCode = "http.interrupted"
+    public static let interrupted: ErrorCode = "http.interrupted"
     /// The response is larger than the client accepts.
-    public static let httpTooLarge: ErrorCode = "http.too_large"
+    public static let tooLarge: ErrorCode = "http.too_large"
     /// A redirect the client does not follow (too many, to another scheme, refused by a rule).
-    public static let httpRedirect: ErrorCode = "http.redirect"
+    public static let redirect: ErrorCode = "http.redirect"
     /// A URL that is not http(s) with a host.
-    public static let httpBadURL: ErrorCode = "http.bad_url"
+    public static let badURL: ErrorCode = "http.bad_url"
     /// The request was cancelled by its caller.
-    public static let httpCancelled: ErrorCode = "http.cancelled"
+    public static let cancelled: ErrorCode = "http.cancelled"
 }

@@ -36,9 +36,9 @@ final class Transfer: @unchecked Sendable {
         self.request = request
         origin = request.origin
         guard HTTPURL(request.url) != nil else {
-            throw HTTPFailure(.httpBadURL, "'\(origin)' is not an http(s) URL with a host.", beforeResponse: true)
+            throw HTTPFailure(HTTPErrorCode.badURL, "'\(origin)' is not an http(s) URL with a host.", beforeResponse: true)
         }
-        guard let easy = curl_easy_init() else { throw HTTPFailure(.httpInterrupted, "libcurl could not make a request handle.", beforeResponse: true) }
+        guard let easy = curl_easy_init() else { throw HTTPFailure(HTTPErrorCode.interrupted, "libcurl could not make a request handle.", beforeResponse: true) }
         self.easy = easy
         configure()
     }
@@ -92,7 +92,7 @@ final class Transfer: @unchecked Sendable {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 let early = state.withLock { state -> HTTPFailure? in
-                    if state.cancelled { return HTTPFailure(.httpCancelled, "The request to \(origin) was cancelled.", beforeResponse: true) }
+                    if state.cancelled { return HTTPFailure(HTTPErrorCode.cancelled, "The request to \(origin) was cancelled.", beforeResponse: true) }
                     state.headWaiter = continuation
                     return nil
                 }
@@ -127,7 +127,7 @@ final class Transfer: @unchecked Sendable {
                         return .success(chunk)
                     }
                     if let failure = state.failure { return .failure(failure) }
-                    if state.cancelled { return .failure(HTTPFailure(.httpCancelled, "The request to \(origin) was cancelled.", beforeResponse: false)) }
+                    if state.cancelled { return .failure(HTTPFailure(HTTPErrorCode.cancelled, "The request to \(origin) was cancelled.", beforeResponse: false)) }
                     if state.done { return .success(nil) }
                     state.bodyWaiter = continuation
                     return nil
@@ -149,7 +149,7 @@ final class Transfer: @unchecked Sendable {
             return (state.headWaiter, state.bodyWaiter)
         }
         guard let waiters else { return }
-        let failure = HTTPFailure(.httpCancelled, "The request to \(origin) was cancelled.", beforeResponse: false)
+        let failure = HTTPFailure(HTTPErrorCode.cancelled, "The request to \(origin) was cancelled.", beforeResponse: false)
         waiters.0?.resume(throwing: failure)
         waiters.1?.resume(throwing: failure)
         CurlEngine.shared.submit(.cancel(self))
@@ -190,7 +190,7 @@ final class Transfer: @unchecked Sendable {
         let outcome = state.withLock { state -> Outcome in
             if state.cancelled { return .abort }
             if state.received + count > request.responseLimit {
-                state.abort = HTTPFailure(.httpTooLarge, "The response from \(origin) is larger than \(request.responseLimit >> 20) MiB, the most termind reads; it was refused.",
+                state.abort = HTTPFailure(HTTPErrorCode.tooLarge, "The response from \(origin) is larger than \(request.responseLimit >> 20) MiB, the most termind reads; it was refused.",
                                           beforeResponse: false)
                 return .abort
             }
@@ -223,7 +223,7 @@ final class Transfer: @unchecked Sendable {
     func overdue(now: UInt64) -> HTTPFailure? {
         state.withLock { state in
             guard !state.paused, !state.done, now &- state.lastByte > UInt64(request.idleTimeout * 1e9) else { return nil }
-            return HTTPFailure(.httpTimeout, "\(origin) sent nothing for \(Self.seconds(request.idleTimeout)); the request was given up.", beforeResponse: !state.anyByte)
+            return HTTPFailure(HTTPErrorCode.timeout, "\(origin) sent nothing for \(Self.seconds(request.idleTimeout)); the request was given up.", beforeResponse: !state.anyByte)
         }
     }
 
@@ -234,15 +234,15 @@ final class Transfer: @unchecked Sendable {
         let reason = String(cString: curl_easy_strerror(code))
         switch code {
         case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_CONNECT:
-            return HTTPFailure(.httpConnect, "termind could not reach \(origin): \(reason).", beforeResponse: true)
+            return HTTPFailure(HTTPErrorCode.connect, "termind could not reach \(origin): \(reason).", beforeResponse: true)
         case CURLE_OPERATION_TIMEDOUT:
-            return HTTPFailure(.httpTimeout, anyByte ? "\(origin) stopped answering: \(reason)." : "\(origin) did not answer within \(Self.seconds(request.connectTimeout)): \(reason).",
+            return HTTPFailure(HTTPErrorCode.timeout, anyByte ? "\(origin) stopped answering: \(reason)." : "\(origin) did not answer within \(Self.seconds(request.connectTimeout)): \(reason).",
                                beforeResponse: !anyByte)
         case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_SSL_CACERT_BADFILE,
              CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS:
-            return HTTPFailure(.httpTLS, "The TLS connection to \(origin) failed: \(reason).", beforeResponse: true)
+            return HTTPFailure(HTTPErrorCode.tls, "The TLS connection to \(origin) failed: \(reason).", beforeResponse: true)
         default:
-            return HTTPFailure(.httpInterrupted, "The connection to \(origin) broke \(anyByte ? "during the response" : "before a response"): \(reason).",
+            return HTTPFailure(HTTPErrorCode.interrupted, "The connection to \(origin) broke \(anyByte ? "during the response" : "before a response"): \(reason).",
                                beforeResponse: !anyByte)
         }
     }
@@ -258,7 +258,7 @@ final class Transfer: @unchecked Sendable {
         if let head = waiters.0 {
             if let failure { head.resume(throwing: failure) } else {
                 // A complete response with no header block (HTTP/0.9, refused by curl): an error.
-                head.resume(throwing: HTTPFailure(.httpInterrupted, "\(origin) answered without a status line.", beforeResponse: false))
+                head.resume(throwing: HTTPFailure(HTTPErrorCode.interrupted, "\(origin) answered without a status line.", beforeResponse: false))
             }
         }
         if let body = waiters.1 {
