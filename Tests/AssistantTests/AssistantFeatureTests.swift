@@ -607,3 +607,26 @@ extension AssistantFeatureTests {
         XCTAssertTrue(waitUntil(seconds: 5) { (try? self.json(["assistant", "list"]))?["conversations"]?.arrayValue?.first?["lastRun"] == .string("cancelled") })
     }
 }
+
+extension AssistantFeatureTests {
+    func testTheTitleRolesModelNamesANewConversationOnlyFromACompleteAnswer() throws {
+        try provider("chat")
+        try ok(["assistant", "model", "add", "titler", "--provider", "p", "--model", "small"])
+        try ok(["assistant", "role", "title", "titler"])
+        let title = sse([#"{"choices":[{"index":0,"delta":{"content":"\"Load on web-1.\""},"finish_reason":"stop"}]}"#, "[DONE]"])
+        server.enqueue(.stream(try fixture("chat/text.sse")), .stream(title))
+        try ok(["assistant", "run", "how loaded is web-1 right now?"])
+        XCTAssertEqual(server.requests.count, 2)
+        let asked = try server.requests[1].json()
+        XCTAssertEqual(asked["model"], .string("small"))
+        XCTAssertNil(asked["tools"])
+        XCTAssertEqual(try json(["assistant", "list"])["conversations"]?.arrayValue?.first?["title"], .string("Load on web-1"))
+        // A cut title answer names nothing: the first prompt stays the title.
+        server.enqueue(.stream(try fixture("chat/text.sse")), .stream(try fixture("chat/cut.sse")), .stream(try fixture("chat/cut.sse")),
+                       .stream(try fixture("chat/malformed-delta.sse")))
+        try ok(["assistant", "run", "second conversation"])
+        XCTAssertEqual(try json(["assistant", "show", "2"])["conversation"]?["title"], .string("second conversation"))
+        // The title request is never part of the conversation.
+        XCTAssertEqual(try json(["assistant", "show", "1"])["entries"]?.arrayValue?.count, 2)
+    }
+}

@@ -420,22 +420,55 @@ final class AssistantFeature: Feature {
         }
         let json = request.output == "json"
         let tools = HostTools(context: ports.context)
+        let titled = request.conversation == nil
         guard ports.context.resident else {
-            return try await ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation, tools: tools,
-                                             emitter: RunEmitter(session: session, json: json), system: Self.system).run(prompt: prompt)
+            let result = try await ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation, tools: tools,
+                                                   emitter: RunEmitter(session: session, json: json), system: Self.system).run(prompt: prompt)
+            if titled { await title(conversation, prompt: prompt, answer: result.text, ports: ports) }
+            return result
         }
         // Inside serve the run outlives its client: a client that goes away detaches (attach
         // again with termind assistant attach ID); Ctrl-C ends the run.
         let run = try live.start(conversation, first: session, json: json) { live in
             let emitter = RunEmitter { event in await live.deliver(event) }
             do {
-                return .success(try await ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation, tools: tools,
-                                                          emitter: emitter, system: Self.system).run(prompt: prompt))
+                let result = try await ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation, tools: tools,
+                                                       emitter: emitter, system: Self.system).run(prompt: prompt)
+                if titled { await self.title(conversation, prompt: prompt, answer: result.text, ports: ports) }
+                return .success(result)
             } catch {
                 return .failure(TermindError.from(error))
             }
         }
         return try await follow(run, session: session, alreadyAttached: true, json: json)
+    }
+
+    /// Names a new conversation with the title role's model, when one is chosen: a buffered
+    /// request whose answer counts only complete (a failed or incomplete one leaves the title
+    /// taken from the first prompt). Never shown, never part of the conversation.
+    private func title(_ conversation: String, prompt: String, answer: String, ports: Ports) async {
+        guard let id = try? await ports.settings.read(AssistantSettings.Roles.self).title,
+              let model = try? await resolve(model: id, provider: nil, ports: ports) else { return }
+        let request = ModelRequest(model: model.model, system: "Give the conversation a title of at most six words. Answer with the title alone, no quotes, no punctuation at the end.",
+                                   items: [.user("Question: \(prompt.prefix(2000))\n\nAnswer: \(answer.prefix(2000))")], maxOutputTokens: model.maxOutputTokens ?? 30)
+        do {
+            let outcome = try await Answerer(client: ports.client, model: model, emitter: nil).answer(request)
+            guard let title = Self.title(in: outcome.text) else { return }
+            try await ports.store.retitle(conversation, title)
+        } catch {
+            ports.logger.info("assistant.title_failed", ["code": .identifier(TermindError.from(error).code)])
+        }
+    }
+
+    /// A title from a model's reply: its first line, quotes and a closing period dropped, at
+    /// most 80 characters; nil when nothing is left.
+    static func title(in text: String) -> String? {
+        var line = text.split(separator: "\n").first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+        line = line.trimmingCharacters(in: CharacterSet(charactersIn: "\"'`*#"))
+        if line.hasSuffix(".") { line.removeLast() }
+        line = line.trimmingCharacters(in: .whitespaces)
+        guard !line.isEmpty else { return nil }
+        return line.count > 80 ? String(line.prefix(79)) + "…" : line
     }
 
     /// Waits for a live run's end as one of its clients; a client that leaves detaches, one

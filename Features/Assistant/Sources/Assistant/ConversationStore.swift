@@ -126,8 +126,8 @@ struct ConversationStore: Sendable {
         try await db.write { db in try db.execute("UPDATE assistant_conversations SET archived = ?, updated_at = ? WHERE id = ?", [archived, now, id]) }
     }
 
-    func setTitle(_ id: String, _ title: String) async throws {
-        try await db.write { db in try db.execute("UPDATE assistant_conversations SET title = ? WHERE id = ? AND title = ''", [title, id]) }
+    func retitle(_ id: String, _ title: String) async throws {
+        try await db.write { db in try db.execute("UPDATE assistant_conversations SET title = ? WHERE id = ?", [title, id]) }
     }
 
     func remove(_ id: String) async throws {
