@@ -176,9 +176,23 @@ final class HTTPClientTests: XCTestCase {
         XCTAssertEqual(proxy.requests.count, 1)
     }
 
-    func testAServerWhoseCertificateIsNotTrustedIsRefused() async throws {
+    func testHTTPSGoesThroughTheProxyHTTPSProxyNamesAsATunnel() async throws {
+        let (tls, port, directory) = try selfSignedServer()
+        defer { tls.signal(SIGKILL); _ = tls.wait(); directory.remove() }
+        let proxy = try ReplayServer()
+        defer { proxy.stop() }
+        setenv("HTTPS_PROXY", proxy.url, 1)
+        defer { unsetenv("HTTPS_PROXY") }
+        // The tunnel is made through the proxy; the TLS inside it still checks the server.
+        let refused = await failure { _ = try await self.client.send(HTTPRequest(method: "GET", url: "https://127.0.0.1:\(port)/")) }
+        XCTAssertEqual(proxy.requests.first?.method, "CONNECT")
+        XCTAssertEqual(proxy.requests.first?.target, "127.0.0.1:\(port)")
+        XCTAssertEqual(refused?.code, HTTPErrorCode.tls, refused?.message ?? "")
+    }
+
+    /// `openssl s_server` on a free loopback port with a certificate nobody trusts.
+    private func selfSignedServer() throws -> (SpawnedProcess, Int, TemporaryDirectory) {
         let directory = try TemporaryDirectory()
-        defer { directory.remove() }
         let key = directory.file("key.pem"), certificate = directory.file("cert.pem")
         let made = try ProcessRunner.run("/usr/bin/openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key,
                                                              "-out", certificate, "-days", "1", "-subj", "/CN=127.0.0.1"])
@@ -186,8 +200,13 @@ final class HTTPClientTests: XCTestCase {
         let port = try SSHServerFixture.freePort()
         let tls = try SpawnedProcess("/usr/bin/openssl", ["s_server", "-accept", "127.0.0.1:\(port)", "-key", key, "-cert", certificate, "-www", "-quiet"],
                                      captureOutput: true)
-        defer { tls.signal(SIGKILL); _ = tls.wait() }
         XCTAssertTrue(waitUntil { (try? EchoServer.connect(host: "127.0.0.1", port: port)).map { close($0); return true } ?? false })
+        return (tls, port, directory)
+    }
+
+    func testAServerWhoseCertificateIsNotTrustedIsRefused() async throws {
+        let (tls, port, directory) = try selfSignedServer()
+        defer { tls.signal(SIGKILL); _ = tls.wait(); directory.remove() }
         let refused = await failure { _ = try await self.client.send(HTTPRequest(method: "GET", url: "https://127.0.0.1:\(port)/")) }
         XCTAssertEqual(refused?.code, HTTPErrorCode.tls, refused?.message ?? "")
         XCTAssertEqual(refused?.beforeResponse, true)

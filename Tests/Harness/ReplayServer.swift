@@ -142,12 +142,37 @@ public final class ReplayServer: @unchecked Sendable {
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
         var buffer = Data()
         while let request = readRequest(fd, &buffer) {
+            if request.method == "CONNECT" {
+                // A proxy's tunnel (https through HTTPS_PROXY): recorded, then bytes both ways.
+                state.withLock { $0.requests.append(request) }
+                return tunnel(fd, to: request.target, pending: buffer)
+            }
             let reply = state.withLock { state -> Reply in
                 state.requests.append(request)
                 if !state.replies.isEmpty { return state.replies.removeFirst() }
                 return state.handler?(request) ?? .body(#"{"error": "the replay server has no reply scripted"}"#, status: 500)
             }
             guard write(fd, reply) else { return }
+        }
+    }
+
+    /// Connects to `target` (`host:port`), says so, and copies bytes both ways until either
+    /// side closes.
+    private func tunnel(_ fd: Int32, to target: String, pending: Data) {
+        guard let colon = target.lastIndex(of: ":"), let port = Int(target[target.index(after: colon)...]),
+              let upstream = try? EchoServer.connect(host: String(target[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port: port) else {
+            _ = send(fd, Data("HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n".utf8))
+            return
+        }
+        defer { close(upstream) }
+        guard send(fd, Data("HTTP/1.1 200 Connection established\r\n\r\n".utf8)), pending.isEmpty || send(upstream, pending) else { return }
+        var descriptors = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: upstream, events: Int16(POLLIN), revents: 0)]
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while poll(&descriptors, 2, 30_000) > 0 {
+            for (from, to) in [(0, 1), (1, 0)] where descriptors[from].revents != 0 {
+                let count = recv(descriptors[from].fd, &chunk, chunk.count, 0)
+                guard count > 0, send(descriptors[to].fd, Data(chunk[..<count])) else { return }
+            }
         }
     }
 
