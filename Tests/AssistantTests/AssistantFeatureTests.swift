@@ -630,3 +630,25 @@ extension AssistantFeatureTests {
         XCTAssertEqual(try json(["assistant", "show", "1"])["entries"]?.arrayValue?.count, 2)
     }
 }
+
+extension AssistantFeatureTests {
+    func testAConversationNearItsModelsContextIsCondensedByACompleteSummaryAndKeptWhole() throws {
+        try ok(["assistant", "provider", "add", "p", "--protocol", "chat", "--url", server.url + "/v1"])
+        try ok(["assistant", "model", "add", "m1", "--provider", "p", "--model", "big", "--context-tokens", "1000"])
+        let long = "Here is the log of web-1: " + String(repeating: "error at 10:00 disk full on /var; ", count: 100)
+        let summary = sse([#"{"choices":[{"index":0,"delta":{"content":"web-1's /var filled up at 10:00."},"finish_reason":"stop"}]}"#, "[DONE]"])
+        server.enqueue(.stream(try fixture("chat/text.sse")), .stream(summary), .stream(try fixture("chat/text.sse")))
+        try ok(["assistant", "run", long])
+        let second = try ok(["assistant", "run", "--conversation", "1", "and now?"])
+        XCTAssertTrue(second.stderr.contains("condensed"), second.stderr)
+        XCTAssertEqual(server.requests.count, 3)
+        let condense = try server.requests[1].json()
+        XCTAssertNil(condense["tools"])
+        XCTAssertTrue(String(decoding: server.requests[1].body, as: UTF8.self).contains("disk full on /var"))
+        let messages = try server.requests[2].json()["messages"]?.arrayValue ?? []
+        XCTAssertEqual(messages.map { $0["role"]?.stringValue ?? "" }, ["system", "user", "user"])
+        XCTAssertTrue(messages[1]["content"]?.stringValue?.hasSuffix("web-1's /var filled up at 10:00.") == true, "\(messages[1])")
+        XCTAssertFalse(String(decoding: server.requests[2].body, as: UTF8.self).contains("disk full on /var"), "the condensed messages were sent again")
+        XCTAssertEqual(try json(["assistant", "show", "1"])["entries"]?.arrayValue?.count, 4, "every message is kept")
+    }
+}

@@ -331,7 +331,10 @@ final class AssistantFeature: Feature {
         }
         guard let entry = models.models[id] else { throw Self.unknownModel(id, models) }
         guard let record = providers.providers[entry.provider] else { throw Self.unknownProvider(entry.provider, providers) }
-        return try resolved(name: entry.provider, provider: record, model: entry.model, id: id, tools: entry.tools ?? true, maxOutputTokens: entry.maxOutputTokens, ports: ports)
+        var resolved = try resolved(name: entry.provider, provider: record, model: entry.model, id: id, tools: entry.tools ?? true, maxOutputTokens: entry.maxOutputTokens,
+                                    ports: ports)
+        resolved.contextTokens = entry.contextTokens
+        return resolved
     }
 
     private func resolved(name: String, provider: AssistantSettings.Providers.Provider, model: String, id: String, tools: Bool, maxOutputTokens: Int?,
@@ -423,17 +426,19 @@ final class AssistantFeature: Feature {
         let titled = request.conversation == nil
         guard ports.context.resident else {
             let result = try await ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation, tools: tools,
-                                                   emitter: RunEmitter(session: session, json: json), system: Self.system).run(prompt: prompt)
+                                                   emitter: RunEmitter(session: session, json: json), system: Self.system,
+                                                   compactor: await compactor(for: model, ports: ports)).run(prompt: prompt)
             if titled { await title(conversation, prompt: prompt, answer: result.text, ports: ports) }
             return result
         }
         // Inside serve the run outlives its client: a client that goes away detaches (attach
         // again with termind assistant attach ID); Ctrl-C ends the run.
+        let compactor = await compactor(for: model, ports: ports)
         let run = try live.start(conversation, first: session, json: json) { live in
             let emitter = RunEmitter { event in await live.deliver(event) }
             do {
                 let result = try await ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation, tools: tools,
-                                                       emitter: emitter, system: Self.system).run(prompt: prompt)
+                                                       emitter: emitter, system: Self.system, compactor: compactor).run(prompt: prompt)
                 if titled { await self.title(conversation, prompt: prompt, answer: result.text, ports: ports) }
                 return .success(result)
             } catch {
@@ -441,6 +446,17 @@ final class AssistantFeature: Feature {
             }
         }
         return try await follow(run, session: session, alreadyAttached: true, json: json)
+    }
+
+    /// What condenses a conversation for `model` when it nears the model's context (the
+    /// compact role's model, else the model itself); nil when the model's size is not known.
+    private func compactor(for model: ResolvedModel, ports: Ports) async -> Compactor? {
+        guard let limit = model.contextTokens else { return nil }
+        var condenser = model
+        if let id = try? await ports.settings.read(AssistantSettings.Roles.self).compact, let chosen = try? await resolve(model: id, provider: nil, ports: ports) {
+            condenser = chosen
+        }
+        return Compactor(client: ports.client, model: condenser, limit: limit)
     }
 
     /// Names a new conversation with the title role's model, when one is chosen: a buffered
@@ -541,7 +557,7 @@ final class AssistantFeature: Feature {
                 conversation = try await ports.store.create(model: model.id, title: firstLine.count > 60 ? String(firstLine.prefix(59)) + "…" : firstLine, now: Self.now())
             }
             let run = ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation!, tools: HostTools(context: ports.context),
-                                      emitter: emitter, system: Self.system)
+                                      emitter: emitter, system: Self.system, compactor: await compactor(for: model, ports: ports))
             let task = Task { try await run.run(prompt: text) }
             running.withLock { $0 = task }
             turns += 1

@@ -63,6 +63,14 @@ enum AssistantSchema {
                 error_message TEXT);
             CREATE INDEX assistant_runs_by_conversation ON assistant_runs (conversation, started_at);
             """),
+        Migration(2, "compactions", """
+            CREATE TABLE assistant_compactions (
+                conversation TEXT NOT NULL,
+                upto INTEGER NOT NULL,
+                summary TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                PRIMARY KEY (conversation, upto));
+            """),
     ])
 }
 
@@ -132,7 +140,7 @@ struct ConversationStore: Sendable {
 
     func remove(_ id: String) async throws {
         try await db.write { db in
-            for table in ["assistant_entries", "assistant_tool_calls", "assistant_tool_results", "assistant_runs"] {
+            for table in ["assistant_entries", "assistant_tool_calls", "assistant_tool_results", "assistant_runs", "assistant_compactions"] {
                 try db.execute("DELETE FROM \(table) WHERE conversation = ?", [id])
             }
             try db.execute("DELETE FROM assistant_conversations WHERE id = ?", [id])
@@ -159,6 +167,8 @@ struct ConversationStore: Sendable {
                 FROM assistant_tool_calls WHERE conversation = ?
                 """, [copy, id])
             try db.execute("INSERT INTO assistant_tool_results (conversation, call_id, result) SELECT ?, call_id, result FROM assistant_tool_results WHERE conversation = ?",
+                           [copy, id])
+            try db.execute("INSERT INTO assistant_compactions (conversation, upto, summary, created_at) SELECT ?, upto, summary, created_at FROM assistant_compactions WHERE conversation = ?",
                            [copy, id])
             return copy
         }
@@ -200,12 +210,44 @@ struct ConversationStore: Sendable {
     /// the model as such, never as if it had not run.
     func transcript(_ conversation: String) async throws -> [TranscriptItem] {
         try await db.read { db in
+            let compaction = try db.query("SELECT upto, summary FROM assistant_compactions WHERE conversation = ? ORDER BY upto DESC LIMIT 1", [conversation]).first
+            var items = try Self.items(db, conversation, after: compaction?.int("upto") ?? -1)
+            if let summary = compaction?.string("summary") { items.insert(.user(Self.summaryPreamble + summary), at: 0) }
+            return items
+        }
+    }
+
+    static let summaryPreamble = "What this conversation said so far, condensed to fit the model (the messages themselves are kept by termind):\n"
+
+    /// The entries up to (not including) the last prompt, to be condensed, and the index they
+    /// end at; nil when there is too little before it.
+    func compactable(_ conversation: String) async throws -> (upto: Int, items: [TranscriptItem])? {
+        try await db.read { db in
+            let compaction = try db.query("SELECT upto, summary FROM assistant_compactions WHERE conversation = ? ORDER BY upto DESC LIMIT 1", [conversation]).first
+            let after = compaction?.int("upto") ?? -1
+            guard let last = try db.query("SELECT max(idx) AS top FROM assistant_entries WHERE conversation = ? AND role = 'user'", [conversation]).first?.int("top"),
+                  last - after > 2 else { return nil }
+            var items = try Self.items(db, conversation, after: after, before: last)
+            if let summary = compaction?.string("summary") { items.insert(.user(Self.summaryPreamble + summary), at: 0) }
+            return (last - 1, items)
+        }
+    }
+
+    func compact(_ conversation: String, upto: Int, summary: String, now: Double) async throws {
+        try await db.write { db in
+            try db.execute("INSERT OR REPLACE INTO assistant_compactions (conversation, upto, summary, created_at) VALUES (?, ?, ?, ?)", [conversation, upto, summary, now])
+        }
+    }
+
+    /// The model's view of the entries with `after` < idx < `before`.
+    private static func items(_ db: Database, _ conversation: String, after: Int, before: Int = Int.max) throws -> [TranscriptItem] {
+        do {
             let calls = try db.query("SELECT * FROM assistant_tool_calls WHERE conversation = ? ORDER BY entry, position", [conversation])
             var byEntry: [Int: [Row]] = [:]
             for row in calls { byEntry[row.int("entry") ?? -1, default: []].append(row) }
             var answered = Set<String>()
             var items: [TranscriptItem] = []
-            for row in try db.query("SELECT * FROM assistant_entries WHERE conversation = ? ORDER BY idx", [conversation]) {
+            for row in try db.query("SELECT * FROM assistant_entries WHERE conversation = ? AND idx > ? AND idx < ? ORDER BY idx", [conversation, after, before]) {
                 let text = row.string("text") ?? ""
                 switch row.string("role") {
                 case "user":

@@ -15,6 +15,8 @@ struct ResolvedModel: Sendable {
     let model: String
     let tools: Bool
     let maxOutputTokens: Int?
+    /// How many tokens the model takes in (nil: not said; the conversation is never condensed).
+    var contextTokens: Int? = nil
     let credential: @Sendable () async throws -> Credential
 }
 

@@ -102,8 +102,11 @@ actor ConversationRun {
     private let tools: any ToolBox
     private let emitter: RunEmitter
     private let system: String
+    private let compactor: Compactor?
 
-    init(store: ConversationStore, client: ModelClient, model: ResolvedModel, conversation: String, tools: any ToolBox, emitter: RunEmitter, system: String) {
+    init(store: ConversationStore, client: ModelClient, model: ResolvedModel, conversation: String, tools: any ToolBox, emitter: RunEmitter, system: String,
+         compactor: Compactor? = nil) {
+        self.compactor = compactor
         self.store = store
         self.client = client
         self.model = model
@@ -124,8 +127,20 @@ actor ConversationRun {
             try await store.append(conversation, role: .user, text: prompt, run: run, now: Self.now())
             while true {
                 try Task.checkCancellation()
-                let request = ModelRequest(model: model.model, system: system, items: try await store.transcript(conversation),
-                                           tools: model.tools ? tools.specs : [], maxOutputTokens: model.maxOutputTokens)
+                var items = try await store.transcript(conversation)
+                if let compactor, compactor.needed(items, system: system) {
+                    do {
+                        if try await compactor.condense(conversation, store: store) {
+                            items = try await store.transcript(conversation)
+                            await emitter.notice("(the conversation so far was condensed to fit \(model.id); its messages are kept)")
+                        }
+                    } catch is CancellationError {
+                        throw CancellationError()
+                    } catch {
+                        await emitter.notice("The conversation could not be condensed (\(TermindError.from(error).message)); it is sent whole.")
+                    }
+                }
+                let request = ModelRequest(model: model.model, system: system, items: items, tools: model.tools ? tools.specs : [], maxOutputTokens: model.maxOutputTokens)
                 let outcome = try await Answerer(client: client, model: model, emitter: emitter).answer(request)
                 if let used = outcome.usage {
                     usage.input += used.input
@@ -225,5 +240,42 @@ actor Answerer {
             attempt += 1
             try await Task.sleep(for: .seconds(delay))
         }
+    }
+}
+
+/// Condenses a conversation that nears its model's context: what came before the latest
+/// prompt is summarized by a buffered request whose answer counts only complete; the
+/// summary then stands for those messages in what models are sent (they stay stored).
+struct Compactor: Sendable {
+    let client: ModelClient
+    let model: ResolvedModel
+    /// The chat model's context, in tokens.
+    let limit: Int
+
+    /// Roughly four bytes a token: condensing starts at three quarters of the context.
+    func needed(_ items: [TranscriptItem], system: String) -> Bool {
+        var bytes = system.utf8.count
+        for item in items {
+            switch item {
+            case .user(let text): bytes += text.utf8.count
+            case .assistant(let text, let calls, _):
+                bytes += text.utf8.count + calls.reduce(0) { $0 + $1.name.utf8.count + ((try? JSONCoding.encode($1.arguments))?.count ?? 0) }
+            case .toolResult(_, _, let output, _): bytes += output.utf8.count
+            }
+        }
+        return bytes / 4 > limit * 3 / 4
+    }
+
+    /// Whether a summary was made and kept.
+    func condense(_ conversation: String, store: ConversationStore) async throws -> Bool {
+        guard let (upto, items) = try await store.compactable(conversation) else { return false }
+        let request = ModelRequest(model: model.model, system: """
+            Condense this conversation between an operator and termind's assistant so it can go on from the summary alone.             Keep the facts, host names, commands and their results that still matter, decisions made and what is left to do. Plain text.
+            """, items: items + [.user("Condense the conversation above.")], maxOutputTokens: model.maxOutputTokens ?? 1024)
+        let outcome = try await Answerer(client: client, model: model, emitter: nil).answer(request)
+        let summary = outcome.text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !summary.isEmpty else { return false }
+        try await store.compact(conversation, upto: upto, summary: summary, now: Date().timeIntervalSince1970)
+        return true
     }
 }
