@@ -241,47 +241,42 @@ struct ConversationStore: Sendable {
 
     /// The model's view of the entries with `after` < idx < `before`.
     private static func items(_ db: Database, _ conversation: String, after: Int, before: Int = Int.max) throws -> [TranscriptItem] {
-        do {
-            let calls = try db.query("SELECT * FROM assistant_tool_calls WHERE conversation = ? ORDER BY entry, position", [conversation])
-            var byEntry: [Int: [Row]] = [:]
-            for row in calls { byEntry[row.int("entry") ?? -1, default: []].append(row) }
-            var answered = Set<String>()
-            var items: [TranscriptItem] = []
-            for row in try db.query("SELECT * FROM assistant_entries WHERE conversation = ? AND idx > ? AND idx < ? ORDER BY idx", [conversation, after, before]) {
-                let text = row.string("text") ?? ""
-                switch row.string("role") {
-                case "user":
-                    items.append(.user(text))
-                case "assistant":
-                    let rows = byEntry[row.int("idx") ?? -1] ?? []
-                    let made = rows.map { call in
-                        ToolCall(id: call.string("call_id") ?? "", name: call.string("name") ?? "",
-                                 arguments: call.string("arguments").flatMap { try? JSONCoding.parse(Data($0.utf8), source: "arguments") } ?? .object([:]))
-                    }
-                    let stored = row.string("calls").flatMap { try? JSONDecoder().decode([ToolCall].self, from: Data($0.utf8)) } ?? made
-                    let echo = row.string("echo").flatMap { try? JSONCoding.parse(Data($0.utf8), source: "echo") }
-                    items.append(.assistant(text: text, calls: stored, echo: echo))
-                    // Every call gets an answer before the next user turn: a call that never
-                    // got a tool entry (refused before running, or unknown) is answered here.
-                    for call in rows {
-                        let id = call.string("call_id") ?? ""
-                        if let result = try db.query("SELECT e.text FROM assistant_entries e WHERE e.conversation = ? AND e.role = 'tool' AND e.call_id = ?",
-                                                     [conversation, id]).first {
-                            answered.insert(id)
-                            items.append(.toolResult(id: id, name: call.string("name") ?? "", output: result.string("text") ?? "",
-                                                     isError: call.string("state") != "succeeded"))
-                        } else {
-                            answered.insert(id)
-                            let state = call.string("state") ?? "unknown"
-                            items.append(.toolResult(id: id, name: call.string("name") ?? "", output: Self.unanswered(state), isError: true))
-                        }
-                    }
-                default:
-                    continue  // tool entries were placed after their call; errors are not sent
+        let calls = try db.query("SELECT * FROM assistant_tool_calls WHERE conversation = ? ORDER BY entry, position", [conversation])
+        var byEntry: [Int: [Row]] = [:]
+        for row in calls { byEntry[row.int("entry") ?? -1, default: []].append(row) }
+        var items: [TranscriptItem] = []
+        for row in try db.query("SELECT * FROM assistant_entries WHERE conversation = ? AND idx > ? AND idx < ? ORDER BY idx", [conversation, after, before]) {
+            let text = row.string("text") ?? ""
+            switch row.string("role") {
+            case "user":
+                items.append(.user(text))
+            case "assistant":
+                let rows = byEntry[row.int("idx") ?? -1] ?? []
+                let made = rows.map { call in
+                    ToolCall(id: call.string("call_id") ?? "", name: call.string("name") ?? "",
+                             arguments: call.string("arguments").flatMap { try? JSONCoding.parse(Data($0.utf8), source: "arguments") } ?? .object([:]))
                 }
+                let stored = row.string("calls").flatMap { try? JSONDecoder().decode([ToolCall].self, from: Data($0.utf8)) } ?? made
+                let echo = row.string("echo").flatMap { try? JSONCoding.parse(Data($0.utf8), source: "echo") }
+                items.append(.assistant(text: text, calls: stored, echo: echo))
+                // Every call gets an answer before the next user turn: a call that never
+                // got a tool entry (refused before running, or unknown) is answered here.
+                for call in rows {
+                    let id = call.string("call_id") ?? ""
+                    if let result = try db.query("SELECT e.text FROM assistant_entries e WHERE e.conversation = ? AND e.role = 'tool' AND e.call_id = ?",
+                                                 [conversation, id]).first {
+                        items.append(.toolResult(id: id, name: call.string("name") ?? "", output: result.string("text") ?? "",
+                                                 isError: call.string("state") != "succeeded"))
+                    } else {
+                        let state = call.string("state") ?? "unknown"
+                        items.append(.toolResult(id: id, name: call.string("name") ?? "", output: Self.unanswered(state), isError: true))
+                    }
+                }
+            default:
+                continue  // tool entries were placed after their call; errors are not sent
             }
-            return items
         }
+        return items
     }
 
     static func unanswered(_ state: String) -> String {
