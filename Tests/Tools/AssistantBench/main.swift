@@ -148,7 +148,8 @@ do {
         serve(short); let ss = try sdkRun()
         shortRuns.append((ts, ss))
     }
-    guard longRuns.allSatisfy({ $0.0.bytes == $0.1.bytes }) else {
+    // termind ends an answer that has no newline with one; the SDK script prints none.
+    guard longRuns.allSatisfy({ $0.0.bytes - $0.1.bytes == 0 || $0.0.bytes - $0.1.bytes == 1 }) else {
         throw TermindError(code: "bench.output", message: "termind and the SDK printed different amounts: \(longRuns.map { ($0.0.bytes, $0.1.bytes) })")
     }
     let termindPer = zip(longRuns, shortRuns).map { ($0.0.0.cpu - $0.1.0.cpu) / Double(tokens) * 1000 }
