@@ -652,3 +652,22 @@ extension AssistantFeatureTests {
         XCTAssertEqual(try json(["assistant", "show", "1"])["entries"]?.arrayValue?.count, 4, "every message is kept")
     }
 }
+
+extension AssistantFeatureTests {
+    func testInsideServeAChatWhoseClientGoesAwayEndsItsTurn() throws {
+        serve = try ServeProcess(directory: directory, arguments: [], environment: ["no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"])
+        try provider("chat")
+        let start = sse([#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"Thinking hard"},"finish_reason":null}]}"#])
+        server.enqueue(ReplayServer.Reply(steps: [.bytes(start), .hang]))
+        let client = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["assistant", "chat"], environment: environment, captureOutput: true)
+        client.writeInput(Data("a slow question\n".utf8))
+        XCTAssertNotNil(client.readOutput(until: "Thinking hard", timeout: 20))
+        // A chat is a person's: unlike a run, it does not go on without them.
+        client.signal(SIGKILL)
+        _ = client.wait()
+        XCTAssertTrue(waitUntil(seconds: 5) { server.hangUps == 1 }, "the turn's request stayed open")
+        XCTAssertTrue(waitUntil(seconds: 5) {
+            (try? ProcessRunner.run("/usr/bin/sqlite3", [self.database, "SELECT state FROM assistant_runs"]))?.stdout == "cancelled\n"
+        })
+    }
+}

@@ -562,7 +562,8 @@ final class AssistantFeature: Feature {
             running.withLock { $0 = task }
             turns += 1
             do {
-                _ = try await task.value
+                // The chat ending (a second Ctrl-C, its client gone) ends the turn with it.
+                _ = try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() }
             } catch is CancellationError {
                 if Task.isCancelled { throw CancellationError() }
                 await emitter.endText("…")
