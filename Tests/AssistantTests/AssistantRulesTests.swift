@@ -1,6 +1,7 @@
 import AssistantRules
 import Foundation
 import TermindCore
+import TermindHarness
 import XCTest
 
 /// The Assistant's pure rules: when to try again, what may be quoted of a provider's error,
@@ -62,5 +63,46 @@ final class AssistantRulesTests: XCTestCase {
         XCTAssertNil(WireBody.body(numbered, .gemini)["contents"]?.arrayValue?.first?["parts"]?.arrayValue?.first?["functionCall"]?["id"])
         XCTAssertEqual(ProviderAddress(.vertex, url: ProviderAddress.defaultURL(.vertex, location: "europe-west4"), project: "p", location: "europe-west4").streamURL(model: "gemini-2.5-pro"),
                        "https://europe-west4-aiplatform.googleapis.com/v1/projects/p/locations/europe-west4/publishers/google/models/gemini-2.5-pro:streamGenerateContent?alt=sse")
+    }
+}
+
+/// The command classifier against its table (Tests/Fixtures/Classifier/commands.txt: every
+/// known way of hiding a write behind a read among several hundred commands), plus the
+/// parser's edges.
+final class CommandClassifierTests: XCTestCase {
+    func testEveryCommandOfTheTableGetsItsClass() throws {
+        let text = try String(contentsOfFile: Repository.path("Tests/Fixtures/Classifier/commands.txt"), encoding: .utf8)
+        var checked = 0, wrong: [String] = []
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            let parts = line.split(separator: "\t", maxSplits: 1)
+            guard parts.count == 2 else { continue }
+            let command = parts[1].replacingOccurrences(of: "\\n", with: "\n")
+            let verdict = CommandClassifier.classify(command)
+            let expected: CommandClassifier.Kind = parts[0] == "R" ? .readOnly : .stateChanging
+            if verdict.kind != expected { wrong.append("\(parts[0]) \(parts[1]) → \(verdict.kind.rawValue): \(verdict.reason)") }
+            checked += 1
+        }
+        XCTAssertGreaterThanOrEqual(checked, 300)
+        XCTAssertEqual(wrong, [], "\(wrong.count) of \(checked) classified wrongly:\n" + wrong.joined(separator: "\n"))
+    }
+
+    func testAStateChangingVerdictSaysWhy() {
+        XCTAssertTrue(CommandClassifier.classify("ls; rm -rf x").reason.contains("rm"))
+        XCTAssertTrue(CommandClassifier.classify("echo x > /etc/x").reason.contains("/etc/x"))
+        XCTAssertTrue(CommandClassifier.classify("cat $(rm x)").reason.contains("inside"))
+        XCTAssertTrue(CommandClassifier.classify("ls 'open").reason.contains("not fully understood"))
+        XCTAssertEqual(CommandClassifier.classify(String(repeating: "ls; ", count: 5000)).kind, .stateChanging, "longer than the parser reads")
+    }
+
+    func testTheParserSplitsWordsAsTheShellDoes() throws {
+        let parsed = try ShellSyntax.parse(#"FOO=1 grep -e 'a b' "c\"d" e\ f 2>/dev/null | wc -l"#)
+        XCTAssertEqual(parsed.commands.count, 2)
+        XCTAssertEqual(parsed.commands[0].assignments.map(\.text), ["FOO=1"])
+        XCTAssertEqual(parsed.commands[0].words.map(\.text), ["grep", "-e", "a b", "c\"d", "e f"])
+        XCTAssertEqual(parsed.commands[0].redirections.first?.op, ">")
+        XCTAssertEqual(parsed.commands[0].redirections.first?.descriptor, 2)
+        XCTAssertEqual(parsed.commands[1].words.map(\.text), ["wc", "-l"])
+        let nested = try ShellSyntax.parse("echo $(date) `id` \"$(uname -a)\"")
+        XCTAssertEqual(nested.nested, ["date", "id", "uname -a"])
     }
 }
