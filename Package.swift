@@ -158,7 +158,7 @@ let package = Package(
         // and request bodies, retries), unit-tested directly against the SDKs' fixture shapes.
         .target(
             name: "AssistantRules",
-            dependencies: [core],
+            dependencies: [core, apis],
             path: "Features/Assistant/Sources/AssistantRules"
         ),
         // libcurl (Debian's libcurl4-openssl-dev) for HTTP and TLS, imported by CurlHTTP only.
@@ -284,7 +284,7 @@ let package = Package(
         // `make bench`: a long streamed answer through `termind assistant run` against the official openai SDK.
         .executableTarget(
             name: "termind-assistant-bench",
-            dependencies: [core, "TermindHarness"],
+            dependencies: [core, "AssistantRules", "TermindHarness"],
             path: "Tests/Tools/AssistantBench"
         ),
         // `make bench`: terminal output throughput and keystroke echo against ssh -tt on the same sshd.

@@ -1,3 +1,4 @@
+import AssistantRules
 import Foundation
 import TermindCore
 import TermindHarness
@@ -165,6 +166,15 @@ do {
     line("whole process CPU, s", longRuns.map(\.0.cpu), longRuns.map(\.1.cpu))
     line("whole process wall, s", longRuns.map(\.0.wall), longRuns.map(\.1.wall))
     line("one-token answer CPU, s", shortRuns.map(\.0.cpu), shortRuns.map(\.1.cpu))
+    // The command classifier on a 200-character command (issue 37's target: ≤ 50 µs median).
+    let command = "ps -eo pid,comm,%cpu --sort=-%cpu | head -n 20 && df -h / /var /home | grep -v tmpfs && journalctl -u nginx --since today -n 50 --no-pager | tail -n 20 && uptime; free -m && who | head -n 5 && id -un"
+    var samples: [Double] = []
+    for _ in 0..<200 {
+        let start = now()
+        for _ in 0..<100 { precondition(CommandClassifier.classify(command).isReadOnly) }
+        samples.append((now() - start) / 100)
+    }
+    print("classifier, \(command.count)-character command: \(triple(spread(samples.map { $0 * 1e6 }))) µs (target: ≤ 50 µs median)")
     let ratio = spread(termindPer).median / max(spread(sdkPer).median, 1e-9)
     print("target: termind's CPU per token ≤ 0.5× the SDK's: \(f(ratio))× (\(ratio <= 0.5 ? "met" : "missed")); first-token overhead ≤ 5 ms: \(f(spread(longRuns.map(\.0.firstToken)).median * 1000)) ms (\(spread(longRuns.map(\.0.firstToken)).median <= 0.005 ? "met" : "missed"))")
 } catch {
