@@ -225,6 +225,120 @@ public enum AssistantContracts {
     }
 }
 
+// MARK: - Policy and audit
+
+extension AssistantContracts {
+    /// A host's or a tag's tier (`termind assistant tier`).
+    public enum SetTier: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            /// A saved host (id or label); or give `tag`. With `tag`, the tier may come here.
+            public var host: String?
+            /// read-only, ask, auto; or "default" to remove the record.
+            public var tier: String?
+            public var tag: String?
+            /// The command line's words: `HOST TIER`, or `TIER` with `tag`.
+            public var words: [String]?
+            public init(host: String? = nil, tier: String? = nil, tag: String? = nil, words: [String]? = nil) {
+                self.words = words
+                self.host = host
+                self.tier = tier
+                self.tag = tag
+            }
+        }
+        public typealias Response = ListTiers.Response
+        public static let name = "assistant.tier.set"
+        public static let version = 1
+        public static let summary = "Set the tier of a saved host or a tag: read-only, ask or auto (default removes it)."
+        public static let effect: Effect = .write
+    }
+
+    /// The tier records, the tool rules and the default mode.
+    public enum ListTiers: Contract {
+        public struct Request: Codable, Sendable, Equatable { public init() {} }
+        public struct Row: Codable, Sendable, Equatable {
+            /// "host" or "tag".
+            public var kind: String
+            /// The host's label (its id when the host is gone) or the tag.
+            public var name: String
+            public var id: String?
+            public var tier: AssistantSettings.Policy.Tier
+            public init(kind: String, name: String, id: String?, tier: AssistantSettings.Policy.Tier) {
+                self.kind = kind
+                self.name = name
+                self.id = id
+                self.tier = tier
+            }
+        }
+        public struct Response: Codable, Sendable, Equatable {
+            public var tiers: [Row]
+            public var tools: [String: AssistantSettings.Policy.ToolRule]
+            public var mode: AssistantSettings.Policy.Mode
+            public init(tiers: [Row], tools: [String: AssistantSettings.Policy.ToolRule], mode: AssistantSettings.Policy.Mode) {
+                self.tiers = tiers
+                self.tools = tools
+                self.mode = mode
+            }
+        }
+        public static let name = "assistant.tier.list"
+        public static let version = 1
+        public static let summary = "List the assistant's host and tag tiers, its tool rules and its default mode."
+        public static let effect: Effect = .read
+    }
+
+    /// One audit entry: a decision on an agent's action, or its execution. Never arguments,
+    /// commands, outputs or bodies.
+    public struct AuditEntry: Codable, Sendable, Equatable {
+        public var seq: Int
+        /// Seconds since 1970.
+        public var at: Double
+        public var conversation: String?
+        public var call: String?
+        public var tool: String
+        /// The saved host's id and its label then.
+        public var host: String?
+        public var hostLabel: String?
+        /// "read" or "change".
+        public var effect: String
+        /// ssh_exec: the classifier's verdict ("read-only", "state-changing").
+        public var classifier: String?
+        /// "decision" or "execution".
+        public var event: String
+        /// decision: "allowed" or "refused", and who decided (policy, person, guardian, mode).
+        public var decision: String?
+        public var decider: String?
+        public var reason: String?
+        /// execution: "succeeded", "failed", "unknown".
+        public var outcome: String?
+        public var exitStatus: Int32?
+        public var exitSignal: String?
+        public var stdoutBytes: Int?
+        public var stderrBytes: Int?
+
+        public init(seq: Int, at: Double, conversation: String?, call: String?, tool: String, host: String?, hostLabel: String?, effect: String,
+                    classifier: String?, event: String, decision: String? = nil, decider: String? = nil, reason: String? = nil, outcome: String? = nil,
+                    exitStatus: Int32? = nil, exitSignal: String? = nil, stdoutBytes: Int? = nil, stderrBytes: Int? = nil) {
+            self.seq = seq
+            self.at = at
+            self.conversation = conversation
+            self.call = call
+            self.tool = tool
+            self.host = host
+            self.hostLabel = hostLabel
+            self.effect = effect
+            self.classifier = classifier
+            self.event = event
+            self.decision = decision
+            self.decider = decider
+            self.reason = reason
+            self.outcome = outcome
+            self.exitStatus = exitStatus
+            self.exitSignal = exitSignal
+            self.stdoutBytes = stdoutBytes
+            self.stderrBytes = stderrBytes
+        }
+    }
+}
+
 // MARK: - Conversations
 
 extension AssistantContracts {
@@ -394,7 +508,12 @@ public enum AssistantStreams {
             public var provider: String?
             /// How the client shows it: "json" (a record per event) or "text".
             public var output: String?
-            public init(prompt: String, conversation: String? = nil, model: String? = nil, provider: String? = nil, output: String? = nil) {
+            /// Who answers what needs an approval: ask (the person), approve-for-me (the
+            /// Guardian), full-access (pre-approved). Left out: `assistant.policy`'s mode.
+            public var mode: AssistantSettings.Policy.Mode?
+            public init(prompt: String, conversation: String? = nil, model: String? = nil, provider: String? = nil, output: String? = nil,
+                        mode: AssistantSettings.Policy.Mode? = nil) {
+                self.mode = mode
                 self.prompt = prompt
                 self.conversation = conversation
                 self.model = model
@@ -427,7 +546,10 @@ public enum AssistantStreams {
         public static let summary = "Ask the assistant once: the answer streams as it arrives, tool calls run under the policy, and the conversation is kept."
         public static let effect: Effect = Effect(.write, network: true, secrets: true)
         public static var events: [String: JSONSchema] { ["stdout": StreamEvents.data, "notice": StreamEvents.notice, "record": StreamEvents.record] }
-        public static var questions: [String: String] { [:] }
+        /// An action that needs the person's approval (mode ask): once, for the host, for the
+        /// exact command on the host, or no — answered at a terminal only.
+        public static let approvalTopic = "assistant.approval"
+        public static var questions: [String: String] { [approvalTopic: "choice"] }
     }
 
     /// Follow a run that goes on inside `termind serve` after its client left: what it said
@@ -461,7 +583,11 @@ public enum AssistantStreams {
             /// Filled by the CLI: whether its standard input is a terminal.
             public var interactive: Bool?
             public var output: String?
-            public init(conversation: String? = nil, model: String? = nil, provider: String? = nil, interactive: Bool? = nil, output: String? = nil) {
+            /// As `assistant run`'s.
+            public var mode: AssistantSettings.Policy.Mode?
+            public init(conversation: String? = nil, model: String? = nil, provider: String? = nil, interactive: Bool? = nil, output: String? = nil,
+                        mode: AssistantSettings.Policy.Mode? = nil) {
+                self.mode = mode
                 self.conversation = conversation
                 self.model = model
                 self.provider = provider
@@ -485,7 +611,7 @@ public enum AssistantStreams {
         public static let acceptsInput = true
         public static let promptTopic = "assistant.prompt"
         public static var events: [String: JSONSchema] { ["stdout": StreamEvents.data, "notice": StreamEvents.notice, "record": StreamEvents.record] }
-        public static var questions: [String: String] { [promptTopic: "prompts"] }
+        public static var questions: [String: String] { [promptTopic: "prompts", Run.approvalTopic: "choice"] }
     }
 
     /// A shell command for what a person wants, for the host they name; printed, never run.
@@ -518,6 +644,36 @@ public enum AssistantStreams {
     }
 }
 
+extension AssistantStreams {
+    /// The audit log, oldest first: with `--json` one JSON object per line.
+    public enum Audit: StreamContract {
+        public struct Request: Codable, Sendable, Equatable {
+            /// A saved host (id or label); or a host id that is gone.
+            public var host: String?
+            /// From when: an ISO 8601 time (2026-12-06T10:00:00Z), a date, or an age (30m, 12h, 7d).
+            public var since: String?
+            /// At most this many, the latest (default 1000).
+            public var limit: Int?
+            public var output: String?
+            public init(host: String? = nil, since: String? = nil, limit: Int? = nil, output: String? = nil) {
+                self.host = host
+                self.since = since
+                self.limit = limit
+                self.output = output
+            }
+        }
+        public struct Result: Codable, Sendable, Equatable {
+            public var entries: Int
+            public init(entries: Int) { self.entries = entries }
+        }
+        public static let name = "assistant.audit"
+        public static let version = 1
+        public static let summary = "Show the audit log of the assistant's decisions and executions."
+        public static let effect: Effect = .read
+        public static var events: [String: JSONSchema] { ["record": StreamEvents.record, "view": StreamEvents.view] }
+    }
+}
+
 extension ErrorCode {
     /// No such provider, model or conversation; or none is configured for a role.
     public static let assistantUnknown: ErrorCode = "assistant.unknown"
@@ -527,6 +683,8 @@ extension ErrorCode {
     public static let assistantProviderFailed: ErrorCode = "assistant.provider_failed"
     /// The provider's answer was incomplete or broke its protocol; it was discarded.
     public static let assistantIncomplete: ErrorCode = "assistant.incomplete"
+    /// The audit log's chain is broken: a row was changed, removed or inserted outside termind.
+    public static let assistantAuditBroken: ErrorCode = "assistant.audit_broken"
     /// An archived conversation is read-only until restored.
     public static let assistantArchived: ErrorCode = "assistant.archived"
 }

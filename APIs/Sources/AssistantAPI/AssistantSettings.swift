@@ -374,3 +374,107 @@ extension AssistantSettings {
         !text.isEmpty && text.count <= 40 && text.allSatisfy { $0.isLowercase || $0.isNumber || $0 == "-" || $0 == "." }
     }
 }
+
+extension AssistantSettings {
+    /// The approval policy every agent-originated call is decided by (docs/assistant.md,
+    /// "Policy"): host tiers by host id or tag, a rule per tool, the default permission mode.
+    /// Written by a person (`termind assistant tier`, `settings set`), never by a model: the
+    /// policy refuses every agent call to anything but the assistant's tools.
+    public struct Policy: SettingsRecord {
+        /// What may run on a host. `read-only`: only what reads, in every mode; `ask`: what
+        /// changes the host needs an approval (the default); `auto`: it runs.
+        public enum Tier: String, Codable, Sendable, Equatable, SchemaEnum, CaseIterable {
+            case readOnly = "read-only"
+            case ask
+            case auto
+            /// Most restrictive first.
+            public var rank: Int {
+                switch self {
+                case .readOnly: 0
+                case .ask: 1
+                case .auto: 2
+                }
+            }
+        }
+        /// Who answers what needs an approval: the person (`ask`, the default), the Guardian
+        /// (`approve-for-me`), nobody (`full-access`: pre-approved). No mode passes a tier,
+        /// a denied tool, host-key trust, secrets, schemas, paths or the fetch rules.
+        public enum Mode: String, Codable, Sendable, Equatable, SchemaEnum, CaseIterable {
+            case ask
+            case approveForMe = "approve-for-me"
+            case fullAccess = "full-access"
+        }
+        /// A tool's rule: `deny` always refuses, `approve` runs (within the host's tier),
+        /// `ask` needs an approval for what changes something (reading runs).
+        public enum ToolRule: String, Codable, Sendable, Equatable, SchemaEnum, CaseIterable {
+            case deny
+            case approve
+            case ask
+        }
+
+        /// The tools a rule may name.
+        public static let toolNames = ["list_hosts", "ssh_exec", "scratch_read"]
+
+        public static let key = "assistant.policy"
+        public static let scope = SettingsScope.synced
+        public static let summary = "Assistant policy: host tiers by host id or tag (read-only, ask, auto), a rule per tool (deny, approve, ask), the default mode (ask, approve-for-me, full-access)."
+        public static var defaults: Policy { Policy() }
+
+        /// Tiers by saved host id.
+        public var hosts: [String: Tier]
+        /// Tiers by tag: a host with several takes the most restrictive.
+        public var tags: [String: Tier]
+        /// Rules by tool name (absent: ssh_exec asks, the others run).
+        public var tools: [String: ToolRule]
+        /// A run's mode when it names none.
+        public var mode: Mode
+
+        public init(hosts: [String: Tier] = [:], tags: [String: Tier] = [:], tools: [String: ToolRule] = [:], mode: Mode = .ask) {
+            self.hosts = hosts
+            self.tags = tags
+            self.tools = tools
+            self.mode = mode
+        }
+
+        private enum CodingKeys: String, CodingKey { case hosts, tags, tools, mode }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            hosts = try container.decodeIfPresent([String: Tier].self, forKey: .hosts) ?? [:]
+            tags = try container.decodeIfPresent([String: Tier].self, forKey: .tags) ?? [:]
+            tools = try container.decodeIfPresent([String: ToolRule].self, forKey: .tools) ?? [:]
+            mode = try container.decodeIfPresent(Mode.self, forKey: .mode) ?? .ask
+        }
+
+        /// A host's tier: its own when set, else the most restrictive of its tags', else `ask`
+        /// — the host's own record can only tighten what its tags say.
+        public func tier(host id: String, tags hostTags: [String]) -> Tier {
+            let fromTags = hostTags.compactMap { tags[$0] }.min { $0.rank < $1.rank }
+            switch (hosts[id], fromTags) {
+            case (let own?, let tagged?): return own.rank <= tagged.rank ? own : tagged
+            case (let own?, nil): return own
+            case (nil, let tagged?): return tagged
+            case (nil, nil): return .ask
+            }
+        }
+
+        /// A tool's rule (absent: ssh_exec asks, the others run).
+        public func rule(tool: String) -> ToolRule {
+            tools[tool] ?? (tool == "ssh_exec" ? .ask : .approve)
+        }
+
+        public func problems() -> [SettingsProblem] {
+            var problems: [SettingsProblem] = []
+            for name in tools.keys.sorted() where !Self.toolNames.contains(name) {
+                problems.append(SettingsProblem("\(Self.key).tools.\(name)", "is not a tool of the assistant (\(Self.toolNames.joined(separator: ", ")))"))
+            }
+            for tag in tags.keys.sorted() where tag.isEmpty || tag.count > 100 {
+                problems.append(SettingsProblem("\(Self.key).tags.\(tag)", "a tag is 1 to 100 characters"))
+            }
+            for id in hosts.keys.sorted() where id.isEmpty || id.count > 100 {
+                problems.append(SettingsProblem("\(Self.key).hosts.\(id)", "a host id is 1 to 100 characters"))
+            }
+            return problems
+        }
+    }
+}

@@ -57,6 +57,9 @@ struct Questions: Sendable {
         let unanswered: JSONValue = .object(["unanswered": .bool(true)])
         let kind = question["kind"]?.stringValue
         if let topic = question["topic"]?.stringValue, let scripted = book[topic] {
+            guard question["personOnly"] != .bool(true) else {
+                throw TermindError(Self.invalidAnswer, "--answers: \"\(topic)\" is answered by a person at a terminal only, never from a file.")
+            }
             return try Self.scripted(scripted, topic: topic, kind: kind, question: question, isPrivate: bookIsPrivate)
         }
         if kind == "confirm" && assumeYes { return .object(["answer": .bool(true)]) }

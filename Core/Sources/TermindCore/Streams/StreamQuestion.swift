@@ -7,11 +7,14 @@ public enum StreamQuestion {
     /// Text, then one line read; `choices` maps what may be typed (lowercased, trimmed) to
     /// the answer, Enter alone is `default`, anything else is asked again. Answer:
     /// `{"answer": …}` or `{"unanswered": true}`.
+    /// `personOnly`: only a person at a terminal answers it — never `--answers FILE` (an
+    /// approval a script could give once for every action to come).
     public static func choice(topic: String, _ text: String, _ choices: [String: String], default fallback: String,
-                              details: JSONValue? = nil) -> JSONValue {
+                              details: JSONValue? = nil, personOnly: Bool = false) -> JSONValue {
         var question: [String: JSONValue] = ["kind": .string("choice"), "topic": .string(topic), "text": .string(text),
                                              "choices": .object(choices.mapValues { .string($0) }), "default": .string(fallback)]
         question["details"] = details
+        if personOnly { question["personOnly"] = .bool(true) }
         return .object(question)
     }
 

@@ -19,6 +19,9 @@ final class AssistantFeature: Feature {
         let client: ModelClient
         let context: FeatureContext
         let logger: Logger
+        let audit: AuditLog
+        let scratch: Scratch
+        let hosts: any HostDirectory
     }
 
     private let ports = Mutex<Ports?>(nil)
@@ -26,7 +29,7 @@ final class AssistantFeature: Feature {
     /// Runs inside `termind serve`, which outlive the clients that started them.
     private let live = LiveRuns()
 
-    private func current() throws -> Ports {
+    func current() throws -> Ports {
         guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("The Assistant is not started.") }
         return ports
     }
@@ -50,12 +53,13 @@ final class AssistantFeature: Feature {
         registrar.stream(AssistantStreams.Suggest.self) { [self] request, session in
             try await suggest(request, session: session, ports: try current())
         }
+        registerPolicy(registrar)
     }
 
     func start(_ context: FeatureContext) async throws {
         let settings = try context.ports.require(.settingsValues)
         for record in [AssistantSettings.Providers.declaration, AssistantSettings.Models.declaration, AssistantSettings.Roles.declaration,
-                       AssistantSettings.MCPServers.declaration, AssistantSettings.Local.declaration] {
+                       AssistantSettings.MCPServers.declaration, AssistantSettings.Local.declaration, AssistantSettings.Policy.declaration] {
             try settings.register(record, owner: context.featureID)
         }
         let db = try context.ports.require(.store)
@@ -70,10 +74,16 @@ final class AssistantFeature: Feature {
         let left = try await store.interruptLeftovers(now: Self.now())
         if left.runs > 0 { context.logger.info("assistant.interrupted", ["runs": .int(left.runs), "calls": .int(left.calls)]) }
         let client = ModelClient(http: HTTPClient(logger: context.logger.child("http")), tokens: VertexTokens())
-        ports.withLock { $0 = Ports(store: store, settings: settings, client: client, context: context, logger: context.logger) }
+        let hosts = try context.ports.require(.hostDirectory)
+        policy.configure(.init(settings: settings, hosts: hosts))
+        let scratch = Scratch(root: URL(fileURLWithPath: db.path).deletingLastPathComponent().appendingPathComponent("assistant-scratch").path)
+        ports.withLock {
+            $0 = Ports(store: store, settings: settings, client: client, context: context, logger: context.logger, audit: AuditLog(db: db), scratch: scratch, hosts: hosts)
+        }
     }
 
     func stop() async {
+        policy.configure(nil)
         live.cancelAll()
         ports.withLock { $0 = nil }
     }
@@ -86,7 +96,7 @@ final class AssistantFeature: Feature {
         return (providers, value.revision)
     }
 
-    private static func write<R: SettingsRecord>(_ record: R, revision: Int?, ports: Ports) async throws {
+    static func write<R: SettingsRecord>(_ record: R, revision: Int?, ports: Ports) async throws {
         guard case .object(let fields) = try JSONCoding.parse(try JSONCoding.encode(record), source: R.key) else { return }
         _ = try await ports.context.call(SettingsContracts.Set.self, .init(key: R.key, value: fields, replace: true, revision: revision))
     }
@@ -422,10 +432,12 @@ final class AssistantFeature: Feature {
             conversation = try await ports.store.create(model: model.id, title: firstLine.count > 60 ? String(firstLine.prefix(59)) + "…" : firstLine, now: Self.now())
         }
         let json = request.output == "json"
-        let tools = HostTools(context: ports.context)
+        let mode = try await mode(request.mode, ports: ports)
+        policy.setMode(mode, conversation: conversation)
         let titled = request.conversation == nil
         guard ports.context.resident else {
-            let result = try await ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation, tools: tools,
+            let result = try await ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation,
+                                                   tools: tools(ports, ask: { await session.ask($0) }),
                                                    emitter: RunEmitter(session: session, json: json), system: Self.system,
                                                    compactor: await compactor(for: model, ports: ports)).run(prompt: prompt)
             if titled { await title(conversation, prompt: prompt, answer: result.text, ports: ports) }
@@ -437,7 +449,8 @@ final class AssistantFeature: Feature {
         let run = try live.start(conversation, first: session, json: json) { live in
             let emitter = RunEmitter { event in await live.deliver(event) }
             do {
-                let result = try await ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation, tools: tools,
+                let result = try await ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation,
+                                                       tools: self.tools(ports, ask: { await live.ask($0) }),
                                                        emitter: emitter, system: Self.system, compactor: compactor).run(prompt: prompt)
                 if titled { await self.title(conversation, prompt: prompt, answer: result.text, ports: ports) }
                 return .success(result)
@@ -446,6 +459,17 @@ final class AssistantFeature: Feature {
             }
         }
         return try await follow(run, session: session, alreadyAttached: true, json: json)
+    }
+
+    /// The tools of a run whose questions go to `ask`.
+    private func tools(_ ports: Ports, ask: @escaping @Sendable (JSONValue) async -> JSONValue?) -> HostTools {
+        HostTools(context: ports.context, policy: policy, audit: ports.audit, scratch: ports.scratch, hosts: ports.hosts, ask: ask)
+    }
+
+    /// A run's mode: the one asked for, else the policy record's.
+    private func mode(_ asked: AssistantSettings.Policy.Mode?, ports: Ports) async throws -> AssistantSettings.Policy.Mode {
+        if let asked { return asked }
+        return try await ports.settings.read(AssistantSettings.Policy.self).mode
     }
 
     /// What condenses a conversation for `model` when it nears the model's context (the
@@ -530,6 +554,7 @@ final class AssistantFeature: Feature {
             if modelID == nil && request.provider == nil && !summary.model.contains("/") && !summary.model.isEmpty { modelID = summary.model }
         }
         let model = try await resolve(model: modelID, provider: request.provider, ports: ports)
+        let mode = try await mode(request.mode, ports: ports)
         let emitter = RunEmitter(session: session, json: request.output == "json")
         let running = Mutex<Task<AssistantStreams.Run.Result, any Error>?>(nil)
         let watcher = Task {
@@ -556,7 +581,9 @@ final class AssistantFeature: Feature {
                 let firstLine = text.split(separator: "\n").first.map(String.init) ?? text
                 conversation = try await ports.store.create(model: model.id, title: firstLine.count > 60 ? String(firstLine.prefix(59)) + "…" : firstLine, now: Self.now())
             }
-            let run = ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation!, tools: HostTools(context: ports.context),
+            policy.setMode(mode, conversation: conversation!)
+            let run = ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation!,
+                                      tools: tools(ports, ask: { await session.ask($0) }),
                                       emitter: emitter, system: Self.system, compactor: await compactor(for: model, ports: ports))
             let task = Task { try await run.run(prompt: text) }
             running.withLock { $0 = task }

@@ -71,6 +71,31 @@ enum AssistantSchema {
                 created_at REAL NOT NULL,
                 PRIMARY KEY (conversation, upto));
             """),
+        // Append-only (nothing in termind changes or deletes a row) and tamper-evident: each
+        // row's `chain` is SHA-256 of the previous row's and its own fields (AuditLog).
+        Migration(3, "audit log", """
+            CREATE TABLE assistant_audit (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                at REAL NOT NULL,
+                conversation TEXT,
+                call_id TEXT,
+                tool TEXT NOT NULL,
+                host TEXT,
+                host_label TEXT,
+                effect TEXT NOT NULL,
+                classifier TEXT,
+                event TEXT NOT NULL CHECK (event IN ('decision', 'execution')),
+                decision TEXT,
+                decider TEXT,
+                reason TEXT,
+                exit_status INTEGER,
+                exit_signal TEXT,
+                outcome TEXT,
+                stdout_bytes INTEGER,
+                stderr_bytes INTEGER,
+                chain TEXT NOT NULL);
+            CREATE INDEX assistant_audit_by_host ON assistant_audit (host, at);
+            """),
     ])
 }
 

@@ -1,55 +1,243 @@
 import AssistantAPI
 import AssistantRules
 import Foundation
+import Synchronization
 import TermindCore
 import VaultAPI
+import WorkspacesAPI
 
-/// The tools a run offers today: reading the saved hosts. Every call is checked against
-/// its schema before anything runs, then made through the kernel on the conversation's
-/// behalf (`actingForAgent`), so the policy decides on it as on any agent's call. The host
-/// tools that act (exec, files, metrics) come with the approval policy (issue 37).
+/// The tools a run offers. Every call is checked against its schema first; an action is then
+/// assessed by the policy (AssistantPolicy: the host's tier, the command classifier, the
+/// tool's rule, the mode, approvals given), asked of the person when it needs an approval
+/// (mode ask, at a terminal only), audited, and made through the kernel on the
+/// conversation's behalf (`actingForAgent`), where the same policy decides again.
 struct HostTools: ToolBox {
     let context: FeatureContext
+    let policy: AssistantPolicy
+    let audit: AuditLog
+    let scratch: Scratch
+    let hosts: any HostDirectory
+    /// Asks the person (nil: nobody answered).
+    let ask: @Sendable (JSONValue) async -> JSONValue?
+
+    /// What a command's output shows the model of each stream; the whole is in the scratch folder.
+    static let previewBytes = 8192
+    static let defaultTimeout = 60
+    static let readLimit = 65536
 
     private static let listHostsSchema: JSONSchema = .object([JSONSchema.Property(name: "tag", schema: .string(), required: false)])
+    private static let execSchema: JSONSchema = .object([
+        JSONSchema.Property(name: "host", schema: .string(), required: true),
+        JSONSchema.Property(name: "command", schema: .string(), required: true),
+        JSONSchema.Property(name: "timeoutSeconds", schema: .integer, required: false),
+    ])
+    private static let scratchReadSchema: JSONSchema = .object([
+        JSONSchema.Property(name: "path", schema: .string(), required: true),
+        JSONSchema.Property(name: "offset", schema: .integer, required: false),
+        JSONSchema.Property(name: "length", schema: .integer, required: false),
+    ])
 
     var specs: [ToolSpec] {
         [ToolSpec(name: "list_hosts", description: "List the operator's saved SSH hosts (label, address, port, user, tags), optionally those with a tag.",
-                  parameters: Self.listHostsSchema.json)]
+                  parameters: Self.listHostsSchema.json),
+         ToolSpec(name: "ssh_exec", description: """
+            Run one shell command on a saved host (its label or id) over SSH, without a terminal, and get its exit status and output. \
+            Read-only commands run; anything that may change the host needs the operator's approval or is refused by the host's tier. \
+            Output beyond \(Self.previewBytes) bytes a stream is kept whole in the scratch folder: read it with scratch_read.
+            """, parameters: Self.execSchema.json),
+         ToolSpec(name: "scratch_read", description: "Read a file of this conversation's scratch folder (a path relative to it), \(Self.readLimit) bytes at most from an offset.",
+                  parameters: Self.scratchReadSchema.json)]
     }
 
     func run(_ call: ToolCall, conversation: String, run: String) async -> ToolOutcome {
         switch call.name {
-        case "list_hosts":
-            let problems = Self.listHostsSchema.problems(in: call.arguments)
-            guard problems.isEmpty else { return ToolOutcome(state: .failed, text: "The arguments do not fit list_hosts: \(problems.joined(separator: "; ")).") }
-            do {
-                let hosts = try await context.actingForAgent("conversation \(conversation)/tool-call \(call.id)") {
-                    try await context.call(VaultContracts.HostList.self, .init(tag: call.arguments["tag"]?.stringValue))
-                }
-                let rows: [JSONValue] = hosts.hosts.map { host in
-                    .object(["label": .string(host.label), "address": .string(host.address), "port": .integer(Int64(host.port)),
-                             "user": host.user.map { .string($0) } ?? .null, "tags": .array(host.tags.map { .string($0) })])
-                }
-                return ToolOutcome(state: .succeeded, text: String(decoding: (try? JSONCoding.encode(JSONValue.array(rows))) ?? Data("[]".utf8), as: UTF8.self))
-            } catch {
-                let failure = TermindError.from(error)
-                let refused = failure.code == ErrorCode.policyDenied.rawValue || failure.code == ErrorCode.policyUnavailable.rawValue
-                return ToolOutcome(state: refused ? .refused : .failed, text: failure.message)
-            }
+        case "list_hosts": return await listHosts(call, conversation: conversation)
+        case "ssh_exec": return await exec(call, conversation: conversation)
+        case "scratch_read": return scratchRead(call, conversation: conversation)
         default:
             return ToolOutcome(state: .failed, text: "There is no tool named \(call.name); the tools are: \(specs.map(\.name).joined(separator: ", ")).")
         }
     }
-}
 
-/// The kernel's policy hook as the Assistant provides it today: what an agent may do
-/// without a person is to read (no secrets); anything that writes, deletes, runs a command
-/// or touches secrets is refused until the approval policy lands (issue 37). Decided from
-/// termind's own facts (the operation's declared effect), never from what a model wrote.
-final class AssistantPolicy: CallPolicy {
-    func decide(_ request: PolicyRequest) async throws -> PolicyDecision {
-        if request.effectDeclared && request.effect.level == .read && !request.effect.secrets { return .allow }
-        return .deny(reason: "\(request.operation) (\(request.effect)) is not allowed for the assistant: it may only read for now, without secrets.")
+    private func misfit(_ call: ToolCall, _ schema: JSONSchema) -> ToolOutcome? {
+        let problems = schema.problems(in: call.arguments)
+        guard !problems.isEmpty else { return nil }
+        return ToolOutcome(state: .failed, text: "The arguments do not fit \(call.name): \(problems.joined(separator: "; ")).")
+    }
+
+    private static func refusal(_ error: any Error) -> ToolOutcome {
+        let failure = TermindError.from(error)
+        let refused = failure.code == ErrorCode.policyDenied.rawValue || failure.code == ErrorCode.policyUnavailable.rawValue
+        return ToolOutcome(state: refused ? .refused : .failed, text: failure.message)
+    }
+
+    // MARK: - list_hosts
+
+    private func listHosts(_ call: ToolCall, conversation: String) async -> ToolOutcome {
+        if let misfit = misfit(call, Self.listHostsSchema) { return misfit }
+        do {
+            let hosts = try await context.actingForAgent(AssistantPolicy.detail(conversation: conversation, call: call.id)) {
+                try await context.call(VaultContracts.HostList.self, .init(tag: call.arguments["tag"]?.stringValue))
+            }
+            let rows: [JSONValue] = hosts.hosts.map { host in
+                .object(["label": .string(host.label), "address": .string(host.address), "port": .integer(Int64(host.port)),
+                         "user": host.user.map { .string($0) } ?? .null, "tags": .array(host.tags.map { .string($0) })])
+            }
+            return ToolOutcome(state: .succeeded, text: String(decoding: (try? JSONCoding.encode(JSONValue.array(rows))) ?? Data("[]".utf8), as: UTF8.self))
+        } catch {
+            return Self.refusal(error)
+        }
+    }
+
+    // MARK: - ssh_exec
+
+    private func exec(_ call: ToolCall, conversation: String) async -> ToolOutcome {
+        if let misfit = misfit(call, Self.execSchema) { return misfit }
+        let name = call.arguments["host"]?.stringValue ?? ""
+        let command = call.arguments["command"]?.stringValue ?? ""
+        let timeout = JSONRead.int(call.arguments["timeoutSeconds"]) ?? Self.defaultTimeout
+        guard !command.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else { return ToolOutcome(state: .failed, text: "The command is empty.") }
+        guard command.utf8.count <= 16384 else { return ToolOutcome(state: .failed, text: "The command is longer than 16384 bytes.") }
+        guard (1...3600).contains(timeout) else { return ToolOutcome(state: .failed, text: "timeoutSeconds must be from 1 to 3600, not \(timeout).") }
+        let host: HostSummary
+        do {
+            guard let found = try await hosts.host(named: name) else {
+                return ToolOutcome(state: .failed, text: "There is no saved host named \(name); list_hosts lists them. Nothing ran.")
+            }
+            host = found
+        } catch {
+            return ToolOutcome(state: .failed, text: TermindError.from(error).message)
+        }
+        let assessment: Assessment
+        do {
+            assessment = try await policy.assess(tool: "ssh_exec", conversation: conversation, call: call.id, host: host, command: command,
+                                                 declared: WorkspacesStreams.Exec.effect)
+        } catch {
+            return ToolOutcome(state: .refused, text: "The policy could not decide (\(TermindError.from(error).message)); nothing ran.")
+        }
+        // Decided before anything runs: the policy, the person, or a refusal.
+        let decider: PolicyRules.Decider
+        switch assessment.verdict {
+        case .allow(let by):
+            decider = by
+        case .refuse(let reason):
+            try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .policy, reason: reason)
+            return ToolOutcome(state: .refused, text: reason)
+        case .askGuardian:
+            let reason = "Approve-for-me needs the Guardian's review, which this termind does not run yet; refused, nothing ran. Ask the operator to run with --mode ask."
+            try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .guardian, reason: reason)
+            return ToolOutcome(state: .refused, text: reason)
+        case .askPerson:
+            guard let scope = await approval(for: command, on: host, why: assessment.classifier?.reason) else {
+                let reason = "The operator did not approve running this on \(host.label); nothing ran."
+                try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .person, reason: reason)
+                return ToolOutcome(state: .refused, text: reason)
+            }
+            policy.grant(scope, conversation: conversation, call: call.id, host: host.id, command: command, by: .person)
+            decider = .person
+        }
+        try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: true, decider: decider, reason: nil)
+        let output = Output()
+        do {
+            let result = try await context.actingForAgent(AssistantPolicy.detail(conversation: conversation, call: call.id)) {
+                try await context.stream(WorkspacesStreams.Exec.self, .init(target: host.id, command: command, timeout: Double(timeout))) { event in
+                    if let data = event.data, let kind = event.kind { output.add(kind, data) }
+                }
+            }
+            let (stdout, stderr) = output.totals()
+            try? await audit.execution(assessment, conversation: conversation, call: call.id, outcome: result.exitStatus == 0 ? "succeeded" : "failed",
+                                       exitStatus: result.exitStatus, exitSignal: result.exitSignal, stdoutBytes: stdout, stderrBytes: stderr)
+            let status = result.exitSignal.map { "killed by SIG\($0)" } ?? "exit status \(result.exitStatus.map(String.init) ?? "unknown")"
+            let text = "\(host.label): \(status).\n" + report(output, call: call.id, conversation: conversation)
+            return ToolOutcome(state: result.exitStatus == 0 ? .succeeded : .failed, text: text)
+        } catch {
+            let failure = TermindError.from(error)
+            let (stdout, stderr) = output.totals()
+            let refused = failure.code == ErrorCode.policyDenied.rawValue || failure.code == ErrorCode.policyUnavailable.rawValue
+            let cancelled = error is CancellationError || Task.isCancelled
+            try? await audit.execution(assessment, conversation: conversation, call: call.id, outcome: refused ? "refused" : cancelled ? "unknown" : "failed",
+                                       exitStatus: nil, exitSignal: nil, stdoutBytes: stdout, stderrBytes: stderr)
+            let seen = stdout + stderr > 0 ? "\n" + report(output, call: call.id, conversation: conversation) : ""
+            return ToolOutcome(state: refused ? .refused : .failed, text: failure.message + seen)
+        }
+    }
+
+    /// Asks the person whether `command` may run on `host`: once, for the host, for this
+    /// exact command on the host, or no (the default). Nil: no, or nobody could answer.
+    private func approval(for command: String, on host: HostSummary, why: String?) async -> Approvals.Scope? {
+        let text = """
+            The assistant wants to run on \(host.label) (\(host.user.map { "\($0)@" } ?? "")\(host.address)):
+              \(command)
+            It may change the host\(why.map { " (\($0))" } ?? ""). Allow it? [o]nce, this [h]ost for the rest of the conversation, this exact [c]ommand on \(host.label), or [n]o: 
+            """
+        let choices = ["o": "once", "once": "once", "h": "host", "host": "host", "c": "command", "command": "command", "n": "no", "no": "no"]
+        let reply = await ask(StreamQuestion.choice(topic: AssistantStreams.Run.approvalTopic, text, choices, default: "no",
+                                                    details: .object(["host": .string(host.id), "tool": .string("ssh_exec")]), personOnly: true))
+        guard let answer = reply?["answer"]?.stringValue else { return nil }
+        return Approvals.Scope(rawValue: answer)
+    }
+
+    /// A command's output as the model sees it: each stream's size, its first bytes, and where
+    /// the whole is (the scratch folder), with truthful offsets.
+    private func report(_ output: Output, call: String, conversation: String) -> String {
+        var lines: [String] = []
+        let safe = String(call.map { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") ? $0 : "_" }.prefix(64))
+        for kind in ["stdout", "stderr"] {
+            let (kept, total) = output.stream(kind)
+            guard total > 0 else { lines.append("\(kind): empty."); continue }
+            let shown = kept.prefix(Self.previewBytes)
+            var where_ = ""
+            if total > shown.count {
+                let path = "exec/\(safe).\(kind)"
+                do {
+                    try scratch.write(conversation, path, kept)
+                    where_ = kept.count < total
+                        ? "; bytes 0–\(kept.count - 1) are in scratch file \(path) (the rest was not kept)"
+                        : "; all \(total) bytes are in scratch file \(path)"
+                } catch {
+                    where_ = "; the rest could not be kept (\((error as? Scratch.Refusal)?.message ?? "\(error)"))"
+                }
+            }
+            lines.append("\(kind): \(total) bytes, bytes 0–\(shown.count - 1) below\(where_):")
+            lines.append(String(decoding: shown, as: UTF8.self))
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    /// A command's output as it arrives: each stream kept up to a scratch file's limit, and counted.
+    final class Output: Sendable {
+        private let state = Mutex<[String: (data: Data, total: Int)]>([:])
+
+        func add(_ kind: String, _ data: Data) {
+            guard kind == "stdout" || kind == "stderr" else { return }
+            state.withLock { state in
+                var entry = state[kind] ?? (Data(), 0)
+                entry.total += data.count
+                if entry.data.count < Scratch.fileLimit { entry.data.append(data.prefix(Scratch.fileLimit - entry.data.count)) }
+                state[kind] = entry
+            }
+        }
+
+        func stream(_ kind: String) -> (Data, Int) { state.withLock { ($0[kind]?.data ?? Data(), $0[kind]?.total ?? 0) } }
+        func totals() -> (Int, Int) { state.withLock { ($0["stdout"]?.total ?? 0, $0["stderr"]?.total ?? 0) } }
+    }
+
+    // MARK: - scratch_read
+
+    private func scratchRead(_ call: ToolCall, conversation: String) -> ToolOutcome {
+        if let misfit = misfit(call, Self.scratchReadSchema) { return misfit }
+        let path = call.arguments["path"]?.stringValue ?? ""
+        let offset = JSONRead.int(call.arguments["offset"]) ?? 0
+        let length = min(max(JSONRead.int(call.arguments["length"]) ?? Self.readLimit, 1), Self.readLimit)
+        do {
+            let (data, size) = try scratch.read(conversation, path, offset: offset, length: length)
+            let end = offset + data.count
+            return ToolOutcome(state: .succeeded, text: "\(path): \(size) bytes; bytes \(offset)–\(max(offset, end - 1)) below\(end < size ? "; more from offset \(end)" : ", to the end"):\n"
+                               + String(decoding: data, as: UTF8.self))
+        } catch let refusal as Scratch.Refusal {
+            return ToolOutcome(state: .refused, text: refusal.message)
+        } catch {
+            return ToolOutcome(state: .failed, text: TermindError.from(error).message)
+        }
     }
 }

@@ -52,6 +52,13 @@ final class LiveRun: Sendable {
         for (session, json) in targets { await event.send(to: session, json: json) }
     }
 
+    /// Asks the client attached last (the one a person most likely looks at); nil when none
+    /// is attached or it did not answer — a refusal, never a guess.
+    func ask(_ question: JSONValue) async -> JSONValue? {
+        guard let session = state.withLock({ $0.attached.last?.session }) else { return nil }
+        return await session.ask(question)
+    }
+
     /// The client that starts the run: attached before anything happens.
     func attachFirst(_ session: StreamSession, json: Bool) {
         state.withLock { $0.attached.append((ObjectIdentifier(session), session, json, nil)) }

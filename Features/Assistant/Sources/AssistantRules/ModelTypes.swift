@@ -150,9 +150,9 @@ public struct ParseProblem: Error, Sendable, Equatable, CustomStringConvertible 
 
 /// Reading the JSON of a stream's events (functions, not an extension: the Core type's
 /// namespace stays Core's own).
-enum JSONRead {
+public enum JSONRead {
     /// An integer however the server wrote it (1, 1.0).
-    static func int(_ value: JSONValue?) -> Int? {
+    public static func int(_ value: JSONValue?) -> Int? {
         switch value {
         case .integer(let value)?: Int(exactly: value)
         case .unsignedInteger(let value)?: Int(exactly: value)

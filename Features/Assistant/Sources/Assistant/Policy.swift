@@ -1,0 +1,146 @@
+import AssistantAPI
+import AssistantRules
+import Foundation
+import SettingsAPI
+import Synchronization
+import TermindCore
+import VaultAPI
+import WorkspacesAPI
+
+/// What the policy found out about one action: the saved host it reaches, what it does, and
+/// the verdict (PolicyRules) for it now.
+struct Assessment: Sendable {
+    let tool: String
+    let host: HostSummary?
+    let tier: PolicyRules.Tier?
+    let action: PolicyRules.Action
+    /// `ssh_exec`: the classifier's verdict.
+    let classifier: CommandClassifier.Verdict?
+    let verdict: PolicyRules.Verdict
+}
+
+/// The kernel's policy hook as the Assistant provides it (`kernel.policy`), and the book of
+/// what each conversation may do: its mode and the approvals given in it.
+///
+/// Every call an agent's chain makes is decided here from termind's own facts — the
+/// operation, its declared effect, the saved host it reaches and that host's tier (the
+/// `assistant.policy` record), the command classifier's verdict, the approvals a person or
+/// the Guardian gave — never from text a model or a host wrote. An agent may reach only the
+/// operations behind the assistant's tools; anything else is refused, as is any way of
+/// connecting the tool does not choose itself (another user, key, port, jump route or
+/// host-key answer). The tools ask their questions before they call (HostTools): by the time
+/// the kernel asks here, an action that needed an approval has one, or it is refused.
+final class AssistantPolicy: CallPolicy {
+    struct Facts: Sendable {
+        let settings: any SettingsValues
+        let hosts: any HostDirectory
+    }
+
+    private struct Book {
+        var facts: Facts?
+        var modes: [String: PolicyRules.Mode] = [:]
+        var approvals: [String: Approvals] = [:]
+    }
+    private let book = Mutex(Book())
+
+    func configure(_ facts: Facts?) {
+        book.withLock { $0.facts = facts }
+    }
+
+    /// The mode a conversation's run goes in (until the next run sets another).
+    func setMode(_ mode: PolicyRules.Mode, conversation: String) {
+        book.withLock { $0.modes[conversation] = mode }
+    }
+
+    func mode(of conversation: String?) -> PolicyRules.Mode? {
+        book.withLock { book in conversation.flatMap { book.modes[$0] } }
+    }
+
+    func grant(_ scope: Approvals.Scope, conversation: String, call: String, host: String?, command: String?, by decider: PolicyRules.Decider) {
+        book.withLock { $0.approvals[conversation, default: Approvals()].grant(scope, call: call, host: host, command: command, by: decider) }
+    }
+
+    private func facts() throws -> Facts {
+        guard let facts = book.withLock({ $0.facts }) else { throw TermindError(.policyUnavailable, "The assistant's policy is not started.") }
+        return facts
+    }
+
+    /// The conversation and tool call an agent link names (`conversation 7/tool-call call_a`).
+    static func parse(detail: String?) -> (conversation: String, call: String)? {
+        guard let detail, detail.hasPrefix("conversation ") else { return nil }
+        let parts = detail.dropFirst("conversation ".count).split(separator: "/", maxSplits: 1)
+        guard parts.count == 2, parts[1].hasPrefix("tool-call ") else { return nil }
+        return (String(parts[0]), String(parts[1].dropFirst("tool-call ".count)))
+    }
+
+    static func detail(conversation: String, call: String) -> String { "conversation \(conversation)/tool-call \(call)" }
+
+    /// The verdict on a tool's action now. `host`: the saved host, already resolved (nil: the
+    /// action reaches none); `command`: `ssh_exec`'s command line.
+    func assess(tool: String, conversation: String?, call: String, host: HostSummary?, command: String?, declared: Effect) async throws -> Assessment {
+        let policy = try await facts().settings.read(AssistantSettings.Policy.self)
+        let classifier = command.map { CommandClassifier.classify($0) }
+        let action: PolicyRules.Action = if let classifier {
+            classifier.isReadOnly ? .read : .change
+        } else {
+            declared.level == .read && !declared.secrets ? .read : .change
+        }
+        let tier = host.map { policy.tier(host: $0.id, tags: $0.tags) }
+        let (mode, approvedBy) = book.withLock { book -> (PolicyRules.Mode?, PolicyRules.Decider?) in
+            guard let conversation else { return (nil, nil) }
+            return (book.modes[conversation], book.approvals[conversation]?.approval(call: call, host: host?.id, command: command))
+        }
+        let verdict = PolicyRules.decide(tool: tool, rule: policy.rule(tool: tool), action: action, host: host?.label, tier: tier,
+                                         mode: mode ?? policy.mode, approvedBy: approvedBy)
+        return Assessment(tool: tool, host: host, tier: tier, action: action, classifier: classifier, verdict: verdict)
+    }
+
+    // MARK: - The kernel's hook
+
+    /// The operations behind the assistant's tools, by the tool.
+    static let operations: [String: String] = [
+        VaultContracts.HostList.id.description: "list_hosts",
+        WorkspacesStreams.Exec.id.description: "ssh_exec",
+    ]
+
+    func decide(_ request: PolicyRequest) async throws -> PolicyDecision {
+        guard let tool = Self.operations[request.operation] else {
+            return .deny(reason: "\(request.operation) is not an operation the assistant may use; nothing was done.")
+        }
+        guard request.effectDeclared else { return .deny(reason: "\(request.operation) declares no effect, so the assistant may not use it.") }
+        let agent = request.origin.chain.last { $0.kind == .agent }
+        let named = Self.parse(detail: agent?.detail)
+        var host: HostSummary?
+        var command: String?
+        if tool == "ssh_exec" {
+            guard let target = request.arguments["target"]?.stringValue, request.hosts == [target] else {
+                return .deny(reason: "ssh_exec names no single saved host.")
+            }
+            // The tool chooses how to connect: the saved host's own route, user, key and trust.
+            let chosen = ["user", "identity", "identityFile", "port", "jump", "acceptHostKey", "workingDirectory"].filter {
+                if let value = request.arguments[$0], value != .null { true } else { false }
+            }
+            guard chosen.isEmpty else {
+                return .deny(reason: "An agent may not choose how termind connects (\(chosen.joined(separator: ", "))); the saved host's own settings apply.")
+            }
+            guard let found = try await facts().hosts.host(named: target) else {
+                return .deny(reason: "\(target) is not a saved host; the assistant reaches saved hosts only.")
+            }
+            guard let line = request.arguments["command"]?.stringValue else { return .deny(reason: "ssh_exec has no command.") }
+            host = found
+            command = line
+        }
+        let assessment = try await assess(tool: tool, conversation: named?.conversation, call: named?.call ?? "", host: host, command: command,
+                                          declared: request.effect)
+        switch assessment.verdict {
+        case .allow:
+            if let named { book.withLock { $0.approvals[named.conversation]?.spend(call: named.call) } }
+            return .allow
+        case .refuse(let reason):
+            return .deny(reason: reason)
+        case .askPerson, .askGuardian:
+            // The tool asks before it calls; an action that reaches here unapproved was not.
+            return .deny(reason: "\(tool) on \(host?.label ?? "this host") needs an approval that was not given; nothing ran.")
+        }
+    }
+}

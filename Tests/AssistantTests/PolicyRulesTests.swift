@@ -1,0 +1,72 @@
+import AssistantAPI
+import AssistantRules
+import Foundation
+import XCTest
+
+/// The approval policy as a pure function, and the approvals a conversation keeps.
+final class PolicyRulesTests: XCTestCase {
+    typealias Policy = AssistantSettings.Policy
+
+    private func decide(rule: Policy.ToolRule = .ask, _ action: PolicyRules.Action, tier: Policy.Tier?, mode: Policy.Mode,
+                        approvedBy: PolicyRules.Decider? = nil) -> PolicyRules.Verdict {
+        PolicyRules.decide(tool: "ssh_exec", rule: rule, action: action, host: "web-1", tier: tier, mode: mode, approvedBy: approvedBy)
+    }
+
+    func testAReadOnlyTierRefusesWhatChangesInEveryModeWhateverWasApprovedAndReadingRuns() {
+        for mode in Policy.Mode.allCases {
+            for approvedBy in [nil, PolicyRules.Decider.person, .guardian] {
+                guard case .refuse(let reason) = decide(.change, tier: .readOnly, mode: mode, approvedBy: approvedBy) else {
+                    return XCTFail("\(mode) \(String(describing: approvedBy)) was not refused")
+                }
+                XCTAssertTrue(reason.contains("web-1 is read-only"), reason)
+                XCTAssertEqual(decide(rule: .approve, .change, tier: .readOnly, mode: mode, approvedBy: approvedBy).allowed, false, "an approve rule does not pass a tier")
+            }
+            XCTAssertEqual(decide(.read, tier: .readOnly, mode: mode), .allow(.policy))
+        }
+    }
+
+    func testTheModeDecidesWhoAnswersWhatNeedsAnApprovalAndAnApprovalGivenCounts() {
+        XCTAssertEqual(decide(.change, tier: .ask, mode: .ask), .askPerson)
+        XCTAssertEqual(decide(.change, tier: .ask, mode: .approveForMe), .askGuardian)
+        XCTAssertEqual(decide(.change, tier: .ask, mode: .fullAccess), .allow(.mode))
+        XCTAssertEqual(decide(.change, tier: .ask, mode: .ask, approvedBy: .person), .allow(.person))
+        XCTAssertEqual(decide(.change, tier: .auto, mode: .ask), .allow(.policy))
+        XCTAssertEqual(decide(rule: .approve, .change, tier: .ask, mode: .ask), .allow(.policy))
+        XCTAssertEqual(decide(.change, tier: nil, mode: .ask), .askPerson)
+    }
+
+    func testADeniedToolRefusesEvenReading() {
+        for mode in Policy.Mode.allCases {
+            guard case .refuse = decide(rule: .deny, .read, tier: .auto, mode: mode) else { return XCTFail("\(mode)") }
+        }
+    }
+
+    func testAHostTakesTheMostRestrictiveOfItsOwnAndItsTagsTiers() {
+        let policy = Policy(hosts: ["h1": .auto, "h2": .readOnly], tags: ["prod": .readOnly, "lab": .auto, "web": .ask])
+        XCTAssertEqual(policy.tier(host: "h1", tags: ["prod"]), .readOnly, "a host's own auto does not loosen its tag")
+        XCTAssertEqual(policy.tier(host: "h1", tags: []), .auto)
+        XCTAssertEqual(policy.tier(host: "h2", tags: ["lab"]), .readOnly)
+        XCTAssertEqual(policy.tier(host: "h3", tags: ["lab", "web"]), .ask)
+        XCTAssertEqual(policy.tier(host: "h3", tags: []), .ask, "the default")
+        XCTAssertEqual(policy.rule(tool: "ssh_exec"), .ask)
+        XCTAssertEqual(policy.rule(tool: "list_hosts"), .approve)
+        XCTAssertEqual(Policy(tools: ["nuke_it": .approve]).problems().map(\.path), ["assistant.policy.tools.nuke_it"])
+    }
+
+    func testApprovalsAreForOneCallAHostOrOneExactCommandNeverForAToolEverywhere() {
+        var approvals = Approvals()
+        approvals.grant(.once, call: "c1", host: "h1", command: "rm x", by: .person)
+        XCTAssertEqual(approvals.approval(call: "c1", host: "h1", command: "rm x"), .person)
+        XCTAssertNil(approvals.approval(call: "c1", host: "h1", command: "rm y"), "once is for the command it was given for")
+        XCTAssertNil(approvals.approval(call: "c2", host: "h1", command: "rm x"), "and for its call")
+        approvals.spend(call: "c1")
+        XCTAssertNil(approvals.approval(call: "c1", host: "h1", command: "rm x"), "spent")
+        approvals.grant(.command, call: "c3", host: "h1", command: "systemctl restart nginx", by: .person)
+        XCTAssertEqual(approvals.approval(call: "c9", host: "h1", command: "systemctl restart nginx"), .person)
+        XCTAssertNil(approvals.approval(call: "c9", host: "h1", command: "systemctl restart nginx; rm -rf /"))
+        XCTAssertNil(approvals.approval(call: "c9", host: "h2", command: "systemctl restart nginx"))
+        approvals.grant(.host, call: "c4", host: "h2", command: "anything", by: .guardian)
+        XCTAssertEqual(approvals.approval(call: "c9", host: "h2", command: "rm -rf /tmp/x"), .guardian)
+        XCTAssertNil(approvals.approval(call: "c9", host: "h3", command: "rm -rf /tmp/x"))
+    }
+}
