@@ -193,6 +193,19 @@ final class AssistantToolsTests: XCTestCase {
         XCTAssertTrue(try told("call_8").contains("Guardian"), (try? told("call_8")) ?? "")
     }
 
+    func testChatAsksItsApprovalsInlineBetweenTurns() throws {
+        let made = directory.file("made-in-chat")
+        server.enqueue(try toolCall("ssh_exec", ["host": .string("lab"), "command": .string("touch \(made)")], id: "call_c"), done("Made it."))
+        let program = [FeatureHarness.buildDirectory + "/termind"] + location
+        let report = try PseudoTerminal.run(program + ["assistant", "chat"], steps: [
+            .expect("you> "), .send("make the file\r"), .expect("Allow it?"), .send("h\r"), .expect("Made it."), .expect("you> "), .send("/exit\r"),
+        ], environment: environment)
+        XCTAssertEqual(report.met, [true, true, true, true], report.output)
+        XCTAssertEqual(report.status, 0, report.output)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: made))
+        XCTAssertEqual(try audit().first { $0["event"] == .string("decision") }?["decider"], .string("person"))
+    }
+
     func testInsideServeTheApprovalIsAskedThroughTheClient() throws {
         serve = try ServeProcess(directory: directory, arguments: [], environment: ["no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"])
         // serve has its own store: set it up again there.
