@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 import TermindHarness
 import XCTest
@@ -58,10 +59,16 @@ final class AssistantToolsTests: XCTestCase {
         return result
     }
 
-    private func sse(_ events: [String]) -> Data { Data(events.map { "data: \($0)\n\n" }.joined().utf8) }
+    private static func sse(_ events: [String]) -> Data { Data(events.map { "data: \($0)\n\n" }.joined().utf8) }
 
     /// An answer that calls `name` with `arguments` (a JSON object) as call `id`.
     private func toolCall(_ name: String, _ arguments: [String: JSONValue], id: String) throws -> ReplayServer.Reply {
+        try Self.toolCall(name, arguments, id: id)
+    }
+
+    private func done(_ text: String = "Done.") -> ReplayServer.Reply { Self.done(text) }
+
+    private static func toolCall(_ name: String, _ arguments: [String: JSONValue], id: String) throws -> ReplayServer.Reply {
         let text = String(decoding: try JSONCoding.encode(JSONValue.object(arguments)), as: UTF8.self)
         let call: JSONValue = .object(["choices": .array([.object(["index": .integer(0), "finish_reason": .string("tool_calls"), "delta": .object([
             "tool_calls": .array([.object(["index": .integer(0), "id": .string(id), "type": .string("function"),
@@ -70,7 +77,7 @@ final class AssistantToolsTests: XCTestCase {
         return .stream(sse([String(decoding: try JSONCoding.encode(call), as: UTF8.self), "[DONE]"]))
     }
 
-    private func done(_ text: String = "Done.") -> ReplayServer.Reply {
+    private static func done(_ text: String = "Done.") -> ReplayServer.Reply {
         .stream(sse([#"{"choices":[{"index":0,"delta":{"content":"\#(text)"},"finish_reason":"stop"}]}"#, "[DONE]"]))
     }
 
@@ -222,6 +229,69 @@ final class AssistantToolsTests: XCTestCase {
         let refused = try ok(["--json", "assistant", "run", "--conversation", "1", "again"])
         XCTAssertEqual(records(refused).first { $0["type"] == .string("tool_result") }?["state"], .string("refused"), refused.stdout)
         XCTAssertFalse(FileManager.default.fileExists(atPath: made + "-2"))
+    }
+
+    // MARK: - Secrets
+
+    func testASecretGoesOnlyIntoTheCommandOnItsHostOnceAndNowhereElse() throws {
+        try ok(["assistant", "tier", "lab", "auto"])
+        let secret = "Pa55-" + UUID().uuidString
+        let got = directory.file("got")
+        // The model asks for a secret, uses its handle once (the command writes what it got and
+        // echoes it), then tries the same handle again.
+        server.enqueue(try toolCall("request_user_secret", ["host": .string("lab"), "purpose": .string("sudo password")], id: "call_secret"))
+        let handles = Mutex<[String]>([])
+        server.answer { request in
+            let messages = (try? request.json()["messages"]?.arrayValue) ?? []
+            let last = messages.last { $0["role"] == .string("tool") }
+            let content = last?["content"]?.stringValue ?? ""
+            switch last?["tool_call_id"]?.stringValue {
+            case "call_secret"?:
+                guard let range = content.range(of: "@@SECRET_[a-z0-9]+@@", options: .regularExpression) else { return Self.done("no handle") }
+                let handle = String(content[range])
+                handles.withLock { $0.append(handle) }
+                return (try? Self.toolCall("ssh_exec", ["host": .string("lab"), "command": .string("printf '%s' \"\(handle)\" > \(got); cat \(got)")], id: "call_use"))
+                    ?? Self.done("x")
+            case "call_use"?:
+                let handle = handles.withLock { $0.first ?? "" }
+                return (try? Self.toolCall("ssh_exec", ["host": .string("lab"), "command": .string("echo \"\(handle)\" > \(got)-again")], id: "call_again"))
+                    ?? Self.done("x")
+            default:
+                return Self.done()
+            }
+        }
+        let program = [FeatureHarness.buildDirectory + "/termind"] + location
+        let report = try PseudoTerminal.run(program + ["--debug", "assistant", "run", "restart it"], steps: [
+            .expect("Secret for lab"), .send(secret + "\r"), .expect("Done."),
+        ], environment: environment)
+        XCTAssertEqual(report.met, [true, true], report.output)
+        XCTAssertEqual(try String(contentsOfFile: got, encoding: .utf8), secret, "the remote command got it")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: got + "-again"), "a handle works once")
+        XCTAssertTrue(try told("call_again").contains("used already"), (try? told("call_again")) ?? "")
+        let echoed = try told("call_use")
+        XCTAssertTrue(echoed.contains("[secret]") && !echoed.contains(secret), echoed)
+        // A handle of an earlier run is refused.
+        let old = handles.withLock { $0.first ?? "" }
+        server.answer { _ in Self.done() }
+        server.enqueue(try toolCall("ssh_exec", ["host": .string("lab"), "command": .string("echo \"\(old)\" > \(got)-later")], id: "call_later"), done())
+        try ok(["assistant", "run", "--conversation", "1", "again"])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: got + "-later"))
+        XCTAssertTrue(try told("call_later").contains("not a secret handle of this run"), (try? told("call_later")) ?? "")
+        // Nowhere else: no request to the model, not the terminal (echo off, --debug logs), no file termind wrote.
+        XCTAssertFalse(report.output.contains(secret), report.output)
+        for request in server.requests { XCTAssertNil(request.body.range(of: Data(secret.utf8)), "a request to the model held the secret") }
+        let audit = try ok(["--json", "assistant", "audit"]).stdout
+        XCTAssertFalse(audit.contains(secret))
+        XCTAssertTrue(audit.contains("request_user_secret"))
+        let walker = FileManager.default.enumerator(atPath: directory.path)!
+        var checked = 0
+        for case let name as String in walker where !name.hasPrefix("got") {
+            let path = directory.file(name)
+            guard let data = FileManager.default.contents(atPath: path) else { continue }
+            XCTAssertNil(data.range(of: Data(secret.utf8)), "\(name) holds the secret")
+            checked += 1
+        }
+        XCTAssertGreaterThan(checked, 5)
     }
 
     // MARK: - Output and the scratch folder

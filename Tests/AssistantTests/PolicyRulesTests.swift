@@ -69,4 +69,15 @@ final class PolicyRulesTests: XCTestCase {
         XCTAssertEqual(approvals.approval(call: "c9", host: "h2", command: "rm -rf /tmp/x"), .guardian)
         XCTAssertNil(approvals.approval(call: "c9", host: "h3", command: "rm -rf /tmp/x"))
     }
+
+    func testSecretHandlesAreFoundAndTheCommandReadsEachFromItsInput() {
+        let a = SecretHandle.make(), b = SecretHandle.make()
+        XCTAssertNotEqual(a, b)
+        XCTAssertTrue(a.hasPrefix("@@SECRET_") && a.hasSuffix("@@") && a.count == 27, a)
+        let command = "printf '%s\\n' \"\(a)\" | sudo -S true && curl -u \"me:\(b)\" x && echo \"\(a)\" @@SECRET_bad"
+        XCTAssertEqual(SecretHandle.handles(in: command), [a, b])
+        XCTAssertEqual(SecretHandle.rewrite(command, handles: [a, b]),
+                       "IFS= read -r __termind_secret_1 && IFS= read -r __termind_secret_2 && {\nprintf '%s\\n' \"${__termind_secret_1}\" | sudo -S true && curl -u \"me:${__termind_secret_2}\" x && echo \"${__termind_secret_1}\" @@SECRET_bad\n}")
+        XCTAssertEqual(SecretHandle.rewrite("uptime", handles: []), "uptime")
+    }
 }

@@ -549,7 +549,9 @@ public enum AssistantStreams {
         /// An action that needs the person's approval (mode ask): once, for the host, for the
         /// exact command on the host, or no — answered at a terminal only.
         public static let approvalTopic = "assistant.approval"
-        public static var questions: [String: String] { [approvalTopic: "choice"] }
+        /// A secret for one command (`request_user_secret`), echo off, at a terminal only.
+        public static let secretTopic = "assistant.secret"
+        public static var questions: [String: String] { [approvalTopic: "choice", secretTopic: "prompts"] }
     }
 
     /// Follow a run that goes on inside `termind serve` after its client left: what it said
@@ -611,7 +613,7 @@ public enum AssistantStreams {
         public static let acceptsInput = true
         public static let promptTopic = "assistant.prompt"
         public static var events: [String: JSONSchema] { ["stdout": StreamEvents.data, "notice": StreamEvents.notice, "record": StreamEvents.record] }
-        public static var questions: [String: String] { [promptTopic: "prompts", Run.approvalTopic: "choice"] }
+        public static var questions: [String: String] { [promptTopic: "prompts", Run.approvalTopic: "choice", Run.secretTopic: "prompts"] }
     }
 
     /// A shell command for what a person wants, for the host they name; printed, never run.

@@ -413,7 +413,7 @@ extension AssistantSettings {
         }
 
         /// The tools a rule may name.
-        public static let toolNames = ["list_hosts", "ssh_exec", "scratch_read"]
+        public static let toolNames = ["list_hosts", "ssh_exec", "request_user_secret", "scratch_read"]
 
         public static let key = "assistant.policy"
         public static let scope = SettingsScope.synced

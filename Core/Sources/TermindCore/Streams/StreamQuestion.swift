@@ -29,9 +29,12 @@ public enum StreamQuestion {
 
     /// Header lines, then each prompt read with echo as given (keyboard-interactive, a
     /// passphrase). Answer: `{"answers": [...]}` or `{"unanswered": true}`.
-    public static func prompts(topic: String, header: [String], _ prompts: [(text: String, echo: Bool)]) -> JSONValue {
-        .object(["kind": .string("prompts"), "topic": .string(topic), "header": .array(header.map { .string($0) }),
-                 "prompts": .array(prompts.map { .object(["text": .string($0.text), "echo": .bool($0.echo)]) })])
+    /// `personOnly` as `choice`'s.
+    public static func prompts(topic: String, header: [String], _ prompts: [(text: String, echo: Bool)], personOnly: Bool = false) -> JSONValue {
+        var question: [String: JSONValue] = ["kind": .string("prompts"), "topic": .string(topic), "header": .array(header.map { .string($0) }),
+                                             "prompts": .array(prompts.map { .object(["text": .string($0.text), "echo": .bool($0.echo)]) })]
+        if personOnly { question["personOnly"] = .bool(true) }
+        return .object(question)
     }
 
     /// The answers to a `prompts` question, one per prompt, or nil when nobody answered.

@@ -19,6 +19,8 @@ struct HostTools: ToolBox {
     let hosts: any HostDirectory
     /// Asks the person (nil: nobody answered).
     let ask: @Sendable (JSONValue) async -> JSONValue?
+    /// The secrets the person gave this run, by handle.
+    let secrets = SecretBook()
 
     /// What a command's output shows the model of each stream; the whole is in the scratch folder.
     static let previewBytes = 8192
@@ -30,6 +32,10 @@ struct HostTools: ToolBox {
         JSONSchema.Property(name: "host", schema: .string(), required: true),
         JSONSchema.Property(name: "command", schema: .string(), required: true),
         JSONSchema.Property(name: "timeoutSeconds", schema: .integer, required: false),
+    ])
+    private static let secretSchema: JSONSchema = .object([
+        JSONSchema.Property(name: "host", schema: .string(), required: true),
+        JSONSchema.Property(name: "purpose", schema: .string(), required: true),
     ])
     private static let scratchReadSchema: JSONSchema = .object([
         JSONSchema.Property(name: "path", schema: .string(), required: true),
@@ -45,6 +51,11 @@ struct HostTools: ToolBox {
             Read-only commands run; anything that may change the host needs the operator's approval or is refused by the host's tier. \
             Output beyond \(Self.previewBytes) bytes a stream is kept whole in the scratch folder: read it with scratch_read.
             """, parameters: Self.execSchema.json),
+         ToolSpec(name: "request_user_secret", description: """
+            Ask the operator for a secret (a password, a token) needed by a command on a saved host. You get a handle, never the secret: \
+            write the handle inside double quotes where the secret goes in one ssh_exec command on that host (e.g. printf '%s\\n' "HANDLE" | sudo -S …); \
+            termind passes the secret to that command on its standard input. A handle works once, on its host, in this run.
+            """, parameters: Self.secretSchema.json),
          ToolSpec(name: "scratch_read", description: "Read a file of this conversation's scratch folder (a path relative to it), \(Self.readLimit) bytes at most from an offset.",
                   parameters: Self.scratchReadSchema.json)]
     }
@@ -53,6 +64,7 @@ struct HostTools: ToolBox {
         switch call.name {
         case "list_hosts": return await listHosts(call, conversation: conversation)
         case "ssh_exec": return await exec(call, conversation: conversation)
+        case "request_user_secret": return await requestSecret(call, conversation: conversation)
         case "scratch_read": return scratchRead(call, conversation: conversation)
         default:
             return ToolOutcome(state: .failed, text: "There is no tool named \(call.name); the tools are: \(specs.map(\.name).joined(separator: ", ")).")
@@ -108,12 +120,18 @@ struct HostTools: ToolBox {
         } catch {
             return ToolOutcome(state: .failed, text: TermindError.from(error).message)
         }
+        let handles = SecretHandle.handles(in: command)
         let assessment: Assessment
         do {
             assessment = try await policy.assess(tool: "ssh_exec", conversation: conversation, call: call.id, host: host, command: command,
                                                  declared: WorkspacesStreams.Exec.effect)
         } catch {
             return ToolOutcome(state: .refused, text: "The policy could not decide (\(TermindError.from(error).message)); nothing ran.")
+        }
+        // A handle is this run's, for this host, unused: checked before anything is asked.
+        if let problem = secrets.problem(handles, host: host) {
+            try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .policy, reason: problem)
+            return ToolOutcome(state: .refused, text: problem)
         }
         // Decided before anything runs: the policy, the person, or a refusal.
         let decider: PolicyRules.Decider
@@ -137,10 +155,18 @@ struct HostTools: ToolBox {
             decider = .person
         }
         try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: true, decider: decider, reason: nil)
-        let output = Output()
+        // The secrets go on the command's input, read into variables where the handles were;
+        // each handle is spent now, whatever happens next.
+        let plaintexts = secrets.spend(handles)
+        let sent = SecretHandle.rewrite(command, handles: handles)
+        let detail = AssistantPolicy.detail(conversation: conversation, call: call.id)
+        let input: Data? = plaintexts.isEmpty ? nil : Data(plaintexts.map { $0.withPlaintext { $0 + "\n" } }.joined().utf8)
+        if !handles.isEmpty { policy.expect(detail, sent: sent, written: command) }
+        defer { policy.forget(detail) }
+        let output = Output(hiding: plaintexts)
         do {
-            let result = try await context.actingForAgent(AssistantPolicy.detail(conversation: conversation, call: call.id)) {
-                try await context.stream(WorkspacesStreams.Exec.self, .init(target: host.id, command: command, timeout: Double(timeout))) { event in
+            let result = try await context.actingForAgent(detail) {
+                try await context.stream(WorkspacesStreams.Exec.self, .init(target: host.id, command: sent, timeout: Double(timeout)), input: input) { event in
                     if let data = event.data, let kind = event.kind { output.add(kind, data) }
                 }
             }
@@ -204,9 +230,15 @@ struct HostTools: ToolBox {
         return lines.joined(separator: "\n")
     }
 
-    /// A command's output as it arrives: each stream kept up to a scratch file's limit, and counted.
+    /// A command's output as it arrives: each stream kept up to a scratch file's limit, and
+    /// counted; a secret the command was given is cut out wherever it shows (an echo).
     final class Output: Sendable {
         private let state = Mutex<[String: (data: Data, total: Int)]>([:])
+        private let hidden: [Data]
+
+        init(hiding secrets: [Secret] = []) {
+            hidden = secrets.compactMap { $0.withPlaintext { $0.isEmpty ? nil : Data($0.utf8) } }
+        }
 
         func add(_ kind: String, _ data: Data) {
             guard kind == "stdout" || kind == "stderr" else { return }
@@ -218,8 +250,41 @@ struct HostTools: ToolBox {
             }
         }
 
-        func stream(_ kind: String) -> (Data, Int) { state.withLock { ($0[kind]?.data ?? Data(), $0[kind]?.total ?? 0) } }
+        func stream(_ kind: String) -> (Data, Int) {
+            var (data, total) = state.withLock { ($0[kind]?.data ?? Data(), $0[kind]?.total ?? 0) }
+            for secret in hidden {
+                while let range = data.range(of: secret) { data.replaceSubrange(range, with: Data("[secret]".utf8)) }
+            }
+            return (data, total)
+        }
         func totals() -> (Int, Int) { state.withLock { ($0["stdout"]?.total ?? 0, $0["stderr"]?.total ?? 0) } }
+    }
+
+    // MARK: - request_user_secret
+
+    private func requestSecret(_ call: ToolCall, conversation: String) async -> ToolOutcome {
+        if let misfit = misfit(call, Self.secretSchema) { return misfit }
+        let name = call.arguments["host"]?.stringValue ?? ""
+        let purpose = String((call.arguments["purpose"]?.stringValue ?? "").prefix(200))
+        guard let host = try? await hosts.host(named: name) else {
+            return ToolOutcome(state: .failed, text: "There is no saved host named \(name); list_hosts lists them.")
+        }
+        let assessment = Assessment(tool: "request_user_secret", host: host, tier: nil, action: .read, classifier: nil, verdict: .askPerson)
+        let reply = await ask(StreamQuestion.prompts(topic: AssistantStreams.Run.secretTopic, header: [
+            "The assistant asks for a secret: \(purpose)",
+            "It goes only into one command on \(host.label), on that command's input; the model never sees it.",
+        ], [("Secret for \(host.label) (Enter alone: refuse): ", false)], personOnly: true))
+        guard let secret = StreamQuestion.answers(reply)?.first, !secret.isEmpty else {
+            try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .person, reason: "no secret was given")
+            return ToolOutcome(state: .refused, text: "The operator gave no secret; do not ask again unless they say so.")
+        }
+        guard secret.withPlaintext({ !$0.contains("\n") && !$0.contains("\r") }) else {
+            return ToolOutcome(state: .failed, text: "A secret is one line; the operator's answer was not, so it was not kept.")
+        }
+        let handle = secrets.keep(secret, host: host.id, purpose: purpose)
+        try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: true, decider: .person, reason: nil)
+        return ToolOutcome(state: .succeeded, text: "Handle \(handle) stands for the secret (\(purpose)) in one ssh_exec command on \(host.label), in this run only. "
+                           + "Put it inside double quotes where the secret goes; the command reads it from its standard input.")
     }
 
     // MARK: - scratch_read
@@ -238,6 +303,48 @@ struct HostTools: ToolBox {
             return ToolOutcome(state: .refused, text: refusal.message)
         } catch {
             return ToolOutcome(state: .failed, text: TermindError.from(error).message)
+        }
+    }
+}
+
+/// The secrets a person gave one run, by handle: each for one host, spent by the first
+/// command that uses it. Plaintext stays in this memory and the command's input only.
+final class SecretBook: Sendable {
+    private struct Kept {
+        let secret: Secret
+        let host: String
+        let purpose: String
+        var used = false
+    }
+    private let kept = Mutex<[String: Kept]>([:])
+
+    func keep(_ secret: Secret, host: String, purpose: String) -> String {
+        let handle = SecretHandle.make()
+        kept.withLock { $0[handle] = Kept(secret: secret, host: host, purpose: purpose) }
+        return handle
+    }
+
+    /// Why `handles` cannot be used on `host` (nil: they can).
+    func problem(_ handles: [String], host: HostSummary) -> String? {
+        kept.withLock { kept in
+            for handle in handles {
+                guard let entry = kept[handle] else {
+                    return "\(handle) is not a secret handle of this run (a handle works only in the run that asked for it); nothing ran."
+                }
+                guard entry.host == host.id else { return "\(handle) was given for another host, not \(host.label); nothing ran." }
+                guard !entry.used else { return "\(handle) was used already (a handle works once); nothing ran." }
+            }
+            return nil
+        }
+    }
+
+    /// The secrets of `handles`, in order; each is spent.
+    func spend(_ handles: [String]) -> [Secret] {
+        kept.withLock { kept in
+            handles.compactMap { handle in
+                kept[handle]?.used = true
+                return kept[handle]?.secret
+            }
         }
     }
 }

@@ -40,6 +40,10 @@ final class AssistantPolicy: CallPolicy {
         var facts: Facts?
         var modes: [String: PolicyRules.Mode] = [:]
         var approvals: [String: Approvals] = [:]
+        /// Commands a tool sends with secrets read from input, by the call's chain detail:
+        /// what is sent, and the command as the model wrote it (handles in place of secrets),
+        /// which is what the policy decides on.
+        var rewritten: [String: (sent: String, written: String)] = [:]
     }
     private let book = Mutex(Book())
 
@@ -58,6 +62,16 @@ final class AssistantPolicy: CallPolicy {
 
     func grant(_ scope: Approvals.Scope, conversation: String, call: String, host: String?, command: String?, by decider: PolicyRules.Decider) {
         book.withLock { $0.approvals[conversation, default: Approvals()].grant(scope, call: call, host: host, command: command, by: decider) }
+    }
+
+    /// `sent` (a command carrying secret handles, rewritten to read them from its input) is
+    /// decided on as `written`, for the call with chain detail `detail` only.
+    func expect(_ detail: String, sent: String, written: String) {
+        book.withLock { $0.rewritten[detail] = (sent, written) }
+    }
+
+    func forget(_ detail: String) {
+        _ = book.withLock { $0.rewritten.removeValue(forKey: detail) }
     }
 
     private func facts() throws -> Facts {
@@ -128,7 +142,10 @@ final class AssistantPolicy: CallPolicy {
             }
             guard let line = request.arguments["command"]?.stringValue else { return .deny(reason: "ssh_exec has no command.") }
             host = found
-            command = line
+            command = book.withLock { book in
+                guard let detail = agent?.detail, let rewritten = book.rewritten[detail], rewritten.sent == line else { return line }
+                return rewritten.written
+            }
         }
         let assessment = try await assess(tool: tool, conversation: named?.conversation, call: named?.call ?? "", host: host, command: command,
                                           declared: request.effect)
