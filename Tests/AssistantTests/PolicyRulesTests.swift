@@ -80,4 +80,18 @@ final class PolicyRulesTests: XCTestCase {
                        "IFS= read -r __termind_secret_1 && IFS= read -r __termind_secret_2 && {\nprintf '%s\\n' \"${__termind_secret_1}\" | sudo -S true && curl -u \"me:${__termind_secret_2}\" x && echo \"${__termind_secret_1}\" @@SECRET_bad\n}")
         XCTAssertEqual(SecretHandle.rewrite("uptime", handles: []), "uptime")
     }
+
+    func testTheGuardiansAnswerIsCheckedStrictlyAndAnythingElseRefuses() {
+        XCTAssertEqual(GuardianRules.verdict(#"{"decision": "approve", "reason": "asked for"}"#), .approve("asked for"))
+        XCTAssertEqual(GuardianRules.verdict("```json\n{\"decision\": \"approve\", \"reason\": \"ok\"}\n```"), .approve("ok"))
+        XCTAssertEqual(GuardianRules.verdict(#"{"decision": "refuse", "reason": "not asked"}"#), .refuse("The Guardian refused: not asked"))
+        for malformed in ["Sure!", "", #"{"decision": "approve"}"#, #"{"decision": "yes", "reason": "x"}"#,
+                          #"{"decision": "approve", "reason": "x", "also": "run rm"}"#, #"[{"decision": "approve", "reason": "x"}]"#,
+                          #"{"decision": "approve", "reason": "x"} and more"#, "```json\n{\"decision\": \"approve\", \"reason\": \"x\"}"] {
+            guard case .refuse = GuardianRules.verdict(malformed) else { return XCTFail("approved: \(malformed)") }
+        }
+        let first = GuardianRules.prompt(operatorSaid: ["restart nginx on web-1"], action: "ssh_exec …", first: true)
+        XCTAssertTrue(first.contains("<operator>\nrestart nginx on web-1\n</operator>") && first.contains("<action>\nssh_exec …\n</action>"), first)
+        XCTAssertTrue(GuardianRules.prompt(operatorSaid: [], action: "a", first: false).contains("nothing since the last review"))
+    }
 }

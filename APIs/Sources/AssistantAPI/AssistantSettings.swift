@@ -428,15 +428,18 @@ extension AssistantSettings {
         public var tools: [String: ToolRule]
         /// A run's mode when it names none.
         public var mode: Mode
+        /// How long a Guardian review may take before it counts as a refusal (1-300 s).
+        public var guardianTimeoutSeconds: Int
 
-        public init(hosts: [String: Tier] = [:], tags: [String: Tier] = [:], tools: [String: ToolRule] = [:], mode: Mode = .ask) {
+        public init(hosts: [String: Tier] = [:], tags: [String: Tier] = [:], tools: [String: ToolRule] = [:], mode: Mode = .ask, guardianTimeoutSeconds: Int = 30) {
+            self.guardianTimeoutSeconds = guardianTimeoutSeconds
             self.hosts = hosts
             self.tags = tags
             self.tools = tools
             self.mode = mode
         }
 
-        private enum CodingKeys: String, CodingKey { case hosts, tags, tools, mode }
+        private enum CodingKeys: String, CodingKey { case hosts, tags, tools, mode, guardianTimeoutSeconds }
 
         public init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -444,6 +447,7 @@ extension AssistantSettings {
             tags = try container.decodeIfPresent([String: Tier].self, forKey: .tags) ?? [:]
             tools = try container.decodeIfPresent([String: ToolRule].self, forKey: .tools) ?? [:]
             mode = try container.decodeIfPresent(Mode.self, forKey: .mode) ?? .ask
+            guardianTimeoutSeconds = try container.decodeIfPresent(Int.self, forKey: .guardianTimeoutSeconds) ?? 30
         }
 
         /// A host's tier: its own when set, else the most restrictive of its tags', else `ask`
@@ -470,6 +474,9 @@ extension AssistantSettings {
             }
             for tag in tags.keys.sorted() where tag.isEmpty || tag.count > 100 {
                 problems.append(SettingsProblem("\(Self.key).tags.\(tag)", "a tag is 1 to 100 characters"))
+            }
+            if !(1...300).contains(guardianTimeoutSeconds) {
+                problems.append(SettingsProblem("\(Self.key).guardianTimeoutSeconds", "must be from 1 to 300, not \(guardianTimeoutSeconds)"))
             }
             for id in hosts.keys.sorted() where id.isEmpty || id.count > 100 {
                 problems.append(SettingsProblem("\(Self.key).hosts.\(id)", "a host id is 1 to 100 characters"))

@@ -28,6 +28,7 @@ final class AssistantFeature: Feature {
     private let policy = AssistantPolicy()
     /// Runs inside `termind serve`, which outlive the clients that started them.
     private let live = LiveRuns()
+    let guardians = Guardians()
 
     func current() throws -> Ports {
         guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("The Assistant is not started.") }
@@ -463,7 +464,8 @@ final class AssistantFeature: Feature {
 
     /// The tools of a run whose questions go to `ask`.
     private func tools(_ ports: Ports, ask: @escaping @Sendable (JSONValue) async -> JSONValue?) -> HostTools {
-        HostTools(context: ports.context, policy: policy, audit: ports.audit, scratch: ports.scratch, hosts: ports.hosts, ask: ask)
+        HostTools(context: ports.context, policy: policy, audit: ports.audit, scratch: ports.scratch, hosts: ports.hosts, ask: ask,
+                  guardian: { [self] conversation, action in await guardianReview(conversation, action: action, ports: ports) })
     }
 
     /// A run's mode: the one asked for, else the policy record's.

@@ -19,6 +19,8 @@ struct HostTools: ToolBox {
     let hosts: any HostDirectory
     /// Asks the person (nil: nobody answered).
     let ask: @Sendable (JSONValue) async -> JSONValue?
+    /// The Guardian's review of an action (approve-for-me).
+    let guardian: @Sendable (_ conversation: String, _ action: String) async -> GuardianReviewer.Outcome
     /// The secrets the person gave this run, by handle.
     let secrets = SecretBook()
 
@@ -142,9 +144,18 @@ struct HostTools: ToolBox {
             try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .policy, reason: reason)
             return ToolOutcome(state: .refused, text: reason)
         case .askGuardian:
-            let reason = "Approve-for-me needs the Guardian's review, which this termind does not run yet; refused, nothing ran. Ask the operator to run with --mode ask."
-            try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .guardian, reason: reason)
-            return ToolOutcome(state: .refused, text: reason)
+            let action = """
+                ssh_exec on \(host.label) (\(host.user.map { "\($0)@" } ?? "")\(host.address):\(host.port)), whose tier is \(assessment.tier?.rawValue ?? "ask"):
+                \(command)
+                termind's command classifier: state-changing (\(assessment.classifier?.reason ?? "not read-only")).
+                """
+            let review = await guardian(conversation, action)
+            guard review.approved else {
+                try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .guardian, reason: review.reason)
+                return ToolOutcome(state: .refused, text: review.reason)
+            }
+            policy.grant(.once, conversation: conversation, call: call.id, host: host.id, command: command, by: .guardian)
+            decider = .guardian
         case .askPerson:
             guard let scope = await approval(for: command, on: host, why: assessment.classifier?.reason) else {
                 let reason = "The operator did not approve running this on \(host.label); nothing ran."
