@@ -94,4 +94,22 @@ final class PolicyRulesTests: XCTestCase {
         XCTAssertTrue(first.contains("<operator>\nrestart nginx on web-1\n</operator>") && first.contains("<action>\nssh_exec …\n</action>"), first)
         XCTAssertTrue(GuardianRules.prompt(operatorSaid: [], action: "a", first: false).contains("nothing since the last review"))
     }
+
+    func testFetchReachesOnlyPublicAddresses() {
+        for address in ["127.0.0.1", "127.5.6.7", "10.0.0.1", "172.16.0.1", "172.31.255.255", "192.168.1.1", "169.254.169.254", "169.254.0.1",
+                        "100.64.0.1", "0.0.0.0", "224.0.0.1", "255.255.255.255", "240.0.0.1", "192.0.0.8", "198.18.0.1",
+                        "::1", "::", "fe80::1", "fc00::1", "fd00:ec2::254", "ff02::1", "::ffff:127.0.0.1", "::ffff:169.254.169.254",
+                        "64:ff9b::a00:1", "2002:a00:1::1", "::127.0.0.1", "2001:db8::1", "fec0::1"] {
+            XCTAssertNotNil(FetchRules.addressProblem(address), "\(address) was taken for public")
+        }
+        for address in ["93.184.215.14", "1.1.1.1", "8.8.8.8", "172.32.0.1", "100.128.0.1", "2606:4700:4700::1111", "2a00:1450:4001:81b::200e"] {
+            XCTAssertNil(FetchRules.addressProblem(address), "\(address) was refused")
+        }
+        XCTAssertEqual(FetchRules.addressProblem("169.254.169.254"), "169.254.169.254 is the cloud metadata address")
+        XCTAssertNotNil(FetchRules.addressProblem("not-an-address"))
+        XCTAssertNil(FetchRules.urlProblem(URL(string: "https://example.com/x?y=1")!))
+        XCTAssertNotNil(FetchRules.urlProblem(URL(string: "ftp://example.com/")!))
+        XCTAssertNotNil(FetchRules.urlProblem(URL(string: "https://user:pw@example.com/")!))
+        XCTAssertNotNil(FetchRules.urlProblem(URL(string: "file:///etc/passwd")!))
+    }
 }

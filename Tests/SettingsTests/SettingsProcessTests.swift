@@ -77,7 +77,7 @@ final class SettingsProcessTests: XCTestCase {
         XCTAssertEqual(listed.status, 0, listed.stderr)
         let records = try JSONCoding.parse(Data(listed.stdout.utf8), source: "list")["records"]
         guard case .array(let items)? = records else { return XCTFail(listed.stdout) }
-        XCTAssertEqual(items.compactMap { $0["key"]?.stringValue }, ["assistant.local", "assistant.mcpServers", "assistant.models", "assistant.providers", "assistant.roles",
+        XCTAssertEqual(items.compactMap { $0["key"]?.stringValue }, ["assistant.local", "assistant.mcpServers", "assistant.models", "assistant.policy", "assistant.providers", "assistant.roles",
                                                                      "metrics.preferences", "sftp.limits", "sftp.topology", "terminal.device", "terminal.preferences"],
                        "Workspaces registers the terminal's records, Metrics its preferences, SFTP its limits and topology, the Assistant its own")
         XCTAssertTrue(items.allSatisfy { $0["state"] == .string("default") }, listed.stdout)

@@ -9,6 +9,8 @@ public enum SFTPStreams {
     public enum Run: StreamContract {
         public enum Action: String, Codable, Sendable, SchemaEnum {
             case ls, stat, mkdir, rm, rmdir, mv, ln, chmod, df
+            /// Up to `length` bytes (64 KiB by default, at most 1 MiB) of one file from `offset`.
+            case read
         }
         public struct Request: Codable, Sendable, Equatable {
             /// A saved host (id or label) or a quick-connect line.
@@ -34,9 +36,14 @@ public enum SFTPStreams {
             public var workingDirectory: String?
             public var acceptHostKey: HostKeyPreset?
             public var connectTimeout: Double?
+            /// read: where to start, and how many bytes.
+            public var offset: UInt64?
+            public var length: Int?
             public init(target: String, action: Action?, paths: [String], follow: Bool? = nil, mode: String? = nil, parents: Bool? = nil, replace: Bool? = nil,
                         recursive: Bool? = nil, user: String? = nil, identity: String? = nil, workingDirectory: String? = nil, acceptHostKey: HostKeyPreset? = nil,
-                        connectTimeout: Double? = nil) {
+                        connectTimeout: Double? = nil, offset: UInt64? = nil, length: Int? = nil) {
+                self.offset = offset
+                self.length = length
                 self.target = target
                 self.action = action
                 self.paths = paths
@@ -62,7 +69,8 @@ public enum SFTPStreams {
                               user: c.decodeIfPresent(String.self, forKey: .user), identity: c.decodeIfPresent(String.self, forKey: .identity),
                               workingDirectory: c.decodeIfPresent(String.self, forKey: .workingDirectory),
                               acceptHostKey: c.decodeIfPresent(HostKeyPreset.self, forKey: .acceptHostKey),
-                              connectTimeout: c.decodeIfPresent(Double.self, forKey: .connectTimeout))
+                              connectTimeout: c.decodeIfPresent(Double.self, forKey: .connectTimeout),
+                              offset: c.decodeIfPresent(UInt64.self, forKey: .offset), length: c.decodeIfPresent(Int.self, forKey: .length))
             }
         }
 
@@ -129,9 +137,28 @@ public enum SFTPStreams {
             }
         }
 
+        /// What `read` read: `bytes` bytes of the file's `size` from `offset`, as `text` when
+        /// they are UTF-8, else `base64`.
+        public struct Content: Codable, Sendable, Equatable {
+            public var path: String
+            public var size: UInt64
+            public var offset: UInt64
+            public var bytes: Int
+            public var text: String?
+            public var base64: String?
+            public init(path: String, size: UInt64, offset: UInt64, bytes: Int, text: String?, base64: String?) {
+                self.path = path
+                self.size = size
+                self.offset = offset
+                self.bytes = bytes
+                self.text = text
+                self.base64 = base64
+            }
+        }
         public struct Result: Codable, Sendable, Equatable {
             /// 0: every path done; 3: some failed (in `failures`), the others done.
             public var exitStatus: Int
+            public var content: Content?
             public var listings: [Listing]?
             public var entries: [Entry]?
             public var space: [Space]?
@@ -156,7 +183,7 @@ public enum SFTPStreams {
         /// replaces) is destructive; the prompt (no action) may do anything.
         public static func effect(of request: Request) -> Effect {
             switch request.action {
-            case .ls?, .stat?, .df?: Effect(.read, network: true)
+            case .ls?, .stat?, .df?, .read?: Effect(.read, network: true)
             case .mkdir?, .ln?, .chmod?: Effect(.write, network: true)
             case .mv?: request.replace == true ? effect : Effect(.write, network: true)
             case .rm?, .rmdir?, nil: effect

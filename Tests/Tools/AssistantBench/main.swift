@@ -104,6 +104,71 @@ func spread(_ values: [Double]) -> (min: Double, median: Double, max: Double) {
 func f(_ v: Double) -> String { v >= 100 ? String(format: "%.0f", v) : v >= 10 ? String(format: "%.1f", v) : String(format: "%.2f", v) }
 func triple(_ s: (min: Double, median: Double, max: Double)) -> String { "\(f(s.min))/\(f(s.median))/\(f(s.max))" }
 
+/// Issue 37's batch row: a model answer of 20 read-only `ssh_exec` calls on one host, run by
+/// `termind assistant run` inside `termind serve` (its pooled connection warm, the calls at
+/// once), against the same 20 commands run one after another with `ssh -S` on a warm
+/// ControlMaster. Wall time of the whole, each way, alternated; target ≥ 3× faster.
+func batchRow(directory: TemporaryDirectory, server: ReplayServer, environment: [String: String]) throws {
+    let commands = ["cat /proc/loadavg", "uptime", "df -h /", "free -m", "uname -a", "id -un", "head -n 5 /proc/meminfo", "ls /etc",
+                    "ps -eo pid,comm", "cat /etc/os-release", "hostname", "date", "head -n 3 /proc/cpuinfo", "who", "ls -la /tmp",
+                    "df -i /", "cat /proc/uptime", "whoami", "nproc", "cat /proc/version"]
+    for command in commands { precondition(CommandClassifier.classify(command).isReadOnly, command) }
+    let sshd = try SSHServerFixture.withNewKey(in: directory, name: "batch-id")
+    defer { sshd.stop() }
+    let serve = try ServeProcess(directory: directory, arguments: [], environment: ["no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"])
+    defer { _ = serve.stop() }
+    let termind = FeatureHarness.buildDirectory + "/termind"
+    let socket = ["--socket", serve.socketPath]
+    guard let hostKey = sshd.hostKeys["ssh-ed25519"] else { throw TermindError(code: "bench.setup", message: "no host key") }
+    for setup in [["assistant", "provider", "add", "bench", "--protocol", "chat", "--url", server.url + "/v1"],
+                  ["assistant", "model", "add", "gpt", "--provider", "bench", "--model", "gpt-4.1"],
+                  ["vault", "key", "import", directory.file("batch-id"), "--label", "bench"], ["vault", "identity", "add", NSUserName(), "--key", "bench"],
+                  ["vault", "host", "add", "127.0.0.1", "--label", "box", "--port", "\(sshd.port)", "--identity", NSUserName()],
+                  ["vault", "knownhost", "add", "127.0.0.1", hostKey, "--port", "\(sshd.port)"]] {
+        let result = try ProcessRunner.run(termind, socket + setup, environment: environment)
+        guard result.status == 0 else { throw TermindError(code: "bench.setup", message: "\(setup.joined(separator: " ")): \(result.stderr)") }
+    }
+    let entries: [JSONValue] = commands.enumerated().map { index, command in
+        .object(["index": .integer(Int64(index)), "id": .string("call_\(index)"), "type": .string("function"),
+                 "function": .object(["name": .string("ssh_exec"), "arguments": .string(#"{"host":"box","command":"\#(command)"}"#)])])
+    }
+    let chunk: JSONValue = .object(["choices": .array([.object(["index": .integer(0), "finish_reason": .string("tool_calls"), "delta": .object(["tool_calls": .array(entries)])])])])
+    let calls = Data(("data: " + String(decoding: try JSONCoding.encode(chunk), as: UTF8.self) + "\n\ndata: [DONE]\n\n").utf8)
+    let done = Data(#"data: {"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}"#.utf8 + Data("\n\ndata: [DONE]\n\n".utf8))
+    func termindBatch() throws -> Double {
+        server.enqueue(.stream(calls, piece: 1 << 16), .stream(done))
+        let start = now()
+        let result = try ProcessRunner.run(termind, socket + ["--json", "assistant", "run", "--mode", "ask", "check box"], environment: environment)
+        let wall = now() - start
+        let succeeded = result.stdout.components(separatedBy: #""state":"succeeded""#).count - 1
+        guard result.status == 0, succeeded == commands.count else {
+            throw TermindError(code: "bench.batch", message: "termind's batch: status \(result.status), \(succeeded) of \(commands.count) succeeded: \(result.stdout.suffix(600))\(result.stderr)")
+        }
+        return wall
+    }
+    let control = directory.file("cm")
+    let sshBase = ["-F", "/dev/null", "-q", "-i", directory.file("batch-id"), "-p", "\(sshd.port)", "-o", "StrictHostKeyChecking=no",
+                   "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-S", control, "\(NSUserName())@127.0.0.1"]
+    _ = try ProcessRunner.run("/usr/bin/ssh", ["-M", "-f", "-N"] + sshBase)
+    defer { _ = try? ProcessRunner.run("/usr/bin/ssh", ["-O", "exit"] + sshBase) }
+    func sshSequence() throws -> Double {
+        let start = now()
+        for command in commands {
+            let result = try ProcessRunner.run("/usr/bin/ssh", sshBase + [command])
+            guard result.status == 0 else { throw TermindError(code: "bench.ssh", message: "ssh \(command): \(result.stderr)") }
+        }
+        return now() - start
+    }
+    _ = try termindBatch(); _ = try sshSequence()  // warm: serve's pooled connection, the master's
+    var ours: [Double] = [], theirs: [Double] = []
+    for _ in 0..<5 {
+        ours.append(try termindBatch())
+        theirs.append(try sshSequence())
+    }
+    let speedup = spread(theirs).median / max(spread(ours).median, 1e-9)
+    print("20-call read-only batch, one host: termind (serve, parallel) \(triple(spread(ours.map { $0 * 1000 }))) ms, ssh -S ControlMaster sequential \(triple(spread(theirs.map { $0 * 1000 }))) ms: \(f(speedup))× faster (target ≥ 3×: \(speedup >= 3 ? "met" : "missed"))")
+}
+
 do {
     let directory = try TemporaryDirectory("termind-assistant-bench")
     defer { directory.remove() }
@@ -175,6 +240,7 @@ do {
         samples.append((now() - start) / 100)
     }
     print("classifier, \(command.count)-character command: \(triple(spread(samples.map { $0 * 1e6 }))) µs (target: ≤ 50 µs median)")
+    try batchRow(directory: directory, server: server, environment: environment)
     let ratio = spread(termindPer).median / max(spread(sdkPer).median, 1e-9)
     print("target: termind's CPU per token ≤ 0.5× the SDK's: \(f(ratio))× (\(ratio <= 0.5 ? "met" : "missed")); first-token overhead ≤ 5 ms: \(f(spread(longRuns.map(\.0.firstToken)).median * 1000)) ms (\(spread(longRuns.map(\.0.firstToken)).median <= 0.005 ? "met" : "missed"))")
 } catch {

@@ -464,7 +464,7 @@ final class AssistantFeature: Feature {
 
     /// The tools of a run whose questions go to `ask`.
     private func tools(_ ports: Ports, ask: @escaping @Sendable (JSONValue) async -> JSONValue?) -> HostTools {
-        HostTools(context: ports.context, policy: policy, audit: ports.audit, scratch: ports.scratch, hosts: ports.hosts, ask: ask,
+        HostTools(context: ports.context, policy: policy, audit: ports.audit, scratch: ports.scratch, hosts: ports.hosts, ask: ask, http: ports.client.http,
                   guardian: { [self] conversation, action in await guardianReview(conversation, action: action, ports: ports) })
     }
 

@@ -1,6 +1,9 @@
 import AssistantAPI
 import AssistantRules
+import CurlHTTP
 import Foundation
+import MetricsAPI
+import SFTPAPI
 import Synchronization
 import TermindCore
 import VaultAPI
@@ -19,6 +22,8 @@ struct HostTools: ToolBox {
     let hosts: any HostDirectory
     /// Asks the person (nil: nobody answered).
     let ask: @Sendable (JSONValue) async -> JSONValue?
+    /// For `fetch`.
+    let http: HTTPClient
     /// The Guardian's review of an action (approve-for-me).
     let guardian: @Sendable (_ conversation: String, _ action: String) async -> GuardianReviewer.Outcome
     /// The secrets the person gave this run, by handle.
@@ -35,6 +40,19 @@ struct HostTools: ToolBox {
         JSONSchema.Property(name: "command", schema: .string(), required: true),
         JSONSchema.Property(name: "timeoutSeconds", schema: .integer, required: false),
     ])
+    private static let pathSchema: JSONSchema = .object([
+        JSONSchema.Property(name: "host", schema: .string(), required: true),
+        JSONSchema.Property(name: "path", schema: .string(), required: true),
+    ])
+    private static let readSchema: JSONSchema = .object([
+        JSONSchema.Property(name: "host", schema: .string(), required: true),
+        JSONSchema.Property(name: "path", schema: .string(), required: true),
+        JSONSchema.Property(name: "offset", schema: .integer, required: false),
+        JSONSchema.Property(name: "length", schema: .integer, required: false),
+    ])
+    private static let metricsSchema: JSONSchema = .object([JSONSchema.Property(name: "hosts", schema: .array(.string()), required: false)])
+    /// The most of a listing or a metrics answer the model is sent at once; the whole goes to the scratch folder.
+    static let answerBytes = 32768
     private static let secretSchema: JSONSchema = .object([
         JSONSchema.Property(name: "host", schema: .string(), required: true),
         JSONSchema.Property(name: "purpose", schema: .string(), required: true),
@@ -53,11 +71,22 @@ struct HostTools: ToolBox {
             Read-only commands run; anything that may change the host needs the operator's approval or is refused by the host's tier. \
             Output beyond \(Self.previewBytes) bytes a stream is kept whole in the scratch folder: read it with scratch_read.
             """, parameters: Self.execSchema.json),
+         ToolSpec(name: "sftp_list", description: "List a folder on a saved host over SFTP (names, kinds, sizes, permissions, times); relative paths start at the remote home.",
+                  parameters: Self.pathSchema.json),
+         ToolSpec(name: "sftp_stat", description: "A remote path's metadata over SFTP (kind, size, permissions, owner, times; a link shown as itself).",
+                  parameters: Self.pathSchema.json),
+         ToolSpec(name: "sftp_read", description: "Read a remote file over SFTP: up to \(Self.readLimit) bytes from an offset (default 0), with the file's size and where the next page starts.",
+                  parameters: Self.readSchema.json),
+         ToolSpec(name: "get_metrics", description: """
+            The latest CPU, memory, disk, network and GPU sample termind already holds for monitored hosts (all, or those named), with its age \
+            and whether it is stale. It never starts monitoring; a host not monitored is said so (termind metrics add HOST starts it).
+            """, parameters: Self.metricsSchema.json),
          ToolSpec(name: "request_user_secret", description: """
             Ask the operator for a secret (a password, a token) needed by a command on a saved host. You get a handle, never the secret: \
             write the handle inside double quotes where the secret goes in one ssh_exec command on that host (e.g. printf '%s\\n' "HANDLE" | sudo -S …); \
             termind passes the secret to that command on its standard input. A handle works once, on its host, in this run.
             """, parameters: Self.secretSchema.json),
+         Self.fetchSpec,
          ToolSpec(name: "scratch_read", description: "Read a file of this conversation's scratch folder (a path relative to it), \(Self.readLimit) bytes at most from an offset.",
                   parameters: Self.scratchReadSchema.json)]
     }
@@ -67,9 +96,32 @@ struct HostTools: ToolBox {
         case "list_hosts": return await listHosts(call, conversation: conversation)
         case "ssh_exec": return await exec(call, conversation: conversation)
         case "request_user_secret": return await requestSecret(call, conversation: conversation)
+        case "sftp_list": return await sftp(call, action: .ls, conversation: conversation)
+        case "sftp_stat": return await sftp(call, action: .stat, conversation: conversation)
+        case "sftp_read": return await sftp(call, action: .read, conversation: conversation)
+        case "get_metrics": return await metrics(call, conversation: conversation)
+        case "fetch": return await fetch(call, conversation: conversation)
         case "scratch_read": return scratchRead(call, conversation: conversation)
         default:
             return ToolOutcome(state: .failed, text: "There is no tool named \(call.name); the tools are: \(specs.map(\.name).joined(separator: ", ")).")
+        }
+    }
+
+    func readsOnly(_ call: ToolCall, conversation: String) async -> Bool {
+        switch call.name {
+        case "list_hosts", "sftp_list", "sftp_stat", "sftp_read", "get_metrics", "scratch_read":
+            return true
+        case "ssh_exec":
+            // Proven: a command the classifier reads as read-only, on a saved host, carrying no
+            // secret handle, that the policy lets run without asking.
+            guard misfit(call, Self.execSchema) == nil, let command = call.arguments["command"]?.stringValue,
+                  SecretHandle.handles(in: command).isEmpty, let name = call.arguments["host"]?.stringValue,
+                  let host = try? await hosts.host(named: name),
+                  let assessment = try? await policy.assess(tool: "ssh_exec", conversation: conversation, call: call.id, host: host, command: command,
+                                                            declared: WorkspacesStreams.Exec.effect) else { return false }
+            return assessment.action == .read && assessment.verdict == .allow(.policy)
+        default:
+            return false
         }
     }
 
@@ -269,6 +321,106 @@ struct HostTools: ToolBox {
             return (data, total)
         }
         func totals() -> (Int, Int) { state.withLock { ($0["stdout"]?.total ?? 0, $0["stderr"]?.total ?? 0) } }
+    }
+
+    // MARK: - sftp_list, sftp_stat, get_metrics
+
+    /// `text` as the model gets it: whole up to `answerBytes`, else its start and where the
+    /// whole is in the scratch folder.
+    func bounded(_ text: String, call: String, conversation: String, name: String) -> String {
+        let bytes = Data(text.utf8)
+        guard bytes.count > Self.answerBytes else { return text }
+        let safe = String(call.map { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") ? $0 : "_" }.prefix(64))
+        let path = "\(name)/\(safe).json"
+        let kept: String
+        do {
+            try scratch.write(conversation, path, bytes)
+            kept = "all \(bytes.count) bytes are in scratch file \(path) (scratch_read pages through it)"
+        } catch {
+            kept = "the rest could not be kept (\((error as? Scratch.Refusal)?.message ?? "\(error)"))"
+        }
+        return "\(bytes.count) bytes; bytes 0–\(Self.answerBytes - 1) below, \(kept):\n" + String(decoding: bytes.prefix(Self.answerBytes), as: UTF8.self)
+    }
+
+    private static func json<T: Encodable>(_ value: T) -> String {
+        String(decoding: (try? JSONCoding.encode(value)) ?? Data("null".utf8), as: UTF8.self)
+    }
+
+    private func sftp(_ call: ToolCall, action: SFTPStreams.Run.Action, conversation: String) async -> ToolOutcome {
+        if let misfit = misfit(call, action == .read ? Self.readSchema : Self.pathSchema) { return misfit }
+        let name = call.arguments["host"]?.stringValue ?? ""
+        let path = call.arguments["path"]?.stringValue ?? ""
+        let offset = JSONRead.int(call.arguments["offset"]) ?? 0
+        let length = JSONRead.int(call.arguments["length"]) ?? Self.readLimit
+        guard offset >= 0, (1...Self.readLimit).contains(length) else {
+            return ToolOutcome(state: .failed, text: "offset must be 0 or more and length from 1 to \(Self.readLimit).")
+        }
+        guard let host = try? await hosts.host(named: name) else {
+            return ToolOutcome(state: .failed, text: "There is no saved host named \(name); list_hosts lists them.")
+        }
+        let request = SFTPStreams.Run.Request(target: host.id, action: action, paths: [path], offset: action == .read ? UInt64(offset) : nil,
+                                              length: action == .read ? length : nil)
+        let effect = SFTPStreams.Run.effect(of: request)
+        let assessment: Assessment
+        do {
+            assessment = try await policy.assess(tool: call.name, conversation: conversation, call: call.id, host: host, command: nil, declared: effect)
+        } catch {
+            return ToolOutcome(state: .refused, text: "The policy could not decide (\(TermindError.from(error).message)); nothing ran.")
+        }
+        guard case .allow(let decider) = assessment.verdict else {
+            let reason: String = if case .refuse(let why) = assessment.verdict { why } else { "\(call.name) needs an approval it cannot be given." }
+            try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .policy, reason: reason)
+            return ToolOutcome(state: .refused, text: reason)
+        }
+        try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: true, decider: decider, reason: nil)
+        do {
+            let result = try await context.actingForAgent(AssistantPolicy.detail(conversation: conversation, call: call.id)) {
+                try await context.stream(SFTPStreams.Run.self, request)
+            }
+            try? await audit.execution(assessment, conversation: conversation, call: call.id, outcome: result.failures.isEmpty ? "succeeded" : "failed",
+                                       exitStatus: Int32(result.exitStatus), exitSignal: nil, stdoutBytes: nil, stderrBytes: nil)
+            if let failure = result.failures.first { return ToolOutcome(state: .failed, text: "\(host.label):\(failure.path): \(failure.error)") }
+            if action == .read, let content = result.content {
+                let end = Int(content.offset) + content.bytes
+                let next = UInt64(end) < content.size ? "more from offset \(end)" : "to the end"
+                let body = content.text ?? "(not UTF-8 text; base64) \(content.base64 ?? "")"
+                return ToolOutcome(state: .succeeded, text: "\(host.label):\(path): \(content.size) bytes; bytes \(content.offset)–\(max(Int(content.offset), end - 1)) below, \(next):\n\(body)")
+            }
+            let text = action == .ls ? Self.json(result.listings ?? []) : Self.json(result.entries ?? [])
+            return ToolOutcome(state: .succeeded, text: bounded(text, call: call.id, conversation: conversation, name: "sftp"))
+        } catch {
+            try? await audit.execution(assessment, conversation: conversation, call: call.id, outcome: "failed", exitStatus: nil, exitSignal: nil,
+                                       stdoutBytes: nil, stderrBytes: nil)
+            return Self.refusal(error)
+        }
+    }
+
+    private func metrics(_ call: ToolCall, conversation: String) async -> ToolOutcome {
+        if let misfit = misfit(call, Self.metricsSchema) { return misfit }
+        let names = JSONRead.items(call.arguments["hosts"]).compactMap(\.stringValue)
+        var ids: [String] = []
+        for name in names {
+            guard let host = try? await hosts.host(named: name) else {
+                return ToolOutcome(state: .failed, text: "There is no saved host named \(name); list_hosts lists them.")
+            }
+            ids.append(host.id)
+        }
+        do {
+            let answer = try await context.actingForAgent(AssistantPolicy.detail(conversation: conversation, call: call.id)) {
+                // Every monitored host, then those asked for: one not monitored is said, not an error.
+                try await context.call(MetricsContracts.Get.self, .init(hosts: nil))
+            }
+            let wanted = Set(ids)
+            let shown = names.isEmpty ? answer.hosts : answer.hosts.filter { wanted.contains($0.host) }
+            let monitored = Set(answer.hosts.map(\.host))
+            let missing = zip(names, ids).filter { !monitored.contains($0.1) }.map(\.0)
+            var text = Self.json(shown)
+            if shown.isEmpty { text = "None of these hosts is monitored; termind metrics add HOST starts monitoring one (the operator decides)." }
+            if !missing.isEmpty { text += "\nNot monitored: \(missing.joined(separator: ", ")) (termind metrics add HOST starts it; the operator decides)." }
+            return ToolOutcome(state: .succeeded, text: bounded(text, call: call.id, conversation: conversation, name: "metrics"))
+        } catch {
+            return Self.refusal(error)
+        }
     }
 
     // MARK: - request_user_secret

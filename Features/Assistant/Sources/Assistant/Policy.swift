@@ -1,7 +1,9 @@
 import AssistantAPI
 import AssistantRules
 import Foundation
+import MetricsAPI
 import SettingsAPI
+import SFTPAPI
 import Synchronization
 import TermindCore
 import VaultAPI
@@ -111,14 +113,25 @@ final class AssistantPolicy: CallPolicy {
 
     // MARK: - The kernel's hook
 
-    /// The operations behind the assistant's tools, by the tool.
-    static let operations: [String: String] = [
-        VaultContracts.HostList.id.description: "list_hosts",
-        WorkspacesStreams.Exec.id.description: "ssh_exec",
-    ]
+    /// The tool an operation an agent asks for belongs to; nil: none (refused).
+    static func tool(for request: PolicyRequest) -> String? {
+        switch request.operation {
+        case VaultContracts.HostList.id.description: "list_hosts"
+        case WorkspacesStreams.Exec.id.description: "ssh_exec"
+        case MetricsContracts.Get.id.description: "get_metrics"
+        case SFTPStreams.Run.id.description:
+            switch request.arguments["action"]?.stringValue {
+            case "ls"?: "sftp_list"
+            case "stat"?: "sftp_stat"
+            case "read"?: "sftp_read"
+            default: nil
+            }
+        default: nil
+        }
+    }
 
     func decide(_ request: PolicyRequest) async throws -> PolicyDecision {
-        guard let tool = Self.operations[request.operation] else {
+        guard let tool = Self.tool(for: request) else {
             return .deny(reason: "\(request.operation) is not an operation the assistant may use; nothing was done.")
         }
         guard request.effectDeclared else { return .deny(reason: "\(request.operation) declares no effect, so the assistant may not use it.") }
@@ -126,10 +139,8 @@ final class AssistantPolicy: CallPolicy {
         let named = Self.parse(detail: agent?.detail)
         var host: HostSummary?
         var command: String?
-        if tool == "ssh_exec" {
-            guard let target = request.arguments["target"]?.stringValue, request.hosts == [target] else {
-                return .deny(reason: "ssh_exec names no single saved host.")
-            }
+        if let target = request.arguments["target"] {
+            guard let target = target.stringValue, request.hosts == [target] else { return .deny(reason: "\(tool) names no single saved host.") }
             // The tool chooses how to connect: the saved host's own route, user, key and trust.
             let chosen = ["user", "identity", "identityFile", "port", "jump", "acceptHostKey", "workingDirectory"].filter {
                 if let value = request.arguments[$0], value != .null { true } else { false }
@@ -140,11 +151,18 @@ final class AssistantPolicy: CallPolicy {
             guard let found = try await facts().hosts.host(named: target) else {
                 return .deny(reason: "\(target) is not a saved host; the assistant reaches saved hosts only.")
             }
-            guard let line = request.arguments["command"]?.stringValue else { return .deny(reason: "ssh_exec has no command.") }
             host = found
+        }
+        if tool == "ssh_exec" {
+            guard let line = request.arguments["command"]?.stringValue else { return .deny(reason: "ssh_exec has no command.") }
             command = book.withLock { book in
                 guard let detail = agent?.detail, let rewritten = book.rewritten[detail], rewritten.sent == line else { return line }
                 return rewritten.written
+            }
+        }
+        if tool == "get_metrics" {
+            for name in request.hosts where name != "*" {
+                guard try await facts().hosts.host(named: name) != nil else { return .deny(reason: "\(name) is not a saved host.") }
             }
         }
         let assessment = try await assess(tool: tool, conversation: named?.conversation, call: named?.call ?? "", host: host, command: command,

@@ -87,6 +87,13 @@ struct ToolOutcome: Sendable {
 protocol ToolBox: Sendable {
     var specs: [ToolSpec] { get }
     func run(_ call: ToolCall, conversation: String, run: String) async -> ToolOutcome
+    /// Whether `call` is proven to only read and to run without asking anybody, so it may run
+    /// alongside others (false when in doubt).
+    func readsOnly(_ call: ToolCall, conversation: String) async -> Bool
+}
+
+extension ToolBox {
+    func readsOnly(_ call: ToolCall, conversation: String) async -> Bool { false }
 }
 
 /// One run of a conversation: the turn loop. A turn streams the answer to the client; tool
@@ -117,6 +124,11 @@ actor ConversationRun {
     }
 
     private static func now() -> Double { Date().timeIntervalSince1970 }
+
+    private func allRead(_ calls: [ToolCall]) async -> Bool {
+        for call in calls where !(await tools.readsOnly(call, conversation: conversation)) { return false }
+        return true
+    }
 
     func run(prompt: String) async throws -> AssistantStreams.Run.Result {
         let run = try await store.startRun(conversation, now: Self.now())
@@ -152,6 +164,30 @@ actor ConversationRun {
                 await emitter.endText(outcome.text)
                 last = outcome.text
                 if outcome.calls.isEmpty { break }
+                // A batch whose every call only reads runs at once; the answers still go in the
+                // model's order. Anything else runs one call at a time (questions one by one).
+                if outcome.calls.count > 1, await allRead(outcome.calls) {
+                    for call in outcome.calls {
+                        calls += 1
+                        await emitter.call(call)
+                        try await store.callStarted(conversation, call.id, now: Self.now())
+                    }
+                    let results = await withTaskGroup(of: (Int, ToolOutcome).self) { group in
+                        for (index, call) in outcome.calls.enumerated() {
+                            group.addTask { [tools, conversation] in (index, await tools.run(call, conversation: conversation, run: run)) }
+                        }
+                        var results = [ToolOutcome?](repeating: nil, count: outcome.calls.count)
+                        for await (index, result) in group { results[index] = result }
+                        return results
+                    }
+                    for (call, result) in zip(outcome.calls, results) {
+                        let state: AssistantContracts.CallView.State = Task.isCancelled ? .unknown : result?.state ?? .unknown
+                        let text = result?.text ?? "The call's outcome is not known."
+                        try await store.callFinished(conversation, call.id, state: state, result: text, run: run, now: Self.now())
+                        await emitter.result(call, state: state, preview: ConversationStore.preview(text))
+                    }
+                    continue
+                }
                 for call in outcome.calls {
                     try Task.checkCancellation()
                     calls += 1

@@ -161,7 +161,7 @@ public enum JSONRead {
         }
     }
 
-    static func items(_ value: JSONValue?) -> [JSONValue] { if case .array(let items)? = value { items } else { [] } }
+    public static func items(_ value: JSONValue?) -> [JSONValue] { if case .array(let items)? = value { items } else { [] } }
 
     /// Parses a data line as JSON for a dialect (`what` names it in the problem).
     static func event(_ data: String, _ what: String) throws(ParseProblem) -> JSONValue {

@@ -21,9 +21,14 @@ public struct HTTPClient: Sendable {
     /// Sends `request` and returns once the final response's head arrived; read its body
     /// with `next()`. Follows up to `HTTPLimits.redirects` redirects: 307 and 308 for any
     /// method (body kept), 301, 302 and 303 for GET only.
-    public func send(_ request: HTTPRequest, rule: RedirectRule? = nil) async throws -> HTTPResponse {
+    /// Chooses the address a hop connects to (its URL's host resolved and checked): throw to
+    /// refuse the hop.
+    public typealias PinRule = @Sendable (HTTPURL) async throws -> String
+
+    public func send(_ request: HTTPRequest, rule: RedirectRule? = nil, pin: PinRule? = nil) async throws -> HTTPResponse {
         var current = request
         for hop in 0...HTTPLimits.redirects {
+            if let pin, let url = HTTPURL(current.url) { current.pinned = try await pin(url) }
             log(current)
             let transfer = try Transfer(current)
             let head = try await transfer.start()

@@ -30,6 +30,9 @@ public struct HTTPRequest: Sendable {
     public var connectTimeout: Double
     public var idleTimeout: Double
     public var responseLimit: Int
+    /// The numeric address to connect to for the URL's host (checked by the caller; no proxy
+    /// is used). Set per hop by `HTTPClient.send`'s `pin`.
+    public var pinned: String?
 
     public init(method: String = "POST", url: String, headers: [HTTPHeader] = [], body: Data? = nil,
                 connectTimeout: Double = 15, idleTimeout: Double = 120, responseLimit: Int = HTTPLimits.response) {

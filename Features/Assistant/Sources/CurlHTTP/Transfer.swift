@@ -10,6 +10,7 @@ final class Transfer: @unchecked Sendable {
     let origin: String
     private let request: HTTPRequest
     private var headerList: UnsafeMutablePointer<curl_slist>?
+    private var resolveList: UnsafeMutablePointer<curl_slist>?
 
     private struct State {
         var status = 0
@@ -73,6 +74,13 @@ final class Transfer: @unchecked Sendable {
             headerList = curl_slist_append(headerList, line)
         }
         termind_curl_list(easy, CURLOPT_HTTPHEADER, headerList)
+        // A pinned address: curl connects there for the URL's host and port (no lookup of its
+        // own that could answer differently), and never through a proxy.
+        if let pinned = request.pinned, let url = HTTPURL(request.url) {
+            resolveList = curl_slist_append(resolveList, "\(url.host):\(url.port):\(pinned.contains(":") ? "[\(pinned)]" : pinned)")
+            termind_curl_list(easy, CURLOPT_RESOLVE, resolveList)
+            termind_curl_string(easy, CURLOPT_NOPROXY, "*")
+        }
         termind_curl_write_function(easy, CURLOPT_WRITEFUNCTION) { data, size, count, user in
             guard let user else { return 0 }
             return Unmanaged<Transfer>.fromOpaque(user).takeUnretainedValue().body(data, size * count)
@@ -275,6 +283,7 @@ final class Transfer: @unchecked Sendable {
     deinit {
         curl_easy_cleanup(easy)
         curl_slist_free_all(headerList)
+        curl_slist_free_all(resolveList)
     }
 
     static func monotonic() -> UInt64 {

@@ -178,7 +178,7 @@ struct Browser {
         // one path as written (mkdir, mv, ln, df).
         let matched: Bool = switch action {
         case .ls, .stat, .rm, .rmdir, .chmod: true
-        case .mkdir, .mv, .ln, .df: false
+        case .mkdir, .mv, .ln, .df, .read: false
         }
         // chmod's MODE and ln's TARGET (where the link points, as written) are not paths here.
         sub.paths = words.enumerated().map { index, word in
@@ -190,6 +190,7 @@ struct Browser {
         try runner.checkArguments()
         let result = try await runner.perform(sftp)
         for failure in result.failures { await say("\(failure.path): \(failure.error)") }
+        if let content = result.content { await say(content.text ?? "(\(content.bytes) bytes that are not UTF-8 text)") }
     }
 
     private func move(sources: [String], to destination: String, verb: String, flags: Set<Character>) async throws {

@@ -174,6 +174,8 @@ struct Runner {
 
     /// At most this many paths one pattern may match.
     static let maximumMatches = 100_000
+    /// `read`: at most this many bytes at once (64 KiB when not said).
+    static let readLimit = 1 << 20
 
     /// `transfer` runs a browsing prompt's get and put.
     func run(_ opener: ConnectionOpener, transfer: @escaping Browser.Transfer) async throws -> Run.Result {
@@ -212,10 +214,14 @@ struct Runner {
         case .ln where count != 2: throw TermindError.badRequest("sftp ln takes TARGET LINK (2 paths), not \(count): the link LINK will point at TARGET.")
         case .chmod where count < 2: throw TermindError.badRequest("sftp chmod takes MODE PATH… (an octal mode such as 644, then at least one path).")
         case .mkdir, .rm, .rmdir, .stat: if count == 0 { throw TermindError.badRequest("sftp \(action.rawValue) needs at least one PATH.") }
+        case .read where count != 1: throw TermindError.badRequest("sftp read takes one PATH (a file), not \(count).")
         default: break
         }
         if request.action == .chmod, Self.octal(request.paths[0]) == nil {
             throw TermindError.badRequest("sftp chmod: '\(request.paths[0])' is not an octal mode (e.g. 644 or 0755).")
+        }
+        if let length = request.length, !(1...Self.readLimit).contains(length) {
+            throw TermindError.badRequest("--length must be from 1 to \(Self.readLimit) bytes, not \(length).")
         }
         if let mode = request.mode, Self.octal(mode) == nil { throw TermindError.badRequest("--mode: '\(mode)' is not an octal mode (e.g. 755).") }
     }
@@ -338,6 +344,31 @@ struct Runner {
                 }
             }
             result.done = done
+        case .read:
+            let text = request.paths[0]
+            await attempt(text) {
+                let path = Array(text.utf8)
+                let attributes = try await sftp.stat(path, followLinks: true)
+                guard attributes.kind == .file else { throw SFTPError(status: .failure, message: "is not a regular file") }
+                let offset = request.offset ?? 0
+                let wanted = request.length ?? 65536
+                let handle = try await sftp.open(path, .read)
+                var data: [UInt8] = []
+                do {
+                    while data.count < wanted {
+                        let piece = try await sftp.read(handle, offset: offset + UInt64(data.count), length: min(wanted - data.count, 32768))
+                        if piece.isEmpty { break }
+                        data += piece
+                    }
+                } catch {
+                    try? await sftp.close(handle)
+                    throw error
+                }
+                try? await sftp.close(handle)
+                let utf8 = String(validating: data, as: UTF8.self)
+                result.content = .init(path: text, size: attributes.size ?? UInt64(data.count), offset: offset, bytes: data.count, text: utf8,
+                                       base64: utf8 == nil ? Data(data).base64EncodedString() : nil)
+            }
         case .df:
             var space: [Run.Space] = []
             for text in request.paths.isEmpty ? ["."] : request.paths {
