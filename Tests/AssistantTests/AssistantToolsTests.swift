@@ -434,6 +434,13 @@ final class AssistantToolsTests: XCTestCase {
         XCTAssertEqual(messages.filter { $0["role"] == .string("tool") }.compactMap { $0["tool_call_id"]?.stringValue }, ["call_a", "call_b", "call_c", "call_d"])
         for name in ["a", "b", "c", "d"] { XCTAssertTrue(try told("call_\(name)").contains("\n\(name)\n") || (try told("call_\(name)")).hasSuffix("\n\(name)\n"), name) }
         XCTAssertLessThan(parallel, 3.5, "four 1 s reads ran at once")
+        // Twelve at once would pass OpenSSH's MaxSessions (10 a connection): at most six run together, all succeed.
+        let many = (0..<12).map { (name: "ssh_exec", arguments: ["host": JSONValue.string("lab"), "command": .string("sleep 1; echo m\($0)")], id: "call_m\($0)") }
+        server.enqueue(try toolCalls(many), done())
+        started = Date()
+        let wide = try ok(["--json", "assistant", "run", "--conversation", "1", "twelve reads"])
+        XCTAssertEqual(records(wide).filter { $0["type"] == .string("tool_result") }.compactMap { $0["state"]?.stringValue }, Array(repeating: "succeeded", count: 12), wide.stdout)
+        XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 2, "two waves of six")
         // One call that is not proven read-only (refused on a read-only host) makes the batch sequential.
         let mixed = [(name: "ssh_exec", arguments: ["host": JSONValue.string("web-1"), "command": .string("sleep 1; echo x")], id: "call_x"),
                      (name: "ssh_exec", arguments: ["host": JSONValue.string("web-1"), "command": .string("sleep 1; echo y")], id: "call_y"),

@@ -19,13 +19,15 @@ import TermindHarness
 
 var tokens = 10_000
 var runs = 5
+var batchOnly = false
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
     case "--tokens": tokens = arguments.popFirst().flatMap(Int.init) ?? tokens
     case "--runs": runs = arguments.popFirst().flatMap(Int.init) ?? runs
+    case "--batch-only": batchOnly = true
     default:
-        FileHandle.standardError.write(Data("usage: termind-assistant-bench [--tokens N] [--runs N]\n".utf8))
+        FileHandle.standardError.write(Data("usage: termind-assistant-bench [--tokens N] [--runs N] [--batch-only]\n".utf8))
         exit(2)
     }
 }
@@ -151,6 +153,10 @@ func batchRow(directory: TemporaryDirectory, server: ReplayServer, environment: 
                    "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-S", control, "\(NSUserName())@127.0.0.1"]
     _ = try ProcessRunner.run("/usr/bin/ssh", ["-M", "-f", "-N"] + sshBase)
     defer { _ = try? ProcessRunner.run("/usr/bin/ssh", ["-O", "exit"] + sshBase) }
+    let check = try ProcessRunner.run("/usr/bin/ssh", ["-O", "check"] + sshBase)
+    guard let found = check.stderr.range(of: #"pid=(\d+)"#, options: .regularExpression), let master = pid_t(check.stderr[found].dropFirst(4)) else {
+        throw TermindError(code: "bench.ssh", message: "no ControlMaster: \(check.stderr)")
+    }
     func sshSequence() throws -> Double {
         let start = now()
         for command in commands {
@@ -161,12 +167,47 @@ func batchRow(directory: TemporaryDirectory, server: ReplayServer, environment: 
     }
     _ = try termindBatch(); _ = try sshSequence()  // warm: serve's pooled connection, the master's
     var ours: [Double] = [], theirs: [Double] = []
+    var sshdOurs: [Double] = [], sshdTheirs: [Double] = [], clientOurs: [Double] = [], clientTheirs: [Double] = []
     for _ in 0..<5 {
+        var sshd = sshdCPU(), mine = childrenCPU() + ProcessCPU.seconds(of: serve.process.pid)
         ours.append(try termindBatch())
+        sshdOurs.append(sshdCPU() - sshd)
+        clientOurs.append(childrenCPU() + ProcessCPU.seconds(of: serve.process.pid) - mine)
+        sshd = sshdCPU(); mine = childrenCPU() + ProcessCPU.seconds(of: master)
         theirs.append(try sshSequence())
+        sshdTheirs.append(sshdCPU() - sshd)
+        clientTheirs.append(childrenCPU() + ProcessCPU.seconds(of: master) - mine)
     }
     let speedup = spread(theirs).median / max(spread(ours).median, 1e-9)
+    let n = Double(commands.count)
     print("20-call read-only batch, one host: termind (serve, parallel) \(triple(spread(ours.map { $0 * 1000 }))) ms, ssh -S ControlMaster sequential \(triple(spread(theirs.map { $0 * 1000 }))) ms: \(f(speedup))× faster (target ≥ 3×: \(speedup >= 3 ? "met" : "missed"))")
+    print("  CPU per command, ms: sshd \(f(spread(sshdOurs).median / n * 1000)) (termind's channels) / \(f(spread(sshdTheirs).median / n * 1000)) (ssh's); "
+          + "client side \(f(spread(clientOurs).median / n * 1000)) (termind serve + client) / \(f(spread(clientTheirs).median / n * 1000)) (ssh processes + master)")
+    let cores = Double(ProcessInfo.processInfo.activeProcessorCount)
+    let floor = (spread(sshdOurs).median + spread(clientOurs).median) / cores
+    print("  on \(Int(cores)) cores the CPU of termind's way alone takes ≥ \(f(floor * 1000)) ms: ssh's sequential wall / that floor = \(f(spread(theirs).median / max(floor, 1e-9)))× is the most any parallel client could reach here")
+}
+
+/// CPU seconds of every sshd process now, with the children they reaped (a session's shell).
+func sshdCPU() -> Double {
+    var total = 0.0
+    let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+    for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where entry.allSatisfy(\.isNumber) {
+        guard let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8), stat.contains("(sshd") else { continue }
+        guard let close = stat.lastIndex(of: ")") else { continue }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        // After the name: state is field 3; utime, stime, cutime, cstime are fields 14-17.
+        guard fields.count > 15 else { continue }
+        total += (11...14).compactMap { Double(fields[$0]) }.reduce(0, +) / ticks
+    }
+    return total
+}
+
+/// CPU seconds of this process's reaped children so far.
+func childrenCPU() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_CHILDREN.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
 }
 
 do {
@@ -174,6 +215,15 @@ do {
     defer { directory.remove() }
     let server = try ReplayServer()
     defer { server.stop() }
+    if batchOnly {
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = directory.file("home")
+        environment["no_proxy"] = "127.0.0.1"
+        environment["NO_PROXY"] = "127.0.0.1"
+        for name in ["TERMIND_SOCKET", "TERMIND_DEBUG", "TERMIND_LOG_FILE"] { environment[name] = nil }
+        try batchRow(directory: directory, server: server, environment: environment)
+        exit(0)
+    }
     let long = stream(tokens: tokens), short = stream(tokens: 1)
     let python = try LocalModel.python()
     let sdk = try directory.write("sdk.py", """

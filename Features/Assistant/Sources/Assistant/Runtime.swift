@@ -125,6 +125,9 @@ actor ConversationRun {
 
     private static func now() -> Double { Date().timeIntervalSince1970 }
 
+    /// The most calls of a read-only batch that run at once.
+    static let batchWidth = 6
+
     private func allRead(_ calls: [ToolCall]) async -> Bool {
         for call in calls where !(await tools.readsOnly(call, conversation: conversation)) { return false }
         return true
@@ -172,12 +175,21 @@ actor ConversationRun {
                         await emitter.call(call)
                         try await store.callStarted(conversation, call.id, now: Self.now())
                     }
+                    // At most `batchWidth` at once: OpenSSH lets a connection carry 10 sessions
+                    // (MaxSessions), and the host's other channels (a terminal, a monitor) share it.
                     let results = await withTaskGroup(of: (Int, ToolOutcome).self) { group in
-                        for (index, call) in outcome.calls.enumerated() {
+                        var pending = outcome.calls.enumerated().makeIterator()
+                        func next() -> Bool {
+                            guard let (index, call) = pending.next() else { return false }
                             group.addTask { [tools, conversation] in (index, await tools.run(call, conversation: conversation, run: run)) }
+                            return true
                         }
+                        for _ in 0..<Self.batchWidth where !next() { break }
                         var results = [ToolOutcome?](repeating: nil, count: outcome.calls.count)
-                        for await (index, result) in group { results[index] = result }
+                        for await (index, result) in group {
+                            results[index] = result
+                            _ = next()
+                        }
                         return results
                     }
                     for (call, result) in zip(outcome.calls, results) {
