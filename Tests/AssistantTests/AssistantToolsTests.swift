@@ -434,13 +434,28 @@ final class AssistantToolsTests: XCTestCase {
         XCTAssertEqual(messages.filter { $0["role"] == .string("tool") }.compactMap { $0["tool_call_id"]?.stringValue }, ["call_a", "call_b", "call_c", "call_d"])
         for name in ["a", "b", "c", "d"] { XCTAssertTrue(try told("call_\(name)").contains("\n\(name)\n") || (try told("call_\(name)")).hasSuffix("\n\(name)\n"), name) }
         XCTAssertLessThan(parallel, 3.5, "four 1 s reads ran at once")
-        // Twelve at once would pass OpenSSH's MaxSessions (10 a connection): at most six run together, all succeed.
-        let many = (0..<12).map { (name: "ssh_exec", arguments: ["host": JSONValue.string("lab"), "command": .string("sleep 1; echo m\($0)")], id: "call_m\($0)") }
+        // Twelve on one host (past OpenSSH's MaxSessions of 10 channels a connection) run in one
+        // session: all at once, each with its own status and output, one session in sshd's log.
+        let sessionsBefore = try sessions()
+        let many = (0..<12).map { (name: "ssh_exec", arguments: ["host": JSONValue.string("lab"),
+                                                                   "command": .string($0 == 5 ? "sleep 1; ls /nonexistent-\($0)" : "sleep 1; echo TERMIND-BATCH 0 0 0 0; echo m\($0)")],
+                                   id: "call_m\($0)") }
         server.enqueue(try toolCalls(many), done())
         started = Date()
         let wide = try ok(["--json", "assistant", "run", "--conversation", "1", "twelve reads"])
-        XCTAssertEqual(records(wide).filter { $0["type"] == .string("tool_result") }.compactMap { $0["state"]?.stringValue }, Array(repeating: "succeeded", count: 12), wide.stdout)
-        XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 2, "two waves of six")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 3.5, "twelve 1 s reads at once")
+        XCTAssertEqual(records(wide).filter { $0["type"] == .string("tool_result") }.compactMap { $0["state"]?.stringValue },
+                       Array(repeating: "succeeded", count: 5) + ["failed"] + Array(repeating: "succeeded", count: 6), wide.stdout)
+        for index in 0..<12 where index != 5 {
+            let told = try told("call_m\(index)")
+            let printed = "TERMIND-BATCH 0 0 0 0\nm\(index)\n"
+            XCTAssertTrue(told.hasPrefix("lab: exit status 0.\nstdout: \(printed.utf8.count) bytes, bytes 0–\(printed.utf8.count - 1) below:\n\(printed)"), told)
+        }
+        let failed = try told("call_m5")
+        XCTAssertTrue(failed.hasPrefix("lab: exit status 2.") && failed.contains("nonexistent-5"), failed)
+        XCTAssertEqual(try sessions() - sessionsBefore, 1, "one session for the twelve")
+        let executions = try audit().filter { $0["event"] == .string("execution") && ($0["call"]?.stringValue ?? "").hasPrefix("call_m") }
+        XCTAssertEqual(executions.count, 12)
         // One call that is not proven read-only (refused on a read-only host) makes the batch sequential.
         let mixed = [(name: "ssh_exec", arguments: ["host": JSONValue.string("web-1"), "command": .string("sleep 1; echo x")], id: "call_x"),
                      (name: "ssh_exec", arguments: ["host": JSONValue.string("web-1"), "command": .string("sleep 1; echo y")], id: "call_y"),
@@ -450,6 +465,12 @@ final class AssistantToolsTests: XCTestCase {
         let oneByOne = try ok(["--json", "assistant", "run", "--conversation", "1", "mixed"])
         XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 2)
         XCTAssertEqual(records(oneByOne).filter { $0["type"] == .string("tool_result") }.compactMap { $0["state"]?.stringValue }, ["succeeded", "succeeded", "refused"])
+    }
+
+    /// Sessions sshd opened so far (its log, at the fixture's level).
+    private func sessions() throws -> Int {
+        let log = (try? String(contentsOfFile: sshd.directory.file("sshd.log"), encoding: .utf8)) ?? ""
+        return log.components(separatedBy: "Starting session:").count - 1
     }
 
     // MARK: - fetch

@@ -1,6 +1,8 @@
 import AssistantAPI
 import AssistantRules
 import Foundation
+import TermindCore
+import TermindHarness
 import XCTest
 
 /// The approval policy as a pure function, and the approvals a conversation keeps.
@@ -111,5 +113,21 @@ final class PolicyRulesTests: XCTestCase {
         XCTAssertNotNil(FetchRules.urlProblem(URL(string: "ftp://example.com/")!))
         XCTAssertNotNil(FetchRules.urlProblem(URL(string: "https://user:pw@example.com/")!))
         XCTAssertNotNil(FetchRules.urlProblem(URL(string: "file:///etc/passwd")!))
+    }
+
+    func testABatchScriptRunsEveryCommandAndItsFramedOutputIsReadBackExactly() throws {
+        let commands = ["echo one", "printf 'TERMIND-BATCH 0 0 5 0\\nfake'; echo >&2 err", "exit 3", "cat /nonexistent-file", "printf '\\000\\377'"]
+        let script = BatchScript.script(commands)
+        let ran = try ProcessRunner.run("/bin/sh", ["-s"], stdin: script)
+        XCTAssertEqual(ran.status, 0, ran.stderr)
+        let outcomes = try XCTUnwrap(BatchScript.parse(Data(ran.stdout.utf8), count: commands.count), ran.stdout)
+        XCTAssertEqual(outcomes.map(\.status), [0, 0, 3, 1, 0])
+        XCTAssertEqual(outcomes[0].stdout, Data("one\n".utf8))
+        XCTAssertEqual(outcomes[1].stdout, Data("TERMIND-BATCH 0 0 5 0\nfake".utf8))
+        XCTAssertEqual(outcomes[1].stderr, Data("err\n".utf8))
+        XCTAssertTrue(String(decoding: outcomes[3].stderr, as: UTF8.self).contains("nonexistent-file"))
+        XCTAssertNil(BatchScript.parse(Data("TERMIND-BATCH 0 0 10 0\nshort".utf8), count: 1), "cut short")
+        XCTAssertNil(BatchScript.parse(Data("TERMIND-BATCH 1 0 0 0\n".utf8), count: 1), "out of order")
+        XCTAssertNil(BatchScript.parse(Data(), count: 1))
     }
 }

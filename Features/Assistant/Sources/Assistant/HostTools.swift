@@ -125,6 +125,85 @@ struct HostTools: ToolBox {
         }
     }
 
+    /// Read-only `ssh_exec` calls for one host run in one session (BatchScript: sshd's cost
+    /// is mostly a session's start); the others each on their own, at once.
+    func runBatch(_ calls: [ToolCall], conversation: String, run: String) async -> [ToolOutcome] {
+        var byHost: [String: (host: HostSummary, indexes: [Int])] = [:]
+        for (index, call) in calls.enumerated() where call.name == "ssh_exec" {
+            guard let name = call.arguments["host"]?.stringValue, let host = try? await hosts.host(named: name) else { continue }
+            byHost[host.id, default: (host, [])].indexes.append(index)
+        }
+        let shared = byHost.values.filter { $0.indexes.count >= 2 }
+        let together = Set(shared.flatMap(\.indexes))
+        let alone = calls.indices.filter { !together.contains($0) }
+        var results = [ToolOutcome?](repeating: nil, count: calls.count)
+        await withTaskGroup(of: [(Int, ToolOutcome)].self) { group in
+            for (host, indexes) in shared {
+                group.addTask { Array(zip(indexes, await execTogether(indexes.map { calls[$0] }, on: host, conversation: conversation))) }
+            }
+            if !alone.isEmpty {
+                group.addTask { Array(zip(alone, await eachAtOnce(alone.map { calls[$0] }, conversation: conversation, run: run))) }
+            }
+            for await pairs in group { for (index, outcome) in pairs { results[index] = outcome } }
+        }
+        return results.map { $0 ?? ToolOutcome(state: .unknown, text: "The call's outcome is not known.") }
+    }
+
+    /// `calls` (read-only ssh_exec, proven by `readsOnly`) in one session on `host`.
+    private func execTogether(_ calls: [ToolCall], on host: HostSummary, conversation: String) async -> [ToolOutcome] {
+        let commands = calls.map { $0.arguments["command"]?.stringValue ?? "" }
+        var assessments: [Assessment] = []
+        for (call, command) in zip(calls, commands) {
+            guard let assessment = try? await policy.assess(tool: "ssh_exec", conversation: conversation, call: call.id, host: host, command: command,
+                                                            declared: WorkspacesStreams.Exec.effect),
+                  assessment.action == .read, assessment.verdict == .allow(.policy) else {
+                // Not provable now: each on its own, as any call.
+                return await eachAtOnce(calls, conversation: conversation, run: "")
+            }
+            assessments.append(assessment)
+        }
+        for (call, assessment) in zip(calls, assessments) {
+            try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: true, decider: .policy, reason: nil)
+        }
+        let timeout = calls.map { JSONRead.int($0.arguments["timeoutSeconds"]) ?? Self.defaultTimeout }.max() ?? Self.defaultTimeout
+        let detail = AssistantPolicy.detail(conversation: conversation, call: calls[0].id)
+        policy.expect(detail, sent: BatchScript.command, batch: commands)
+        defer { policy.forget(detail) }
+        let output = Output()
+        let failure: String
+        do {
+            let result = try await context.actingForAgent(detail) {
+                try await context.stream(WorkspacesStreams.Exec.self, .init(target: host.id, command: BatchScript.command, timeout: Double(timeout)),
+                                         input: Data(BatchScript.script(commands).utf8)) { event in
+                    if let data = event.data, let kind = event.kind { output.add(kind, data) }
+                }
+            }
+            if let outcomes = BatchScript.parse(output.stream("stdout").0, count: calls.count) {
+                var answers: [ToolOutcome] = []
+                for ((call, assessment), outcome) in zip(zip(calls, assessments), outcomes) {
+                    let one = Output()
+                    one.add("stdout", outcome.stdout)
+                    one.add("stderr", outcome.stderr)
+                    try? await audit.execution(assessment, conversation: conversation, call: call.id, outcome: outcome.status == 0 ? "succeeded" : "failed",
+                                               exitStatus: outcome.status, exitSignal: nil, stdoutBytes: outcome.stdout.count, stderrBytes: outcome.stderr.count)
+                    answers.append(ToolOutcome(state: outcome.status == 0 ? .succeeded : .failed,
+                                               text: "\(host.label): exit status \(outcome.status).\n" + report(one, call: call.id, conversation: conversation)))
+                }
+                return answers
+            }
+            let said = String(decoding: output.stream("stderr").0.prefix(500), as: UTF8.self)
+            failure = "The batch's session on \(host.label) ended (exit status \(result.exitStatus.map(String.init) ?? result.exitSignal ?? "unknown")) without every command's outcome"
+                + (said.isEmpty ? "." : ": \(said)")
+        } catch {
+            failure = TermindError.from(error).message
+        }
+        for (call, assessment) in zip(calls, assessments) {
+            try? await audit.execution(assessment, conversation: conversation, call: call.id, outcome: "unknown", exitStatus: nil, exitSignal: nil,
+                                       stdoutBytes: nil, stderrBytes: nil)
+        }
+        return calls.map { _ in ToolOutcome(state: .failed, text: failure) }
+    }
+
     private func misfit(_ call: ToolCall, _ schema: JSONSchema) -> ToolOutcome? {
         let problems = schema.problems(in: call.arguments)
         guard !problems.isEmpty else { return nil }

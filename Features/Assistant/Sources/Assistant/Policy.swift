@@ -45,7 +45,7 @@ final class AssistantPolicy: CallPolicy {
         /// Commands a tool sends with secrets read from input, by the call's chain detail:
         /// what is sent, and the command as the model wrote it (handles in place of secrets),
         /// which is what the policy decides on.
-        var rewritten: [String: (sent: String, written: String)] = [:]
+        var rewritten: [String: (sent: String, written: [String])] = [:]
     }
     private let book = Mutex(Book())
 
@@ -69,7 +69,13 @@ final class AssistantPolicy: CallPolicy {
     /// `sent` (a command carrying secret handles, rewritten to read them from its input) is
     /// decided on as `written`, for the call with chain detail `detail` only.
     func expect(_ detail: String, sent: String, written: String) {
-        book.withLock { $0.rewritten[detail] = (sent, written) }
+        book.withLock { $0.rewritten[detail] = (sent, [written]) }
+    }
+
+    /// `sent` runs a read-only batch of `commands` (the script on its input): decided on as
+    /// each of them, for the call with chain detail `detail` only.
+    func expect(_ detail: String, sent: String, batch commands: [String]) {
+        book.withLock { $0.rewritten[detail] = (sent, commands) }
     }
 
     func forget(_ detail: String) {
@@ -155,10 +161,22 @@ final class AssistantPolicy: CallPolicy {
         }
         if tool == "ssh_exec" {
             guard let line = request.arguments["command"]?.stringValue else { return .deny(reason: "ssh_exec has no command.") }
-            command = book.withLock { book in
-                guard let detail = agent?.detail, let rewritten = book.rewritten[detail], rewritten.sent == line else { return line }
+            let written = book.withLock { book -> [String] in
+                guard let detail = agent?.detail, let rewritten = book.rewritten[detail], rewritten.sent == line else { return [line] }
                 return rewritten.written
             }
+            // A batch: every command in it must be allowed on its own, and only read.
+            if written.count > 1 {
+                for each in written {
+                    let assessment = try await assess(tool: tool, conversation: named?.conversation, call: named?.call ?? "", host: host, command: each,
+                                                      declared: request.effect)
+                    guard assessment.action == .read, case .allow = assessment.verdict else {
+                        return .deny(reason: "A batch holds a command that is not allowed to run without asking; nothing ran.")
+                    }
+                }
+                return .allow
+            }
+            command = written.first
         }
         if tool == "get_metrics" {
             for name in request.hosts where name != "*" {

@@ -90,10 +90,37 @@ protocol ToolBox: Sendable {
     /// Whether `call` is proven to only read and to run without asking anybody, so it may run
     /// alongside others (false when in doubt).
     func readsOnly(_ call: ToolCall, conversation: String) async -> Bool
+    /// Runs a batch of calls that all only read, at once; the outcomes in the calls' order.
+    func runBatch(_ calls: [ToolCall], conversation: String, run: String) async -> [ToolOutcome]
 }
 
 extension ToolBox {
     func readsOnly(_ call: ToolCall, conversation: String) async -> Bool { false }
+
+    /// Each call on its own, at most `ConversationRun.batchWidth` at once (OpenSSH lets a
+    /// connection carry 10 sessions, and a host's other channels share it).
+    func runBatch(_ calls: [ToolCall], conversation: String, run: String) async -> [ToolOutcome] {
+        await eachAtOnce(calls, conversation: conversation, run: run)
+    }
+
+    /// Each call on its own, at most `ConversationRun.batchWidth` at once.
+    func eachAtOnce(_ calls: [ToolCall], conversation: String, run: String) async -> [ToolOutcome] {
+        await withTaskGroup(of: (Int, ToolOutcome).self) { group in
+            var pending = calls.enumerated().makeIterator()
+            func next() -> Bool {
+                guard let (index, call) = pending.next() else { return false }
+                group.addTask { (index, await self.run(call, conversation: conversation, run: run)) }
+                return true
+            }
+            for _ in 0..<ConversationRun.batchWidth where !next() { break }
+            var results = [ToolOutcome?](repeating: nil, count: calls.count)
+            for await (index, result) in group {
+                results[index] = result
+                _ = next()
+            }
+            return results.map { $0 ?? ToolOutcome(state: .unknown, text: "The call's outcome is not known.") }
+        }
+    }
 }
 
 /// One run of a conversation: the turn loop. A turn streams the answer to the client; tool
@@ -175,26 +202,10 @@ actor ConversationRun {
                         await emitter.call(call)
                         try await store.callStarted(conversation, call.id, now: Self.now())
                     }
-                    // At most `batchWidth` at once: OpenSSH lets a connection carry 10 sessions
-                    // (MaxSessions), and the host's other channels (a terminal, a monitor) share it.
-                    let results = await withTaskGroup(of: (Int, ToolOutcome).self) { group in
-                        var pending = outcome.calls.enumerated().makeIterator()
-                        func next() -> Bool {
-                            guard let (index, call) = pending.next() else { return false }
-                            group.addTask { [tools, conversation] in (index, await tools.run(call, conversation: conversation, run: run)) }
-                            return true
-                        }
-                        for _ in 0..<Self.batchWidth where !next() { break }
-                        var results = [ToolOutcome?](repeating: nil, count: outcome.calls.count)
-                        for await (index, result) in group {
-                            results[index] = result
-                            _ = next()
-                        }
-                        return results
-                    }
+                    let results = await tools.runBatch(outcome.calls, conversation: conversation, run: run)
                     for (call, result) in zip(outcome.calls, results) {
-                        let state: AssistantContracts.CallView.State = Task.isCancelled ? .unknown : result?.state ?? .unknown
-                        let text = result?.text ?? "The call's outcome is not known."
+                        let state: AssistantContracts.CallView.State = Task.isCancelled ? .unknown : result.state
+                        let text = result.text
                         try await store.callFinished(conversation, call.id, state: state, result: text, run: run, now: Self.now())
                         await emitter.result(call, state: state, preview: ConversationStore.preview(text))
                     }
