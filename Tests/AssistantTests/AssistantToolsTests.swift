@@ -291,6 +291,35 @@ final class AssistantToolsTests: XCTestCase {
                        ["call_rm refused", "call_touch allowed", "call_m refused", "call_h refused"])
     }
 
+    // MARK: - Interrupted work
+
+    func testACallRunningWhenServeIsKilledIsNeverRunAgainAndWhatWasObservedIsKept() throws {
+        serve = try ServeProcess(directory: directory, arguments: [], environment: ["no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"])
+        try configure()
+        try ok(["assistant", "tier", "lab", "auto"])
+        let marker = directory.file("ran")
+        server.enqueue(try toolCall("ssh_exec", ["host": .string("lab"), "command": .string("echo x >> \(marker); sleep 30")], id: "call_long"), done())
+        let client = try SpawnedProcess(FeatureHarness.buildDirectory + "/termind", location + ["assistant", "run", "start the long job"], environment: environment, captureOutput: false)
+        let deadline = Date().addingTimeInterval(20)
+        while !FileManager.default.fileExists(atPath: marker) && Date() < deadline { Thread.sleep(forTimeInterval: 0.1) }
+        XCTAssertTrue(FileManager.default.fileExists(atPath: marker), "the command started")
+        serve?.process.signal(SIGKILL)
+        _ = serve?.process.wait()
+        _ = client.wait()
+        serve = try ServeProcess(directory: directory, arguments: [], environment: ["no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"])
+        let shown = try JSONCoding.parse(Data(try ok(["--json", "assistant", "show", "1"]).stdout.utf8), source: "show")
+        XCTAssertEqual(shown["conversation"]?["lastRun"], .string("interrupted"))
+        let call = shown["entries"]?.arrayValue?.first { $0["calls"] != nil }?["calls"]?.arrayValue?.first
+        XCTAssertEqual(call?["state"], .string("unknown"))
+        XCTAssertTrue(call?["preview"]?.stringValue?.contains("it was allowed (by policy") == true, "\(String(describing: call))")
+        // Going on: the model is told what was observed; the call is not run again.
+        server.enqueue(done("I will check first."))
+        try ok(["assistant", "run", "--conversation", "1", "did it finish?"])
+        let told = try told("call_long")
+        XCTAssertTrue(told.contains("termind stopped while this call ran. Observed: it was allowed") && told.contains("Check before repeating it"), told)
+        XCTAssertEqual(try String(contentsOfFile: marker, encoding: .utf8), "x\n", "never run again")
+    }
+
     // MARK: - Secrets
 
     func testASecretGoesOnlyIntoTheCommandOnItsHostOnceAndNowhereElse() throws {

@@ -114,13 +114,38 @@ struct ConversationStore: Sendable {
 
     /// Runs left running by a termind that stopped are interrupted (never resumed or
     /// replayed); a tool call that was running has an unknown outcome. Returns how many.
+    /// Each such call keeps what was observed of it (the audit's decision, whether it had
+    /// started) as its preview, which the model is told instead of a result.
     func interruptLeftovers(now: Double) async throws -> (runs: Int, calls: Int) {
         try await db.write { db in
             try db.execute("UPDATE assistant_runs SET state = 'interrupted', finished_at = ? WHERE state = 'running'", [now])
             let runs = db.changes
-            try db.execute("UPDATE assistant_tool_calls SET state = 'unknown', finished_at = ? WHERE state IN ('running', 'pending')", [now])
-            return (runs, db.changes)
+            let left = try db.query("SELECT conversation, call_id, state FROM assistant_tool_calls WHERE state IN ('running', 'pending')")
+            for row in left {
+                let conversation = row.string("conversation") ?? "", call = row.string("call_id") ?? ""
+                let (state, observed) = try Self.observed(db, conversation: conversation, call: call, started: row.string("state") == "running")
+                try db.execute("UPDATE assistant_tool_calls SET state = ?, preview = ?, finished_at = ? WHERE conversation = ? AND call_id = ?",
+                               [state, observed, now, conversation, call])
+            }
+            return (runs, left.count)
         }
+    }
+
+    /// What is known of a call termind stopped during, from the audit: its state and the words.
+    private static func observed(_ db: Database, conversation: String, call: String, started: Bool) throws -> (String, String) {
+        guard started else { return ("failed", "termind stopped before this call started: it did not run.") }
+        let rows = try db.query("SELECT event, decision, decider, reason, at FROM assistant_audit WHERE conversation = ? AND call_id = ? ORDER BY seq",
+                                [conversation, call])
+        let formatter = ISO8601DateFormatter()
+        let when: (Row) -> String = { formatter.string(from: Date(timeIntervalSince1970: $0.double("at") ?? 0)) }
+        if let refused = rows.first(where: { $0.string("event") == "decision" && $0.string("decision") == "refused" }) {
+            return ("refused", "It was refused (by \(refused.string("decider") ?? "the policy"), \(when(refused))): \(refused.string("reason") ?? "") It did not run.")
+        }
+        if let allowed = rows.last(where: { $0.string("event") == "decision" && $0.string("decision") == "allowed" }) {
+            return ("unknown", "termind stopped while this call ran. Observed: it was allowed (by \(allowed.string("decider") ?? "the policy"), \(when(allowed))) and started; "
+                    + "no outcome was reported, so whether it took effect is not known. Check before repeating it.")
+        }
+        return ("unknown", Self.unanswered("unknown"))
     }
 
     // MARK: - Conversations
@@ -294,7 +319,9 @@ struct ConversationStore: Sendable {
                                                  isError: call.string("state") != "succeeded"))
                     } else {
                         let state = call.string("state") ?? "unknown"
-                        items.append(.toolResult(id: id, name: call.string("name") ?? "", output: Self.unanswered(state), isError: true))
+                        // What was observed of a call termind stopped during, else the state's words.
+                        let said = call.string("preview").flatMap { $0.isEmpty ? nil : $0 } ?? Self.unanswered(state)
+                        items.append(.toolResult(id: id, name: call.string("name") ?? "", output: said, isError: true))
                     }
                 }
             default:
