@@ -227,7 +227,7 @@ final class AssistantFeatureTests: XCTestCase {
         XCTAssertEqual(records.filter { $0["type"] == .string("tool_result") }.compactMap { $0["state"]?.stringValue }, ["succeeded", "failed"])
         XCTAssertEqual(server.requests.count, 2)
         let first = try server.requests[0].json()
-        XCTAssertEqual(first["tools"]?.arrayValue?.compactMap { $0["function"]?["name"]?.stringValue }, ["list_hosts", "ssh_exec", "sftp_list", "sftp_stat", "sftp_read", "get_metrics", "request_user_secret", "fetch", "scratch_read"])
+        XCTAssertEqual(first["tools"]?.arrayValue?.compactMap { $0["function"]?["name"]?.stringValue }, ["list_hosts", "ssh_exec", "sftp_list", "sftp_stat", "sftp_read", "sftp_write", "sftp_copy", "get_metrics", "request_user_secret", "fetch", "scratch_write", "scratch_read"])
         let messages = try server.requests[1].json()["messages"]?.arrayValue ?? []
         XCTAssertEqual(messages.map { $0["role"]?.stringValue ?? "" }, ["system", "user", "assistant", "tool", "tool"])
         XCTAssertEqual(messages[2]["tool_calls"]?.arrayValue?.compactMap { $0["id"]?.stringValue }, ["call_a", "call_b"])

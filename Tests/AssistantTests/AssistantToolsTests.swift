@@ -393,9 +393,11 @@ final class AssistantToolsTests: XCTestCase {
         server.enqueue(try toolCall("sftp_list", ["host": .string("web-1"), "path": .string(folder)], id: "call_ls"),
                        try toolCall("sftp_stat", ["host": .string("web-1"), "path": .string(folder + "/a.log")], id: "call_stat"),
                        try toolCall("sftp_list", ["host": .string("127.0.0.1:\(sshd.port)"), "path": .string(folder)], id: "call_quick"),
+                       try toolCall("sftp_list", ["host": .string("WEB"), "path": .string(folder)], id: "call_vague"),
                        done())
         let run = try ok(["--json", "assistant", "run", "what is in remote?"])
-        XCTAssertEqual(records(run).filter { $0["type"] == .string("tool_result") }.compactMap { $0["state"]?.stringValue }, ["succeeded", "succeeded", "failed"])
+        XCTAssertEqual(records(run).filter { $0["type"] == .string("tool_result") }.compactMap { $0["state"]?.stringValue }, ["succeeded", "succeeded", "failed", "failed"])
+        XCTAssertTrue(try told("call_vague").contains("it may mean web-1; ask the operator which"), (try? told("call_vague")) ?? "")
         let listing = try JSONCoding.parse(Data(try told("call_ls").utf8), source: "listing")
         XCTAssertEqual(Set(listing.arrayValue?.first?["entries"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? []), ["a.log", "sub"])
         let stat = try JSONCoding.parse(Data(try told("call_stat").utf8), source: "stat")
@@ -425,6 +427,50 @@ final class AssistantToolsTests: XCTestCase {
         XCTAssertEqual(String(first.split(separator: "\n", maxSplits: 1)[1]) + String(second.split(separator: "\n", maxSplits: 1)[1]), text)
         XCTAssertTrue(try told("call_obey").contains("read-only"), (try? told("call_obey")) ?? "")
         XCTAssertTrue(FileManager.default.fileExists(atPath: victim))
+    }
+
+    func testFilesGoOntoHostsFromTheScratchFolderOrHostToHostUnderTheSameRules() throws {
+        try ok(["assistant", "tier", "lab", "auto"])
+        try ok(["assistant", "tier", "--tag", "prod", "read-only"])
+        let remote = directory.file("remote")
+        try FileManager.default.createDirectory(atPath: remote, withIntermediateDirectories: true)
+        try "original\n".write(toFile: remote + "/a.conf", atomically: true, encoding: .utf8)
+        server.enqueue(try toolCall("scratch_write", ["path": .string("drafts/motd"), "content": .string("welcome to lab\n")], id: "call_draft"),
+                       try toolCall("sftp_write", ["host": .string("lab"), "path": .string(remote + "/motd"), "from": .string("drafts/motd")], id: "call_put"),
+                       try toolCall("sftp_write", ["host": .string("lab"), "path": .string(remote + "/a.conf"), "from": .string("drafts/motd")], id: "call_keep"),
+                       try toolCall("sftp_copy", ["fromHost": .string("lab"), "fromPath": .string(remote + "/a.conf"), "toHost": .string("lab"),
+                                                  "toPath": .string(remote + "/b.conf")], id: "call_copy"),
+                       try toolCall("sftp_write", ["host": .string("web-1"), "path": .string(remote + "/prod"), "from": .string("drafts/motd")], id: "call_prod"),
+                       try toolCall("sftp_write", ["host": .string("lab"), "path": .string(remote + "/stolen"), "from": .string("../../k")], id: "call_escape"),
+                       done())
+        let run = try ok(["--json", "assistant", "run", "put the motd on lab"])
+        XCTAssertEqual(records(run).filter { $0["type"] == .string("tool_result") }.compactMap { $0["state"]?.stringValue },
+                       ["succeeded", "succeeded", "failed", "succeeded", "refused", "refused"], run.stdout)
+        XCTAssertEqual(try String(contentsOfFile: remote + "/motd", encoding: .utf8), "welcome to lab\n")
+        XCTAssertEqual(try String(contentsOfFile: remote + "/a.conf", encoding: .utf8), "original\n", "kept without replace")
+        XCTAssertEqual(try String(contentsOfFile: remote + "/b.conf", encoding: .utf8), "original\n")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: remote + "/prod") || FileManager.default.fileExists(atPath: remote + "/stolen"))
+        XCTAssertTrue(try told("call_prod").contains("read-only"), (try? told("call_prod")) ?? "")
+        XCTAssertTrue(try told("call_escape").contains("'..' part"), (try? told("call_escape")) ?? "")
+        // In mode ask, without a terminal, nothing is written where the tier asks.
+        try ok(["assistant", "tier", "lab", "default"])
+        server.enqueue(try toolCall("sftp_write", ["host": .string("lab"), "path": .string(remote + "/asked"), "from": .string("drafts/motd")], id: "call_ask"), done())
+        try ok(["assistant", "run", "--conversation", "1", "once more"])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: remote + "/asked"))
+        XCTAssertTrue(try told("call_ask").contains("did not approve"), (try? told("call_ask")) ?? "")
+    }
+
+    func testAnAgentsTransferIsItsOwnSourceInTheScheduler() throws {
+        serve = try ServeProcess(directory: directory, arguments: [], environment: ["no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"])
+        try configure()
+        try ok(["assistant", "tier", "lab", "auto"])
+        let target = directory.file("from-agent")
+        server.enqueue(try toolCall("scratch_write", ["path": .string("x"), "content": .string("hello")], id: "call_w"),
+                       try toolCall("sftp_write", ["host": .string("lab"), "path": .string(target), "from": .string("x")], id: "call_put"), done())
+        try ok(["assistant", "run", "copy it"])
+        XCTAssertEqual(try String(contentsOfFile: target, encoding: .utf8), "hello")
+        let rows = try JSONCoding.parse(Data(try ok(["--json", "transfers"]).stdout.utf8), source: "transfers")["transfers"]?.arrayValue ?? []
+        XCTAssertEqual(rows.compactMap { $0["source"]?.stringValue }, ["agent run assistant conversation 1/tool-call call_put"], "\(rows)")
     }
 
     func testGetMetricsReadsWhatServeAlreadyHoldsAndNeverStartsMonitoring() throws {

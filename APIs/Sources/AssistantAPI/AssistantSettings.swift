@@ -413,7 +413,7 @@ extension AssistantSettings {
         }
 
         /// The tools a rule may name.
-        public static let toolNames = ["list_hosts", "ssh_exec", "sftp_list", "sftp_stat", "sftp_read", "get_metrics", "fetch", "request_user_secret", "scratch_read"]
+        public static let toolNames = ["list_hosts", "ssh_exec", "sftp_list", "sftp_stat", "sftp_read", "get_metrics", "fetch", "sftp_write", "sftp_copy", "request_user_secret", "scratch_read", "scratch_write"]
 
         public static let key = "assistant.policy"
         public static let scope = SettingsScope.synced
@@ -424,7 +424,7 @@ extension AssistantSettings {
         public var hosts: [String: Tier]
         /// Tiers by tag: a host with several takes the most restrictive.
         public var tags: [String: Tier]
-        /// Rules by tool name (absent: ssh_exec and fetch ask, the others run).
+        /// Rules by tool name (absent: ssh_exec, fetch, sftp_write and sftp_copy ask, the others run).
         public var tools: [String: ToolRule]
         /// A run's mode when it names none.
         public var mode: Mode
@@ -464,7 +464,7 @@ extension AssistantSettings {
 
         /// A tool's rule (absent: ssh_exec asks, the others run).
         public func rule(tool: String) -> ToolRule {
-            tools[tool] ?? (tool == "ssh_exec" || tool == "fetch" ? .ask : .approve)
+            tools[tool] ?? (["ssh_exec", "fetch", "sftp_write", "sftp_copy"].contains(tool) ? .ask : .approve)
         }
 
         public func problems() -> [SettingsProblem] {

@@ -76,8 +76,9 @@ final class AssistantFeature: Feature {
         if left.runs > 0 { context.logger.info("assistant.interrupted", ["runs": .int(left.runs), "calls": .int(left.calls)]) }
         let client = ModelClient(http: HTTPClient(logger: context.logger.child("http")), tokens: VertexTokens())
         let hosts = try context.ports.require(.hostDirectory)
-        policy.configure(.init(settings: settings, hosts: hosts))
         let scratch = Scratch(root: URL(fileURLWithPath: db.path).deletingLastPathComponent().appendingPathComponent("assistant-scratch").path)
+        mkdir(scratch.root, 0o700)
+        policy.configure(.init(settings: settings, hosts: hosts, scratchRoot: AssistantPolicy.realpath(scratch.root) ?? scratch.root))
         ports.withLock {
             $0 = Ports(store: store, settings: settings, client: client, context: context, logger: context.logger, audit: AuditLog(db: db), scratch: scratch, hosts: hosts)
         }

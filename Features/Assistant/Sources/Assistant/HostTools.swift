@@ -50,6 +50,23 @@ struct HostTools: ToolBox {
         JSONSchema.Property(name: "offset", schema: .integer, required: false),
         JSONSchema.Property(name: "length", schema: .integer, required: false),
     ])
+    private static let writeSchema: JSONSchema = .object([
+        JSONSchema.Property(name: "host", schema: .string(), required: true),
+        JSONSchema.Property(name: "path", schema: .string(), required: true),
+        JSONSchema.Property(name: "from", schema: .string(), required: true),
+        JSONSchema.Property(name: "replace", schema: .boolean, required: false),
+    ])
+    private static let copySchema: JSONSchema = .object([
+        JSONSchema.Property(name: "fromHost", schema: .string(), required: true),
+        JSONSchema.Property(name: "fromPath", schema: .string(), required: true),
+        JSONSchema.Property(name: "toHost", schema: .string(), required: true),
+        JSONSchema.Property(name: "toPath", schema: .string(), required: true),
+        JSONSchema.Property(name: "replace", schema: .boolean, required: false),
+    ])
+    private static let scratchWriteSchema: JSONSchema = .object([
+        JSONSchema.Property(name: "path", schema: .string(), required: true),
+        JSONSchema.Property(name: "content", schema: .string(), required: true),
+    ])
     private static let metricsSchema: JSONSchema = .object([JSONSchema.Property(name: "hosts", schema: .array(.string()), required: false)])
     /// The most of a listing or a metrics answer the model is sent at once; the whole goes to the scratch folder.
     static let answerBytes = 32768
@@ -77,6 +94,14 @@ struct HostTools: ToolBox {
                   parameters: Self.pathSchema.json),
          ToolSpec(name: "sftp_read", description: "Read a remote file over SFTP: up to \(Self.readLimit) bytes from an offset (default 0), with the file's size and where the next page starts.",
                   parameters: Self.readSchema.json),
+         ToolSpec(name: "sftp_write", description: """
+            Copy a file of this conversation's scratch folder (from, a path relative to it: write it first with scratch_write) to a path on a saved host, \
+            through termind's transfer scheduler. An existing file is kept unless replace is true. It changes the host: it needs an approval or the host's tier.
+            """, parameters: Self.writeSchema.json),
+         ToolSpec(name: "sftp_copy", description: """
+            Copy a file from one saved host to another (or to another path on the same host) through termind, the bytes never passing through this conversation. \
+            An existing file is kept unless replace is true. It changes the destination: it needs an approval or the host's tier.
+            """, parameters: Self.copySchema.json),
          ToolSpec(name: "get_metrics", description: """
             The latest CPU, memory, disk, network and GPU sample termind already holds for monitored hosts (all, or those named), with its age \
             and whether it is stale. It never starts monitoring; a host not monitored is said so (termind metrics add HOST starts it).
@@ -87,6 +112,8 @@ struct HostTools: ToolBox {
             termind passes the secret to that command on its standard input. A handle works once, on its host, in this run.
             """, parameters: Self.secretSchema.json),
          Self.fetchSpec,
+         ToolSpec(name: "scratch_write", description: "Write text to a file of this conversation's scratch folder (a path relative to it; replaced if it exists; 16 MiB a file, 64 MiB in all).",
+                  parameters: Self.scratchWriteSchema.json),
          ToolSpec(name: "scratch_read", description: "Read a file of this conversation's scratch folder (a path relative to it), \(Self.readLimit) bytes at most from an offset.",
                   parameters: Self.scratchReadSchema.json)]
     }
@@ -101,6 +128,8 @@ struct HostTools: ToolBox {
         case "sftp_read": return await sftp(call, action: .read, conversation: conversation)
         case "get_metrics": return await metrics(call, conversation: conversation)
         case "fetch": return await fetch(call, conversation: conversation)
+        case "sftp_write", "sftp_copy": return await transfer(call, conversation: conversation)
+        case "scratch_write": return scratchWrite(call, conversation: conversation)
         case "scratch_read": return scratchRead(call, conversation: conversation)
         default:
             return ToolOutcome(state: .failed, text: "There is no tool named \(call.name); the tools are: \(specs.map(\.name).joined(separator: ", ")).")
@@ -204,6 +233,14 @@ struct HostTools: ToolBox {
         return calls.map { _ in ToolOutcome(state: .failed, text: failure) }
     }
 
+    /// A host name that names no saved host: said, with the saved hosts whose label holds it
+    /// (the model asks the operator which one, rather than guessing).
+    private func unknownHost(_ name: String) async -> ToolOutcome {
+        let near = ((try? await hosts.allHosts()) ?? []).map(\.label).filter { !name.isEmpty && $0.localizedCaseInsensitiveContains(name) }.sorted()
+        let hint = near.isEmpty ? "list_hosts lists them" : "it may mean \(near.prefix(5).joined(separator: ", ")); ask the operator which"
+        return ToolOutcome(state: .failed, text: "There is no saved host named \(name) (\(hint)). Nothing ran.")
+    }
+
     private func misfit(_ call: ToolCall, _ schema: JSONSchema) -> ToolOutcome? {
         let problems = schema.problems(in: call.arguments)
         guard !problems.isEmpty else { return nil }
@@ -247,7 +284,7 @@ struct HostTools: ToolBox {
         let host: HostSummary
         do {
             guard let found = try await hosts.host(named: name) else {
-                return ToolOutcome(state: .failed, text: "There is no saved host named \(name); list_hosts lists them. Nothing ran.")
+                return await unknownHost(name)
             }
             host = found
         } catch {
@@ -334,7 +371,7 @@ struct HostTools: ToolBox {
     /// exact command on the host, or no (the default). Nil: no, or nobody could answer.
     private func approval(for command: String, on host: HostSummary, why: String?) async -> Approvals.Scope? {
         let text = """
-            The assistant wants to run on \(host.label) (\(host.user.map { "\($0)@" } ?? "")\(host.address)):
+            The assistant wants to \(command.hasPrefix("copy ") ? "do" : "run") on \(host.label) (\(host.user.map { "\($0)@" } ?? "")\(host.address)):
               \(command)
             It may change the host\(why.map { " (\($0))" } ?? ""). Allow it? [o]nce, this [h]ost for the rest of the conversation, this exact [c]ommand on \(host.label), or [n]o: 
             """
@@ -435,7 +472,7 @@ struct HostTools: ToolBox {
             return ToolOutcome(state: .failed, text: "offset must be 0 or more and length from 1 to \(Self.readLimit).")
         }
         guard let host = try? await hosts.host(named: name) else {
-            return ToolOutcome(state: .failed, text: "There is no saved host named \(name); list_hosts lists them.")
+            return await unknownHost(name)
         }
         let request = SFTPStreams.Run.Request(target: host.id, action: action, paths: [path], offset: action == .read ? UInt64(offset) : nil,
                                               length: action == .read ? length : nil)
@@ -480,7 +517,7 @@ struct HostTools: ToolBox {
         var ids: [String] = []
         for name in names {
             guard let host = try? await hosts.host(named: name) else {
-                return ToolOutcome(state: .failed, text: "There is no saved host named \(name); list_hosts lists them.")
+                return await unknownHost(name)
             }
             ids.append(host.id)
         }
@@ -502,6 +539,100 @@ struct HostTools: ToolBox {
         }
     }
 
+    // MARK: - sftp_write, sftp_copy, scratch_write
+
+    private func transfer(_ call: ToolCall, conversation: String) async -> ToolOutcome {
+        let writing = call.name == "sftp_write"
+        if let misfit = misfit(call, writing ? Self.writeSchema : Self.copySchema) { return misfit }
+        let string: (String) -> String = { call.arguments[$0]?.stringValue ?? "" }
+        let replace = call.arguments["replace"] == .bool(true)
+        let toName = writing ? string("host") : string("toHost"), toPath = writing ? string("path") : string("toPath")
+        guard let host = try? await hosts.host(named: toName) else {
+            return await unknownHost(toName)
+        }
+        let source: String
+        if writing {
+            do {
+                source = try scratch.existing(conversation, string("from"))
+            } catch let refusal as Scratch.Refusal {
+                return ToolOutcome(state: .refused, text: refusal.message)
+            } catch {
+                return ToolOutcome(state: .failed, text: TermindError.from(error).message)
+            }
+        } else {
+            guard let from = try? await hosts.host(named: string("fromHost")) else {
+                return await unknownHost(string("fromHost"))
+            }
+            source = "\(from.id):\(string("fromPath"))"
+        }
+        guard !toPath.isEmpty, !string(writing ? "from" : "fromPath").isEmpty else { return ToolOutcome(state: .failed, text: "A path is empty.") }
+        let request = SFTPStreams.Transfer.Request(sources: [source], destination: "\(host.id):\(toPath)", conflict: replace ? .replace : .skip,
+                                                   verb: writing ? "put" : "cp")
+        let description = AssistantPolicy.transferDescription(source, request.destination, replace: replace)
+        let effect = SFTPStreams.Transfer.effect(of: request)
+        let assessment: Assessment
+        do {
+            assessment = try await policy.assess(tool: call.name, conversation: conversation, call: call.id, host: host, command: description, declared: effect)
+        } catch {
+            return ToolOutcome(state: .refused, text: "The policy could not decide (\(TermindError.from(error).message)); nothing was copied.")
+        }
+        let decider: PolicyRules.Decider
+        switch assessment.verdict {
+        case .allow(let by): decider = by
+        case .refuse(let reason):
+            try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .policy, reason: reason)
+            return ToolOutcome(state: .refused, text: reason)
+        case .askGuardian:
+            let review = await guardian(conversation, "\(call.name) onto \(host.label) (\(host.address)), whose tier is \(assessment.tier?.rawValue ?? "ask"): \(description)")
+            guard review.approved else {
+                try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .guardian, reason: review.reason)
+                return ToolOutcome(state: .refused, text: review.reason)
+            }
+            policy.grant(.once, conversation: conversation, call: call.id, host: host.id, command: description, by: .guardian)
+            decider = .guardian
+        case .askPerson:
+            guard let scope = await approval(for: description, on: host, why: "it writes a file there") else {
+                try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .person, reason: "not approved")
+                return ToolOutcome(state: .refused, text: "The operator did not approve copying this onto \(host.label); nothing was copied.")
+            }
+            policy.grant(scope, conversation: conversation, call: call.id, host: host.id, command: description, by: .person)
+            decider = .person
+        }
+        try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: true, decider: decider, reason: nil)
+        do {
+            let result = try await context.actingForAgent(AssistantPolicy.detail(conversation: conversation, call: call.id)) {
+                try await context.stream(SFTPStreams.Transfer.self, request)
+            }
+            let file = result.files.first
+            let outcome = file?.outcome.rawValue ?? "failed"
+            try? await audit.execution(assessment, conversation: conversation, call: call.id, outcome: outcome == "copied" ? "succeeded" : outcome,
+                                       exitStatus: Int32(result.exitStatus), exitSignal: nil, stdoutBytes: Int(result.bytes), stderrBytes: nil)
+            switch file?.outcome {
+            case .copied?: return ToolOutcome(state: .succeeded, text: "Copied \(result.bytes) bytes to \(host.label):\(toPath).")
+            case .skipped?: return ToolOutcome(state: .failed, text: "\(host.label):\(toPath) exists, and replace was not asked for; nothing was copied.")
+            default: return ToolOutcome(state: .failed, text: file?.error ?? "Nothing was copied.")
+            }
+        } catch {
+            try? await audit.execution(assessment, conversation: conversation, call: call.id, outcome: "failed", exitStatus: nil, exitSignal: nil,
+                                       stdoutBytes: nil, stderrBytes: nil)
+            return Self.refusal(error)
+        }
+    }
+
+    private func scratchWrite(_ call: ToolCall, conversation: String) -> ToolOutcome {
+        if let misfit = misfit(call, Self.scratchWriteSchema) { return misfit }
+        let path = call.arguments["path"]?.stringValue ?? ""
+        let content = Data((call.arguments["content"]?.stringValue ?? "").utf8)
+        do {
+            try scratch.write(conversation, path, content)
+            return ToolOutcome(state: .succeeded, text: "Wrote \(content.count) bytes to scratch file \(path).")
+        } catch let refusal as Scratch.Refusal {
+            return ToolOutcome(state: .refused, text: refusal.message)
+        } catch {
+            return ToolOutcome(state: .failed, text: TermindError.from(error).message)
+        }
+    }
+
     // MARK: - request_user_secret
 
     private func requestSecret(_ call: ToolCall, conversation: String) async -> ToolOutcome {
@@ -509,7 +640,7 @@ struct HostTools: ToolBox {
         let name = call.arguments["host"]?.stringValue ?? ""
         let purpose = String((call.arguments["purpose"]?.stringValue ?? "").prefix(200))
         guard let host = try? await hosts.host(named: name) else {
-            return ToolOutcome(state: .failed, text: "There is no saved host named \(name); list_hosts lists them.")
+            return await unknownHost(name)
         }
         let assessment = Assessment(tool: "request_user_secret", host: host, tier: nil, action: .read, classifier: nil, verdict: .askPerson)
         let reply = await ask(StreamQuestion.prompts(topic: AssistantStreams.Run.secretTopic, header: [

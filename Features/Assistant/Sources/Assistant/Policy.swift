@@ -36,6 +36,9 @@ final class AssistantPolicy: CallPolicy {
     struct Facts: Sendable {
         let settings: any SettingsValues
         let hosts: any HostDirectory
+        /// The folder of every conversation's scratch folder: the only local files an agent's
+        /// transfer may read.
+        let scratchRoot: String
     }
 
     private struct Book {
@@ -117,6 +120,51 @@ final class AssistantPolicy: CallPolicy {
         return Assessment(tool: tool, host: host, tier: tier, action: action, classifier: classifier, verdict: verdict)
     }
 
+    struct Refusal: Error {
+        let reason: String
+    }
+
+    /// What an agent's transfer reaches: its destination, a saved host, and the words its
+    /// approvals are keyed by; refused when it names anything else (a local destination, a
+    /// local file outside this conversation's scratch folder, an unsaved host, its own way of
+    /// connecting).
+    func transferFacts(_ request: PolicyRequest, conversation: String?) async throws -> Result<(HostSummary, String), Refusal> {
+        let chosen = ["user", "identity", "jump", "acceptHostKey", "workingDirectory"].filter {
+            if let value = request.arguments[$0], value != .null { true } else { false }
+        }
+        guard chosen.isEmpty else { return .failure(Refusal(reason: "An agent may not choose how termind connects (\(chosen.joined(separator: ", "))).")) }
+        let sources = JSONRead.items(request.arguments["sources"]).compactMap(\.stringValue)
+        guard sources.count == 1, let destination = request.arguments["destination"]?.stringValue,
+              case .remote(let target, nil, _)? = try? TransferEndpoint.parse(destination) else {
+            return .failure(Refusal(reason: "An agent's transfer copies one file to a saved host."))
+        }
+        let facts = try facts()
+        guard let host = try await facts.hosts.host(named: target) else { return .failure(Refusal(reason: "\(target) is not a saved host.")) }
+        switch try? TransferEndpoint.parse(sources[0]) {
+        case .local(let path)?:
+            guard let conversation, let real = Self.realpath(path),
+                  real.hasPrefix(facts.scratchRoot + "/" + conversation + "/") else {
+                return .failure(Refusal(reason: "An agent's transfer reads local files only from its conversation's scratch folder."))
+            }
+        case .remote(let from, nil, _)?:
+            guard try await facts.hosts.host(named: from) != nil else { return .failure(Refusal(reason: "\(from) is not a saved host.")) }
+        default:
+            return .failure(Refusal(reason: "An agent's transfer names saved hosts, not addresses or ports."))
+        }
+        return .success((host, Self.transferDescription(sources[0], destination, replace: request.arguments["conflict"]?.stringValue == "replace")))
+    }
+
+    /// The words a transfer's approval is keyed by (and the person is shown).
+    static func transferDescription(_ source: String, _ destination: String, replace: Bool) -> String {
+        "copy \(source) to \(destination)\(replace ? ", replacing what is there" : "")"
+    }
+
+    static func realpath(_ path: String) -> String? {
+        guard let resolved = Foundation.realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
     // MARK: - The kernel's hook
 
     /// The tool an operation an agent asks for belongs to; nil: none (refused).
@@ -125,6 +173,10 @@ final class AssistantPolicy: CallPolicy {
         case VaultContracts.HostList.id.description: "list_hosts"
         case WorkspacesStreams.Exec.id.description: "ssh_exec"
         case MetricsContracts.Get.id.description: "get_metrics"
+        case SFTPStreams.Transfer.id.description:
+            JSONRead.items(request.arguments["sources"]).contains { source in
+                source.stringValue.map { (try? TransferEndpoint.parse($0))?.isRemote == false } ?? true
+            } ? "sftp_write" : "sftp_copy"
         case SFTPStreams.Run.id.description:
             switch request.arguments["action"]?.stringValue {
             case "ls"?: "sftp_list"
@@ -177,6 +229,14 @@ final class AssistantPolicy: CallPolicy {
                 return .allow
             }
             command = written.first
+        }
+        if tool == "sftp_write" || tool == "sftp_copy" {
+            switch try await transferFacts(request, conversation: named?.conversation) {
+            case .failure(let refusal): return .deny(reason: refusal.reason)
+            case .success(let (destination, description)):
+                host = destination
+                command = description
+            }
         }
         if tool == "get_metrics" {
             for name in request.hosts where name != "*" {

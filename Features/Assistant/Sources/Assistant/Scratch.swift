@@ -91,6 +91,14 @@ struct Scratch: Sendable {
         return total
     }
 
+    /// The absolute path of an existing regular file at `path` in the conversation's folder
+    /// (every part checked as `read` checks it).
+    func existing(_ conversation: String, _ path: String) throws -> String {
+        let fd = try openFile(conversation, path, create: false)
+        close(fd)
+        return root + "/" + conversation + "/" + path
+    }
+
     /// Writes `data` at `path` (replacing it), within the folder's and a file's limits.
     func write(_ conversation: String, _ path: String, _ data: Data) throws {
         guard data.count <= Self.fileLimit else { throw Refusal(message: "\(data.count) bytes is more than a scratch file holds (\(Self.fileLimit)).") }

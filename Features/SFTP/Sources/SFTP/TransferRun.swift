@@ -209,7 +209,10 @@ struct TransferRun {
 
         // The files, each through the scheduler.
         let board = ProgressBoard(files: files.count, total: files.reduce(0) { $0 + ($1.attributes.size ?? 0) })
-        let sourceID = "\(verb) \(TransferNames.randomToken(digits: 8))"
+        // A run is one source of the scheduler's fair queue; an agent's (the assistant's tool
+        // call) is its own, named for it, so it takes turns with the person's transfers.
+        let agent = CallOrigin.serving.chain.last { $0.kind == .agent }
+        let sourceID = agent.map { "agent run \($0.id) \($0.detail ?? "")" } ?? "\(verb) \(TransferNames.randomToken(digits: 8))"
         let ticker = Task { [session, scheduler] in
             while !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(250))
