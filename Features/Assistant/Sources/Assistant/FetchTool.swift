@@ -29,6 +29,11 @@ extension HostTools {
     /// The address to connect to for `url`: every address its host resolves to must be
     /// public; the first is used.
     static func pin(_ url: HTTPURL) async throws -> String {
+        // An internationalised name is decoded here but looked up in its xn-- form by curl:
+        // the address checked would not be the one used. ASCII names only.
+        guard url.host.unicodeScalars.allSatisfy(\.isASCII), !url.host.lowercased().contains("xn--") else {
+            throw TermindError(.policyDenied, "\(url.host) is an internationalised name; fetch takes ASCII host names only.")
+        }
         let addresses = try await resolve(url.host)
         guard let first = addresses.first else { throw TermindError(.policyDenied, "\(url.host) resolves to no address.") }
         for address in addresses {
@@ -81,6 +86,9 @@ extension HostTools {
         guard problems.isEmpty else { return ToolOutcome(state: .failed, text: "The arguments do not fit fetch: \(problems.joined(separator: "; ")).") }
         let text = call.arguments["url"]?.stringValue ?? ""
         guard let url = URL(string: text) else { return ToolOutcome(state: .failed, text: "\(text.prefix(200)) is not a URL.") }
+        if text.lowercased().contains("xn--") || !(url.host ?? "").unicodeScalars.allSatisfy(\.isASCII) {
+            return ToolOutcome(state: .refused, text: "fetch refused \(text.prefix(200)): an internationalised host name (ASCII names only).")
+        }
         if let problem = FetchRules.urlProblem(url) { return ToolOutcome(state: .refused, text: "fetch refused \(text.prefix(200)): \(problem).") }
         guard HTTPURL(text) != nil else { return ToolOutcome(state: .failed, text: "\(text.prefix(200)) is not an http(s) URL.") }
         var headers: [HTTPHeader] = []
@@ -109,7 +117,7 @@ extension HostTools {
             try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .policy, reason: reason)
             return ToolOutcome(state: .refused, text: reason)
         case .askGuardian:
-            let review = await guardian(conversation, "fetch (an HTTP GET leaving this machine): \(text.prefix(2000))")
+            let review = await guardian(conversation, "fetch (an HTTP GET leaving this machine) of the URL \(text.prefix(2000))")
             guard review.approved else {
                 try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .guardian, reason: review.reason)
                 return ToolOutcome(state: .refused, text: review.reason)

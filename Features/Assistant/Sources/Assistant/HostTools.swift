@@ -144,6 +144,8 @@ struct HostTools: ToolBox {
             // Proven: a command the classifier reads as read-only, on a saved host, carrying no
             // secret handle, that the policy lets run without asking.
             guard misfit(call, Self.execSchema) == nil, let command = call.arguments["command"]?.stringValue,
+                  !command.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty, command.utf8.count <= 16384,
+                  (1...3600).contains(JSONRead.int(call.arguments["timeoutSeconds"]) ?? Self.defaultTimeout),
                   SecretHandle.handles(in: command).isEmpty, let name = call.arguments["host"]?.stringValue,
                   let host = try? await hosts.host(named: name),
                   let assessment = try? await policy.assess(tool: "ssh_exec", conversation: conversation, call: call.id, host: host, command: command,
@@ -322,15 +324,19 @@ struct HostTools: ToolBox {
                 try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .guardian, reason: review.reason)
                 return ToolOutcome(state: .refused, text: review.reason)
             }
-            policy.grant(.once, conversation: conversation, call: call.id, host: host.id, command: command, by: .guardian)
+            policy.grant(.once, conversation: conversation, call: call.id, tool: "ssh_exec", host: host.id, command: command, by: .guardian)
             decider = .guardian
         case .askPerson:
-            guard let scope = await approval(for: command, on: host, why: assessment.classifier?.reason) else {
+            // A command carrying a secret is asked each time, for this call only.
+            guard let scope = await approval(tool: "ssh_exec", for: command, on: host,
+                                             why: handles.isEmpty ? "it may change the host (\(assessment.classifier?.reason ?? "not read-only"))"
+                                                 : "it is given the secret\(handles.count == 1 ? "" : "s") you entered (\(secrets.purposes(handles).joined(separator: "; "))), which a command could also print or send",
+                                             onceOnly: !handles.isEmpty) else {
                 let reason = "The operator did not approve running this on \(host.label); nothing ran."
                 try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .person, reason: reason)
                 return ToolOutcome(state: .refused, text: reason)
             }
-            policy.grant(scope, conversation: conversation, call: call.id, host: host.id, command: command, by: .person)
+            policy.grant(scope, conversation: conversation, call: call.id, tool: "ssh_exec", host: host.id, command: command, by: .person)
             decider = .person
         }
         try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: true, decider: decider, reason: nil)
@@ -369,13 +375,15 @@ struct HostTools: ToolBox {
 
     /// Asks the person whether `command` may run on `host`: once, for the host, for this
     /// exact command on the host, or no (the default). Nil: no, or nobody could answer.
-    private func approval(for command: String, on host: HostSummary, why: String?) async -> Approvals.Scope? {
+    private func approval(tool: String, for command: String, on host: HostSummary, why: String, onceOnly: Bool = false, preview: String? = nil) async -> Approvals.Scope? {
+        let options = onceOnly ? "[o]nce, or [n]o" : "[o]nce, this [h]ost for the rest of the conversation, this exact [c]ommand on \(host.label), or [n]o"
         let text = """
-            The assistant wants to \(command.hasPrefix("copy ") ? "do" : "run") on \(host.label) (\(host.user.map { "\($0)@" } ?? "")\(host.address)):
-              \(command)
-            It may change the host\(why.map { " (\($0))" } ?? ""). Allow it? [o]nce, this [h]ost for the rest of the conversation, this exact [c]ommand on \(host.label), or [n]o: 
+            The assistant wants \(tool) on \(host.label) (\(host.user.map { "\($0)@" } ?? "")\(host.address)):
+              \(command)\(preview.map { "\n\($0)" } ?? "")
+            \(why.prefix(1).uppercased() + why.dropFirst()). Allow it? \(options): 
             """
-        let choices = ["o": "once", "once": "once", "h": "host", "host": "host", "c": "command", "command": "command", "n": "no", "no": "no"]
+        var choices = ["o": "once", "once": "once", "n": "no", "no": "no"]
+        if !onceOnly { choices.merge(["h": "host", "host": "host", "c": "command", "command": "command"]) { $1 } }
         let reply = await ask(StreamQuestion.choice(topic: AssistantStreams.Run.approvalTopic, text, choices, default: "no",
                                                     details: .object(["host": .string(host.id), "tool": .string("ssh_exec")]), personOnly: true))
         guard let answer = reply?["answer"]?.stringValue else { return nil }
@@ -419,12 +427,16 @@ struct HostTools: ToolBox {
             hidden = secrets.compactMap { $0.withPlaintext { $0.isEmpty ? nil : Data($0.utf8) } }
         }
 
+        /// Kept past the limit by a secret's length, so one that straddles the cut is masked whole.
+        private var keep: Int { Scratch.fileLimit + (hidden.map(\.count).max() ?? 0) }
+
         func add(_ kind: String, _ data: Data) {
             guard kind == "stdout" || kind == "stderr" else { return }
+            let keep = keep
             state.withLock { state in
                 var entry = state[kind] ?? (Data(), 0)
                 entry.total += data.count
-                if entry.data.count < Scratch.fileLimit { entry.data.append(data.prefix(Scratch.fileLimit - entry.data.count)) }
+                if entry.data.count < keep { entry.data.append(data.prefix(keep - entry.data.count)) }
                 state[kind] = entry
             }
         }
@@ -434,7 +446,7 @@ struct HostTools: ToolBox {
             for secret in hidden {
                 while let range = data.range(of: secret) { data.replaceSubrange(range, with: Data("[secret]".utf8)) }
             }
-            return (data, total)
+            return (Data(data.prefix(Scratch.fileLimit)), total)
         }
         func totals() -> (Int, Int) { state.withLock { ($0["stdout"]?.total ?? 0, $0["stderr"]?.total ?? 0) } }
     }
@@ -568,7 +580,8 @@ struct HostTools: ToolBox {
         guard !toPath.isEmpty, !string(writing ? "from" : "fromPath").isEmpty else { return ToolOutcome(state: .failed, text: "A path is empty.") }
         let request = SFTPStreams.Transfer.Request(sources: [source], destination: "\(host.id):\(toPath)", conflict: replace ? .replace : .skip,
                                                    verb: writing ? "put" : "cp")
-        let description = AssistantPolicy.transferDescription(source, request.destination, replace: replace)
+        let description = AssistantPolicy.transferDescription(source, request.destination, replace: replace,
+                                                              digest: writing ? AssistantPolicy.digest(ofFile: source) : nil)
         let effect = SFTPStreams.Transfer.effect(of: request)
         let assessment: Assessment
         do {
@@ -588,14 +601,14 @@ struct HostTools: ToolBox {
                 try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .guardian, reason: review.reason)
                 return ToolOutcome(state: .refused, text: review.reason)
             }
-            policy.grant(.once, conversation: conversation, call: call.id, host: host.id, command: description, by: .guardian)
+            policy.grant(.once, conversation: conversation, call: call.id, tool: call.name, host: host.id, command: description, by: .guardian)
             decider = .guardian
         case .askPerson:
-            guard let scope = await approval(for: description, on: host, why: "it writes a file there") else {
+            guard let scope = await approval(tool: call.name, for: description, on: host, why: "it writes a file there", preview: writing ? Self.preview(ofFile: source) : nil) else {
                 try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .person, reason: "not approved")
                 return ToolOutcome(state: .refused, text: "The operator did not approve copying this onto \(host.label); nothing was copied.")
             }
-            policy.grant(scope, conversation: conversation, call: call.id, host: host.id, command: description, by: .person)
+            policy.grant(scope, conversation: conversation, call: call.id, tool: call.name, host: host.id, command: description, by: .person)
             decider = .person
         }
         try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: true, decider: decider, reason: nil)
@@ -617,6 +630,13 @@ struct HostTools: ToolBox {
                                        stdoutBytes: nil, stderrBytes: nil)
             return Self.refusal(error)
         }
+    }
+
+    /// The start of a file a person is asked to send: its size and first lines.
+    static func preview(ofFile path: String) -> String? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        let head = String(decoding: data.prefix(400), as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).prefix(8)
+        return "  (\(data.count) bytes, starting:)\n" + head.map { "  | " + TerminalText.escaped(String($0)) }.joined(separator: "\n")
     }
 
     private func scratchWrite(_ call: ToolCall, conversation: String) -> ToolOutcome {
@@ -709,6 +729,11 @@ final class SecretBook: Sendable {
             }
             return nil
         }
+    }
+
+    /// What each handle was asked for (as the model said it).
+    func purposes(_ handles: [String]) -> [String] {
+        kept.withLock { kept in handles.compactMap { kept[$0].map { "\"\($0.purpose)\"" } } }
     }
 
     /// The secrets of `handles`, in order; each is spent.

@@ -6,6 +6,7 @@ import SettingsAPI
 import SFTPAPI
 import Synchronization
 import TermindCore
+import TermindCrypto
 import VaultAPI
 import WorkspacesAPI
 
@@ -65,8 +66,10 @@ final class AssistantPolicy: CallPolicy {
         book.withLock { book in conversation.flatMap { book.modes[$0] } }
     }
 
-    func grant(_ scope: Approvals.Scope, conversation: String, call: String, host: String?, command: String?, by decider: PolicyRules.Decider) {
-        book.withLock { $0.approvals[conversation, default: Approvals()].grant(scope, call: call, host: host, command: command, by: decider) }
+    /// An approval for `tool`'s `command` (its words) on `host`: a command-scope approval is for
+    /// that tool only.
+    func grant(_ scope: Approvals.Scope, conversation: String, call: String, tool: String, host: String?, command: String?, by decider: PolicyRules.Decider) {
+        book.withLock { $0.approvals[conversation, default: Approvals()].grant(scope, call: call, host: host, command: command.map { "\(tool)\u{1F}\($0)" }, by: decider) }
     }
 
     /// `sent` (a command carrying secret handles, rewritten to read them from its input) is
@@ -113,10 +116,11 @@ final class AssistantPolicy: CallPolicy {
         let tier = host.map { policy.tier(host: $0.id, tags: $0.tags) }
         let (mode, approvedBy) = book.withLock { book -> (PolicyRules.Mode?, PolicyRules.Decider?) in
             guard let conversation else { return (nil, nil) }
-            return (book.modes[conversation], book.approvals[conversation]?.approval(call: call, host: host?.id, command: command))
+            return (book.modes[conversation], book.approvals[conversation]?.approval(call: call, host: host?.id, command: command.map { "\(tool)\u{1F}\($0)" }))
         }
         let verdict = PolicyRules.decide(tool: tool, rule: policy.rule(tool: tool), action: action, host: host?.label, tier: tier,
-                                         mode: mode ?? policy.mode, approvedBy: approvedBy)
+                                         mode: mode ?? policy.mode, approvedBy: approvedBy,
+                                         carriesSecret: tool == "ssh_exec" && command.map { !SecretHandle.handles(in: $0).isEmpty } == true)
         return Assessment(tool: tool, host: host, tier: tier, action: action, classifier: classifier, verdict: verdict)
     }
 
@@ -129,10 +133,11 @@ final class AssistantPolicy: CallPolicy {
     /// local file outside this conversation's scratch folder, an unsaved host, its own way of
     /// connecting).
     func transferFacts(_ request: PolicyRequest, conversation: String?) async throws -> Result<(HostSummary, String), Refusal> {
-        let chosen = ["user", "identity", "jump", "acceptHostKey", "workingDirectory"].filter {
-            if let value = request.arguments[$0], value != .null { true } else { false }
-        }
-        guard chosen.isEmpty else { return .failure(Refusal(reason: "An agent may not choose how termind connects (\(chosen.joined(separator: ", "))).")) }
+        // Only what the tools set: anything else (how to connect, recursion, links, …) is refused.
+        let allowed: Set<String> = ["sources", "destination", "conflict", "verb"]
+        let fields: [String: JSONValue] = if case .object(let object) = request.arguments { object } else { [:] }
+        let chosen = fields.filter { !allowed.contains($0.key) && $0.value != .null }.keys.sorted()
+        guard chosen.isEmpty else { return .failure(Refusal(reason: "An agent's transfer may not set \(chosen.joined(separator: ", ")).")) }
         let sources = JSONRead.items(request.arguments["sources"]).compactMap(\.stringValue)
         guard sources.count == 1, let destination = request.arguments["destination"]?.stringValue,
               case .remote(let target, nil, _)? = try? TransferEndpoint.parse(destination) else {
@@ -140,23 +145,33 @@ final class AssistantPolicy: CallPolicy {
         }
         let facts = try facts()
         guard let host = try await facts.hosts.host(named: target) else { return .failure(Refusal(reason: "\(target) is not a saved host.")) }
+        var digest: String?
         switch try? TransferEndpoint.parse(sources[0]) {
         case .local(let path)?:
             guard let conversation, let real = Self.realpath(path),
                   real.hasPrefix(facts.scratchRoot + "/" + conversation + "/") else {
                 return .failure(Refusal(reason: "An agent's transfer reads local files only from its conversation's scratch folder."))
             }
+            // What is approved is these bytes: a file changed since is another action.
+            digest = Self.digest(ofFile: real)
         case .remote(let from, nil, _)?:
             guard try await facts.hosts.host(named: from) != nil else { return .failure(Refusal(reason: "\(from) is not a saved host.")) }
         default:
             return .failure(Refusal(reason: "An agent's transfer names saved hosts, not addresses or ports."))
         }
-        return .success((host, Self.transferDescription(sources[0], destination, replace: request.arguments["conflict"]?.stringValue == "replace")))
+        return .success((host, Self.transferDescription(sources[0], destination, replace: request.arguments["conflict"]?.stringValue == "replace", digest: digest)))
     }
 
-    /// The words a transfer's approval is keyed by (and the person is shown).
-    static func transferDescription(_ source: String, _ destination: String, replace: Bool) -> String {
-        "copy \(source) to \(destination)\(replace ? ", replacing what is there" : "")"
+    /// The words a transfer's approval is keyed by (and the person is shown): a local file's
+    /// bytes by their SHA-256, so what is approved is what is sent.
+    static func transferDescription(_ source: String, _ destination: String, replace: Bool, digest: String? = nil) -> String {
+        "copy \(source)\(digest.map { " (sha256 \($0))" } ?? "") to \(destination)\(replace ? ", replacing what is there" : "")"
+    }
+
+    /// The hex SHA-256 of a file's bytes (at most a scratch file's 16 MiB).
+    static func digest(ofFile path: String) -> String? {
+        guard let data = FileManager.default.contents(atPath: path), data.count <= Scratch.fileLimit else { return nil }
+        return Digest.sha256(data).map { String(format: "%02x", $0) }.joined()
     }
 
     static func realpath(_ path: String) -> String? {

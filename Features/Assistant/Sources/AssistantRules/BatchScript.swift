@@ -4,7 +4,7 @@ import Foundation
 /// OpenSSH spends most of a command's cost starting its session (about 100 ms of sshd's CPU
 /// on the test machine), so a batch sends one `sh -s` whose script — on the session's
 /// standard input, so no quoting reaches the remote login shell — runs every command at once
-/// in a subshell with its output in a private temporary folder, waits for each, and prints
+/// as `sh -c 'COMMAND'` with its output in a private temporary folder, waits for each, and prints
 /// each command's exit status and output framed by byte counts (a command that prints
 /// anything, marker-like text included, cannot confuse the reader).
 public enum BatchScript {
@@ -14,12 +14,13 @@ public enum BatchScript {
     public static func script(_ commands: [String]) -> String {
         var lines = [
             "d=$(mktemp -d 2>/dev/null) || d=$(mktemp -d -t termind.XXXXXX) || exit 97",
+            "readonly d",
             "trap 'rm -rf \"$d\"' EXIT",
         ]
+        // Each command is one single-quoted word for a shell of its own: nothing in it can
+        // reach the script around it (close a subshell, set `d`, touch the trap).
         for (index, command) in commands.enumerated() {
-            lines.append("(")
-            lines.append(command)
-            lines.append(") >\"$d/\(index).o\" 2>\"$d/\(index).e\" </dev/null &")
+            lines.append("sh -c \(quoted(command)) >\"$d/\(index).o\" 2>\"$d/\(index).e\" </dev/null &")
             lines.append("p\(index)=$!")
         }
         for index in commands.indices {
@@ -30,6 +31,11 @@ public enum BatchScript {
             lines.append("cat \"$d/\(index).o\" \"$d/\(index).e\"")
         }
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// `text` as one single-quoted shell word (`'` written as `'\''`).
+    public static func quoted(_ text: String) -> String {
+        "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
     }
 
     public struct Outcome: Sendable, Equatable {

@@ -32,7 +32,15 @@ public enum FetchRules {
         // IPv4-mapped (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d) and NAT64 (64:ff9b::/96) carry an IPv4 address.
         if b[0..<10].allSatisfy({ $0 == 0 }) && b[10] == 0xFF && b[11] == 0xFF { return v4Problem(Array(b[12..<16])).map { "\(text): \($0)" } }
         if b[0..<12].allSatisfy({ $0 == 0 }) { return v4Problem(Array(b[12..<16])).map { "\(text): \($0)" } ?? "\(text) is IPv4-compatible (deprecated)" }
-        if b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xFF && b[3] == 0x9B { return v4Problem(Array(b[12..<16])).map { "\(text): \($0)" } }
+        if b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xFF && b[3] == 0x9B && b[4..<12].allSatisfy({ $0 == 0 }) {
+            return v4Problem(Array(b[12..<16])).map { "\(text): \($0)" }
+        }
+        if b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xFF && b[3] == 0x9B && b[4] == 0x00 && b[5] == 0x01 { return "\(text) is local-use NAT64 (64:ff9b:1::/48)" }
+        // SIIT's IPv4-translated (::ffff:0:a.b.c.d).
+        if b[0..<8].allSatisfy({ $0 == 0 }) && b[8] == 0xFF && b[9] == 0xFF && b[10] == 0 && b[11] == 0 {
+            return v4Problem(Array(b[12..<16])).map { "\(text): \($0)" } ?? "\(text) is IPv4-translated"
+        }
+        if b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x00 && b[3] == 0x00 { return "\(text) is Teredo (2001::/32)" }
         if b[0] == 0xFF { return "\(text) is multicast" }
         if b[0] == 0xFE && b[1] & 0xC0 == 0x80 { return "\(text) is link-local" }
         if b[0] == 0xFE && b[1] & 0xC0 == 0xC0 { return "\(text) is site-local" }
@@ -56,6 +64,7 @@ public enum FetchRules {
         case (192, 0) where b[2] == 2: return "\(text) is for documentation"
         case (192, 168): return "\(text) is private"
         case (198, 18...19): return "\(text) is for benchmarking"
+        case (192, 88) where b[2] == 99: return "\(text) is the 6to4 relay anycast (deprecated)"
         case (198, 51) where b[2] == 100: return "\(text) is for documentation"
         case (203, 0) where b[2] == 113: return "\(text) is for documentation"
         case (224...239, _): return "\(text) is multicast"

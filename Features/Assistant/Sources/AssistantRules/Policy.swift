@@ -50,11 +50,16 @@ public enum PolicyRules {
     ///   - host: the host's label, for the reason given (nil: the action reaches no host).
     ///   - tier: the host's tier (nil: no host).
     ///   - approvedBy: who approved this very action earlier (nil: nobody).
-    public static func decide(tool: String, rule: ToolRule, action: Action, host: String?, tier: Tier?, mode: Mode, approvedBy: Decider?) -> Verdict {
+    ///   - carriesSecret: the action carries a secret the person gave (a handle): only the
+    ///     person approves it, each time — never a tier, a rule, the mode or the Guardian (a
+    ///     "read-only" command could still print the secret in another form).
+    public static func decide(tool: String, rule: ToolRule, action: Action, host: String?, tier: Tier?, mode: Mode, approvedBy: Decider?,
+                              carriesSecret: Bool = false) -> Verdict {
         if rule == .deny { return .refuse("The policy denies the tool \(tool) to the assistant.") }
         if tier == .readOnly && action == .change {
             return .refuse("\(host ?? "The host") is read-only for the assistant: only what reads may run there, and this would change something. Nothing ran.")
         }
+        if carriesSecret { return approvedBy == .person ? .allow(.person) : .askPerson }
         if action == .read { return .allow(.policy) }
         if tier == .auto || rule == .approve { return .allow(.policy) }
         if let approvedBy { return .allow(approvedBy) }

@@ -75,6 +75,9 @@ public enum ShellSyntax {
         var pendingHereDocuments: [(String, Bool, Bool, Int)] = []
         /// The command position expects the words of a `for` header until `;` or a newline.
         var inForHeader = false
+        /// Subshells open: a `)` without its `(`, or a `(` never closed, is not understood (it
+        /// could close whatever wraps the command).
+        var depth = 0
 
         init(_ text: [Unicode.Scalar]) { self.text = text }
 
@@ -112,8 +115,11 @@ public enum ShellSyntax {
                 case "(":
                     guard current.words.isEmpty else { throw Problem("`(` after a command's words (a function definition) is not understood") }
                     index += 1  // a subshell: its commands are read as any
+                    depth += 1
                     try endCommand()
                 case ")":
+                    guard depth > 0 else { throw Problem("`)` closes no `(`") }
+                    depth -= 1
                     index += 1
                     try endCommand()
                 case "<", ">":
@@ -145,6 +151,7 @@ public enum ShellSyntax {
             }
             try endCommand()
             guard pendingHereDocuments.isEmpty else { throw Problem("a here-document has no end") }
+            guard depth == 0 else { throw Problem("a `(` is never closed") }
             return parsed
         }
 
@@ -241,9 +248,21 @@ public enum ShellSyntax {
                 if c == "$" && peek(1) == "(" {
                     index += 1
                     if peek(1) == "(" {
-                        found += Self.arithmeticScripts(try balanced(open: "(", close: ")"))
+                        let arithmetic = try balanced(open: "(", close: ")")
+                        guard !arithmetic.unicodeScalars.contains(where: { $0.properties.isAlphabetic || $0 == "_" || $0 == "$" || $0 == "`" }) else {
+                            throw Problem("arithmetic with names or expansions is not understood")
+                        }
+                        found += Self.arithmeticScripts(arithmetic)
                     } else {
                         found.append(try balanced(open: "(", close: ")"))
+                    }
+                    continue
+                }
+                if c == "$" && peek(1) == "{" {
+                    index += 1
+                    let inner = try balanced(open: "{", close: "}")
+                    guard !inner.isEmpty, inner.unicodeScalars.allSatisfy({ $0 == "_" || ($0.isASCII && ($0.properties.isAlphabetic || $0.properties.numericType != nil)) }) else {
+                        throw Problem("`${\(inner)}` is not understood (only ${NAME})")
                     }
                     continue
                 }
@@ -389,10 +408,19 @@ public enum ShellSyntax {
                 index += 1
                 return
             }
+            // bash reads these differently from POSIX sh (the remote login shell is often bash):
+            // `$'…'` unescapes, `$"…"` translates. Not understood, so never taken as read-only.
+            if next == "'" || next == "\"" { throw Problem("`$\(next)…` (bash's quoting) is not understood") }
             if next == "(" {
                 index += 1
                 if peek(1) == "(" {
-                    parsed.nested += Self.arithmeticScripts(try balanced(open: "(", close: ")"))
+                    let arithmetic = try balanced(open: "(", close: ")")
+                    // Arithmetic evaluates a variable's value as arithmetic again (`a[$(cmd)]` runs cmd):
+                    // only numbers and operators are understood.
+                    guard !arithmetic.unicodeScalars.contains(where: { $0.properties.isAlphabetic || $0 == "_" || $0 == "$" || $0 == "`" }) else {
+                        throw Problem("arithmetic with names or expansions is not understood")
+                    }
+                    parsed.nested += Self.arithmeticScripts(arithmetic)
                 } else {
                     parsed.nested.append(try balanced(open: "(", close: ")"))
                 }
@@ -400,11 +428,12 @@ public enum ShellSyntax {
             } else if next == "{" {
                 index += 1
                 let inner = try balanced(open: "{", close: "}")
-                // ${x:-$(cmd)} and the like run what they hold.
-                if inner.contains("$(") || inner.contains("`") {
-                    var reader = Reader(Array(inner.unicodeScalars))
-                    parsed.nested += try reader.substitutions()
-                }
+                // Only `${NAME}` and `${N}` are understood: an operator (`:-`, `#`, `%`, `/`, `!`,
+                // bash's `@P` that runs a value's `$(…)`, …) is not, so never read-only.
+                let plain = inner.unicodeScalars.first.map { $0 == "_" || $0.properties.isAlphabetic } == true
+                    && inner.unicodeScalars.allSatisfy { $0 == "_" || ($0.isASCII && ($0.properties.isAlphabetic || $0.properties.numericType != nil)) }
+                let digits = !inner.isEmpty && inner.unicodeScalars.allSatisfy { $0.isASCII && $0.properties.numericType == .decimal }
+                guard plain || digits else { throw Problem("`${\(inner)}` is not understood (only ${NAME})") }
                 word.expands = true
             } else if next == "_" || next.properties.isAlphabetic || next.properties.numericType != nil || "@*#?$!-".unicodeScalars.contains(next) {
                 index += 2
