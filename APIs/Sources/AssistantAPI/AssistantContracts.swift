@@ -676,6 +676,25 @@ extension AssistantStreams {
     }
 }
 
+extension AssistantStreams {
+    /// `termind mcp`: an MCP server on standard input and output (docs/mcp.md).
+    public enum MCP: StreamContract {
+        public struct Request: Codable, Sendable, Equatable { public init() {} }
+        public struct Result: Codable, Sendable, Equatable {
+            /// Tool calls answered.
+            public var calls: Int
+            public init(calls: Int) { self.calls = calls }
+        }
+        public static let name = "assistant.mcp"
+        public static let version = 1
+        public static let summary = "Serve MCP on standard input and output: the assistant's host tools under its policy, for MCP clients."
+        public static let effect: Effect = Effect(.destructive, network: true, secrets: true)
+        public static let acceptsInput = true
+        public static var events: [String: JSONSchema] { ["stdout": StreamEvents.data, "notice": StreamEvents.notice] }
+        public static var questions: [String: String] { Run.questions }
+    }
+}
+
 extension ErrorCode {
     /// No such provider, model or conversation; or none is configured for a role.
     public static let assistantUnknown: ErrorCode = "assistant.unknown"

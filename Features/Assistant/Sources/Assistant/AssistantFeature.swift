@@ -25,10 +25,12 @@ final class AssistantFeature: Feature {
     }
 
     private let ports = Mutex<Ports?>(nil)
-    private let policy = AssistantPolicy()
+    let policy = AssistantPolicy()
     /// Runs inside `termind serve`, which outlive the clients that started them.
     private let live = LiveRuns()
     let guardians = Guardians()
+    /// `termind mcp` sessions started in this process (their conversations' numbers).
+    let mcpSessions = Atomic<Int>(0)
 
     func current() throws -> Ports {
         guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("The Assistant is not started.") }
@@ -55,6 +57,9 @@ final class AssistantFeature: Feature {
             try await suggest(request, session: session, ports: try current())
         }
         registerPolicy(registrar)
+        registrar.stream(AssistantStreams.MCP.self) { [self] request, session in
+            try await mcp(request, session: session, ports: try current())
+        }
     }
 
     func start(_ context: FeatureContext) async throws {
@@ -464,7 +469,7 @@ final class AssistantFeature: Feature {
     }
 
     /// The tools of a run whose questions go to `ask`.
-    private func tools(_ ports: Ports, ask: @escaping @Sendable (JSONValue) async -> JSONValue?) -> HostTools {
+    func tools(_ ports: Ports, ask: @escaping @Sendable (JSONValue) async -> JSONValue?) -> HostTools {
         HostTools(context: ports.context, policy: policy, audit: ports.audit, scratch: ports.scratch, hosts: ports.hosts, ask: ask, http: ports.client.http,
                   guardian: { [self] conversation, action in await guardianReview(conversation, action: action, ports: ports) })
     }

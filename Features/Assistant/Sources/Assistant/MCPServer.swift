@@ -1,0 +1,141 @@
+import AssistantAPI
+import AssistantRules
+import Foundation
+import Synchronization
+import TermindCore
+
+/// `termind mcp`: termind as an MCP server over stdio (docs/mcp.md), for a client that starts
+/// it as a command (Claude Code, Codex, Cursor …). It lists the Assistant's host tools and
+/// runs each call exactly as the Assistant's own (HostTools): through the kernel on an agent's
+/// behalf, under the same policy — tiers, the classifier, the mode, the audit. The session is
+/// a conversation of its own (`mcp-CLIENT-N`: its approvals, secret handles and scratch
+/// folder, and what the audit names). What needs a person is asked of the termind client's
+/// terminal; a client started by an MCP client has none, so it is refused, never approved.
+/// Inside a running `termind serve` the stream runs there (the client forwards it), so the
+/// pooled connections are shared.
+extension AssistantFeature {
+    func mcp(_ request: AssistantStreams.MCP.Request, session: StreamSession, ports: Ports) async throws -> AssistantStreams.MCP.Result {
+        let number = mcpSessions.wrappingAdd(1, ordering: .relaxed).newValue
+        var conversation = "mcp-\(number)"
+        var version: String?
+        let tools = self.tools(ports, ask: { await session.ask($0) })
+        let mode = try await ports.settings.read(AssistantSettings.Policy.self).mode
+        policy.setMode(mode, conversation: conversation)
+        var reader = MCPLineReader(session.input)
+        var calls = 0
+        func send(_ data: Data) async { await session.emit("stdout", data: data) }
+        while let line = await reader.next() {
+            guard let data = line else {
+                await send(MCPProtocol.error(.null, code: MCPProtocol.ErrorCode.invalidRequest, message: "A message is at most \(MCPProtocol.messageLimit) bytes; this one was dropped."))
+                continue
+            }
+            if data.allSatisfy({ $0 == 0x20 || $0 == 0x0D || $0 == 0x09 }) { continue }
+            switch MCPProtocol.parse(data) {
+            case .invalid(let id, let code, let message):
+                await send(MCPProtocol.error(id, code: code, message: message))
+            case .response, .notification:
+                continue
+            case .request(let id, let method, let params):
+                switch method {
+                case "initialize":
+                    let chosen = MCPProtocol.negotiate(params["protocolVersion"]?.stringValue)
+                    version = chosen
+                    if let name = params["clientInfo"]?["name"]?.stringValue {
+                        let safe = String(name.lowercased().map { $0.isASCII && ($0.isLetter || $0.isNumber) ? $0 : "-" }.prefix(24))
+                        let named = "mcp-\(safe.isEmpty ? "client" : safe)-\(number)"
+                        policy.setMode(mode, conversation: named)
+                        conversation = named
+                    }
+                    await send(MCPProtocol.result(id, .object([
+                        "protocolVersion": .string(chosen),
+                        "capabilities": .object(["tools": .object(["listChanged": .bool(false)])]),
+                        "serverInfo": .object(["name": .string("termind"), "version": .string("0.1.0")]),
+                        "instructions": .string("termind's tools act on the operator's saved SSH hosts under the operator's policy: a refused call is final. Never ask for passwords or keys."),
+                    ])))
+                case "ping":
+                    await send(MCPProtocol.result(id, .object([:])))
+                case "tools/list":
+                    guard version != nil else { await send(Self.notInitialized(id)); continue }
+                    let listed = tools.specs.map { MCPProtocol.tool(name: $0.name, description: $0.description, inputSchema: $0.parameters, hints: Self.hints($0.name)) }
+                    await send(MCPProtocol.result(id, .object(["tools": .array(listed)])))
+                case "tools/call":
+                    guard version != nil else { await send(Self.notInitialized(id)); continue }
+                    guard let name = params["name"]?.stringValue, tools.specs.contains(where: { $0.name == name }) else {
+                        await send(MCPProtocol.error(id, code: MCPProtocol.ErrorCode.invalidParams,
+                                                     message: "Unknown tool \(params["name"]?.stringValue ?? "(none)"); tools/list lists them."))
+                        continue
+                    }
+                    var arguments = params["arguments"] ?? .object([:])
+                    if arguments == .null { arguments = .object([:]) }
+                    calls += 1
+                    let call = ToolCall(id: "mcp-\(calls)", name: name, arguments: arguments)
+                    // Arguments that do not fit the schema come back as a tool error (the model
+                    // can correct them), not a protocol error.
+                    let outcome = await tools.run(call, conversation: conversation, run: "mcp")
+                    await send(MCPProtocol.result(id, MCPProtocol.callResult(text: outcome.text, isError: outcome.state != .succeeded)))
+                default:
+                    // server/discover (the stateless 2026-07-28 era) is not spoken yet: a
+                    // client in mode auto falls back to initialize on this answer.
+                    await send(MCPProtocol.error(id, code: MCPProtocol.ErrorCode.methodNotFound, message: "Method not found: \(method)."))
+                }
+            }
+        }
+        return .init(calls: calls)
+    }
+
+    private static func notInitialized(_ id: JSONValue) -> Data {
+        MCPProtocol.error(id, code: MCPProtocol.ErrorCode.invalidRequest, message: "The session is not initialized: send initialize first.")
+    }
+
+    /// MCP's hints for a tool, from what it does (termind's own rules decide regardless).
+    static func hints(_ tool: String) -> MCPProtocol.Hints {
+        switch tool {
+        case "list_hosts", "sftp_list", "sftp_stat", "sftp_read", "get_metrics", "scratch_read":
+            MCPProtocol.Hints(readOnly: true, destructive: false, idempotent: true, openWorld: tool != "list_hosts" && tool != "scratch_read")
+        case "fetch":
+            MCPProtocol.Hints(readOnly: true, destructive: false, idempotent: true, openWorld: true)
+        case "scratch_write":
+            MCPProtocol.Hints(readOnly: false, destructive: false, idempotent: true, openWorld: false)
+        case "request_user_secret":
+            MCPProtocol.Hints(readOnly: true, destructive: false, idempotent: false, openWorld: false)
+        default:  // ssh_exec, sftp_write, sftp_copy
+            MCPProtocol.Hints(readOnly: false, destructive: true, idempotent: false, openWorld: true)
+        }
+    }
+}
+
+/// MCP's stdio framing: one message a line. A line longer than `MCPProtocol.messageLimit` is
+/// dropped up to its newline and reported as nil (the session answers with an error and goes on).
+struct MCPLineReader {
+    private var iterator: StreamInput.AsyncIterator
+    private var buffer = Data()
+    private var ended = false
+    private var skipping = false
+
+    init(_ input: StreamInput) { iterator = input.makeAsyncIterator() }
+
+    /// The next line (nil inside: one too long); nil at the end of input.
+    mutating func next() async -> Data?? {
+        while true {
+            if let newline = buffer.firstIndex(of: 0x0A) {
+                let line = Data(buffer[buffer.startIndex..<newline])
+                buffer.removeSubrange(buffer.startIndex...newline)
+                if skipping {
+                    skipping = false
+                    return .some(nil)
+                }
+                return .some(line)
+            }
+            if buffer.count > MCPProtocol.messageLimit {
+                buffer.removeAll()
+                skipping = true
+            }
+            if ended {
+                defer { buffer.removeAll() }
+                if skipping { skipping = false; return .some(nil) }
+                return buffer.isEmpty ? nil : .some(buffer)
+            }
+            if let chunk = await iterator.next() { buffer.append(chunk) } else { ended = true }
+        }
+    }
+}

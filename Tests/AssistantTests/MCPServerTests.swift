@@ -1,0 +1,104 @@
+import Foundation
+import TermindCore
+import TermindHarness
+import XCTest
+
+/// `termind mcp` against the official MCP SDK (PyPI `mcp` 2.3.x) as its client, over stdio,
+/// with a real sshd behind the tools. Conformance scenarios covered: `initialize`,
+/// `tools_list`, `tools_call`, and the SDK's `auto` era probe falling back to the handshake.
+final class MCPServerTests: XCTestCase {
+    private var directory: TemporaryDirectory!
+    private var sshd: SSHServerFixture!
+
+    override func setUpWithError() throws {
+        directory = try TemporaryDirectory()
+        sshd = try SSHServerFixture.withNewKey(in: directory)
+        try ok(["vault", "key", "import", directory.file("id"), "--label", "ci"])
+        try ok(["vault", "identity", "add", NSUserName(), "--key", "ci"])
+        try ok(["vault", "host", "add", "127.0.0.1", "--label", "web-1", "--port", "\(sshd.port)", "--identity", NSUserName(), "--tags", "prod"])
+        try ok(["vault", "host", "add", "127.0.0.1", "--label", "lab", "--port", "\(sshd.port)", "--identity", NSUserName()])
+        guard let hostKey = sshd.hostKeys["ssh-ed25519"] else { throw TermindError(code: "test.fixture", message: "no ed25519 host key") }
+        try ok(["vault", "knownhost", "add", "127.0.0.1", hostKey, "--port", "\(sshd.port)"])
+        try ok(["assistant", "tier", "--tag", "prod", "read-only"])
+    }
+
+    override func tearDown() {
+        sshd?.stop()
+        directory?.remove()
+    }
+
+    private var environment: [String: String] { ProcessInfo.termindEnvironment(home: directory.file("home"), socket: directory.file("none.sock")) }
+    private var termindArgv: [String] { [FeatureHarness.buildDirectory + "/termind", "--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")] }
+
+    @discardableResult
+    private func ok(_ arguments: [String], file: StaticString = #filePath, line: UInt = #line) throws -> ProcessResult {
+        let result = try ProcessRunner.run(termindArgv[0], Array(termindArgv.dropFirst()) + arguments, environment: environment)
+        XCTAssertEqual(result.status, 0, "termind \(arguments.joined(separator: " ")): \(result.stdout)\(result.stderr)", file: file, line: line)
+        return result
+    }
+
+    /// The SDK's client in `mode`, calling `calls` ([name, arguments]); its report.
+    private func client(mode: String, _ calls: [(String, JSONValue)]) throws -> JSONValue {
+        let list = JSONValue.array(calls.map { .array([.string($0.0), $0.1]) })
+        let result = try ProcessRunner.run(try LocalModel.python(), [Repository.path("Tests/Peers/mcp_client.py"), mode,
+                                                                      String(decoding: try JSONCoding.encode(list), as: UTF8.self), "--"] + termindArgv + ["mcp"],
+                                           environment: environment)
+        XCTAssertEqual(result.status, 0, result.stderr)
+        return try JSONCoding.parse(Data((result.stdout.split(separator: "\n").last.map(String.init) ?? "").utf8), source: "mcp_client.py: \(result.stderr)")
+    }
+
+    func testTheOfficialSDKListsAndCallsTheToolsUnderTheSamePolicyInBothConnectModes() throws {
+        let victim = directory.file("victim")
+        try FileManager.default.createDirectory(atPath: victim, withIntermediateDirectories: true)
+        for mode in ["legacy", "auto"] {
+            let report = try client(mode: mode, [
+                ("list_hosts", .object([:])),
+                ("ssh_exec", .object(["host": .string("web-1"), "command": .string("uname -s; id -un")])),
+                ("ssh_exec", .object(["host": .string("web-1"), "command": .string("rm -rf \(victim)")])),
+                ("ssh_exec", .object(["host": .integer(5)])),
+                ("ssh_exec", .object(["host": .string("lab"), "command": .string("touch \(directory.file("made-\(mode)"))")])),
+            ])
+            XCTAssertEqual(report["protocolVersion"], .string("2025-11-25"), mode)
+            let tools = report["tools"]?.arrayValue ?? []
+            let exec = tools.first { $0["name"] == .string("ssh_exec") }
+            XCTAssertEqual(exec?["annotations"]?["destructiveHint"], .bool(true))
+            XCTAssertEqual(exec?["required"], .array([.string("host"), .string("command")]))
+            XCTAssertEqual(tools.first { $0["name"] == .string("list_hosts") }?["annotations"]?["readOnlyHint"], .bool(true))
+            let calls = report["calls"]?.arrayValue ?? []
+            XCTAssertEqual(calls.map { $0["isError"] }, [.bool(false), .bool(false), .bool(true), .bool(true), .bool(true)], "\(mode): \(calls)")
+            let text = calls.map { $0["text"]?.stringValue ?? "" }
+            XCTAssertTrue(text[0].contains("\"label\":\"web-1\"") && !text[0].contains("identity"), text[0])
+            XCTAssertTrue(text[1].contains("Linux") && text[1].contains(NSUserName()), text[1])
+            XCTAssertTrue(text[2].contains("read-only"), text[2])
+            XCTAssertTrue(text[3].contains("do not fit ssh_exec"), "a schema misfit is a tool error: \(text[3])")
+            XCTAssertTrue(text[4].contains("did not approve"), "nobody to ask: refused, never approved: \(text[4])")
+            XCTAssertFalse(FileManager.default.fileExists(atPath: directory.file("made-\(mode)")))
+        }
+        XCTAssertTrue(FileManager.default.fileExists(atPath: victim))
+        // The audit names the MCP session as the conversation.
+        let audit = try ok(["--json", "assistant", "audit"]).stdout
+        XCTAssertTrue(audit.contains("\"conversation\":\"mcp-"), audit)
+    }
+
+    func testMalformedMessagesGetJSONRPCErrorsAndTheSessionGoesOn() throws {
+        let lines = [
+            "not json",
+            #"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+            #"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+            #"{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"1999-01-01","capabilities":{},"clientInfo":{"name":"probe","version":"1"}}}"#,
+            #"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            #"{"jsonrpc":"2.0","id":4,"method":"server/discover"}"#,
+            #"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"nope","arguments":{}}}"#,
+            #"{"jsonrpc":"1.0","id":6,"method":"ping"}"#,
+            #"{"jsonrpc":"2.0","id":7,"method":"ping"}"#,
+        ]
+        let result = try ProcessRunner.run(termindArgv[0], Array(termindArgv.dropFirst()) + ["mcp"], environment: environment, stdin: lines.joined(separator: "\n") + "\n")
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let replies = result.stdout.split(separator: "\n").map { try? JSONCoding.parse(Data($0.utf8), source: "reply") }
+        XCTAssertEqual(replies.count, 8, "one answer per request, none for the notification: \(result.stdout)")
+        XCTAssertEqual(replies.map { $0?["error"]?["code"] }, [.integer(-32700), .integer(-32600), .integer(-32600), nil, .integer(-32601), .integer(-32602), .integer(-32600), nil])
+        XCTAssertEqual(replies[3]?["result"]?["protocolVersion"], .string("2025-11-25"), "an unknown version is answered with termind's newest")
+        XCTAssertEqual(replies[7]?["id"], .integer(7))
+        XCTAssertEqual(replies[7]?["result"], .object([:]))
+    }
+}

@@ -1,0 +1,47 @@
+"""An MCP client for termind's tests: the official `mcp` SDK (PyPI, 2.3.x) starts
+`termind ... mcp` as a stdio server, lists its tools and calls the ones given.
+
+    python mcp_client.py MODE CALLS_JSON -- TERMIND_ARGV...
+
+MODE is the SDK's connect mode ("legacy": the initialize handshake; "auto": probe
+server/discover, fall back to initialize). CALLS_JSON is a list of [name, arguments].
+Prints one JSON object: the negotiated protocol version, the tools (name and annotations)
+and each call's isError and text.
+"""
+import json
+import os
+import sys
+
+import anyio
+from mcp.client.client import Client
+from mcp.client.stdio import StdioServerParameters
+
+
+def field(value, *names):
+    """A model's field by its Python or its wire name (the SDK's models use snake_case)."""
+    for name in names:
+        if hasattr(value, name):
+            return getattr(value, name)
+    return None
+
+
+async def main() -> None:
+    mode, calls = sys.argv[1], json.loads(sys.argv[2])
+    argv = sys.argv[sys.argv.index("--") + 1:]
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+    report = {"calls": []}
+    async with Client(params, mode=mode) as client:
+        listed = await client.list_tools()
+        report["tools"] = [{"name": tool.name, "annotations": tool.annotations.model_dump(exclude_none=True, by_alias=True) if tool.annotations else None,
+                            "required": (field(tool, "input_schema", "inputSchema") or {}).get("required", [])} for tool in listed.tools]
+        for name, arguments in calls:
+            result = await client.call_tool(name, arguments)
+            text = "".join(part.text for part in result.content if getattr(part, "type", "") == "text")
+            report["calls"].append({"name": name, "isError": bool(field(result, "is_error", "isError")), "text": text})
+        session = getattr(client, "session", None)
+        init = getattr(session, "initialize_result", None) if session is not None else None
+        report["protocolVersion"] = field(init, "protocol_version", "protocolVersion") if init is not None else None
+    print(json.dumps(report))
+
+
+anyio.run(main)
