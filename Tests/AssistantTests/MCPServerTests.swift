@@ -10,9 +10,16 @@ final class MCPServerTests: XCTestCase {
     private var directory: TemporaryDirectory!
     private var sshd: SSHServerFixture!
 
+    private var serve: ServeProcess?
+
     override func setUpWithError() throws {
         directory = try TemporaryDirectory()
         sshd = try SSHServerFixture.withNewKey(in: directory)
+        try configure()
+    }
+
+    /// Saved hosts web-1 (tag prod, read-only) and lab on the sshd, trusted.
+    private func configure() throws {
         try ok(["vault", "key", "import", directory.file("id"), "--label", "ci"])
         try ok(["vault", "identity", "add", NSUserName(), "--key", "ci"])
         try ok(["vault", "host", "add", "127.0.0.1", "--label", "web-1", "--port", "\(sshd.port)", "--identity", NSUserName(), "--tags", "prod"])
@@ -23,12 +30,15 @@ final class MCPServerTests: XCTestCase {
     }
 
     override func tearDown() {
+        _ = serve?.stop()
         sshd?.stop()
         directory?.remove()
     }
 
     private var environment: [String: String] { ProcessInfo.termindEnvironment(home: directory.file("home"), socket: directory.file("none.sock")) }
-    private var termindArgv: [String] { [FeatureHarness.buildDirectory + "/termind", "--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")] }
+    private var termindArgv: [String] {
+        [FeatureHarness.buildDirectory + "/termind"] + (serve.map { ["--socket", $0.socketPath] } ?? ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k")])
+    }
 
     @discardableResult
     private func ok(_ arguments: [String], file: StaticString = #filePath, line: UInt = #line) throws -> ProcessResult {
@@ -78,6 +88,34 @@ final class MCPServerTests: XCTestCase {
         // The audit names the MCP session as the conversation.
         let audit = try ok(["--json", "assistant", "audit"]).stdout
         XCTAssertTrue(audit.contains("\"conversation\":\"mcp-"), audit)
+    }
+
+    func testInsideServeWhatNeedsAPersonWaitsForMCPApprovalsAndUnansweredIsRefused() throws {
+        serve = try ServeProcess(directory: directory, arguments: [])
+        try configure()
+        try ok(["settings", "set", "assistant.policy", #"{"approvalTimeoutSeconds": 3}"#])
+        let made = directory.file("made"), unanswered = directory.file("unanswered")
+        // The SDK's client waits on a call that needs an approval; a person answers it from another terminal.
+        let calls = JSONValue.array([.array([.string("ssh_exec"), .object(["host": .string("lab"), "command": .string("touch \(made)")])])])
+        let waiting = try SpawnedProcess(try LocalModel.python(), [Repository.path("Tests/Peers/mcp_client.py"), "legacy",
+                                                                  String(decoding: try JSONCoding.encode(calls), as: UTF8.self), "--"] + termindArgv + ["mcp"],
+                                        environment: environment, captureOutput: true)
+        let report = try PseudoTerminal.run(termindArgv + ["mcp", "approvals", "--count", "1"],
+                                            steps: [.expect("MCP session mcp-"), .expect("Allow it?"), .send("o\r")], environment: environment)
+        XCTAssertEqual(report.met, [true, true], report.output)
+        XCTAssertEqual(report.status, 0, report.output)
+        let line = waiting.readOutput(until: "}", timeout: 60) ?? ""
+        XCTAssertEqual(waiting.wait(), 0)
+        let answered = try JSONCoding.parse(Data(line.trimmingCharacters(in: .whitespacesAndNewlines).utf8), source: "mcp_client.py")
+        XCTAssertEqual(answered["calls"]?.arrayValue?.first?["isError"], .bool(false), line)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: made))
+        XCTAssertEqual(try ok(["--json", "assistant", "audit"]).stdout.components(separatedBy: #""decider":"person""#).count - 1, 1)
+        // Nobody attached: refused after the timeout, never approved.
+        let started = Date()
+        let alone = try client(mode: "legacy", [("ssh_exec", .object(["host": .string("lab"), "command": .string("touch \(unanswered)")]))])
+        XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 3)
+        XCTAssertEqual(alone["calls"]?.arrayValue?.first?["isError"], .bool(true))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: unanswered))
     }
 
     func testMalformedMessagesGetJSONRPCErrorsAndTheSessionGoesOn() throws {

@@ -695,6 +695,27 @@ extension AssistantStreams {
     }
 }
 
+extension AssistantStreams {
+    /// `termind mcp approvals`: what MCP sessions inside serve ask, put to the person here.
+    public enum MCPApprovals: StreamContract {
+        public struct Request: Codable, Sendable, Equatable {
+            /// Leave after this many answers (default: at Ctrl-C).
+            public var count: Int?
+            public init(count: Int? = nil) { self.count = count }
+        }
+        public struct Result: Codable, Sendable, Equatable {
+            public var answered: Int
+            public init(answered: Int) { self.answered = answered }
+        }
+        public static let name = "assistant.mcp.approvals"
+        public static let version = 1
+        public static let summary = "Answer what MCP sessions inside termind serve ask: approvals and secrets, one at a time."
+        public static let effect: Effect = Effect(.write, secrets: true)
+        public static var events: [String: JSONSchema] { ["notice": StreamEvents.notice] }
+        public static var questions: [String: String] { Run.questions }
+    }
+}
+
 extension ErrorCode {
     /// No such provider, model or conversation; or none is configured for a role.
     public static let assistantUnknown: ErrorCode = "assistant.unknown"

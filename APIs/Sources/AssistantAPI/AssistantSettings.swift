@@ -430,16 +430,20 @@ extension AssistantSettings {
         public var mode: Mode
         /// How long a Guardian review may take before it counts as a refusal (1-300 s).
         public var guardianTimeoutSeconds: Int
+        /// How long what an MCP session asks waits for `termind mcp approvals` (1-3600 s).
+        public var approvalTimeoutSeconds: Int
 
-        public init(hosts: [String: Tier] = [:], tags: [String: Tier] = [:], tools: [String: ToolRule] = [:], mode: Mode = .ask, guardianTimeoutSeconds: Int = 30) {
+        public init(hosts: [String: Tier] = [:], tags: [String: Tier] = [:], tools: [String: ToolRule] = [:], mode: Mode = .ask, guardianTimeoutSeconds: Int = 30,
+                    approvalTimeoutSeconds: Int = 120) {
             self.guardianTimeoutSeconds = guardianTimeoutSeconds
+            self.approvalTimeoutSeconds = approvalTimeoutSeconds
             self.hosts = hosts
             self.tags = tags
             self.tools = tools
             self.mode = mode
         }
 
-        private enum CodingKeys: String, CodingKey { case hosts, tags, tools, mode, guardianTimeoutSeconds }
+        private enum CodingKeys: String, CodingKey { case hosts, tags, tools, mode, guardianTimeoutSeconds, approvalTimeoutSeconds }
 
         public init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -448,6 +452,7 @@ extension AssistantSettings {
             tools = try container.decodeIfPresent([String: ToolRule].self, forKey: .tools) ?? [:]
             mode = try container.decodeIfPresent(Mode.self, forKey: .mode) ?? .ask
             guardianTimeoutSeconds = try container.decodeIfPresent(Int.self, forKey: .guardianTimeoutSeconds) ?? 30
+            approvalTimeoutSeconds = try container.decodeIfPresent(Int.self, forKey: .approvalTimeoutSeconds) ?? 120
         }
 
         /// A host's tier: its own when set, else the most restrictive of its tags', else `ask`
@@ -477,6 +482,9 @@ extension AssistantSettings {
             }
             if !(1...300).contains(guardianTimeoutSeconds) {
                 problems.append(SettingsProblem("\(Self.key).guardianTimeoutSeconds", "must be from 1 to 300, not \(guardianTimeoutSeconds)"))
+            }
+            if !(1...3600).contains(approvalTimeoutSeconds) {
+                problems.append(SettingsProblem("\(Self.key).approvalTimeoutSeconds", "must be from 1 to 3600, not \(approvalTimeoutSeconds)"))
             }
             for id in hosts.keys.sorted() where id.isEmpty || id.count > 100 {
                 problems.append(SettingsProblem("\(Self.key).hosts.\(id)", "a host id is 1 to 100 characters"))

@@ -31,6 +31,8 @@ final class AssistantFeature: Feature {
     let guardians = Guardians()
     /// `termind mcp` sessions started in this process (their conversations' numbers).
     let mcpSessions = Atomic<Int>(0)
+    /// What MCP sessions inside serve ask a person.
+    let approvals = MCPApprovals()
 
     func current() throws -> Ports {
         guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("The Assistant is not started.") }
@@ -59,6 +61,9 @@ final class AssistantFeature: Feature {
         registerPolicy(registrar)
         registrar.stream(AssistantStreams.MCP.self) { [self] request, session in
             try await mcp(request, session: session, ports: try current())
+        }
+        registrar.stream(AssistantStreams.MCPApprovals.self) { [self] request, session in
+            try await mcpApprovals(request, session: session, ports: try current())
         }
     }
 

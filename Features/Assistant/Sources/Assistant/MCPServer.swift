@@ -18,8 +18,15 @@ extension AssistantFeature {
         let number = mcpSessions.wrappingAdd(1, ordering: .relaxed).newValue
         var conversation = "mcp-\(number)"
         var version: String?
-        let tools = self.tools(ports, ask: { await session.ask($0) })
-        let mode = try await ports.settings.read(AssistantSettings.Policy.self).mode
+        let record = try await ports.settings.read(AssistantSettings.Policy.self)
+        let mode = record.mode
+        // Inside serve, what needs a person waits for `termind mcp approvals`; a one-shot
+        // termind asks its own terminal (an MCP client gives it none: refused).
+        let sessionName = Mutex("mcp-\(number)")
+        let tools = self.tools(ports, ask: { [approvals] question in
+            guard ports.context.resident else { return await session.ask(question) }
+            return await approvals.ask(question, session: sessionName.withLock { $0 }, seconds: Double(record.approvalTimeoutSeconds))
+        })
         policy.setMode(mode, conversation: conversation)
         var reader = MCPLineReader(session.input)
         var calls = 0
@@ -45,6 +52,7 @@ extension AssistantFeature {
                         let named = "mcp-\(safe.isEmpty ? "client" : safe)-\(number)"
                         policy.setMode(mode, conversation: named)
                         conversation = named
+                        sessionName.withLock { $0 = named }
                     }
                     await send(MCPProtocol.result(id, .object([
                         "protocolVersion": .string(chosen),
@@ -137,5 +145,93 @@ struct MCPLineReader {
             }
             if let chunk = await iterator.next() { buffer.append(chunk) } else { ended = true }
         }
+    }
+}
+
+/// What MCP sessions inside `termind serve` ask a person (an approval, a secret), waiting for
+/// `termind mcp approvals` to put it to someone at a terminal. Unanswered within the policy's
+/// `approvalTimeoutSeconds` (or no one attached at all): refused, never approved.
+final class MCPApprovals: Sendable {
+    struct Pending: Sendable {
+        let id: Int
+        let session: String
+        let question: JSONValue
+        let answer: @Sendable (JSONValue?) -> Void
+    }
+    private struct State {
+        var next = 1
+        var pending: [Int: Pending] = [:]
+        var listeners: [Int: AsyncStream<Pending>.Continuation] = [:]
+        var nextListener = 1
+    }
+    private let state = Mutex(State())
+
+    /// Asks `question` for MCP session `session`; nil when nobody answered in time.
+    func ask(_ question: JSONValue, session: String, seconds: Double) async -> JSONValue? {
+        await withCheckedContinuation { (continuation: CheckedContinuation<JSONValue?, Never>) in
+            let answered = Mutex(false)
+            let finish: @Sendable (JSONValue?) -> Void = { reply in
+                let first = answered.withLock { done -> Bool in
+                    defer { done = true }
+                    return !done
+                }
+                if first { continuation.resume(returning: reply) }
+            }
+            let (id, listeners) = state.withLock { state -> (Int, [AsyncStream<Pending>.Continuation]) in
+                let id = state.next
+                state.next += 1
+                state.pending[id] = Pending(id: id, session: session, question: question, answer: finish)
+                return (id, Array(state.listeners.values))
+            }
+            let item = state.withLock { $0.pending[id] }!
+            for listener in listeners { listener.yield(item) }
+            Task { [self] in
+                try? await Task.sleep(for: .seconds(seconds))
+                if let gone = state.withLock({ $0.pending.removeValue(forKey: id) }) { gone.answer(nil) }
+            }
+        }
+    }
+
+    /// Answers pending question `id` (nil: refused); false when it is gone (answered, timed out).
+    func answer(_ id: Int, _ reply: JSONValue?) -> Bool {
+        guard let item = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return false }
+        item.answer(reply)
+        return true
+    }
+
+    /// The questions pending now, then each new one as it comes.
+    func follow() -> (AsyncStream<Pending>, cancel: @Sendable () -> Void) {
+        let (stream, continuation) = AsyncStream<Pending>.makeStream()
+        let key = state.withLock { state -> Int in
+            let key = state.nextListener
+            state.nextListener += 1
+            state.listeners[key] = continuation
+            for item in state.pending.values.sorted(by: { $0.id < $1.id }) { continuation.yield(item) }
+            return key
+        }
+        return (stream, { [self] in _ = state.withLock { $0.listeners.removeValue(forKey: key) }; continuation.finish() })
+    }
+}
+
+extension AssistantFeature {
+    /// `termind mcp approvals`: puts what MCP sessions ask to the person at this terminal, one
+    /// question at a time, until Ctrl-C (or `count` answered).
+    func mcpApprovals(_ request: AssistantStreams.MCPApprovals.Request, session: StreamSession, ports: Ports) async throws -> AssistantStreams.MCPApprovals.Result {
+        guard ports.context.resident else {
+            throw TermindError(.assistantInvalid, "MCP sessions ask their questions inside termind serve; this termind runs none. Start termind serve, and have the MCP client run termind mcp.")
+        }
+        let (questions, stop) = approvals.follow()
+        defer { stop() }
+        await session.emit("notice", ["text": .string("Waiting for what MCP sessions ask (Ctrl-C leaves).")])
+        var answered = 0
+        for await item in questions {
+            await session.emit("notice", ["text": .string("MCP session \(item.session) asks:")])
+            let reply = await session.ask(item.question)
+            if StreamQuestion.unanswered(reply) { throw CancellationError() }
+            _ = approvals.answer(item.id, reply)
+            answered += 1
+            if let count = request.count, answered >= count { break }
+        }
+        return .init(answered: answered)
     }
 }
