@@ -51,6 +51,22 @@ final class HTTPClientTests: XCTestCase {
         XCTAssertEqual(String(decoding: sent.body, as: UTF8.self), #"{"stream": true}"#)
     }
 
+    func testAPinnedRequestConnectsToItsAddressOnlyWhateverTheNameSays() async throws {
+        // A name pinned to the server's address reaches it (no lookup of curl's own).
+        server.enqueue(.body("pinned"), .body("never"))
+        var named = HTTPRequest(method: "GET", url: "http://pinned.invalid:\(server.port)/x")
+        named.pinned = "127.0.0.1"
+        let response = try await client.send(named)
+        XCTAssertEqual(response.head.status, 200)
+        XCTAssertEqual(server.requests.first?.header("host"), "pinned.invalid:\(server.port)")
+        // An address curl would reach that is not the pinned one gets no socket.
+        var other = HTTPRequest(method: "GET", url: "http://127.0.0.1:\(server.port)/y")
+        other.pinned = "127.0.0.2"
+        let refused = await failure { _ = try await client.send(other) }
+        XCTAssertNotNil(refused)
+        XCTAssertEqual(server.requests.count, 1, "nothing was sent to the address that was not pinned")
+    }
+
     func testAReaderThatFallsBehindHoldsTheServerBack() async throws {
         let total = 15 << 20
         server.enqueue(ReplayServer.Reply(steps: stride(from: 0, to: total, by: 1 << 16).map { _ in .bytes(Data(repeating: 0x61, count: 1 << 16)) }))

@@ -11,6 +11,8 @@ final class Transfer: @unchecked Sendable {
     private let request: HTTPRequest
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private var resolveList: UnsafeMutablePointer<curl_slist>?
+    /// The pinned address as C text, for the socket callback (freed with the transfer).
+    private var pinnedText: UnsafeMutablePointer<CChar>?
 
     private struct State {
         var status = 0
@@ -80,6 +82,9 @@ final class Transfer: @unchecked Sendable {
             resolveList = curl_slist_append(resolveList, "\(url.host):\(url.port):\(pinned.contains(":") ? "[\(pinned)]" : pinned)")
             termind_curl_list(easy, CURLOPT_RESOLVE, resolveList)
             termind_curl_string(easy, CURLOPT_NOPROXY, "*")
+            // And curl may open a socket to that address only, whatever else it meets.
+            pinnedText = strdup(pinned)
+            termind_curl_pin_sockets(easy, pinnedText)
         }
         termind_curl_write_function(easy, CURLOPT_WRITEFUNCTION) { data, size, count, user in
             guard let user else { return 0 }
@@ -284,6 +289,7 @@ final class Transfer: @unchecked Sendable {
         curl_easy_cleanup(easy)
         curl_slist_free_all(headerList)
         curl_slist_free_all(resolveList)
+        free(pinnedText)
     }
 
     static func monotonic() -> UInt64 {
