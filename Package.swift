@@ -287,6 +287,12 @@ let package = Package(
             dependencies: [core, "AssistantRules", "TermindHarness"],
             path: "Tests/Tools/AssistantBench"
         ),
+        // `make bench`: MCP tools/call over stdio against the official Python SDK's own server.
+        .executableTarget(
+            name: "termind-mcp-bench",
+            dependencies: [core, "TermindHarness"],
+            path: "Tests/Tools/MCPBench"
+        ),
         // `make bench`: terminal output throughput and keystroke echo against ssh -tt on the same sshd.
         .executableTarget(
             name: "termind-terminal-bench",
