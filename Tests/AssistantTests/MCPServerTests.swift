@@ -118,6 +118,28 @@ final class MCPServerTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: unanswered))
     }
 
+    func testCallsRunAtOnceAPingIsAnsweredMeanwhileAndACancelledCallGetsNoAnswer() throws {
+        let server = try SpawnedProcess(termindArgv[0], Array(termindArgv.dropFirst()) + ["mcp"], environment: environment, captureOutput: true)
+        func send(_ line: String) { server.writeInput(Data((line + "\n").utf8)) }
+        send(#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#)
+        XCTAssertNotNil(server.readOutput(until: "2025-06-18", timeout: 30))
+        let started = Date()
+        send(#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ssh_exec","arguments":{"host":"lab","command":"sleep 2; echo slow"}}}"#)
+        send(#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"ssh_exec","arguments":{"host":"lab","command":"sleep 30; echo never"}}}"#)
+        send(#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#)
+        let ping = server.readOutput(until: "\"id\":4", timeout: 10) ?? ""
+        XCTAssertFalse(ping.contains("slow"), "the ping was answered while the calls ran: \(ping)")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 1.5)
+        send(#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3,"reason":"user"}}"#)
+        let slow = server.readOutput(until: "slow", timeout: 20) ?? ""
+        XCTAssertTrue(slow.contains("\"id\":2"), slow)
+        server.closeInput()
+        let (rest, _) = server.readAll()
+        XCTAssertEqual(server.wait(), 0)
+        XCTAssertFalse(String(decoding: rest, as: UTF8.self).contains("\"id\":3"), "a cancelled call is not answered")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 15, "the cancelled 30 s call was stopped")
+    }
+
     func testMalformedMessagesGetJSONRPCErrorsAndTheSessionGoesOn() throws {
         let lines = [
             "not json",

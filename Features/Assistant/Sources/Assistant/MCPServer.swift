@@ -30,7 +30,12 @@ extension AssistantFeature {
         policy.setMode(mode, conversation: conversation)
         var reader = MCPLineReader(session.input)
         var calls = 0
-        func send(_ data: Data) async { await session.emit("stdout", data: data) }
+        let send: @Sendable (Data) async -> Void = { data in await session.emit("stdout", data: data) }
+        // Tool calls run at once (a client may send several and keep pinging meanwhile); each
+        // answer goes out whole when it is ready. A cancelled call (notifications/cancelled)
+        // is stopped and gets no answer, as the specification says.
+        let running = MCPCalls()
+        defer { running.withLock { $0.tasks.values.forEach { $0.cancel() } } }
         while let line = await reader.next() {
             guard let data = line else {
                 await send(MCPProtocol.error(.null, code: MCPProtocol.ErrorCode.invalidRequest, message: "A message is at most \(MCPProtocol.messageLimit) bytes; this one was dropped."))
@@ -40,7 +45,16 @@ extension AssistantFeature {
             switch MCPProtocol.parse(data) {
             case .invalid(let id, let code, let message):
                 await send(MCPProtocol.error(id, code: code, message: message))
-            case .response, .notification:
+            case .notification(let method, let params):
+                if method == "notifications/cancelled", let id = params["requestId"] {
+                    let key = String(describing: id)
+                    running.withLock { state -> Task<Void, Never>? in
+                        state.live.remove(key)
+                        return state.tasks.removeValue(forKey: key)
+                    }?.cancel()
+                }
+                continue
+            case .response:
                 continue
             case .request(let id, let method, let params):
                 switch method {
@@ -77,10 +91,20 @@ extension AssistantFeature {
                     if arguments == .null { arguments = .object([:]) }
                     calls += 1
                     let call = ToolCall(id: "mcp-\(calls)", name: name, arguments: arguments)
-                    // Arguments that do not fit the schema come back as a tool error (the model
-                    // can correct them), not a protocol error.
-                    let outcome = await tools.run(call, conversation: conversation, run: "mcp")
-                    await send(MCPProtocol.result(id, MCPProtocol.callResult(text: outcome.text, isError: outcome.state != .succeeded)))
+                    let key = String(describing: id)
+                    running.withLock { _ = $0.live.insert(key) }
+                    let task = Task { [conversation] in
+                        // Arguments that do not fit the schema come back as a tool error (the
+                        // model can correct them), not a protocol error.
+                        let outcome = await tools.run(call, conversation: conversation, run: "mcp")
+                        let answer = running.withLock { state -> Bool in
+                            state.tasks.removeValue(forKey: key)
+                            return state.live.remove(key) != nil
+                        }
+                        guard answer, !Task.isCancelled else { return }
+                        await send(MCPProtocol.result(id, MCPProtocol.callResult(text: outcome.text, isError: outcome.state != .succeeded)))
+                    }
+                    running.withLock { state in if state.live.contains(key) { state.tasks[key] = task } }
                 default:
                     // server/discover (the stateless 2026-07-28 era) is not spoken yet: a
                     // client in mode auto falls back to initialize on this answer.
@@ -88,6 +112,8 @@ extension AssistantFeature {
                 }
             }
         }
+        // The input ended: the calls still going are answered first.
+        for task in running.withLock({ Array($0.tasks.values) }) { await task.value }
         return .init(calls: calls)
     }
 
@@ -110,6 +136,12 @@ extension AssistantFeature {
             MCPProtocol.Hints(readOnly: false, destructive: true, idempotent: false, openWorld: true)
         }
     }
+}
+
+/// The tool calls of one MCP session still going: those to answer (`live`) and their tasks.
+final class MCPCalls: Sendable {
+    private let state = Mutex<(live: Set<String>, tasks: [String: Task<Void, Never>])>(([], [:]))
+    func withLock<T>(_ body: (inout (live: Set<String>, tasks: [String: Task<Void, Never>])) -> T) -> T { state.withLock { body(&$0) } }
 }
 
 /// MCP's stdio framing: one message a line. A line longer than `MCPProtocol.messageLimit` is
