@@ -78,6 +78,11 @@ final class MCPServerTests: XCTestCase {
             XCTAssertEqual(calls.map { $0["isError"] }, [.bool(false), .bool(false), .bool(true), .bool(true), .bool(true)], "\(mode): \(calls)")
             let text = calls.map { $0["text"]?.stringValue ?? "" }
             XCTAssertTrue(text[0].contains("\"label\":\"web-1\"") && !text[0].contains("identity"), text[0])
+            // Data that matches the declared output schema (the SDK checks it against it).
+            XCTAssertEqual(Set(calls[0]["structured"]?["hosts"]?.arrayValue?.compactMap { $0["label"]?.stringValue } ?? []), ["web-1", "lab"], "\(calls[0])")
+            XCTAssertEqual(tools.first { $0["name"] == .string("list_hosts") }?["outputSchema"], .bool(true))
+            XCTAssertEqual(tools.first { $0["name"] == .string("ssh_exec") }?["outputSchema"], .bool(false))
+            XCTAssertEqual(calls[2]["structured"], .null, "no data with an error")
             XCTAssertTrue(text[1].contains("Linux") && text[1].contains(NSUserName()), text[1])
             XCTAssertTrue(text[2].contains("read-only"), text[2])
             XCTAssertTrue(text[3].contains("do not fit ssh_exec"), "a schema misfit is a tool error: \(text[3])")

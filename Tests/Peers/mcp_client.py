@@ -33,11 +33,13 @@ async def main() -> None:
     async with Client(params, mode=mode) as client:
         listed = await client.list_tools()
         report["tools"] = [{"name": tool.name, "annotations": tool.annotations.model_dump(exclude_none=True, by_alias=True) if tool.annotations else None,
+                            "outputSchema": field(tool, "output_schema", "outputSchema") is not None,
                             "required": (field(tool, "input_schema", "inputSchema") or {}).get("required", [])} for tool in listed.tools]
         for name, arguments in calls:
             result = await client.call_tool(name, arguments)
             text = "".join(part.text for part in result.content if getattr(part, "type", "") == "text")
-            report["calls"].append({"name": name, "isError": bool(field(result, "is_error", "isError")), "text": text})
+            report["calls"].append({"name": name, "isError": bool(field(result, "is_error", "isError")), "text": text,
+                                    "structured": field(result, "structured_content", "structuredContent")})
         session = getattr(client, "session", None)
         init = getattr(session, "initialize_result", None) if session is not None else None
         report["protocolVersion"] = field(init, "protocol_version", "protocolVersion") if init is not None else None

@@ -267,7 +267,8 @@ struct HostTools: ToolBox {
                 .object(["label": .string(host.label), "address": .string(host.address), "port": .integer(Int64(host.port)),
                          "user": host.user.map { .string($0) } ?? .null, "tags": .array(host.tags.map { .string($0) })])
             }
-            return ToolOutcome(state: .succeeded, text: String(decoding: (try? JSONCoding.encode(JSONValue.array(rows))) ?? Data("[]".utf8), as: UTF8.self))
+            return ToolOutcome(state: .succeeded, text: String(decoding: (try? JSONCoding.encode(JSONValue.array(rows))) ?? Data("[]".utf8), as: UTF8.self),
+                               structured: .object(["hosts": .array(rows)]))
         } catch {
             return Self.refusal(error)
         }
@@ -515,7 +516,9 @@ struct HostTools: ToolBox {
                 return ToolOutcome(state: .succeeded, text: "\(host.label):\(path): \(content.size) bytes; bytes \(content.offset)–\(max(Int(content.offset), end - 1)) below, \(next):\n\(body)")
             }
             let text = action == .ls ? Self.json(result.listings ?? []) : Self.json(result.entries ?? [])
-            return ToolOutcome(state: .succeeded, text: bounded(text, call: call.id, conversation: conversation, name: "sftp"))
+            let data = (try? JSONCoding.parse(Data(text.utf8), source: "sftp")) ?? .array([])
+            return ToolOutcome(state: .succeeded, text: bounded(text, call: call.id, conversation: conversation, name: "sftp"),
+                               structured: .object([action == .ls ? "listings" : "entries": data]))
         } catch {
             try? await audit.execution(assessment, conversation: conversation, call: call.id, outcome: "failed", exitStatus: nil, exitSignal: nil,
                                        stdoutBytes: nil, stderrBytes: nil)
@@ -545,7 +548,9 @@ struct HostTools: ToolBox {
             var text = Self.json(shown)
             if shown.isEmpty { text = "None of these hosts is monitored; termind metrics add HOST starts monitoring one (the operator decides)." }
             if !missing.isEmpty { text += "\nNot monitored: \(missing.joined(separator: ", ")) (termind metrics add HOST starts it; the operator decides)." }
-            return ToolOutcome(state: .succeeded, text: bounded(text, call: call.id, conversation: conversation, name: "metrics"))
+            let data = (try? JSONCoding.parse(Data(Self.json(shown).utf8), source: "metrics")) ?? .array([])
+            return ToolOutcome(state: .succeeded, text: bounded(text, call: call.id, conversation: conversation, name: "metrics"),
+                               structured: .object(["hosts": data, "notMonitored": .array(missing.map { .string($0) })]))
         } catch {
             return Self.refusal(error)
         }

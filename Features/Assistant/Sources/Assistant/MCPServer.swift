@@ -78,7 +78,10 @@ extension AssistantFeature {
                     await send(MCPProtocol.result(id, .object([:])))
                 case "tools/list":
                     guard version != nil else { await send(Self.notInitialized(id)); continue }
-                    let listed = tools.specs.map { MCPProtocol.tool(name: $0.name, description: $0.description, inputSchema: $0.parameters, hints: Self.hints($0.name)) }
+                    let listed = tools.specs.map { spec in
+                        MCPProtocol.tool(name: spec.name, description: spec.description, inputSchema: spec.parameters, hints: Self.hints(spec.name),
+                                         outputSchema: Self.outputSchemas[spec.name])
+                    }
                     await send(MCPProtocol.result(id, .object(["tools": .array(listed)])))
                 case "tools/call":
                     guard version != nil else { await send(Self.notInitialized(id)); continue }
@@ -102,7 +105,8 @@ extension AssistantFeature {
                             return state.live.remove(key) != nil
                         }
                         guard answer, !Task.isCancelled else { return }
-                        await send(MCPProtocol.result(id, MCPProtocol.callResult(text: outcome.text, isError: outcome.state != .succeeded)))
+                        let failed = outcome.state != .succeeded
+                        await send(MCPProtocol.result(id, MCPProtocol.callResult(text: outcome.text, isError: failed, structured: failed ? nil : outcome.structured)))
                     }
                     running.withLock { state in if state.live.contains(key) { state.tasks[key] = task } }
                 default:
@@ -120,6 +124,25 @@ extension AssistantFeature {
     private static func notInitialized(_ id: JSONValue) -> Data {
         MCPProtocol.error(id, code: MCPProtocol.ErrorCode.invalidRequest, message: "The session is not initialized: send initialize first.")
     }
+
+    /// The shape of what a tool returns as data (`structuredContent`), for the tools that do.
+    static let outputSchemas: [String: JSONValue] = {
+        func object(_ properties: [String: JSONValue], required: [String]) -> JSONValue {
+            .object(["type": .string("object"), "properties": .object(properties), "required": .array(required.map { .string($0) })])
+        }
+        let anyObjects: JSONValue = .object(["type": .string("array"), "items": .object(["type": .string("object")])])
+        let host = object(["label": .object(["type": .string("string")]), "address": .object(["type": .string("string")]),
+                           "port": .object(["type": .string("integer")]), "user": .object(["type": .array([.string("string"), .string("null")])]),
+                           "tags": .object(["type": .string("array"), "items": .object(["type": .string("string")])])],
+                          required: ["label", "address", "port", "tags"])
+        return [
+            "list_hosts": object(["hosts": .object(["type": .string("array"), "items": host])], required: ["hosts"]),
+            "sftp_list": object(["listings": anyObjects], required: ["listings"]),
+            "sftp_stat": object(["entries": anyObjects], required: ["entries"]),
+            "get_metrics": object(["hosts": anyObjects, "notMonitored": .object(["type": .string("array"), "items": .object(["type": .string("string")])])],
+                                  required: ["hosts", "notMonitored"]),
+        ]
+    }()
 
     /// MCP's hints for a tool, from what it does (termind's own rules decide regardless).
     static func hints(_ tool: String) -> MCPProtocol.Hints {

@@ -79,6 +79,9 @@ struct RunEmitter: Sendable {
 struct ToolOutcome: Sendable {
     let state: AssistantContracts.CallView.State
     let text: String
+    /// The result as data, for a client that takes it so (MCP's `structuredContent`, matching
+    /// the tool's output schema); the model of termind's own runs gets `text`.
+    var structured: JSONValue? = nil
 }
 
 /// The tools a run offers. Part of the runtime's shape so the host tools (issue 37) slot in:

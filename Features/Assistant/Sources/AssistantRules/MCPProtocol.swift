@@ -104,13 +104,18 @@ public enum MCPProtocol {
     }
 
     /// A tool as `tools/list` lists it.
-    public static func tool(name: String, description: String, inputSchema: JSONValue, hints: Hints) -> JSONValue {
-        .object(["name": .string(name), "title": .string(name.replacingOccurrences(of: "_", with: " ")), "description": .string(description),
-                 "inputSchema": inputSchema, "annotations": hints.json])
+    public static func tool(name: String, description: String, inputSchema: JSONValue, hints: Hints, outputSchema: JSONValue? = nil) -> JSONValue {
+        var tool: [String: JSONValue] = ["name": .string(name), "title": .string(name.replacingOccurrences(of: "_", with: " ")), "description": .string(description),
+                                         "inputSchema": inputSchema, "annotations": hints.json]
+        tool["outputSchema"] = outputSchema
+        return .object(tool)
     }
 
-    /// A `tools/call` result: the text, and whether it is an error the model should see.
-    public static func callResult(text: String, isError: Bool) -> JSONValue {
-        .object(["content": .array([.object(["type": .string("text"), "text": .string(text)])]), "isError": .bool(isError)])
+    /// A `tools/call` result: the text, whether it is an error the model should see, and the
+    /// result as data for a tool with an output schema (the text then carries the same).
+    public static func callResult(text: String, isError: Bool, structured: JSONValue? = nil) -> JSONValue {
+        var result: [String: JSONValue] = ["content": .array([.object(["type": .string("text"), "text": .string(text)])]), "isError": .bool(isError)]
+        result["structuredContent"] = structured
+        return .object(result)
     }
 }
