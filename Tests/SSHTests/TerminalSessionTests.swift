@@ -39,15 +39,18 @@ final class TerminalSessionTests: XCTestCase {
 
     /// Typed at the remote shell once it is up (the marker is not in what is typed); with
     /// `touching`, the remote shell (this machine, this user) also creates that file.
+    /// READY is printed before `path` is touched: what `whenUp` does to the session then
+    /// cannot cut the line off (it did, now and then, on a loaded machine).
     private func ready(touching path: String? = nil) -> [PseudoTerminal.Step] {
-        [.send((path.map { "touch '\($0)'; " } ?? "") + "echo READY-$((40+2))\n"), .expect("READY-42")]
+        [.send("echo READY-$((40+2))" + (path.map { "; touch '\($0)'" } ?? "") + "\n"), .expect("READY-42")]
     }
 
     /// Runs `action` on a thread of its own once `path` exists (the session is up, however
-    /// long that took), or after 60 s.
+    /// long that took) and its READY line had a moment to reach the terminal, or after 60 s.
     private func whenUp(_ path: String, _ action: @escaping @Sendable () -> Void) {
         Thread.detachNewThread {
             _ = waitUntil(seconds: 60) { FileManager.default.fileExists(atPath: path) }
+            Thread.sleep(forTimeInterval: 0.3)
             action()
         }
     }
