@@ -110,31 +110,17 @@ extension HostTools {
         } catch {
             return ToolOutcome(state: .refused, text: "The policy could not decide (\(TermindError.from(error).message)); nothing was sent.")
         }
-        let decider: PolicyRules.Decider
-        switch assessment.verdict {
-        case .allow(let by): decider = by
-        case .refuse(let reason):
-            try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .policy, reason: reason)
-            return ToolOutcome(state: .refused, text: reason)
-        case .askGuardian:
-            let review = await guardian(conversation, "fetch (an HTTP GET leaving this machine) of the URL \(text.prefix(2000))")
-            guard review.approved else {
-                try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .guardian, reason: review.reason)
-                return ToolOutcome(state: .refused, text: review.reason)
-            }
-            decider = .guardian
-        case .askPerson:
-            let choices = ["y": "yes", "yes": "yes", "n": "no", "no": "no"]
+        // Nothing here passes through the kernel: no approval to grant for its hook.
+        let refused = await settle(assessment, call: call, conversation: conversation, grant: nil,
+                                   guardianAction: "fetch (an HTTP GET leaving this machine) of the URL \(text.prefix(2000))",
+                                   notApproved: "The operator did not approve fetching this; nothing was sent.") {
             let reply = await ask(StreamQuestion.choice(topic: AssistantStreams.Run.approvalTopic,
                                                         "The assistant wants to fetch (GET):\n  \(text.prefix(2000))\nAllow it? [y]es once, or [n]o: ",
-                                                        choices, default: "no", details: .object(["tool": .string("fetch")]), personOnly: true))
-            guard reply?["answer"]?.stringValue == "yes" else {
-                try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .person, reason: "not approved")
-                return ToolOutcome(state: .refused, text: "The operator did not approve fetching this; nothing was sent.")
-            }
-            decider = .person
+                                                        ["y": "yes", "yes": "yes", "n": "no", "no": "no"], default: "no",
+                                                        details: .object(["tool": .string("fetch")]), personOnly: true))
+            return reply?["answer"]?.stringValue == "yes" ? Approvals.Scope.once : nil
         }
-        try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: true, decider: decider, reason: nil)
+        if let refused { return refused }
         do {
             let request = HTTPRequest(method: "GET", url: text, headers: headers, connectTimeout: 10, idleTimeout: 30, responseLimit: Self.fetchLimit + 1)
             let response = try await http.send(request, rule: { _, to in

@@ -29,6 +29,10 @@ struct HostTools: ToolBox {
     /// The secrets the person gave this run, by handle.
     let secrets = SecretBook()
 
+    /// The tools that only ever read (`ssh_exec` may, by its command): what a batch may run at
+    /// once and what MCP hints as read-only.
+    static let readingTools: Set<String> = ["list_hosts", "sftp_list", "sftp_stat", "sftp_read", "get_metrics", "scratch_read"]
+
     /// What a command's output shows the model of each stream; the whole is in the scratch folder.
     static let previewBytes = 8192
     static let defaultTimeout = 60
@@ -138,7 +142,7 @@ struct HostTools: ToolBox {
 
     func readsOnly(_ call: ToolCall, conversation: String) async -> Bool {
         switch call.name {
-        case "list_hosts", "sftp_list", "sftp_stat", "sftp_read", "get_metrics", "scratch_read":
+        case _ where Self.readingTools.contains(call.name):
             return true
         case "ssh_exec":
             // Proven: a command the classifier reads as read-only, on a saved host, carrying no
@@ -306,41 +310,20 @@ struct HostTools: ToolBox {
             try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .policy, reason: problem)
             return ToolOutcome(state: .refused, text: problem)
         }
-        // Decided before anything runs: the policy, the person, or a refusal.
-        let decider: PolicyRules.Decider
-        switch assessment.verdict {
-        case .allow(let by):
-            decider = by
-        case .refuse(let reason):
-            try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .policy, reason: reason)
-            return ToolOutcome(state: .refused, text: reason)
-        case .askGuardian:
-            let action = """
-                ssh_exec on \(host.label) (\(host.user.map { "\($0)@" } ?? "")\(host.address):\(host.port)), whose tier is \(assessment.tier?.rawValue ?? "ask"):
-                \(command)
-                termind's command classifier: state-changing (\(assessment.classifier?.reason ?? "not read-only")).
-                """
-            let review = await guardian(conversation, action)
-            guard review.approved else {
-                try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .guardian, reason: review.reason)
-                return ToolOutcome(state: .refused, text: review.reason)
-            }
-            policy.grant(.once, conversation: conversation, call: call.id, tool: "ssh_exec", host: host.id, command: command, by: .guardian)
-            decider = .guardian
-        case .askPerson:
-            // A command carrying a secret is asked each time, for this call only.
-            guard let scope = await approval(tool: "ssh_exec", for: command, on: host,
-                                             why: handles.isEmpty ? "it may change the host (\(assessment.classifier?.reason ?? "not read-only"))"
-                                                 : "it is given the secret\(handles.count == 1 ? "" : "s") you entered (\(secrets.purposes(handles).joined(separator: "; "))), which a command could also print or send",
-                                             onceOnly: !handles.isEmpty) else {
-                let reason = "The operator did not approve running this on \(host.label); nothing ran."
-                try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .person, reason: reason)
-                return ToolOutcome(state: .refused, text: reason)
-            }
-            policy.grant(scope, conversation: conversation, call: call.id, tool: "ssh_exec", host: host.id, command: command, by: .person)
-            decider = .person
+        // Decided before anything runs: the policy, the Guardian, the person, or a refusal.
+        let action = """
+            ssh_exec on \(host.label) (\(host.user.map { "\($0)@" } ?? "")\(host.address):\(host.port)), whose tier is \(assessment.tier?.rawValue ?? "ask"):
+            \(command)
+            termind's command classifier: state-changing (\(assessment.classifier?.reason ?? "not read-only")).
+            """
+        // A command carrying a secret is asked each time, for this call only.
+        let why = handles.isEmpty ? "it may change the host (\(assessment.classifier?.reason ?? "not read-only"))"
+            : "it is given the secret\(handles.count == 1 ? "" : "s") you entered (\(secrets.purposes(handles).joined(separator: "; "))), which a command could also print or send"
+        if let refused = await settle(assessment, call: call, conversation: conversation, grant: (host.id, command), guardianAction: action,
+                                                      notApproved: "The operator did not approve running this on \(host.label); nothing ran.",
+                                                      ask: { await approval(tool: "ssh_exec", for: command, on: host, why: why, onceOnly: !handles.isEmpty) }) {
+            return refused
         }
-        try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: true, decider: decider, reason: nil)
         // The secrets go on the command's input, read into variables where the handles were;
         // each handle is spent now, whatever happens next.
         let plaintexts = secrets.spend(handles)
@@ -372,6 +355,39 @@ struct HostTools: ToolBox {
             let seen = stdout + stderr > 0 ? "\n" + report(output, call: call.id, conversation: conversation) : ""
             return ToolOutcome(state: refused ? .refused : .failed, text: failure.message + seen)
         }
+    }
+
+    /// Settles an assessed action before anything runs: allowed by the policy or the mode; or
+    /// reviewed by the Guardian, or asked of the person (`ask`: their scope, nil for no), whose
+    /// approval is granted for `grant` (host id, the action's words) so the kernel's hook finds
+    /// it. Every decision is audited. Returns the refusal the model is told, or nil: go on.
+    func settle(_ assessment: Assessment, call: ToolCall, conversation: String, grant: (host: String, command: String)?, guardianAction: String,
+                notApproved: String, ask: () async -> Approvals.Scope?) async -> ToolOutcome? {
+        let decider: PolicyRules.Decider
+        switch assessment.verdict {
+        case .allow(let by):
+            decider = by
+        case .refuse(let reason):
+            try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .policy, reason: reason)
+            return ToolOutcome(state: .refused, text: reason)
+        case .askGuardian:
+            let review = await guardian(conversation, guardianAction)
+            guard review.approved else {
+                try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .guardian, reason: review.reason)
+                return ToolOutcome(state: .refused, text: review.reason)
+            }
+            if let grant { policy.grant(.once, conversation: conversation, call: call.id, tool: call.name, host: grant.host, command: grant.command, by: .guardian) }
+            decider = .guardian
+        case .askPerson:
+            guard let scope = await ask() else {
+                try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .person, reason: notApproved)
+                return ToolOutcome(state: .refused, text: notApproved)
+            }
+            if let grant { policy.grant(scope, conversation: conversation, call: call.id, tool: call.name, host: grant.host, command: grant.command, by: .person) }
+            decider = .person
+        }
+        try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: true, decider: decider, reason: nil)
+        return nil
     }
 
     /// Asks the person whether `command` may run on `host`: once, for the host, for this
@@ -594,29 +610,13 @@ struct HostTools: ToolBox {
         } catch {
             return ToolOutcome(state: .refused, text: "The policy could not decide (\(TermindError.from(error).message)); nothing was copied.")
         }
-        let decider: PolicyRules.Decider
-        switch assessment.verdict {
-        case .allow(let by): decider = by
-        case .refuse(let reason):
-            try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .policy, reason: reason)
-            return ToolOutcome(state: .refused, text: reason)
-        case .askGuardian:
-            let review = await guardian(conversation, "\(call.name) onto \(host.label) (\(host.address)), whose tier is \(assessment.tier?.rawValue ?? "ask"): \(description)")
-            guard review.approved else {
-                try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .guardian, reason: review.reason)
-                return ToolOutcome(state: .refused, text: review.reason)
-            }
-            policy.grant(.once, conversation: conversation, call: call.id, tool: call.name, host: host.id, command: description, by: .guardian)
-            decider = .guardian
-        case .askPerson:
-            guard let scope = await approval(tool: call.name, for: description, on: host, why: "it writes a file there", preview: writing ? Self.preview(ofFile: source) : nil) else {
-                try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: false, decider: .person, reason: "not approved")
-                return ToolOutcome(state: .refused, text: "The operator did not approve copying this onto \(host.label); nothing was copied.")
-            }
-            policy.grant(scope, conversation: conversation, call: call.id, tool: call.name, host: host.id, command: description, by: .person)
-            decider = .person
+        if let refused = await settle(assessment, call: call, conversation: conversation, grant: (host.id, description),
+                                                      guardianAction: "\(call.name) onto \(host.label) (\(host.address)), whose tier is \(assessment.tier?.rawValue ?? "ask"): \(description)",
+                                                      notApproved: "The operator did not approve copying this onto \(host.label); nothing was copied.",
+                                                      ask: { await approval(tool: call.name, for: description, on: host, why: "it writes a file there",
+                                                                            preview: writing ? Self.preview(ofFile: source) : nil) }) {
+            return refused
         }
-        try? await audit.decision(assessment, conversation: conversation, call: call.id, allowed: true, decider: decider, reason: nil)
         do {
             let result = try await context.actingForAgent(AssistantPolicy.detail(conversation: conversation, call: call.id)) {
                 try await context.stream(SFTPStreams.Transfer.self, request)

@@ -147,7 +147,7 @@ extension AssistantFeature {
     /// MCP's hints for a tool, from what it does (termind's own rules decide regardless).
     static func hints(_ tool: String) -> MCPProtocol.Hints {
         switch tool {
-        case "list_hosts", "sftp_list", "sftp_stat", "sftp_read", "get_metrics", "scratch_read":
+        case _ where HostTools.readingTools.contains(tool):
             MCPProtocol.Hints(readOnly: true, destructive: false, idempotent: true, openWorld: tool != "list_hosts" && tool != "scratch_read")
         case "fetch":
             MCPProtocol.Hints(readOnly: true, destructive: false, idempotent: true, openWorld: true)

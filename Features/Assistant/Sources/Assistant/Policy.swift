@@ -62,10 +62,6 @@ final class AssistantPolicy: CallPolicy {
         book.withLock { $0.modes[conversation] = mode }
     }
 
-    func mode(of conversation: String?) -> PolicyRules.Mode? {
-        book.withLock { book in conversation.flatMap { book.modes[$0] } }
-    }
-
     /// An approval for `tool`'s `command` (its words) on `host`: a command-scope approval is for
     /// that tool only.
     func grant(_ scope: Approvals.Scope, conversation: String, call: String, tool: String, host: String?, command: String?, by decider: PolicyRules.Decider) {

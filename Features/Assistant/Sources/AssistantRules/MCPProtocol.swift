@@ -15,7 +15,6 @@ public enum MCPProtocol {
         public static let invalidRequest = -32600
         public static let methodNotFound = -32601
         public static let invalidParams = -32602
-        public static let internalError = -32603
     }
 
     /// One incoming message.
