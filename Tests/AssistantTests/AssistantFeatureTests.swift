@@ -71,6 +71,11 @@ final class AssistantFeatureTests: XCTestCase {
         for result in results {
             XCTAssertFalse(result.stdout.contains(key) || result.stderr.contains(key), "the key was printed", file: file, line: line)
         }
+        // The key goes in a request's auth header only, never in what any request carried.
+        for request in server.requests {
+            XCTAssertNil(request.body.range(of: Data(key.utf8)), "a request body held the key", file: file, line: line)
+            XCTAssertFalse(request.target.contains(key), "a request's URL held the key", file: file, line: line)
+        }
         for name in try FileManager.default.contentsOfDirectory(atPath: directory.path) where name.hasPrefix("db.sqlite") || name.hasPrefix("secrets.sqlite") {
             let bytes = try Data(contentsOf: URL(fileURLWithPath: directory.file(name)))
             XCTAssertNil(bytes.range(of: Data(key.utf8)), "\(name) holds the key in plain text", file: file, line: line)

@@ -158,6 +158,26 @@ final class AssistantToolsTests: XCTestCase {
         XCTAssertEqual(try audit(["--host", "web-1", "--since", "1h"]).count, entries.count)
     }
 
+    /// A stream cut before its terminal event (here, before `[DONE]`) is never used to
+    /// dispatch a call, even one the host's tier would run without asking.
+    func testAToolCallInAStreamCutBeforeItsEndNeverRunsOnTheHost() throws {
+        try ok(["assistant", "tier", "lab", "auto"])
+        let made = directory.file("made-from-a-cut-stream")
+        let arguments = String(decoding: try JSONCoding.encode(JSONValue.object(["host": .string("lab"), "command": .string("touch \(made)")])), as: UTF8.self)
+        let call: JSONValue = .object(["choices": .array([.object(["index": .integer(0), "finish_reason": .string("tool_calls"), "delta": .object([
+            "tool_calls": .array([.object(["index": .integer(0), "id": .string("call_cut"), "type": .string("function"),
+                                           "function": .object(["name": .string("ssh_exec"), "arguments": .string(arguments)])])]),
+        ])])])])
+        let cut = Self.sse([String(decoding: try JSONCoding.encode(call), as: UTF8.self)])  // no [DONE]
+        // The cut answer is declared void and asked again (1 s later); the second answer has no call.
+        server.enqueue(.stream(cut), done("I did nothing."))
+        let result = try ok(["--json", "assistant", "run", "make it"])
+        XCTAssertEqual(records(result).filter { $0["type"] == .string("discard") }.count, 1, result.stdout)
+        XCTAssertTrue(records(result).allSatisfy { $0["type"] != .string("tool_call") }, result.stdout)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: made), "the cut answer's call ran")
+        XCTAssertEqual(try audit().count, 0, "nothing was even decided")
+    }
+
     // MARK: - Approvals
 
     func testWhatChangesAHostIsAskedAtTheTerminalAndWithoutOneItIsRefused() throws {
