@@ -150,7 +150,7 @@ let package = Package(
         ),
         .target(
             name: "Assistant",
-            dependencies: [core, apis, "AssistantRules", "CurlHTTP"],
+            dependencies: [core, apis, "AssistantRules", "CurlHTTP", "LoopbackHTTP"],
             path: "Features/Assistant/Sources/Assistant",
             plugins: [signature]
         ),
@@ -174,6 +174,21 @@ let package = Package(
             name: "CurlHTTP",
             dependencies: [core, "CCurl"],
             path: "Features/Assistant/Sources/CurlHTTP"
+        ),
+        // GNU libmicrohttpd (Debian's libmicrohttpd-dev) for MCP's loopback HTTP server,
+        // imported by LoopbackHTTP only.
+        .systemLibrary(
+            name: "CMicroHTTPD",
+            path: "Features/Assistant/Sources/CMicroHTTPD",
+            pkgConfig: "libmicrohttpd",
+            providers: [.apt(["libmicrohttpd-dev"])]
+        ),
+        // A small loopback-only HTTP/1.1 server: a request's head checked before its body is
+        // read, bodies capped, answers computed on Swift concurrency while the connection waits.
+        .target(
+            name: "LoopbackHTTP",
+            dependencies: ["CMicroHTTPD"],
+            path: "Features/Assistant/Sources/LoopbackHTTP"
         ),
         .target(
             name: "SFTP",
@@ -350,7 +365,7 @@ let package = Package(
         ),
         .testTarget(
             name: "AssistantTests",
-            dependencies: [core, apis, "CurlHTTP", "AssistantRules", "TermindHarness"],
+            dependencies: [core, apis, "CurlHTTP", "AssistantRules", "LoopbackHTTP", "TermindHarness"],
             path: "Tests/AssistantTests"
         ),
         .testTarget(

@@ -6,7 +6,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Debian packages the build and the tests need.
-PACKAGES=(pkg-config libffi-dev libssl-dev libcurl4-openssl-dev libsqlite3-dev sqlite3 binutils gcc openssl python3 util-linux openssh-client openssh-server libpam0g-dev iproute2 tmux zsh vim-tiny socat)
+PACKAGES=(pkg-config libffi-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev libsqlite3-dev sqlite3 binutils gcc openssl python3 util-linux openssh-client openssh-server libpam0g-dev iproute2 tmux zsh vim-tiny socat)
 
 log() { printf 'termind-setup: %s\n' "$*" >&2; }
 

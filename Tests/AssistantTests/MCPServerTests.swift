@@ -5,7 +5,8 @@ import XCTest
 
 /// `termind mcp` against the official MCP SDK (PyPI `mcp` 2.3.x) as its client, over stdio,
 /// with a real sshd behind the tools. Conformance scenarios covered: `initialize`,
-/// `tools_list`, `tools_call`, and the SDK's `auto` era probe falling back to the handshake.
+/// `tools_list`, `tools_call`, and the SDK's `auto` era probe (`server/discover`) choosing the
+/// stateless 2026-07-28 era (`request-metadata`: every request carries its `_meta` envelope).
 final class MCPServerTests: XCTestCase {
     private var directory: TemporaryDirectory!
     private var sshd: SSHServerFixture!
@@ -68,7 +69,9 @@ final class MCPServerTests: XCTestCase {
                 ("ssh_exec", .object(["host": .integer(5)])),
                 ("ssh_exec", .object(["host": .string("lab"), "command": .string("touch \(directory.file("made-\(mode)"))")])),
             ])
-            XCTAssertEqual(report["protocolVersion"], .string("2025-11-25"), mode)
+            // legacy: the handshake; auto: server/discover, then the stateless era.
+            XCTAssertEqual(report["sessionVersion"], .string(mode == "legacy" ? "2025-11-25" : "2026-07-28"), mode)
+            XCTAssertEqual(report["discovered"], .bool(mode == "auto"), mode)
             let tools = report["tools"]?.arrayValue ?? []
             let exec = tools.first { $0["name"] == .string("ssh_exec") }
             XCTAssertEqual(exec?["annotations"]?["destructiveHint"], .bool(true))
@@ -161,9 +164,14 @@ final class MCPServerTests: XCTestCase {
         XCTAssertEqual(result.status, 0, result.stderr)
         let replies = result.stdout.split(separator: "\n").map { try? JSONCoding.parse(Data($0.utf8), source: "reply") }
         XCTAssertEqual(replies.count, 8, "one answer per request, none for the notification: \(result.stdout)")
-        XCTAssertEqual(replies.map { $0?["error"]?["code"] }, [.integer(-32700), .integer(-32600), .integer(-32600), nil, .integer(-32601), .integer(-32602), .integer(-32600), nil])
-        XCTAssertEqual(replies[3]?["result"]?["protocolVersion"], .string("2025-11-25"), "an unknown version is answered with termind's newest")
-        XCTAssertEqual(replies[7]?["id"], .integer(7))
-        XCTAssertEqual(replies[7]?["result"], .object([:]))
+        // A tool call is answered when it is done, so answers are matched by id.
+        let byID = Dictionary(replies.compactMap { reply in reply.map { ($0["id"].map { String(describing: $0) } ?? "none", $0) } }, uniquingKeysWith: { first, _ in first })
+        XCTAssertEqual(replies.prefix(3).map { $0?["error"]?["code"] }, [.integer(-32700), .integer(-32600), .integer(-32600)])
+        XCTAssertEqual(replies.prefix(3).map { $0?["id"] }, [.null, .null, .integer(2)])
+        XCTAssertEqual(byID[String(describing: JSONValue.integer(3))]?["result"]?["protocolVersion"], .string("2025-11-25"), "an unknown version is answered with termind's newest")
+        XCTAssertEqual(byID[String(describing: JSONValue.integer(4))]?["error"]?["code"], .integer(-32601), "no discover in a handshake session")
+        XCTAssertEqual(byID[String(describing: JSONValue.integer(5))]?["error"]?["code"], .integer(-32602), "an unknown tool")
+        XCTAssertEqual(byID[String(describing: JSONValue.integer(6))]?["error"]?["code"], .integer(-32600))
+        XCTAssertEqual(byID[String(describing: JSONValue.integer(7))]?["result"], .object([:]))
     }
 }

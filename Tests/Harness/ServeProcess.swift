@@ -11,7 +11,9 @@ public final class ServeProcess: @unchecked Sendable {
 
     /// Starts `termind serve --json` with `arguments` (e.g. --registry, --plugins) and
     /// waits for its ready line.
-    public init(directory: TemporaryDirectory, arguments: [String], environment extra: [String: String] = [:]) throws {
+    /// `arguments` go before `serve` (termind's own options), `serveArguments` after it
+    /// (features' serve options: `--mcp-listen 127.0.0.1:0`).
+    public init(directory: TemporaryDirectory, arguments: [String], serveArguments: [String] = [], environment extra: [String: String] = [:]) throws {
         socketPath = directory.file("serve/control.sock")
         var environment = ProcessInfo.processInfo.environment
         environment["HOME"] = directory.file("home")
@@ -25,7 +27,7 @@ public final class ServeProcess: @unchecked Sendable {
         guard pipe(&fds) == 0 else { throw TermindError(code: "test.pipe", message: "pipe failed") }
         // The ready line arrives on standard output: the pipe's write end.
         let all = arguments + ["--socket", socketPath, "--store", directory.file("serve/db.sqlite"),
-                               "--secrets-key", directory.file("serve/secrets.key"), "serve", "--json"]
+                               "--secrets-key", directory.file("serve/secrets.key"), "serve", "--json"] + serveArguments
         let script = "exec \"$0\" \"$@\" 2>>\(directory.file("serve-stderr.log"))"
         process = try SpawnedProcess("/bin/bash", ["-c", script, FeatureHarness.buildDirectory + "/termind"] + all,
                                      environment: environment, captureOutput: false, output: fds[1])

@@ -716,6 +716,63 @@ extension AssistantStreams {
     }
 }
 
+extension AssistantContracts {
+    /// `termind mcp token show`: the HTTP listener's Bearer token, made when there is none,
+    /// shown once (a second show is refused: rotate makes a new one).
+    public enum MCPTokenShow: Contract {
+        public struct Request: Codable, Sendable, Equatable { public init() {} }
+        public struct Response: Codable, Sendable, Equatable {
+            public var token: String
+            /// What to do with it (where it goes, that it is not shown again).
+            public var note: String
+            public init(token: String, note: String) {
+                self.token = token
+                self.note = note
+            }
+        }
+        public static let name = "assistant.mcp.token.show"
+        public static let version = 1
+        public static let summary = "Show the MCP HTTP listener's Bearer token once (made when there is none)."
+        public static let effect: Effect = Effect(.write, secrets: true)
+    }
+
+    /// `termind mcp status`: whether this process serves MCP over HTTP, where, and its sessions.
+    public enum MCPStatus: Contract {
+        public struct Request: Codable, Sendable, Equatable { public init() {} }
+        public struct Response: Codable, Sendable, Equatable {
+            /// `http://127.0.0.1:8765/mcp`; nil when no listener runs here.
+            public var url: String?
+            /// Handshake-era sessions open, and stateless-era clients seen.
+            public var sessions: Int
+            public var clients: Int
+            /// Whether a token exists and whether it was shown.
+            public var tokenExists: Bool
+            public var tokenShown: Bool
+            public init(url: String?, sessions: Int, clients: Int, tokenExists: Bool, tokenShown: Bool) {
+                self.url = url
+                self.sessions = sessions
+                self.clients = clients
+                self.tokenExists = tokenExists
+                self.tokenShown = tokenShown
+            }
+        }
+        public static let name = "assistant.mcp.status"
+        public static let version = 1
+        public static let summary = "Where this termind serves MCP over HTTP (if it does), its sessions, whether its token exists and was shown."
+        public static let effect: Effect = .read
+    }
+
+    /// `termind mcp token rotate`: a new token; the old one is refused from then on.
+    public enum MCPTokenRotate: Contract {
+        public typealias Request = MCPTokenShow.Request
+        public typealias Response = MCPTokenShow.Response
+        public static let name = "assistant.mcp.token.rotate"
+        public static let version = 1
+        public static let summary = "Make a new MCP HTTP token and show it once; the old one stops working at once."
+        public static let effect: Effect = Effect(.write, secrets: true)
+    }
+}
+
 extension ErrorCode {
     /// No such provider, model or conversation; or none is configured for a role.
     public static let assistantUnknown: ErrorCode = "assistant.unknown"

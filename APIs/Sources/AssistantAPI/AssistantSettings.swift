@@ -331,8 +331,12 @@ extension AssistantSettings {
         public var listenerEnabled: Bool
         public var listenerPort: Int
         public var listenerTokenRef: String
+        /// The token was shown (`termind mcp token show` shows it once).
+        public var listenerTokenShown: Bool
 
-        public init(approval: Approval = .ask, lastModel: String? = nil, listenerEnabled: Bool = false, listenerPort: Int = 7391, listenerTokenRef: String = "") {
+        public init(approval: Approval = .ask, lastModel: String? = nil, listenerEnabled: Bool = false, listenerPort: Int = 7391, listenerTokenRef: String = "",
+                    listenerTokenShown: Bool = false) {
+            self.listenerTokenShown = listenerTokenShown
             self.approval = approval
             self.lastModel = lastModel
             self.listenerEnabled = listenerEnabled
@@ -348,6 +352,7 @@ extension AssistantSettings {
             listenerEnabled = try container.decodeIfPresent(Bool.self, forKey: .listenerEnabled) ?? defaults.listenerEnabled
             listenerPort = try container.decodeIfPresent(Int.self, forKey: .listenerPort) ?? defaults.listenerPort
             listenerTokenRef = try container.decodeIfPresent(String.self, forKey: .listenerTokenRef) ?? ""
+            listenerTokenShown = try container.decodeIfPresent(Bool.self, forKey: .listenerTokenShown) ?? false
         }
 
         public func problems() -> [SettingsProblem] {

@@ -22,7 +22,8 @@ enum Help {
                 guard !features.isEmpty else { return "  (none loaded; add plugins with --plugins DIR)\n" }
                 return features.map { feature in
                     let title = feature.help?.title ?? (feature.source.hasSuffix("plugin.json") ? "Plugin \(feature.id)" : feature.id)
-                    return "\(title) (\(feature.id)):\n" + rows(feature.commands).joined(separator: "\n") + "\n"
+                    let options = (feature.serveOptions ?? []).map { row("serve --\($0.name) \($0.value)", $0.summary) }
+                    return "\(title) (\(feature.id)):\n" + (rows(feature.commands) + options).joined(separator: "\n") + "\n"
                 }.joined(separator: "\n")
             }
         } catch {
@@ -98,8 +99,10 @@ enum Help {
                                request/response JSON Schemas (full schemas with --json).
       call CONTRACT [BODY|-]   Call a contract, e.g. termind call kernel.ping@1 '{"payload":"hi"}'.
                                BODY is a JSON object; '-' reads it from standard input.
-      serve                    Run the long-lived termind process with its control socket.
-                               Other termind commands then run inside it.
+      serve [--OPTION VALUE]...
+                               Run the long-lived termind process with its control socket.
+                               Other termind commands then run inside it. Its options are
+                               features' (serve --mcp-listen below, under its feature).
       version                  Print termind, build signature and library versions.
       plugins check DIR        Check a plugin the way termind loads it (for plugin authors).
       secrets status           How the encrypted secret store is protected.

@@ -91,8 +91,9 @@ extension Console {
                 self.error(e.message)
             }
             return Output.isUsage(e) ? .usage : .failure
-        case let e as BootFailure where e.problems.first?.is(.featuresUnknown) == true:
-            if wantsJSON { self.json(["error": ["code": ErrorCode.featuresUnknown.rawValue, "message": e.description]]) } else { self.error("\(e.description) Run 'termind --help'.") }
+        case let e as BootFailure where e.problems.first?.is(.featuresUnknown) == true || e.problems.first?.is(.serveOptionUnknown) == true:
+            let code = e.problems.first?.code ?? ErrorCode.featuresUnknown.rawValue
+            if wantsJSON { self.json(JSONValue.object(["error": .object(["code": .string(code), "message": .string(e.description)])])) } else { self.error("\(e.description) Run 'termind --help'.") }
             return .usage
         case let e as BootFailure:
             if wantsJSON {

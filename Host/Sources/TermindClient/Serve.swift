@@ -11,13 +11,14 @@ enum Serve {
     static let stopLimit: Double = 30
 
     static func run(_ inv: Invocation) async throws -> Invocation.Exit {
-        guard inv.arguments.isEmpty else { throw Invocation.UsageError(description: "serve takes no arguments.") }
+        let options = try Self.options(inv.arguments)
         // Armed before anything is announced: a SIGTERM right after the ready line (a
         // supervisor, or a test, stopping a server it just started) must stop the server
         // cleanly, not kill it with the default action (status 143, socket left behind).
         let termination = SignalCatcher([SIGINT, SIGTERM], keepUntilHandled: true)
         var configuration = try inv.kernelConfiguration()
         configuration.resident = true
+        configuration.serveOptions = options
         configuration.controlSocket = inv.console.absolute(inv.socketPath)
         let kernel = Kernel(configuration: configuration, sink: try inv.logSink())
         let statuses = try await kernel.boot()
@@ -63,6 +64,34 @@ enum Serve {
 }
 
 extension Serve {
+    /// Features' serve options as `--NAME VALUE` or `--NAME=VALUE` (the kernel checks that a
+    /// loaded feature declares each): by name without dashes.
+    static func options(_ arguments: [String]) throws -> [String: String] {
+        var options: [String: String] = [:]
+        var index = 0
+        while index < arguments.count {
+            let word = arguments[index]
+            guard word.hasPrefix("--"), word.count > 2 else {
+                throw Invocation.UsageError(description: "serve takes no arguments, only its features' options (--NAME VALUE): '\(word)' is not one. termind serve --help lists them.")
+            }
+            var name = String(word.dropFirst(2))
+            var value: String
+            if let equals = name.firstIndex(of: "=") {
+                value = String(name[name.index(after: equals)...])
+                name = String(name[..<equals])
+            } else {
+                index += 1
+                guard index < arguments.count else { throw Invocation.UsageError(description: "--\(name) needs a value.") }
+                value = arguments[index]
+            }
+            guard !value.isEmpty else { throw Invocation.UsageError(description: "--\(name) needs a value.") }
+            guard options[name] == nil else { throw Invocation.UsageError(description: "--\(name) is given twice.") }
+            options[name] = value
+            index += 1
+        }
+        return options
+    }
+
     /// A server started from a shell (`termind serve &`) gives up that shell's terminal as
     /// its controlling one: a launcher in the same terminal hands it over, and the server
     /// reading or writing it as a background job would be stopped (SIGTTIN) or refused (EIO).

@@ -122,6 +122,8 @@ public struct FeatureStatus: Sendable, Equatable, Codable {
     public var commands: [FeatureManifest.Command]
     /// Where `termind --help` lists them (the manifest's `help`).
     public var help: FeatureManifest.HelpGroup?
+    /// The `termind serve` options it reads (`--mcp-listen ADDRESS:PORT`).
+    public var serveOptions: [FeatureManifest.ServeOption]?
     /// What it may reach, as its manifest declares and the kernel enforces: the ports it
     /// requires and may use, and the contracts of others it may call.
     public var requires: [String]

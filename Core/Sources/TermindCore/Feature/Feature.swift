@@ -33,6 +33,9 @@ public struct FeatureContext: Sendable {
     /// command they type: it is not a way to call what this feature's manifest does not list
     /// on its own behalf.
     public let clientCommand: [String]?
+    /// The `termind serve` options this feature's manifest declares (`serveOptions`) that
+    /// were given, by name without dashes; empty in a one-shot command.
+    public let options: [String: String]
 
     /// Runs another feature's stream (declared under `calls`), as this feature, on behalf of
     /// whoever it serves: the body, the input to send (then its end), and what to do with
@@ -48,11 +51,13 @@ public struct FeatureContext: Sendable {
 
     /// Made by the kernel only: what a feature reaches is what the kernel hands it.
     package init(featureID: String, logger: Logger, ports: PortDirectory, resident: Bool = false, clientCommand: [String]? = nil,
+                 options: [String: String] = [:],
                  call: @escaping @Sendable (ContractID, Data) async throws -> Data,
                  runStream: @escaping @Sendable (ContractID, Data, Data?, @escaping @Sendable (StreamEvent) -> Void) async throws -> Data,
                  makeSession: @escaping @Sendable (@escaping @Sendable (StreamEvent) -> Void) -> (StreamSession, drained: @Sendable () async -> Void)) {
         self.makeSession = makeSession
         self.clientCommand = clientCommand
+        self.options = options
         self.featureID = featureID
         self.logger = logger
         self.ports = ports

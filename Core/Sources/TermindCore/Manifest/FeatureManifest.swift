@@ -215,6 +215,23 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     /// Where `termind --help` lists the feature's commands: under `title` (what people do
     /// with them: "Files", "Port forwards"), groups in `rank` order (then by id).
     public var help: HelpGroup?
+    /// Options of `termind serve` this feature reads at start (`--mcp-listen ADDRESS`), so
+    /// the generic host accepts them without knowing any feature: the kernel refuses one no
+    /// loaded feature declares and hands each feature only its own (`FeatureContext.options`).
+    public var serveOptions: [ServeOption]
+
+    public struct ServeOption: Sendable, Equatable, Codable {
+        /// Without the leading dashes: `mcp-listen`.
+        public var name: String
+        /// What the value is, for help: `ADDRESS:PORT`.
+        public var value: String
+        public var summary: String
+        public init(name: String, value: String, summary: String) {
+            self.name = name
+            self.value = value
+            self.summary = summary
+        }
+    }
 
     public struct HelpGroup: Sendable, Equatable, Codable {
         public var title: String
@@ -239,7 +256,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
 
     enum CodingKeys: String, CodingKey {
         case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, streams, calls, functions, commands, schemas
-        case libraryOutsidePlugin, summary, help, effects
+        case libraryOutsidePlugin, summary, help, effects, serveOptions
     }
 
     public init(id: String, version: String = "1.0.0", abi: Int = 1, kind: Kind = .swift, library: String,
@@ -266,6 +283,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         self.libraryOutsidePlugin = libraryOutsidePlugin
         self.summary = summary
         self.effects = [:]
+        self.serveOptions = []
         self.source = source
         self.baseDirectory = baseDirectory
         self.origin = origin
@@ -292,6 +310,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         summary = try c.decodeIfPresent(String.self, forKey: .summary)
         help = try c.decodeIfPresent(HelpGroup.self, forKey: .help)
         effects = try c.decodeIfPresent([String: String].self, forKey: .effects) ?? [:]
+        serveOptions = try c.decodeIfPresent([ServeOption].self, forKey: .serveOptions) ?? []
     }
 
     /// The declared effect of one of its operations, or nil when it declares none (or one

@@ -33,4 +33,6 @@ extension ErrorCode {
     public static let featurePortUnprovided: ErrorCode = "feature.port_unprovided"
     /// `--features` / TERMIND_FEATURES names a feature nothing declares (a usage error).
     public static let featuresUnknown: ErrorCode = "features.unknown"
+    /// `termind serve --NAME` that no loaded feature declares (a usage error).
+    public static let serveOptionUnknown: ErrorCode = "serve.option_unknown"
 }

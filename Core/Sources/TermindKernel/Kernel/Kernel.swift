@@ -56,6 +56,13 @@ public actor Kernel {
             throw BootFailure(problems: [FeatureProblem(featureID: nil, field: nil, code: error.code, message: error.message)])
         }
         guard plan.fatal.isEmpty else { throw BootFailure(problems: plan.fatal) }
+        // Serve options: each one a loaded feature declares, or the boot stops naming it.
+        let declaredOptions = Set(plan.ordered.flatMap { $0.serveOptions.map(\.name) })
+        for name in configuration.serveOptions.keys.sorted() where !declaredOptions.contains(name) {
+            let known = declaredOptions.sorted().map { "--\($0)" }
+            throw BootFailure(problems: [FeatureProblem(featureID: nil, field: nil, code: .serveOptionUnknown,
+                message: "termind serve has no option --\(name)" + (known.isEmpty ? "." : "; the loaded features declare \(known.joined(separator: ", ")).") + " termind serve --help lists them.")])
+        }
         for m in discovery.manifests where manifests[m.id] == nil { manifests[m.id] = m }
         order = plan.ordered.map(\.id)
         for m in plan.ordered { setStatus(m, .stopped, nil) }
@@ -126,6 +133,17 @@ public actor Kernel {
             await shutdown()
             throw BootFailure(problems: [FeatureProblem(featureID: failed.id, field: nil, code: .featurePermanentFailed,
                                                         message: "Permanent feature '\(failed.id)' cannot run, so termind cannot start: \(failed.reason ?? "unknown reason")")])
+        }
+        // A serve option names work the person asked for: its feature not running ends the boot
+        // rather than serving without it.
+        let asked = Set(configuration.serveOptions.keys)
+        if let failed = order.compactMap({ manifests[$0] }).first(where: { m in
+            statuses[m.id]?.state == .disabled && m.serveOptions.contains { asked.contains($0.name) }
+        }), let status = statuses[failed.id] {
+            await shutdown()
+            let options = failed.serveOptions.filter { asked.contains($0.name) }.map { "--\($0.name)" }.joined(separator: ", ")
+            throw BootFailure(problems: [FeatureProblem(featureID: failed.id, field: nil, code: status.reasonCode.map { ErrorCode($0) } ?? .featureStartFailed,
+                                                        message: "\(options) needs feature '\(failed.id)', which cannot run: \(status.reason ?? "unknown reason")")])
         }
         let elapsed = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
         logger.info("kernel.booted", ["running": .int(running.count), "disabled": .int(statuses.values.filter { $0.state == .disabled }.count), "elapsed": .seconds(elapsed)])
@@ -543,6 +561,7 @@ public actor Kernel {
             clientCommand: configuration.controlSocket.map { socket in
                 [(ExecutablePaths.executable() ?? CommandLine.arguments[0]), "--socket", socket]
             },
+            options: configuration.serveOptions.filter { option in m.serveOptions.contains { $0.name == option.key } },
             call: { [weak self] contract, body in
                 guard let self else { throw TermindError.internalFailure("The kernel has shut down.") }
                 // On behalf of whoever the feature serves now: the chain goes on, never restarts.
@@ -660,6 +679,7 @@ public actor Kernel {
             permanent: m.isPermanent, source: m.source, contracts: m.contracts + m.functions.map { "\(m.id).fn.\($0.name)@1" },
             provides: m.ports.provides, commands: m.commands, requires: m.ports.requires, optional: m.ports.optional, calls: m.calls)
         statuses[m.id]?.help = m.help
+        statuses[m.id]?.serveOptions = m.serveOptions.isEmpty ? nil : m.serveOptions
     }
 
     private static func problem(_ error: any Error, feature: String, code: ErrorCode) -> FeatureProblem {

@@ -35,6 +35,10 @@ public struct KernelConfiguration: Sendable {
     /// The control socket clients reach a resident process on (absolute), for features
     /// that start clients of their own (a workspace's panes).
     public var controlSocket: String?
+    /// `termind serve`'s feature options (`--mcp-listen 127.0.0.1:8765` as
+    /// `["mcp-listen": "127.0.0.1:8765"]`): each must be declared by a loaded feature's
+    /// manifest (`serveOptions`), which alone receives it.
+    public var serveOptions: [String: String] = [:]
     /// How long a third-party plugin's `start` may take before it is disabled, and its
     /// `stop` before it is abandoned (a plugin blocked in C must not hang termind).
     public var pluginStartSeconds: Double = 10

@@ -33,6 +33,9 @@ final class AssistantFeature: Feature {
     let mcpSessions = Atomic<Int>(0)
     /// What MCP sessions inside serve ask a person.
     let approvals = MCPApprovals()
+    /// The MCP HTTP listener's token, and the listener inside serve when one was asked for.
+    let mcpToken = MCPToken()
+    private let http = Mutex<MCPHTTPEndpoint?>(nil)
 
     func current() throws -> Ports {
         guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("The Assistant is not started.") }
@@ -65,6 +68,17 @@ final class AssistantFeature: Feature {
         registrar.stream(AssistantStreams.MCPApprovals.self) { [self] request, session in
             try await mcpApprovals(request, session: session, ports: try current())
         }
+        registrar.handle(AssistantContracts.MCPTokenShow.self) { [self] _, _ in try await mcpToken.show(try current()) }
+        registrar.handle(AssistantContracts.MCPStatus.self) { [self] _, _ in
+            let ports = try current()
+            let local = try await ports.settings.read(AssistantSettings.Local.self)
+            let endpoint = http.withLock { $0 }
+            return .init(url: endpoint?.url, sessions: endpoint?.counts.sessions ?? 0, clients: endpoint?.counts.clients ?? 0,
+                         tokenExists: (try? await MCPToken.read(ports)) != nil, tokenShown: local.listenerTokenShown)
+        }
+        registrar.handle(AssistantContracts.MCPTokenRotate.self) { [self] _, _ in
+            .init(token: try await mcpToken.make(try current(), shown: true), note: MCPToken.note)
+        }
     }
 
     func start(_ context: FeatureContext) async throws {
@@ -92,9 +106,19 @@ final class AssistantFeature: Feature {
         ports.withLock {
             $0 = Ports(store: store, settings: settings, client: client, context: context, logger: context.logger, audit: AuditLog(db: db), scratch: scratch, hosts: hosts)
         }
+        // MCP over HTTP inside serve: --mcp-listen, else assistant.local's listener when enabled.
+        if context.resident {
+            let local = try await settings.read(AssistantSettings.Local.self)
+            if let address = context.options["mcp-listen"] ?? (local.listenerEnabled ? "127.0.0.1:\(local.listenerPort)" : nil) {
+                let endpoint = MCPHTTPEndpoint(feature: self, ports: try current(), token: mcpToken)
+                try await endpoint.start(address)
+                http.withLock { $0 = endpoint }
+            }
+        }
     }
 
     func stop() async {
+        await http.withLock({ state -> MCPHTTPEndpoint? in defer { state = nil }; return state })?.stop()
         policy.configure(nil)
         live.cancelAll()
         ports.withLock { $0 = nil }

@@ -14,28 +14,28 @@ import TermindCore
 /// Inside a running `termind serve` the stream runs there (the client forwards it), so the
 /// pooled connections are shared.
 extension AssistantFeature {
-    func mcp(_ request: AssistantStreams.MCP.Request, session: StreamSession, ports: Ports) async throws -> AssistantStreams.MCP.Result {
+    /// A new MCP session: a conversation of its own for the policy, whose questions inside
+    /// serve wait for `termind mcp approvals` and in a one-shot termind go to its terminal
+    /// (`terminal`; an MCP client gives it none: refused).
+    func mcpSession(_ ports: Ports, origin: String, terminal: (@Sendable (JSONValue) async -> JSONValue?)?) async throws -> MCPSession {
         let number = mcpSessions.wrappingAdd(1, ordering: .relaxed).newValue
-        var conversation = "mcp-\(number)"
-        var version: String?
         let record = try await ports.settings.read(AssistantSettings.Policy.self)
-        let mode = record.mode
-        // Inside serve, what needs a person waits for `termind mcp approvals`; a one-shot
-        // termind asks its own terminal (an MCP client gives it none: refused).
-        let sessionName = Mutex("mcp-\(number)")
+        let name = MCPSession.Name("mcp-\(number)")
         let tools = self.tools(ports, ask: { [approvals] question in
-            guard ports.context.resident else { return await session.ask(question) }
-            return await approvals.ask(question, session: sessionName.withLock { $0 }, seconds: Double(record.approvalTimeoutSeconds))
+            if !ports.context.resident, let terminal { return await terminal(question) }
+            return await approvals.ask(question, session: name.value, seconds: Double(record.approvalTimeoutSeconds))
         })
-        policy.setMode(mode, conversation: conversation)
+        return MCPSession(number: number, origin: origin, tools: tools, policy: policy, mode: record.mode, name: name)
+    }
+
+    func mcp(_ request: AssistantStreams.MCP.Request, session: StreamSession, ports: Ports) async throws -> AssistantStreams.MCP.Result {
+        let mcp = try await mcpSession(ports, origin: "stdio", terminal: { question in await session.ask(question) })
         var reader = MCPLineReader(session.input)
-        var calls = 0
         let send: @Sendable (Data) async -> Void = { data in await session.emit("stdout", data: data) }
         // Tool calls run at once (a client may send several and keep pinging meanwhile); each
         // answer goes out whole when it is ready. A cancelled call (notifications/cancelled)
         // is stopped and gets no answer, as the specification says.
-        let running = MCPCalls()
-        defer { running.withLock { $0.tasks.values.forEach { $0.cancel() } } }
+        defer { mcp.cancelAll() }
         while let line = await reader.next() {
             guard let data = line else {
                 await send(MCPProtocol.error(.null, code: MCPProtocol.ErrorCode.invalidRequest, message: "A message is at most \(MCPProtocol.messageLimit) bytes; this one was dropped."))
@@ -46,83 +46,33 @@ extension AssistantFeature {
             case .invalid(let id, let code, let message):
                 await send(MCPProtocol.error(id, code: code, message: message))
             case .notification(let method, let params):
-                if method == "notifications/cancelled", let id = params["requestId"] {
-                    let key = String(describing: id)
-                    running.withLock { state -> Task<Void, Never>? in
-                        state.live.remove(key)
-                        return state.tasks.removeValue(forKey: key)
-                    }?.cancel()
-                }
-                continue
+                mcp.notify(method, params: params)
             case .response:
                 continue
             case .request(let id, let method, let params):
-                switch method {
-                case "initialize":
-                    let chosen = MCPProtocol.negotiate(params["protocolVersion"]?.stringValue)
-                    version = chosen
-                    if let name = params["clientInfo"]?["name"]?.stringValue {
-                        let safe = String(name.lowercased().map { $0.isASCII && ($0.isLetter || $0.isNumber) ? $0 : "-" }.prefix(24))
-                        let named = "mcp-\(safe.isEmpty ? "client" : safe)-\(number)"
-                        policy.setMode(mode, conversation: named)
-                        conversation = named
-                        sessionName.withLock { $0 = named }
+                let era: MCPProtocol.Era
+                switch mcp.route(method: method, params: params, headers: nil) {
+                case .failure(let rejection):
+                    await send(MCPProtocol.error(id, code: rejection.code, message: rejection.message, data: rejection.data))
+                    continue
+                case .success(let chosen):
+                    era = chosen
+                }
+                if method == "tools/call" {
+                    // At once, answered when done (or never, when cancelled).
+                    mcp.start(id: id) {
+                        let answer = await mcp.answer(method: method, params: params, era: era)
+                        guard mcp.isLive(id), !Task.isCancelled else { return }
+                        await send(mcp.line(id, answer, era: era))
                     }
-                    await send(MCPProtocol.result(id, .object([
-                        "protocolVersion": .string(chosen),
-                        "capabilities": .object(["tools": .object(["listChanged": .bool(false)])]),
-                        "serverInfo": .object(["name": .string("termind"), "version": .string("0.1.0")]),
-                        "instructions": .string("termind's tools act on the operator's saved SSH hosts under the operator's policy: a refused call is final. Never ask for passwords or keys."),
-                    ])))
-                case "ping":
-                    await send(MCPProtocol.result(id, .object([:])))
-                case "tools/list":
-                    guard version != nil else { await send(Self.notInitialized(id)); continue }
-                    let listed = tools.specs.map { spec in
-                        MCPProtocol.tool(name: spec.name, description: spec.description, inputSchema: spec.parameters, hints: Self.hints(spec.name),
-                                         outputSchema: Self.outputSchemas[spec.name])
-                    }
-                    await send(MCPProtocol.result(id, .object(["tools": .array(listed)])))
-                case "tools/call":
-                    guard version != nil else { await send(Self.notInitialized(id)); continue }
-                    guard let name = params["name"]?.stringValue, tools.specs.contains(where: { $0.name == name }) else {
-                        await send(MCPProtocol.error(id, code: MCPProtocol.ErrorCode.invalidParams,
-                                                     message: "Unknown tool \(params["name"]?.stringValue ?? "(none)"); tools/list lists them."))
-                        continue
-                    }
-                    var arguments = params["arguments"] ?? .object([:])
-                    if arguments == .null { arguments = .object([:]) }
-                    calls += 1
-                    let call = ToolCall(id: "mcp-\(calls)", name: name, arguments: arguments)
-                    let key = String(describing: id)
-                    running.withLock { _ = $0.live.insert(key) }
-                    let task = Task { [conversation] in
-                        // Arguments that do not fit the schema come back as a tool error (the
-                        // model can correct them), not a protocol error.
-                        let outcome = await tools.run(call, conversation: conversation, run: "mcp")
-                        let answer = running.withLock { state -> Bool in
-                            state.tasks.removeValue(forKey: key)
-                            return state.live.remove(key) != nil
-                        }
-                        guard answer, !Task.isCancelled else { return }
-                        let failed = outcome.state != .succeeded
-                        await send(MCPProtocol.result(id, MCPProtocol.callResult(text: outcome.text, isError: failed, structured: failed ? nil : outcome.structured)))
-                    }
-                    running.withLock { state in if state.live.contains(key) { state.tasks[key] = task } }
-                default:
-                    // server/discover (the stateless 2026-07-28 era) is not spoken yet: a
-                    // client in mode auto falls back to initialize on this answer.
-                    await send(MCPProtocol.error(id, code: MCPProtocol.ErrorCode.methodNotFound, message: "Method not found: \(method)."))
+                } else {
+                    await send(mcp.line(id, await mcp.answer(method: method, params: params, era: era), era: era))
                 }
             }
         }
         // The input ended: the calls still going are answered first.
-        for task in running.withLock({ Array($0.tasks.values) }) { await task.value }
-        return .init(calls: calls)
-    }
-
-    private static func notInitialized(_ id: JSONValue) -> Data {
-        MCPProtocol.error(id, code: MCPProtocol.ErrorCode.invalidRequest, message: "The session is not initialized: send initialize first.")
+        await mcp.drain()
+        return .init(calls: mcp.calls)
     }
 
     /// The shape of what a tool returns as data (`structuredContent`), for the tools that do.
@@ -161,10 +111,184 @@ extension AssistantFeature {
     }
 }
 
-/// The tool calls of one MCP session still going: those to answer (`live`) and their tasks.
-final class MCPCalls: Sendable {
-    private let state = Mutex<(live: Set<String>, tasks: [String: Task<Void, Never>])>(([], [:]))
-    func withLock<T>(_ body: (inout (live: Set<String>, tasks: [String: Task<Void, Never>])) -> T) -> T { state.withLock { body(&$0) } }
+/// One MCP session: a conversation of the policy (`mcp-CLIENT-N`: its approvals, secret
+/// handles, scratch folder, and what the audit names), the era it speaks, and the tool calls
+/// it has going. The transports (stdio, HTTP) hand it requests; it answers them the same way.
+final class MCPSession: Sendable {
+    let number: Int
+    /// How the client reaches it (`stdio`, `http`), for the log and the docs.
+    let origin: String
+    let tools: HostTools
+    let policy: AssistantPolicy
+    let mode: AssistantSettings.Policy.Mode
+    private let name: Name
+    /// The conversation's name, read by the questions it asks.
+    final class Name: Sendable {
+        private let state: Mutex<String>
+        init(_ value: String) { state = Mutex(value) }
+        var value: String { state.withLock { $0 } }
+        func withLock<T>(_ body: (inout String) -> T) -> T { state.withLock { body(&$0) } }
+    }
+    private let state = Mutex<(era: MCPProtocol.Era?, calls: Int, live: Set<String>, tasks: [String: Task<Void, Never>], lastUsed: Double)>((nil, 0, [], [:], 0))
+
+    init(number: Int, origin: String, tools: HostTools, policy: AssistantPolicy, mode: AssistantSettings.Policy.Mode, name: Name) {
+        self.number = number
+        self.origin = origin
+        self.tools = tools
+        self.policy = policy
+        self.mode = mode
+        self.name = name
+        policy.setMode(mode, conversation: name.value)
+        touch()
+    }
+
+    var conversation: String { name.value }
+    var era: MCPProtocol.Era? { state.withLock { $0.era } }
+    var calls: Int { state.withLock { $0.calls } }
+    var idleSince: Double { state.withLock { $0.lastUsed } }
+    func touch() { state.withLock { $0.lastUsed = Date().timeIntervalSince1970 } }
+
+    static let serverInfo: JSONValue = .object(["name": .string("termind"), "version": .string("0.1.0")])
+    static let instructions = "termind's tools act on the operator's saved SSH hosts under the operator's policy: a refused call is final. Never ask for passwords or keys."
+    static let capabilities: JSONValue = .object(["tools": .object(["listChanged": .bool(false)])])
+
+    /// The era of one request on this session: the first request decides the session's
+    /// (one enveloped with `_meta` and not `initialize` opens the stateless era, anything
+    /// else the handshake's); a later one from the other era is refused, as the reference
+    /// server refuses it. `headers` (HTTP) are checked against the body.
+    func route(method: String, params: JSONValue, headers: ((String) -> String?)?) -> Result<MCPProtocol.Era, MCPProtocol.Rejection> {
+        let enveloped = MCPProtocol.hasModernEnvelope(method: method, params: params)
+        let current = era
+        if current?.isModern == true || (current == nil && enveloped) {
+            if method == "initialize" {
+                return .failure(MCPProtocol.unsupported(params["protocolVersion"]?.stringValue ?? "(none)"))
+            }
+            switch MCPProtocol.classifyModern(method: method, params: params, headers: headers) {
+            case .failure(let rejection): return .failure(rejection)
+            case .success(let route):
+                state.withLock { $0.era = .modern(route.version) }
+                if let client = route.clientName { rename(client) }
+                return .success(.modern(route.version))
+            }
+        }
+        if enveloped {
+            return .failure(MCPProtocol.Rejection(code: MCPProtocol.ErrorCode.invalidRequest,
+                                                  message: "This session began with initialize: its requests carry no 2026-07-28 _meta envelope."))
+        }
+        if method == "initialize" {
+            let chosen = MCPProtocol.negotiate(params["protocolVersion"]?.stringValue)
+            state.withLock { $0.era = .handshake(chosen) }
+            if let client = params["clientInfo"]?["name"]?.stringValue { rename(client) }
+            return .success(.handshake(chosen))
+        }
+        guard let current, method != "server/discover" else {
+            if method == "ping" || method == "server/discover" { return .success(.handshake(MCPProtocol.versions[0])) }
+            return .failure(MCPProtocol.Rejection(code: MCPProtocol.ErrorCode.invalidRequest, message: "The session is not initialized: send initialize first."))
+        }
+        return .success(current)
+    }
+
+    /// Names the conversation after the client (`mcp-claude-code-3`), once.
+    private func rename(_ client: String) {
+        let safe = String(client.lowercased().map { $0.isASCII && ($0.isLetter || $0.isNumber) ? $0 : "-" }.prefix(24))
+        let named = "mcp-\(safe.isEmpty ? "client" : safe)-\(number)"
+        let changed = name.withLock { current -> Bool in
+            guard current == "mcp-\(number)" else { return false }
+            current = named
+            return true
+        }
+        if changed { policy.setMode(mode, conversation: named) }
+    }
+
+    /// The answer to one request of `era`.
+    func answer(method: String, params: JSONValue, era: MCPProtocol.Era) async -> Result<JSONValue, MCPProtocol.Rejection> {
+        touch()
+        switch method {
+        case "initialize":
+            guard case .handshake(let version) = era else { return .failure(MCPProtocol.unsupported(params["protocolVersion"]?.stringValue ?? "(none)")) }
+            return .success(.object(["protocolVersion": .string(version), "capabilities": Self.capabilities, "serverInfo": Self.serverInfo,
+                                     "instructions": .string(Self.instructions)]))
+        case "server/discover":
+            guard era.isModern else {
+                // The handshake era has no discover: a client in the SDK's mode auto falls back.
+                return .failure(MCPProtocol.Rejection(code: MCPProtocol.ErrorCode.methodNotFound, message: "Method not found: server/discover (this session uses initialize)."))
+            }
+            return .success(.object(["supportedVersions": .array((MCPProtocol.modernVersions + MCPProtocol.versions).map { .string($0) }),
+                                     "capabilities": Self.capabilities, "instructions": .string(Self.instructions),
+                                     "ttlMs": .integer(60_000), "cacheScope": .string("private")]))
+        case "ping":
+            return .success(.object([:]))
+        case "tools/list":
+            let listed = tools.specs.map { spec in
+                MCPProtocol.tool(name: spec.name, description: spec.description, inputSchema: spec.parameters, hints: AssistantFeature.hints(spec.name),
+                                 outputSchema: AssistantFeature.outputSchemas[spec.name])
+            }
+            var result: [String: JSONValue] = ["tools": .array(listed)]
+            // The list is the same for every client and changes only with termind's version.
+            if era.isModern { result["ttlMs"] = .integer(60_000); result["cacheScope"] = .string("private") }
+            return .success(.object(result))
+        case "tools/call":
+            guard let name = params["name"]?.stringValue, tools.specs.contains(where: { $0.name == name }) else {
+                return .failure(MCPProtocol.Rejection(code: MCPProtocol.ErrorCode.invalidParams,
+                                                      message: "Unknown tool \(params["name"]?.stringValue ?? "(none)"); tools/list lists them."))
+            }
+            var arguments = params["arguments"] ?? .object([:])
+            if arguments == .null { arguments = .object([:]) }
+            let number = state.withLock { state -> Int in state.calls += 1; return state.calls }
+            // Arguments that do not fit the schema come back as a tool error (the model can
+            // correct them), not a protocol error.
+            let outcome = await tools.run(ToolCall(id: "mcp-\(number)", name: name, arguments: arguments), conversation: conversation, run: "mcp")
+            let failed = outcome.state != .succeeded
+            return .success(MCPProtocol.callResult(text: outcome.text, isError: failed, structured: failed ? nil : outcome.structured))
+        default:
+            return .failure(MCPProtocol.Rejection(code: MCPProtocol.ErrorCode.methodNotFound, message: "Method not found: \(method)."))
+        }
+    }
+
+    /// An answer as its JSON-RPC line (a stateless-era result stamped as that era wants).
+    func line(_ id: JSONValue, _ answer: Result<JSONValue, MCPProtocol.Rejection>, era: MCPProtocol.Era) -> Data {
+        switch answer {
+        case .success(let result):
+            return MCPProtocol.result(id, era.isModern ? MCPProtocol.modernResult(result, serverInfo: Self.serverInfo) : result)
+        case .failure(let rejection):
+            return MCPProtocol.error(id, code: rejection.code, message: rejection.message, data: rejection.data)
+        }
+    }
+
+    /// A notification: `notifications/cancelled` stops the call it names (which then gets no
+    /// answer); the others need nothing.
+    func notify(_ method: String, params: JSONValue) {
+        guard method == "notifications/cancelled", let id = params["requestId"] else { return }
+        let key = String(describing: id)
+        state.withLock { state -> Task<Void, Never>? in
+            state.live.remove(key)
+            return state.tasks.removeValue(forKey: key)
+        }?.cancel()
+    }
+
+    /// Runs `body` (a call and its answer) at once, unless the call is cancelled first.
+    func start(id: JSONValue, _ body: @escaping @Sendable () async -> Void) {
+        let key = String(describing: id)
+        state.withLock { _ = $0.live.insert(key) }
+        let task = Task { [self] in
+            await body()
+            state.withLock { state in
+                state.tasks.removeValue(forKey: key)
+                state.live.remove(key)
+            }
+        }
+        state.withLock { state in if state.live.contains(key) { state.tasks[key] = task } }
+    }
+
+    /// Whether the call `id` was cancelled (its answer is dropped).
+    func isLive(_ id: JSONValue) -> Bool { state.withLock { $0.live.contains(String(describing: id)) } }
+
+    /// Waits for the calls still going.
+    func drain() async {
+        for task in state.withLock({ Array($0.tasks.values) }) { await task.value }
+    }
+
+    func cancelAll() { state.withLock { Array($0.tasks.values) }.forEach { $0.cancel() } }
 }
 
 /// MCP's stdio framing: one message a line. A line longer than `MCPProtocol.messageLimit` is

@@ -7,6 +7,120 @@ import TermindCore
 public enum MCPProtocol {
     /// The handshake-era revisions termind speaks, newest first.
     public static let versions = ["2025-11-25", "2025-06-18"]
+    /// The stateless revisions (no handshake: a `_meta` envelope on every request).
+    public static let modernVersions = ["2026-07-28"]
+
+    /// The per-request envelope's keys (2026-07-28).
+    public enum Meta {
+        public static let protocolVersion = "io.modelcontextprotocol/protocolVersion"
+        public static let clientCapabilities = "io.modelcontextprotocol/clientCapabilities"
+        public static let clientInfo = "io.modelcontextprotocol/clientInfo"
+        public static let serverInfo = "io.modelcontextprotocol/serverInfo"
+    }
+
+    /// Which revision a connection or a request speaks.
+    public enum Era: Equatable, Sendable {
+        /// `initialize` chose this version for the session.
+        case handshake(String)
+        /// Every request says its version in `_meta`.
+        case modern(String)
+
+        public var isModern: Bool { if case .modern = self { true } else { false } }
+    }
+
+    /// What the stateless era's checks found for one request: its version and who sent it.
+    public struct ModernRoute: Equatable, Sendable {
+        public var version: String
+        public var clientName: String?
+    }
+
+    /// A request refused before any method runs: the JSON-RPC error to answer with.
+    public struct Rejection: Equatable, Sendable, Error {
+        public var code: Int
+        public var message: String
+        public var data: JSONValue?
+        public init(code: Int, message: String, data: JSONValue? = nil) {
+            self.code = code
+            self.message = message
+            self.data = data
+        }
+    }
+
+    /// Whether a request opens (or belongs to) the stateless era: it is not `initialize` and
+    /// carries the envelope's protocol version in `params._meta`.
+    public static func hasModernEnvelope(method: String, params: JSONValue) -> Bool {
+        method != "initialize" && params["_meta"]?[Meta.protocolVersion] != nil
+    }
+
+    /// The stateless era's checks on one request, in the specification's order (the first
+    /// failure wins): the envelope (`_meta` with the protocol version and the client's
+    /// capabilities) → -32602; over HTTP, `MCP-Protocol-Version`, `Mcp-Method` and (for
+    /// `tools/call`) `Mcp-Name` must say what the body says → -32020; the version must be
+    /// one termind speaks → -32022 with the supported list.
+    public static func classifyModern(method: String, params: JSONValue, headers: ((String) -> String?)? = nil) -> Result<ModernRoute, Rejection> {
+        guard case .object(let meta)? = params["_meta"] else {
+            return .failure(Rejection(code: ErrorCode.invalidParams,
+                                      message: "params._meta must be an object carrying \(Meta.protocolVersion) and \(Meta.clientCapabilities)."))
+        }
+        let missing = [Meta.protocolVersion, Meta.clientCapabilities].filter { meta[$0] == nil }
+        guard missing.isEmpty else {
+            return .failure(Rejection(code: ErrorCode.invalidParams, message: "params._meta lacks \(missing.joined(separator: " and "))."))
+        }
+        if let headers {
+            guard let header = headers("mcp-protocol-version"), .string(header) == meta[Meta.protocolVersion] else {
+                return .failure(Rejection(code: ErrorCode.headerMismatch, message: "The MCP-Protocol-Version header does not match the body's \(Meta.protocolVersion)."))
+            }
+            guard headers("mcp-method") == method else {
+                return .failure(Rejection(code: ErrorCode.headerMismatch, message: "The Mcp-Method header does not match the body's method."))
+            }
+            if method == "tools/call", let name = params["name"]?.stringValue, decodeHeaderValue(headers("mcp-name")) != name {
+                return .failure(Rejection(code: ErrorCode.headerMismatch, message: "The Mcp-Name header does not match the body's params.name."))
+            }
+        }
+        guard case .string(let version)? = meta[Meta.protocolVersion] else {
+            return .failure(Rejection(code: ErrorCode.invalidParams, message: "\(Meta.protocolVersion) is a string."))
+        }
+        guard modernVersions.contains(version) else { return .failure(unsupported(version)) }
+        return .success(ModernRoute(version: version, clientName: meta[Meta.clientInfo]?["name"]?.stringValue))
+    }
+
+    /// -32022: the version asked for is not one termind speaks in the stateless era.
+    public static func unsupported(_ requested: String) -> Rejection {
+        Rejection(code: ErrorCode.unsupportedProtocolVersion, message: "Unsupported protocol version",
+                  data: .object(["supported": .array(modernVersions.map { .string($0) }), "requested": .string(requested)]))
+    }
+
+    /// A header value as the client wrote it: verbatim, or `=?base64?…?=` for one that would
+    /// not survive as a header (nil when that is malformed: it then matches nothing).
+    public static func decodeHeaderValue(_ value: String?) -> String? {
+        guard let value else { return nil }
+        guard value.hasPrefix("=?base64?"), value.hasSuffix("?="), value.count >= 11 else { return value }
+        let payload = String(value.dropFirst(9).dropLast(2))
+        guard let data = Data(base64Encoded: payload), data.base64EncodedString() == payload else { return nil }
+        return String(data: data, encoding: .utf8)
+    }
+
+    /// A stateless-era result: `resultType` on every one, the server named in `_meta`.
+    public static func modernResult(_ result: JSONValue, serverInfo: JSONValue) -> JSONValue {
+        guard case .object(var fields) = result else { return result }
+        if fields["resultType"] == nil { fields["resultType"] = .string("complete") }
+        var meta: [String: JSONValue] = [:]
+        if case .object(let existing)? = fields["_meta"] { meta = existing }
+        meta[Meta.serverInfo] = serverInfo
+        fields["_meta"] = .object(meta)
+        return .object(fields)
+    }
+
+    /// The HTTP status for a JSON-RPC error answered over HTTP (the specification's table;
+    /// anything else 200).
+    public static func httpStatus(forError code: Int) -> Int {
+        switch code {
+        case ErrorCode.parse, ErrorCode.invalidRequest, ErrorCode.invalidParams, ErrorCode.headerMismatch,
+             ErrorCode.missingClientCapability, ErrorCode.unsupportedProtocolVersion: 400
+        case ErrorCode.methodNotFound: 404
+        default: 200
+        }
+    }
     /// The most a message may be (the HTTP transport's cap too).
     public static let messageLimit = 4 << 20
 
@@ -15,6 +129,11 @@ public enum MCPProtocol {
         public static let invalidRequest = -32600
         public static let methodNotFound = -32601
         public static let invalidParams = -32602
+        /// 2026-07-28: an HTTP header says something else than the body.
+        public static let headerMismatch = -32020
+        public static let missingClientCapability = -32021
+        /// 2026-07-28: a version termind does not speak (data: the supported ones).
+        public static let unsupportedProtocolVersion = -32022
     }
 
     /// One incoming message.

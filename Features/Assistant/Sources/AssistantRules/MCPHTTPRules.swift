@@ -1,0 +1,114 @@
+import Foundation
+
+/// What MCP's Streamable HTTP endpoint checks before it reads a body (docs/mcp.md, "HTTP"),
+/// pure: the path, the Host and Origin (a page in a browser — DNS rebinding included — is
+/// refused 403), no query string (a token in a URL ends up in logs and histories), the Bearer
+/// token (compared in constant time), and for a POST the media types.
+public enum MCPHTTPRules {
+    public static let path = "/mcp"
+
+    /// A refusal: the status, a message for the body, and headers to add.
+    public struct Refusal: Equatable, Sendable {
+        public var status: Int
+        public var message: String
+        public var headers: [String: String]
+        init(_ status: Int, _ message: String, headers: [String: String] = [:]) {
+            self.status = status
+            self.message = message
+            self.headers = headers
+        }
+    }
+
+    /// The request's head as the rules need it.
+    public struct Head: Sendable {
+        public var method: String
+        public var path: String
+        public var query: [String]
+        /// Every value of a header (lowercased name).
+        public var values: @Sendable (String) -> [String]
+        public init(method: String, path: String, query: [String], values: @escaping @Sendable (String) -> [String]) {
+            self.method = method
+            self.path = path
+            self.query = query
+            self.values = values
+        }
+        public func header(_ name: String) -> String? { values(name).first }
+    }
+
+    /// Why `head` is refused before its body is read, or nil. `port` is the one listened on
+    /// (a Host or Origin must name it); `token` the one accepted now (nil: none exists yet,
+    /// so nothing is accepted).
+    public static func check(_ head: Head, port: Int, token: String?) -> Refusal? {
+        guard head.path == path else { return Refusal(404, "Not found: MCP is served at \(path).") }
+        let hosts = ["127.0.0.1:\(port)", "localhost:\(port)", "[::1]:\(port)"]
+        guard let host = head.header("host")?.lowercased(), hosts.contains(host) else {
+            return Refusal(403, "Forbidden: the Host header must be this loopback server's own (\(hosts[0])).")
+        }
+        for origin in head.values("origin") where !hosts.contains(where: { "http://\($0)" == origin.lowercased() }) {
+            return Refusal(403, "Forbidden: requests from another origin (\(origin.prefix(100))) are refused.")
+        }
+        guard head.query.isEmpty else {
+            return Refusal(400, "MCP's endpoint takes no query string: the token goes only in the Authorization header (a URL ends up in logs).")
+        }
+        let authorizations = head.values("authorization")
+        guard authorizations.count == 1, let token, let given = bearer(authorizations[0]), constantTimeEqual(given, token) else {
+            return Refusal(401, authorizations.isEmpty ? "Unauthorized: send Authorization: Bearer TOKEN (termind mcp token show)."
+                                                       : "Unauthorized: the token is not termind's current one (termind mcp token rotate makes a new one).",
+                           headers: ["WWW-Authenticate": "Bearer realm=\"termind\""])
+        }
+        switch head.method {
+        case "POST":
+            guard let type = head.header("content-type"), mediaType(type) == "application/json" else {
+                return Refusal(415, "A POST to MCP's endpoint is application/json.")
+            }
+            if let accept = head.header("accept"), !accepts(accept, "application/json") && !accepts(accept, "text/event-stream") {
+                return Refusal(406, "Not acceptable: the answer is application/json or text/event-stream.")
+            }
+            return nil
+        case "GET", "DELETE":
+            return nil
+        default:
+            return Refusal(405, "MCP's endpoint takes POST, GET and DELETE.", headers: ["Allow": "POST, GET, DELETE"])
+        }
+    }
+
+    /// The token in `Bearer TOKEN` (the scheme in any case), or nil.
+    static func bearer(_ value: String) -> String? {
+        let parts = value.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else { return nil }
+        return String(parts[1]).trimmingCharacters(in: .whitespaces)
+    }
+
+    /// Equal without returning early on the first differing byte (the length is no secret).
+    public static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8), y = Array(b.utf8)
+        guard x.count == y.count else { return false }
+        var difference: UInt8 = 0
+        for index in x.indices { difference |= x[index] ^ y[index] }
+        return difference == 0
+    }
+
+    static func mediaType(_ value: String) -> String {
+        value.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+    }
+
+    /// Whether an Accept header admits `type` (exactly, by its family's wildcard or `*/*`).
+    public static func accepts(_ accept: String, _ type: String) -> Bool {
+        let family = type.split(separator: "/").first.map(String.init) ?? type
+        return accept.split(separator: ",").map { mediaType(String($0)) }.contains { $0 == type || $0 == "*/*" || $0 == "\(family)/*" }
+    }
+
+    /// A new token: 256 random bits, base64url without padding (43 characters).
+    public static func newToken() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    /// Whether `token` looks like one of termind's (so a pasted one with a stray character
+    /// is not kept).
+    public static func isToken(_ token: String) -> Bool {
+        token.count == 43 && token.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }
+    }
+}

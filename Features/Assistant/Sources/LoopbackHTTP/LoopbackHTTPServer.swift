@@ -1,0 +1,272 @@
+import CMicroHTTPD
+import Foundation
+import Synchronization
+
+/// One HTTP request as the server read it: header names lowercased, every header line kept
+/// (a name sent twice is there twice), the query's parameters apart from the path.
+public struct HTTPServerRequest: Sendable {
+    public var method: String
+    public var path: String
+    public var headers: [(name: String, value: String)]
+    public var query: [(name: String, value: String?)]
+    public var body: Data
+    /// The port the server listens on (a Host header must name it).
+    public var localPort: Int
+
+    public init(method: String, path: String, headers: [(name: String, value: String)], query: [(name: String, value: String?)] = [], body: Data = Data(),
+                localPort: Int = 0) {
+        self.localPort = localPort
+        self.method = method
+        self.path = path
+        self.headers = headers.map { ($0.name.lowercased(), $0.value) }
+        self.query = query
+        self.body = body
+    }
+
+    /// The first value of header `name` (any case).
+    public func header(_ name: String) -> String? {
+        let key = name.lowercased()
+        return headers.first { $0.name == key }?.value
+    }
+
+    /// How many times header `name` was sent.
+    public func count(_ name: String) -> Int {
+        let key = name.lowercased()
+        return headers.filter { $0.name == key }.count
+    }
+}
+
+public struct HTTPServerResponse: Sendable {
+    public var status: Int
+    public var headers: [(name: String, value: String)]
+    public var body: Data
+
+    public init(status: Int, headers: [(name: String, value: String)] = [], body: Data = Data()) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+}
+
+public struct LoopbackHTTPError: Error, CustomStringConvertible {
+    public let description: String
+}
+
+/// A small HTTP/1.1 server on a loopback address, on GNU libmicrohttpd (its own polling
+/// thread, epoll): what parses HTTP is a well-kept C library, not termind. A request is
+/// checked on its head first (`check`: before its body is read, so a refused one costs no
+/// body), its body is capped (`bodyLimit`: a longer declared length is answered 413 at once,
+/// a longer chunked body closes the connection), and the answer is computed by `handle` on
+/// Swift's concurrency while the connection waits suspended.
+public final class LoopbackHTTPServer: Sendable {
+    public typealias Check = @Sendable (HTTPServerRequest) -> HTTPServerResponse?
+    public typealias Handler = @Sendable (HTTPServerRequest) async -> HTTPServerResponse
+
+    /// The port listened on (the kernel's choice when 0 was asked).
+    public let port: Int
+    public let address: String
+    let bodyLimit: Int
+    let check: Check
+    let handler: Handler
+    /// The library's daemon (its address; 0 once stopped).
+    private let daemon = Atomic<Int>(0)
+    /// Requests being answered (their connections suspended), to resume before stopping.
+    private let live = Mutex<[ObjectIdentifier: Exchange]>([:])
+    private let stopping = Atomic<Bool>(false)
+
+    /// Listens on `address` (a loopback address: 127.0.0.0/8, ::1 or localhost) and `port`.
+    public init(address: String, port: Int, bodyLimit: Int, check: @escaping Check = { _ in nil }, handler: @escaping Handler) throws {
+        let (fd, bound) = try Self.listen(address: address, port: port)
+        self.port = bound
+        self.address = address
+        self.bodyLimit = bodyLimit
+        self.check = check
+        self.handler = handler
+        let started = termind_mhd_start(fd, accessHandler, Unmanaged.passUnretained(self).toOpaque(), completedHandler,
+                                        256, 120, 32 * 1024)
+        guard let started else {
+            close(fd)
+            throw LoopbackHTTPError(description: "The HTTP server could not start on \(address):\(bound).")
+        }
+        daemon.store(Int(bitPattern: started), ordering: .releasing)
+    }
+
+    /// Stops listening; requests being answered are cancelled and answered 503 first (the
+    /// library must not stop with connections suspended).
+    public func stop() async {
+        guard !stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        for exchange in live.withLock({ Array($0.values) }) { exchange.task.withLock { $0?.cancel() } }
+        for _ in 0..<500 where !live.withLock({ $0.isEmpty }) { try? await Task.sleep(for: .milliseconds(10)) }
+        if let daemon = OpaquePointer(bitPattern: daemon.exchange(0, ordering: .acquiringAndReleasing)) { MHD_stop_daemon(daemon) }
+    }
+
+    deinit {
+        if let daemon = OpaquePointer(bitPattern: daemon.exchange(0, ordering: .acquiringAndReleasing)) { MHD_stop_daemon(daemon) }
+    }
+
+    /// True for an address that only this machine reaches.
+    public static func isLoopback(_ address: String) -> Bool {
+        if address == "localhost" || address == "::1" { return true }
+        var v4 = in_addr()
+        guard inet_pton(AF_INET, address, &v4) == 1 else { return false }
+        return UInt32(bigEndian: v4.s_addr) >> 24 == 127
+    }
+
+    private static func listen(address: String, port: Int) throws -> (Int32, Int) {
+        guard isLoopback(address) else {
+            throw LoopbackHTTPError(description: "\(address) is not a loopback address: the server listens on 127.0.0.1, another 127.x.y.z, ::1 or localhost only.")
+        }
+        guard (0...65535).contains(port) else { throw LoopbackHTTPError(description: "\(port) is not a port (0–65535).") }
+        let host = address == "localhost" ? "127.0.0.1" : address
+        let six = host.contains(":")
+        let fd = socket(six ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw LoopbackHTTPError(description: "No socket: \(String(cString: strerror(errno))).") }
+        var yes: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        var storage = sockaddr_storage()
+        var length: socklen_t
+        if six {
+            var a = sockaddr_in6()
+            a.sin6_family = sa_family_t(AF_INET6)
+            a.sin6_port = in_port_t(UInt16(port).bigEndian)
+            inet_pton(AF_INET6, host, &a.sin6_addr)
+            length = socklen_t(MemoryLayout<sockaddr_in6>.size)
+            withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: withUnsafeBytes(of: a) { UnsafeRawBufferPointer($0) }) }
+        } else {
+            var a = sockaddr_in()
+            a.sin_family = sa_family_t(AF_INET)
+            a.sin_port = in_port_t(UInt16(port).bigEndian)
+            inet_pton(AF_INET, host, &a.sin_addr)
+            length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: withUnsafeBytes(of: a) { UnsafeRawBufferPointer($0) }) }
+        }
+        let bound = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, length) }
+        }
+        guard bound == 0, Glibc.listen(fd, 64) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            throw LoopbackHTTPError(description: "Cannot listen on \(address):\(port): \(reason).")
+        }
+        var actual = sockaddr_storage()
+        var actualLength = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        _ = withUnsafeMutablePointer(to: &actual) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &actualLength) } }
+        let chosen = withUnsafeBytes(of: actual) { raw -> UInt16 in
+            six ? raw.load(fromByteOffset: 2, as: UInt16.self) : raw.load(fromByteOffset: 2, as: UInt16.self)
+        }
+        return (fd, Int(UInt16(bigEndian: chosen)))
+    }
+
+    // MARK: the library's callbacks (on its polling thread; nothing here blocks)
+
+    /// One request's state from its head to its answer.
+    final class Exchange: Sendable {
+        let head: Mutex<HTTPServerRequest>
+        let response = Mutex<HTTPServerResponse?>(nil)
+        let task = Mutex<Task<Void, Never>?>(nil)
+        /// The body went over the limit (chunked): the connection is closed.
+        let overLimit = Atomic<Bool>(false)
+        let suspended = Atomic<Bool>(false)
+        init(_ head: HTTPServerRequest) { self.head = Mutex(head) }
+    }
+
+    fileprivate func access(_ connection: OpaquePointer, url: String, method: String, upload: UnsafePointer<CChar>?, size: UnsafeMutablePointer<Int>,
+                            context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
+        guard let raw = context.pointee else {
+            // The head: read headers and query, check them before any body is read.
+            var request = HTTPServerRequest(method: method, path: url, headers: Self.values(connection, termind_mhd_header_kind).map { ($0.0, $0.1 ?? "") },
+                                            query: Self.values(connection, termind_mhd_query_kind), localPort: port)
+            request.body = Data()
+            let exchange = Exchange(request)
+            context.pointee = Unmanaged.passRetained(exchange).toOpaque()
+            if let refused = check(request) { return queue(connection, refused) }
+            if let declared = request.header("content-length").flatMap(Int.init), declared > bodyLimit {
+                return queue(connection, HTTPServerResponse(status: 413, headers: [("Content-Type", "text/plain")],
+                                                           body: Data("A request body is at most \(bodyLimit) bytes; this one declares \(declared).\n".utf8)))
+            }
+            return termind_mhd_yes
+        }
+        let exchange = Unmanaged<Exchange>.fromOpaque(raw).takeUnretainedValue()
+        if size.pointee > 0 {
+            let count = size.pointee
+            size.pointee = 0
+            let over = exchange.head.withLock { head -> Bool in
+                guard head.body.count + count <= bodyLimit else { return true }
+                if let upload { head.body.append(UnsafeRawPointer(upload).assumingMemoryBound(to: UInt8.self), count: count) }
+                return false
+            }
+            if over { exchange.overLimit.store(true, ordering: .relaxed); return termind_mhd_no }
+            return termind_mhd_yes
+        }
+        // The whole request is in: answer it, or start computing the answer.
+        if let response = exchange.response.withLock({ $0 }) { return queue(connection, response) }
+        if exchange.suspended.load(ordering: .relaxed) { return termind_mhd_yes }
+        if stopping.load(ordering: .relaxed) {
+            return queue(connection, HTTPServerResponse(status: 503, body: Data("termind is stopping.\n".utf8)))
+        }
+        exchange.suspended.store(true, ordering: .relaxed)
+        live.withLock { $0[ObjectIdentifier(exchange)] = exchange }
+        MHD_suspend_connection(connection)
+        let request = exchange.head.withLock { $0 }
+        let handler = self.handler
+        let resume = ConnectionHandle(connection)
+        let task = Task { [weak self] in
+            var response = await handler(request)
+            if Task.isCancelled { response = HTTPServerResponse(status: 503, body: Data("termind is stopping.\n".utf8)) }
+            exchange.response.withLock { $0 = response }
+            exchange.suspended.store(false, ordering: .relaxed)
+            self?.live.withLock { _ = $0.removeValue(forKey: ObjectIdentifier(exchange)) }
+            MHD_resume_connection(resume.pointer)
+        }
+        exchange.task.withLock { $0 = task }
+        return termind_mhd_yes
+    }
+
+    fileprivate func completed(_ context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) {
+        guard let raw = context.pointee else { return }
+        context.pointee = nil
+        Unmanaged<Exchange>.fromOpaque(raw).release()
+    }
+
+    private func queue(_ connection: OpaquePointer, _ response: HTTPServerResponse) -> MHD_Result {
+        let made = response.body.withUnsafeBytes { bytes in
+            MHD_create_response_from_buffer(bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress), termind_mhd_must_copy)
+        }
+        guard let made else { return termind_mhd_no }
+        defer { MHD_destroy_response(made) }
+        for (name, value) in response.headers { _ = MHD_add_response_header(made, name, value) }
+        return MHD_queue_response(connection, UInt32(response.status), made)
+    }
+
+    private static func values(_ connection: OpaquePointer, _ kind: MHD_ValueKind) -> [(String, String?)] {
+        final class Sink { var pairs: [(String, String?)] = [] }
+        let sink = Sink()
+        _ = withExtendedLifetime(sink) {
+            MHD_get_connection_values(connection, kind, { cls, _, key, value in
+                guard let cls, let key else { return termind_mhd_yes }
+                Unmanaged<Sink>.fromOpaque(cls).takeUnretainedValue().pairs.append((String(cString: key), value.map { String(cString: $0) }))
+                return termind_mhd_yes
+            }, Unmanaged.passUnretained(sink).toOpaque())
+        }
+        return sink.pairs
+    }
+}
+
+/// A suspended connection, resumed from the task that computed its answer (the library
+/// allows resuming from any thread).
+private struct ConnectionHandle: @unchecked Sendable {
+    let pointer: OpaquePointer
+    init(_ pointer: OpaquePointer) { self.pointer = pointer }
+}
+
+private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, _, upload, size, context in
+    guard let cls, let connection, let size, let context else { return termind_mhd_no }
+    let server = Unmanaged<LoopbackHTTPServer>.fromOpaque(cls).takeUnretainedValue()
+    return server.access(connection, url: url.map { String(cString: $0) } ?? "/", method: method.map { String(cString: $0) } ?? "",
+                         upload: upload, size: size, context: context)
+}
+
+private let completedHandler: MHD_RequestCompletedCallback = { cls, _, context, _ in
+    guard let cls, let context else { return }
+    Unmanaged<LoopbackHTTPServer>.fromOpaque(cls).takeUnretainedValue().completed(context)
+}
