@@ -773,6 +773,126 @@ extension AssistantContracts {
     }
 }
 
+extension AssistantContracts {
+    /// A configured MCP server as `termind assistant mcp list` shows it.
+    public struct MCPServerView: Codable, Sendable, Equatable {
+        public var name: String
+        public var transport: AssistantSettings.MCPServers.Transport
+        /// The command (stdio) or the URL (http).
+        public var target: String
+        public var enabled: Bool
+        /// Whether a token is configured, and whether this device holds it.
+        public var token: Bool
+        public init(name: String, transport: AssistantSettings.MCPServers.Transport, target: String, enabled: Bool, token: Bool) {
+            self.name = name
+            self.transport = transport
+            self.target = target
+            self.enabled = enabled
+            self.token = token
+        }
+    }
+
+    /// `termind assistant mcp add NAME -- COMMAND...` or `--url URL [--token -]`.
+    public enum MCPServerAdd: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var name: String
+            /// A stdio server: the program and its arguments.
+            public var command: [String]?
+            /// An HTTP server (Streamable HTTP): its endpoint.
+            public var url: String?
+            /// Sent as Authorization: Bearer; read from standard input (`--token -`), kept in
+            /// the secret store.
+            public var token: Secret?
+            /// Replace a server of that name.
+            public var replace: Bool?
+            public init(name: String, command: [String]? = nil, url: String? = nil, token: Secret? = nil, replace: Bool? = nil) {
+                self.name = name
+                self.command = command
+                self.url = url
+                self.token = token
+                self.replace = replace
+            }
+        }
+        public typealias Response = MCPServerView
+        public static let name = "assistant.mcp.server.add"
+        public static let version = 1
+        public static let summary = "Configure an MCP server whose tools the assistant may use (a stdio command or an HTTP URL with a token); nothing is started."
+        public static let effect: Effect = Effect(.write, secrets: true)
+    }
+
+    public enum MCPServerRemove: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var name: String
+            public init(name: String) { self.name = name }
+        }
+        public typealias Response = MCPServerView
+        public static let name = "assistant.mcp.server.remove"
+        public static let version = 1
+        public static let summary = "Remove a configured MCP server (and its token); its tools' rules in assistant.policy stay."
+        public static let effect: Effect = Effect(.write, secrets: true)
+    }
+
+    public enum MCPServerList: Contract {
+        public struct Request: Codable, Sendable, Equatable { public init() {} }
+        public struct Response: Codable, Sendable, Equatable {
+            public var servers: [MCPServerView]
+            public init(servers: [MCPServerView]) { self.servers = servers }
+        }
+        public static let name = "assistant.mcp.server.list"
+        public static let version = 1
+        public static let summary = "List the configured MCP servers."
+        public static let effect: Effect = .read
+    }
+
+    /// A configured server's tool as termind offers it, with the rule that decides it.
+    public struct MCPToolView: Codable, Sendable, Equatable {
+        /// `mcp__SERVER__TOOL`.
+        public var name: String
+        public var server: String
+        public var readOnlyHint: Bool?
+        public var destructiveHint: Bool?
+        /// deny, approve or ask.
+        public var rule: AssistantSettings.Policy.ToolRule
+        /// `person` (assistant.policy's tools) or `hints` (the default from the server's hints).
+        public var ruleFrom: String
+        public var description: String
+        public init(name: String, server: String, readOnlyHint: Bool?, destructiveHint: Bool?, rule: AssistantSettings.Policy.ToolRule, ruleFrom: String, description: String) {
+            self.name = name
+            self.server = server
+            self.readOnlyHint = readOnlyHint
+            self.destructiveHint = destructiveHint
+            self.rule = rule
+            self.ruleFrom = ruleFrom
+            self.description = description
+        }
+    }
+
+    /// `termind assistant mcp tools [SERVER]`: connects and lists the servers' tools.
+    public enum MCPServerTools: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var server: String?
+            public init(server: String? = nil) { self.server = server }
+        }
+        public struct Response: Codable, Sendable, Equatable {
+            public var tools: [MCPToolView]
+            /// Per server: why it could not be reached, or which tools could not be offered.
+            public var problems: [String: String]
+            /// Per server reached: the protocol version it speaks with termind (2026-07-28: the
+            /// stateless era, found with server/discover; else the handshake's).
+            public var versions: [String: String]
+            public init(tools: [MCPToolView], problems: [String: String], versions: [String: String] = [:]) {
+                self.tools = tools
+                self.problems = problems
+                self.versions = versions
+            }
+        }
+        public static let name = "assistant.mcp.server.tools"
+        public static let version = 1
+        public static let summary = "Connect to the configured MCP servers and list their tools (mcp__SERVER__TOOL) with the rule that decides each."
+        public static let effect: Effect = Effect(.read, network: true)
+    }
+}
+
 extension ErrorCode {
     /// No such provider, model or conversation; or none is configured for a role.
     public static let assistantUnknown: ErrorCode = "assistant.unknown"

@@ -460,6 +460,15 @@ extension AssistantSettings {
             approvalTimeoutSeconds = try container.decodeIfPresent(Int.self, forKey: .approvalTimeoutSeconds) ?? 120
         }
 
+        /// `mcp__SERVER__TOOL`: a configured MCP server's tool (termind assistant mcp tools).
+        public static func isMCPToolName(_ name: String) -> Bool {
+            guard name.hasPrefix("mcp__"), name.count <= 64 else { return false }
+            let rest = name.dropFirst(5)
+            guard let split = rest.range(of: "__") else { return false }
+            return !rest[..<split.lowerBound].isEmpty && !rest[split.upperBound...].isEmpty
+                && name.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }
+        }
+
         /// A host's tier: its own when set, else the most restrictive of its tags', else `ask`
         /// — the host's own record can only tighten what its tags say.
         public func tier(host id: String, tags hostTags: [String]) -> Tier {
@@ -479,8 +488,8 @@ extension AssistantSettings {
 
         public func problems() -> [SettingsProblem] {
             var problems: [SettingsProblem] = []
-            for name in tools.keys.sorted() where !Self.toolNames.contains(name) {
-                problems.append(SettingsProblem("\(Self.key).tools.\(name)", "is not a tool of the assistant (\(Self.toolNames.joined(separator: ", ")))"))
+            for name in tools.keys.sorted() where !Self.toolNames.contains(name) && !Self.isMCPToolName(name) {
+                problems.append(SettingsProblem("\(Self.key).tools.\(name)", "is not a tool of the assistant (\(Self.toolNames.joined(separator: ", ")), or an MCP server's mcp__SERVER__TOOL)"))
             }
             for tag in tags.keys.sorted() where tag.isEmpty || tag.count > 100 {
                 problems.append(SettingsProblem("\(Self.key).tags.\(tag)", "a tag is 1 to 100 characters"))

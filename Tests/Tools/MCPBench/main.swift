@@ -3,10 +3,13 @@ import TermindCore
 import TermindHarness
 
 // termind-mcp-bench: `tools/call` of a read-only tool (`list_hosts`, three saved hosts) N
-// times (2,000 by default) over stdio, one after another, by one raw JSON-RPC driver (this
-// process: a line written, its answer read), against `termind mcp` and against the official
-// Python SDK's own `MCPServer` exposing an equivalent tool, in the same run, alternated in
-// rounds. Printed: median and p99 latency per call, calls per second, and the ratio.
+// times (2,000 by default), one after another, by one raw JSON-RPC driver (this process),
+// against termind and against the official Python SDK's own `MCPServer` exposing an
+// equivalent tool, in the same run, alternated in rounds: over stdio (`termind mcp`, a line
+// written and its answer read) and over Streamable HTTP (`termind serve --mcp-listen` against
+// the SDK's HTTP app on uvicorn, JSON answers; one keep-alive connection, a handshake-era
+// session). Printed: median and p99 latency per call, calls per second, the server's CPU per
+// call, and the ratios.
 // Target (issue 38): ≥ 5× the reference server's throughput, p99 ≤ 5 ms.
 
 var calls = 2000
@@ -81,6 +84,84 @@ func measure(_ driver: Driver, count: Int) throws -> (latencies: [Double], cpu: 
     return (latencies, ProcessCPU.seconds(of: driver.process.pid) - cpu)
 }
 
+/// One keep-alive HTTP/1.1 connection to a loopback MCP endpoint, a request at a time.
+final class HTTPDriver {
+    let fd: Int32
+    let port: Int
+    var headers: [String: String]
+    private var pending = Data()
+    private var buffer = [UInt8](repeating: 0, count: 1 << 16)
+
+    init(port: Int, headers: [String: String]) throws {
+        self.port = port
+        self.headers = headers
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard connected == 0 else { throw TermindError(code: "bench.connect", message: "cannot connect to port \(port)") }
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    /// POSTs `body`; the status, the headers (lowercased names) and the body.
+    func post(_ body: String) throws -> (Int, [String: String], String) {
+        var head = "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nContent-Length: \(body.utf8.count)\r\n"
+        for (name, value) in headers { head += "\(name): \(value)\r\n" }
+        let request = Array((head + "\r\n" + body).utf8)
+        var sent = 0
+        while sent < request.count {
+            let n = request.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, request.count - sent, Int32(MSG_NOSIGNAL)) }
+            guard n > 0 else { throw TermindError(code: "bench.send", message: "the server closed the connection") }
+            sent += n
+        }
+        while true {
+            if let end = pending.range(of: Data("\r\n\r\n".utf8)) {
+                let lines = String(decoding: pending[pending.startIndex..<end.lowerBound], as: UTF8.self).components(separatedBy: "\r\n")
+                var fields: [String: String] = [:]
+                for line in lines.dropFirst() {
+                    guard let colon = line.firstIndex(of: ":") else { continue }
+                    fields[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                }
+                let length = Int(fields["content-length"] ?? "0") ?? 0
+                if pending.count - (end.upperBound - pending.startIndex) >= length {
+                    let status = Int(lines.first?.split(separator: " ").dropFirst().first ?? "") ?? 0
+                    let bodyStart = end.upperBound
+                    let text = String(decoding: pending[bodyStart..<(bodyStart + length)], as: UTF8.self)
+                    pending.removeSubrange(pending.startIndex..<(bodyStart + length))
+                    return (status, fields, text)
+                }
+            }
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw TermindError(code: "bench.eof", message: "the server closed the connection") }
+            pending.append(contentsOf: buffer[0..<n])
+        }
+    }
+
+    deinit { close(fd) }
+}
+
+/// `count` calls over HTTP on a fresh session: each call's latency, and `pid`'s CPU for them.
+func measureHTTP(_ driver: HTTPDriver, pid: pid_t, count: Int) throws -> (latencies: [Double], cpu: Double) {
+    let (status, fields, hello) = try driver.post(#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#)
+    guard status == 200, let session = fields["mcp-session-id"] else { throw TermindError(code: "bench.init", message: "initialize: \(status) \(hello.prefix(300))") }
+    driver.headers["Mcp-Session-Id"] = session
+    driver.headers["MCP-Protocol-Version"] = "2025-11-25"
+    _ = try driver.post(#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+    var latencies: [Double] = []
+    let cpu = ProcessCPU.seconds(of: pid)
+    for id in 1...count {
+        let start = now()
+        let (code, _, reply) = try driver.post(#"{"jsonrpc":"2.0","id":\#(id),"method":"tools/call","params":{"name":"list_hosts","arguments":{}}}"#)
+        latencies.append(now() - start)
+        guard code == 200, reply.contains("web-1"), !reply.contains(#""isError":true"#) else { throw TermindError(code: "bench.call", message: "call \(id): \(code) \(reply.prefix(300))") }
+    }
+    return (latencies, ProcessCPU.seconds(of: pid) - cpu)
+}
+
 func percentile(_ values: [Double], _ p: Double) -> Double {
     let sorted = values.sorted()
     return sorted[min(sorted.count - 1, Int(Double(sorted.count - 1) * p))]
@@ -122,14 +203,57 @@ do {
         r.stop()
         theirs += rl.latencies
     }
+    // Over HTTP: one termind serve (its listener) and one reference server for all rounds.
+    let serveDirectory = try TemporaryDirectory("termind-mcp-bench-serve")
+    defer { serveDirectory.remove() }
+    let serve = try ServeProcess(directory: serveDirectory, arguments: [], serveArguments: ["--mcp-listen", "127.0.0.1:0"])
+    defer { _ = serve.stop() }
+    let viaSocket = ["--socket", serve.socketPath]
+    for (label, address, tags) in [("web-1", "10.0.0.7", ["prod"]), ("web-2", "10.0.0.8", ["prod"]), ("gpu-box", "10.0.0.9", [String]())] {
+        let result = try ProcessRunner.run(termind, viaSocket + ["vault", "host", "add", address, "--label", label] + (tags.isEmpty ? [] : ["--tags", tags.joined(separator: ",")]),
+                                           environment: environment)
+        guard result.status == 0 else { throw TermindError(code: "bench.setup", message: result.stderr) }
+    }
+    let token = try JSONCoding.parse(Data(try ProcessRunner.run(termind, viaSocket + ["--json", "mcp", "token", "show"], environment: environment).stdout.utf8), source: "token")["token"]?.stringValue ?? ""
+    let listening = try JSONCoding.parse(Data(try ProcessRunner.run(termind, viaSocket + ["--json", "mcp", "status"], environment: environment).stdout.utf8), source: "status")["url"]?.stringValue ?? ""
+    guard let termindPort = Int(listening.split(separator: ":").last?.split(separator: "/").first ?? "") else { throw TermindError(code: "bench.status", message: "no MCP listener: \(listening)") }
+    let referenceHTTP = try SpawnedProcess(python, [reference, hostsJSON, "--http"], environment: environment, captureOutput: true)
+    defer { referenceHTTP.signal(SIGTERM); _ = referenceHTTP.wait() }
+    guard let portLine = referenceHTTP.readOutput(until: "\n", timeout: 60), let referencePort = Int(portLine.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+        throw TermindError(code: "bench.reference", message: "the reference HTTP server printed no port")
+    }
+    Thread.sleep(forTimeInterval: 1)  // uvicorn's lifespan start
+    var oursHTTP: [Double] = [], theirsHTTP: [Double] = []
+    var oursHTTPRate: [Double] = [], theirsHTTPRate: [Double] = []
+    var httpCPU: ([Double], [Double]) = ([], [])
+    let jsonHeaders = ["Content-Type": "application/json", "Accept": "application/json, text/event-stream"]
+    for _ in 0..<rounds {
+        let t = try measureHTTP(HTTPDriver(port: termindPort, headers: jsonHeaders.merging(["Authorization": "Bearer \(token)"]) { $1 }), pid: serve.process.pid, count: calls)
+        oursHTTP += t.latencies
+        oursHTTPRate.append(Double(calls) / t.latencies.reduce(0, +))
+        httpCPU.0.append(t.cpu / Double(calls))
+        let r = try measureHTTP(HTTPDriver(port: referencePort, headers: jsonHeaders), pid: referenceHTTP.pid, count: calls)
+        theirsHTTP += r.latencies
+        theirsHTTPRate.append(Double(calls) / r.latencies.reduce(0, +))
+        httpCPU.1.append(r.cpu / Double(calls))
+    }
+
     func ms(_ v: Double) -> String { String(format: "%.3f", v * 1000) }
     let median = { (v: [Double]) in v.sorted()[v.count / 2] }
-    print("termind-mcp-bench: tools/call list_hosts over stdio, \(calls) calls × \(rounds) rounds each, one after another, alternated")
-    print("                       median ms   p99 ms    calls/s   server CPU ms/call")
-    print("termind mcp            \(ms(percentile(ours, 0.5)).padding(toLength: 11, withPad: " ", startingAt: 0)) \(ms(percentile(ours, 0.99)).padding(toLength: 9, withPad: " ", startingAt: 0)) \(String(format: "%.0f", median(oursRate)).padding(toLength: 9, withPad: " ", startingAt: 0)) \(ms(median(serverCPU.0)))")
-    print("python MCPServer       \(ms(percentile(theirs, 0.5)).padding(toLength: 11, withPad: " ", startingAt: 0)) \(ms(percentile(theirs, 0.99)).padding(toLength: 9, withPad: " ", startingAt: 0)) \(String(format: "%.0f", median(theirsRate)).padding(toLength: 9, withPad: " ", startingAt: 0)) \(ms(median(serverCPU.1)))")
-    let ratio = median(oursRate) / median(theirsRate)
-    print("target: ≥ 5× the reference's throughput: \(String(format: "%.2f", ratio))× (\(ratio >= 5 ? "met" : "missed")); p99 ≤ 5 ms: \(ms(percentile(ours, 0.99))) ms (\(percentile(ours, 0.99) <= 0.005 ? "met" : "missed"))")
+    func row(_ name: String, _ latencies: [Double], _ rates: [Double], _ cpu: [Double]) {
+        print("\(name.padding(toLength: 30, withPad: " ", startingAt: 0)) \(ms(percentile(latencies, 0.5)).padding(toLength: 11, withPad: " ", startingAt: 0)) \(ms(percentile(latencies, 0.99)).padding(toLength: 9, withPad: " ", startingAt: 0)) \(String(format: "%.0f", median(rates)).padding(toLength: 9, withPad: " ", startingAt: 0)) \(ms(median(cpu)))")
+    }
+    print("termind-mcp-bench: tools/call list_hosts, \(calls) calls × \(rounds) rounds each, one after another, alternated")
+    print("                               median ms   p99 ms    calls/s   server CPU ms/call")
+    row("stdio: termind mcp", ours, oursRate, serverCPU.0)
+    row("stdio: python MCPServer", theirs, theirsRate, serverCPU.1)
+    row("http: termind serve", oursHTTP, oursHTTPRate, httpCPU.0)
+    row("http: python MCPServer+uvicorn", theirsHTTP, theirsHTTPRate, httpCPU.1)
+    for (name, ourRates, theirRates, latencies) in [("stdio", oursRate, theirsRate, ours), ("http", oursHTTPRate, theirsHTTPRate, oursHTTP)] {
+        let ratio = median(ourRates) / median(theirRates)
+        let p99 = percentile(latencies, 0.99)
+        print("\(name): target ≥ 5× the reference's throughput: \(String(format: "%.2f", ratio))× (\(ratio >= 5 ? "met" : "missed")); p99 ≤ 5 ms: \(ms(p99)) ms (\(p99 <= 0.005 ? "met" : "missed"))")
+    }
 } catch {
     FileHandle.standardError.write(Data("termind-mcp-bench: \(TermindError.from(error).message)\n".utf8))
     exit(1)

@@ -35,6 +35,8 @@ final class AssistantFeature: Feature {
     let approvals = MCPApprovals()
     /// The MCP HTTP listener's token, and the listener inside serve when one was asked for.
     let mcpToken = MCPToken()
+    /// The configured MCP servers this process is connected to (their tools offered to runs).
+    let mcpClients = MCPClients()
     private let http = Mutex<MCPHTTPEndpoint?>(nil)
 
     func current() throws -> Ports {
@@ -68,6 +70,7 @@ final class AssistantFeature: Feature {
         registrar.stream(AssistantStreams.MCPApprovals.self) { [self] request, session in
             try await mcpApprovals(request, session: session, ports: try current())
         }
+        registerMCPClients(registrar)
         registrar.handle(AssistantContracts.MCPTokenShow.self) { [self] _, _ in try await mcpToken.show(try current()) }
         registrar.handle(AssistantContracts.MCPStatus.self) { [self] _, _ in
             let ports = try current()
@@ -118,6 +121,7 @@ final class AssistantFeature: Feature {
     }
 
     func stop() async {
+        mcpClients.closeAll()
         await http.withLock({ state -> MCPHTTPEndpoint? in defer { state = nil }; return state })?.stop()
         policy.configure(nil)
         live.cancelAll()
@@ -473,7 +477,7 @@ final class AssistantFeature: Feature {
         let titled = request.conversation == nil
         guard ports.context.resident else {
             let result = try await ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation,
-                                                   tools: tools(ports, ask: { await session.ask($0) }),
+                                                   tools: await runTools(ports, ask: { await session.ask($0) }, notice: { text in await session.emit("notice", ["text": .string(text)]) }),
                                                    emitter: RunEmitter(session: session, json: json), system: Self.system,
                                                    compactor: await compactor(for: model, ports: ports)).run(prompt: prompt)
             if titled { await title(conversation, prompt: prompt, answer: result.text, ports: ports) }
@@ -486,7 +490,7 @@ final class AssistantFeature: Feature {
             let emitter = RunEmitter { event in await live.deliver(event) }
             do {
                 let result = try await ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation,
-                                                       tools: self.tools(ports, ask: { await live.ask($0) }),
+                                                       tools: await self.runTools(ports, ask: { await live.ask($0) }),
                                                        emitter: emitter, system: Self.system, compactor: compactor).run(prompt: prompt)
                 if titled { await self.title(conversation, prompt: prompt, answer: result.text, ports: ports) }
                 return .success(result)
@@ -495,6 +499,22 @@ final class AssistantFeature: Feature {
             }
         }
         return try await follow(run, session: session, alreadyAttached: true, json: json)
+    }
+
+    /// The tools of a run, with the configured MCP servers' (discovered now; a server that
+    /// cannot be reached is reported to `notice` and left out).
+    func runTools(_ ports: Ports, ask: @escaping @Sendable (JSONValue) async -> JSONValue?, notice: @Sendable (String) async -> Void = { _ in }) async -> HostTools {
+        var tools = self.tools(ports, ask: ask)
+        let record = (try? await ports.settings.read(AssistantSettings.MCPServers.self)) ?? .defaults
+        guard record.servers.values.contains(where: \.enabled) else { return tools }
+        let discovery = await mcpClients.discover(ports)
+        for (server, problem) in discovery.problems.sorted(by: { $0.key < $1.key }) {
+            ports.logger.warning("assistant.mcp.client", ["server": .identifier(server)])
+            await notice("MCP server \(server): \(problem)")
+        }
+        tools.external = discovery.tools
+        tools.clients = mcpClients
+        return tools
     }
 
     /// The tools of a run whose questions go to `ask`.
@@ -620,7 +640,7 @@ final class AssistantFeature: Feature {
             }
             policy.setMode(mode, conversation: conversation!)
             let run = ConversationRun(store: ports.store, client: ports.client, model: model, conversation: conversation!,
-                                      tools: tools(ports, ask: { await session.ask($0) }),
+                                      tools: await runTools(ports, ask: { await session.ask($0) }, notice: { text in await session.emit("notice", ["text": .string(text)]) }),
                                       emitter: emitter, system: Self.system, compactor: await compactor(for: model, ports: ports))
             let task = Task { try await run.run(prompt: text) }
             running.withLock { $0 = task }

@@ -28,6 +28,10 @@ struct HostTools: ToolBox {
     let guardian: @Sendable (_ conversation: String, _ action: String) async -> GuardianReviewer.Outcome
     /// The secrets the person gave this run, by handle.
     let secrets = SecretBook()
+    /// Tools of the configured MCP servers (`mcp__SERVER__TOOL`) this run offers, and the
+    /// connections that call them (docs/mcp.md, "Other MCP servers").
+    var external: [MCPClientRules.Tool] = []
+    var clients: MCPClients?
 
     /// The tools that only ever read (`ssh_exec` may, by its command): what a batch may run at
     /// once and what MCP hints as read-only.
@@ -120,6 +124,7 @@ struct HostTools: ToolBox {
                   parameters: Self.scratchWriteSchema.json),
          ToolSpec(name: "scratch_read", description: "Read a file of this conversation's scratch folder (a path relative to it), \(Self.readLimit) bytes at most from an offset.",
                   parameters: Self.scratchReadSchema.json)]
+            + external.map { ToolSpec(name: $0.name, description: "[MCP server \($0.server)] \($0.description)", parameters: $0.inputSchema) }
     }
 
     func run(_ call: ToolCall, conversation: String, run: String) async -> ToolOutcome {
@@ -136,7 +141,50 @@ struct HostTools: ToolBox {
         case "scratch_write": return scratchWrite(call, conversation: conversation)
         case "scratch_read": return scratchRead(call, conversation: conversation)
         default:
+            if let tool = external.first(where: { $0.name == call.name }) { return await remote(call, tool: tool, conversation: conversation) }
             return ToolOutcome(state: .failed, text: "There is no tool named \(call.name); the tools are: \(specs.map(\.name).joined(separator: ", ")).")
+        }
+    }
+
+    /// A configured MCP server's tool, under the same policy: its rule (the person's, else
+    /// approve only for what its server says is read-only and not destructive, else ask), the
+    /// mode, the Guardian or the person, the audit. What may change something runs one call
+    /// at a time across termind.
+    private func remote(_ call: ToolCall, tool: MCPClientRules.Tool, conversation: String) async -> ToolOutcome {
+        guard case .object = call.arguments, let clients else { return ToolOutcome(state: .failed, text: "The arguments of \(call.name) are a JSON object.") }
+        let assessment: Assessment
+        do {
+            assessment = try await policy.assessRemote(tool: tool, conversation: conversation, call: call.id)
+        } catch {
+            return Self.refusal(error)
+        }
+        let shown = (try? JSONCoding.encode(call.arguments)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+        let says = tool.saysReadOnly ? "its server says it only reads" : tool.destructive == true ? "its server says it may destroy something" : "it may change something"
+        let question = "The assistant wants the tool \(tool.remote) of the MCP server \(tool.server) (\(says)), with:\n  \(shown.prefix(2000))\nAllow it? [o]nce, or [n]o: "
+        if let refused = await settle(assessment, call: call, conversation: conversation, grant: nil,
+                                      guardianAction: "Call the tool \(tool.remote) of the MCP server \(tool.server) (\(says)) with the arguments \(shown.prefix(4000))",
+                                      notApproved: "The operator did not approve \(call.name); nothing was called.", ask: {
+            let reply = await ask(StreamQuestion.choice(topic: AssistantStreams.Run.approvalTopic, question, ["o": "once", "once": "once", "n": "no", "no": "no"],
+                                                        default: "no", details: .object(["tool": .string(call.name)]), personOnly: true))
+            return reply?["answer"]?.stringValue == "once" ? .once : nil
+        }) { return refused }
+        do {
+            let (text, isError) = try await clients.call(tool, arguments: call.arguments)
+            try? await audit.execution(assessment, conversation: conversation, call: call.id, outcome: isError ? "failed" : "succeeded",
+                                       exitStatus: nil, exitSignal: nil, stdoutBytes: text.utf8.count, stderrBytes: nil)
+            var answer = text
+            if answer.utf8.count > Self.answerBytes {
+                let safe = String(call.id.map { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") ? $0 : "_" }.prefix(64))
+                let path = "mcp/\(safe).txt"
+                try? scratch.write(conversation, path, Data(text.utf8))
+                answer = String(decoding: Data(text.utf8).prefix(Self.answerBytes), as: UTF8.self) + "\n[\(text.utf8.count) bytes in all: the whole is in the scratch folder at \(path)]"
+            }
+            return ToolOutcome(state: isError ? .failed : .succeeded, text: answer)
+        } catch {
+            let cancelled = error is CancellationError || Task.isCancelled
+            try? await audit.execution(assessment, conversation: conversation, call: call.id, outcome: cancelled ? "unknown" : "failed",
+                                       exitStatus: nil, exitSignal: nil, stdoutBytes: nil, stderrBytes: nil)
+            return ToolOutcome(state: .failed, text: "\(call.name): \((error as? MCPRemoteError)?.description ?? TermindError.from(error).message)")
         }
     }
 

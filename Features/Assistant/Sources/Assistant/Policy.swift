@@ -120,6 +120,19 @@ final class AssistantPolicy: CallPolicy {
         return Assessment(tool: tool, host: host, tier: tier, action: action, classifier: classifier, verdict: verdict)
     }
 
+    /// A configured MCP server's tool: what it may do is its server's word, so it counts as a
+    /// change whatever it says; its rule decides (the person's, else what MCPClientRules
+    /// derives from its hints).
+    func assessRemote(tool: MCPClientRules.Tool, conversation: String, call: String) async throws -> Assessment {
+        let policy = try await facts().settings.read(AssistantSettings.Policy.self)
+        let (mode, approvedBy) = book.withLock { book -> (PolicyRules.Mode?, PolicyRules.Decider?) in
+            (book.modes[conversation], book.approvals[conversation]?.approval(call: call, host: nil, command: nil))
+        }
+        let rule = MCPClientRules.rule(explicit: policy.tools[tool.name], tool: tool)
+        let verdict = PolicyRules.decide(tool: tool.name, rule: rule, action: .change, host: nil, tier: nil, mode: mode ?? policy.mode, approvedBy: approvedBy)
+        return Assessment(tool: tool.name, host: nil, tier: nil, action: .change, classifier: nil, verdict: verdict)
+    }
+
     struct Refusal: Error {
         let reason: String
     }

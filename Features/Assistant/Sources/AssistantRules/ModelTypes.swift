@@ -163,6 +163,8 @@ public enum JSONRead {
 
     public static func items(_ value: JSONValue?) -> [JSONValue] { if case .array(let items)? = value { items } else { [] } }
 
+    public static func bool(_ value: JSONValue?) -> Bool? { if case .bool(let flag)? = value { flag } else { nil } }
+
     /// Parses a data line as JSON for a dialect (`what` names it in the problem).
     static func event(_ data: String, _ what: String) throws(ParseProblem) -> JSONValue {
         do { return try JSONCoding.parse(Data(data.utf8), source: what) } catch {
