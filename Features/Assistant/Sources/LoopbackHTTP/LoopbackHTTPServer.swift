@@ -40,12 +40,43 @@ public struct HTTPServerResponse: Sendable {
     public var status: Int
     public var headers: [(name: String, value: String)]
     public var body: Data
+    /// A body produced as it is sent (instead of `body`), `length` bytes when known.
+    public var source: (any HTTPBodySource)?
+    public var length: Int?
 
     public init(status: Int, headers: [(name: String, value: String)] = [], body: Data = Data()) {
         self.status = status
         self.headers = headers
         self.body = body
     }
+
+    /// A response whose body `source` produces while it is sent, a piece after each send.
+    public init(status: Int, headers: [(name: String, value: String)] = [], length: Int?, source: any HTTPBodySource) {
+        self.status = status
+        self.headers = headers
+        self.body = Data()
+        self.length = length
+        self.source = source
+    }
+}
+
+/// Where a streamed response's bytes come from: asked for the next piece only once the one
+/// before was handed to the socket (the client's pace is the source's).
+public protocol HTTPBodySource: Sendable {
+    /// The next piece, at most `limit` bytes; nil at the end. Throwing cuts the response: the
+    /// connection closes (a client that counts bytes sees it short).
+    func next(limit: Int) async throws -> Data?
+    /// The response ended: sent whole (`complete`), or not (the client left, an error).
+    func finished(complete: Bool) async
+}
+
+/// Where a streamed request body goes, a piece at a time: the next piece is read from the
+/// socket only once `receive` returned.
+public protocol HTTPBodySink: Sendable {
+    /// One piece of the body; false: the rest is read and dropped.
+    func receive(_ chunk: Data) async -> Bool
+    /// The body ended (whole, or dropped after a false): the answer.
+    func finish() async -> HTTPServerResponse
 }
 
 public struct LoopbackHTTPError: Error, CustomStringConvertible {
@@ -61,6 +92,9 @@ public struct LoopbackHTTPError: Error, CustomStringConvertible {
 public final class LoopbackHTTPServer: Sendable {
     public typealias Check = @Sendable (HTTPServerRequest) -> HTTPServerResponse?
     public typealias Handler = @Sendable (HTTPServerRequest) async -> HTTPServerResponse
+    /// For a request that passed `check`: a sink its body streams to (no cap), or nil for the
+    /// capped, buffered body and `handler`.
+    public typealias Streamer = @Sendable (HTTPServerRequest) -> (any HTTPBodySink)?
 
     /// The port listened on (the kernel's choice when 0 was asked).
     public let port: Int
@@ -68,6 +102,7 @@ public final class LoopbackHTTPServer: Sendable {
     let bodyLimit: Int
     let check: Check
     let handler: Handler
+    let streamer: Streamer
     /// The library's daemon (its address; 0 once stopped).
     private let daemon = Atomic<Int>(0)
     /// Requests being answered (their connections suspended), to resume before stopping.
@@ -75,13 +110,15 @@ public final class LoopbackHTTPServer: Sendable {
     private let stopping = Atomic<Bool>(false)
 
     /// Listens on `address` (a loopback address: 127.0.0.0/8, ::1 or localhost) and `port`.
-    public init(address: String, port: Int, bodyLimit: Int, check: @escaping Check = { _ in nil }, handler: @escaping Handler) throws {
+    public init(address: String, port: Int, bodyLimit: Int, check: @escaping Check = { _ in nil }, streamer: @escaping Streamer = { _ in nil },
+                handler: @escaping Handler) throws {
         let (fd, bound) = try Self.listen(address: address, port: port)
         self.port = bound
         self.address = address
         self.bodyLimit = bodyLimit
         self.check = check
         self.handler = handler
+        self.streamer = streamer
         let started = termind_mhd_start(fd, accessHandler, Unmanaged.passUnretained(self).toOpaque(), completedHandler,
                                         256, 120, 32 * 1024)
         guard let started else {
@@ -167,7 +204,13 @@ public final class LoopbackHTTPServer: Sendable {
         /// The body went over the limit (chunked): the connection is closed.
         let overLimit = Atomic<Bool>(false)
         let suspended = Atomic<Bool>(false)
-        init(_ head: HTTPServerRequest) { self.head = Mutex(head) }
+        /// A streamed body's sink, and whether it stopped taking pieces.
+        let sink: (any HTTPBodySink)?
+        let dropping = Atomic<Bool>(false)
+        init(_ head: HTTPServerRequest, sink: (any HTTPBodySink)?) {
+            self.head = Mutex(head)
+            self.sink = sink
+        }
     }
 
     fileprivate func access(_ connection: OpaquePointer, url: String, method: String, upload: UnsafePointer<CChar>?, size: UnsafeMutablePointer<Int>,
@@ -177,16 +220,35 @@ public final class LoopbackHTTPServer: Sendable {
             var request = HTTPServerRequest(method: method, path: url, headers: Self.values(connection, termind_mhd_header_kind).map { ($0.0, $0.1 ?? "") },
                                             query: Self.values(connection, termind_mhd_query_kind), localPort: port)
             request.body = Data()
-            let exchange = Exchange(request)
+            if let refused = check(request) {
+                context.pointee = Unmanaged.passRetained(Exchange(request, sink: nil)).toOpaque()
+                return queue(connection, refused)
+            }
+            let sink = streamer(request)
+            let exchange = Exchange(request, sink: sink)
             context.pointee = Unmanaged.passRetained(exchange).toOpaque()
-            if let refused = check(request) { return queue(connection, refused) }
-            if let declared = request.header("content-length").flatMap(Int.init), declared > bodyLimit {
+            if sink == nil, let declared = request.header("content-length").flatMap(Int.init), declared > bodyLimit {
                 return queue(connection, HTTPServerResponse(status: 413, headers: [("Content-Type", "text/plain")],
                                                            body: Data("A request body is at most \(bodyLimit) bytes; this one declares \(declared).\n".utf8)))
             }
             return termind_mhd_yes
         }
         let exchange = Unmanaged<Exchange>.fromOpaque(raw).takeUnretainedValue()
+        if size.pointee > 0, let sink = exchange.sink {
+            // A streamed body: this piece goes to the sink while the connection waits (the
+            // next is read from the socket only after).
+            let count = size.pointee
+            size.pointee = 0
+            guard !exchange.dropping.load(ordering: .relaxed), let upload else { return termind_mhd_yes }
+            let chunk = Data(bytes: upload, count: count)
+            MHD_suspend_connection(connection)
+            let resume = ConnectionHandle(connection)
+            Task {
+                if await !sink.receive(chunk) { exchange.dropping.store(true, ordering: .relaxed) }
+                MHD_resume_connection(resume.pointer)
+            }
+            return termind_mhd_yes
+        }
         if size.pointee > 0 {
             let count = size.pointee
             size.pointee = 0
@@ -210,8 +272,9 @@ public final class LoopbackHTTPServer: Sendable {
         let request = exchange.head.withLock { $0 }
         let handler = self.handler
         let resume = ConnectionHandle(connection)
+        let sink = exchange.sink
         let task = Task { [weak self] in
-            var response = await handler(request)
+            var response = if let sink { await sink.finish() } else { await handler(request) }
             if Task.isCancelled { response = HTTPServerResponse(status: 503, body: Data("termind is stopping.\n".utf8)) }
             exchange.response.withLock { $0 = response }
             exchange.suspended.store(false, ordering: .relaxed)
@@ -229,8 +292,15 @@ public final class LoopbackHTTPServer: Sendable {
     }
 
     private func queue(_ connection: OpaquePointer, _ response: HTTPServerResponse) -> MHD_Result {
-        let made = response.body.withUnsafeBytes { bytes in
-            MHD_create_response_from_buffer(bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress), termind_mhd_must_copy)
+        let made: OpaquePointer?
+        if let source = response.source {
+            let stream = StreamedBody(source: source, length: response.length, connection: connection)
+            made = MHD_create_response_from_callback(response.length.map { UInt64($0) } ?? UInt64.max, StreamedBody.piece, readPiece,
+                                                     Unmanaged.passRetained(stream).toOpaque(), freeStream)
+        } else {
+            made = response.body.withUnsafeBytes { bytes in
+                MHD_create_response_from_buffer(bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress), termind_mhd_must_copy)
+            }
         }
         guard let made else { return termind_mhd_no }
         defer { MHD_destroy_response(made) }
@@ -250,6 +320,91 @@ public final class LoopbackHTTPServer: Sendable {
         }
         return sink.pairs
     }
+}
+
+/// A streamed response body between its source (Swift concurrency) and the library's reader
+/// callback (its polling thread): one piece at a time, fetched after the one before was
+/// copied out; while none is ready the connection is suspended.
+final class StreamedBody: Sendable {
+    static let piece = 65536
+    private struct State {
+        var ready = Data()
+        var ended = false
+        var failed = false
+        var fetching = false
+        var suspended = false
+        var sent = 0
+    }
+    private let state = Mutex(State())
+    private let source: any HTTPBodySource
+    private let connection: ConnectionHandle
+    private let length: Int?
+
+    init(source: any HTTPBodySource, length: Int?, connection: OpaquePointer) {
+        self.source = source
+        self.length = length
+        self.connection = ConnectionHandle(connection)
+    }
+
+    /// The reader callback: bytes copied, or the library's end and error marks; 0 after
+    /// suspending the connection until a piece is ready.
+    func read(into buffer: UnsafeMutablePointer<CChar>, max: Int) -> Int {
+        let (copied, fetch) = state.withLock { state -> (Int, Bool) in
+            if !state.ready.isEmpty {
+                let count = min(max, state.ready.count)
+                state.ready.withUnsafeBytes { UnsafeMutableRawPointer(buffer).copyMemory(from: $0.baseAddress!, byteCount: count) }
+                state.ready.removeFirst(count)
+                state.sent += count
+                return (count, false)
+            }
+            if state.failed { return (-2, false) }
+            if state.ended { return (-1, false) }
+            state.suspended = true
+            MHD_suspend_connection(connection.pointer)
+            defer { state.fetching = true }
+            return (0, !state.fetching)
+        }
+        if fetch { start() }
+        return copied
+    }
+
+    private func start() {
+        Task {
+            var piece: Data?
+            var failed = false
+            do { piece = try await source.next(limit: Self.piece) } catch { failed = true }
+            // The connection is resumed outside the lock (the library takes its own): while it
+            // is suspended the reader is not called, so nothing races the flag.
+            let resume = state.withLock { state -> Bool in
+                state.fetching = false
+                if failed { state.failed = true } else if let piece, !piece.isEmpty { state.ready = piece } else if piece == nil { state.ended = true }
+                defer { state.suspended = false }
+                return state.suspended
+            }
+            if resume { MHD_resume_connection(connection.pointer) }
+        }
+    }
+
+    /// The library is done with the response (sent, or the connection went away).
+    func done() {
+        // Whole: every declared byte handed to the socket (the library asks no further), or
+        // the source's end reached with nothing left.
+        let complete = state.withLock { state in
+            !state.failed && state.ready.isEmpty && (length.map { state.sent == $0 } ?? state.ended)
+        }
+        Task { [source] in await source.finished(complete: complete) }
+    }
+}
+
+private let readPiece: MHD_ContentReaderCallback = { cls, _, buffer, max in
+    guard let cls, let buffer else { return -2 }
+    return Unmanaged<StreamedBody>.fromOpaque(cls).takeUnretainedValue().read(into: buffer, max: max)
+}
+
+private let freeStream: MHD_ContentReaderFreeCallback = { cls in
+    guard let cls else { return }
+    let stream = Unmanaged<StreamedBody>.fromOpaque(cls).takeRetainedValue()
+    stream.done()
 }
 
 /// A suspended connection, resumed from the task that computed its answer (the library
