@@ -93,7 +93,9 @@ final class MCPHTTPTests: XCTestCase {
             XCTAssertEqual(report["sessionVersion"], .string(mode == "legacy" ? "2025-11-25" : "2026-07-28"), mode)
             XCTAssertEqual(report["discovered"], .bool(mode == "auto"))
             let tools = report["tools"]?.arrayValue ?? []
-            XCTAssertEqual(tools.count, 12)
+            // The host tools and, on the HTTP listener, the byte channels' three.
+            XCTAssertEqual(tools.count, 15)
+            XCTAssertEqual(tools.first { $0["name"] == .string("sftp_download_link") }?["annotations"]?["readOnlyHint"], .bool(true))
             XCTAssertEqual(tools.first { $0["name"] == .string("ssh_exec") }?["annotations"]?["destructiveHint"], .bool(true))
             let calls = report["calls"]?.arrayValue ?? []
             XCTAssertEqual(calls.map { $0["isError"] }, [.bool(false), .bool(false), .bool(true), .bool(true)], "\(mode): \(calls)")

@@ -418,7 +418,8 @@ extension AssistantSettings {
         }
 
         /// The tools a rule may name.
-        public static let toolNames = ["list_hosts", "ssh_exec", "sftp_list", "sftp_stat", "sftp_read", "get_metrics", "fetch", "sftp_write", "sftp_copy", "request_user_secret", "scratch_read", "scratch_write"]
+        public static let toolNames = ["list_hosts", "ssh_exec", "sftp_list", "sftp_stat", "sftp_read", "get_metrics", "fetch", "sftp_write", "sftp_copy", "request_user_secret", "scratch_read", "scratch_write",
+                                        "sftp_download_link", "sftp_upload_link", "sftp_link_status"]
 
         public static let key = "assistant.policy"
         public static let scope = SettingsScope.synced
@@ -483,7 +484,7 @@ extension AssistantSettings {
 
         /// A tool's rule (absent: ssh_exec asks, the others run).
         public func rule(tool: String) -> ToolRule {
-            tools[tool] ?? (["ssh_exec", "fetch", "sftp_write", "sftp_copy"].contains(tool) ? .ask : .approve)
+            tools[tool] ?? (["ssh_exec", "fetch", "sftp_write", "sftp_copy", "sftp_upload_link"].contains(tool) ? .ask : .approve)
         }
 
         public func problems() -> [SettingsProblem] {

@@ -241,6 +241,37 @@ public protocol TransferScheduling: Sendable {
     func pause(_ id: String) async throws -> SFTPContracts.TransferRow
     func resume(_ id: String) async throws -> SFTPContracts.TransferRow
     func cancel(_ id: String) async throws -> SFTPContracts.TransferRow
+    /// One remote regular file of a saved host read in order from `offset`, as a row of
+    /// `source` in the same fair queue (waits for admission): a byte channel's download.
+    /// Connecting asks nothing (the saved host's own route, key and durable trust).
+    func download(host: String, path: String, offset: UInt64, source: String) async throws -> any RemoteFileReader
+    /// A new remote file of a saved host written in order into a temporary name beside
+    /// `path`, renamed into place by `commit` (never over an existing file unless `replace`):
+    /// a byte channel's upload, a row of `source`.
+    func upload(host: String, path: String, size: UInt64, replace: Bool, source: String) async throws -> any RemoteFileWriter
+}
+
+/// A remote file being read for a stream (`TransferScheduling.download`).
+public protocol RemoteFileReader: Sendable {
+    /// The file's size and modification time when it was opened (FSTAT).
+    var size: UInt64 { get }
+    var modified: UInt32? { get }
+    /// The next bytes in order, at most `limit`; nil at the end, after the file was checked to
+    /// still have the size and modification time it had (else it throws: the copy is not it).
+    func next(limit: Int) async throws -> Data?
+    /// Ends the read and its row (`complete`: everything was delivered).
+    func close(complete: Bool) async
+}
+
+/// A remote file being written for a stream (`TransferScheduling.upload`).
+public protocol RemoteFileWriter: Sendable {
+    /// The bytes the server has acknowledged, in order from 0.
+    var written: UInt64 { get async }
+    func write(_ data: Data) async throws
+    /// Closes the file (checking every byte was written) and renames it into place.
+    func commit() async throws
+    /// Drops the temporary file; the path's file is untouched.
+    func abandon() async
 }
 
 extension PortKey where P == any TransferScheduling {

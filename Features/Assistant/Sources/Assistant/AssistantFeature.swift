@@ -3,6 +3,7 @@ import AssistantRules
 import CurlHTTP
 import Foundation
 import SettingsAPI
+import SFTPAPI
 import Synchronization
 import TermindCore
 import TermindStore
@@ -37,7 +38,7 @@ final class AssistantFeature: Feature {
     let mcpToken = MCPToken()
     /// The configured MCP servers this process is connected to (their tools offered to runs).
     let mcpClients = MCPClients()
-    private let http = Mutex<MCPHTTPEndpoint?>(nil)
+    let http = Mutex<MCPHTTPEndpoint?>(nil)
 
     func current() throws -> Ports {
         guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("The Assistant is not started.") }
@@ -80,7 +81,10 @@ final class AssistantFeature: Feature {
                          tokenExists: (try? await MCPToken.read(ports)) != nil, tokenShown: local.listenerTokenShown)
         }
         registrar.handle(AssistantContracts.MCPTokenRotate.self) { [self] _, _ in
-            .init(token: try await mcpToken.make(try current(), shown: true), note: MCPToken.note)
+            let made = try await mcpToken.make(try current(), shown: true)
+            // A new token revokes every link made under the old one.
+            http.withLock { $0 }?.channels?.revoke(owner: nil)
+            return .init(token: made, note: MCPToken.note)
         }
     }
 
@@ -113,7 +117,9 @@ final class AssistantFeature: Feature {
         if context.resident {
             let local = try await settings.read(AssistantSettings.Local.self)
             if let address = context.options["mcp-listen"] ?? (local.listenerEnabled ? "127.0.0.1:\(local.listenerPort)" : nil) {
-                let endpoint = MCPHTTPEndpoint(feature: self, ports: try current(), token: mcpToken)
+                // Files move through the SFTP feature's scheduler (when it runs), never through here.
+                let channels = ByteChannels(scheduler: context.ports.optional(.sftpScheduler), audit: try current().audit)
+                let endpoint = MCPHTTPEndpoint(feature: self, ports: try current(), token: mcpToken, channels: channels)
                 try await endpoint.start(address)
                 http.withLock { $0 = endpoint }
             }

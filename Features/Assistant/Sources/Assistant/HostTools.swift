@@ -32,6 +32,9 @@ struct HostTools: ToolBox {
     /// connections that call them (docs/mcp.md, "Other MCP servers").
     var external: [MCPClientRules.Tool] = []
     var clients: MCPClients?
+    /// MCP sessions of a serve listening on HTTP: the byte channels and where they are served.
+    var channels: ByteChannels?
+    var linkBase: String?
 
     /// The tools that only ever read (`ssh_exec` may, by its command): what a batch may run at
     /// once and what MCP hints as read-only.
@@ -124,6 +127,7 @@ struct HostTools: ToolBox {
                   parameters: Self.scratchWriteSchema.json),
          ToolSpec(name: "scratch_read", description: "Read a file of this conversation's scratch folder (a path relative to it), \(Self.readLimit) bytes at most from an offset.",
                   parameters: Self.scratchReadSchema.json)]
+            + linkSpecs
             + external.map { ToolSpec(name: $0.name, description: "[MCP server \($0.server)] \($0.description)", parameters: $0.inputSchema) }
     }
 
@@ -142,6 +146,7 @@ struct HostTools: ToolBox {
         case "scratch_read": return scratchRead(call, conversation: conversation)
         default:
             if let tool = external.first(where: { $0.name == call.name }) { return await remote(call, tool: tool, conversation: conversation) }
+            if Self.linkTools.contains(call.name), channels != nil { return await link(call, conversation: conversation) }
             return ToolOutcome(state: .failed, text: "There is no tool named \(call.name); the tools are: \(specs.map(\.name).joined(separator: ", ")).")
         }
     }
@@ -289,7 +294,7 @@ struct HostTools: ToolBox {
 
     /// A host name that names no saved host: said, with the saved hosts whose label holds it
     /// (the model asks the operator which one, rather than guessing).
-    private func unknownHost(_ name: String) async -> ToolOutcome {
+    func unknownHost(_ name: String) async -> ToolOutcome {
         let near = ((try? await hosts.allHosts()) ?? []).map(\.label).filter { !name.isEmpty && $0.localizedCaseInsensitiveContains(name) }.sorted()
         let hint = near.isEmpty ? "list_hosts lists them" : "it may mean \(near.prefix(5).joined(separator: ", ")); ask the operator which"
         return ToolOutcome(state: .failed, text: "There is no saved host named \(name) (\(hint)). Nothing ran.")
@@ -440,7 +445,7 @@ struct HostTools: ToolBox {
 
     /// Asks the person whether `command` may run on `host`: once, for the host, for this
     /// exact command on the host, or no (the default). Nil: no, or nobody could answer.
-    private func approval(tool: String, for command: String, on host: HostSummary, why: String, onceOnly: Bool = false, preview: String? = nil) async -> Approvals.Scope? {
+    func approval(tool: String, for command: String, on host: HostSummary, why: String, onceOnly: Bool = false, preview: String? = nil) async -> Approvals.Scope? {
         let options = onceOnly ? "[o]nce, or [n]o" : "[o]nce, this [h]ost for the rest of the conversation, this exact [c]ommand on \(host.label), or [n]o"
         let text = """
             The assistant wants \(tool) on \(host.label) (\(host.user.map { "\($0)@" } ?? "")\(host.address)):

@@ -25,13 +25,16 @@ final class MCPHTTPEndpoint: Sendable {
     /// Stateless-era conversations by client name.
     private let clients = Mutex<[String: MCPSession]>([:])
     private let refresher = Mutex<Task<Void, Never>?>(nil)
+    /// The byte channels served beside MCP (nil without the SFTP feature).
+    let channels: ByteChannels?
     static let sessionLimit = 64
     static let idleSeconds: Double = 1800
 
-    init(feature: AssistantFeature, ports: AssistantFeature.Ports, token: MCPToken) {
+    init(feature: AssistantFeature, ports: AssistantFeature.Ports, token: MCPToken, channels: ByteChannels?) {
         self.feature = feature
         self.ports = ports
         self.token = token
+        self.channels = channels
     }
 
     var port: Int? { server.withLock { $0?.port } }
@@ -51,7 +54,8 @@ final class MCPHTTPEndpoint: Sendable {
         let listening: LoopbackHTTPServer
         do {
             listening = try LoopbackHTTPServer(address: host, port: port, bodyLimit: MCPProtocol.messageLimit,
-                                               check: { [token] request in Self.check(request, token: token) },
+                                               check: { [token, channels] request in Self.check(request, token: token, channels: channels) },
+                                               streamer: { [channels] request in channels?.uploadSink(request) },
                                                handler: { [self] request in await handle(request) })
         } catch let error as LoopbackHTTPError {
             throw TermindError(.assistantInvalid, "--mcp-listen \(address): \(error.description)")
@@ -74,6 +78,7 @@ final class MCPHTTPEndpoint: Sendable {
         let running = server.withLock { state -> LoopbackHTTPServer? in defer { state = nil }; return state }
         await running?.stop()
         for session in sessions.withLock({ Array($0.values) }) + clients.withLock({ Array($0.values) }) { session.cancelAll() }
+        channels?.revoke(owner: nil)
     }
 
     static func split(_ address: String) -> (String, Int)? {
@@ -85,16 +90,25 @@ final class MCPHTTPEndpoint: Sendable {
 
     // MARK: - Requests
 
-    private static func check(_ request: HTTPServerRequest, token: MCPToken) -> HTTPServerResponse? {
+    private static func check(_ request: HTTPServerRequest, token: MCPToken, channels: ByteChannels?) -> HTTPServerResponse? {
         let headers = request.headers
         let head = MCPHTTPRules.Head(method: request.method, path: request.path, query: request.query.map(\.name),
                                      values: { name in headers.filter { $0.name == name }.map(\.value) })
+        // The byte channels: the capability instead of the token (it is what the MCP client
+        // hands to whatever moves the bytes), after the same Host, Origin and query checks.
+        if request.path.hasPrefix("/files/"), let channels {
+            if let refusal = MCPHTTPRules.checkPlace(head, port: request.localPort) {
+                return HTTPServerResponse(status: refusal.status, headers: [("Content-Type", "text/plain; charset=utf-8")], body: Data((refusal.message + "\n").utf8))
+            }
+            return channels.head(request)
+        }
         guard let refusal = MCPHTTPRules.check(head, port: request.localPort, token: token.current) else { return nil }
         return HTTPServerResponse(status: refusal.status, headers: [("Content-Type", "text/plain; charset=utf-8")] + refusal.headers.map { ($0.key, $0.value) },
                                   body: Data((refusal.message + "\n").utf8))
     }
 
     private func handle(_ request: HTTPServerRequest) async -> HTTPServerResponse {
+        if request.path == "/files/download", let channels { return await channels.download(request) }
         switch request.method {
         case "GET":
             // termind sends nothing unasked: no stream to open.
@@ -104,6 +118,7 @@ final class MCPHTTPEndpoint: Sendable {
             guard let id = request.header("mcp-session-id") else { return Self.plain(400, "DELETE needs the Mcp-Session-Id of the session to end.") }
             guard let session = sessions.withLock({ $0.removeValue(forKey: id) }) else { return Self.plain(404, "No such session (it ended or expired).") }
             session.cancelAll()
+            channels?.revoke(owner: session.conversation)
             return HTTPServerResponse(status: 204)
         default:
             return await post(request)
@@ -181,11 +196,16 @@ final class MCPHTTPEndpoint: Sendable {
             guard let made = try? await feature.mcpSession(ports, origin: "http", terminal: nil) else { return Self.plain(503, "termind is stopping.") }
             let sessionID = MCPHTTPRules.newToken()
             let now = Date().timeIntervalSince1970
-            let admitted = sessions.withLock { sessions -> Bool in
-                for (key, value) in sessions where now - value.idleSince > Self.idleSeconds { sessions.removeValue(forKey: key) }
-                guard sessions.count < Self.sessionLimit else { return false }
+            let (admitted, expired) = sessions.withLock { sessions -> (Bool, [MCPSession]) in
+                let expired = sessions.filter { now - $0.value.idleSince > Self.idleSeconds }
+                for key in expired.keys { sessions.removeValue(forKey: key) }
+                guard sessions.count < Self.sessionLimit else { return (false, Array(expired.values)) }
                 sessions[sessionID] = made
-                return true
+                return (true, Array(expired.values))
+            }
+            for session in expired {
+                session.cancelAll()
+                channels?.revoke(owner: session.conversation)
             }
             guard admitted else { return Self.plain(503, "Too many MCP sessions (\(Self.sessionLimit)): end one (DELETE) or wait for one to expire.") }
             session = made

@@ -21,10 +21,15 @@ extension AssistantFeature {
         let number = mcpSessions.wrappingAdd(1, ordering: .relaxed).newValue
         let record = try await ports.settings.read(AssistantSettings.Policy.self)
         let name = MCPSession.Name("mcp-\(number)")
-        let tools = self.tools(ports, ask: { [approvals] question in
+        var tools = self.tools(ports, ask: { [approvals] question in
             if !ports.context.resident, let terminal { return await terminal(question) }
             return await approvals.ask(question, session: name.value, seconds: Double(record.approvalTimeoutSeconds))
         })
+        // Inside a serve that listens on HTTP: the byte channels' links.
+        if let endpoint = http.withLock({ $0 }), let channels = endpoint.channels, let url = endpoint.url {
+            tools.channels = channels
+            tools.linkBase = String(url.dropLast(MCPHTTPRules.path.count))
+        }
         return MCPSession(number: number, origin: origin, tools: tools, policy: policy, mode: record.mode, name: name)
     }
 
@@ -35,7 +40,11 @@ extension AssistantFeature {
         // Tool calls run at once (a client may send several and keep pinging meanwhile); each
         // answer goes out whole when it is ready. A cancelled call (notifications/cancelled)
         // is stopped and gets no answer, as the specification says.
-        defer { mcp.cancelAll() }
+        defer {
+            mcp.cancelAll()
+            // Its links end with it.
+            http.withLock { $0 }?.channels?.revoke(owner: mcp.conversation)
+        }
         while let line = await reader.next() {
             guard let data = line else {
                 await send(MCPProtocol.error(.null, code: MCPProtocol.ErrorCode.invalidRequest, message: "A message is at most \(MCPProtocol.messageLimit) bytes; this one was dropped."))
@@ -99,8 +108,10 @@ extension AssistantFeature {
         switch tool {
         case _ where HostTools.readingTools.contains(tool):
             MCPProtocol.Hints(readOnly: true, destructive: false, idempotent: true, openWorld: tool != "list_hosts" && tool != "scratch_read")
-        case "fetch":
+        case "fetch", "sftp_download_link":
             MCPProtocol.Hints(readOnly: true, destructive: false, idempotent: true, openWorld: true)
+        case "sftp_link_status":
+            MCPProtocol.Hints(readOnly: true, destructive: false, idempotent: true, openWorld: false)
         case "scratch_write":
             MCPProtocol.Hints(readOnly: false, destructive: false, idempotent: true, openWorld: false)
         case "request_user_secret":

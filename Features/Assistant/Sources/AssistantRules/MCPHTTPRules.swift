@@ -40,6 +40,13 @@ public enum MCPHTTPRules {
     /// so nothing is accepted).
     public static func check(_ head: Head, port: Int, token: String?) -> Refusal? {
         guard head.path == path else { return Refusal(404, "Not found: MCP is served at \(path).") }
+        if let refused = checkPlace(head, port: port) { return refused }
+        return checkToken(head, token: token)
+    }
+
+    /// The checks every request of the listener gets (MCP's and the byte channels'): its Host
+    /// and Origin name this loopback server, and it has no query string.
+    public static func checkPlace(_ head: Head, port: Int) -> Refusal? {
         let hosts = ["127.0.0.1:\(port)", "localhost:\(port)", "[::1]:\(port)"]
         guard let host = head.header("host")?.lowercased(), hosts.contains(host) else {
             return Refusal(403, "Forbidden: the Host header must be this loopback server's own (\(hosts[0])).")
@@ -48,8 +55,12 @@ public enum MCPHTTPRules {
             return Refusal(403, "Forbidden: requests from another origin (\(origin.prefix(100))) are refused.")
         }
         guard head.query.isEmpty else {
-            return Refusal(400, "MCP's endpoint takes no query string: the token goes only in the Authorization header (a URL ends up in logs).")
+            return Refusal(400, "This server takes no query string: a token or capability goes only in a header (a URL ends up in logs).")
         }
+        return nil
+    }
+
+    static func checkToken(_ head: Head, token: String?) -> Refusal? {
         let authorizations = head.values("authorization")
         guard authorizations.count == 1, let token, let given = bearer(authorizations[0]), constantTimeEqual(given, token) else {
             return Refusal(401, authorizations.isEmpty ? "Unauthorized: send Authorization: Bearer TOKEN (termind mcp token show)."

@@ -77,6 +77,12 @@ public protocol HTTPBodySink: Sendable {
     func receive(_ chunk: Data) async -> Bool
     /// The body ended (whole, or dropped after a false): the answer.
     func finish() async -> HTTPServerResponse
+    /// The client went away before the body ended (no answer is sent).
+    func aborted() async
+}
+
+extension HTTPBodySink {
+    public func aborted() async {}
 }
 
 public struct LoopbackHTTPError: Error, CustomStringConvertible {
@@ -288,7 +294,11 @@ public final class LoopbackHTTPServer: Sendable {
     fileprivate func completed(_ context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) {
         guard let raw = context.pointee else { return }
         context.pointee = nil
-        Unmanaged<Exchange>.fromOpaque(raw).release()
+        let exchange = Unmanaged<Exchange>.fromOpaque(raw).takeRetainedValue()
+        // A streamed body whose sink never answered: its client went away mid-body.
+        if let sink = exchange.sink, exchange.response.withLock({ $0 == nil }), !exchange.suspended.load(ordering: .relaxed) {
+            Task { await sink.aborted() }
+        }
     }
 
     private func queue(_ connection: OpaquePointer, _ response: HTTPServerResponse) -> MHD_Result {

@@ -60,7 +60,7 @@ final class SFTPFeature: Feature {
     }
     private let settings: SettingsCache
     /// The one scheduler of the process.
-    fileprivate let scheduler: TransferScheduler
+    let scheduler: TransferScheduler
 
     init() {
         let cache = SettingsCache()
@@ -69,6 +69,11 @@ final class SFTPFeature: Feature {
             let limits = await cache.current().limits
             return .init(active: limits.active, perHost: limits.perHost)
         }
+    }
+
+    /// The connection opener once started.
+    var opener: ConnectionOpener {
+        get throws { try current().opener }
     }
 
     private func current() throws -> Ports {
@@ -126,6 +131,12 @@ final class SFTPFeature: Feature {
             }
         }
         func cancel(_ id: String) async throws -> SFTPContracts.TransferRow { try await control { try await feature.scheduler.cancel(id) } }
+        func download(host: String, path: String, offset: UInt64, source: String) async throws -> any RemoteFileReader {
+            try await feature.download(host: host, path: path, offset: offset, source: source, opener: try feature.opener)
+        }
+        func upload(host: String, path: String, size: UInt64, replace: Bool, source: String) async throws -> any RemoteFileWriter {
+            try await feature.upload(host: host, path: path, size: size, replace: replace, source: source, opener: try feature.opener)
+        }
 
         private func control(_ body: () async throws -> SFTPContracts.TransferRow) async throws -> SFTPContracts.TransferRow {
             do { return try await body() } catch let failure as TransferFailure {

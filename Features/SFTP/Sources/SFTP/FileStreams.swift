@@ -1,0 +1,248 @@
+import Foundation
+import SFTPAPI
+import SFTPWire
+import Synchronization
+import TermindCore
+import TransferRules
+import VaultAPI
+
+/// One remote file read or written as a stream for another feature (the Assistant's byte
+/// channels), through the process scheduler: a row of its source in the same fair queue as
+/// `termind cp`, admitted before any byte moves, its progress shown by `termind transfers`.
+/// Connecting asks nothing: the saved host's own route, key and durable trust.
+extension SFTPFeature {
+    func download(host: String, path: String, offset: UInt64, source: String, opener: ConnectionOpener) async throws -> any RemoteFileReader {
+        let side = RemoteSide(host: host, target: ConnectionTarget(target: host, connectTimeout: 15),
+                              opener: opener, window: SFTPSession.window, ask: { _ in nil })
+        let name = Array(path.utf8)
+        do {
+            guard let attributes = try await side.stat(name, follow: true) else { throw TermindError(.sftpFailed, "\(host):\(path): no such file.") }
+            guard attributes.kind == .file, let size = attributes.size else { throw TermindError(.sftpFailed, "\(host):\(path) is not a regular file.") }
+            guard offset <= size else { throw TermindError(.sftpFailed, "\(host):\(path) has \(size) bytes; \(offset) is past its end.") }
+            let id = await scheduler.submit(source: source, hosts: [host], from: "\(host):\(path)", to: source, size: size)
+            let reader = StreamReader(side: side, path: name, shown: "\(host):\(path)", size: size, modified: attributes.modifiedTime,
+                                      offset: offset, row: id, scheduler: scheduler)
+            do {
+                try await scheduler.admission(id) { [reader] control in reader.stop(control) }
+                try await reader.open()
+            } catch {
+                await scheduler.stopped(id, .failed, error: TermindError.from(error).message)
+                throw error
+            }
+            return reader
+        } catch {
+            await side.closeAll()
+            throw Self.failure(error, "\(host):\(path)")
+        }
+    }
+
+    func upload(host: String, path: String, size: UInt64, replace: Bool, source: String, opener: ConnectionOpener) async throws -> any RemoteFileWriter {
+        let side = RemoteSide(host: host, target: ConnectionTarget(target: host, connectTimeout: 15),
+                              opener: opener, window: SFTPSession.window, ask: { _ in nil })
+        let name = Array(path.utf8)
+        do {
+            if let existing = try await side.stat(name, follow: false) {
+                guard existing.kind == .file else { throw TermindError(.sftpFailed, "\(host):\(path) exists and is not a regular file: nothing is written over it.") }
+                guard replace else { throw TermindError(.sftpFailed, "\(host):\(path) exists (replace it with replace: true).") }
+            }
+            let (directory, base) = SFTPPaths.split(name)
+            let temporary = SFTPPaths.join(directory, TransferNames.temporary(base, token: TransferNames.randomToken()))
+            let id = await scheduler.submit(source: source, hosts: [host], from: source, to: "\(host):\(path)", size: size)
+            let writer = StreamWriter(side: side, path: name, temporary: temporary, shown: "\(host):\(path)", size: size, replace: replace, row: id, scheduler: scheduler)
+            do {
+                try await scheduler.admission(id) { [writer] control in writer.stop(control) }
+                try await writer.open()
+            } catch {
+                await scheduler.stopped(id, .failed, error: TermindError.from(error).message)
+                throw error
+            }
+            return writer
+        } catch {
+            await side.closeAll()
+            throw Self.failure(error, "\(host):\(path)")
+        }
+    }
+
+    static func failure(_ error: any Error, _ shown: String) -> any Error {
+        if let sftp = error as? SFTPError { return TermindError(.sftpFailed, "\(shown): \(sftp.message)") }
+        return error
+    }
+}
+
+/// A download's reads: a few requests ahead of what was taken (at most `ahead` pieces), in order.
+final class StreamReader: RemoteFileReader, @unchecked Sendable {
+    let size: UInt64
+    let modified: UInt32?
+    private let side: RemoteSide
+    private let path: [UInt8]
+    private let shown: String
+    private let row: UInt64
+    private let scheduler: TransferScheduler
+    private let lock = NSLock()
+    private var handle: (any ReadHandle)?
+    private var position: UInt64
+    private var ahead: [Task<ArraySlice<UInt8>, any Error>] = []
+    private var stopped: String?
+    static let piece = 65536
+    static let depth = 4
+
+    init(side: RemoteSide, path: [UInt8], shown: String, size: UInt64, modified: UInt32?, offset: UInt64, row: UInt64, scheduler: TransferScheduler) {
+        self.side = side
+        self.path = path
+        self.shown = shown
+        self.size = size
+        self.modified = modified
+        self.position = offset
+        self.row = row
+        self.scheduler = scheduler
+    }
+
+    func open() async throws {
+        let opened = try await side.openRead(path, extra: false, stripes: 1, shared: false)
+        lock.withLock { handle = opened }
+    }
+
+    func stop(_ control: TransferScheduler.Control) {
+        lock.withLock { stopped = control == .pause ? "paused" : "cancelled" }
+        lock.withLock { ahead }.forEach { $0.cancel() }
+    }
+
+    /// Keeps `depth` reads in flight past the position.
+    private func refill(_ handle: any ReadHandle) {
+        lock.withLock {
+            var next = position + UInt64(ahead.count * Self.piece)
+            while ahead.count < Self.depth, next < size {
+                let offset = next, length = Int(min(UInt64(Self.piece), size - next))
+                ahead.append(Task { try await handle.read(offset, length) })
+                next += UInt64(length)
+            }
+        }
+    }
+
+    func next(limit: Int) async throws -> Data? {
+        guard let handle = lock.withLock({ handle }) else { throw TermindError(.sftpFailed, "\(shown) is closed.") }
+        if let stopped = lock.withLock({ stopped }) { throw TermindError(.sftpFailed, "\(shown): the transfer was \(stopped) (termind transfers).") }
+        if lock.withLock({ position >= size }) {
+            // The end: the file must still be what was opened.
+            let now = try await side.stat(path, follow: true)
+            guard now?.size == size, now?.modifiedTime == modified else {
+                throw TermindError(.sftpFailed, "\(shown) changed while it was read (its size or modification time differs): the bytes sent are not one version of it.")
+            }
+            return nil
+        }
+        refill(handle)
+        guard let first = lock.withLock({ ahead.isEmpty ? nil : ahead.removeFirst() }) else { return nil }
+        let bytes = try await first.value
+        guard !bytes.isEmpty else { throw TermindError(.sftpFailed, "\(shown) ended before its \(size) bytes: it changed while it was read.") }
+        let data = Data(bytes.prefix(limit))
+        let done = lock.withLock { () -> UInt64 in
+            position += UInt64(data.count)
+            if data.count < bytes.count {
+                // The rest of this piece is read again next time (a caller asking for less).
+                ahead.forEach { $0.cancel() }
+                ahead.removeAll()
+            }
+            return position
+        }
+        await scheduler.progress([row: done])
+        return data
+    }
+
+    func close(complete: Bool) async {
+        let (handle, pending) = lock.withLock { () -> ((any ReadHandle)?, [Task<ArraySlice<UInt8>, any Error>]) in
+            defer { self.handle = nil; ahead = [] }
+            return (self.handle, ahead)
+        }
+        pending.forEach { $0.cancel() }
+        await handle?.close()
+        await side.closeAll()
+        await scheduler.stopped(row, complete ? .done : .failed, error: complete ? nil : "the stream ended before the file was delivered")
+    }
+}
+
+/// An upload's writes, in order, into the temporary name; `commit` renames it into place.
+final class StreamWriter: RemoteFileWriter, @unchecked Sendable {
+    private let side: RemoteSide
+    private let path: [UInt8]
+    private let temporary: [UInt8]
+    private let shown: String
+    private let size: UInt64
+    private let replace: Bool
+    private let row: UInt64
+    private let scheduler: TransferScheduler
+    private let lock = NSLock()
+    private var handle: (any WriteHandle)?
+    private var position: UInt64 = 0
+    private var stopped: String?
+
+    init(side: RemoteSide, path: [UInt8], temporary: [UInt8], shown: String, size: UInt64, replace: Bool, row: UInt64, scheduler: TransferScheduler) {
+        self.side = side
+        self.path = path
+        self.temporary = temporary
+        self.shown = shown
+        self.size = size
+        self.replace = replace
+        self.row = row
+        self.scheduler = scheduler
+    }
+
+    func open() async throws {
+        let opened = try await side.openWrite(temporary, mode: 0o600, resume: false, extra: false, stripes: 1, shared: false)
+        lock.withLock { handle = opened }
+    }
+
+    func stop(_ control: TransferScheduler.Control) { lock.withLock { stopped = control == .pause ? "paused" : "cancelled" } }
+
+    var written: UInt64 { lock.withLock { position } }
+
+    func write(_ data: Data) async throws {
+        guard let handle = lock.withLock({ handle }) else { throw TermindError(.sftpFailed, "\(shown) is closed.") }
+        if let stopped = lock.withLock({ stopped }) { throw TermindError(.sftpFailed, "\(shown): the transfer was \(stopped) (termind transfers).") }
+        let offset = lock.withLock { position }
+        guard offset + UInt64(data.count) <= size else { throw TermindError(.sftpFailed, "\(shown): more bytes than the \(size) announced.") }
+        // In pieces the server takes (its chunk), one after another.
+        var start = 0
+        let bytes = [UInt8](data)
+        while start < bytes.count {
+            let end = min(bytes.count, start + handle.chunk)
+            do { try await handle.write(offset + UInt64(start), bytes[start..<end]) } catch { throw SFTPFeature.failure(error, shown) }
+            start = end
+        }
+        let done = lock.withLock { () -> UInt64 in position += UInt64(data.count); return position }
+        await scheduler.progress([row: done])
+    }
+
+    func commit() async throws {
+        guard let handle = lock.withLock({ () -> (any WriteHandle)? in defer { self.handle = nil }; return self.handle }) else {
+            throw TermindError(.sftpFailed, "\(shown) is closed.")
+        }
+        do {
+            guard lock.withLock({ position }) == size else { throw TermindError(.sftpFailed, "\(shown): \(written) of \(size) bytes; nothing is committed.") }
+            try await handle.finish()
+            guard let attributes = try await side.stat(temporary, follow: false), attributes.size == size else {
+                throw TermindError(.sftpFailed, "\(shown): the written file does not have its \(size) bytes; nothing is committed.")
+            }
+            if !replace, try await side.stat(path, follow: false) != nil {
+                throw TermindError(.sftpFailed, "\(shown) appeared meanwhile; it is kept and nothing is committed.")
+            }
+            try await side.rename(temporary, to: path, overwrite: replace)
+            await side.closeAll()
+            await scheduler.stopped(row, .done)
+        } catch {
+            await handle.abandon()
+            try? await side.remove(temporary)
+            await side.closeAll()
+            await scheduler.stopped(row, .failed, error: TermindError.from(error).message)
+            throw SFTPFeature.failure(error, shown)
+        }
+    }
+
+    func abandon() async {
+        let handle = lock.withLock { () -> (any WriteHandle)? in defer { self.handle = nil }; return self.handle }
+        await handle?.abandon()
+        var kept: String?
+        do { try await side.remove(temporary) } catch { kept = SFTPPaths.display(temporary) }
+        await side.closeAll()
+        await scheduler.stopped(row, .cancelled, error: kept.map { "the partial file \($0) could not be removed" })
+    }
+}
