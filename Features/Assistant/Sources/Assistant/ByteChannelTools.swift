@@ -53,7 +53,7 @@ extension HostTools {
             }
             let view: JSONValue = .object(["id": .string(record.id), "direction": .string(record.direction.rawValue), "state": .string(record.state.rawValue),
                                            "bytes": .integer(Int64(record.bytes)), "expiresAt": .double(record.expires),
-                                           "error": record.error.map { .string($0) } ?? .null, "target": .string("\(record.host.label):\(record.path)")])
+                                           "error": record.error.map { .string($0) } ?? .null, "path": .string(record.path)])
             return ToolOutcome(state: .succeeded, text: String(decoding: (try? JSONCoding.encode(view)) ?? Data(), as: UTF8.self), structured: view)
         }
         let path = string("path")

@@ -16,37 +16,29 @@ import VaultAPI
 final class ByteChannels: Sendable {
     typealias Direction = ByteChannelRules.Direction
 
-    enum State: String, Sendable { case ready, active, paused, completed, failed, revoked }
-
+    /// A link with the saved host it reaches.
     struct Record: Sendable {
-        let id: String
-        let key: String
-        let direction: Direction
+        let link: LinkBook.Link
         let host: HostSummary
-        let path: String
-        /// The MCP session (its conversation) that made it.
-        let owner: String
-        let created: Double
-        let expires: Double
-        /// Upload: the exact length and SHA-256 the bytes must have.
-        let size: UInt64?
-        let sha256: String?
-        let replace: Bool
-        var state: State = .ready
-        /// Upload: bytes the host acknowledged; download: bytes delivered in the last read.
-        var bytes: UInt64 = 0
-        var error: String?
-        var finished: Double?
-        /// Each claim's number: a late callback of an older claim changes nothing.
-        var generation = 0
-        /// Upload, in memory between a pause and its resume.
-        var writer: (any RemoteFileWriter)?
-        var digest: DigestBox?
-
-        var unfinished: Bool { state == .ready || state == .active || state == .paused }
+        var id: String { link.id }
+        var key: String { link.key }
+        var owner: String { link.owner }
+        var path: String { link.path }
+        var direction: Direction { link.direction }
+        var generation: Int { link.generation }
+        var size: UInt64? { link.size }
+        var sha256: String? { link.sha256 }
+        var replace: Bool { link.replace }
+        var bytes: UInt64 { link.bytes }
     }
 
-    private let state = Mutex<(records: [String: Record], next: Int, active: Int)>(([:], 0, 0))
+    private struct State {
+        var book = LinkBook()
+        var hosts: [String: HostSummary] = [:]
+        /// Uploads paused between a cut and its resume: the open file and the hash so far.
+        var uploads: [String: (writer: any RemoteFileWriter, digest: DigestBox)] = [:]
+    }
+    private let state = Mutex(State())
     let scheduler: (any TransferScheduling)?
     let audit: AuditLog
 
@@ -58,70 +50,52 @@ final class ByteChannels: Sendable {
     private static func now() -> Double { Date().timeIntervalSince1970 }
     private static func key(_ secret: String) -> String { Digest.sha256(Data(secret.utf8)).hexEncoded }
 
+    /// Drops the paused uploads of `keys` (their temporary files go).
+    private static func drop(_ keys: [String], _ state: inout State) -> [any RemoteFileWriter] {
+        keys.compactMap { state.uploads.removeValue(forKey: $0)?.writer }
+    }
+
+    private static func abandon(_ writers: [any RemoteFileWriter]) {
+        for writer in writers { Task { await writer.abandon() } }
+    }
+
     /// A new capability: its id (for status), its secret (for the header) and when it expires.
     func create(_ direction: Direction, host: HostSummary, path: String, owner: String, size: UInt64? = nil, sha256: String? = nil,
                 replace: Bool = false) throws -> (id: String, secret: String, expires: Double) {
         let secret = MCPHTTPRules.newToken()
-        let now = Self.now()
-        return try state.withLock { state in
-            Self.prune(&state.records, now: now)
-            let same = state.records.values.filter { $0.direction == direction }
-            guard same.filter(\.unfinished).count < ByteChannelRules.unfinishedLimit else {
-                throw TermindError(.assistantInvalid, "\(ByteChannelRules.unfinishedLimit) \(direction) links are unfinished already: finish or wait for some to expire (ten minutes).")
-            }
-            let finished = same.filter { !$0.unfinished }.sorted { ($0.finished ?? 0) < ($1.finished ?? 0) }
-            if finished.count >= ByteChannelRules.finishedLimit, let oldest = finished.first { state.records.removeValue(forKey: oldest.key) }
-            state.next += 1
-            let id = "\(direction == .upload ? "u" : "d")\(state.next)"
-            let key = Self.key(secret)
-            state.records[key] = Record(id: id, key: key, direction: direction, host: host, path: path, owner: owner, created: now,
-                                        expires: now + ByteChannelRules.lifetime, size: size, sha256: sha256, replace: replace)
-            return (id, secret, now + ByteChannelRules.lifetime)
-        }
-    }
-
-    /// Expired unfinished records are revoked (a paused upload's partial is removed); finished
-    /// ones go after thirty minutes.
-    private static func prune(_ records: inout [String: Record], now: Double) {
-        for (key, record) in records {
-            if record.unfinished, record.state != .active, now > record.expires {
-                records[key]?.state = .revoked
-                records[key]?.error = "expired"
-                records[key]?.finished = now
-                if let writer = record.writer { Task { await writer.abandon() } }
-                records[key]?.writer = nil
-            } else if let finished = record.finished, now - finished > ByteChannelRules.keptFor {
-                records.removeValue(forKey: key)
+        let key = Self.key(secret)
+        let (made, writers) = state.withLock { state -> (Result<LinkBook.Link, LinkBook.Refusal>, [any RemoteFileWriter]) in
+            let writers = Self.drop(state.book.prune(now: Self.now()), &state)
+            do throws(LinkBook.Refusal) {
+                let link = try state.book.create(direction, key: key, host: host.id, path: path, owner: owner, size: size, sha256: sha256, replace: replace, now: Self.now())
+                state.hosts[key] = host
+                state.hosts = state.hosts.filter { state.book.links[$0.key] != nil }
+                return (.success(link), writers)
+            } catch {
+                return (.failure(error), writers)
             }
         }
-    }
-
-    /// A capability's record, for `sftp_link_status` (its own session's only).
-    func status(_ id: String, owner: String) -> Record? {
-        state.withLock { state in
-            Self.prune(&state.records, now: Self.now())
-            return state.records.values.first { $0.id == id && $0.owner == owner }
+        Self.abandon(writers)
+        switch made {
+        case .success(let link): return (link.id, secret, link.expires)
+        case .failure(let refusal): throw TermindError(.assistantInvalid, refusal.message)
         }
     }
 
-    /// The session ended (or termind stops, or its token rotates): its capabilities are
-    /// revoked, their unfinished uploads dropped.
+    /// A capability's link, for `sftp_link_status` (its own session's only).
+    func status(_ id: String, owner: String) -> LinkBook.Link? {
+        let (link, writers) = state.withLock { state in
+            let link = state.book.status(id, owner: owner, now: Self.now())
+            return (link, Self.drop(state.book.links.values.filter { $0.state == .revoked }.map(\.key), &state))
+        }
+        Self.abandon(writers)
+        return link
+    }
+
+    /// The session ended (or termind stops, or its token rotates): its links are revoked,
+    /// their unfinished uploads dropped.
     func revoke(owner: String?) {
-        let writers = state.withLock { state -> [any RemoteFileWriter] in
-            var writers: [any RemoteFileWriter] = []
-            // A finished download still takes a Range until it expires: revoked too.
-            for (key, record) in state.records where (owner == nil || record.owner == owner)
-                && (record.unfinished || (record.direction == .download && record.state == .completed)) {
-                state.records[key]?.state = .revoked
-                state.records[key]?.error = "revoked"
-                state.records[key]?.finished = Self.now()
-                state.records[key]?.generation += 1
-                if let writer = record.writer { writers.append(writer) }
-                state.records[key]?.writer = nil
-            }
-            return writers
-        }
-        for writer in writers { Task { await writer.abandon() } }
+        Self.abandon(state.withLock { state in Self.drop(state.book.revoke(owner: owner, now: Self.now()), &state) })
     }
 
     // MARK: - HTTP
@@ -149,56 +123,30 @@ final class ByteChannels: Sendable {
         guard request.count(ByteChannelRules.header) == 1, let secret = request.header(ByteChannelRules.header), MCPHTTPRules.isToken(secret) else {
             return Self.refusal(401, "Send the link's capability in one Termind-Capability header.")
         }
-        let now = Self.now()
-        return state.withLock { state -> HTTPServerResponse? in
-            Self.prune(&state.records, now: now)
-            guard var record = state.records[Self.key(secret)], record.direction == direction else {
-                return Self.refusal(404, "No such \(direction) link (it expired, was revoked, or never was).")
-            }
-            switch record.state {
-            case .revoked: return Self.refusal(410, "This link was revoked (\(record.error ?? "its session ended")).")
-            case .failed where direction == .upload: return Self.refusal(410, "This upload failed: \(record.error ?? "failed"); nothing was committed.")
-            case .active: return Self.refusal(409, "This link is in use by another request: one at a time.")
-            case .completed where direction == .upload: return Self.refusal(409, "This upload was committed already; its bytes are never sent twice.")
-            default: break
-            }
-            guard now <= record.expires else { return Self.refusal(410, "This link expired.") }
-            if direction == .download {
-                guard case .some(.some) = ByteChannelRules.rangeStart(request.header("range")) else {
-                    return Self.refusal(416, "A download takes at most one Range: bytes=N- (the link is not used up).")
-                }
-            } else {
-                if let problem = ByteChannelRules.uploadProblem(said: request.header("upload-offset"), length: request.header("content-length"),
-                                                               acknowledged: record.bytes, size: record.size ?? 0) {
-                    return Self.refusal(409, problem + ".", headers: [("Upload-Offset", "\(record.bytes)")])
-                }
-            }
-            guard state.active < ByteChannelRules.activeSlots else {
-                return Self.refusal(503, "\(ByteChannelRules.activeSlots) links are moving bytes already: try again shortly.", headers: [("Retry-After", "2")])
-            }
-            record.state = .active
-            record.generation += 1
-            state.active += 1
-            state.records[record.key] = record
-            return nil
+        let (outcome, writers) = state.withLock { state in
+            let outcome = state.book.claim(Self.key(secret), direction: direction, range: request.header("range"), offset: request.header("upload-offset"),
+                                           length: request.header("content-length"), now: Self.now())
+            return (outcome, Self.drop(state.book.links.values.filter { $0.state == .revoked }.map(\.key), &state))
+        }
+        Self.abandon(writers)
+        switch outcome {
+        case .success: return nil
+        case .failure(let refusal): return Self.refusal(refusal.status, refusal.message, headers: refusal.headers.map { ($0.key, $0.value) })
         }
     }
 
-    /// Ends a claim (`generation`): the record's new state, unless a newer claim or a
-    /// revocation came meanwhile.
-    private func release(_ key: String, generation: Int, _ change: (inout Record) -> Void) {
-        state.withLock { state in
-            guard var record = state.records[key], record.generation == generation else { return }
-            if record.state == .active { state.active -= 1 }
-            change(&record)
-            if !record.unfinished || record.state == .completed { record.finished = Self.now() }
-            state.records[key] = record
-        }
+    /// Ends a claim (`generation`) with `to`, unless a newer claim or a revocation came.
+    private func release(_ key: String, generation: Int, to: LinkBook.State, _ change: (inout LinkBook.Link) -> Void = { _ in }) {
+        state.withLock { _ = $0.book.release(key, generation: generation, to: to, now: Self.now(), change) }
     }
 
     private func claimed(_ request: HTTPServerRequest) -> Record? {
         guard let secret = request.header(ByteChannelRules.header) else { return nil }
-        return state.withLock { $0.records[Self.key(secret)] }.flatMap { $0.state == .active ? $0 : nil }
+        let key = Self.key(secret)
+        return state.withLock { state in
+            guard let link = state.book.links[key], link.state == .active, let host = state.hosts[key] else { return nil }
+            return Record(link: link, host: host)
+        }
     }
 
     /// A claimed download: the file opened at the Range's start through the scheduler, then
@@ -206,8 +154,9 @@ final class ByteChannels: Sendable {
     func download(_ request: HTTPServerRequest) async -> HTTPServerResponse {
         guard let record = claimed(request) else { return Self.refusal(409, "The link's claim was lost; send the request again.") }
         let generation = record.generation
+        let before: LinkBook.State = record.link.finished == nil ? .ready : .completed
         guard let scheduler else {
-            release(record.key, generation: generation) { $0.state = .ready }
+            release(record.key, generation: generation, to: before)
             return Self.refusal(503, "File transfers are not available in this termind (the SFTP feature is not running).")
         }
         let start = (ByteChannelRules.rangeStart(request.header("range")) ?? nil) ?? 0
@@ -218,20 +167,16 @@ final class ByteChannels: Sendable {
             let message = TermindError.from(error).message
             // A start past the end: 416, and the link is not used up.
             let pastEnd = message.contains("past its end")
-            release(record.key, generation: generation) { current in
-                current.state = pastEnd || current.bytes > 0 ? (current.finished == nil ? .ready : .completed) : .failed
-                if !pastEnd { current.error = message }
-            }
+            release(record.key, generation: generation, to: pastEnd ? before : .failed) { if !pastEnd { $0.error = message } }
             return Self.refusal(pastEnd ? 416 : 502, message)
         }
         let size = reader.size
         let source = DownloadSource(reader: reader, remaining: size - start, release: { [self] complete, sent in
             // Called once: when the last piece (the file checked unchanged) is handed over, or
             // when the response ends short.
-            release(record.key, generation: generation) { current in
-                current.bytes = sent
-                current.state = complete ? .completed : .paused
-                current.error = complete ? nil : "the download stopped after \(start + sent) of \(size) bytes (resume with Range: bytes=\(start + sent)-)"
+            release(record.key, generation: generation, to: complete ? .completed : .paused) { link in
+                link.bytes = sent
+                link.error = complete ? nil : "the download stopped after \(start + sent) of \(size) bytes (resume with Range: bytes=\(start + sent)-)"
             }
         }, done: { [self] complete, sent in
             try? await audit.execution(Self.assessment(record, tool: "sftp_download_link"), conversation: record.owner, call: record.id,
@@ -245,24 +190,28 @@ final class ByteChannels: Sendable {
     /// A claimed upload's body: written in order through the scheduler, hashed as it comes.
     func uploadSink(_ request: HTTPServerRequest) -> (any HTTPBodySink)? {
         guard request.path == "/files/upload", let record = claimed(request) else { return nil }
-        return UploadSink(channels: self, record: record)
+        let paused = state.withLock { $0.uploads[record.key] }
+        return UploadSink(channels: self, record: record, writer: paused?.writer, digest: paused?.digest)
     }
 
     static func assessment(_ record: Record, tool: String) -> Assessment {
         Assessment(tool: tool, host: record.host, tier: nil, action: record.direction == .upload ? .change : .read, classifier: nil, verdict: .allow(.policy))
     }
 
-    fileprivate func keep(_ key: String, generation: Int, writer: (any RemoteFileWriter)?, digest: DigestBox?) {
+    /// Keeps an upload's open file and hash for its resume (claim `generation` only).
+    fileprivate func keep(_ key: String, generation: Int, writer: any RemoteFileWriter, digest: DigestBox) {
         state.withLock { state in
-            guard state.records[key]?.generation == generation else { return }
-            state.records[key]?.writer = writer
-            state.records[key]?.digest = digest
+            guard state.book.links[key]?.generation == generation else { return }
+            state.uploads[key] = (writer, digest)
         }
     }
 
-    fileprivate func current(_ key: String) -> Record? { state.withLock { $0.records[key] } }
-
-    fileprivate func ended(_ key: String, generation: Int, _ change: (inout Record) -> Void) { release(key, generation: generation, change) }
+    fileprivate func ended(_ key: String, generation: Int, to: LinkBook.State, _ change: (inout LinkBook.Link) -> Void = { _ in }) {
+        state.withLock { state in
+            guard state.book.release(key, generation: generation, to: to, now: Self.now(), change) else { return }
+            if to != .paused { state.uploads.removeValue(forKey: key) }
+        }
+    }
 }
 
 /// An incremental SHA-256 kept between an upload's pause and its resume.
@@ -325,10 +274,10 @@ final class UploadSink: HTTPBodySink {
     private let record: ByteChannels.Record
     private let progress = Mutex<(writer: (any RemoteFileWriter)?, digest: DigestBox?, failure: String?, received: UInt64)>((nil, nil, nil, 0))
 
-    init(channels: ByteChannels, record: ByteChannels.Record) {
+    init(channels: ByteChannels, record: ByteChannels.Record, writer: (any RemoteFileWriter)?, digest: DigestBox?) {
         self.channels = channels
         self.record = record
-        progress.withLock { $0 = (record.writer, record.digest, nil, record.bytes) }
+        progress.withLock { $0 = (writer, digest, nil, record.bytes) }
     }
 
     private func writer() async throws -> (any RemoteFileWriter, DigestBox) {
@@ -362,31 +311,31 @@ final class UploadSink: HTTPBodySink {
         if let failure {
             // What the host acknowledged stays: the upload resumes from there.
             let acknowledged = await progress.withLock({ $0.writer })?.written ?? record.bytes
-            channels.ended(record.key, generation: record.generation) { $0.state = .paused; $0.bytes = acknowledged; $0.error = failure }
+            channels.ended(record.key, generation: record.generation, to: .paused) { $0.bytes = acknowledged; $0.error = failure }
             return Self.json(502, ["error": .string(failure), "acknowledged": .integer(Int64(acknowledged))], offset: acknowledged)
         }
         do {
             let (writer, digest) = try await self.writer()  // a zero-byte file has had no piece
             guard received == size else {
-                channels.ended(record.key, generation: record.generation) { $0.state = .paused; $0.bytes = received }
+                channels.ended(record.key, generation: record.generation, to: .paused) { $0.bytes = received }
                 return Self.json(409, ["error": .string("\(received) of \(size) bytes arrived; send the rest with Upload-Offset: \(received).")], offset: received)
             }
             let hash = digest.finish()
             guard hash == record.sha256 else {
                 await writer.abandon()
-                channels.ended(record.key, generation: record.generation) { $0.state = .failed; $0.error = "the bytes' SHA-256 is not the one the link was made for"; $0.writer = nil }
+                channels.ended(record.key, generation: record.generation, to: .failed) { $0.error = "the bytes' SHA-256 is not the one the link was made for" }
                 try? await channels.audit.execution(ByteChannels.assessment(record, tool: "sftp_upload_link"), conversation: record.owner, call: record.id,
                                                     outcome: "failed", exitStatus: nil, exitSignal: nil, stdoutBytes: Int(received), stderrBytes: nil)
                 return Self.json(422, ["error": .string("The bytes' SHA-256 is \(hash), not the link's \(record.sha256 ?? ""): nothing was committed."), "committed": .bool(false)])
             }
             try await writer.commit()
-            channels.ended(record.key, generation: record.generation) { $0.state = .completed; $0.bytes = size; $0.writer = nil; $0.digest = nil }
+            channels.ended(record.key, generation: record.generation, to: .completed) { $0.bytes = size }
             try? await channels.audit.execution(ByteChannels.assessment(record, tool: "sftp_upload_link"), conversation: record.owner, call: record.id,
                                                 outcome: "succeeded", exitStatus: nil, exitSignal: nil, stdoutBytes: Int(size), stderrBytes: nil)
             return Self.json(200, ["committed": .bool(true), "size": .integer(Int64(size)), "sha256": .string(hash), "path": .string("\(record.host.label):\(record.path)")])
         } catch {
             let message = TermindError.from(error).message
-            channels.ended(record.key, generation: record.generation) { $0.state = .failed; $0.error = message; $0.writer = nil }
+            channels.ended(record.key, generation: record.generation, to: .failed) { $0.error = message }
             return Self.json(502, ["error": .string(message), "committed": .bool(false)])
         }
     }
@@ -394,7 +343,7 @@ final class UploadSink: HTTPBodySink {
     func aborted() async {
         // The client went away mid-body: the link pauses at what the host acknowledged.
         let acknowledged = await progress.withLock({ $0.writer })?.written ?? record.bytes
-        channels.ended(record.key, generation: record.generation) { $0.state = .paused; $0.bytes = acknowledged; $0.error = "the upload stopped at \(acknowledged) bytes" }
+        channels.ended(record.key, generation: record.generation, to: .paused) { $0.bytes = acknowledged; $0.error = "the upload stopped at \(acknowledged) bytes" }
     }
 
     private static func json(_ status: Int, _ fields: [String: JSONValue], offset: UInt64? = nil) -> HTTPServerResponse {
