@@ -14,13 +14,15 @@ import TermindHarness
 
 var calls = 2000
 var rounds = 3
+var downloadMiB = 1024
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
     case "--calls": calls = arguments.popFirst().flatMap(Int.init) ?? calls
     case "--rounds": rounds = arguments.popFirst().flatMap(Int.init) ?? rounds
+    case "--download-mib": downloadMiB = arguments.popFirst().flatMap(Int.init) ?? downloadMiB
     default:
-        FileHandle.standardError.write(Data("usage: termind-mcp-bench [--calls N] [--rounds N]\n".utf8))
+        FileHandle.standardError.write(Data("usage: termind-mcp-bench [--calls N] [--rounds N] [--download-mib N (0: no download row)]\n".utf8))
         exit(2)
     }
 }
@@ -134,6 +136,11 @@ final class HTTPDriver {
                     return (status, fields, text)
                 }
             }
+            // Acknowledge at once (Linux re-arms delayed ACKs): a server that writes a response's
+            // head and body apart would otherwise wait ~40 ms for the ACK (Nagle against
+            // delayed ACK), a cost of this driver, not of the server.
+            var quick: Int32 = 1
+            setsockopt(fd, Int32(IPPROTO_TCP), TCP_QUICKACK, &quick, socklen_t(MemoryLayout<Int32>.size))
             let n = recv(fd, &buffer, buffer.count, 0)
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { throw TermindError(code: "bench.eof", message: "the server closed the connection") }
@@ -160,6 +167,105 @@ func measureHTTP(_ driver: HTTPDriver, pid: pid_t, count: Int) throws -> (latenc
         guard code == 200, reply.contains("web-1"), !reply.contains(#""isError":true"#) else { throw TermindError(code: "bench.call", message: "call \(id): \(code) \(reply.prefix(300))") }
     }
     return (latencies, ProcessCPU.seconds(of: pid) - cpu)
+}
+
+/// The download row: a file of `mib` MiB on a saved host (a real sshd on loopback) fetched by
+/// `termind get` inside serve and through a byte channel (`sftp_download_link`, then a GET
+/// written to a file), alternated, `rounds` each. Target: the link at ≥ 0.9× `termind get`.
+func downloadRow(mib: Int, rounds: Int, environment: [String: String]) throws {
+    let directory = try TemporaryDirectory("termind-mcp-bench-files")
+    defer { directory.remove() }
+    let sshd = try SSHServerFixture.withNewKey(in: directory, name: "files-id")
+    defer { sshd.stop() }
+    let serve = try ServeProcess(directory: directory, arguments: [], serveArguments: ["--mcp-listen", "127.0.0.1:0"])
+    defer { _ = serve.stop() }
+    let termind = FeatureHarness.buildDirectory + "/termind"
+    let viaServe = ["--socket", serve.socketPath]
+    guard let hostKey = sshd.hostKeys["ssh-ed25519"] else { throw TermindError(code: "bench.setup", message: "no host key") }
+    for setup in [["vault", "key", "import", directory.file("files-id"), "--label", "bench"], ["vault", "identity", "add", NSUserName(), "--key", "bench"],
+                  ["vault", "host", "add", "127.0.0.1", "--label", "box", "--port", "\(sshd.port)", "--identity", NSUserName()],
+                  ["vault", "knownhost", "add", "127.0.0.1", hostKey, "--port", "\(sshd.port)"]] {
+        let result = try ProcessRunner.run(termind, viaServe + setup, environment: environment)
+        guard result.status == 0 else { throw TermindError(code: "bench.setup", message: "\(setup.joined(separator: " ")): \(result.stderr)") }
+    }
+    let source = directory.file("source.bin")
+    _ = FileManager.default.createFile(atPath: source, contents: nil)
+    let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: source))
+    let block = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
+    for _ in 0..<mib { handle.write(block) }
+    try handle.close()
+    let token = try JSONCoding.parse(Data(try ProcessRunner.run(termind, viaServe + ["--json", "mcp", "token", "show"], environment: environment).stdout.utf8), source: "token")["token"]?.stringValue ?? ""
+    let url = try JSONCoding.parse(Data(try ProcessRunner.run(termind, viaServe + ["--json", "mcp", "status"], environment: environment).stdout.utf8), source: "status")["url"]?.stringValue ?? ""
+    guard let port = Int(url.split(separator: ":").last?.split(separator: "/").first ?? "") else { throw TermindError(code: "bench.status", message: url) }
+    let mcp = try HTTPDriver(port: port, headers: ["Content-Type": "application/json", "Accept": "application/json, text/event-stream", "Authorization": "Bearer \(token)"])
+    let (_, fields, _) = try mcp.post(#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#)
+    mcp.headers["Mcp-Session-Id"] = fields["mcp-session-id"] ?? ""
+    mcp.headers["MCP-Protocol-Version"] = "2025-11-25"
+    let size = UInt64(mib) << 20
+    func viaGet() throws -> Double {
+        let target = directory.file("got.bin")
+        try? FileManager.default.removeItem(atPath: target)
+        let start = now()
+        let result = try ProcessRunner.run(termind, viaServe + ["get", "box:\(source)", target], environment: environment)
+        let wall = now() - start
+        let got = (try? FileManager.default.attributesOfItem(atPath: target)[.size] as? UInt64) ?? 0
+        guard result.status == 0, got == size else { throw TermindError(code: "bench.get", message: "termind get: \(result.status) \(got) bytes \(result.stderr)") }
+        return wall
+    }
+    func viaLink(_ round: Int) throws -> Double {
+        let target = directory.file("linked.bin")
+        try? FileManager.default.removeItem(atPath: target)
+        let start = now()
+        let (_, _, answer) = try mcp.post(#"{"jsonrpc":"2.0","id":\#(round + 1),"method":"tools/call","params":{"name":"sftp_download_link","arguments":{"host":"box","path":"\#(source)"}}}"#)
+        let result = try JSONCoding.parse(Data(answer.utf8), source: "link")["result"]
+        guard let capability = result?["structuredContent"]?["headers"]?["Termind-Capability"]?.stringValue else { throw TermindError(code: "bench.link", message: answer) }
+        // A GET whose body goes to a file as it arrives.
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        let request = Array("GET /files/download HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nTermind-Capability: \(capability)\r\nConnection: close\r\n\r\n".utf8)
+        _ = request.withUnsafeBytes { send(fd, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }
+        let out = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        defer { close(out) }
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var head = Data()
+        var body: UInt64 = 0
+        while true {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n <= 0 { break }
+            if head.isEmpty || head.range(of: Data("\r\n\r\n".utf8)) == nil {
+                head.append(contentsOf: buffer[0..<n])
+                if let end = head.range(of: Data("\r\n\r\n".utf8)) {
+                    let rest = head[end.upperBound...]
+                    _ = rest.withUnsafeBytes { write(out, $0.baseAddress, $0.count) }
+                    body += UInt64(rest.count)
+                }
+                continue
+            }
+            var written = 0
+            while written < n { written += buffer.withUnsafeBytes { write(out, $0.baseAddress! + written, n - written) } }
+            body += UInt64(n)
+        }
+        let wall = now() - start
+        guard body == size else { throw TermindError(code: "bench.link", message: "the link delivered \(body) of \(size) bytes") }
+        return wall
+    }
+    var gets: [Double] = [], links: [Double] = []
+    for round in 0..<rounds {
+        gets.append(try viaGet())
+        links.append(try viaLink(round))
+    }
+    let median = { (v: [Double]) in v.sorted()[v.count / 2] }
+    let mb = Double(size) / 1e6
+    print("download \(mib) MiB from a saved host on loopback, \(rounds) rounds alternated (wall s min/median/max, MB/s at the median):")
+    print("  termind get (inside serve)     \(String(format: "%.2f/%.2f/%.2f", gets.min()!, median(gets), gets.max()!))   \(String(format: "%.0f", mb / median(gets)))")
+    print("  sftp_download_link + GET       \(String(format: "%.2f/%.2f/%.2f", links.min()!, median(links), links.max()!))   \(String(format: "%.0f", mb / median(links)))")
+    let ratio = median(gets) / median(links)
+    print("target: the link ≥ 0.9× termind get's throughput: \(String(format: "%.2f", ratio))× (\(ratio >= 0.9 ? "met" : "missed"))")
 }
 
 func percentile(_ values: [Double], _ p: Double) -> Double {
@@ -254,6 +360,7 @@ do {
         let p99 = percentile(latencies, 0.99)
         print("\(name): target ≥ 5× the reference's throughput: \(String(format: "%.2f", ratio))× (\(ratio >= 5 ? "met" : "missed")); p99 ≤ 5 ms: \(ms(p99)) ms (\(p99 <= 0.005 ? "met" : "missed"))")
     }
+    if downloadMiB > 0 { try downloadRow(mib: downloadMiB, rounds: max(2, min(rounds, 3)), environment: environment) }
 } catch {
     FileHandle.standardError.write(Data("termind-mcp-bench: \(TermindError.from(error).message)\n".utf8))
     exit(1)
