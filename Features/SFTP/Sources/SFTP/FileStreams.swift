@@ -69,7 +69,9 @@ extension SFTPFeature {
     }
 }
 
-/// A download's reads: a few requests ahead of what was taken (at most `ahead` pieces), in order.
+/// A download's reads: requests of the server's size kept in flight up to `inFlight` bytes
+/// past what was taken (a bounded window, as a transfer's), handed out in order in pieces of
+/// what the caller asks for.
 final class StreamReader: RemoteFileReader, @unchecked Sendable {
     let size: UInt64
     let modified: UInt32?
@@ -80,11 +82,15 @@ final class StreamReader: RemoteFileReader, @unchecked Sendable {
     private let scheduler: TransferScheduler
     private let lock = NSLock()
     private var handle: (any ReadHandle)?
+    /// Bytes handed out, and the next offset to request.
     private var position: UInt64
-    private var ahead: [Task<ArraySlice<UInt8>, any Error>] = []
+    private var requested: UInt64
+    private var ahead: [(offset: UInt64, length: Int, task: Task<ArraySlice<UInt8>, any Error>)] = []
+    /// The rest of the last request's answer not yet handed out.
+    private var current = ArraySlice<UInt8>()
     private var stopped: String?
-    static let piece = 65536
-    static let depth = 4
+    /// At most this many bytes requested past what was handed out.
+    static let inFlight = 2 << 20
 
     init(side: RemoteSide, path: [UInt8], shown: String, size: UInt64, modified: UInt32?, offset: UInt64, row: UInt64, scheduler: TransferScheduler) {
         self.side = side
@@ -93,6 +99,7 @@ final class StreamReader: RemoteFileReader, @unchecked Sendable {
         self.size = size
         self.modified = modified
         self.position = offset
+        self.requested = offset
         self.row = row
         self.scheduler = scheduler
     }
@@ -103,18 +110,21 @@ final class StreamReader: RemoteFileReader, @unchecked Sendable {
     }
 
     func stop(_ control: TransferScheduler.Control) {
-        lock.withLock { stopped = control == .pause ? "paused" : "cancelled" }
-        lock.withLock { ahead }.forEach { $0.cancel() }
+        let pending = lock.withLock { () -> [Task<ArraySlice<UInt8>, any Error>] in
+            stopped = control == .pause ? "paused" : "cancelled"
+            return ahead.map(\.task)
+        }
+        pending.forEach { $0.cancel() }
     }
 
-    /// Keeps `depth` reads in flight past the position.
+    /// Keeps requests in flight up to `inFlight` bytes past the position.
     private func refill(_ handle: any ReadHandle) {
         lock.withLock {
-            var next = position + UInt64(ahead.count * Self.piece)
-            while ahead.count < Self.depth, next < size {
-                let offset = next, length = Int(min(UInt64(Self.piece), size - next))
-                ahead.append(Task { try await handle.read(offset, length) })
-                next += UInt64(length)
+            let chunk = UInt64(max(1, handle.chunk))
+            while requested < size, requested - position < UInt64(Self.inFlight) {
+                let offset = requested, length = Int(min(chunk, size - requested))
+                ahead.append((offset, length, Task { try await handle.read(offset, length) }))
+                requested += UInt64(length)
             }
         }
     }
@@ -130,28 +140,36 @@ final class StreamReader: RemoteFileReader, @unchecked Sendable {
             }
             return nil
         }
-        refill(handle)
-        guard let first = lock.withLock({ ahead.isEmpty ? nil : ahead.removeFirst() }) else { return nil }
-        let bytes = try await first.value
-        guard !bytes.isEmpty else { throw TermindError(.sftpFailed, "\(shown) ended before its \(size) bytes: it changed while it was read.") }
-        let data = Data(bytes.prefix(limit))
-        let done = lock.withLock { () -> UInt64 in
-            position += UInt64(data.count)
-            if data.count < bytes.count {
-                // The rest of this piece is read again next time (a caller asking for less).
-                ahead.forEach { $0.cancel() }
-                ahead.removeAll()
+        if lock.withLock({ current.isEmpty }) {
+            refill(handle)
+            guard let first = lock.withLock({ ahead.isEmpty ? nil : ahead.removeFirst() }) else { return nil }
+            let bytes = try await first.task.value
+            guard !bytes.isEmpty else { throw TermindError(.sftpFailed, "\(shown) ended before its \(size) bytes: it changed while it was read.") }
+            let dropped = lock.withLock { () -> [Task<ArraySlice<UInt8>, any Error>] in
+                current = bytes
+                guard bytes.count < first.length else { return [] }
+                // A short answer: what was asked past it is asked again from where it ended.
+                defer { ahead = [] }
+                requested = first.offset + UInt64(bytes.count)
+                return ahead.map(\.task)
             }
-            return position
+            dropped.forEach { $0.cancel() }
         }
+        let (data, done) = lock.withLock { () -> (Data, UInt64) in
+            let take = current.prefix(limit)
+            current = current.dropFirst(take.count)
+            position += UInt64(take.count)
+            return (Data(take), position)
+        }
+        refill(handle)
         await scheduler.progress([row: done])
         return data
     }
 
     func close(complete: Bool) async {
         let (handle, pending) = lock.withLock { () -> ((any ReadHandle)?, [Task<ArraySlice<UInt8>, any Error>]) in
-            defer { self.handle = nil; ahead = [] }
-            return (self.handle, ahead)
+            defer { self.handle = nil; ahead = []; current = [] }
+            return (self.handle, ahead.map(\.task))
         }
         pending.forEach { $0.cancel() }
         await handle?.close()
