@@ -114,7 +114,7 @@ final class MCPFilesTests: XCTestCase {
         XCTAssertEqual(try RawHTTP.send(port: port, method: "GET", path: "/files/download", headers: ["Termind-Capability": capability]).status, 410)
         // The transfers went through the scheduler, as rows of the session.
         let rows = try ok(["transfers"]).stdout
-        XCTAssertTrue(rows.contains("mcp-files-"), rows)
+        XCTAssertTrue(rows.contains("mcp-http-files-"), rows)
     }
 
     func testAnUploadCommitsOnlyTheExactBytesResumesAfterACutAndIsNeverReplayed() throws {

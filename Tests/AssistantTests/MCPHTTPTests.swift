@@ -106,7 +106,8 @@ final class MCPHTTPTests: XCTestCase {
         }
         XCTAssertTrue(FileManager.default.fileExists(atPath: victim))
         let audit = try ok(["--json", "assistant", "audit"]).stdout
-        XCTAssertTrue(audit.contains("\"conversation\":\"mcp-"), audit)
+        // The audit names the origin and the client (the SDK's clientInfo name).
+        XCTAssertTrue(audit.contains("\"conversation\":\"mcp-http-"), audit)
         XCTAssertFalse(audit.contains(token))
     }
 

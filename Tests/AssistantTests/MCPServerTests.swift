@@ -95,7 +95,7 @@ final class MCPServerTests: XCTestCase {
         XCTAssertTrue(FileManager.default.fileExists(atPath: victim))
         // The audit names the MCP session as the conversation.
         let audit = try ok(["--json", "assistant", "audit"]).stdout
-        XCTAssertTrue(audit.contains("\"conversation\":\"mcp-"), audit)
+        XCTAssertTrue(audit.contains("\"conversation\":\"mcp-stdio-"), audit)
     }
 
     func testInsideServeWhatNeedsAPersonWaitsForMCPApprovalsAndUnansweredIsRefused() throws {
@@ -109,7 +109,7 @@ final class MCPServerTests: XCTestCase {
                                                                   String(decoding: try JSONCoding.encode(calls), as: UTF8.self), "--"] + termindArgv + ["mcp"],
                                         environment: environment, captureOutput: true)
         let report = try PseudoTerminal.run(termindArgv + ["mcp", "approvals", "--count", "1"],
-                                            steps: [.expect("MCP session mcp-"), .expect("Allow it?"), .send("o\r")], environment: environment)
+                                            steps: [.expect("MCP session mcp-stdio-"), .expect("Allow it?"), .send("o\r")], environment: environment)
         XCTAssertEqual(report.met, [true, true], report.output)
         XCTAssertEqual(report.status, 0, report.output)
         let line = waiting.readOutput(until: "}", timeout: 60) ?? ""

@@ -20,7 +20,7 @@ extension AssistantFeature {
     func mcpSession(_ ports: Ports, origin: String, terminal: (@Sendable (JSONValue) async -> JSONValue?)?) async throws -> MCPSession {
         let number = mcpSessions.wrappingAdd(1, ordering: .relaxed).newValue
         let record = try await ports.settings.read(AssistantSettings.Policy.self)
-        let name = MCPSession.Name("mcp-\(number)")
+        let name = MCPSession.Name("mcp-\(origin)-\(number)")
         var tools = self.tools(ports, ask: { [approvals] question in
             if !ports.context.resident, let terminal { return await terminal(question) }
             return await approvals.ask(question, session: name.value, seconds: Double(record.approvalTimeoutSeconds))
@@ -202,9 +202,10 @@ final class MCPSession: Sendable {
     /// Names the conversation after the client (`mcp-claude-code-3`), once.
     private func rename(_ client: String) {
         let safe = String(client.lowercased().map { $0.isASCII && ($0.isLetter || $0.isNumber) ? $0 : "-" }.prefix(24))
-        let named = "mcp-\(safe.isEmpty ? "client" : safe)-\(number)"
+        // The audit's conversation names how the client came (stdio, http) and who it says it is.
+        let named = "mcp-\(origin)-\(safe.isEmpty ? "client" : safe)-\(number)"
         let changed = name.withLock { current -> Bool in
-            guard current == "mcp-\(number)" else { return false }
+            guard current == "mcp-\(origin)-\(number)" else { return false }
             current = named
             return true
         }
