@@ -102,7 +102,7 @@ enum Help {
       serve [--OPTION VALUE]...
                                Run the long-lived termind process with its control socket.
                                Other termind commands then run inside it. Its options are
-                               features' (serve --mcp-listen below, under its feature).
+                               features' (serve --mcp-listen above, under its feature).
       version                  Print termind, build signature and library versions.
       plugins check DIR        Check a plugin the way termind loads it (for plugin authors).
       secrets status           How the encrypted secret store is protected.

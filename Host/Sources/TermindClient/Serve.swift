@@ -72,7 +72,7 @@ extension Serve {
         while index < arguments.count {
             let word = arguments[index]
             guard word.hasPrefix("--"), word.count > 2 else {
-                throw Invocation.UsageError(description: "serve takes no arguments, only its features' options (--NAME VALUE): '\(word)' is not one. termind serve --help lists them.")
+                throw Invocation.UsageError(description: "serve takes no arguments, only its features' options (--NAME VALUE): '\(word)' is not one.")
             }
             var name = String(word.dropFirst(2))
             var value: String

@@ -61,7 +61,7 @@ public actor Kernel {
         for name in configuration.serveOptions.keys.sorted() where !declaredOptions.contains(name) {
             let known = declaredOptions.sorted().map { "--\($0)" }
             throw BootFailure(problems: [FeatureProblem(featureID: nil, field: nil, code: .serveOptionUnknown,
-                message: "termind serve has no option --\(name)" + (known.isEmpty ? "." : "; the loaded features declare \(known.joined(separator: ", ")).") + " termind serve --help lists them.")])
+                message: "termind serve has no option --\(name)" + (known.isEmpty ? "." : "; the loaded features declare \(known.joined(separator: ", ")).") + "")])
         }
         for m in discovery.manifests where manifests[m.id] == nil { manifests[m.id] = m }
         order = plan.ordered.map(\.id)
