@@ -381,4 +381,61 @@ final class ExecRouteCommandTests: XCTestCase {
         XCTAssertTrue(result.stderr.contains("Resolving build-box.termind-test.invalid took longer than 2 s"), result.stderr)
         XCTAssertLessThan(elapsed, 20, "the deadline, not glibc's 60 s, ends the wait")
     }
+
+    /// A DNS outage parks lookups only: with 64 connections inside serve waiting on a name
+    /// server that never answers (each lookup holds a thread for glibc's 60 s), the store still
+    /// answers at once, and so does a connect to an address (no lookup at all).
+    func testANameServerThatNeverAnswersParksLookupsNeverTheStoreOrAConnectToAnAddress() throws {
+        let (chain, cleanup) = try namespace(resolvConf: "nameserver 127.0.0.1\noptions timeout:30 attempts:2\n")
+        defer { cleanup() }
+        let bound = directory.file("dns-bound")
+        let silent = try chain.spawn(in: 1, "/usr/bin/python3", ["-c", """
+            import socket, time
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 53))
+            open("\(bound)", "w").close()
+            while True: s.recvfrom(4096)
+            """])
+        defer { silent.signal(SIGKILL); silent.wait() }
+        XCTAssertTrue(waitUntil { FileManager.default.fileExists(atPath: bound) }, "the silent name server started")
+        let socket = directory.file("outage.sock")
+        let serve = try chain.spawn(in: 1, FeatureHarness.buildDirectory + "/termind",
+                                    ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k"), "--socket", socket, "serve"])
+        defer { serve.signal(SIGTERM); serve.wait() }
+        XCTAssertTrue(waitUntil(seconds: 30) { FileManager.default.fileExists(atPath: socket) }, "serve started")
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = directory.file("home")
+        func viaServe(_ arguments: [String]) throws -> ProcessResult {
+            try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind", ["--socket", socket] + arguments, environment: environment)
+        }
+        XCTAssertEqual(try viaServe(["vault", "host", "add", "10.255.255.1", "--label", "box"]).status, 0)
+        let waiting = try (0..<64).map { n in
+            try SpawnedProcess(FeatureHarness.buildDirectory + "/termind",
+                               ["--socket", socket, "exec", "someone@box-\(n).termind-test.invalid", "--connect-timeout", "30", "--", "true"],
+                               environment: environment, captureOutput: true)
+        }
+        defer { for process in waiting { process.signal(SIGKILL); _ = process.wait() } }
+        Thread.sleep(forTimeInterval: 2)  // the 64 lookups reach the name server and wait
+        var started = Date()
+        let list = try viaServe(["--json", "vault", "host", "list"])
+        let listed = Date().timeIntervalSince(started)
+        XCTAssertEqual(list.status, 0, list.stderr)
+        XCTAssertTrue(list.stdout.contains("box"))
+        started = Date()
+        XCTAssertEqual(try viaServe(["settings", "get", "sftp.limits"]).status, 0)
+        let read = Date().timeIntervalSince(started)
+        // Before lookups had executors of their own they held all 16 of the store's threads
+        // for a minute; the bound here leaves room for a loaded machine.
+        XCTAssertLessThan(listed, 2, "vault host list took \(listed) s")
+        XCTAssertLessThan(read, 2, "settings get took \(read) s")
+        print("during the outage: vault host list \(Int(listed * 1000)) ms, settings get \(Int(read * 1000)) ms")
+        // A saved host by address is connected to without a lookup: refused at once here (the
+        // namespace has no route to it), not queued behind the lookups.
+        started = Date()
+        let direct = try viaServe(["exec", "box", "--connect-timeout", "10", "--", "true"])
+        XCTAssertNotEqual(direct.status, 0)
+        XCTAssertFalse(direct.stderr.contains("Resolving"), direct.stderr)
+        XCTAssertTrue(direct.stderr.contains("Cannot connect"), direct.stderr)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5)
+        XCTAssertTrue(waiting.allSatisfy { $0.isRunning }, "the lookups are still waiting")
+    }
 }
