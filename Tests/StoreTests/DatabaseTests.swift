@@ -258,14 +258,17 @@ final class DatabaseTests: XCTestCase {
         XCTAssertThrowsError(try StoreAccess.database(path: path)) { XCTAssertTrue("\($0)".contains("--store PATH"), "\($0)") }
     }
 
-    func testReadsAndWritesRunOnCoresBlockingExecutorNeverTheCooperativePool() async throws {
+    func testReadsAndWritesRunOnTheStoresExecutorNeverTheCooperativePool() async throws {
         let db = try StoreAccess.database(path: directory.file("t.sqlite"))
         try db.migrate(notes)
         let writer = try await db.write { db -> String in
             try db.execute("INSERT INTO notes (body) VALUES ('queued')")
             return BlockingExecutor.currentExecutorName ?? "not an executor thread"
         }
-        XCTAssertEqual(writer, "termind.blocking")
+        // The store's own executor: never behind key derivation or a name lookup.
+        XCTAssertEqual(writer, "termind.store")
+        let reader = try await db.read { _ in BlockingExecutor.currentExecutorName ?? "not an executor thread" }
+        XCTAssertEqual(reader, "termind.store")
         let count = try await db.read { db in try db.scalar("SELECT count(*) FROM notes") }
         XCTAssertEqual(count, .integer(1))
     }

@@ -225,15 +225,15 @@ public final class Database: @unchecked Sendable {
         return try body()
     }
 
-    /// Runs `body` with this database on Core's blocking executor (never on the
-    /// cooperative pool), for reads.
+    /// Runs `body` with this database on the store's executor (never on the cooperative
+    /// pool, never behind a key derivation or a name lookup), for reads.
     public func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
-        try await BlockingExecutor.run { try body(self) }
+        try await BlockingExecutor.store.run { try body(self) }
     }
 
-    /// Runs `body` in one transaction on Core's blocking executor, for writes.
+    /// Runs `body` in one transaction on the store's executor, for writes.
     public func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
-        try await BlockingExecutor.run { try self.transaction { try body(self) } }
+        try await BlockingExecutor.store.run { try self.transaction { try body(self) } }
     }
 
     /// The first column of the first row.

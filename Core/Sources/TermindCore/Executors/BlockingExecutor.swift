@@ -25,16 +25,32 @@ public final class BlockingExecutor: @unchecked Sendable {
     private var idle = 0
     private var active = 0
 
-    /// Core's own executor for blocking work that is not a plugin's: SQLite statements,
-    /// key derivation (scrypt, bcrypt), key generation, DNS and TCP connect. 16 threads (a
-    /// resolver that hangs for glibc's 60 s holds one), 1,024 waiting; beyond that a job is
-    /// refused with `blocking.busy`.
+    /// Core's executor for blocking work no other executor owns (features' blocking
+    /// handlers, file reads). Each kind of work that can stall for long has its own, so one
+    /// kind piling up never starves another: `store` (SQLite), `crypto` (key derivation and
+    /// generation), and the SSH transport's resolver and connector (name lookups that hang
+    /// for glibc's 60 s, connects). 16 threads, 1,024 waiting; beyond that a job is refused
+    /// with `blocking.busy`.
     public static let core = BlockingExecutor(name: "termind.blocking", threadLimit: 16, queueLimit: 1024)
+
+    /// The store's executor: SQLite statements (one connection a database, serialized by
+    /// its lock, so a few threads suffice), never behind a key derivation or a lookup.
+    public static let store = BlockingExecutor(name: "termind.store", threadLimit: 4, queueLimit: 4096)
+
+    /// Key derivation (scrypt, bcrypt_pbkdf) and key generation: CPU for tens to hundreds of
+    /// milliseconds each, two at a time on this many cores.
+    public static let crypto = BlockingExecutor(name: "termind.crypto", threadLimit: 2, queueLimit: 256)
 
     /// Runs `body` on `core`, failing with `blocking.busy` when it is full.
     @discardableResult
     public static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await core.run(busy: TermindError(.blockingBusy, "termind has too much blocking work queued (\(core.queueLimit) jobs wait); try again."), body)
+        try await core.run(body)
+    }
+
+    /// Runs `body` on this executor, failing with `blocking.busy` when it is full.
+    @discardableResult
+    public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await run(busy: TermindError(.blockingBusy, "termind has too much blocking work queued (\(name): \(queueLimit) jobs wait); try again."), body)
     }
 
     public init(name: String, threadLimit: Int, queueLimit: Int, idleSeconds: TimeInterval = 30) {

@@ -506,7 +506,7 @@ public actor Kernel {
                     throw TermindError(.secretUnconfigured, "No secret store is configured (--secrets or TERMIND_SECRETS).")
                 }
                 // scrypt (for a passphrase) takes its time: off the cooperative pool.
-                let store = try await BlockingExecutor.run { try SecretStore(path: path, keySource: key) }
+                let store = try await BlockingExecutor.crypto.run { try SecretStore(path: path, keySource: key) }
                 // Secrets stored before they had owners were the built-in feature's that keeps
                 // them: the first permanent feature (never a plugin) requiring the store.
                 if let keeper = manifests.first(where: { $0.isPermanent && $0.ports.requires.contains("kernel.secrets") }) {

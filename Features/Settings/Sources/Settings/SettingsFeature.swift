@@ -161,7 +161,7 @@ final class SettingsFeature: Feature {
         func secret(_ reference: String, key: String, field: String) async throws -> Secret? {
             guard !reference.isEmpty else { return nil }
             let store = try feature.current()
-            return try await BlockingExecutor.run {
+            return try await BlockingExecutor.store.run {
                 guard store.readable(reference, key: key, path: "\(key).\(field)"), let secret = try? store.secrets.secret(reference) else {
                     throw TermindError(.settingsSecretMissing, "A settings record references a secret that is missing, empty or unreadable on this device; "
                         + "set it again with termind settings secret KEY FIELD --secret -.")

@@ -105,7 +105,7 @@ struct VaultTrust: HostKeyTrust {
 
     // The store is read on Core's blocking executor, never on the cooperative pool.
     func verdict(host: String, port: Int, key: PublicHostKey) async throws -> TrustVerdict {
-        try await BlockingExecutor.run { [vault] in try Self.verdict(vault, host: host, port: port, key: key) }
+        try await BlockingExecutor.store.run { [vault] in try Self.verdict(vault, host: host, port: port, key: key) }
     }
 
     private static func verdict(_ vault: VaultFeature, host: String, port: Int, key: PublicHostKey) throws -> TrustVerdict {
@@ -113,17 +113,17 @@ struct VaultTrust: HostKeyTrust {
     }
 
     func knownKeyTypes(host: String, port: Int) async throws -> [String] {
-        try await BlockingExecutor.run { [vault] in try vault.knownHosts().knownKeyTypes(host: host, port: port) }
+        try await BlockingExecutor.store.run { [vault] in try vault.knownHosts().knownKeyTypes(host: host, port: port) }
     }
 
     func trust(host: String, port: Int, key: PublicHostKey) async throws {
-        try await BlockingExecutor.run { [vault] in
+        try await BlockingExecutor.store.run { [vault] in
             try vault.knownHosts().add(KnownHostEntry(host: host, port: port, key: try HostKey(algorithm: key.algorithm, blob: key.blob), hashed: false))
         }
     }
 
     func refusal(host: String, port: Int, key: PublicHostKey) async throws -> String? {
-        try await BlockingExecutor.run { [vault] in try Self.refusal(vault, host: host, port: port, key: key) }
+        try await BlockingExecutor.store.run { [vault] in try Self.refusal(vault, host: host, port: port, key: key) }
     }
 
     private static func refusal(_ vault: VaultFeature, host: String, port: Int, key: PublicHostKey) throws -> String? {

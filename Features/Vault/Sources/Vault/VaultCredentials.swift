@@ -6,7 +6,7 @@ struct VaultCredentials: CredentialProvider {
     let vault: VaultFeature
 
     func credentials(for request: CredentialRequest) async throws -> HostCredentials {
-        try await BlockingExecutor.run { [vault] in try Self.credentials(vault, request) }
+        try await BlockingExecutor.store.run { [vault] in try Self.credentials(vault, request) }
     }
 
     private static func credentials(_ vault: VaultFeature, _ request: CredentialRequest) throws -> HostCredentials {

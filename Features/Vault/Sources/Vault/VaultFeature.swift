@@ -53,14 +53,14 @@ final class VaultFeature: Feature {
         registrar.handleBlocking(ImportContracts.Preview.self) { [self] r, _ in try ConfigImporter(hosts: try current().hosts).preview(r.path) }
         registrar.handle(ImportContracts.Commit.self) { [self] r, _ in
             let s = try current()
-            var (result, forwards) = try await BlockingExecutor.run {
+            var (result, forwards) = try await BlockingExecutor.store.run {
                 try ConfigImporter(hosts: s.hosts, identities: s.identities, keys: s.keys).commit(r, identities: s.identities)
             }
             s.logger.info("vault.import.committed", ["created": .int(result.created.count), "skipped": .int(result.skipped.count)])
             // Forwards become rules of the forwarding feature once their hosts are saved (never started).
             for planned in forwards {
                 do {
-                    guard let host = try await BlockingExecutor.run({ try s.hosts.find(planned.alias) }) else { continue }
+                    guard let host = try await BlockingExecutor.store.run({ try s.hosts.find(planned.alias) }) else { continue }
                     try await Self.saveRule(planned.candidate, host: host.id, call: s.call)
                     result.rules.append(.init(candidate: planned.candidate.id, name: planned.candidate.name))
                 } catch {
@@ -219,11 +219,11 @@ struct VaultHostDirectory: HostDirectory {
     func changes() -> AsyncStream<HostChange> { vault.hostChanges.subscribe() }
 
     func host(named name: String) async throws -> HostSummary? {
-        try await BlockingExecutor.run { [vault] in try vault.hosts().find(name)?.summary }
+        try await BlockingExecutor.store.run { [vault] in try vault.hosts().find(name)?.summary }
     }
 
     func allHosts() async throws -> [HostSummary] {
-        try await BlockingExecutor.run { [vault] in try vault.hosts().list(tag: nil).map(\.summary) }
+        try await BlockingExecutor.store.run { [vault] in try vault.hosts().list(tag: nil).map(\.summary) }
     }
 }
 

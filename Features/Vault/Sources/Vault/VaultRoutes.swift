@@ -23,12 +23,12 @@ struct VaultRoutes: RouteResolver {
         }
         let vault = self.vault
         let target = request.target
-        if let record = try await BlockingExecutor.run({ try vault.repositories().0.find(target) }) {
+        if let record = try await BlockingExecutor.store.run({ try vault.repositories().0.find(target) }) {
             for jump in record.jump { try await saved(jump, isTarget: false) }
             try await saved(record.id, isTarget: true)
             return ResolvedRoute(route: SSHRoute(hops), credentials: secrets, targetIsSaved: true)
         }
-        let resolved = try await BlockingExecutor.run { try QuickConnectResolver(hosts: try vault.repositories().0).resolve(target) }
+        let resolved = try await BlockingExecutor.store.run { try QuickConnectResolver(hosts: try vault.repositories().0).resolve(target) }
         for (index, endpoint) in resolved.route.enumerated() {
             let isTarget = index == resolved.route.count - 1
             if let id = endpoint.savedHost, !(isTarget && (request.user != nil || request.identity != nil || !resolved.identityFiles.isEmpty)) {
@@ -62,7 +62,7 @@ struct VaultRoutes: RouteResolver {
                     + "Import it once (termind vault key import \(path) --passphrase -) and use a saved identity, or add it to ssh-agent (ssh-add \(path)).")
             }
             do {
-                _ = try await BlockingExecutor.run { try SSHPrivateKey.parse(key, passphrase: passphrase) }
+                _ = try await BlockingExecutor.crypto.run { try SSHPrivateKey.parse(key, passphrase: passphrase) }
             } catch let error as TermindError where error.is(.keyWrongPassphrase) {
                 throw TermindError(code: error.code, message: "Wrong passphrase for the key file \(path); nothing was sent to the server.")
             }
