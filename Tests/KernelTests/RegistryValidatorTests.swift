@@ -271,3 +271,73 @@ final class RegistryValidatorTests: XCTestCase {
         XCTAssertTrue(reason(plan, "sneaky")?.message.contains("'kernel.policy' (what decides on an agent's calls) is provided only by a feature of termind's own registry") == true)
     }
 }
+
+/// A one-shot command loads only what it needs, decided from the manifests alone.
+final class CommandSelectionTests: XCTestCase {
+    private func feature(_ id: String, commands: [String] = [], contracts: [String] = [], calls: [String] = [], requires: [String] = [],
+                         optional: [String] = [], provides: [String] = [], consumersOf: [String] = []) -> FeatureManifest {
+        var m = FeatureManifest(id: id, library: "/lib/\(id).so", ports: .init(provides: provides, requires: requires, optional: optional),
+                                contracts: contracts, calls: calls, commands: commands.map { FeatureManifest.Command(name: $0, contract: contracts.first) })
+        m.commandsNeedConsumersOf = consumersOf
+        return m
+    }
+
+    func testTheCommandsFeatureAndWhatItReachesAreChosen() {
+        let manifests = [
+            feature("vault", commands: ["vault host list", "vault host"], contracts: ["vault.host.list@1"], calls: ["forwarding.rule.add@1"], requires: ["kernel.store"]),
+            feature("forwarding", commands: ["forward add"], contracts: ["forwarding.rule.add@1"], requires: ["vault.hosts"]),
+            feature("vaultports", provides: ["vault.hosts"]),
+            feature("assistant", commands: ["assistant run"], contracts: ["assistant.run@1"], requires: ["settings.values"], optional: ["sftp.scheduler"]),
+            feature("settings", commands: ["settings list"], contracts: ["settings.list@1"], provides: ["settings.values"], consumersOf: ["settings.values"]),
+            feature("sftp", commands: ["get"], contracts: ["sftp.transfer@1"], optional: ["settings.values"], provides: ["sftp.scheduler"]),
+            feature("metrics", commands: ["metrics add"], contracts: ["metrics.add@1"]),
+        ]
+        // The longest command the words begin with; its calls' owners and their ports' providers.
+        XCTAssertEqual(RegistryValidator.selection(forCommand: ["vault", "host", "list", "--tag", "prod"], in: manifests), ["vault", "forwarding", "vaultports"])
+        // Optional ports' providers too, and their own needs.
+        XCTAssertEqual(RegistryValidator.selection(forCommand: ["assistant", "run", "hello"], in: manifests), ["assistant", "settings", "sftp"])
+        // A registry's commands need the features that register into it.
+        XCTAssertEqual(RegistryValidator.selection(forCommand: ["settings", "list"], in: manifests), ["settings", "assistant", "sftp"])
+        XCTAssertEqual(RegistryValidator.selection(forCommand: ["metrics", "add", "box"], in: manifests), ["metrics"])
+        // No feature declares it: nil (everything boots, to say so).
+        XCTAssertNil(RegistryValidator.selection(forCommand: ["frobnicate"], in: manifests))
+    }
+}
+
+import TermindHarness
+
+/// The real registry, end to end: what a one-shot command starts (its log says) and that
+/// behaviour is unchanged.
+final class OneShotLoadingTests: XCTestCase {
+    func testAOneShotCommandStartsOnlyTheFeaturesItNeedsAndSettingsStillSeesEveryRecord() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let environment = ProcessInfo.termindEnvironment(home: directory.file("home"), socket: directory.file("none.sock"))
+        func termind(_ arguments: [String], log: String) throws -> (ProcessResult, Set<String>) {
+            let result = try ProcessRunner.run(FeatureHarness.buildDirectory + "/termind",
+                                               ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k"), "--log-file", directory.file(log)] + arguments,
+                                               environment: environment)
+            let text = (try? String(contentsOfFile: directory.file(log), encoding: .utf8)) ?? ""
+            let started = Set(text.split(separator: "\n").filter { $0.contains("kernel.feature.started") }.compactMap { line -> String? in
+                guard let range = line.range(of: "\"feature\":\"") ?? line.range(of: "feature=") else { return nil }
+                return String(line[range.upperBound...].prefix { $0 != "\"" && $0 != " " && $0 != "," && $0 != "}" })
+            })
+            return (result, started)
+        }
+        let (added, _) = try termind(["vault", "host", "add", "10.0.0.9", "--label", "box"], log: "add.log")
+        XCTAssertEqual(added.status, 0, added.stderr)
+        let (listed, started) = try termind(["vault", "host", "list"], log: "list.log")
+        XCTAssertEqual(listed.status, 0, listed.stderr)
+        XCTAssertTrue(listed.stdout.contains("box"))
+        XCTAssertTrue(started.contains("vault"), "\(started)")
+        XCTAssertFalse(started.contains("assistant") || started.contains("metrics") || started.contains("workspaces"), "\(started)")
+        // settings list needs the features that register records: they start too.
+        let (settings, withConsumers) = try termind(["settings", "list"], log: "settings.log")
+        XCTAssertEqual(settings.status, 0, settings.stderr)
+        XCTAssertTrue(settings.stdout.contains("assistant.policy") && settings.stdout.contains("metrics.preferences"), settings.stdout)
+        XCTAssertTrue(withConsumers.contains("assistant") && withConsumers.contains("metrics"), "\(withConsumers)")
+        // termind's own commands see every feature.
+        let (features, _) = try termind(["features"], log: "features.log")
+        XCTAssertTrue(features.stdout.contains("assistant") && features.stdout.contains("metrics"), features.stdout)
+    }
+}

@@ -27,7 +27,17 @@ final class Session {
         if !inv.local && !inv.shapesBoot, let client = try? ControlClient(path: inv.socketPath) {
             return Session(client: client, kernel: nil)
         }
-        let kernel = Kernel(configuration: try inv.kernelConfiguration(), sink: try inv.logSink())
+        var configuration = try inv.kernelConfiguration()
+        // A feature's command loads only what it needs; termind's own commands (features,
+        // contracts, call, completion, the general help) see every feature.
+        if inv.selection == nil, let command = inv.command {
+            if command == "help", !inv.arguments.isEmpty {
+                configuration.commandWords = inv.arguments
+            } else if !RegistryValidator.hostCommands.contains(command) {
+                configuration.commandWords = [command] + inv.arguments
+            }
+        }
+        let kernel = Kernel(configuration: configuration, sink: try inv.logSink())
         let statuses = try await kernel.boot()
         let disabled = statuses.filter { $0.state == .disabled }
         let unattributed = await kernel.unattributed

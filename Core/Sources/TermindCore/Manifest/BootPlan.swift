@@ -34,6 +34,50 @@ public struct RegistryValidator: Sendable {
     /// The host's own command words, which no feature's command may start with.
     public static let hostCommands: Set<String> = ["features", "contracts", "call", "serve", "version", "bench", "plugins", "secrets", "help", "completion"]
 
+    /// The features a one-shot command needs (nil: a command no feature declares, which
+    /// boots them all to say so): the feature declaring the longest command that `words`
+    /// begin with, and everything it reaches — its dependencies, the providers of the ports
+    /// it requires or may use, the owners of the contracts and streams it calls, the
+    /// consumers of a port whose consumers its commands need (`commandsNeedConsumersOf`) —
+    /// and, for each of those, the same. Decided from the manifests alone: no feature's code
+    /// runs to decide.
+    public static func selection(forCommand words: [String], in manifests: [FeatureManifest]) -> Set<String>? {
+        let leading = Array(words.prefix { !$0.hasPrefix("-") })
+        var best: (manifest: FeatureManifest, length: Int)?
+        for manifest in manifests {
+            for command in manifest.commands {
+                let name = command.words
+                guard !name.isEmpty, name.count <= leading.count, Array(leading.prefix(name.count)) == name else { continue }
+                if name.count > (best?.length ?? 0) { best = (manifest, name.count) }
+            }
+        }
+        guard let owner = best?.manifest else { return nil }
+        var byID: [String: FeatureManifest] = [:]
+        for manifest in manifests where byID[manifest.id] == nil { byID[manifest.id] = manifest }
+        var operationOwner: [String: String] = [:]
+        for manifest in manifests {
+            for operation in manifest.contracts + manifest.streams where operationOwner[operation] == nil { operationOwner[operation] = manifest.id }
+        }
+        var wanted: Set<String> = [owner.id]
+        var frontier = [owner.id]
+        while let id = frontier.popLast() {
+            guard let m = byID[id] else { continue }
+            var next = m.dependencies.required + m.dependencies.optional
+            for port in m.ports.requires + m.ports.optional {
+                next += manifests.filter { $0.ports.provides.contains(port) }.map(\.id)
+            }
+            next += m.calls.compactMap { operationOwner[$0] }
+            for port in m.commandsNeedConsumersOf where m.ports.provides.contains(port) {
+                next += manifests.filter { ($0.ports.requires + $0.ports.optional).contains(port) }.map(\.id)
+            }
+            for dependency in next where !wanted.contains(dependency) {
+                wanted.insert(dependency)
+                frontier.append(dependency)
+            }
+        }
+        return wanted
+    }
+
     public var libraryExists: @Sendable (String) -> Bool
     /// Ports the kernel provides itself (the store, the secret store): always available
     /// to require, never to provide.

@@ -219,6 +219,10 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     /// the generic host accepts them without knowing any feature: the kernel refuses one no
     /// loaded feature declares and hands each feature only its own (`FeatureContext.options`).
     public var serveOptions: [ServeOption]
+    /// Ports this feature provides whose consumers its commands need loaded too: a one-shot
+    /// command loads only its feature and what that reaches, but `settings list` shows the
+    /// records the other features register into `settings.values` when they start.
+    public var commandsNeedConsumersOf: [String]
 
     public struct ServeOption: Sendable, Equatable, Codable {
         /// Without the leading dashes: `mcp-listen`.
@@ -256,7 +260,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
 
     enum CodingKeys: String, CodingKey {
         case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, streams, calls, functions, commands, schemas
-        case libraryOutsidePlugin, summary, help, effects, serveOptions
+        case libraryOutsidePlugin, summary, help, effects, serveOptions, commandsNeedConsumersOf
     }
 
     public init(id: String, version: String = "1.0.0", abi: Int = 1, kind: Kind = .swift, library: String,
@@ -284,6 +288,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         self.summary = summary
         self.effects = [:]
         self.serveOptions = []
+        self.commandsNeedConsumersOf = []
         self.source = source
         self.baseDirectory = baseDirectory
         self.origin = origin
@@ -311,6 +316,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         help = try c.decodeIfPresent(HelpGroup.self, forKey: .help)
         effects = try c.decodeIfPresent([String: String].self, forKey: .effects) ?? [:]
         serveOptions = try c.decodeIfPresent([ServeOption].self, forKey: .serveOptions) ?? []
+        commandsNeedConsumersOf = try c.decodeIfPresent([String].self, forKey: .commandsNeedConsumersOf) ?? []
     }
 
     /// The declared effect of one of its operations, or nil when it declares none (or one

@@ -51,7 +51,8 @@ public actor Kernel {
                                           kernelPorts: KernelPorts.all)
         let plan: BootPlan
         do {
-            plan = try validator.plan(discovery.manifests, rejected: discovery.rejected, selection: configuration.selection)
+            let selection = configuration.selection ?? configuration.commandWords.flatMap { RegistryValidator.selection(forCommand: $0, in: discovery.manifests) }
+            plan = try validator.plan(discovery.manifests, rejected: discovery.rejected, selection: selection)
         } catch let error as TermindError {
             throw BootFailure(problems: [FeatureProblem(featureID: nil, field: nil, code: error.code, message: error.message)])
         }

@@ -39,6 +39,9 @@ public struct KernelConfiguration: Sendable {
     /// `["mcp-listen": "127.0.0.1:8765"]`): each must be declared by a loaded feature's
     /// manifest (`serveOptions`), which alone receives it.
     public var serveOptions: [String: String] = [:]
+    /// A one-shot command's words: with no `selection`, only the features it needs are
+    /// loaded (`RegistryValidator.selection(forCommand:in:)`).
+    public var commandWords: [String]?
     /// How long a third-party plugin's `start` may take before it is disabled, and its
     /// `stop` before it is abandoned (a plugin blocked in C must not hang termind).
     public var pluginStartSeconds: Double = 10
