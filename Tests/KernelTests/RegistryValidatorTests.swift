@@ -299,6 +299,8 @@ final class CommandSelectionTests: XCTestCase {
         // A registry's commands need the features that register into it.
         XCTAssertEqual(RegistryValidator.selection(forCommand: ["settings", "list"], in: manifests), ["settings", "assistant", "sftp"])
         XCTAssertEqual(RegistryValidator.selection(forCommand: ["metrics", "add", "box"], in: manifests), ["metrics"])
+        // Settings reached on the way serves its port: its consumers are not pulled in.
+        XCTAssertEqual(RegistryValidator.selection(forCommand: ["get", "box:f", "."], in: manifests), ["sftp", "settings"])
         // No feature declares it: nil (everything boots, to say so).
         XCTAssertNil(RegistryValidator.selection(forCommand: ["frobnicate"], in: manifests))
     }

@@ -37,9 +37,9 @@ public struct RegistryValidator: Sendable {
     /// The features a one-shot command needs (nil: a command no feature declares, which
     /// boots them all to say so): the feature declaring the longest command that `words`
     /// begin with, and everything it reaches — its dependencies, the providers of the ports
-    /// it requires or may use, the owners of the contracts and streams it calls, the
-    /// consumers of a port whose consumers its commands need (`commandsNeedConsumersOf`) —
-    /// and, for each of those, the same. Decided from the manifests alone: no feature's code
+    /// it requires or may use, the owners of the contracts and streams it calls, and for the
+    /// command's own feature the consumers of a port whose consumers its commands need
+    /// (`commandsNeedConsumersOf`) — and, for each of those, the same. Decided from the manifests alone: no feature's code
     /// runs to decide.
     public static func selection(forCommand words: [String], in manifests: [FeatureManifest]) -> Set<String>? {
         let leading = Array(words.prefix { !$0.hasPrefix("-") })
@@ -67,7 +67,9 @@ public struct RegistryValidator: Sendable {
                 next += manifests.filter { $0.ports.provides.contains(port) }.map(\.id)
             }
             next += m.calls.compactMap { operationOwner[$0] }
-            for port in m.commandsNeedConsumersOf where m.ports.provides.contains(port) {
+            // Only for the command's own feature: a feature reached on the way serves its port,
+            // not its commands.
+            for port in m.commandsNeedConsumersOf where id == owner.id && m.ports.provides.contains(port) {
                 next += manifests.filter { ($0.ports.requires + $0.ports.optional).contains(port) }.map(\.id)
             }
             for dependency in next where !wanted.contains(dependency) {
