@@ -193,6 +193,31 @@ final class MCPHTTPTests: XCTestCase {
         XCTAssertFalse(try ok(["--json", "assistant", "audit"]).stdout.contains("\"event\":\"execution\""))
     }
 
+    func testACallCancelledInAnotherPostIsStoppedAndGetsNoAnswer() async throws {
+        let token = try token()
+        let headers = ["Authorization": "Bearer \(token)", "Content-Type": "application/json", "Accept": "application/json, text/event-stream"]
+        let hello = try RawHTTP.send(port: port, method: "POST", path: "/mcp", headers: headers,
+                                     body: Data(#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#.utf8))
+        let session = try XCTUnwrap(hello.header("mcp-session-id"))
+        var inSession = headers
+        inSession["Mcp-Session-Id"] = session
+        let marker = directory.file("never")
+        try ok(["assistant", "tier", "lab", "auto"])
+        let call = Data(#"{"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"ssh_exec","arguments":{"host":"lab","command":"sleep 30; touch \#(marker)"}}}"#.utf8)
+        let port = self.port
+        let started = Date()
+        let slow = Task.detached { try RawHTTP.send(port: port, method: "POST", path: "/mcp", headers: inSession, body: call) }
+        try await Task.sleep(for: .milliseconds(1500))
+        let cancel = try RawHTTP.send(port: port, method: "POST", path: "/mcp", headers: inSession,
+                                      body: Data(#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"slow","reason":"user"}}"#.utf8))
+        XCTAssertEqual(cancel.status, 202)
+        let response = try await slow.value
+        XCTAssertEqual(response.status, 202, "no JSON-RPC answer for a cancelled call")
+        XCTAssertEqual(response.body.count, 0)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 20, "stopped, not run for its 30 s")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: marker))
+    }
+
     func testTheListenerIsLoopbackOnlyAndAnUnknownServeOptionIsAUsageError() throws {
         XCTAssertThrowsError(try LoopbackHTTPServer(address: "0.0.0.0", port: 0, bodyLimit: 1) { _ in HTTPServerResponse(status: 200) })
         XCTAssertThrowsError(try LoopbackHTTPServer(address: "192.168.1.1", port: 0, bodyLimit: 1) { _ in HTTPServerResponse(status: 200) })

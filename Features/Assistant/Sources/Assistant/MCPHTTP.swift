@@ -223,9 +223,21 @@ final class MCPHTTPEndpoint: Sendable {
         case .failure(let rejection): return Self.rejected(id, rejection, sse: sse, status: 200)
         case .success(let chosen): era = chosen
         }
-        var response = Self.answer(id, await session.answer(method: method, params: params, era: era), session: session, era: era, sse: sse)
-        if let opened { response.headers.append(("Mcp-Session-Id", opened)) }
-        return response
+        guard method == "tools/call" else {
+            var response = Self.answer(id, await session.answer(method: method, params: params, era: era), session: session, era: era, sse: sse)
+            if let opened { response.headers.append(("Mcp-Session-Id", opened)) }
+            return response
+        }
+        // A call the session can cancel (notifications/cancelled naming its id, in another
+        // POST): stopped, it gets no JSON-RPC answer — the POST ends with 202 and no body.
+        let answered = await withCheckedContinuation { (continuation: CheckedContinuation<Result<JSONValue, MCPProtocol.Rejection>?, Never>) in
+            session.start(id: id) {
+                let answer = await session.answer(method: method, params: params, era: era)
+                continuation.resume(returning: session.isLive(id) && !Task.isCancelled ? answer : nil)
+            }
+        }
+        guard let answered else { return HTTPServerResponse(status: 202) }
+        return Self.answer(id, answered, session: session, era: era, sse: sse)
     }
 
     private static func answer(_ id: JSONValue, _ answer: Result<JSONValue, MCPProtocol.Rejection>, session: MCPSession, era: MCPProtocol.Era, sse: Bool) -> HTTPServerResponse {
