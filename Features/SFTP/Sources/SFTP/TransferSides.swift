@@ -75,17 +75,27 @@ final class LocalSide: FileSide {
                        accessTime: UInt32(truncatingIfNeeded: info.st_atim.tv_sec), modifiedTime: UInt32(truncatingIfNeeded: info.st_mtim.tv_sec))
     }
 
+    /// Reads and metadata of local files run here, never on the cooperative pool: a slow
+    /// disk or a hung network file system holds these threads, not Swift's tasks.
+    static let files = BlockingExecutor(name: "termind.sftp.files", threadLimit: 8, queueLimit: 4096)
+
     func stat(_ path: [UInt8], follow: Bool) async throws -> SFTPAttributes? {
-        var info = Glibc.stat()
-        let result = Self.withPath(path) { statPath($0, &info, follow: follow) }
-        if result != 0 {
-            if errno == ENOENT || errno == ENOTDIR { return nil }
-            throw Self.error("stat", path)
+        try await Self.files.run {
+            var info = Glibc.stat()
+            let result = Self.withPath(path) { statPath($0, &info, follow: follow) }
+            if result != 0 {
+                if errno == ENOENT || errno == ENOTDIR { return nil }
+                throw Self.error("stat", path)
+            }
+            return Self.attributes(info)
         }
-        return Self.attributes(info)
     }
 
     func list(_ path: [UInt8], limit: Int) async throws -> [SFTPSession.Entry] {
+        try await Self.files.run { try Self.listNow(path, limit: limit) }
+    }
+
+    private static func listNow(_ path: [UInt8], limit: Int) throws -> [SFTPSession.Entry] {
         guard let directory = Self.withPath(path, { opendir($0) }) else { throw Self.error("list", path) }
         defer { closedir(directory) }
         var entries: [SFTPSession.Entry] = []
@@ -121,8 +131,11 @@ final class LocalSide: FileSide {
     }
 
     func openRead(_ path: [UInt8], extra: Bool, stripes: Int, shared: Bool) async throws -> any ReadHandle {
-        let fd = Self.withPath(path) { open($0, O_RDONLY | O_CLOEXEC) }
-        guard fd >= 0 else { throw Self.error("open", path) }
+        let fd = try await Self.files.run {
+            let fd = Self.withPath(path) { open($0, O_RDONLY | O_CLOEXEC) }
+            guard fd >= 0 else { throw Self.error("open", path) }
+            return fd
+        }
         return LocalHandle(fd: fd)
     }
 
@@ -157,10 +170,12 @@ final class LocalSide: FileSide {
     }
 
     func setAttributes(_ path: [UInt8], mode: UInt32?, accessed: UInt32?, modified: UInt32?) async throws {
-        if let mode, Self.withPath(path, { chmod($0, mode_t(mode & 0o7777)) }) != 0 { throw Self.error("chmod", path) }
-        if let modified {
-            var times = [timespec(tv_sec: Int(accessed ?? modified), tv_nsec: 0), timespec(tv_sec: Int(modified), tv_nsec: 0)]
-            if Self.withPath(path, { utimensat(AT_FDCWD, $0, &times, AT_SYMLINK_NOFOLLOW) }) != 0 { throw Self.error("set the times of", path) }
+        try await Self.files.run {
+            if let mode, Self.withPath(path, { chmod($0, mode_t(mode & 0o7777)) }) != 0 { throw Self.error("chmod", path) }
+            if let modified {
+                var times = [timespec(tv_sec: Int(accessed ?? modified), tv_nsec: 0), timespec(tv_sec: Int(modified), tv_nsec: 0)]
+                if Self.withPath(path, { utimensat(AT_FDCWD, $0, &times, AT_SYMLINK_NOFOLLOW) }) != 0 { throw Self.error("set the times of", path) }
+            }
         }
     }
 }
@@ -168,8 +183,12 @@ final class LocalSide: FileSide {
 private struct LocalHandle: ReadHandle, WriteHandle {
     let fd: Int32
     var chunk: Int { 256 << 10 }
-    func read(_ offset: UInt64, _ length: Int) async throws -> ArraySlice<UInt8> { try SFTPTransfer.readLocal(fd, offset: offset, length: length) }
-    func write(_ offset: UInt64, _ data: ArraySlice<UInt8>) async throws { try SFTPTransfer.writeLocal(fd, offset: offset, data) }
+    func read(_ offset: UInt64, _ length: Int) async throws -> ArraySlice<UInt8> {
+        try await LocalSide.files.run { [fd] in try SFTPTransfer.readLocal(fd, offset: offset, length: length) }
+    }
+    func write(_ offset: UInt64, _ data: ArraySlice<UInt8>) async throws {
+        try await LocalSide.files.run { [fd] in try SFTPTransfer.writeLocal(fd, offset: offset, data) }
+    }
     func close() async { Glibc.close(fd) }
     func abandon() async { Glibc.close(fd) }
     /// Closed (a close that fails — a full disk on NFS — fails the file). Not fsynced, as
