@@ -111,6 +111,32 @@ final class SSHConnectionTests: XCTestCase {
         await connection.close()
     }
 
+    /// Work submitted to a closed connection is told so (ssh.closed), never run on the
+    /// caller's thread against a freed session, however many come at once.
+    func testWorkAfterTheConnectionClosedFailsWithTheReasonAndRunsNothing() async throws {
+        let connection = try await connect()
+        let first = try await connection.exec("true")
+        XCTAssertEqual(first.exitStatus, 0)
+        await connection.close()
+        XCTAssertFalse(connection.isAlive)
+        let outcomes = await withTaskGroup(of: String.self) { group in
+            for _ in 0..<32 {
+                group.addTask {
+                    do {
+                        _ = try await connection.exec("true")
+                        return "ran"
+                    } catch let error as TermindError {
+                        return error.code
+                    } catch {
+                        return "\(error)"
+                    }
+                }
+            }
+            return await group.reduce(into: [String]()) { $0.append($1) }
+        }
+        XCTAssertEqual(Set(outcomes), ["ssh.closed"], "\(outcomes)")
+    }
+
     /// The connection's engine thread is named (top -H, perf) and runs at the process's own
     /// priority, as ssh(1) does, even when opened from user-initiated work: it started at
     /// that Dispatch worker's nice -2, under its name. (The priority part can only fail where

@@ -40,7 +40,12 @@ final class SessionEngine: @unchecked Sendable {
 
     private let wakeFD: Int32
     private let lock = PlainLock()
-    private var inbox: [(SessionEngine) -> Void] = []
+    /// Work for the engine thread, and what tells its submitter the engine died first.
+    private struct Item {
+        let work: (SessionEngine) -> Void
+        let orElse: (TermindError) -> Void
+    }
+    private var inbox: [Item] = []
     private var stopping = false
     private var deathError: TermindError?
     private var deathObservers: [(TermindError) -> Void] = []
@@ -126,8 +131,7 @@ final class SessionEngine: @unchecked Sendable {
         let cancelled = ManagedAtomicFlag()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
-                submit { engine in
-                    if let error = engine.deathError { continuation.resume(throwing: error); return }
+                submit({ engine in
                     engine.performCancelled = cancelled
                     termind_ssh2_set_flag(engine.cancelWord, cancelled.isSet ? 1 : 0)
                     engine.interactionPause = 0
@@ -136,7 +140,7 @@ final class SessionEngine: @unchecked Sendable {
                         termind_ssh2_set_flag(engine.cancelWord, 0)
                     }
                     continuation.resume(with: Result { try body(engine) })
-                }
+                }, orElse: { error in continuation.resume(throwing: error) })
             }
         } onCancel: {
             cancelled.set()
@@ -168,14 +172,14 @@ final class SessionEngine: @unchecked Sendable {
                     complete: { result in continuation.resume(with: result.map { $0 as! UncheckedBox<T> }) },
                     discard: { value in discard?((value as! UncheckedBox<T>).value) })
                 box.value = operation
-                submit { engine in
+                submit({ engine in
                     // Cancelled before it was queued: it never touched libssh2.
                     if cancelled.isSet {
                         operation.finish(.failure(SSHError.make(.sshCancelled, "\(what) on \(endpoint) was cancelled.")))
                         return
                     }
                     engine.add(operation)
-                }
+                }, orElse: { error in operation.finish(.failure(error)) })
             }.value
         } onCancel: {
             cancelled.set()
@@ -193,7 +197,7 @@ final class SessionEngine: @unchecked Sendable {
         let operation = EngineOperation(what: what, lane: lane.map(ObjectIdentifier.init) ?? ObjectIdentifier(self), deadline: nil,
                                         dropIfAbandoned: false, attempt: { session in body(session) },
                                         complete: { _ in }, discard: { _ in })
-        submit { engine in engine.add(operation) }
+        submit({ engine in engine.add(operation) }, orElse: { error in operation.finish(.failure(error)) })
     }
 
     /// Whether operations on `lane` are still queued or running (a pump waits for them
@@ -252,10 +256,7 @@ final class SessionEngine: @unchecked Sendable {
 
     /// Adds a pump (channel data, a bridge) to the fair passes.
     func attach(_ pump: EnginePump) {
-        submit { engine in
-            if let error = engine.deathError { pump.fail(error); return }
-            engine.pumps.append(pump)
-        }
+        submit({ engine in engine.pumps.append(pump) }, orElse: { error in pump.fail(error) })
     }
 
     /// Called once authentication succeeded: from now on the engine may open channels of its
@@ -263,7 +264,6 @@ final class SessionEngine: @unchecked Sendable {
     /// after `countMax` intervals without a byte from the server.
     func configureKeepalive(interval: Int, countMax: Int, abandonedGrace: Double, logger: Logger?) {
         submit { engine in
-            guard engine.deathError == nil else { return }
             engine.logger = logger
             engine.abandonedGrace = abandonedGrace
             engine.keepaliveInterval = max(0, interval)
@@ -322,29 +322,33 @@ final class SessionEngine: @unchecked Sendable {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let accepted: Bool = lock.withLock {
                 guard deathError == nil else { return false }
-                inbox.append { engine in
+                inbox.append(Item(work: { engine in
                     engine.die(SSHError.make(.sshClosed, "The SSH connection to \(engine.endpoint) was closed."), disconnect: true)
                     continuation.resume()
-                }
+                }, orElse: { _ in continuation.resume() }))
                 return true
             }
             if accepted { wake() } else { continuation.resume() }
         }
     }
 
-    private func submit(_ work: @escaping (SessionEngine) -> Void) {
+    /// Queues `work` for the engine thread. Once the engine died, `orElse` learns why instead:
+    /// the work never runs, on any thread (it would touch a freed session).
+    private func submit(_ work: @escaping (SessionEngine) -> Void, orElse: @escaping (TermindError) -> Void = { _ in }) {
         let rejected: TermindError? = lock.withLock {
             if let deathError { return deathError }
-            inbox.append(work)
+            inbox.append(Item(work: work, orElse: orElse))
             return nil
         }
-        if rejected != nil {
-            // The thread is gone; run the work here: it sees deathError and fails fast.
-            work(self)
+        if let rejected {
+            orElse(rejected)
             return
         }
         wake()
     }
+
+    /// Why the engine died, read under the lock it is written with (nil while alive).
+    private var death: TermindError? { lock.withLock { deathError } }
 
     // MARK: - Opening phase helpers (engine thread, inside `perform`)
 
@@ -460,7 +464,7 @@ final class SessionEngine: @unchecked Sendable {
     // MARK: - The loop (engine thread)
 
     private func add(_ operation: EngineOperation) {
-        if let error = deathError { operation.finish(.failure(error)); return }
+        if let error = death { operation.finish(.failure(error)); return }
         operations.append(operation)
     }
 
@@ -477,11 +481,14 @@ final class SessionEngine: @unchecked Sendable {
         termind_ssh2_engine_thread("termind.ssh")
         var idlePasses = 0
         while true {
-            let work: [(SessionEngine) -> Void] = lock.withLock {
+            let work: [Item] = lock.withLock {
                 defer { inbox.removeAll() }
                 return inbox
             }
-            for item in work { item(self) }
+            for item in work {
+                // An item behind one that ended the session is told so, never run.
+                if let death { item.orElse(death) } else { item.work(self) }
+            }
             if session == nil { break }
 
             var progressed = !work.isEmpty
@@ -769,22 +776,30 @@ final class SessionEngine: @unchecked Sendable {
             _ = termind_ssh2_session_disconnect(session, "termind closing")
             flush()  // one non-blocking attempt: a full socket just skips the courtesy
         }
-        // Whatever libssh2 still sends while freeing (channel closes) lands in the buffer,
-        // which is wiped and dropped: the socket is closed right after.
+        // Freed until it completes, never dropped half-freed. What libssh2 still sends while
+        // freeing (channel closes) must not wait on a full socket: shut down first, a send
+        // fails at once (EPIPE; this thread blocks SIGPIPE) instead of saying EAGAIN.
+        _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
         var attempts = 0
-        while libssh2_session_free(session) == termind_ssh2_error_eagain() && attempts < 3 { attempts += 1 }
+        while libssh2_session_free(session) == termind_ssh2_error_eagain() {
+            attempts += 1
+            if attempts % 1000 == 0 { logger?.warning("ssh.session.free_retry", ["attempts": .int(attempts)]) }
+            var descriptor = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            _ = poll(&descriptor, 1, 10)
+        }
         self.session = nil
         if let context {
             termind_ssh2_context_free(context)
             self.context = nil
         }
         close(fd)
-        // Work that raced in after death fails fast.
-        let late: [(SessionEngine) -> Void] = lock.withLock {
+        // Work that raced in after death is told so.
+        let late: [Item] = lock.withLock {
             defer { inbox.removeAll() }
             return inbox
         }
-        for item in late { item(self) }
+        let reason = death ?? error
+        for item in late { item.orElse(reason) }
     }
 }
 
