@@ -78,7 +78,7 @@ final class AssistantFeature: Feature {
             let local = try await ports.settings.read(AssistantSettings.Local.self)
             let endpoint = http.withLock { $0 }
             return .init(url: endpoint?.url, sessions: endpoint?.counts.sessions ?? 0, clients: endpoint?.counts.clients ?? 0,
-                         tokenExists: (try? await MCPToken.read(ports)) != nil, tokenShown: local.listenerTokenShown)
+                         tokenExists: (try? await MCPToken.read(ports, local: local)) != nil, tokenShown: local.listenerTokenShown)
         }
         registrar.handle(AssistantContracts.MCPTokenRotate.self) { [self] _, _ in
             let made = try await mcpToken.make(try current(), shown: true)
@@ -513,7 +513,7 @@ final class AssistantFeature: Feature {
         var tools = self.tools(ports, ask: ask)
         let record = (try? await ports.settings.read(AssistantSettings.MCPServers.self)) ?? .defaults
         guard record.servers.values.contains(where: \.enabled) else { return tools }
-        let discovery = await mcpClients.discover(ports)
+        let discovery = await mcpClients.discover(ports, record: record)
         for (server, problem) in discovery.problems.sorted(by: { $0.key < $1.key }) {
             ports.logger.warning("assistant.mcp.client", ["server": .identifier(server)])
             await notice("MCP server \(server): \(problem)")

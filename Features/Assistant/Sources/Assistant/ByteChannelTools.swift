@@ -44,8 +44,7 @@ extension HostTools {
             return ToolOutcome(state: .failed, text: "\(call.name) needs termind serve --mcp-listen: links are served on its loopback HTTP listener.")
         }
         let schema = call.name == "sftp_upload_link" ? Self.uploadLinkSchema : call.name == "sftp_download_link" ? Self.downloadLinkSchema : Self.statusSchema
-        let problems = schema.problems(in: call.arguments)
-        guard problems.isEmpty else { return ToolOutcome(state: .failed, text: "The arguments do not fit \(call.name): \(problems.joined(separator: "; ")).") }
+        if let misfit = misfit(call, schema) { return misfit }
         func string(_ name: String) -> String { call.arguments[name]?.stringValue ?? "" }
         if call.name == "sftp_link_status" {
             guard let record = channels.status(string("id"), owner: conversation) else {
@@ -54,7 +53,7 @@ extension HostTools {
             let view: JSONValue = .object(["id": .string(record.id), "direction": .string(record.direction.rawValue), "state": .string(record.state.rawValue),
                                            "bytes": .integer(Int64(record.bytes)), "expiresAt": .double(record.expires),
                                            "error": record.error.map { .string($0) } ?? .null, "path": .string(record.path)])
-            return ToolOutcome(state: .succeeded, text: String(decoding: (try? JSONCoding.encode(view)) ?? Data(), as: UTF8.self), structured: view)
+            return ToolOutcome(state: .succeeded, text: Self.json(view), structured: view)
         }
         let path = string("path")
         guard !path.isEmpty, !path.utf8.contains(0) else { return ToolOutcome(state: .failed, text: "\(call.name) needs a path on the host.") }
@@ -90,7 +89,7 @@ extension HostTools {
                 "headers": .object(["Termind-Capability": .string(made.secret)]), "expiresAt": .double(made.expires),
                 "resume": .string(upload ? "Upload-Offset: N with the bytes from N (N: the acknowledged count, from a failed answer or sftp_link_status)" : "Range: bytes=N-"),
             ])
-            return ToolOutcome(state: .succeeded, text: String(decoding: (try? JSONCoding.encode(view)) ?? Data(), as: UTF8.self), structured: view)
+            return ToolOutcome(state: .succeeded, text: Self.json(view), structured: view)
         } catch {
             return ToolOutcome(state: .failed, text: TermindError.from(error).message)
         }

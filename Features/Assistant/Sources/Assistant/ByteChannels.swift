@@ -50,9 +50,10 @@ final class ByteChannels: Sendable {
     private static func now() -> Double { Date().timeIntervalSince1970 }
     private static func key(_ secret: String) -> String { Digest.sha256(Data(secret.utf8)).hexEncoded }
 
-    /// Drops the paused uploads of `keys` (their temporary files go).
-    private static func drop(_ keys: [String], _ state: inout State) -> [any RemoteFileWriter] {
-        keys.compactMap { state.uploads.removeValue(forKey: $0)?.writer }
+    /// The paused uploads of the links the book revoked since last asked (their temporary
+    /// files are to go).
+    private static func dropRevoked(_ state: inout State) -> [any RemoteFileWriter] {
+        state.book.takeRevoked().compactMap { state.uploads.removeValue(forKey: $0)?.writer }
     }
 
     private static func abandon(_ writers: [any RemoteFileWriter]) {
@@ -65,14 +66,13 @@ final class ByteChannels: Sendable {
         let secret = MCPHTTPRules.newToken()
         let key = Self.key(secret)
         let (made, writers) = state.withLock { state -> (Result<LinkBook.Link, LinkBook.Refusal>, [any RemoteFileWriter]) in
-            let writers = Self.drop(state.book.prune(now: Self.now()), &state)
             do throws(LinkBook.Refusal) {
                 let link = try state.book.create(direction, key: key, host: host.id, path: path, owner: owner, size: size, sha256: sha256, replace: replace, now: Self.now())
                 state.hosts[key] = host
                 state.hosts = state.hosts.filter { state.book.links[$0.key] != nil }
-                return (.success(link), writers)
+                return (.success(link), Self.dropRevoked(&state))
             } catch {
-                return (.failure(error), writers)
+                return (.failure(error), Self.dropRevoked(&state))
             }
         }
         Self.abandon(writers)
@@ -86,7 +86,7 @@ final class ByteChannels: Sendable {
     func status(_ id: String, owner: String) -> LinkBook.Link? {
         let (link, writers) = state.withLock { state in
             let link = state.book.status(id, owner: owner, now: Self.now())
-            return (link, Self.drop(state.book.links.values.filter { $0.state == .revoked }.map(\.key), &state))
+            return (link, Self.dropRevoked(&state))
         }
         Self.abandon(writers)
         return link
@@ -95,7 +95,10 @@ final class ByteChannels: Sendable {
     /// The session ended (or termind stops, or its token rotates): its links are revoked,
     /// their unfinished uploads dropped.
     func revoke(owner: String?) {
-        Self.abandon(state.withLock { state in Self.drop(state.book.revoke(owner: owner, now: Self.now()), &state) })
+        Self.abandon(state.withLock { state in
+            _ = state.book.revoke(owner: owner, now: Self.now())
+            return Self.dropRevoked(&state)
+        })
     }
 
     // MARK: - HTTP
@@ -126,7 +129,7 @@ final class ByteChannels: Sendable {
         let (outcome, writers) = state.withLock { state in
             let outcome = state.book.claim(Self.key(secret), direction: direction, range: request.header("range"), offset: request.header("upload-offset"),
                                            length: request.header("content-length"), now: Self.now())
-            return (outcome, Self.drop(state.book.links.values.filter { $0.state == .revoked }.map(\.key), &state))
+            return (outcome, Self.dropRevoked(&state))
         }
         Self.abandon(writers)
         switch outcome {

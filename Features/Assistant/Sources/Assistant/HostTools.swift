@@ -177,14 +177,7 @@ struct HostTools: ToolBox {
             let (text, isError) = try await clients.call(tool, arguments: call.arguments)
             try? await audit.execution(assessment, conversation: conversation, call: call.id, outcome: isError ? "failed" : "succeeded",
                                        exitStatus: nil, exitSignal: nil, stdoutBytes: text.utf8.count, stderrBytes: nil)
-            var answer = text
-            if answer.utf8.count > Self.answerBytes {
-                let safe = String(call.id.map { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") ? $0 : "_" }.prefix(64))
-                let path = "mcp/\(safe).txt"
-                try? scratch.write(conversation, path, Data(text.utf8))
-                answer = String(decoding: Data(text.utf8).prefix(Self.answerBytes), as: UTF8.self) + "\n[\(text.utf8.count) bytes in all: the whole is in the scratch folder at \(path)]"
-            }
-            return ToolOutcome(state: isError ? .failed : .succeeded, text: answer)
+            return ToolOutcome(state: isError ? .failed : .succeeded, text: bounded(text, call: call.id, conversation: conversation, name: "mcp"))
         } catch {
             let cancelled = error is CancellationError || Task.isCancelled
             try? await audit.execution(assessment, conversation: conversation, call: call.id, outcome: cancelled ? "unknown" : "failed",
@@ -300,7 +293,7 @@ struct HostTools: ToolBox {
         return ToolOutcome(state: .failed, text: "There is no saved host named \(name) (\(hint)). Nothing ran.")
     }
 
-    private func misfit(_ call: ToolCall, _ schema: JSONSchema) -> ToolOutcome? {
+    func misfit(_ call: ToolCall, _ schema: JSONSchema) -> ToolOutcome? {
         let problems = schema.problems(in: call.arguments)
         guard !problems.isEmpty else { return nil }
         return ToolOutcome(state: .failed, text: "The arguments do not fit \(call.name): \(problems.joined(separator: "; ")).")
@@ -540,7 +533,7 @@ struct HostTools: ToolBox {
         return "\(bytes.count) bytes; bytes 0–\(Self.answerBytes - 1) below, \(kept):\n" + String(decoding: bytes.prefix(Self.answerBytes), as: UTF8.self)
     }
 
-    private static func json<T: Encodable>(_ value: T) -> String {
+    static func json<T: Encodable>(_ value: T) -> String {
         String(decoding: (try? JSONCoding.encode(value)) ?? Data("null".utf8), as: UTF8.self)
     }
 

@@ -311,9 +311,8 @@ final class MCPClients: Sendable {
         var versions: [String: String] = [:]
     }
 
-    /// Every enabled server's tools (`only`: one server's), connecting where needed.
-    func discover(_ ports: AssistantFeature.Ports, only: String? = nil) async -> Discovery {
-        let record = (try? await ports.settings.read(AssistantSettings.MCPServers.self)) ?? .defaults
+    /// Every enabled server's tools of `record` (`only`: one server's), connecting where needed.
+    func discover(_ ports: AssistantFeature.Ports, record: AssistantSettings.MCPServers, only: String? = nil) async -> Discovery {
         var discovery = Discovery(tools: [], problems: [:])
         let configured = record.servers.filter { $0.value.enabled && (only == nil || $0.key == only) }.sorted { $0.key < $1.key }
         // Servers gone from the record are closed.

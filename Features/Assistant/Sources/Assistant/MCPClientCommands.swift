@@ -31,7 +31,7 @@ extension AssistantFeature {
                 throw TermindError(.assistantUnknown, "No MCP server named \(only) (termind assistant mcp list).")
             }
             let policy = try await ports.settings.read(AssistantSettings.Policy.self)
-            let discovery = await mcpClients.discover(ports, only: request.server)
+            let discovery = await mcpClients.discover(ports, record: record, only: request.server)
             let tools = discovery.tools.map { tool in
                 AssistantContracts.MCPToolView(name: tool.name, server: tool.server, readOnlyHint: tool.readOnly, destructiveHint: tool.destructive,
                                                rule: MCPClientRules.rule(explicit: policy.tools[tool.name], tool: tool),

@@ -97,14 +97,10 @@ final class MCPHTTPEndpoint: Sendable {
         // The byte channels: the capability instead of the token (it is what the MCP client
         // hands to whatever moves the bytes), after the same Host, Origin and query checks.
         if request.path.hasPrefix("/files/"), let channels {
-            if let refusal = MCPHTTPRules.checkPlace(head, port: request.localPort) {
-                return HTTPServerResponse(status: refusal.status, headers: [("Content-Type", "text/plain; charset=utf-8")], body: Data((refusal.message + "\n").utf8))
-            }
+            if let refusal = MCPHTTPRules.checkPlace(head, port: request.localPort) { return Self.plain(refusal) }
             return channels.head(request)
         }
-        guard let refusal = MCPHTTPRules.check(head, port: request.localPort, token: token.current) else { return nil }
-        return HTTPServerResponse(status: refusal.status, headers: [("Content-Type", "text/plain; charset=utf-8")] + refusal.headers.map { ($0.key, $0.value) },
-                                  body: Data((refusal.message + "\n").utf8))
+        return MCPHTTPRules.check(head, port: request.localPort, token: token.current).map(Self.plain)
     }
 
     private func handle(_ request: HTTPServerRequest) async -> HTTPServerResponse {
@@ -231,10 +227,7 @@ final class MCPHTTPEndpoint: Sendable {
         // A call the session can cancel (notifications/cancelled naming its id, in another
         // POST): stopped, it gets no JSON-RPC answer — the POST ends with 202 and no body.
         let answered = await withCheckedContinuation { (continuation: CheckedContinuation<Result<JSONValue, MCPProtocol.Rejection>?, Never>) in
-            session.start(id: id) {
-                let answer = await session.answer(method: method, params: params, era: era)
-                continuation.resume(returning: session.isLive(id) && !Task.isCancelled ? answer : nil)
-            }
+            session.call(id: id, method: method, params: params, era: era) { continuation.resume(returning: $0) }
         }
         guard let answered else { return HTTPServerResponse(status: 202) }
         return Self.answer(id, answered, session: session, era: era, sse: sse)
@@ -263,8 +256,12 @@ final class MCPHTTPEndpoint: Sendable {
         return HTTPServerResponse(status: 200, headers: [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")], body: event)
     }
 
-    private static func plain(_ status: Int, _ message: String) -> HTTPServerResponse {
-        HTTPServerResponse(status: status, headers: [("Content-Type", "text/plain; charset=utf-8")], body: Data((message + "\n").utf8))
+    private static func plain(_ status: Int, _ message: String, headers: [(name: String, value: String)] = []) -> HTTPServerResponse {
+        HTTPServerResponse(status: status, headers: [("Content-Type", "text/plain; charset=utf-8")] + headers, body: Data((message + "\n").utf8))
+    }
+
+    private static func plain(_ refusal: MCPHTTPRules.Refusal) -> HTTPServerResponse {
+        plain(refusal.status, refusal.message, headers: refusal.headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
     }
 }
 
@@ -287,8 +284,9 @@ final class MCPToken: Sendable {
         cached.withLock { $0 = value }
     }
 
-    static func read(_ ports: AssistantFeature.Ports) async throws -> String? {
-        let local = try await ports.settings.read(AssistantSettings.Local.self)
+    /// The token (`local`: the record, when the caller read it already).
+    static func read(_ ports: AssistantFeature.Ports, local known: AssistantSettings.Local? = nil) async throws -> String? {
+        let local = if let known { known } else { try await ports.settings.read(AssistantSettings.Local.self) }
         guard !local.listenerTokenRef.isEmpty,
               let secret = try await ports.settings.secret(local.listenerTokenRef, key: AssistantSettings.Local.key, field: "listenerTokenRef") else { return nil }
         return secret.withPlaintext { MCPHTTPRules.isToken($0) ? $0 : nil }
@@ -306,7 +304,7 @@ final class MCPToken: Sendable {
     /// `termind mcp token show`: once.
     func show(_ ports: AssistantFeature.Ports) async throws -> AssistantContracts.MCPTokenShow.Response {
         let local = try await ports.settings.read(AssistantSettings.Local.self)
-        if let existing = try await Self.read(ports) {
+        if let existing = try await Self.read(ports, local: local) {
             guard !local.listenerTokenShown else {
                 throw TermindError(.assistantInvalid, "The MCP token was shown once already and is not shown again. termind mcp token rotate makes a new one (the old one stops working).")
             }

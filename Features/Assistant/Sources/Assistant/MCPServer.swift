@@ -69,10 +69,8 @@ extension AssistantFeature {
                 }
                 if method == "tools/call" {
                     // At once, answered when done (or never, when cancelled).
-                    mcp.start(id: id) {
-                        let answer = await mcp.answer(method: method, params: params, era: era)
-                        guard mcp.isLive(id), !Task.isCancelled else { return }
-                        await send(mcp.line(id, answer, era: era))
+                    mcp.call(id: id, method: method, params: params, era: era) { answer in
+                        if let answer { await send(mcp.line(id, answer, era: era)) }
                     }
                 } else {
                     await send(mcp.line(id, await mcp.answer(method: method, params: params, era: era), era: era))
@@ -130,6 +128,10 @@ final class MCPSession: Sendable {
     /// How the client reaches it (`stdio`, `http`), for the log and the docs.
     let origin: String
     let tools: HostTools
+    /// The tools as `tools/list` gives them, and their names: made once (a call checks its
+    /// name against them, and building the specs on every call was work on the hot path).
+    private let listed: [JSONValue]
+    private let names: Set<String>
     let policy: AssistantPolicy
     let mode: AssistantSettings.Policy.Mode
     private let name: Name
@@ -146,6 +148,12 @@ final class MCPSession: Sendable {
         self.number = number
         self.origin = origin
         self.tools = tools
+        let specs = tools.specs
+        listed = specs.map { spec in
+            MCPProtocol.tool(name: spec.name, description: spec.description, inputSchema: spec.parameters, hints: AssistantFeature.hints(spec.name),
+                             outputSchema: AssistantFeature.outputSchemas[spec.name])
+        }
+        names = Set(specs.map(\.name))
         self.policy = policy
         self.mode = mode
         self.name = name
@@ -231,16 +239,12 @@ final class MCPSession: Sendable {
         case "ping":
             return .success(.object([:]))
         case "tools/list":
-            let listed = tools.specs.map { spec in
-                MCPProtocol.tool(name: spec.name, description: spec.description, inputSchema: spec.parameters, hints: AssistantFeature.hints(spec.name),
-                                 outputSchema: AssistantFeature.outputSchemas[spec.name])
-            }
             var result: [String: JSONValue] = ["tools": .array(listed)]
             // The list is the same for every client and changes only with termind's version.
             if era.isModern { result["ttlMs"] = .integer(60_000); result["cacheScope"] = .string("private") }
             return .success(.object(result))
         case "tools/call":
-            guard let name = params["name"]?.stringValue, tools.specs.contains(where: { $0.name == name }) else {
+            guard let name = params["name"]?.stringValue, names.contains(name) else {
                 return .failure(MCPProtocol.Rejection(code: MCPProtocol.ErrorCode.invalidParams,
                                                       message: "Unknown tool \(params["name"]?.stringValue ?? "(none)"); tools/list lists them."))
             }
@@ -278,8 +282,18 @@ final class MCPSession: Sendable {
         }?.cancel()
     }
 
+    /// Runs request `id` at once, where `notifications/cancelled` can stop it: `deliver` gets
+    /// its answer, or nil when it was cancelled (no answer is owed then).
+    func call(id: JSONValue, method: String, params: JSONValue, era: MCPProtocol.Era,
+              deliver: @escaping @Sendable (Result<JSONValue, MCPProtocol.Rejection>?) async -> Void) {
+        start(id: id) { [self] in
+            let answer = await answer(method: method, params: params, era: era)
+            await deliver(isLive(id) && !Task.isCancelled ? answer : nil)
+        }
+    }
+
     /// Runs `body` (a call and its answer) at once, unless the call is cancelled first.
-    func start(id: JSONValue, _ body: @escaping @Sendable () async -> Void) {
+    private func start(id: JSONValue, _ body: @escaping @Sendable () async -> Void) {
         let key = String(describing: id)
         state.withLock { _ = $0.live.insert(key) }
         let task = Task { [self] in
@@ -293,7 +307,7 @@ final class MCPSession: Sendable {
     }
 
     /// Whether the call `id` was cancelled (its answer is dropped).
-    func isLive(_ id: JSONValue) -> Bool { state.withLock { $0.live.contains(String(describing: id)) } }
+    private func isLive(_ id: JSONValue) -> Bool { state.withLock { $0.live.contains(String(describing: id)) } }
 
     /// Waits for the calls still going.
     func drain() async {

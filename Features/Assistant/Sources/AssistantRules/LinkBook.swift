@@ -51,10 +51,19 @@ public struct LinkBook: Sendable {
     public private(set) var links: [String: Link] = [:]
     private var next = 0
     private var active = 0
+    /// Keys revoked (by expiry or by `revoke`) since `takeRevoked` last ran.
+    private var revokedKeys: [String] = []
 
     public init() {}
 
     public var activeCount: Int { active }
+
+    /// The keys revoked since the last call, by any operation (whose partial uploads the
+    /// caller drops).
+    public mutating func takeRevoked() -> [String] {
+        defer { revokedKeys.removeAll() }
+        return revokedKeys
+    }
 
     /// A new link for `key` (the capability's SHA-256); refused past the unfinished limit.
     public mutating func create(_ direction: Direction, key: String, host: String, path: String, owner: String, size: UInt64? = nil, sha256: String? = nil,
@@ -89,6 +98,7 @@ public struct LinkBook: Sendable {
                 links[key]?.error = "expired"
                 links[key]?.finished = now
                 revoked.append(key)
+                revokedKeys.append(key)
             } else if let finished = link.finished, now - finished > ByteChannelRules.keptFor {
                 links.removeValue(forKey: key)
             }
@@ -155,6 +165,7 @@ public struct LinkBook: Sendable {
             links[key]?.finished = now
             links[key]?.generation += 1
             revoked.append(key)
+            revokedKeys.append(key)
         }
         trim()
         return revoked

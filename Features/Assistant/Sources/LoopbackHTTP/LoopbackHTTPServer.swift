@@ -194,9 +194,8 @@ public final class LoopbackHTTPServer: Sendable {
         var actual = sockaddr_storage()
         var actualLength = socklen_t(MemoryLayout<sockaddr_storage>.size)
         _ = withUnsafeMutablePointer(to: &actual) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &actualLength) } }
-        let chosen = withUnsafeBytes(of: actual) { raw -> UInt16 in
-            six ? raw.load(fromByteOffset: 2, as: UInt16.self) : raw.load(fromByteOffset: 2, as: UInt16.self)
-        }
+        // sin_port and sin6_port sit at the same offset.
+        let chosen = withUnsafeBytes(of: actual) { $0.load(fromByteOffset: 2, as: UInt16.self) }
         return (fd, Int(UInt16(bigEndian: chosen)))
     }
 
@@ -207,8 +206,6 @@ public final class LoopbackHTTPServer: Sendable {
         let head: Mutex<HTTPServerRequest>
         let response = Mutex<HTTPServerResponse?>(nil)
         let task = Mutex<Task<Void, Never>?>(nil)
-        /// The body went over the limit (chunked): the connection is closed.
-        let overLimit = Atomic<Bool>(false)
         let suspended = Atomic<Bool>(false)
         /// A streamed body's sink, and whether it stopped taking pieces.
         let sink: (any HTTPBodySink)?
@@ -223,9 +220,8 @@ public final class LoopbackHTTPServer: Sendable {
                             context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
         guard let raw = context.pointee else {
             // The head: read headers and query, check them before any body is read.
-            var request = HTTPServerRequest(method: method, path: url, headers: Self.values(connection, termind_mhd_header_kind).map { ($0.0, $0.1 ?? "") },
+            let request = HTTPServerRequest(method: method, path: url, headers: Self.values(connection, termind_mhd_header_kind).map { ($0.0, $0.1 ?? "") },
                                             query: Self.values(connection, termind_mhd_query_kind), localPort: port)
-            request.body = Data()
             if let refused = check(request) {
                 context.pointee = Unmanaged.passRetained(Exchange(request, sink: nil)).toOpaque()
                 return queue(connection, refused)
@@ -263,8 +259,9 @@ public final class LoopbackHTTPServer: Sendable {
                 if let upload { head.body.append(UnsafeRawPointer(upload).assumingMemoryBound(to: UInt8.self), count: count) }
                 return false
             }
-            if over { exchange.overLimit.store(true, ordering: .relaxed); return termind_mhd_no }
-            return termind_mhd_yes
+            // Over the limit (a chunked body: a declared one was answered 413): the
+            // connection is closed.
+            return over ? termind_mhd_no : termind_mhd_yes
         }
         // The whole request is in: answer it, or start computing the answer.
         if let response = exchange.response.withLock({ $0 }) { return queue(connection, response) }

@@ -12,8 +12,7 @@ import VaultAPI
 /// Connecting asks nothing: the saved host's own route, key and durable trust.
 extension SFTPFeature {
     func download(host: String, path: String, offset: UInt64, source: String, opener: ConnectionOpener) async throws -> any RemoteFileReader {
-        let side = RemoteSide(host: host, target: ConnectionTarget(target: host, connectTimeout: 15),
-                              opener: opener, window: SFTPSession.window, ask: { _ in nil })
+        let side = Self.streamSide(host, opener: opener)
         let name = Array(path.utf8)
         do {
             guard let attributes = try await side.stat(name, follow: true) else { throw TermindError(.sftpFailed, "\(host):\(path): no such file.") }
@@ -37,8 +36,7 @@ extension SFTPFeature {
     }
 
     func upload(host: String, path: String, size: UInt64, replace: Bool, source: String, opener: ConnectionOpener) async throws -> any RemoteFileWriter {
-        let side = RemoteSide(host: host, target: ConnectionTarget(target: host, connectTimeout: 15),
-                              opener: opener, window: SFTPSession.window, ask: { _ in nil })
+        let side = Self.streamSide(host, opener: opener)
         let name = Array(path.utf8)
         do {
             if let existing = try await side.stat(name, follow: false) {
@@ -61,6 +59,11 @@ extension SFTPFeature {
             await side.closeAll()
             throw Self.failure(error, "\(host):\(path)")
         }
+    }
+
+    /// A saved host's side for one stream: its own route, key and durable trust, asking nothing.
+    private static func streamSide(_ host: String, opener: ConnectionOpener) -> RemoteSide {
+        RemoteSide(host: host, target: ConnectionTarget(target: host, connectTimeout: 15), opener: opener, window: SFTPSession.window, ask: { _ in nil })
     }
 
     static func failure(_ error: any Error, _ shown: String) -> any Error {
