@@ -24,12 +24,7 @@ final class AssistantToolsTests: XCTestCase {
     private func configure() throws {
         try ok(["assistant", "provider", "add", "p", "--protocol", "chat", "--url", server.url + "/v1"])
         try ok(["assistant", "model", "add", "m1", "--provider", "p", "--model", "model-chat"])
-        try ok(["vault", "key", "import", directory.file("id"), "--label", "ci"])
-        try ok(["vault", "identity", "add", NSUserName(), "--key", "ci"])
-        try ok(["vault", "host", "add", "127.0.0.1", "--label", "web-1", "--port", "\(sshd.port)", "--identity", NSUserName(), "--tags", "prod"])
-        try ok(["vault", "host", "add", "127.0.0.1", "--label", "lab", "--port", "\(sshd.port)", "--identity", NSUserName()])
-        guard let hostKey = sshd.hostKeys["ssh-ed25519"] else { throw TermindError(code: "test.fixture", message: "no ed25519 host key") }
-        try ok(["vault", "knownhost", "add", "127.0.0.1", hostKey, "--port", "\(sshd.port)"])
+        try AssistantHosts.save(on: sshd, key: directory.file("id")) { try ok($0) }
     }
 
     override func tearDown() {
@@ -59,7 +54,7 @@ final class AssistantToolsTests: XCTestCase {
         return result
     }
 
-    private static func sse(_ events: [String]) -> Data { Data(events.map { "data: \($0)\n\n" }.joined().utf8) }
+    private static func sse(_ events: [String]) -> Data { ReplayServer.Reply.events(events) }
 
     /// An answer that calls `name` with `arguments` (a JSON object) as call `id`.
     private func toolCall(_ name: String, _ arguments: [String: JSONValue], id: String) throws -> ReplayServer.Reply {
@@ -69,12 +64,7 @@ final class AssistantToolsTests: XCTestCase {
     private func done(_ text: String = "Done.") -> ReplayServer.Reply { Self.done(text) }
 
     private static func toolCall(_ name: String, _ arguments: [String: JSONValue], id: String) throws -> ReplayServer.Reply {
-        let text = String(decoding: try JSONCoding.encode(JSONValue.object(arguments)), as: UTF8.self)
-        let call: JSONValue = .object(["choices": .array([.object(["index": .integer(0), "finish_reason": .string("tool_calls"), "delta": .object([
-            "tool_calls": .array([.object(["index": .integer(0), "id": .string(id), "type": .string("function"),
-                                           "function": .object(["name": .string(name), "arguments": .string(text)])])]),
-        ])])])])
-        return .stream(sse([String(decoding: try JSONCoding.encode(call), as: UTF8.self), "[DONE]"]))
+        try .toolCall(name, arguments, id: id)
     }
 
     /// One answer with several calls (parallel tool calls), in this order.
@@ -88,9 +78,7 @@ final class AssistantToolsTests: XCTestCase {
         return .stream(Self.sse([String(decoding: try JSONCoding.encode(chunk), as: UTF8.self), "[DONE]"]))
     }
 
-    private static func done(_ text: String = "Done.") -> ReplayServer.Reply {
-        .stream(sse([#"{"choices":[{"index":0,"delta":{"content":"\#(text)"},"finish_reason":"stop"}]}"#, "[DONE]"]))
-    }
+    private static func done(_ text: String = "Done.") -> ReplayServer.Reply { .done(text) }
 
     private func records(_ result: ProcessResult) -> [JSONValue] {
         result.stdout.split(separator: "\n").compactMap { try? JSONCoding.parse(Data($0.utf8), source: "line") }

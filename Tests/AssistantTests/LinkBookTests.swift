@@ -86,6 +86,8 @@ final class LinkBookTests: XCTestCase {
         _ = try book.create(.download, key: key(2), host: "h", path: "/f", owner: "b", now: 0)
         guard case .success(let claimed) = book.claim(key(1), direction: .download, range: nil, offset: nil, length: nil, now: 1) else { return XCTFail() }
         XCTAssertEqual(book.revoke(owner: "a", now: 2), [key(1)])
+        XCTAssertEqual(book.takeRevoked(), [key(1)], "what a caller must drop is handed over once")
+        XCTAssertEqual(book.takeRevoked(), [])
         XCTAssertEqual(book.activeCount, 0)
         XCTAssertFalse(book.release(key(1), generation: claimed.generation, to: .completed, now: 3), "the revoked claim's end changes nothing")
         guard case .failure(let gone) = book.claim(key(1), direction: .download, range: nil, offset: nil, length: nil, now: 4) else { return XCTFail() }

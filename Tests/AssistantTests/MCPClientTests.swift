@@ -47,20 +47,11 @@ final class MCPClientTests: XCTestCase {
         return result
     }
 
-    private static func sse(_ events: [String]) -> Data { Data(events.map { "data: \($0)\n\n" }.joined().utf8) }
-
     private func toolCall(_ name: String, _ arguments: [String: JSONValue], id: String) throws -> ReplayServer.Reply {
-        let text = String(decoding: try JSONCoding.encode(JSONValue.object(arguments)), as: UTF8.self)
-        let call: JSONValue = .object(["choices": .array([.object(["index": .integer(0), "finish_reason": .string("tool_calls"), "delta": .object([
-            "tool_calls": .array([.object(["index": .integer(0), "id": .string(id), "type": .string("function"),
-                                           "function": .object(["name": .string(name), "arguments": .string(text)])])]),
-        ])])])])
-        return .stream(Self.sse([String(decoding: try JSONCoding.encode(call), as: UTF8.self), "[DONE]"]))
+        try .toolCall(name, arguments, id: id)
     }
 
-    private func done() -> ReplayServer.Reply {
-        .stream(Self.sse([#"{"choices":[{"index":0,"delta":{"content":"Done."},"finish_reason":"stop"}]}"#, "[DONE]"]))
-    }
+    private func done() -> ReplayServer.Reply { .done() }
 
     /// What the model was told of the tool call `id`.
     private func told(_ id: String) -> String {
@@ -101,6 +92,16 @@ final class MCPClientTests: XCTestCase {
         XCTAssertTrue(told("call_du").contains("/srv: 42% used"), told("call_du"))
         XCTAssertTrue(told("call_rm").contains("did not approve"), told("call_rm"))
         XCTAssertFalse(FileManager.default.fileExists(atPath: log), "the destructive call never reached the server")
+
+        // A call in an answer cut before its end is never made, even in full-access.
+        let arguments = String(decoding: try JSONCoding.encode(JSONValue.object(["name": .string("cut")])), as: UTF8.self)
+        let cutCall: JSONValue = .object(["choices": .array([.object(["index": .integer(0), "finish_reason": .string("tool_calls"), "delta": .object([
+            "tool_calls": .array([.object(["index": .integer(0), "id": .string("call_cut"), "type": .string("function"),
+                                           "function": .object(["name": .string("mcp__peer__delete_thing"), "arguments": .string(arguments)])])]),
+        ])])])])
+        server.enqueue(.stream(ReplayServer.Reply.events([String(decoding: try JSONCoding.encode(cutCall), as: UTF8.self)])), done())  // no [DONE]
+        try ok(["assistant", "run", "--mode", "full-access", "delete it"])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: log), "the cut answer's call reached the server")
 
         // full-access pre-approves it.
         server.enqueue(try toolCall("mcp__peer__delete_thing", ["name": .string("cache")], id: "call_rm2"), done())
@@ -163,6 +164,8 @@ final class MCPClientTests: XCTestCase {
         server.enqueue(try toolCall("mcp__web__disk_usage", ["path": .string("/data")], id: "call_h"), done())
         try ok(["assistant", "run", "how full is /data"])
         XCTAssertTrue(told("call_h").contains("/data: 42% used"), told("call_h"))
+        // The server's token goes in its Authorization header only: never to the model.
+        for request in server.requests { XCTAssertNil(request.body.range(of: Data(token.utf8)), "a request to the model held the MCP server's token") }
         // A wrong token: the server is named with what it answered, never with the token.
         try ok(["assistant", "mcp", "add", "web", "--url", "http://127.0.0.1:\(port)/mcp", "--token", "-", "--replace", "true"], stdin: "wrong-token\n")
         let refused = try tools()

@@ -19,12 +19,7 @@ final class MCPFilesTests: XCTestCase {
         directory = try TemporaryDirectory()
         sshd = try SSHServerFixture.withNewKey(in: directory)
         serve = try ServeProcess(directory: directory, arguments: [], serveArguments: ["--mcp-listen", "127.0.0.1:0"])
-        try ok(["vault", "key", "import", directory.file("id"), "--label", "ci"])
-        try ok(["vault", "identity", "add", NSUserName(), "--key", "ci"])
-        try ok(["vault", "host", "add", "127.0.0.1", "--label", "web-1", "--port", "\(sshd.port)", "--identity", NSUserName(), "--tags", "prod"])
-        try ok(["vault", "host", "add", "127.0.0.1", "--label", "lab", "--port", "\(sshd.port)", "--identity", NSUserName()])
-        guard let hostKey = sshd.hostKeys["ssh-ed25519"] else { throw TermindError(code: "test.fixture", message: "no ed25519 host key") }
-        try ok(["vault", "knownhost", "add", "127.0.0.1", hostKey, "--port", "\(sshd.port)"])
+        try AssistantHosts.save(on: sshd, key: directory.file("id")) { try ok($0) }
         try ok(["assistant", "tier", "--tag", "prod", "read-only"])
         try ok(["assistant", "tier", "lab", "auto"])
         let url = try JSONCoding.parse(Data(try ok(["--json", "mcp", "status"]).stdout.utf8), source: "status")["url"]?.stringValue ?? ""
@@ -125,6 +120,7 @@ final class MCPFilesTests: XCTestCase {
         let refused = try call("sftp_upload_link", ["host": .string("web-1"), "path": .string(target), "size": .integer(Int64(bytes.count)), "sha256": .string(hash)])
         XCTAssertEqual(refused["isError"], .bool(true))
         XCTAssertTrue(refused["content"]?.arrayValue?.first?["text"]?.stringValue?.contains("read-only") == true, "\(refused)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: target), "the refused link wrote nothing")
 
         // A cut upload: the client sends part of the body and goes away.
         let (id, capability) = try link("sftp_upload_link", ["host": .string("lab"), "path": .string(target), "size": .integer(Int64(bytes.count)), "sha256": .string(hash)])

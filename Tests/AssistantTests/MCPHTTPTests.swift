@@ -22,12 +22,7 @@ final class MCPHTTPTests: XCTestCase {
         directory = try TemporaryDirectory()
         sshd = try SSHServerFixture.withNewKey(in: directory)
         serve = try ServeProcess(directory: directory, arguments: [], serveArguments: ["--mcp-listen", "127.0.0.1:0"])
-        try ok(["vault", "key", "import", directory.file("id"), "--label", "ci"])
-        try ok(["vault", "identity", "add", NSUserName(), "--key", "ci"])
-        try ok(["vault", "host", "add", "127.0.0.1", "--label", "web-1", "--port", "\(sshd.port)", "--identity", NSUserName(), "--tags", "prod"])
-        try ok(["vault", "host", "add", "127.0.0.1", "--label", "lab", "--port", "\(sshd.port)", "--identity", NSUserName()])
-        guard let hostKey = sshd.hostKeys["ssh-ed25519"] else { throw TermindError(code: "test.fixture", message: "no ed25519 host key") }
-        try ok(["vault", "knownhost", "add", "127.0.0.1", hostKey, "--port", "\(sshd.port)"])
+        try AssistantHosts.save(on: sshd, key: directory.file("id")) { try ok($0) }
         try ok(["assistant", "tier", "--tag", "prod", "read-only"])
         let status = try JSONCoding.parse(Data(try ok(["--json", "mcp", "status"]).stdout.utf8), source: "mcp status")
         url = status["url"]?.stringValue ?? ""

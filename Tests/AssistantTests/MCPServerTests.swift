@@ -21,12 +21,7 @@ final class MCPServerTests: XCTestCase {
 
     /// Saved hosts web-1 (tag prod, read-only) and lab on the sshd, trusted.
     private func configure() throws {
-        try ok(["vault", "key", "import", directory.file("id"), "--label", "ci"])
-        try ok(["vault", "identity", "add", NSUserName(), "--key", "ci"])
-        try ok(["vault", "host", "add", "127.0.0.1", "--label", "web-1", "--port", "\(sshd.port)", "--identity", NSUserName(), "--tags", "prod"])
-        try ok(["vault", "host", "add", "127.0.0.1", "--label", "lab", "--port", "\(sshd.port)", "--identity", NSUserName()])
-        guard let hostKey = sshd.hostKeys["ssh-ed25519"] else { throw TermindError(code: "test.fixture", message: "no ed25519 host key") }
-        try ok(["vault", "knownhost", "add", "127.0.0.1", hostKey, "--port", "\(sshd.port)"])
+        try AssistantHosts.save(on: sshd, key: directory.file("id")) { try ok($0) }
         try ok(["assistant", "tier", "--tag", "prod", "read-only"])
     }
 

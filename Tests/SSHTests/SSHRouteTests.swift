@@ -287,6 +287,21 @@ final class ExecRouteCommandTests: XCTestCase {
         return try ProcessRunner.run(program, args, environment: environment, stdin: stdin)
     }
 
+    /// A name server on 127.0.0.1 inside `chain`'s namespace that reads and never answers,
+    /// listening once this returns (asked earlier, a lookup fails at once).
+    private func silentNameServer(in chain: NetworkChain) throws -> SpawnedProcess {
+        let bound = directory.file("dns-bound")
+        try? FileManager.default.removeItem(atPath: bound)
+        let silent = try chain.spawn(in: 1, "/usr/bin/python3", ["-c", """
+            import socket, time
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 53))
+            open("\(bound)", "w").close()
+            while True: s.recvfrom(4096)
+            """])
+        XCTAssertTrue(waitUntil { FileManager.default.fileExists(atPath: bound) }, "the silent name server started")
+        return silent
+    }
+
     /// One network namespace whose resolver `resolvConf` configures (`ip netns exec` puts
     /// /etc/netns/NAME/resolv.conf over /etc/resolv.conf); `cleanup` removes both.
     private func namespace(resolvConf: String) throws -> (NetworkChain, cleanup: () -> Void) {
@@ -364,16 +379,8 @@ final class ExecRouteCommandTests: XCTestCase {
         // never answers; glibc alone would wait 2 × 30 s.
         let (chain, cleanup) = try namespace(resolvConf: "nameserver 127.0.0.1\noptions timeout:30 attempts:2\n")
         defer { cleanup() }
-        let bound = directory.file("dns-bound")
-        let silent = try chain.spawn(in: 1, "/usr/bin/python3", ["-c", """
-            import socket, time
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 53))
-            open("\(bound)", "w").close()
-            while True: s.recvfrom(4096)
-            """])
+        let silent = try silentNameServer(in: chain)
         defer { silent.signal(SIGKILL); silent.wait() }
-        // Asked only once the silent server listens (else the lookup fails at once).
-        XCTAssertTrue(waitUntil { FileManager.default.fileExists(atPath: bound) }, "the silent name server started")
         let started = Date()
         let result = try termind(["exec", "someone@build-box.termind-test.invalid", "--connect-timeout", "2", "--", "true"], namespace: chain.name(of: 1))
         let elapsed = Date().timeIntervalSince(started)
@@ -388,15 +395,8 @@ final class ExecRouteCommandTests: XCTestCase {
     func testANameServerThatNeverAnswersParksLookupsNeverTheStoreOrAConnectToAnAddress() throws {
         let (chain, cleanup) = try namespace(resolvConf: "nameserver 127.0.0.1\noptions timeout:30 attempts:2\n")
         defer { cleanup() }
-        let bound = directory.file("dns-bound")
-        let silent = try chain.spawn(in: 1, "/usr/bin/python3", ["-c", """
-            import socket, time
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 53))
-            open("\(bound)", "w").close()
-            while True: s.recvfrom(4096)
-            """])
+        let silent = try silentNameServer(in: chain)
         defer { silent.signal(SIGKILL); silent.wait() }
-        XCTAssertTrue(waitUntil { FileManager.default.fileExists(atPath: bound) }, "the silent name server started")
         let socket = directory.file("outage.sock")
         let serve = try chain.spawn(in: 1, FeatureHarness.buildDirectory + "/termind",
                                     ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k"), "--socket", socket, "serve"])
