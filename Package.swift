@@ -35,6 +35,7 @@ let package = Package(
         .library(name: "TermindPortForwarding", type: .dynamic, targets: ["PortForwarding"]),
         .library(name: "TermindSFTP", type: .dynamic, targets: ["SFTP"]),
         .library(name: "TermindAssistant", type: .dynamic, targets: ["Assistant"]),
+        .library(name: "TermindSync", type: .dynamic, targets: ["Sync"]),
         // Example third-party plugins (opt-in: loaded only from --plugins / TERMIND_PLUGINS).
         .library(name: "TermindWakeOnLAN", type: .dynamic, targets: ["WakeOnLAN"]),
         .library(name: "TermindDigest", type: .dynamic, targets: ["Digest"]),
@@ -210,6 +211,19 @@ let package = Package(
             dependencies: [],
             path: "Features/SFTP/Sources/TransferRules"
         ),
+        // Sync: the engine (capture, fetch, apply, send) over SFTP's folder port and the zones.
+        .target(
+            name: "Sync",
+            dependencies: [core, apis, "SyncRules"],
+            path: "Features/Sync/Sources/Sync",
+            plugins: [signature]
+        ),
+        // Sync's pure rules: hybrid logical clocks, records and per-field merge, sealed files.
+        .target(
+            name: "SyncRules",
+            dependencies: [core],
+            path: "Features/Sync/Sources/SyncRules"
+        ),
         // The Vault's pure rules (known_hosts, ssh_config, quick-connect), unit-tested directly.
         .target(
             name: "VaultRules",
@@ -347,6 +361,11 @@ let package = Package(
             name: "SSHTests",
             dependencies: [core, apis, "TermindHarness"],
             path: "Tests/SSHTests"
+        ),
+        .testTarget(
+            name: "SyncTests",
+            dependencies: [core, apis, "SyncRules", "TermindHarness"],
+            path: "Tests/SyncTests"
         ),
         .testTarget(
             name: "VaultRulesTests",

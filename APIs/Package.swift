@@ -11,7 +11,7 @@ let core = Target.Dependency.product(name: "TermindCore", package: "Core")
 let package = Package(
     name: "APIs",
     products: [
-        .library(name: "TermindAPIs", type: .dynamic, targets: ["SettingsAPI", "VaultAPI", "WorkspacesAPI", "SFTPAPI", "AssistantAPI", "MetricsAPI", "PortForwardingAPI"]),
+        .library(name: "TermindAPIs", type: .dynamic, targets: ["SettingsAPI", "VaultAPI", "WorkspacesAPI", "SFTPAPI", "AssistantAPI", "MetricsAPI", "PortForwardingAPI", "SyncAPI"]),
     ],
     dependencies: [
         .package(path: "../Core"),
@@ -32,5 +32,7 @@ let package = Package(
         .target(name: "MetricsAPI", dependencies: [core, "SettingsAPI", "VaultAPI"], path: "Sources/MetricsAPI"),
         // Port forwarding: its rules, their state, the forwarding contracts and streams.
         .target(name: "PortForwardingAPI", dependencies: [core, "VaultAPI"], path: "Sources/PortForwardingAPI"),
+        // Sync: the zone port features provide for their synced data, the sync contracts.
+        .target(name: "SyncAPI", dependencies: [core], path: "Sources/SyncAPI"),
     ]
 )

@@ -249,6 +249,28 @@ public protocol TransferScheduling: Sendable {
     /// `path`, renamed into place by `commit` (never over an existing file unless `replace`):
     /// a byte channel's upload, a row of `source`.
     func upload(host: String, path: String, size: UInt64, replace: Bool, source: String) async throws -> any RemoteFileWriter
+    /// Small-file operations on one folder tree of a saved host over one SFTP session, for
+    /// a feature that keeps its own files there (sync's record logs). They move no bulk
+    /// data, so they take no transfer slot. Connecting asks nothing, as `download`.
+    func folder(host: String) async throws -> any RemoteFolder
+}
+
+/// A saved host's files as `TransferScheduling.folder` reaches them. Paths are the server's
+/// (relative ones start at the login folder).
+public protocol RemoteFolder: Sendable {
+    /// The names in a directory (`.` and `..` left out), sorted; nil when it does not exist.
+    func list(_ path: String, limit: Int) async throws -> [String]?
+    /// Creates a directory with `mode`; false when something already has that name.
+    func makeDirectory(_ path: String, mode: UInt32) async throws -> Bool
+    /// The whole file (at most `limit` bytes, else it throws); nil when it does not exist.
+    func read(_ path: String, limit: Int) async throws -> Data?
+    /// Writes `data` to a new temporary name beside `path` (mode 0600), then renames it to
+    /// `path` without replacing anything: false when `path` was taken (the temporary file
+    /// is removed), so two writers can never both believe they wrote it.
+    func create(_ path: String, data: Data) async throws -> Bool
+    /// The file's permission bits, nil when nothing is there.
+    func mode(_ path: String) async throws -> UInt32?
+    func close() async
 }
 
 /// A remote file being read for a stream (`TransferScheduling.download`).

@@ -62,7 +62,7 @@ extension SFTPFeature {
     }
 
     /// A saved host's side for one stream: its own route, key and durable trust, asking nothing.
-    private static func streamSide(_ host: String, opener: ConnectionOpener) -> RemoteSide {
+    static func streamSide(_ host: String, opener: ConnectionOpener) -> RemoteSide {
         RemoteSide(host: host, target: ConnectionTarget(target: host, connectTimeout: 15), opener: opener, window: SFTPSession.window, ask: { _ in nil })
     }
 
@@ -266,4 +266,96 @@ final class StreamWriter: RemoteFileWriter, @unchecked Sendable {
         await side.closeAll()
         await scheduler.stopped(row, .cancelled, error: kept.map { "the partial file \($0) could not be removed" })
     }
+}
+
+/// `TransferScheduling.folder`: small files on the side's control session, one request at a
+/// time, never a transfer slot.
+final class RemoteFolderSide: RemoteFolder {
+    private let side: RemoteSide
+    private let host: String
+
+    init(side: RemoteSide, host: String) {
+        self.side = side
+        self.host = host
+    }
+
+    func list(_ path: String, limit: Int) async throws -> [String]? {
+        do {
+            guard let attributes = try await side.stat(Array(path.utf8), follow: true) else { return nil }
+            guard attributes.kind == .directory else { throw TermindError(.sftpFailed, "\(host):\(path) is not a directory.") }
+            return try await side.list(Array(path.utf8), limit: limit).map { String(decoding: $0.name, as: UTF8.self) }
+        } catch { throw SFTPFeature.failure(error, "\(host):\(path)") }
+    }
+
+    func makeDirectory(_ path: String, mode: UInt32) async throws -> Bool {
+        do {
+            if try await side.stat(Array(path.utf8), follow: false) != nil { return false }
+            try await side.mkdir(Array(path.utf8), mode: mode)
+            return true
+        } catch { throw SFTPFeature.failure(error, "\(host):\(path)") }
+    }
+
+    func read(_ path: String, limit: Int) async throws -> Data? {
+        do {
+            let sftp = try await side.controlSession()
+            let handle: SFTPSession.Handle
+            do { handle = try await sftp.open(Array(path.utf8), .read) } catch let error as SFTPError where error.status == .noSuchFile { return nil }
+            var data = Data()
+            do {
+                let chunk = await sftp.limits.readSize
+                while true {
+                    let piece = try await sftp.read(handle, offset: UInt64(data.count), length: chunk)
+                    if piece.isEmpty { break }
+                    data.append(contentsOf: piece)
+                    guard data.count <= limit else { throw TermindError(.sftpFailed, "\(host):\(path) is larger than \(limit) bytes.") }
+                }
+            } catch {
+                try? await sftp.close(handle)
+                throw error
+            }
+            try await sftp.close(handle)
+            return data
+        } catch { throw SFTPFeature.failure(error, "\(host):\(path)") }
+    }
+
+    func create(_ path: String, data: Data) async throws -> Bool {
+        let name = Array(path.utf8)
+        let (directory, base) = SFTPPaths.split(name)
+        let temporary = SFTPPaths.join(directory, TransferNames.temporary(base, token: TransferNames.randomToken()))
+        do {
+            let sftp = try await side.controlSession()
+            let handle = try await sftp.open(temporary, [.write, .create, .exclusive], permissions: 0o600)
+            do {
+                let chunk = await sftp.limits.writeSize
+                var offset = 0
+                while offset < data.count {
+                    let end = min(data.count, offset + chunk)
+                    try await sftp.write(handle, offset: UInt64(offset), data[data.startIndex + offset ..< data.startIndex + end])
+                    offset = end
+                }
+                try await sftp.close(handle)
+            } catch {
+                try? await sftp.close(handle)
+                try? await side.remove(temporary)
+                throw error
+            }
+            do {
+                try await side.rename(temporary, to: name, overwrite: false)
+                return true
+            } catch let error as SFTPError {
+                try? await side.remove(temporary)
+                // The name is taken (OpenSSH's rename is link + unlink: it fails on an existing target).
+                if try await side.stat(name, follow: false) != nil { return false }
+                throw error
+            }
+        } catch { throw SFTPFeature.failure(error, "\(host):\(path)") }
+    }
+
+    func mode(_ path: String) async throws -> UInt32? {
+        do { return try await side.stat(Array(path.utf8), follow: false)?.permissions.map { $0 & 0o7777 } } catch {
+            throw SFTPFeature.failure(error, "\(host):\(path)")
+        }
+    }
+
+    func close() async { await side.closeAll() }
 }

@@ -137,6 +137,9 @@ final class SFTPFeature: Feature {
         func upload(host: String, path: String, size: UInt64, replace: Bool, source: String) async throws -> any RemoteFileWriter {
             try await feature.upload(host: host, path: path, size: size, replace: replace, source: source, opener: try feature.opener)
         }
+        func folder(host: String) async throws -> any RemoteFolder {
+            RemoteFolderSide(side: SFTPFeature.streamSide(host, opener: try feature.opener), host: host)
+        }
 
         private func control(_ body: () async throws -> SFTPContracts.TransferRow) async throws -> SFTPContracts.TransferRow {
             do { return try await body() } catch let failure as TransferFailure {

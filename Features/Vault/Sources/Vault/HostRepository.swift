@@ -42,6 +42,7 @@ struct HostRepository: Sendable {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, [id, label, address, port, user, identity, try Self.json(jump), try Self.json(VaultValidation.tags(r.tags ?? [])),
                       (r.shellIntegration ?? .default).rawValue, r.forwardAgent == true ? 1 : 0])
+            try VaultJournal.changed(db, "host", id)
             return try get(id)
         }
     }
@@ -63,6 +64,7 @@ struct HostRepository: Sendable {
                     shell_integration = ?, forward_agent = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?
                 """, [host.label, host.address, host.port, host.user, host.identity, try Self.json(host.jump), try Self.json(host.tags),
                       host.shellIntegration.rawValue, host.forwardAgent == true ? 1 : 0, host.id])
+            try VaultJournal.changed(db, "host", host.id)
             return try get(host.id)
         }
     }
@@ -75,6 +77,7 @@ struct HostRepository: Sendable {
                 throw TermindError(.vaultHostInUse, "Host '\(host.label)' is a jump host for \(routedThrough.map { "'\($0)'" }.joined(separator: ", ")); change their routes first.")
             }
             try db.execute("DELETE FROM vault_hosts WHERE id = ?", [host.id])
+            try VaultJournal.changed(db, "host", host.id)
             return host.id
         }
     }

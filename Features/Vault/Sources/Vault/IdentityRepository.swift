@@ -49,6 +49,7 @@ struct IdentityRepository: Sendable {
                 let key = try r.key.flatMap { $0.isEmpty ? nil : try keys.get($0).id }
                 try db.execute("INSERT INTO vault_identities (id, label, username, password_handle, key_id) VALUES (?, ?, ?, ?, ?)",
                                [id, label, username, handle, key])
+                try VaultJournal.changed(db, "identity", id)
             }
         } catch {
             if let handle { try? secrets.delete(handle) }
@@ -81,6 +82,7 @@ struct IdentityRepository: Sendable {
                     UPDATE vault_identities SET label = ?, username = ?, password_handle = ?, key_id = ?,
                         updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?
                     """, [label, username, handle, key, current.id])
+                try VaultJournal.changed(db, "identity", current.id)
                 return (current.id, newHandle != nil ? oldHandle : nil)
             }
         } catch {
@@ -101,6 +103,7 @@ struct IdentityRepository: Sendable {
             }
             let handle = try db.query("SELECT password_handle FROM vault_identities WHERE id = ?", [identity.id]).first?.string("password_handle")
             try db.execute("DELETE FROM vault_identities WHERE id = ?", [identity.id])
+            try VaultJournal.changed(db, "identity", identity.id)
             return (identity.id, handle)
         }
         if let handle { try? secrets.delete(handle) }
@@ -138,7 +141,10 @@ struct SnippetRepository: Sendable {
             label = String(first.prefix(60))
         }
         let id = RecordID.make("snip")
-        try db.execute("INSERT INTO vault_snippets (id, label, body) VALUES (?, ?, ?)", [id, label, r.body])
+        try db.transaction {
+            try db.execute("INSERT INTO vault_snippets (id, label, body) VALUES (?, ?, ?)", [id, label, r.body])
+            try VaultJournal.changed(db, "snippet", id)
+        }
         return try db.query("SELECT * FROM vault_snippets WHERE id = ?", [id]).map(Self.record)[0]
     }
 
@@ -147,7 +153,10 @@ struct SnippetRepository: Sendable {
                 ?? db.query("SELECT id FROM vault_snippets WHERE label = ? LIMIT 1", [ref]).first?.string("id") else {
             throw TermindError(.vaultSnippetNotFound, "No snippet with id or label '\(ref)'.")
         }
-        try db.execute("DELETE FROM vault_snippets WHERE id = ?", [id])
+        try db.transaction {
+            try db.execute("DELETE FROM vault_snippets WHERE id = ?", [id])
+            try VaultJournal.changed(db, "snippet", id)
+        }
         return id
     }
 

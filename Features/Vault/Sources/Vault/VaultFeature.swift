@@ -1,6 +1,7 @@
 import Foundation
 import PortForwardingAPI
 import Synchronization
+import SyncAPI
 import TermindCore
 import VaultAPI
 import TermindStore
@@ -17,6 +18,8 @@ final class VaultFeature: Feature {
         let knownHosts: KnownHostRepository
         let keys: KeyRepository
         let logger: Logger
+        let db: Database
+        let secrets: SecretStore
         let call: @Sendable (ContractID, Data) async throws -> Data
     }
 
@@ -34,6 +37,7 @@ final class VaultFeature: Feature {
         registrar.provide(.credentials, VaultCredentials(vault: self))
         registrar.provide(.hostKeyTrust, VaultTrust(vault: self))
         registrar.provide(.routes, VaultRoutes(vault: self, credentials: VaultCredentials(vault: self)))
+        registrar.provide(.vaultSyncZone, VaultSyncZone(vault: self))
         registerKnownHosts(registrar)
         registrar.handleBlocking(KeyContracts.List.self) { [self] _, _ in .init(keys: try current().keys.list()) }
         registrar.handleBlocking(KeyContracts.Generate.self) { [self] r, _ in
@@ -126,7 +130,7 @@ final class VaultFeature: Feature {
         state.withLock {
             $0 = State(hosts: HostRepository(db: db), identities: IdentityRepository(db: db, secrets: secrets, keys: keys),
                        snippets: SnippetRepository(db: db), workspaces: WorkspaceRepository(db: db), knownHosts: KnownHostRepository(db: db), keys: keys, logger: context.logger,
-                       call: context.call)
+                       db: db, secrets: secrets, call: context.call)
         }
     }
 
@@ -155,6 +159,8 @@ final class VaultFeature: Feature {
     }
 
     func hosts() throws -> HostRepository { try current().hosts }
+    func database() throws -> Database { try current().db }
+    func secretStore() throws -> SecretStore { try current().secrets }
     func knownHosts() throws -> KnownHostRepository { try current().knownHosts }
     func repositories() throws -> (HostRepository, IdentityRepository, KeyRepository) {
         let s = try current()

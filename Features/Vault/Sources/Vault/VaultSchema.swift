@@ -61,5 +61,15 @@ enum VaultSchema {
                 updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')));
             CREATE UNIQUE INDEX vault_workspaces_name ON vault_workspaces (name COLLATE NOCASE);
             """),
+        // Sync's journal: every change of a synced entity, written by the same transaction as
+        // the change (VaultJournal; the kernel allows a feature no triggers), read and
+        // dropped by sync.
+        Migration(4, "sync journal", """
+            CREATE TABLE vault_sync_outbox (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                kind TEXT NOT NULL,
+                id TEXT NOT NULL,
+                at INTEGER NOT NULL);
+            """),
     ])
 }

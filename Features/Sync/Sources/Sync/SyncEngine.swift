@@ -1,0 +1,310 @@
+import Foundation
+import SFTPAPI
+import SyncAPI
+import SyncRules
+import TermindCore
+import TermindCrypto
+import TermindStore
+
+/// One sync, start to end, in the order that loses nothing:
+///
+/// 1. **Capture**: each zone's local changes since its cursor become records (per-field
+///    clocks from this device's clock), merged into the agreed states and sealed into
+///    numbered batches — states, batches and cursor committed in one transaction.
+/// 2. **Fetch**: every other device's new log files are read, opened and merged; a file
+///    that does not open, or a record that does not check, is quarantined (never applied,
+///    never deleted on the server) and the rest goes on. Each file's merge and the log
+///    position after it commit together.
+/// 3. **Apply**: entities whose agreed value differs from the zone's are applied in one
+///    transaction per zone; what waits for a reference stays unresolved and is tried again
+///    after every fetch; what does not validate is quarantined.
+/// 4. **Send**: the sealed batches go to this device's own log folder under new names
+///    (create-exclusive); a name already taken by other bytes means another writer — stop.
+///
+/// Capture comes before apply so a local change not yet sent is never overwritten by a
+/// remote one it should win against; sending comes after fetching (fetch-before-send).
+struct SyncEngine: Sendable {
+    let store: SyncStore
+    let secrets: SecretStore
+    let scheduler: any TransferScheduling
+    let zones: [String: any SyncZone]
+    let logger: Logger
+
+    static let recordsPerFile = 1_000
+    static let maximumFile = 64 << 20
+    static let maximumEntries = 1_000_000
+
+    struct Counts {
+        var fetched = 0
+        var applied = 0
+        var sent = 0
+    }
+
+    static func now() -> Int64 { SyncChanges.now() }
+
+    func run() async throws -> SyncContracts.Now.Response {
+        guard let config = try await onStore({ try store.config() }) else {
+            throw TermindError(.syncNotConfigured, "Sync is not set up on this device: run 'termind sync setup HOST:PATH' first.")
+        }
+        guard !config.paused else { throw TermindError(.syncPaused, "Sync is paused: run 'termind sync resume' first.") }
+        let key = try syncKey(config)
+        let folder = try await scheduler.folder(host: config.host)
+        var counts = Counts()
+        do {
+            try await checkFolder(folder, config, key)
+            var clock = HybridClock(device: config.device, last: config.clock)
+            let enabled = SyncConfig.zoneNames.filter { config.zones[$0] == true }.compactMap { name in zones[name].map { (name, $0) } }
+            for (name, zone) in enabled { try await capture(name, zone, config, key, &clock) }
+            var touched: [String: Set<SyncEntityRef>] = [:]
+            let devices = try await folder.list(config.path, limit: 100_000)?.filter { SyncEnvelope.isDeviceID($0) && $0 != config.device } ?? []
+            for device in devices {
+                for (name, _) in enabled {
+                    try await fetch(device, name, folder, config, key, &clock, &touched[name, default: []], &counts)
+                }
+            }
+            for (name, zone) in enabled { counts.applied += try await apply(name, zone, touched[name] ?? []) }
+            let last = clock.last
+            try await onStore { try store.saveClock(last) }
+            counts.sent = try await send(folder, config)
+            await folder.close()
+            try await onStore { try store.finished(error: nil) }
+        } catch {
+            await folder.close()
+            let failure = TermindError.from(error)
+            try? await onStore { try store.finished(error: failure.message) }
+            throw failure
+        }
+        let status = try await SyncStatusReader(store: store, zones: zones).status()
+        return .init(fetched: counts.fetched, applied: counts.applied, sent: counts.sent, unresolved: status.unresolved.count,
+                     quarantined: status.quarantined.count, status: status)
+    }
+
+    func syncKey(_ config: SyncConfig) throws -> SymmetricKey {
+        let secret = try secrets.secret(config.keyHandle)
+        guard let bytes = secret.withPlaintext({ Data(base64Encoded: $0) }), bytes.count == AEAD.keyLength else {
+            throw TermindError(.syncNotConfigured, "This device's sync key is missing or damaged in the secret store: run 'termind sync setup \(config.host):\(config.path)' again.")
+        }
+        return SymmetricKey(bytes: bytes)
+    }
+
+    private func checkFolder(_ folder: any RemoteFolder, _ config: SyncConfig, _ key: SymmetricKey) async throws {
+        let shown = "\(config.host):\(config.path)/\(SyncEnvelope.folderFile)"
+        guard let data = try await folder.read(config.path + "/" + SyncEnvelope.folderFile, limit: 64 << 10) else {
+            throw TermindError(.syncFolderInvalid, "\(shown) is gone: the folder is not a sync folder any more (set up again with 'termind sync setup').")
+        }
+        let description = try SyncEnvelope.Folder.parse(data, shown: shown)
+        guard description.accepts(key) else {
+            throw TermindError(.syncWrongPassphrase, "\(shown) was made with another passphrase than this device's sync key: nothing was read or sent. "
+                + "Set up again with the folder's passphrase ('termind sync setup \(config.host):\(config.path)').")
+        }
+    }
+
+    // MARK: Capture
+
+    private func capture(_ name: String, _ zone: any SyncZone, _ config: SyncConfig, _ key: SymmetricKey, _ clock: inout HybridClock) async throws {
+        let (start, inventoried) = try await onStore { try store.cursor(name) }
+        // Each entity with the time of its latest change here: the journal's, or now for
+        // what the first sync finds already there.
+        var changed: [SyncEntityRef: Int64] = [:]
+        if !inventoried {
+            let now = Self.now()
+            for entity in try await zone.inventory() { changed[entity] = now }
+        }
+        var cursor = start
+        while true {
+            let changes = try await zone.changes(after: cursor, limit: 5_000)
+            changed.merge(changes.changed) { max($0, $1) }
+            cursor = changes.cursor
+            guard changes.more, changed.count <= Self.maximumEntries else { break }
+        }
+        if changed.isEmpty && inventoried && cursor == start { return }
+        // Stamped in the order they were made, each no earlier than its change: a later
+        // edit on another device outranks this one, an earlier one does not.
+        let found = changed.sorted { ($0.value, $0.key) < ($1.value, $1.key) }.map(\.key)
+        let stamps = Dictionary(uniqueKeysWithValues: found.map { ($0, clock.tick(now: changed[$0] ?? 0)) })
+        let values = try await zone.values(of: found)
+        let last = clock.last
+        let ending = cursor
+        let device = config.device
+        try await onStore {
+            try store.db.transaction {
+                var states = try store.states(name, found)
+                var records: [SyncRecord] = []
+                for entity in found {
+                    var state = states[entity] ?? EntityState()
+                    guard let stamp = stamps[entity],
+                          let record = state.change(to: values[entity], zone: name, kind: entity.kind, id: entity.id, clock: stamp) else { continue }
+                    state.merge(record)
+                    states[entity] = state
+                    records.append(record)
+                }
+                try store.save(name, states)
+                var index = try store.lastOutgoing(name, device: device)
+                for start in stride(from: 0, to: records.count, by: Self.recordsPerFile) {
+                    index += 1
+                    let batch = SyncBatch(device: device, zone: name, index: index, records: Array(records[start ..< min(records.count, start + Self.recordsPerFile)]))
+                    try store.addOutgoing(name, index, try SyncEnvelope.seal(batch, key: key))
+                }
+                try store.setCursor(name, ending)
+                try store.saveClock(last)
+            }
+        }
+        try await zone.acknowledge(through: ending)
+    }
+
+    // MARK: Fetch
+
+    private func fetch(_ device: String, _ name: String, _ folder: any RemoteFolder, _ config: SyncConfig, _ key: SymmetricKey,
+                       _ clock: inout HybridClock, _ touched: inout Set<SyncEntityRef>, _ counts: inout Counts) async throws {
+        let directory = "\(config.path)/\(device)/\(name)"
+        let last = try await onStore { try store.logIndex(device: device, zone: name) }
+        guard let names = try await folder.list(directory, limit: 10_000_000) else { return }
+        let files = names.compactMap { file in SyncEnvelope.index(ofFile: file).map { ($0, file) } }.filter { $0.0 > last }.sorted { $0.0 < $1.0 }
+        for (index, file) in files {
+            let what = "\(device)/\(name)/\(file)"
+            guard let data = try await folder.read("\(directory)/\(file)", limit: Self.maximumFile) else { continue }
+            counts.fetched += 1
+            let batch: SyncBatch
+            do {
+                batch = try SyncEnvelope.open(data, key: key, device: device, zone: name, index: index)
+            } catch {
+                logger.warning("sync.file.quarantined", ["file": .identifier(what)])
+                try await onStore {
+                    try store.db.transaction {
+                        try store.quarantine(what, error.reason)
+                        try store.setLogIndex(device: device, zone: name, index)
+                    }
+                }
+                continue
+            }
+            var good: [SyncRecord] = []
+            var bad: [(String, String)] = []
+            for (position, record) in batch.records.enumerated() {
+                if let problem = record.problem(zone: name, device: device) { bad.append(("\(what)#\(position)", problem)) } else { good.append(record) }
+            }
+            for record in good { clock.observe(record.clock, now: Self.now()) }
+            let (accepted, refused) = (good, bad)
+            let entities = Array(Set(good.map { SyncEntityRef(kind: $0.kind, id: $0.id) }))
+            let changed: [SyncEntityRef] = try await onStore {
+                try store.db.transaction {
+                    var states = try store.states(name, entities)
+                    var changed = Set<SyncEntityRef>()
+                    for record in accepted {
+                        let entity = SyncEntityRef(kind: record.kind, id: record.id)
+                        var state = states[entity] ?? EntityState()
+                        if state.merge(record) { changed.insert(entity) }
+                        states[entity] = state
+                    }
+                    try store.save(name, states.filter { changed.contains($0.key) })
+                    for (place, problem) in refused { try store.quarantine(place, problem) }
+                    try store.setLogIndex(device: device, zone: name, index)
+                    return Array(changed)
+                }
+            }
+            touched.formUnion(changed)
+        }
+    }
+
+    // MARK: Apply
+
+    private func apply(_ name: String, _ zone: any SyncZone, _ touched: Set<SyncEntityRef>) async throws -> Int {
+        let pending = try await onStore { try store.pending(name) + store.quarantinedEntities(name) }
+        let entities = Array(touched.union(pending)).sorted()
+        guard !entities.isEmpty else { return 0 }
+        let states = try await onStore { try store.states(name, entities) }
+        let current = try await zone.values(of: entities)
+        var changes: [(SyncEntityRef, [String: JSONValue]?)] = []
+        var settled: [SyncEntityRef] = []
+        for entity in entities {
+            let desired = states[entity]?.value
+            if Self.same(desired, current[entity]) { settled.append(entity) } else { changes.append((entity, desired)) }
+        }
+        let outcomes = changes.isEmpty ? [:] : try await zone.apply(changes)
+        let (settledNow, changed) = (settled, changes.map(\.0))
+        return try await onStore {
+            var applied = 0
+            try store.db.transaction {
+                for entity in settledNow {
+                    try store.setPending(name, entity, nil)
+                    try store.release("\(name) \(entity.kind) \(entity.id)")
+                }
+                for entity in changed {
+                    let what = "\(name) \(entity.kind) \(entity.id)"
+                    switch outcomes[entity] ?? .unresolved("the zone did not answer for it") {
+                    case .applied:
+                        applied += 1
+                        try store.setPending(name, entity, nil)
+                        try store.release(what)
+                    case .unresolved(let reason):
+                        try store.setPending(name, entity, reason)
+                    case .invalid(let reason):
+                        try store.setPending(name, entity, nil)
+                        try store.quarantine(what, reason)
+                    }
+                }
+            }
+            return applied
+        }
+    }
+
+    /// Values agree when every field does, a missing field counting as null (a cleared one).
+    static func same(_ a: [String: JSONValue]?, _ b: [String: JSONValue]?) -> Bool {
+        guard let a, let b else { return a == nil && b == nil }
+        for name in Set(a.keys).union(b.keys) where (a[name] ?? .null) != (b[name] ?? .null) { return false }
+        return true
+    }
+
+    // MARK: Send
+
+    private func send(_ folder: any RemoteFolder, _ config: SyncConfig) async throws -> Int {
+        let outgoing = try await onStore { try store.outgoing() }
+        guard !outgoing.isEmpty else { return 0 }
+        let mine = "\(config.path)/\(config.device)"
+        _ = try await folder.makeDirectory(mine, mode: 0o700)
+        var made = Set<String>()
+        var sent = 0
+        for (zone, index, sealed) in outgoing {
+            let directory = "\(mine)/\(zone)"
+            if made.insert(zone).inserted { _ = try await folder.makeDirectory(directory, mode: 0o700) }
+            let path = "\(directory)/\(SyncEnvelope.fileName(index))"
+            if try await !folder.create(path, data: sealed) {
+                // Ours already when an earlier sync was cut after the rename; else another writer.
+                guard try await folder.read(path, limit: Self.maximumFile) == sealed else {
+                    throw TermindError(.syncConflict, "\(config.host):\(path) was written by another writer using this device's id: sync stopped, nothing was overwritten. "
+                        + "Set this device up again ('termind sync setup') to give it a new id.")
+                }
+            }
+            try await onStore { try store.sent(zone, index, device: config.device) }
+            sent += 1
+        }
+        return sent
+    }
+
+    private func onStore<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await BlockingExecutor.store.run(body)
+    }
+}
+
+/// `sync status`, from the tables alone (no network).
+struct SyncStatusReader {
+    let store: SyncStore
+    let zones: [String: any SyncZone]
+
+    func status() async throws -> SyncStatus {
+        let store = store
+        let available = Set(zones.keys)
+        return try await BlockingExecutor.store.run {
+            guard let config = try store.config() else {
+                return SyncStatus(configured: false, target: nil, device: nil, paused: false, secrets: false,
+                                  zones: SyncConfig.zoneNames.map { .init(name: $0, enabled: SyncConfig.defaultZones[$0] ?? false, available: available.contains($0)) },
+                                  sent: [], devices: [], unresolved: [], quarantined: [], lastSync: nil, lastError: nil)
+            }
+            let logs = try store.logs()
+            return SyncStatus(configured: true, target: "\(config.host):\(config.path)", device: config.device, paused: config.paused, secrets: config.secrets,
+                              zones: SyncConfig.zoneNames.map { .init(name: $0, enabled: config.zones[$0] ?? false, available: available.contains($0)) },
+                              sent: logs.filter { $0.id == config.device }, devices: logs.filter { $0.id != config.device },
+                              unresolved: try store.unresolved(), quarantined: try store.quarantined(),
+                              lastSync: config.lastSync, lastError: config.lastError)
+        }
+    }
+}

@@ -1,0 +1,288 @@
+import Foundation
+import SyncAPI
+import TermindCore
+import TermindStore
+import VaultAPI
+
+/// Sync's journal of the Vault: each write of a synced entity adds a row in its own
+/// transaction (every write path calls this; a remote apply does not need to — sync reads
+/// back what it applied and finds nothing new).
+enum VaultJournal {
+    /// `at`: when, in milliseconds since 1970 — the time sync stamps the change with.
+    static func changed(_ db: Database, _ kind: String, _ id: String) throws {
+        try db.execute("INSERT INTO vault_sync_outbox (kind, id, at) VALUES (?, ?, ?)", [kind, id, SyncChanges.now()])
+    }
+}
+
+/// `vault.sync`: the Vault's zone for sync — hosts, identities (label and user name: their
+/// passwords and keys are secrets and stay here) and snippets. Changes come from
+/// `vault_sync_outbox`, which every write fills in the same transaction (`VaultJournal`).
+struct VaultSyncZone: SyncZone {
+    let vault: VaultFeature
+    var zone: String { "vault" }
+
+    static let kinds = ["identity", "host", "snippet"]
+
+    func changes(after cursor: Int64, limit: Int) async throws -> SyncChanges {
+        try await BlockingExecutor.store.run { [vault] in
+            let db = try vault.database()
+            let rows = try db.query("SELECT seq, kind, id, at FROM vault_sync_outbox WHERE seq > ? ORDER BY seq LIMIT ?", [cursor, max(1, limit) + 1])
+            var changes: [SyncEntityRef: Int64] = [:]
+            var last = cursor
+            for row in rows.prefix(max(1, limit)) {
+                guard let seq = row.int("seq"), let kind = row.string("kind"), let id = row.string("id"), let at = row.int("at") else {
+                    throw TermindError.internalFailure("vault_sync_outbox has a row without seq, kind, id or at.")
+                }
+                last = Int64(seq)
+                changes[SyncEntityRef(kind: kind, id: id)] = Int64(at)
+            }
+            return SyncChanges(changed: changes, cursor: last, more: rows.count > max(1, limit))
+        }
+    }
+
+    func acknowledge(through cursor: Int64) async throws {
+        try await BlockingExecutor.store.run { [vault] in try vault.database().execute("DELETE FROM vault_sync_outbox WHERE seq <= ?", [cursor]) }
+    }
+
+    func inventory() async throws -> [SyncEntityRef] {
+        try await BlockingExecutor.store.run { [vault] in
+            let db = try vault.database()
+            var all: [SyncEntityRef] = []
+            for (kind, table) in [("identity", "vault_identities"), ("host", "vault_hosts"), ("snippet", "vault_snippets")] {
+                all += try db.query("SELECT id FROM \(table) ORDER BY id").compactMap { $0.string("id").map { SyncEntityRef(kind: kind, id: $0) } }
+            }
+            return all
+        }
+    }
+
+    func values(of entities: [SyncEntityRef]) async throws -> [SyncEntityRef: [String: JSONValue]] {
+        try await BlockingExecutor.store.run { [vault] in
+            let db = try vault.database()
+            var values: [SyncEntityRef: [String: JSONValue]] = [:]
+            for entity in entities {
+                if let value = try Self.value(of: entity, db) { values[entity] = value }
+            }
+            return values
+        }
+    }
+
+    static func value(of entity: SyncEntityRef, _ db: Database) throws -> [String: JSONValue]? {
+        func text(_ row: Row, _ column: String) throws -> String {
+            guard let value = row.string(column) else { throw TermindError.internalFailure("A \(entity.kind) row has no \(column).") }
+            return value
+        }
+        func optional(_ value: String?) -> JSONValue { value.map(JSONValue.string) ?? .null }
+        switch entity.kind {
+        case "host":
+            guard let row = try db.query("SELECT * FROM vault_hosts WHERE id = ?", [entity.id]).first else { return nil }
+            guard let port = row.int("port") else { throw TermindError.internalFailure("A host row has no port.") }
+            return [
+                "label": .string(try text(row, "label")), "address": .string(try text(row, "address")), "port": .integer(Int64(port)),
+                "user": optional(row.string("user")), "identity": optional(row.string("identity_id")),
+                "jump": .array(HostRepository.strings(row.string("jump")).map(JSONValue.string)),
+                "tags": .array(HostRepository.strings(row.string("tags")).map(JSONValue.string)),
+                "shellIntegration": .string(try text(row, "shell_integration")), "forwardAgent": .bool(row.int("forward_agent") == 1),
+            ]
+        case "identity":
+            guard let row = try db.query("SELECT label, username FROM vault_identities WHERE id = ?", [entity.id]).first else { return nil }
+            return ["label": .string(try text(row, "label")), "username": .string(try text(row, "username"))]
+        case "snippet":
+            guard let row = try db.query("SELECT label, body FROM vault_snippets WHERE id = ?", [entity.id]).first else { return nil }
+            return ["label": .string(try text(row, "label")), "body": .string(try text(row, "body"))]
+        default:
+            return nil
+        }
+    }
+
+    func apply(_ changes: [(SyncEntityRef, [String: JSONValue]?)]) async throws -> [SyncEntityRef: SyncApplyOutcome] {
+        let (outcomes, handles, hosts) = try await BlockingExecutor.store.run { [vault] in
+            let db = try vault.database()
+            return try db.transaction {
+                var apply = VaultSyncApply(db: db)
+                return try apply.run(changes)
+            }
+        }
+        let secrets = try vault.secretStore()
+        for handle in handles { try? secrets.delete(handle) }
+        for (host, deleted) in hosts { vault.hostChanges.send(HostChange(host: host, deleted: deleted, affected: [host])) }
+        return outcomes
+    }
+}
+
+/// One apply, inside one transaction. A host whose identity or jump host is missing waits,
+/// unresolved; a label another entity holds here is invalid (quarantined) unless a change in
+/// the same apply frees it.
+private struct VaultSyncApply {
+    let db: Database
+    var outcomes: [SyncEntityRef: SyncApplyOutcome] = [:]
+    /// Password handles of deleted identities, deleted from the secret store after commit.
+    var handles: [String] = []
+    var hosts: [(String, Bool)] = []
+
+    init(db: Database) { self.db = db }
+
+    /// Every change is tried; those that waited for another (a label a deletion frees, an
+    /// identity a put brings, a host another host routes through) are tried again while any
+    /// got in, so the order records came in does not decide the outcome.
+    mutating func run(_ changes: [(SyncEntityRef, [String: JSONValue]?)]) throws -> ([SyncEntityRef: SyncApplyOutcome], [String], [(String, Bool)]) {
+        let rank = { (change: (SyncEntityRef, [String: JSONValue]?)) -> Int in
+            // Deletions of hosts and snippets first (they free labels), then puts in
+            // reference order, then identities' deletions (their hosts are gone by then).
+            switch (change.0.kind, change.1 == nil) {
+            case ("host", true), ("snippet", true): 0
+            case ("identity", false): 1
+            case ("host", false): 2
+            case ("snippet", false): 3
+            default: 4
+            }
+        }
+        var waiting = changes.sorted { rank($0) < rank($1) }
+        while !waiting.isEmpty {
+            var next: [(SyncEntityRef, [String: JSONValue]?)] = []
+            for (entity, value) in waiting {
+                let outcome = try attempt { try change(entity, value) }
+                outcomes[entity] = outcome
+                if outcome != .applied { next.append((entity, value)) }
+            }
+            if next.count == waiting.count { break }
+            waiting = next
+        }
+        return (outcomes, handles, hosts)
+    }
+
+    private mutating func change(_ entity: SyncEntityRef, _ value: [String: JSONValue]?) throws -> SyncApplyOutcome {
+        guard let value else { return try delete(entity) }
+        switch entity.kind {
+        case "identity": return try putIdentity(entity.id, value)
+        case "host": return try putHost(entity.id, value)
+        case "snippet": return try putSnippet(entity.id, value)
+        default: return .invalid("the Vault has no kind '\(entity.kind)'")
+        }
+    }
+
+    private func order(_ kind: String) -> Int { VaultSyncZone.kinds.firstIndex(of: kind) ?? -1 }
+
+    /// A rule failing is the entity's outcome; the store failing is everyone's.
+    private func attempt(_ body: () throws -> SyncApplyOutcome) throws -> SyncApplyOutcome {
+        do { return try body() } catch let error as TermindError where error.is(.requestInvalid) || error.is(.vaultLabelTaken) {
+            return .invalid(error.message)
+        }
+    }
+
+    private func string(_ value: [String: JSONValue], _ field: String) throws -> String? {
+        switch value[field] {
+        case nil, .null?: return nil
+        case .string(let text)?: return text
+        case let other?: throw TermindError.badRequest("\(field): a \(other.typeName), where text belongs.")
+        }
+    }
+
+    private func required(_ value: [String: JSONValue], _ field: String) throws -> String {
+        guard let text = try string(value, field) else { throw TermindError.badRequest("\(field): missing.") }
+        return text
+    }
+
+    private func strings(_ value: [String: JSONValue], _ field: String) throws -> [String] {
+        switch value[field] {
+        case nil, .null?: return []
+        case .array(let items)?:
+            return try items.map { item in
+                guard case .string(let text) = item else { throw TermindError.badRequest("\(field): an item that is not text.") }
+                return text
+            }
+        case let other?: throw TermindError.badRequest("\(field): a \(other.typeName), where a list belongs.")
+        }
+    }
+
+    private func labelOwner(_ table: String, _ label: String) throws -> String? {
+        try db.query("SELECT id FROM \(table) WHERE label = ? COLLATE NOCASE", [label]).first?.string("id")
+    }
+
+    private func exists(_ table: String, _ id: String) throws -> Bool {
+        try !db.query("SELECT 1 FROM \(table) WHERE id = ?", [id]).isEmpty
+    }
+
+    private mutating func putIdentity(_ id: String, _ value: [String: JSONValue]) throws -> SyncApplyOutcome {
+        let label = try VaultValidation.label(try required(value, "label"))
+        let username = try VaultValidation.user(try required(value, "username"), field: "username")
+        if let owner = try labelOwner("vault_identities", label), owner != id {
+            return .invalid("label: '\(label)' is already used by another identity here (\(owner))")
+        }
+        try db.execute("""
+            INSERT INTO vault_identities (id, label, username) VALUES (?, ?, ?)
+            ON CONFLICT (id) DO UPDATE SET label = excluded.label, username = excluded.username,
+                updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+            """, [id, label, username])
+        return .applied
+    }
+
+    private mutating func putHost(_ id: String, _ value: [String: JSONValue]) throws -> SyncApplyOutcome {
+        let label = try VaultValidation.label(try required(value, "label"))
+        guard !label.isEmpty else { return .invalid("label: empty") }
+        let address = try VaultValidation.address(try required(value, "address"))
+        guard case .integer(let rawPort)? = value["port"] else { return .invalid("port: missing or not a number") }
+        let port = try VaultValidation.port(Int(rawPort))
+        let user = try string(value, "user").map { try VaultValidation.user($0) }
+        let identity = try string(value, "identity")
+        let jump = try strings(value, "jump")
+        let tags = try VaultValidation.tags(try strings(value, "tags"))
+        let shell = try string(value, "shellIntegration") ?? ShellIntegration.default.rawValue
+        guard ShellIntegration(rawValue: shell) != nil else { return .invalid("shellIntegration: '\(shell)' is not default, enabled or disabled") }
+        let forward: Bool
+        switch value["forwardAgent"] {
+        case nil, .null?: forward = false
+        case .bool(let on)?: forward = on
+        default: return .invalid("forwardAgent: not true or false")
+        }
+        guard jump.count < VaultValidation.maximumRoute, !jump.contains(id), Set(jump).count == jump.count else {
+            return .invalid("jump: not a route of at most \(VaultValidation.maximumRoute - 1) distinct other hosts")
+        }
+        if let identity, try !exists("vault_identities", identity) { return .unresolved("waits for identity \(identity)") }
+        if let missing = try jump.first(where: { try !exists("vault_hosts", $0) }) { return .unresolved("waits for jump host \(missing)") }
+        if let owner = try labelOwner("vault_hosts", label), owner != id {
+            return .invalid("label: '\(label)' is already used by another host here (\(owner))")
+        }
+        try db.execute("""
+            INSERT INTO vault_hosts (id, label, address, port, user, identity_id, jump, tags, shell_integration, forward_agent)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (id) DO UPDATE SET label = excluded.label, address = excluded.address, port = excluded.port, user = excluded.user,
+                identity_id = excluded.identity_id, jump = excluded.jump, tags = excluded.tags, shell_integration = excluded.shell_integration,
+                forward_agent = excluded.forward_agent, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+            """, [id, label, address, port, user, identity, try HostRepository.json(jump), try HostRepository.json(tags), shell, forward ? 1 : 0])
+        hosts.append((id, false))
+        return .applied
+    }
+
+    private mutating func putSnippet(_ id: String, _ value: [String: JSONValue]) throws -> SyncApplyOutcome {
+        let label = try VaultValidation.label(try required(value, "label"))
+        let body = try required(value, "body")
+        try db.execute("""
+            INSERT INTO vault_snippets (id, label, body) VALUES (?, ?, ?)
+            ON CONFLICT (id) DO UPDATE SET label = excluded.label, body = excluded.body, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+            """, [id, label, body])
+        return .applied
+    }
+
+    private mutating func delete(_ entity: SyncEntityRef) throws -> SyncApplyOutcome {
+        switch entity.kind {
+        case "host":
+            let through = try db.query("SELECT label, jump FROM vault_hosts WHERE jump != '[]'")
+                .filter { HostRepository.strings($0.string("jump")).contains(entity.id) }.compactMap { $0.string("label") }
+            guard through.isEmpty else { return .unresolved("a jump host for \(through.joined(separator: ", ")) here") }
+            try db.execute("DELETE FROM vault_hosts WHERE id = ?", [entity.id])
+            hosts.append((entity.id, true))
+        case "identity":
+            let users = try db.query("SELECT label FROM vault_hosts WHERE identity_id = ?", [entity.id]).compactMap { $0.string("label") }
+            guard users.isEmpty else { return .unresolved("used by \(users.joined(separator: ", ")) here") }
+            if let handle = try db.query("SELECT password_handle FROM vault_identities WHERE id = ?", [entity.id]).first?.string("password_handle") {
+                handles.append(handle)
+            }
+            try db.execute("DELETE FROM vault_identities WHERE id = ?", [entity.id])
+        case "snippet":
+            try db.execute("DELETE FROM vault_snippets WHERE id = ?", [entity.id])
+        default:
+            return .invalid("the Vault has no kind '\(entity.kind)'")
+        }
+        return .applied
+    }
+}
