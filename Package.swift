@@ -292,6 +292,12 @@ let package = Package(
             dependencies: [core, apis, "TermindHarness"],
             path: "Tests/Tools/VaultBench"
         ),
+        // `make bench`: two devices syncing 10,000 hosts through a folder on a real sshd.
+        .executableTarget(
+            name: "termind-sync-bench",
+            dependencies: [core, "TermindHarness"],
+            path: "Tests/Tools/SyncBench"
+        ),
         // `make bench`: 100 (or N) monitored hosts at 1 Hz from one termind serve.
         .executableTarget(
             name: "termind-metrics-bench",

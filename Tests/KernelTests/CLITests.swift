@@ -158,6 +158,11 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(unknown.status, 2)
         XCTAssertTrue(unknown.stderr.contains("Unknown command 'frobnicate'"), unknown.stderr)
         XCTAssertTrue(unknown.stderr.contains("Run 'termind --help'."), unknown.stderr)
+        // A wrong word after a known group names the word and what the group has.
+        let wrongWord = try run(["vault", "host", "rm", "web"])
+        XCTAssertEqual(wrongWord.status, 2)
+        XCTAssertTrue(wrongWord.stderr.contains("'termind vault host' has no command 'rm'; it has: "), wrongWord.stderr)
+        XCTAssertTrue(wrongWord.stderr.contains("delete") && wrongWord.stderr.contains("edit"), wrongWord.stderr)
         // A command of several words, after `help` as after the words with --help.
         let words = try run(["help", "vault", "host", "add"])
         XCTAssertEqual(words.status, 0, words.stderr)

@@ -30,7 +30,10 @@ final class SyncDeviceTests: XCTestCase {
         environment["TERMIND_STORE"] = directory.file("\(name).sqlite")
         environment["TERMIND_SECRETS"] = directory.file("\(name)-secrets.sqlite")
         environment["TERMIND_SECRETS_KEY"] = directory.file("\(name)-secrets.key")
-        let cli = TermindCLI(environment: environment)
+        return try prepare(TermindCLI(environment: environment), name)
+    }
+
+    private func prepare(_ cli: TermindCLI, _ name: String) throws -> TermindCLI {
         try cli.run(["vault", "key", "import", directory.file("id"), "--label", "key-\(name)"])
         try cli.run(["vault", "identity", "add", NSUserName(), "--label", "me-\(name)", "--key", "key-\(name)"])
         try cli.run(["vault", "host", "add", "127.0.0.1", "--label", "sync-\(name)", "--port", "\(server.port)", "--identity", "me-\(name)"])
@@ -83,7 +86,7 @@ final class SyncDeviceTests: XCTestCase {
         XCTAssertEqual(stat(folder, &mode), 0)
         XCTAssertEqual(mode.st_mode & 0o777, 0o700, "the folder is created 0700")
         XCTAssertEqual(try sync(a)["sent"], .integer(1))
-        let plaintext = try files(of: try deviceID(a)).map { try String(contentsOfFile: "\(folder)/\(try deviceID(a))/vault/\($0)", encoding: .utf8) }.joined()
+        let plaintext = try files(of: try deviceID(a)).map { String(decoding: try Data(contentsOf: URL(fileURLWithPath: "\(folder)/\(try deviceID(a))/vault/\($0)")), as: UTF8.self) }.joined()
         XCTAssertFalse(plaintext.contains("10.0.0.5") || plaintext.contains("deploy") || plaintext.contains("uptime"), "the server sees no plaintext")
 
         try setUp(b, "b")
@@ -206,6 +209,86 @@ final class SyncDeviceTests: XCTestCase {
         XCTAssertEqual(files(of: idA).count, before + 1)
         try sync(b)
         XCTAssertNotNil(try hosts(b)["late"])
+    }
+
+    func testInsideServeALocalChangeIsSentWithinSecondsAndTheOthersArriveOnTheInterval() throws {
+        let serve = try ServeProcess(directory: directory, arguments: [], serveArguments: ["--sync-interval", "2"])
+        defer { _ = serve.stop() }
+        let s = try prepare(TermindCLI(environment: ProcessInfo.termindEnvironment(home: directory.file("home"), socket: serve.socketPath)), "s")
+        let b = try device("b")
+        try setUp(s, "s")
+        let idS = try deviceID(s)
+        // A change made through serve goes out by itself, a couple of seconds later.
+        try s.run(["vault", "host", "add", "10.2.0.1", "--label", "from-serve"])
+        try waitUntil("serve sent its change") { !files(of: idS).isEmpty }
+        try setUp(b, "b")
+        try sync(b)
+        XCTAssertNotNil(try hosts(b)["from-serve"])
+        // A change of another device arrives on serve's interval.
+        try b.run(["vault", "host", "add", "10.2.0.2", "--label", "from-b"])
+        try sync(b)
+        try waitUntil("serve fetched the other device's change") { try hosts(s)["from-b"] != nil }
+        // Paused: nothing goes out.
+        try s.run(["sync", "pause"])
+        let before = files(of: idS)
+        try s.run(["vault", "host", "add", "10.2.0.3", "--label", "while-paused"])
+        Thread.sleep(forTimeInterval: 5)
+        XCTAssertEqual(files(of: idS), before, "a paused sync sends nothing")
+        try s.run(["sync", "resume"])
+        try waitUntil("resumed sync sent the waiting change") { files(of: idS).count > before.count }
+    }
+
+    private func waitUntil(_ what: String, seconds: Double = 20, _ condition: () throws -> Bool) throws {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if try condition() { return }
+            Thread.sleep(forTimeInterval: 0.2)
+        }
+        XCTFail("\(what): not within \(Int(seconds)) s")
+    }
+
+    func testADeviceThatWasAwayFor1000ChangesCatchesUpInOneSync() throws {
+        let a = try device("a"), b = try device("b")
+        try setUp(a, "a"); try sync(a)
+        try setUp(b, "b"); try sync(b)
+        // While B is away: 1,000 hosts saved on A (an ssh_config import), in two syncs of A.
+        for (batch, range) in [(0, 0..<600), (1, 600..<1000)] {
+            let config = directory.file("config-\(batch)")
+            try range.map { "Host node-\($0)\n    HostName 10.3.\($0 / 256).\($0 % 256)\n    User ops\n" }.joined(separator: "\n")
+                .write(toFile: config, atomically: true, encoding: .utf8)
+            try a.run(["vault", "import", "commit", config, "--select", range.map { "node-\($0)" }.joined(separator: ",")])
+            try sync(a)
+        }
+        let caughtUp = try sync(b)
+        XCTAssertEqual(caughtUp["fetched"], .integer(2), "1,000 records in two files (at most 1,000 records a file)")
+        let onA = try hosts(a), onB = try hosts(b)
+        XCTAssertEqual(onB.count, 1_002)
+        XCTAssertEqual(onB, onA)
+    }
+
+    func testSettingsRecordsMergePerFieldAndDeviceLocalOnesStayHome() throws {
+        let a = try device("a"), b = try device("b")
+        try setUp(a, "a"); try sync(a)
+        try setUp(b, "b"); try sync(b)
+        func limits(_ cli: TermindCLI) throws -> JSONValue? {
+            guard case .object(let got) = try cli.json(["settings", "get", "sftp.limits"]), case .object(let record)? = got["record"] else { return nil }
+            return record["value"]
+        }
+        // Two fields of one synced record, changed on two devices: both changes survive.
+        try a.run(["settings", "set", "sftp.limits", "{\"active\": 40}"])
+        usleep(20_000)
+        try b.run(["settings", "set", "sftp.limits", "{\"perHost\": 5}"])
+        // A device-local record never leaves its device.
+        try a.run(["settings", "set", "metrics.preferences", "{}"], status: 0)
+        try sync(a); try sync(b); try sync(a)
+        for cli in [a, b] { XCTAssertEqual(try limits(cli), .object(["active": .integer(40), "perHost": .integer(5)])) }
+        guard case .object(let onB) = try b.json(["settings", "get", "metrics.preferences"]), case .object(let record)? = onB["record"] else { return XCTFail() }
+        XCTAssertEqual(record["state"], "default", "a device-local record stays on its device")
+        // A reset on one device resets it on the other.
+        try b.run(["settings", "reset", "sftp.limits"])
+        try sync(b); try sync(a)
+        guard case .object(let reset) = try a.json(["settings", "get", "sftp.limits"]), case .object(let after)? = reset["record"] else { return XCTFail() }
+        XCTAssertEqual(after["state"], "default")
     }
 
     func testThreeDevicesEndIdenticalAfterRandomChanges() throws {

@@ -130,11 +130,20 @@ final class SyncRulesTests: XCTestCase {
         refused(sealed, device: b, "does not open with the sync key")
         refused(sealed, zone: "settings", "does not open with the sync key")
         refused(sealed.prefix(sealed.count / 2), "truncated")
-        var text = String(decoding: sealed, as: UTF8.self)
-        let body = text.range(of: "\"body\":\"")!.upperBound
-        let flipped = text[body] == "A" ? "B" : "A"
-        text.replaceSubrange(body ... body, with: flipped)
-        refused(Data(text.utf8), "fail authentication")
+        var flipped = sealed
+        flipped[flipped.count - 20] ^= 0x01
+        refused(flipped, "fail authentication")
+        refused(Data("{\"format\": \"termind-sync/1\"}".utf8), "not a sealed record file")
+    }
+
+    func testAFieldChangedWithItsRecordCarriesNoClockOfItsOwnOnTheWire() throws {
+        let t0 = HLC(wall: 100, counter: 0, device: a), t1 = HLC(wall: 200, counter: 0, device: b)
+        let record = SyncRecord(zone: "vault", kind: "host", id: "h", op: .put,
+                                fields: ["label": .init(value: "web", clock: t0), "port": .init(value: 22, clock: t1)], clock: t1, device: b)
+        let text = String(decoding: try JSONCoding.encode(record), as: UTF8.self)
+        XCTAssertEqual(text.components(separatedBy: t1.description).count - 1, 1, "the record's own clock once: \(text)")
+        XCTAssertTrue(text.contains(t0.description))
+        XCTAssertEqual(try JSONDecoder().decode(SyncRecord.self, from: Data(text.utf8)), record)
     }
 
     func testTheFolderCheckTellsAWrongPassphraseBeforeAnythingIsRead() throws {

@@ -54,10 +54,19 @@ final class VaultSchemaFixtureTests: XCTestCase {
             let saved = try await session.call(VaultContracts.WorkspaceSave.self, .init(name: "gpus", layout: .grid([
                 WorkspacePane(kind: .ssh, host: gpu.id), WorkspacePane(kind: .sftp, host: gpu.id)])))
             let workspaces = try await session.call(VaultContracts.WorkspaceList.self, Empty()).workspaces
-            XCTAssertEqual(workspaces, [saved], fixture)
+            XCTAssertEqual(workspaces.filter { $0.name == "gpus" }, [saved], fixture)
+            // From v3 on: a workspace saved before, agent forwarding on for gpu-box.
+            if !["vault-v1.sql", "vault-v2.sql"].contains(fixture) {
+                XCTAssertEqual(workspaces.map(\.name).sorted(), ["fixture-pair", "gpus"], fixture)
+                XCTAssertEqual(gpu.forwardAgent, true, fixture)
+            }
 
             let db = try StoreAccess.database(path: directory.file("termind.sqlite"))
-            XCTAssertEqual(try db.schemaVersion(of: "vault"), 3, "migrated to the latest Vault schema version")
+            XCTAssertEqual(try db.schemaVersion(of: "vault"), 4, "migrated to the latest Vault schema version")
+            // v4: sync's journal, empty after a migration, then a row per change.
+            XCTAssertEqual(try db.scalar("SELECT count(*) FROM vault_sync_outbox"), .integer(0), fixture)
+            _ = try await session.call(VaultContracts.HostUpdate.self, .init(host: "gpu-box", port: 2200))
+            XCTAssertEqual(try db.query("SELECT kind, id FROM vault_sync_outbox").map { [$0.string("kind"), $0.string("id")] }, [["host", gpu.id]], fixture)
             XCTAssertEqual(try db.scalar("PRAGMA integrity_check"), .text("ok"))
             await session.shutdown()
         }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 
 /// One entity of a zone: a host, an identity, a snippet of the Vault; a record of Settings.
@@ -28,6 +29,13 @@ public struct SyncChanges: Sendable, Equatable {
 
     /// The wall clock as journals record it.
     public static func now() -> Int64 { Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)) }
+
+    /// SQLite's `strftime('%Y-%m-%dT%H:%M:%fZ', 'now')` in milliseconds since 1970.
+    public static func milliseconds(_ text: String) -> Int64? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.date(from: text).map { Int64(($0.timeIntervalSince1970 * 1000).rounded(.down)) }
+    }
 }
 
 /// What became of an entity sync asked its zone to apply.
@@ -54,16 +62,44 @@ public protocol SyncZone: Sendable {
     func changes(after cursor: Int64, limit: Int) async throws -> SyncChanges
     /// Journal rows up to `cursor` were sent: they may be dropped.
     func acknowledge(through cursor: Int64) async throws
-    /// Every entity the zone holds now (the first sync sends them all).
-    func inventory() async throws -> [SyncEntityRef]
+    /// Every entity the zone holds now with the time of its last change (milliseconds since
+    /// 1970): the first sync after a set-up sends them all, each stamped with that time so a
+    /// stale copy never outranks a later change another device made.
+    func inventory() async throws -> [SyncEntityRef: Int64]
     /// The entities' values now; an absent entity is missing from the answer.
     func values(of entities: [SyncEntityRef]) async throws -> [SyncEntityRef: [String: JSONValue]]
     /// Applies agreed values (nil: delete), in one transaction, in an order where what an
     /// entity refers to comes first. A field whose value is null is cleared.
     func apply(_ changes: [(SyncEntityRef, [String: JSONValue]?)]) async throws -> [SyncEntityRef: SyncApplyOutcome]
+    /// Yields after a local change was journaled in this process (a sync inside `serve`
+    /// follows, debounced). A subscriber that falls behind gets one signal, never blocks a write.
+    func journaled() -> AsyncStream<Void>
+}
+
+/// Fans "something was journaled" out to every subscriber, each holding at most one
+/// pending signal.
+public final class SyncJournalSignal: Sendable {
+    private let subscribers = Mutex<[UInt64: AsyncStream<Void>.Continuation]>([:])
+    private let next = Mutex<UInt64>(0)
+
+    public init() {}
+
+    public func subscribe() -> AsyncStream<Void> {
+        let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let id = next.withLock { $0 += 1; return $0 }
+        subscribers.withLock { $0[id] = continuation }
+        continuation.onTermination = { [weak self] _ in _ = self?.subscribers.withLock { $0.removeValue(forKey: id) } }
+        return stream
+    }
+
+    public func signal() {
+        for continuation in subscribers.withLock({ Array($0.values) }) { continuation.yield() }
+    }
 }
 
 extension PortKey where P == any SyncZone {
     /// The Vault's zone: hosts, identities' non-secret fields, snippets.
     public static var vaultSyncZone: Self { PortKey("vault.sync") }
+    /// Settings' zone: the records marked synced, per top-level field.
+    public static var settingsSyncZone: Self { PortKey("settings.zone") }
 }

@@ -34,6 +34,12 @@ enum PluginCommand {
                 if let disabled = resolved.disabledFeature {
                     throw TermindError(PluginCommand.commandUnavailable, "'\(name)' belongs to feature '\(disabled)', which is disabled: \(resolved.disabledReason ?? "unknown reason").")
                 }
+                if let nearest = resolved.nearest, let near = resolved.nearestCommands, !near.isEmpty {
+                    // `termind vault host rm X`: say which word is wrong and what it could be.
+                    let wrong = prefix.dropFirst(nearest.count).first ?? ""
+                    let choices = near.map { $0.words.dropFirst(nearest.count).joined(separator: " ") }
+                    throw Invocation.UsageError(description: "'termind \(nearest.joined(separator: " "))' has no command '\(wrong)'; it has: \(choices.joined(separator: ", ")).")
+                }
                 let available = resolved.available
                 throw Invocation.UsageError(description: "Unknown command '\(name)'.\(available.isEmpty ? "" : " Commands from features and plugins: \(available.joined(separator: ", ")).")")
             }

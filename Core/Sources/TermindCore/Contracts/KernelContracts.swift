@@ -64,14 +64,22 @@ public enum KernelContracts {
             public var disabledReason: String?
             /// The first words of every running command.
             public var available: [String]
+            /// No command matched and none starts with the line's words: the longest start
+            /// of them that some commands share (`vault host` for `vault host rm X`), and
+            /// those commands — what the person most likely meant to choose from.
+            public var nearest: [String]?
+            public var nearestCommands: [FeatureManifest.Command]?
             public init(command: FeatureManifest.Command?, target: ContractInfo?, partial: [FeatureManifest.Command] = [],
-                        disabledFeature: String? = nil, disabledReason: String? = nil, available: [String] = []) {
+                        disabledFeature: String? = nil, disabledReason: String? = nil, available: [String] = [],
+                        nearest: [String]? = nil, nearestCommands: [FeatureManifest.Command]? = nil) {
                 self.command = command
                 self.target = target
                 self.partial = partial
                 self.disabledFeature = disabledFeature
                 self.disabledReason = disabledReason
                 self.available = available
+                self.nearest = nearest
+                self.nearestCommands = nearestCommands
             }
         }
         public static let name = "kernel.command"

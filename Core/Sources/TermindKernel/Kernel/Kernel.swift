@@ -337,8 +337,19 @@ public actor Kernel {
         let prefix = words.prefix { !$0.hasPrefix("-") }
         let partial = prefix.isEmpty ? [] : running.filter { $0.words.starts(with: prefix) }.sorted { $0.name < $1.name }
         let disabled = features.first { $0.state != .running && $0.commands.contains { words.starts(with: $0.words) } }
+        var nearest: ([String], [FeatureManifest.Command])?
+        if partial.isEmpty, prefix.count > 1 {
+            for length in stride(from: prefix.count - 1, through: 1, by: -1) {
+                let start = Array(prefix.prefix(length))
+                let near = running.filter { $0.words.starts(with: start) }.sorted { $0.name < $1.name }
+                if !near.isEmpty {
+                    nearest = (start, near)
+                    break
+                }
+            }
+        }
         return .init(command: nil, target: nil, partial: partial, disabledFeature: disabled?.id, disabledReason: disabled.map { $0.reason ?? "unknown reason" },
-                     available: Array(Set(running.compactMap(\.words.first))).sorted())
+                     available: Array(Set(running.compactMap(\.words.first))).sorted(), nearest: nearest?.0, nearestCommands: nearest?.1)
     }
 
     /// The stream named `name` (`name@version`), if a running feature serves it.

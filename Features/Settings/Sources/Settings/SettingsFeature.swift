@@ -1,5 +1,6 @@
 import Foundation
 import SettingsAPI
+import SyncAPI
 import Synchronization
 import TermindCore
 import TermindStore
@@ -9,10 +10,10 @@ import TermindStore
 /// every write and every read. A stored value that no longer validates is quarantined:
 /// never applied, never deleted. Provides `settings.values`; has no per-feature code.
 final class SettingsFeature: Feature {
-    private let registry = SettingsRegistry()
+    let registry = SettingsRegistry()
     private let store = Mutex<SettingsStore?>(nil)
 
-    private func current() throws -> SettingsStore {
+    func current() throws -> SettingsStore {
         guard let store = store.withLock({ $0 }) else { throw TermindError.internalFailure("Settings is not started.") }
         return store
     }
@@ -20,6 +21,7 @@ final class SettingsFeature: Feature {
     func register(_ registrar: FeatureRegistrar) throws {
         registrar.provide(.settingsValues, SettingsPort(feature: self))
         registrar.provide(.settingsSync, SyncPort(feature: self))
+        registrar.provide(.settingsSyncZone, SettingsSyncZone(feature: self))
         // A request from outside comes after boot: the set of records is final by then.
         registrar.handleBlocking(SettingsContracts.List.self) { [self] _, _ in
             try booted()

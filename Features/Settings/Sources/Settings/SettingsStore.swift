@@ -1,5 +1,6 @@
 import Foundation
 import SettingsAPI
+import SyncAPI
 import TermindCore
 import TermindCrypto
 import TermindStore
@@ -340,6 +341,40 @@ struct SettingsStore: Sendable {
         }
     }
 
+    /// Values the devices agreed on (sync's Settings zone), all in one transaction with no
+    /// journal row (never sent back): each stored at the next revision, nil a reset. This
+    /// device keeps its own handle in every reference field the value also has.
+    func applyMerged(_ changes: [(SettingsRecordDeclaration, JSONValue?)]) throws -> [SettingsValue] {
+        try db.transaction {
+            let device = try deviceID
+            var applied: [SettingsValue] = []
+            for (declaration, incoming) in changes {
+                let row = try db.query("SELECT value, revision FROM settings_records WHERE key = ?", [declaration.key]).first
+                var value = incoming
+                if let remote = value, !declaration.secretReferences.isEmpty,
+                   let text = row?.string("value"), let local = try? JSONCoding.parse(Data(text.utf8), source: declaration.key) {
+                    let mine = Dictionary(declaration.references(in: local).map { ($0.path, $0.handle) }, uniquingKeysWith: { a, _ in a })
+                    var merged = remote
+                    for (path, handle) in mine {
+                        merged = Self.replacing(String(path.dropFirst(declaration.key.count + 1)), in: merged, with: .string(handle)) ?? merged
+                    }
+                    value = merged
+                }
+                let text = try value.map { String(decoding: try JSONCoding.encode($0), as: UTF8.self) }
+                try db.execute("""
+                    INSERT INTO settings_records (key, value, revision, device_id) VALUES (?, ?, ?, ?)
+                    ON CONFLICT (key) DO UPDATE SET value = excluded.value, revision = excluded.revision, device_id = excluded.device_id,
+                        updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+                    """, [declaration.key, text, (row?.int("revision") ?? 0) + 1, device])
+                applied.append(try current(declaration))
+            }
+            return applied
+        }
+    }
+
+    /// Signals sync (inside serve) after a synced record was journaled.
+    static let journalSignal = SyncJournalSignal()
+
     /// Journal rows after `sequence`, oldest first.
     func outbox(after sequence: Int, limit: Int) throws -> [SettingsJournalEntry] {
         try db.query("SELECT seq, key, revision, tombstone, digest, device_id, at FROM settings_outbox WHERE seq > ? ORDER BY seq LIMIT ?",
@@ -369,5 +404,6 @@ struct SettingsStore: Sendable {
         let digest = value.map { Digest.sha256(Data($0.utf8)).map { String(format: "%02x", $0) }.joined() }
         try db.execute("INSERT INTO settings_outbox (key, revision, tombstone, digest, device_id) VALUES (?, ?, ?, ?, ?)",
                        [declaration.key, revision, value == nil ? 1 : 0, digest, device])
+        Self.journalSignal.signal()
     }
 }

@@ -9,8 +9,10 @@ import TermindStore
 /// One sync, start to end, in the order that loses nothing:
 ///
 /// 1. **Capture**: each zone's local changes since its cursor become records (per-field
-///    clocks from this device's clock), merged into the agreed states and sealed into
-///    numbered batches — states, batches and cursor committed in one transaction.
+///    clocks from this device's clock, no earlier than the change), merged into the agreed
+///    states and sealed into numbered batches — states, batches and cursor committed in one
+///    transaction. A zone's first sync after a set-up captures after the fetch instead, and
+///    only what the folder does not have yet (the folder beats the baseline).
 /// 2. **Fetch**: every other device's new log files are read, opened and merged; a file
 ///    that does not open, or a record that does not check, is quarantined (never applied,
 ///    never deleted on the server) and the rest goes on. Each file's merge and the log
@@ -54,13 +56,27 @@ struct SyncEngine: Sendable {
             try await checkFolder(folder, config, key)
             var clock = HybridClock(device: config.device, last: config.clock)
             let enabled = SyncConfig.zoneNames.filter { config.zones[$0] == true }.compactMap { name in zones[name].map { (name, $0) } }
-            for (name, zone) in enabled { try await capture(name, zone, config, key, &clock) }
+            // A zone's first sync after a set-up takes the folder in before it sends what this
+            // device has: what the folder already holds wins over this device's copy (the
+            // folder beats the baseline), so a stale copy never overwrites later changes.
+            var fresh: [(String, any SyncZone)] = []
+            for (name, zone) in enabled {
+                if try await onStore({ try store.cursor(name).inventoried }) {
+                    try await capture(name, zone, config, key, &clock)
+                } else {
+                    fresh.append((name, zone))
+                }
+            }
             var touched: [String: Set<SyncEntityRef>] = [:]
             let devices = try await folder.list(config.path, limit: 100_000)?.filter { SyncEnvelope.isDeviceID($0) && $0 != config.device } ?? []
             for device in devices {
                 for (name, _) in enabled {
                     try await fetch(device, name, folder, config, key, &clock, &touched[name, default: []], &counts)
                 }
+            }
+            for (name, zone) in fresh {
+                let known = try await capture(name, zone, config, key, &clock)
+                touched[name, default: []].formUnion(known)
             }
             for (name, zone) in enabled { counts.applied += try await apply(name, zone, touched[name] ?? []) }
             let last = clock.last
@@ -101,15 +117,16 @@ struct SyncEngine: Sendable {
 
     // MARK: Capture
 
-    private func capture(_ name: String, _ zone: any SyncZone, _ config: SyncConfig, _ key: SymmetricKey, _ clock: inout HybridClock) async throws {
+    /// Seals what changed here since the zone's cursor. On the zone's first sync (after the
+    /// fetch) it is every entity the zone holds, except those the folder already has: those
+    /// are returned, for the apply to bring this device's copy in line.
+    @discardableResult
+    private func capture(_ name: String, _ zone: any SyncZone, _ config: SyncConfig, _ key: SymmetricKey, _ clock: inout HybridClock) async throws -> [SyncEntityRef] {
         let (start, inventoried) = try await onStore { try store.cursor(name) }
-        // Each entity with the time of its latest change here: the journal's, or now for
-        // what the first sync finds already there.
+        // Each entity with the time of its latest change here: the journal's, or the row's
+        // own for what the first sync finds already there.
         var changed: [SyncEntityRef: Int64] = [:]
-        if !inventoried {
-            let now = Self.now()
-            for entity in try await zone.inventory() { changed[entity] = now }
-        }
+        if !inventoried { changed = try await zone.inventory() }
         var cursor = start
         while true {
             let changes = try await zone.changes(after: cursor, limit: 5_000)
@@ -117,7 +134,7 @@ struct SyncEngine: Sendable {
             cursor = changes.cursor
             guard changes.more, changed.count <= Self.maximumEntries else { break }
         }
-        if changed.isEmpty && inventoried && cursor == start { return }
+        if changed.isEmpty && inventoried && cursor == start { return [] }
         // Stamped in the order they were made, each no earlier than its change: a later
         // edit on another device outranks this one, an earlier one does not.
         let found = changed.sorted { ($0.value, $0.key) < ($1.value, $1.key) }.map(\.key)
@@ -126,11 +143,13 @@ struct SyncEngine: Sendable {
         let last = clock.last
         let ending = cursor
         let device = config.device
-        try await onStore {
+        let baseline = !inventoried
+        let known: [SyncEntityRef] = try await onStore {
             try store.db.transaction {
                 var states = try store.states(name, found)
+                let known = baseline ? found.filter { states[$0] != nil } : []
                 var records: [SyncRecord] = []
-                for entity in found {
+                for entity in found where !known.contains(entity) {
                     var state = states[entity] ?? EntityState()
                     guard let stamp = stamps[entity],
                           let record = state.change(to: values[entity], zone: name, kind: entity.kind, id: entity.id, clock: stamp) else { continue }
@@ -147,9 +166,11 @@ struct SyncEngine: Sendable {
                 }
                 try store.setCursor(name, ending)
                 try store.saveClock(last)
+                return known
             }
         }
         try await zone.acknowledge(through: ending)
+        return known
     }
 
     // MARK: Fetch

@@ -26,6 +26,7 @@ final class SyncFeature: Feature {
     /// One sync at a time in this process (generations are serialized); SQLite's immediate
     /// transactions keep two processes' commits whole.
     private let lane = SerialLane()
+    private let follower = Mutex<Task<Void, Never>?>(nil)
 
     private func current() throws -> Ports {
         guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("Sync is not started.") }
@@ -89,14 +90,69 @@ final class SyncFeature: Feature {
             throw error.termindError
         }
         var zones: [String: any SyncZone] = [:]
-        if let vault = context.ports.optional(.vaultSyncZone) { zones[vault.zone] = vault }
+        for key in [PortKey<any SyncZone>.vaultSyncZone, .settingsSyncZone] {
+            if let zone = context.ports.optional(key) { zones[zone.zone] = zone }
+        }
         let ports = Ports(store: SyncStore(db: db), secrets: try context.ports.require(.secrets), scheduler: try context.ports.require(.sftpScheduler),
                           hosts: context.ports.optional(.hostDirectory), zones: zones, logger: context.logger)
         self.ports.withLock { $0 = ports }
+        guard context.resident else { return }
+        let interval = try Self.interval(context.options["sync-interval"])
+        follower.withLock { $0 = Task { [self] in await follow(ports, every: interval) } }
     }
 
     func stop() async {
+        let task = follower.withLock { task in defer { task = nil }; return task }
+        task?.cancel()
+        await task?.value
         ports.withLock { $0 = nil }
+    }
+
+    /// `--sync-interval SECONDS` of `serve` (default 300; at least 1).
+    static func interval(_ text: String?) throws -> Double {
+        guard let text else { return 300 }
+        guard let seconds = Double(text), seconds >= 1, seconds <= 86_400 else {
+            throw TermindError(.syncInvalid, "--sync-interval '\(text)': give seconds between 1 and 86400.")
+        }
+        return seconds
+    }
+
+    /// Inside `serve`: a sync two seconds after local changes stop coming (debounced), and
+    /// every `interval` seconds for the other devices' changes. A failure is logged and
+    /// kept in `sync status`; the next turn tries again. Nothing runs while sync is not set
+    /// up or is paused.
+    private func follow(_ p: Ports, every interval: Double) async {
+        let (wakes, wake) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let listeners = p.zones.values.map { zone in
+            Task {
+                for await _ in zone.journaled() {
+                    // Debounce: wait until changes stop for two seconds.
+                    try? await Task.sleep(for: .seconds(2))
+                    wake.yield()
+                }
+            }
+        }
+        let timer = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(interval))
+                wake.yield()
+            }
+        }
+        defer {
+            for listener in listeners { listener.cancel() }
+            timer.cancel()
+            wake.finish()
+        }
+        for await _ in wakes {
+            if Task.isCancelled { break }
+            guard let config = try? await BlockingExecutor.store.run({ try p.store.config() }), !config.paused else { continue }
+            do {
+                let result = try await lane.run { try await self.engine(p).run() }
+                p.logger.info("sync.ran", ["fetched": .int(result.fetched), "applied": .int(result.applied), "sent": .int(result.sent)])
+            } catch {
+                p.logger.warning("sync.failed", ["code": .identifier(TermindError.from(error).code)])
+            }
+        }
     }
 }
 

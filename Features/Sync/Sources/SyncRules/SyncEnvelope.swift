@@ -51,23 +51,23 @@ public enum SyncEnvelope {
         }
     }
 
-    private struct File: Codable {
-        var format: String
-        var key: String
-        var body: String
-    }
+    /// A log file's first bytes.
+    static let magic = Data("TSR1".utf8)
+    /// nonce ‖ file key ‖ tag.
+    static let wrappedLength = AEAD.nonceLength + AEAD.keyLength + AEAD.tagLength
 
     private static func associated(_ part: String, device: String, zone: String, index: Int) -> Data {
         Data("\(format) \(part) \(device) \(zone) \(index)".utf8)
     }
 
-    /// One batch sealed for its place in the log.
+    /// One batch sealed for its place in the log: `TSR1` ‖ the file key sealed under the
+    /// sync key ‖ the batch (JSON) sealed under the file key.
     public static func seal(_ batch: SyncBatch, key: SymmetricKey) throws -> Data {
         let fileKey = SymmetricKey.random()
         let body = try JSONCoding.encode(batch)
         let wrapped = AEAD.seal(fileKey.data, key: key, associatedData: associated("key", device: batch.device, zone: batch.zone, index: batch.index))
         let sealed = AEAD.seal(body, key: fileKey, associatedData: associated("body", device: batch.device, zone: batch.zone, index: batch.index))
-        return try JSONCoding.encode(File(format: format, key: wrapped.combined.base64EncodedString(), body: sealed.combined.base64EncodedString()))
+        return magic + wrapped.combined + sealed.combined
     }
 
     /// Why a log file could not be taken in: it stays where it is, is never applied and is
@@ -78,17 +78,17 @@ public enum SyncEnvelope {
 
     /// The batch in the file at `index` of `device`'s log of `zone`.
     public static func open(_ data: Data, key: SymmetricKey, device: String, zone: String, index: Int) throws(Unreadable) -> SyncBatch {
-        guard let file = try? JSONDecoder().decode(File.self, from: data) else {
-            throw Unreadable(reason: "not a sealed record file (\(data.count) bytes; truncated or not termind's)")
+        let bytes = Data(data)
+        guard bytes.count >= magic.count + wrappedLength + AEAD.nonceLength + AEAD.tagLength, bytes.prefix(magic.count) == magic else {
+            throw Unreadable(reason: "not a sealed record file (\(bytes.count) bytes; truncated or not termind's)")
         }
-        guard file.format == format else { throw Unreadable(reason: "format '\(file.format)' is not one this termind reads (\(format))") }
-        guard let keyData = Data(base64Encoded: file.key), let keyBox = AEAD.SealedBox(combined: keyData),
+        guard let keyBox = AEAD.SealedBox(combined: bytes.dropFirst(magic.count).prefix(wrappedLength)),
               let fileKeyBytes = try? AEAD.open(keyBox, key: key, associatedData: associated("key", device: device, zone: zone, index: index)),
               fileKeyBytes.count == AEAD.keyLength else {
             throw Unreadable(reason: "its key does not open with the sync key for this place in the log (tampered, moved or sealed under another passphrase)")
         }
         let fileKey = SymmetricKey(bytes: fileKeyBytes)
-        guard let bodyData = Data(base64Encoded: file.body), let bodyBox = AEAD.SealedBox(combined: bodyData),
+        guard let bodyBox = AEAD.SealedBox(combined: bytes.dropFirst(magic.count + wrappedLength)),
               let body = try? AEAD.open(bodyBox, key: fileKey, associatedData: associated("body", device: device, zone: zone, index: index)) else {
             throw Unreadable(reason: "its records fail authentication (tampered or truncated)")
         }

@@ -11,7 +11,11 @@ enum VaultJournal {
     /// `at`: when, in milliseconds since 1970 — the time sync stamps the change with.
     static func changed(_ db: Database, _ kind: String, _ id: String) throws {
         try db.execute("INSERT INTO vault_sync_outbox (kind, id, at) VALUES (?, ?, ?)", [kind, id, SyncChanges.now()])
+        signal.signal()
     }
+
+    /// One Vault per process, so one signal.
+    static let signal = SyncJournalSignal()
 }
 
 /// `vault.sync`: the Vault's zone for sync — hosts, identities (label and user name: their
@@ -40,16 +44,21 @@ struct VaultSyncZone: SyncZone {
         }
     }
 
+    func journaled() -> AsyncStream<Void> { VaultJournal.signal.subscribe() }
+
     func acknowledge(through cursor: Int64) async throws {
         try await BlockingExecutor.store.run { [vault] in try vault.database().execute("DELETE FROM vault_sync_outbox WHERE seq <= ?", [cursor]) }
     }
 
-    func inventory() async throws -> [SyncEntityRef] {
+    func inventory() async throws -> [SyncEntityRef: Int64] {
         try await BlockingExecutor.store.run { [vault] in
             let db = try vault.database()
-            var all: [SyncEntityRef] = []
+            var all: [SyncEntityRef: Int64] = [:]
             for (kind, table) in [("identity", "vault_identities"), ("host", "vault_hosts"), ("snippet", "vault_snippets")] {
-                all += try db.query("SELECT id FROM \(table) ORDER BY id").compactMap { $0.string("id").map { SyncEntityRef(kind: kind, id: $0) } }
+                for row in try db.query("SELECT id, updated_at FROM \(table)") {
+                    guard let id = row.string("id") else { throw TermindError.internalFailure("\(table) has a row without id.") }
+                    all[SyncEntityRef(kind: kind, id: id)] = row.string("updated_at").flatMap(SyncChanges.milliseconds) ?? 0
+                }
             }
             return all
         }
