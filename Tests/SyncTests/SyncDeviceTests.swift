@@ -117,6 +117,32 @@ final class SyncDeviceTests: XCTestCase {
         XCTAssertEqual(try hosts(a), try hosts(b))
     }
 
+    func testANewDevicesStaleCopyNeverOverwritesWhatTheFolderHas() throws {
+        let a = try device("a"), b = try device("b")
+        try a.run(["vault", "host", "add", "10.0.0.5", "--label", "web"])
+        try setUp(a, "a"); try sync(a)
+        try setUp(b, "b"); try sync(b)
+        // A workspace template follows its host.
+        let web = try XCTUnwrap(try field(a, "web", "id"))
+        guard case .string(let webID) = web else { return XCTFail() }
+        try a.run(["call", "vault.workspace.save@1", "{\"name\": \"pair\", \"layout\": {\"pane\": {\"kind\": \"ssh\", \"host\": \"\(webID)\"}}}"])
+        // A changes web while B is away; B is then set up again (a new device id, its copy stale).
+        try a.run(["vault", "host", "edit", "web", "--port", "2222"])
+        try sync(a)
+        try setUp(b, "b")
+        try sync(b); try sync(a)
+        for cli in [a, b] { XCTAssertEqual(try field(cli, "web", "port"), .integer(2222), "the folder beats a new device's stale copy") }
+        XCTAssertTrue(try b.run(["--json", "call", "vault.workspace.list@1", "{}"]).stdout.contains("\"pair\""))
+        // A forwarding rule follows its host (by id), saved and not started on the other device.
+        try a.run(["forward", "add", "web-http", "web", "--local-forward", "18080:localhost:80"])
+        try sync(a); try sync(b)
+        let rules = try b.run(["--json", "forward", "list"]).stdout
+        XCTAssertTrue(rules.contains("web-http") && rules.contains(webID), rules)
+        try b.run(["forward", "rm", "web-http"])
+        try sync(b); try sync(a)
+        XCTAssertFalse(try a.run(["--json", "forward", "list"]).stdout.contains("web-http"))
+    }
+
     func testAWrongPassphraseIsRefusedBeforeAnythingIsReadOrStored() throws {
         let a = try device("a"), b = try device("b")
         try setUp(a, "a")

@@ -63,10 +63,11 @@ final class VaultSchemaFixtureTests: XCTestCase {
 
             let db = try StoreAccess.database(path: directory.file("termind.sqlite"))
             XCTAssertEqual(try db.schemaVersion(of: "vault"), 4, "migrated to the latest Vault schema version")
-            // v4: sync's journal, empty after a migration, then a row per change.
-            XCTAssertEqual(try db.scalar("SELECT count(*) FROM vault_sync_outbox"), .integer(0), fixture)
+            // v4: sync's journal, empty after a migration (nothing of before is in it), then a
+            // row per change: the workspace saved above, a host edited now.
             _ = try await session.call(VaultContracts.HostUpdate.self, .init(host: "gpu-box", port: 2200))
-            XCTAssertEqual(try db.query("SELECT kind, id FROM vault_sync_outbox").map { [$0.string("kind"), $0.string("id")] }, [["host", gpu.id]], fixture)
+            XCTAssertEqual(try db.query("SELECT kind, id FROM vault_sync_outbox ORDER BY seq").map { [$0.string("kind"), $0.string("id")] },
+                           [["workspace", saved.id], ["host", gpu.id]], fixture)
             XCTAssertEqual(try db.scalar("PRAGMA integrity_check"), .text("ok"))
             await session.shutdown()
         }

@@ -102,4 +102,6 @@ extension PortKey where P == any SyncZone {
     public static var vaultSyncZone: Self { PortKey("vault.sync") }
     /// Settings' zone: the records marked synced, per top-level field.
     public static var settingsSyncZone: Self { PortKey("settings.zone") }
+    /// Port forwarding's zone: the saved rules (consent: the Vault's switch).
+    public static var forwardingSyncZone: Self { PortKey("forwarding.sync") }
 }

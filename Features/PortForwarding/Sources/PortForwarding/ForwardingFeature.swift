@@ -1,6 +1,7 @@
 import ForwardingRules
 import Foundation
 import PortForwardingAPI
+import SyncAPI
 import Synchronization
 import TermindCore
 import TermindSSH
@@ -30,6 +31,7 @@ final class ForwardingFeature: Feature {
 
     func register(_ registrar: FeatureRegistrar) throws {
         registrar.provide(.sessionForwarding, SessionForwarder(feature: self))
+        registrar.provide(.forwardingSyncZone, ForwardingSyncZone(feature: self))
         registrar.handle(ForwardingContracts.Add.self) { [self] request, _ in try await add(request, ports: try current()) }
         registrar.handle(ForwardingContracts.Edit.self) { [self] request, _ in try await edit(request, ports: try current()).status }
         registrar.handle(ForwardingContracts.Remove.self) { [self] request, _ in try await remove(request, ports: try current()).rule }

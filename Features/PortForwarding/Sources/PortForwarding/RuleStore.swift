@@ -1,6 +1,7 @@
 import ForwardingRules
 import Foundation
 import PortForwardingAPI
+import SyncAPI
 import TermindCore
 import TermindStore
 
@@ -22,6 +23,13 @@ enum ForwardingSchema {
                 color TEXT,
                 tags TEXT NOT NULL DEFAULT '',
                 created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')));
+            """),
+        // Sync's journal: a row per change of a rule, in the transaction of the change.
+        Migration(2, "sync journal", """
+            CREATE TABLE forwarding_sync_outbox (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                id TEXT NOT NULL,
+                at INTEGER NOT NULL);
             """),
     ])
 }
@@ -46,6 +54,7 @@ struct RuleStore: Sendable {
                 INSERT INTO forwarding_rules (id, name, kind, bind_address, bind_port, target_host, target_port, host, color, tags)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, Self.values(rule))
+            try Self.journal(db, rule.id)
         }
     }
 
@@ -55,11 +64,52 @@ struct RuleStore: Sendable {
                 UPDATE forwarding_rules SET name = ?2, kind = ?3, bind_address = ?4, bind_port = ?5, target_host = ?6, target_port = ?7,
                     host = ?8, color = ?9, tags = ?10 WHERE id = ?1
                 """, Self.values(rule))
+            try Self.journal(db, rule.id)
         }
     }
 
     func delete(_ id: String) async throws {
-        try await write { db in try db.execute("DELETE FROM forwarding_rules WHERE id = ?", [id]) }
+        try await write { db in
+            try db.execute("DELETE FROM forwarding_rules WHERE id = ?", [id])
+            try Self.journal(db, id)
+        }
+    }
+
+    /// Sync's journal row for a change of rule `id` (in the change's transaction).
+    static func journal(_ db: Database, _ id: String) throws {
+        try db.execute("INSERT INTO forwarding_sync_outbox (id, at) VALUES (?, ?)", [id, SyncChanges.now()])
+        journalSignal.signal()
+    }
+
+    static let journalSignal = SyncJournalSignal()
+
+    /// Rules the devices agreed on, upserted (nil: deleted) in one transaction with no
+    /// journal row; a name another rule holds here is the rule's own failure.
+    func apply(_ changes: [(String, ForwardRule?)]) async throws -> [String: SyncApplyOutcome] {
+        try await db.write { db in
+            try db.transaction {
+                var outcomes: [String: SyncApplyOutcome] = [:]
+                for (id, rule) in changes {
+                    guard let rule else {
+                        try db.execute("DELETE FROM forwarding_rules WHERE id = ?", [id])
+                        outcomes[id] = .applied
+                        continue
+                    }
+                    if let owner = try db.query("SELECT id FROM forwarding_rules WHERE name = ? COLLATE NOCASE", [rule.name]).first?.string("id"), owner != id {
+                        outcomes[id] = .invalid("name: '\(rule.name)' is already used by another rule here (\(owner))")
+                        continue
+                    }
+                    try db.execute("""
+                        INSERT INTO forwarding_rules (id, name, kind, bind_address, bind_port, target_host, target_port, host, color, tags)
+                        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                        ON CONFLICT (id) DO UPDATE SET name = ?2, kind = ?3, bind_address = ?4, bind_port = ?5, target_host = ?6,
+                            target_port = ?7, host = ?8, color = ?9, tags = ?10
+                        """, Self.values(rule))
+                    outcomes[id] = .applied
+                }
+                return outcomes
+            }
+        }
     }
 
     /// A second rule with the same name is a clear error, not a constraint's.
@@ -81,7 +131,7 @@ struct RuleStore: Sendable {
                 rule.tags.joined(separator: ",")]
     }
 
-    private static func rule(_ row: Row) throws -> ForwardRule {
+    static func rule(_ row: Row) throws -> ForwardRule {
         guard let id = row.string("id"), let name = row.string("name"), let kind = row.string("kind").flatMap(ForwardKind.init(rawValue:)),
               let bind = row.string("bind_address"), let port = row.int("bind_port"), let host = row.string("host") else {
             throw TermindError.internalFailure("A forwarding rule's row is incomplete.")

@@ -55,7 +55,7 @@ struct SyncEngine: Sendable {
         do {
             try await checkFolder(folder, config, key)
             var clock = HybridClock(device: config.device, last: config.clock)
-            let enabled = SyncConfig.zoneNames.filter { config.zones[$0] == true }.compactMap { name in zones[name].map { (name, $0) } }
+            let enabled = SyncConfig.zones.filter { config.zones[$0.consent] == true }.compactMap { entry in zones[entry.zone].map { (entry.zone, $0) } }
             // A zone's first sync after a set-up takes the folder in before it sends what this
             // device has: what the folder already holds wins over this device's copy (the
             // folder beats the baseline), so a stale copy never overwrites later changes.

@@ -76,6 +76,9 @@ struct SyncConfig: Sendable, Equatable {
     var lastError: String?
 
     static let zoneNames = ["vault", "settings", "metrics"]
+    /// The zones in the order a sync takes them (what others refer to first), each with the
+    /// consent switch that covers it: forwarding rules go with the Vault.
+    static let zones: [(zone: String, consent: String)] = [("vault", "vault"), ("forwarding", "vault"), ("settings", "settings"), ("metrics", "metrics")]
     /// Consent a new set-up starts with: every zone on, secrets off.
     static let defaultZones = Dictionary(uniqueKeysWithValues: zoneNames.map { ($0, true) })
 }

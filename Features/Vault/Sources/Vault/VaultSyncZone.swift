@@ -19,13 +19,13 @@ enum VaultJournal {
 }
 
 /// `vault.sync`: the Vault's zone for sync — hosts, identities (label and user name: their
-/// passwords and keys are secrets and stay here) and snippets. Changes come from
+/// passwords and keys are secrets and stay here), snippets and workspace templates. Changes come from
 /// `vault_sync_outbox`, which every write fills in the same transaction (`VaultJournal`).
 struct VaultSyncZone: SyncZone {
     let vault: VaultFeature
     var zone: String { "vault" }
 
-    static let kinds = ["identity", "host", "snippet"]
+    static let kinds = ["identity", "host", "snippet", "workspace"]
 
     func changes(after cursor: Int64, limit: Int) async throws -> SyncChanges {
         try await BlockingExecutor.store.run { [vault] in
@@ -54,7 +54,7 @@ struct VaultSyncZone: SyncZone {
         try await BlockingExecutor.store.run { [vault] in
             let db = try vault.database()
             var all: [SyncEntityRef: Int64] = [:]
-            for (kind, table) in [("identity", "vault_identities"), ("host", "vault_hosts"), ("snippet", "vault_snippets")] {
+            for (kind, table) in [("identity", "vault_identities"), ("host", "vault_hosts"), ("snippet", "vault_snippets"), ("workspace", "vault_workspaces")] {
                 for row in try db.query("SELECT id, updated_at FROM \(table)") {
                     guard let id = row.string("id") else { throw TermindError.internalFailure("\(table) has a row without id.") }
                     all[SyncEntityRef(kind: kind, id: id)] = row.string("updated_at").flatMap(SyncChanges.milliseconds) ?? 0
@@ -98,6 +98,9 @@ struct VaultSyncZone: SyncZone {
         case "snippet":
             guard let row = try db.query("SELECT label, body FROM vault_snippets WHERE id = ?", [entity.id]).first else { return nil }
             return ["label": .string(try text(row, "label")), "body": .string(try text(row, "body"))]
+        case "workspace":
+            guard let row = try db.query("SELECT name, layout FROM vault_workspaces WHERE id = ?", [entity.id]).first else { return nil }
+            return ["name": .string(try text(row, "name")), "layout": try JSONCoding.parse(Data(try text(row, "layout").utf8), source: "workspace \(entity.id)")]
         default:
             return nil
         }
@@ -141,7 +144,8 @@ private struct VaultSyncApply {
             case ("host", true), ("snippet", true): 0
             case ("identity", false): 1
             case ("host", false): 2
-            case ("snippet", false): 3
+            case ("snippet", false), ("workspace", false): 3
+            case ("workspace", true): 0
             default: 4
             }
         }
@@ -165,6 +169,7 @@ private struct VaultSyncApply {
         case "identity": return try putIdentity(entity.id, value)
         case "host": return try putHost(entity.id, value)
         case "snippet": return try putSnippet(entity.id, value)
+        case "workspace": return try putWorkspace(entity.id, value)
         default: return .invalid("the Vault has no kind '\(entity.kind)'")
         }
     }
@@ -272,6 +277,29 @@ private struct VaultSyncApply {
         return .applied
     }
 
+    /// A workspace template: its panes' hosts must be here (else it waits for them).
+    private mutating func putWorkspace(_ id: String, _ value: [String: JSONValue]) throws -> SyncApplyOutcome {
+        let name = try WorkspaceRepository.name(try required(value, "name"))
+        guard let layoutValue = value["layout"] else { return .invalid("layout: missing") }
+        let layout: WorkspaceLayout
+        do {
+            layout = try JSONDecoder().decode(WorkspaceLayout.self, from: try JSONCoding.encode(layoutValue)).validated()
+        } catch {
+            return .invalid("layout: \(TermindError.from(error).message)")
+        }
+        if let missing = try layout.panes.compactMap(\.host).first(where: { try !exists("vault_hosts", $0) }) {
+            return .unresolved("waits for host \(missing)")
+        }
+        if let owner = try db.query("SELECT id FROM vault_workspaces WHERE name = ? COLLATE NOCASE", [name]).first?.string("id"), owner != id {
+            return .invalid("name: '\(name)' is already used by another workspace here (\(owner))")
+        }
+        try db.execute("""
+            INSERT INTO vault_workspaces (id, name, layout) VALUES (?, ?, ?)
+            ON CONFLICT (id) DO UPDATE SET name = excluded.name, layout = excluded.layout, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+            """, [id, name, String(decoding: try JSONCoding.encode(layout), as: UTF8.self)])
+        return .applied
+    }
+
     private mutating func delete(_ entity: SyncEntityRef) throws -> SyncApplyOutcome {
         switch entity.kind {
         case "host":
@@ -289,6 +317,8 @@ private struct VaultSyncApply {
             try db.execute("DELETE FROM vault_identities WHERE id = ?", [entity.id])
         case "snippet":
             try db.execute("DELETE FROM vault_snippets WHERE id = ?", [entity.id])
+        case "workspace":
+            try db.execute("DELETE FROM vault_workspaces WHERE id = ?", [entity.id])
         default:
             return .invalid("the Vault has no kind '\(entity.kind)'")
         }

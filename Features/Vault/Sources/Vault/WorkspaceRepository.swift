@@ -52,17 +52,22 @@ struct WorkspaceRepository: Sendable {
                 try db.execute("""
                     UPDATE vault_workspaces SET name = ?, layout = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?
                     """, [name, json, existing])
+                try VaultJournal.changed(db, "workspace", existing)
                 return try get(existing)
             }
             let id = RecordID.make("ws")
             try db.execute("INSERT INTO vault_workspaces (id, name, layout) VALUES (?, ?, ?)", [id, name, json])
+            try VaultJournal.changed(db, "workspace", id)
             return try get(id)
         }
     }
 
     func delete(_ ref: String) throws -> String {
         let record = try get(ref)
-        try db.execute("DELETE FROM vault_workspaces WHERE id = ?", [record.id])
+        try db.transaction {
+            try db.execute("DELETE FROM vault_workspaces WHERE id = ?", [record.id])
+            try VaultJournal.changed(db, "workspace", record.id)
+        }
         return record.id
     }
 
