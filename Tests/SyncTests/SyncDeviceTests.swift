@@ -141,6 +141,18 @@ final class SyncDeviceTests: XCTestCase {
         try b.run(["forward", "rm", "web-http"])
         try sync(b); try sync(a)
         XCTAssertFalse(try a.run(["--json", "forward", "list"]).stdout.contains("web-http"))
+        // A host key trusted for good on one device is trusted on the other; removed, on both.
+        try a.run(["vault", "knownhost", "add", "gpu.example.com", server.hostKeys["ssh-ed25519"]!])
+        try sync(a); try sync(b)
+        guard case .object(let listed) = try b.json(["vault", "knownhost", "list", "--host", "gpu.example.com"]),
+              case .array(let entries)? = listed["entries"], case .object(let entry)? = entries.first, case .string(let id)? = entry["id"] else {
+            return XCTFail("the trusted key did not arrive")
+        }
+        XCTAssertEqual(entries.count, 1)
+        try b.run(["vault", "knownhost", "remove", id])
+        try sync(b); try sync(a)
+        guard case .object(let after) = try a.json(["vault", "knownhost", "list", "--host", "gpu.example.com"]) else { return XCTFail() }
+        XCTAssertEqual(after["entries"], .array([]))
     }
 
     func testAWrongPassphraseIsRefusedBeforeAnythingIsReadOrStored() throws {

@@ -50,6 +50,7 @@ struct KnownHostRepository: Sendable {
             }
             let id = RecordID.make("kh")
             try db.execute("INSERT INTO vault_known_hosts (id, line) VALUES (?, ?)", [id, line])
+            try VaultJournal.changed(db, "knownhost", VaultJournal.knownHostID(line))
             let created = try db.scalar("SELECT created_at FROM vault_known_hosts WHERE id = ?", [id])
             guard case .text(let at) = created else { return (Self.record(Stored(id: id, entry: entry, createdAt: "")), true) }
             return (Self.record(Stored(id: id, entry: entry, createdAt: at)), true)
@@ -57,9 +58,12 @@ struct KnownHostRepository: Sendable {
     }
 
     func remove(_ id: String) throws -> String {
-        try db.execute("DELETE FROM vault_known_hosts WHERE id = ?", [id])
-        guard db.changes == 1 else {
-            throw TermindError(.vaultKnownhostNotFound, "No known-host entry with id '\(id)'. Run 'termind vault knownhost list'.")
+        try db.transaction {
+            guard let line = try db.query("SELECT line FROM vault_known_hosts WHERE id = ?", [id]).first?.string("line") else {
+                throw TermindError(.vaultKnownhostNotFound, "No known-host entry with id '\(id)'. Run 'termind vault knownhost list'.")
+            }
+            try db.execute("DELETE FROM vault_known_hosts WHERE id = ?", [id])
+            try VaultJournal.changed(db, "knownhost", VaultJournal.knownHostID(line))
         }
         return id
     }

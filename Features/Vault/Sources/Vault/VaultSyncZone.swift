@@ -1,8 +1,10 @@
 import Foundation
 import SyncAPI
 import TermindCore
+import TermindCrypto
 import TermindStore
 import VaultAPI
+import VaultRules
 
 /// Sync's journal of the Vault: each write of a synced entity adds a row in its own
 /// transaction (every write path calls this; a remote apply does not need to — sync reads
@@ -14,18 +16,25 @@ enum VaultJournal {
         signal.signal()
     }
 
+    /// A trusted host key's entity id for sync: its line's digest, so two devices that
+    /// trusted the same key hold one entity (and a removal on one removes it on both).
+    static func knownHostID(_ line: String) -> String {
+        "kh-" + Digest.sha256(Data(line.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+    }
+
     /// One Vault per process, so one signal.
     static let signal = SyncJournalSignal()
 }
 
 /// `vault.sync`: the Vault's zone for sync — hosts, identities (label and user name: their
-/// passwords and keys are secrets and stay here), snippets and workspace templates. Changes come from
+/// passwords and keys are secrets and stay here), snippets, workspace templates and host
+/// keys trusted for good. Changes come from
 /// `vault_sync_outbox`, which every write fills in the same transaction (`VaultJournal`).
 struct VaultSyncZone: SyncZone {
     let vault: VaultFeature
     var zone: String { "vault" }
 
-    static let kinds = ["identity", "host", "snippet", "workspace"]
+    static let kinds = ["identity", "host", "snippet", "workspace", "knownhost"]
 
     func changes(after cursor: Int64, limit: Int) async throws -> SyncChanges {
         try await BlockingExecutor.store.run { [vault] in
@@ -59,6 +68,11 @@ struct VaultSyncZone: SyncZone {
                     guard let id = row.string("id") else { throw TermindError.internalFailure("\(table) has a row without id.") }
                     all[SyncEntityRef(kind: kind, id: id)] = row.string("updated_at").flatMap(SyncChanges.milliseconds) ?? 0
                 }
+            }
+            // Host keys saved for good (a key accepted once is never stored, so never synced).
+            for row in try db.query("SELECT line, created_at FROM vault_known_hosts") {
+                guard let line = row.string("line") else { throw TermindError.internalFailure("vault_known_hosts has a row without line.") }
+                all[SyncEntityRef(kind: "knownhost", id: VaultJournal.knownHostID(line))] = row.string("created_at").flatMap(SyncChanges.milliseconds) ?? 0
             }
             return all
         }
@@ -98,12 +112,20 @@ struct VaultSyncZone: SyncZone {
         case "snippet":
             guard let row = try db.query("SELECT label, body FROM vault_snippets WHERE id = ?", [entity.id]).first else { return nil }
             return ["label": .string(try text(row, "label")), "body": .string(try text(row, "body"))]
+        case "knownhost":
+            guard let line = try knownHostLine(entity.id, db) else { return nil }
+            return ["line": .string(line)]
         case "workspace":
             guard let row = try db.query("SELECT name, layout FROM vault_workspaces WHERE id = ?", [entity.id]).first else { return nil }
             return ["name": .string(try text(row, "name")), "layout": try JSONCoding.parse(Data(try text(row, "layout").utf8), source: "workspace \(entity.id)")]
         default:
             return nil
         }
+    }
+
+    /// The stored line whose digest is `id` (few rows: a scan).
+    static func knownHostLine(_ id: String, _ db: Database) throws -> String? {
+        try db.query("SELECT line FROM vault_known_hosts").lazy.compactMap { $0.string("line") }.first { VaultJournal.knownHostID($0) == id }
     }
 
     func apply(_ changes: [(SyncEntityRef, [String: JSONValue]?)]) async throws -> [SyncEntityRef: SyncApplyOutcome] {
@@ -144,8 +166,8 @@ private struct VaultSyncApply {
             case ("host", true), ("snippet", true): 0
             case ("identity", false): 1
             case ("host", false): 2
-            case ("snippet", false), ("workspace", false): 3
-            case ("workspace", true): 0
+            case ("snippet", false), ("workspace", false), ("knownhost", false): 3
+            case ("workspace", true), ("knownhost", true): 0
             default: 4
             }
         }
@@ -170,6 +192,7 @@ private struct VaultSyncApply {
         case "host": return try putHost(entity.id, value)
         case "snippet": return try putSnippet(entity.id, value)
         case "workspace": return try putWorkspace(entity.id, value)
+        case "knownhost": return try putKnownHost(entity.id, value)
         default: return .invalid("the Vault has no kind '\(entity.kind)'")
         }
     }
@@ -277,6 +300,20 @@ private struct VaultSyncApply {
         return .applied
     }
 
+    /// A trusted host key: one well-formed known_hosts line whose digest is the entity's id.
+    private func putKnownHost(_ id: String, _ value: [String: JSONValue]) throws -> SyncApplyOutcome {
+        let line = try required(value, "line")
+        let parsed = KnownHosts.parse(line, source: "a synced known host")
+        guard parsed.problems.isEmpty, parsed.entries.count == 1, parsed.entries[0].lineText == line else {
+            return .invalid("line: not one known_hosts line termind writes")
+        }
+        guard VaultJournal.knownHostID(line) == id else { return .invalid("line: does not match its id") }
+        if try db.query("SELECT 1 FROM vault_known_hosts WHERE line = ?", [line]).isEmpty {
+            try db.execute("INSERT INTO vault_known_hosts (id, line) VALUES (?, ?)", [RecordID.make("kh"), line])
+        }
+        return .applied
+    }
+
     /// A workspace template: its panes' hosts must be here (else it waits for them).
     private mutating func putWorkspace(_ id: String, _ value: [String: JSONValue]) throws -> SyncApplyOutcome {
         let name = try WorkspaceRepository.name(try required(value, "name"))
@@ -319,6 +356,8 @@ private struct VaultSyncApply {
             try db.execute("DELETE FROM vault_snippets WHERE id = ?", [entity.id])
         case "workspace":
             try db.execute("DELETE FROM vault_workspaces WHERE id = ?", [entity.id])
+        case "knownhost":
+            if let line = try VaultSyncZone.knownHostLine(entity.id, db) { try db.execute("DELETE FROM vault_known_hosts WHERE line = ?", [line]) }
         default:
             return .invalid("the Vault has no kind '\(entity.kind)'")
         }
