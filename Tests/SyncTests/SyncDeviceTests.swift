@@ -329,6 +329,55 @@ final class SyncDeviceTests: XCTestCase {
         XCTAssertEqual(after["state"], "default")
     }
 
+    func testSSHDKilledMidUploadLosesAndDuplicatesNothing() throws {
+        let a = try device("a"), b = try device("b")
+        // A reaches the server through a 50 ms round trip, so its three files take a while.
+        let relay = try DelayingRelay(to: server.port, oneWayDelay: 0.025)
+        defer { relay.stop() }
+        try a.run(["vault", "host", "add", "127.0.0.1", "--label", "sync-far", "--port", "\(relay.port)", "--identity", "me-a"])
+        try a.run(["vault", "knownhost", "add", "127.0.0.1", server.hostKeys["ssh-ed25519"]!, "--port", "\(relay.port)"])
+        try a.run(["sync", "setup", "sync-far:\(folder)", "--passphrase-file", directory.file("passphrase")])
+        try sync(a)
+        try setUp(b, "b"); try sync(b)
+        let count = 3_000
+        let config = directory.file("config-many")
+        try (0..<count).map { "Host node-\($0)\n    HostName 10.4.\($0 / 256).\($0 % 256)\n" }.joined(separator: "\n")
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        try a.run(["vault", "import", "commit", config, "--select", (0..<count).map { "node-\($0)" }.joined(separator: ",")])
+        let idA = try deviceID(a)
+        let before = files(of: idA).count
+        // A's sync seals three files and starts sending them; sshd dies once the first is there.
+        let running = try SpawnedProcess(a.program, ["sync", "now"], environment: a.environment, captureOutput: true)
+        running.closeInput()
+        XCTAssertTrue(TermindHarness.waitUntil(seconds: 60) { files(of: idA).count > before }, "the upload never started")
+        server.kill()
+        let (_, error) = running.readAll()
+        XCTAssertNotEqual(running.wait(), 0, "a sync cut by the server's death fails: \(String(decoding: error, as: UTF8.self))")
+        let cut = files(of: idA).count - before
+        XCTAssertLessThan(cut, 3, "the server died before every file was there")
+        try server.restart()
+        try sync(a)
+        let names = files(of: idA)
+        XCTAssertEqual(names.count, before + 3, "every file once: \(names)")
+        XCTAssertEqual(names, (1...names.count).map { SyncEnvelopeName.file($0) }, "numbered without a gap or a duplicate")
+        try sync(b)
+        XCTAssertEqual(try hosts(b).count, count + 3, "the imported hosts and the three sync hosts")
+        XCTAssertEqual(try hosts(b), try hosts(a))
+    }
+
+    func testANameTakenByOtherBytesStopsTheSyncAndOverwritesNothing() throws {
+        let a = try device("a")
+        try setUp(a, "a"); try sync(a)
+        let idA = try deviceID(a)
+        let next = "\(folder)/\(idA)/vault/\(SyncEnvelopeName.file(files(of: idA).count + 1))"
+        // Another writer with this device's id took the next name.
+        try Data("someone else".utf8).write(to: URL(fileURLWithPath: next))
+        try a.run(["vault", "host", "add", "10.0.0.11", "--label", "contested"])
+        let refused = try a.run(["--json", "sync", "now"], status: 1)
+        XCTAssertTrue(refused.stdout.contains("sync.conflict"), refused.stdout)
+        XCTAssertEqual(try String(contentsOfFile: next, encoding: .utf8), "someone else", "nothing is overwritten")
+    }
+
     func testThreeDevicesEndIdenticalAfterRandomChanges() throws {
         let seed = UInt64(ProcessInfo.processInfo.environment["TERMIND_SYNC_SEED"] ?? "") ?? 20261206
         print("sync random test seed: \(seed) (TERMIND_SYNC_SEED=\(seed) replays it)")
@@ -337,7 +386,7 @@ final class SyncDeviceTests: XCTestCase {
         let devices = try names.map(device)
         for (cli, name) in zip(devices, names) { try setUp(cli, name); try sync(cli) }
         let labels = (0..<6).map { "h\($0)" }
-        for _ in 0..<200 {
+        for _ in 0..<160 {
             let which = Int(random.next() % 3)
             let cli = devices[which]
             let label = labels[Int(random.next() % UInt64(labels.count))]
@@ -368,4 +417,9 @@ final class SyncDeviceTests: XCTestCase {
             XCTAssertEqual(quarantined, [], "seed \(seed)")
         }
     }
+}
+
+/// Log file names as the format says (docs/sync.md): twelve digits and `.tsr`.
+enum SyncEnvelopeName {
+    static func file(_ index: Int) -> String { String(format: "%012d.tsr", index) }
 }
