@@ -28,6 +28,22 @@ final class DatabaseTests: XCTestCase {
         XCTAssertEqual(info.st_mode & 0o777, 0o700)
     }
 
+    func testARowMissingARequiredColumnFailsLoudlyNamingItInsteadOfReadingEmpty() throws {
+        let db = try StoreAccess.database(path: directory.file("rows.sqlite"))
+        try db.execute("CREATE TABLE t (label, port)")
+        try db.execute("INSERT INTO t VALUES ('web', 22), (NULL, 'x'), (7, 22)")
+        let rows = try db.query("SELECT label, port FROM t ORDER BY rowid")
+        XCTAssertEqual(try rows[0].text("label"), "web")
+        XCTAssertEqual(try rows[0].integer("port"), 22)
+        for (row, column, found) in [(rows[1], "label", "NULL"), (rows[1], "port", "<text>"), (rows[2], "label", "<integer>"), (rows[0], "nope", "no such column")] {
+            XCTAssertThrowsError(column == "port" ? String(try row.integer(column)) : try row.text(column)) { error in
+                let failure = TermindError.from(error)
+                XCTAssertTrue(failure.is(.storeCorrupt), "\(failure)")
+                XCTAssertTrue(failure.message.contains("'\(column)'") && failure.message.contains(found), failure.message)
+            }
+        }
+    }
+
     func testMigrationsApplyInOrderOnceAndAreRecorded() throws {
         let db = try StoreAccess.database(path: directory.file("t.sqlite"))
         let first = try db.migrate(notes)

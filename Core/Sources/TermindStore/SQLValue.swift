@@ -1,4 +1,5 @@
 import Foundation
+import TermindCore
 
 /// A value bound to or read from SQLite.
 public enum SQLValue: Sendable, Equatable, CustomStringConvertible {
@@ -66,4 +67,23 @@ public struct Row: Sendable {
     }
 
     public func bool(_ column: String) -> Bool? { int(column).map { $0 != 0 } }
+
+    /// A column that must hold text: a row without it (a missing column, NULL, another
+    /// type) is a broken row, said loudly with the column, never read as "".
+    public func text(_ column: String) throws -> String {
+        if case .text(let s) = self[column] { return s }
+        throw missing(column, "text")
+    }
+
+    /// A column that must hold an integer.
+    public func integer(_ column: String) throws -> Int {
+        if case .integer(let i) = self[column] { return Int(i) }
+        throw missing(column, "an integer")
+    }
+
+    private func missing(_ column: String, _ type: String) -> TermindError {
+        let found: String
+        if let index = columns.firstIndex(of: column) { found = values[index].description } else { found = "no such column" }
+        return TermindError(.storeCorrupt, "A stored row has no \(type) in column '\(column)' (\(found)); the database was changed outside termind or is damaged.")
+    }
 }

@@ -66,7 +66,7 @@ struct AuditLog: Sendable {
 
     /// The first entry whose chain does not follow from the rows before it (nil: intact).
     func firstBroken() async throws -> Int? {
-        let rows = try await db.read { db in try db.query("SELECT * FROM assistant_audit ORDER BY seq").map { (Self.entry($0), $0.string("chain") ?? "") } }
+        let rows = try await db.read { db in try db.query("SELECT * FROM assistant_audit ORDER BY seq").map { (try Self.entry($0), try $0.text("chain")) } }
         var previous = ""
         for (entry, chain) in rows {
             guard Self.link(previous, entry) == chain else { return entry.seq }
@@ -75,10 +75,11 @@ struct AuditLog: Sendable {
         return nil
     }
 
-    private static func entry(_ row: Row) -> Entry {
-        Entry(seq: row.int("seq") ?? 0, at: row.double("at") ?? 0, conversation: row.string("conversation"), call: row.string("call_id"),
-              tool: row.string("tool") ?? "", host: row.string("host"), hostLabel: row.string("host_label"), effect: row.string("effect") ?? "",
-              classifier: row.string("classifier"), event: row.string("event") ?? "", decision: row.string("decision"), decider: row.string("decider"),
+    private static func entry(_ row: Row) throws -> Entry {
+        guard let at = row.double("at") else { throw TermindError(.storeCorrupt, "An audit row has no time; the audit log was changed outside termind.") }
+        return Entry(seq: try row.integer("seq"), at: at, conversation: row.string("conversation"), call: row.string("call_id"),
+              tool: try row.text("tool"), host: row.string("host"), hostLabel: row.string("host_label"), effect: try row.text("effect"),
+              classifier: row.string("classifier"), event: try row.text("event"), decision: row.string("decision"), decider: row.string("decider"),
               reason: row.string("reason"), outcome: row.string("outcome"), exitStatus: row.int("exit_status").map { Int32(truncatingIfNeeded: $0) },
               exitSignal: row.string("exit_signal"), stdoutBytes: row.int("stdout_bytes"), stderrBytes: row.int("stderr_bytes"))
     }

@@ -136,7 +136,7 @@ struct RuleStore: Sendable {
               let bind = row.string("bind_address"), let port = row.int("bind_port"), let host = row.string("host") else {
             throw TermindError.internalFailure("A forwarding rule's row is incomplete.")
         }
-        let tags = (row.string("tags") ?? "").split(separator: ",").map(String.init)
+        let tags = try row.text("tags").split(separator: ",").map(String.init)
         return ForwardRule(id: id, name: name, kind: kind, bindAddress: bind, bindPort: port, targetHost: row.string("target_host"),
                            targetPort: row.int("target_port"), host: host, color: row.string("color"), tags: tags)
     }

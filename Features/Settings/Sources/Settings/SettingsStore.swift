@@ -379,9 +379,9 @@ struct SettingsStore: Sendable {
     func outbox(after sequence: Int, limit: Int) throws -> [SettingsJournalEntry] {
         try db.query("SELECT seq, key, revision, tombstone, digest, device_id, at FROM settings_outbox WHERE seq > ? ORDER BY seq LIMIT ?",
                      [sequence, max(1, min(limit, 10_000))]).map { row in
-            SettingsJournalEntry(sequence: row.int("seq") ?? 0, key: row.string("key") ?? "", revision: row.int("revision") ?? 0,
-                                 tombstone: row.int("tombstone") == 1, digest: row.string("digest"), device: row.string("device_id") ?? "",
-                                 at: row.string("at") ?? "")
+            SettingsJournalEntry(sequence: try row.integer("seq"), key: try row.text("key"), revision: try row.integer("revision"),
+                                 tombstone: try row.integer("tombstone") == 1, digest: row.string("digest"), device: try row.text("device_id"),
+                                 at: try row.text("at"))
         }
     }
 

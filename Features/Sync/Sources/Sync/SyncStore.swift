@@ -166,7 +166,7 @@ struct SyncStore: Sendable {
 
     func unresolved() throws -> [SyncStatus.Problem] {
         try db.query("SELECT zone, kind, id, pending FROM sync_entities WHERE pending IS NOT NULL ORDER BY zone, kind, id").map { row in
-            SyncStatus.Problem(what: "\(row.string("zone") ?? "?") \(row.string("kind") ?? "?") \(row.string("id") ?? "?")", reason: row.string("pending") ?? "")
+            SyncStatus.Problem(what: "\(try row.text("zone")) \(try row.text("kind")) \(try row.text("id"))", reason: try row.text("pending"))
         }
     }
 
@@ -174,7 +174,7 @@ struct SyncStore: Sendable {
 
     func cursor(_ zone: String) throws -> (cursor: Int64, inventoried: Bool) {
         guard let row = try db.query("SELECT cursor, inventoried FROM sync_cursors WHERE zone = ?", [zone]).first else { return (0, false) }
-        return (Int64(row.int("cursor") ?? 0), row.bool("inventoried") ?? false)
+        return (Int64(try row.integer("cursor")), try row.integer("inventoried") == 1)
     }
 
     func setCursor(_ zone: String, _ cursor: Int64) throws {
@@ -197,7 +197,7 @@ struct SyncStore: Sendable {
 
     func logs() throws -> [SyncStatus.Device] {
         try db.query("SELECT device, zone, idx FROM sync_logs ORDER BY device, zone").map { row in
-            SyncStatus.Device(id: row.string("device") ?? "", zone: row.string("zone") ?? "", index: row.int("idx") ?? 0)
+            SyncStatus.Device(id: try row.text("device"), zone: try row.text("zone"), index: try row.integer("idx"))
         }
     }
 
@@ -239,7 +239,7 @@ struct SyncStore: Sendable {
     /// invalid here — a label another entity held — may be gone).
     func quarantinedEntities(_ zone: String) throws -> [SyncEntityRef] {
         try db.query("SELECT what FROM sync_quarantine WHERE what LIKE ? ESCAPE '\\'", [zone + " %"]).compactMap { row in
-            let parts = (row.string("what") ?? "").split(separator: " ")
+            let parts = try row.text("what").split(separator: " ")
             return parts.count == 3 ? SyncEntityRef(kind: String(parts[1]), id: String(parts[2])) : nil
         }
     }
@@ -247,6 +247,6 @@ struct SyncStore: Sendable {
     func release(_ what: String) throws { try db.execute("DELETE FROM sync_quarantine WHERE what = ?", [what]) }
 
     func quarantined() throws -> [SyncStatus.Problem] {
-        try db.query("SELECT what, reason FROM sync_quarantine ORDER BY what").map { SyncStatus.Problem(what: $0.string("what") ?? "", reason: $0.string("reason") ?? "") }
+        try db.query("SELECT what, reason FROM sync_quarantine ORDER BY what").map { SyncStatus.Problem(what: try $0.text("what"), reason: try $0.text("reason")) }
     }
 }

@@ -17,7 +17,7 @@ struct HostRepository: Sendable {
     /// By id, else by label (case-insensitive).
     func find(_ ref: String) throws -> HostRecord? {
         // Two indexed lookups: an OR across both columns would scan the table.
-        if let byID = try db.query("SELECT * FROM vault_hosts WHERE id = ?", [ref]).first { return Self.record(byID) }
+        if let byID = try db.query("SELECT * FROM vault_hosts WHERE id = ?", [ref]).first { return try Self.record(byID) }
         return try db.query("SELECT * FROM vault_hosts WHERE label = ? COLLATE NOCASE", [ref]).first.map(Self.record)
     }
 
@@ -124,12 +124,16 @@ struct HostRepository: Sendable {
         text.flatMap { try? JSONDecoder().decode([String].self, from: Data($0.utf8)) } ?? []
     }
 
-    static func record(_ row: Row) -> HostRecord {
-        HostRecord(id: row.string("id") ?? "", label: row.string("label") ?? "", address: row.string("address") ?? "",
-                   port: row.int("port") ?? 22, user: row.string("user"), identity: row.string("identity_id"),
+    static func record(_ row: Row) throws -> HostRecord {
+        let shell = try row.text("shell_integration")
+        guard let integration = ShellIntegration(rawValue: shell) else {
+            throw TermindError(.storeCorrupt, "A stored host has shell integration '\(shell)', which is not default, enabled or disabled; the database was changed outside termind.")
+        }
+        return HostRecord(id: try row.text("id"), label: try row.text("label"), address: try row.text("address"),
+                   port: try row.integer("port"), user: row.string("user"), identity: row.string("identity_id"),
                    jump: strings(row.string("jump")), tags: strings(row.string("tags")),
-                   shellIntegration: ShellIntegration(rawValue: row.string("shell_integration") ?? "") ?? .default,
+                   shellIntegration: integration,
                    forwardAgent: row.int("forward_agent") == 1 ? true : nil,
-                   createdAt: row.string("created_at") ?? "", updatedAt: row.string("updated_at") ?? "")
+                   createdAt: try row.text("created_at"), updatedAt: try row.text("updated_at"))
     }
 }

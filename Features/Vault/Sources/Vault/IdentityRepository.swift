@@ -16,7 +16,7 @@ struct IdentityRepository: Sendable {
     }
 
     func find(_ ref: String) throws -> IdentityRecord? {
-        if let byID = try db.query("SELECT * FROM vault_identities WHERE id = ?", [ref]).first { return Self.record(byID) }
+        if let byID = try db.query("SELECT * FROM vault_identities WHERE id = ?", [ref]).first { return try Self.record(byID) }
         return try db.query("SELECT * FROM vault_identities WHERE label = ? COLLATE NOCASE", [ref]).first.map(Self.record)
     }
 
@@ -117,10 +117,10 @@ struct IdentityRepository: Sendable {
         }
     }
 
-    static func record(_ row: Row) -> IdentityRecord {
-        IdentityRecord(id: row.string("id") ?? "", label: row.string("label") ?? "", username: row.string("username") ?? "",
+    static func record(_ row: Row) throws -> IdentityRecord {
+        IdentityRecord(id: try row.text("id"), label: try row.text("label"), username: try row.text("username"),
                        hasPassword: row.string("password_handle") != nil, key: row.string("key_id"),
-                       createdAt: row.string("created_at") ?? "", updatedAt: row.string("updated_at") ?? "")
+                       createdAt: try row.text("created_at"), updatedAt: try row.text("updated_at"))
     }
 }
 
@@ -160,8 +160,8 @@ struct SnippetRepository: Sendable {
         return id
     }
 
-    static func record(_ row: Row) -> SnippetRecord {
-        SnippetRecord(id: row.string("id") ?? "", label: row.string("label") ?? "", body: row.string("body") ?? "",
-                      createdAt: row.string("created_at") ?? "", updatedAt: row.string("updated_at") ?? "")
+    static func record(_ row: Row) throws -> SnippetRecord {
+        SnippetRecord(id: try row.text("id"), label: try row.text("label"), body: try row.text("body"),
+                      createdAt: try row.text("created_at"), updatedAt: try row.text("updated_at"))
     }
 }

@@ -16,8 +16,8 @@ struct KeyRepository: Sendable {
     }
 
     func find(_ ref: String) throws -> KeyRecord? {
-        if let row = try db.query("SELECT * FROM vault_keys WHERE id = ?", [ref]).first { return Self.record(row) }
-        if let row = try db.query("SELECT * FROM vault_keys WHERE label = ? COLLATE NOCASE", [ref]).first { return Self.record(row) }
+        if let row = try db.query("SELECT * FROM vault_keys WHERE id = ?", [ref]).first { return try Self.record(row) }
+        if let row = try db.query("SELECT * FROM vault_keys WHERE label = ? COLLATE NOCASE", [ref]).first { return try Self.record(row) }
         // A fingerprint identifies a key too.
         return try db.query("SELECT * FROM vault_keys WHERE fingerprint = ?", [ref]).first.map(Self.record)
     }
@@ -134,9 +134,9 @@ struct KeyRepository: Sendable {
         }
     }
 
-    static func record(_ row: Row) -> KeyRecord {
-        KeyRecord(id: row.string("id") ?? "", label: row.string("label") ?? "", algorithm: row.string("algorithm") ?? "",
-                  bits: row.int("bits") ?? 0, fingerprint: row.string("fingerprint") ?? "", publicKey: row.string("public_key") ?? "",
-                  createdAt: row.string("created_at") ?? "")
+    static func record(_ row: Row) throws -> KeyRecord {
+        KeyRecord(id: try row.text("id"), label: try row.text("label"), algorithm: try row.text("algorithm"),
+                  bits: try row.integer("bits"), fingerprint: try row.text("fingerprint"), publicKey: try row.text("public_key"),
+                  createdAt: try row.text("created_at"))
     }
 }

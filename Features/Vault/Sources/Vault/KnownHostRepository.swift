@@ -21,7 +21,7 @@ struct KnownHostRepository: Sendable {
         try db.query("SELECT id, line, created_at FROM vault_known_hosts ORDER BY created_at, id").compactMap { row in
             guard let id = row.string("id"), let line = row.string("line"),
                   let entry = KnownHosts.parse(line, source: "vault").entries.first else { return nil }
-            return Stored(id: id, entry: entry, createdAt: row.string("created_at") ?? "")
+            return Stored(id: id, entry: entry, createdAt: try row.text("created_at"))
         }
     }
 
@@ -46,7 +46,7 @@ struct KnownHostRepository: Sendable {
         try db.transaction {
             let line = entry.lineText
             if let existing = try db.query("SELECT id, created_at FROM vault_known_hosts WHERE line = ?", [line]).first {
-                return (Self.record(Stored(id: existing.string("id") ?? "", entry: entry, createdAt: existing.string("created_at") ?? "")), false)
+                return (Self.record(Stored(id: try existing.text("id"), entry: entry, createdAt: try existing.text("created_at"))), false)
             }
             let id = RecordID.make("kh")
             try db.execute("INSERT INTO vault_known_hosts (id, line) VALUES (?, ?)", [id, line])

@@ -72,14 +72,14 @@ struct WorkspaceRepository: Sendable {
     }
 
     static func record(_ row: Row) throws -> WorkspaceRecord {
-        let id = row.string("id") ?? ""
+        let id = try row.text("id")
         let layout: WorkspaceLayout
         do {
-            layout = try JSONDecoder().decode(WorkspaceLayout.self, from: Data((row.string("layout") ?? "").utf8))
+            layout = try JSONDecoder().decode(WorkspaceLayout.self, from: Data(try row.text("layout").utf8))
         } catch {
             throw TermindError.internalFailure("The stored layout of workspace \(id) does not read: \(error.localizedDescription)")
         }
-        return WorkspaceRecord(id: id, name: row.string("name") ?? "", layout: layout,
-                               createdAt: row.string("created_at") ?? "", updatedAt: row.string("updated_at") ?? "")
+        return WorkspaceRecord(id: id, name: try row.text("name"), layout: layout,
+                               createdAt: try row.text("created_at"), updatedAt: try row.text("updated_at"))
     }
 }

@@ -49,9 +49,9 @@ struct HistoryStore: Sendable {
     func entries(host: String) async throws -> [WorkspacesContracts.HistoryEntry] {
         try await db.read { db in
             try db.query("SELECT * FROM workspaces_history WHERE host = ? ORDER BY id", [host]).map { row in
-                WorkspacesContracts.HistoryEntry(command: row.string("command") ?? "", exitStatus: row.int("exit_status").map { Int32(truncatingIfNeeded: $0) },
+                WorkspacesContracts.HistoryEntry(command: try row.text("command"), exitStatus: row.int("exit_status").map { Int32(truncatingIfNeeded: $0) },
                                                  durationMilliseconds: row.int("duration_ms"), directory: row.string("directory"),
-                                                 finished: row.string("finished_at") ?? "")
+                                                 finished: try row.text("finished_at"))
             }
         }
     }
