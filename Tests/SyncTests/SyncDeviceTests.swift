@@ -322,6 +322,14 @@ final class SyncDeviceTests: XCTestCase {
         for cli in [a, b] { XCTAssertEqual(try limits(cli), .object(["active": .integer(40), "perHost": .integer(5)])) }
         guard case .object(let onB) = try b.json(["settings", "get", "metrics.preferences"]), case .object(let record)? = onB["record"] else { return XCTFail() }
         XCTAssertEqual(record["state"], "default", "a device-local record stays on its device")
+        // A monitored host (and its chosen interfaces) is monitored on the other device;
+        // removed on one, it is removed on both. The interval and pauses stay home.
+        try a.run(["metrics", "add", "sync-a"])
+        try sync(a); try sync(b)
+        XCTAssertTrue(try b.run(["--json", "metrics", "list"]).stdout.contains("sync-a"), "A's monitor is monitored on B")
+        try b.run(["metrics", "rm", "sync-a"])
+        try sync(b); try sync(a)
+        XCTAssertFalse(try a.run(["--json", "metrics", "list"]).stdout.contains("sync-a"), "removed on B, removed on A")
         // A reset on one device resets it on the other.
         try b.run(["settings", "reset", "sftp.limits"])
         try sync(b); try sync(a)

@@ -21,10 +21,14 @@ public struct SyncChanges: Sendable, Equatable {
     public var cursor: Int64
     /// More changes wait after `cursor`.
     public var more: Bool
-    public init(changed: [SyncEntityRef: Int64], cursor: Int64, more: Bool) {
+    /// `changed` is every entity the zone holds (a zone without a journal): one the devices
+    /// agreed on that is missing from it was deleted here.
+    public var snapshot: Bool
+    public init(changed: [SyncEntityRef: Int64], cursor: Int64, more: Bool, snapshot: Bool = false) {
         self.changed = changed
         self.cursor = cursor
         self.more = more
+        self.snapshot = snapshot
     }
 
     /// The wall clock as journals record it.
@@ -102,6 +106,8 @@ extension PortKey where P == any SyncZone {
     public static var vaultSyncZone: Self { PortKey("vault.sync") }
     /// Settings' zone: the records marked synced, per top-level field.
     public static var settingsSyncZone: Self { PortKey("settings.zone") }
+    /// Metrics' zone: the monitored hosts and their chosen interfaces.
+    public static var metricsSyncZone: Self { PortKey("metrics.sync") }
     /// Port forwarding's zone: the saved rules (consent: the Vault's switch).
     public static var forwardingSyncZone: Self { PortKey("forwarding.sync") }
 }

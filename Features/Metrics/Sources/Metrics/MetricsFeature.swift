@@ -2,6 +2,7 @@ import Foundation
 import MetricsAPI
 import MetricsRules
 import SettingsAPI
+import SyncAPI
 import Synchronization
 import TermindCore
 import TermindSSH
@@ -26,6 +27,10 @@ final class MetricsFeature: Feature {
     private let monitors = MonitorTable()
     private let preferences = PreferenceStore()
     private let follower = Mutex<Task<Void, Never>?>(nil)
+    /// `metrics.sync`, once started with Settings there (without it nothing is kept to sync).
+    private let zone = Mutex<MetricsSyncZone?>(nil)
+
+    func syncZone() -> MetricsSyncZone? { zone.withLock { $0 } }
 
     private func current() throws -> Ports {
         guard let ports = ports.withLock({ $0 }) else { throw TermindError.internalFailure("Metrics is not started.") }
@@ -33,6 +38,7 @@ final class MetricsFeature: Feature {
     }
 
     func register(_ registrar: FeatureRegistrar) throws {
+        registrar.provide(.metricsSyncZone, MetricsZonePort(feature: self))
         registrar.handle(MetricsContracts.List.self) { [self] _, _ in
             let ports = try current()
             let prefs = try await preferences.read(ports.settings)
@@ -122,6 +128,7 @@ final class MetricsFeature: Feature {
         let value = Ports(opener: MonitorOpener(opener: opener, hostDirectory: hosts), settings: settings, call: context.call,
                           logger: context.logger, resident: context.resident)
         ports.withLock { $0 = value }
+        if let settings { zone.withLock { $0 = MetricsSyncZone(settings: settings, hosts: hosts, preferences: preferences, call: context.call) } }
         guard context.resident else { return }
         // A server samples every listed, unpaused host from boot, and follows changes to the
         // list (from any client, or `termind settings set metrics.preferences`).
@@ -523,6 +530,23 @@ actor PreferenceStore {
             }
         }
     }
+}
+
+/// The Metrics zone as a port: each call goes to the zone made at start (a port is
+/// registered before the feature starts).
+struct MetricsZonePort: SyncZone {
+    let feature: MetricsFeature
+    var zone: String { "metrics" }
+    private func started() throws -> MetricsSyncZone {
+        guard let zone = feature.syncZone() else { throw TermindError.internalFailure("Metrics is not started, or runs without Settings (nothing is kept to sync).") }
+        return zone
+    }
+    func changes(after cursor: Int64, limit: Int) async throws -> SyncChanges { try await started().changes(after: cursor, limit: limit) }
+    func acknowledge(through cursor: Int64) async throws {}
+    func inventory() async throws -> [SyncEntityRef: Int64] { try await started().inventory() }
+    func values(of entities: [SyncEntityRef]) async throws -> [SyncEntityRef: [String: JSONValue]] { try await started().values(of: entities) }
+    func apply(_ changes: [(SyncEntityRef, [String: JSONValue]?)]) async throws -> [SyncEntityRef: SyncApplyOutcome] { try await started().apply(changes) }
+    func journaled() -> AsyncStream<Void> { (try? started())?.journaled() ?? AsyncStream { $0.finish() } }
 }
 
 @_cdecl("termind_feature_entry_v1")

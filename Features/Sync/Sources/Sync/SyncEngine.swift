@@ -131,6 +131,11 @@ struct SyncEngine: Sendable {
         while true {
             let changes = try await zone.changes(after: cursor, limit: 5_000)
             changed.merge(changes.changed) { max($0, $1) }
+            if changes.snapshot {
+                // What the devices agreed on and the snapshot lacks was deleted here.
+                let now = Self.now()
+                for entity in try await onStore({ try store.entities(name) }) where changed[entity] == nil { changed[entity] = now }
+            }
             cursor = changes.cursor
             guard changes.more, changed.count <= Self.maximumEntries else { break }
         }

@@ -90,7 +90,7 @@ final class SyncFeature: Feature {
             throw error.termindError
         }
         var zones: [String: any SyncZone] = [:]
-        for key in [PortKey<any SyncZone>.vaultSyncZone, .forwardingSyncZone, .settingsSyncZone] {
+        for key in [PortKey<any SyncZone>.vaultSyncZone, .forwardingSyncZone, .settingsSyncZone, .metricsSyncZone] {
             if let zone = context.ports.optional(key) { zones[zone.zone] = zone }
         }
         let ports = Ports(store: SyncStore(db: db), secrets: try context.ports.require(.secrets), scheduler: try context.ports.require(.sftpScheduler),

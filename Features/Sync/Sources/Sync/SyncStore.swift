@@ -153,6 +153,11 @@ struct SyncStore: Sendable {
         }
     }
 
+    /// Every entity of `zone` the devices agreed on (live or deleted).
+    func entities(_ zone: String) throws -> [SyncEntityRef] {
+        try db.query("SELECT kind, id FROM sync_entities WHERE zone = ?", [zone]).map { SyncEntityRef(kind: try $0.text("kind"), id: try $0.text("id")) }
+    }
+
     func setPending(_ zone: String, _ entity: SyncEntityRef, _ reason: String?) throws {
         try db.execute("UPDATE sync_entities SET pending = ? WHERE zone = ? AND kind = ? AND id = ?", [reason, zone, entity.kind, entity.id])
     }
