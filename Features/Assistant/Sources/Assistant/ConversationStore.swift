@@ -122,7 +122,7 @@ struct ConversationStore: Sendable {
             let runs = db.changes
             let left = try db.query("SELECT conversation, call_id, state FROM assistant_tool_calls WHERE state IN ('running', 'pending')")
             for row in left {
-                let conversation = row.string("conversation") ?? "", call = row.string("call_id") ?? ""
+                let conversation = try row.text("conversation"), call = try row.text("call_id")
                 let (state, observed) = try Self.observed(db, conversation: conversation, call: call, started: row.string("state") == "running")
                 try db.execute("UPDATE assistant_tool_calls SET state = ?, preview = ?, finished_at = ? WHERE conversation = ? AND call_id = ?",
                                [state, observed, now, conversation, call])
@@ -174,8 +174,8 @@ struct ConversationStore: Sendable {
                 (SELECT r.state FROM assistant_runs r WHERE r.conversation = c.id ORDER BY r.started_at DESC, r.id DESC LIMIT 1) AS last_run
             FROM assistant_conversations c WHERE \(condition) ORDER BY c.updated_at DESC, CAST(c.id AS INTEGER) DESC
             """, bindings).map { row in
-            Summary(id: row.string("id") ?? "", title: row.string("title") ?? "", model: row.string("model") ?? "", messages: row.int("messages") ?? 0,
-                    archived: row.bool("archived") ?? false, updatedAt: row.double("updated_at") ?? 0,
+            Summary(id: try row.text("id"), title: try row.text("title"), model: try row.text("model"), messages: try row.integer("messages"),
+                    archived: try row.integer("archived") != 0, updatedAt: row.double("updated_at") ?? 0,
                     lastRun: row.string("last_run").flatMap(AssistantContracts.RunState.init(rawValue:)), forkedFrom: row.string("forked_from"))
         }
     }
@@ -231,26 +231,26 @@ struct ConversationStore: Sendable {
             let calls = try db.query("SELECT * FROM assistant_tool_calls WHERE conversation = ? ORDER BY entry, position", [conversation])
             var byEntry: [Int: [AssistantContracts.CallView]] = [:]
             for row in calls {
-                byEntry[row.int("entry") ?? -1, default: []].append(Self.callView(row))
+                byEntry[try row.integer("entry"), default: []].append(try Self.callView(row))
             }
-            let callByID = Dictionary(calls.map { ($0.string("call_id") ?? "", Self.callView($0)) }, uniquingKeysWith: { first, _ in first })
+            let callByID = Dictionary(try calls.map { (try $0.text("call_id"), try Self.callView($0)) }, uniquingKeysWith: { first, _ in first })
             return try db.query("SELECT * FROM assistant_entries WHERE conversation = ? ORDER BY idx", [conversation]).map { row in
-                let index = row.int("idx") ?? 0
+                let index = try row.integer("idx")
                 let role = row.string("role").flatMap(Entry.Role.init(rawValue:)) ?? .error
                 let calls: [AssistantContracts.CallView]? = switch role {
                 case .assistant: byEntry[index]
                 case .tool: row.string("call_id").flatMap { callByID[$0] }.map { [$0] }
                 default: nil
                 }
-                return Entry(index: index, role: role, text: row.string("text") ?? "", calls: calls, createdAt: row.double("created_at") ?? 0,
+                return Entry(index: index, role: role, text: try row.text("text"), calls: calls, createdAt: row.double("created_at") ?? 0,
                              inputTokens: row.int("input_tokens"), outputTokens: row.int("output_tokens"))
             }
         }
     }
 
-    private static func callView(_ row: Row) -> AssistantContracts.CallView {
+    private static func callView(_ row: Row) throws -> AssistantContracts.CallView {
         let arguments = row.string("arguments").flatMap { try? JSONCoding.parse(Data($0.utf8), source: "arguments") } ?? .object([:])
-        return AssistantContracts.CallView(id: row.string("call_id") ?? "", name: row.string("name") ?? "", arguments: arguments,
+        return AssistantContracts.CallView(id: try row.text("call_id"), name: try row.text("name"), arguments: arguments,
                                            state: row.string("state").flatMap(AssistantContracts.CallView.State.init(rawValue:)) ?? .unknown,
                                            preview: row.string("preview"), resultBytes: row.int("result_bytes"))
     }
@@ -293,17 +293,17 @@ struct ConversationStore: Sendable {
     private static func items(_ db: Database, _ conversation: String, after: Int, before: Int = Int.max) throws -> [TranscriptItem] {
         let calls = try db.query("SELECT * FROM assistant_tool_calls WHERE conversation = ? ORDER BY entry, position", [conversation])
         var byEntry: [Int: [Row]] = [:]
-        for row in calls { byEntry[row.int("entry") ?? -1, default: []].append(row) }
+        for row in calls { byEntry[try row.integer("entry"), default: []].append(row) }
         var items: [TranscriptItem] = []
         for row in try db.query("SELECT * FROM assistant_entries WHERE conversation = ? AND idx > ? AND idx < ? ORDER BY idx", [conversation, after, before]) {
-            let text = row.string("text") ?? ""
+            let text = try row.text("text")
             switch row.string("role") {
             case "user":
                 items.append(.user(text))
             case "assistant":
-                let rows = byEntry[row.int("idx") ?? -1] ?? []
-                let made = rows.map { call in
-                    ToolCall(id: call.string("call_id") ?? "", name: call.string("name") ?? "",
+                let rows = byEntry[try row.integer("idx")] ?? []
+                let made = try rows.map { call in
+                    ToolCall(id: try call.text("call_id"), name: try call.text("name"),
                              arguments: call.string("arguments").flatMap { try? JSONCoding.parse(Data($0.utf8), source: "arguments") } ?? .object([:]))
                 }
                 let stored = row.string("calls").flatMap { try? JSONDecoder().decode([ToolCall].self, from: Data($0.utf8)) } ?? made
