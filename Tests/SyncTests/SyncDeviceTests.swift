@@ -373,6 +373,44 @@ final class SyncDeviceTests: XCTestCase {
         XCTAssertEqual(try hosts(b), try hosts(a))
     }
 
+    func testASyncCutAfterItsFetchAppliesWhatItFetchedNextTime() throws {
+        let a = try device("a"), b = try device("b")
+        try setUp(a, "a"); try sync(a)
+        // B reaches the server through a 50 ms round trip, so its fetch of three files takes a while.
+        let relay = try DelayingRelay(to: server.port, oneWayDelay: 0.025)
+        defer { relay.stop() }
+        try b.run(["vault", "host", "add", "127.0.0.1", "--label", "sync-far", "--port", "\(relay.port)", "--identity", "me-b"])
+        try b.run(["vault", "knownhost", "add", "127.0.0.1", server.hostKeys["ssh-ed25519"]!, "--port", "\(relay.port)"])
+        try b.run(["sync", "setup", "sync-far:\(folder)", "--passphrase-file", directory.file("passphrase")])
+        try sync(b)
+        let count = 3_000
+        let config = directory.file("config-fetch")
+        try (0..<count).map { "Host node-\($0)\n    HostName 10.5.\($0 / 256).\($0 % 256)\n" }.joined(separator: "\n")
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        try a.run(["vault", "import", "commit", config, "--select", (0..<count).map { "node-\($0)" }.joined(separator: ",")])
+        try sync(a)
+        let idA = try deviceID(a)
+        func taken() -> Int {
+            let result = try? ProcessRunner.run("/usr/bin/sqlite3", ["-readonly", directory.file("b.sqlite"),
+                                                                    "SELECT idx FROM sync_logs WHERE device = '\(idA)' AND zone = 'vault'"])
+            return Int((result?.stdout ?? "").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        }
+        let before = taken()
+        // B takes A's first new file in, and the server dies before B's sync reaches its apply.
+        let running = try SpawnedProcess(b.program, ["sync", "now"], environment: b.environment, captureOutput: true)
+        running.closeInput()
+        XCTAssertTrue(TermindHarness.waitUntil(seconds: 60) { taken() > before }, "B never took a file in")
+        server.kill()
+        _ = running.readAll()
+        XCTAssertNotEqual(running.wait(), 0)
+        XCTAssertLessThan(taken(), before + 3, "the server died before B had every file")
+        XCTAssertNil(try hosts(b)["node-0"], "nothing of the cut sync was applied")
+        try server.restart()
+        try sync(b)
+        XCTAssertEqual(try hosts(b).count, count + 3, "what the cut sync fetched is applied by the next one")
+        XCTAssertEqual(try hosts(b), try hosts(a))
+    }
+
     func testANameTakenByOtherBytesStopsTheSyncAndOverwritesNothing() throws {
         let a = try device("a")
         try setUp(a, "a"); try sync(a)

@@ -44,6 +44,9 @@ struct SyncEngine: Sendable {
 
     static func now() -> Int64 { SyncChanges.now() }
 
+    /// What an entity merged from the folder waits for until this device's apply ran.
+    static let notYetApplied = "fetched, not applied yet (the next sync applies it)"
+
     func run() async throws -> SyncContracts.Now.Response {
         guard let config = try await onStore({ try store.config() }) else {
             throw TermindError(.syncNotConfigured, "Sync is not set up on this device: run 'termind sync setup HOST:PATH' first.")
@@ -153,8 +156,9 @@ struct SyncEngine: Sendable {
             try store.db.transaction {
                 var states = try store.states(name, found)
                 let known = baseline ? found.filter { states[$0] != nil } : []
+                let skipped = Set(known)
                 var records: [SyncRecord] = []
-                for entity in found where !known.contains(entity) {
+                for entity in found where !skipped.contains(entity) {
                     var state = states[entity] ?? EntityState()
                     guard let stamp = stamps[entity],
                           let record = state.change(to: values[entity], zone: name, kind: entity.kind, id: entity.id, clock: stamp) else { continue }
@@ -163,6 +167,7 @@ struct SyncEngine: Sendable {
                     records.append(record)
                 }
                 try store.save(name, states)
+                for entity in known { try store.setPending(name, entity, SyncEngine.notYetApplied) }
                 var index = try store.lastOutgoing(name, device: device)
                 for start in stride(from: 0, to: records.count, by: Self.recordsPerFile) {
                     index += 1
@@ -222,6 +227,9 @@ struct SyncEngine: Sendable {
                         states[entity] = state
                     }
                     try store.save(name, states.filter { changed.contains($0.key) })
+                    // Marked until applied, in the same commit: a sync cut before its apply
+                    // applies them next time, though their file will not be fetched again.
+                    for entity in changed { try store.setPending(name, entity, SyncEngine.notYetApplied) }
                     for (place, problem) in refused { try store.quarantine(place, problem) }
                     try store.setLogIndex(device: device, zone: name, index)
                     return Array(changed)
