@@ -1,4 +1,5 @@
 import Foundation
+import SyncRules
 import TermindCore
 import TermindHarness
 import XCTest
@@ -367,7 +368,7 @@ final class SyncDeviceTests: XCTestCase {
         try sync(a)
         let names = files(of: idA)
         XCTAssertEqual(names.count, before + 3, "every file once: \(names)")
-        XCTAssertEqual(names, (1...names.count).map { SyncEnvelopeName.file($0) }, "numbered without a gap or a duplicate")
+        XCTAssertEqual(names, (1...names.count).map { SyncEnvelope.fileName($0) }, "numbered without a gap or a duplicate")
         try sync(b)
         XCTAssertEqual(try hosts(b).count, count + 3, "the imported hosts and the three sync hosts")
         XCTAssertEqual(try hosts(b), try hosts(a))
@@ -415,7 +416,7 @@ final class SyncDeviceTests: XCTestCase {
         let a = try device("a")
         try setUp(a, "a"); try sync(a)
         let idA = try deviceID(a)
-        let next = "\(folder)/\(idA)/vault/\(SyncEnvelopeName.file(files(of: idA).count + 1))"
+        let next = "\(folder)/\(idA)/vault/\(SyncEnvelope.fileName(files(of: idA).count + 1))"
         // Another writer with this device's id took the next name.
         try Data("someone else".utf8).write(to: URL(fileURLWithPath: next))
         try a.run(["vault", "host", "add", "10.0.0.11", "--label", "contested"])
@@ -471,7 +472,3 @@ final class SyncDeviceTests: XCTestCase {
     }
 }
 
-/// Log file names as the format says (docs/sync.md): twelve digits and `.tsr`.
-enum SyncEnvelopeName {
-    static func file(_ index: Int) -> String { String(format: "%012d.tsr", index) }
-}

@@ -34,11 +34,10 @@ public struct SyncChanges: Sendable, Equatable {
     /// The wall clock as journals record it.
     public static func now() -> Int64 { Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)) }
 
-    /// SQLite's `strftime('%Y-%m-%dT%H:%M:%fZ', 'now')` in milliseconds since 1970.
-    public static func milliseconds(_ text: String) -> Int64? {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.date(from: text).map { Int64(($0.timeIntervalSince1970 * 1000).rounded(.down)) }
+    /// SQL for a column holding SQLite's `strftime('%Y-%m-%dT%H:%M:%fZ', …)` text as
+    /// milliseconds since 1970, computed by SQLite in the query (no date parsing per row).
+    public static func millisecondsSQL(_ column: String) -> String {
+        "CAST(round((julianday(\(column)) - 2440587.5) * 86400000) AS INTEGER)"
     }
 }
 

@@ -41,9 +41,8 @@ struct ForwardingSyncZone: SyncZone {
         let store = try feature.current().store
         return try await store.db.read { db in
             var all: [SyncEntityRef: Int64] = [:]
-            for row in try db.query("SELECT id, created_at FROM forwarding_rules") {
-                guard let id = row.string("id") else { throw TermindError.internalFailure("A forwarding rule's row has no id.") }
-                all[SyncEntityRef(kind: Self.kind, id: id)] = row.string("created_at").flatMap(SyncChanges.milliseconds) ?? 0
+            for row in try db.query("SELECT id, \(SyncChanges.millisecondsSQL("created_at")) AS at FROM forwarding_rules") {
+                all[SyncEntityRef(kind: Self.kind, id: try row.text("id"))] = Int64(try row.integer("at"))
             }
             return all
         }

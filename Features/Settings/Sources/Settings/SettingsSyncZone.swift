@@ -22,15 +22,13 @@ struct SettingsSyncZone: SyncZone {
     func changes(after cursor: Int64, limit: Int) async throws -> SyncChanges {
         let store = try feature.current()
         return try await store.db.read { db in
-            let rows = try db.query("SELECT seq, key, at FROM settings_outbox WHERE seq > ? ORDER BY seq LIMIT ?", [cursor, max(1, limit) + 1])
+            let rows = try db.query("SELECT seq, key, \(SyncChanges.millisecondsSQL("at")) AS at FROM settings_outbox WHERE seq > ? ORDER BY seq LIMIT ?",
+                                    [cursor, max(1, limit) + 1])
             var changed: [SyncEntityRef: Int64] = [:]
             var last = cursor
             for row in rows.prefix(max(1, limit)) {
-                guard let seq = row.int("seq"), let key = row.string("key"), let at = row.string("at") else {
-                    throw TermindError.internalFailure("settings_outbox has a row without seq, key or at.")
-                }
-                last = Int64(seq)
-                changed[SyncEntityRef(kind: Self.kind, id: key)] = SyncChanges.milliseconds(at) ?? SyncChanges.now()
+                last = Int64(try row.integer("seq"))
+                changed[SyncEntityRef(kind: Self.kind, id: try row.text("key"))] = Int64(try row.integer("at"))
             }
             return SyncChanges(changed: changed, cursor: last, more: rows.count > max(1, limit))
         }
@@ -45,10 +43,10 @@ struct SettingsSyncZone: SyncZone {
         let store = try feature.current()
         let synced = Set(feature.registry.all.filter { $0.scope == .synced }.map(\.key))
         let rows = try await store.db.read { db in
-            try db.query("SELECT key, updated_at FROM settings_records").compactMap { row in row.string("key").map { ($0, row.string("updated_at")) } }
+            try db.query("SELECT key, \(SyncChanges.millisecondsSQL("updated_at")) AS at FROM settings_records").map { (try $0.text("key"), Int64(try $0.integer("at"))) }
         }
         var all: [SyncEntityRef: Int64] = [:]
-        for (key, at) in rows where synced.contains(key) { all[SyncEntityRef(kind: Self.kind, id: key)] = at.flatMap(SyncChanges.milliseconds) ?? 0 }
+        for (key, at) in rows where synced.contains(key) { all[SyncEntityRef(kind: Self.kind, id: key)] = at }
         return all
     }
 

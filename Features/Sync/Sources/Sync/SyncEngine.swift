@@ -42,8 +42,6 @@ struct SyncEngine: Sendable {
         var sent = 0
     }
 
-    static func now() -> Int64 { SyncChanges.now() }
-
     /// What an entity merged from the folder waits for until this device's apply ran.
     static let notYetApplied = "fetched, not applied yet (the next sync applies it)"
 
@@ -136,7 +134,7 @@ struct SyncEngine: Sendable {
             changed.merge(changes.changed) { max($0, $1) }
             if changes.snapshot {
                 // What the devices agreed on and the snapshot lacks was deleted here.
-                let now = Self.now()
+                let now = SyncChanges.now()
                 for entity in try await onStore({ try store.entities(name) }) where changed[entity] == nil { changed[entity] = now }
             }
             cursor = changes.cursor
@@ -154,19 +152,20 @@ struct SyncEngine: Sendable {
         let baseline = !inventoried
         let known: [SyncEntityRef] = try await onStore {
             try store.db.transaction {
-                var states = try store.states(name, found)
+                let states = try store.states(name, found)
                 let known = baseline ? found.filter { states[$0] != nil } : []
                 let skipped = Set(known)
                 var records: [SyncRecord] = []
+                var changed: [SyncEntityRef: EntityState] = [:]
                 for entity in found where !skipped.contains(entity) {
                     var state = states[entity] ?? EntityState()
                     guard let stamp = stamps[entity],
                           let record = state.change(to: values[entity], zone: name, kind: entity.kind, id: entity.id, clock: stamp) else { continue }
                     state.merge(record)
-                    states[entity] = state
+                    changed[entity] = state
                     records.append(record)
                 }
-                try store.save(name, states)
+                try store.save(name, changed)
                 for entity in known { try store.setPending(name, entity, SyncEngine.notYetApplied) }
                 var index = try store.lastOutgoing(name, device: device)
                 for start in stride(from: 0, to: records.count, by: Self.recordsPerFile) {
@@ -213,7 +212,7 @@ struct SyncEngine: Sendable {
             for (position, record) in batch.records.enumerated() {
                 if let problem = record.problem(zone: name, device: device) { bad.append(("\(what)#\(position)", problem)) } else { good.append(record) }
             }
-            for record in good { clock.observe(record.clock, now: Self.now()) }
+            for record in good { clock.observe(record.clock, now: SyncChanges.now()) }
             let (accepted, refused) = (good, bad)
             let entities = Array(Set(good.map { SyncEntityRef(kind: $0.kind, id: $0.id) }))
             let changed: [SyncEntityRef] = try await onStore {

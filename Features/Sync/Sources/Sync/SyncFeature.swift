@@ -156,24 +156,6 @@ final class SyncFeature: Feature {
     }
 }
 
-/// Runs bodies one after another, in the order they came.
-final class SerialLane: Sendable {
-    private let tail = Mutex<Task<Void, Never>?>(nil)
-
-    func run<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        let task: Task<T, any Error> = tail.withLock { last in
-            let previous = last
-            let task = Task<T, any Error> {
-                await previous?.value
-                return try await body()
-            }
-            last = Task { _ = try? await task.value }
-            return task
-        }
-        return try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() }
-    }
-}
-
 /// `sync setup HOST:PATH`: the folder made (0700) or found, the sync key derived from the
 /// passphrase (scrypt; a new folder gets a new salt) and checked against the folder's
 /// check value before anything else happens, then kept in the secret store under a new

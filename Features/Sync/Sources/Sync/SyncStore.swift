@@ -75,10 +75,11 @@ struct SyncConfig: Sendable, Equatable {
     var lastSync: String?
     var lastError: String?
 
-    static let zoneNames = ["vault", "settings", "metrics"]
     /// The zones in the order a sync takes them (what others refer to first), each with the
     /// consent switch that covers it: forwarding rules go with the Vault.
     static let zones: [(zone: String, consent: String)] = [("vault", "vault"), ("forwarding", "vault"), ("settings", "settings"), ("metrics", "metrics")]
+    /// The consent switches (`sync zones`), in that order.
+    static let zoneNames = zones.map(\.consent).reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
     /// Consent a new set-up starts with: every zone on, secrets off.
     static let defaultZones = Dictionary(uniqueKeysWithValues: zoneNames.map { ($0, true) })
 }

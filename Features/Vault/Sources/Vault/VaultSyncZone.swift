@@ -64,15 +64,13 @@ struct VaultSyncZone: SyncZone {
             let db = try vault.database()
             var all: [SyncEntityRef: Int64] = [:]
             for (kind, table) in [("identity", "vault_identities"), ("host", "vault_hosts"), ("snippet", "vault_snippets"), ("workspace", "vault_workspaces")] {
-                for row in try db.query("SELECT id, updated_at FROM \(table)") {
-                    guard let id = row.string("id") else { throw TermindError.internalFailure("\(table) has a row without id.") }
-                    all[SyncEntityRef(kind: kind, id: id)] = row.string("updated_at").flatMap(SyncChanges.milliseconds) ?? 0
+                for row in try db.query("SELECT id, \(SyncChanges.millisecondsSQL("updated_at")) AS at FROM \(table)") {
+                    all[SyncEntityRef(kind: kind, id: try row.text("id"))] = Int64(try row.integer("at"))
                 }
             }
             // Host keys saved for good (a key accepted once is never stored, so never synced).
-            for row in try db.query("SELECT line, created_at FROM vault_known_hosts") {
-                guard let line = row.string("line") else { throw TermindError.internalFailure("vault_known_hosts has a row without line.") }
-                all[SyncEntityRef(kind: "knownhost", id: VaultJournal.knownHostID(line))] = row.string("created_at").flatMap(SyncChanges.milliseconds) ?? 0
+            for row in try db.query("SELECT line, \(SyncChanges.millisecondsSQL("created_at")) AS at FROM vault_known_hosts") {
+                all[SyncEntityRef(kind: "knownhost", id: VaultJournal.knownHostID(try row.text("line")))] = Int64(try row.integer("at"))
             }
             return all
         }

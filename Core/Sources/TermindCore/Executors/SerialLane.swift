@@ -1,6 +1,7 @@
 import Foundation
 
-/// Runs work one at a time, in the order it came.
+/// Runs work one at a time, in the order it came (an MCP server's destructive calls, the
+/// syncs of one process).
 public actor SerialLane {
     private var busy = false
     private var waiting: [CheckedContinuation<Void, Never>] = []
