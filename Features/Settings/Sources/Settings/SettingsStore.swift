@@ -332,11 +332,7 @@ struct SettingsStore: Sendable {
                 value = merged
             }
             let text = try value.map { String(decoding: try JSONCoding.encode($0), as: UTF8.self) }
-            try db.execute("""
-                INSERT INTO settings_records (key, value, revision, device_id) VALUES (?, ?, ?, ?)
-                ON CONFLICT (key) DO UPDATE SET value = excluded.value, revision = excluded.revision, device_id = excluded.device_id,
-                    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-                """, [declaration.key, text, change.revision, change.device])
+            try store(declaration.key, text, revision: change.revision, device: change.device)
             return (try current(declaration), true)
         }
     }
@@ -361,15 +357,20 @@ struct SettingsStore: Sendable {
                     value = merged
                 }
                 let text = try value.map { String(decoding: try JSONCoding.encode($0), as: UTF8.self) }
-                try db.execute("""
-                    INSERT INTO settings_records (key, value, revision, device_id) VALUES (?, ?, ?, ?)
-                    ON CONFLICT (key) DO UPDATE SET value = excluded.value, revision = excluded.revision, device_id = excluded.device_id,
-                        updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-                    """, [declaration.key, text, (row?.int("revision") ?? 0) + 1, device])
+                try store(declaration.key, text, revision: (row?.int("revision") ?? 0) + 1, device: device)
                 applied.append(try current(declaration))
             }
             return applied
         }
+    }
+
+    /// A record's row as given (nil: a tombstone), with its revision and writing device.
+    private func store(_ key: String, _ value: String?, revision: Int, device: String) throws {
+        try db.execute("""
+            INSERT INTO settings_records (key, value, revision, device_id) VALUES (?, ?, ?, ?)
+            ON CONFLICT (key) DO UPDATE SET value = excluded.value, revision = excluded.revision, device_id = excluded.device_id,
+                updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+            """, [key, value, revision, device])
     }
 
     /// Signals sync (inside serve) after a synced record was journaled.
@@ -394,11 +395,7 @@ struct SettingsStore: Sendable {
     private func write(_ declaration: SettingsRecordDeclaration, value: String?, revision: Int) throws {
         if let value { try checkReferences(declaration, adding: value, comparedTo: try storedHandles(declaration)) }
         let device = try deviceID
-        try db.execute("""
-            INSERT INTO settings_records (key, value, revision, device_id) VALUES (?, ?, ?, ?)
-            ON CONFLICT (key) DO UPDATE SET value = excluded.value, revision = excluded.revision, device_id = excluded.device_id,
-                updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-            """, [declaration.key, value, revision, device])
+        try store(declaration.key, value, revision: revision, device: device)
         // A device-local record never leaves this device: nothing for sync to send.
         guard declaration.scope == .synced else { return }
         let digest = value.map { Digest.sha256(Data($0.utf8)).map { String(format: "%02x", $0) }.joined() }

@@ -88,34 +88,29 @@ struct VaultSyncZone: SyncZone {
     }
 
     static func value(of entity: SyncEntityRef, _ db: Database) throws -> [String: JSONValue]? {
-        func text(_ row: Row, _ column: String) throws -> String {
-            guard let value = row.string(column) else { throw TermindError.internalFailure("A \(entity.kind) row has no \(column).") }
-            return value
-        }
         func optional(_ value: String?) -> JSONValue { value.map(JSONValue.string) ?? .null }
         switch entity.kind {
         case "host":
-            guard let row = try db.query("SELECT * FROM vault_hosts WHERE id = ?", [entity.id]).first else { return nil }
-            guard let port = row.int("port") else { throw TermindError.internalFailure("A host row has no port.") }
+            // The repository's own reading of a row (it fails loudly on a broken one).
+            guard let host = try db.query("SELECT * FROM vault_hosts WHERE id = ?", [entity.id]).first.map(HostRepository.record) else { return nil }
             return [
-                "label": .string(try text(row, "label")), "address": .string(try text(row, "address")), "port": .integer(Int64(port)),
-                "user": optional(row.string("user")), "identity": optional(row.string("identity_id")),
-                "jump": .array(HostRepository.strings(row.string("jump")).map(JSONValue.string)),
-                "tags": .array(HostRepository.strings(row.string("tags")).map(JSONValue.string)),
-                "shellIntegration": .string(try text(row, "shell_integration")), "forwardAgent": .bool(row.int("forward_agent") == 1),
+                "label": .string(host.label), "address": .string(host.address), "port": .integer(Int64(host.port)),
+                "user": optional(host.user), "identity": optional(host.identity), "jump": .array(host.jump.map(JSONValue.string)),
+                "tags": .array(host.tags.map(JSONValue.string)), "shellIntegration": .string(host.shellIntegration.rawValue),
+                "forwardAgent": .bool(host.forwardAgent == true),
             ]
         case "identity":
             guard let row = try db.query("SELECT label, username FROM vault_identities WHERE id = ?", [entity.id]).first else { return nil }
-            return ["label": .string(try text(row, "label")), "username": .string(try text(row, "username"))]
+            return ["label": .string(try row.text("label")), "username": .string(try row.text("username"))]
         case "snippet":
             guard let row = try db.query("SELECT label, body FROM vault_snippets WHERE id = ?", [entity.id]).first else { return nil }
-            return ["label": .string(try text(row, "label")), "body": .string(try text(row, "body"))]
+            return ["label": .string(try row.text("label")), "body": .string(try row.text("body"))]
         case "knownhost":
             guard let line = try knownHostLine(entity.id, db) else { return nil }
             return ["line": .string(line)]
         case "workspace":
             guard let row = try db.query("SELECT name, layout FROM vault_workspaces WHERE id = ?", [entity.id]).first else { return nil }
-            return ["name": .string(try text(row, "name")), "layout": try JSONCoding.parse(Data(try text(row, "layout").utf8), source: "workspace \(entity.id)")]
+            return ["name": .string(try row.text("name")), "layout": try JSONCoding.parse(Data(try row.text("layout").utf8), source: "workspace \(entity.id)")]
         default:
             return nil
         }
@@ -195,7 +190,6 @@ private struct VaultSyncApply {
         }
     }
 
-    private func order(_ kind: String) -> Int { VaultSyncZone.kinds.firstIndex(of: kind) ?? -1 }
 
     /// A rule failing is the entity's outcome; the store failing is everyone's.
     private func attempt(_ body: () throws -> SyncApplyOutcome) throws -> SyncApplyOutcome {
