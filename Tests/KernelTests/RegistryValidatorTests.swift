@@ -291,6 +291,7 @@ final class CommandSelectionTests: XCTestCase {
             feature("settings", commands: ["settings list"], contracts: ["settings.list@1"], provides: ["settings.values"], consumersOf: ["settings.values"]),
             feature("sftp", commands: ["get"], contracts: ["sftp.transfer@1"], optional: ["settings.values"], provides: ["sftp.scheduler"]),
             feature("metrics", commands: ["metrics add"], contracts: ["metrics.add@1"]),
+            feature("sync", commands: ["sync now"], contracts: ["sync.now@1"], requires: ["sftp.scheduler"], consumersOf: ["settings.values"]),
         ]
         // The longest command the words begin with; its calls' owners and their ports' providers.
         XCTAssertEqual(RegistryValidator.selection(forCommand: ["vault", "host", "list", "--tag", "prod"], in: manifests), ["vault", "forwarding", "vaultports"])
@@ -301,6 +302,9 @@ final class CommandSelectionTests: XCTestCase {
         XCTAssertEqual(RegistryValidator.selection(forCommand: ["metrics", "add", "box"], in: manifests), ["metrics"])
         // Settings reached on the way serves its port: its consumers are not pulled in.
         XCTAssertEqual(RegistryValidator.selection(forCommand: ["get", "box:f", "."], in: manifests), ["sftp", "settings"])
+        // A feature that reads what others register (sync sends their records) needs them
+        // too, though it provides no such port itself.
+        XCTAssertEqual(RegistryValidator.selection(forCommand: ["sync", "now"], in: manifests), ["sync", "sftp", "settings", "assistant"])
         // No feature declares it: nil (everything boots, to say so).
         XCTAssertNil(RegistryValidator.selection(forCommand: ["frobnicate"], in: manifests))
     }

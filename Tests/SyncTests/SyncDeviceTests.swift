@@ -323,6 +323,13 @@ final class SyncDeviceTests: XCTestCase {
         for cli in [a, b] { XCTAssertEqual(try limits(cli), .object(["active": .integer(40), "perHost": .integer(5)])) }
         guard case .object(let onB) = try b.json(["settings", "get", "metrics.preferences"]), case .object(let record)? = onB["record"] else { return XCTFail() }
         XCTAssertEqual(record["state"], "default", "a device-local record stays on its device")
+        // A record of a feature the one-shot `sync now` does not otherwise reach (the
+        // Assistant's) is read and sent too.
+        try a.run(["settings", "set", "assistant.policy", "{\"guardianTimeoutSeconds\": 45}"])
+        try sync(a); try sync(b)
+        guard case .object(let policy) = try b.json(["settings", "get", "assistant.policy"]), case .object(let policyRecord)? = policy["record"],
+              case .object(let policyValue)? = policyRecord["value"] else { return XCTFail("no assistant.policy on B") }
+        XCTAssertEqual(policyValue["guardianTimeoutSeconds"], .integer(45))
         // A monitored host (and its chosen interfaces) is monitored on the other device;
         // removed on one, it is removed on both. The interval and pauses stay home.
         try a.run(["metrics", "add", "sync-a"])

@@ -69,7 +69,7 @@ public struct RegistryValidator: Sendable {
             next += m.calls.compactMap { operationOwner[$0] }
             // Only for the command's own feature: a feature reached on the way serves its port,
             // not its commands.
-            for port in m.commandsNeedConsumersOf where id == owner.id && m.ports.provides.contains(port) {
+            for port in m.commandsNeedConsumersOf where id == owner.id {
                 next += manifests.filter { ($0.ports.requires + $0.ports.optional).contains(port) }.map(\.id)
             }
             for dependency in next where !wanted.contains(dependency) {

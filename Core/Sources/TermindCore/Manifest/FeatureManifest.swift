@@ -219,9 +219,10 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     /// the generic host accepts them without knowing any feature: the kernel refuses one no
     /// loaded feature declares and hands each feature only its own (`FeatureContext.options`).
     public var serveOptions: [ServeOption]
-    /// Ports this feature provides whose consumers its commands need loaded too: a one-shot
-    /// command loads only its feature and what that reaches, but `settings list` shows the
-    /// records the other features register into `settings.values` when they start.
+    /// Ports whose consumers this feature's commands need loaded too: a one-shot command
+    /// loads only its feature and what that reaches, but `settings list` shows the records
+    /// the other features register into `settings.values` when they start, and `sync now`
+    /// sends those records (a record no loaded feature declares cannot be read).
     public var commandsNeedConsumersOf: [String]
 
     public struct ServeOption: Sendable, Equatable, Codable {

@@ -27,8 +27,14 @@ struct SettingsSyncZone: SyncZone {
             var changed: [SyncEntityRef: Int64] = [:]
             var last = cursor
             for row in rows.prefix(max(1, limit)) {
+                let key = try row.text("key")
+                // A record no loaded feature declares cannot be read, and must never look
+                // deleted: stop before it (its owner loads with sync's commands and in serve).
+                guard (try? feature.registry.declaration(key)) != nil else {
+                    return SyncChanges(changed: changed, cursor: last, more: false)
+                }
                 last = Int64(try row.integer("seq"))
-                changed[SyncEntityRef(kind: Self.kind, id: try row.text("key"))] = Int64(try row.integer("at"))
+                changed[SyncEntityRef(kind: Self.kind, id: key)] = Int64(try row.integer("at"))
             }
             return SyncChanges(changed: changed, cursor: last, more: rows.count > max(1, limit))
         }
