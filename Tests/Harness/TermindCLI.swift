@@ -18,8 +18,8 @@ public struct TermindCLI: Sendable {
 
     /// Runs `termind ARGUMENTS`, failing the test when the exit status is not `status`.
     @discardableResult
-    public func run(_ arguments: [String], status: Int32 = 0, file: StaticString = #filePath, line: UInt = #line) throws -> ProcessResult {
-        let result = try ProcessRunner.run(program, leading + arguments, environment: environment)
+    public func run(_ arguments: [String], status: Int32 = 0, stdin: String? = nil, file: StaticString = #filePath, line: UInt = #line) throws -> ProcessResult {
+        let result = try ProcessRunner.run(program, leading + arguments, environment: environment, stdin: stdin)
         XCTAssertEqual(result.status, status, "termind \(arguments.joined(separator: " ")): \(result.stdout)\(result.stderr)", file: file, line: line)
         return result
     }

@@ -1,6 +1,7 @@
 import Foundation
 import SyncRules
 import TermindCore
+import TermindCrypto
 import TermindHarness
 import XCTest
 
@@ -330,6 +331,24 @@ final class SyncDeviceTests: XCTestCase {
         guard case .object(let policy) = try b.json(["settings", "get", "assistant.policy"]), case .object(let policyRecord)? = policy["record"],
               case .object(let policyValue)? = policyRecord["value"] else { return XCTFail("no assistant.policy on B") }
         XCTAssertEqual(policyValue["guardianTimeoutSeconds"], .integer(45))
+        // A sync without the Assistant loaded passes its record over (it cannot read it, and it
+        // must not look deleted) and syncs the records after it; the first sync with the
+        // Assistant back sends it.
+        try a.run(["settings", "set", "assistant.policy", "{\"guardianTimeoutSeconds\": 50}"])
+        try a.run(["settings", "set", "sftp.limits", "{\"active\": 41}"])
+        try a.run(["--features", "sync,settings", "sync", "now"])
+        try sync(b)
+        func guardian(_ cli: TermindCLI) throws -> JSONValue? {
+            guard case .object(let got) = try cli.json(["settings", "get", "assistant.policy"]), case .object(let record)? = got["record"],
+                  case .object(let value)? = record["value"] else { return nil }
+            return value["guardianTimeoutSeconds"]
+        }
+        XCTAssertEqual(try limits(b), .object(["active": .integer(41), "perHost": .integer(5)]), "the record after the passed-over one synced")
+        XCTAssertEqual(try guardian(b), .integer(45), "the passed-over record did not go, nor look deleted")
+        try sync(a); try sync(b)
+        XCTAssertEqual(try guardian(b), .integer(50), "it went once the Assistant was back")
+        try a.run(["settings", "set", "sftp.limits", "{\"active\": 40}"])
+        try sync(a); try sync(b)
         // A monitored host (and its chosen interfaces) is monitored on the other device;
         // removed on one, it is removed on both. The interval and pauses stay home.
         try a.run(["metrics", "add", "sync-a"])
@@ -343,6 +362,124 @@ final class SyncDeviceTests: XCTestCase {
         try sync(b); try sync(a)
         guard case .object(let reset) = try a.json(["settings", "get", "sftp.limits"]), case .object(let after)? = reset["record"] else { return XCTFail() }
         XCTAssertEqual(after["state"], "default")
+    }
+
+    /// Every record `device` wrote to the folder for `zone`, opened with the sync key the test
+    /// derives itself from the passphrase (what another device would read).
+    private func records(of device: String, zone: String = "vault") throws -> [SyncRecord] {
+        let folderFile = try Data(contentsOf: URL(fileURLWithPath: "\(folder)/\(SyncEnvelope.folderFile)"))
+        let description = try SyncEnvelope.Folder.parse(folderFile, shown: "sync.json")
+        let key = try KeyDerivation.scrypt(passphrase: Secret("correct horse battery"), salt: description.saltBytes!, parameters: description.scrypt)
+        return try files(of: device, zone: zone).flatMap { file in
+            try SyncEnvelope.open(try Data(contentsOf: URL(fileURLWithPath: "\(folder)/\(device)/\(zone)/\(file)")), key: key, device: device, zone: zone,
+                                  index: SyncEnvelope.index(ofFile: file)!).records
+        }
+    }
+
+    private func syncKey() throws -> SymmetricKey {
+        let description = try SyncEnvelope.Folder.parse(try Data(contentsOf: URL(fileURLWithPath: "\(folder)/\(SyncEnvelope.folderFile)")), shown: "sync.json")
+        return try KeyDerivation.scrypt(passphrase: Secret("correct horse battery"), salt: description.saltBytes!, parameters: description.scrypt)
+    }
+
+    private func identity(_ cli: TermindCLI, _ label: String) throws -> [String: JSONValue]? {
+        guard case .object(let list) = try cli.json(["vault", "identity", "list"]), case .array(let all)? = list["identities"] else { return nil }
+        for case .object(let identity) in all where identity["label"] == .string(label) { return identity }
+        return nil
+    }
+
+    private func keyLabels(_ cli: TermindCLI) throws -> [String] {
+        guard case .object(let list) = try cli.json(["vault", "key", "list"]), case .array(let all)? = list["keys"] else { return [] }
+        return all.compactMap { if case .object(let key) = $0, case .string(let label)? = key["label"] { label } else { nil } }.sorted()
+    }
+
+    /// The plaintext the latest record of `device` carries sealed in `field` of `kind` `id`.
+    private func sealedSecret(_ device: String, zone: String = "vault", kind: String, id: String, field: String) throws -> JSONValue? {
+        guard let record = try records(of: device, zone: zone).last(where: { $0.kind == kind && $0.id == id && $0.op == .put }),
+              let value = record.fields[field]?.value else { return nil }
+        XCTAssertTrue(SecretSealer.isSealed(value), "\(field) travels sealed")
+        return try SecretSealer(key: try syncKey()).open(value, zone: zone, kind: kind, id: id, field: field)
+    }
+
+    func testSecretsTravelSealedOnlyWhenChosenAndLogInOnTheOtherDevice() throws {
+        let a = try device("a"), b = try device("b"), c = try device("c")
+        let password = "pw-Zq81-never-in-the-clear", providerKey = "sk-Zq81-provider-key"
+        // On A: an identity with a password and A's key, a host that logs in with it, a model provider's key.
+        try a.run(["vault", "identity", "add", NSUserName(), "--label", "ops", "--key", "key-a", "--password", "-"], stdin: password + "\n")
+        try a.run(["vault", "host", "add", "127.0.0.1", "--label", "box", "--port", "\(server.port)", "--identity", "ops"])
+        try a.run(["assistant", "provider", "add", "p", "--protocol", "chat", "--url", "http://127.0.0.1:9/v1", "--key", "-"], stdin: providerKey + "\n")
+        try setUp(a, "a")
+        // Secrets are off until chosen: nothing of them in A's first records.
+        try sync(a)
+        let idA = try deviceID(a)
+        guard let opsID = try identity(a, "ops")?["id"], case .string(let ops) = opsID else { return XCTFail("no identity ops on A") }
+        XCTAssertNil(try records(of: idA).first { $0.id == ops }?.fields["password"], "secrets off: no password field at all")
+        XCTAssertFalse(try records(of: idA).contains { $0.kind == "key" }, "secrets off: no key")
+        guard case .object(let on) = try a.json(["sync", "zones", "--secrets", "on"]) else { return XCTFail() }
+        XCTAssertEqual(on["secrets"], .bool(true))
+        try sync(a)
+        XCTAssertEqual(try sealedSecret(idA, kind: "identity", id: ops, field: "password"), .string(password), "switched on, the rescan sends the password sealed")
+        XCTAssertTrue(try records(of: idA).contains { $0.kind == "key" }, "and A's keys")
+        for file in try FileManager.default.subpathsOfDirectory(atPath: folder) where file.hasSuffix(".tsr") {
+            let bytes = String(decoding: try Data(contentsOf: URL(fileURLWithPath: "\(folder)/\(file)")), as: UTF8.self)
+            XCTAssertFalse(bytes.contains(password) || bytes.contains(providerKey) || bytes.contains("OPENSSH PRIVATE KEY"), "no secret in the clear on the server")
+        }
+
+        // B with secrets on: the key, the identity's password and key, the provider's key arrive; B logs in to box with them.
+        try setUp(b, "b")
+        try b.run(["sync", "zones", "--secrets", "on"])
+        try sync(b)
+        XCTAssertTrue(try keyLabels(b).contains("key-a"))
+        XCTAssertEqual(try identity(b, "ops")?["hasPassword"], .bool(true))
+        XCTAssertTrue(try b.run(["exec", "box", "--", "echo", "reached-with-a-synced-key"]).stdout.contains("reached-with-a-synced-key"))
+        let providersOnB = try b.run(["--json", "assistant", "provider", "list"]).stdout
+        XCTAssertTrue(providersOnB.contains("\"credential\" : \"key\"") && providersOnB.contains("\"credentialPresent\" : true"), "the provider's key arrived: \(providersOnB)")
+        // B holds exactly A's secrets: its own next record of ops carries the same plaintext.
+        try b.run(["vault", "identity", "edit", "ops", "--label", "ops-b"])
+        let idB = try deviceID(b)
+        try sync(b)
+        XCTAssertEqual(try sealedSecret(idB, kind: "identity", id: ops, field: "password"), .string(password))
+        let filesB = files(of: idB), settingsB = files(of: idB, zone: "settings")
+        try sync(b)
+        XCTAssertEqual(files(of: idB), filesB, "applied secrets are not written back out (no echo)")
+        XCTAssertEqual(files(of: idB, zone: "settings"), settingsB)
+        for store in ["a.sqlite", "b.sqlite"] {
+            let bytes = String(decoding: try Data(contentsOf: URL(fileURLWithPath: directory.file(store))), as: UTF8.self)
+            XCTAssertFalse(bytes.contains(password) || bytes.contains(providerKey), "\(store) holds no secret in the clear (sync keeps them sealed)")
+        }
+
+        // C with secrets off: the identity arrives without password or key, no key, no provider key.
+        try setUp(c, "c")
+        try sync(c)
+        XCTAssertEqual(try identity(c, "ops-b")?["hasPassword"], .bool(false))
+        XCTAssertNil(try identity(c, "ops-b")?["key"])
+        XCTAssertFalse(try keyLabels(c).contains("key-a"))
+        let providersOnC = try c.run(["--json", "assistant", "provider", "list"]).stdout
+        XCTAssertFalse(providersOnC.contains("\"credential\" : \"key\""), "the provider's key stayed behind: \(providersOnC)")
+        // C's own password for it stays C's and never goes out; C's edits never clear A's.
+        try c.run(["vault", "identity", "edit", "ops-b", "--password", "-", "--label", "ops-c"], stdin: "c-own-password\n")
+        try sync(c); try sync(a)
+        XCTAssertEqual(try identity(a, "ops-c")?["hasPassword"], .bool(true))
+        XCTAssertTrue(try a.run(["exec", "box", "--", "true"]).status == 0, "A's key and identity are intact after C's edit")
+        let idC = try deviceID(c)
+        XCTAssertFalse(try records(of: idC).contains { $0.kind == "key" })
+        guard let fromC = try records(of: idC).last(where: { $0.id == ops }), let carried = fromC.fields["password"] else {
+            return XCTFail("C's edit of ops went out with the agreed password field")
+        }
+        XCTAssertEqual(fromC.fields["label"]?.value, "ops-c")
+        XCTAssertEqual(try SecretSealer(key: try syncKey()).open(carried.value, zone: "vault", kind: "identity", id: ops, field: "password"),
+                       .string(password), "C carries the agreed sealed password unchanged, never its own")
+        // Switched on, C takes in what the devices agreed on (the folder wins over its own
+        // password) and sends its own key.
+        try c.run(["sync", "zones", "--secrets", "on"])
+        try sync(c)
+        XCTAssertTrue(try c.run(["exec", "box", "--", "echo", "c-reached"]).stdout.contains("c-reached"))
+        XCTAssertTrue(try records(of: idC).contains { $0.kind == "key" }, "C's own key goes out")
+        try c.run(["vault", "identity", "edit", "ops-c", "--label", "ops"])
+        try sync(c)
+        XCTAssertEqual(try sealedSecret(idC, kind: "identity", id: ops, field: "password"), .string(password), "the folder's password won over C's own")
+        try sync(a)
+        XCTAssertTrue(try keyLabels(a).contains("key-c"), "C's key reached A")
+        XCTAssertEqual(try sync(a)["quarantined"], .integer(0))
     }
 
     func testSSHDKilledMidUploadLosesAndDuplicatesNothing() throws {

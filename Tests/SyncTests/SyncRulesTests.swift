@@ -159,6 +159,55 @@ final class SyncRulesTests: XCTestCase {
         }
     }
 
+    func testASealedSecretOpensOnlyAtItsFieldAndTheSamePlaintextKeepsItsSealedValue() throws {
+        let key = SymmetricKey.random()
+        let sealer = SecretSealer(key: key)
+        let sealed = try sealer.seal("hunter2-pw", zone: "vault", kind: "identity", id: "i1", field: "password")
+        XCTAssertTrue(SecretSealer.isSealed(sealed))
+        XCTAssertFalse(String(decoding: try JSONCoding.encode(sealed), as: UTF8.self).contains("hunter2"), "no plaintext in the sealed form")
+        XCTAssertEqual(try sealer.open(sealed, zone: "vault", kind: "identity", id: "i1", field: "password"), "hunter2-pw")
+        // Moved to another field or entity, or opened with another key: it does not open.
+        XCTAssertThrowsError(try sealer.open(sealed, zone: "vault", kind: "identity", id: "i2", field: "password"))
+        XCTAssertThrowsError(try sealer.open(sealed, zone: "vault", kind: "identity", id: "i1", field: "key"))
+        XCTAssertThrowsError(try SecretSealer(key: .random()).open(sealed, zone: "vault", kind: "identity", id: "i1", field: "password"))
+        // The same plaintext again keeps the agreed sealed value (no echo); another one does not.
+        XCTAssertEqual(try sealer.seal("hunter2-pw", zone: "vault", kind: "identity", id: "i1", field: "password", previous: sealed), sealed)
+        let other = try sealer.seal("other-pw", zone: "vault", kind: "identity", id: "i1", field: "password", previous: sealed)
+        XCTAssertNotEqual(other, sealed)
+        // Without the previous value, a new seal (fresh nonce) with the same MAC.
+        let again = try sealer.seal("hunter2-pw", zone: "vault", kind: "identity", id: "i1", field: "password")
+        XCTAssertNotEqual(again, sealed)
+        guard case .object(let x) = again, case .object(let y) = sealed else { return XCTFail() }
+        XCTAssertEqual(x[SecretSealer.macField], y[SecretSealer.macField])
+    }
+
+    func testASealedFieldADeviceDoesNotHaveIsNoClearAndARescanOnlyAddsFields() throws {
+        let sealed = try SecretSealer(key: .random()).seal("pw", zone: "vault", kind: "identity", id: "i", field: "password")
+        var state = EntityState()
+        let t0 = HLC(wall: 100, counter: 0, device: a)
+        state.merge(SyncRecord(zone: "vault", kind: "identity", id: "i", op: .put,
+                               fields: ["label": .init(value: "ops", clock: t0), "password": .init(value: sealed, clock: t0)], clock: t0, device: a))
+        // A device with secrets off has no password field: its edit keeps the sealed one as it was.
+        let edit = state.change(to: ["label": "ops-2"], zone: "vault", kind: "identity", id: "i", clock: HLC(wall: 200, counter: 0, device: b))!
+        XCTAssertEqual(edit.fields["password"], .init(value: sealed, clock: t0))
+        XCTAssertEqual(edit.fields["label"]?.value, "ops-2")
+        XCTAssertNil(state.change(to: ["label": "ops"], zone: "vault", kind: "identity", id: "i", clock: HLC(wall: 200, counter: 0, device: b)),
+                     "no secrets here is no change")
+        // A rescan adds fields the devices have not agreed on and changes none they have.
+        let t1 = HLC(wall: 300, counter: 0, device: b)
+        let rescan = state.change(to: ["label": "mine", "password": "other", "key": "k1"], zone: "vault", kind: "identity", id: "i", clock: t1, onlyNewFields: true)!
+        XCTAssertEqual(rescan.fields["key"], .init(value: "k1", clock: t1))
+        XCTAssertEqual(rescan.fields["label"], .init(value: "ops", clock: t0))
+        XCTAssertEqual(rescan.fields["password"], .init(value: sealed, clock: t0))
+        XCTAssertNil(state.change(to: ["label": "mine"], zone: "vault", kind: "identity", id: "i", clock: t1, onlyNewFields: true))
+        XCTAssertNil(state.change(to: nil, zone: "vault", kind: "identity", id: "i", clock: t1, onlyNewFields: true), "a rescan deletes nothing")
+        // An entity the devices deleted is not brought back by a rescan; one they never saw is sent whole.
+        var deleted = state
+        deleted.merge(SyncRecord(zone: "vault", kind: "identity", id: "i", op: .delete, fields: [:], clock: HLC(wall: 150, counter: 0, device: a), device: a))
+        XCTAssertNil(deleted.change(to: ["label": "ops", "key": "k1"], zone: "vault", kind: "identity", id: "i", clock: t1, onlyNewFields: true))
+        XCTAssertEqual(EntityState().change(to: ["label": "new"], zone: "vault", kind: "key", id: "k", clock: t1, onlyNewFields: true)?.fields.count, 1)
+    }
+
     func testLogFileNamesSortAsTheirIndexAndStraysAreIgnored() {
         XCTAssertEqual(SyncEnvelope.fileName(42), "000000000042.tsr")
         XCTAssertEqual(SyncEnvelope.index(ofFile: "000000000042.tsr"), 42)

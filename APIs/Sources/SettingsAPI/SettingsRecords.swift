@@ -155,12 +155,13 @@ public struct SettingsValue: Codable, Sendable, Equatable {
 }
 
 extension SettingsRecordDeclaration {
-    /// The secret references `value` holds: (concrete field path, handle), non-empty handles only.
-    public func references(in value: JSONValue) -> [(path: String, handle: String)] {
+    /// The secret references `value` holds: (concrete field path, handle), non-empty handles
+    /// only unless `includingEmpty` (a reference field that is there but cleared).
+    public func references(in value: JSONValue, includingEmpty: Bool = false) -> [(path: String, handle: String)] {
         var found: [(String, String)] = []
         func walk(_ value: JSONValue, _ parts: ArraySlice<Substring>, _ path: String) {
             guard let part = parts.first else {
-                if case .string(let handle) = value, !handle.isEmpty { found.append((path, handle)) }
+                if case .string(let handle) = value, includingEmpty || !handle.isEmpty { found.append((path, handle)) }
                 return
             }
             guard case .object(let fields) = value else { return }

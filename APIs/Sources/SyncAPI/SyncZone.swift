@@ -71,12 +71,45 @@ public protocol SyncZone: Sendable {
     func inventory() async throws -> [SyncEntityRef: Int64]
     /// The entities' values now; an absent entity is missing from the answer.
     func values(of entities: [SyncEntityRef]) async throws -> [SyncEntityRef: [String: JSONValue]]
+    /// As `values(of:)`; with `secrets` (the user chose `sync zones --secrets on`) each
+    /// secret field is there too, as `SyncSecret.wrap(plaintext)`, and so are the entities
+    /// of `secretKinds`. Sync seals them under the sync key before they are stored or sent.
+    func values(of entities: [SyncEntityRef], secrets: Bool) async throws -> [SyncEntityRef: [String: JSONValue]]
+    /// Kinds that are all secret (SSH keys): synced only with secrets on, never compared,
+    /// applied or deleted otherwise.
+    var secretKinds: Set<String> { get }
     /// Applies agreed values (nil: delete), in one transaction, in an order where what an
     /// entity refers to comes first. A field whose value is null is cleared.
     func apply(_ changes: [(SyncEntityRef, [String: JSONValue]?)]) async throws -> [SyncEntityRef: SyncApplyOutcome]
     /// Yields after a local change was journaled in this process (a sync inside `serve`
     /// follows, debounced). A subscriber that falls behind gets one signal, never blocks a write.
     func journaled() -> AsyncStream<Void>
+}
+
+extension SyncZone {
+    public func values(of entities: [SyncEntityRef], secrets: Bool) async throws -> [SyncEntityRef: [String: JSONValue]] {
+        try await values(of: entities)
+    }
+    public var secretKinds: Set<String> { [] }
+}
+
+/// A secret field's value between a zone and sync, in memory only: `{"$secret": VALUE}`
+/// (VALUE null: there is none). Sync never stores or sends this form: it seals it first.
+/// An apply gets the form back, opened, only for a field the devices agreed on with
+/// secrets on; a field missing from an apply means "keep this device's own".
+public enum SyncSecret {
+    public static let marker = "$secret"
+
+    public static func wrap(_ plaintext: JSONValue) -> JSONValue { .object([marker: plaintext]) }
+
+    /// The plaintext inside `value` when it is the secret form.
+    public static func plaintext(_ value: JSONValue?) -> JSONValue? {
+        guard case .object(let fields)? = value, fields.count == 1, let inner = fields[marker] else { return nil }
+        return inner
+    }
+
+    /// Whether `value` is the secret form.
+    public static func isSecret(_ value: JSONValue?) -> Bool { plaintext(value) != nil }
 }
 
 /// Fans "something was journaled" out to every subscriber, each holding at most one

@@ -111,6 +111,11 @@ struct Invocation {
             case "--socket": inv.socketPath = try take(flag)
             case "--log-file": inv.logFile = try take(flag)
             case "--store": inv.storePath = try take(flag)
+            case "--secrets" where !rest.isEmpty && ["on", "off"].contains(inline ?? (index + 1 < argv.count ? argv[index + 1] : "")):
+                // After a command word, `--secrets on|off` is the command's switch (`sync
+                // zones --secrets on`), not the secret store's path: a store file named
+                // `on` is written `./on`, or given before the command.
+                rest.append(arg)
             case "--secrets": inv.secretsPath = try take(flag)
             case "--secrets-key": inv.secretsKeyPath = try take(flag)
             case "--secrets-passphrase-file": inv.passphraseFile = try take(flag)

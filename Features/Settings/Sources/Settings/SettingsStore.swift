@@ -339,29 +339,59 @@ struct SettingsStore: Sendable {
 
     /// Values the devices agreed on (sync's Settings zone), all in one transaction with no
     /// journal row (never sent back): each stored at the next revision, nil a reset. This
-    /// device keeps its own handle in every reference field the value also has.
-    func applyMerged(_ changes: [(SettingsRecordDeclaration, JSONValue?)]) throws -> [SettingsValue] {
-        try db.transaction {
-            let device = try deviceID
-            var applied: [SettingsValue] = []
-            for (declaration, incoming) in changes {
-                let row = try db.query("SELECT value, revision FROM settings_records WHERE key = ?", [declaration.key]).first
-                var value = incoming
-                if let remote = value, !declaration.secretReferences.isEmpty,
-                   let text = row?.string("value"), let local = try? JSONCoding.parse(Data(text.utf8), source: declaration.key) {
-                    let mine = Dictionary(declaration.references(in: local).map { ($0.path, $0.handle) }, uniquingKeysWith: { a, _ in a })
-                    var merged = remote
-                    for (path, handle) in mine {
-                        merged = Self.replacing(String(path.dropFirst(declaration.key.count + 1)), in: merged, with: .string(handle)) ?? merged
+    /// device keeps its own handle in every reference field the value also has, unless the
+    /// change carries that field's secret (`secrets`, by field path; nil: cleared — synced
+    /// with secrets on): then a secret that differs from this device's is stored under a
+    /// new handle. Secrets no longer referenced go once the transaction committed; those
+    /// stored for a transaction that failed go too.
+    func applyMerged(_ changes: [(SettingsRecordDeclaration, JSONValue?, [String: String?])]) throws -> [SettingsValue] {
+        var created: [String] = []
+        var obsolete: Set<String> = []
+        let applied: [SettingsValue]
+        do {
+            applied = try db.transaction {
+                let device = try deviceID
+                var applied: [SettingsValue] = []
+                for (declaration, incoming, secrets) in changes {
+                    let row = try db.query("SELECT value, revision FROM settings_records WHERE key = ?", [declaration.key]).first
+                    let before = try storedHandles(declaration)
+                    var value = incoming
+                    if let remote = value, !declaration.secretReferences.isEmpty {
+                        let local = row?.string("value").flatMap { try? JSONCoding.parse(Data($0.utf8), source: declaration.key) }
+                        let mine = Dictionary((local.map { declaration.references(in: $0) } ?? []).map { (String($0.path.dropFirst(declaration.key.count + 1)), $0.handle) },
+                                              uniquingKeysWith: { a, _ in a })
+                        var merged = remote
+                        for (field, handle) in mine where secrets[field] == nil {
+                            merged = Self.replacing(field, in: merged, with: .string(handle)) ?? merged
+                        }
+                        for (field, plaintext) in secrets {
+                            var handle = ""
+                            if let plaintext {
+                                if let own = mine[field], readable(own, key: declaration.key, path: declaration.key + "." + field),
+                                   try self.secrets.secret(own).withPlaintext({ $0 == plaintext }) {
+                                    handle = own
+                                } else {
+                                    handle = try self.secrets.store(Secret(plaintext), purpose: Self.secretPurpose(declaration.key, field))
+                                    created.append(handle)
+                                }
+                            }
+                            merged = Self.replacing(field, in: merged, with: .string(handle)) ?? merged
+                        }
+                        value = merged
                     }
-                    value = merged
+                    let text = try value.map { String(decoding: try JSONCoding.encode($0), as: UTF8.self) }
+                    try store(declaration.key, text, revision: (row?.int("revision") ?? 0) + 1, device: device)
+                    obsolete.formUnion(before.subtracting(try storedHandles(declaration)))
+                    applied.append(try current(declaration))
                 }
-                let text = try value.map { String(decoding: try JSONCoding.encode($0), as: UTF8.self) }
-                try store(declaration.key, text, revision: (row?.int("revision") ?? 0) + 1, device: device)
-                applied.append(try current(declaration))
+                return applied
             }
-            return applied
+        } catch {
+            for handle in created { try? secrets.delete(handle) }
+            throw error
         }
+        for handle in obsolete { try? secrets.delete(handle) }
+        return applied
     }
 
     /// A record's row as given (nil: a tombstone), with its revision and writing device.

@@ -60,13 +60,17 @@ struct SyncEngine: Sendable {
             // A zone's first sync after a set-up takes the folder in before it sends what this
             // device has: what the folder already holds wins over this device's copy (the
             // folder beats the baseline), so a stale copy never overwrites later changes.
-            var fresh: [(String, any SyncZone)] = []
+            // The same after secrets were switched on, for the secret fields only: a secret
+            // the devices already agreed on wins over this device's own.
+            let sealer = config.secrets ? SecretSealer(key: key) : nil
+            var fresh: [(String, any SyncZone, Mode)] = []
             for (name, zone) in enabled {
-                if try await onStore({ try store.cursor(name).inventoried }) {
-                    try await capture(name, zone, config, key, &clock)
-                } else {
-                    fresh.append((name, zone))
+                let cursor = try await onStore { try store.cursor(name) }
+                if cursor.inventoried {
+                    // Until the rescan, this device's secrets wait for the folder's.
+                    try await capture(name, zone, config, key, cursor.rescan ? nil : sealer, .journal, &clock)
                 }
+                if !cursor.inventoried || (cursor.rescan && sealer != nil) { fresh.append((name, zone, cursor.inventoried ? .rescan : .baseline)) }
             }
             var touched: [String: Set<SyncEntityRef>] = [:]
             let devices = try await folder.list(config.path, limit: 100_000)?.filter { SyncEnvelope.isDeviceID($0) && $0 != config.device } ?? []
@@ -75,11 +79,11 @@ struct SyncEngine: Sendable {
                     try await fetch(device, name, folder, config, key, &clock, &touched[name, default: []], &counts)
                 }
             }
-            for (name, zone) in fresh {
-                let known = try await capture(name, zone, config, key, &clock)
+            for (name, zone, mode) in fresh {
+                let known = try await capture(name, zone, config, key, sealer, mode, &clock)
                 touched[name, default: []].formUnion(known)
             }
-            for (name, zone) in enabled { counts.applied += try await apply(name, zone, touched[name] ?? []) }
+            for (name, zone) in enabled { counts.applied += try await apply(name, zone, sealer, touched[name] ?? []) }
             let last = clock.last
             try await onStore { try store.saveClock(last) }
             counts.sent = try await send(folder, config)
@@ -118,18 +122,31 @@ struct SyncEngine: Sendable {
 
     // MARK: Capture
 
-    /// Seals what changed here since the zone's cursor. On the zone's first sync (after the
-    /// fetch) it is every entity the zone holds, except those the folder already has: those
-    /// are returned, for the apply to bring this device's copy in line.
+    /// What a capture takes in.
+    enum Mode {
+        /// The journal's changes since the zone's cursor.
+        case journal
+        /// The zone's first sync, after the fetch: every entity, except those the folder has.
+        case baseline
+        /// The first sync after secrets were switched on, after the fetch: every entity's
+        /// fields the devices have not agreed on yet (its secrets), nothing else.
+        case rescan
+    }
+
+    /// Seals what changed here since the zone's cursor (`sealer`: with secrets, sealed under
+    /// the sync key; nil: without them). A baseline returns the entities the folder already
+    /// has, for the apply to bring this device's copy in line; a rescan marks every entity
+    /// for the apply (the secrets the devices agreed on come in).
     @discardableResult
-    private func capture(_ name: String, _ zone: any SyncZone, _ config: SyncConfig, _ key: SymmetricKey, _ clock: inout HybridClock) async throws -> [SyncEntityRef] {
-        let (start, inventoried) = try await onStore { try store.cursor(name) }
+    private func capture(_ name: String, _ zone: any SyncZone, _ config: SyncConfig, _ key: SymmetricKey, _ sealer: SecretSealer?, _ mode: Mode,
+                         _ clock: inout HybridClock) async throws -> [SyncEntityRef] {
+        let (start, _, _) = try await onStore { try store.cursor(name) }
         // Each entity with the time of its latest change here: the journal's, or the row's
         // own for what the first sync finds already there.
         var changed: [SyncEntityRef: Int64] = [:]
-        if !inventoried { changed = try await zone.inventory() }
+        if mode != .journal { changed = try await zone.inventory() }
         var cursor = start
-        while true {
+        while mode != .rescan {
             let changes = try await zone.changes(after: cursor, limit: 5_000)
             changed.merge(changes.changed) { max($0, $1) }
             if changes.snapshot {
@@ -140,33 +157,40 @@ struct SyncEngine: Sendable {
             cursor = changes.cursor
             guard changes.more, changed.count <= Self.maximumEntries else { break }
         }
-        if changed.isEmpty && inventoried && cursor == start { return [] }
+        // Keys and other all-secret kinds only with secrets on.
+        if sealer == nil && !zone.secretKinds.isEmpty { changed = changed.filter { !zone.secretKinds.contains($0.key.kind) } }
+        if changed.isEmpty && mode == .journal && cursor == start { return [] }
         // Stamped in the order they were made, each no earlier than its change: a later
         // edit on another device outranks this one, an earlier one does not.
         let found = changed.sorted { ($0.value, $0.key) < ($1.value, $1.key) }.map(\.key)
         let stamps = Dictionary(uniqueKeysWithValues: found.map { ($0, clock.tick(now: changed[$0] ?? 0)) })
-        let values = try await zone.values(of: found)
+        let plain = try await zone.values(of: found, secrets: sealer != nil)
         let last = clock.last
         let ending = cursor
         let device = config.device
-        let baseline = !inventoried
         let known: [SyncEntityRef] = try await onStore {
             try store.db.transaction {
                 let states = try store.states(name, found)
-                let known = baseline ? found.filter { states[$0] != nil } : []
+                let values = try Self.sealing(plain, states, zone: name, sealer)
+                let known = mode == .baseline ? found.filter { states[$0] != nil } : []
                 let skipped = Set(known)
                 var records: [SyncRecord] = []
                 var changed: [SyncEntityRef: EntityState] = [:]
                 for entity in found where !skipped.contains(entity) {
                     var state = states[entity] ?? EntityState()
                     guard let stamp = stamps[entity],
-                          let record = state.change(to: values[entity], zone: name, kind: entity.kind, id: entity.id, clock: stamp) else { continue }
+                          let record = state.change(to: values[entity], zone: name, kind: entity.kind, id: entity.id, clock: stamp,
+                                                    onlyNewFields: mode == .rescan) else { continue }
                     state.merge(record)
                     changed[entity] = state
                     records.append(record)
                 }
                 try store.save(name, changed)
                 for entity in known { try store.setPending(name, entity, SyncEngine.notYetApplied) }
+                if mode == .rescan {
+                    for entity in try store.entities(name) { try store.setPending(name, entity, SyncEngine.notYetApplied) }
+                    try store.rescanned(name)
+                }
                 var index = try store.lastOutgoing(name, device: device)
                 for start in stride(from: 0, to: records.count, by: Self.recordsPerFile) {
                     index += 1
@@ -240,20 +264,37 @@ struct SyncEngine: Sendable {
 
     // MARK: Apply
 
-    private func apply(_ name: String, _ zone: any SyncZone, _ touched: Set<SyncEntityRef>) async throws -> Int {
+    /// With secrets off (`sealer` nil), sealed fields are carried in the agreed state but
+    /// neither compared nor applied, and all-secret kinds are left alone: this device keeps
+    /// its own. With secrets on, the agreed sealed values are compared sealed and opened
+    /// only to hand them to the zone.
+    private func apply(_ name: String, _ zone: any SyncZone, _ sealer: SecretSealer?, _ touched: Set<SyncEntityRef>) async throws -> Int {
         let pending = try await onStore { try store.pending(name) + store.quarantinedEntities(name) }
         let entities = Array(touched.union(pending)).sorted()
         guard !entities.isEmpty else { return 0 }
         let states = try await onStore { try store.states(name, entities) }
-        let current = try await zone.values(of: entities)
+        let current = try Self.sealing(try await zone.values(of: entities, secrets: sealer != nil), states, zone: name, sealer)
         var changes: [(SyncEntityRef, [String: JSONValue]?)] = []
         var settled: [SyncEntityRef] = []
+        var unopened: [SyncEntityRef: SyncApplyOutcome] = [:]
         for entity in entities {
-            let desired = states[entity]?.value
-            if Self.same(desired, current[entity]) { settled.append(entity) } else { changes.append((entity, desired)) }
+            if sealer == nil && zone.secretKinds.contains(entity.kind) { settled.append(entity); continue }
+            var desired = states[entity]?.value
+            if sealer == nil { desired = desired?.filter { !SecretSealer.isSealed($0.value) } }
+            if Self.same(desired, current[entity]) { settled.append(entity); continue }
+            guard let sealer, let sealed = desired else { changes.append((entity, desired)); continue }
+            do {
+                var opened = sealed
+                for (field, value) in sealed where SecretSealer.isSealed(value) {
+                    opened[field] = SyncSecret.wrap(try sealer.open(value, zone: name, kind: entity.kind, id: entity.id, field: field))
+                }
+                changes.append((entity, opened))
+            } catch {
+                unopened[entity] = .invalid(TermindError.from(error).message)
+            }
         }
-        let outcomes = changes.isEmpty ? [:] : try await zone.apply(changes)
-        let (settledNow, changed) = (settled, changes.map(\.0))
+        let outcomes = (changes.isEmpty ? [:] : try await zone.apply(changes)).merging(unopened) { a, _ in a }
+        let (settledNow, changed) = (settled, changes.map(\.0) + unopened.keys)
         return try await onStore {
             var applied = 0
             try store.db.transaction {
@@ -278,6 +319,24 @@ struct SyncEngine: Sendable {
             }
             return applied
         }
+    }
+
+    /// The zone's values as sync keeps them: each secret sealed for its field (the agreed
+    /// sealed value kept where it seals the same plaintext), or dropped without a sealer.
+    static func sealing(_ values: [SyncEntityRef: [String: JSONValue]], _ states: [SyncEntityRef: EntityState], zone: String,
+                        _ sealer: SecretSealer?) throws -> [SyncEntityRef: [String: JSONValue]] {
+        var result: [SyncEntityRef: [String: JSONValue]] = [:]
+        for (entity, fields) in values {
+            var kept: [String: JSONValue] = [:]
+            for (field, value) in fields {
+                guard let plaintext = SyncSecret.plaintext(value) else { kept[field] = value; continue }
+                guard let sealer else { continue }
+                kept[field] = try sealer.seal(plaintext, zone: zone, kind: entity.kind, id: entity.id, field: field,
+                                              previous: states[entity]?.fields[field]?.value)
+            }
+            result[entity] = kept
+        }
+        return result
     }
 
     /// Values agree when every field does, a missing field counting as null (a cleared one).

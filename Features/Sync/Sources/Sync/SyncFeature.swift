@@ -53,9 +53,6 @@ final class SyncFeature: Feature {
         registrar.handle(SyncContracts.Pause.self) { [self] _, _ in try await change(paused: true) }
         registrar.handle(SyncContracts.Resume.self) { [self] _, _ in try await change(paused: false) }
         registrar.handle(SyncContracts.Zones.self) { [self] request, _ in
-            if request.secrets == .on {
-                throw TermindError(.syncInvalid, "--secrets on: syncing passwords, passphrases and keys is not available in this version; they stay on each device.")
-            }
             var zones: [String: Bool]?
             let asked: [(String, SyncSwitch?)] = [("vault", request.vault), ("settings", request.settings), ("metrics", request.metrics)]
             if asked.contains(where: { $0.1 != nil }) {
@@ -66,17 +63,17 @@ final class SyncFeature: Feature {
                 for case (let name, let value?) in asked { now[name] = value == .on }
                 zones = now
             }
-            return try await change(zones: zones)
+            return try await change(secrets: request.secrets.map { $0 == .on }, zones: zones)
         }
     }
 
-    private func change(paused: Bool? = nil, zones: [String: Bool]? = nil) async throws -> SyncStatus {
+    private func change(paused: Bool? = nil, secrets: Bool? = nil, zones: [String: Bool]? = nil) async throws -> SyncStatus {
         let p = try current()
         try await BlockingExecutor.store.run {
             guard try p.store.config() != nil else {
                 throw TermindError(.syncNotConfigured, "Sync is not set up on this device: run 'termind sync setup HOST:PATH' first.")
             }
-            try p.store.update(paused: paused, zones: zones)
+            try p.store.update(paused: paused, secrets: secrets, zones: zones)
         }
         return try await SyncStatusReader(store: p.store, zones: p.zones).status()
     }

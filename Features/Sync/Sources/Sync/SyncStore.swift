@@ -59,6 +59,9 @@ enum SyncSchema {
                 reason TEXT NOT NULL,
                 at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')));
             """),
+        Migration(2, "a rescan after secrets were switched on", """
+            ALTER TABLE sync_cursors ADD COLUMN rescan INTEGER NOT NULL DEFAULT 0;
+            """),
     ])
 }
 
@@ -118,7 +121,11 @@ struct SyncStore: Sendable {
     func update(paused: Bool? = nil, secrets: Bool? = nil, zones: [String: Bool]? = nil) throws {
         try db.transaction {
             if let paused { try db.execute("UPDATE sync_config SET paused = ?", [paused]) }
-            if let secrets { try db.execute("UPDATE sync_config SET secrets = ?", [secrets]) }
+            if let secrets {
+                // Switched on: every zone's next sync takes in the secrets it had left out.
+                if secrets, try config()?.secrets == false { try db.execute("UPDATE sync_cursors SET rescan = 1") }
+                try db.execute("UPDATE sync_config SET secrets = ?", [secrets])
+            }
             if let zones { try db.execute("UPDATE sync_config SET zones = ?", [String(decoding: try JSONCoding.encode(zones), as: UTF8.self)]) }
         }
     }
@@ -178,10 +185,12 @@ struct SyncStore: Sendable {
 
     // MARK: Cursors and logs
 
-    func cursor(_ zone: String) throws -> (cursor: Int64, inventoried: Bool) {
-        guard let row = try db.query("SELECT cursor, inventoried FROM sync_cursors WHERE zone = ?", [zone]).first else { return (0, false) }
-        return (Int64(try row.integer("cursor")), try row.integer("inventoried") == 1)
+    func cursor(_ zone: String) throws -> (cursor: Int64, inventoried: Bool, rescan: Bool) {
+        guard let row = try db.query("SELECT cursor, inventoried, rescan FROM sync_cursors WHERE zone = ?", [zone]).first else { return (0, false, false) }
+        return (Int64(try row.integer("cursor")), try row.integer("inventoried") == 1, try row.integer("rescan") == 1)
     }
+
+    func rescanned(_ zone: String) throws { try db.execute("UPDATE sync_cursors SET rescan = 0 WHERE zone = ?", [zone]) }
 
     func setCursor(_ zone: String, _ cursor: Int64) throws {
         try db.execute("""

@@ -148,19 +148,24 @@ public struct EntityState: Codable, Equatable, Sendable {
     /// Fields that differ get the new clock; a field the entity no longer has is an explicit
     /// clear (null). Equal values are no change, so applying a remote record and reading it
     /// back never writes it out again (no echo).
-    public func change(to current: [String: JSONValue]?, zone: String, kind: String, id: String, clock: HLC) -> SyncRecord? {
+    ///
+    /// A sealed secret the entity lacks is not a clear: a device with secrets off never
+    /// has them. `onlyNewFields` (the first sync after secrets were switched on) adds the
+    /// fields the devices have not agreed on yet and changes nothing they have.
+    public func change(to current: [String: JSONValue]?, zone: String, kind: String, id: String, clock: HLC, onlyNewFields: Bool = false) -> SyncRecord? {
         guard let current else {
-            return isLive ? SyncRecord(zone: zone, kind: kind, id: id, op: .delete, fields: [:], clock: clock, device: clock.device) : nil
+            return isLive && !onlyNewFields ? SyncRecord(zone: zone, kind: kind, id: id, op: .delete, fields: [:], clock: clock, device: clock.device) : nil
         }
         let synced = value
+        if onlyNewFields && synced == nil && (!fields.isEmpty || deleted != nil) { return nil }
         var fields = synced == nil ? [:] : self.fields
         var changed = false
-        for (name, new) in current where synced?[name] != new {
+        for (name, new) in current where synced?[name] != new && (!onlyNewFields || synced?[name] == nil) {
             fields[name] = .init(value: new, clock: clock)
             changed = true
         }
-        if let synced {
-            for (name, old) in synced where current[name] == nil && old != .null {
+        if let synced, !onlyNewFields {
+            for (name, old) in synced where current[name] == nil && old != .null && !SecretSealer.isSealed(old) {
                 fields[name] = .init(value: .null, clock: clock)
                 changed = true
             }

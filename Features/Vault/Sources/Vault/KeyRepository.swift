@@ -82,6 +82,7 @@ struct KeyRepository: Sendable {
                     VALUES (?, ?, ?, ?, ?, ?, ?)
                     """, [id, label, key.algorithm.rawValue, key.publicKey.bits, key.publicKey.fingerprintSHA256,
                           key.publicKey.openSSHLine(comment: key.comment.isEmpty ? nil : key.comment), handle])
+                try VaultJournal.changed(db, "key", id)
             }
         } catch {
             try? secrets.delete(handle)
@@ -97,7 +98,10 @@ struct KeyRepository: Sendable {
             throw TermindError(.vaultKeyInUse, "Key '\(key.label)' is used by \(users.count == 1 ? "identity" : "identities") \(users.map { "'\($0)'" }.joined(separator: ", ")); detach it first.")
         }
         let handle = try db.query("SELECT private_handle FROM vault_keys WHERE id = ?", [key.id]).first?.string("private_handle")
-        try db.execute("DELETE FROM vault_keys WHERE id = ?", [key.id])
+        try db.transaction {
+            try db.execute("DELETE FROM vault_keys WHERE id = ?", [key.id])
+            try VaultJournal.changed(db, "key", key.id)
+        }
         if let handle { try? secrets.delete(handle) }
         return key.id
     }

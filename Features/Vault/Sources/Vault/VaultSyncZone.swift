@@ -26,15 +26,16 @@ enum VaultJournal {
     static let signal = SyncJournalSignal()
 }
 
-/// `vault.sync`: the Vault's zone for sync — hosts, identities (label and user name: their
-/// passwords and keys are secrets and stay here), snippets, workspace templates and host
-/// keys trusted for good. Changes come from
+/// `vault.sync`: the Vault's zone for sync — hosts, identities (label and user name; with
+/// secrets on, their password and key too), SSH keys (secret: only with secrets on),
+/// snippets, workspace templates and host keys trusted for good. Changes come from
 /// `vault_sync_outbox`, which every write fills in the same transaction (`VaultJournal`).
 struct VaultSyncZone: SyncZone {
     let vault: VaultFeature
     var zone: String { "vault" }
 
-    static let kinds = ["identity", "host", "snippet", "workspace", "knownhost"]
+    static let kinds = ["key", "identity", "host", "snippet", "workspace", "knownhost"]
+    var secretKinds: Set<String> { ["key"] }
 
     func changes(after cursor: Int64, limit: Int) async throws -> SyncChanges {
         try await BlockingExecutor.store.run { [vault] in
@@ -63,6 +64,9 @@ struct VaultSyncZone: SyncZone {
         try await BlockingExecutor.store.run { [vault] in
             let db = try vault.database()
             var all: [SyncEntityRef: Int64] = [:]
+            for row in try db.query("SELECT id, \(SyncChanges.millisecondsSQL("created_at")) AS at FROM vault_keys") {
+                all[SyncEntityRef(kind: "key", id: try row.text("id"))] = Int64(try row.integer("at"))
+            }
             for (kind, table) in [("identity", "vault_identities"), ("host", "vault_hosts"), ("snippet", "vault_snippets"), ("workspace", "vault_workspaces")] {
                 for row in try db.query("SELECT id, \(SyncChanges.millisecondsSQL("updated_at")) AS at FROM \(table)") {
                     all[SyncEntityRef(kind: kind, id: try row.text("id"))] = Int64(try row.integer("at"))
@@ -77,13 +81,42 @@ struct VaultSyncZone: SyncZone {
     }
 
     func values(of entities: [SyncEntityRef]) async throws -> [SyncEntityRef: [String: JSONValue]] {
-        try await BlockingExecutor.store.run { [vault] in
+        try await values(of: entities, secrets: false)
+    }
+
+    func values(of entities: [SyncEntityRef], secrets withSecrets: Bool) async throws -> [SyncEntityRef: [String: JSONValue]] {
+        let secrets = try vault.secretStore()
+        return try await BlockingExecutor.store.run { [vault] in
             let db = try vault.database()
             var values: [SyncEntityRef: [String: JSONValue]] = [:]
             for entity in entities {
-                if let value = try Self.value(of: entity, db) { values[entity] = value }
+                if var value = try Self.value(of: entity, db) {
+                    if withSecrets { try Self.addSecrets(of: entity, to: &value, db, secrets) }
+                    values[entity] = value
+                }
             }
             return values
+        }
+    }
+
+    /// An identity's password and key, a key's private part, in sync's secret form (read
+    /// only when the user chose to sync secrets; sync seals them before they go anywhere).
+    static func addSecrets(of entity: SyncEntityRef, to value: inout [String: JSONValue], _ db: Database, _ secrets: SecretStore) throws {
+        switch entity.kind {
+        case "identity":
+            guard let row = try db.query("SELECT password_handle, key_id FROM vault_identities WHERE id = ?", [entity.id]).first else { return }
+            // A password whose secret cannot be read here is left out (never sent as cleared).
+            if let handle = row.string("password_handle") {
+                if let password = try? secrets.secret(handle) { value["password"] = SyncSecret.wrap(password.withPlaintext { .string($0) }) }
+            } else {
+                value["password"] = SyncSecret.wrap(.null)
+            }
+            value["key"] = SyncSecret.wrap(row.string("key_id").map(JSONValue.string) ?? .null)
+        case "key":
+            guard let handle = try db.query("SELECT private_handle FROM vault_keys WHERE id = ?", [entity.id]).first?.string("private_handle") else { return }
+            if let key = try? secrets.secret(handle) { value["private"] = SyncSecret.wrap(key.withPlaintext { .string($0) }) }
+        default:
+            return
         }
     }
 
@@ -99,6 +132,10 @@ struct VaultSyncZone: SyncZone {
                 "tags": .array(host.tags.map(JSONValue.string)), "shellIntegration": .string(host.shellIntegration.rawValue),
                 "forwardAgent": .bool(host.forwardAgent == true),
             ]
+        case "key":
+            // Its label only: the rest is the private key (a secret) and what it implies.
+            guard let row = try db.query("SELECT label FROM vault_keys WHERE id = ?", [entity.id]).first else { return nil }
+            return ["label": .string(try row.text("label"))]
         case "identity":
             guard let row = try db.query("SELECT label, username FROM vault_identities WHERE id = ?", [entity.id]).first else { return nil }
             return ["label": .string(try row.text("label")), "username": .string(try row.text("username"))]
@@ -122,14 +159,18 @@ struct VaultSyncZone: SyncZone {
     }
 
     func apply(_ changes: [(SyncEntityRef, [String: JSONValue]?)]) async throws -> [SyncEntityRef: SyncApplyOutcome] {
+        let secrets = try vault.secretStore()
         let (outcomes, handles, hosts) = try await BlockingExecutor.store.run { [vault] in
             let db = try vault.database()
-            return try db.transaction {
-                var apply = VaultSyncApply(db: db)
-                return try apply.run(changes)
+            var apply = VaultSyncApply(db: db, secrets: secrets)
+            do {
+                return try db.transaction { try apply.run(changes) }
+            } catch {
+                // Secrets stored for a transaction that did not commit.
+                for handle in apply.created { try? secrets.delete(handle) }
+                throw error
             }
         }
-        let secrets = try vault.secretStore()
         for handle in handles { try? secrets.delete(handle) }
         for (host, deleted) in hosts { vault.hostChanges.send(HostChange(host: host, deleted: deleted, affected: [host])) }
         return outcomes
@@ -141,12 +182,19 @@ struct VaultSyncZone: SyncZone {
 /// the same apply frees it.
 private struct VaultSyncApply {
     let db: Database
+    let secrets: SecretStore
     var outcomes: [SyncEntityRef: SyncApplyOutcome] = [:]
-    /// Password handles of deleted identities, deleted from the secret store after commit.
+    /// Secrets no longer referenced (deleted or replaced passwords and keys), deleted from
+    /// the secret store after commit.
     var handles: [String] = []
+    /// Secrets stored by this apply: deleted again if its transaction fails.
+    var created: [String] = []
     var hosts: [(String, Bool)] = []
 
-    init(db: Database) { self.db = db }
+    init(db: Database, secrets: SecretStore) {
+        self.db = db
+        self.secrets = secrets
+    }
 
     /// Every change is tried; those that waited for another (a label a deletion frees, an
     /// identity a put brings, a host another host routes through) are tried again while any
@@ -157,11 +205,13 @@ private struct VaultSyncApply {
             // reference order, then identities' deletions (their hosts are gone by then).
             switch (change.0.kind, change.1 == nil) {
             case ("host", true), ("snippet", true): 0
-            case ("identity", false): 1
-            case ("host", false): 2
-            case ("snippet", false), ("workspace", false), ("knownhost", false): 3
+            case ("key", false): 1
+            case ("identity", false): 2
+            case ("host", false): 3
+            case ("snippet", false), ("workspace", false), ("knownhost", false): 4
             case ("workspace", true), ("knownhost", true): 0
-            default: 4
+            case ("identity", true): 5
+            default: 6
             }
         }
         var waiting = changes.sorted { rank($0) < rank($1) }
@@ -181,6 +231,7 @@ private struct VaultSyncApply {
     private mutating func change(_ entity: SyncEntityRef, _ value: [String: JSONValue]?) throws -> SyncApplyOutcome {
         guard let value else { return try delete(entity) }
         switch entity.kind {
+        case "key": return try putKey(entity.id, value)
         case "identity": return try putIdentity(entity.id, value)
         case "host": return try putHost(entity.id, value)
         case "snippet": return try putSnippet(entity.id, value)
@@ -231,17 +282,75 @@ private struct VaultSyncApply {
         try !db.query("SELECT 1 FROM \(table) WHERE id = ?", [id]).isEmpty
     }
 
+    /// A secret field as the apply gets it: absent (keep this device's own), or the
+    /// plaintext the devices agreed on, null meaning none.
+    private func secret(_ value: [String: JSONValue], _ field: String) throws -> String?? {
+        guard let present = value[field] else { return .none }
+        guard let plaintext = SyncSecret.plaintext(present) else { throw TermindError.badRequest("\(field): a secret field that is not in secret form") }
+        switch plaintext {
+        case .null: return .some(nil)
+        case .string(let text): return .some(text)
+        default: throw TermindError.badRequest("\(field): a secret that is not text")
+        }
+    }
+
     private mutating func putIdentity(_ id: String, _ value: [String: JSONValue]) throws -> SyncApplyOutcome {
         let label = try VaultValidation.label(try required(value, "label"))
         let username = try VaultValidation.user(try required(value, "username"), field: "username")
         if let owner = try labelOwner("vault_identities", label), owner != id {
             return .invalid("label: '\(label)' is already used by another identity here (\(owner))")
         }
+        let password = try secret(value, "password")
+        let key = try secret(value, "key")
+        if case .some(.some(let keyID)) = key, try !exists("vault_keys", keyID) { return .unresolved("waits for key \(keyID)") }
+        if case .some(.some(let text)) = password, text.isEmpty { return .invalid("password: empty") }
         try db.execute("""
             INSERT INTO vault_identities (id, label, username) VALUES (?, ?, ?)
             ON CONFLICT (id) DO UPDATE SET label = excluded.label, username = excluded.username,
                 updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
             """, [id, label, username])
+        if case .some(let keyID) = key { try db.execute("UPDATE vault_identities SET key_id = ? WHERE id = ?", [keyID, id]) }
+        if case .some(let text) = password {
+            let old = try db.query("SELECT password_handle FROM vault_identities WHERE id = ?", [id]).first?.string("password_handle")
+            let same = try old.map { try secrets.secret($0).withPlaintext { $0 } } == text
+            if !same {
+                let handle = try text.map { text in try secrets.store(Secret(text), purpose: "identity.password") }
+                if let handle { created.append(handle) }
+                try db.execute("UPDATE vault_identities SET password_handle = ? WHERE id = ?", [handle, id])
+                if let old { handles.append(old) }
+            }
+        }
+        return .applied
+    }
+
+    /// An SSH key (secrets on only): its private part must parse; what the database keeps
+    /// of it (algorithm, fingerprint, public line) is derived here, not taken from the record.
+    private mutating func putKey(_ id: String, _ value: [String: JSONValue]) throws -> SyncApplyOutcome {
+        let label = try VaultValidation.label(try required(value, "label"))
+        guard !label.isEmpty else { return .invalid("label: empty") }
+        guard case .some(.some(let text)) = try secret(value, "private") else { return .invalid("private: missing") }
+        let key: SSHPrivateKey
+        do {
+            key = try SSHPrivateKey.parse(Secret(text), passphrase: nil)
+        } catch {
+            return .invalid("private: not an unencrypted private key")
+        }
+        if let owner = try labelOwner("vault_keys", label), owner != id {
+            return .invalid("label: '\(label)' is already used by another key here (\(owner))")
+        }
+        if let row = try db.query("SELECT fingerprint FROM vault_keys WHERE id = ?", [id]).first {
+            guard try row.text("fingerprint") == key.publicKey.fingerprintSHA256 else {
+                return .invalid("private: another key than the one this id names here")
+            }
+            try db.execute("UPDATE vault_keys SET label = ? WHERE id = ?", [label, id])
+            return .applied
+        }
+        let handle = try secrets.store(key.openSSHPrivateKeyText(), purpose: "key.private")
+        created.append(handle)
+        try db.execute("""
+            INSERT INTO vault_keys (id, label, algorithm, bits, fingerprint, public_key, private_handle) VALUES (?, ?, ?, ?, ?, ?, ?)
+            """, [id, label, key.algorithm.rawValue, key.publicKey.bits, key.publicKey.fingerprintSHA256,
+                  key.publicKey.openSSHLine(comment: key.comment.isEmpty ? nil : key.comment), handle])
         return .applied
     }
 
@@ -344,6 +453,13 @@ private struct VaultSyncApply {
                 handles.append(handle)
             }
             try db.execute("DELETE FROM vault_identities WHERE id = ?", [entity.id])
+        case "key":
+            let users = try db.query("SELECT label FROM vault_identities WHERE key_id = ?", [entity.id]).compactMap { $0.string("label") }
+            guard users.isEmpty else { return .unresolved("used by identity \(users.joined(separator: ", ")) here") }
+            if let handle = try db.query("SELECT private_handle FROM vault_keys WHERE id = ?", [entity.id]).first?.string("private_handle") {
+                handles.append(handle)
+            }
+            try db.execute("DELETE FROM vault_keys WHERE id = ?", [entity.id])
         case "snippet":
             try db.execute("DELETE FROM vault_snippets WHERE id = ?", [entity.id])
         case "workspace":
