@@ -137,6 +137,33 @@ final class SSHConnectionTests: XCTestCase {
         XCTAssertEqual(Set(outcomes), ["ssh.closed"], "\(outcomes)")
     }
 
+    /// Engine-confined state is checked, not promised: the check knows the engine's thread
+    /// from any other (debug builds stop where `EngineBound` is touched elsewhere), a handed-
+    /// off value is taken once, and the engine's own operations use what they confine.
+    func testEngineConfinementKnowsTheEngineThreadFromAnyOther() async throws {
+        let connection = try await connect()
+        let engine = connection.engine
+        XCTAssertFalse(engine.isOnEngineThread, "a test task is not the engine thread")
+        let detached = await Task.detached { engine.isOnEngineThread }.value
+        XCTAssertFalse(detached)
+        XCTAssertFalse(DispatchQueue.global().sync { engine.isOnEngineThread })
+        let bound = EngineBound(0, engine: engine)
+        let seen = try await engine.run("Counting on the engine") { _ -> Bool? in
+            bound.value += 41
+            bound.value += 1
+            return engine.isOnEngineThread && bound.value == 42
+        }
+        XCTAssertTrue(seen, "inside an operation the engine's thread is recognised and the bound value used")
+        // Another connection's engine is another thread.
+        let other = try await connect()
+        let crossed = try await other.engine.run("Asking from the other engine") { _ -> Bool? in engine.isOnEngineThread }
+        XCTAssertFalse(crossed)
+        let handOff = HandOff("token")
+        XCTAssertEqual(handOff.take(), "token")
+        await other.close()
+        await connection.close()
+    }
+
     /// The connection's engine thread is named (top -H, perf) and runs at the process's own
     /// priority, as ssh(1) does, even when opened from user-initiated work: it started at
     /// that Dispatch worker's nice -2, under its name. (The priority part can only fail where

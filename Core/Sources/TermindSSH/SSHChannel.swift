@@ -272,7 +272,7 @@ final class ChannelState: @unchecked Sendable {
     }
 
     func enqueue(_ data: Data, wake engine: SessionEngine) async throws {
-        let token = UncheckedBox<UInt64?>(nil)
+        let token = SharedSlot<UInt64?>(nil)
         try await withTaskCancellationHandler {
             try await queueInput(data, wake: engine, token: token)
         } onCancel: {
@@ -285,7 +285,7 @@ final class ChannelState: @unchecked Sendable {
         }
     }
 
-    private func queueInput(_ data: Data, wake engine: SessionEngine, token: UncheckedBox<UInt64?>) async throws {
+    private func queueInput(_ data: Data, wake engine: SessionEngine, token: SharedSlot<UInt64?>) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
             let immediate: Result<Void, Error>? = lock.withLock {
                 if let failure { return .failure(failure) }

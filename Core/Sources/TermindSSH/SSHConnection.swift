@@ -358,7 +358,7 @@ public final class SSHConnection: Sendable {
         let pump = ChannelPump(channel: channel, state: state, endpoint: endpoint, hangup: hangup, local: local, tap: terminal)
         // Before the engine has the pump: no other thread touches it yet.
         if let linking, terminal != nil { pump.install(linking) { engine.wake() } }
-        let handle = UncheckedBox(channel)
+        let handle = EngineBound(channel, engine: engine)
         let deadline = DispatchTime.now() + deadlines.channel
         var agentForwarded = false
         do {
@@ -384,7 +384,7 @@ public final class SSHConnection: Sendable {
             if let socket = forwardAgent {
                 // Asked on the first channel that wants it; another one waits for that answer
                 // (sshd refuses a second request, and forwards to every session after the first).
-                let asker = UncheckedBox(false)
+                let asker = EngineBound(false, engine: engine)
                 agentForwarded = try await engine.run("Requesting agent forwarding", lane: pump, deadline: deadline) { session -> Bool? in
                     switch engine.agentForwarding {
                     case .enabled: return true
@@ -606,17 +606,16 @@ public final class SSHConnection: Sendable {
     private func openRawChannel(_ what: String, answerMayBeSlow: Bool = false, _ open: @escaping (OpaquePointer) -> OpaquePointer?) async throws -> OpaquePointer {
         let engine = self.engine
         let endpoint = engine.endpoint
-        let box = try await engine.run(what, deadline: .now() + deadlines.channel, answerMayBeSlow: answerMayBeSlow, discard: { (late: UncheckedBox<OpaquePointer>) in
+        return try await engine.run(what, deadline: .now() + deadlines.channel, answerMayBeSlow: answerMayBeSlow, discard: { (late: OpaquePointer) in
             let state = ChannelState(limit: 0)
             state.requestClose()
-            engine.attach(ChannelPump(channel: late.value, state: state, endpoint: endpoint))
-        }) { session -> UncheckedBox<OpaquePointer>? in
-            if let channel = open(session) { return UncheckedBox(channel) }
+            engine.attach(ChannelPump(channel: late, state: state, endpoint: endpoint))
+        }) { session -> OpaquePointer? in
+            if let channel = open(session) { return channel }
             let errno = libssh2_session_last_errno(session)
             if errno == termind_ssh2_error_eagain() { return nil }
             throw SSHError.make(.sshChannelFailed, "\(what) on \(endpoint) failed: \(engine.lastError())")
         }
-        return box.value
     }
 
     // MARK: - Remote forwarding
@@ -627,21 +626,19 @@ public final class SSHConnection: Sendable {
         guard (0...65_535).contains(port) else { throw SSHError.make(.sshBadPort, "Port \(port) is not between 0 and 65535.") }
         let endpoint = engine.endpoint
         let engine = self.engine
-        var bound: Int32 = 0
-        let boundBox = UncheckedBox<Int32>(0)
-        let listener = try await engine.run("Listening on \(host):\(port)", deadline: .now() + deadlines.channel, discard: { (late: UncheckedBox<OpaquePointer>) in
+        let (listener, bound) = try await engine.run("Listening on \(host):\(port)", deadline: .now() + deadlines.channel, discard: { (late: (OpaquePointer, Int32)) in
             engine.enqueue("Stopping a late remote listener") { _ in
-                libssh2_channel_forward_cancel(late.value) == termind_ssh2_error_eagain() ? nil : true
+                libssh2_channel_forward_cancel(late.0) == termind_ssh2_error_eagain() ? nil : true
             }
-        }) { session -> UncheckedBox<OpaquePointer>? in
-            if let listener = host.withCString({ libssh2_channel_forward_listen_ex(session, $0, Int32(port), &boundBox.value, Int32(queue)) }) {
-                return UncheckedBox(listener)
+        }) { session -> (OpaquePointer, Int32)? in
+            var bound: Int32 = 0
+            if let listener = host.withCString({ libssh2_channel_forward_listen_ex(session, $0, Int32(port), &bound, Int32(queue)) }) {
+                return (listener, bound)
             }
             if libssh2_session_last_errno(session) == termind_ssh2_error_eagain() { return nil }
             throw SSHError.make(.sshListenRefused, "\(endpoint) refused to listen on \(host):\(port): \(engine.lastError()).")
         }
-        bound = boundBox.value
-        return SSHForwardListener(connection: self, listener: listener.value, boundPort: Int(bound == 0 ? Int32(port) : bound))
+        return SSHForwardListener(connection: self, listener: listener, boundPort: Int(bound == 0 ? Int32(port) : bound))
     }
 
     // MARK: - Closing
@@ -669,7 +666,8 @@ public final class SSHForwardListener: Sendable {
     public let connection: SSHConnection
     /// The port the server listens on (the one it picked when 0 was asked).
     public let boundPort: Int
-    private let listener: UncheckedBox<OpaquePointer?>
+    /// Touched only in operations on the engine thread.
+    private let listener: EngineBound<OpaquePointer?>
 
     /// Set once the listener stops: the hold is given back and pending accepts end.
     private let held = ManagedAtomicFlag()
@@ -677,7 +675,7 @@ public final class SSHForwardListener: Sendable {
     /// A listening server port holds its connection (a pool's idle sweep leaves it alone).
     init(connection: SSHConnection, listener: OpaquePointer, boundPort: Int) {
         self.connection = connection
-        self.listener = UncheckedBox(listener)
+        self.listener = EngineBound(listener, engine: connection.engine)
         self.boundPort = boundPort
         connection.engine.hold()
     }
@@ -687,7 +685,7 @@ public final class SSHForwardListener: Sendable {
 
     /// Queues the cancel on the listener's lane, after its accepts (not cancellable), and
     /// gives the connection's hold back.
-    private static func stop(_ listener: UncheckedBox<OpaquePointer?>, held: ManagedAtomicFlag, on engine: SessionEngine) {
+    private static func stop(_ listener: EngineBound<OpaquePointer?>, held: ManagedAtomicFlag, on engine: SessionEngine) {
         if held.setFirst() { engine.release() }  // also ends a pending accept (it checks the flag)
         engine.enqueue("Stopping a remote listener", lane: listener) { _ in
             guard let handle = listener.value else { return true }
@@ -703,18 +701,18 @@ public final class SSHForwardListener: Sendable {
         let engine = connection.engine
         let listener = self.listener
         let stopped = self.held
-        let box = try await engine.run("Accepting a forwarded connection", lane: listener, dropIfAbandoned: true, discard: { (late: UncheckedBox<OpaquePointer>) in
+        let channel = try await engine.run("Accepting a forwarded connection", lane: listener, dropIfAbandoned: true, discard: { (late: OpaquePointer) in
             let state = ChannelState(limit: 0)
             state.requestClose()
-            engine.attach(ChannelPump(channel: late.value, state: state, endpoint: engine.endpoint))
-        }) { session -> UncheckedBox<OpaquePointer>? in
+            engine.attach(ChannelPump(channel: late, state: state, endpoint: engine.endpoint))
+        }) { session -> OpaquePointer? in
             // Stopping ends a wait here at once (the stop is queued behind this accept).
             guard let handle = listener.value, !stopped.isSet else { throw SSHError.make(.sshClosed, "The listener is closed.") }
-            if let channel = libssh2_channel_forward_accept(handle) { return UncheckedBox(channel) }
+            if let channel = libssh2_channel_forward_accept(handle) { return channel }
             if libssh2_session_last_errno(session) == termind_ssh2_error_eagain() { return nil }
             throw SSHError.make(.sshAcceptFailed, "Accepting a forwarded connection failed: \(engine.lastError()).")
         }
-        let pump = ChannelPump(channel: box.value, state: ChannelState(limit: bufferLimit), endpoint: engine.endpoint)
+        let pump = ChannelPump(channel: channel, state: ChannelState(limit: bufferLimit), endpoint: engine.endpoint)
         engine.attach(pump)
         return SSHChannel(engine: engine, pump: pump, isPTY: false, owner: connection)
     }
@@ -726,15 +724,15 @@ public final class SSHForwardListener: Sendable {
         let engine = connection.engine
         let listener = self.listener
         let stopped = self.held
-        let box = try await engine.run("Accepting a forwarded connection", lane: listener, dropIfAbandoned: true, discard: { (late: UncheckedBox<OpaquePointer>) in
-            ForwardedConnection.discard(late.value, on: engine)
-        }) { session -> UncheckedBox<OpaquePointer>? in
+        let channel = try await engine.run("Accepting a forwarded connection", lane: listener, dropIfAbandoned: true, discard: { (late: OpaquePointer) in
+            ForwardedConnection.discard(late, on: engine)
+        }) { session -> OpaquePointer? in
             guard let handle = listener.value, !stopped.isSet else { throw SSHError.make(.sshClosed, "The listener is closed.") }
-            if let channel = libssh2_channel_forward_accept(handle) { return UncheckedBox(channel) }
+            if let channel = libssh2_channel_forward_accept(handle) { return channel }
             if libssh2_session_last_errno(session) == termind_ssh2_error_eagain() { return nil }
             throw SSHError.make(.sshAcceptFailed, "Accepting a forwarded connection failed: \(engine.lastError()).")
         }
-        return ForwardedConnection(channel: box.value, connection: connection)
+        return ForwardedConnection(channel: channel, connection: connection)
     }
 
     /// Asks the server to stop listening. Queued on the engine even when the calling task is
@@ -747,18 +745,19 @@ public final class SSHForwardListener: Sendable {
 /// A connection the server accepted on a remote forward, not bridged yet. Bridging hands its
 /// channel to the engine; one never bridged is closed when the object goes away.
 public final class ForwardedConnection: Sendable {
-    private let channel: UncheckedBox<OpaquePointer?>
+    /// Taken once — by `bridge`, `reject` or deinit, whichever sets `taken` first.
+    private let channel: HandOff<OpaquePointer>
     private let taken = ManagedAtomicFlag()
     /// The connection stays open while the accepted channel waits.
     public let connection: SSHConnection
 
     init(channel: OpaquePointer, connection: SSHConnection) {
-        self.channel = UncheckedBox(channel)
+        self.channel = HandOff(channel)
         self.connection = connection
     }
 
     deinit {
-        if taken.setFirst(), let handle = channel.value { Self.discard(handle, on: connection.engine) }
+        if taken.setFirst() { Self.discard(channel.take(), on: connection.engine) }
     }
 
     static func discard(_ handle: OpaquePointer, on engine: SessionEngine) {
@@ -770,16 +769,17 @@ public final class ForwardedConnection: Sendable {
     /// Copies bytes both ways between the channel and `fd` (a local stream socket, owned
     /// from now on) until either side ends; see `SSHConnection.forward`.
     public func bridge(to fd: Int32, counters: FlowCounters? = nil, onEnd: @escaping @Sendable (TermindError?) -> Void = { _ in }) {
-        guard taken.setFirst(), let handle = channel.value else {
+        guard taken.setFirst() else {
             Foundation.close(fd)
             return
         }
+        let handle = channel.take()
         let engine = connection.engine
         engine.attach(BridgePump(channel: handle, fd: fd, endpoint: engine.endpoint, counters: counters, onEnd: onEnd))
     }
 
     /// Closes the server's side (the local target could not be reached).
     public func reject() {
-        if taken.setFirst(), let handle = channel.value { Self.discard(handle, on: connection.engine) }
+        if taken.setFirst() { Self.discard(channel.take(), on: connection.engine) }
     }
 }

@@ -1,6 +1,7 @@
 internal import CLibSSH2
 import Dispatch
 import Foundation
+import Synchronization
 import TermindCore
 
 /// The one owner of a libssh2 session and its socket: a dedicated thread runs every libssh2
@@ -39,6 +40,8 @@ final class SessionEngine: @unchecked Sendable {
     static let sendBacklogLimit = 1 << 20
 
     private let wakeFD: Int32
+    /// The engine thread (`pthread_self()`), set as its loop starts: what `EngineBound` checks.
+    private let thread = Atomic<UInt>(0)
     private let lock = PlainLock()
     /// Work for the engine thread, and what tells its submitter the engine died first.
     private struct Item {
@@ -161,26 +164,27 @@ final class SessionEngine: @unchecked Sendable {
     func run<T>(_ what: String, lane: AnyObject? = nil, deadline: DispatchTime? = nil, dropIfAbandoned: Bool = false,
                 answerMayBeSlow: Bool = false, discard: ((T) -> Void)? = nil,
                 _ attempt: @escaping (OpaquePointer) throws -> T?) async throws -> T {
-        let box = UncheckedBox<EngineOperation?>(nil)
+        // Set and read on the engine thread only: the cancel below finds the operation there.
+        let box = EngineBound<EngineOperation?>(nil, engine: self)
         let cancelled = ManagedAtomicFlag()
         let endpoint = self.endpoint
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<UncheckedBox<T>, Error>) in
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HandOff<T>, Error>) in
                 let operation = EngineOperation(what: what, lane: lane.map(ObjectIdentifier.init) ?? ObjectIdentifier(self), deadline: deadline,
                     dropIfAbandoned: dropIfAbandoned, answerMayBeSlow: answerMayBeSlow,
-                    attempt: { session in try attempt(session).map { UncheckedBox($0) } },
-                    complete: { result in continuation.resume(with: result.map { $0 as! UncheckedBox<T> }) },
-                    discard: { value in discard?((value as! UncheckedBox<T>).value) })
-                box.value = operation
+                    attempt: { session in try attempt(session).map { HandOff($0) } },
+                    complete: { result in continuation.resume(with: result.map { $0 as! HandOff<T> }) },
+                    discard: { value in discard?((value as! HandOff<T>).take()) })
                 submit({ engine in
                     // Cancelled before it was queued: it never touched libssh2.
                     if cancelled.isSet {
                         operation.finish(.failure(SSHError.make(.sshCancelled, "\(what) on \(endpoint) was cancelled.")))
                         return
                     }
+                    box.value = operation
                     engine.add(operation)
                 }, orElse: { error in operation.finish(.failure(error)) })
-            }.value
+            }.take()
         } onCancel: {
             cancelled.set()
             self.submit { engine in
@@ -310,6 +314,14 @@ final class SessionEngine: @unchecked Sendable {
         lock.withLock { idleSinceValue = busy ? nil : .now() }
     }
 
+    /// Whether the caller runs on this engine's thread.
+    var isOnEngineThread: Bool { thread.load(ordering: .acquiring) == UInt(pthread_self()) }
+
+    /// Stops a debug build where engine-confined state is touched from another thread.
+    func assertOnEngineThread(file: StaticString = #fileID, line: UInt = #line) {
+        assert(isOnEngineThread, "engine-confined state of \(endpoint) touched off its engine thread", file: file, line: line)
+    }
+
     /// Wakes the thread from poll(): new work, a consumer drained a buffer, a cancellation.
     func wake() {
         var one: UInt64 = 1
@@ -419,7 +431,7 @@ final class SessionEngine: @unchecked Sendable {
     func waitForInteraction<T: Sendable>(_ what: String, _ body: @escaping @Sendable () async -> T?) throws -> T? {
         let started = DispatchTime.now().uptimeNanoseconds
         defer { interactionPause &+= DispatchTime.now().uptimeNanoseconds &- started }
-        let result = UncheckedBox<T?>(nil)
+        let result = SharedSlot<T?>(nil)
         let done = DispatchSemaphore(value: 0)
         let task = Task { result.value = await body(); done.signal() }
         while done.wait(timeout: .now() + .milliseconds(100)) == .timedOut {
@@ -479,6 +491,7 @@ final class SessionEngine: @unchecked Sendable {
         // Named, and at the process's own priority as ssh(1) runs (not at that of the
         // Dispatch worker that started it; the echo bench measured no difference).
         termind_ssh2_engine_thread("termind.ssh")
+        thread.store(UInt(pthread_self()), ordering: .releasing)
         var idlePasses = 0
         while true {
             let work: [Item] = lock.withLock {
@@ -884,21 +897,6 @@ class EnginePump: @unchecked Sendable {
     var wantsSessionInput: Bool { true }
 }
 
-/// A set-once flag readable from any thread.
-final class ManagedAtomicFlag: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value = false
-    func set() { lock.withLock { value = true } }
-    var isSet: Bool { lock.withLock { value } }
-    /// Sets the flag; true only for the call that set it first.
-    func setFirst() -> Bool { lock.withLock { defer { value = true }; return !value } }
-}
-
-/// Carries a non-Sendable value across a boundary the engine serialises.
-final class UncheckedBox<T>: @unchecked Sendable {
-    var value: T
-    init(_ value: T) { self.value = value }
-}
 
 final class GenerationCounter: @unchecked Sendable {
     private let lock = NSLock()
