@@ -482,6 +482,57 @@ final class SyncDeviceTests: XCTestCase {
         XCTAssertEqual(try sync(a)["quarantined"], .integer(0))
     }
 
+    /// A secret changed (or a key deleted) while secrets were off is a change like any other
+    /// once they are on again: it goes out and wins over the older agreed one, and is not
+    /// lost to it. A secret removed with its record field is cleared on the other devices.
+    func testSecretsChangedWhileSecretsWereOffGoOutOnceTheyAreOnAgain() throws {
+        let a = try device("a"), b = try device("b")
+        try a.run(["vault", "identity", "add", NSUserName(), "--label", "ops", "--password", "-"], stdin: "first-password-P1\n")
+        try a.run(["vault", "key", "generate", "ed25519", "--label", "spare"])
+        try a.run(["assistant", "provider", "add", "p", "--protocol", "chat", "--url", "http://127.0.0.1:9/v1", "--key", "-"], stdin: "sk-first-K1\n")
+        try setUp(a, "a"); try a.run(["sync", "zones", "--secrets", "on"]); try sync(a)
+        try setUp(b, "b"); try b.run(["sync", "zones", "--secrets", "on"]); try sync(b)
+        XCTAssertTrue(try keyLabels(b).contains("spare"))
+        guard case .string(let ops)? = try identity(a, "ops")?["id"] else { return XCTFail("no identity ops") }
+        let idA = try deviceID(a)
+
+        // Off on A: a new password, the spare key deleted. Nothing of either goes out now.
+        try a.run(["sync", "zones", "--secrets", "off"])
+        try a.run(["vault", "identity", "edit", "ops", "--password", "-"], stdin: "second-password-P2\n")
+        try a.run(["vault", "key", "delete", "spare"])
+        try sync(a)
+        XCTAssertEqual(try sealedSecret(idA, kind: "identity", id: ops, field: "password"), "first-password-P1", "secrets off: the agreed password is carried unchanged")
+        try sync(b)
+        XCTAssertTrue(try keyLabels(b).contains("spare"), "secrets off: the deletion waits")
+
+        // On again: A's changes go out as changes and win over the older agreed values.
+        try a.run(["sync", "zones", "--secrets", "on"])
+        try sync(a)
+        XCTAssertEqual(try sealedSecret(idA, kind: "identity", id: ops, field: "password"), "second-password-P2", "the password changed while off was not lost")
+        XCTAssertFalse(try keyLabels(a).contains("spare"), "the key deleted while off stays deleted")
+        try sync(b)
+        XCTAssertFalse(try keyLabels(b).contains("spare"))
+        try b.run(["vault", "identity", "edit", "ops", "--label", "ops-b"])
+        try sync(b)
+        XCTAssertEqual(try sealedSecret(try deviceID(b), kind: "identity", id: ops, field: "password"), "second-password-P2", "B holds A's new password")
+
+        // A provider removed on B: its key is cleared in what the devices agreed, so a provider
+        // of the same name added later does not get the old key back.
+        // (A re-adds it with secrets off: its record then carries no secret field of its own.)
+        try b.run(["assistant", "provider", "rm", "p"])
+        try sync(b); try sync(a)
+        try a.run(["sync", "zones", "--secrets", "off"])
+        try a.run(["assistant", "provider", "add", "p", "--protocol", "chat", "--url", "http://127.0.0.1:9/v1"])
+        try sync(a); try sync(b)
+        for cli in [a, b] {
+            let providers = try cli.run(["--json", "assistant", "provider", "list"]).stdout
+            XCTAssertTrue(providers.contains("\"name\" : \"p\""), providers)
+            XCTAssertFalse(providers.contains("\"credential\" : \"key\""), "the removed provider's key did not come back: \(providers)")
+        }
+        XCTAssertEqual(try sync(a)["quarantined"], .integer(0))
+        XCTAssertEqual(try sync(b)["quarantined"], .integer(0))
+    }
+
     func testSSHDKilledMidUploadLosesAndDuplicatesNothing() throws {
         let a = try device("a"), b = try device("b")
         // A reaches the server through a 50 ms round trip, so its three files take a while.

@@ -110,6 +110,10 @@ public enum SyncSecret {
 
     /// Whether `value` is the secret form.
     public static func isSecret(_ value: JSONValue?) -> Bool { plaintext(value) != nil }
+
+    /// A secret this device has but cannot read now (its secret store entry is damaged):
+    /// sync keeps what the devices agreed on for the field, and never reads it as cleared.
+    public static let keep: JSONValue = .object(["$keep": .bool(true)])
 }
 
 /// Fans "something was journaled" out to every subscriber, each holding at most one

@@ -364,7 +364,7 @@ struct SettingsStore: Sendable {
                         for (field, handle) in mine where secrets[field] == nil {
                             merged = Self.replacing(field, in: merged, with: .string(handle)) ?? merged
                         }
-                        for (field, plaintext) in secrets {
+                        for (field, plaintext) in secrets where Self.replacing(field, in: merged, with: .string("")) != nil {
                             var handle = ""
                             if let plaintext {
                                 if let own = mine[field], readable(own, key: declaration.key, path: declaration.key + "." + field),

@@ -93,12 +93,14 @@ struct SettingsSyncZone: SyncZone {
                 if withSecrets {
                     for (path, handle) in declaration.references(in: json, includingEmpty: true) {
                         let field = String(path.dropFirst(declaration.key.count + 1))
-                        // Empty: cleared. A handle whose secret cannot be read here is left
-                        // out (never sent as cleared).
+                        // Empty: cleared. A handle whose secret cannot be read here is kept as
+                        // agreed (never sent as cleared).
                         if handle.isEmpty {
                             fields[Self.secretPrefix + field] = SyncSecret.wrap(.null)
                         } else if store.readable(handle, key: declaration.key, path: path), let secret = try? store.secrets.secret(handle) {
                             fields[Self.secretPrefix + field] = SyncSecret.wrap(secret.withPlaintext { .string($0) })
+                        } else {
+                            fields[Self.secretPrefix + field] = SyncSecret.keep
                         }
                     }
                 }
@@ -154,10 +156,12 @@ struct SettingsSyncZone: SyncZone {
             for (name, value) in all {
                 guard name.hasPrefix(Self.secretPrefix) else { fields[name] = value; continue }
                 let field = String(name.dropFirst(Self.secretPrefix.count))
+                guard declaration.isSecretReference(field) else { bad = "\(name): not one of \(entity.id)'s reference fields"; continue }
                 switch SyncSecret.plaintext(value) {
                 case .null?: secrets[field] = .some(nil)
-                case .string(let text)? where declaration.isSecretReference(field): secrets[field] = .some(text)
-                default: bad = "\(name): not a secret of one of \(entity.id)'s reference fields"
+                case .string(let text)?: secrets[field] = .some(text)
+                case nil: continue  // not in secret form: this device keeps its own
+                default: bad = "\(name): a secret that is not text"
                 }
             }
             if let bad { outcomes[entity] = .invalid(bad); continue }
@@ -169,7 +173,8 @@ struct SettingsSyncZone: SyncZone {
             }
         }
         let writes = accepted
-        let applied = try await store.db.write { _ in try store.applyMerged(writes) }
+        // Its own transaction: the secrets it replaces go only after that committed.
+        let applied = try await BlockingExecutor.store.run { try store.applyMerged(writes) }
         for value in applied {
             outcomes[SyncEntityRef(kind: Self.kind, id: value.key)] = .applied
             feature.registry.publish(value)

@@ -68,7 +68,7 @@ struct SyncEngine: Sendable {
                 let cursor = try await onStore { try store.cursor(name) }
                 if cursor.inventoried {
                     // Until the rescan, this device's secrets wait for the folder's.
-                    try await capture(name, zone, config, key, cursor.rescan ? nil : sealer, .journal, &clock)
+                    try await capture(name, zone, config, key, secrets: sealer != nil && !cursor.rescan, .journal, &clock)
                 }
                 if !cursor.inventoried || (cursor.rescan && sealer != nil) { fresh.append((name, zone, cursor.inventoried ? .rescan : .baseline)) }
             }
@@ -80,7 +80,7 @@ struct SyncEngine: Sendable {
                 }
             }
             for (name, zone, mode) in fresh {
-                let known = try await capture(name, zone, config, key, sealer, mode, &clock)
+                let known = try await capture(name, zone, config, key, secrets: sealer != nil, mode, &clock)
                 touched[name, default: []].formUnion(known)
             }
             for (name, zone) in enabled { counts.applied += try await apply(name, zone, sealer, touched[name] ?? []) }
@@ -133,12 +133,19 @@ struct SyncEngine: Sendable {
         case rescan
     }
 
-    /// Seals what changed here since the zone's cursor (`sealer`: with secrets, sealed under
-    /// the sync key; nil: without them). A baseline returns the entities the folder already
-    /// has, for the apply to bring this device's copy in line; a rescan marks every entity
-    /// for the apply (the secrets the devices agreed on come in).
+    /// Seals what changed here since the zone's cursor; with `secrets`, secret fields go
+    /// sealed under the sync key, without them they stay out. A baseline returns the
+    /// entities the folder already has, for the apply to bring this device's copy in line; a
+    /// rescan marks every entity for the apply (the secrets the devices agreed on come in).
+    ///
+    /// Every capture notes, per entity, the MACs of this device's secrets as it read them
+    /// (never the secrets). Without secrets, a local change whose secrets differ from those
+    /// last noted (a password changed, a key deleted while secrets were off) is remembered
+    /// with its time, and the rescan after secrets are switched on sends it as the change
+    /// it was, so it is not lost to the folder's older value; a secret this device merely
+    /// never had is not such a change.
     @discardableResult
-    private func capture(_ name: String, _ zone: any SyncZone, _ config: SyncConfig, _ key: SymmetricKey, _ sealer: SecretSealer?, _ mode: Mode,
+    private func capture(_ name: String, _ zone: any SyncZone, _ config: SyncConfig, _ key: SymmetricKey, secrets: Bool, _ mode: Mode,
                          _ clock: inout HybridClock) async throws -> [SyncEntityRef] {
         let (start, _, _) = try await onStore { try store.cursor(name) }
         // Each entity with the time of its latest change here: the journal's, or the row's
@@ -157,35 +164,66 @@ struct SyncEngine: Sendable {
             cursor = changes.cursor
             guard changes.more, changed.count <= Self.maximumEntries else { break }
         }
-        // Keys and other all-secret kinds only with secrets on.
-        if sealer == nil && !zone.secretKinds.isEmpty { changed = changed.filter { !zone.secretKinds.contains($0.key.kind) } }
-        if changed.isEmpty && mode == .journal && cursor == start { return [] }
+        // Keys and other all-secret kinds only with secrets on; changed without them, they
+        // wait for the rescan.
+        var secretKindChanges: [SyncEntityRef: Int64] = [:]
+        if !secrets && !zone.secretKinds.isEmpty {
+            secretKindChanges = changed.filter { zone.secretKinds.contains($0.key.kind) }
+            changed = changed.filter { !zone.secretKinds.contains($0.key.kind) }
+        }
+        let waiting = mode == .rescan ? try await onStore { try store.secretChanges(name) } : [:]
+        changed.merge(waiting) { max($0, $1) }
+        if changed.isEmpty && secretKindChanges.isEmpty && mode == .journal && cursor == start { return [] }
         // Stamped in the order they were made, each no earlier than its change: a later
         // edit on another device outranks this one, an earlier one does not.
         let found = changed.sorted { ($0.value, $0.key) < ($1.value, $1.key) }.map(\.key)
         let stamps = Dictionary(uniqueKeysWithValues: found.map { ($0, clock.tick(now: changed[$0] ?? 0)) })
-        let plain = try await zone.values(of: found, secrets: sealer != nil)
+        // With secrets off, still read for their MACs (see above); never kept.
+        let plain = try await zone.values(of: found + secretKindChanges.keys, secrets: true)
+        let sealer = SecretSealer(key: key)
         let last = clock.last
         let ending = cursor
         let device = config.device
+        let times = changed
+        let offKinds = secretKindChanges
         let known: [SyncEntityRef] = try await onStore {
             try store.db.transaction {
                 let states = try store.states(name, found)
-                let values = try Self.sealing(plain, states, zone: name, sealer)
+                let values = try Self.sealing(plain, states, zone: name, secrets ? sealer : nil)
+                // What this device's secrets were as this capture read them, by entity.
+                var digests: [SyncEntityRef: String] = [:]
+                for entity in found + offKinds.keys where zone.secretKinds.contains(entity.kind) || Self.hasSecrets(plain[entity]) {
+                    if let digest = try Self.secretDigest(plain[entity], zone: name, entity, sealer) { digests[entity] = digest }
+                }
+                if !secrets {
+                    let noted = try store.localSecrets(name, Array(digests.keys))
+                    var differing: [SyncEntityRef: Int64] = [:]
+                    for (entity, digest) in digests where noted[entity].map({ $0 != digest }) ?? false {
+                        differing[entity] = times[entity] ?? offKinds[entity] ?? SyncChanges.now()
+                    }
+                    try store.noteSecretChanges(name, differing)
+                }
                 let known = mode == .baseline ? found.filter { states[$0] != nil } : []
                 let skipped = Set(known)
                 var records: [SyncRecord] = []
                 var changed: [SyncEntityRef: EntityState] = [:]
                 for entity in found where !skipped.contains(entity) {
                     var state = states[entity] ?? EntityState()
-                    guard let stamp = stamps[entity],
-                          let record = state.change(to: values[entity], zone: name, kind: entity.kind, id: entity.id, clock: stamp,
-                                                    onlyNewFields: mode == .rescan) else { continue }
+                    guard let stamp = stamps[entity] else { continue }
+                    var proposal = values[entity]
+                    let asChanged = waiting[entity] != nil
+                    if asChanged, !zone.secretKinds.contains(entity.kind), let agreed = state.value, let local = proposal {
+                        // Its secrets as they are here, the rest as the devices agreed.
+                        proposal = agreed.merging(local.filter { SecretSealer.isSealed($0.value) }) { _, mine in mine }
+                    }
+                    guard let record = state.change(to: proposal, zone: name, kind: entity.kind, id: entity.id, clock: stamp,
+                                                    onlyNewFields: mode == .rescan && !asChanged) else { continue }
                     state.merge(record)
                     changed[entity] = state
                     records.append(record)
                 }
                 try store.save(name, changed)
+                try store.setLocalSecrets(name, digests)
                 for entity in known { try store.setPending(name, entity, SyncEngine.notYetApplied) }
                 if mode == .rescan {
                     for entity in try store.entities(name) { try store.setPending(name, entity, SyncEngine.notYetApplied) }
@@ -204,6 +242,32 @@ struct SyncEngine: Sendable {
         }
         try await zone.acknowledge(through: ending)
         return known
+    }
+
+    /// Whether an entity's value has secret fields (plain, sealed, or unreadable here).
+    static func hasSecrets(_ fields: [String: JSONValue]?) -> Bool {
+        fields?.values.contains { SyncSecret.isSecret($0) || SecretSealer.isSealed($0) || $0 == SyncSecret.keep } ?? false
+    }
+
+    /// The MACs of an entity's secrets (plain `$secret` fields as a zone gives them, or
+    /// sealed ones as the devices agreed on them), one line: equal exactly when the secrets
+    /// are. A cleared secret counts as none; nil when the zone could not read one.
+    static func secretDigest(_ fields: [String: JSONValue]?, zone: String, _ entity: SyncEntityRef, _ sealer: SecretSealer) throws -> String? {
+        guard let fields else { return "-" }
+        var parts: [String] = []
+        for (field, value) in fields.sorted(by: { $0.key < $1.key }) {
+            if value == SyncSecret.keep { return nil }
+            let mac: String
+            if let plaintext = SyncSecret.plaintext(value) {
+                mac = try sealer.mac(plaintext, zone: zone, kind: entity.kind, id: entity.id, field: field)
+            } else if let sealed = SecretSealer.mac(of: value) {
+                mac = sealed
+            } else {
+                continue
+            }
+            if mac != (try sealer.mac(.null, zone: zone, kind: entity.kind, id: entity.id, field: field)) { parts.append("\(field)=\(mac)") }
+        }
+        return parts.joined(separator: ",")
     }
 
     // MARK: Fetch
@@ -295,9 +359,18 @@ struct SyncEngine: Sendable {
         }
         let outcomes = (changes.isEmpty ? [:] : try await zone.apply(changes)).merging(unopened) { a, _ in a }
         let (settledNow, changed) = (settled, changes.map(\.0) + unopened.keys)
+        // With secrets on, what an apply wrote is this device's secrets now.
+        var applied: [SyncEntityRef: String] = [:]
+        if let sealer {
+            for (entity, _) in changes where outcomes[entity] == .applied && (zone.secretKinds.contains(entity.kind) || Self.hasSecrets(states[entity]?.value)) {
+                if let digest = try Self.secretDigest(states[entity]?.value, zone: name, entity, sealer) { applied[entity] = digest }
+            }
+        }
+        let digests = applied
         return try await onStore {
             var applied = 0
             try store.db.transaction {
+                try store.setLocalSecrets(name, digests)
                 for entity in settledNow {
                     try store.setPending(name, entity, nil)
                     try store.release("\(name) \(entity.kind) \(entity.id)")
@@ -322,17 +395,28 @@ struct SyncEngine: Sendable {
     }
 
     /// The zone's values as sync keeps them: each secret sealed for its field (the agreed
-    /// sealed value kept where it seals the same plaintext), or dropped without a sealer.
+    /// sealed value kept where it seals the same plaintext, or where the zone cannot read
+    /// its own), an agreed secret the entity no longer has sealed as cleared; without a
+    /// sealer, no secret at all.
     static func sealing(_ values: [SyncEntityRef: [String: JSONValue]], _ states: [SyncEntityRef: EntityState], zone: String,
                         _ sealer: SecretSealer?) throws -> [SyncEntityRef: [String: JSONValue]] {
         var result: [SyncEntityRef: [String: JSONValue]] = [:]
         for (entity, fields) in values {
             var kept: [String: JSONValue] = [:]
+            let agreed = states[entity]?.value ?? [:]
             for (field, value) in fields {
+                if value == SyncSecret.keep {
+                    if sealer != nil, let previous = agreed[field], SecretSealer.isSealed(previous) { kept[field] = previous }
+                    continue
+                }
                 guard let plaintext = SyncSecret.plaintext(value) else { kept[field] = value; continue }
                 guard let sealer else { continue }
-                kept[field] = try sealer.seal(plaintext, zone: zone, kind: entity.kind, id: entity.id, field: field,
-                                              previous: states[entity]?.fields[field]?.value)
+                kept[field] = try sealer.seal(plaintext, zone: zone, kind: entity.kind, id: entity.id, field: field, previous: agreed[field])
+            }
+            if let sealer {
+                for (field, previous) in agreed where fields[field] == nil && SecretSealer.isSealed(previous) {
+                    kept[field] = try sealer.seal(.null, zone: zone, kind: entity.kind, id: entity.id, field: field, previous: previous)
+                }
             }
             result[entity] = kept
         }

@@ -59,8 +59,15 @@ enum SyncSchema {
                 reason TEXT NOT NULL,
                 at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')));
             """),
-        Migration(2, "a rescan after secrets were switched on", """
+        Migration(2, "a rescan after secrets were switched on; secret changes made without them", """
             ALTER TABLE sync_cursors ADD COLUMN rescan INTEGER NOT NULL DEFAULT 0;
+            ALTER TABLE sync_entities ADD COLUMN local_secrets TEXT;
+            CREATE TABLE sync_secret_changes (
+                zone TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                id TEXT NOT NULL,
+                at INTEGER NOT NULL,
+                PRIMARY KEY (zone, kind, id));
             """),
     ])
 }
@@ -110,7 +117,7 @@ struct SyncStore: Sendable {
     func replaceConfig(_ config: SyncConfig) throws {
         try db.transaction {
             try db.execute("DELETE FROM sync_config")
-            for table in ["sync_entities", "sync_cursors", "sync_outgoing", "sync_logs", "sync_quarantine"] { try db.execute("DELETE FROM \(table)") }
+            for table in ["sync_entities", "sync_cursors", "sync_outgoing", "sync_logs", "sync_quarantine", "sync_secret_changes"] { try db.execute("DELETE FROM \(table)") }
             try db.execute("""
                 INSERT INTO sync_config (id, host, path, device_id, key_handle, paused, secrets, zones, clock) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, [config.host, config.path, config.device, config.keyHandle, config.paused, config.secrets,
@@ -190,7 +197,48 @@ struct SyncStore: Sendable {
         return (Int64(try row.integer("cursor")), try row.integer("inventoried") == 1, try row.integer("rescan") == 1)
     }
 
-    func rescanned(_ zone: String) throws { try db.execute("UPDATE sync_cursors SET rescan = 0 WHERE zone = ?", [zone]) }
+    /// The rescan ran: what waited for it went with it.
+    func rescanned(_ zone: String) throws {
+        try db.execute("UPDATE sync_cursors SET rescan = 0 WHERE zone = ?", [zone])
+        try db.execute("DELETE FROM sync_secret_changes WHERE zone = ?", [zone])
+    }
+
+    /// Entities whose secret changed here while secrets were off, with the change's time
+    /// (ms): the rescan sends them as changes.
+    func noteSecretChanges(_ zone: String, _ changes: [SyncEntityRef: Int64]) throws {
+        for (entity, at) in changes {
+            try db.execute("""
+                INSERT INTO sync_secret_changes (zone, kind, id, at) VALUES (?, ?, ?, ?)
+                ON CONFLICT (zone, kind, id) DO UPDATE SET at = max(at, excluded.at)
+                """, [zone, entity.kind, entity.id, at])
+        }
+    }
+
+    /// The MACs of this device's secrets per entity as sync last read or wrote them.
+    func localSecrets(_ zone: String, _ entities: [SyncEntityRef]) throws -> [SyncEntityRef: String] {
+        var noted: [SyncEntityRef: String] = [:]
+        for entity in entities {
+            if let digest = try db.query("SELECT local_secrets FROM sync_entities WHERE zone = ? AND kind = ? AND id = ?", [zone, entity.kind, entity.id]).first?.string("local_secrets") {
+                noted[entity] = digest
+            }
+        }
+        return noted
+    }
+
+    /// Notes them (for entities the devices agreed on; others have nothing to compare with).
+    func setLocalSecrets(_ zone: String, _ digests: [SyncEntityRef: String]) throws {
+        for (entity, digest) in digests {
+            try db.execute("UPDATE sync_entities SET local_secrets = ? WHERE zone = ? AND kind = ? AND id = ?", [digest, zone, entity.kind, entity.id])
+        }
+    }
+
+    func secretChanges(_ zone: String) throws -> [SyncEntityRef: Int64] {
+        var changes: [SyncEntityRef: Int64] = [:]
+        for row in try db.query("SELECT kind, id, at FROM sync_secret_changes WHERE zone = ?", [zone]) {
+            changes[SyncEntityRef(kind: try row.text("kind"), id: try row.text("id"))] = Int64(try row.integer("at"))
+        }
+        return changes
+    }
 
     func setCursor(_ zone: String, _ cursor: Int64) throws {
         try db.execute("""

@@ -28,13 +28,26 @@ public struct SecretSealer: Sendable {
         return true
     }
 
+    /// The MAC a sealed value of `plaintext` in this field carries.
+    public func mac(_ plaintext: JSONValue, zone: String, kind: String, id: String, field: String) throws -> String {
+        let bytes = try JSONCoding.encode(plaintext)
+        let place = Self.place(zone: zone, kind: kind, id: id, field: field)
+        return Digest.hmac(.sha256, key: macKey, data: place + [0] + bytes).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The MAC of a sealed value (nil when it is not one).
+    public static func mac(of sealed: JSONValue?) -> String? {
+        guard isSealed(sealed), case .object(let fields)? = sealed, case .string(let mac)? = fields[macField] else { return nil }
+        return mac
+    }
+
     /// `plaintext` sealed for one field of one entity; `previous` (the agreed value) is kept
     /// as it is when it seals the same plaintext.
     public func seal(_ plaintext: JSONValue, zone: String, kind: String, id: String, field: String, previous: JSONValue? = nil) throws -> JSONValue {
         let bytes = try JSONCoding.encode(plaintext)
         let place = Self.place(zone: zone, kind: kind, id: id, field: field)
-        let mac = Digest.hmac(.sha256, key: macKey, data: place + [0] + bytes).map { String(format: "%02x", $0) }.joined()
-        if Self.isSealed(previous), case .object(let old)? = previous, old[Self.macField] == .string(mac) { return previous! }
+        let mac = try self.mac(plaintext, zone: zone, kind: kind, id: id, field: field)
+        if Self.mac(of: previous) == mac { return previous! }
         let box = AEAD.seal(bytes, key: key, associatedData: place)
         return .object([Self.sealedField: .string(box.combined.base64EncodedString()), Self.macField: .string(mac)])
     }

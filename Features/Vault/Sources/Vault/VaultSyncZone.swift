@@ -105,16 +105,16 @@ struct VaultSyncZone: SyncZone {
         switch entity.kind {
         case "identity":
             guard let row = try db.query("SELECT password_handle, key_id FROM vault_identities WHERE id = ?", [entity.id]).first else { return }
-            // A password whose secret cannot be read here is left out (never sent as cleared).
+            // A password whose secret cannot be read here is kept as agreed (never sent as cleared).
             if let handle = row.string("password_handle") {
-                if let password = try? secrets.secret(handle) { value["password"] = SyncSecret.wrap(password.withPlaintext { .string($0) }) }
+                value["password"] = (try? secrets.secret(handle)).map { password in SyncSecret.wrap(password.withPlaintext { .string($0) }) } ?? SyncSecret.keep
             } else {
                 value["password"] = SyncSecret.wrap(.null)
             }
             value["key"] = SyncSecret.wrap(row.string("key_id").map(JSONValue.string) ?? .null)
         case "key":
             guard let handle = try db.query("SELECT private_handle FROM vault_keys WHERE id = ?", [entity.id]).first?.string("private_handle") else { return }
-            if let key = try? secrets.secret(handle) { value["private"] = SyncSecret.wrap(key.withPlaintext { .string($0) }) }
+            value["private"] = (try? secrets.secret(handle)).map { key in SyncSecret.wrap(key.withPlaintext { .string($0) }) } ?? SyncSecret.keep
         default:
             return
         }
@@ -283,10 +283,10 @@ private struct VaultSyncApply {
     }
 
     /// A secret field as the apply gets it: absent (keep this device's own), or the
-    /// plaintext the devices agreed on, null meaning none.
+    /// plaintext the devices agreed on, null meaning none. Anything else in the field (a
+    /// plain null from a device that predates synced secrets) keeps this device's own too.
     private func secret(_ value: [String: JSONValue], _ field: String) throws -> String?? {
-        guard let present = value[field] else { return .none }
-        guard let plaintext = SyncSecret.plaintext(present) else { throw TermindError.badRequest("\(field): a secret field that is not in secret form") }
+        guard let plaintext = SyncSecret.plaintext(value[field]) else { return .none }
         switch plaintext {
         case .null: return .some(nil)
         case .string(let text): return .some(text)
@@ -312,7 +312,8 @@ private struct VaultSyncApply {
         if case .some(let keyID) = key { try db.execute("UPDATE vault_identities SET key_id = ? WHERE id = ?", [keyID, id]) }
         if case .some(let text) = password {
             let old = try db.query("SELECT password_handle FROM vault_identities WHERE id = ?", [id]).first?.string("password_handle")
-            let same = try old.map { try secrets.secret($0).withPlaintext { $0 } } == text
+            // A stored password that no longer reads counts as different: replaced.
+            let same = old.flatMap { (try? secrets.secret($0))?.withPlaintext { $0 } } == text
             if !same {
                 let handle = try text.map { text in try secrets.store(Secret(text), purpose: "identity.password") }
                 if let handle { created.append(handle) }
@@ -345,7 +346,9 @@ private struct VaultSyncApply {
             try db.execute("UPDATE vault_keys SET label = ? WHERE id = ?", [label, id])
             return .applied
         }
-        let handle = try secrets.store(key.openSSHPrivateKeyText(), purpose: "key.private")
+        // Kept as it arrived (it parsed): re-encoding would give other bytes (OpenSSH's
+        // random check value), which would read as a change of the key.
+        let handle = try secrets.store(Secret(text), purpose: "key.private")
         created.append(handle)
         try db.execute("""
             INSERT INTO vault_keys (id, label, algorithm, bits, fingerprint, public_key, private_handle) VALUES (?, ?, ?, ?, ?, ?, ?)
