@@ -27,6 +27,8 @@ let package = Package(
         // in a few milliseconds) and the generic client it loads when a command runs here.
         .executable(name: "termind", targets: ["termind"]),
         .library(name: "TermindClient", type: .dynamic, targets: ["TermindClient"]),
+        // A C plugin with "isolation": "process" runs in a child of termind, in this host.
+        .executable(name: "termind-plugin-host", targets: ["PluginHost"]),
         // Features (listed in Registry.json).
         .library(name: "TermindVault", type: .dynamic, targets: ["Vault"]),
         .library(name: "TermindWorkspaces", type: .dynamic, targets: ["Workspaces"]),
@@ -74,6 +76,12 @@ let package = Package(
             name: "TermindClient",
             dependencies: [core, apis],
             path: "Host/Sources/TermindClient"
+        ),
+        // termind-plugin-host: the whole of it is Core's PluginHostProcess.
+        .executableTarget(
+            name: "PluginHost",
+            dependencies: [core],
+            path: "Host/Sources/PluginHost"
         ),
         .target(
             name: "WakeOnLAN",

@@ -52,6 +52,16 @@ final class InstalledPluginSDKTests: XCTestCase {
                                             environment: plain, currentDirectory: "/")
         XCTAssertEqual(version.status, 0, version.stderr)
         XCTAssertTrue(version.stdout.contains("\"workspaces\""), version.stdout)
+        // A plugin in a process of its own runs from the install (termind-plugin-host beside termind).
+        let isolated = directory.file("isolated/digest")
+        try FileManager.default.createDirectory(atPath: isolated, withIntermediateDirectories: true)
+        let manifest = try String(contentsOfFile: root + "/lib/termind/plugins/Digest/plugin.json", encoding: .utf8)
+        try manifest.replacingOccurrences(of: "\"kind\": \"c\",", with: "\"kind\": \"c\", \"isolation\": \"process\",").write(toFile: isolated + "/plugin.json", atomically: true, encoding: .utf8)
+        try FileManager.default.copyItem(atPath: root + "/lib/termind/plugins/Digest/libTermindDigest.so", toPath: isolated + "/libTermindDigest.so")
+        let crc = try ProcessRunner.run(root + "/bin/termind", ["--store", directory.file("db.sqlite"), "--secrets-key", directory.file("k"), "--plugins", directory.file("isolated"),
+                                                               "--json", "call", "digest.fn.crc32@1", #"{"args": ["hello"]}"#], environment: plain, currentDirectory: "/")
+        XCTAssertEqual(crc.status, 0, crc.stderr)
+        XCTAssertTrue(crc.stdout.contains("907060870"), crc.stdout)
 
         // The bash completion completes command words, a command's options and global ones.
         let completion = root + "/share/bash-completion/completions/termind"

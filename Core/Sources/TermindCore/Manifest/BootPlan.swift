@@ -172,6 +172,8 @@ public struct RegistryValidator: Sendable {
                         "\(name): field \"ports.provides\": 'kernel.policy' (what decides on an agent's calls) is provided only by a feature of termind's own registry, never a plugin.")
             } else if m.origin == .plugin && m.permanent {
                 disable(m.id, field: "permanent", code: .pluginPermanent, "\(name): field \"permanent\": a plugin can never be permanent (only Registry.json features are); remove the field.")
+            } else if m.isolation != nil && m.kind != .c {
+                disable(m.id, field: "isolation", code: .manifestInvalidField, "\(name): field \"isolation\" applies to C plugins only (a Swift feature runs in termind's process).")
             } else if m.origin != .plugin && m.libraryOutsidePlugin {
                 disable(m.id, field: "libraryOutsidePlugin", code: .manifestInvalidField, "\(name): field \"libraryOutsidePlugin\" applies to plugins only.")
             } else if let problem = Self.functionProblem(m) {

@@ -207,6 +207,13 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     /// Plugins only: the library may live outside the plugin's folder (it must pass the
     /// same ownership and permission checks).
     public var libraryOutsidePlugin: Bool
+    /// C plugins only: where the plugin's code runs — `inline`, in termind's process (the
+    /// default), or `process`, in a child of its own (`termind-plugin-host`), so a crash or
+    /// a hang ends that child, never termind (docs/plugins.md).
+    public var isolation: Isolation?
+    public enum Isolation: String, Sendable, Codable, SchemaEnum {
+        case inline, process
+    }
     public var summary: String?
     /// C plugins: the effect of each of its contracts, streams and functions' contracts
     /// (`{"digest.hash@1": "read"}`, `"write+network"`; see `Effect`). One left out is
@@ -261,7 +268,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
 
     enum CodingKeys: String, CodingKey {
         case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, streams, calls, functions, commands, schemas
-        case libraryOutsidePlugin, summary, help, effects, serveOptions, commandsNeedConsumersOf
+        case libraryOutsidePlugin, isolation, summary, help, effects, serveOptions, commandsNeedConsumersOf
     }
 
     public init(id: String, version: String = "1.0.0", abi: Int = 1, kind: Kind = .swift, library: String,
@@ -313,6 +320,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         commands = try c.decodeIfPresent([Command].self, forKey: .commands) ?? []
         schemas = try c.decodeIfPresent([String: ContractSchemas].self, forKey: .schemas) ?? [:]
         libraryOutsidePlugin = try c.decodeIfPresent(Bool.self, forKey: .libraryOutsidePlugin) ?? false
+        isolation = try c.decodeIfPresent(Isolation.self, forKey: .isolation)
         summary = try c.decodeIfPresent(String.self, forKey: .summary)
         help = try c.decodeIfPresent(HelpGroup.self, forKey: .help)
         effects = try c.decodeIfPresent([String: String].self, forKey: .effects) ?? [:]

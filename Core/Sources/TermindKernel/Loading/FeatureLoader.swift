@@ -5,6 +5,10 @@ import TermindCore
 /// Opens a feature's library and checks that what it hands back matches its manifest.
 enum FeatureLoader {
     static func load(_ m: FeatureManifest, sink: LogSink, hostVersion: String) throws -> any Feature {
+        // Its code runs in a process of its own: nothing of it is opened here.
+        if m.kind == .c && m.isolation == .process {
+            return ProcessPluginFeature(manifest: m, hostVersion: hostVersion, logLevel: sink.minimumLevel)
+        }
         let library = try DynamicLibrary.open(m.libraryPath, feature: m.id)
         switch m.kind {
         case .swift: return try loadSwift(m, library: library)

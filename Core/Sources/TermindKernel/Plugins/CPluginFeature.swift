@@ -45,25 +45,47 @@ final class CPluginFeature: Feature, @unchecked Sendable {
 
     func register(_ registrar: FeatureRegistrar) throws {
         let id = manifest.id
+        let functions = Dictionary(self.functions.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        Self.registerEndpoints(manifest, functions: self.functions.map(\.name), into: registrar, call: { [self] text, request, origin in
+            let (reply, parsed) = try await self.handle(contract: text, body: request, origin: origin)
+            let replyProblems = manifest.schemas(of: text).response.problems(in: parsed)
+            guard replyProblems.isEmpty else {
+                throw TermindError(.pluginBadReply, "The reply of plugin '\(id)' to \(text) does not match the response schema in its manifest: \(replyProblems.prefix(5).joined(separator: "; ")).")
+            }
+            return reply
+        }, serve: { [self] text, request, session in
+            let (reply, parsed) = try await self.serve(stream: text, body: request, session: session)
+            let replyProblems = manifest.schemas(of: text).response.problems(in: parsed)
+            guard replyProblems.isEmpty else {
+                throw TermindError(.pluginBadReply, "The result of plugin '\(id)' for stream \(text) does not match the response schema in its manifest: \(replyProblems.prefix(5).joined(separator: "; ")).")
+            }
+            return reply
+        }, function: { [self] contract, name, body in
+            guard let function = functions[name] else { throw TermindError.unknownContract(contract.description) }
+            let schema = SchemaDerivation.schema(for: ForeignFunctionCall.Request.self)
+            let request: ForeignFunctionCall.Request = try ContractCoding.decodeRequest(body, schema: schema, contract: contract)
+            let result = try await self.onExecutor(contract.description) { try function.call(request.args) }
+            return try JSONCoding.encode(ForeignFunctionCall.Response(result: result))
+        })
+    }
+
+    /// The endpoints a C plugin's manifest declares — its contracts, streams and functions
+    /// (`<id>.fn.<name>@1`), with the schemas it gives them — each request checked against
+    /// its schema before `call`, `serve` or `function` runs it: in this process, or in the
+    /// plugin's own (`ProcessPluginFeature`), where the same checks run again on the reply.
+    static func registerEndpoints(_ manifest: FeatureManifest, functions: [String], into registrar: FeatureRegistrar,
+                                  call: @escaping @Sendable (_ contract: String, _ request: Data, CallOrigin) async throws -> Data,
+                                  serve: @escaping @Sendable (_ stream: String, _ request: Data, StreamSession) async throws -> Data,
+                                  function: @escaping @Sendable (_ contract: ContractID, _ name: String, _ body: Data) async throws -> Data) {
+        let id = manifest.id
         for text in manifest.contracts {
             guard let contract = ContractID(parsing: text) else { continue }
             let summary = manifest.commands.first { $0.contract == text }?.summary ?? "Handled by C plugin '\(id)'."
             // The header promises `handle` a JSON object: enforce it, or the declared schema.
             let schemas = manifest.schemas(of: text)
             registrar.handle(ContractEndpoint(id: contract, summary: summary, owner: id, effect: manifest.effect(of: text), requestSchema: schemas.request,
-                                              responseSchema: schemas.response) { [self] body, origin in
-                let request = body.isEmpty ? Data("{}".utf8) : body
-                let value = try JSONCoding.parse(request, source: "The request body for \(text)")
-                let problems = schemas.request.problems(in: value)
-                guard problems.isEmpty else {
-                    throw TermindError.badRequest("Invalid request for \(text): \(problems.prefix(5).joined(separator: "; "))\(problems.count > 5 ? "; …" : "").")
-                }
-                let (reply, parsed) = try await self.handle(contract: text, body: request, origin: origin)
-                let replyProblems = schemas.response.problems(in: parsed)
-                guard replyProblems.isEmpty else {
-                    throw TermindError(.pluginBadReply, "The reply of plugin '\(id)' to \(text) does not match the response schema in its manifest: \(replyProblems.prefix(5).joined(separator: "; ")).")
-                }
-                return reply
+                                              responseSchema: schemas.response) { body, origin in
+                try await call(text, try checked(body, schemas.request, text), origin)
             })
         }
         for text in manifest.streams {
@@ -74,36 +96,35 @@ final class CPluginFeature: Feature, @unchecked Sendable {
             let events = (declared?.events ?? [:]).compactMapValues { try? JSONSchema.read($0, at: "events").get() }
             registrar.stream(StreamEndpoint(id: stream, summary: summary, owner: id, effect: manifest.effect(of: text), acceptsInput: declared?.acceptsInput ?? false,
                                             requestSchema: schemas.request,
-                                            resultSchema: schemas.response, events: events, questions: declared?.questions ?? [:]) { [self] body, session in
-                let request = body.isEmpty ? Data("{}".utf8) : body
-                let value = try JSONCoding.parse(request, source: "The request body for \(text)")
-                let problems = schemas.request.problems(in: value)
-                guard problems.isEmpty else {
-                    throw TermindError.badRequest("Invalid request for \(text): \(problems.prefix(5).joined(separator: "; "))\(problems.count > 5 ? "; …" : "").")
-                }
-                let (reply, parsed) = try await self.serve(stream: text, body: request, session: session)
-                let replyProblems = schemas.response.problems(in: parsed)
-                guard replyProblems.isEmpty else {
-                    throw TermindError(.pluginBadReply, "The result of plugin '\(id)' for stream \(text) does not match the response schema in its manifest: \(replyProblems.prefix(5).joined(separator: "; ")).")
-                }
-                return reply
+                                            resultSchema: schemas.response, events: events, questions: declared?.questions ?? [:]) { body, session in
+                try await serve(text, try checked(body, schemas.request, text), session)
             })
         }
         let requestSchema = SchemaDerivation.schema(for: ForeignFunctionCall.Request.self)
         let responseSchema = SchemaDerivation.schema(for: ForeignFunctionCall.Response.self)
-        for function in functions {
-            let contract = ContractID(name: "\(id).fn.\(function.name)", version: 1)
-            let summary = manifest.functions.first { $0.name == function.name }?.summary ?? "C function \(function.name)\(function.signature)"
+        for name in functions {
+            let contract = ContractID(name: "\(id).fn.\(name)", version: 1)
+            let declared = manifest.functions.first { $0.name == name }
+            let summary = declared?.summary ?? "C function \(name)\(declared?.signature ?? "")"
             registrar.handle(ContractEndpoint(
                 id: contract, summary: summary, owner: id, effect: manifest.effect(of: contract.description),
                 requestSchema: requestSchema,
                 responseSchema: responseSchema
-            ) { [self] body, _ in
-                let request: ForeignFunctionCall.Request = try ContractCoding.decodeRequest(body, schema: requestSchema, contract: contract)
-                let result = try await self.onExecutor(contract.description) { try function.call(request.args) }
-                return try JSONCoding.encode(ForeignFunctionCall.Response(result: result))
+            ) { body, _ in
+                try await function(contract, name, body)
             })
         }
+    }
+
+    /// The request (`{}` when empty), checked against its schema.
+    private static func checked(_ body: Data, _ schema: JSONSchema, _ text: String) throws -> Data {
+        let request = body.isEmpty ? Data("{}".utf8) : body
+        let value = try JSONCoding.parse(request, source: "The request body for \(text)")
+        let problems = schema.problems(in: value)
+        guard problems.isEmpty else {
+            throw TermindError.badRequest("Invalid request for \(text): \(problems.prefix(5).joined(separator: "; "))\(problems.count > 5 ? "; …" : "").")
+        }
+        return request
     }
 
     func start(_ context: FeatureContext) async throws {

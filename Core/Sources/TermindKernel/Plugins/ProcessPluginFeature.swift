@@ -1,0 +1,374 @@
+import Dispatch
+import Foundation
+import Synchronization
+import TermindCore
+
+extension ErrorCode {
+    /// The plugin's own process ended while the call was in flight (a crash, a kill).
+    public static let pluginCrashed: ErrorCode = "plugin.crashed"
+    /// The plugin's process is waiting out its restart delay after a crash.
+    public static let pluginRestarting: ErrorCode = "plugin.restarting"
+    /// The plugin crashed too often and is off until `termind plugins enable ID`.
+    public static let pluginDisabled: ErrorCode = "plugin.disabled"
+}
+
+/// A C plugin whose manifest says `"isolation": "process"`: its code runs in a child of
+/// termind (`termind-plugin-host`), never in termind's process. Callers see the same
+/// contracts, streams and functions with the same schemas and errors — the child loads the
+/// plugin with the same code termind would use in process — and termind forwards each call
+/// over a socketpair (`PluginWire`). When the child dies, the calls in flight fail with
+/// `plugin.crashed` naming the signal; the next call starts a new child after a delay that
+/// doubles from 0.5 s to 30 s (jittered); after 3 crashes in 5 minutes the plugin stays off.
+final class ProcessPluginFeature: Feature, Sendable {
+    let manifest: FeatureManifest
+    private let hostVersion: String
+    private let logLevel: LogLevel?
+    private let state = Mutex(State())
+
+    struct State {
+        var child: PluginChild?
+        var crashes: [Double] = []
+        var notBefore: Double = 0
+        var delay: Double = 0
+        var disabled: String?
+        var stopped = false
+    }
+
+    static let firstDelay = 0.5
+    static let longestDelay = 30.0
+    static let crashesAllowed = 3
+    static let crashWindow = 300.0
+
+    init(manifest: FeatureManifest, hostVersion: String, logLevel: LogLevel?) {
+        var m = manifest
+        m.library = m.libraryPath  // the child has no base directory to resolve it against
+        self.manifest = m
+        self.hostVersion = hostVersion
+        self.logLevel = logLevel
+    }
+
+    func register(_ registrar: FeatureRegistrar) throws {
+        let functions = manifest.functions.filter { if case .success = FunctionSignature.parse($0.signature) { true } else { false } }.map(\.name)
+        CPluginFeature.registerEndpoints(manifest, functions: functions, into: registrar, call: { [self] contract, request, origin in
+            try await child().call(contract, request, origin)
+        }, serve: { [self] stream, request, session in
+            try await child().serve(stream, request, session)
+        }, function: { [self] contract, _, body in
+            try await child().call(contract.description, body, .inProcess)
+        })
+    }
+
+    /// Starts the child at boot, so a plugin that does not load or start is disabled with
+    /// its reason, as one in process is.
+    func start(_ context: FeatureContext) async throws {
+        let child = try await PluginChild.launch(manifest, hostVersion: hostVersion, logLevel: logLevel) { [weak self] child, reason in
+            self?.ended(child, reason)
+        }
+        state.withLock { $0.child = child }
+    }
+
+    func stop() async {
+        let child = state.withLock { state -> PluginChild? in
+            state.stopped = true
+            defer { state.child = nil }
+            return state.child
+        }
+        await child?.stop()
+    }
+
+    /// The running child, or a new one once the restart delay has passed.
+    private func child() async throws -> PluginChild {
+        let now = Self.now()
+        enum Next { case use(PluginChild), launch, wait(Double), off(String) }
+        let next: Next = state.withLock { state in
+            if let disabled = state.disabled { return .off(disabled) }
+            if let child = state.child, child.isAlive { return .use(child) }
+            if state.stopped { return .off("termind is stopping") }
+            if now < state.notBefore { return .wait(state.notBefore - now) }
+            return .launch
+        }
+        switch next {
+        case .use(let child): return child
+        case .off(let reason):
+            throw TermindError(.pluginDisabled, "plugin '\(manifest.id)' is off: \(reason). Run 'termind plugins enable \(manifest.id)' to start it again.")
+        case .wait(let seconds):
+            throw TermindError(.pluginRestarting, "plugin '\(manifest.id)' crashed and is restarted in \(String(format: "%.1f", seconds)) s; try again then.")
+        case .launch:
+            let child = try await PluginChild.launch(manifest, hostVersion: hostVersion, logLevel: logLevel) { [weak self] child, reason in
+                self?.ended(child, reason)
+            }
+            state.withLock { $0.child = child }
+            return child
+        }
+    }
+
+    /// The child ended (`reason`: how, for messages): a crash counts toward the restart delay
+    /// and the limit.
+    private func ended(_ child: PluginChild, _ reason: String) {
+        let now = Self.now()
+        state.withLock { state in
+            guard state.child === child, !state.stopped else { return }
+            state.child = nil
+            state.crashes = state.crashes.filter { now - $0 < Self.crashWindow } + [now]
+            if state.crashes.count >= Self.crashesAllowed {
+                state.disabled = "it crashed \(state.crashes.count) times in \(Int(Self.crashWindow / 60)) minutes (last: \(reason))"
+                return
+            }
+            state.delay = state.delay == 0 ? Self.firstDelay : min(state.delay * 2, Self.longestDelay)
+            state.notBefore = now + state.delay * Double.random(in: 0.8...1.2)
+        }
+    }
+
+    static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+}
+
+/// One running `termind-plugin-host` and the calls in flight to it.
+final class PluginChild: Sendable {
+    let pid: pid_t
+    private let fd: Int32
+    private let id: String
+    private let writing = Mutex<Void>(())
+    private let calls = Mutex<Calls>(Calls())
+    private let alive = Atomic<Bool>(true)
+
+    struct Calls {
+        var next: Int64 = 0
+        var replies: [Int64: CheckedContinuation<[String: JSONValue], any Error>] = [:]
+        var streams: [Int64: AsyncStream<[String: JSONValue]>.Continuation] = [:]
+        var ended: TermindError?
+    }
+
+    var isAlive: Bool { alive.load(ordering: .acquiring) }
+
+    private init(pid: pid_t, fd: Int32, id: String) {
+        self.pid = pid
+        self.fd = fd
+        self.id = id
+    }
+
+    /// Where the host executable is: `TERMIND_PLUGIN_HOST`, else beside the running
+    /// executable (termind's, or a test runner's in the build folder).
+    static func hostExecutable() -> String? {
+        var candidates: [String] = []
+        if let given = ProcessInfo.processInfo.environment["TERMIND_PLUGIN_HOST"], !given.isEmpty { candidates.append(given) }
+        candidates.append(ExecutablePaths.executableDirectory() + "/termind-plugin-host")
+        return candidates.first { access($0, X_OK) == 0 }
+    }
+
+    /// Starts the child, hands it the manifest and waits until the plugin is loaded and
+    /// started (or says why not).
+    static func launch(_ manifest: FeatureManifest, hostVersion: String, logLevel: LogLevel?,
+                       onEnd: @escaping @Sendable (PluginChild, String) -> Void) async throws -> PluginChild {
+        guard let host = hostExecutable() else {
+            throw TermindError(.featureStartFailed, "plugin '\(manifest.id)' asks to run in a process of its own, but termind-plugin-host is not installed beside termind.")
+        }
+        var pair: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+            throw TermindError(.featureStartFailed, "plugin '\(manifest.id)': no socketpair for its process (\(String(cString: strerror(errno)))).")
+        }
+        let pid: pid_t
+        do {
+            pid = try ChildProcess.spawn([host, manifest.id], environment: ["PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"], stdin: pair[1], stdout: nil, stderr: 2)
+        } catch {
+            close(pair[0]); close(pair[1])
+            throw error
+        }
+        close(pair[1])
+        let child = PluginChild(pid: pid, fd: pair[0], id: manifest.id)
+        var load: [String: JSONValue] = ["op": .string("load"), "manifest": try JSONCoding.parse(try JSONCoding.encode(manifest), source: "the manifest"),
+                                         "hostVersion": .string(hostVersion)]
+        if let logLevel { load["logLevel"] = .string(logLevel.name) }
+        let loadFrame = load
+        let ready: Result<Void, TermindError> = await withCheckedContinuation { continuation in
+            let thread = Thread {
+                guard child.write(loadFrame), let first = try? PluginWire.read(child.fd) else {
+                    continuation.resume(returning: .failure(TermindError(.featureStartFailed, "plugin '\(manifest.id)': its process ended while loading (\(child.reap())).")))
+                    return
+                }
+                guard first["op"] == .string("ready") else {
+                    let error = PluginWire.decode(first["error"])
+                    _ = child.reap()
+                    continuation.resume(returning: .failure(TermindError(code: error.code, message: error.message)))
+                    return
+                }
+                continuation.resume(returning: .success(()))
+                child.readLoop(onEnd: onEnd)
+            }
+            thread.name = "termind.plugin.\(manifest.id)"
+            thread.start()
+        }
+        try ready.get()
+        return child
+    }
+
+    /// Reads the child's frames until it goes away, then fails what was in flight.
+    private func readLoop(onEnd: @escaping @Sendable (PluginChild, String) -> Void) {
+        while let frame = try? PluginWire.read(fd) {
+            guard case .integer(let call)? = frame["id"] else { continue }
+            switch frame["op"]?.stringValue {
+            case "reply":
+                let waiting = calls.withLock { $0.replies.removeValue(forKey: call) }
+                waiting?.resume(returning: frame)
+            case "event":
+                _ = calls.withLock { $0.streams[call] }?.yield(frame)
+            default:
+                continue
+            }
+        }
+        alive.store(false, ordering: .releasing)
+        let reason = reap()
+        let failure = TermindError(.pluginCrashed, "plugin '\(id)' \(reason) before it answered; its process is restarted for the next call.")
+        let (replies, streams) = calls.withLock { calls in
+            calls.ended = failure
+            defer { calls.replies.removeAll(); calls.streams.removeAll() }
+            return (Array(calls.replies.values), Array(calls.streams.values))
+        }
+        for reply in replies { reply.resume(throwing: failure) }
+        for stream in streams { stream.finish() }
+        onEnd(self, reason)
+    }
+
+    /// Reaps the child once its socket closed: how it ended, in words.
+    private func reap() -> String {
+        close(fd)
+        let end = ChildProcess.wait(pid)
+        if let signal = end.signal {
+            let name = String(cString: strsignal(signal))
+            return "crashed (signal \(signal), \(name))"
+        }
+        return "exited with status \(end.status ?? -1)"
+    }
+
+    @discardableResult
+    private func write(_ object: [String: JSONValue]) -> Bool {
+        writing.withLock { _ in PluginWire.write(fd, object) }
+    }
+
+    private func begin(_ stream: Bool) throws -> (Int64, AsyncStream<[String: JSONValue]>?) {
+        try calls.withLock { calls in
+            if let ended = calls.ended { throw ended }
+            calls.next += 1
+            guard stream else { return (calls.next, nil) }
+            let (events, continuation) = AsyncStream<[String: JSONValue]>.makeStream()
+            calls.streams[calls.next] = continuation
+            return (calls.next, events)
+        }
+    }
+
+    private func reply(_ call: Int64, sending frame: [String: JSONValue]) async throws -> Data {
+        let answer = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[String: JSONValue], any Error>) in
+            let failed: TermindError? = calls.withLock { calls in
+                if let ended = calls.ended { return ended }
+                calls.replies[call] = continuation
+                return nil
+            }
+            if let failed { return continuation.resume(throwing: failed) }
+            // Written on this task's thread: a frame is at most a few MiB, and the child reads
+            // continuously (a child that stops reading is one that hangs: the call's deadline).
+            if !write(frame) {
+                if let waiting = calls.withLock({ $0.replies.removeValue(forKey: call) }) {
+                    waiting.resume(throwing: TermindError(.pluginCrashed, "plugin '\(id)' went away before the call was sent."))
+                }
+            }
+        }
+        if let error = answer["error"] { throw PluginWire.decode(error) }
+        return Data((answer["body"]?.stringValue ?? "").utf8)
+    }
+
+    func call(_ contract: String, _ request: Data, _ origin: CallOrigin) async throws -> Data {
+        let (call, _) = try begin(false)
+        return try await reply(call, sending: ["op": .string("call"), "id": .integer(call), "contract": .string(contract),
+                                               "body": .string(String(decoding: request, as: UTF8.self)), "origin": Self.encode(origin)])
+    }
+
+    /// Runs a stream in the child: its events and questions reach `session`'s client, its
+    /// input goes to the child as the child grants room, and a cancel goes along.
+    func serve(_ stream: String, _ request: Data, _ session: StreamSession) async throws -> Data {
+        let (call, events) = try begin(true)
+        let grants = AsyncStream<Int>.makeStream()
+        let relay = Task { [self] in
+            for await frame in events! {
+                guard case .object(var fields)? = frame["fields"] else { continue }
+                if case .integer(let granted)? = fields["grant"] {
+                    grants.continuation.yield(Int(granted))
+                    continue
+                }
+                let kind = fields["event"]?.stringValue ?? ""
+                if kind == "ask", case .integer(let askID)? = fields["askID"], let question = fields["ask"] {
+                    Task {
+                        let answer = await session.ask(question)
+                        var reply: [String: JSONValue] = ["askID": .integer(askID)]
+                        if case .object(let given)? = answer { reply.merge(given) { _, new in new } } else { reply["unanswered"] = .bool(true) }
+                        reply["askID"] = .integer(askID)
+                        write(["op": .string("to-stream"), "id": .integer(call), "message": .object(["answer": .object(reply)])])
+                    }
+                    continue
+                }
+                fields["id"] = nil
+                fields["event"] = nil
+                let data = frame["data"]?.stringValue.flatMap { Data(base64Encoded: $0) }
+                fields["data"] = nil
+                await session.emit(kind, fields, data: data)
+                if case .integer(let size)? = frame["size"], size > 0 {
+                    write(["op": .string("to-stream"), "id": .integer(call), "message": .object(["credit": .integer(size)])])
+                }
+            }
+            grants.continuation.finish()
+        }
+        let input = Task { [self] in
+            var allowance = 0
+            var granted = grants.stream.makeAsyncIterator()
+            var chunks = session.input.makeAsyncIterator()
+            while true {
+                while allowance <= 0 {
+                    guard let more = await granted.next() else { return }
+                    allowance += more
+                }
+                guard let chunk = await chunks.next() else {
+                    write(["op": .string("to-stream"), "id": .integer(call), "message": .object(["inputEnd": .bool(true)])])
+                    return
+                }
+                var offset = 0
+                while offset < chunk.count {
+                    while allowance <= 0 {
+                        guard let more = await granted.next() else { return }
+                        allowance += more
+                    }
+                    let count = min(allowance, chunk.count - offset)
+                    let piece = chunk.subdata(in: chunk.startIndex + offset ..< chunk.startIndex + offset + count)
+                    write(["op": .string("to-stream"), "id": .integer(call), "message": .object(["input": .string(piece.base64EncodedString())])])
+                    allowance -= count
+                    offset += count
+                }
+            }
+        }
+        defer {
+            input.cancel()
+            calls.withLock { $0.streams.removeValue(forKey: call) }?.finish()
+        }
+        return try await withTaskCancellationHandler {
+            let result = try await reply(call, sending: ["op": .string("stream"), "id": .integer(call), "contract": .string(stream),
+                                                         "body": .string(String(decoding: request, as: UTF8.self)), "origin": Self.encode(session.origin)])
+            calls.withLock { $0.streams.removeValue(forKey: call) }?.finish()
+            await relay.value
+            return result
+        } onCancel: {
+            var message: [String: JSONValue] = ["cancel": .bool(true)]
+            if let signal = session.cancelSignal { message["signal"] = .string(signal) }
+            write(["op": .string("to-stream"), "id": .integer(call), "message": .object(message)])
+        }
+    }
+
+    /// Asks the child to stop its plugin and end; one that does not within 5 s is killed.
+    func stop() async {
+        guard isAlive else { return }
+        write(["op": .string("stop")])
+        let pid = self.pid
+        for _ in 0..<50 where isAlive { try? await Task.sleep(for: .milliseconds(100)) }
+        if isAlive { kill(pid, SIGKILL) }
+    }
+
+    private static func encode(_ origin: CallOrigin) -> JSONValue {
+        (try? JSONCoding.encode(origin)).flatMap { try? JSONCoding.parse($0, source: "the caller chain") } ?? .null
+    }
+}
