@@ -35,6 +35,8 @@ final class PluginProcessIsolationTests: XCTestCase {
             throw TermindError(code: "test", message: "the Digest manifest is not an object")
         }
         manifest["isolation"] = .string(isolation)
+        // Its process reads only what it declares: the folder of the files it digests.
+        if isolation == "process" { manifest["access"] = .object(["read": .array([.string(directory.file("files"))])]) }
         try JSONCoding.encode(JSONValue.object(manifest)).write(to: URL(fileURLWithPath: folder + "/plugin.json"))
         try FileManager.default.copyItem(atPath: FeatureHarness.buildDirectory + "/libTermindDigest.so", toPath: folder + "/libTermindDigest.so")
         return directory.file("plugins-\(isolation)")
@@ -47,7 +49,8 @@ final class PluginProcessIsolationTests: XCTestCase {
 
     func testDigestAnswersAsInProcessAndItsCodeNeverEntersTermind() throws {
         let inline = try digest("inline"), isolated = try digest("process")
-        let file = directory.file("blob.txt")
+        try FileManager.default.createDirectory(atPath: directory.file("files"), withIntermediateDirectories: true)
+        let file = directory.file("files/blob.txt")
         try Data((0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }).write(to: URL(fileURLWithPath: file))
         // One-shot commands: the same answers and the same errors, word for word.
         for arguments in [["--json", "call", "digest.file@1", #"{"path": "\#(file)", "algorithm": "sha512"}"#],
@@ -111,6 +114,103 @@ final class PluginProcessIsolationTests: XCTestCase {
         XCTAssertEqual(off?.code, "plugin.disabled", off?.message ?? "")
         XCTAssertTrue(off?.message.contains("crashed 3 times") ?? false, off?.message ?? "")
         XCTAssertNoThrow(try client.call("kernel.ping@1", body: Data(#"{"payload": "y"}"#.utf8)))
+        // `termind features` says so; `termind plugins enable` turns it on again.
+        let socket = ["--socket", server.socketPath]
+        let features = try ProcessRunner.run(termind, socket + ["features"], environment: environment).stdout
+        XCTAssertTrue(features.contains("crash") && features.contains("disabled") && features.contains("crashed 3 times"), features)
+        let enabled = try ProcessRunner.run(termind, socket + ["plugins", "enable", "crash"], environment: environment)
+        XCTAssertEqual(enabled.status, 0, enabled.stderr)
+        XCTAssertTrue(enabled.stdout.contains("on again"), enabled.stdout)
+        XCTAssertEqual(failure("crash.abort@1")?.code, "plugin.crashed", "on again: a new process takes the call")
         XCTAssertEqual(server.stop(), 0, "termind itself never crashed")
+    }
+
+    static let probe = #"""
+    #include "termind_plugin.h"
+    #include <errno.h>
+    #include <fcntl.h>
+    #include <stdio.h>
+    #include <stdlib.h>
+    #include <string.h>
+    #include <sys/ptrace.h>
+    #include <sys/socket.h>
+    #include <sys/un.h>
+    #include <unistd.h>
+    static const termind_host_api *host;
+    static char *answer(int ok) {
+        char text[160];
+        snprintf(text, sizeof text, "{\"ok\": %s, \"errno\": %d}", ok ? "true" : "false", ok ? 0 : errno);
+        size_t n = strlen(text) + 1; char *c = host->alloc(n); memcpy(c, text, n); return c;
+    }
+    static int handle(const char *contract, const char *request, size_t length, char **reply) {
+        char *path = host->json_string_field(request, "path");
+        int ok = 0;
+        if (strcmp(contract, "probe.read@1") == 0) {
+            int fd = open(path, O_RDONLY); ok = fd >= 0; if (ok) close(fd);
+        } else if (strcmp(contract, "probe.unix@1") == 0) {
+            int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+            if (fd >= 0) { struct sockaddr_un a = {0}; a.sun_family = AF_UNIX; strncpy(a.sun_path, path, sizeof a.sun_path - 1); ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0; close(fd); }
+        } else if (strcmp(contract, "probe.tcp@1") == 0) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0); ok = fd >= 0; if (ok) close(fd);
+        } else if (strcmp(contract, "probe.ptrace@1") == 0) {
+            ok = ptrace(PTRACE_TRACEME, 0, NULL, NULL) == 0;
+        } else if (strcmp(contract, "probe.alloc@1") == 0) {
+            char *block = malloc((size_t)1 << 30); ok = block != NULL; if (ok) { memset(block, 1, (size_t)1 << 30); free(block); }
+        } else if (strcmp(contract, "probe.spin@1") == 0) {
+            for (;;) {}
+        }
+        host->free(path);
+        *reply = answer(ok);
+        return TERMIND_OK;
+    }
+    static const termind_plugin_descriptor descriptor = {
+        sizeof(termind_plugin_descriptor), TERMIND_PLUGIN_ABI_VERSION, "probe", "1.0.0", NULL, NULL, handle, NULL
+    };
+    const termind_plugin_descriptor *termind_plugin_entry_v1(const termind_host_api *api) { host = api; return &descriptor; }
+    """#
+
+    func testTheProcessIsSandboxedToWhatItsManifestDeclaresAndHeldToItsDeadline() throws {
+        let allowed = directory.file("allowed")
+        try FileManager.default.createDirectory(atPath: allowed, withIntermediateDirectories: true)
+        try directory.write("allowed/data.txt", "readable")
+        try directory.write("elsewhere.txt", "not declared")
+        let contracts = ["read", "unix", "tcp", "ptrace", "alloc", "spin"].map { "\"probe.\($0)@1\"" }.joined(separator: ", ")
+        try CPluginCompiler.build(source: Self.probe, folder: directory.file("plugins/probe"), name: "probe",
+                                  manifest: #"{"id": "probe", "version": "1.0.0", "abi": 1, "kind": "c", "library": "libprobe.so", "isolation": "process", "access": {"read": ["\#(allowed)"]}, "limits": {"memoryMiB": 512, "callSeconds": 2}, "contracts": [\#(contracts)]}"#)
+        // termind's own features: its database and secret store exist.
+        let server = try ServeProcess(directory: directory, arguments: ["--plugins", directory.file("plugins")])
+        let client = try ControlClient(path: server.socketPath)
+        func probe(_ what: String, _ path: String = "") throws -> (ok: Bool, errno: Int64) {
+            let reply = try JSONCoding.parse(try client.call("probe.\(what)@1", body: try JSONCoding.encode(JSONValue.object(["path": .string(path)]))), source: "reply")
+            guard case .bool(let ok)? = reply["ok"], case .integer(let error)? = reply["errno"] else { throw TermindError(code: "test", message: "no answer") }
+            return (ok, error)
+        }
+        XCTAssertTrue(try probe("read", allowed + "/data.txt").ok, "a declared path reads")
+        // `termind features` says how the process is held on this kernel.
+        let features = try ProcessRunner.run(termind, ["--socket", server.socketPath, "--json", "features"], environment: environment).stdout
+        XCTAssertTrue(features.contains("own process") && features.contains("seccomp") && features.contains("no new privileges"), features)
+        for path in [directory.file("elsewhere.txt"), directory.file("serve/db.sqlite"), directory.file("serve/secrets.key")] {
+            XCTAssertTrue(FileManager.default.fileExists(atPath: path), path)
+            let read = try probe("read", path)
+            XCTAssertFalse(read.ok, "\(path) is not readable from the plugin's process")
+            XCTAssertEqual(read.errno, Int64(EACCES), path)
+        }
+        // termind's environment, descriptors and memory through /proc: refused (Landlock's ptrace scoping).
+        for entry in ["environ", "mem", "fd/0"] {
+            XCTAssertEqual(try probe("read", "/proc/\(server.process.pid)/\(entry)").errno, Int64(EACCES), entry)
+        }
+        XCTAssertEqual(try probe("unix", server.socketPath).errno, Int64(EPERM), "termind's control socket is out of reach")
+        XCTAssertEqual(try probe("tcp").errno, Int64(EPERM), "no TCP unless declared")
+        XCTAssertEqual(try probe("ptrace").errno, Int64(EPERM))
+        XCTAssertFalse(try probe("alloc").ok, "a gigabyte is past its 512 MiB")
+        XCTAssertTrue(try probe("read", allowed + "/data.txt").ok, "and the process lives on")
+        // Past its deadline a call fails with the reason and the process is ended and replaced.
+        let started = Date()
+        XCTAssertThrowsError(try client.call("probe.spin@1", body: Data("{}".utf8))) { error in
+            XCTAssertEqual((error as? TermindError)?.code, "plugin.timeout", "\(error)")
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 10)
+        XCTAssertTrue(waitUntil(seconds: 10) { (try? probe("read", allowed + "/data.txt").ok) == true }, "a new process answers")
+        XCTAssertEqual(server.stop(), 0)
     }
 }

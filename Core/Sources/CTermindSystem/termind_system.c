@@ -93,3 +93,141 @@ long termind_recv_fds(int sock, void *buf, unsigned long len, int *fds, int *cou
     }
     return (long)n;
 }
+
+/* ---- Plugin sandbox ---------------------------------------------------------------- */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/socket.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <unistd.h>
+
+#include <linux/capability.h>
+
+int termind_sandbox_drop_capabilities(void) {
+    for (int cap = 0; cap <= 63; cap++) (void)prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+    (void)prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    struct __user_cap_header_struct header = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+    struct __user_cap_data_struct data[2] = { { 0, 0, 0 }, { 0, 0, 0 } };
+    return (int)syscall(SYS_capset, &header, data);
+}
+
+int termind_set_undumpable(void) {
+    return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
+
+int termind_sandbox_no_new_privs(void) {
+    return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+}
+
+#if defined(__x86_64__)
+#define TERMIND_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define TERMIND_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+#define DENY(nr) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1), BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM)
+
+int termind_sandbox_seccomp(int allow_inet) {
+#ifndef TERMIND_AUDIT_ARCH
+    (void)allow_inet;
+    errno = ENOSYS;
+    return -1;
+#else
+    const unsigned int inet = allow_inet ? SECCOMP_RET_ALLOW : (SECCOMP_RET_ERRNO | EPERM);
+    struct sock_filter filter[] = {
+        /* Another architecture's calls (a 32-bit entry) end the process. */
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TERMIND_AUDIT_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+#if defined(__x86_64__)
+        /* x32 calls carry this bit: refused. */
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+#endif
+        DENY(__NR_ptrace), DENY(__NR_mount), DENY(__NR_umount2), DENY(__NR_bpf),
+        DENY(__NR_keyctl), DENY(__NR_add_key), DENY(__NR_request_key),
+        DENY(__NR_perf_event_open), DENY(__NR_userfaultfd),
+        DENY(__NR_process_vm_readv), DENY(__NR_process_vm_writev),
+        DENY(__NR_kexec_load), DENY(__NR_init_module), DENY(__NR_finit_module), DENY(__NR_delete_module),
+        DENY(__NR_pivot_root), DENY(__NR_chroot), DENY(__NR_setns), DENY(__NR_unshare),
+        /* socket(domain, ...): AF_UNIX never, AF_INET/AF_INET6 only when allowed. */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 0, 5),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 4, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET6, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, inet),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+    };
+    struct sock_fprog program = { .len = (unsigned short)(sizeof(filter) / sizeof(filter[0])), .filter = filter };
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program, 0, 0);
+#endif
+}
+
+#ifndef __NR_landlock_create_ruleset
+#define __NR_landlock_create_ruleset 444
+#define __NR_landlock_add_rule 445
+#define __NR_landlock_restrict_self 446
+#endif
+
+struct termind_ruleset_attr { uint64_t fs, net, scoped; };
+struct termind_path_beneath { uint64_t allowed; int32_t parent_fd; } __attribute__((packed));
+
+int termind_landlock_abi(void) {
+    long abi = syscall(__NR_landlock_create_ruleset, NULL, 0, 1 /* LANDLOCK_CREATE_RULESET_VERSION */);
+    return abi < 0 ? 0 : (int)abi;
+}
+
+/* Rights a rule on a regular file may carry: execute, write, read, truncate, ioctl. */
+#define TERMIND_LL_FILE_RIGHTS ((1ULL << 0) | (1ULL << 1) | (1ULL << 2) | (1ULL << 14) | (1ULL << 15))
+#define TERMIND_LL_READ ((1ULL << 0) | (1ULL << 2) | (1ULL << 3))
+
+static int termind_landlock_rule(int ruleset, const char *path, uint64_t rights, uint64_t handled) {
+    int fd = open(path, O_PATH | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 0 : -1;  /* a path that is not there grants nothing */
+    struct stat info;
+    if (fstat(fd, &info) == 0 && !S_ISDIR(info.st_mode)) rights &= TERMIND_LL_FILE_RIGHTS;
+    struct termind_path_beneath rule = { .allowed = rights & handled, .parent_fd = fd };
+    long rc = syscall(__NR_landlock_add_rule, ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &rule, 0);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc < 0 ? -1 : 0;
+}
+
+int termind_landlock_restrict(int abi, const char *const *read, int read_count, const char *const *write, int write_count,
+                              int allow_tcp, const char **failed) {
+    if (abi <= 0) { errno = ENOSYS; return -1; }
+    if (abi > 6) abi = 6;
+    uint64_t fs = (1ULL << 13) - 1;
+    if (abi >= 2) fs |= 1ULL << 13; /* refer */
+    if (abi >= 3) fs |= 1ULL << 14; /* truncate */
+    if (abi >= 5) fs |= 1ULL << 15; /* ioctl on devices */
+    struct termind_ruleset_attr attr = { .fs = fs, .net = 0, .scoped = 0 };
+    size_t size = sizeof(uint64_t);
+    if (abi >= 4) { attr.net = allow_tcp ? 0 : 3 /* bind and connect TCP */; size = 2 * sizeof(uint64_t); }
+    if (abi >= 6) { attr.scoped = 3 /* abstract Unix sockets, signals */; size = 3 * sizeof(uint64_t); }
+    int ruleset = (int)syscall(__NR_landlock_create_ruleset, &attr, size, 0);
+    if (ruleset < 0) return -1;
+    for (int i = 0; i < read_count; i++) {
+        if (termind_landlock_rule(ruleset, read[i], TERMIND_LL_READ, fs) < 0) { *failed = read[i]; close(ruleset); return -1; }
+    }
+    for (int i = 0; i < write_count; i++) {
+        if (termind_landlock_rule(ruleset, write[i], fs, fs) < 0) { *failed = write[i]; close(ruleset); return -1; }
+    }
+    long rc = syscall(__NR_landlock_restrict_self, ruleset, 0);
+    int saved = errno;
+    close(ruleset);
+    errno = saved;
+    return rc < 0 ? -1 : 0;
+}

@@ -19,7 +19,7 @@ enum Commands {
                 return .success
             }
             inv.console.table(["#", "ID", "VERSION", "KIND", "STATE", "REASON"], reply.features.enumerated().map { index, f in
-                [String(index + 1), f.id + (f.permanent ? " (permanent)" : ""), f.version, f.kind.rawValue, f.state.rawValue, f.reason ?? ""]
+                [String(index + 1), f.id + (f.permanent ? " (permanent)" : ""), f.version, f.kind.rawValue, f.state.rawValue, f.reason ?? f.isolation ?? ""]
             })
             for problem in problems { inv.console.line("problem: \(problem.message)") }
             return .success
@@ -134,8 +134,20 @@ enum Commands {
     }
 
     static func plugins(_ inv: Invocation) async throws -> Invocation.Exit {
+        if inv.arguments.count == 2, inv.arguments[0] == "enable" {
+            // Crashes turn a plugin off inside the server that ran it; a new process starts
+            // with every plugin on.
+            guard let client = try? ControlClient(path: inv.socketPath) else {
+                inv.console.line("No termind serve runs at \(inv.socketPath): a plugin is turned off after crashes only inside a running server, and every new termind starts with it on.")
+                return .success
+            }
+            let reply = try client.call(KernelContracts.PluginEnable.id.description, body: try JSONCoding.encode(KernelContracts.PluginEnable.Request(id: inv.arguments[1])))
+            let response = try JSONDecoder().decode(KernelContracts.PluginEnable.Response.self, from: reply)
+            if inv.json { inv.console.json(response) } else { inv.console.line(response.message) }
+            return .success
+        }
         guard inv.arguments.count == 2, inv.arguments[0] == "check" else {
-            throw Invocation.UsageError(description: "usage: termind plugins check DIR")
+            throw Invocation.UsageError(description: "usage: termind plugins check DIR | termind plugins enable ID")
         }
         let directory = inv.console.absolute(inv.arguments[1])
         let console = inv.console, json = inv.json

@@ -105,6 +105,7 @@ enum Help {
                                features' (serve --mcp-listen above, under its feature).
       version                  Print termind, build signature and library versions.
       plugins check DIR        Check a plugin the way termind loads it (for plugin authors).
+      plugins enable ID        Turn on a plugin that crashes turned off in the running server.
       secrets status           How the encrypted secret store is protected.
       secrets protect --passphrase -
                                Protect it with a passphrase typed (or piped) on standard input;

@@ -32,4 +32,34 @@ long termind_send_fds(int sock, const void *buf, unsigned long len, const int *f
 /// `truncated` is set when the peer sent more than fit (the kernel closed the rest) or a
 /// control message of another kind. Returns the bytes read, 0 at the end, -1 with errno.
 long termind_recv_fds(int sock, void *buf, unsigned long len, int *fds, int *count, int *truncated);
+
+/* ---- The sandbox of a plugin's own process (termind-plugin-host), applied before any
+ * plugin code runs. Each returns 0, or -1 with errno set. */
+
+/// Drops every capability (bounding set, ambient, effective, permitted, inheritable): a
+/// plugin process started by root keeps root's uid but none of its powers.
+int termind_sandbox_drop_capabilities(void);
+
+/// prctl(PR_SET_DUMPABLE, 0) for termind itself: processes of the same user (a plugin's
+/// among them) can no longer read its memory, environment or descriptors through /proc.
+int termind_set_undumpable(void);
+
+/// prctl(PR_SET_NO_NEW_PRIVS): nothing exec'd later gains privileges (setuid, file caps).
+int termind_sandbox_no_new_privs(void);
+
+/// A seccomp filter: ptrace, mount/umount2, bpf, keyctl/add_key/request_key,
+/// perf_event_open, userfaultfd, process_vm_readv/writev, kexec and module loading fail
+/// with EPERM; so does socket() for AF_UNIX (termind's control socket is a Unix socket),
+/// and for AF_INET/AF_INET6 unless `allow_inet`. Every other call is allowed.
+int termind_sandbox_seccomp(int allow_inet);
+
+/// The Landlock ABI the kernel offers (0: none).
+int termind_landlock_abi(void);
+
+/// Restricts this process with Landlock (at `abi`, at most 6 used): reading (and mapping
+/// libraries) only beneath `read` paths, writing only beneath `write` paths; with ABI 4 and
+/// later no TCP bind or connect unless `allow_tcp`; with ABI 6 no signals to processes
+/// outside this one and no abstract Unix sockets. On failure, `failed` names the path.
+int termind_landlock_restrict(int abi, const char *const *read, int read_count, const char *const *write, int write_count,
+                              int allow_tcp, const char **failed);
 #endif

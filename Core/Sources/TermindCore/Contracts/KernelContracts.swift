@@ -14,6 +14,22 @@ public enum KernelContracts {
     }
 
     /// The features of this process, in boot order, with status and reasons.
+    /// Turns a plugin that crashes turned off (in its own process) on again.
+    public enum PluginEnable: Contract {
+        public struct Request: Codable, Sendable, Equatable {
+            public var id: String
+            public init(id: String) { self.id = id }
+        }
+        public struct Response: Codable, Sendable, Equatable {
+            public var message: String
+            public init(message: String) { self.message = message }
+        }
+        public static let name = "kernel.plugins.enable"
+        public static let effect: Effect = .write
+        public static let version = 1
+        public static let summary = "Turn a plugin that crashes turned off on again: ID; its next call starts its process."
+    }
+
     public enum Features: Contract {
         public typealias Request = Empty
         public struct Response: Codable, Sendable, Equatable {
@@ -132,6 +148,9 @@ public struct FeatureStatus: Sendable, Equatable, Codable {
     public var help: FeatureManifest.HelpGroup?
     /// The `termind serve` options it reads (`--mcp-listen ADDRESS:PORT`).
     public var serveOptions: [FeatureManifest.ServeOption]?
+    /// A C plugin in a process of its own: that process, and what its sandbox enforces on
+    /// this kernel and what it cannot (nil for everything in termind's process).
+    public var isolation: String?
     /// What it may reach, as its manifest declares and the kernel enforces: the ports it
     /// requires and may use, and the contracts of others it may call.
     public var requires: [String]

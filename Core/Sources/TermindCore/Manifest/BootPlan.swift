@@ -172,6 +172,13 @@ public struct RegistryValidator: Sendable {
                         "\(name): field \"ports.provides\": 'kernel.policy' (what decides on an agent's calls) is provided only by a feature of termind's own registry, never a plugin.")
             } else if m.origin == .plugin && m.permanent {
                 disable(m.id, field: "permanent", code: .pluginPermanent, "\(name): field \"permanent\": a plugin can never be permanent (only Registry.json features are); remove the field.")
+            } else if (m.access != nil || m.limits != nil) && m.isolation != .process {
+                disable(m.id, field: m.access != nil ? "access" : "limits", code: .manifestInvalidField,
+                        "\(name): fields \"access\" and \"limits\" apply to a plugin with \"isolation\": \"process\" (in termind's own process nothing can enforce them).")
+            } else if let bad = ((m.access?.read ?? []) + (m.access?.write ?? [])).first(where: { !$0.hasPrefix("/") }) {
+                disable(m.id, field: "access", code: .manifestInvalidField, "\(name): field \"access\": '\(bad)' is not an absolute path.")
+            } else if let limits = m.limits, [limits.memoryMiB.map { $0 < 64 }, limits.openFiles.map { $0 < 16 }, limits.callSeconds.map { $0 < 1 }].contains(true) {
+                disable(m.id, field: "limits", code: .manifestInvalidField, "\(name): field \"limits\": memoryMiB is at least 64, openFiles at least 16, callSeconds at least 1.")
             } else if m.isolation != nil && m.kind != .c {
                 disable(m.id, field: "isolation", code: .manifestInvalidField, "\(name): field \"isolation\" applies to C plugins only (a Swift feature runs in termind's process).")
             } else if m.origin != .plugin && m.libraryOutsidePlugin {

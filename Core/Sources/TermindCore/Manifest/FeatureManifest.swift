@@ -214,6 +214,47 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     public enum Isolation: String, Sendable, Codable, SchemaEnum {
         case inline, process
     }
+    /// A plugin in a process of its own: what its process may reach (nothing else), and its
+    /// bounds. Enforced before any of its code runs (docs/plugins.md, "Isolation").
+    public var access: Access?
+    public struct Access: Sendable, Equatable, Codable {
+        /// Absolute paths it may read beneath (its own folder and the system's libraries always).
+        public var read: [String]
+        /// Absolute paths it may write beneath.
+        public var write: [String]
+        /// TCP connections out and listening; none unless true.
+        public var tcp: Bool
+        public init(read: [String] = [], write: [String] = [], tcp: Bool = false) {
+            self.read = read
+            self.write = write
+            self.tcp = tcp
+        }
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            read = try c.decodeIfPresent([String].self, forKey: .read) ?? []
+            write = try c.decodeIfPresent([String].self, forKey: .write) ?? []
+            tcp = try c.decodeIfPresent(Bool.self, forKey: .tcp) ?? false
+        }
+        enum CodingKeys: String, CodingKey { case read, write, tcp }
+    }
+    public var limits: Limits?
+    public struct Limits: Sendable, Equatable, Codable {
+        /// Its process's address space (default 1024 MiB): beyond it, allocations fail there.
+        public var memoryMiB: Int?
+        /// Descriptors its process may hold open (default 256).
+        public var openFiles: Int?
+        /// A call's deadline (default 30 s): then it is cancelled, and a process that does
+        /// not answer the cancel is ended and started again.
+        public var callSeconds: Int?
+        public init(memoryMiB: Int? = nil, openFiles: Int? = nil, callSeconds: Int? = nil) {
+            self.memoryMiB = memoryMiB
+            self.openFiles = openFiles
+            self.callSeconds = callSeconds
+        }
+        public static let defaultMemoryMiB = 1024
+        public static let defaultOpenFiles = 256
+        public static let defaultCallSeconds = 30
+    }
     public var summary: String?
     /// C plugins: the effect of each of its contracts, streams and functions' contracts
     /// (`{"digest.hash@1": "read"}`, `"write+network"`; see `Effect`). One left out is
@@ -268,7 +309,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
 
     enum CodingKeys: String, CodingKey {
         case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, streams, calls, functions, commands, schemas
-        case libraryOutsidePlugin, isolation, summary, help, effects, serveOptions, commandsNeedConsumersOf
+        case libraryOutsidePlugin, isolation, access, limits, summary, help, effects, serveOptions, commandsNeedConsumersOf
     }
 
     public init(id: String, version: String = "1.0.0", abi: Int = 1, kind: Kind = .swift, library: String,
@@ -321,6 +362,8 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         schemas = try c.decodeIfPresent([String: ContractSchemas].self, forKey: .schemas) ?? [:]
         libraryOutsidePlugin = try c.decodeIfPresent(Bool.self, forKey: .libraryOutsidePlugin) ?? false
         isolation = try c.decodeIfPresent(Isolation.self, forKey: .isolation)
+        access = try c.decodeIfPresent(Access.self, forKey: .access)
+        limits = try c.decodeIfPresent(Limits.self, forKey: .limits)
         summary = try c.decodeIfPresent(String.self, forKey: .summary)
         help = try c.decodeIfPresent(HelpGroup.self, forKey: .help)
         effects = try c.decodeIfPresent([String: String].self, forKey: .effects) ?? [:]

@@ -85,7 +85,7 @@ public actor Kernel {
                 if m.library.isEmpty, let feature = inProcess[m.id] {
                     loaded.append((m, feature.make()))
                 } else {
-                    loaded.append((m, try FeatureLoader.load(m, sink: sink, hostVersion: configuration.hostVersion)))
+                    loaded.append((m, try FeatureLoader.load(m, sink: sink, hostVersion: configuration.hostVersion, protected: configuration.protectedFiles)))
                 }
                 logger.debug("kernel.feature.loaded", ["feature": .identifier(m.id)])
             } catch {
@@ -179,7 +179,30 @@ public actor Kernel {
         await sshConnections.closeAll()
     }
 
-    public func featureStatuses() -> [FeatureStatus] { order.compactMap { statuses[$0] } }
+    public func featureStatuses() -> [FeatureStatus] {
+        order.compactMap { id in
+            guard var status = statuses[id] else { return nil }
+            // A plugin in a process of its own: how that process is held, and whether
+            // crashes turned it off since boot.
+            if status.state == .running, let isolated = running.first(where: { $0.id == id })?.feature as? ProcessPluginFeature {
+                status.isolation = isolated.description
+                if let off = isolated.disabledReason {
+                    status.state = .disabled
+                    status.reason = "plugin '\(id)' is off: \(off); 'termind plugins enable \(id)' starts it again."
+                    status.reasonCode = ErrorCode.pluginDisabled.rawValue
+                }
+            }
+            return status
+        }
+    }
+
+    /// `termind plugins enable ID`: a plugin turned off after crashes starts again.
+    public func enablePlugin(_ id: String) throws -> String {
+        guard let isolated = running.first(where: { $0.id == id })?.feature as? ProcessPluginFeature else {
+            throw TermindError.badRequest("'\(id)' is not a plugin running in a process of its own here; only such a plugin is turned off after crashes.")
+        }
+        return isolated.enable()
+    }
 
     // MARK: - Calls
 
@@ -707,6 +730,10 @@ public actor Kernel {
         registrar.handle(KernelContracts.Ping.self) { request, _ in request }
         registrar.handle(KernelContracts.Features.self) { [weak self] _, _ in
             .init(features: await self?.featureStatuses() ?? [])
+        }
+        registrar.handle(KernelContracts.PluginEnable.self) { [weak self] request, _ in
+            guard let self else { throw TermindError.unknownContract(KernelContracts.PluginEnable.id.description) }
+            return .init(message: try await self.enablePlugin(request.id))
         }
         registrar.handle(KernelContracts.Contracts.self) { [weak self] request, _ in
             .init(contracts: self?.contractInfos(prefix: request.prefix) ?? [])

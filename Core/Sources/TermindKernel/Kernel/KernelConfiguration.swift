@@ -29,6 +29,14 @@ public struct KernelConfiguration: Sendable {
     public var secretsKey: SecretStore.KeySource?
     /// The key file used when protection switches from a passphrase to a key file.
     public var secretsKeyFilePath: String?
+
+    /// The files no plugin process may be granted: the database and the secret store with
+    /// its key file.
+    var protectedFiles: [String] {
+        var files = [storePath, secretsPath, secretsKeyFilePath].compactMap { $0 }
+        if case .keyFile(let path)? = secretsKey { files.append(path) }
+        return files
+    }
     /// The process serves clients until it is stopped (`termind serve`): features may start
     /// work at boot that outlives any one command (monitors, forwards). False for a one-shot command.
     public var resident = false

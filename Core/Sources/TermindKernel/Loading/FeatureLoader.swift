@@ -4,10 +4,12 @@ import TermindCore
 
 /// Opens a feature's library and checks that what it hands back matches its manifest.
 enum FeatureLoader {
-    static func load(_ m: FeatureManifest, sink: LogSink, hostVersion: String) throws -> any Feature {
+    /// `protected`: termind's database and secret store files, which a plugin in a process
+    /// of its own may never be granted access to.
+    static func load(_ m: FeatureManifest, sink: LogSink, hostVersion: String, protected: [String] = []) throws -> any Feature {
         // Its code runs in a process of its own: nothing of it is opened here.
         if m.kind == .c && m.isolation == .process {
-            return ProcessPluginFeature(manifest: m, hostVersion: hostVersion, logLevel: sink.minimumLevel)
+            return ProcessPluginFeature(manifest: m, hostVersion: hostVersion, logLevel: sink.minimumLevel, protected: protected)
         }
         let library = try DynamicLibrary.open(m.libraryPath, feature: m.id)
         switch m.kind {

@@ -47,7 +47,10 @@ final class PluginHostServer: Sendable {
         let hostVersion = load["hostVersion"]?.stringValue ?? "unknown"
         let feature: any Feature
         let registrar = FeatureRegistrar(featureID: manifest.id)
+        let report: PluginSandbox.Report
         do {
+            // Before any of the plugin's code runs (its library's constructors included).
+            report = try PluginSandbox.apply(manifest, protected: Self.strings(load["protected"]))
             feature = try FeatureLoader.load(manifest, sink: sink, hostVersion: hostVersion)
             try feature.register(registrar)
         } catch {
@@ -68,7 +71,8 @@ final class PluginHostServer: Sendable {
         }
         let contracts = Dictionary(registrar.publishedEndpoints.map { ($0.id.description, $0) }, uniquingKeysWith: { a, _ in a })
         let streams = Dictionary(registrar.publishedStreams.map { ($0.id.description, $0) }, uniquingKeysWith: { a, _ in a })
-        send(["op": .string("ready"), "pid": .integer(Int64(getpid()))])
+        send(["op": .string("ready"), "pid": .integer(Int64(getpid())), "enforced": .array(report.enforced.map(JSONValue.string)),
+              "notEnforced": .array(report.notEnforced.map(JSONValue.string))])
         while let frame = try? PluginWire.read(fd) {
             switch frame["op"]?.stringValue {
             case "call": call(frame, contracts)
@@ -136,6 +140,11 @@ final class PluginHostServer: Sendable {
             }
         }
         session.start(cancelling: task)
+    }
+
+    private static func strings(_ value: JSONValue?) -> [String] {
+        guard case .array(let items)? = value else { return [] }
+        return items.compactMap(\.stringValue)
     }
 
     private static func origin(_ value: JSONValue?) -> CallOrigin {

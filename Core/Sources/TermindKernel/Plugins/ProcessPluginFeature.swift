@@ -1,3 +1,4 @@
+import CTermindSystem
 import Dispatch
 import Foundation
 import Synchronization
@@ -10,6 +11,8 @@ extension ErrorCode {
     public static let pluginRestarting: ErrorCode = "plugin.restarting"
     /// The plugin crashed too often and is off until `termind plugins enable ID`.
     public static let pluginDisabled: ErrorCode = "plugin.disabled"
+    /// The plugin did not answer within its deadline (`limits.callSeconds`); its process was ended.
+    public static let pluginTimeout: ErrorCode = "plugin.timeout"
 }
 
 /// A C plugin whose manifest says `"isolation": "process"`: its code runs in a child of
@@ -23,6 +26,7 @@ final class ProcessPluginFeature: Feature, Sendable {
     let manifest: FeatureManifest
     private let hostVersion: String
     private let logLevel: LogLevel?
+    private let protected: [String]
     private let state = Mutex(State())
 
     struct State {
@@ -39,12 +43,13 @@ final class ProcessPluginFeature: Feature, Sendable {
     static let crashesAllowed = 3
     static let crashWindow = 300.0
 
-    init(manifest: FeatureManifest, hostVersion: String, logLevel: LogLevel?) {
+    init(manifest: FeatureManifest, hostVersion: String, logLevel: LogLevel?, protected: [String]) {
         var m = manifest
         m.library = m.libraryPath  // the child has no base directory to resolve it against
         self.manifest = m
         self.hostVersion = hostVersion
         self.logLevel = logLevel
+        self.protected = protected
     }
 
     func register(_ registrar: FeatureRegistrar) throws {
@@ -61,7 +66,10 @@ final class ProcessPluginFeature: Feature, Sendable {
     /// Starts the child at boot, so a plugin that does not load or start is disabled with
     /// its reason, as one in process is.
     func start(_ context: FeatureContext) async throws {
-        let child = try await PluginChild.launch(manifest, hostVersion: hostVersion, logLevel: logLevel) { [weak self] child, reason in
+        // The plugin's process runs as this user: it must not read termind's memory,
+        // environment or open files through /proc (ssh-agent does the same for its keys).
+        _ = termind_set_undumpable()
+        let child = try await PluginChild.launch(manifest, hostVersion: hostVersion, logLevel: logLevel, protected: protected) { [weak self] child, reason in
             self?.ended(child, reason)
         }
         state.withLock { $0.child = child }
@@ -74,6 +82,31 @@ final class ProcessPluginFeature: Feature, Sendable {
             return state.child
         }
         await child?.stop()
+    }
+
+    /// Why crashes turned the plugin off (nil while it is on).
+    var disabledReason: String? { state.withLock { $0.disabled } }
+
+    /// Turns a plugin that crashes turned off on again: its next call starts a process.
+    func enable() -> String {
+        state.withLock { state in
+            let was = state.disabled
+            state.disabled = nil
+            state.crashes = []
+            state.delay = 0
+            state.notBefore = 0
+            return was == nil ? "plugin '\(manifest.id)' was on." : "plugin '\(manifest.id)' is on again; its next call starts its process."
+        }
+    }
+
+    /// Its process and sandbox, for `termind features`.
+    var description: String {
+        let child = state.withLock { $0.child }
+        guard let child else { return "own process (not running now)" }
+        var text = "own process \(child.pid)"
+        if !child.enforced.isEmpty { text += "; enforced: " + child.enforced.joined(separator: ", ") }
+        if !child.notEnforced.isEmpty { text += "; not enforced on this kernel: " + child.notEnforced.joined(separator: ", ") }
+        return text
     }
 
     /// The running child, or a new one once the restart delay has passed.
@@ -94,7 +127,7 @@ final class ProcessPluginFeature: Feature, Sendable {
         case .wait(let seconds):
             throw TermindError(.pluginRestarting, "plugin '\(manifest.id)' crashed and is restarted in \(String(format: "%.1f", seconds)) s; try again then.")
         case .launch:
-            let child = try await PluginChild.launch(manifest, hostVersion: hostVersion, logLevel: logLevel) { [weak self] child, reason in
+            let child = try await PluginChild.launch(manifest, hostVersion: hostVersion, logLevel: logLevel, protected: protected) { [weak self] child, reason in
                 self?.ended(child, reason)
             }
             state.withLock { $0.child = child }
@@ -130,20 +163,31 @@ final class PluginChild: Sendable {
     private let writing = Mutex<Void>(())
     private let calls = Mutex<Calls>(Calls())
     private let alive = Atomic<Bool>(true)
+    /// What its sandbox enforces, and what this kernel could not (from its ready frame).
+    private let sandbox = Mutex<(enforced: [String], notEnforced: [String])>(([], []))
+    var enforced: [String] { sandbox.withLock { $0.enforced } }
+    var notEnforced: [String] { sandbox.withLock { $0.notEnforced } }
 
     struct Calls {
         var next: Int64 = 0
         var replies: [Int64: CheckedContinuation<[String: JSONValue], any Error>] = [:]
         var streams: [Int64: AsyncStream<[String: JSONValue]>.Continuation] = [:]
         var ended: TermindError?
+        /// Calls past their deadline, for which the process was ended: what they say.
+        var overdue: [Int64: TermindError] = [:]
     }
 
     var isAlive: Bool { alive.load(ordering: .acquiring) }
 
-    private init(pid: pid_t, fd: Int32, id: String) {
+    /// A call's deadline; a stream's grace after its cancel.
+    private let deadline: Duration
+    static let cancelGrace = Duration.seconds(5)
+
+    private init(pid: pid_t, fd: Int32, id: String, deadline: Duration) {
         self.pid = pid
         self.fd = fd
         self.id = id
+        self.deadline = deadline
     }
 
     /// Where the host executable is: `TERMIND_PLUGIN_HOST`, else beside the running
@@ -157,7 +201,7 @@ final class PluginChild: Sendable {
 
     /// Starts the child, hands it the manifest and waits until the plugin is loaded and
     /// started (or says why not).
-    static func launch(_ manifest: FeatureManifest, hostVersion: String, logLevel: LogLevel?,
+    static func launch(_ manifest: FeatureManifest, hostVersion: String, logLevel: LogLevel?, protected: [String],
                        onEnd: @escaping @Sendable (PluginChild, String) -> Void) async throws -> PluginChild {
         guard let host = hostExecutable() else {
             throw TermindError(.featureStartFailed, "plugin '\(manifest.id)' asks to run in a process of its own, but termind-plugin-host is not installed beside termind.")
@@ -168,15 +212,21 @@ final class PluginChild: Sendable {
         }
         let pid: pid_t
         do {
-            pid = try ChildProcess.spawn([host, manifest.id], environment: ["PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"], stdin: pair[1], stdout: nil, stderr: 2)
+            pid = try ChildProcess.spawn([host, manifest.id], environment: ["PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
+                                                                // Few malloc arenas: each reserves 64 MiB of address space, which
+                                                                // counts against the process's memory limit.
+                                                                "MALLOC_ARENA_MAX": "2",
+                                                                // A crash report here would need ptrace, which its filter refuses.
+                                                                "SWIFT_BACKTRACE": "enable=no"], stdin: pair[1], stdout: nil, stderr: 2)
         } catch {
             close(pair[0]); close(pair[1])
             throw error
         }
         close(pair[1])
-        let child = PluginChild(pid: pid, fd: pair[0], id: manifest.id)
+        let child = PluginChild(pid: pid, fd: pair[0], id: manifest.id,
+                                deadline: .seconds(manifest.limits?.callSeconds ?? FeatureManifest.Limits.defaultCallSeconds))
         var load: [String: JSONValue] = ["op": .string("load"), "manifest": try JSONCoding.parse(try JSONCoding.encode(manifest), source: "the manifest"),
-                                         "hostVersion": .string(hostVersion)]
+                                         "hostVersion": .string(hostVersion), "protected": .array(protected.map(JSONValue.string))]
         if let logLevel { load["logLevel"] = .string(logLevel.name) }
         let loadFrame = load
         let ready: Result<Void, TermindError> = await withCheckedContinuation { continuation in
@@ -191,6 +241,11 @@ final class PluginChild: Sendable {
                     continuation.resume(returning: .failure(TermindError(code: error.code, message: error.message)))
                     return
                 }
+                func strings(_ value: JSONValue?) -> [String] {
+                    guard case .array(let items)? = value else { return [] }
+                    return items.compactMap(\.stringValue)
+                }
+                child.sandbox.withLock { $0 = (strings(first["enforced"]), strings(first["notEnforced"])) }
                 continuation.resume(returning: .success(()))
                 child.readLoop(onEnd: onEnd)
             }
@@ -218,14 +273,31 @@ final class PluginChild: Sendable {
         alive.store(false, ordering: .releasing)
         let reason = reap()
         let failure = TermindError(.pluginCrashed, "plugin '\(id)' \(reason) before it answered; its process is restarted for the next call.")
-        let (replies, streams) = calls.withLock { calls in
+        let (replies, streams, overdue) = calls.withLock { calls in
             calls.ended = failure
             defer { calls.replies.removeAll(); calls.streams.removeAll() }
-            return (Array(calls.replies.values), Array(calls.streams.values))
+            return (calls.replies, Array(calls.streams.values), calls.overdue)
         }
-        for reply in replies { reply.resume(throwing: failure) }
+        // Counted before any caller hears of it: a caller's next call then finds the
+        // restart delay in place, never this process looking merely gone.
+        onEnd(self, overdue.isEmpty ? reason : "it did not answer within its deadline")
+        for (call, reply) in replies { reply.resume(throwing: overdue[call] ?? failure) }
         for stream in streams { stream.finish() }
-        onEnd(self, reason)
+    }
+
+    /// Ends the process when `call` is still unanswered after `after`: its caller (and every
+    /// other call in flight) then fails, the overdue one with `error`.
+    private func watch(_ call: Int64, after: Duration, _ error: TermindError) -> Task<Void, Never> {
+        Task { [self] in
+            try? await Task.sleep(for: after)
+            guard !Task.isCancelled else { return }
+            let pending = calls.withLock { calls -> Bool in
+                guard calls.replies[call] != nil else { return false }
+                calls.overdue[call] = error
+                return true
+            }
+            if pending { kill(pid, SIGKILL) }
+        }
     }
 
     /// Reaps the child once its socket closed: how it ended, in words.
@@ -277,6 +349,11 @@ final class PluginChild: Sendable {
 
     func call(_ contract: String, _ request: Data, _ origin: CallOrigin) async throws -> Data {
         let (call, _) = try begin(false)
+        // A C call cannot be interrupted: past its deadline the process is ended.
+        let seconds = deadline.components.seconds
+        let watchdog = watch(call, after: deadline, TermindError(.pluginTimeout,
+            "plugin '\(id)' did not answer \(contract) within \(seconds) s (its limits.callSeconds); its process was ended and starts again for the next call."))
+        defer { watchdog.cancel() }
         return try await reply(call, sending: ["op": .string("call"), "id": .integer(call), "contract": .string(contract),
                                                "body": .string(String(decoding: request, as: UTF8.self)), "origin": Self.encode(origin)])
     }
@@ -356,6 +433,8 @@ final class PluginChild: Sendable {
             var message: [String: JSONValue] = ["cancel": .bool(true)]
             if let signal = session.cancelSignal { message["signal"] = .string(signal) }
             write(["op": .string("to-stream"), "id": .integer(call), "message": .object(message)])
+            // A plugin that does not end the stream once cancelled is ended.
+            _ = watch(call, after: Self.cancelGrace, TermindError(.streamCancelled, "The operation was cancelled (plugin '\(id)' did not stop; its process was ended)."))
         }
     }
 
