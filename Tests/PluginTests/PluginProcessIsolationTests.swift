@@ -86,6 +86,18 @@ final class PluginProcessIsolationTests: XCTestCase {
         for host in hosts { XCTAssertNotEqual(kill(host, 0), 0, "the plugin's process ended with termind") }
     }
 
+    func testTheConformanceCheckPassesInItsOwnProcessAndAFlagForcesIsolation() throws {
+        let check = try run(["plugins", "check", try digest("process") + "/digest"])
+        XCTAssertEqual(check.status, 0, check.stdout + check.stderr)
+        XCTAssertTrue(check.stdout.contains("passed, 0 failed"), check.stdout)
+        // The examples' manifests say nothing: the flag puts the C one in a process of its own.
+        let forced = try run(["--plugins", FeatureHarness.buildDirectory + "/plugins", "--plugin-isolation", "process", "--json", "features"])
+        XCTAssertTrue(forced.stdout.contains("own process"), forced.stdout)
+        let bad = try run(["--plugin-isolation", "sandbox", "features"])
+        XCTAssertEqual(bad.status, 2)
+        XCTAssertTrue(bad.stderr.contains("--plugin-isolation is 'sandbox'"), bad.stderr)
+    }
+
     func testACrashFailsOnlyItsCallAndThePluginIsRestartedThenTurnedOff() throws {
         try CPluginCompiler.build(source: PluginCrashTests.source, folder: directory.file("plugins/crash"), name: "crash",
             manifest: #"{"id": "crash", "version": "1.0.0", "abi": 1, "kind": "c", "library": "libcrash.so", "isolation": "process", "contracts": ["crash.abort@1", "crash.segv@1"]}"#)

@@ -9,7 +9,7 @@ import TermindKernel
 enum Completion {
     /// Global options that take no value (every other `--option` takes the next word).
     static let flags = ["--json", "--local", "--debug", "--yes", "-y", "--help", "-h"]
-    static let valued = ["--registry", "--plugins", "--features", "--socket", "--store", "--secrets", "--secrets-key",
+    static let valued = ["--registry", "--plugins", "--plugin-isolation", "--features", "--socket", "--store", "--secrets", "--secrets-key",
                          "--secrets-passphrase-file", "--log-file", "--answers"]
 
     /// The host's own commands, with their words and options.

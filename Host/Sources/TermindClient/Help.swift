@@ -123,6 +123,8 @@ enum Help {
       --registry PATH          Feature registry (default: Registry.json beside the executable;
                                env TERMIND_REGISTRY).
       --plugins DIR            Opt in to plugins in DIR (a plugin.json, or one per subfolder).
+      --plugin-isolation MODE  Run every C plugin "process" (a sandboxed process of its own) or
+                               "inline" (in termind's), whatever its plugin.json says.
                                Repeatable; env TERMIND_PLUGINS=dir1:dir2.
       --features A,B           Load only these features and what they require (permanent
                                features always load); env TERMIND_FEATURES.

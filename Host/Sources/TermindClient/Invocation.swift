@@ -12,6 +12,9 @@ struct Invocation {
     var server: Kernel?
     var registryPath: String?
     var pluginDirectories: [String] = []
+    /// --plugin-isolation / TERMIND_PLUGIN_ISOLATION: where every C plugin's code runs,
+    /// whatever its manifest says.
+    var pluginIsolation: FeatureManifest.Isolation?
     var selection: Set<String>?
     var socketPath: String
     var local = false
@@ -73,7 +76,13 @@ struct Invocation {
         if let features = environment["TERMIND_FEATURES"], !features.isEmpty {
             inv.selection = Set(features.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
         }
-        inv.shapesBoot = inv.registryPath != nil || !inv.pluginDirectories.isEmpty || inv.selection != nil
+        if let mode = environment["TERMIND_PLUGIN_ISOLATION"], !mode.isEmpty {
+            guard let isolation = FeatureManifest.Isolation(rawValue: mode) else {
+                throw UsageError(description: "TERMIND_PLUGIN_ISOLATION is '\(mode)'; it is process or inline.")
+            }
+            inv.pluginIsolation = isolation
+        }
+        inv.shapesBoot = inv.registryPath != nil || !inv.pluginDirectories.isEmpty || inv.selection != nil || inv.pluginIsolation != nil
         inv.debug = ["1", "true", "yes"].contains(environment["TERMIND_DEBUG"]?.lowercased() ?? "")
         inv.logFile = environment["TERMIND_LOG_FILE"].flatMap { $0.isEmpty ? nil : $0 }
 
@@ -107,6 +116,13 @@ struct Invocation {
                 let list = try take(flag).split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
                 guard !list.isEmpty else { throw UsageError(description: "--features needs a comma-separated list of feature ids.") }
                 inv.selection = Set(list)
+                inv.shapesBoot = true
+            case "--plugin-isolation":
+                let mode = try take(flag)
+                guard let isolation = FeatureManifest.Isolation(rawValue: mode) else {
+                    throw UsageError(description: "--plugin-isolation is '\(mode)'; it is process (each C plugin in a sandboxed process of its own) or inline.")
+                }
+                inv.pluginIsolation = isolation
                 inv.shapesBoot = true
             case "--socket": inv.socketPath = try take(flag)
             case "--log-file": inv.logFile = try take(flag)
@@ -180,6 +196,7 @@ struct Invocation {
         configuration.secretsPath = secretsPath ?? ((storePath as NSString).deletingLastPathComponent as NSString).appendingPathComponent("secrets.sqlite")
         configuration.secretsKey = try secretsKeySource()
         configuration.secretsKeyFilePath = secretsKeyPath
+        configuration.pluginIsolation = pluginIsolation
         return configuration
     }
 

@@ -474,7 +474,14 @@ public actor Kernel {
         // Plugins: found, read and vetted (ownership, permissions, bounds) before any code runs.
         for directory in configuration.pluginDirectories {
             let found = PluginDiscovery.discover(root: directory)
-            result.manifests += found.manifests
+            result.manifests += found.manifests.map { manifest in
+                guard let forced = configuration.pluginIsolation, manifest.kind == .c else { return manifest }
+                var m = manifest
+                m.isolation = forced
+                // Chosen inline: nothing would enforce its access and limits.
+                if forced == .inline { m.access = nil; m.limits = nil }
+                return m
+            }
             result.rejected += found.problems
         }
         return result

@@ -11,6 +11,9 @@ public struct KernelConfiguration: Sendable {
     public var libraryDirectory: String?
     /// Opt-in plugin folders: each holds a plugin.json, or subfolders that do.
     public var pluginDirectories: [String]
+    /// Where every C plugin's code runs, whatever its manifest says (`--plugin-isolation`);
+    /// nil: as each manifest says (in termind's process unless it asks for its own).
+    public var pluginIsolation: FeatureManifest.Isolation?
     /// When set, only these features plus what they require (and permanent ones).
     public var selection: Set<String>?
     public var hostVersion: String
