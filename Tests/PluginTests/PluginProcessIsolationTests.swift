@@ -82,8 +82,18 @@ final class PluginProcessIsolationTests: XCTestCase {
         let children = try ProcessRunner.run("/usr/bin/pgrep", ["-P", "\(server.process.pid)"]).stdout.split(separator: "\n").compactMap { Int32($0) }
         let hosts = children.filter { maps($0).contains("libTermindDigest.so") }
         XCTAssertEqual(hosts.count, 1, "one child of termind holds the plugin (children: \(children))")
+        // Its process killed from outside: after the restart delay a new one answers.
+        for host in hosts { kill(host, SIGKILL) }
+        let client = try ControlClient(path: server.socketPath)
+        XCTAssertTrue(waitUntil(seconds: 10) { (try? client.call("digest.fn.crc32@1", body: Data(#"{"args": ["hello"]}"#.utf8))) != nil }, "a killed process is replaced")
+        let replacements = try ProcessRunner.run("/usr/bin/pgrep", ["-P", "\(server.process.pid)"]).stdout.split(separator: "\n").compactMap { Int32($0) }
+        XCTAssertEqual(replacements.count, 1)
         XCTAssertEqual(server.stop(), 0)
-        for host in hosts { XCTAssertNotEqual(kill(host, 0), 0, "the plugin's process ended with termind") }
+        // Gone, or a zombie nobody reaped (a container's first process may not).
+        func ended(_ pid: Int32) -> Bool {
+            kill(pid, 0) != 0 || ((try? ProcessRunner.run("/bin/cat", ["/proc/\(pid)/stat"]).stdout) ?? "").contains(") Z ")
+        }
+        XCTAssertTrue(waitUntil(seconds: 10) { replacements.allSatisfy(ended) }, "the plugin's process ends with termind")
     }
 
     func testTheConformanceCheckPassesInItsOwnProcessAndAFlagForcesIsolation() throws {
@@ -167,7 +177,9 @@ final class PluginProcessIsolationTests: XCTestCase {
         } else if (strcmp(contract, "probe.ptrace@1") == 0) {
             ok = ptrace(PTRACE_TRACEME, 0, NULL, NULL) == 0;
         } else if (strcmp(contract, "probe.alloc@1") == 0) {
-            char *block = malloc((size_t)1 << 30); ok = block != NULL; if (ok) { memset(block, 1, (size_t)1 << 30); free(block); }
+            char *block = malloc((size_t)4 << 30); ok = block != NULL; if (ok) { memset(block, 1, (size_t)4 << 30); free(block); }
+        } else if (strcmp(contract, "probe.segv@1") == 0) {
+            *(volatile int *)16 = 1;
         } else if (strcmp(contract, "probe.spin@1") == 0) {
             for (;;) {}
         }
@@ -186,7 +198,7 @@ final class PluginProcessIsolationTests: XCTestCase {
         try FileManager.default.createDirectory(atPath: allowed, withIntermediateDirectories: true)
         try directory.write("allowed/data.txt", "readable")
         try directory.write("elsewhere.txt", "not declared")
-        let contracts = ["read", "unix", "tcp", "ptrace", "alloc", "spin"].map { "\"probe.\($0)@1\"" }.joined(separator: ", ")
+        let contracts = ["read", "unix", "tcp", "ptrace", "alloc", "spin", "segv"].map { "\"probe.\($0)@1\"" }.joined(separator: ", ")
         try CPluginCompiler.build(source: Self.probe, folder: directory.file("plugins/probe"), name: "probe",
                                   manifest: #"{"id": "probe", "version": "1.0.0", "abi": 1, "kind": "c", "library": "libprobe.so", "isolation": "process", "access": {"read": ["\#(allowed)"]}, "limits": {"memoryMiB": 512, "callSeconds": 2}, "contracts": [\#(contracts)]}"#)
         // termind's own features: its database and secret store exist.
@@ -201,7 +213,7 @@ final class PluginProcessIsolationTests: XCTestCase {
         // `termind features` says how the process is held on this kernel.
         let features = try ProcessRunner.run(termind, ["--socket", server.socketPath, "--json", "features"], environment: environment).stdout
         XCTAssertTrue(features.contains("own process") && features.contains("seccomp") && features.contains("no new privileges"), features)
-        for path in [directory.file("elsewhere.txt"), directory.file("serve/db.sqlite"), directory.file("serve/secrets.key")] {
+        for path in [directory.file("elsewhere.txt"), directory.file("serve/db.sqlite"), directory.file("serve/secrets.key"), "/etc/shadow"] {
             XCTAssertTrue(FileManager.default.fileExists(atPath: path), path)
             let read = try probe("read", path)
             XCTAssertFalse(read.ok, "\(path) is not readable from the plugin's process")
@@ -212,9 +224,11 @@ final class PluginProcessIsolationTests: XCTestCase {
             XCTAssertEqual(try probe("read", "/proc/\(server.process.pid)/\(entry)").errno, Int64(EACCES), entry)
         }
         XCTAssertEqual(try probe("unix", server.socketPath).errno, Int64(EPERM), "termind's control socket is out of reach")
+        // No TCP unless declared: the seccomp filter refuses the socket on every kernel (and
+        // Landlock, from ABI 4, any bind or connect).
         XCTAssertEqual(try probe("tcp").errno, Int64(EPERM), "no TCP unless declared")
         XCTAssertEqual(try probe("ptrace").errno, Int64(EPERM))
-        XCTAssertFalse(try probe("alloc").ok, "a gigabyte is past its 512 MiB")
+        XCTAssertFalse(try probe("alloc").ok, "4 GiB is past its 512 MiB: the allocation fails there")
         XCTAssertTrue(try probe("read", allowed + "/data.txt").ok, "and the process lives on")
         // Past its deadline a call fails with the reason and the process is ended and replaced.
         let started = Date()
@@ -223,6 +237,13 @@ final class PluginProcessIsolationTests: XCTestCase {
         }
         XCTAssertLessThan(Date().timeIntervalSince(started), 10)
         XCTAssertTrue(waitUntil(seconds: 10) { (try? probe("read", allowed + "/data.txt").ok) == true }, "a new process answers")
+        // A segfault fails its call, naming the signal; after the restart delay the next call succeeds.
+        XCTAssertThrowsError(try probe("segv")) { error in
+            XCTAssertEqual((error as? TermindError)?.code, "plugin.crashed")
+            XCTAssertTrue((error as? TermindError)?.message.contains("signal 11") ?? false, "\(error)")
+        }
+        XCTAssertTrue(waitUntil(seconds: 10) { (try? probe("read", allowed + "/data.txt").ok) == true }, "the call after the restart succeeds")
+        XCTAssertNoThrow(try client.call("kernel.ping@1", body: Data(#"{"payload": "x"}"#.utf8)))
         XCTAssertEqual(server.stop(), 0)
     }
 }

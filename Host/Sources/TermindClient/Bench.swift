@@ -152,6 +152,42 @@ enum Bench {
         echo.stop()
         await kernel.shutdown()
 
+        // A C plugin's call in termind's process against the same call to the plugin in a
+        // sandboxed process of its own (the Digest example's crc32 through libffi).
+        if !configuration.pluginDirectories.isEmpty {
+            let fn = ContractID(name: "digest.fn.crc32", version: 1)
+            let request = Data(#"{"args": ["termind-benchmark"]}"#.utf8)
+            var medians: [FeatureManifest.Isolation: Double] = [:]
+            var resident: Double?
+            for isolation in [FeatureManifest.Isolation.inline, .process] {
+                var plugins = configuration
+                plugins.pluginIsolation = isolation
+                let booted = Kernel(configuration: plugins, sink: .disabled())
+                let statuses = try await booted.boot()
+                guard statuses.contains(where: { $0.id == "digest" && $0.state == .running }) else { await booted.shutdown(); break }
+                var times: [Double] = []
+                for index in 0..<(iterations + 100) {
+                    let t = now()
+                    _ = try await booted.call(fn, body: request)
+                    if index >= 100 { times.append(now() - t) }
+                }
+                medians[isolation] = median(times)
+                if isolation == .process, let note = await booted.featureStatuses().first(where: { $0.id == "digest" })?.isolation,
+                   let pid = note.split(separator: " ").dropFirst(2).first.flatMap({ Int32($0.trimmingCharacters(in: .punctuationCharacters)) }),
+                   let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+                   let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+                   let kib = Double(line.split(separator: " ").dropFirst().first ?? "") {
+                    resident = kib / 1024
+                }
+                await booted.shutdown()
+            }
+            if let inline = medians[.inline], let isolated = medians[.process] {
+                figures.append(Figure(name: "C plugin call (digest.fn.crc32), in its own process vs in termind's, median", value: isolated * 1e6, unit: "µs", baseline: inline * 1e6))
+                figures.append(Figure(name: "C plugin call, added by process isolation, median", value: (isolated - inline) * 1e6, unit: "µs"))
+            }
+            if let resident { figures.append(Figure(name: "a plugin's own process, resident", value: resident, unit: "MiB")) }
+        }
+
         if inv.json {
             struct Report: Encodable { let iterations: Int; let peer: String; let figures: [Figure] }
             inv.console.json(Report(iterations: iterations, peer: "raw Unix-socket line echo (same framing, no kernel)", figures: figures))
