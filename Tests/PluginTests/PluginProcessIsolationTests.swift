@@ -246,4 +246,52 @@ final class PluginProcessIsolationTests: XCTestCase {
         XCTAssertNoThrow(try client.call("kernel.ping@1", body: Data(#"{"payload": "x"}"#.utf8)))
         XCTAssertEqual(server.stop(), 0)
     }
+
+    /// A plugin that segfaults inside `serve`: the durable session and the forward running
+    /// beside it never notice, and the plugin's next call, after its restart, succeeds.
+    func testASegfaultingPluginLeavesADurableSessionAndAForwardRunning() throws {
+        let sshd = try SSHServerFixture.withNewKey(in: directory)
+        defer { sshd.stop() }
+        try CPluginCompiler.build(source: Self.probe, folder: directory.file("plugins/probe"), name: "probe",
+                                  manifest: #"{"id": "probe", "version": "1.0.0", "abi": 1, "kind": "c", "library": "libprobe.so", "isolation": "process", "contracts": ["probe.segv@1", "probe.ptrace@1"]}"#)
+        let server = try ServeProcess(directory: directory, arguments: ["--plugins", directory.file("plugins")])
+        defer { _ = server.stop() }
+        var environment = ProcessInfo.termindEnvironment(home: directory.file("home"), socket: server.socketPath)
+        environment["TERM"] = "xterm-256color"
+        let cli = TermindCLI(environment: environment)
+        try cli.saveHosts(["box"], server: sshd, key: directory.file("id"))
+        // A forward to sshd itself: its banner comes through.
+        let port = try SSHServerFixture.freePort()
+        try cli.run(["forward", "add", "web", "box", "--local-forward", "\(port):127.0.0.1:\(sshd.port)"])
+        try cli.run(["forward", "start", "web"])
+        func banner() -> String {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(fd) }
+            var address = sockaddr_in(sin_family: sa_family_t(AF_INET), sin_port: in_port_t(UInt16(port).bigEndian), sin_addr: in_addr(s_addr: inet_addr("127.0.0.1")), sin_zero: (0, 0, 0, 0, 0, 0, 0, 0))
+            let connected = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            guard connected == 0 else { return "" }
+            var buffer = [UInt8](repeating: 0, count: 64)
+            let n = read(fd, &buffer, buffer.count)
+            return n > 0 ? String(decoding: buffer.prefix(n), as: UTF8.self) : ""
+        }
+        XCTAssertTrue(banner().hasPrefix("SSH-2.0-"))
+        // A durable session in a terminal.
+        let tmux = TmuxTerminal(directory: directory, environment: environment)
+        defer { tmux.stop() }
+        try tmux.open("s", [termind, "ssh", "box", "--", "env PS1='$ ' bash --norc --noprofile -i"], columns: 80, rows: 24)
+        XCTAssertTrue(try tmux.wait("s", for: "$").found)
+        let sessions = try cli.run(["--json", "sessions"]).stdout
+        XCTAssertTrue(sessions.contains("\"attached\""), "a durable session of serve: \(sessions)")
+
+        let client = try ControlClient(path: server.socketPath)
+        XCTAssertThrowsError(try client.call("probe.segv@1", body: Data("{}".utf8))) { error in
+            XCTAssertEqual((error as? TermindError)?.code, "plugin.crashed", "\(error)")
+        }
+        try tmux.send("s", "echo still-$((6*7))\r")
+        XCTAssertTrue(try tmux.wait("s", for: "still-42").found, "the session goes on")
+        XCTAssertTrue(banner().hasPrefix("SSH-2.0-"), "the forward goes on")
+        XCTAssertTrue(waitUntil(seconds: 10) { (try? client.call("probe.ptrace@1", body: Data("{}".utf8))) != nil }, "the plugin's next call succeeds")
+        try tmux.send("s", "exit\r")
+        _ = try tmux.waitForExit("s")
+    }
 }
