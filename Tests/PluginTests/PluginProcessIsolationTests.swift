@@ -96,6 +96,33 @@ final class PluginProcessIsolationTests: XCTestCase {
         XCTAssertTrue(waitUntil(seconds: 10) { replacements.allSatisfy(ended) }, "the plugin's process ends with termind")
     }
 
+    /// The frames' own serializer (not JSONEncoder: it was most of an isolated call's cost)
+    /// writes what the strict parser reads back as the same value.
+    func testFramesSerializeEveryValueTheParserReadsBack() throws {
+        var generator = SystemRandomNumberGenerator()
+        func value(_ depth: Int) -> JSONValue {
+            switch Int.random(in: 0..<(depth > 3 ? 6 : 8), using: &generator) {
+            case 0: return .null
+            case 1: return .bool(Bool.random(using: &generator))
+            case 2: return .integer(Int64.random(in: Int64.min...Int64.max, using: &generator))
+            case 3: return .double(Double.random(in: -1e300...1e300, using: &generator))
+            case 4, 5:
+                let pieces = ["a", "\"", "\\", "\n", "\r", "\t", "\u{01}", "\u{1f}", "é", "漢", "🙂", "/", " ", "\u{7f}"]
+                return .string((0..<Int.random(in: 0..<12, using: &generator)).map { _ in pieces.randomElement(using: &generator)! }.joined())
+            case 6: return .array((0..<Int.random(in: 0..<5, using: &generator)).map { _ in value(depth + 1) })
+            default:
+                var fields: [String: JSONValue] = [:]
+                for index in 0..<Int.random(in: 0..<5, using: &generator) { fields["k\(index)\u{1}\"é"] = value(depth + 1) }
+                return .object(fields)
+            }
+        }
+        for _ in 0..<2_000 {
+            let original = value(0)
+            let text = PluginWire.text(original)
+            XCTAssertEqual(try JSONCoding.parse(Data(text.utf8), source: "a frame"), original, text)
+        }
+    }
+
     func testTheConformanceCheckPassesInItsOwnProcessAndAFlagForcesIsolation() throws {
         let check = try run(["plugins", "check", try digest("process") + "/digest"])
         XCTAssertEqual(check.status, 0, check.stdout + check.stderr)

@@ -21,6 +21,7 @@ public enum PluginLimits {
 /// blocks delays only its own calls — never the kernel's contracts or other features.
 final class CPluginFeature: Feature, @unchecked Sendable {
     private let manifest: FeatureManifest
+    var pluginID: String { manifest.id }
     private let descriptor: UnsafePointer<termind_plugin_descriptor>
     private let functions: [ForeignFunction]
     private let executor: BlockingExecutor
@@ -62,8 +63,7 @@ final class CPluginFeature: Feature, @unchecked Sendable {
             return reply
         }, function: { [self] contract, name, body in
             guard let function = functions[name] else { throw TermindError.unknownContract(contract.description) }
-            let schema = SchemaDerivation.schema(for: ForeignFunctionCall.Request.self)
-            let request: ForeignFunctionCall.Request = try ContractCoding.decodeRequest(body, schema: schema, contract: contract)
+            let request: ForeignFunctionCall.Request = try ContractCoding.decodeRequest(body, schema: Self.functionRequestSchema, contract: contract)
             let result = try await self.onExecutor(contract.description) { try function.call(request.args) }
             return try JSONCoding.encode(ForeignFunctionCall.Response(result: result))
         })
@@ -117,7 +117,10 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     }
 
     /// The request (`{}` when empty), checked against its schema.
-    private static func checked(_ body: Data, _ schema: JSONSchema, _ text: String) throws -> Data {
+    /// Derived once: every function takes `{"args": [...]}`.
+    static let functionRequestSchema = SchemaDerivation.schema(for: ForeignFunctionCall.Request.self)
+
+    static func checked(_ body: Data, _ schema: JSONSchema, _ text: String) throws -> Data {
         let request = body.isEmpty ? Data("{}".utf8) : body
         let value = try JSONCoding.parse(request, source: "The request body for \(text)")
         let problems = schema.problems(in: value)
@@ -143,6 +146,29 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     func stop() async {
         guard let stop = descriptor.pointee.stop else { return }
         _ = try? await BlockingExecutor.detached(name: "termind.plugin.\(manifest.id).stop") { stop() }
+    }
+
+    /// A contract or function call run on the calling thread, start to end, with the same
+    /// checks as the endpoints (request schema, status mapping, reply bound and schema):
+    /// what `termind-plugin-host` runs on its own call threads, with no task or executor hop.
+    func blockingCall(_ text: String, body: Data, origin: CallOrigin) throws -> Data {
+        let id = manifest.id
+        if let contract = ContractID(parsing: text), contract.name.hasPrefix("\(id).fn."),
+           let function = functions.first(where: { "\(id).fn.\($0.name)" == contract.name }) {
+            let request: ForeignFunctionCall.Request = try ContractCoding.decodeRequest(body, schema: Self.functionRequestSchema, contract: contract)
+            return try JSONCoding.encode(ForeignFunctionCall.Response(result: try function.call(request.args)))
+        }
+        guard manifest.contracts.contains(text), let handler = descriptor.pointee.handle else { throw TermindError.unknownContract(text) }
+        let schemas = manifest.schemas(of: text)
+        let request = try Self.checked(body, schemas.request, text)
+        let (reply, parsed) = try Self.serving(origin) {
+            try invoke(text, body: request) { name, request, length, reply in handler(name, request, length, reply) }
+        }
+        let replyProblems = schemas.response.problems(in: parsed)
+        guard replyProblems.isEmpty else {
+            throw TermindError(.pluginBadReply, "The reply of plugin '\(id)' to \(text) does not match the response schema in its manifest: \(replyProblems.prefix(5).joined(separator: "; ")).")
+        }
+        return reply
     }
 
     /// Calls `handle` and maps its status (docs/plugins.md): OK → the reply, which must be

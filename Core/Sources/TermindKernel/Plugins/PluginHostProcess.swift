@@ -29,8 +29,26 @@ final class PluginHostServer: Sendable {
     let fd: Int32
     private let writing = Mutex<Void>(())
     private let sessions = Mutex<[Int64: StreamSession]>([:])
+    /// Contract and function calls wait here for one of the plugin's call threads (as many
+    /// as it has in termind's process); beyond the queue, `plugin.busy` at once.
+    private let queue = Mutex<[@Sendable () -> Void]>([])
+    private let ready = DispatchSemaphore(value: 0)
 
     init(fd: Int32) { self.fd = fd }
+
+    private func startCallThreads() {
+        for index in 0..<PluginLimits.callThreads {
+            let thread = Thread { [self] in
+                while true {
+                    ready.wait()
+                    guard let job = queue.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) else { continue }
+                    job()
+                }
+            }
+            thread.name = "termind.plugin.call.\(index)"
+            thread.start()
+        }
+    }
 
     func send(_ object: [String: JSONValue]) {
         writing.withLock { _ in _ = PluginWire.write(fd, object) }
@@ -69,13 +87,15 @@ final class PluginHostServer: Sendable {
             send(["op": .string("failed"), "error": PluginWire.encode(started)])
             return 1
         }
+        let plugin = feature as? CPluginFeature
+        if plugin != nil { startCallThreads() }
         let contracts = Dictionary(registrar.publishedEndpoints.map { ($0.id.description, $0) }, uniquingKeysWith: { a, _ in a })
         let streams = Dictionary(registrar.publishedStreams.map { ($0.id.description, $0) }, uniquingKeysWith: { a, _ in a })
         send(["op": .string("ready"), "pid": .integer(Int64(getpid())), "enforced": .array(report.enforced.map(JSONValue.string)),
               "notEnforced": .array(report.notEnforced.map(JSONValue.string))])
         while let frame = try? PluginWire.read(fd) {
             switch frame["op"]?.stringValue {
-            case "call": call(frame, contracts)
+            case "call": call(frame, contracts, plugin)
             case "stream": stream(frame, streams)
             case "to-stream":
                 if case .integer(let id)? = frame["id"], case .object(let message)? = frame["message"] {
@@ -92,7 +112,7 @@ final class PluginHostServer: Sendable {
         return 0
     }
 
-    private func call(_ frame: [String: JSONValue], _ contracts: [String: ContractEndpoint]) {
+    private func call(_ frame: [String: JSONValue], _ contracts: [String: ContractEndpoint], _ plugin: CPluginFeature?) {
         guard case .integer(let id)? = frame["id"], let name = frame["contract"]?.stringValue else { return }
         guard let endpoint = contracts[name] else {
             send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(TermindError.unknownContract(name))])
@@ -100,6 +120,29 @@ final class PluginHostServer: Sendable {
         }
         let body = Data((frame["body"]?.stringValue ?? "{}").utf8)
         let origin = Self.origin(frame["origin"])
+        if let plugin {
+            // On one of the call threads, start to end: no task or executor hop.
+            let job: @Sendable () -> Void = { [self] in
+                do {
+                    let reply = try plugin.blockingCall(name, body: body, origin: origin)
+                    send(["op": .string("reply"), "id": .integer(id), "body": .string(String(decoding: reply, as: UTF8.self))])
+                } catch {
+                    send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(error)])
+                }
+            }
+            let queued = queue.withLock { queue -> Bool in
+                guard queue.count < PluginLimits.queuedCalls else { return false }
+                queue.append(job)
+                return true
+            }
+            if queued {
+                ready.signal()
+            } else {
+                send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(TermindError(.pluginBusy,
+                    "plugin '\(plugin.pluginID)' is busy: \(PluginLimits.callThreads) calls are running and \(PluginLimits.queuedCalls) are waiting; \(name) was not started. Try again shortly."))])
+            }
+            return
+        }
         Task {
             do {
                 let reply = try await endpoint.handler(body, origin)
@@ -147,9 +190,14 @@ final class PluginHostServer: Sendable {
         return items.compactMap(\.stringValue)
     }
 
+    /// The caller chain as termind sent it (`PluginWire.encode(origin:)`).
     private static func origin(_ value: JSONValue?) -> CallOrigin {
-        guard let value, let data = try? JSONCoding.encode(value), let origin = try? JSONDecoder().decode(CallOrigin.self, from: data) else { return .inProcess }
-        return origin
+        guard case .array(let links)? = value else { return .inProcess }
+        let chain = links.compactMap { link -> Caller? in
+            guard let kind = link["kind"]?.stringValue.flatMap(Caller.Kind.init(rawValue:)), let id = link["id"]?.stringValue else { return nil }
+            return Caller(kind, id, detail: link["detail"]?.stringValue)
+        }
+        return chain.isEmpty ? .inProcess : CallOrigin(chain: chain)
     }
 
     /// What `start` gets here: the plugin's logger; a C plugin reaches nothing else.

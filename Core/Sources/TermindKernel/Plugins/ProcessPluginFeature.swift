@@ -448,6 +448,10 @@ final class PluginChild: Sendable {
     }
 
     private static func encode(_ origin: CallOrigin) -> JSONValue {
-        (try? JSONCoding.encode(origin)).flatMap { try? JSONCoding.parse($0, source: "the caller chain") } ?? .null
+        .array(origin.chain.map { link in
+            var fields: [String: JSONValue] = ["kind": .string(link.kind.rawValue), "id": .string(link.id)]
+            if let detail = link.detail { fields["detail"] = .string(detail) }
+            return .object(fields)
+        })
     }
 }
