@@ -181,7 +181,10 @@ final class PluginProcessIsolationTests: XCTestCase {
     #include <stdio.h>
     #include <stdlib.h>
     #include <string.h>
+    #include <signal.h>
     #include <sys/ptrace.h>
+    #include <sys/stat.h>
+    #include <sys/syscall.h>
     #include <sys/socket.h>
     #include <sys/un.h>
     #include <unistd.h>
@@ -205,6 +208,16 @@ final class PluginProcessIsolationTests: XCTestCase {
             ok = ptrace(PTRACE_TRACEME, 0, NULL, NULL) == 0;
         } else if (strcmp(contract, "probe.alloc@1") == 0) {
             char *block = malloc((size_t)4 << 30); ok = block != NULL; if (ok) { memset(block, 1, (size_t)4 << 30); free(block); }
+        } else if (strcmp(contract, "probe.signal@1") == 0) {
+            ok = kill(getppid(), 0) == 0;
+        } else if (strcmp(contract, "probe.fork@1") == 0) {
+            pid_t child = fork(); if (child == 0) _exit(0); ok = child > 0;
+        } else if (strcmp(contract, "probe.chmod@1") == 0) {
+            ok = chmod(path, 0600) == 0;
+        } else if (strcmp(contract, "probe.uring@1") == 0) {
+            char params[120] = {0}; long fd = syscall(__NR_io_uring_setup, 1, params); ok = fd >= 0; if (ok) close((int)fd);
+        } else if (strcmp(contract, "probe.pair@1") == 0) {
+            int pair[2]; ok = socketpair(AF_UNIX, SOCK_DGRAM, 0, pair) == 0;
         } else if (strcmp(contract, "probe.segv@1") == 0) {
             *(volatile int *)16 = 1;
         } else if (strcmp(contract, "probe.spin@1") == 0) {
@@ -225,7 +238,7 @@ final class PluginProcessIsolationTests: XCTestCase {
         try FileManager.default.createDirectory(atPath: allowed, withIntermediateDirectories: true)
         try directory.write("allowed/data.txt", "readable")
         try directory.write("elsewhere.txt", "not declared")
-        let contracts = ["read", "unix", "tcp", "ptrace", "alloc", "spin", "segv"].map { "\"probe.\($0)@1\"" }.joined(separator: ", ")
+        let contracts = ["read", "unix", "tcp", "ptrace", "alloc", "spin", "segv", "signal", "fork", "chmod", "uring", "pair"].map { "\"probe.\($0)@1\"" }.joined(separator: ", ")
         try CPluginCompiler.build(source: Self.probe, folder: directory.file("plugins/probe"), name: "probe",
                                   manifest: #"{"id": "probe", "version": "1.0.0", "abi": 1, "kind": "c", "library": "libprobe.so", "isolation": "process", "access": {"read": ["\#(allowed)"]}, "limits": {"memoryMiB": 512, "callSeconds": 2}, "contracts": [\#(contracts)]}"#)
         // termind's own features: its database and secret store exist.
@@ -255,6 +268,12 @@ final class PluginProcessIsolationTests: XCTestCase {
         // Landlock, from ABI 4, any bind or connect).
         XCTAssertEqual(try probe("tcp").errno, Int64(EPERM), "no TCP unless declared")
         XCTAssertEqual(try probe("ptrace").errno, Int64(EPERM))
+        // Nor signals to termind, new processes, file metadata, io_uring or socket pairs.
+        XCTAssertEqual(try probe("signal").errno, Int64(EPERM), "no signal to termind")
+        XCTAssertEqual(try probe("fork").errno, Int64(EPERM), "no new process")
+        XCTAssertEqual(try probe("chmod", directory.file("serve/db.sqlite")).errno, Int64(EPERM), "no chmod of termind's files")
+        XCTAssertEqual(try probe("uring").errno, Int64(EPERM), "no io_uring")
+        XCTAssertEqual(try probe("pair").errno, Int64(EPERM), "no Unix socket pair")
         XCTAssertFalse(try probe("alloc").ok, "4 GiB is past its 512 MiB: the allocation fails there")
         XCTAssertTrue(try probe("read", allowed + "/data.txt").ok, "and the process lives on")
         // Past its deadline a call fails with the reason and the process is ended and replaced.

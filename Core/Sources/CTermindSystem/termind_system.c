@@ -134,6 +134,17 @@ int termind_sandbox_no_new_privs(void) {
 #endif
 
 #define DENY(nr) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1), BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM)
+/* Allowed only when argument `arg` (its low 32 bits) equals `value`, else EPERM. */
+#define ONLY_IF_ARG(nr, arg, value) \
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 4), \
+    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[arg])), \
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (value), 0, 1), \
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW), \
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM)
+
+#ifndef SECCOMP_FILTER_FLAG_TSYNC
+#define SECCOMP_FILTER_FLAG_TSYNC 1
+#endif
 
 int termind_sandbox_seccomp(int allow_inet) {
 #ifndef TERMIND_AUDIT_ARCH
@@ -141,6 +152,7 @@ int termind_sandbox_seccomp(int allow_inet) {
     errno = ENOSYS;
     return -1;
 #else
+    const unsigned int self = (unsigned int)getpid();
     const unsigned int inet = allow_inet ? SECCOMP_RET_ALLOW : (SECCOMP_RET_ERRNO | EPERM);
     struct sock_filter filter[] = {
         /* Another architecture's calls (a 32-bit entry) end the process. */
@@ -159,18 +171,52 @@ int termind_sandbox_seccomp(int allow_inet) {
         DENY(__NR_process_vm_readv), DENY(__NR_process_vm_writev),
         DENY(__NR_kexec_load), DENY(__NR_init_module), DENY(__NR_finit_module), DENY(__NR_delete_module),
         DENY(__NR_pivot_root), DENY(__NR_chroot), DENY(__NR_setns), DENY(__NR_unshare),
-        /* socket(domain, ...): AF_UNIX never, AF_INET/AF_INET6 only when allowed. */
+        /* io_uring would open sockets and files around this filter. */
+        DENY(__NR_io_uring_setup), DENY(__NR_io_uring_enter), DENY(__NR_io_uring_register),
+        /* No Unix socket pair (a datagram one could send to any named socket). */
+        DENY(__NR_socketpair),
+        /* File metadata (Landlock does not cover it): no chmod, chown, times, xattrs, truncate by path. */
+        DENY(__NR_chmod), DENY(__NR_fchmod), DENY(__NR_fchmodat),
+        DENY(__NR_chown), DENY(__NR_fchown), DENY(__NR_lchown), DENY(__NR_fchownat),
+        DENY(__NR_utime), DENY(__NR_utimes), DENY(__NR_futimesat), DENY(__NR_utimensat),
+        DENY(__NR_setxattr), DENY(__NR_lsetxattr), DENY(__NR_fsetxattr),
+        DENY(__NR_removexattr), DENY(__NR_lremovexattr), DENY(__NR_fremovexattr),
+        DENY(__NR_truncate),
+        /* No new processes: threads only (glibc falls back from clone3 to clone). */
+        DENY(__NR_fork), DENY(__NR_vfork),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone3, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 4),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x00010000 /* CLONE_THREAD */, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        /* Signals only to itself. */
+        ONLY_IF_ARG(__NR_kill, 0, self),
+        ONLY_IF_ARG(__NR_tgkill, 0, self),
+        ONLY_IF_ARG(__NR_rt_sigqueueinfo, 0, self),
+        ONLY_IF_ARG(__NR_rt_tgsigqueueinfo, 0, self),
+        DENY(__NR_tkill), DENY(__NR_pidfd_send_signal), DENY(__NR_pidfd_open),
+        /* fcntl: no F_SETOWN, F_SETOWN_EX or F_SETSIG (they turn I/O into signals to others). */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_fcntl, 0, 6),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 8 /* F_SETOWN */, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 10 /* F_SETSIG */, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 15 /* F_SETOWN_EX */, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        /* socket(domain, ...): AF_INET/AF_INET6 when allowed, nothing else. */
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 0, 5),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 4, 0),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 1, 0),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET6, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, inet),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     struct sock_fprog program = { .len = (unsigned short)(sizeof(filter) / sizeof(filter[0])), .filter = filter };
-    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program, 0, 0);
+    /* Every thread of the process, not only the caller. */
+    return (int)syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &program);
 #endif
 }
 

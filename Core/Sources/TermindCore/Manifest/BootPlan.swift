@@ -177,8 +177,9 @@ public struct RegistryValidator: Sendable {
                         "\(name): fields \"access\" and \"limits\" apply to a plugin with \"isolation\": \"process\" (in termind's own process nothing can enforce them).")
             } else if let bad = ((m.access?.read ?? []) + (m.access?.write ?? [])).first(where: { !$0.hasPrefix("/") }) {
                 disable(m.id, field: "access", code: .manifestInvalidField, "\(name): field \"access\": '\(bad)' is not an absolute path.")
-            } else if let limits = m.limits, [limits.memoryMiB.map { $0 < 64 }, limits.openFiles.map { $0 < 16 }, limits.callSeconds.map { $0 < 1 }].contains(true) {
-                disable(m.id, field: "limits", code: .manifestInvalidField, "\(name): field \"limits\": memoryMiB is at least 64, openFiles at least 16, callSeconds at least 1.")
+            } else if let limits = m.limits, [limits.memoryMiB.map { !(64...65_536).contains($0) }, limits.openFiles.map { !(16...65_536).contains($0) },
+                                               limits.callSeconds.map { !(1...3_600).contains($0) }].contains(true) {
+                disable(m.id, field: "limits", code: .manifestInvalidField, "\(name): field \"limits\": memoryMiB is 64 to 65536, openFiles 16 to 65536, callSeconds 1 to 3600.")
             } else if m.isolation != nil && m.kind != .c {
                 disable(m.id, field: "isolation", code: .manifestInvalidField, "\(name): field \"isolation\" applies to C plugins only (a Swift feature runs in termind's process).")
             } else if m.origin != .plugin && m.libraryOutsidePlugin {

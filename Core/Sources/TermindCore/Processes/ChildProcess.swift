@@ -28,8 +28,10 @@ public enum ChildProcess {
     /// Starts `argv` (`argv[0]` an absolute path) with `environment` (nil: this process's).
     /// Standard input, output and error are the descriptors given (nil: /dev/null); every
     /// other descriptor is closed in the child. Returns its process id: `wait` reaps it.
+    /// `newSession`: the child leads a session of its own (setsid): no controlling terminal,
+    /// not in termind's process group.
     public static func spawn(_ argv: [String], environment: [String: String]? = nil,
-                             stdin: Int32? = nil, stdout: Int32? = nil, stderr: Int32? = nil) throws -> pid_t {
+                             stdin: Int32? = nil, stdout: Int32? = nil, stderr: Int32? = nil, newSession: Bool = false) throws -> pid_t {
         guard let program = argv.first, program.hasPrefix("/") else {
             throw TermindError(.processSpawnFailed, "A child process needs an absolute program path, not '\(argv.first ?? "")'.")
         }
@@ -54,7 +56,8 @@ public enum ChildProcess {
         sigfillset(&all)
         posix_spawnattr_setsigmask(&attributes, &none)
         posix_spawnattr_setsigdefault(&attributes, &all)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        // POSIX_SPAWN_SETSID is 0x80 in glibc (2.26 and later; Swift's Glibc module does not declare it).
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF) | (newSession ? 0x80 : 0))
 
         let environmentLines = (environment ?? ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
         var pid: pid_t = 0

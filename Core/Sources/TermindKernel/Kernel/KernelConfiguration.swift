@@ -36,7 +36,8 @@ public struct KernelConfiguration: Sendable {
     /// The files no plugin process may be granted: the database and the secret store with
     /// its key file.
     var protectedFiles: [String] {
-        var files = [storePath, secretsPath, secretsKeyFilePath].compactMap { $0 }
+        var files = [storePath, secretsPath].compactMap { $0 }.flatMap { [$0, $0 + "-wal", $0 + "-shm", $0 + "-journal"] }
+        files += [secretsKeyFilePath].compactMap { $0 }
         if case .keyFile(let path)? = secretsKey { files.append(path) }
         return files
     }

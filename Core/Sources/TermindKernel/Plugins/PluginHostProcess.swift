@@ -65,10 +65,12 @@ final class PluginHostServer: Sendable {
         let hostVersion = load["hostVersion"]?.stringValue ?? "unknown"
         let feature: any Feature
         let registrar = FeatureRegistrar(featureID: manifest.id)
-        let report: PluginSandbox.Report
         do {
             // Before any of the plugin's code runs (its library's constructors included).
-            report = try PluginSandbox.apply(manifest, protected: Self.strings(load["protected"]))
+            let report = try PluginSandbox.apply(manifest, protected: Self.strings(load["protected"]))
+            // Said before the plugin's code runs, so the plugin cannot say it instead.
+            send(["op": .string("sandboxed"), "enforced": .array(report.enforced.map(JSONValue.string)),
+                  "notEnforced": .array(report.notEnforced.map(JSONValue.string))])
             feature = try FeatureLoader.load(manifest, sink: sink, hostVersion: hostVersion)
             try feature.register(registrar)
         } catch {
@@ -91,8 +93,7 @@ final class PluginHostServer: Sendable {
         if plugin != nil { startCallThreads() }
         let contracts = Dictionary(registrar.publishedEndpoints.map { ($0.id.description, $0) }, uniquingKeysWith: { a, _ in a })
         let streams = Dictionary(registrar.publishedStreams.map { ($0.id.description, $0) }, uniquingKeysWith: { a, _ in a })
-        send(["op": .string("ready"), "pid": .integer(Int64(getpid())), "enforced": .array(report.enforced.map(JSONValue.string)),
-              "notEnforced": .array(report.notEnforced.map(JSONValue.string))])
+        send(["op": .string("ready")])
         while let frame = try? PluginWire.read(fd) {
             switch frame["op"]?.stringValue {
             case "call": call(frame, contracts, plugin)

@@ -23,6 +23,12 @@ enum PluginSandbox {
         let memory = m.limits?.memoryMiB ?? FeatureManifest.Limits.defaultMemoryMiB
         let files = m.limits?.openFiles ?? FeatureManifest.Limits.defaultOpenFiles
         try checkProtected(m, access: access, protected: protected)
+        // Landlock restricts the calling thread (seccomp takes every thread along): there
+        // must be no other yet.
+        let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? 0
+        guard threads == 1 else {
+            throw TermindError(.pluginSandbox, "plugin '\(m.id)': its process had \(threads) threads before its sandbox; it was not started.")
+        }
 
         var address = rlimit(rlim_cur: rlim_t(memory) << 20, rlim_max: rlim_t(memory) << 20)
         guard setrlimit(Int32(RLIMIT_AS.rawValue), &address) == 0 else { throw failure(m, "the memory limit (\(memory) MiB)") }
@@ -36,7 +42,7 @@ enum PluginSandbox {
 
         let abi = termind_landlock_abi()
         if abi > 0 {
-            let reads = readable(m) + access.read
+            let reads = readable(m, protected: protected) + access.read
             var failed: UnsafePointer<CChar>?
             let rc = withCStrings(reads) { read in
                 withCStrings(access.write) { write in
@@ -85,16 +91,33 @@ enum PluginSandbox {
     /// ends the process when it cannot. Other processes' environment, descriptors and memory
     /// stay out of reach there: Landlock refuses ptrace-mode access to any process outside
     /// the sandbox (what /proc/PID/environ, fd and mem require).
-    private static func readable(_ m: FeatureManifest) -> [String] {
+    private static func readable(_ m: FeatureManifest, protected: [String]) -> [String] {
         var paths: Set<String> = [(m.libraryPath as NSString).deletingLastPathComponent, "/usr/lib", "/lib", "/lib64", "/usr/lib64", "/usr/local/lib",
                                   "/etc/ld.so.cache", "/sys/devices/system/cpu", "/sys/fs/cgroup", "/dev/null", "/dev/urandom", "/proc"]
-        if let maps = try? String(contentsOfFile: "/proc/self/maps", encoding: .utf8) {
+        // The folders of the libraries already mapped: regular files only (never a
+        // `/memfd:…` mapping, whose folder would be `/`).
+        if let maps = procText("/proc/self/maps") {
             for line in maps.split(separator: "\n") {
                 guard let slash = line.firstIndex(of: "/") else { continue }
-                paths.insert((String(line[slash...]) as NSString).deletingLastPathComponent)
+                let file = String(line[slash...])
+                var info = stat()
+                guard stat(file, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
+                let folder = (file as NSString).deletingLastPathComponent
+                if folder != "/" { paths.insert(folder) }
             }
         }
-        return paths.sorted()
+        // Never a folder that holds termind's database or secret store.
+        let guarded = protected.map { resolved($0) }
+        return paths.sorted().filter { path in
+            let folder = resolved(path)
+            return !guarded.contains { $0 == folder || $0.hasPrefix(folder == "/" ? "/" : folder + "/") }
+        }
+    }
+
+    /// A /proc file's text (they report no size: read to the end).
+    private static func procText(_ path: String) -> String? {
+        guard let handle = FileHandle(forReadingAtPath: path), let data = try? handle.readToEnd() else { return nil }
+        return String(decoding: data, as: UTF8.self)
     }
 
     private static func failure(_ m: FeatureManifest, _ what: String) -> TermindError {

@@ -121,7 +121,24 @@ public enum PluginWire {
         return .object(["code": .string(failure.code), "message": .string(failure.message)])
     }
 
-    static func decode(_ value: JSONValue?) -> TermindError {
-        TermindError(code: value?["code"]?.stringValue ?? "plugin.failed", message: value?["message"]?.stringValue ?? "The plugin's process failed the call.")
+    /// The codes a call to a plugin can end with in process; anything else a plugin's
+    /// process says becomes `plugin.failed`.
+    static let passedCodes: Set<String> = ["request.invalid", "plugin.failed", "plugin.unhandled", "plugin.bad_reply", "plugin.busy",
+                                           "plugin.function_bind", "plugin.sandbox", "contract.unknown", "stream.cancelled", "stream.undeclared",
+                                           "stream.input_overrun", "feature.start_failed", "feature.descriptor_mismatch", "feature.start_timeout"]
+
+    /// An error from a plugin's process: a known code, and a message without control
+    /// characters and of a bounded length (it reaches a person's terminal) — otherwise word
+    /// for word what the same call says in process.
+    static func decode(_ value: JSONValue?, plugin: String) -> TermindError {
+        let code = value?["code"]?.stringValue.flatMap { passedCodes.contains($0) ? $0 : nil } ?? "plugin.failed"
+        var message = clean(value?["message"]?.stringValue ?? "", limit: 2_000)
+        if message.isEmpty { message = "plugin '\(plugin)' failed the call." }
+        return TermindError(code: code, message: message)
+    }
+
+    /// `text` without control characters (terminal escapes among them), at most `limit` characters.
+    static func clean(_ text: String, limit: Int) -> String {
+        String(String.UnicodeScalarView(text.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7f && !(0x80...0x9f).contains($0.value) }).prefix(limit))
     }
 }

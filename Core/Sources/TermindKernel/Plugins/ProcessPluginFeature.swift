@@ -36,6 +36,7 @@ final class ProcessPluginFeature: Feature, Sendable {
         var delay: Double = 0
         var disabled: String?
         var stopped = false
+        var launching: Task<PluginChild, any Error>?
     }
 
     static let firstDelay = 0.5
@@ -54,13 +55,34 @@ final class ProcessPluginFeature: Feature, Sendable {
 
     func register(_ registrar: FeatureRegistrar) throws {
         let functions = manifest.functions.filter { if case .success = FunctionSignature.parse($0.signature) { true } else { false } }.map(\.name)
+        let manifest = self.manifest
+        // What comes back from the plugin's process is checked here again, as it would be in
+        // process: parsed within the reply bound, held to the declared schema, written anew.
         CPluginFeature.registerEndpoints(manifest, functions: functions, into: registrar, call: { [self] contract, request, origin in
-            try await child().call(contract, request, origin)
+            try Self.checkedReply(try await child().call(contract, request, origin), manifest.schemas(of: contract).response, manifest.id, contract)
         }, serve: { [self] stream, request, session in
-            try await child().serve(stream, request, session)
+            try Self.checkedReply(try await child().serve(stream, request, session), manifest.schemas(of: stream).response, manifest.id, stream)
         }, function: { [self] contract, _, body in
-            try await child().call(contract.description, body, .inProcess)
+            try Self.checkedReply(try await child().call(contract.description, body, .inProcess),
+                                  SchemaDerivation.schema(for: ForeignFunctionCall.Response.self), manifest.id, contract.description)
         })
+    }
+
+    static func checkedReply(_ body: Data, _ schema: JSONSchema, _ id: String, _ contract: String) throws -> Data {
+        guard body.count <= PluginLimits.maximumReplyBytes else {
+            throw TermindError(.pluginBadReply, "The reply of plugin '\(id)' to \(contract) is larger than \(PluginLimits.maximumReplyBytes) bytes (the reply bound).")
+        }
+        let value: JSONValue
+        do {
+            value = try JSONCoding.parse(body, source: "The reply of plugin '\(id)' to \(contract)")
+        } catch {
+            throw TermindError(.pluginBadReply, TermindError.from(error).message)
+        }
+        let problems = schema.problems(in: value)
+        guard problems.isEmpty else {
+            throw TermindError(.pluginBadReply, "The reply of plugin '\(id)' to \(contract) does not match the response schema in its manifest: \(problems.prefix(5).joined(separator: "; ")).")
+        }
+        return try JSONCoding.encode(value)
     }
 
     /// Starts the child at boot, so a plugin that does not load or start is disabled with
@@ -69,10 +91,7 @@ final class ProcessPluginFeature: Feature, Sendable {
         // The plugin's process runs as this user: it must not read termind's memory,
         // environment or open files through /proc (ssh-agent does the same for its keys).
         _ = termind_set_undumpable()
-        let child = try await PluginChild.launch(manifest, hostVersion: hostVersion, logLevel: logLevel, protected: protected) { [weak self] child, reason in
-            self?.ended(child, reason)
-        }
-        state.withLock { $0.child = child }
+        _ = try await launch()
     }
 
     func stop() async {
@@ -127,21 +146,52 @@ final class ProcessPluginFeature: Feature, Sendable {
         case .wait(let seconds):
             throw TermindError(.pluginRestarting, "plugin '\(manifest.id)' crashed and is restarted in \(String(format: "%.1f", seconds)) s; try again then.")
         case .launch:
-            let child = try await PluginChild.launch(manifest, hostVersion: hostVersion, logLevel: logLevel, protected: protected) { [weak self] child, reason in
-                self?.ended(child, reason)
+            return try await launch()
+        }
+    }
+
+    /// One launch at a time: calls that find the process gone while another call starts it
+    /// wait for that one. A launch that fails counts as a crash.
+    private func launch() async throws -> PluginChild {
+        let task: Task<PluginChild, any Error> = state.withLock { state in
+            if let running = state.launching { return running }
+            let task = Task { [manifest, hostVersion, logLevel, protected] () async throws -> PluginChild in
+                try await PluginChild.launch(manifest, hostVersion: hostVersion, logLevel: logLevel, protected: protected, onReady: { [weak self] child in
+                    // Registered before its reads start: an end right after is counted.
+                    self?.state.withLock { $0.child = child }
+                }, onEnd: { [weak self] child, reason in
+                    self?.ended(child, reason)
+                })
             }
-            state.withLock { $0.child = child }
-            return child
+            state.launching = task
+            return task
+        }
+        defer { state.withLock { $0.launching = nil } }
+        do {
+            return try await task.value
+        } catch {
+            countCrash(TermindError.from(error).message)
+            throw error
         }
     }
 
     /// The child ended (`reason`: how, for messages): a crash counts toward the restart delay
     /// and the limit.
     private func ended(_ child: PluginChild, _ reason: String) {
+        let counts = state.withLock { state -> Bool in
+            guard state.child === child, !state.stopped else { return false }
+            state.child = nil
+            return true
+        }
+        if counts { countCrash(reason) }
+    }
+
+    private func countCrash(_ reason: String) {
         let now = Self.now()
         state.withLock { state in
-            guard state.child === child, !state.stopped else { return }
-            state.child = nil
+            guard !state.stopped else { return }
+            // A process that ran for the whole window starts the backoff afresh.
+            if let last = state.crashes.last, now - last >= Self.crashWindow { state.delay = 0 }
             state.crashes = state.crashes.filter { now - $0 < Self.crashWindow } + [now]
             if state.crashes.count >= Self.crashesAllowed {
                 state.disabled = "it crashed \(state.crashes.count) times in \(Int(Self.crashWindow / 60)) minutes (last: \(reason))"
@@ -155,7 +205,9 @@ final class ProcessPluginFeature: Feature, Sendable {
     static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 }
 
-/// One running `termind-plugin-host` and the calls in flight to it.
+/// One running `termind-plugin-host` and the calls in flight to it. The child is hostile
+/// by assumption: everything it sends is bounded and checked, a child that stops reading
+/// or floods is ended, and its socket is shut down (never closed and reused) once it died.
 final class PluginChild: Sendable {
     let pid: pid_t
     private let fd: Int32
@@ -163,7 +215,8 @@ final class PluginChild: Sendable {
     private let writing = Mutex<Void>(())
     private let calls = Mutex<Calls>(Calls())
     private let alive = Atomic<Bool>(true)
-    /// What its sandbox enforces, and what this kernel could not (from its ready frame).
+    /// What its sandbox enforces, and what this kernel could not (its first frame, sent
+    /// before the plugin's code ran).
     private let sandbox = Mutex<(enforced: [String], notEnforced: [String])>(([], []))
     var enforced: [String] { sandbox.withLock { $0.enforced } }
     var notEnforced: [String] { sandbox.withLock { $0.notEnforced } }
@@ -172,16 +225,24 @@ final class PluginChild: Sendable {
         var next: Int64 = 0
         var replies: [Int64: CheckedContinuation<[String: JSONValue], any Error>] = [:]
         var streams: [Int64: AsyncStream<[String: JSONValue]>.Continuation] = [:]
+        /// Event bytes of each stream received but not yet passed on, and its questions
+        /// waiting for answers: bounded, a child past them is ended.
+        var pending: [Int64: Int] = [:]
+        var asking: [Int64: Int] = [:]
         var ended: TermindError?
         /// Calls past their deadline, for which the process was ended: what they say.
         var overdue: [Int64: TermindError] = [:]
     }
 
-    var isAlive: Bool { alive.load(ordering: .acquiring) }
-
-    /// A call's deadline; a stream's grace after its cancel.
+    /// A call's deadline; a stream's grace after its cancel; the load's.
     private let deadline: Duration
     static let cancelGrace = Duration.seconds(5)
+    static let loadDeadline = Duration.seconds(10)
+    /// A write the child does not take within this is a hung child.
+    static let writeTimeout = 5
+    /// Event bytes a stream may have in flight here (the child's window is 1 MiB).
+    static let maximumPending = 8 << 20
+    static let maximumAsks = 4
 
     private init(pid: pid_t, fd: Int32, id: String, deadline: Duration) {
         self.pid = pid
@@ -189,6 +250,10 @@ final class PluginChild: Sendable {
         self.id = id
         self.deadline = deadline
     }
+
+    deinit { close(fd) }
+
+    var isAlive: Bool { alive.load(ordering: .acquiring) }
 
     /// Where the host executable is: `TERMIND_PLUGIN_HOST`, else beside the running
     /// executable (termind's, or a test runner's in the build folder).
@@ -199,9 +264,11 @@ final class PluginChild: Sendable {
         return candidates.first { access($0, X_OK) == 0 }
     }
 
-    /// Starts the child, hands it the manifest and waits until the plugin is loaded and
-    /// started (or says why not).
+    /// Starts the child, hands it the manifest and waits (at most `loadDeadline`) until the
+    /// plugin is loaded and started, or says why not. `onReady` runs before the child's
+    /// frames are read, `onEnd` once it ended.
     static func launch(_ manifest: FeatureManifest, hostVersion: String, logLevel: LogLevel?, protected: [String],
+                       onReady: @escaping @Sendable (PluginChild) -> Void,
                        onEnd: @escaping @Sendable (PluginChild, String) -> Void) async throws -> PluginChild {
         guard let host = hostExecutable() else {
             throw TermindError(.featureStartFailed, "plugin '\(manifest.id)' asks to run in a process of its own, but termind-plugin-host is not installed beside termind.")
@@ -210,14 +277,20 @@ final class PluginChild: Sendable {
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
             throw TermindError(.featureStartFailed, "plugin '\(manifest.id)': no socketpair for its process (\(String(cString: strerror(errno)))).")
         }
+        var timeout = timeval(tv_sec: writeTimeout, tv_usec: 0)
+        _ = setsockopt(pair[0], SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         let pid: pid_t
         do {
-            pid = try ChildProcess.spawn([host, manifest.id], environment: ["PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
-                                                                // Few malloc arenas: each reserves 64 MiB of address space, which
-                                                                // counts against the process's memory limit.
-                                                                "MALLOC_ARENA_MAX": "2",
-                                                                // A crash report here would need ptrace, which its filter refuses.
-                                                                "SWIFT_BACKTRACE": "enable=no"], stdin: pair[1], stdout: nil, stderr: 2)
+            // A session of its own (no terminal, not termind's process group); standard
+            // error only with debug logging.
+            pid = try ChildProcess.spawn([host, manifest.id],
+                                         environment: ["PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
+                                                       // Few malloc arenas: each reserves 64 MiB of address space, which
+                                                       // counts against the process's memory limit.
+                                                       "MALLOC_ARENA_MAX": "2",
+                                                       // A crash report here would need ptrace, which its filter refuses.
+                                                       "SWIFT_BACKTRACE": "enable=no"],
+                                         stdin: pair[1], stdout: nil, stderr: logLevel == nil ? nil : 2, newSession: true)
         } catch {
             close(pair[0]); close(pair[1])
             throw error
@@ -229,23 +302,36 @@ final class PluginChild: Sendable {
                                          "hostVersion": .string(hostVersion), "protected": .array(protected.map(JSONValue.string))]
         if let logLevel { load["logLevel"] = .string(logLevel.name) }
         let loadFrame = load
+        let loaded = OnceFlag()
+        let watchdog = Task {
+            try? await Task.sleep(for: loadDeadline)
+            if !loaded.isSet { child.end() }
+        }
+        defer { watchdog.cancel() }
         let ready: Result<Void, TermindError> = await withCheckedContinuation { continuation in
             let thread = Thread {
-                guard child.write(loadFrame), let first = try? PluginWire.read(child.fd) else {
-                    continuation.resume(returning: .failure(TermindError(.featureStartFailed, "plugin '\(manifest.id)': its process ended while loading (\(child.reap())).")))
-                    return
-                }
-                guard first["op"] == .string("ready") else {
-                    let error = PluginWire.decode(first["error"])
+                func failed(_ error: TermindError) {
+                    child.end()
                     _ = child.reap()
-                    continuation.resume(returning: .failure(TermindError(code: error.code, message: error.message)))
-                    return
+                    continuation.resume(returning: .failure(error))
+                }
+                guard child.write(loadFrame), let first = try? PluginWire.read(child.fd), first["op"] == .string("sandboxed") else {
+                    return failed(TermindError(.featureStartFailed, "plugin '\(manifest.id)': its process ended or did not answer while loading."))
                 }
                 func strings(_ value: JSONValue?) -> [String] {
                     guard case .array(let items)? = value else { return [] }
-                    return items.compactMap(\.stringValue)
+                    return items.prefix(32).compactMap(\.stringValue).map { PluginWire.clean($0, limit: 300) }
                 }
                 child.sandbox.withLock { $0 = (strings(first["enforced"]), strings(first["notEnforced"])) }
+                guard let second = try? PluginWire.read(child.fd) else {
+                    return failed(TermindError(.featureStartFailed, "plugin '\(manifest.id)': its process ended while loading (\(child.reap()))."))
+                }
+                guard second["op"] == .string("ready") else {
+                    let error = PluginWire.decode(second["error"], plugin: manifest.id)
+                    return failed(TermindError(code: error.code, message: error.message))
+                }
+                loaded.set()
+                onReady(child)
                 continuation.resume(returning: .success(()))
                 child.readLoop(onEnd: onEnd)
             }
@@ -265,7 +351,18 @@ final class PluginChild: Sendable {
                 let waiting = calls.withLock { $0.replies.removeValue(forKey: call) }
                 waiting?.resume(returning: frame)
             case "event":
-                _ = calls.withLock { $0.streams[call] }?.yield(frame)
+                // Bounded: a child that sends past its window, or asks without waiting for
+                // answers, is ended.
+                let size = 256 + (frame["data"]?.stringValue?.utf8.count ?? 0)
+                let isAsk = frame["fields"]?["event"]?.stringValue == "ask"
+                let (stream, overrun) = calls.withLock { calls -> (AsyncStream<[String: JSONValue]>.Continuation?, Bool) in
+                    guard let stream = calls.streams[call] else { return (nil, false) }
+                    calls.pending[call, default: 0] += size
+                    if isAsk { calls.asking[call, default: 0] += 1 }
+                    return (stream, calls.pending[call]! > Self.maximumPending || calls.asking[call, default: 0] > Self.maximumAsks)
+                }
+                if overrun { end(); continue }
+                stream?.yield(frame)
             default:
                 continue
             }
@@ -285,6 +382,48 @@ final class PluginChild: Sendable {
         for stream in streams { stream.finish() }
     }
 
+    /// Ends the child: killed, its socket shut down both ways (a descendant holding it
+    /// cannot keep it open for us); the descriptor itself is closed only with this object.
+    func end() {
+        alive.store(false, ordering: .releasing)
+        kill(pid, SIGKILL)
+        _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+    }
+
+    /// Reaps the child once its socket closed (killing it first: an exit handler that never
+    /// returns must not hold termind): how it ended, in words.
+    private func reap() -> String {
+        _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+        var status: Int32 = 0
+        var reaped = waitpid(pid, &status, WNOHANG)
+        if reaped == 0 {
+            // Still running with its socket closed: give it a moment, then end it.
+            for _ in 0..<20 where reaped == 0 {
+                usleep(10_000)
+                reaped = waitpid(pid, &status, WNOHANG)
+            }
+            if reaped == 0 {
+                kill(pid, SIGKILL)
+                reaped = waitpid(pid, &status, 0)
+            }
+        }
+        guard reaped == pid else { return "ended" }
+        if (status & 0x7f) != 0 {
+            let signal = status & 0x7f
+            return "crashed (signal \(signal), \(String(cString: strsignal(signal))))"
+        }
+        return "exited with status \((status >> 8) & 0xff)"
+    }
+
+    /// Writes a frame; a child that does not take it within `writeTimeout` is ended.
+    @discardableResult
+    private func write(_ object: [String: JSONValue]) -> Bool {
+        guard isAlive else { return false }
+        let written = writing.withLock { _ in PluginWire.write(fd, object) }
+        if !written { end() }
+        return written
+    }
+
     /// Ends the process when `call` is still unanswered after `after`: its caller (and every
     /// other call in flight) then fails, the overdue one with `error`.
     private func watch(_ call: Int64, after: Duration, _ error: TermindError) -> Task<Void, Never> {
@@ -296,24 +435,8 @@ final class PluginChild: Sendable {
                 calls.overdue[call] = error
                 return true
             }
-            if pending { kill(pid, SIGKILL) }
+            if pending { end() }
         }
-    }
-
-    /// Reaps the child once its socket closed: how it ended, in words.
-    private func reap() -> String {
-        close(fd)
-        let end = ChildProcess.wait(pid)
-        if let signal = end.signal {
-            let name = String(cString: strsignal(signal))
-            return "crashed (signal \(signal), \(name))"
-        }
-        return "exited with status \(end.status ?? -1)"
-    }
-
-    @discardableResult
-    private func write(_ object: [String: JSONValue]) -> Bool {
-        writing.withLock { _ in PluginWire.write(fd, object) }
     }
 
     private func begin(_ stream: Bool) throws -> (Int64, AsyncStream<[String: JSONValue]>?) {
@@ -327,7 +450,7 @@ final class PluginChild: Sendable {
         }
     }
 
-    private func reply(_ call: Int64, sending frame: [String: JSONValue]) async throws -> Data {
+    private func reply(_ call: Int64, sending frame: [String: JSONValue], afterSending: @Sendable () -> Void = {}) async throws -> Data {
         let answer = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[String: JSONValue], any Error>) in
             let failed: TermindError? = calls.withLock { calls in
                 if let ended = calls.ended { return ended }
@@ -335,15 +458,14 @@ final class PluginChild: Sendable {
                 return nil
             }
             if let failed { return continuation.resume(throwing: failed) }
-            // Written on this task's thread: a frame is at most a few MiB, and the child reads
-            // continuously (a child that stops reading is one that hangs: the call's deadline).
-            if !write(frame) {
-                if let waiting = calls.withLock({ $0.replies.removeValue(forKey: call) }) {
-                    waiting.resume(throwing: TermindError(.pluginCrashed, "plugin '\(id)' went away before the call was sent."))
-                }
+            // A child that stops reading is ended by the write's timeout, and so the call ends.
+            if write(frame) {
+                afterSending()
+            } else if let waiting = calls.withLock({ $0.replies.removeValue(forKey: call) }) {
+                waiting.resume(throwing: TermindError(.pluginCrashed, "plugin '\(id)' went away before the call was sent."))
             }
         }
-        if let error = answer["error"] { throw PluginWire.decode(error) }
+        if let error = answer["error"] { throw PluginWire.decode(error, plugin: id) }
         return Data((answer["body"]?.stringValue ?? "").utf8)
     }
 
@@ -361,22 +483,27 @@ final class PluginChild: Sendable {
     /// Runs a stream in the child: its events and questions reach `session`'s client, its
     /// input goes to the child as the child grants room, and a cancel goes along.
     func serve(_ stream: String, _ request: Data, _ session: StreamSession) async throws -> Data {
+        try Task.checkCancellation()
         let (call, events) = try begin(true)
         let grants = AsyncStream<Int>.makeStream()
         let relay = Task { [self] in
             for await frame in events! {
+                let size = 256 + (frame["data"]?.stringValue?.utf8.count ?? 0)
+                defer { calls.withLock { $0.pending[call, default: 0] -= size } }
                 guard case .object(var fields)? = frame["fields"] else { continue }
                 if case .integer(let granted)? = fields["grant"] {
-                    grants.continuation.yield(Int(granted))
+                    if granted > 0 { grants.continuation.yield(Int(min(granted, Int64(StreamSession.windowRange.upperBound)))) }
                     continue
                 }
                 let kind = fields["event"]?.stringValue ?? ""
-                if kind == "ask", case .integer(let askID)? = fields["askID"], let question = fields["ask"] {
+                if kind == "ask" {
+                    guard case .integer(let askID)? = fields["askID"], let question = fields["ask"] else { continue }
                     Task {
                         let answer = await session.ask(question)
                         var reply: [String: JSONValue] = ["askID": .integer(askID)]
                         if case .object(let given)? = answer { reply.merge(given) { _, new in new } } else { reply["unanswered"] = .bool(true) }
                         reply["askID"] = .integer(askID)
+                        calls.withLock { $0.asking[call, default: 0] -= 1 }
                         write(["op": .string("to-stream"), "id": .integer(call), "message": .object(["answer": .object(reply)])])
                     }
                     continue
@@ -386,8 +513,8 @@ final class PluginChild: Sendable {
                 let data = frame["data"]?.stringValue.flatMap { Data(base64Encoded: $0) }
                 fields["data"] = nil
                 await session.emit(kind, fields, data: data)
-                if case .integer(let size)? = frame["size"], size > 0 {
-                    write(["op": .string("to-stream"), "id": .integer(call), "message": .object(["credit": .integer(size)])])
+                if case .integer(let credit)? = frame["size"], credit > 0 {
+                    write(["op": .string("to-stream"), "id": .integer(call), "message": .object(["credit": .integer(min(credit, Int64(StreamSession.windowRange.upperBound)))])])
                 }
             }
             grants.continuation.finish()
@@ -396,21 +523,20 @@ final class PluginChild: Sendable {
             var allowance = 0
             var granted = grants.stream.makeAsyncIterator()
             var chunks = session.input.makeAsyncIterator()
+            func more() async -> Bool {
+                guard let grant = await granted.next() else { return false }
+                allowance = min(allowance + grant, StreamSession.windowRange.upperBound)
+                return true
+            }
             while true {
-                while allowance <= 0 {
-                    guard let more = await granted.next() else { return }
-                    allowance += more
-                }
+                while allowance <= 0 { guard await more() else { return } }
                 guard let chunk = await chunks.next() else {
                     write(["op": .string("to-stream"), "id": .integer(call), "message": .object(["inputEnd": .bool(true)])])
                     return
                 }
                 var offset = 0
                 while offset < chunk.count {
-                    while allowance <= 0 {
-                        guard let more = await granted.next() else { return }
-                        allowance += more
-                    }
+                    while allowance <= 0 { guard await more() else { return } }
                     let count = min(allowance, chunk.count - offset)
                     let piece = chunk.subdata(in: chunk.startIndex + offset ..< chunk.startIndex + offset + count)
                     write(["op": .string("to-stream"), "id": .integer(call), "message": .object(["input": .string(piece.base64EncodedString())])])
@@ -421,30 +547,44 @@ final class PluginChild: Sendable {
         }
         defer {
             input.cancel()
-            calls.withLock { $0.streams.removeValue(forKey: call) }?.finish()
+            calls.withLock { calls -> AsyncStream<[String: JSONValue]>.Continuation? in
+                calls.pending[call] = nil
+                calls.asking[call] = nil
+                return calls.streams.removeValue(forKey: call)
+            }?.finish()
         }
-        return try await withTaskCancellationHandler {
-            let result = try await reply(call, sending: ["op": .string("stream"), "id": .integer(call), "contract": .string(stream),
-                                                         "body": .string(String(decoding: request, as: UTF8.self)), "origin": Self.encode(session.origin)])
-            calls.withLock { $0.streams.removeValue(forKey: call) }?.finish()
-            await relay.value
-            return result
-        } onCancel: {
+        let cancelled = OnceFlag()
+        let sent = OnceFlag()
+        @Sendable func sendCancel() {
             var message: [String: JSONValue] = ["cancel": .bool(true)]
             if let signal = session.cancelSignal { message["signal"] = .string(signal) }
             write(["op": .string("to-stream"), "id": .integer(call), "message": .object(message)])
             // A plugin that does not end the stream once cancelled is ended.
             _ = watch(call, after: Self.cancelGrace, TermindError(.streamCancelled, "The operation was cancelled (plugin '\(id)' did not stop; its process was ended)."))
         }
+        return try await withTaskCancellationHandler {
+            let result = try await reply(call, sending: ["op": .string("stream"), "id": .integer(call), "contract": .string(stream),
+                                                         "body": .string(String(decoding: request, as: UTF8.self)), "origin": Self.encode(session.origin)],
+                                         afterSending: {
+                sent.set()
+                // A cancel that came before the stream was sent goes after it.
+                if cancelled.isSet { sendCancel() }
+            })
+            calls.withLock { $0.streams.removeValue(forKey: call) }?.finish()
+            await relay.value
+            return result
+        } onCancel: {
+            cancelled.set()
+            if sent.isSet { sendCancel() }
+        }
     }
 
-    /// Asks the child to stop its plugin and end; one that does not within 5 s is killed.
+    /// Asks the child to stop its plugin and end; one that does not within 5 s is ended.
     func stop() async {
         guard isAlive else { return }
         write(["op": .string("stop")])
-        let pid = self.pid
         for _ in 0..<50 where isAlive { try? await Task.sleep(for: .milliseconds(100)) }
-        if isAlive { kill(pid, SIGKILL) }
+        if isAlive { end() }
     }
 
     private static func encode(_ origin: CallOrigin) -> JSONValue {
@@ -454,4 +594,11 @@ final class PluginChild: Sendable {
             return .object(fields)
         })
     }
+}
+
+/// A flag set once, readable from any thread.
+private final class OnceFlag: Sendable {
+    private let flag = Atomic<Bool>(false)
+    func set() { flag.store(true, ordering: .releasing) }
+    var isSet: Bool { flag.load(ordering: .acquiring) }
 }
