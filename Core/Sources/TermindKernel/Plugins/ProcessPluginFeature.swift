@@ -82,7 +82,7 @@ final class ProcessPluginFeature: Feature, Sendable {
         guard problems.isEmpty else {
             throw TermindError(.pluginBadReply, "The reply of plugin '\(id)' to \(contract) does not match the response schema in its manifest: \(problems.prefix(5).joined(separator: "; ")).")
         }
-        return try JSONCoding.encode(value)
+        return Data(PluginWire.text(value).utf8)
     }
 
     /// Starts the child at boot, so a plugin that does not load or start is disabled with
