@@ -15,13 +15,20 @@ final class SignalCatcher: FirstSignal, @unchecked Sendable {
     init(_ signals: [Int32], keepUntilHandled: Bool = false) {
         self.keepUntilHandled = keepUntilHandled
         super.init()
+        // Armed before this returns: libdispatch installs its handler when the source is
+        // registered, on its manager thread, and until then the signal is ignored (SIG_IGN
+        // below) — a SIGTERM the moment `serve` said it was ready was lost that way.
+        let registered = DispatchGroup()
         for number in signals {
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
             source.setEventHandler { [weak self] in self?.caught(number) }
+            registered.enter()
+            source.setRegistrationHandler { registered.leave() }
             source.resume()
             sources.append(source)
         }
+        _ = registered.wait(timeout: .now() + 2)
     }
 
     /// The first signal: waits for it, or returns the one caught already.
