@@ -123,6 +123,21 @@ int termind_set_undumpable(void) {
     return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 }
 
+#ifndef __NR_pidfd_open
+#define __NR_pidfd_open 434
+#endif
+#ifndef __NR_pidfd_send_signal
+#define __NR_pidfd_send_signal 424
+#endif
+
+int termind_pidfd_open(int pid) {
+    return (int)syscall(__NR_pidfd_open, pid, 0);
+}
+
+int termind_pidfd_kill(int pidfd, int sig) {
+    return (int)syscall(__NR_pidfd_send_signal, pidfd, sig, NULL, 0);
+}
+
 int termind_sandbox_no_new_privs(void) {
     return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
 }

@@ -44,6 +44,12 @@ int termind_sandbox_drop_capabilities(void);
 /// among them) can no longer read its memory, environment or descriptors through /proc.
 int termind_set_undumpable(void);
 
+/// pidfd_open(pid, 0): a descriptor for that process itself; -1 with errno where the kernel
+/// has none (before 5.3).
+int termind_pidfd_open(int pid);
+/// pidfd_send_signal(pidfd, sig, NULL, 0).
+int termind_pidfd_kill(int pidfd, int sig);
+
 /// prctl(PR_SET_NO_NEW_PRIVS): nothing exec'd later gains privileges (setuid, file caps).
 int termind_sandbox_no_new_privs(void);
 

@@ -244,14 +244,31 @@ final class PluginChild: Sendable {
     static let maximumPending = 8 << 20
     static let maximumAsks = 4
 
+    /// A descriptor for the process itself (pidfd_open): a signal through it reaches that
+    /// process or none, never another that was given its number after it was reaped.
+    private let pidfd: Int32
+
     private init(pid: pid_t, fd: Int32, id: String, deadline: Duration) {
         self.pid = pid
         self.fd = fd
         self.id = id
         self.deadline = deadline
+        pidfd = termind_pidfd_open(pid)
     }
 
-    deinit { close(fd) }
+    deinit {
+        close(fd)
+        if pidfd >= 0 { close(pidfd) }
+    }
+
+    /// SIGKILL to this process only (through its pidfd where the kernel has them).
+    private func killProcess() {
+        if pidfd >= 0 {
+            _ = termind_pidfd_kill(pidfd, SIGKILL)
+        } else {
+            kill(pid, SIGKILL)
+        }
+    }
 
     var isAlive: Bool { alive.load(ordering: .acquiring) }
 
@@ -386,7 +403,7 @@ final class PluginChild: Sendable {
     /// cannot keep it open for us); the descriptor itself is closed only with this object.
     func end() {
         alive.store(false, ordering: .releasing)
-        kill(pid, SIGKILL)
+        killProcess()
         _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
     }
 
@@ -403,7 +420,7 @@ final class PluginChild: Sendable {
                 reaped = waitpid(pid, &status, WNOHANG)
             }
             if reaped == 0 {
-                kill(pid, SIGKILL)
+                killProcess()
                 reaped = waitpid(pid, &status, 0)
             }
         }
