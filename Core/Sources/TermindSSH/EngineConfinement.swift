@@ -62,10 +62,11 @@ final class SharedSlot<Value: Sendable>: Sendable {
 }
 
 /// A set-once flag readable from any thread.
-final class ManagedAtomicFlag: Sendable {
+package final class ManagedAtomicFlag: Sendable {
     private let flag = Atomic<Bool>(false)
-    func set() { flag.store(true, ordering: .releasing) }
-    var isSet: Bool { flag.load(ordering: .acquiring) }
+    package init() {}
+    package func set() { flag.store(true, ordering: .releasing) }
+    package var isSet: Bool { flag.load(ordering: .acquiring) }
     /// Sets the flag; true only for the call that set it first.
-    func setFirst() -> Bool { !flag.exchange(true, ordering: .acquiringAndReleasing) }
+    package func setFirst() -> Bool { !flag.exchange(true, ordering: .acquiringAndReleasing) }
 }

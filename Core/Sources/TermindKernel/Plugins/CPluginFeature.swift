@@ -190,12 +190,7 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     /// Runs `body` (a call into the plugin, on its thread) with `origin` as the chain the
     /// host table's `call_chain` answers.
     static func serving<T>(_ origin: CallOrigin, _ body: () throws -> T) rethrows -> T {
-        let links: [JSONValue] = origin.chain.map { link in
-            var fields: [String: JSONValue] = ["kind": .string(link.kind.rawValue), "id": .string(link.id)]
-            if let detail = link.detail { fields["detail"] = .string(detail) }
-            return .object(fields)
-        }
-        let text = (try? JSONCoding.encode(JSONValue.array(links))).map { String(decoding: $0, as: UTF8.self) }
+        let text = (try? JSONCoding.encode(PluginWire.chain(origin))).map { String(decoding: $0, as: UTF8.self) }
         Thread.current.threadDictionary[chainKey] = text
         defer { Thread.current.threadDictionary[chainKey] = nil }
         return try body()

@@ -67,7 +67,7 @@ final class PluginHostServer: Sendable {
         let registrar = FeatureRegistrar(featureID: manifest.id)
         do {
             // Before any of the plugin's code runs (its library's constructors included).
-            let report = try PluginSandbox.apply(manifest, protected: Self.strings(load["protected"]))
+            let report = try PluginSandbox.apply(manifest, protected: PluginWire.strings(load["protected"]))
             // Said before the plugin's code runs, so the plugin cannot say it instead.
             send(["op": .string("sandboxed"), "enforced": .array(report.enforced.map(JSONValue.string)),
                   "notEnforced": .array(report.notEnforced.map(JSONValue.string))])
@@ -120,7 +120,7 @@ final class PluginHostServer: Sendable {
             return
         }
         let body = Data((frame["body"]?.stringValue ?? "{}").utf8)
-        let origin = Self.origin(frame["origin"])
+        let origin = PluginWire.origin(frame["origin"])
         if let plugin {
             // On one of the call threads, start to end: no task or executor hop.
             let job: @Sendable () -> Void = { [self] in
@@ -164,7 +164,7 @@ final class PluginHostServer: Sendable {
             return
         }
         let body = Data((frame["body"]?.stringValue ?? "{}").utf8)
-        let session = StreamSession(id: .integer(id), grantsInput: endpoint.acceptsInput, endpoint: endpoint, origin: Self.origin(frame["origin"]),
+        let session = StreamSession(id: .integer(id), grantsInput: endpoint.acceptsInput, endpoint: endpoint, origin: PluginWire.origin(frame["origin"]),
                                     sink: .local { [self] event, size in
             var message: [String: JSONValue] = ["op": .string("event"), "id": .integer(id), "fields": .object(event.fields), "size": .integer(Int64(size))]
             if let data = event.data { message["data"] = .string(data.base64EncodedString()) }
@@ -184,21 +184,6 @@ final class PluginHostServer: Sendable {
             }
         }
         session.start(cancelling: task)
-    }
-
-    private static func strings(_ value: JSONValue?) -> [String] {
-        guard case .array(let items)? = value else { return [] }
-        return items.compactMap(\.stringValue)
-    }
-
-    /// The caller chain as termind sent it (`PluginWire.encode(origin:)`).
-    private static func origin(_ value: JSONValue?) -> CallOrigin {
-        guard case .array(let links)? = value else { return .inProcess }
-        let chain = links.compactMap { link -> Caller? in
-            guard let kind = link["kind"]?.stringValue.flatMap(Caller.Kind.init(rawValue:)), let id = link["id"]?.stringValue else { return nil }
-            return Caller(kind, id, detail: link["detail"]?.stringValue)
-        }
-        return chain.isEmpty ? .inProcess : CallOrigin(chain: chain)
     }
 
     /// What `start` gets here: the plugin's logger; a C plugin reaches nothing else.

@@ -115,6 +115,32 @@ public enum PluginWire {
         }
     }
 
+    /// The caller chain as it crosses (and as `call_chain` shows it to a C plugin): links of
+    /// kind, id and detail.
+    static func chain(_ origin: CallOrigin) -> JSONValue {
+        .array(origin.chain.map { link in
+            var fields: [String: JSONValue] = ["kind": .string(link.kind.rawValue), "id": .string(link.id)]
+            if let detail = link.detail { fields["detail"] = .string(detail) }
+            return .object(fields)
+        })
+    }
+
+    /// The caller chain `chain` wrote (in-process when there is none).
+    static func origin(_ value: JSONValue?) -> CallOrigin {
+        guard case .array(let links)? = value else { return .inProcess }
+        let chain = links.compactMap { link -> Caller? in
+            guard let kind = link["kind"]?.stringValue.flatMap(Caller.Kind.init(rawValue:)), let id = link["id"]?.stringValue else { return nil }
+            return Caller(kind, id, detail: link["detail"]?.stringValue)
+        }
+        return chain.isEmpty ? .inProcess : CallOrigin(chain: chain)
+    }
+
+    /// The strings of a JSON array (none when it is not one).
+    static func strings(_ value: JSONValue?) -> [String] {
+        guard case .array(let items)? = value else { return [] }
+        return items.compactMap(\.stringValue)
+    }
+
     /// An error as it crosses: code and message, the same the caller would get in process.
     static func encode(_ error: any Error) -> JSONValue {
         let failure = TermindError.from(error)

@@ -3,6 +3,7 @@ import Dispatch
 import Foundation
 import Synchronization
 import TermindCore
+import TermindSSH
 
 extension ErrorCode {
     /// The plugin's own process ended while the call was in flight (a crash, a kill).
@@ -319,7 +320,7 @@ final class PluginChild: Sendable {
                                          "hostVersion": .string(hostVersion), "protected": .array(protected.map(JSONValue.string))]
         if let logLevel { load["logLevel"] = .string(logLevel.name) }
         let loadFrame = load
-        let loaded = OnceFlag()
+        let loaded = ManagedAtomicFlag()
         let watchdog = Task {
             try? await Task.sleep(for: loadDeadline)
             if !loaded.isSet { child.end() }
@@ -335,10 +336,7 @@ final class PluginChild: Sendable {
                 guard child.write(loadFrame), let first = try? PluginWire.read(child.fd), first["op"] == .string("sandboxed") else {
                     return failed(TermindError(.featureStartFailed, "plugin '\(manifest.id)': its process ended or did not answer while loading."))
                 }
-                func strings(_ value: JSONValue?) -> [String] {
-                    guard case .array(let items)? = value else { return [] }
-                    return items.prefix(32).compactMap(\.stringValue).map { PluginWire.clean($0, limit: 300) }
-                }
+                func strings(_ value: JSONValue?) -> [String] { PluginWire.strings(value).prefix(32).map { PluginWire.clean($0, limit: 300) } }
                 child.sandbox.withLock { $0 = (strings(first["enforced"]), strings(first["notEnforced"])) }
                 guard let second = try? PluginWire.read(child.fd) else {
                     return failed(TermindError(.featureStartFailed, "plugin '\(manifest.id)': its process ended while loading (\(child.reap()))."))
@@ -494,7 +492,7 @@ final class PluginChild: Sendable {
             "plugin '\(id)' did not answer \(contract) within \(seconds) s (its limits.callSeconds); its process was ended and starts again for the next call."))
         defer { watchdog.cancel() }
         return try await reply(call, sending: ["op": .string("call"), "id": .integer(call), "contract": .string(contract),
-                                               "body": .string(String(decoding: request, as: UTF8.self)), "origin": Self.encode(origin)])
+                                               "body": .string(String(decoding: request, as: UTF8.self)), "origin": PluginWire.chain(origin)])
     }
 
     /// Runs a stream in the child: its events and questions reach `session`'s client, its
@@ -570,8 +568,8 @@ final class PluginChild: Sendable {
                 return calls.streams.removeValue(forKey: call)
             }?.finish()
         }
-        let cancelled = OnceFlag()
-        let sent = OnceFlag()
+        let cancelled = ManagedAtomicFlag()
+        let sent = ManagedAtomicFlag()
         @Sendable func sendCancel() {
             var message: [String: JSONValue] = ["cancel": .bool(true)]
             if let signal = session.cancelSignal { message["signal"] = .string(signal) }
@@ -581,7 +579,7 @@ final class PluginChild: Sendable {
         }
         return try await withTaskCancellationHandler {
             let result = try await reply(call, sending: ["op": .string("stream"), "id": .integer(call), "contract": .string(stream),
-                                                         "body": .string(String(decoding: request, as: UTF8.self)), "origin": Self.encode(session.origin)],
+                                                         "body": .string(String(decoding: request, as: UTF8.self)), "origin": PluginWire.chain(session.origin)],
                                          afterSending: {
                 sent.set()
                 // A cancel that came before the stream was sent goes after it.
@@ -604,18 +602,5 @@ final class PluginChild: Sendable {
         if isAlive { end() }
     }
 
-    private static func encode(_ origin: CallOrigin) -> JSONValue {
-        .array(origin.chain.map { link in
-            var fields: [String: JSONValue] = ["kind": .string(link.kind.rawValue), "id": .string(link.id)]
-            if let detail = link.detail { fields["detail"] = .string(detail) }
-            return .object(fields)
-        })
-    }
 }
 
-/// A flag set once, readable from any thread.
-private final class OnceFlag: Sendable {
-    private let flag = Atomic<Bool>(false)
-    func set() { flag.store(true, ordering: .releasing) }
-    var isSet: Bool { flag.load(ordering: .acquiring) }
-}
