@@ -97,9 +97,23 @@ final class SlowPluginTests: XCTestCase {
     }
 
     func testCallsBeyondThePluginsThreadsAndQueueAreRefusedAsBusyAtOnce() async throws {
-        let kernel = Kernel(configuration: KernelConfiguration(registryPath: nil, pluginDirectories: [directory.file("plugins")]), sink: .disabled())
+        try await callsBeyondTheBound(.inline)
+    }
+
+    /// The same bound, word for word, when the plugin runs in `termind-plugin-host`: its
+    /// threads read the calls, run four, queue 64 and refuse the rest there.
+    func testCallsBeyondTheBoundAreRefusedAsBusyAtOnceInThePluginsOwnProcess() async throws {
+        try await callsBeyondTheBound(.process)
+    }
+
+    private func callsBeyondTheBound(_ isolation: FeatureManifest.Isolation) async throws {
+        var configuration = KernelConfiguration(registryPath: nil, pluginDirectories: [directory.file("plugins")])
+        configuration.pluginIsolation = isolation
+        let kernel = Kernel(configuration: configuration, sink: .disabled())
         let statuses = try await kernel.boot()
         XCTAssertEqual(statuses.first?.state, .running, statuses.first?.reason ?? "")
+        let runs = await kernel.featureStatuses().first { $0.id == "slow" }?.isolation
+        XCTAssertEqual(runs?.hasPrefix("own process") ?? false, isolation == .process, runs ?? "in termind's process")
         let gate = directory.file("gate")
         let capacity = PluginLimits.callThreads + PluginLimits.queuedCalls
         XCTAssertEqual(capacity, 68, "the documented bound: 4 running, 64 waiting")

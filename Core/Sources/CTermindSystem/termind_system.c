@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -292,3 +294,27 @@ int termind_landlock_restrict(int abi, const char *const *read, int read_count, 
     errno = saved;
     return rc < 0 ? -1 : 0;
 }
+
+int termind_exclusive_poller(const int *fds, int count) {
+    int poller = epoll_create1(EPOLL_CLOEXEC);
+    if (poller < 0) return -1;
+    for (int i = 0; i < count; i++) {
+        struct epoll_event event = { .events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE, .data = { .fd = fds[i] } };
+        if (epoll_ctl(poller, EPOLL_CTL_ADD, fds[i], &event) != 0) {
+            int saved = errno;
+            close(poller);
+            errno = saved;
+            return -1;
+        }
+    }
+    return poller;
+}
+
+int termind_poller_wait(int poller) {
+    struct epoll_event event;
+    int n = epoll_wait(poller, &event, 1, -1);
+    if (n != 1) return -1;
+    return event.data.fd;
+}
+
+int termind_eventfd(void) { return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }

@@ -18,6 +18,54 @@ enum Bench {
     static let peerClosed: ErrorCode = "bench.closed"
     static let echoFailed: ErrorCode = "bench.echo"
 
+    /// CPU seconds this process has used, all threads.
+    static func processCPU() -> Double {
+        var spec = timespec()
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &spec)
+        return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
+    }
+
+    /// CPU seconds the threads of process `pid` have used (their schedstat run times).
+    static func threadsCPU(_ pid: Int32) -> Double {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        return tasks.reduce(0.0) { sum, task in
+            let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/schedstat", encoding: .utf8)) ?? ""
+            return sum + (Double(text.split(separator: " ").first ?? "") ?? 0) / 1e9
+        }
+    }
+
+    /// The median time for 120 bytes to reach another process (`/bin/cat`, reading and
+    /// writing one end of a socketpair) and come back: what any isolation boundary pays.
+    static func crossProcessRoundTrip(iterations: Int) throws -> Double {
+        var pair: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+            throw TermindError(Bench.echoFailed, "no socketpair for the round-trip peer (\(String(cString: strerror(errno)))).")
+        }
+        defer { close(pair[0]) }
+        let pid = try ChildProcess.spawn(["/bin/cat"], stdin: pair[1], stdout: pair[1])
+        close(pair[1])
+        defer {
+            var status: Int32 = 0
+            shutdown(pair[0], Int32(SHUT_WR))
+            waitpid(pid, &status, 0)
+        }
+        var message = [UInt8](repeating: 0x61, count: 120)
+        var times: [Double] = []
+        times.reserveCapacity(iterations)
+        for index in 0..<(iterations + 100) {
+            let t = now()
+            guard Glibc.write(pair[0], message, message.count) == message.count else { throw TermindError(Bench.echoFailed, "the round-trip peer went away.") }
+            var got = 0
+            while got < message.count {
+                let n = message.withUnsafeMutableBytes { Glibc.read(pair[0], $0.baseAddress! + got, $0.count - got) }
+                guard n > 0 else { throw TermindError(Bench.peerClosed, "the round-trip peer closed.") }
+                got += n
+            }
+            if index >= 100 { times.append(now() - t) }
+        }
+        return median(times)
+    }
+
     static func run(_ inv: Invocation) async throws -> Invocation.Exit {
         let iterations = try parseIterations(inv.arguments)
         var configuration = try inv.kernelConfiguration()
@@ -159,22 +207,26 @@ enum Bench {
             let request = Data(#"{"args": ["termind-benchmark"]}"#.utf8)
             var medians: [FeatureManifest.Isolation: Double] = [:]
             var resident: Double?
+            var cpu: [FeatureManifest.Isolation: (termind: Double, plugin: Double)] = [:]
             for isolation in [FeatureManifest.Isolation.inline, .process] {
                 var plugins = configuration
                 plugins.pluginIsolation = isolation
                 let booted = Kernel(configuration: plugins, sink: .disabled())
                 let statuses = try await booted.boot()
                 guard statuses.contains(where: { $0.id == "digest" && $0.state == .running }) else { await booted.shutdown(); break }
+                let note = await booted.featureStatuses().first(where: { $0.id == "digest" })?.isolation
+                let pid = isolation == .process ? note?.split(separator: " ").dropFirst(2).first.flatMap({ Int32($0.trimmingCharacters(in: .punctuationCharacters)) }) : nil
                 var times: [Double] = []
+                var cpuBefore = 0.0, childBefore = 0.0
                 for index in 0..<(iterations + 100) {
+                    if index == 100 { (cpuBefore, childBefore) = (processCPU(), pid.map(threadsCPU) ?? 0) }
                     let t = now()
                     _ = try await booted.call(fn, body: request)
                     if index >= 100 { times.append(now() - t) }
                 }
                 medians[isolation] = median(times)
-                if isolation == .process, let note = await booted.featureStatuses().first(where: { $0.id == "digest" })?.isolation,
-                   let pid = note.split(separator: " ").dropFirst(2).first.flatMap({ Int32($0.trimmingCharacters(in: .punctuationCharacters)) }),
-                   let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+                cpu[isolation] = (processCPU() - cpuBefore, (pid.map(threadsCPU) ?? 0) - childBefore)
+                if let pid, let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
                    let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
                    let kib = Double(line.split(separator: " ").dropFirst().first ?? "") {
                     resident = kib / 1024
@@ -183,7 +235,17 @@ enum Bench {
             }
             if let inline = medians[.inline], let isolated = medians[.process] {
                 figures.append(Figure(name: "C plugin call (digest.fn.crc32), in its own process vs in termind's, median", value: isolated * 1e6, unit: "µs", baseline: inline * 1e6))
-                figures.append(Figure(name: "C plugin call, added by process isolation, median", value: (isolated - inline) * 1e6, unit: "µs"))
+                // The floor: one round trip to another process and back, with nothing else.
+                let floor = try? crossProcessRoundTrip(iterations: iterations)
+                figures.append(Figure(name: "C plugin call, added by process isolation, median (peer: a bare round trip to /bin/cat over a socketpair)",
+                                      value: (isolated - inline) * 1e6, unit: "µs", baseline: floor.map { $0 * 1e6 }))
+            }
+            if let inline = cpu[.inline], let isolated = cpu[.process] {
+                // What does not depend on this machine's two vCPUs waking each other: CPU time per call.
+                figures.append(Figure(name: "C plugin call, CPU per call, isolated: termind + the plugin's process vs in termind's",
+                                      value: (isolated.termind + isolated.plugin) / Double(iterations) * 1e6, unit: "µs",
+                                      baseline: (inline.termind + inline.plugin) / Double(iterations) * 1e6))
+                figures.append(Figure(name: "C plugin call, CPU per call, isolated: of it in the plugin's process", value: isolated.plugin / Double(iterations) * 1e6, unit: "µs"))
             }
             if let resident { figures.append(Figure(name: "a plugin's own process, resident", value: resident, unit: "MiB")) }
         }

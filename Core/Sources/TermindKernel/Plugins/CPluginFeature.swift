@@ -29,10 +29,19 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     static let callThreads = PluginLimits.callThreads
     static let queuedCalls = PluginLimits.queuedCalls
 
+    /// The manifest's schemas, read once: each contract's request and reply, each stream's result.
+    private let contractSchemas: [String: (request: JSONSchema, response: JSONSchema)]
+    private let responseSchemas: [String: JSONSchema]
+    /// The functions by their contracts' names (`<id>.fn.<name>`).
+    private let functionsByContract: [String: ForeignFunction]
+
     init(manifest: FeatureManifest, descriptor: UnsafePointer<termind_plugin_descriptor>, functions: [ForeignFunction]) {
         self.manifest = manifest
+        contractSchemas = Dictionary(manifest.contracts.map { ($0, manifest.schemas(of: $0)) }, uniquingKeysWith: { a, _ in a })
+        responseSchemas = Dictionary((manifest.contracts + manifest.streams).map { ($0, manifest.schemas(of: $0).response) }, uniquingKeysWith: { a, _ in a })
         self.descriptor = descriptor
         self.functions = functions
+        functionsByContract = Dictionary(functions.map { ("\(manifest.id).fn.\($0.name)", $0) }, uniquingKeysWith: { a, _ in a })
         executor = BlockingExecutor(name: "termind.plugin.\(manifest.id)", threadLimit: Self.callThreads, queueLimit: Self.queuedCalls)
     }
 
@@ -47,24 +56,25 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     func register(_ registrar: FeatureRegistrar) throws {
         let id = manifest.id
         let functions = Dictionary(self.functions.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        let responses = responseSchemas
         Self.registerEndpoints(manifest, functions: self.functions.map(\.name), into: registrar, call: { [self] text, request, origin in
             let (reply, parsed) = try await self.handle(contract: text, body: request, origin: origin)
-            let replyProblems = manifest.schemas(of: text).response.problems(in: parsed)
+            let replyProblems = (responses[text] ?? .any).problems(in: parsed)
             guard replyProblems.isEmpty else {
                 throw TermindError(.pluginBadReply, "The reply of plugin '\(id)' to \(text) does not match the response schema in its manifest: \(replyProblems.prefix(5).joined(separator: "; ")).")
             }
             return reply
         }, serve: { [self] text, request, session in
             let (reply, parsed) = try await self.serve(stream: text, body: request, session: session)
-            let replyProblems = manifest.schemas(of: text).response.problems(in: parsed)
+            let replyProblems = (responses[text] ?? .any).problems(in: parsed)
             guard replyProblems.isEmpty else {
                 throw TermindError(.pluginBadReply, "The result of plugin '\(id)' for stream \(text) does not match the response schema in its manifest: \(replyProblems.prefix(5).joined(separator: "; ")).")
             }
             return reply
         }, function: { [self] contract, name, body in
             guard let function = functions[name] else { throw TermindError.unknownContract(contract.description) }
-            let request: ForeignFunctionCall.Request = try ContractCoding.decodeRequest(body, schema: Self.functionRequestSchema, contract: contract)
-            let result = try await self.onExecutor(contract.description) { try function.call(request.args) }
+            let args = try Self.functionArguments(body, contract)
+            let result = try await self.onExecutor(contract.description) { try function.call(args) }
             return try JSONCoding.encode(ForeignFunctionCall.Response(result: result))
         })
     }
@@ -120,6 +130,19 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     /// Derived once: every function takes `{"args": [...]}`.
     static let functionRequestSchema = SchemaDerivation.schema(for: ForeignFunctionCall.Request.self)
 
+    /// A function's arguments (`{"args": [...]}`, none when left out), checked against the
+    /// request schema as `ContractCoding.decodeRequest` would, from the parsed value: no
+    /// decoder pass on every call.
+    static func functionArguments(_ body: Data, _ contract: ContractID) throws -> [JSONValue] {
+        let value = body.isEmpty ? JSONValue.object([:]) : try JSONCoding.parse(body, source: "The request body for \(contract)")
+        let problems = functionRequestSchema.problems(in: value)
+        guard problems.isEmpty else {
+            throw TermindError.badRequest("Invalid request for \(contract): \(problems.prefix(5).joined(separator: "; "))\(problems.count > 5 ? "; …" : "").")
+        }
+        guard case .array(let args)? = value["args"] else { return [] }
+        return args
+    }
+
     static func checked(_ body: Data, _ schema: JSONSchema, _ text: String) throws -> Data {
         let request = body.isEmpty ? Data("{}".utf8) : body
         let value = try JSONCoding.parse(request, source: "The request body for \(text)")
@@ -153,13 +176,10 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     /// what `termind-plugin-host` runs on its own call threads, with no task or executor hop.
     func blockingCall(_ text: String, body: Data, origin: CallOrigin) throws -> Data {
         let id = manifest.id
-        if let contract = ContractID(parsing: text), contract.name.hasPrefix("\(id).fn."),
-           let function = functions.first(where: { "\(id).fn.\($0.name)" == contract.name }) {
-            let request: ForeignFunctionCall.Request = try ContractCoding.decodeRequest(body, schema: Self.functionRequestSchema, contract: contract)
-            return try JSONCoding.encode(ForeignFunctionCall.Response(result: try function.call(request.args)))
+        if let contract = ContractID(parsing: text), let function = functionsByContract[contract.name] {
+            return try JSONCoding.encode(ForeignFunctionCall.Response(result: try function.call(try Self.functionArguments(body, contract))))
         }
-        guard manifest.contracts.contains(text), let handler = descriptor.pointee.handle else { throw TermindError.unknownContract(text) }
-        let schemas = manifest.schemas(of: text)
+        guard let schemas = contractSchemas[text], let handler = descriptor.pointee.handle else { throw TermindError.unknownContract(text) }
         let request = try Self.checked(body, schemas.request, text)
         let (reply, parsed) = try Self.serving(origin) {
             try invoke(text, body: request) { name, request, length, reply in handler(name, request, length, reply) }

@@ -1,3 +1,4 @@
+import CTermindSystem
 import Dispatch
 import Foundation
 import Synchronization
@@ -20,34 +21,141 @@ public enum PluginHostProcess {
             return 2
         }
         let server = PluginHostServer(fd: 0)
+        guard server.canServe else {
+            FileHandle.standardError.write(Data("termind-plugin-host: no epoll set or eventfd (\(String(cString: strerror(errno)))).\n".utf8))
+            return 1
+        }
         return server.run()
     }
 }
 
 /// The host's side of the socketpair: one plugin, its endpoints, and the calls in flight.
+///
+/// Its threads (one more than calls may run at once) wait together in `epoll_wait` on the
+/// socket (edge-triggered, `EPOLLEXCLUSIVE`), so the kernel wakes one idle thread when a frame arrives;
+/// that thread reads what is there, and runs the call it found itself: a call reaches the
+/// plugin with no second thread woken and no hand-off. Frames whose order matters (a new
+/// stream, a stream's input) are handled in order while the reader holds `inbox`. Since one
+/// thread is never running a call, a frame is always read (a cancel, credit, `plugin.busy`).
 final class PluginHostServer: Sendable {
     let fd: Int32
     private let writing = Mutex<Void>(())
     private let sessions = Mutex<[Int64: StreamSession]>([:])
-    /// Contract and function calls wait here for one of the plugin's call threads (as many
-    /// as it has in termind's process); beyond the queue, `plugin.busy` at once.
-    private let queue = Mutex<[@Sendable () -> Void]>([])
-    private let ready = DispatchSemaphore(value: 0)
+    /// Bytes read from the socket and not yet a whole frame, held by the thread reading.
+    private let inbox: Mutex<PluginWire.Reader>
+    /// Calls running (at most `callThreads`, as many as the plugin has in termind's process)
+    /// and waiting (at most `queuedCalls`; beyond them, `plugin.busy` at once).
+    private let work = Mutex<Work>(Work())
+    /// The threads' epoll set: the socket, and `wake` for calls queued for an idle thread.
+    private let poller: Int32
+    private let wake: Int32
 
-    init(fd: Int32) { self.fd = fd }
+    struct Work {
+        var running = 0
+        var queued: [@Sendable () -> Void] = []
+    }
 
-    private func startCallThreads() {
-        for index in 0..<PluginLimits.callThreads {
-            let thread = Thread { [self] in
-                while true {
-                    ready.wait()
-                    guard let job = queue.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) else { continue }
-                    job()
+    /// What handles the frames once the plugin is ready.
+    struct Served: Sendable {
+        let feature: any Feature
+        let plugin: CPluginFeature?
+        let contracts: [String: ContractEndpoint]
+        let streams: [String: StreamEndpoint]
+    }
+
+    init(fd: Int32) {
+        self.fd = fd
+        inbox = Mutex(PluginWire.Reader(fd: fd))
+        wake = termind_eventfd()
+        poller = termind_exclusive_poller([fd, wake], 2)
+    }
+
+    /// Whether the threads can wait on the socket (an epoll set and an eventfd were made).
+    var canServe: Bool { poller >= 0 && wake >= 0 }
+
+    /// One thread of the pool: runs a queued call when one may run, else waits for the
+    /// socket or a queued call, and reads what arrived (running the first call it finds).
+    private func serveFrames(_ served: Served) -> Never {
+        while true {
+            if let job = nextQueued() {
+                job()
+                work.withLock { $0.running -= 1 }
+                continue
+            }
+            let ready = termind_poller_wait(poller)
+            if ready == fd, let job = readFrames(served) {
+                job()
+                work.withLock { $0.running -= 1 }
+            } else if ready == wake {
+                var count: UInt64 = 0
+                _ = Glibc.read(wake, &count, 8)
+                // More than one call may be waiting for a free thread: pass the wake on.
+                if work.withLock({ $0.queued.count > 1 && $0.running + 1 < PluginLimits.callThreads }) {
+                    var one: UInt64 = 1
+                    _ = Glibc.write(wake, &one, 8)
                 }
             }
-            thread.name = "termind.plugin.call.\(index)"
-            thread.start()
         }
+    }
+
+    /// A queued call, counted as running, when fewer than `callThreads` run.
+    private func nextQueued() -> (@Sendable () -> Void)? {
+        work.withLock { work in
+            guard !work.queued.isEmpty, work.running < PluginLimits.callThreads else { return nil }
+            work.running += 1
+            return work.queued.removeFirst()
+        }
+    }
+
+    /// Reads all the socket holds (until `EAGAIN`: the epoll set is edge-triggered, so what
+    /// is left would wake no one) and handles each whole frame in order; calls are queued, and the oldest one that may run is returned to run on
+    /// this thread (counted as running) with an idle thread woken for any other. termind
+    /// gone, or a frame out of bounds: exit.
+    private func readFrames(_ served: Served) -> (@Sendable () -> Void)? {
+        var queuedAny = false
+        inbox.withLock { inbox in
+            var more = true
+            while more {
+                switch inbox.receive(wait: false) {
+                case .closed: exit(0)  // termind went away: nothing is left to serve.
+                case .wouldBlock: more = false
+                case .bytes: break
+                }
+                while true {
+                    let next: [String: JSONValue]?
+                    do { next = try inbox.buffered() } catch { exit(0) }
+                    guard let frame = next else { break }
+                    switch frame["op"]?.stringValue {
+                    case "call":
+                        guard let job = call(frame, served) else { continue }
+                        work.withLock { $0.queued.append(job) }
+                        queuedAny = true
+                    case "stream": stream(frame, served.streams)
+                    case "to-stream":
+                        if case .integer(let id)? = frame["id"], case .object(let message)? = frame["message"] {
+                            sessions.withLock { $0[id] }?.receive(message)
+                        }
+                    case "stop":
+                        _ = Self.blocking { await served.feature.stop(); return true }
+                        exit(0)
+                    default:
+                        continue
+                    }
+                }
+            }
+        }
+        guard queuedAny else { return nil }
+        let (mine, more) = work.withLock { work -> ((@Sendable () -> Void)?, Bool) in
+            guard !work.queued.isEmpty, work.running < PluginLimits.callThreads else { return (nil, false) }
+            work.running += 1
+            let job = work.queued.removeFirst()
+            return (job, !work.queued.isEmpty && work.running < PluginLimits.callThreads)
+        }
+        if more {
+            var one: UInt64 = 1
+            _ = Glibc.write(wake, &one, 8)
+        }
+        return mine
     }
 
     func send(_ object: [String: JSONValue]) {
@@ -89,69 +197,55 @@ final class PluginHostServer: Sendable {
             send(["op": .string("failed"), "error": PluginWire.encode(started)])
             return 1
         }
-        let plugin = feature as? CPluginFeature
-        if plugin != nil { startCallThreads() }
-        let contracts = Dictionary(registrar.publishedEndpoints.map { ($0.id.description, $0) }, uniquingKeysWith: { a, _ in a })
-        let streams = Dictionary(registrar.publishedStreams.map { ($0.id.description, $0) }, uniquingKeysWith: { a, _ in a })
+        let served = Served(feature: feature, plugin: feature as? CPluginFeature,
+                            contracts: Dictionary(registrar.publishedEndpoints.map { ($0.id.description, $0) }, uniquingKeysWith: { a, _ in a }),
+                            streams: Dictionary(registrar.publishedStreams.map { ($0.id.description, $0) }, uniquingKeysWith: { a, _ in a }))
         send(["op": .string("ready")])
-        while let frame = try? PluginWire.read(fd) {
-            switch frame["op"]?.stringValue {
-            case "call": call(frame, contracts, plugin)
-            case "stream": stream(frame, streams)
-            case "to-stream":
-                if case .integer(let id)? = frame["id"], case .object(let message)? = frame["message"] {
-                    sessions.withLock { $0[id] }?.receive(message)
-                }
-            case "stop":
-                _ = Self.blocking { await feature.stop(); return true }
-                return 0
-            default:
-                continue
-            }
+        for index in 0..<PluginLimits.callThreads {
+            let thread = Thread { [self] in serveFrames(served) }
+            thread.name = "termind.plugin.call.\(index)"
+            thread.start()
         }
-        // termind went away: nothing is left to serve.
-        return 0
+        serveFrames(served)
     }
 
-    private func call(_ frame: [String: JSONValue], _ contracts: [String: ContractEndpoint], _ plugin: CPluginFeature?) {
-        guard case .integer(let id)? = frame["id"], let name = frame["contract"]?.stringValue else { return }
-        guard let endpoint = contracts[name] else {
+    /// A contract call: for a C plugin, the job to run on a call thread (nil when it was
+    /// refused as busy); anything else runs as a task.
+    private func call(_ frame: [String: JSONValue], _ served: Served) -> (@Sendable () -> Void)? {
+        guard case .integer(let id)? = frame["id"], let name = frame["contract"]?.stringValue else { return nil }
+        guard let endpoint = served.contracts[name] else {
             send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(TermindError.unknownContract(name))])
-            return
+            return nil
         }
         let body = Data((frame["body"]?.stringValue ?? "{}").utf8)
         let origin = PluginWire.origin(frame["origin"])
-        if let plugin {
-            // On one of the call threads, start to end: no task or executor hop.
-            let job: @Sendable () -> Void = { [self] in
+        guard let plugin = served.plugin else {
+            Task {
                 do {
-                    let reply = try plugin.blockingCall(name, body: body, origin: origin)
+                    let reply = try await endpoint.handler(body, origin)
                     send(["op": .string("reply"), "id": .integer(id), "body": .string(String(decoding: reply, as: UTF8.self))])
                 } catch {
                     send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(error)])
                 }
             }
-            let queued = queue.withLock { queue -> Bool in
-                guard queue.count < PluginLimits.queuedCalls else { return false }
-                queue.append(job)
-                return true
-            }
-            if queued {
-                ready.signal()
-            } else {
-                send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(TermindError(.pluginBusy,
-                    "plugin '\(plugin.pluginID)' is busy: \(PluginLimits.callThreads) calls are running and \(PluginLimits.queuedCalls) are waiting; \(name) was not started. Try again shortly."))])
-            }
-            return
+            return nil
         }
-        Task {
+        // On the thread that read it (or the next free one), start to end: no task hop.
+        let job: @Sendable () -> Void = { [self] in
             do {
-                let reply = try await endpoint.handler(body, origin)
+                let reply = try plugin.blockingCall(name, body: body, origin: origin)
                 send(["op": .string("reply"), "id": .integer(id), "body": .string(String(decoding: reply, as: UTF8.self))])
             } catch {
                 send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(error)])
             }
         }
+        let room = work.withLock { $0.running + $0.queued.count < PluginLimits.callThreads + PluginLimits.queuedCalls }
+        guard room else {
+            send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(TermindError(.pluginBusy,
+                "plugin '\(plugin.pluginID)' is busy: \(PluginLimits.callThreads) calls are running and \(PluginLimits.queuedCalls) are waiting; \(name) was not started. Try again shortly."))])
+            return nil
+        }
+        return job
     }
 
     /// A stream runs against a session whose events, questions and input grants go to

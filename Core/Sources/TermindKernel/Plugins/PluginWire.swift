@@ -103,6 +103,62 @@ public enum PluginWire {
         return object
     }
 
+    /// Frames read through a buffer: one `read` takes in as many frames as have arrived,
+    /// where `read(_:)` costs two per frame (its length, then its body).
+    struct Reader {
+        let fd: Int32
+        private var bytes: [UInt8] = []
+        private var start = 0
+        private var chunk = [UInt8](repeating: 0, count: 64 << 10)
+
+        init(fd: Int32) { self.fd = fd }
+
+        enum Received { case bytes, wouldBlock, closed }
+
+        /// One `recv` into the buffer (`MSG_DONTWAIT` unless `wait`): whether it took bytes in,
+        /// found nothing yet, or found the end of the stream.
+        mutating func receive(wait: Bool) -> Received {
+            while true {
+                let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, wait ? 0 : Int32(MSG_DONTWAIT)) }
+                if n < 0 && errno == EINTR { continue }
+                if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return .wouldBlock }
+                guard n > 0 else { return .closed }
+                if start > 0 && start == bytes.count {
+                    bytes.removeAll(keepingCapacity: true)
+                    start = 0
+                }
+                bytes.append(contentsOf: chunk[0..<n])
+                return .bytes
+            }
+        }
+
+        /// The next whole frame already received, nil when more bytes are needed; throws
+        /// `Closed` on a frame out of bounds or not a JSON object.
+        mutating func buffered() throws -> [String: JSONValue]? {
+            let available = bytes.count - start
+            guard available >= 4 else { return nil }
+            let length = Int(UInt32(bytes[start]) << 24 | UInt32(bytes[start + 1]) << 16 | UInt32(bytes[start + 2]) << 8 | UInt32(bytes[start + 3]))
+            guard length > 0, length <= maximumFrame else { throw Closed() }
+            guard available >= 4 + length else { return nil }
+            let body = Data(bytes[(start + 4)..<(start + 4 + length)])
+            start += 4 + length
+            if start == bytes.count {
+                bytes.removeAll(keepingCapacity: bytes.capacity <= 1 << 20)
+                start = 0
+            }
+            guard case .object(let object) = try? JSONCoding.parse(body, source: "a plugin frame") else { throw Closed() }
+            return object
+        }
+
+        /// The next frame, blocking until it has arrived; throws `Closed` at the end of the stream.
+        mutating func next() throws -> [String: JSONValue] {
+            while true {
+                if let frame = try buffered() { return frame }
+                guard case .bytes = receive(wait: true) else { throw Closed() }
+            }
+        }
+    }
+
     private static func readFully(_ fd: Int32, _ buffer: inout [UInt8], _ count: Int) throws {
         var offset = 0
         try buffer.withUnsafeMutableBytes { raw in

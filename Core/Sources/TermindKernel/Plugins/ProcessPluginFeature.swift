@@ -57,17 +57,22 @@ final class ProcessPluginFeature: Feature, Sendable {
     func register(_ registrar: FeatureRegistrar) throws {
         let functions = manifest.functions.filter { if case .success = FunctionSignature.parse($0.signature) { true } else { false } }.map(\.name)
         let manifest = self.manifest
+        // Read once, not per call.
+        let responses = Dictionary((manifest.contracts + manifest.streams).map { ($0, manifest.schemas(of: $0).response) }, uniquingKeysWith: { a, _ in a })
+        let functionResponse = Self.functionResponseSchema
         // What comes back from the plugin's process is checked here again, as it would be in
         // process: parsed within the reply bound, held to the declared schema, written anew.
         CPluginFeature.registerEndpoints(manifest, functions: functions, into: registrar, call: { [self] contract, request, origin in
-            try Self.checkedReply(try await child().call(contract, request, origin), manifest.schemas(of: contract).response, manifest.id, contract)
+            try Self.checkedReply(try await child().call(contract, request, origin), responses[contract] ?? .any, manifest.id, contract)
         }, serve: { [self] stream, request, session in
-            try Self.checkedReply(try await child().serve(stream, request, session), manifest.schemas(of: stream).response, manifest.id, stream)
+            try Self.checkedReply(try await child().serve(stream, request, session), responses[stream] ?? .any, manifest.id, stream)
         }, function: { [self] contract, _, body in
-            try Self.checkedReply(try await child().call(contract.description, body, .inProcess),
-                                  SchemaDerivation.schema(for: ForeignFunctionCall.Response.self), manifest.id, contract.description)
+            try Self.checkedReply(try await child().call(contract.description, body, .inProcess), functionResponse, manifest.id, contract.description)
         })
     }
+
+    /// Derived once: every function answers `{"result": ...}`.
+    static let functionResponseSchema = SchemaDerivation.schema(for: ForeignFunctionCall.Response.self)
 
     static func checkedReply(_ body: Data, _ schema: JSONSchema, _ id: String, _ contract: String) throws -> Data {
         guard body.count <= PluginLimits.maximumReplyBytes else {
@@ -216,6 +221,7 @@ final class PluginChild: Sendable {
     private let writing = Mutex<Void>(())
     private let calls = Mutex<Calls>(Calls())
     private let alive = Atomic<Bool>(true)
+    private let watchdog = Mutex<Task<Void, Never>?>(nil)
     /// What its sandbox enforces, and what this kernel could not (its first frame, sent
     /// before the plugin's code ran).
     private let sandbox = Mutex<(enforced: [String], notEnforced: [String])>(([], []))
@@ -233,6 +239,9 @@ final class PluginChild: Sendable {
         var ended: TermindError?
         /// Calls past their deadline, for which the process was ended: what they say.
         var overdue: [Int64: TermindError] = [:]
+        /// When each contract call in flight is due (one deadline for all, so the oldest call
+        /// is always the next due), and what it says if it is not answered by then.
+        var due: [Int64: (at: ContinuousClock.Instant, contract: String)] = [:]
     }
 
     /// A call's deadline; a stream's grace after its cancel; the load's.
@@ -333,12 +342,13 @@ final class PluginChild: Sendable {
                     _ = child.reap()
                     continuation.resume(returning: .failure(error))
                 }
-                guard child.write(loadFrame), let first = try? PluginWire.read(child.fd), first["op"] == .string("sandboxed") else {
+                var frames = PluginWire.Reader(fd: child.fd)
+                guard child.write(loadFrame), let first = try? frames.next(), first["op"] == .string("sandboxed") else {
                     return failed(TermindError(.featureStartFailed, "plugin '\(manifest.id)': its process ended or did not answer while loading."))
                 }
                 func strings(_ value: JSONValue?) -> [String] { PluginWire.strings(value).prefix(32).map { PluginWire.clean($0, limit: 300) } }
                 child.sandbox.withLock { $0 = (strings(first["enforced"]), strings(first["notEnforced"])) }
-                guard let second = try? PluginWire.read(child.fd) else {
+                guard let second = try? frames.next() else {
                     return failed(TermindError(.featureStartFailed, "plugin '\(manifest.id)': its process ended while loading (\(child.reap()))."))
                 }
                 guard second["op"] == .string("ready") else {
@@ -348,7 +358,8 @@ final class PluginChild: Sendable {
                 loaded.set()
                 onReady(child)
                 continuation.resume(returning: .success(()))
-                child.readLoop(onEnd: onEnd)
+                child.watchDeadlines()
+                child.readLoop(frames, onEnd: onEnd)
             }
             thread.name = "termind.plugin.\(manifest.id)"
             thread.start()
@@ -358,12 +369,15 @@ final class PluginChild: Sendable {
     }
 
     /// Reads the child's frames until it goes away, then fails what was in flight.
-    private func readLoop(onEnd: @escaping @Sendable (PluginChild, String) -> Void) {
-        while let frame = try? PluginWire.read(fd) {
+    private func readLoop(_ frames: consuming PluginWire.Reader, onEnd: @escaping @Sendable (PluginChild, String) -> Void) {
+        while let frame = try? frames.next() {
             guard case .integer(let call)? = frame["id"] else { continue }
             switch frame["op"]?.stringValue {
             case "reply":
-                let waiting = calls.withLock { $0.replies.removeValue(forKey: call) }
+                let waiting = calls.withLock { calls in
+                    calls.due[call] = nil
+                    return calls.replies.removeValue(forKey: call)
+                }
                 waiting?.resume(returning: frame)
             case "event":
                 // Bounded: a child that sends past its window, or asks without waiting for
@@ -383,6 +397,7 @@ final class PluginChild: Sendable {
             }
         }
         alive.store(false, ordering: .releasing)
+        watchdog.withLock { $0 }?.cancel()
         let reason = reap()
         let failure = TermindError(.pluginCrashed, "plugin '\(id)' \(reason) before it answered; its process is restarted for the next call.")
         let (replies, streams, overdue) = calls.withLock { calls in
@@ -454,6 +469,29 @@ final class PluginChild: Sendable {
         }
     }
 
+    /// Ends the process once a contract call is past its deadline: one task for the child,
+    /// asleep until the oldest call is due (or for one deadline when none is in flight: a
+    /// call started meanwhile is due later than that), instead of a timer per call.
+    private func watchDeadlines() {
+        let task = Task { [weak self, deadline] in
+            while !Task.isCancelled {
+                guard let next = self?.calls.withLock({ $0.due.values.map(\.at).min() ?? ContinuousClock.now + deadline }) else { return }
+                try? await Task.sleep(until: next, clock: .continuous)
+                guard !Task.isCancelled, let self, isAlive else { return }
+                let overdue = calls.withLock { calls -> Bool in
+                    let late = calls.due.filter { $0.value.at <= ContinuousClock.now }
+                    for (call, entry) in late where calls.replies[call] != nil {
+                        calls.overdue[call] = TermindError(.pluginTimeout, "plugin '\(id)' did not answer \(entry.contract) within \(deadline.components.seconds) s (its limits.callSeconds); its process was ended and starts again for the next call.")
+                    }
+                    for call in late.keys { calls.due[call] = nil }
+                    return !calls.overdue.isEmpty
+                }
+                if overdue { end(); return }
+            }
+        }
+        watchdog.withLock { $0 = task }
+    }
+
     private func begin(_ stream: Bool) throws -> (Int64, AsyncStream<[String: JSONValue]>?) {
         try calls.withLock { calls in
             if let ended = calls.ended { throw ended }
@@ -487,10 +525,8 @@ final class PluginChild: Sendable {
     func call(_ contract: String, _ request: Data, _ origin: CallOrigin) async throws -> Data {
         let (call, _) = try begin(false)
         // A C call cannot be interrupted: past its deadline the process is ended.
-        let seconds = deadline.components.seconds
-        let watchdog = watch(call, after: deadline, TermindError(.pluginTimeout,
-            "plugin '\(id)' did not answer \(contract) within \(seconds) s (its limits.callSeconds); its process was ended and starts again for the next call."))
-        defer { watchdog.cancel() }
+        calls.withLock { $0.due[call] = (ContinuousClock.now + deadline, contract) }
+        defer { calls.withLock { $0.due[call] = nil } }
         return try await reply(call, sending: ["op": .string("call"), "id": .integer(call), "contract": .string(contract),
                                                "body": .string(String(decoding: request, as: UTF8.self)), "origin": PluginWire.chain(origin)])
     }
