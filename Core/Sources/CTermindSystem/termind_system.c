@@ -295,11 +295,11 @@ int termind_landlock_restrict(int abi, const char *const *read, int read_count, 
     return rc < 0 ? -1 : 0;
 }
 
-int termind_exclusive_poller(const int *fds, int count) {
+int termind_edge_poller(const int *fds, int count) {
     int poller = epoll_create1(EPOLL_CLOEXEC);
     if (poller < 0) return -1;
     for (int i = 0; i < count; i++) {
-        struct epoll_event event = { .events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE, .data = { .fd = fds[i] } };
+        struct epoll_event event = { .events = EPOLLIN | EPOLLET, .data = { .fd = fds[i] } };
         if (epoll_ctl(poller, EPOLL_CTL_ADD, fds[i], &event) != 0) {
             int saved = errno;
             close(poller);

@@ -69,11 +69,11 @@ int termind_landlock_abi(void);
 int termind_landlock_restrict(int abi, const char *const *read, int read_count, const char *const *write, int write_count,
                               int allow_tcp, const char **failed);
 
-/// An epoll set (close-on-exec) watching `count` descriptors for input, edge-triggered and
-/// with EPOLLEXCLUSIVE: of the threads waiting on the set, one is woken per arrival (a
-/// level-triggered set wakes a second waiter while the first has not read yet), and that
-/// thread must read until EAGAIN. Returns the set, or -1 with errno set.
-int termind_exclusive_poller(const int *fds, int count);
+/// An epoll set (close-on-exec) watching `count` descriptors for input, edge-triggered: of
+/// the threads waiting in one set, epoll wakes one per arrival (a level-triggered set wakes
+/// another waiter while the first has not read yet), and that thread must read until EAGAIN.
+/// Returns the set, or -1 with errno set.
+int termind_edge_poller(const int *fds, int count);
 /// Waits, without a timeout, until a descriptor of `poller` has input: that descriptor, or -1
 /// with errno set (EINTR among them).
 int termind_poller_wait(int poller);

@@ -32,7 +32,7 @@ public enum PluginHostProcess {
 /// The host's side of the socketpair: one plugin, its endpoints, and the calls in flight.
 ///
 /// Its threads (one more than calls may run at once) wait together in `epoll_wait` on the
-/// socket (edge-triggered, `EPOLLEXCLUSIVE`), so the kernel wakes one idle thread when a frame arrives;
+/// socket (one epoll set, edge-triggered), so the kernel wakes one idle thread when a frame arrives;
 /// that thread reads what is there, and runs the call it found itself: a call reaches the
 /// plugin with no second thread woken and no hand-off. Frames whose order matters (a new
 /// stream, a stream's input) are handled in order while the reader holds `inbox`. Since one
@@ -67,7 +67,7 @@ final class PluginHostServer: Sendable {
         self.fd = fd
         inbox = Mutex(PluginWire.Reader(fd: fd))
         wake = termind_eventfd()
-        poller = termind_exclusive_poller([fd, wake], 2)
+        poller = termind_edge_poller([fd, wake], 2)
     }
 
     /// Whether the threads can wait on the socket (an epoll set and an eventfd were made).
@@ -115,7 +115,15 @@ final class PluginHostServer: Sendable {
         var queuedAny = false
         inbox.withLock { inbox in
             var more = true
+            var rounds = 0
             while more {
+                // Input still flowing after a round: calls queued so far go to idle threads
+                // now rather than after the drain.
+                rounds += 1
+                if rounds == 2, queuedAny, work.withLock({ !$0.queued.isEmpty && $0.running < PluginLimits.callThreads }) {
+                    var one: UInt64 = 1
+                    _ = Glibc.write(wake, &one, 8)
+                }
                 switch inbox.receive(wait: false) {
                 case .closed: exit(0)  // termind went away: nothing is left to serve.
                 case .wouldBlock: more = false

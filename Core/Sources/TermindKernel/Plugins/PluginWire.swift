@@ -123,8 +123,9 @@ public enum PluginWire {
                 if n < 0 && errno == EINTR { continue }
                 if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return .wouldBlock }
                 guard n > 0 else { return .closed }
-                if start > 0 && start == bytes.count {
-                    bytes.removeAll(keepingCapacity: true)
+                // What was parsed already goes: the buffer holds at most a frame and a chunk.
+                if start > 0 {
+                    bytes.removeSubrange(0..<start)
                     start = 0
                 }
                 bytes.append(contentsOf: chunk[0..<n])
