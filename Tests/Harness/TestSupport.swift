@@ -37,6 +37,19 @@ public struct ProcessResult: Sendable {
     public let status: Int32
     public let stdout: String
     public let stderr: String
+    /// Its peak resident memory (wait4's ru_maxrss: the largest of it and the descendants it
+    /// reaped), in MiB.
+    public var peakResidentMiB: Double = 0
+    /// The CPU seconds it and the descendants it reaped used (user + system).
+    public var cpuSeconds: Double = 0
+
+    public init(status: Int32, stdout: String, stderr: String, peakResidentMiB: Double = 0, cpuSeconds: Double = 0) {
+        self.status = status
+        self.stdout = stdout
+        self.stderr = stderr
+        self.peakResidentMiB = peakResidentMiB
+        self.cpuSeconds = cpuSeconds
+    }
 }
 
 /// A program's environment with Swift's crash backtraces printed at once: one that crashes
@@ -79,7 +92,8 @@ public enum ProcessRunner {
         child.closeInput()
         let (output, error) = child.readAll()
         let status = child.wait()
-        return ProcessResult(status: status, stdout: String(decoding: output, as: UTF8.self), stderr: String(decoding: error, as: UTF8.self))
+        return ProcessResult(status: status, stdout: String(decoding: output, as: UTF8.self), stderr: String(decoding: error, as: UTF8.self),
+                             peakResidentMiB: child.peakResidentMiB, cpuSeconds: child.cpuSeconds)
     }
 }
 
@@ -91,7 +105,18 @@ public final class SpawnedProcess: @unchecked Sendable {
     private var outputFD: Int32 = -1
     private var errorFD: Int32 = -1
     private var reaped: Int32?
+    private var usage = rusage()
     private let lock = NSLock()
+
+    /// Once reaped: its peak resident memory in MiB (wait4's ru_maxrss, the largest of it
+    /// and the descendants it reaped); 0 before.
+    public var peakResidentMiB: Double { lock.withLock { Double(usage.ru_maxrss) / 1024 } }
+    /// Once reaped: the CPU seconds it and the descendants it reaped used; 0 before.
+    public var cpuSeconds: Double {
+        lock.withLock {
+            Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
+        }
+    }
 
     /// `output`: without `captureOutput`, the descriptor its standard output goes to (else
     /// /dev/null).
@@ -222,7 +247,7 @@ public final class SpawnedProcess: @unchecked Sendable {
         defer { lock.unlock() }
         if let reaped { return reaped }
         var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
         let code = (status & 0x7F) == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
         reaped = code
         ExitReaper.remove(pid)
@@ -235,7 +260,7 @@ public final class SpawnedProcess: @unchecked Sendable {
         defer { lock.unlock() }
         if reaped != nil { return false }
         var status: Int32 = 0
-        let result = waitpid(pid, &status, WNOHANG)
+        let result = wait4(pid, &status, WNOHANG, &usage)
         if result == pid {
             reaped = (status & 0x7F) == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
             ExitReaper.remove(pid)

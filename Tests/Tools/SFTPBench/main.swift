@@ -99,7 +99,20 @@ try saveHosts()
     close(fd)
 }
 
+/// Each side's peak resident memory for each verb (the largest process, wait4's maxrss),
+/// kept under "SIDE VERB" for the verb the next runs are for.
+var peaks: [String: Double] = [:]
+var verb = ""
+@MainActor func noted(_ side: String, _ result: ProcessResult) { peaks["\(side) \(verb)"] = max(peaks["\(side) \(verb)"] ?? 0, result.peakResidentMiB) }
+
+/// A row's figure with both sides' peaks for `verb`.
+@MainActor func row(_ name: String, verb: String, value: Double, unit: String, baseline: Double) -> BenchmarkFigure {
+    defer { peaks["termind \(verb)"] = nil; peaks["sftp \(verb)"] = nil }
+    return BenchmarkFigure(name: name, value: value, unit: unit, baseline: baseline, resident: peaks["termind \(verb)"], peerResident: peaks["sftp \(verb)"])
+}
+
 @MainActor func openssh(_ command: String, port: Int) throws -> Double {
+    verb = String(command.prefix { $0 != " " }) + (command.contains(" -r ") ? " -r" : "")
     let batch = scratch.file("batch")
     try (command + "\n").write(toFile: batch, atomically: true, encoding: .utf8)
     let started = now()
@@ -107,12 +120,14 @@ try saveHosts()
                                                          "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-F", "/dev/null", "-c", cipher,
                                                          "-P", "\(port)", "\(NSUserName())@127.0.0.1"])
     guard result.status == 0 else { fail("sftp: \(result.stderr)") }
+    noted("sftp", result)
     return now() - started
 }
 
 @MainActor func timed(_ arguments: [String]) throws -> Double {
+    verb = arguments[0] + (arguments.contains("-r") ? " -r" : "")
     let started = now()
-    try termind(arguments)
+    noted("termind", try termind(arguments))
     return now() - started
 }
 
@@ -136,8 +151,9 @@ var notes: [String] = []
         values["put sftp", default: []].append(Double(mebibytes) / (try openssh("put \(source) \(scratch.file("put.sftp"))", port: port)))
     }
     for (name, list) in values.sorted(by: { $0.key < $1.key }) { print("\(label) \(name): \(list.map(BenchmarkFigure.format)) MiB/s") }
-    figures.append(BenchmarkFigure(name: "\(mebibytes) MiB get, \(label) (MiB/s)", value: median(values["get termind"]!), unit: "MiB/s", baseline: median(values["get sftp"]!)))
-    figures.append(BenchmarkFigure(name: "\(mebibytes) MiB put, \(label) (MiB/s)", value: median(values["put termind"]!), unit: "MiB/s", baseline: median(values["put sftp"]!)))
+    for verb in ["get", "put"] {
+        figures.append(row("\(mebibytes) MiB \(verb), \(label) (MiB/s)", verb: verb, value: median(values["\(verb) termind"]!), unit: "MiB/s", baseline: median(values["\(verb) sftp"]!)))
+    }
     clear(source, scratch.file("got.termind"), scratch.file("got.sftp"), scratch.file("put.termind"), scratch.file("put.sftp"))
 }
 
@@ -178,8 +194,8 @@ if only.contains("rtt") { try bulk("20 ms RTT", mebibytes: rttMib, host: "far", 
     for (name, list) in values.sorted(by: { $0.key < $1.key }) { print("\(count) files \(label) \(name): \(list.map(BenchmarkFigure.format)) s") }
     // Files per second, so that above 1 means termind is faster.
     for verb in ["put -r", "get -r"] {
-        figures.append(BenchmarkFigure(name: "\(count) files \(verb), \(label) (files/s)", value: Double(count) / median(values["\(verb) termind"]!), unit: "files/s",
-                                       baseline: Double(count) / median(values["\(verb) sftp"]!)))
+        figures.append(row("\(count) files \(verb), \(label) (files/s)", verb: verb, value: Double(count) / median(values["\(verb) termind"]!), unit: "files/s",
+                           baseline: Double(count) / median(values["\(verb) sftp"]!)))
     }
     notes.append("files \(label): \(count) files, \(total >> 10) KiB in all, 20 folders")
     clear(tree)

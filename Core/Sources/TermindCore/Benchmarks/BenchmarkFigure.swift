@@ -7,17 +7,23 @@ public struct BenchmarkFigure: Encodable, Sendable {
     public let value: Double
     public let unit: String
     public var baseline: Double?
+    /// Peak resident memory (MiB) of termind's side and of the peer's while the figure was
+    /// measured (the largest process of each side), where the figure has a side of its own.
+    public var resident: Double?
+    public var peerResident: Double?
     /// value / baseline: above 1 means slower (for times) or more (for rates) than the peer.
     public var ratio: Double? { baseline.map { value / $0 } }
 
-    public init(name: String, value: Double, unit: String, baseline: Double? = nil) {
+    public init(name: String, value: Double, unit: String, baseline: Double? = nil, resident: Double? = nil, peerResident: Double? = nil) {
         self.name = name
         self.value = value
         self.unit = unit
         self.baseline = baseline
+        self.resident = resident
+        self.peerResident = peerResident
     }
 
-    enum CodingKeys: String, CodingKey { case name, value, unit, baseline, ratio }
+    enum CodingKeys: String, CodingKey { case name, value, unit, baseline, ratio, resident = "residentMiB", peerResident = "peerResidentMiB" }
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(name, forKey: .name)
@@ -25,13 +31,16 @@ public struct BenchmarkFigure: Encodable, Sendable {
         try c.encode(unit, forKey: .unit)
         try c.encodeIfPresent(baseline, forKey: .baseline)
         try c.encodeIfPresent(ratio, forKey: .ratio)
+        try c.encodeIfPresent(resident, forKey: .resident)
+        try c.encodeIfPresent(peerResident, forKey: .peerResident)
     }
 
-    public static let header = ["FIGURE", "VALUE", "PEER", "RATIO"]
+    public static let header = ["FIGURE", "VALUE", "PEER", "RATIO", "PEAK RSS", "PEER RSS"]
 
-    /// The table row: name, value, the peer's value, the ratio.
+    /// The table row: name, value, the peer's value, the ratio, and each side's peak memory.
     public var row: [String] {
-        [name, Self.format(value) + " " + unit, baseline.map { Self.format($0) + " " + unit } ?? "", ratio.map { String(format: "%.3f×", $0) } ?? ""]
+        [name, Self.format(value) + " " + unit, baseline.map { Self.format($0) + " " + unit } ?? "", ratio.map { String(format: "%.3f×", $0) } ?? "",
+         resident.map { String(format: "%.1f MiB", $0) } ?? "", peerResident.map { String(format: "%.1f MiB", $0) } ?? ""]
     }
 
     /// Figures as an aligned table under `header`, one line each.
