@@ -12,8 +12,11 @@ public final class ServeProcess: @unchecked Sendable {
     /// Starts `termind serve --json` with `arguments` (e.g. --registry, --plugins) and
     /// waits for its ready line.
     /// `arguments` go before `serve` (termind's own options), `serveArguments` after it
-    /// (features' serve options: `--mcp-listen 127.0.0.1:0`).
-    public init(directory: TemporaryDirectory, arguments: [String], serveArguments: [String] = [], environment extra: [String: String] = [:]) throws {
+    /// (features' serve options: `--mcp-listen 127.0.0.1:0`). `namespace`: a network
+    /// namespace it runs in (`ip netns exec`, which also mounts /etc/netns/NAME's files over
+    /// /etc's: a resolv.conf of its own); its control socket is a path, reachable from here.
+    public init(directory: TemporaryDirectory, arguments: [String], serveArguments: [String] = [], environment extra: [String: String] = [:],
+                namespace: String? = nil) throws {
         socketPath = directory.file("serve/control.sock")
         var environment = ProcessInfo.processInfo.environment
         environment["HOME"] = directory.file("home")
@@ -22,13 +25,17 @@ public final class ServeProcess: @unchecked Sendable {
                      "TERMIND_SECRETS_KEY", "TERMIND_SECRETS_PASSPHRASE_FILE", "TERMIND_DEBUG", "TERMIND_LOG_FILE"] {
             environment.removeValue(forKey: name)
         }
+        // A blocking primitive on Swift's cooperative pool ends the server, so the test fails
+        // (debug builds: BlockingCheck).
+        environment["TERMIND_BLOCKING_CHECK"] = "abort"
         for (key, value) in extra { environment[key] = value }
         var fds: [Int32] = [-1, -1]
         guard pipe(&fds) == 0 else { throw TermindError(code: "test.pipe", message: "pipe failed") }
         // The ready line arrives on standard output: the pipe's write end.
         let all = arguments + ["--socket", socketPath, "--store", directory.file("serve/db.sqlite"),
                                "--secrets-key", directory.file("serve/secrets.key"), "serve", "--json"] + serveArguments
-        let script = "exec \"$0\" \"$@\" 2>>\(directory.file("serve-stderr.log"))"
+        let inNamespace = namespace.map { "\(NetworkChain.command(namespace: $0, "").executable) netns exec \($0) " } ?? ""
+        let script = "exec \(inNamespace)\"$0\" \"$@\" 2>>\(directory.file("serve-stderr.log"))"
         process = try SpawnedProcess("/bin/bash", ["-c", script, FeatureHarness.buildDirectory + "/termind"] + all,
                                      environment: environment, captureOutput: false, output: fds[1])
         process.stopAtExit()

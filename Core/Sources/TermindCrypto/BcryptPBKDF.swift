@@ -73,6 +73,7 @@ public enum BcryptPBKDF {
 
     /// `deriveKey` for callers that wipe the result themselves.
     static func derive(password: [UInt8], salt: [UInt8], rounds: Int, length: Int) throws -> [UInt8] {
+        BlockingCheck.blocking("bcrypt_pbkdf")
         guard rounds >= 1, !password.isEmpty, !salt.isEmpty, (1...blockSize * blockSize).contains(length) else {
             throw SSHKeyError.unsupported("bcrypt_pbkdf needs a non-empty passphrase and salt, at least one round and 1 to 1024 output bytes.")
         }

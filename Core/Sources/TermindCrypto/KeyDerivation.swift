@@ -25,6 +25,7 @@ public enum KeyDerivation {
     public struct DerivationFailed: Error, Sendable {}
 
     public static func scrypt(passphrase: Secret, salt: Data, parameters: ScryptParameters = .standard) throws -> SymmetricKey {
+        BlockingCheck.blocking("scrypt")
         guard (10...22).contains(parameters.logN), (1...32).contains(parameters.r), (1...16).contains(parameters.p) else {
             throw DerivationFailed()
         }

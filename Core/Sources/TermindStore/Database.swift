@@ -156,6 +156,7 @@ public final class Database: @unchecked Sendable {
     /// to `statementCacheLimit`); one prepared while a feature's migration ran with more
     /// rights is never kept, so it cannot be reused without them.
     public func query(_ sql: String, _ bindings: [any SQLBindable] = []) throws -> [Row] {
+        BlockingCheck.blocking("an SQLite statement")
         lock.lock()
         defer { lock.unlock() }
         let statement = try prepared(sql)

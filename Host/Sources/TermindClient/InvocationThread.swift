@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TermindCore
 
 /// A thread for one launcher's command inside `termind serve`, as a task executor: the
 /// generic client was written as a process's main program and waits where a process may —
@@ -30,7 +31,10 @@ final class InvocationThread: TaskExecutor, @unchecked Sendable {
     func release() { Self.idle.withLock { $0.append(self) } }
 
     private init() {
-        let thread = Thread { [self] in loop() }
+        let thread = Thread { [self] in
+            BlockingCheck.dedicatedThread()
+            loop()
+        }
         thread.name = "termind.invocation"
         thread.start()
     }

@@ -109,7 +109,7 @@ public actor Kernel {
         // Start, in order.
         for (m, feature) in loaded where statuses[m.id]?.state != .disabled {
             do {
-                let context = context(for: m)
+                let context = await context(for: m)
                 if m.origin == .plugin {
                     // Third-party code: a start that never returns disables the plugin instead
                     // of hanging every command (its thread is abandoned, not waited for).
@@ -536,7 +536,8 @@ public actor Kernel {
                 guard let path = configuration.storePath else {
                     throw TermindError(.storeUnconfigured, "No database path is configured (--store or TERMIND_STORE).")
                 }
-                try routes.addPort("kernel.store", owner: "kernel", value: try Database(path: path))
+                let database = try await BlockingExecutor.store.run { try Database(path: path) }
+                try routes.addPort("kernel.store", owner: "kernel", value: database)
                 logger.info("kernel.store.opened")
             } catch {
                 failures["kernel.store"] = Self.storeProblem(error, port: "kernel.store")
@@ -552,7 +553,7 @@ public actor Kernel {
                 // Secrets stored before they had owners were the built-in feature's that keeps
                 // them: the first permanent feature (never a plugin) requiring the store.
                 if let keeper = manifests.first(where: { $0.isPermanent && $0.ports.requires.contains("kernel.secrets") }) {
-                    let claimed = try store.claimUnowned(for: keeper.id)
+                    let claimed = try await BlockingExecutor.store.run { try store.claimUnowned(for: keeper.id) }
                     if claimed > 0 { logger.info("kernel.secrets.claimed", ["feature": .identifier(keeper.id), "count": .int(claimed)]) }
                 }
                 try routes.addPort("kernel.secrets", owner: "kernel", value: store)
@@ -584,12 +585,12 @@ public actor Kernel {
     /// What a started feature may reach: the ports its manifest lists (the store and the
     /// secret store scoped to the feature: its own tables and its own secrets only) and the
     /// contracts it lists under `calls` (its own need no listing). Anything else is refused.
-    private func context(for m: FeatureManifest) -> FeatureContext {
+    private func context(for m: FeatureManifest) async -> FeatureContext {
         let declared = Set(m.ports.requires + m.ports.optional)
         let routes = self.routes
         let id = m.id
         let calls = Set(m.calls)
-        let scoped = scopedStores(for: m)
+        let scoped = await scopedStores(for: m)
         return FeatureContext(
             featureID: id,
             logger: Logger(label: id, sink: sink),
@@ -682,12 +683,13 @@ public actor Kernel {
 
     /// The feature's own views of the store ports it declared (a view that cannot be opened
     /// leaves the port unavailable to the feature, never the kernel's unscoped one).
-    private func scopedStores(for m: FeatureManifest) -> [String: any Sendable] {
+    private func scopedStores(for m: FeatureManifest) async -> [String: any Sendable] {
         var scoped: [String: any Sendable] = [:]
         let declared = Set(m.ports.requires + m.ports.optional)
         if declared.contains("kernel.store"), let database = routes.port("kernel.store") as? Database {
             do {
-                scoped["kernel.store"] = try database.scoped(to: m.id)
+                // Opening a connection runs statements: on the store's executor.
+                scoped["kernel.store"] = try await BlockingExecutor.store.run { try database.scoped(to: m.id) }
             } catch {
                 logger.error("kernel.store.scope_failed", ["feature": .identifier(m.id)])
             }

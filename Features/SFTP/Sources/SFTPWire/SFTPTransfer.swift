@@ -1,4 +1,5 @@
 import Foundation
+import TermindCore
 
 /// Whole-file transfers with `SFTPSession.window` requests in flight, each of the size the
 /// server's limits allow (up to 255 KiB, as OpenSSH's sftp): the round trip is paid once
@@ -114,6 +115,7 @@ public enum SFTPTransfer {
 
     /// `length` bytes of `fd` at `offset`, fewer only at its end.
     public static func readLocal(_ fd: Int32, offset: UInt64, length: Int) throws -> ArraySlice<UInt8> {
+        BlockingCheck.blocking("pread of a local file")
         // Read straight into the array's storage: only the bytes read become its elements.
         var failure: Int32?
         let buffer = [UInt8](unsafeUninitializedCapacity: max(length, 1)) { storage, count in
@@ -132,6 +134,7 @@ public enum SFTPTransfer {
     }
 
     public static func writeLocal(_ fd: Int32, offset: UInt64, _ data: ArraySlice<UInt8>) throws {
+        BlockingCheck.blocking("pwrite of a local file")
         var done = 0
         while done < data.count {
             let n = data.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, data.count - done, off_t(offset) + off_t(done)) }

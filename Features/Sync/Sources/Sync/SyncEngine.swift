@@ -50,7 +50,7 @@ struct SyncEngine: Sendable {
             throw TermindError(.syncNotConfigured, "Sync is not set up on this device: run 'termind sync setup HOST:PATH' first.")
         }
         guard !config.paused else { throw TermindError(.syncPaused, "Sync is paused: run 'termind sync resume' first.") }
-        let key = try syncKey(config)
+        let key = try await onStore { try syncKey(config) }
         let folder = try await scheduler.folder(host: config.host)
         var counts = Counts()
         do {
