@@ -37,13 +37,13 @@ public struct ProcessResult: Sendable {
     public let status: Int32
     public let stdout: String
     public let stderr: String
-    /// Its peak resident memory (wait4's ru_maxrss: the largest of it and the descendants it
-    /// reaped), in MiB.
-    public var peakResidentMiB: Double = 0
+    /// Its peak resident memory in MiB, when it was run `measured` (see SpawnedProcess);
+    /// nil otherwise.
+    public var peakResidentMiB: Double?
     /// The CPU seconds it and the descendants it reaped used (user + system).
     public var cpuSeconds: Double = 0
 
-    public init(status: Int32, stdout: String, stderr: String, peakResidentMiB: Double = 0, cpuSeconds: Double = 0) {
+    public init(status: Int32, stdout: String, stderr: String, peakResidentMiB: Double? = nil, cpuSeconds: Double = 0) {
         self.status = status
         self.stdout = stdout
         self.stderr = stderr
@@ -84,10 +84,11 @@ public enum Shell {
 /// Linux can miss a child's exit while another child runs — seen here with an sshd
 /// fixture alive — and then waits forever on a zombie.)
 public enum ProcessRunner {
+    /// `measured`: its peak resident memory is taken (see SpawnedProcess).
     public static func run(_ executable: String, _ arguments: [String], environment: [String: String]? = nil,
-                           stdin: String? = nil, currentDirectory: String? = nil) throws -> ProcessResult {
+                           stdin: String? = nil, currentDirectory: String? = nil, measured: Bool = false) throws -> ProcessResult {
         let child = try SpawnedProcess(executable, arguments, environment: environment, currentDirectory: currentDirectory,
-                                       captureOutput: true)
+                                       captureOutput: true, measured: measured)
         if let stdin { child.writeInput(Data(stdin.utf8)) }
         child.closeInput()
         let (output, error) = child.readAll()
@@ -107,10 +108,28 @@ public final class SpawnedProcess: @unchecked Sendable {
     private var reaped: Int32?
     private var usage = rusage()
     private let lock = NSLock()
+    /// Where GNU time writes the peak of a `measured` process.
+    private let peakFile: String?
 
-    /// Once reaped: its peak resident memory in MiB (wait4's ru_maxrss, the largest of it
-    /// and the descendants it reaped); 0 before.
-    public var peakResidentMiB: Double { lock.withLock { Double(usage.ru_maxrss) / 1024 } }
+    /// Once reaped, for a process started `measured`: its peak resident memory in MiB (the
+    /// largest of it and the descendants it reaped); nil otherwise.
+    ///
+    /// Not wait4's ru_maxrss of a process this one started: posix_spawn starts the child in
+    /// this process's memory (vfork), and Linux keeps the larger of that memory's peak and
+    /// the program's own, so a 7 MiB `ssh` run by a 40 MiB benchmark reads 40 MiB. A
+    /// `measured` process is started by GNU time, a small process that forks it and reports
+    /// the program's own ru_maxrss.
+    public var peakResidentMiB: Double? {
+        lock.withLock {
+            guard reaped != nil, let peakFile, let text = try? String(contentsOfFile: peakFile, encoding: .utf8),
+                  let kib = text.split(separator: "\n").last.flatMap({ Double($0.trimmingCharacters(in: .whitespaces)) }) else { return nil }
+            return kib / 1024
+        }
+    }
+
+    /// Whether processes can be started `measured` here (GNU time is installed).
+    public static var canMeasure: Bool { access(timePath, X_OK) == 0 }
+    static let timePath = "/usr/bin/time"
     /// Once reaped: the CPU seconds it and the descendants it reaped used; 0 before.
     public var cpuSeconds: Double {
         lock.withLock {
@@ -119,9 +138,13 @@ public final class SpawnedProcess: @unchecked Sendable {
     }
 
     /// `output`: without `captureOutput`, the descriptor its standard output goes to (else
-    /// /dev/null).
+    /// /dev/null). `measured`: its peak resident memory is taken (`peakResidentMiB`), for a
+    /// process that runs to its end (`pid` is then GNU time's, which passes no signal on).
     public init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil,
-                currentDirectory: String? = nil, captureOutput: Bool, output: Int32? = nil) throws {
+                currentDirectory: String? = nil, captureOutput: Bool, output: Int32? = nil, measured: Bool = false) throws {
+        let peakFile = measured && Self.canMeasure ? FileManager.default.temporaryDirectory.appendingPathComponent("termind-peak-\(UUID().uuidString)").path : nil
+        self.peakFile = peakFile
+        let (executable, arguments) = peakFile.map { (Self.timePath, ["-q", "-f", "%M", "-o", $0, executable] + arguments) } ?? (executable, arguments)
         var inPipe: [Int32] = [-1, -1], outPipe: [Int32] = [-1, -1], errPipe: [Int32] = [-1, -1]
         // The pipes are close-on-exec and made under one lock with the spawn: a child another
         // thread spawns meanwhile must not inherit them (a test's second thread running
@@ -160,6 +183,7 @@ public final class SpawnedProcess: @unchecked Sendable {
 
     deinit {
         for fd in [inputFD, outputFD, errorFD] where fd >= 0 { close(fd) }
+        if let peakFile { unlink(peakFile) }
     }
 
     private static let spawning = NSLock()

@@ -15,7 +15,12 @@ import TermindHarness
 // * CPU per 1,000 tokens: the client's CPU (wait4) for the long answer minus its CPU for a
 //   one-token answer, divided by the tokens (start-up, imports and the request are the same in
 //   both, so what is left is the cost of reading the stream); the target is termind ≤ 0.5× the SDK;
-// * CPU and wall time of the whole process, start-up included.
+// * CPU and wall time of the whole process, start-up included;
+// and beside each ratio both sides' peak resident memory (PEAK RSS for `termind assistant
+// run`, PEER RSS for the SDK's Python process, from one more long answer each, untimed, started
+// through GNU time). The batch row adds the same: termind serve's VmHWM from /proc (set back to
+// its current size with clear_refs before the measured runs) with its `termind assistant run`
+// clients, against the ssh master's VmHWM (likewise) with its `ssh -S` clients.
 
 var tokens = 10_000
 var runs = 5
@@ -55,10 +60,17 @@ struct Run {
     /// From the server's first body byte to the client's first byte on standard output.
     var firstToken: Double
     var bytes: Int
+    /// The client's peak resident memory, MiB, when it was run for it (`peak`); else 0.
+    var peak: Double
 }
 
 /// Runs a client whose standard output is a pipe read here; its CPU from wait4.
-func measure(_ program: String, _ arguments: [String], environment: [String: String], server: ReplayServer) throws -> Run {
+/// `peak`: started through GNU time for its peak memory (wait4's ru_maxrss of a child
+/// posix_spawn started here counts this benchmark's memory too); its CPU and wall then
+/// include GNU time's, so the timed runs go without.
+func measure(_ program: String, _ arguments: [String], environment: [String: String], server: ReplayServer, peak: Bool = false) throws -> Run {
+    let peakFile = peak && SpawnedProcess.canMeasure ? NSTemporaryDirectory() + "termind-assistant-bench-peak-\(getpid())" : nil
+    let (program, arguments) = peakFile.map { ("/usr/bin/time", ["-q", "-f", "%M", "-o", $0, program] + arguments) } ?? (program, arguments)
     var pipeFDs: [Int32] = [0, 0]
     guard pipe(&pipeFDs) == 0 else { throw TermindError(code: "bench.pipe", message: "pipe failed") }
     var actions = posix_spawn_file_actions_t()
@@ -96,7 +108,9 @@ func measure(_ program: String, _ arguments: [String], environment: [String: Str
     let starts = server.bodyStarts
     guard starts.count > replies, let first else { throw TermindError(code: "bench.stream", message: "\(program) printed nothing") }
     func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
-    return Run(wall: wall, cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime), firstToken: first - starts[replies], bytes: total)
+    let kib = peakFile.flatMap { try? String(contentsOfFile: $0, encoding: .utf8) }.flatMap { $0.split(separator: "\n").last.flatMap { Double($0) } }
+    return Run(wall: wall, cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime), firstToken: first - starts[replies], bytes: total,
+               peak: (kib ?? 0) / 1024)
 }
 
 func spread(_ values: [Double]) -> (min: Double, median: Double, max: Double) {
@@ -105,6 +119,7 @@ func spread(_ values: [Double]) -> (min: Double, median: Double, max: Double) {
 }
 func f(_ v: Double) -> String { v >= 100 ? String(format: "%.0f", v) : v >= 10 ? String(format: "%.1f", v) : String(format: "%.2f", v) }
 func triple(_ s: (min: Double, median: Double, max: Double)) -> String { "\(f(s.min))/\(f(s.median))/\(f(s.max))" }
+func rss(_ v: Double) -> String { String(format: "%.1f MiB", v) }
 
 /// Issue 37's batch row: a model answer of 20 read-only `ssh_exec` calls on one host, run by
 /// `termind assistant run` inside `termind serve` (its pooled connection warm, the calls at
@@ -137,11 +152,14 @@ func batchRow(directory: TemporaryDirectory, server: ReplayServer, environment: 
     let chunk: JSONValue = .object(["choices": .array([.object(["index": .integer(0), "finish_reason": .string("tool_calls"), "delta": .object(["tool_calls": .array(entries)])])])])
     let calls = Data(("data: " + String(decoding: try JSONCoding.encode(chunk), as: UTF8.self) + "\n\ndata: [DONE]\n\n").utf8)
     let done = Data(#"data: {"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}"#.utf8 + Data("\n\ndata: [DONE]\n\n".utf8))
-    func termindBatch() throws -> Double {
+    /// Each side's largest client (MiB, wait4), for the batch row.
+    var clientPeaks = (ours: 0.0, theirs: 0.0)
+    func termindBatch(measured: Bool = false) throws -> Double {
         server.enqueue(.stream(calls, piece: 1 << 16), .stream(done))
         let start = now()
-        let result = try ProcessRunner.run(termind, socket + ["--json", "assistant", "run", "--mode", "ask", "check box"], environment: environment)
+        let result = try ProcessRunner.run(termind, socket + ["--json", "assistant", "run", "--mode", "ask", "check box"], environment: environment, measured: measured)
         let wall = now() - start
+        clientPeaks.ours = max(clientPeaks.ours, result.peakResidentMiB ?? 0)
         let succeeded = result.stdout.components(separatedBy: #""state":"succeeded""#).count - 1
         guard result.status == 0, succeeded == commands.count else {
             throw TermindError(code: "bench.batch", message: "termind's batch: status \(result.status), \(succeeded) of \(commands.count) succeeded: \(result.stdout.suffix(600))\(result.stderr)")
@@ -157,15 +175,19 @@ func batchRow(directory: TemporaryDirectory, server: ReplayServer, environment: 
     guard let found = check.stderr.range(of: #"pid=(\d+)"#, options: .regularExpression), let master = pid_t(check.stderr[found].dropFirst(4)) else {
         throw TermindError(code: "bench.ssh", message: "no ControlMaster: \(check.stderr)")
     }
-    func sshSequence() throws -> Double {
+    func sshSequence(measured: Bool = false) throws -> Double {
         let start = now()
         for command in commands {
-            let result = try ProcessRunner.run("/usr/bin/ssh", sshBase + [command])
+            let result = try ProcessRunner.run("/usr/bin/ssh", sshBase + [command], measured: measured)
             guard result.status == 0 else { throw TermindError(code: "bench.ssh", message: "ssh \(command): \(result.stderr)") }
+            clientPeaks.theirs = max(clientPeaks.theirs, result.peakResidentMiB ?? 0)
         }
         return now() - start
     }
-    _ = try termindBatch(); _ = try sshSequence()  // warm: serve's pooled connection, the master's
+    // Warm: serve's pooled connection, the master's; the clients' peaks taken here, untimed
+    // (GNU time in front of each).
+    ProcessMemory.resetPeak(of: serve.process.pid); ProcessMemory.resetPeak(of: master)
+    _ = try termindBatch(measured: true); _ = try sshSequence(measured: true)
     var ours: [Double] = [], theirs: [Double] = []
     var sshdOurs: [Double] = [], sshdTheirs: [Double] = [], clientOurs: [Double] = [], clientTheirs: [Double] = []
     for _ in 0..<5 {
@@ -179,8 +201,10 @@ func batchRow(directory: TemporaryDirectory, server: ReplayServer, environment: 
         clientTheirs.append(childrenCPU() + ProcessCPU.seconds(of: master) - mine)
     }
     let speedup = spread(theirs).median / max(spread(ours).median, 1e-9)
+    let peakOurs = max(clientPeaks.ours, ProcessMemory.peakMiB(of: serve.process.pid) ?? 0), peakTheirs = max(clientPeaks.theirs, ProcessMemory.peakMiB(of: master) ?? 0)
     let n = Double(commands.count)
-    print("20-call read-only batch, one host: termind (serve, parallel) \(triple(spread(ours.map { $0 * 1000 }))) ms, ssh -S ControlMaster sequential \(triple(spread(theirs.map { $0 * 1000 }))) ms: \(f(speedup))× faster (target ≥ 3×: \(speedup >= 3 ? "met" : "missed"))")
+    print("20-call read-only batch, one host: termind (serve, parallel) \(triple(spread(ours.map { $0 * 1000 }))) ms, ssh -S ControlMaster sequential \(triple(spread(theirs.map { $0 * 1000 }))) ms: \(f(speedup))× faster (target ≥ 3×: \(speedup >= 3 ? "met" : "missed")); "
+          + "peak RSS \(rss(peakOurs)) (termind serve and client) / \(rss(peakTheirs)) (ssh master and clients)")
     print("  CPU per command, ms: sshd \(f(spread(sshdOurs).median / n * 1000)) (termind's channels) / \(f(spread(sshdTheirs).median / n * 1000)) (ssh's); "
           + "client side \(f(spread(clientOurs).median / n * 1000)) (termind serve + client) / \(f(spread(clientTheirs).median / n * 1000)) (ssh processes + master)")
     let cores = Double(ProcessInfo.processInfo.activeProcessorCount)
@@ -264,6 +288,9 @@ do {
         serve(short); let ss = try sdkRun()
         shortRuns.append((ts, ss))
     }
+    // One more long answer each, untimed, for the peaks (GNU time in front).
+    serve(long); let termindPeak = try measure(termind, location + ["assistant", "run", "how is web-1?"], environment: environment, server: server, peak: true).peak
+    serve(long); let sdkPeak = try measure(python, [sdk, server.url + "/v1"], environment: environment, server: server, peak: true).peak
     // termind ends an answer that has no newline with one; the SDK script prints none.
     guard longRuns.allSatisfy({ $0.0.bytes - $0.1.bytes == 0 || $0.0.bytes - $0.1.bytes == 1 }) else {
         throw TermindError(code: "bench.output", message: "termind and the SDK printed different amounts: \(longRuns.map { ($0.0.bytes, $0.1.bytes) })")
@@ -271,10 +298,12 @@ do {
     let termindPer = zip(longRuns, shortRuns).map { ($0.0.0.cpu - $0.1.0.cpu) / Double(tokens) * 1000 }
     let sdkPer = zip(longRuns, shortRuns).map { ($0.0.1.cpu - $0.1.1.cpu) / Double(tokens) * 1000 }
     print("termind-assistant-bench: \(tokens) tokens (\(long.count >> 10) KiB of Chat Completions chunks) from a loopback server, \(runs) runs each, alternated")
-    print("\("".padding(toLength: 34, withPad: " ", startingAt: 0)) \("termind".padding(toLength: 20, withPad: " ", startingAt: 0)) \("openai SDK".padding(toLength: 20, withPad: " ", startingAt: 0)) ratio (median)")
+    print("\("".padding(toLength: 34, withPad: " ", startingAt: 0)) \("termind".padding(toLength: 20, withPad: " ", startingAt: 0)) \("openai SDK".padding(toLength: 20, withPad: " ", startingAt: 0)) \("ratio (median)".padding(toLength: 14, withPad: " ", startingAt: 0)) \("PEAK RSS".padding(toLength: 9, withPad: " ", startingAt: 0)) PEER RSS")
+    /// `runs`: the runs behind the row, for each side's largest client.
     func line(_ name: String, _ a: [Double], _ b: [Double], scale: Double = 1) {
         let x = spread(a.map { $0 * scale }), y = spread(b.map { $0 * scale })
-        print("\(name.padding(toLength: 34, withPad: " ", startingAt: 0)) \(triple(x).padding(toLength: 20, withPad: " ", startingAt: 0)) \(triple(y).padding(toLength: 20, withPad: " ", startingAt: 0)) \(f(x.median / max(y.median, 1e-9)))")
+        let peaks = (termindPeak, sdkPeak)
+        print("\(name.padding(toLength: 34, withPad: " ", startingAt: 0)) \(triple(x).padding(toLength: 20, withPad: " ", startingAt: 0)) \(triple(y).padding(toLength: 20, withPad: " ", startingAt: 0)) \(f(x.median / max(y.median, 1e-9)).padding(toLength: 14, withPad: " ", startingAt: 0)) \(rss(peaks.0).padding(toLength: 9, withPad: " ", startingAt: 0)) \(rss(peaks.1))")
     }
     line("first token after the stream, ms", longRuns.map(\.0.firstToken), longRuns.map(\.1.firstToken), scale: 1000)
     line("CPU per 1,000 tokens, ms", termindPer, sdkPer, scale: 1000)

@@ -15,6 +15,11 @@ import TermindHarness
 //   K streams at once through -L, aggregate (target >= 1.5x: ssh funnels every flow through one process)
 //   SOCKS connections opened per second through -D (C connections, 16 at a time)
 //   time from sshd's restart until a new connection flows again: termind's supervisor vs autossh
+// Each row also carries both sides' peak resident memory (PEAK RSS / PEER RSS): for the
+// forwards, the running `termind forward run` and `ssh -N` processes' VmHWM from /proc, set
+// back to their current size (clear_refs) as the row starts; for recovery, each run's
+// `termind forward run` and autossh (the largest of it and the ssh it runs) just before they
+// are stopped, the largest of the runs.
 // Everything runs on this machine (sshd, both clients, the traffic): say so when quoting.
 
 func usage() -> Never {
@@ -344,11 +349,14 @@ var figures: [BenchmarkFigure] = []
 @MainActor
 func compare(_ name: String, unit: String, _ measure: (Peer) throws -> Double) throws {
     var values: [String: [Double]] = [:]
+    for peer in peers { ProcessMemory.resetPeak(of: peer.process.pid) }
     for _ in 0..<runs {
         for peer in peers { values[peer.name, default: []].append(try measure(peer)) }
     }
+    var peaks: [String: Double] = [:]
+    for peer in peers { peaks[peer.name] = ProcessMemory.peakMiB(of: peer.process.pid) }
     let ours = median(values["termind"]!), theirs = median(values["ssh"]!)
-    figures.append(BenchmarkFigure(name: name, value: ours, unit: unit, baseline: theirs))
+    figures.append(BenchmarkFigure(name: name, value: ours, unit: unit, baseline: theirs, resident: peaks["termind"], peerResident: peaks["ssh"]))
     print("\(name): termind \(values["termind"]!.map(BenchmarkFigure.format)) ssh \(values["ssh"]!.map(BenchmarkFigure.format))")
 }
 
@@ -367,6 +375,7 @@ if recovery {
     let haveAutossh = FileManager.default.isExecutableFile(atPath: autosshPath)
     if !haveAutossh { print("autossh is not installed (apt-get install autossh): termind's recovery time is shown alone") }
     var recoveries: [String: [Double]] = [:]
+    var peaks: [String: Double] = [:]
     for _ in 0..<runs {
         var contenders = [try startTermind()]
         if haveAutossh {
@@ -389,12 +398,17 @@ if recovery {
             }
             usleep(20_000)
         }
-        for peer in contenders { peer.process.signal(SIGTERM); peer.process.wait() }
+        for peer in contenders {
+            // Before it ends: its peak, or its largest process's (autossh and the ssh it runs).
+            peaks[peer.name] = max(peaks[peer.name] ?? 0, ProcessMemory.treePeakMiB(of: peer.process.pid) ?? 0)
+            peer.process.signal(SIGTERM)
+            peer.process.wait()
+        }
         if !pending.isEmpty { fail("\(pending.sorted().joined(separator: ", ")) did not recover within 120 s") }
     }
     print("recovery (s): termind \((recoveries["termind"] ?? []).map(BenchmarkFigure.format)) autossh \((recoveries["autossh"] ?? []).map(BenchmarkFigure.format))")
     figures.append(BenchmarkFigure(name: "recovery after sshd restarts (s)", value: median(recoveries["termind"] ?? [0]), unit: "s",
-                                   baseline: recoveries["autossh"].map(median)))
+                                   baseline: recoveries["autossh"].map(median), resident: peaks["termind"], peerResident: peaks["autossh"]))
 }
 
 print("termind-forward-bench: \(mib) MiB per run, \(runs) runs alternated, \(cipher), sshd \(sshd.port) on loopback; the ratio is termind over the peer (for recovery, lower is better)")

@@ -9,7 +9,12 @@ import TermindHarness
 // written and its answer read) and over Streamable HTTP (`termind serve --mcp-listen` against
 // the SDK's HTTP app on uvicorn, JSON answers; one keep-alive connection, a handshake-era
 // session). Printed: median and p99 latency per call, calls per second, the server's CPU per
-// call, and the ratios.
+// call, and the ratios, each with both sides' peak resident memory: over stdio the largest
+// `termind mcp` and Python server process of the rounds (VmHWM just before each ends); over HTTP
+// termind serve's and the reference server's VmHWM from /proc, set back to their current
+// size (clear_refs) as the rounds start. The download row compares two ways inside one
+// termind serve: its VmHWM, set back before each transfer, is kept per way (with `termind
+// get`'s client process, started through GNU time); the largest of the rounds.
 // Target (issue 38): ≥ 5× the reference server's throughput, p99 ≤ 5 ms.
 
 var calls = 2000
@@ -202,12 +207,17 @@ func downloadRow(mib: Int, rounds: Int, environment: [String: String]) throws {
     mcp.headers["Mcp-Session-Id"] = fields["mcp-session-id"] ?? ""
     mcp.headers["MCP-Protocol-Version"] = "2025-11-25"
     let size = UInt64(mib) << 20
+    /// Each way's peak resident memory over the rounds (MiB): serve's during its transfers,
+    /// and for `termind get` its client's too.
+    var peaks = (get: 0.0, link: 0.0)
     func viaGet() throws -> Double {
         let target = directory.file("got.bin")
         try? FileManager.default.removeItem(atPath: target)
+        ProcessMemory.resetPeak(of: serve.process.pid)
         let start = now()
-        let result = try ProcessRunner.run(termind, viaServe + ["get", "box:\(source)", target], environment: environment)
+        let result = try ProcessRunner.run(termind, viaServe + ["get", "box:\(source)", target], environment: environment, measured: true)
         let wall = now() - start
+        peaks.get = max(peaks.get, result.peakResidentMiB ?? 0, ProcessMemory.peakMiB(of: serve.process.pid) ?? 0)
         let got = (try? FileManager.default.attributesOfItem(atPath: target)[.size] as? UInt64) ?? 0
         guard result.status == 0, got == size else { throw TermindError(code: "bench.get", message: "termind get: \(result.status) \(got) bytes \(result.stderr)") }
         return wall
@@ -215,6 +225,7 @@ func downloadRow(mib: Int, rounds: Int, environment: [String: String]) throws {
     func viaLink(_ round: Int) throws -> Double {
         let target = directory.file("linked.bin")
         try? FileManager.default.removeItem(atPath: target)
+        ProcessMemory.resetPeak(of: serve.process.pid)
         let start = now()
         let (_, _, answer) = try mcp.post(#"{"jsonrpc":"2.0","id":\#(round + 1),"method":"tools/call","params":{"name":"sftp_download_link","arguments":{"host":"box","path":"\#(source)"}}}"#)
         let result = try JSONCoding.parse(Data(answer.utf8), source: "link")["result"]
@@ -251,6 +262,7 @@ func downloadRow(mib: Int, rounds: Int, environment: [String: String]) throws {
             body += UInt64(n)
         }
         let wall = now() - start
+        peaks.link = max(peaks.link, ProcessMemory.peakMiB(of: serve.process.pid) ?? 0)
         guard body == size else { throw TermindError(code: "bench.link", message: "the link delivered \(body) of \(size) bytes") }
         return wall
     }
@@ -265,8 +277,11 @@ func downloadRow(mib: Int, rounds: Int, environment: [String: String]) throws {
     print("  termind get (inside serve)     \(String(format: "%.2f/%.2f/%.2f", gets.min()!, median(gets), gets.max()!))   \(String(format: "%.0f", mb / median(gets)))")
     print("  sftp_download_link + GET       \(String(format: "%.2f/%.2f/%.2f", links.min()!, median(links), links.max()!))   \(String(format: "%.0f", mb / median(links)))")
     let ratio = median(gets) / median(links)
-    print("target: the link ≥ 0.9× termind get's throughput: \(String(format: "%.2f", ratio))× (\(ratio >= 0.9 ? "met" : "missed"))")
+    print("target: the link ≥ 0.9× termind get's throughput: \(String(format: "%.2f", ratio))× (\(ratio >= 0.9 ? "met" : "missed")); "
+          + "peak RSS \(rss(peaks.link)) (link: serve) / \(rss(peaks.get)) (termind get: serve and its client)")
 }
+
+func rss(_ v: Double) -> String { String(format: "%.1f MiB", v) }
 
 func percentile(_ values: [Double], _ p: Double) -> Double {
     let sorted = values.sorted()
@@ -294,18 +309,22 @@ do {
     var ours: [Double] = [], theirs: [Double] = []
     var oursRate: [Double] = [], theirsRate: [Double] = []
     var serverCPU: ([Double], [Double]) = ([], [])
+    var stdioPeaks = (ours: 0.0, theirs: 0.0)
     for _ in 0..<rounds {
         // Throughput over the calls themselves (one after another): start-up is not counted.
         let t = try Driver(termind, location + ["mcp"], environment: environment)
         let tl = try measure(t, count: calls)
         oursRate.append(Double(calls) / tl.latencies.reduce(0, +))
         serverCPU.0.append(tl.cpu / Double(calls))
+        // Its peak so far (VmHWM) before it ends.
+        stdioPeaks.ours = max(stdioPeaks.ours, ProcessMemory.peakMiB(of: t.process.pid) ?? 0)
         t.stop()
         ours += tl.latencies
         let r = try Driver(python, [reference, hostsJSON], environment: environment)
         let rl = try measure(r, count: calls)
         theirsRate.append(Double(calls) / rl.latencies.reduce(0, +))
         serverCPU.1.append(rl.cpu / Double(calls))
+        stdioPeaks.theirs = max(stdioPeaks.theirs, ProcessMemory.peakMiB(of: r.process.pid) ?? 0)
         r.stop()
         theirs += rl.latencies
     }
@@ -333,6 +352,7 @@ do {
     var oursHTTPRate: [Double] = [], theirsHTTPRate: [Double] = []
     var httpCPU: ([Double], [Double]) = ([], [])
     let jsonHeaders = ["Content-Type": "application/json", "Accept": "application/json, text/event-stream"]
+    ProcessMemory.resetPeak(of: serve.process.pid); ProcessMemory.resetPeak(of: referenceHTTP.pid)
     for _ in 0..<rounds {
         let t = try measureHTTP(HTTPDriver(port: termindPort, headers: jsonHeaders.merging(["Authorization": "Bearer \(token)"]) { $1 }), pid: serve.process.pid, count: calls)
         oursHTTP += t.latencies
@@ -343,6 +363,7 @@ do {
         theirsHTTPRate.append(Double(calls) / r.latencies.reduce(0, +))
         httpCPU.1.append(r.cpu / Double(calls))
     }
+    let httpPeaks = (ours: ProcessMemory.peakMiB(of: serve.process.pid) ?? 0, theirs: ProcessMemory.peakMiB(of: referenceHTTP.pid) ?? 0)
 
     func ms(_ v: Double) -> String { String(format: "%.3f", v * 1000) }
     let median = { (v: [Double]) in v.sorted()[v.count / 2] }
@@ -355,10 +376,12 @@ do {
     row("stdio: python MCPServer", theirs, theirsRate, serverCPU.1)
     row("http: termind serve", oursHTTP, oursHTTPRate, httpCPU.0)
     row("http: python MCPServer+uvicorn", theirsHTTP, theirsHTTPRate, httpCPU.1)
-    for (name, ourRates, theirRates, latencies) in [("stdio", oursRate, theirsRate, ours), ("http", oursHTTPRate, theirsHTTPRate, oursHTTP)] {
+    for (name, ourRates, theirRates, latencies, peaks, processes) in [("stdio", oursRate, theirsRate, ours, stdioPeaks, "termind mcp / python"),
+                                                                      ("http", oursHTTPRate, theirsHTTPRate, oursHTTP, httpPeaks, "termind serve / python")] {
         let ratio = median(ourRates) / median(theirRates)
         let p99 = percentile(latencies, 0.99)
-        print("\(name): target ≥ 5× the reference's throughput: \(String(format: "%.2f", ratio))× (\(ratio >= 5 ? "met" : "missed")); p99 ≤ 5 ms: \(ms(p99)) ms (\(p99 <= 0.005 ? "met" : "missed"))")
+        print("\(name): target ≥ 5× the reference's throughput: \(String(format: "%.2f", ratio))× (\(ratio >= 5 ? "met" : "missed")); p99 ≤ 5 ms: \(ms(p99)) ms (\(p99 <= 0.005 ? "met" : "missed")); "
+              + "peak RSS \(rss(peaks.ours)) / \(rss(peaks.theirs)) (\(processes))")
     }
     if downloadMiB > 0 { try downloadRow(mib: downloadMiB, rounds: max(2, min(rounds, 3)), environment: environment) }
 } catch {

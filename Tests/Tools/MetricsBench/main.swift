@@ -20,6 +20,9 @@ import TermindHarness
 // counting up, per request line: no process per sample), so that 1,000 hosts can be sampled
 // at 1 Hz here. termind's side is the same — connections, channels, reading, parsing, rates,
 // rings — and the remote side costs next to nothing; its counters stand still (rates 0).
+// PEAK RSS: termind serve's peak resident memory (its VmHWM from /proc, a high-water mark
+// since the server started) when the row's figure was taken; PEER RSS stays empty: there is
+// no peer process (the baselines are the issue's targets).
 // A tool of `make bench`, outside the host: the generic client holds no feature code.
 
 typealias Figure = BenchmarkFigure
@@ -191,6 +194,10 @@ func samples(_ items: [JSONValue]) -> Int {
 }
 
 let baselineRSS = serve.residentBytes()
+/// termind serve's peak resident memory so far (VmHWM), in MiB.
+@MainActor
+func servePeak() -> Double { Double(serve.peakResidentBytes()) / 1_048_576 }
+let baselinePeak = servePeak()
 // Every host monitored (at 1 Hz unless --interval): the server starts them all (it follows the preferences).
 let order = "[" + ids.map { "\"\($0)\"" }.joined(separator: ",") + "]"
 let started = now()
@@ -208,6 +215,7 @@ guard let allSampling else {
     let states = Dictionary(grouping: try monitors().compactMap { $0["state"]?.stringValue }, by: { $0 }).mapValues(\.count)
     fail("not every monitor sampled within 300 s: \(states)")
 }
+let allSamplingPeak = servePeak()
 // Measured once the rings hold a few samples (start-up work is over).
 Thread.sleep(forTimeInterval: 5)
 let cpu0 = ProcessCPU.seconds(of: serve.process.pid)
@@ -219,6 +227,7 @@ let samples1 = samples(try monitors())
 let elapsed = now() - t0
 let cpuPercent = (cpu1 - cpu0) / elapsed * 100
 let rate = Double(samples1 - samples0) / elapsed
+let windowPeak = servePeak()
 var rss = serve.residentBytes()
 var ringNote = "rings \(Int(now() - started)) s old"
 if fullRing {
@@ -227,6 +236,7 @@ if fullRing {
     rss = serve.residentBytes()
     ringNote = "rings full (\(Int(now() - started)) s)"
 }
+let endPeak = servePeak()
 if replay {
     // A replayed sample parses as a real one: nothing in it is reported as a problem.
     let shown = try JSONCoding.parse(Data(try termind(["metrics", "show", ids[0]]).utf8), source: "show")
@@ -241,18 +251,18 @@ let target = 5.0 * Double(hosts) / 100
 let expected = Double(hosts) / Double(interval)
 
 var figures: [Figure] = []
-figures.append(Figure(name: "time until all \(hosts) monitors sample", value: allSampling, unit: "s"))
+figures.append(Figure(name: "time until all \(hosts) monitors sample", value: allSampling, unit: "s", resident: allSamplingPeak))
 if interval == 1 {
-    figures.append(Figure(name: "server CPU at 1 Hz (target \(String(format: "%.1f", target)) %)", value: cpuPercent, unit: "% of a core", baseline: target))
+    figures.append(Figure(name: "server CPU at 1 Hz (target \(String(format: "%.1f", target)) %)", value: cpuPercent, unit: "% of a core", baseline: target, resident: windowPeak))
 } else {
-    figures.append(Figure(name: "server CPU every \(interval) s", value: cpuPercent, unit: "% of a core"))
+    figures.append(Figure(name: "server CPU every \(interval) s", value: cpuPercent, unit: "% of a core", resident: windowPeak))
 }
-figures.append(Figure(name: "server CPU per host", value: cpuPercent / Double(hosts) * 10, unit: "‰ of a core"))
-figures.append(Figure(name: "server CPU per 100 samples/s", value: rate > 0 ? cpuPercent / rate * 100 : 0, unit: "% of a core"))
-figures.append(Figure(name: "samples per second (target \(String(format: "%g", expected)))", value: rate, unit: "/s", baseline: expected))
-figures.append(Figure(name: "server RSS per host, \(ringNote) (target 1)", value: perHost, unit: "MiB", baseline: 1))
-figures.append(Figure(name: "server RSS with no monitor", value: Double(baselineRSS) / 1_048_576, unit: "MiB"))
-figures.append(Figure(name: "server threads", value: Double(status("Threads")), unit: ""))
+figures.append(Figure(name: "server CPU per host", value: cpuPercent / Double(hosts) * 10, unit: "‰ of a core", resident: windowPeak))
+figures.append(Figure(name: "server CPU per 100 samples/s", value: rate > 0 ? cpuPercent / rate * 100 : 0, unit: "% of a core", resident: windowPeak))
+figures.append(Figure(name: "samples per second (target \(String(format: "%g", expected)))", value: rate, unit: "/s", baseline: expected, resident: windowPeak))
+figures.append(Figure(name: "server RSS per host, \(ringNote) (target 1)", value: perHost, unit: "MiB", baseline: 1, resident: endPeak))
+figures.append(Figure(name: "server RSS with no monitor", value: Double(baselineRSS) / 1_048_576, unit: "MiB", resident: baselinePeak))
+figures.append(Figure(name: "server threads", value: Double(status("Threads")), unit: "", resident: endPeak))
 
 if json {
     struct Report: Encodable { let hosts: Int; let servers: Int; let seconds: Double; let interval: Int; let replay: Bool; let figures: [Figure] }

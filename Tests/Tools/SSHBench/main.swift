@@ -19,7 +19,11 @@ import TermindSSH
 // for the same run from /proc. As root, the remote side is a throwaway account whose
 // /bin/sh starts light, so neither side pays for a heavy .bashrc. STEAL is the share of
 // the machine's CPU time the hypervisor took during the row's runs: above a few per cent
-// the row's spread is the host's, not the programs'.
+// the row's spread is the host's, not the programs'. PEAK RSS / PEER RSS: each side's peak
+// resident memory over the row's runs, its largest process: the client's (termind exec, ssh),
+// started through GNU time (a millisecond more for each side; the `exec true` row is timed
+// without it and takes the peaks from one more pair), and through a server also the server's
+// (termind serve, the ssh master) VmHWM from /proc, set back (clear_refs) as the row starts.
 // Usage: termind-ssh-bench [--mib N] [--runs N] [--quick] [--only TEXT] (only the rows whose name contains TEXT)
 
 var mib = 1024
@@ -46,14 +50,23 @@ func usage() -> Never {
 func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
 /// One whole-process run: wall seconds and CPU seconds (the client's, plus the server's
-/// share where a server does the SSH work).
-struct Run { var wall: Double; var cpu: Double }
+/// share where a server does the SSH work), and the client's peak resident memory (MiB).
+struct Run { var wall: Double; var cpu: Double; var peak: Double }
+
+/// One side's peak over a row: its clients' (wait4) and its server's (VmHWM), the largest.
+func sidePeak(_ runs: [Run], server: pid_t?) -> Double {
+    max(runs.map(\.peak).max() ?? 0, server.flatMap(ProcessMemory.peakMiB(of:)) ?? 0)
+}
 
 /// Runs `program` with stdin and stdout from/to files (stderr to `log`), waits for it
 /// with wait4, and returns its wall and CPU time; `server` is a process whose CPU during
 /// the run counts too.
 func measure(_ program: String, _ arguments: [String], environment: [String: String], stdin: String, stdout: String = "/dev/null",
-             log: String, server: pid_t? = nil) throws -> Run {
+             log: String, server: pid_t? = nil, peak: Bool = true) throws -> Run {
+    // Its peak memory through GNU time, which forks it from a small process: wait4's
+    // ru_maxrss of a child posix_spawn started here counts this benchmark's memory too.
+    let peakFile = peak && SpawnedProcess.canMeasure ? NSTemporaryDirectory() + "termind-ssh-bench-peak-\(getpid())" : nil
+    let (program, arguments) = peakFile.map { ("/usr/bin/time", ["-q", "-f", "%M", "-o", $0, program] + arguments) } ?? (program, arguments)
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
@@ -77,7 +90,8 @@ func measure(_ program: String, _ arguments: [String], environment: [String: Str
         throw TermindError(code: "bench.failed", message: "\(URL(fileURLWithPath: program).lastPathComponent) \(arguments.joined(separator: " ")) ended with status \(status); see \(log)")
     }
     func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
-    return Run(wall: wall, cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime) + serverCPU)
+    let kib = peakFile.flatMap { try? String(contentsOfFile: $0, encoding: .utf8) }.flatMap { $0.split(separator: "\n").last.flatMap { Double($0) } }
+    return Run(wall: wall, cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime) + serverCPU, peak: (kib ?? 0) / 1024)
 }
 
 /// Runs `a` and `b` in turn (one unmeasured warm-up each), `count` pairs.
@@ -95,21 +109,24 @@ func spread(_ values: [Double]) -> (min: Double, median: Double, max: Double) {
 }
 
 func row(_ name: String, _ cells: [String]) {
-    let widths = [40, 18, 18, 7, 19, 7, 6]
+    let widths = [40, 18, 18, 7, 9, 9, 19, 7, 6]
     var line = name.padding(toLength: widths[0], withPad: " ", startingAt: 0)
     for (cell, width) in zip(cells, widths.dropFirst()) { line += " " + cell.padding(toLength: width, withPad: " ", startingAt: 0) }
     print(line)
 }
 func f(_ v: Double) -> String { v >= 100 ? String(format: "%.0f", v) : v >= 10 ? String(format: "%.1f", v) : String(format: "%.2f", v) }
 func triple(_ s: (min: Double, median: Double, max: Double)) -> String { "\(f(s.min))/\(f(s.median))/\(f(s.max))" }
+func rss(_ v: Double) -> String { String(format: "%.1f MiB", v) }
 
 /// Whether the row named `name` runs (`--only`).
 func wanted(_ name: String) -> Bool { onlyRows.map { name.contains($0) } ?? true }
 
-/// A throughput figure: MiB/s of both, paired speed ratio, CPU s/GiB of both, CPU ratio.
-/// The pairs run only when the row is wanted.
-func throughputRow(_ name: String, bytes: Int, _ measured: @autoclosure () throws -> [(Run, Run)]) rethrows {
+/// A throughput figure: MiB/s of both, paired speed ratio, both sides' peak memory, CPU
+/// s/GiB of both, CPU ratio. The pairs run only when the row is wanted; `servers` are the
+/// server processes of each side (termind serve, the ssh master) when there are.
+func throughputRow(_ name: String, bytes: Int, servers: (pid_t, pid_t)? = nil, _ measured: @autoclosure () throws -> [(Run, Run)]) rethrows {
     guard wanted(name) else { return }
+    if let servers { ProcessMemory.resetPeak(of: servers.0); ProcessMemory.resetPeak(of: servers.1) }
     let stealBefore = CPUSteal.now()
     let pairs = try measured()
     let steal = CPUSteal.now().share(since: stealBefore)
@@ -119,7 +136,8 @@ func throughputRow(_ name: String, bytes: Int, _ measured: @autoclosure () throw
     let ratio = spread(pairs.map { $0.1.wall / $0.0.wall }).median
     let cpuOurs = spread(pairs.map { $0.0.cpu / gib }).median, cpuTheirs = spread(pairs.map { $0.1.cpu / gib }).median
     let cpuRatio = spread(pairs.map { $0.0.cpu / max($0.1.cpu, 1e-6) }).median
-    row(name, [triple(ours), triple(theirs), String(format: "%.2f×", ratio), "\(f(cpuOurs)) / \(f(cpuTheirs))", String(format: "%.2f×", cpuRatio), steal])
+    row(name, [triple(ours), triple(theirs), String(format: "%.2f×", ratio), rss(sidePeak(pairs.map(\.0), server: servers?.0)),
+               rss(sidePeak(pairs.map(\.1), server: servers?.1)), "\(f(cpuOurs)) / \(f(cpuTheirs))", String(format: "%.2f×", cpuRatio), steal])
 }
 
 // MARK: - Set-up
@@ -170,19 +188,19 @@ for _ in 0..<400 where !FileManager.default.fileExists(atPath: directory.file("r
 guard FileManager.default.fileExists(atPath: directory.file("run/termind.sock")) else { fatalError("termind serve did not start: its socket never appeared") }
 defer { serve.signal(SIGTERM); serve.wait() }
 
-func termindExec(port: Int, local: Bool, _ command: String, stdin: String = "/dev/null", server: pid_t? = nil) throws -> Run {
+func termindExec(port: Int, local: Bool, _ command: String, stdin: String = "/dev/null", server: pid_t? = nil, peak: Bool = true) throws -> Run {
     try measure(termind, store + (local ? ["--local"] : []) + ["exec", termindLine(port: port), "--accept-host-key", "once", "--", command],
-                environment: termindEnvironment, stdin: stdin, log: log, server: server)
+                environment: termindEnvironment, stdin: stdin, log: log, server: server, peak: peak)
 }
-func ssh(port: Int, control: String? = nil, _ command: String, stdin: String = "/dev/null", server: pid_t? = nil) throws -> Run {
-    try measure("/usr/bin/ssh", sshArguments(port: port, control: control) + [command], environment: sshEnvironment, stdin: stdin, log: log, server: server)
+func ssh(port: Int, control: String? = nil, _ command: String, stdin: String = "/dev/null", server: pid_t? = nil, peak: Bool = true) throws -> Run {
+    try measure("/usr/bin/ssh", sshArguments(port: port, control: control) + [command], environment: sshEnvironment, stdin: stdin, log: log, server: server, peak: peak)
 }
 
 let down = "head -c \(bytes) /dev/zero", up = "cat > /dev/null"
 print("termind-ssh-bench: libssh2 \(SSHLibrary.version) vs \(try ProcessRunner.run("/usr/bin/ssh", ["-V"]).stderr.trimmingCharacters(in: .whitespacesAndNewlines)), "
       + "\(runCount) pairs each after a warm-up, remote user \(user)\(account == nil ? "" : " (throwaway, /bin/sh)")")
 print("speed ratio = ssh's time / termind's time, pair by pair (> 1: termind faster); CPU = client (+ server) seconds per GiB")
-row("FIGURE", ["TERMIND min/med/max", "OPENSSH min/med/max", "RATIO", "CPU s/GiB t / ssh", "CPU ×", "STEAL"])
+row("FIGURE", ["TERMIND min/med/max", "OPENSSH min/med/max", "RATIO", "PEAK RSS", "PEER RSS", "CPU s/GiB t / ssh", "CPU ×", "STEAL"])
 
 let ciphers = ["chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com"]
 for cipher in ciphers {
@@ -206,22 +224,27 @@ for cipher in ciphers {
           let master = pid_t(check.stderr[range].dropFirst(4)) else { fatalError("no ControlMaster: \(check.stderr)") }
     defer { _ = try? ProcessRunner.run("/usr/bin/ssh", ["-O", "exit"] + sshArguments(port: port, control: control)) }
     if wanted("serve/master") { _ = try termindExec(port: port, local: false, "true") }  // opens the server's connection
-    try throughputRow("\(mib) MiB down \(name) serve/master", bytes: bytes,
+    try throughputRow("\(mib) MiB down \(name) serve/master", bytes: bytes, servers: (serve.pid, master),
                   paired({ try termindExec(port: port, local: false, down, server: serve.pid) },
                              { try ssh(port: port, control: control, down, server: master) }))
-    try throughputRow("\(mib) MiB up \(name) serve/master", bytes: bytes,
+    try throughputRow("\(mib) MiB up \(name) serve/master", bytes: bytes, servers: (serve.pid, master),
                   paired({ try termindExec(port: port, local: false, up, stdin: source, server: serve.pid) },
                              { try ssh(port: port, control: control, up, stdin: source, server: master) }))
 
     if cipher == ciphers[0] && wanted("exec true serve/master (ms)") {  // start-up does not depend on the cipher: once
+        ProcessMemory.resetPeak(of: serve.pid); ProcessMemory.resetPeak(of: master)
         let stealBefore = CPUSteal.now()
-        let pairs = try paired(count: max(20, runCount), { try termindExec(port: port, local: false, "true", server: serve.pid) },
-                               { try ssh(port: port, control: control, "true", server: master) })
+        // Timed without GNU time in front (a millisecond each is most of the figure); one
+        // more pair, untimed, gives the peaks.
+        let pairs = try paired(count: max(20, runCount), { try termindExec(port: port, local: false, "true", server: serve.pid, peak: false) },
+                               { try ssh(port: port, control: control, "true", server: master, peak: false) })
         let steal = CPUSteal.now().share(since: stealBefore)
+        let peaks = [(try termindExec(port: port, local: false, "true", server: serve.pid), try ssh(port: port, control: control, "true", server: master))]
         let ours = spread(pairs.map { $0.0.wall * 1e3 }), theirs = spread(pairs.map { $0.1.wall * 1e3 })
         let ratio = spread(pairs.map { $0.1.wall / $0.0.wall }).median
         let cpuOurs = spread(pairs.map { $0.0.cpu * 1e3 }).median, cpuTheirs = spread(pairs.map { $0.1.cpu * 1e3 }).median
         row("exec true serve/master (ms)", [triple(ours), triple(theirs), String(format: "%.2f×", ratio),
+                                                rss(sidePeak(peaks.map(\.0), server: serve.pid)), rss(sidePeak(peaks.map(\.1), server: master)),
                                                 "\(f(cpuOurs)) / \(f(cpuTheirs)) ms", String(format: "%.2f×", spread(pairs.map { $0.0.cpu / max($0.1.cpu, 1e-6) }).median), steal])
     }
 

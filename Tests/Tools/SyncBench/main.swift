@@ -8,7 +8,10 @@ import TermindHarness
 // sync of device A to an empty folder, the first sync of device B, then one change on A
 // reaching B (A's `sync now`, B's `sync now`), and the bytes stored on the server per host.
 // The peer is what OpenSSH users do by hand: scp the same hosts as an ssh_config up from
-// one machine and down to the other.
+// one machine and down to the other. PEAK RSS / PEER RSS: the peak resident memory of the
+// row's `termind sync now` process and of its scp (the largest of it and the ssh it runs; both
+// started through GNU time, which adds about a millisecond to each side's time);
+// for both first syncs, the larger of the two on each side; the bytes row has no process.
 
 typealias Figure = BenchmarkFigure
 
@@ -52,7 +55,7 @@ struct Device {
 
     @discardableResult
     func run(_ arguments: [String]) throws -> ProcessResult {
-        let result = try ProcessRunner.run(program, arguments, environment: environment)
+        let result = try ProcessRunner.run(program, arguments, environment: environment, measured: true)
         guard result.status == 0 else { fail("termind \(arguments.prefix(4).joined(separator: " ")) (\(name)): \(result.stdout)\(result.stderr)") }
         return result
     }
@@ -71,10 +74,11 @@ func device(_ name: String) throws -> Device {
     return device
 }
 
-func timed(_ body: () throws -> Void) rethrows -> Double {
+/// Seconds the run took, and its process's peak resident memory (MiB).
+func timed(_ body: () throws -> ProcessResult) rethrows -> (seconds: Double, peak: Double) {
     let start = now()
-    try body()
-    return now() - start
+    let result = try body()
+    return (now() - start, result.peakResidentMiB ?? 0)
 }
 
 let a = try device("a"), b = try device("b")
@@ -95,24 +99,28 @@ guard listed.contains("\"node-\(count - 1)\"") else { fail("device B does not ha
 
 // The peer: the same hosts as a file, up with scp from one machine, down to the other.
 let ssh = ["-i", scratch.file("id"), "-P", "\(server.port)", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes"]
-func scp(_ arguments: [String]) throws {
-    let result = try ProcessRunner.run("/usr/bin/scp", ssh + arguments)
+func scp(_ arguments: [String]) throws -> ProcessResult {
+    let result = try ProcessRunner.run("/usr/bin/scp", ssh + arguments, measured: true)
     guard result.status == 0 else { fail("scp: \(result.stderr)") }
+    return result
 }
 let up = try timed { try scp([config, "127.0.0.1:\(scratch.file("server/config"))"]) }
 let down = try timed { try scp(["127.0.0.1:\(scratch.file("server/config"))", scratch.file("config-b")]) }
 
-figures.append(Figure(name: "first sync of \(count) hosts from A to an empty folder", value: first, unit: "s", baseline: up))
-figures.append(Figure(name: "first sync onto B (fetch, merge, apply)", value: onto, unit: "s", baseline: down))
-figures.append(Figure(name: "both first syncs (target ≤ 10 s each)", value: first + onto, unit: "s", baseline: up + down))
+figures.append(Figure(name: "first sync of \(count) hosts from A to an empty folder", value: first.seconds, unit: "s", baseline: up.seconds,
+                      resident: first.peak, peerResident: up.peak))
+figures.append(Figure(name: "first sync onto B (fetch, merge, apply)", value: onto.seconds, unit: "s", baseline: down.seconds,
+                      resident: onto.peak, peerResident: down.peak))
+figures.append(Figure(name: "both first syncs (target ≤ 10 s each)", value: first.seconds + onto.seconds, unit: "s", baseline: up.seconds + down.seconds,
+                      resident: max(first.peak, onto.peak), peerResident: max(up.peak, down.peak)))
 
 // One change on A reaching B: A's sync sends it, B's sync applies it.
 try a.run(["vault", "host", "edit", "node-7", "--port", "2222"])
 let send = try timed { try a.run(["sync", "now"]) }
 let receive = try timed { try b.run(["sync", "now"]) }
 guard try b.run(["--json", "vault", "host", "show", "node-7"]).stdout.contains("2222") else { fail("the change did not reach device B") }
-figures.append(Figure(name: "one change: A's sync now (sends it)", value: send * 1e3, unit: "ms"))
-figures.append(Figure(name: "one change: B's sync now (applies it)", value: receive * 1e3, unit: "ms"))
+figures.append(Figure(name: "one change: A's sync now (sends it)", value: send.seconds * 1e3, unit: "ms", resident: send.peak))
+figures.append(Figure(name: "one change: B's sync now (applies it)", value: receive.seconds * 1e3, unit: "ms", resident: receive.peak))
 
 func bytes(in directory: String) -> Int {
     guard let walker = FileManager.default.enumerator(atPath: directory) else { return 0 }

@@ -19,6 +19,11 @@ import TermindHarness
 //     (both open at once), 20 ms apart; median and p99 (ratio = termind's / ssh's: target
 //     <= 1.2x) — in-process and through serve; and the CPU each client used per key (its
 //     process CPU clock; termind's through serve counts all of serve's).
+// Beside each ratio, PEAK RSS / PEER RSS: each side's peak resident memory over the row's
+// runs, its largest process: the client's (termind ssh, ssh -tt) from wait4's ru_maxrss (each
+// started by forkpty, a fork, so the figure is the program's own: not this benchmark's), and
+// for a durable session also termind serve's VmHWM from /proc, set back to its current size
+// (clear_refs) as the row starts.
 // --only TEXT runs only the rows whose name contains TEXT ("echo", "durable", "MiB"...).
 // Everything runs on this 2-core machine (sshd, clients, the bench): say so when quoting.
 
@@ -55,6 +60,8 @@ while let arg = args.popFirst() {
 final class TerminalClient {
     let pid: pid_t
     let master: Int32
+    /// Once finished: its peak resident memory in MiB (wait4's ru_maxrss).
+    private(set) var peakResidentMiB = 0.0
     private var buffer = [UInt8](repeating: 0, count: 1 << 16)
 
     init(_ argv: [String], environment: [String: String]) {
@@ -101,11 +108,14 @@ final class TerminalClient {
     func finish() -> Int32 {
         while read(timeout: 1) != nil {}
         var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        var usage = rusage()
+        while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
+        peakResidentMiB = Double(usage.ru_maxrss) / 1024
         close(master)
         return status
     }
 }
+
 
 let keyCount = keys
 let onlyRows = only
@@ -161,12 +171,13 @@ let bytes = mib << 20
 /// 80-column lines (79 characters and a newline), N MiB of them.
 let flood = "yes 'the quick brown fox jumps over the lazy dog 0123456789 abcdefghijklmnopqrstu' | head -c \(bytes)"
 
-func throughput(_ argv: [String]) -> Double {
+/// Seconds, and the client's peak resident memory (MiB).
+func throughput(_ argv: [String]) -> (seconds: Double, peak: Double) {
     let start = now()
     let client = TerminalClient(argv, environment: environment)
     let status = client.finish()
     guard status == 0 else { fail("\(argv.joined(separator: " ")) ended with status \(status)") }
-    return now() - start
+    return (now() - start, client.peakResidentMiB)
 }
 
 // MARK: - Echo latency
@@ -177,8 +188,9 @@ func throughput(_ argv: [String]) -> Double {
 /// from its write to its echo's arrival (milliseconds). Returns termind's and ssh's times,
 /// and the CPU each side used per key (microseconds): the client's process, and for termind
 /// also `helpers` (the serve process that runs a durable session, with whatever else it does
-/// meanwhile).
-func echoLatencies(_ ours: [String], _ theirs: [String], keys: Int, helpers: [pid_t] = []) -> (ours: [Double], theirs: [Double], cpu: (ours: Double, theirs: Double)) {
+/// meanwhile); and each client's peak resident memory (MiB).
+func echoLatencies(_ ours: [String], _ theirs: [String], keys: Int, helpers: [pid_t] = [])
+    -> (ours: [Double], theirs: [Double], cpu: (ours: Double, theirs: Double), peaks: (ours: Double, theirs: Double)) {
     let clients = [TerminalClient(ours, environment: environment), TerminalClient(theirs, environment: environment)]
     for (client, argv) in zip(clients, [ours, theirs]) where !client.waitFor("READY") { fail("\(argv.last ?? "") never said READY") }
     let oursCPU = { ([clients[0].pid] + helpers).reduce(0) { $0 + ProcessCPU.seconds(of: $1) } }, theirsCPU = { ProcessCPU.seconds(of: clients[1].pid) }
@@ -206,7 +218,7 @@ func echoLatencies(_ ours: [String], _ theirs: [String], keys: Int, helpers: [pi
         client.write([0x04, 0x04])  // EOF ends cat (twice: a line may be pending)
         _ = client.finish()
     }
-    return (latencies[0], latencies[1], cpu)
+    return (latencies[0], latencies[1], cpu, (clients[0].peakResidentMiB, clients[1].peakResidentMiB))
 }
 
 // MARK: - Runs
@@ -216,12 +228,13 @@ func cell(_ values: [Double], _ format: String = "%.1f") -> String {
     return "\(String(format: format, sorted.first!))/\(String(format: format, sorted[sorted.count / 2]))/\(String(format: format, sorted.last!))"
 }
 func line(_ columns: [String]) {
-    let widths = [44, 22, 22, 8, 6]
+    let widths = [44, 22, 22, 8, 9, 9, 6]
     print(zip(columns, widths).map { $0.padding(toLength: $1, withPad: " ", startingAt: 0) }.joined(separator: " "))
 }
 
 print("termind-terminal-bench: termind ssh vs ssh -tt on one sshd (chacha20-poly1305), remote user \(user)\(account == nil ? "" : " (throwaway, /bin/sh)"), \(runs) runs alternated after a warm-up")
-line(["FIGURE", "TERMIND min/med/max", "SSH -TT min/med/max", "RATIO", "STEAL"])
+func rss(_ v: Double) -> String { String(format: "%.1f MiB", v) }
+line(["FIGURE", "TERMIND min/med/max", "SSH -TT min/med/max", "RATIO", "PEAK RSS", "PEER RSS", "STEAL"])
 
 // A connection for the server rows, so that those runs measure the session, not the handshake.
 _ = throughput(termindClient("true", local: false))
@@ -229,33 +242,44 @@ for (name, local) in [("in-process", true), ("durable, in serve", false)] where 
     _ = throughput(termindClient("true", local: local))
     _ = throughput(sshClient("true"))
     var ours: [Double] = [], theirs: [Double] = []
+    var peaks = (ours: 0.0, theirs: 0.0)
+    /// A run of each, its seconds kept and its client's peak noted.
+    func termindRun() { let run = throughput(termindClient(flood, local: local)); ours.append(run.seconds); peaks.ours = max(peaks.ours, run.peak) }
+    func sshRun() { let run = throughput(sshClient(flood)); theirs.append(run.seconds); peaks.theirs = max(peaks.theirs, run.peak) }
+    if !local { ProcessMemory.resetPeak(of: serve.pid) }
     let stealBefore = CPUSteal.now()
     // Which client goes first alternates from pair to pair, as the echo's keys do: a run
     // that follows a flood meets the other's leftovers (dirty pages, a warm sshd).
     for run in 0..<runs {
         if run % 2 == 0 {
-            ours.append(throughput(termindClient(flood, local: local)))
-            theirs.append(throughput(sshClient(flood)))
+            termindRun()
+            sshRun()
         } else {
-            theirs.append(throughput(sshClient(flood)))
-            ours.append(throughput(termindClient(flood, local: local)))
+            sshRun()
+            termindRun()
         }
     }
+    let steal = CPUSteal.now().share(since: stealBefore)
+    if !local { peaks.ours = max(peaks.ours, ProcessMemory.peakMiB(of: serve.pid) ?? 0) }
     let ratio = zip(ours, theirs).map { $1 / $0 }.sorted()[runs / 2]
     line(["\(mib) MiB to the terminal, \(name) (MiB/s)", cell(ours.map { Double(mib) / $0 }), cell(theirs.map { Double(mib) / $0 }), String(format: "%.2f×", ratio),
-          CPUSteal.now().share(since: stealBefore)])
+          rss(peaks.ours), rss(peaks.theirs), steal])
 }
 
 let echo = "printf READY; cat > /dev/null"
 for (name, local) in [("in-process", true), ("durable, in serve", false)] where wanted("key echo \(name)") {
+    if !local { ProcessMemory.resetPeak(of: serve.pid) }
     let stealBefore = CPUSteal.now()
-    let (ours, theirs, cpu) = echoLatencies(termindClient(echo, local: local), sshClient(echo), keys: keyCount, helpers: local ? [] : [serve.pid])
+    let (ours, theirs, cpu, peaks) = echoLatencies(termindClient(echo, local: local), sshClient(echo), keys: keyCount, helpers: local ? [] : [serve.pid])
+    let steal = CPUSteal.now().share(since: stealBefore)
+    // The same processes behind all three lines.
+    let memory = [rss(local ? peaks.ours : max(peaks.ours, ProcessMemory.peakMiB(of: serve.pid) ?? 0)), rss(peaks.theirs)]
     line(["key echo \(name), median (ms)", String(format: "%.2f", percentile(ours, 0.5)), String(format: "%.2f", percentile(theirs, 0.5)),
-          String(format: "%.2f×", percentile(ours, 0.5) / percentile(theirs, 0.5)), CPUSteal.now().share(since: stealBefore)])
+          String(format: "%.2f×", percentile(ours, 0.5) / percentile(theirs, 0.5))] + memory + [steal])
     line(["key echo \(name), p99 (ms)", String(format: "%.2f", percentile(ours, 0.99)), String(format: "%.2f", percentile(theirs, 0.99)),
-          String(format: "%.2f×", percentile(ours, 0.99) / percentile(theirs, 0.99))])
+          String(format: "%.2f×", percentile(ours, 0.99) / percentile(theirs, 0.99))] + memory)
     // The CPU behind each key (termind's: with serve's when the session is durable), cold
     // (keys 20 ms apart): the work under the latency, which wakes from idle blur.
-    line(["key echo \(name), CPU per key (µs)", String(format: "%.0f", cpu.ours), String(format: "%.0f", cpu.theirs), String(format: "%.2f×", cpu.ours / cpu.theirs)])
+    line(["key echo \(name), CPU per key (µs)", String(format: "%.0f", cpu.ours), String(format: "%.0f", cpu.theirs), String(format: "%.2f×", cpu.ours / cpu.theirs)] + memory)
 }
 print("ratio: throughput = ssh's time / termind's (> 1: termind faster); echo = termind's time / ssh's (< 1: termind faster); STEAL: the hypervisor's share of CPU time during the row")

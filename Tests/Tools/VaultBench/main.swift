@@ -8,6 +8,9 @@ import VaultAPI
 // termind-vault-bench [--hosts N] [--json]: imports N hosts from a generated ssh_config
 // through the Vault's contracts (preview, then commit), lists them and looks hosts up by
 // label. The peer is OpenSSH resolving one host from the same file (`ssh -G -F FILE alias`).
+// PEER RSS on the lookup row: an ssh -G process's peak resident memory (one more run, untimed,
+// started through GNU time); PEAK RSS stays empty: termind's side runs in this process (the contracts
+// called in-process), not in a process of its own.
 // A tool of `make bench`, outside the host: the generic client holds no feature code.
 
 typealias Figure = BenchmarkFigure
@@ -70,21 +73,25 @@ let lookup = (now() - start) / Double(lookups)
 // Peer: OpenSSH resolving one alias from the same file (a process start per lookup).
 let ssh = "/usr/bin/ssh"
 var peer: Double?
+var peerPeak: Double?
 if FileManager.default.isExecutableFile(atPath: ssh) {
     let samples = 20
     start = now()
+    // Standard output and error to /dev/null.
     for i in 0..<samples {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: ssh)
-        process.arguments = ["-G", "-F", path, "node-\(i * 97 % count)"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
+        let process = try SpawnedProcess(ssh, ["-G", "-F", path, "node-\(i * 97 % count)"], captureOutput: false)
+        process.closeInput()
+        process.wait()
     }
     peer = (now() - start) / Double(samples)
+    // Once more, untimed, for its peak memory (GNU time starts it).
+    let measured = try SpawnedProcess(ssh, ["-G", "-F", path, "node-1"], captureOutput: false, measured: true)
+    measured.closeInput()
+    measured.wait()
+    peerPeak = measured.peakResidentMiB
 }
-figures.append(Figure(name: "lookup by label (contract call), mean of \(lookups)", value: lookup * 1e6, unit: "µs", baseline: peer.map { $0 * 1e6 }))
+figures.append(Figure(name: "lookup by label (contract call), mean of \(lookups)", value: lookup * 1e6, unit: "µs", baseline: peer.map { $0 * 1e6 },
+                      peerResident: peerPeak))
 let database = ["", "-wal"].reduce(0) { total, suffix in
     total + ((try? FileManager.default.attributesOfItem(atPath: scratch.file("termind.sqlite") + suffix)[.size] as? Int) ?? 0)
 }
