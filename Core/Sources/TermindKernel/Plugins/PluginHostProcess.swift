@@ -116,18 +116,21 @@ final class PluginHostServer: Sendable {
         inbox.withLock { inbox in
             var more = true
             var rounds = 0
+            var announced = false
             while more {
-                // Input still flowing after a round: calls queued so far go to idle threads
-                // now rather than after the drain.
                 rounds += 1
-                if rounds == 2, queuedAny, work.withLock({ !$0.queued.isEmpty && $0.running < PluginLimits.callThreads }) {
-                    var one: UInt64 = 1
-                    _ = Glibc.write(wake, &one, 8)
-                }
                 switch inbox.receive(wait: false) {
                 case .closed: exit(0)  // termind went away: nothing is left to serve.
                 case .wouldBlock: more = false
-                case .bytes: break
+                case .bytes:
+                    // Input still flowing after the first read: calls queued so far go to idle
+                    // threads now rather than after the drain (once; the usual drain, one
+                    // read and then EAGAIN, wakes no one).
+                    if rounds > 1, !announced, queuedAny, work.withLock({ !$0.queued.isEmpty && $0.running < PluginLimits.callThreads }) {
+                        announced = true
+                        var one: UInt64 = 1
+                        _ = Glibc.write(wake, &one, 8)
+                    }
                 }
                 while true {
                     let next: [String: JSONValue]?
