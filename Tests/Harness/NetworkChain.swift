@@ -274,7 +274,11 @@ public final class NetworkChain: @unchecked Sendable {
 
     private static func destroy(_ marker: Marker, stale: Bool = false) {
         for namespace in marker.namespaces { killProcesses(in: namespace, removeFixtureFolders: stale) }
-        for namespace in marker.namespaces { _ = try? ip(["netns", "delete", namespace]) }
+        for namespace in marker.namespaces {
+            _ = try? ip(["netns", "delete", namespace])
+            // Files a test gave the namespace (`ip netns exec` mounts them over /etc's).
+            try? FileManager.default.removeItem(atPath: "/etc/netns/\(namespace)")
+        }
         for link in marker.rootLinks where FileManager.default.fileExists(atPath: "/sys/class/net/\(link)") {
             _ = try? ip(["link", "delete", link])
         }

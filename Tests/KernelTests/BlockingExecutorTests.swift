@@ -5,6 +5,26 @@ import XCTest
 
 /// The executor behind C plugin calls: bounded threads, a bounded FIFO queue, refusal beyond it.
 final class BlockingExecutorTests: XCTestCase {
+    /// The blocking check can fire: a task on Swift's pool is an offending thread, an
+    /// executor's thread and a dedicated thread (started from that pool, so carrying its
+    /// name) are not. Without this, a toolchain naming its workers otherwise would turn every
+    /// serve test's check into a no-op.
+    func testTheBlockingCheckKnowsThePoolFromExecutorAndDedicatedThreads() async throws {
+        let onPool = await Task.detached { BlockingCheck.offendingThread }.value
+        XCTAssertNotNil(onPool, "a detached task runs on a worker of the cooperative pool")
+        let onExecutor = try await BlockingExecutor.store.run { BlockingCheck.offendingThread }
+        XCTAssertNil(onExecutor, "a BlockingExecutor's thread: \(onExecutor ?? "")")
+        let dedicated = await Task.detached { () -> String? in
+            await withCheckedContinuation { continuation in
+                Thread {
+                    BlockingCheck.dedicatedThread()
+                    continuation.resume(returning: BlockingCheck.offendingThread)
+                }.start()
+            }
+        }.value
+        XCTAssertNil(dedicated, "a thread of its own: \(dedicated ?? "")")
+    }
+
     func testAtMostThreadLimitJobsRunQueueLimitWaitAndTheNextIsRefused() throws {
         let executor = BlockingExecutor(name: "test.executor", threadLimit: 2, queueLimit: 3)
         let release = DispatchSemaphore(value: 0)

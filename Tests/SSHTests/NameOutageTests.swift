@@ -27,13 +27,18 @@ final class NameOutageTests: XCTestCase {
         let etc = "/etc/netns/\(namespace)"
         try FileManager.default.createDirectory(atPath: etc, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: etc) }
-        try "nameserver 127.0.0.1\noptions timeout:10 attempts:1\n".write(toFile: etc + "/resolv.conf", atomically: true, encoding: .utf8)
+        try "nameserver 127.0.0.1\noptions timeout:30 attempts:1\n".write(toFile: etc + "/resolv.conf", atomically: true, encoding: .utf8)
+        // It counts the queries it takes (and answers none).
         let silent = try chain.spawn(in: 1, "/usr/bin/python3", ["-c", """
-            import socket, time
+            import socket
             udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); udp.bind(("127.0.0.1", 53))
             tcp = socket.socket(); tcp.bind(("127.0.0.1", 53)); tcp.listen(128)
             print("listening", flush=True)
-            time.sleep(300)
+            queries = 0
+            while True:
+                udp.recvfrom(4096)
+                queries += 1
+                print(f"query {queries}", flush=True)
             """], captureOutput: true)
         defer { silent.signal(SIGKILL); silent.wait() }
         XCTAssertNotNil(silent.readOutput(until: "listening", timeout: 10), "the silent name server is up")
@@ -56,10 +61,11 @@ final class NameOutageTests: XCTestCase {
             for attempt in attempts { attempt.signal(SIGKILL) }
             for attempt in attempts { attempt.wait() }
         }
-        // Resolution is under way: each lookup waits 20 s (A, then AAAA) on the silent name
-        // server, so for the whole measurement 16 lookups hold every resolver thread and the
-        // other 48 queue behind them.
-        Thread.sleep(forTimeInterval: 1)
+        // Resolution is under way: the name server has taken 16 queries (as many as the
+        // resolver has threads), and each lookup waits on it until termind's 10 s resolve
+        // deadline, so for the whole measurement lookups hold every resolver thread and the
+        // rest queue behind them.
+        XCTAssertNotNil(silent.readOutput(until: "query 16\n", timeout: 10), "the name server is asked by every resolver thread")
         func ended() -> String? {
             guard let ended = attempts.first(where: { !$0.isRunning }) else { return nil }
             let (out, err) = ended.readAll()

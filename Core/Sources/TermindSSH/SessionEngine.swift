@@ -116,7 +116,10 @@ final class SessionEngine: @unchecked Sendable {
         libssh2_session_set_blocking(session, 0)
         self.context = context
         self.session = session
-        let thread = Thread { [self] in self.runLoop() }
+        let thread = Thread { [self] in
+            BlockingCheck.dedicatedThread()
+            self.runLoop()
+        }
         thread.start()
     }
 

@@ -80,6 +80,7 @@ enum SocketConnector {
     }
 
     private static func lookup(host: String, port: Int) -> Result<[Address], TermindError> {
+        BlockingCheck.blocking("getaddrinfo")
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
@@ -131,6 +132,7 @@ enum SocketConnector {
     }
 
     private static func attempt(_ ordered: [Address], host: String, port: Int, deadline: DispatchTime, wake: Int32) throws -> Int32 {
+        BlockingCheck.blocking("a TCP connect's poll")
         var pending = ordered[...]
         var inFlight: [Int32] = []
         var lastError = "no address"

@@ -25,13 +25,13 @@ enum Bench {
         return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
     }
 
-    /// CPU seconds the threads of process `pid` have used (their schedstat run times).
+    /// CPU seconds process `pid` has used, all its threads (its CPU clock: threads that
+    /// ended count too).
     static func threadsCPU(_ pid: Int32) -> Double {
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-        return tasks.reduce(0.0) { sum, task in
-            let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/schedstat", encoding: .utf8)) ?? ""
-            return sum + (Double(text.split(separator: " ").first ?? "") ?? 0) / 1e9
-        }
+        var clock = clockid_t()
+        var spec = timespec()
+        guard clock_getcpuclockid(pid, &clock) == 0, clock_gettime(clock, &spec) == 0 else { return 0 }
+        return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
     }
 
     /// The median time for 120 bytes to reach another process (`/bin/cat`, reading and
@@ -42,8 +42,9 @@ enum Bench {
             throw TermindError(Bench.echoFailed, "no socketpair for the round-trip peer (\(String(cString: strerror(errno)))).")
         }
         defer { close(pair[0]) }
-        let pid = try ChildProcess.spawn(["/bin/cat"], stdin: pair[1], stdout: pair[1])
+        let spawned = Result { try ChildProcess.spawn(["/bin/cat"], stdin: pair[1], stdout: pair[1]) }
         close(pair[1])
+        let pid = try spawned.get()
         defer {
             var status: Int32 = 0
             shutdown(pair[0], Int32(SHUT_WR))

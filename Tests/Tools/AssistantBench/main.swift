@@ -70,6 +70,7 @@ struct Run {
 /// include GNU time's, so the timed runs go without.
 func measure(_ program: String, _ arguments: [String], environment: [String: String], server: ReplayServer, peak: Bool = false) throws -> Run {
     let peakFile = peak && SpawnedProcess.canMeasure ? NSTemporaryDirectory() + "termind-assistant-bench-peak-\(getpid())" : nil
+    defer { if let peakFile { unlink(peakFile) } }
     let (program, arguments) = peakFile.map { ("/usr/bin/time", ["-q", "-f", "%M", "-o", $0, program] + arguments) } ?? (program, arguments)
     var pipeFDs: [Int32] = [0, 0]
     guard pipe(&pipeFDs) == 0 else { throw TermindError(code: "bench.pipe", message: "pipe failed") }

@@ -66,6 +66,7 @@ func measure(_ program: String, _ arguments: [String], environment: [String: Str
     // Its peak memory through GNU time, which forks it from a small process: wait4's
     // ru_maxrss of a child posix_spawn started here counts this benchmark's memory too.
     let peakFile = peak && SpawnedProcess.canMeasure ? NSTemporaryDirectory() + "termind-ssh-bench-peak-\(getpid())" : nil
+    defer { if let peakFile { unlink(peakFile) } }
     let (program, arguments) = peakFile.map { ("/usr/bin/time", ["-q", "-f", "%M", "-o", $0, program] + arguments) } ?? (program, arguments)
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)

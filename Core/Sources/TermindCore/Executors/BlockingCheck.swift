@@ -22,9 +22,15 @@ public enum BlockingCheck {
     @inline(__always)
     public static func blocking(_ what: StaticString) {
         #if DEBUG
-        guard mode != nil, BlockingExecutor.currentExecutorName == nil, let pool = poolThreadName() else { return }
+        guard mode != nil, let pool = offendingThread else { return }
         report(what, pool)
         #endif
+    }
+
+    /// The calling thread's name when blocking here would be an offence (a worker of the
+    /// pool that is not a BlockingExecutor's or a dedicated thread), else nil.
+    public static var offendingThread: String? {
+        BlockingExecutor.currentExecutorName == nil ? poolThreadName() : nil
     }
 
     /// Says that the calling thread is a thread of its own (a command's invocation thread, a

@@ -167,7 +167,10 @@ public final class BlockingExecutor: @unchecked Sendable {
     /// wait behind its calls).
     public static func detached<T: Sendable>(name: String, _ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
-            let thread = Thread { continuation.resume(with: Result { try body() }) }
+            let thread = Thread {
+                BlockingCheck.dedicatedThread()
+                continuation.resume(with: Result { try body() })
+            }
             thread.name = name
             thread.start()
         }
