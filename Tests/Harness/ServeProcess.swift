@@ -1,12 +1,15 @@
 import Foundation
 import TermindCore
 import TermindKernel
+import XCTest
 
 /// A `termind serve` child process on a private socket, for tests that need the real
 /// server: its own cooperative pool and threads, its memory read from /proc.
 public final class ServeProcess: @unchecked Sendable {
     public let socketPath: String
     public let process: SpawnedProcess
+    /// Where its standard error goes.
+    private let errorLog: String
     private let outputFD: Int32
 
     /// Starts `termind serve --json` with `arguments` (e.g. --registry, --plugins) and
@@ -18,6 +21,7 @@ public final class ServeProcess: @unchecked Sendable {
     public init(directory: TemporaryDirectory, arguments: [String], serveArguments: [String] = [], environment extra: [String: String] = [:],
                 namespace: String? = nil) throws {
         socketPath = directory.file("serve/control.sock")
+        errorLog = directory.file("serve-stderr.log")
         var environment = ProcessInfo.processInfo.environment
         environment["HOME"] = directory.file("home")
         environment["XDG_RUNTIME_DIR"] = directory.file("home/run")
@@ -79,8 +83,14 @@ public final class ServeProcess: @unchecked Sendable {
 
     /// SIGTERM, then the exit status.
     @discardableResult
-    public func stop() -> Int32 {
+    public func stop(file: StaticString = #filePath, line: UInt = #line) -> Int32 {
         process.signal(SIGTERM)
-        return process.wait()
+        let status = process.wait()
+        // The blocking check ended it (at any time, stopping included): the test fails with
+        // what it said, whether or not the test looks at the status.
+        if status == 128 + SIGABRT, let log = try? String(contentsOfFile: errorLog, encoding: .utf8), log.contains("blocking work") {
+            XCTFail("termind serve ended on the blocking check:\n\(log.suffix(4000))", file: file, line: line)
+        }
+        return status
     }
 }
