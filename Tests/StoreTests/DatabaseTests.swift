@@ -276,7 +276,7 @@ final class DatabaseTests: XCTestCase {
 
     func testReadsAndWritesRunOnTheStoresExecutorNeverTheCooperativePool() async throws {
         let db = try StoreAccess.database(path: directory.file("t.sqlite"))
-        try db.migrate(notes)
+        try await db.migrate(notes)
         let writer = try await db.write { db -> String in
             try db.execute("INSERT INTO notes (body) VALUES ('queued')")
             return BlockingExecutor.currentExecutorName ?? "not an executor thread"

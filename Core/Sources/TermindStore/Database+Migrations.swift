@@ -41,6 +41,13 @@ extension Database {
         public var applied: [Int] { from < to ? Array((from + 1)...to) : [] }
     }
 
+    /// `migrate(_:)` on the store's executor: what a feature's `start` calls (its statements
+    /// never run on the cooperative pool).
+    @discardableResult
+    public func migrate(_ schema: Schema) async throws -> MigrationReport {
+        try await BlockingExecutor.store.run { try self.migrate(schema) }
+    }
+
     /// Brings the feature's tables to its latest version in one transaction: either every
     /// pending migration is applied or none is. Refuses a database written by a newer
     /// termind (it knows versions this build does not) and migrations edited after release.

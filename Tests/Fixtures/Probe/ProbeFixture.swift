@@ -109,7 +109,7 @@ final class ProbeFeature: Feature {
 
     func start(_ context: FeatureContext) async throws {
         if let db = context.ports.optional(.store) {
-            try db.migrate(Schema(feature: "fixture-probe", migrations: [
+            try await db.migrate(Schema(feature: "fixture-probe", migrations: [
                 Migration(1, "create notes", "CREATE TABLE fixture_probe_notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);"),
             ]))
         }

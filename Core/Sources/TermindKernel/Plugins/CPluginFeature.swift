@@ -38,7 +38,7 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     init(manifest: FeatureManifest, descriptor: UnsafePointer<termind_plugin_descriptor>, functions: [ForeignFunction]) {
         self.manifest = manifest
         contractSchemas = Dictionary(manifest.contracts.map { ($0, manifest.schemas(of: $0)) }, uniquingKeysWith: { a, _ in a })
-        responseSchemas = Dictionary((manifest.contracts + manifest.streams).map { ($0, manifest.schemas(of: $0).response) }, uniquingKeysWith: { a, _ in a })
+        responseSchemas = Self.responseSchemas(manifest)
         self.descriptor = descriptor
         self.functions = functions
         functionsByContract = Dictionary(functions.map { ("\(manifest.id).fn.\($0.name)", $0) }, uniquingKeysWith: { a, _ in a })
@@ -110,8 +110,8 @@ final class CPluginFeature: Feature, @unchecked Sendable {
                 try await serve(text, try checked(body, schemas.request, text), session)
             })
         }
-        let requestSchema = SchemaDerivation.schema(for: ForeignFunctionCall.Request.self)
-        let responseSchema = SchemaDerivation.schema(for: ForeignFunctionCall.Response.self)
+        let requestSchema = functionRequestSchema
+        let responseSchema = functionResponseSchema
         for name in functions {
             let contract = ContractID(name: "\(id).fn.\(name)", version: 1)
             let declared = manifest.functions.first { $0.name == name }
@@ -127,8 +127,14 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     }
 
     /// The request (`{}` when empty), checked against its schema.
-    /// Derived once: every function takes `{"args": [...]}`.
+    /// Derived once: every function takes `{"args": [...]}` and answers `{"result": ...}`.
     static let functionRequestSchema = SchemaDerivation.schema(for: ForeignFunctionCall.Request.self)
+    static let functionResponseSchema = SchemaDerivation.schema(for: ForeignFunctionCall.Response.self)
+
+    /// Each contract's and stream's response schema in `manifest`, read once.
+    static func responseSchemas(_ manifest: FeatureManifest) -> [String: JSONSchema] {
+        Dictionary((manifest.contracts + manifest.streams).map { ($0, manifest.schemas(of: $0).response) }, uniquingKeysWith: { a, _ in a })
+    }
 
     /// A function's arguments (`{"args": [...]}`, none when left out), checked against the
     /// request schema as `ContractCoding.decodeRequest` would, from the parsed value: no

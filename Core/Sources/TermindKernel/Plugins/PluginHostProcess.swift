@@ -138,9 +138,7 @@ final class PluginHostServer: Sendable {
                     guard let frame = next else { break }
                     switch frame["op"]?.stringValue {
                     case "call":
-                        guard let job = call(frame, served) else { continue }
-                        work.withLock { $0.queued.append(job) }
-                        queuedAny = true
+                        if call(frame, served) { queuedAny = true }
                     case "stream": stream(frame, served.streams)
                     case "to-stream":
                         if case .integer(let id)? = frame["id"], case .object(let message)? = frame["message"] {
@@ -174,7 +172,7 @@ final class PluginHostServer: Sendable {
     }
 
     func run() -> Int32 {
-        guard let load = try? PluginWire.read(fd), load["op"] == .string("load"), let manifestValue = load["manifest"],
+        guard let load = try? inbox.withLock({ try $0.next() }), load["op"] == .string("load"), let manifestValue = load["manifest"],
               var manifest = try? JSONDecoder().decode(FeatureManifest.self, from: JSONCoding.encode(manifestValue)) else {
             return 2
         }
@@ -220,13 +218,13 @@ final class PluginHostServer: Sendable {
         serveFrames(served)
     }
 
-    /// A contract call: for a C plugin, the job to run on a call thread (nil when it was
-    /// refused as busy); anything else runs as a task.
-    private func call(_ frame: [String: JSONValue], _ served: Served) -> (@Sendable () -> Void)? {
-        guard case .integer(let id)? = frame["id"], let name = frame["contract"]?.stringValue else { return nil }
+    /// A contract call: for a C plugin, queued for a call thread (true), or refused as busy;
+    /// anything else runs as a task.
+    private func call(_ frame: [String: JSONValue], _ served: Served) -> Bool {
+        guard case .integer(let id)? = frame["id"], let name = frame["contract"]?.stringValue else { return false }
         guard let endpoint = served.contracts[name] else {
             send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(TermindError.unknownContract(name))])
-            return nil
+            return false
         }
         let body = Data((frame["body"]?.stringValue ?? "{}").utf8)
         let origin = PluginWire.origin(frame["origin"])
@@ -239,7 +237,7 @@ final class PluginHostServer: Sendable {
                     send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(error)])
                 }
             }
-            return nil
+            return false
         }
         // On the thread that read it (or the next free one), start to end: no task hop.
         let job: @Sendable () -> Void = { [self] in
@@ -250,13 +248,16 @@ final class PluginHostServer: Sendable {
                 send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(error)])
             }
         }
-        let room = work.withLock { $0.running + $0.queued.count < PluginLimits.callThreads + PluginLimits.queuedCalls }
-        guard room else {
+        let queued = work.withLock { work -> Bool in
+            guard work.running + work.queued.count < PluginLimits.callThreads + PluginLimits.queuedCalls else { return false }
+            work.queued.append(job)
+            return true
+        }
+        if !queued {
             send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(TermindError(.pluginBusy,
                 "plugin '\(plugin.pluginID)' is busy: \(PluginLimits.callThreads) calls are running and \(PluginLimits.queuedCalls) are waiting; \(name) was not started. Try again shortly."))])
-            return nil
         }
-        return job
+        return queued
     }
 
     /// A stream runs against a session whose events, questions and input grants go to

@@ -90,21 +90,7 @@ public enum PluginWire {
         out.append(UInt8(ascii: "\""))
     }
 
-    /// Reads one frame, blocking; throws `Closed` at the end of the stream or on a frame
-    /// that is not a JSON object within the bound.
-    static func read(_ fd: Int32) throws -> [String: JSONValue] {
-        var header = [UInt8](repeating: 0, count: 4)
-        try readFully(fd, &header, 4)
-        let length = Int(UInt32(header[0]) << 24 | UInt32(header[1]) << 16 | UInt32(header[2]) << 8 | UInt32(header[3]))
-        guard length > 0, length <= maximumFrame else { throw Closed() }
-        var body = [UInt8](repeating: 0, count: length)
-        try readFully(fd, &body, length)
-        guard case .object(let object) = try? JSONCoding.parse(Data(body), source: "a plugin frame") else { throw Closed() }
-        return object
-    }
-
-    /// Frames read through a buffer: one `read` takes in as many frames as have arrived,
-    /// where `read(_:)` costs two per frame (its length, then its body).
+    /// Frames read through a buffer: one `recv` takes in as many frames as have arrived.
     struct Reader {
         let fd: Int32
         private var bytes: [UInt8] = []
@@ -151,23 +137,12 @@ public enum PluginWire {
             return object
         }
 
-        /// The next frame, blocking until it has arrived; throws `Closed` at the end of the stream.
+        /// The next frame, blocking until it has arrived; throws `Closed` at the end of the
+        /// stream or on a frame that is not a JSON object within the bound.
         mutating func next() throws -> [String: JSONValue] {
             while true {
                 if let frame = try buffered() { return frame }
                 guard case .bytes = receive(wait: true) else { throw Closed() }
-            }
-        }
-    }
-
-    private static func readFully(_ fd: Int32, _ buffer: inout [UInt8], _ count: Int) throws {
-        var offset = 0
-        try buffer.withUnsafeMutableBytes { raw in
-            while offset < count {
-                let n = Glibc.read(fd, raw.baseAddress! + offset, count - offset)
-                if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { throw Closed() }
-                offset += n
             }
         }
     }

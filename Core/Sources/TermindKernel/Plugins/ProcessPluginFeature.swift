@@ -58,8 +58,8 @@ final class ProcessPluginFeature: Feature, Sendable {
         let functions = manifest.functions.filter { if case .success = FunctionSignature.parse($0.signature) { true } else { false } }.map(\.name)
         let manifest = self.manifest
         // Read once, not per call.
-        let responses = Dictionary((manifest.contracts + manifest.streams).map { ($0, manifest.schemas(of: $0).response) }, uniquingKeysWith: { a, _ in a })
-        let functionResponse = Self.functionResponseSchema
+        let responses = CPluginFeature.responseSchemas(manifest)
+        let functionResponse = CPluginFeature.functionResponseSchema
         // What comes back from the plugin's process is checked here again, as it would be in
         // process: parsed within the reply bound, held to the declared schema, written anew.
         CPluginFeature.registerEndpoints(manifest, functions: functions, into: registrar, call: { [self] contract, request, origin in
@@ -70,9 +70,6 @@ final class ProcessPluginFeature: Feature, Sendable {
             try Self.checkedReply(try await child().call(contract.description, body, .inProcess), functionResponse, manifest.id, contract.description)
         })
     }
-
-    /// Derived once: every function answers `{"result": ...}`.
-    static let functionResponseSchema = SchemaDerivation.schema(for: ForeignFunctionCall.Response.self)
 
     static func checkedReply(_ body: Data, _ schema: JSONSchema, _ id: String, _ contract: String) throws -> Data {
         guard body.count <= PluginLimits.maximumReplyBytes else {

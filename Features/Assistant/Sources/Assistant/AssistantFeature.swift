@@ -96,7 +96,7 @@ final class AssistantFeature: Feature {
         }
         let db = try context.ports.require(.store)
         do {
-            let report = try await BlockingExecutor.store.run { try db.migrate(AssistantSchema.schema) }
+            let report = try await db.migrate(AssistantSchema.schema)
             if !report.applied.isEmpty { context.logger.info("assistant.migrated", ["to": .int(report.to)]) }
         } catch let error as StoreError {
             throw error.termindError

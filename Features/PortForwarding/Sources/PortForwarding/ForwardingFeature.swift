@@ -155,7 +155,7 @@ final class ForwardingFeature: Feature {
     func start(_ context: FeatureContext) async throws {
         let db = try context.ports.require(.store)
         do {
-            let report = try await BlockingExecutor.store.run { try db.migrate(ForwardingSchema.schema) }
+            let report = try await db.migrate(ForwardingSchema.schema)
             if !report.applied.isEmpty { context.logger.info("forwarding.migrated", ["to": .int(report.to)]) }
         } catch let error as StoreError {
             throw error.termindError

@@ -110,7 +110,7 @@ final class SettingsFeature: Feature {
         let db = try context.ports.require(.store)
         let secrets = try context.ports.require(.secrets)
         do {
-            let report = try await BlockingExecutor.store.run { try db.migrate(SettingsSchema.schema) }
+            let report = try await db.migrate(SettingsSchema.schema)
             if !report.applied.isEmpty { context.logger.info("settings.migrated", ["to": .int(report.to)]) }
         } catch let error as StoreError {
             throw error.termindError

@@ -81,7 +81,7 @@ final class SyncFeature: Feature {
     func start(_ context: FeatureContext) async throws {
         let db = try context.ports.require(.store)
         do {
-            let report = try await BlockingExecutor.store.run { try db.migrate(SyncSchema.schema) }
+            let report = try await db.migrate(SyncSchema.schema)
             if !report.applied.isEmpty { context.logger.info("sync.migrated", ["to": .int(report.to)]) }
         } catch let error as StoreError {
             throw error.termindError

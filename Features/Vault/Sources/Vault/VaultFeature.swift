@@ -121,7 +121,7 @@ final class VaultFeature: Feature {
         let db = try context.ports.require(.store)
         let secrets = try context.ports.require(.secrets)
         do {
-            let report = try await BlockingExecutor.store.run { try db.migrate(VaultSchema.schema) }
+            let report = try await db.migrate(VaultSchema.schema)
             if !report.applied.isEmpty { context.logger.info("vault.migrated", ["to": .int(report.to)]) }
         } catch let error as StoreError {
             throw error.termindError

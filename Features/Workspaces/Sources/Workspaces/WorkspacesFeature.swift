@@ -118,7 +118,7 @@ final class WorkspacesFeature: Feature {
     func start(_ context: FeatureContext) async throws {
         let db = try context.ports.require(.store)
         do {
-            let report = try await BlockingExecutor.store.run { try db.migrate(WorkspacesSchema.schema) }
+            let report = try await db.migrate(WorkspacesSchema.schema)
             if !report.applied.isEmpty { context.logger.info("workspaces.migrated", ["to": .int(report.to)]) }
         } catch let error as StoreError {
             throw error.termindError
