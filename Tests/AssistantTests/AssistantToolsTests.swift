@@ -379,6 +379,8 @@ final class AssistantToolsTests: XCTestCase {
         XCTAssertTrue(try told("call_later").contains("not a secret handle of this run"), (try? told("call_later")) ?? "")
         // Nowhere else: no request to the model, not the terminal (echo off, --debug logs), no file termind wrote.
         XCTAssertFalse(report.output.contains(secret), report.output)
+        // Every request the replay server recorded (the model saw the run's results: there are some).
+        XCTAssertGreaterThan(server.requests.count, 1, "the model was asked after the secret was used")
         for request in server.requests { XCTAssertNil(request.body.range(of: Data(secret.utf8)), "a request to the model held the secret") }
         let audit = try ok(["--json", "assistant", "audit"]).stdout
         XCTAssertFalse(audit.contains(secret))

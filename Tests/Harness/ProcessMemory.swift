@@ -31,6 +31,27 @@ public enum ProcessMemory {
         close(fd)
     }
 
+    /// The command that runs `program` under GNU time, writing the program's own peak
+    /// (ru_maxrss of a child GNU time forked, in KiB) to a file of its own: the program and
+    /// arguments to start, and the file for `peakMiB(in:)` (nil, and the command unchanged,
+    /// when GNU time is not installed). wait4's ru_maxrss of a child started here with
+    /// posix_spawn would count this process's memory too (vfork shares it until exec).
+    public static func measuredCommand(_ program: String, _ arguments: [String]) -> (program: String, arguments: [String], peakFile: String?) {
+        guard access(timePath, X_OK) == 0 else { return (program, arguments, nil) }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("termind-peak-\(UUID().uuidString)").path
+        return (timePath, ["-q", "-f", "%M", "-o", file, program] + arguments, file)
+    }
+
+    /// The peak GNU time wrote to `file` (MiB), which is then removed.
+    public static func peakMiB(in file: String) -> Double? {
+        defer { unlink(file) }
+        guard let text = try? String(contentsOfFile: file, encoding: .utf8),
+              let kib = text.split(separator: "\n").last.flatMap({ Double($0.trimmingCharacters(in: .whitespaces)) }) else { return nil }
+        return kib / 1024
+    }
+
+    static let timePath = "/usr/bin/time"
+
     static func field(_ name: String, of pid: pid_t) -> Double? {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
               let line = text.split(separator: "\n").first(where: { $0.hasPrefix(name + ":") }),

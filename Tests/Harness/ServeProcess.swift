@@ -68,18 +68,9 @@ public final class ServeProcess: @unchecked Sendable {
     deinit { close(outputFD) }
 
     /// Resident memory of the server now (VmRSS), in bytes.
-    public func residentBytes() -> Int { Self.status(of: process.pid, field: "VmRSS") }
+    public func residentBytes() -> Int { Int((ProcessMemory.field("VmRSS", of: process.pid) ?? 0) * 1_048_576) }
     /// Peak resident memory so far (VmHWM), in bytes.
-    public func peakResidentBytes() -> Int { Self.status(of: process.pid, field: "VmHWM") }
-
-    static func status(of pid: pid_t, field: String) -> Int {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
-        for line in text.split(separator: "\n") where line.hasPrefix(field + ":") {
-            let digits = line.dropFirst(field.count + 1).trimmingCharacters(in: .whitespaces).prefix { $0.isNumber }
-            return (Int(digits) ?? 0) * 1024
-        }
-        return 0
-    }
+    public func peakResidentBytes() -> Int { Int((ProcessMemory.peakMiB(of: process.pid) ?? 0) * 1_048_576) }
 
     /// SIGTERM, then the exit status.
     @discardableResult

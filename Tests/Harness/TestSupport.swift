@@ -121,15 +121,11 @@ public final class SpawnedProcess: @unchecked Sendable {
     /// the program's own ru_maxrss.
     public var peakResidentMiB: Double? {
         lock.withLock {
-            guard reaped != nil, let peakFile, let text = try? String(contentsOfFile: peakFile, encoding: .utf8),
-                  let kib = text.split(separator: "\n").last.flatMap({ Double($0.trimmingCharacters(in: .whitespaces)) }) else { return nil }
-            return kib / 1024
+            if reaped != nil, let peakFile, measuredPeak == nil { measuredPeak = ProcessMemory.peakMiB(in: peakFile) }
+            return measuredPeak
         }
     }
-
-    /// Whether processes can be started `measured` here (GNU time is installed).
-    public static var canMeasure: Bool { access(timePath, X_OK) == 0 }
-    static let timePath = "/usr/bin/time"
+    private var measuredPeak: Double?
     /// Once reaped: the CPU seconds it and the descendants it reaped used; 0 before.
     public var cpuSeconds: Double {
         lock.withLock {
@@ -142,9 +138,8 @@ public final class SpawnedProcess: @unchecked Sendable {
     /// process that runs to its end (`pid` is then GNU time's, which passes no signal on).
     public init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil,
                 currentDirectory: String? = nil, captureOutput: Bool, output: Int32? = nil, measured: Bool = false) throws {
-        let peakFile = measured && Self.canMeasure ? FileManager.default.temporaryDirectory.appendingPathComponent("termind-peak-\(UUID().uuidString)").path : nil
+        let (executable, arguments, peakFile) = measured ? ProcessMemory.measuredCommand(executable, arguments) : (executable, arguments, nil)
         self.peakFile = peakFile
-        let (executable, arguments) = peakFile.map { (Self.timePath, ["-q", "-f", "%M", "-o", $0, executable] + arguments) } ?? (executable, arguments)
         var inPipe: [Int32] = [-1, -1], outPipe: [Int32] = [-1, -1], errPipe: [Int32] = [-1, -1]
         // The pipes are close-on-exec and made under one lock with the spawn: a child another
         // thread spawns meanwhile must not inherit them (a test's second thread running
@@ -183,7 +178,7 @@ public final class SpawnedProcess: @unchecked Sendable {
 
     deinit {
         for fd in [inputFD, outputFD, errorFD] where fd >= 0 { close(fd) }
-        if let peakFile { unlink(peakFile) }
+        if let peakFile { unlink(peakFile) }  // when nobody read it
     }
 
     private static let spawning = NSLock()

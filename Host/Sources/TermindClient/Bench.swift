@@ -18,16 +18,9 @@ enum Bench {
     static let peerClosed: ErrorCode = "bench.closed"
     static let echoFailed: ErrorCode = "bench.echo"
 
-    /// CPU seconds this process has used, all threads.
-    static func processCPU() -> Double {
-        var spec = timespec()
-        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &spec)
-        return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
-    }
-
-    /// CPU seconds process `pid` has used, all its threads (its CPU clock: threads that
-    /// ended count too).
-    static func threadsCPU(_ pid: Int32) -> Double {
+    /// CPU seconds process `pid` (0: this one) has used, all its threads (its CPU clock:
+    /// threads that ended count too).
+    static func cpuSeconds(of pid: Int32 = 0) -> Double {
         var clock = clockid_t()
         var spec = timespec()
         guard clock_getcpuclockid(pid, &clock) == 0, clock_gettime(clock, &spec) == 0 else { return 0 }
@@ -220,13 +213,13 @@ enum Bench {
                 var times: [Double] = []
                 var cpuBefore = 0.0, childBefore = 0.0
                 for index in 0..<(iterations + 100) {
-                    if index == 100 { (cpuBefore, childBefore) = (processCPU(), pid.map(threadsCPU) ?? 0) }
+                    if index == 100 { (cpuBefore, childBefore) = (cpuSeconds(), pid.map { cpuSeconds(of: $0) } ?? 0) }
                     let t = now()
                     _ = try await booted.call(fn, body: request)
                     if index >= 100 { times.append(now() - t) }
                 }
                 medians[isolation] = median(times)
-                cpu[isolation] = (processCPU() - cpuBefore, (pid.map(threadsCPU) ?? 0) - childBefore)
+                cpu[isolation] = (cpuSeconds() - cpuBefore, (pid.map { cpuSeconds(of: $0) } ?? 0) - childBefore)
                 if let pid, let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
                    let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
                    let kib = Double(line.split(separator: " ").dropFirst().first ?? "") {

@@ -69,9 +69,7 @@ struct Run {
 /// posix_spawn started here counts this benchmark's memory too); its CPU and wall then
 /// include GNU time's, so the timed runs go without.
 func measure(_ program: String, _ arguments: [String], environment: [String: String], server: ReplayServer, peak: Bool = false) throws -> Run {
-    let peakFile = peak && SpawnedProcess.canMeasure ? NSTemporaryDirectory() + "termind-assistant-bench-peak-\(getpid())" : nil
-    defer { if let peakFile { unlink(peakFile) } }
-    let (program, arguments) = peakFile.map { ("/usr/bin/time", ["-q", "-f", "%M", "-o", $0, program] + arguments) } ?? (program, arguments)
+    let (program, arguments, peakFile) = peak ? ProcessMemory.measuredCommand(program, arguments) : (program, arguments, nil)
     var pipeFDs: [Int32] = [0, 0]
     guard pipe(&pipeFDs) == 0 else { throw TermindError(code: "bench.pipe", message: "pipe failed") }
     var actions = posix_spawn_file_actions_t()
@@ -109,9 +107,9 @@ func measure(_ program: String, _ arguments: [String], environment: [String: Str
     let starts = server.bodyStarts
     guard starts.count > replies, let first else { throw TermindError(code: "bench.stream", message: "\(program) printed nothing") }
     func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
-    let kib = peakFile.flatMap { try? String(contentsOfFile: $0, encoding: .utf8) }.flatMap { $0.split(separator: "\n").last.flatMap { Double($0) } }
+    let peakMiB = peakFile.flatMap(ProcessMemory.peakMiB(in:))
     return Run(wall: wall, cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime), firstToken: first - starts[replies], bytes: total,
-               peak: (kib ?? 0) / 1024)
+               peak: peakMiB ?? 0)
 }
 
 func spread(_ values: [Double]) -> (min: Double, median: Double, max: Double) {
@@ -120,7 +118,6 @@ func spread(_ values: [Double]) -> (min: Double, median: Double, max: Double) {
 }
 func f(_ v: Double) -> String { v >= 100 ? String(format: "%.0f", v) : v >= 10 ? String(format: "%.1f", v) : String(format: "%.2f", v) }
 func triple(_ s: (min: Double, median: Double, max: Double)) -> String { "\(f(s.min))/\(f(s.median))/\(f(s.max))" }
-func rss(_ v: Double) -> String { String(format: "%.1f MiB", v) }
 
 /// Issue 37's batch row: a model answer of 20 read-only `ssh_exec` calls on one host, run by
 /// `termind assistant run` inside `termind serve` (its pooled connection warm, the calls at
@@ -205,7 +202,7 @@ func batchRow(directory: TemporaryDirectory, server: ReplayServer, environment: 
     let peakOurs = max(clientPeaks.ours, ProcessMemory.peakMiB(of: serve.process.pid) ?? 0), peakTheirs = max(clientPeaks.theirs, ProcessMemory.peakMiB(of: master) ?? 0)
     let n = Double(commands.count)
     print("20-call read-only batch, one host: termind (serve, parallel) \(triple(spread(ours.map { $0 * 1000 }))) ms, ssh -S ControlMaster sequential \(triple(spread(theirs.map { $0 * 1000 }))) ms: \(f(speedup))× faster (target ≥ 3×: \(speedup >= 3 ? "met" : "missed")); "
-          + "peak RSS \(rss(peakOurs)) (termind serve and client) / \(rss(peakTheirs)) (ssh master and clients)")
+          + "peak RSS \(BenchmarkFigure.mebibytes(peakOurs)) (termind serve and client) / \(BenchmarkFigure.mebibytes(peakTheirs)) (ssh master and clients)")
     print("  CPU per command, ms: sshd \(f(spread(sshdOurs).median / n * 1000)) (termind's channels) / \(f(spread(sshdTheirs).median / n * 1000)) (ssh's); "
           + "client side \(f(spread(clientOurs).median / n * 1000)) (termind serve + client) / \(f(spread(clientTheirs).median / n * 1000)) (ssh processes + master)")
     let cores = Double(ProcessInfo.processInfo.activeProcessorCount)
@@ -304,7 +301,7 @@ do {
     func line(_ name: String, _ a: [Double], _ b: [Double], scale: Double = 1) {
         let x = spread(a.map { $0 * scale }), y = spread(b.map { $0 * scale })
         let peaks = (termindPeak, sdkPeak)
-        print("\(name.padding(toLength: 34, withPad: " ", startingAt: 0)) \(triple(x).padding(toLength: 20, withPad: " ", startingAt: 0)) \(triple(y).padding(toLength: 20, withPad: " ", startingAt: 0)) \(f(x.median / max(y.median, 1e-9)).padding(toLength: 14, withPad: " ", startingAt: 0)) \(rss(peaks.0).padding(toLength: 9, withPad: " ", startingAt: 0)) \(rss(peaks.1))")
+        print("\(name.padding(toLength: 34, withPad: " ", startingAt: 0)) \(triple(x).padding(toLength: 20, withPad: " ", startingAt: 0)) \(triple(y).padding(toLength: 20, withPad: " ", startingAt: 0)) \(f(x.median / max(y.median, 1e-9)).padding(toLength: 14, withPad: " ", startingAt: 0)) \(BenchmarkFigure.mebibytes(peaks.0).padding(toLength: 9, withPad: " ", startingAt: 0)) \(BenchmarkFigure.mebibytes(peaks.1))")
     }
     line("first token after the stream, ms", longRuns.map(\.0.firstToken), longRuns.map(\.1.firstToken), scale: 1000)
     line("CPU per 1,000 tokens, ms", termindPer, sdkPer, scale: 1000)

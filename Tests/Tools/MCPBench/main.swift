@@ -282,10 +282,9 @@ func downloadRow(mib: Int, rounds: Int, environment: [String: String]) throws {
     print("  sftp_download_link + GET       \(String(format: "%.2f/%.2f/%.2f", links.min()!, median(links), links.max()!))   \(String(format: "%.0f", mb / median(links)))")
     let ratio = median(gets) / median(links)
     print("target: the link ≥ 0.9× termind get's throughput: \(String(format: "%.2f", ratio))× (\(ratio >= 0.9 ? "met" : "missed")); "
-          + "peak RSS \(rss(peaks.link)) (link: serve) / \(rss(peaks.get)) (termind get: serve and its client)")
+          + "peak RSS \(BenchmarkFigure.mebibytes(peaks.link)) (link: serve) / \(BenchmarkFigure.mebibytes(peaks.get)) (termind get: serve and its client)")
 }
 
-func rss(_ v: Double) -> String { String(format: "%.1f MiB", v) }
 
 func percentile(_ values: [Double], _ p: Double) -> Double {
     let sorted = values.sorted()
@@ -385,7 +384,7 @@ do {
         let ratio = median(ourRates) / median(theirRates)
         let p99 = percentile(latencies, 0.99)
         print("\(name): target ≥ 5× the reference's throughput: \(String(format: "%.2f", ratio))× (\(ratio >= 5 ? "met" : "missed")); p99 ≤ 5 ms: \(ms(p99)) ms (\(p99 <= 0.005 ? "met" : "missed")); "
-              + "peak RSS \(rss(peaks.ours)) / \(rss(peaks.theirs)) (\(processes))")
+              + "peak RSS \(BenchmarkFigure.mebibytes(peaks.ours)) / \(BenchmarkFigure.mebibytes(peaks.theirs)) (\(processes))")
     }
     if downloadMiB > 0 { try downloadRow(mib: downloadMiB, rounds: max(2, min(rounds, 3)), environment: environment) }
 } catch {

@@ -65,9 +65,7 @@ func measure(_ program: String, _ arguments: [String], environment: [String: Str
              log: String, server: pid_t? = nil, peak: Bool = true) throws -> Run {
     // Its peak memory through GNU time, which forks it from a small process: wait4's
     // ru_maxrss of a child posix_spawn started here counts this benchmark's memory too.
-    let peakFile = peak && SpawnedProcess.canMeasure ? NSTemporaryDirectory() + "termind-ssh-bench-peak-\(getpid())" : nil
-    defer { if let peakFile { unlink(peakFile) } }
-    let (program, arguments) = peakFile.map { ("/usr/bin/time", ["-q", "-f", "%M", "-o", $0, program] + arguments) } ?? (program, arguments)
+    let (program, arguments, peakFile) = peak ? ProcessMemory.measuredCommand(program, arguments) : (program, arguments, nil)
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
@@ -91,8 +89,8 @@ func measure(_ program: String, _ arguments: [String], environment: [String: Str
         throw TermindError(code: "bench.failed", message: "\(URL(fileURLWithPath: program).lastPathComponent) \(arguments.joined(separator: " ")) ended with status \(status); see \(log)")
     }
     func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
-    let kib = peakFile.flatMap { try? String(contentsOfFile: $0, encoding: .utf8) }.flatMap { $0.split(separator: "\n").last.flatMap { Double($0) } }
-    return Run(wall: wall, cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime) + serverCPU, peak: (kib ?? 0) / 1024)
+    let peakMiB = peakFile.flatMap(ProcessMemory.peakMiB(in:))
+    return Run(wall: wall, cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime) + serverCPU, peak: peakMiB ?? 0)
 }
 
 /// Runs `a` and `b` in turn (one unmeasured warm-up each), `count` pairs.
@@ -117,7 +115,6 @@ func row(_ name: String, _ cells: [String]) {
 }
 func f(_ v: Double) -> String { v >= 100 ? String(format: "%.0f", v) : v >= 10 ? String(format: "%.1f", v) : String(format: "%.2f", v) }
 func triple(_ s: (min: Double, median: Double, max: Double)) -> String { "\(f(s.min))/\(f(s.median))/\(f(s.max))" }
-func rss(_ v: Double) -> String { String(format: "%.1f MiB", v) }
 
 /// Whether the row named `name` runs (`--only`).
 func wanted(_ name: String) -> Bool { onlyRows.map { name.contains($0) } ?? true }
@@ -137,8 +134,8 @@ func throughputRow(_ name: String, bytes: Int, servers: (pid_t, pid_t)? = nil, _
     let ratio = spread(pairs.map { $0.1.wall / $0.0.wall }).median
     let cpuOurs = spread(pairs.map { $0.0.cpu / gib }).median, cpuTheirs = spread(pairs.map { $0.1.cpu / gib }).median
     let cpuRatio = spread(pairs.map { $0.0.cpu / max($0.1.cpu, 1e-6) }).median
-    row(name, [triple(ours), triple(theirs), String(format: "%.2f×", ratio), rss(sidePeak(pairs.map(\.0), server: servers?.0)),
-               rss(sidePeak(pairs.map(\.1), server: servers?.1)), "\(f(cpuOurs)) / \(f(cpuTheirs))", String(format: "%.2f×", cpuRatio), steal])
+    row(name, [triple(ours), triple(theirs), String(format: "%.2f×", ratio), BenchmarkFigure.mebibytes(sidePeak(pairs.map(\.0), server: servers?.0)),
+               BenchmarkFigure.mebibytes(sidePeak(pairs.map(\.1), server: servers?.1)), "\(f(cpuOurs)) / \(f(cpuTheirs))", String(format: "%.2f×", cpuRatio), steal])
 }
 
 // MARK: - Set-up
@@ -245,7 +242,7 @@ for cipher in ciphers {
         let ratio = spread(pairs.map { $0.1.wall / $0.0.wall }).median
         let cpuOurs = spread(pairs.map { $0.0.cpu * 1e3 }).median, cpuTheirs = spread(pairs.map { $0.1.cpu * 1e3 }).median
         row("exec true serve/master (ms)", [triple(ours), triple(theirs), String(format: "%.2f×", ratio),
-                                                rss(sidePeak(peaks.map(\.0), server: serve.pid)), rss(sidePeak(peaks.map(\.1), server: master)),
+                                                BenchmarkFigure.mebibytes(sidePeak(peaks.map(\.0), server: serve.pid)), BenchmarkFigure.mebibytes(sidePeak(peaks.map(\.1), server: master)),
                                                 "\(f(cpuOurs)) / \(f(cpuTheirs)) ms", String(format: "%.2f×", spread(pairs.map { $0.0.cpu / max($0.1.cpu, 1e-6) }).median), steal])
     }
 

@@ -233,7 +233,6 @@ func line(_ columns: [String]) {
 }
 
 print("termind-terminal-bench: termind ssh vs ssh -tt on one sshd (chacha20-poly1305), remote user \(user)\(account == nil ? "" : " (throwaway, /bin/sh)"), \(runs) runs alternated after a warm-up")
-func rss(_ v: Double) -> String { String(format: "%.1f MiB", v) }
 line(["FIGURE", "TERMIND min/med/max", "SSH -TT min/med/max", "RATIO", "PEAK RSS", "PEER RSS", "STEAL"])
 
 // A connection for the server rows, so that those runs measure the session, not the handshake.
@@ -263,7 +262,7 @@ for (name, local) in [("in-process", true), ("durable, in serve", false)] where 
     if !local { peaks.ours = max(peaks.ours, ProcessMemory.peakMiB(of: serve.pid) ?? 0) }
     let ratio = zip(ours, theirs).map { $1 / $0 }.sorted()[runs / 2]
     line(["\(mib) MiB to the terminal, \(name) (MiB/s)", cell(ours.map { Double(mib) / $0 }), cell(theirs.map { Double(mib) / $0 }), String(format: "%.2f×", ratio),
-          rss(peaks.ours), rss(peaks.theirs), steal])
+          BenchmarkFigure.mebibytes(peaks.ours), BenchmarkFigure.mebibytes(peaks.theirs), steal])
 }
 
 let echo = "printf READY; cat > /dev/null"
@@ -273,7 +272,7 @@ for (name, local) in [("in-process", true), ("durable, in serve", false)] where 
     let (ours, theirs, cpu, peaks) = echoLatencies(termindClient(echo, local: local), sshClient(echo), keys: keyCount, helpers: local ? [] : [serve.pid])
     let steal = CPUSteal.now().share(since: stealBefore)
     // The same processes behind all three lines.
-    let memory = [rss(local ? peaks.ours : max(peaks.ours, ProcessMemory.peakMiB(of: serve.pid) ?? 0)), rss(peaks.theirs)]
+    let memory = [BenchmarkFigure.mebibytes(local ? peaks.ours : max(peaks.ours, ProcessMemory.peakMiB(of: serve.pid) ?? 0)), BenchmarkFigure.mebibytes(peaks.theirs)]
     line(["key echo \(name), median (ms)", String(format: "%.2f", percentile(ours, 0.5)), String(format: "%.2f", percentile(theirs, 0.5)),
           String(format: "%.2f×", percentile(ours, 0.5) / percentile(theirs, 0.5))] + memory + [steal])
     line(["key echo \(name), p99 (ms)", String(format: "%.2f", percentile(ours, 0.99)), String(format: "%.2f", percentile(theirs, 0.99)),

@@ -40,8 +40,11 @@ public struct BenchmarkFigure: Encodable, Sendable {
     /// The table row: name, value, the peer's value, the ratio, and each side's peak memory.
     public var row: [String] {
         [name, Self.format(value) + " " + unit, baseline.map { Self.format($0) + " " + unit } ?? "", ratio.map { String(format: "%.3f×", $0) } ?? "",
-         resident.map { String(format: "%.1f MiB", $0) } ?? "", peerResident.map { String(format: "%.1f MiB", $0) } ?? ""]
+         resident.map(Self.mebibytes) ?? "", peerResident.map(Self.mebibytes) ?? ""]
     }
+
+    /// A memory figure as the tables print it.
+    public static func mebibytes(_ value: Double) -> String { String(format: "%.1f MiB", value) }
 
     /// Figures as an aligned table under `header`, one line each.
     public static func table(_ figures: [BenchmarkFigure]) -> [String] {
