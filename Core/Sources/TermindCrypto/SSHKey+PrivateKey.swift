@@ -1,23 +1,26 @@
 import CCrypto
 import Foundation
+import Synchronization
 import TermindCore
 
 /// An SSH private key, owning its OpenSSL `EVP_PKEY` (freed on deinit; the pointer never
 /// leaves this module). Immutable apart from `comment`, so it can be shared across tasks.
 /// It never prints its key material: `description` shows only type and fingerprint.
 /// Files are written by `openSSHPrivateKeyText` and read by `parse` (openssh-key-v1, PEM).
+///
+/// `@unchecked Sendable`: `key`, an OpaquePointer Swift cannot check, is only read after
+/// init (OpenSSL allows concurrent reads of one EVP_PKEY); `comment` is under a Mutex.
 public final class SSHPrivateKey: @unchecked Sendable, CustomStringConvertible, CustomDebugStringConvertible {
     /// Owned; only read after init, which is what makes sharing it across threads safe.
     let key: OpaquePointer
     public let algorithm: SSHKeyAlgorithm
     public let publicKey: SSHPublicKey
-    private let lock = NSLock()
-    private var storedComment: String
+    private let storedComment: Mutex<String>
 
     /// Free text stored beside the key in OpenSSH files (often user@host).
     public var comment: String {
-        get { lock.withLock { storedComment } }
-        set { lock.withLock { storedComment = newValue } }
+        get { storedComment.withLock { $0 } }
+        set { storedComment.withLock { $0 = newValue } }
     }
 
     /// Takes ownership of `key` (freeing it if the key turns out unusable).
@@ -34,7 +37,7 @@ public final class SSHPrivateKey: @unchecked Sendable, CustomStringConvertible, 
             throw error
         }
         self.key = key
-        self.storedComment = comment
+        self.storedComment = Mutex(comment)
     }
 
     deinit { EVP_PKEY_free(key) }

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 import TermindCore
 
 /// A route: jump hosts in order, then the target. Each hop runs its own SSH session over a
@@ -345,9 +346,8 @@ public final class SSHConnectionLease: Sendable {
 }
 
 /// A continuation resumed by whichever caller comes first; later calls do nothing.
-private final class ResumeOnce: @unchecked Sendable {
-    private let lock = NSLock()
-    private var continuation: CheckedContinuation<Void, Never>?
-    func set(_ continuation: CheckedContinuation<Void, Never>) { lock.withLock { self.continuation = continuation } }
-    func resume() { lock.withLock { () -> CheckedContinuation<Void, Never>? in defer { continuation = nil }; return continuation }?.resume() }
+private final class ResumeOnce: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Void, Never>?>(nil)
+    func set(_ continuation: CheckedContinuation<Void, Never>) { self.continuation.withLock { $0 = continuation } }
+    func resume() { continuation.withLock { $0.take() }?.resume() }
 }

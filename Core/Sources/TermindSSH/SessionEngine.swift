@@ -832,7 +832,9 @@ final class EngineOperation {
     let attempt: (OpaquePointer) throws -> Any?
     /// Set on the engine thread once libssh2 has been called for it.
     var started = false
-    private let lock = NSLock()
+    /// Guards `complete` and `abandoned` (a Mutex cannot hand the non-Sendable completion
+    /// out of its closure).
+    private let lock = PlainLock()
     private var complete: ((Result<Any, Error>) -> Void)?
     private let discard: (Any) -> Void
     private var abandoned = false
@@ -901,10 +903,9 @@ class EnginePump: @unchecked Sendable {
 }
 
 
-final class GenerationCounter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: UInt64 = 0
-    func next() -> UInt64 { lock.withLock { value += 1; return value } }
+final class GenerationCounter: Sendable {
+    private let value = Atomic<UInt64>(0)
+    func next() -> UInt64 { value.wrappingAdd(1, ordering: .relaxed).newValue }
 }
 
 enum SSHError {

@@ -19,7 +19,7 @@ import TermindCrypto
 /// Secrets are namespaced by owning feature: the kernel hands each feature a view
 /// (`scoped(to:)`) that stores under its id and sees, reads, changes and lists only its own
 /// handles; another feature's handle is simply missing there.
-public final class SecretStore: @unchecked Sendable {
+public final class SecretStore: Sendable {
     /// Where the key-encryption key comes from.
     public enum KeySource: Sendable {
         /// A 32-byte key file; created (mode 0600) when absent, refused if others can read it.

@@ -384,7 +384,7 @@ enum LineClient {
 }
 
 /// The benchmark's peer: echoes each line back on a thread per connection.
-final class EchoServer: @unchecked Sendable {
+final class EchoServer: Sendable {
     private let fd: Int32
     private let path: String
 

@@ -288,15 +288,17 @@ struct ProcessSignals: ConsoleSignals {
     func onWindowChange(_ handler: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
         signal(SIGWINCH, SIG_IGN)
         let source = SignalSource(DispatchSource.makeSignalSource(signal: SIGWINCH, queue: .global()))
-        source.source.setEventHandler(handler: handler)
-        source.source.resume()
-        return { source.source.cancel() }
+        source.source.withLock {
+            $0.setEventHandler(handler: handler)
+            $0.resume()
+        }
+        return { source.source.withLock { $0.cancel() } }
     }
 
     /// A dispatch signal source, which may be cancelled from any thread.
-    private final class SignalSource: @unchecked Sendable {
-        let source: any DispatchSourceSignal
-        init(_ source: any DispatchSourceSignal) { self.source = source }
+    private final class SignalSource: Sendable {
+        let source: Mutex<any DispatchSourceSignal>
+        init(_ source: sending any DispatchSourceSignal) { self.source = Mutex(source) }
     }
 
     func terminate(_ code: Int32) {

@@ -4,28 +4,26 @@ import TermindCore
 
 /// This process's own terminal (`Console.process`): raw mode on standard input, prompts on
 /// `/dev/tty` or standard input, the editor, and stopping as a shell's job.
-final class LocalTerminal: ConsoleTerminal, @unchecked Sendable {
-    private let lock = NSLock()
-    /// Standard input's settings before the first raw mode.
-    private var saved: termios?
-    private var raw = false
+final class LocalTerminal: ConsoleTerminal, Sendable {
+    /// Standard input's settings before the first raw mode, and whether it is raw now.
+    private let mode = Mutex<(saved: termios?, raw: Bool)>((nil, false))
 
     /// The terminal in raw mode, for paths that end the process at once.
     private static let active = Mutex<LocalTerminal?>(nil)
 
     func setRaw(_ on: Bool) {
-        lock.withLock {
+        mode.withLock { mode in
             if on {
                 var settings = termios()
-                if saved == nil, tcgetattr(STDIN_FILENO, &settings) == 0 { saved = settings }
-                guard var settings = saved else { return }
+                if mode.saved == nil, tcgetattr(STDIN_FILENO, &settings) == 0 { mode.saved = settings }
+                guard var settings = mode.saved else { return }
                 cfmakeraw(&settings)
                 // Output post-processing off too (the remote terminal sends its own CRs).
                 tcsetattr(STDIN_FILENO, TCSADRAIN, &settings)
-                raw = true
-            } else if raw, var settings = saved {
+                mode.raw = true
+            } else if mode.raw, var settings = mode.saved {
                 tcsetattr(STDIN_FILENO, TCSADRAIN, &settings)
-                raw = false
+                mode.raw = false
             }
         }
         if on { Self.active.withLock { $0 = self } }

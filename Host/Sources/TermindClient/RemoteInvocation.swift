@@ -90,17 +90,23 @@ final class LauncherDescriptors: Sendable {
 /// One launcher's side of a run: its questions (`ask`), its signals (as a `ConsoleSignals`),
 /// and the run's outcome — the command's exit code, or an earlier one when the run is
 /// ended at once (`terminate`, or the launcher going away, which cancels the command).
-final class LauncherLink: ConsoleSignals, @unchecked Sendable {
+final class LauncherLink: ConsoleSignals, Sendable {
     private let session: StreamSession
-    private let lock = NSLock()
-    private var catchers: [Weak] = []
-    private var windowWatchers: [UInt64: @Sendable () -> Void] = [:]
-    private var nextWatcher: UInt64 = 0
-    private var outcome: CheckedContinuation<Int32, Never>?
-    private var resolved: Int32?
-    private var work: Task<Void, Never>?
+    private struct State {
+        var catchers: [Weak] = []
+        var windowWatchers: [UInt64: @Sendable () -> Void] = [:]
+        var nextWatcher: UInt64 = 0
+        var outcome: CheckedContinuation<Int32, Never>?
+        var resolved: Int32?
+        var work: Task<Void, Never>?
+        weak var console: Console?
+    }
+    private let state = Mutex(State())
     /// The run's console, whose writes wait while the launcher's job is stopped.
-    weak var console: Console?
+    var console: Console? {
+        get { state.withLock { $0.console } }
+        set { state.withLock { $0.console = newValue } }
+    }
 
     private struct Weak { weak var catcher: RemoteSignalCatcher? }
 
@@ -118,9 +124,9 @@ final class LauncherLink: ConsoleSignals, @unchecked Sendable {
         defer { signals.cancel() }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
-                let ended: Int32? = lock.withLock {
-                    if let resolved { return resolved }
-                    outcome = continuation
+                let ended: Int32? = state.withLock { s in
+                    if let resolved = s.resolved { return resolved }
+                    s.outcome = continuation
                     return nil
                 }
                 if let ended { return continuation.resume(returning: ended) }
@@ -130,9 +136,9 @@ final class LauncherLink: ConsoleSignals, @unchecked Sendable {
                     thread.release()
                     resolve(code.rawValue)
                 }
-                let cancelled: Bool = lock.withLock {
-                    work = task
-                    return resolved != nil
+                let cancelled: Bool = state.withLock { s in
+                    s.work = task
+                    return s.resolved != nil
                 }
                 if cancelled { task.cancel() }
             }
@@ -142,11 +148,11 @@ final class LauncherLink: ConsoleSignals, @unchecked Sendable {
     }
 
     private func resolve(_ code: Int32) {
-        let continuation: CheckedContinuation<Int32, Never>? = lock.withLock {
-            guard resolved == nil else { return nil }
-            resolved = code
-            defer { outcome = nil }
-            return outcome
+        let continuation: CheckedContinuation<Int32, Never>? = state.withLock { s in
+            guard s.resolved == nil else { return nil }
+            s.resolved = code
+            defer { s.outcome = nil }
+            return s.outcome
         }
         continuation?.resume(returning: code)
     }
@@ -155,25 +161,25 @@ final class LauncherLink: ConsoleSignals, @unchecked Sendable {
 
     func catchSignals(_ numbers: [Int32]) -> any SignalCatching {
         let catcher = RemoteSignalCatcher(numbers, link: self)
-        lock.withLock {
-            catchers.removeAll { $0.catcher == nil }
-            catchers.append(Weak(catcher: catcher))
+        state.withLock { s in
+            s.catchers.removeAll { $0.catcher == nil }
+            s.catchers.append(Weak(catcher: catcher))
         }
         return catcher
     }
 
     func onWindowChange(_ handler: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
-        let id: UInt64 = lock.withLock {
-            nextWatcher += 1
-            windowWatchers[nextWatcher] = handler
-            return nextWatcher
+        let id: UInt64 = state.withLock { s in
+            s.nextWatcher += 1
+            s.windowWatchers[s.nextWatcher] = handler
+            return s.nextWatcher
         }
-        return { [weak self] in _ = self?.lock.withLock { self?.windowWatchers.removeValue(forKey: id) } }
+        return { [weak self] in _ = self?.state.withLock { $0.windowWatchers.removeValue(forKey: id) } }
     }
 
     /// The run ends now with `code`; the command's task is cancelled.
     func terminate(_ code: Int32) {
-        let task = lock.withLock { work }
+        let task = state.withLock { s in s.work }
         resolve(code)
         task?.cancel()
     }
@@ -184,16 +190,16 @@ final class LauncherLink: ConsoleSignals, @unchecked Sendable {
     private func deliver(_ name: String) {
         switch name {
         case "WINCH":
-            for watcher in lock.withLock({ Array(windowWatchers.values) }) { watcher() }
+            for watcher in state.withLock({ s in Array(s.windowWatchers.values) }) { watcher() }
             return
         case "TSTP", "CONT":
-            lock.withLock { console }?.setStopped(name == "TSTP")
+            state.withLock { s in s.console }?.setStopped(name == "TSTP")
             return
         default:
             break
         }
         guard let number = ["INT": SIGINT, "TERM": SIGTERM, "HUP": SIGHUP, "QUIT": SIGQUIT][name] else { return }
-        let catcher = lock.withLock { catchers.reversed().compactMap(\.catcher).first { $0.numbers.contains(number) } }
+        let catcher = state.withLock { s in s.catchers.reversed().compactMap(\.catcher).first { $0.numbers.contains(number) } }
         guard let catcher else { return terminate(128 + number) }
         catcher.deliver(number)
     }
@@ -219,17 +225,22 @@ final class LauncherLink: ConsoleSignals, @unchecked Sendable {
 
 /// SignalCatching for a launcher's signals (LauncherLink.deliver): the first one is kept and
 /// handed to the handler; one before any handler ends the run at once.
-final class RemoteSignalCatcher: FirstSignal, @unchecked Sendable {
+final class RemoteSignalCatcher: SignalCatching, Sendable {
     let numbers: [Int32]
-    private weak var link: LauncherLink?
+    private weak let link: LauncherLink?
+    private let first = FirstSignal()
 
     init(_ numbers: [Int32], link: LauncherLink) {
         self.numbers = numbers
         self.link = link
     }
 
+    var caught: Int32? { first.caught }
+    func onSignal(_ handler: @escaping @Sendable (Int32) -> Void) { first.onSignal(handler) }
+    func divert(_ body: @escaping @Sendable (Int32) -> Bool) { first.divert(body) }
+
     func deliver(_ number: Int32) {
-        if record(number) == .unhandled { link?.terminate(128 + number) }
+        if first.record(number) == .unhandled { link?.terminate(128 + number) }
     }
 }
 

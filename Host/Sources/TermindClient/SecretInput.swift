@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 
 /// Reads secrets from a person: on a terminal with echo off (restored on every path), or
@@ -19,20 +20,19 @@ enum SecretInput {
 /// on) and ends termind at once (SignalCatcher), instead of waiting for Enter or leaving the
 /// terminal silent.
 enum TerminalPrompt {
-    private static let lock = NSLock()
-    nonisolated(unsafe) private static var active: (fd: Int32, saved: termios)?
+    private static let active = Mutex<(fd: Int32, saved: termios)?>(nil)
 
-    static func begin(_ fd: Int32, saved: termios) { lock.withLock { active = (fd, saved) } }
+    static func begin(_ fd: Int32, saved: termios) { active.withLock { $0 = (fd, saved) } }
     static func begin(_ fd: Int32) {
         var current = termios()
         tcgetattr(fd, &current)
         begin(fd, saved: current)
     }
-    static func end() { lock.withLock { active = nil } }
+    static func end() { active.withLock { $0 = nil } }
 
     /// Restores the terminal of a prompt in progress; true when there was one.
     static func restore() -> Bool {
-        lock.withLock {
+        active.withLock { active in
             guard var prompt = active else { return false }
             tcsetattr(prompt.fd, TCSANOW, &prompt.saved)
             _ = write(prompt.fd, "\n", 1)

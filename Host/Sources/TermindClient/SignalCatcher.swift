@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 
 /// Catches SIGINT, SIGTERM and the like for a command that must clean up before it exits
 /// (close a remote command's channel with the signal): while it lives the signals no longer
@@ -8,28 +9,38 @@ import Foundation
 /// restores the terminal and ends the process at once with 128 + its number — unless
 /// `keepUntilHandled`, when it waits for the handler (`termind serve`, which must stop
 /// cleanly even on a signal that comes the moment it is ready).
-final class SignalCatcher: FirstSignal, @unchecked Sendable {
-    private var sources: [any DispatchSourceSignal] = []
+final class SignalCatcher: SignalCatching, Sendable {
+    /// Kept alive while the catcher lives (a Mutex: dispatch sources are not Sendable).
+    private let sources: Mutex<[any DispatchSourceSignal]>
     private let keepUntilHandled: Bool
+    private let first = FirstSignal()
 
     init(_ signals: [Int32], keepUntilHandled: Bool = false) {
         self.keepUntilHandled = keepUntilHandled
-        super.init()
         // Armed before this returns: libdispatch installs its handler when the source is
         // registered, on its manager thread, and until then the signal is ignored (SIG_IGN
         // below) — a SIGTERM the moment `serve` said it was ready was lost that way.
         let registered = DispatchGroup()
-        for number in signals {
+        let sources = signals.map { number in
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { [weak self] in self?.caught(number) }
             registered.enter()
             source.setRegistrationHandler { registered.leave() }
-            source.resume()
-            sources.append(source)
+            return source
+        }
+        self.sources = Mutex(sources)
+        self.sources.withLock { sources in
+            for (number, source) in zip(signals, sources) {
+                source.setEventHandler { [weak self] in self?.caught(number) }
+                source.resume()
+            }
         }
         _ = registered.wait(timeout: .now() + 2)
     }
+
+    var caught: Int32? { first.caught }
+    func onSignal(_ handler: @escaping @Sendable (Int32) -> Void) { first.onSignal(handler) }
+    func divert(_ body: @escaping @Sendable (Int32) -> Bool) { first.divert(body) }
 
     /// The first signal: waits for it, or returns the one caught already.
     func waitForSignal() async -> Int32 {
@@ -39,7 +50,7 @@ final class SignalCatcher: FirstSignal, @unchecked Sendable {
     private func caught(_ number: Int32) {
         // A prompt blocks in read(): nothing would notice the signal until Enter.
         if TerminalPrompt.restore() { LocalTerminal.restoreActive(); StreamView.restoreTerminal(); _exit(128 + number) }
-        guard record(number) == .unhandled, !keepUntilHandled else { return }  // else kept for the handler to come
+        guard first.record(number) == .unhandled, !keepUntilHandled else { return }  // else kept for the handler to come
         LocalTerminal.restoreActive(); StreamView.restoreTerminal(); _exit(128 + number)  // nothing else to clean up yet
     }
 
@@ -58,27 +69,29 @@ final class SignalCatcher: FirstSignal, @unchecked Sendable {
 /// The first of the signals a command handles itself, and its handler: `record` keeps the
 /// first one and hands it to the handler once there is one (SignalCatcher for this
 /// process's signals, RemoteSignalCatcher for a launcher's).
-class FirstSignal: SignalCatching, @unchecked Sendable {
+final class FirstSignal: Sendable {
     enum Recorded { case repeated, unhandled, handled }
-    private let lock = NSLock()
-    private var first: Int32?
-    private var handler: (@Sendable (Int32) -> Void)?
-    private var diverter: (@Sendable (Int32) -> Bool)?
+    private struct State {
+        var first: Int32?
+        var handler: (@Sendable (Int32) -> Void)?
+        var diverter: (@Sendable (Int32) -> Bool)?
+    }
+    private let state = Mutex(State())
 
     /// Offers every signal to `body` first: one it takes (returns true) is neither recorded
     /// nor handed to the handler (a chat's Ctrl-C that interrupts only its turn).
     func divert(_ body: @escaping @Sendable (Int32) -> Bool) {
-        lock.withLock { diverter = body }
+        state.withLock { $0.diverter = body }
     }
 
     /// The first signal caught, if any.
-    var caught: Int32? { lock.withLock { first } }
+    var caught: Int32? { state.withLock { $0.first } }
 
     /// Calls `handler` on the first signal (at once when one was caught already).
     func onSignal(_ handler: @escaping @Sendable (Int32) -> Void) {
-        let pending: Int32? = lock.withLock {
-            self.handler = handler
-            return first
+        let pending: Int32? = state.withLock { state in
+            state.handler = handler
+            return state.first
         }
         if let pending { handler(pending) }
     }
@@ -87,11 +100,11 @@ class FirstSignal: SignalCatching, @unchecked Sendable {
     /// goes to the handler (`handled`), or is kept for one to come (`unhandled`: the caller
     /// decides whether to wait for it or end the run at once).
     func record(_ number: Int32) -> Recorded {
-        if let diverter = lock.withLock({ first == nil ? self.diverter : nil }), diverter(number) { return .handled }
-        let handler: (@Sendable (Int32) -> Void)?? = lock.withLock {
-            guard first == nil else { return .none }
-            first = number
-            return .some(self.handler)
+        if let diverter = state.withLock({ $0.first == nil ? $0.diverter : nil }), diverter(number) { return .handled }
+        let handler: (@Sendable (Int32) -> Void)?? = state.withLock { state in
+            guard state.first == nil else { return .none }
+            state.first = number
+            return .some(state.handler)
         }
         switch handler {
         case .none: return .repeated

@@ -329,13 +329,17 @@ enum StreamCommand {
 }
 
 /// A stream's output: written through as it arrives, or kept (bounded) for `--json`.
-final class CollectedOutput: @unchecked Sendable {
+final class CollectedOutput: Sendable {
     private let keep: Bool
     private let console: Console
-    private let lock = NSLock()
-    private var streams: [String: Data] = [:]
-    private var truncated = false
-    private(set) var seen = false
+    private struct State {
+        var streams: [String: Data] = [:]
+        var truncated = false
+        var seen = false
+    }
+    private let state = Mutex(State())
+    /// Whether any output arrived.
+    var seen: Bool { state.withLock { $0.seen } }
 
     init(keep: Bool, console: Console) {
         self.keep = keep
@@ -343,25 +347,25 @@ final class CollectedOutput: @unchecked Sendable {
     }
 
     func add(_ kind: String, _ data: Data) {
-        lock.withLock { seen = true }
+        state.withLock { s in s.seen = true }
         guard keep else {
             console.write(data, to: kind == "stdout" ? console.output : console.errorOutput)
             return
         }
-        lock.withLock {
-            let room = max(0, StreamCommand.outputLimit - streams[kind, default: Data()].count)
-            if data.count > room { truncated = true }
-            streams[kind, default: Data()].append(data.prefix(room))  // in place, not a copy per chunk
+        state.withLock { s in
+            let room = max(0, StreamCommand.outputLimit - s.streams[kind, default: Data()].count)
+            if data.count > room { s.truncated = true }
+            s.streams[kind, default: Data()].append(data.prefix(room))  // in place, not a copy per chunk
         }
     }
 
     /// `stdout`, `stderr` (text, or base64 when not valid UTF-8, so every byte arrives as
     /// sent, with `stdoutEncoding` / `stderrEncoding`) and `truncated`.
     func report() -> [String: JSONValue] {
-        lock.withLock {
-            var fields: [String: JSONValue] = ["truncated": .bool(truncated)]
+        state.withLock { s in
+            var fields: [String: JSONValue] = ["truncated": .bool(s.truncated)]
             for kind in ["stdout", "stderr"] {
-                let data = streams[kind, default: Data()]
+                let data = s.streams[kind, default: Data()]
                 if let text = String(data: data, encoding: .utf8) {
                     fields[kind] = .string(text)
                     fields[kind + "Encoding"] = .string("utf-8")
@@ -377,37 +381,39 @@ final class CollectedOutput: @unchecked Sendable {
 
 /// A bridged stream's way to send (known once it opened) and its watches, set from the
 /// event thread once the stream started and stopped when the command ends.
-private final class BridgeStart: @unchecked Sendable {
-    private let lock = NSLock()
-    private var controlValue: StreamControl?
-    private var stops: [@Sendable () -> Void] = []
-    private var detachableValue = false
-    private var linkedValue = false
+private final class BridgeStart: Sendable {
+    private struct State {
+        var controlValue: StreamControl?
+        var stops: [@Sendable () -> Void] = []
+        var detachableValue = false
+        var linkedValue = false
+    }
+    private let state = Mutex(State())
 
     /// The stream took our terminal (`started` said `linked`).
     var linked: Bool {
-        get { lock.withLock { linkedValue } }
-        set { lock.withLock { linkedValue = newValue } }
+        get { state.withLock { s in s.linkedValue } }
+        set { state.withLock { s in s.linkedValue = newValue } }
     }
 
     /// The session outlives this client (`started` said `detachable`): leaving detaches.
     var detachable: Bool {
-        get { lock.withLock { detachableValue } }
-        set { lock.withLock { detachableValue = newValue } }
+        get { state.withLock { s in s.detachableValue } }
+        set { state.withLock { s in s.detachableValue = newValue } }
     }
 
     var control: StreamControl? {
-        get { lock.withLock { controlValue } }
-        set { lock.withLock { controlValue = newValue } }
+        get { state.withLock { s in s.controlValue } }
+        set { state.withLock { s in s.controlValue = newValue } }
     }
 
     /// `stop` ends a watch (window changes, job stops) when the command ends.
-    func watch(_ stop: @escaping @Sendable () -> Void) { lock.withLock { stops.append(stop) } }
+    func watch(_ stop: @escaping @Sendable () -> Void) { state.withLock { s in s.stops.append(stop) } }
 
     func stop() {
-        let stops: [@Sendable () -> Void] = lock.withLock {
-            defer { self.stops.removeAll() }
-            return self.stops
+        let stops: [@Sendable () -> Void] = state.withLock { s in
+            defer { s.stops.removeAll() }
+            return s.stops
         }
         for stop in stops { stop() }
     }

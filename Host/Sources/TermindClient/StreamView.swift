@@ -23,29 +23,34 @@ import TermindCore
 ///
 /// The terminal is left as found: the cursor shown again and the progress line cleared
 /// when the stream ends, fails, or a signal ends termind.
-final class StreamView: @unchecked Sendable {
+final class StreamView: Sendable {
     private let console: Console
     private let json: Bool
     private let errIsTerminal: Bool
     private let outIsTerminal: Bool
-    private let lock = NSLock()
-    private var progressShown = false
-    private var lastProgress: Double = 0
-    private var progressStart: [String: (time: Double, done: Double)] = [:]
-    private var viewLines = 0
-    private var lastView: Double = 0
-    private var cursorHidden = false
-    private var recordsShown = 0
-    /// Live views write to standard output: the latest not yet drawn, and when it is due.
-    private var pendingView: JSONValue?
-    private var resultShown = false
-    /// The view drawn last was a result (the next result goes below it).
-    private var lastWasResult = false
-    /// The columns the stream's views put first (a view's `columns`).
-    private var viewColumns: [String]?
+    /// What is on the terminal now; held while anything is written to it.
+    private struct State {
+        var progressShown = false
+        var lastProgress: Double = 0
+        var progressStart: [String: (time: Double, done: Double)] = [:]
+        var viewLines = 0
+        var lastView: Double = 0
+        var cursorHidden = false
+        var recordsShown = 0
+        /// Live views write to standard output: the latest not yet drawn, and when it is due.
+        var pendingView: JSONValue?
+        var resultShown = false
+        /// The view drawn last was a result (the next result goes below it).
+        var lastWasResult = false
+        /// The columns the stream's views put first (a view's `columns`).
+        var viewColumns: [String]?
+        var jsonLinesWritten = false
+        var rawTerminal: @Sendable () -> Bool = { false }
+    }
+    private let state = Mutex(State())
 
     /// A view stood for the result (`result: true`): the client prints the result only with `--json`.
-    var showedResult: Bool { lock.withLock { resultShown } }
+    var showedResult: Bool { state.withLock { s in s.resultShown } }
 
     init(json: Bool, console: Console) {
         self.console = console
@@ -72,35 +77,35 @@ final class StreamView: @unchecked Sendable {
 
     /// Before anything else is written to standard error or output: the progress line goes.
     func clearProgress() {
-        lock.withLock { clearProgressLocked() }
+        state.withLock { s in clearProgressLocked(&s) }
     }
 
     /// Before a question: the terminal as a person expects it (a view still waiting for its
     /// turn drawn, cursor shown, no progress line); the next view is drawn below what the
     /// question wrote.
     func pause() {
-        lock.withLock {
-            if let view = pendingView { drawLocked(view) }
-            pendingView = nil
-            restoreLocked()
-            viewLines = 0
+        state.withLock { s in
+            if let view = s.pendingView { drawLocked(view, &s) }
+            s.pendingView = nil
+            restoreLocked(&s)
+            s.viewLines = 0
         }
     }
 
     /// The stream ended: the last pending view is drawn, the terminal restored.
     func finish() {
-        lock.withLock {
-            if let view = pendingView { drawLocked(view) }
-            pendingView = nil
-            clearProgressLocked()
-            restoreLocked()
+        state.withLock { s in
+            if let view = s.pendingView { drawLocked(view, &s) }
+            s.pendingView = nil
+            clearProgressLocked(&s)
+            restoreLocked(&s)
         }
     }
 
     /// For a signal about to end the process: only restore the terminal.
     static func restoreTerminal() {
         guard let view = current.withLock({ $0 }) else { return }
-        view.lock.withLock { view.restoreLocked() }
+        view.state.withLock { view.restoreLocked(&$0) }
     }
 
     // MARK: - Progress
@@ -117,12 +122,12 @@ final class StreamView: @unchecked Sendable {
         let total = Self.number(event["total"])
         let finished = total.map { done >= $0 } ?? false
         let key = event["key"]?.stringValue ?? item
-        lock.withLock {
-            let start = progressStart[key] ?? (now, done)
-            if progressStart[key] == nil { progressStart[key] = start }
+        state.withLock { s in
+            let start = s.progressStart[key] ?? (now, done)
+            if s.progressStart[key] == nil { s.progressStart[key] = start }
             // Redrawn at most 10 times a second, and at the end of an item.
-            guard finished || now - lastProgress >= 0.1 else { return }
-            lastProgress = now
+            guard finished || now - s.lastProgress >= 0.1 else { return }
+            s.lastProgress = now
             let elapsed = now - start.time
             let rate = elapsed > 0.2 ? (done - start.done) / elapsed : nil
             let bytes = event["unit"]?.stringValue != "items"
@@ -142,24 +147,24 @@ final class StreamView: @unchecked Sendable {
             let width = TerminalBridge.size(console.errorOutput)?.columns ?? 80
             if text.count > width - 1 { text = String(text.prefix(max(0, width - 1))) }
             console.write("\r\u{1B}[K" + text, to: console.errorOutput)
-            progressShown = true
+            s.progressShown = true
         }
     }
 
-    private func clearProgressLocked() {
-        guard progressShown else { return }
+    private func clearProgressLocked(_ s: inout State) {
+        guard s.progressShown else { return }
         console.write("\r\u{1B}[K", to: console.errorOutput)
-        progressShown = false
+        s.progressShown = false
     }
 
     // MARK: - Records, views, notices
 
     private func record(_ record: JSONValue) {
         if json { return writeJSONLine(record, to: console.output) }
-        let first: Bool = lock.withLock {
-            clearProgressLocked()
-            defer { recordsShown += 1 }
-            return recordsShown == 0
+        let first: Bool = state.withLock { s in
+            clearProgressLocked(&s)
+            defer { s.recordsShown += 1 }
+            return s.recordsShown == 0
         }
         if !first { console.write("\n", to: console.output) }  // one blank line between records
         console.human(record)
@@ -174,42 +179,42 @@ final class StreamView: @unchecked Sendable {
             if isResult { return }
             return writeJSONLine(fields["json"] ?? view, to: console.output)
         }
-        lock.withLock {
-            if isResult { resultShown = true }
-            if let columns { viewColumns = columns }
+        state.withLock { s in
+            if isResult { s.resultShown = true }
+            if let columns { s.viewColumns = columns }
             guard outIsTerminal else {
-                drawLocked(view)
+                drawLocked(view, &s)
                 return
             }
             if isResult {
                 // A result is drawn at once, over the live view it ends but below an earlier
                 // result (`ls` of several folders shows every listing).
-                if lastWasResult { viewLines = 0 }
-                pendingView = nil
-                lastView = Bench.now()
-                lastWasResult = true
-                return drawLocked(view)
+                if s.lastWasResult { s.viewLines = 0 }
+                s.pendingView = nil
+                s.lastView = Bench.now()
+                s.lastWasResult = true
+                return drawLocked(view, &s)
             }
-            lastWasResult = false
+            s.lastWasResult = false
             let refresh: Double = if case .double(let seconds)? = fields["refresh"] { seconds } else if case .integer(let seconds)? = fields["refresh"] { Double(seconds) } else { 0.25 }
             let now = Bench.now()
-            pendingView = view
-            guard now - lastView >= refresh else { return }
-            lastView = now
-            drawLocked(view)
-            pendingView = nil
+            s.pendingView = view
+            guard now - s.lastView >= refresh else { return }
+            s.lastView = now
+            drawLocked(view, &s)
+            s.pendingView = nil
         }
     }
 
     /// Draws a view: on a terminal over the previous one, else after it.
-    private func drawLocked(_ view: JSONValue) {
-        clearProgressLocked()
+    private func drawLocked(_ view: JSONValue, _ s: inout State) {
+        clearProgressLocked(&s)
         var lines: [String] = []
         if let title = view["title"]?.stringValue { lines.append(TerminalText.escaped(title, singleLine: true)) }
         func table(_ rows: JSONValue?) {
             guard case .array(let rows)? = rows else { return }
             let records = rows.compactMap { row -> [String: JSONValue]? in if case .object(let r) = row { r } else { nil } }
-            lines += Output.tableLines(records, preferred: viewColumns)
+            lines += Output.tableLines(records, preferred: s.viewColumns)
         }
         table(view["rows"])
         if case .array(let sections)? = view["sections"] {
@@ -225,30 +230,33 @@ final class StreamView: @unchecked Sendable {
             // and the next redraw would start too low and leave stray text behind.
             let width = TerminalBridge.size(console.output)?.columns
             lines = lines.map { Output.clipped($0, to: width) }
-            if !cursorHidden { text += "\u{1B}[?25l"; cursorHidden = true }
-            if viewLines > 0 { text += "\u{1B}[\(viewLines)F" }
+            if !s.cursorHidden { text += "\u{1B}[?25l"; s.cursorHidden = true }
+            if s.viewLines > 0 { text += "\u{1B}[\(s.viewLines)F" }
             text += lines.map { "\u{1B}[K" + $0 + "\n" }.joined() + "\u{1B}[J"
-            viewLines = lines.count
+            s.viewLines = lines.count
         } else {
             text = lines.joined(separator: "\n") + "\n\n"
         }
         console.write(text, to: console.output)
     }
 
-    private func restoreLocked() {
-        if cursorHidden {
+    private func restoreLocked(_ s: inout State) {
+        if s.cursorHidden {
             console.write("\u{1B}[?25h", to: console.output)
-            cursorHidden = false
+            s.cursorHidden = false
         }
-        if progressShown { clearProgressLocked() }
+        if s.progressShown { clearProgressLocked(&s) }
     }
 
     /// Whether a bridged terminal is raw (`TerminalBridge.isRaw`): a notice then starts on a
     /// line of its own and ends with a carriage return too.
-    var terminalIsRaw: @Sendable () -> Bool = { false }
+    var terminalIsRaw: @Sendable () -> Bool {
+        get { state.withLock { $0.rawTerminal } }
+        set { state.withLock { $0.rawTerminal = newValue } }
+    }
 
     private func notice(_ text: String) {
-        lock.withLock { clearProgressLocked() }
+        state.withLock { s in clearProgressLocked(&s) }
         if json {
             writeJSONLine(.object(["event": .string("notice"), "text": .string(text)]), to: console.errorOutput)
         } else if terminalIsRaw() {
@@ -259,12 +267,11 @@ final class StreamView: @unchecked Sendable {
     }
 
     /// With `--json`, records or views went to standard output as JSON lines.
-    var wroteJSONLines: Bool { lock.withLock { jsonLinesWritten } }
-    private var jsonLinesWritten = false
+    var wroteJSONLines: Bool { state.withLock { s in s.jsonLinesWritten } }
 
     private func writeJSONLine(_ value: JSONValue, to fd: Int32) {
         guard let line = try? JSONCoding.encode(value) else { return }
-        if fd == console.output { lock.withLock { jsonLinesWritten = true } }
+        if fd == console.output { state.withLock { s in s.jsonLinesWritten = true } }
         console.write(line + Data("\n".utf8), to: fd)
     }
 

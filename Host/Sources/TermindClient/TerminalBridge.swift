@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The person's terminal, bridged to a stream that declares one (a shell): raw mode while
 /// the stream runs — every key, Ctrl-C included, goes to the remote side — and the
@@ -6,11 +7,10 @@ import Foundation
 /// (SIGTERM, SIGHUP), the server going away. Window changes are sent as `resize` controls,
 /// the latest size winning. The modes are set by the terminal's foreground process
 /// (`Console.terminal`): this one, or the launcher whose command a server runs.
-final class TerminalBridge: @unchecked Sendable {
+final class TerminalBridge: Sendable {
     let fd: Int32
     private let terminal: any ConsoleTerminal
-    private let lock = NSLock()
-    private var raw = false
+    private let raw = Mutex(false)
 
     /// nil when the console's standard input is not a terminal.
     init?(console: Console) {
@@ -26,7 +26,7 @@ final class TerminalBridge: @unchecked Sendable {
     }
 
     func enterRaw() {
-        lock.withLock {
+        raw.withLock { raw in
             guard !raw else { return }
             terminal.setRaw(true)
             raw = true
@@ -34,11 +34,11 @@ final class TerminalBridge: @unchecked Sendable {
     }
 
     /// Whether the terminal is raw now (a line written to it needs its own carriage return).
-    var isRaw: Bool { lock.withLock { raw } }
+    var isRaw: Bool { raw.withLock { $0 } }
 
     /// Puts the terminal back as it was; safe to call more than once, from any thread.
     func restore() {
-        lock.withLock {
+        raw.withLock { raw in
             guard raw else { return }
             terminal.setRaw(false)
             raw = false

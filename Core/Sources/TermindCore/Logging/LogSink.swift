@@ -1,11 +1,13 @@
 import Foundation
+import Synchronization
 
 /// The one log writer of a process. It owns a single file descriptor behind a lock so
 /// lines from concurrent features never interleave. A disabled sink writes nothing and
 /// costs one comparison per call. There is no global instance: the host creates one and
 /// hands `Logger`s derived from it to the kernel and to each feature.
-public final class LogSink: @unchecked Sendable {
-    private let lock = NSLock()
+public final class LogSink: Sendable {
+    /// Held while a line is written, so that lines never interleave.
+    private let writing = Mutex(())
     private let fd: Int32
     private let ownsDescriptor: Bool
     public let minimumLevel: LogLevel?
@@ -47,8 +49,10 @@ public final class LogSink: @unchecked Sendable {
             line += " \(LogValue.sanitizeIdentifier(key))=\(value.description)"
         }
         line += "\n"
-        lock.lock()
-        defer { lock.unlock() }
+        writing.withLock { _ in writeAll(line) }
+    }
+
+    private func writeAll(_ line: String) {
         line.utf8CString.withUnsafeBufferPointer { buffer in
             var offset = 0
             let total = buffer.count - 1 // without the NUL

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A long-running operation that talks back while it runs: it sends events (output), asks
 /// the client questions (a choice, prompts to answer) and receives input — so work that
@@ -34,7 +35,7 @@ import Foundation
 ///
 /// A client that disconnects cancels its streams: pending questions get no answer (nil),
 /// waiting emits return, and the handler's task is cancelled.
-public final class StreamSession: @unchecked Sendable {
+public final class StreamSession: Sendable {
     public typealias Handler = @Sendable (_ body: Data, _ session: StreamSession) async throws -> Data
 
     /// Event bytes a client may have outstanding, unless it asks for another window.
@@ -44,20 +45,23 @@ public final class StreamSession: @unchecked Sendable {
 
     package let id: JSONValue
     private let sink: StreamSink
-    private let lock = NSLock()
-    private var nextAsk: Int64 = 0
-    /// Questions waiting for their answers, by askID: each is told once (nil: no answer).
-    private var asks: [Int64: @Sendable (JSONValue?) -> Void] = [:]
-    private var ended = false
-    private var cancelTask: (@Sendable () -> Void)?
-    private var signal: String?
-    private var failureValue: TermindError?
-    /// Event bytes the client can take now (may go below zero by one line).
-    private var credit: Int
-    private var creditWaiters: [(ticket: UInt64, size: Int, continuation: CheckedContinuation<Bool, Never>)] = []
-    private var nextTicket: UInt64 = 0
-    /// Input the operation has read since the last grant.
-    private var consumedSinceGrant = 0
+    private struct State {
+        var nextAsk: Int64 = 0
+        /// Questions waiting for their answers, by askID: each is told once (nil: no answer).
+        var asks: [Int64: @Sendable (JSONValue?) -> Void] = [:]
+        var ended = false
+        var cancelTask: (@Sendable () -> Void)?
+        var signal: String?
+        var failureValue: TermindError?
+        /// Event bytes the client can take now (may go below zero by one line).
+        var credit: Int
+        var creditWaiters: [(ticket: UInt64, size: Int, continuation: CheckedContinuation<Bool, Never>)] = []
+        var nextTicket: UInt64 = 0
+        /// Input the operation has read since the last grant.
+        var consumedSinceGrant = 0
+        var descriptorsClosed = false
+    }
+    private let state: Mutex<State>
     private let grantsInput: Bool
     /// Bytes the client sends for the operation's standard input, until it ends it.
     public let input: StreamInput
@@ -71,7 +75,6 @@ public final class StreamSession: @unchecked Sendable {
     /// The client's own standard streams, when it handed them over (the stream declares
     /// `acceptsDescriptors`); closed once the handler has returned.
     public let descriptors: StreamDescriptors?
-    private var descriptorsClosed = false
 
     /// Who the stream runs for (its caller chain, as the kernel built it).
     public let origin: CallOrigin
@@ -98,7 +101,7 @@ public final class StreamSession: @unchecked Sendable {
         declaration = endpoint.map { ($0.events, $0.questions) }
         self.window = min(max(window, Self.windowRange.lowerBound), Self.windowRange.upperBound)
         self.grantsInput = grantsInput
-        credit = self.window
+        state = Mutex(State(credit: self.window))
         input = StreamInput(limit: Self.defaultWindow)
         (controls, controlFeed) = AsyncStream.makeStream(of: JSONValue.self, bufferingPolicy: .bufferingNewest(16))
         self.sink = sink
@@ -171,11 +174,11 @@ public final class StreamSession: @unchecked Sendable {
                 return reply(nil)
             }
         }
-        let askID: Int64? = lock.withLock {
-            guard !ended else { return nil }
-            nextAsk += 1
-            asks[nextAsk] = reply
-            return nextAsk
+        let askID: Int64? = state.withLock { s in
+            guard !s.ended else { return nil }
+            s.nextAsk += 1
+            s.asks[s.nextAsk] = reply
+            return s.nextAsk
         }
         guard let askID else { return reply(nil) }
         send(["askID": .integer(askID), "event": .string("ask"), "ask": question])
@@ -183,43 +186,43 @@ public final class StreamSession: @unchecked Sendable {
 
     /// The signal the client named when it cancelled ("INT" after a Ctrl-C), for an
     /// operation that passes it on (a remote command's channel closes with it).
-    public var cancelSignal: String? { lock.withLock { signal } }
+    public var cancelSignal: String? { state.withLock { s in s.signal } }
 
     /// Whether the stream was cancelled (by its client, or the client went away), or is over.
-    public var isCancelled: Bool { lock.withLock { ended } }
+    public var isCancelled: Bool { state.withLock { s in s.ended } }
 
     /// Why the session failed the stream itself (a client that broke the protocol), if it did.
-    public var failure: TermindError? { lock.withLock { failureValue } }
+    public var failure: TermindError? { state.withLock { s in s.failureValue } }
 
     // MARK: - Flow control
 
     /// Waits until `size` bytes of events may go; false when they never will.
     private func reserve(_ size: Int) async -> Bool {
-        let ticket: UInt64? = lock.withLock {
-            if ended { return nil }
-            if creditWaiters.isEmpty && credit > 0 {
-                credit -= size
+        let ticket: UInt64? = state.withLock { s in
+            if s.ended { return nil }
+            if s.creditWaiters.isEmpty && s.credit > 0 {
+                s.credit -= size
                 return 0
             }
-            nextTicket += 1
-            return nextTicket
+            s.nextTicket += 1
+            return s.nextTicket
         }
         guard let ticket else { return false }
         if ticket == 0 { return true }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-                let now: Bool? = lock.withLock {
-                    if ended || Task.isCancelled { return false }
-                    if creditWaiters.isEmpty && credit > 0 { credit -= size; return true }
-                    creditWaiters.append((ticket, size, continuation))
+                let now: Bool? = state.withLock { s in
+                    if s.ended || Task.isCancelled { return false }
+                    if s.creditWaiters.isEmpty && s.credit > 0 { s.credit -= size; return true }
+                    s.creditWaiters.append((ticket, size, continuation))
                     return nil
                 }
                 if let now { continuation.resume(returning: now) }
             }
         } onCancel: {
-            let waiter = lock.withLock { () -> CheckedContinuation<Bool, Never>? in
-                guard let index = creditWaiters.firstIndex(where: { $0.ticket == ticket }) else { return nil }
-                return creditWaiters.remove(at: index).continuation
+            let waiter = state.withLock { (s: inout State) -> CheckedContinuation<Bool, Never>? in
+                guard let index = s.creditWaiters.firstIndex(where: { $0.ticket == ticket }) else { return nil }
+                return s.creditWaiters.remove(at: index).continuation
             }
             waiter?.resume(returning: false)
         }
@@ -228,12 +231,12 @@ public final class StreamSession: @unchecked Sendable {
     /// The client handled `bytes` of events.
     package func credit(_ bytes: Int) {
         guard bytes > 0 else { return }
-        let ready: [CheckedContinuation<Bool, Never>] = lock.withLock {
-            credit = min(credit + bytes, window)
+        let ready: [CheckedContinuation<Bool, Never>] = state.withLock { s in
+            s.credit = min(s.credit + bytes, window)
             var ready: [CheckedContinuation<Bool, Never>] = []
-            while credit > 0, !creditWaiters.isEmpty {
-                let waiter = creditWaiters.removeFirst()
-                credit -= waiter.size
+            while s.credit > 0, !s.creditWaiters.isEmpty {
+                let waiter = s.creditWaiters.removeFirst()
+                s.credit -= waiter.size
                 ready.append(waiter.continuation)
             }
             return ready
@@ -244,11 +247,11 @@ public final class StreamSession: @unchecked Sendable {
     /// The operation read `bytes` of input: the client may send as many more (batched).
     private func consumed(_ bytes: Int, drained: Bool) {
         guard grantsInput else { return }
-        let grant: Int = lock.withLock {
-            consumedSinceGrant += bytes
-            guard !ended, consumedSinceGrant >= input.limit / 4 || drained else { return 0 }
-            defer { consumedSinceGrant = 0 }
-            return consumedSinceGrant
+        let grant: Int = state.withLock { s in
+            s.consumedSinceGrant += bytes
+            guard !s.ended, s.consumedSinceGrant >= input.limit / 4 || drained else { return 0 }
+            defer { s.consumedSinceGrant = 0 }
+            return s.consumedSinceGrant
         }
         if grant > 0 { send(["grant": .integer(Int64(grant))]) }
     }
@@ -258,8 +261,8 @@ public final class StreamSession: @unchecked Sendable {
         var object = fields
         object["id"] = id
         // Under the lock, so nothing follows the end of the stream (the final reply).
-        lock.withLock {
-            guard !ended else { return }
+        state.withLock { s in
+            guard !s.ended else { return }
             switch sink {
             case .socket(_, let write):
                 guard var line = try? JSONCoding.encode(JSONValue.object(object)) else { return }
@@ -282,9 +285,9 @@ public final class StreamSession: @unchecked Sendable {
     /// The task running the handler: `cancel()` cancels it (at once when the stream was
     /// cancelled or failed before the task was handed over).
     package func start<Success>(cancelling task: Task<Success, Never>) {
-        let cancelled: Bool = lock.withLock {
-            cancelTask = { task.cancel() }
-            return ended
+        let cancelled: Bool = state.withLock { s in
+            s.cancelTask = { task.cancel() }
+            return s.ended
         }
         if cancelled { task.cancel() }
     }
@@ -292,7 +295,7 @@ public final class StreamSession: @unchecked Sendable {
     /// A line from the client addressed to this stream, with the bytes attached to it.
     package func receive(_ object: [String: JSONValue], attached: Data? = nil) {
         if case .object(let answer)? = object["answer"], case .integer(let askID)? = answer["askID"] {
-            let waiting = lock.withLock { asks.removeValue(forKey: askID) }
+            let waiting = state.withLock { s in s.asks.removeValue(forKey: askID) }
             waiting?(.object(answer))
         }
         if case .integer(let bytes)? = object["credit"], bytes > 0 { credit(Int(clamping: bytes)) }
@@ -309,7 +312,7 @@ public final class StreamSession: @unchecked Sendable {
         if let control = object["control"] { controlFeed.yield(control) }
         if object["cancel"] == .bool(true) {
             if case .string(let name)? = object["signal"], ["INT", "TERM", "HUP", "QUIT"].contains(name) {
-                lock.withLock { if signal == nil { signal = name } }
+                state.withLock { s in if s.signal == nil { s.signal = name } }
             }
             cancel()
         }
@@ -329,16 +332,16 @@ public final class StreamSession: @unchecked Sendable {
 
     /// Ends the stream with `error` (reported instead of the handler's outcome).
     private func fail(_ error: TermindError) {
-        lock.withLock { if failureValue == nil { failureValue = error } }
+        state.withLock { s in if s.failureValue == nil { s.failureValue = error } }
         cancel()
     }
 
     /// The client cancelled: nobody will answer; the handler's task is cancelled.
     package func cancel() {
-        let (waiting, emitters, cancelTask): ([@Sendable (JSONValue?) -> Void], [CheckedContinuation<Bool, Never>], (@Sendable () -> Void)?) = lock.withLock {
-            ended = true
-            defer { asks.removeAll(); creditWaiters.removeAll() }
-            return (Array(asks.values), creditWaiters.map(\.continuation), self.cancelTask)
+        let (waiting, emitters, cancelTask): ([@Sendable (JSONValue?) -> Void], [CheckedContinuation<Bool, Never>], (@Sendable () -> Void)?) = state.withLock { s in
+            s.ended = true
+            defer { s.asks.removeAll(); s.creditWaiters.removeAll() }
+            return (Array(s.asks.values), s.creditWaiters.map(\.continuation), s.cancelTask)
         }
         input.finish()
         controlFeed.finish()
@@ -351,10 +354,10 @@ public final class StreamSession: @unchecked Sendable {
     /// The handler has returned: nothing more is sent, the handed-over descriptors close, and
     /// a question still waiting (asked by work the handler left behind) gets no answer.
     package func finish() {
-        let (close, waiting): (Bool, [@Sendable (JSONValue?) -> Void]) = lock.withLock {
-            ended = true
-            defer { descriptorsClosed = true; asks.removeAll() }
-            return (!descriptorsClosed, Array(asks.values))
+        let (close, waiting): (Bool, [@Sendable (JSONValue?) -> Void]) = state.withLock { s in
+            s.ended = true
+            defer { s.descriptorsClosed = true; s.asks.removeAll() }
+            return (!s.descriptorsClosed, Array(s.asks.values))
         }
         for reply in waiting { reply(nil) }
         input.finish()

@@ -149,9 +149,10 @@ public final class ControlClient: @unchecked Sendable {
         return send(line)
     }
 
-    private let writeLock = NSLock()
+    /// Held while a line is written, so that concurrent senders never interleave.
+    private let writing = Mutex(())
     private func send(_ data: Data, descriptors: [Int32] = []) -> Bool {
-        writeLock.withLock { SocketIO.writeAll(fd, data, descriptors: descriptors) }
+        writing.withLock { _ in SocketIO.writeAll(fd, data, descriptors: descriptors) }
     }
 
     /// Sends raw bytes, with `descriptors` (SCM_RIGHTS) on the first (tests use this to send

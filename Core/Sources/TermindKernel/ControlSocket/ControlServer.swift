@@ -14,7 +14,7 @@ import TermindCore
 /// the server stops reading the connection's requests until the client catches up. A
 /// connection with nothing in flight that sends nothing for `idleTimeout` is closed
 /// (with a `socket.idle` notice), so idle clients cannot hold the 128 places forever.
-public final class ControlServer: @unchecked Sendable {
+public final class ControlServer: Sendable {
     public static let maximumClients = 128
     public static let maximumInFlightPerConnection = 32
     /// A client that does not read its replies for this long is disconnected.
@@ -28,12 +28,14 @@ public final class ControlServer: @unchecked Sendable {
     public let path: String
     private let kernel: Kernel
     private let logger: Logger
-    private let lock = NSLock()
-    private var listener: Int32 = -1
-    private var clients: [UInt64: Int32] = [:]
-    private var nextConnection: UInt64 = 1
-    private var stopped = false
-    private var streamHandlers: [String: StreamSession.Handler] = [:]
+    private struct State {
+        var listener: Int32 = -1
+        var clients: [UInt64: Int32] = [:]
+        var nextConnection: UInt64 = 1
+        var stopped = false
+        var streamHandlers: [String: StreamSession.Handler] = [:]
+    }
+    private let state = Mutex(State())
     public let idleTimeout: TimeInterval
 
     public init(path: String, kernel: Kernel, logger: Logger, idleTimeout: TimeInterval = ControlServer.defaultIdleTimeout) {
@@ -46,7 +48,7 @@ public final class ControlServer: @unchecked Sendable {
     /// Serves streams named `name` with `handler` besides the features' streams, which the
     /// kernel routes (a test's own stream, say); see StreamSession.
     public func register(stream name: String, handler: @escaping StreamSession.Handler) {
-        lock.withLock { streamHandlers[name] = handler }
+        state.withLock { s in s.streamHandlers[name] = handler }
     }
 
     /// Binds and listens. Refuses to replace a socket another server still answers on.
@@ -91,7 +93,7 @@ public final class ControlServer: @unchecked Sendable {
             close(fd)
             throw error
         }
-        lock.withLock { listener = fd }
+        state.withLock { s in s.listener = fd }
         let thread = Thread { [self] in acceptLoop(fd) }
         thread.name = "termind.accept"
         thread.start()
@@ -100,10 +102,10 @@ public final class ControlServer: @unchecked Sendable {
 
     /// Stops accepting, closes every connection and removes the socket file.
     public func stop() {
-        let (fd, open): (Int32, [Int32]) = lock.withLock {
-            stopped = true
-            defer { listener = -1; clients.removeAll() }
-            return (listener, Array(clients.values))
+        let (fd, open): (Int32, [Int32]) = state.withLock { s in
+            s.stopped = true
+            defer { s.listener = -1; s.clients.removeAll() }
+            return (s.listener, Array(s.clients.values))
         }
         // The accept loop closes the listener once accept() has returned: closed here, its
         // number could be reused (by the next server's listener) while that thread is
@@ -112,7 +114,7 @@ public final class ControlServer: @unchecked Sendable {
         for client in open { shutdown(client, Int32(SHUT_RDWR)) }
     }
 
-    public var connectionCount: Int { lock.withLock { clients.count } }
+    public var connectionCount: Int { state.withLock { s in s.clients.count } }
 
     private func acceptLoop(_ fd: Int32) {
         while true {
@@ -130,15 +132,15 @@ public final class ControlServer: @unchecked Sendable {
                 close(client)
                 continue
             }
-            let connection: UInt64? = lock.withLock {
-                guard !stopped, clients.count < Self.maximumClients else { return nil }
-                let id = nextConnection
-                nextConnection += 1
-                clients[id] = client
+            let connection: UInt64? = state.withLock { s in
+                guard !s.stopped, s.clients.count < Self.maximumClients else { return nil }
+                let id = s.nextConnection
+                s.nextConnection += 1
+                s.clients[id] = client
                 return id
             }
             guard let connection else {
-                if lock.withLock({ stopped }) {
+                if state.withLock({ s in s.stopped }) {
                     close(client)  // stopping: no reply, the client sees the connection close
                     continue
                 }
@@ -234,7 +236,7 @@ public final class ControlServer: @unchecked Sendable {
                             descriptors = given
                         }
                         let endpoint = kernel.stream(name)
-                        guard let handler = endpoint?.handler ?? lock.withLock({ streamHandlers[name] }) else {
+                        guard let handler = endpoint?.handler ?? state.withLock({ s in s.streamHandlers[name] }) else {
                             descriptors?.closeAll()
                             reply(Envelope.failure(id: id, error: TermindError(.streamUnknown, "This termind server has no stream '\(name)'.")))
                             continue
@@ -299,7 +301,7 @@ public final class ControlServer: @unchecked Sendable {
         requests.cancelAll()
         group.wait()
         writer.finish()
-        lock.withLock { _ = clients.removeValue(forKey: connection) }
+        state.withLock { s in _ = s.clients.removeValue(forKey: connection) }
         close(fd)
         logger.debug("socket.client.disconnected", ["connection": .int(Int(connection))])
     }
@@ -428,11 +430,10 @@ extension ControlServer {
 }
 
 /// Requests and streams of one connection that have not answered yet.
-final class InFlightCounter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var count = 0
-    func add(_ n: Int) { lock.withLock { count += n } }
-    var value: Int { lock.withLock { count } }
+final class InFlightCounter: Sendable {
+    private let count = Atomic<Int>(0)
+    func add(_ n: Int) { count.add(n, ordering: .sequentiallyConsistent) }
+    var value: Int { count.load(ordering: .sequentiallyConsistent) }
 }
 
 /// The contract calls running for one connection, cancelled when the client goes away.
@@ -459,27 +460,26 @@ final class RequestTable: Sendable {
 }
 
 /// The streams running on one connection, by id.
-final class StreamTable: @unchecked Sendable {
-    private let lock = NSLock()
-    private var sessions: [JSONValue: StreamSession] = [:]
+final class StreamTable: Sendable {
+    private let sessions = Mutex<[JSONValue: StreamSession]>([:])
 
     func add(_ session: StreamSession) -> Bool {
-        lock.withLock {
+        sessions.withLock { sessions in
             guard sessions[session.id] == nil else { return false }
             sessions[session.id] = session
             return true
         }
     }
 
-    func session(_ id: JSONValue) -> StreamSession? { lock.withLock { sessions[id] } }
+    func session(_ id: JSONValue) -> StreamSession? { sessions.withLock { $0[id] } }
 
-    var isEmpty: Bool { lock.withLock { sessions.isEmpty } }
+    var isEmpty: Bool { sessions.withLock { $0.isEmpty } }
 
     func remove(_ session: StreamSession) {
-        lock.withLock { if sessions[session.id] === session { sessions[session.id] = nil } }
+        sessions.withLock { sessions in if sessions[session.id] === session { sessions[session.id] = nil } }
     }
 
     func disconnectAll() {
-        for session in lock.withLock({ Array(sessions.values) }) { session.cancel() }
+        for session in sessions.withLock({ Array($0.values) }) { session.cancel() }
     }
 }

@@ -786,8 +786,12 @@ public actor Kernel {
 }
 
 /// Where an in-process stream's answers go (set once, before any event can arrive).
-private final class StreamAnswers: @unchecked Sendable {
-    var session: StreamSession?
+private final class StreamAnswers: Sendable {
+    private let slot = Mutex<StreamSession?>(nil)
+    var session: StreamSession? {
+        get { slot.withLock { $0 } }
+        set { slot.withLock { $0 = newValue } }
+    }
 }
 
 /// How a client drives a running stream: its messages (`inputEnd`, `cancel` with a

@@ -411,11 +411,11 @@ enum CStreamHandles {
 
 /// A running stream as a C plugin's thread sees it: each call blocks that thread (one of
 /// the plugin's own, never the cooperative pool) until the session's async work is done.
-final class CStreamContext: @unchecked Sendable {
+final class CStreamContext: Sendable {
     let session: StreamSession
-    private let lock = NSLock()
-    /// Input read from the session but not yet copied out (a chunk larger than the buffer).
-    private var pending = Data()
+    /// Input read from the session but not yet copied out (a chunk larger than the buffer);
+    /// held for the whole of a `read`, so that two threads' reads never interleave.
+    private let pending = Mutex(Data())
 
     init(session: StreamSession) { self.session = session }
 
@@ -423,11 +423,11 @@ final class CStreamContext: @unchecked Sendable {
         let done = DispatchSemaphore(value: 0)
         let box = ResultBox<T>()
         Task {
-            box.value = await work()
+            box.set(await work())
             done.signal()
         }
         done.wait()
-        return box.value!
+        return box.take()
     }
 
     /// Sends the event once the client has room; false when the stream is over.
@@ -445,23 +445,26 @@ final class CStreamContext: @unchecked Sendable {
     }
 
     func read(into buffer: UnsafeMutableRawPointer, capacity: Int) -> Int64 {
-        lock.lock()
-        defer { lock.unlock() }
-        if pending.isEmpty {
-            let input = session.input
-            guard let chunk = wait({ () async -> Data? in
-                var iterator = input.makeAsyncIterator()
-                return await iterator.next()
-            }) else { return session.isCancelled ? -1 : 0 }
-            pending = chunk
+        pending.withLock { pending in
+            if pending.isEmpty {
+                let input = session.input
+                guard let chunk = wait({ () async -> Data? in
+                    var iterator = input.makeAsyncIterator()
+                    return await iterator.next()
+                }) else { return session.isCancelled ? -1 : 0 }
+                pending = chunk
+            }
+            let count = min(capacity, pending.count)
+            pending.withUnsafeBytes { raw in buffer.copyMemory(from: raw.baseAddress!, byteCount: count) }
+            pending = pending.count == count ? Data() : Data(pending.dropFirst(count))
+            return Int64(count)
         }
-        let count = min(capacity, pending.count)
-        pending.withUnsafeBytes { raw in buffer.copyMemory(from: raw.baseAddress!, byteCount: count) }
-        pending = pending.count == count ? Data() : Data(pending.dropFirst(count))
-        return Int64(count)
     }
 }
 
-private final class ResultBox<T>: @unchecked Sendable {
-    var value: T?
+/// What an async body returned, handed to the thread that waited for it.
+private final class ResultBox<T: Sendable>: Sendable {
+    private let value = Mutex<T?>(nil)
+    func set(_ value: T) { self.value.withLock { $0 = value } }
+    func take() -> T { value.withLock { $0.take()! } }
 }

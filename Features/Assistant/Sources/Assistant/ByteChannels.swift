@@ -218,11 +218,10 @@ final class ByteChannels: Sendable {
 }
 
 /// An incremental SHA-256 kept between an upload's pause and its resume.
-final class DigestBox: @unchecked Sendable {
-    private let lock = NSLock()
-    private let digest = IncrementalDigest(.sha256)
-    func update(_ data: Data) { lock.withLock { digest.update(data) } }
-    func finish() -> String { lock.withLock { digest.finish().hexEncoded } }
+final class DigestBox: Sendable {
+    private let digest = Mutex(IncrementalDigest(.sha256))
+    func update(_ data: Data) { digest.withLock { $0.update(data) } }
+    func finish() -> String { digest.withLock { $0.finish().hexEncoded } }
 }
 
 /// A download's body: the reader's next 64 KiB after each send. Before the last piece goes

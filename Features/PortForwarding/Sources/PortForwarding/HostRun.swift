@@ -1,5 +1,6 @@
 import ForwardingRules
 import Foundation
+import Synchronization
 import PortForwardingAPI
 import TermindCore
 import TermindSSH
@@ -415,13 +416,15 @@ actor HostRun {
 
 /// One rule's run: its listener, its flows and counters, its state. Changed only by its
 /// `HostRun` (an actor), read by status; the flow callbacks touch only the thread-safe parts.
+///
+/// `@unchecked Sendable`: the plain `var`s are written and read only inside its `HostRun`
+/// actor; what status reads from elsewhere (state, last error) is under a Mutex, and the
+/// counters and flows are Sendable types of their own.
 final class RuleRun: @unchecked Sendable {
     var rule: ForwardRule
     let counters = FlowCounters()
     let flows = FlowSet()
-    private let lock = NSLock()
-    private var stateValue = ForwardState.stopped
-    private var errorValue: String?
+    private let shown = Mutex<(state: ForwardState, error: String?)>((.stopped, nil))
     var listener: LocalListener?
     var remote: Task<Void, Never>?
     /// The connecting of a start under way (cancelled by a stop).
@@ -432,13 +435,13 @@ final class RuleRun: @unchecked Sendable {
     init(rule: ForwardRule) { self.rule = rule }
 
     var state: ForwardState {
-        get { lock.withLock { stateValue } }
-        set { lock.withLock { stateValue = newValue } }
+        get { shown.withLock { $0.state } }
+        set { shown.withLock { $0.state = newValue } }
     }
 
     var lastError: String? {
-        get { lock.withLock { errorValue } }
-        set { lock.withLock { errorValue = newValue } }
+        get { shown.withLock { $0.error } }
+        set { shown.withLock { $0.error = newValue } }
     }
 
     func running() {

@@ -29,7 +29,7 @@ struct SessionForwarder: SessionForwarding {
         return Forwards(host: host)
     }
 
-    private final class Forwards: SessionForwards, @unchecked Sendable {
+    private final class Forwards: SessionForwards, Sendable {
         private let host: HostRun
         init(host: HostRun) { self.host = host }
         func statuses() async -> [ForwardStatus] { await host.statuses() }

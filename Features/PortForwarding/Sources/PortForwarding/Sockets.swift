@@ -1,5 +1,6 @@
 import ForwardingRules
 import Foundation
+import Synchronization
 import PortForwardingAPI
 import TermindCore
 
@@ -117,11 +118,10 @@ enum ForwardingIO {
 /// SO_REUSEADDR (a port in TIME_WAIT after a restart binds again) and never SO_REUSEPORT (a
 /// second live listener on the same port is an error, not a silent share). One thread
 /// accepts; `stop()` ends it.
-final class LocalListener: @unchecked Sendable {
+final class LocalListener: Sendable {
     let bound: String
     private let fd: Int32
-    private let lock = NSLock()
-    private var stopped = false
+    private let stopped = Atomic<Bool>(false)
 
     private init(fd: Int32, bound: String) {
         self.fd = fd
@@ -196,14 +196,11 @@ final class LocalListener: @unchecked Sendable {
         thread.start()
     }
 
-    private var isStopped: Bool { lock.withLock { stopped } }
+    private var isStopped: Bool { stopped.load(ordering: .acquiring) }
 
     /// Stops accepting (the port is free once the accepting thread has closed it).
     func stop() {
-        let first: Bool = lock.withLock {
-            defer { stopped = true }
-            return !stopped
-        }
+        let first = !stopped.exchange(true, ordering: .acquiringAndReleasing)
         if first { shutdown(fd, Int32(SHUT_RDWR)) }
     }
 }
@@ -211,38 +208,40 @@ final class LocalListener: @unchecked Sendable {
 /// A rule's flows, so that stopping the rule ends them (and only them): each is a dup of the
 /// flow's socket, shut down on stop, closed when the flow ends (so its number is never reused
 /// under us).
-final class FlowSet: @unchecked Sendable {
-    private let lock = NSLock()
-    private var flows: [UInt64: Int32] = [:]
-    private var next: UInt64 = 0
-    private var closed = false
+final class FlowSet: Sendable {
+    private struct State {
+        var flows: [UInt64: Int32] = [:]
+        var next: UInt64 = 0
+        var closed = false
+    }
+    private let state = Mutex(State())
 
     /// Tracks `fd`'s socket; nil when the set is closed already (then `fd` is shut down).
     func add(_ fd: Int32) -> UInt64? {
         let copy = dup(fd)
-        return lock.withLock {
-            guard !closed, copy >= 0 else {
+        return state.withLock { s in
+            guard !s.closed, copy >= 0 else {
                 if copy >= 0 { close(copy) }
                 shutdown(fd, Int32(SHUT_RDWR))
                 return nil
             }
-            next += 1
-            flows[next] = copy
-            return next
+            s.next += 1
+            s.flows[s.next] = copy
+            return s.next
         }
     }
 
     func remove(_ id: UInt64?) {
-        guard let id, let fd = lock.withLock({ flows.removeValue(forKey: id) }) else { return }
+        guard let id, let fd = state.withLock({ s in s.flows.removeValue(forKey: id) }) else { return }
         close(fd)
     }
 
     /// Ends every flow (their bridges see the sockets shut and finish).
     func closeAll() {
-        let open: [Int32] = lock.withLock {
-            closed = true
-            defer { flows = [:] }
-            return Array(flows.values)
+        let open: [Int32] = state.withLock { s in
+            s.closed = true
+            defer { s.flows = [:] }
+            return Array(s.flows.values)
         }
         for fd in open {
             shutdown(fd, Int32(SHUT_RDWR))

@@ -75,7 +75,7 @@ extension SFTPFeature {
 /// A download's reads: requests of the server's size kept in flight up to `inFlight` bytes
 /// past what was taken (a bounded window, as a transfer's), handed out in order in pieces of
 /// what the caller asks for.
-final class StreamReader: RemoteFileReader, @unchecked Sendable {
+final class StreamReader: RemoteFileReader, Sendable {
     let size: UInt64
     let modified: UInt32?
     private let side: RemoteSide
@@ -83,15 +83,17 @@ final class StreamReader: RemoteFileReader, @unchecked Sendable {
     private let shown: String
     private let row: UInt64
     private let scheduler: TransferScheduler
-    private let lock = NSLock()
-    private var handle: (any ReadHandle)?
-    /// Bytes handed out, and the next offset to request.
-    private var position: UInt64
-    private var requested: UInt64
-    private var ahead: [(offset: UInt64, length: Int, task: Task<ArraySlice<UInt8>, any Error>)] = []
-    /// The rest of the last request's answer not yet handed out.
-    private var current = ArraySlice<UInt8>()
-    private var stopped: String?
+    private struct State {
+        var handle: (any ReadHandle)?
+        /// Bytes handed out, and the next offset to request.
+        var position: UInt64
+        var requested: UInt64
+        var ahead: [(offset: UInt64, length: Int, task: Task<ArraySlice<UInt8>, any Error>)] = []
+        /// The rest of the last request's answer not yet handed out.
+        var current = ArraySlice<UInt8>()
+        var stopped: String?
+    }
+    private let state: Mutex<State>
     /// At most this many bytes requested past what was handed out.
     static let inFlight = 2 << 20
 
@@ -101,41 +103,40 @@ final class StreamReader: RemoteFileReader, @unchecked Sendable {
         self.shown = shown
         self.size = size
         self.modified = modified
-        self.position = offset
-        self.requested = offset
+        state = Mutex(State(position: offset, requested: offset))
         self.row = row
         self.scheduler = scheduler
     }
 
     func open() async throws {
         let opened = try await side.openRead(path, extra: false, stripes: 1, shared: false)
-        lock.withLock { handle = opened }
+        state.withLock { s in s.handle = opened }
     }
 
     func stop(_ control: TransferScheduler.Control) {
-        let pending = lock.withLock { () -> [Task<ArraySlice<UInt8>, any Error>] in
-            stopped = control == .pause ? "paused" : "cancelled"
-            return ahead.map(\.task)
+        let pending = state.withLock { (s: inout State) -> [Task<ArraySlice<UInt8>, any Error>] in
+            s.stopped = control == .pause ? "paused" : "cancelled"
+            return s.ahead.map(\.task)
         }
         pending.forEach { $0.cancel() }
     }
 
     /// Keeps requests in flight up to `inFlight` bytes past the position.
     private func refill(_ handle: any ReadHandle) {
-        lock.withLock {
+        state.withLock { s in
             let chunk = UInt64(max(1, handle.chunk))
-            while requested < size, requested - position < UInt64(Self.inFlight) {
-                let offset = requested, length = Int(min(chunk, size - requested))
-                ahead.append((offset, length, Task { try await handle.read(offset, length) }))
-                requested += UInt64(length)
+            while s.requested < size, s.requested - s.position < UInt64(Self.inFlight) {
+                let offset = s.requested, length = Int(min(chunk, size - s.requested))
+                s.ahead.append((offset, length, Task { try await handle.read(offset, length) }))
+                s.requested += UInt64(length)
             }
         }
     }
 
     func next(limit: Int) async throws -> Data? {
-        guard let handle = lock.withLock({ handle }) else { throw TermindError(.sftpFailed, "\(shown) is closed.") }
-        if let stopped = lock.withLock({ stopped }) { throw TermindError(.sftpFailed, "\(shown): the transfer was \(stopped) (termind transfers).") }
-        if lock.withLock({ position >= size }) {
+        guard let handle = state.withLock({ s in s.handle }) else { throw TermindError(.sftpFailed, "\(shown) is closed.") }
+        if let stopped = state.withLock({ s in s.stopped }) { throw TermindError(.sftpFailed, "\(shown): the transfer was \(stopped) (termind transfers).") }
+        if state.withLock({ s in s.position >= size }) {
             // The end: the file must still be what was opened.
             let now = try await side.stat(path, follow: true)
             guard now?.size == size, now?.modifiedTime == modified else {
@@ -143,26 +144,26 @@ final class StreamReader: RemoteFileReader, @unchecked Sendable {
             }
             return nil
         }
-        if lock.withLock({ current.isEmpty }) {
+        if state.withLock({ s in s.current.isEmpty }) {
             refill(handle)
-            guard let first = lock.withLock({ ahead.isEmpty ? nil : ahead.removeFirst() }) else { return nil }
+            guard let first = state.withLock({ s in s.ahead.isEmpty ? nil : s.ahead.removeFirst() }) else { return nil }
             let bytes = try await first.task.value
             guard !bytes.isEmpty else { throw TermindError(.sftpFailed, "\(shown) ended before its \(size) bytes: it changed while it was read.") }
-            let dropped = lock.withLock { () -> [Task<ArraySlice<UInt8>, any Error>] in
-                current = bytes
+            let dropped = state.withLock { (s: inout State) -> [Task<ArraySlice<UInt8>, any Error>] in
+                s.current = bytes
                 guard bytes.count < first.length else { return [] }
                 // A short answer: what was asked past it is asked again from where it ended.
-                defer { ahead = [] }
-                requested = first.offset + UInt64(bytes.count)
-                return ahead.map(\.task)
+                defer { s.ahead = [] }
+                s.requested = first.offset + UInt64(bytes.count)
+                return s.ahead.map(\.task)
             }
             dropped.forEach { $0.cancel() }
         }
-        let (data, done) = lock.withLock { () -> (Data, UInt64) in
-            let take = current.prefix(limit)
-            current = current.dropFirst(take.count)
-            position += UInt64(take.count)
-            return (Data(take), position)
+        let (data, done) = state.withLock { (s: inout State) -> (Data, UInt64) in
+            let take = s.current.prefix(limit)
+            s.current = s.current.dropFirst(take.count)
+            s.position += UInt64(take.count)
+            return (Data(take), s.position)
         }
         refill(handle)
         await scheduler.progress([row: done])
@@ -170,9 +171,9 @@ final class StreamReader: RemoteFileReader, @unchecked Sendable {
     }
 
     func close(complete: Bool) async {
-        let (handle, pending) = lock.withLock { () -> ((any ReadHandle)?, [Task<ArraySlice<UInt8>, any Error>]) in
-            defer { self.handle = nil; ahead = []; current = [] }
-            return (self.handle, ahead.map(\.task))
+        let (handle, pending) = state.withLock { (s: inout State) -> ((any ReadHandle)?, [Task<ArraySlice<UInt8>, any Error>]) in
+            defer { s.handle = nil; s.ahead = []; s.current = [] }
+            return (s.handle, s.ahead.map(\.task))
         }
         pending.forEach { $0.cancel() }
         await handle?.close()
@@ -182,7 +183,7 @@ final class StreamReader: RemoteFileReader, @unchecked Sendable {
 }
 
 /// An upload's writes, in order, into the temporary name; `commit` renames it into place.
-final class StreamWriter: RemoteFileWriter, @unchecked Sendable {
+final class StreamWriter: RemoteFileWriter, Sendable {
     private let side: RemoteSide
     private let path: [UInt8]
     private let temporary: [UInt8]
@@ -191,10 +192,12 @@ final class StreamWriter: RemoteFileWriter, @unchecked Sendable {
     private let replace: Bool
     private let row: UInt64
     private let scheduler: TransferScheduler
-    private let lock = NSLock()
-    private var handle: (any WriteHandle)?
-    private var position: UInt64 = 0
-    private var stopped: String?
+    private struct State {
+        var handle: (any WriteHandle)?
+        var position: UInt64 = 0
+        var stopped: String?
+    }
+    private let state = Mutex(State())
 
     init(side: RemoteSide, path: [UInt8], temporary: [UInt8], shown: String, size: UInt64, replace: Bool, row: UInt64, scheduler: TransferScheduler) {
         self.side = side
@@ -209,17 +212,17 @@ final class StreamWriter: RemoteFileWriter, @unchecked Sendable {
 
     func open() async throws {
         let opened = try await side.openWrite(temporary, mode: 0o600, resume: false, extra: false, stripes: 1, shared: false)
-        lock.withLock { handle = opened }
+        state.withLock { s in s.handle = opened }
     }
 
-    func stop(_ control: TransferScheduler.Control) { lock.withLock { stopped = control == .pause ? "paused" : "cancelled" } }
+    func stop(_ control: TransferScheduler.Control) { state.withLock { s in s.stopped = control == .pause ? "paused" : "cancelled" } }
 
-    var written: UInt64 { lock.withLock { position } }
+    var written: UInt64 { state.withLock { s in s.position } }
 
     func write(_ data: Data) async throws {
-        guard let handle = lock.withLock({ handle }) else { throw TermindError(.sftpFailed, "\(shown) is closed.") }
-        if let stopped = lock.withLock({ stopped }) { throw TermindError(.sftpFailed, "\(shown): the transfer was \(stopped) (termind transfers).") }
-        let offset = lock.withLock { position }
+        guard let handle = state.withLock({ s in s.handle }) else { throw TermindError(.sftpFailed, "\(shown) is closed.") }
+        if let stopped = state.withLock({ s in s.stopped }) { throw TermindError(.sftpFailed, "\(shown): the transfer was \(stopped) (termind transfers).") }
+        let offset = state.withLock { s in s.position }
         guard offset + UInt64(data.count) <= size else { throw TermindError(.sftpFailed, "\(shown): more bytes than the \(size) announced.") }
         // In pieces the server takes (its chunk), one after another.
         var start = 0
@@ -229,16 +232,16 @@ final class StreamWriter: RemoteFileWriter, @unchecked Sendable {
             do { try await handle.write(offset + UInt64(start), bytes[start..<end]) } catch { throw SFTPFeature.failure(error, shown) }
             start = end
         }
-        let done = lock.withLock { () -> UInt64 in position += UInt64(data.count); return position }
+        let done = state.withLock { (s: inout State) -> UInt64 in s.position += UInt64(data.count); return s.position }
         await scheduler.progress([row: done])
     }
 
     func commit() async throws {
-        guard let handle = lock.withLock({ () -> (any WriteHandle)? in defer { self.handle = nil }; return self.handle }) else {
+        guard let handle = state.withLock({ (s: inout State) -> (any WriteHandle)? in defer { s.handle = nil }; return s.handle }) else {
             throw TermindError(.sftpFailed, "\(shown) is closed.")
         }
         do {
-            guard lock.withLock({ position }) == size else { throw TermindError(.sftpFailed, "\(shown): \(written) of \(size) bytes; nothing is committed.") }
+            guard state.withLock({ s in s.position }) == size else { throw TermindError(.sftpFailed, "\(shown): \(written) of \(size) bytes; nothing is committed.") }
             try await handle.finish()
             guard let attributes = try await side.stat(temporary, follow: false), attributes.size == size else {
                 throw TermindError(.sftpFailed, "\(shown): the written file does not have its \(size) bytes; nothing is committed.")
@@ -259,7 +262,7 @@ final class StreamWriter: RemoteFileWriter, @unchecked Sendable {
     }
 
     func abandon() async {
-        let handle = lock.withLock { () -> (any WriteHandle)? in defer { self.handle = nil }; return self.handle }
+        let handle = state.withLock { (s: inout State) -> (any WriteHandle)? in defer { s.handle = nil }; return s.handle }
         await handle?.abandon()
         var kept: String?
         do { try await side.remove(temporary) } catch { kept = SFTPPaths.display(temporary) }

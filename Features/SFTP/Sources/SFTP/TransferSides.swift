@@ -207,21 +207,35 @@ private struct LocalHandle: ReadHandle, WriteHandle {
 /// needs), a control session for metadata (never a data slot), and idle data sessions —
 /// sibling SFTP channels on that connection, or sessions on extra connections when the
 /// topology prefers them (each moving file holds one, which is its slot either way).
-final class RemoteSide: FileSide, @unchecked Sendable {
+final class RemoteSide: FileSide, Sendable {
     let host: String
     let window: Int
     private let target: ConnectionTarget
     private let opener: ConnectionOpener
     private let ask: ConnectionAsker
-    private let state = NSLock()
+    private struct State {
+        var connection: SSHConnection?
+        var control: SFTPSession?
+        var idle: [SFTPSession] = []
+        var idleExtra: [SFTPSession] = []
+        var extraCount = 0
+        /// A silent probe for an extra connection failed: later files ride channels.
+        var degraded = false
+        /// The saved host's id when the side names one.
+        var saved: String?
+        /// Channels shared by small files, and how many use each.
+        var shared: [(session: SFTPSession, users: Int)] = []
+        /// Channels of ours open, and the server's limit once learned.
+        var channels = 0
+        var channelLimit: Int?
+        /// Files waiting for a channel another releases.
+        var waiters: [(UInt64, CheckedContinuation<SFTPSession?, Error>)] = []
+        var nextTicket: UInt64 = 0
+        /// Sessions on extra connections.
+        var extraSessions = Set<ObjectIdentifier>()
+    }
+    private let state = Mutex(State())
     private let gate = AsyncGate()
-    private var connection: SSHConnection?
-    private var control: SFTPSession?
-    private var idle: [SFTPSession] = []
-    private var idleExtra: [SFTPSession] = []
-    private var extraCount = 0
-    /// A silent probe for an extra connection failed: later files ride channels.
-    private var degraded = false
     /// Opens the control session once when several callers (listings read ahead) want it.
     private let controlGate = AsyncGate()
     private let logger: Logger
@@ -237,24 +251,23 @@ final class RemoteSide: FileSide, @unchecked Sendable {
 
     /// The saved host's id when the side names one (set by the run once resolved).
     var savedHost: String? {
-        get { state.withLock { saved } }
-        set { state.withLock { saved = newValue } }
+        get { state.withLock { s in s.saved } }
+        set { state.withLock { s in s.saved = newValue } }
     }
-    private var saved: String?
 
     func shown(_ path: [UInt8]) -> String { "\(host):\(SFTPPaths.display(path))" }
 
     /// The connection, opened (or opened again after a loss) one caller at a time.
     private func connected() async throws -> SSHConnection {
         try await gate.run {
-            if let existing = self.state.withLock({ self.connection }), existing.isAlive { return existing }
+            if let existing = self.state.withLock({ s in s.connection }), existing.isAlive { return existing }
             let fresh = try await self.opener.connection(self.target, ask: self.ask)
-            self.state.withLock {
-                self.connection = fresh
-                self.control = nil
-                self.idle = []
-                self.channels = 0
-                self.channelLimit = nil
+            self.state.withLock { s in
+                s.connection = fresh
+                s.control = nil
+                s.idle = []
+                s.channels = 0
+                s.channelLimit = nil
             }
             return fresh
         }
@@ -278,11 +291,11 @@ final class RemoteSide: FileSide, @unchecked Sendable {
 
     /// The session for metadata.
     func controlSession() async throws -> SFTPSession {
-        if let control = state.withLock({ control }), !control.isClosed { return control }
+        if let control = state.withLock({ s in s.control }), !control.isClosed { return control }
         return try await controlGate.run {
-            if let control = self.state.withLock({ self.control }), !control.isClosed { return control }
+            if let control = self.state.withLock({ s in s.control }), !control.isClosed { return control }
             let session = try await self.newSession()
-            self.state.withLock { self.control = session }
+            self.state.withLock { s in s.control = session }
             return session
         }
     }
@@ -292,13 +305,13 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     /// trusted only once, prompts or a passphrase make it fail — after which later files ride
     /// channels; a cancelled probe caches nothing); else, or then, a sibling channel.
     func lease(extra: Bool = false) async throws -> SFTPSession {
-        if extra, state.withLock({ !degraded }) {
-            while let session = state.withLock({ idleExtra.popLast() }) {
+        if extra, state.withLock({ s in !s.degraded }) {
+            while let session = state.withLock({ s in s.idleExtra.popLast() }) {
                 if !session.isClosed { return session }
             }
-            let number = state.withLock { () -> Int in
-                extraCount += 1
-                return extraCount
+            let number = state.withLock { (s: inout State) -> Int in
+                s.extraCount += 1
+                return s.extraCount
             }
             var silent = target
             silent.purpose = "sftp-data-\(number)"
@@ -306,13 +319,13 @@ final class RemoteSide: FileSide, @unchecked Sendable {
             do {
                 let connection = try await opener.connection(silent, ask: { _ in nil })
                 let session = try await SFTPSession.open(on: connection)
-                _ = state.withLock { extraSessions.insert(ObjectIdentifier(session)) }
+                _ = state.withLock { s in s.extraSessions.insert(ObjectIdentifier(session)) }
                 return session
             } catch is CancellationError {
                 throw CancellationError()
             } catch {
                 if Task.isCancelled { throw CancellationError() }
-                state.withLock { degraded = true }
+                state.withLock { s in s.degraded = true }
                 logger.info("sftp.topology.degraded", ["host": .identifier(host)])
             }
         }
@@ -328,7 +341,6 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     /// sixth. A file still takes one slot of the scheduler's. (A shared channel stays listed
     /// here until its last file releases it, even past `closeAll`.)
     static let sharedPerChannel = 4
-    private var shared: [(session: SFTPSession, users: Int)] = []
 
     /// A channel session for a small file: a shared one with room, else a channel of its own
     /// that later small files may share (opened, idle, or released by another file).
@@ -339,18 +351,18 @@ final class RemoteSide: FileSide, @unchecked Sendable {
         return try await sharingGate.run {
             if let room = self.sharedRoom() { return room }
             let session = try await self.lease()
-            self.state.withLock { self.shared.append((session, 1)) }
+            self.state.withLock { s in s.shared.append((session, 1)) }
             return session
         }
     }
 
     /// A place on the least used shared channel that has one.
     private func sharedRoom() -> SFTPSession? {
-        state.withLock { () -> SFTPSession? in
-            guard let index = shared.indices.filter({ shared[$0].users < Self.sharedPerChannel && !shared[$0].session.isClosed })
-                .min(by: { shared[$0].users < shared[$1].users }) else { return nil }
-            shared[index].users += 1
-            return shared[index].session
+        state.withLock { (s: inout State) -> SFTPSession? in
+            guard let index = s.shared.indices.filter({ s.shared[$0].users < Self.sharedPerChannel && !s.shared[$0].session.isClosed })
+                .min(by: { s.shared[$0].users < s.shared[$1].users }) else { return nil }
+            s.shared[index].users += 1
+            return s.shared[index].session
         }
     }
     private let sharingGate = AsyncGate()
@@ -365,13 +377,13 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     /// MaxSessions, 10 by default, is learned from its first refusal), else — with `wait` —
     /// the next one another file releases. nil: try again (or, without `wait`, none now).
     private func channel(wait: Bool) async throws -> SFTPSession? {
-        while let session = state.withLock({ idle.popLast() }) {
+        while let session = state.withLock({ s in s.idle.popLast() }) {
             if !session.isClosed { return session }
-            state.withLock { channels -= 1 }
+            state.withLock { s in s.channels -= 1 }
         }
-        let mayOpen = state.withLock { () -> Bool in
-            guard channelLimit.map({ channels < $0 }) ?? true else { return false }
-            channels += 1
+        let mayOpen = state.withLock { (s: inout State) -> Bool in
+            guard s.channelLimit.map({ s.channels < $0 }) ?? true else { return false }
+            s.channels += 1
             return true
         }
         if mayOpen {
@@ -380,7 +392,7 @@ final class RemoteSide: FileSide, @unchecked Sendable {
             } catch let error as SFTPError where error.status == .opUnsupported {
                 guard learnedLimit() else { throw error }  // else wait for one of ours
             } catch {
-                state.withLock { channels -= 1 }
+                state.withLock { s in s.channels -= 1 }
                 throw error
             }
         }
@@ -391,12 +403,12 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     /// After the server refused a channel of ours: one fewer open. Refused while others of
     /// ours are open, that is the server's limit (learned: true); refused with none open, it is not.
     private func learnedLimit() -> Bool {
-        let others = state.withLock { () -> Int in
-            channels -= 1
-            return channels
+        let others = state.withLock { (s: inout State) -> Int in
+            s.channels -= 1
+            return s.channels
         }
         guard others > 0 else { return false }
-        state.withLock { channelLimit = others }
+        state.withLock { s in s.channelLimit = others }
         logger.info("sftp.channels.limit", ["host": .identifier(host), "count": .int(others)])
         return true
     }
@@ -404,63 +416,58 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     /// Waits for the next channel another file releases: its session, or nil when it closed
     /// (a slot is free: try again).
     private func nextRelease() async throws -> SFTPSession? {
-        let ticket = state.withLock { () -> UInt64 in
-            nextTicket += 1
-            return nextTicket
+        let ticket = state.withLock { (s: inout State) -> UInt64 in
+            s.nextTicket += 1
+            return s.nextTicket
         }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<SFTPSession?, Error>) in
-                let now = state.withLock { () -> Bool in
+                let now = state.withLock { (s: inout State) -> Bool in
                     if Task.isCancelled { return true }
-                    waiters.append((ticket, continuation))
+                    s.waiters.append((ticket, continuation))
                     return false
                 }
                 if now { continuation.resume(throwing: CancellationError()) }
             }
         } onCancel: {
-            let waiter = state.withLock { () -> CheckedContinuation<SFTPSession?, Error>? in
-                guard let index = waiters.firstIndex(where: { $0.0 == ticket }) else { return nil }
-                return waiters.remove(at: index).1
+            let waiter = state.withLock { (s: inout State) -> CheckedContinuation<SFTPSession?, Error>? in
+                guard let index = s.waiters.firstIndex(where: { $0.0 == ticket }) else { return nil }
+                return s.waiters.remove(at: index).1
             }
             waiter?.resume(throwing: CancellationError())
         }
     }
 
-    private var channels = 0
-    private var channelLimit: Int?
-    private var waiters: [(UInt64, CheckedContinuation<SFTPSession?, Error>)] = []
-    private var nextTicket: UInt64 = 0
-    private var extraSessions = Set<ObjectIdentifier>()
 
     func release(_ session: SFTPSession) async {
         // A shared channel is released by its last small file.
-        let stillShared = state.withLock { () -> Bool in
-            guard let index = shared.firstIndex(where: { $0.session === session }) else { return false }
-            shared[index].users -= 1
-            if shared[index].users > 0 { return true }
-            shared.remove(at: index)
+        let stillShared = state.withLock { (s: inout State) -> Bool in
+            guard let index = s.shared.firstIndex(where: { $0.session === session }) else { return false }
+            s.shared[index].users -= 1
+            if s.shared[index].users > 0 { return true }
+            s.shared.remove(at: index)
             return false
         }
         if stillShared { return }
         let closed = session.isClosed
         enum Next { case done, close, give(CheckedContinuation<SFTPSession?, Error>, SFTPSession?) }
-        let next = state.withLock { () -> Next in
-            let isExtra = extraSessions.contains(ObjectIdentifier(session))
+        let next = state.withLock { (s: inout State) -> Next in
+            let isExtra = s.extraSessions.contains(ObjectIdentifier(session))
             if closed {
-                if isExtra { extraSessions.remove(ObjectIdentifier(session)); return .done }
-                channels -= 1
+                if isExtra { s.extraSessions.remove(ObjectIdentifier(session)); return .done }
+                s.channels -= 1
                 // Its channel is free: a waiting file may open one.
-                if !waiters.isEmpty { return .give(waiters.removeFirst().1, nil) }
+                if !s.waiters.isEmpty { return .give(s.waiters.removeFirst().1, nil) }
                 return .done
             }
             if isExtra {
-                guard idleExtra.count < 16 else { extraSessions.remove(ObjectIdentifier(session)); return .close }
-                idleExtra.append(session)
+                guard s.idleExtra.count < 16 else { s.extraSessions.remove(ObjectIdentifier(session)); return .close }
+                s.idleExtra.append(session)
                 return .done
             }
-            if !waiters.isEmpty { return .give(waiters.removeFirst().1, session) }
-            guard idle.count < 16 else { channels -= 1; return .close }
-            idle.append(session)
+            if !s.waiters.isEmpty { return .give(s.waiters.removeFirst().1, session) }
+            guard s.idle.count < 16 else { s.channels -= 1; return .close }
+            s.idle.append(session)
             return .done
         }
         switch next {
@@ -471,9 +478,9 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     }
 
     func closeAll() async {
-        let sessions = state.withLock { () -> [SFTPSession] in
-            defer { idle = []; idleExtra = []; extraSessions = []; control = nil; channels = 0 }
-            return idle + idleExtra + [control].compactMap { $0 }
+        let sessions = state.withLock { (s: inout State) -> [SFTPSession] in
+            defer { s.idle = []; s.idleExtra = []; s.extraSessions = []; s.control = nil; s.channels = 0 }
+            return s.idle + s.idleExtra + [s.control].compactMap { $0 }
         }
         for session in sessions { await session.close() }
     }
@@ -596,17 +603,17 @@ final class RemoteSide: FileSide, @unchecked Sendable {
     /// channels. The slot goes to a waiting file afterwards.
     private func withExecChannel<T: Sendable>(_ body: () async throws -> T) async throws -> T {
         while true {
-            let reserved = state.withLock { () -> Bool in
-                guard channelLimit.map({ channels < $0 }) ?? true else { return false }
-                channels += 1
+            let reserved = state.withLock { (s: inout State) -> Bool in
+                guard s.channelLimit.map({ s.channels < $0 }) ?? true else { return false }
+                s.channels += 1
                 return true
             }
             if !reserved {
                 // Room is made: an idle SFTP channel of ours closes, or the next one released does.
-                var spare = state.withLock { idle.popLast() }
+                var spare = state.withLock { s in s.idle.popLast() }
                 if spare == nil { spare = try await nextRelease() }
                 if let spare {
-                    state.withLock { channels -= 1 }
+                    state.withLock { s in s.channels -= 1 }
                     await spare.close()
                 }
                 continue
@@ -626,9 +633,9 @@ final class RemoteSide: FileSide, @unchecked Sendable {
 
     /// A channel of ours closed: one fewer open, and a file waiting for a channel may open one.
     private func freeChannelSlot() {
-        let waiter = state.withLock { () -> CheckedContinuation<SFTPSession?, Error>? in
-            channels -= 1
-            return waiters.isEmpty ? nil : waiters.removeFirst().1
+        let waiter = state.withLock { (s: inout State) -> CheckedContinuation<SFTPSession?, Error>? in
+            s.channels -= 1
+            return s.waiters.isEmpty ? nil : s.waiters.removeFirst().1
         }
         waiter?.resume(returning: nil)
     }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 import VaultAPI
 import TermindCrypto
@@ -283,7 +284,7 @@ struct ConfigImporter {
 }
 
 /// Digests of the files a read touched, in reading order, each once, with their text.
-private final class Digests: @unchecked Sendable {
+private final class Digests {
     private(set) var all: [ImportContracts.FileDigest] = []
     private var texts: [String: String] = [:]
 

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 import WorkspacesAPI
 import WorkspacesRules
@@ -10,19 +11,21 @@ import WorkspacesRules
 /// transaction; at most `pendingLimit` wait (a host printing marks faster than they can be
 /// written loses the newest beyond that, said once in the log). A failed write is logged by
 /// its code only (never the command) and the session goes on.
-final class HistoryRecorder: @unchecked Sendable {
+final class HistoryRecorder: Sendable {
     private let store: HistoryStore
     private let host: String
     private let logger: Logger
     static let pendingLimit = 1000
 
-    private let lock = NSLock()
-    private var directory: String?
-    /// The running command: its line (nil: the shell gave none) and its folder.
-    private var running: (line: String?, directory: String?)?
-    private var pending: [WorkspacesContracts.HistoryEntry] = []
-    private var writer: Task<Void, Never>?
-    private var droppedSaid = false
+    private struct State {
+        var directory: String?
+        /// The running command: its line (nil: the shell gave none) and its folder.
+        var running: (line: String?, directory: String?)?
+        var pending: [WorkspacesContracts.HistoryEntry] = []
+        var writer: Task<Void, Never>?
+        var droppedSaid = false
+    }
+    private let state = Mutex(State())
 
     init(store: HistoryStore, host: String, logger: Logger) {
         self.store = store
@@ -34,13 +37,13 @@ final class HistoryRecorder: @unchecked Sendable {
         for mark in marks {
             switch mark {
             case .workingDirectory(let path):
-                lock.withLock { directory = path }
+                state.withLock { $0.directory = path }
             case .commandExecuted(let line):
-                lock.withLock { running = (line, directory) }
+                state.withLock { $0.running = (line, $0.directory) }
             case .commandFinished(let status, let duration):
-                let finished: (line: String?, directory: String?)? = lock.withLock {
-                    defer { running = nil }
-                    return running
+                let finished: (line: String?, directory: String?)? = state.withLock { state in
+                    defer { state.running = nil }
+                    return state.running
                 }
                 guard let finished, let line = finished.line.map(HistoryText.normalized), !line.trimmingCharacters(in: .whitespaces).isEmpty else { continue }
                 let entry = WorkspacesContracts.HistoryEntry(command: line, exitStatus: status.map { Int32(truncatingIfNeeded: $0) },
@@ -54,15 +57,15 @@ final class HistoryRecorder: @unchecked Sendable {
     }
 
     private func write(_ entry: WorkspacesContracts.HistoryEntry) {
-        let sayDropped: Bool = lock.withLock {
-            guard pending.count < Self.pendingLimit else {
-                defer { droppedSaid = true }
-                return !droppedSaid
+        let sayDropped: Bool = state.withLock { state in
+            guard state.pending.count < Self.pendingLimit else {
+                defer { state.droppedSaid = true }
+                return !state.droppedSaid
             }
-            pending.append(entry)
+            state.pending.append(entry)
             // The writer is started and recorded in one step: it clears itself only once it
             // found nothing waiting, under this lock.
-            if writer == nil { writer = Task { await self.drain() } }
+            if state.writer == nil { state.writer = Task { await self.drain() } }
             return false
         }
         if sayDropped { logger.warning("workspaces.history.dropped", ["waiting": .int(Self.pendingLimit)]) }
@@ -71,10 +74,10 @@ final class HistoryRecorder: @unchecked Sendable {
     /// Writes what waits, a batch per transaction, until nothing does.
     private func drain() async {
         while true {
-            let batch: [WorkspacesContracts.HistoryEntry] = lock.withLock {
-                defer { pending.removeAll() }
-                if pending.isEmpty { writer = nil }
-                return pending
+            let batch: [WorkspacesContracts.HistoryEntry] = state.withLock { state in
+                defer { state.pending.removeAll() }
+                if state.pending.isEmpty { state.writer = nil }
+                return state.pending
             }
             guard !batch.isEmpty else { return }
             do { try await store.record(host: host, batch) } catch {
@@ -85,6 +88,6 @@ final class HistoryRecorder: @unchecked Sendable {
 
     /// Waits until every row taken so far is written.
     func flush() async {
-        while let writer = lock.withLock({ writer }) { await writer.value }
+        while let writer = state.withLock({ $0.writer }) { await writer.value }
     }
 }

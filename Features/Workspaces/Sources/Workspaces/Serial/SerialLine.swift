@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 import WorkspacesAPI
 
@@ -6,6 +7,10 @@ import WorkspacesAPI
 /// previous settings put back by `close()`. Reading happens on a thread of its own that waits
 /// for the consumer (at most four chunks outstanding), writing on a queue of its own, so no
 /// task of the cooperative pool ever blocks on the device.
+///
+/// `@unchecked Sendable`: `outstanding` and `readerDone` are touched only under `pace`'s
+/// lock (a condition variable the reader sleeps on); every other stored property is a
+/// `let` or under `flags`.
 final class SerialLine: @unchecked Sendable {
     static let speeds: [Int: speed_t] = [
         50: speed_t(B50), 75: speed_t(B75), 110: speed_t(B110), 134: speed_t(B134), 150: speed_t(B150), 200: speed_t(B200), 300: speed_t(B300),
@@ -20,11 +25,9 @@ final class SerialLine: @unchecked Sendable {
     private let fd: Int32
     private let saved: termios
     private let writes = DispatchQueue(label: "termind.workspaces.serial.write")
-    private let lock = NSLock()
-    private var closed = false
-    private var closedForGood = false
-    private var reading = false
-    private var wake: [Int32] = [-1, -1]
+    private let flags = Mutex((closed: false, closedForGood: false, reading: false))
+    /// A pipe whose write end wakes the reader from poll().
+    private let wake: [Int32]
     /// Chunks the reader handed over and the consumer has not yet said it handled.
     private let pace = NSCondition()
     private var outstanding = 0
@@ -76,11 +79,13 @@ final class SerialLine: @unchecked Sendable {
             throw TermindError(.workspacesSerialFailed, "\(request.device) refused the settings (\(baud) baud, \(data) data bits, \(stop) stop bits): \(reason).")
         }
         self.fd = fd
+        var wake: [Int32] = [-1, -1]
         guard pipe(&wake) == 0 else {
             Glibc.close(fd)
             throw TermindError.internalFailure("Cannot make a pipe for the serial line.")
         }
         for end in wake { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+        self.wake = wake
     }
 
     /// What the line delivers, chunk by chunk, until it closes or hangs up. The reader
@@ -88,7 +93,7 @@ final class SerialLine: @unchecked Sendable {
     func output() -> AsyncStream<Data> {
         let (stream, feed) = AsyncStream.makeStream(of: Data.self)
         let fd = self.fd, wakeFD = wake[0]
-        lock.withLock { reading = true }
+        flags.withLock { $0.reading = true }
         let thread = Thread { [self] in
             var buffer = [UInt8](repeating: 0, count: 16 << 10)
             while true {
@@ -100,7 +105,7 @@ final class SerialLine: @unchecked Sendable {
                     feed.yield(Data(buffer[0..<n]))
                     pace.lock()
                     outstanding += 1
-                    while outstanding >= 4 && !lock.withLock({ closed }) { pace.wait() }
+                    while outstanding >= 4 && !flags.withLock({ $0.closed }) { pace.wait() }
                     pace.unlock()
                 } else if n < 0 && (errno == EAGAIN || errno == EINTR) {
                     continue
@@ -128,7 +133,7 @@ final class SerialLine: @unchecked Sendable {
 
     /// Ends the reading (its stream finishes) without waiting: for a cancellation.
     func stop() {
-        lock.withLock { closed = true }
+        flags.withLock { $0.closed = true }
         var one: UInt8 = 1
         _ = Glibc.write(wake[1], &one, 1)
         pace.lock()
@@ -140,7 +145,7 @@ final class SerialLine: @unchecked Sendable {
     func write(_ data: Data) async -> Bool {
         await withCheckedContinuation { continuation in
             writes.async { [self] in
-                guard !lock.withLock({ closed }) else { return continuation.resume(returning: false) }
+                guard !flags.withLock({ $0.closed }) else { return continuation.resume(returning: false) }
                 let ok = data.withUnsafeBytes { raw -> Bool in
                     var offset = 0
                     while offset < raw.count {
@@ -150,7 +155,7 @@ final class SerialLine: @unchecked Sendable {
                         guard n < 0 && errno == EAGAIN else { return false }
                         var descriptor = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
                         _ = poll(&descriptor, 1, 1000)
-                        if lock.withLock({ closed }) { return false }
+                        if flags.withLock({ $0.closed }) { return false }
                     }
                     return true
                 }
@@ -161,13 +166,13 @@ final class SerialLine: @unchecked Sendable {
 
     /// Puts the line's settings back and closes it (once), after its reader has stopped.
     func close() {
-        let first: Bool = lock.withLock {
-            defer { closedForGood = true }
-            return !closedForGood
+        let first: Bool = flags.withLock { flags in
+            defer { flags.closedForGood = true }
+            return !flags.closedForGood
         }
         guard first else { return }
         stop()
-        if lock.withLock({ reading }) {
+        if flags.withLock({ $0.reading }) {
             pace.lock()
             let deadline = Date().addingTimeInterval(2)
             while !readerDone, pace.wait(until: deadline) {}

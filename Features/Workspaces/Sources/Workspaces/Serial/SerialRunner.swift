@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 import WorkspacesAPI
 
@@ -38,14 +39,14 @@ struct SerialRunner {
         return .init(received: counts.received, sent: counts.sent)
     }
 
-    final class Counts: @unchecked Sendable {
-        private let lock = NSLock()
-        private(set) var received = 0
-        private(set) var sent = 0
+    final class Counts: Sendable {
+        private let counts = Mutex((received: 0, sent: 0))
+        var received: Int { counts.withLock { $0.received } }
+        var sent: Int { counts.withLock { $0.sent } }
         func add(received: Int = 0, sent: Int = 0) {
-            lock.withLock {
-                self.received += received
-                self.sent += sent
+            counts.withLock {
+                $0.received += received
+                $0.sent += sent
             }
         }
     }

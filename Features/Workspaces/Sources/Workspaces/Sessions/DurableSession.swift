@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 import PortForwardingAPI
 import TermindSSH
@@ -58,28 +59,26 @@ final class DurableSession: @unchecked Sendable {
 
     /// One client's time on the session: linked (the engine moves its terminal) or fed
     /// through `outbox`.
-    final class Attachment: @unchecked Sendable {
+    final class Attachment: Sendable {
         let client: StreamSession
         let link: TerminalLink?
         let outbox = Outbox()
         let outcome = Promise<Outcome>()
         /// A linked client's terminal is raw (its first `ready`), or its time is over.
         let ready = Promise<Void>()
-        private let lock = NSLock()
-        /// The redraw is queued on the link: from then on `ready` and `pause` act on it.
-        private var live = false
-        /// The client said `pause` (its job stopped) and not `ready` since.
-        private var paused = false
+        /// live: the redraw is queued on the link, from then on `ready` and `pause` act on it.
+        /// paused: the client said `pause` (its job stopped) and not `ready` since.
+        private let phase = Mutex((live: false, paused: false))
         init(client: StreamSession, link: TerminalLink?) {
             self.client = client
             self.link = link
         }
         /// The client says its terminal is raw: resume the link now (true), or let the redraw
         /// go first (false).
-        func clientReady() -> Bool { lock.withLock { paused = false; return live } }
-        func clientPaused() { lock.withLock { paused = true } }
+        func clientReady() -> Bool { phase.withLock { $0.paused = false; return $0.live } }
+        func clientPaused() { phase.withLock { $0.paused = true } }
         /// The redraw is queued: resume unless the client paused meanwhile.
-        func goLive() -> Bool { lock.withLock { live = true; return !paused } }
+        func goLive() -> Bool { phase.withLock { $0.live = true; return !$0.paused } }
     }
 
     enum Outcome: Sendable {
@@ -501,10 +500,9 @@ final class DurableSession: @unchecked Sendable {
 }
 
 /// A value set on one thread (the engine's) and read on another after it was set.
-private final class Handoff<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-    init(_ value: Value) { self.value = value }
-    func set(_ newValue: Value) { lock.withLock { value = newValue } }
-    func get() -> Value { lock.withLock { value } }
+private final class Handoff<Value: Sendable>: Sendable {
+    private let value: Mutex<Value>
+    init(_ value: Value) { self.value = Mutex(value) }
+    func set(_ newValue: Value) { value.withLock { $0 = newValue } }
+    func get() -> Value { value.withLock { $0 } }
 }

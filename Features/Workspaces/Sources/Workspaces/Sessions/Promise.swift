@@ -1,32 +1,35 @@
 import Foundation
+import Synchronization
 
 /// A value one side sets once and any number of tasks await.
-final class Promise<Value: Sendable>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var result: Value?
-    private var waiters: [@Sendable (Value) -> Void] = []
+final class Promise<Value: Sendable>: Sendable {
+    private struct State {
+        var result: Value?
+        var waiters: [@Sendable (Value) -> Void] = []
+    }
+    private let state = Mutex(State())
 
     init() {}
 
     /// Sets the value (the first call wins) and wakes every waiter.
     func fulfill(_ value: Value) {
-        let waiters: [@Sendable (Value) -> Void] = lock.withLock {
-            guard result == nil else { return [] }
-            result = value
-            defer { self.waiters.removeAll() }
-            return self.waiters
+        let waiters: [@Sendable (Value) -> Void] = state.withLock { state in
+            guard state.result == nil else { return [] }
+            state.result = value
+            defer { state.waiters.removeAll() }
+            return state.waiters
         }
         for waiter in waiters { waiter(value) }
     }
 
-    var isFulfilled: Bool { lock.withLock { result != nil } }
+    var isFulfilled: Bool { state.withLock { $0.result != nil } }
 
     var value: Value {
         get async {
             await withCheckedContinuation { continuation in
-                let now: Value? = lock.withLock {
-                    if let result { return result }
-                    waiters.append { continuation.resume(returning: $0) }
+                let now: Value? = state.withLock { state in
+                    if let result = state.result { return result }
+                    state.waiters.append { continuation.resume(returning: $0) }
                     return nil
                 }
                 if let now { continuation.resume(returning: now) }
@@ -41,9 +44,9 @@ final class Promise<Value: Sendable>: @unchecked Sendable {
             let resume: @Sendable (Value?) -> Void = { value in
                 if once.claim() { continuation.resume(returning: value) }
             }
-            let now: Value? = lock.withLock {
-                if let result { return result }
-                waiters.append { resume($0) }
+            let now: Value? = state.withLock { state in
+                if let result = state.result { return result }
+                state.waiters.append { resume($0) }
                 return nil
             }
             if let now { return resume(now) }
@@ -53,13 +56,7 @@ final class Promise<Value: Sendable>: @unchecked Sendable {
 }
 
 /// True for the first caller of `claim()` only.
-private final class Once: @unchecked Sendable {
-    private let lock = NSLock()
-    private var claimed = false
-    func claim() -> Bool {
-        lock.withLock {
-            defer { claimed = true }
-            return !claimed
-        }
-    }
+private final class Once: Sendable {
+    private let claimed = Atomic<Bool>(false)
+    func claim() -> Bool { !claimed.exchange(true, ordering: .acquiringAndReleasing) }
 }

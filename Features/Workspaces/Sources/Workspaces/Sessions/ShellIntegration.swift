@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 import WorkspacesRules
 
@@ -10,7 +11,7 @@ import WorkspacesRules
 /// follow. Either way the marks in what is shown go to history.
 ///
 /// Changing the setting later never reaches a running session: it has decided.
-final class ShellIntegration: @unchecked Sendable {
+final class ShellIntegration: Sendable {
     static let firstPromptLimit: TimeInterval = 5
     static let hideLimit: TimeInterval = 4
 
@@ -20,32 +21,34 @@ final class ShellIntegration: @unchecked Sendable {
         case open
     }
 
-    private let lock = PlainLock()
-    private var phase: Phase
-    private var lastOutput: Date?
-    private var started = Date()
+    private struct State {
+        var phase: Phase
+        var lastOutput: Date?
+        var started = Date()
+        var inputWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Told when keys may go again (the engine's own terminal bridge waits on `keysAllowed`).
+        var keysOpened: (@Sendable () -> Void)?
+        var driver: Task<Void, Never>?
+    }
+    private let state: Mutex<State>
     private let bootstrap: Bool
-    private var inputWaiters: [CheckedContinuation<Void, Never>] = []
-    /// Told when keys may go again (the engine's own terminal bridge waits on `keysAllowed`).
-    private var keysOpened: (@Sendable () -> Void)?
     private let history: HistoryRecorder?
-    private var driver: Task<Void, Never>?
 
     /// The bootstrap's clock starts with `start(send:)`, once the channel is open.
     init(bootstrap: Bool, history: HistoryRecorder?) {
         self.history = history
         self.bootstrap = bootstrap
-        phase = bootstrap ? .waiting : .open
+        state = Mutex(State(phase: bootstrap ? .waiting : .open))
     }
 
     /// The shell's channel is open (`send` writes to its input): the wait for its first
     /// prompt starts now.
     func start(send: @escaping @Sendable (Data) async -> Void) {
         guard bootstrap else { return }
-        lock.withLock {
-            guard driver == nil else { return }
-            started = Date()
-            driver = Task { [weak self] in _ = await self?.drive(send: send) }
+        state.withLock { s in
+            guard s.driver == nil else { return }
+            s.started = Date()
+            s.driver = Task { [weak self] in _ = await self?.drive(send: send) }
         }
     }
 
@@ -53,17 +56,17 @@ final class ShellIntegration: @unchecked Sendable {
     /// show. Everything, except while the bootstrap runs.
     func output(_ data: Data, marks: [(offset: Int, mark: TerminalMark)]) -> Data {
         var wake: (@Sendable () -> Void)?
-        let (visible, shownMarks, opened): (Data, [TerminalMark], [CheckedContinuation<Void, Never>]) = lock.withLock {
-            lastOutput = Date()
-            guard case .hiding(let nonce) = phase else { return (data, marks.map(\.mark), []) }
+        let (visible, shownMarks, opened): (Data, [TerminalMark], [CheckedContinuation<Void, Never>]) = state.withLock { s in
+            s.lastOutput = Date()
+            guard case .hiding(let nonce) = s.phase else { return (data, marks.map(\.mark), []) }
             guard let ready = marks.first(where: { $0.mark == .bootstrapReady(nonce: nonce) }) else { return (Data(), [], []) }
-            phase = .open
-            defer { inputWaiters.removeAll() }
-            wake = keysOpened
+            s.phase = .open
+            defer { s.inputWaiters.removeAll() }
+            wake = s.keysOpened
             // The first prompt's line is erased: the next prompt goes where it was (the
             // terminal never saw the line's echo, so the cursor is still on it).
             let after = data.index(data.startIndex, offsetBy: ready.offset + 1)
-            return (Data("\r\u{1B}[K".utf8) + data[after...], marks.filter { $0.offset > ready.offset }.map(\.mark), inputWaiters)
+            return (Data("\r\u{1B}[K".utf8) + data[after...], marks.filter { $0.offset > ready.offset }.map(\.mark), s.inputWaiters)
         }
         for waiter in opened { waiter.resume() }
         wake?()
@@ -73,17 +76,17 @@ final class ShellIntegration: @unchecked Sendable {
 
     /// Whether the person's keys may go to the shell now (for a bridge that cannot wait:
     /// `whenKeysAllowed` tells it when they may).
-    var keysAllowed: Bool { lock.withLock { if case .open = phase { true } else { false } } }
+    var keysAllowed: Bool { state.withLock { s in if case .open = s.phase { true } else { false } } }
 
     /// `wake` is called each time keys may go again.
-    func whenKeysAllowed(_ wake: @escaping @Sendable () -> Void) { lock.withLock { keysOpened = wake } }
+    func whenKeysAllowed(_ wake: @escaping @Sendable () -> Void) { state.withLock { s in s.keysOpened = wake } }
 
     /// Returns once the person's keys may go to the shell (at once, unless the bootstrap runs).
     func inputAllowed() async {
         await withCheckedContinuation { continuation in
-            let now: Bool = lock.withLock {
-                if case .open = phase { return true }
-                inputWaiters.append(continuation)
+            let now: Bool = state.withLock { s in
+                if case .open = s.phase { return true }
+                s.inputWaiters.append(continuation)
                 return false
             }
             if now { continuation.resume() }
@@ -98,15 +101,15 @@ final class ShellIntegration: @unchecked Sendable {
 
     /// The session ended: nothing waits any more.
     func cancel() {
-        lock.withLock { driver }?.cancel()
+        state.withLock { s in s.driver }?.cancel()
         open()
     }
 
     private func open() {
-        let (waiters, wake): ([CheckedContinuation<Void, Never>], (@Sendable () -> Void)?) = lock.withLock {
-            phase = .open
-            defer { inputWaiters.removeAll() }
-            return (inputWaiters, keysOpened)
+        let (waiters, wake): ([CheckedContinuation<Void, Never>], (@Sendable () -> Void)?) = state.withLock { s in
+            s.phase = .open
+            defer { s.inputWaiters.removeAll() }
+            return (s.inputWaiters, s.keysOpened)
         }
         for waiter in waiters { waiter.resume() }
         wake?()
@@ -115,18 +118,18 @@ final class ShellIntegration: @unchecked Sendable {
     private func drive(send: @Sendable (Data) async -> Void) async {
         // The first prompt: output, then a pause.
         while !Task.isCancelled {
-            let (last, elapsed) = lock.withLock { (lastOutput, Date().timeIntervalSince(started)) }
+            let (last, elapsed) = state.withLock { s in (s.lastOutput, Date().timeIntervalSince(s.started)) }
             if elapsed >= Self.firstPromptLimit { break }
             if let last, Date().timeIntervalSince(last) >= 0.25 { break }
             try? await Task.sleep(for: .milliseconds(50))
         }
         guard !Task.isCancelled else { return open() }
         let nonce = String(UInt64.random(in: 1...UInt64.max), radix: 36)
-        lock.withLock { phase = .hiding(nonce: nonce) }
+        state.withLock { s in s.phase = .hiding(nonce: nonce) }
         await send(Data(ShellBootstrap.line(nonce: nonce).utf8))
         // A shell that never says it is ready (not bash or zsh, and no printf) is shown again.
         try? await Task.sleep(for: .seconds(Self.hideLimit))
-        let stillHiding: Bool = lock.withLock { if case .hiding = phase { return true } else { return false } }
+        let stillHiding: Bool = state.withLock { s in if case .hiding = s.phase { return true } else { return false } }
         if stillHiding { open() }
     }
 }

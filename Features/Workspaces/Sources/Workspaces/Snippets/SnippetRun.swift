@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 import TermindSSH
 import VaultAPI
@@ -198,18 +199,17 @@ struct SnippetRun {
     }
 
     /// The hosts' states as the run goes.
-    final class Board: @unchecked Sendable {
-        private let lock = NSLock()
+    final class Board: Sendable {
         private let hosts: [String]
-        private var states: [String]
+        private let states: Mutex<[String]>
         var count: Int { hosts.count }
         init(hosts: [String]) {
             self.hosts = hosts
-            states = Array(repeating: "queued", count: hosts.count)
+            states = Mutex(Array(repeating: "queued", count: hosts.count))
         }
-        func set(_ index: Int, _ state: String) { lock.withLock { states[index] = state } }
+        func set(_ index: Int, _ state: String) { states.withLock { $0[index] = state } }
         func summary() -> (done: Int, running: [String]) {
-            lock.withLock {
+            states.withLock { states in
                 (states.filter { $0 != "queued" && $0 != "running" }.count, zip(hosts, states).filter { $0.1 == "running" }.map(\.0))
             }
         }
