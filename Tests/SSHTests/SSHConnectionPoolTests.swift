@@ -157,4 +157,48 @@ final class SSHConnectionPoolTests: XCTestCase {
             XCTAssertEqual(error.code, "ssh.closed", error.message)
         }
     }
+
+    func testARouteNobodyAnswersOnRestsBetweenAttemptsAWaitingCallerCanLeaveAndAClosedPoolOpensNothing() async throws {
+        let pool = SSHConnectionPool()
+        // A port nothing listens on: every opening is refused, for every caller.
+        let refused = SSHRoute([SSHTarget(host: "127.0.0.1", port: try SSHServerFixture.freePort(), username: NSUserName())])
+        let answer = policy(answer: .acceptOnce)
+        var failedAt: [Double] = []
+        for _ in 0..<3 {
+            do {
+                _ = try await pool.connection(for: refused, policy: answer)
+                return XCTFail("nothing listens there")
+            } catch let error as TermindError {
+                XCTAssertNotEqual(error.code, "ssh.cancelled", error.message)
+                failedAt.append(Date().timeIntervalSince1970)
+            }
+        }
+        // The second attempt waited for the first rest (0.25 s), the third for the second (0.5 s).
+        XCTAssertGreaterThanOrEqual(failedAt[1] - failedAt[0], 0.24)
+        XCTAssertGreaterThanOrEqual(failedAt[2] - failedAt[1], 0.49)
+        // A caller resting behind the third failure (1 s) leaves at once when cancelled.
+        let waiting = Task { try await pool.connection(for: refused, policy: answer) }
+        try await Task.sleep(nanoseconds: 100_000_000)
+        let cancelledAt = Date()
+        waiting.cancel()
+        do {
+            _ = try await waiting.value
+            XCTFail("the cancelled caller got a connection")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.cancelled", error.message)
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(cancelledAt), 0.5, "the rest does not hold a cancelled caller")
+        // The live server's route is another route: it opens at once.
+        let live = try await pool.connection(for: route, policy: answer)
+        let said = try await live.exec("echo ok")
+        XCTAssertEqual(said.stdout, Data("ok\n".utf8))
+        await pool.closeAll()
+        XCTAssertFalse(live.isAlive)
+        do {
+            _ = try await pool.connection(for: route, policy: answer)
+            XCTFail("a closed pool opened a connection")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.closed", error.message)
+        }
+    }
 }

@@ -23,16 +23,16 @@ final class SSHPoolStateTests: XCTestCase {
         var state = State(idleTimeout: 180)
         _ = state.request("r", waiter: 1, now: 0, isAlive: alive)
         _ = state.request("r", waiter: 2, now: 0, isAlive: alive)
-        let shared = state.openFailed("r", ticket: 1, kind: .shared)
+        let shared = state.openFailed("r", ticket: 1, kind: .shared, now: 0)
         XCTAssertEqual(shared.fail, [1, 2])
         XCTAssertEqual(shared.retry, [])
         // A non-interactive opener that could not accept a host key: the others ask themselves.
-        _ = state.request("r", waiter: 3, now: 0, isAlive: alive)
-        _ = state.request("r", waiter: 4, now: 0, isAlive: alive)
-        let own = state.openFailed("r", ticket: 2, kind: .openersOwn)
+        _ = state.request("r", waiter: 3, now: 1, isAlive: alive)
+        _ = state.request("r", waiter: 4, now: 1, isAlive: alive)
+        let own = state.openFailed("r", ticket: 2, kind: .openersOwn, now: 1)
         XCTAssertEqual(own.fail, [3])
         XCTAssertEqual(own.retry, [4])
-        XCTAssertEqual(state.request("r", waiter: 4, now: 0, isAlive: alive), .open(ticket: 3), "the retrying waiter opens with its own policy")
+        XCTAssertEqual(state.request("r", waiter: 4, now: 1, isAlive: alive), .open(ticket: 3), "the retrying waiter opens with its own policy, at once")
     }
 
     func testAStaleOpeningNeitherReplacesAConnectionNorResumesAnyone() {
@@ -40,7 +40,7 @@ final class SSHPoolStateTests: XCTestCase {
         _ = state.request("r", waiter: 1, now: 0, isAlive: alive)
         XCTAssertEqual(state.cancel("r", waiter: 1), 1, "nobody waits any more: cancel the opening")
         XCTAssertNil(state.opened("r", ticket: 1, handle: Conn(), generation: 1, now: 1), "a late result is orphaned")
-        XCTAssertEqual(state.openFailed("r", ticket: 1, kind: .shared).fail, [])
+        XCTAssertEqual(state.openFailed("r", ticket: 1, kind: .shared, now: 1).fail, [])
     }
 
     func testACancelledWaiterLeavesAndTheOpeningGoesOnForTheOthers() {
@@ -51,7 +51,7 @@ final class SSHPoolStateTests: XCTestCase {
         XCTAssertNil(state.cancel("r", waiter: 2))
         XCTAssertNil(state.cancel("r", waiter: 1), "the opener left, but 3 still waits")
         // The departed opener's own failure is not 3's: it tries again.
-        let failed = state.openFailed("r", ticket: 1, kind: .openersOwn)
+        let failed = state.openFailed("r", ticket: 1, kind: .openersOwn, now: 0)
         XCTAssertEqual(failed.fail, [])
         XCTAssertEqual(failed.retry, [3])
         _ = state.request("r", waiter: 3, now: 0, isAlive: alive)
@@ -110,5 +110,51 @@ final class SSHPoolStateTests: XCTestCase {
         XCTAssertEqual(removed.open.map(ObjectIdentifier.init), [ObjectIdentifier(conn)])
         XCTAssertEqual(removed.waiters.sorted(), [2, 3])
         XCTAssertNil(state.opened("opening", ticket: 2, handle: Conn(), generation: 2, now: 1), "a late result is orphaned")
+    }
+
+    func testARouteThatKeepsFailingRestsLongerEachTimeUpTo8SecondsAndASuccessForgetsIt() {
+        var state = State(idleTimeout: 180)
+        var now = 0.0
+        var expected: [Double] = []
+        var rests: [Double] = []
+        for failure in 1...8 {
+            guard case .open(let ticket) = state.request("r", waiter: UInt64(failure), now: now, isAlive: alive) else { return XCTFail("attempt \(failure) did not open") }
+            _ = state.openFailed("r", ticket: ticket, kind: .shared, now: now)
+            guard case .backoff(let until) = state.request("r", waiter: 100, now: now, isAlive: alive) else { return XCTFail("no rest after failure \(failure)") }
+            XCTAssertEqual(state.request("r", waiter: 101, now: until - 0.001, isAlive: alive), .backoff(until: until), "not before it rested")
+            rests.append(until - now)
+            expected.append(min(8, 0.25 * Double(1 << (failure - 1))))
+            now = until
+        }
+        XCTAssertEqual(rests, expected, "0.25 s, doubling, at most 8 s")
+        XCTAssertEqual(state.request("other", waiter: 200, now: 0, isAlive: alive), .open(ticket: 9), "another route does not rest for this one")
+        // A success forgets the failures: the next failure rests 0.25 s again.
+        guard case .open(let ticket) = state.request("r", waiter: 300, now: now, isAlive: alive) else { return XCTFail() }
+        let conn = Conn()
+        XCTAssertEqual(state.opened("r", ticket: ticket, handle: conn, generation: 1, now: now), [300])
+        state.retired("r", generation: 1)
+        guard case .open(let again) = state.request("r", waiter: 301, now: now, isAlive: alive) else { return XCTFail("a route that worked opens at once") }
+        _ = state.openFailed("r", ticket: again, kind: .shared, now: now)
+        XCTAssertEqual(state.request("r", waiter: 302, now: now, isAlive: alive), .backoff(until: now + 0.25))
+    }
+
+    func testAnOpenersOwnFailureDoesNotMakeTheRouteRest() {
+        var state = State(idleTimeout: 180)
+        _ = state.request("r", waiter: 1, now: 0, isAlive: alive)
+        _ = state.openFailed("r", ticket: 1, kind: .openersOwn, now: 0)
+        XCTAssertEqual(state.request("r", waiter: 2, now: 0, isAlive: alive), .open(ticket: 2), "a host key one caller refused says nothing about the host")
+    }
+
+    func testAClosedPoolOpensNothingMoreAndForgetsItsRests() {
+        var state = State(idleTimeout: 180)
+        _ = state.request("r", waiter: 1, now: 0, isAlive: alive)
+        _ = state.openFailed("r", ticket: 1, kind: .shared, now: 0)
+        _ = state.request("s", waiter: 2, now: 0, isAlive: alive)
+        let removed = state.removeAll()
+        XCTAssertEqual(removed.waiters, [2])
+        XCTAssertTrue(state.isClosed)
+        XCTAssertEqual(state.request("r", waiter: 3, now: 100, isAlive: alive), .closed)
+        XCTAssertEqual(state.request("new", waiter: 4, now: 100, isAlive: alive), .closed, "work that outlived its feature opens nothing")
+        XCTAssertNil(state.opened("s", ticket: 2, handle: Conn(), generation: 1, now: 100), "an opening that ends after the close is an orphan to close")
     }
 }

@@ -1,5 +1,7 @@
 /// Every decision of the connection pool as a value: which request opens a route, which
-/// wait for that opening, who gets its result, which connections the idle sweep may close.
+/// wait for that opening, who gets its result, which connections the idle sweep may close,
+/// how long a route that keeps failing rests before it is tried again, and that a closed
+/// pool opens nothing more.
 /// No sockets, no tasks, no clock of its own — the actor `SSHConnectionPool` performs the
 /// actions it returns, and the unit tests drive it directly.
 ///
@@ -24,6 +26,8 @@ struct SSHPoolState<Key: Hashable, Handle: AnyObject> {
             case (.use(let x), .use(let y)): x === y
             case (.open(let x), .open(let y)): x == y
             case (.wait, .wait): true
+            case (.backoff(let x), .backoff(let y)): x == y
+            case (.closed, .closed): true
             default: false
             }
         }
@@ -34,6 +38,25 @@ struct SSHPoolState<Key: Hashable, Handle: AnyObject> {
         case open(ticket: UInt64)
         /// Someone is opening it: wait for `opened` / `openFailed`.
         case wait
+        /// The route's last openings failed for everyone: ask again at `until`, not before.
+        case backoff(until: Double)
+        /// The pool was closed (`removeAll`): nothing opens any more.
+        case closed
+    }
+
+    /// After openings that failed for everyone (`shared`: refused, unreachable, timed out,
+    /// credentials rejected) a route rests before the next attempt: 0.25 s after the first
+    /// failure, doubling with each one in a row up to 8 s, and forgotten once an opening
+    /// succeeds. Callers that retry at once (a forward's next client, a monitor's next
+    /// sample, every feature after a network blip) then cannot hammer a host that is down
+    /// or refusing — nor trip its MaxStartups or an intrusion blocker with failed logins —
+    /// while a person trying again by hand waits at most 8 s.
+    static var backoffBase: Double { 0.25 }
+    static var backoffLimit: Double { 8 }
+
+    /// The rest after `failures` shared failures in a row.
+    static func backoff(afterFailures failures: Int) -> Double {
+        min(backoffLimit, backoffBase * Double(1 << min(max(failures - 1, 0), 16)))
     }
 
     private enum Entry {
@@ -44,6 +67,11 @@ struct SSHPoolState<Key: Hashable, Handle: AnyObject> {
 
     private var entries: [Key: Entry] = [:]
     private var tickets: UInt64 = 0
+    /// Routes whose last openings failed for everyone: how many in a row, and until when
+    /// they rest.
+    private var failures: [Key: (count: Int, until: Double)] = [:]
+    /// `removeAll` ran: the pool is closed for good.
+    private(set) var isClosed = false
     /// Seconds a connection may sit unused (no lease, nothing on it, not handed out) before
     /// the sweep closes it; nil keeps connections until closed.
     let idleTimeout: Double?
@@ -53,6 +81,7 @@ struct SSHPoolState<Key: Hashable, Handle: AnyObject> {
     /// A waiter asks for `key` at time `now`. A live connection is handed out (which restarts
     /// its idle clock in the same step, so a sweep can never close what was just handed out).
     mutating func request(_ key: Key, waiter: WaiterID, now: Double, isAlive: (Handle) -> Bool) -> RequestAction {
+        if isClosed { return .closed }
         switch entries[key] {
         case .open(let handle, let generation, let leases, _)? where isAlive(handle):
             entries[key] = .open(handle, generation: generation, leases: leases, handedOut: now)
@@ -62,6 +91,7 @@ struct SSHPoolState<Key: Hashable, Handle: AnyObject> {
             entries[key] = .opening(ticket: ticket, opener: opener, waiters: waiters)
             return .wait
         case .open?, nil:
+            if let failed = failures[key], now < failed.until { return .backoff(until: failed.until) }
             tickets += 1
             entries[key] = .opening(ticket: tickets, opener: waiter, waiters: [])
             return .open(ticket: tickets)
@@ -74,14 +104,20 @@ struct SSHPoolState<Key: Hashable, Handle: AnyObject> {
     mutating func opened(_ key: Key, ticket: UInt64, handle: Handle, generation: UInt64, now: Double) -> [WaiterID]? {
         guard case .opening(ticket, let opener, let waiters)? = entries[key] else { return nil }
         entries[key] = .open(handle, generation: generation, leases: 0, handedOut: now)
+        failures[key] = nil
         return (opener.map { [$0] } ?? []) + waiters
     }
 
-    /// The opening `ticket` failed. `fail` get the error; `retry` ask again (one of them
-    /// becomes the next opener). The opener always gets its own failure.
-    mutating func openFailed(_ key: Key, ticket: UInt64, kind: FailureKind) -> (fail: [WaiterID], retry: [WaiterID]) {
+    /// The opening `ticket` failed at `now`. `fail` get the error; `retry` ask again (one of
+    /// them becomes the next opener). The opener always gets its own failure. A shared
+    /// failure makes the route rest (`backoff`); the opener's own does not.
+    mutating func openFailed(_ key: Key, ticket: UInt64, kind: FailureKind, now: Double) -> (fail: [WaiterID], retry: [WaiterID]) {
         guard case .opening(ticket, let opener, let waiters)? = entries[key] else { return ([], []) }
         entries[key] = nil
+        if kind == .shared {
+            let count = (failures[key]?.count ?? 0) + 1
+            failures[key] = (count, now + Self.backoff(afterFailures: count))
+        }
         let own = opener.map { [$0] } ?? []
         return kind == .shared ? (own + waiters, []) : (own, waiters)
     }
@@ -147,8 +183,12 @@ struct SSHPoolState<Key: Hashable, Handle: AnyObject> {
     }
 
     /// Everything, removed (closing the pool): the open connections to close, and the
-    /// waiters of openings in progress, who are told the pool closed.
+    /// waiters of openings in progress, who are told the pool closed. From now on every
+    /// request is answered `closed` (work that outlived its feature's stop, a plugin's
+    /// abandoned stop, never opens a connection nobody would close).
     mutating func removeAll() -> (open: [Handle], waiters: [WaiterID]) {
+        isClosed = true
+        failures.removeAll()
         defer { entries.removeAll() }
         var open: [Handle] = [], waiters: [WaiterID] = []
         for entry in entries.values {

@@ -118,7 +118,9 @@ extension SSHConnection {
 ///
 /// Idle connections close after `idleTimeout` (180 s): only those with no lease, not handed
 /// out for that long, and with nothing on them (a channel, an SFTP session, a listener, a
-/// route through them). Every decision is `SSHPoolState`'s; this actor performs them.
+/// route through them). A route whose openings keep failing rests between attempts (0.25 s
+/// doubling to 8 s; a waiting caller can be cancelled), and a closed pool opens nothing
+/// more. Every decision is `SSHPoolState`'s; this actor performs them.
 public actor SSHConnectionPool {
     private var state: SSHPoolState<SSHRoute, SSHConnection>
     private var waiting: [UInt64: CheckedContinuation<SSHConnection, Error>] = [:]
@@ -148,6 +150,10 @@ public actor SSHConnectionPool {
                 return try await obtain(route, policy: policy)
             } catch is RetryOpening {
                 continue  // the opening failed for its opener's own reasons: ask with ours
+            } catch let rest as Resting {
+                // The route's last openings failed: ask again once it has rested.
+                let nanoseconds = UInt64(max(0, rest.until - Self.now()) * 1e9)
+                do { try await Task.sleep(nanoseconds: nanoseconds) } catch { throw Self.cancelled(route) }
             }
         }
     }
@@ -169,6 +175,7 @@ public actor SSHConnectionPool {
     }
 
     private struct RetryOpening: Error {}
+    private struct Resting: Error { let until: Double }
 
     private func obtain(_ route: SSHRoute, policy: SSHOpenPolicy) async throws -> SSHConnection {
         waiterIDs += 1
@@ -184,6 +191,8 @@ public actor SSHConnectionPool {
                 case .use(let connection): resume(id, with: .success(connection))
                 case .wait: break
                 case .open(let ticket): startOpening(route, ticket: ticket, policy: policy)
+                case .backoff(let until): resume(id, with: .failure(Resting(until: until)))
+                case .closed: resume(id, with: .failure(SSHError.make(.sshClosed, "The connection pool is closed (termind is stopping); \(route) was not opened.")))
                 }
             }
         } onCancel: {
@@ -233,7 +242,7 @@ public actor SSHConnectionPool {
             startSweeping()
             for id in waiters { resume(id, with: .success(connection)) }
         case .failure(let error):
-            let (fail, retry) = state.openFailed(route, ticket: ticket, kind: Self.kind(of: error))
+            let (fail, retry) = state.openFailed(route, ticket: ticket, kind: Self.kind(of: error), now: Self.now())
             for id in fail { resume(id, with: .failure(error)) }
             for id in retry { resume(id, with: .failure(RetryOpening())) }
         }
