@@ -5,6 +5,11 @@ import TermindCore
 /// A blocking client of the control socket, for the CLI and tests. One request at a time.
 /// When the server closed the connection while it was idle (`socket.idle`), the next call
 /// connects again first; a server that is full answers `socket.busy`, which `call` throws.
+///
+/// `@unchecked Sendable`: `fd`, `reader` and `nextID` are used by the one thread running `call`
+/// or `stream` (one request at a time); other threads may only send while a stream runs, through
+/// `send` (under `writing`) and `inputAllowance` (a Mutex), and `fd` changes only between
+/// requests (a reconnect), under `writing` too.
 public final class ControlClient: @unchecked Sendable {
     private let path: String
     private var fd: Int32
@@ -38,8 +43,13 @@ public final class ControlClient: @unchecked Sendable {
         var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         guard poll(&descriptor, 1, 0) > 0 else { return }
         if let notice = pendingNotice(), !notice.is(.socketIdle) { throw notice }
-        close(fd)
-        fd = try SocketIO.connect(path)
+        // Under `writing`: a late message from another thread (an input reader's end, a
+        // signal) never writes to a descriptor being closed or reused.
+        try writing.withLock { _ in
+            close(fd)
+            fd = -1
+            fd = try SocketIO.connect(path)
+        }
         reader = LineReader(fd: fd, maximum: 64 << 20)
     }
 
@@ -157,7 +167,7 @@ public final class ControlClient: @unchecked Sendable {
 
     /// Sends raw bytes, with `descriptors` (SCM_RIGHTS) on the first (tests use this to send
     /// malformed envelopes and stray descriptors).
-    public func sendRaw(_ data: Data, descriptors: [Int32] = []) -> Bool { SocketIO.writeAll(fd, data, descriptors: descriptors) }
+    public func sendRaw(_ data: Data, descriptors: [Int32] = []) -> Bool { send(data, descriptors: descriptors) }
 
     /// Reads the next reply line, whatever its id.
     public func readReply() throws -> Data {
@@ -182,6 +192,8 @@ public final class ControlClient: @unchecked Sendable {
 }
 
 /// The input bytes a stream's server has granted and the client not yet sent.
+///
+/// `@unchecked Sendable`: `bytes` and `ended` are read and written only under `condition`'s lock.
 final class InputAllowance: @unchecked Sendable {
     private let condition = NSCondition()
     private var bytes = 0
