@@ -61,6 +61,9 @@ public enum AEAD {
 }
 
 /// Key material that is wiped when released. Never printed.
+///
+/// `@unchecked Sendable`: `bytes` is written only in init and wiped in deinit, when nothing else
+/// holds the key; in between it is only read.
 public final class SymmetricKey: @unchecked Sendable, CustomStringConvertible {
     private var bytes: [UInt8]
 

@@ -36,6 +36,10 @@ public final class FlowCounters: Sendable {
 /// offered again after EAGAIN; a full buffer stops reading its source (backpressure both
 /// ways). Half-close drains: EOF from the descriptor becomes the channel's EOF once the
 /// buffer is written, and the channel's EOF shuts the descriptor's write side.
+///
+/// `@unchecked Sendable`: its `var`s are touched only on the engine thread (`step`, and `fail`
+/// from `die`) once `attach` handed it over; before that only its maker touches it (a refused
+/// `attach` runs `fail` there, for a pump the engine never had).
 final class BridgePump: EnginePump, @unchecked Sendable {
     private var channel: OpaquePointer?
     private let fd: Int32

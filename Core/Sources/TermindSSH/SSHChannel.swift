@@ -203,6 +203,9 @@ public final class SSHChannel: Sendable {
 
 /// The channel's buffers between its consumer/producer (any thread) and its pump (the
 /// engine thread).
+///
+/// `@unchecked Sendable`: every stored `var` is read and written only under `lock`; `limit` is
+/// a `let`.
 final class ChannelState: @unchecked Sendable {
     let limit: Int
     private let lock = PlainLock()
@@ -423,6 +426,11 @@ final class ChannelState: @unchecked Sendable {
 /// written to the channel, channel output is read into a bounded buffer per stream and
 /// written to its descriptor; a buffer that is not empty stops reading its source (the
 /// server's window closes for this channel alone). No other thread touches those bytes.
+///
+/// `@unchecked Sendable`: its `var`s are touched only on the engine thread (`step`, `fail` from
+/// `die`, the `engine.run` bodies that read `channel` or `install` a link) once `attach` handed it
+/// over; before that only its maker touches it (a refused `attach` runs `fail` there). `state` is
+/// a ChannelState, under its own lock.
 final class ChannelPump: EnginePump, @unchecked Sendable {
     private(set) var channel: OpaquePointer?
     let state: ChannelState

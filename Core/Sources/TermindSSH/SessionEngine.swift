@@ -21,6 +21,11 @@ import TermindCore
 /// An operation whose caller gave up (cancelled, deadline) keeps running to completion on
 /// the session — libssh2 holds session-wide state for it — and its late result is
 /// discarded. Every engine has a generation; owners ignore events of retired generations.
+///
+/// `@unchecked Sendable`: `inbox`, `stopping`, `deathError`, `deathObservers`, `holds` and
+/// `idleSinceValue` are touched only under `lock`; every other `var` (session, operations, pumps,
+/// keepalive state) only on the engine thread, by its loop and the work `submit` queues there,
+/// after init; `thread` is atomic, and `cancelWord` is set with the shim's atomic store.
 final class SessionEngine: @unchecked Sendable {
     let endpoint: String
     let fd: Int32
@@ -893,6 +898,11 @@ enum PumpStep: Equatable {
 
 /// Work the engine steps in every fair pass: a channel's data, a bridge between a channel
 /// and a descriptor. Touched only on the engine thread (handles to it may travel).
+///
+/// `@unchecked Sendable`: it stores nothing; subclasses keep their state to the engine thread,
+/// where the loop steps pumps and `die` fails them. Other threads only make a pump, hand it to
+/// `attach` and hold the reference (a refused `attach` fails it on the caller's thread, for a
+/// pump the engine never had).
 class EnginePump: @unchecked Sendable {
     func step(_ engine: SessionEngine, _ session: OpaquePointer) -> PumpStep { .finished }
     func fail(_ error: TermindError) {}

@@ -49,6 +49,10 @@ public final class TerminalTap: Sendable {
 /// `~.`, `~^Z` and `~d` are reported in `events`, as is the terminal going away. The keys
 /// typed before an escape go; after `~^Z` the rest waits for the next resume, and nothing
 /// more is read or written after `~.` (the client ends the session) nor read after `~d`.
+///
+/// `@unchecked Sendable`: the `var`s from `resumed` to `wakeEngine` are touched only under `lock`;
+/// the engine-thread ones only by the pump the link is installed in, on the engine thread, or by
+/// `finish()` from `SSHChannel.link` when it was never installed (no pump has it then).
 public final class TerminalLink: @unchecked Sendable {
     public enum Event: Sendable, Equatable {
         case disconnect, suspend, detach

@@ -9,6 +9,10 @@ import TermindCore
 /// defensive mode (no writable_schema, no schema-corrupting pragmas). Enforced by an SQLite authorizer when each statement is prepared, so no
 /// SQL a feature writes can read or change another feature's data, attach another
 /// database, or read the schema of others.
+///
+/// `@unchecked Sendable`: `privileged` and `window` are touched only by its one Database with
+/// that database's lock held: in `privileged`, `prepared`, `executeScript`, and in `allows`,
+/// which SQLite's authorizer calls during the statements those run.
 final class TableScope: @unchecked Sendable {
     let owner: String
     let prefix: String

@@ -11,6 +11,10 @@ import TermindCore
 /// `busyTimeout`). `synchronous=FULL`: a committed transaction survives a killed process
 /// and a power loss. A file that cannot be opened or is not a termind database is
 /// reported and left untouched — never deleted or recreated.
+///
+/// `@unchecked Sendable`: `handle` (an OpaquePointer Swift cannot check) and `statements` are
+/// used only under `lock` once init is done (`query`, `prepared`, `executeScript`, `transaction`,
+/// `changes`); the connection is also opened with SQLITE_OPEN_FULLMUTEX.
 public final class Database: @unchecked Sendable {
     public let path: String
     private let handle: OpaquePointer

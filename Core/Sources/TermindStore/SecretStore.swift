@@ -30,6 +30,9 @@ public final class SecretStore: Sendable {
     public let path: String
     private let database: Database
     /// The key state every view of the store shares.
+    ///
+    /// `@unchecked Sendable`: `dataKey` and `source` are read and written only while `lock` is
+    /// held (every SecretStore method that uses them takes it).
     private final class Keys: @unchecked Sendable {
         /// Guards `dataKey` and `source`, and makes every seal-and-write atomic against a
         /// rotation (a secret sealed under a retired key would be unreadable).

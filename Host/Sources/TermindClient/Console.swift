@@ -221,6 +221,9 @@ final class Console: Sendable {
 }
 
 /// Holds writers while a job is stopped; open for good once the run is over.
+///
+/// `@unchecked Sendable`: `stopped` and `opened` are read and written only under `condition`'s
+/// lock.
 private final class StopGate: @unchecked Sendable {
     private let condition = NSCondition()
     private var stopped = false

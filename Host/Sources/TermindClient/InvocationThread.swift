@@ -11,6 +11,9 @@ import TermindCore
 /// unowned, so one must outlive any job a finished command's leftovers may still enqueue.
 /// Their number is bounded by the most commands the server ran at once (the control socket
 /// takes 128 clients).
+///
+/// `@unchecked Sendable`: `jobs` is read and written only under `condition`'s lock; the static
+/// lists are Mutexes.
 final class InvocationThread: TaskExecutor, @unchecked Sendable {
     private let condition = NSCondition()
     private var jobs: [UnownedJob] = []

@@ -8,6 +8,9 @@ import Synchronization
 /// on demand and end after `idleSeconds` without work), at most `queueLimit` more wait in
 /// FIFO order, and a job beyond that is refused at once rather than queued without bound.
 /// A caller of `run` resumes only after its job's place is free again.
+///
+/// `@unchecked Sendable`: every stored `var` (`jobs`, `head`, `threads`, `idle`, `active`) is
+/// read and written only under `condition`'s lock; the other stored properties are `let`s.
 public final class BlockingExecutor: @unchecked Sendable {
     public let name: String
     public let threadLimit: Int

@@ -397,6 +397,10 @@ public struct StreamEvent: Sendable {
 /// A stream's input: chunks in order, at most `limit` bytes held. An in-process sender
 /// waits for room (backpressure all the way to the reader of standard input); the socket's
 /// reader never waits, because its client sends only what the session granted.
+///
+/// `@unchecked Sendable`: `chunks`, `head`, `heldBytes`, `finished` and `waiting` are read and
+/// written only under `condition`'s lock; `onConsumed` is set once, by the StreamSession that
+/// makes the input before anyone else holds it, and only read afterwards.
 public final class StreamInput: AsyncSequence, @unchecked Sendable {
     public typealias Element = Data
     private let condition = NSCondition()

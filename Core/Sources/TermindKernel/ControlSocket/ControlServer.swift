@@ -314,6 +314,9 @@ public final class ControlServer: Sendable {
 /// `ControlServer.maximumQueuedReplyBytes`, `waitForRoom()` holds the connection's reader,
 /// so a client that stops reading stops being read — its memory stays bounded and it
 /// never slows anyone else. After `sendTimeoutSeconds` of blocking the connection is shut down.
+///
+/// `@unchecked Sendable`: every stored `var` is read and written only under `condition`'s lock;
+/// `fd`, `bound` and `onFailure` are `let`s.
 final class ReplyWriter: @unchecked Sendable {
     private let fd: Int32
     private let bound: Int

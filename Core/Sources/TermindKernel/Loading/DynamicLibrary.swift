@@ -3,6 +3,9 @@ import TermindCore
 
 /// An opened shared library. Never closed: Swift images cannot be unloaded safely, and a
 /// plugin's static data may be referenced for the life of the process.
+///
+/// `@unchecked Sendable`: `handle`, a raw dlopen handle Swift cannot check, is set once and only
+/// passed to dlsym (thread-safe in glibc); the library is never closed.
 struct DynamicLibrary: @unchecked Sendable {
     let path: String
     private let handle: UnsafeMutableRawPointer

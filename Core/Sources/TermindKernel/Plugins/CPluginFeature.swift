@@ -19,6 +19,10 @@ public enum PluginLimits {
 /// called through libffi. Every call runs on the plugin's own `BlockingExecutor`
 /// (`callThreads` at once, `queuedCalls` waiting, then `plugin.busy`), so a plugin that
 /// blocks delays only its own calls — never the kernel's contracts or other features.
+///
+/// `@unchecked Sendable`: every stored property is a `let`; `descriptor`, a pointer Swift cannot
+/// check, is only read. That the plugin's C code takes concurrent calls (up to `callThreads`) is
+/// the plugin's contract (docs/plugins.md), not state of this type.
 final class CPluginFeature: Feature, @unchecked Sendable {
     private let manifest: FeatureManifest
     var pluginID: String { manifest.id }
@@ -320,6 +324,9 @@ final class CPluginFeature: Feature, @unchecked Sendable {
 
 /// The per-plugin host API table and the context behind it. Allocated once per plugin and
 /// never freed (the plugin may keep the pointer for the life of the process).
+///
+/// `@unchecked Sendable`: `table`, a pointer Swift cannot check, is filled in init, before any
+/// plugin has it, and only read afterwards; `logger` is a `let` of a Sendable type.
 final class CPluginHost: @unchecked Sendable {
     let logger: Logger
     let table: UnsafeMutablePointer<termind_host_api>

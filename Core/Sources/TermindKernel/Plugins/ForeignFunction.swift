@@ -9,6 +9,10 @@ import TermindCore
 /// range both ways; a result JSON cannot carry (inf, NaN, a string that is not UTF-8 or
 /// larger than the reply bound) is an error naming the function. Calls run on the
 /// plugin's executor, never on the Swift cooperative pool, since C may block.
+///
+/// `@unchecked Sendable`: every stored property is a `let`; the `cif` and `argumentTypes`
+/// buffers are filled in init and only read afterwards (ffi_call does not change them), and each
+/// `call` uses buffers of its own.
 final class ForeignFunction: @unchecked Sendable {
     let name: String
     let plugin: String

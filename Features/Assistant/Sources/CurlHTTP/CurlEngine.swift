@@ -5,6 +5,10 @@ import Synchronization
 /// libcurl's multi interface on a thread of its own: every request of the process is one
 /// easy handle on it. Only this thread touches curl's handles; others talk to it through
 /// `submit`, which wakes its poll.
+///
+/// `@unchecked Sendable`: `active` is touched only on the engine's thread (`run` and what it
+/// calls); other threads only append to `commands` (a Mutex) and call curl_multi_wakeup, which
+/// libcurl allows from any thread; `multi` is a `let`.
 final class CurlEngine: @unchecked Sendable {
     static let shared = CurlEngine()
 

@@ -5,6 +5,11 @@ import Synchronization
 /// One request on the engine: its easy handle (touched only on the engine's thread) and
 /// what its reader waits for (behind a lock). The engine holds a reference from `start` to
 /// `release`.
+///
+/// `@unchecked Sendable`: `easy` is configured in init and `start` before `submit` hands the
+/// transfer to the engine, then used only on the engine's thread until deinit frees it; the
+/// slist and pin pointers are written only in init; all else the reader and the engine share
+/// is in `state`, a Mutex.
 final class Transfer: @unchecked Sendable {
     let easy: UnsafeMutableRawPointer
     let origin: String

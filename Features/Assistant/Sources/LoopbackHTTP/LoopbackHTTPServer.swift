@@ -416,6 +416,9 @@ private let freeStream: MHD_ContentReaderFreeCallback = { cls in
 
 /// A suspended connection, resumed from the task that computed its answer (the library
 /// allows resuming from any thread).
+///
+/// `@unchecked Sendable`: `pointer` is an OpaquePointer Swift cannot check; it is a `let`, and
+/// other threads only pass it to MHD_resume_connection, which libmicrohttpd allows from any thread.
 private struct ConnectionHandle: @unchecked Sendable {
     let pointer: OpaquePointer
     init(_ pointer: OpaquePointer) { self.pointer = pointer }

@@ -10,6 +10,9 @@ import Synchronization
 ///
 /// It runs on a thread of its own; what fires is only a continuation's resume or a
 /// watchdog's check, never a monitor's work.
+///
+/// `@unchecked Sendable`: every stored `var` (`timers`, `nextToken`, `watchdogs`,
+/// `nextWatchdogCheck`, `running`) is read and written only under `condition`'s lock.
 final class MonitorClock: @unchecked Sendable {
     static let shared = MonitorClock()
     static let watchdogPeriod: UInt64 = 2_000_000_000

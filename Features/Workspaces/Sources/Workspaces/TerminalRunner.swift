@@ -257,6 +257,9 @@ func terminalLink(of client: StreamSession, detachable: Bool) -> TerminalLink? {
 
 /// A plain session's output on the engine thread (its `TerminalTap`): OSC 133/7 marks read,
 /// what the shell bootstrap's run printed hidden.
+///
+/// `@unchecked Sendable`: `scanner` is touched only in `visible`, which only its channel's
+/// TerminalTap calls, on the engine thread, one chunk at a time; `integration` is a `let`.
 final class OutputMarks: @unchecked Sendable {
     private var scanner = TerminalScanner()
     private let integration: ShellIntegration

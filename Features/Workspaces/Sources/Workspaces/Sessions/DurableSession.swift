@@ -19,6 +19,10 @@ import WorkspacesRules
 /// chunks. Another client gets `stdout` events from a bounded outbox and sends keys as
 /// input. Either way a slow client holds the remote side back, as a plain session does;
 /// with nobody attached the output only feeds the screen.
+///
+/// `@unchecked Sendable`: every stored `var` (the bound channel, scanner, attachment, activity,
+/// size, ending, pump, `awaitingFirst`…) is read and written only under `lock`; the other stored
+/// properties are `let`s (`model` is a ScreenModel, which locks its own state).
 final class DurableSession: @unchecked Sendable {
     let id: Int
     /// The saved host's label, or the quick-connect target.

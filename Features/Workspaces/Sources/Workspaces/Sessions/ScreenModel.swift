@@ -17,6 +17,9 @@ import WorkspacesRules
 /// that point (`TerminalScreen.resynchronize`), noting the gap. Output that fast scrolls past
 /// a person anyway; the screen after it comes from what follows. Once the session ended
 /// (`stop`), nothing more is drawn.
+///
+/// `@unchecked Sendable`: `waiting`, `pace`, `draining` and `stopped` are touched only under
+/// `lock`; `screen` only on `drawer`'s thread, by `drain`, of which one runs at a time.
 final class ScreenModel: @unchecked Sendable {
     private enum Operation: Sendable {
         case resize(rows: Int, columns: Int)
@@ -173,6 +176,9 @@ final class ScreenModel: @unchecked Sendable {
 /// One durable session's drawing thread: work runs in order, on CPU time nothing else wants
 /// (SCHED_IDLE), so that on a busy machine the screen model falls behind (and drops output,
 /// bounded: `ScreenBacklog`) rather than the data path. Ends once stopped and drained.
+///
+/// `@unchecked Sendable`: `work`, `stopped` and `poked` are read and written only under
+/// `condition`'s lock.
 final class DrawingThread: @unchecked Sendable {
     private let condition = NSCondition()
     private var work: [@Sendable () -> Void] = []
