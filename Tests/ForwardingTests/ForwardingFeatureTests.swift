@@ -599,8 +599,11 @@ final class ForwardingFeatureTests: XCTestCase {
             close(fd)
             throw TermindError(code: "test.connect", message: "cannot connect to port \(port): \(String(cString: strerror(errno)))")
         }
+        // Both ways: a flow that stalls fails its test (saying how far it got) instead of
+        // leaving a writer blocked for ever.
         var timeout = timeval(tv_sec: 30, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         return fd
     }
 
@@ -693,16 +696,20 @@ final class ForwardingFeatureTests: XCTestCase {
         writer.start()
         let digest = IncrementalDigest(.sha256)
         var received = 0
+        var ending = "the end of the stream"
         var buffer = [UInt8](repeating: 0, count: 64 << 10)
         while keepOpen ? received < bytes : true {
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, keepOpen ? min($0.count, bytes - received) : $0.count, 0) }
+            if n < 0 { ending = errno == EAGAIN ? "nothing for 30 s" : String(cString: strerror(errno)) }
             if n <= 0 { break }
             digest.update(buffer[0..<n])
             received += n
         }
         let sentDigest = sent.wait()
         if !keepOpen { close(fd) }
-        guard received == bytes else { return "received \(received) of \(bytes) bytes" }
+        guard received == bytes else {
+            return "received \(received) of \(bytes) bytes, then \(ending)\(sentDigest == nil ? "; sending failed too" : "")"
+        }
         guard let sentDigest else { return "sending failed" }
         return sentDigest == digest.finish() ? nil : "the bytes came back changed"
     }
