@@ -365,4 +365,76 @@ final class DatabaseTests: XCTestCase {
         }
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM sqlite_schema WHERE name LIKE 'jot_leak%' OR name = 'jot_copy'"), .integer(0))
     }
+
+    /// Holds `db`'s connection in a write transaction on a thread of its own for `seconds`
+    /// (after inserting `body`); returns once the transaction has begun, and a wait for its end.
+    private func holdWriter(_ db: Database, inserting body: String, for seconds: Double) throws -> () -> Void {
+        let begun = DispatchSemaphore(value: 0), ended = DispatchSemaphore(value: 0)
+        Thread {
+            try? db.transaction {
+                try db.execute("INSERT INTO notes (body) VALUES (?)", [body])
+                begun.signal()
+                Thread.sleep(forTimeInterval: seconds)
+            }
+            ended.signal()
+        }.start()
+        XCTAssertEqual(begun.wait(timeout: .now() + 10), .success)
+        return { _ = ended.wait(timeout: .now() + 30) }
+    }
+
+    func testAReadDoesNotWaitForAnotherThreadsWriteAndSeesWhatWasCommitted() throws {
+        let db = try StoreAccess.database(path: directory.file("t.sqlite"))
+        try db.migrate(notes)
+        try db.execute("INSERT INTO notes (body) VALUES ('committed')")
+        let finished = try holdWriter(db, inserting: "in flight", for: 2)
+        let started = Date()
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM notes"), .integer(1), "the committed state, not the transaction's")
+        XCTAssertEqual(try db.query("SELECT body FROM notes").map { try $0.text("body") }, ["committed"])
+        XCTAssertLessThan(Date().timeIntervalSince(started), 1, "answered while the write transaction still runs")
+        // A statement that writes waits its turn on the one connection, and is not lost.
+        try db.execute("INSERT INTO notes (body) VALUES ('after')")
+        XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 1.5, "the write waited for the transaction")
+        finished()
+        XCTAssertEqual(Set(try db.query("SELECT body FROM notes").map { try $0.text("body") }), ["committed", "in flight", "after"])
+    }
+
+    func testInsideItsOwnTransactionAThreadReadsItsOwnChanges() throws {
+        let db = try StoreAccess.database(path: directory.file("t.sqlite"))
+        try db.migrate(notes)
+        let seen = try db.transaction { () -> SQLValue in
+            try db.execute("INSERT INTO notes (body) VALUES ('mine')")
+            return try db.scalar("SELECT count(*) FROM notes")
+        }
+        XCTAssertEqual(seen, .integer(1))
+    }
+
+    func testAFeaturesReadsBesideABusyWriterKeepToItsOwnTables() throws {
+        let db = try StoreAccess.database(path: directory.file("t.sqlite"))
+        try db.migrate(notes)
+        let feature = try StoreAccess.scoped(db, to: "jot")
+        try feature.migrate(Schema(feature: "jot", migrations: [Migration(1, "create", "CREATE TABLE jot_entries (id INTEGER PRIMARY KEY, body TEXT);")]))
+        try feature.execute("INSERT INTO jot_entries (body) VALUES ('one')")
+        // The feature's own connection is busy on another thread.
+        let begun = DispatchSemaphore(value: 0), ended = DispatchSemaphore(value: 0)
+        Thread {
+            try? feature.transaction {
+                try feature.execute("INSERT INTO jot_entries (body) VALUES ('two')")
+                begun.signal()
+                Thread.sleep(forTimeInterval: 2)
+            }
+            ended.signal()
+        }.start()
+        XCTAssertEqual(begun.wait(timeout: .now() + 10), .success)
+        let started = Date()
+        XCTAssertEqual(try feature.scalar("SELECT count(*) FROM jot_entries"), .integer(1))
+        XCTAssertThrowsError(try feature.scalar("SELECT count(*) FROM notes")) { error in
+            XCTAssertEqual((error as? StoreError)?.code, "store.denied", "\(error)")
+        }
+        XCTAssertThrowsError(try feature.scalar("SELECT count(*) FROM sqlite_schema")) { error in
+            XCTAssertEqual((error as? StoreError)?.code, "store.denied", "\(error)")
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 1, "the reads and refusals came from a reader, without waiting")
+        _ = ended.wait(timeout: .now() + 30)
+        XCTAssertEqual(try feature.scalar("SELECT count(*) FROM jot_entries"), .integer(2))
+    }
 }

@@ -1,12 +1,15 @@
 import CSQLite
 import Foundation
+import Synchronization
 import TermindCore
 
 /// The process database: one SQLite file in WAL mode, shared by every feature, each
 /// owning its tables and ordered migrations (`Database+Migrations.swift`).
 ///
 /// Ownership: the `sqlite3` handle is private to this object, used only under its lock
-/// (one statement at a time per process) and closed in `deinit`. Several processes may
+/// (one statement at a time on it) and closed in `deinit`. Reads that find it busy go to
+/// up to two read-only connections of its own (`ReaderPool`), so a long write never holds
+/// up a read of what is already committed. Several processes may
 /// use the same file: SQLite's locking serialises writers (a busy writer waits up to
 /// `busyTimeout`). `synchronous=FULL`: a committed transaction survives a killed process
 /// and a power loss. A file that cannot be opened or is not a termind database is
@@ -23,6 +26,11 @@ public final class Database: @unchecked Sendable {
     let option: String
     /// A feature's connection: what it may touch (nil for the kernel's own).
     let scope: TableScope?
+    /// A read-only connection of a reader pool (see `readers`).
+    let isReader: Bool
+    /// Read-only connections to the same file for reads that find this connection busy
+    /// (nil on a reader itself).
+    private let readers: ReaderPool?
     public static let busyTimeoutMilliseconds: Int32 = 5_000
     /// The SQLite library version in use, for `termind version`.
     public static var sqliteVersion: String { String(cString: sqlite3_libversion()) }
@@ -36,10 +44,12 @@ public final class Database: @unchecked Sendable {
         try self.init(path: path, option: option, scope: nil)
     }
 
-    init(path: String, option: String, scope: TableScope?) throws {
+    init(path: String, option: String, scope: TableScope?, reader: Bool = false) throws {
         self.path = path
         self.option = option
         self.scope = scope
+        isReader = reader
+        readers = reader ? nil : ReaderPool()
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
             do {
@@ -54,7 +64,7 @@ public final class Database: @unchecked Sendable {
         }
         try Self.checkExisting(path, option: option)
         var db: OpaquePointer?
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW
+        let flags = (reader ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW
         let previous = umask(0o077)
         let status = sqlite3_open_v2(path, &db, flags, nil)
         umask(previous)
@@ -63,7 +73,7 @@ public final class Database: @unchecked Sendable {
             if let db { sqlite3_close_v2(db) }
             throw StoreError.openFailed(path, reason)
         }
-        if sqlite3_db_readonly(db, "main") == 1 {
+        if !reader && sqlite3_db_readonly(db, "main") == 1 {
             sqlite3_close_v2(db)
             throw StoreError.readOnly(path, Self.readOnlyReason(directory: directory) ?? "the file is read-only", option: option)
         }
@@ -76,7 +86,7 @@ public final class Database: @unchecked Sendable {
             // Switching a new file to WAL needs a moment alone with it; several processes
             // opening it together wait their turn, bounded by the busy timeout.
             let deadline = Date().addingTimeInterval(Double(Self.busyTimeoutMilliseconds) / 1000)
-            while true {
+            while !reader {
                 do {
                     // Reading the schema validates the header: a file that is not SQLite fails here.
                     _ = try scalar("SELECT count(*) FROM sqlite_schema")
@@ -89,8 +99,10 @@ public final class Database: @unchecked Sendable {
                     usleep(10_000)
                 }
             }
-            try execute("PRAGMA synchronous = FULL")
-            try execute("PRAGMA foreign_keys = ON")
+            if !reader {
+                try execute("PRAGMA synchronous = FULL")
+                try execute("PRAGMA foreign_keys = ON")
+            }
             if let scope {
                 scope.install(on: db)
                 // Statements prepared before the authorizer existed must not be reused after it.
@@ -159,11 +171,36 @@ public final class Database: @unchecked Sendable {
     /// Runs one statement and returns its rows. Statements are prepared once and kept (up
     /// to `statementCacheLimit`); one prepared while a feature's migration ran with more
     /// rights is never kept, so it cannot be reused without them.
+    ///
+    /// A read that finds the connection busy on another thread (a write transaction, a
+    /// long statement) does not wait for it: it runs on one of two read-only connections to
+    /// the same file (`ReaderPool`, opened when first needed), which in WAL mode read the
+    /// last committed state while the writer works. A statement that writes, and every
+    /// statement of the thread that holds the connection (inside its own transaction, which
+    /// must see its own changes), runs on this connection, one at a time.
     public func query(_ sql: String, _ bindings: [any SQLBindable] = []) throws -> [Row] {
         BlockingCheck.blocking("an SQLite statement")
-        lock.lock()
+        if !lock.try() {
+            if let readers, let rows = try readers.query(sql, bindings, opening: openReader) { return rows }
+            lock.lock()
+        }
         defer { lock.unlock() }
+        return try run(sql, bindings, readOnlyOnly: false)!
+    }
+
+    /// A read-only connection like this one (same file, same scope's limits).
+    private func openReader() throws -> Database {
+        try Database(path: path, option: option, scope: scope.map { TableScope(owner: $0.owner) }, reader: true)
+    }
+
+    /// Runs `sql` (lock held); with `readOnlyOnly`, nil instead of running a statement that
+    /// would write.
+    func run(_ sql: String, _ bindings: [any SQLBindable], readOnlyOnly: Bool) throws -> [Row]? {
         let statement = try prepared(sql)
+        if readOnlyOnly && sqlite3_stmt_readonly(statement) == 0 {
+            if statements[sql] != statement { sqlite3_finalize(statement) }
+            return nil
+        }
         defer {
             sqlite3_reset(statement)
             sqlite3_clear_bindings(statement)
@@ -184,6 +221,13 @@ public final class Database: @unchecked Sendable {
             rows.append(Row(columns: columns, values: (0..<columnCount).map { column(statement, $0) }))
         }
         return rows
+    }
+
+    /// Runs `sql` on this reader if it only reads (nil otherwise), under the reader's lock.
+    func readOnlyQuery(_ sql: String, _ bindings: [any SQLBindable]) throws -> [Row]? {
+        lock.lock()
+        defer { lock.unlock() }
+        return try run(sql, bindings, readOnlyOnly: true)
     }
 
     /// How many prepared statements a connection keeps.
@@ -386,5 +430,44 @@ public struct StoreError: TermindErrorConvertible, Sendable, Equatable, CustomSt
     }
     static func sql(_ path: String, _ reason: String) -> StoreError {
         StoreError(.storeSQL, "A database operation on \(path) failed: \(reason).")
+    }
+}
+
+/// A writer's read-only connections: at most `limit`, opened when a read first finds the
+/// writer busy and kept for the next, each serving one read at a time. When all are busy,
+/// or one cannot be opened, the read waits for the writer as before.
+final class ReaderPool: Sendable {
+    static let limit = 2
+    private let state = Mutex<(idle: [Database], opened: Int)>(([], 0))
+
+    /// The rows of `sql` read on a reader; nil when it writes, failed there, or no reader is free.
+    func query(_ sql: String, _ bindings: [any SQLBindable], opening: () throws -> Database) throws -> [Row]? {
+        let taken: Database?? = state.withLock { state in
+            if let reader = state.idle.popLast() { return .some(reader) }
+            guard state.opened < Self.limit else { return .none }
+            state.opened += 1
+            return .some(nil)  // open one, outside the lock
+        }
+        guard case .some(let idle) = taken else { return nil }
+        let reader: Database
+        if let idle {
+            reader = idle
+        } else {
+            guard let opened = try? opening() else {
+                state.withLock { $0.opened -= 1 }
+                return nil
+            }
+            reader = opened
+        }
+        defer { state.withLock { $0.idle.append(reader) } }
+        do {
+            return try reader.readOnlyQuery(sql, bindings)
+        } catch let error as StoreError where error.is(.storeDenied) {
+            throw error  // the same scope says the same on the writer
+        } catch {
+            // A read is safe to run again: what the reader could not do (a table or column a
+            // migration is adding right now) goes to the writer, whose answer counts.
+            return nil
+        }
     }
 }
