@@ -4,7 +4,8 @@ import MetricsRules
 import TermindCore
 import TermindHarness
 
-// termind-metrics-bench [--hosts N] [--servers S] [--seconds W] [--interval I] [--full-ring] [--replay] [--json]
+// termind-metrics-bench [--hosts N] [--servers S] [--seconds W] [--interval I] [--full-ring] [--replay]
+//                       [--forwards F] [--sessions D] [--json]
 //
 // N saved hosts spread over S real sshd processes on loopback, all monitored at 1 Hz by
 // one `termind serve`: what the server costs. Figures: the server's CPU over W seconds (%
@@ -20,6 +21,10 @@ import TermindHarness
 // counting up, per request line: no process per sample), so that 1,000 hosts can be sampled
 // at 1 Hz here. termind's side is the same — connections, channels, reading, parsing, rates,
 // rings — and the remote side costs next to nothing; its counters stand still (rates 0).
+// Then, beside the monitors, F forward rules run inside the server (each `-L` to a host's sshd,
+// a connection through each) and D durable sessions (`termind ssh` on a pseudo-terminal, a
+// shell each), 10 and 5 unless said: the server's resident memory and threads with all of it
+// running, against the budgets set below and why (`serveBudgetMiB`, `threadBudget`).
 // PEAK RSS: termind serve's peak resident memory (its VmHWM from /proc, a high-water mark
 // since the server started) when the row's figure was taken; PEER RSS stays empty: there is
 // no peer process (the baselines are the issue's targets).
@@ -30,7 +35,7 @@ typealias Figure = BenchmarkFigure
 func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: termind-metrics-bench [--hosts N] [--servers S] [--seconds W] [--interval I] [--full-ring] [--replay] [--json]\n".utf8))
+    FileHandle.standardError.write(Data("usage: termind-metrics-bench [--hosts N] [--servers S] [--seconds W] [--interval I] [--full-ring] [--replay] [--forwards F] [--sessions D] [--json]\n".utf8))
     exit(2)
 }
 
@@ -46,6 +51,8 @@ var interval = 1
 var fullRing = false
 var replay = false
 var json = false
+var forwards = 10
+var sessions = 5
 var args = CommandLine.arguments.dropFirst()
 while let arg = args.popFirst() {
     switch arg {
@@ -55,6 +62,8 @@ while let arg = args.popFirst() {
     case "--interval": guard let v = args.popFirst().flatMap(Int.init), (1...60).contains(v) else { usage() }; interval = v
     case "--full-ring": fullRing = true
     case "--replay": replay = true
+    case "--forwards": guard let v = args.popFirst().flatMap(Int.init), v >= 0 else { usage() }; forwards = v
+    case "--sessions": guard let v = args.popFirst().flatMap(Int.init), v >= 0 else { usage() }; sessions = v
     case "--json": json = true
     default: usage()
     }
@@ -263,6 +272,61 @@ figures.append(Figure(name: "samples per second (target \(String(format: "%g", e
 figures.append(Figure(name: "server RSS per host, \(ringNote) (target 1)", value: perHost, unit: "MiB", baseline: 1, resident: endPeak))
 figures.append(Figure(name: "server RSS with no monitor", value: Double(baselineRSS) / 1_048_576, unit: "MiB", resident: baselinePeak))
 figures.append(Figure(name: "server threads", value: Double(status("Threads")), unit: "", resident: endPeak))
+
+// MARK: - The whole server: monitors, forwards and durable sessions at once
+
+/// The server's budget with everything running, in MiB: what it holds with no monitor
+/// (measured above: the process, every feature, SQLite, the pool) and, for each monitored
+/// host, 0.5 MiB (its connection and engine thread, five minutes of samples: half the
+/// monitors' own 1 MiB target); for each forward rule 1 MiB (its connection, its listener,
+/// 256 KiB each way for a flow that moves data); for each durable session 4 MiB (its
+/// connection, the screen model and a scrollback that has some lines in it, the outbox).
+@MainActor
+func serveBudgetMiB(idle: Double) -> Double { idle + 0.5 * Double(hosts) + Double(forwards) + 4 * Double(sessions) }
+/// Threads: an SSH engine per connection (each monitor's, rule's and session's), a listener
+/// per forward rule, a drawing thread per durable session, and 32 for everything else (the
+/// executors as they grow, the cooperative pool, dispatch, the control server's writers).
+@MainActor
+func threadBudget() -> Double { Double(hosts + 2 * forwards + 2 * sessions) + 32 }
+
+var clients: [TerminalClient] = []
+if forwards > 0 || sessions > 0 {
+    let before = serve.residentBytes()
+    for i in 0..<forwards {
+        let port = try SSHServerFixture.freePort()
+        let target = fixtures[i % servers].port
+        try termind(["forward", "add", "bench-\(i)", ids[i % ids.count], "--local-forward", "\(port):127.0.0.1:\(target)"])
+        try termind(["forward", "start", "bench-\(i)"])
+        // A connection through it: the sshd's banner comes back.
+        let fd = try EchoServer.connect(host: "127.0.0.1", port: port)
+        var banner = [UInt8](repeating: 0, count: 64)
+        let n = recv(fd, &banner, banner.count, 0)
+        close(fd)
+        guard n > 0, String(decoding: banner[0..<n], as: UTF8.self).hasPrefix("SSH-2.0-") else { fail("no banner through forward \(i)") }
+    }
+    for i in 0..<sessions {
+        let client = try TerminalClient([FeatureHarness.buildDirectory + "/termind", "--socket", serve.socketPath, "ssh", ids[(forwards + i) % ids.count]], environment: environment)
+        clients.append(client)
+        // Quoted apart, so that only the shell's output (not the echo of what was typed) says it.
+        client.write(Array("echo rea''dy-\(i)\n".utf8))
+        guard client.waitFor("ready-\(i)", timeout: 60) else { fail("durable session \(i) did not start") }
+    }
+    let listed = try JSONCoding.parse(Data(try termind(["sessions"]).utf8), source: "sessions")
+    let open = listed["sessions"]?.arrayValue?.count ?? 0
+    guard open == sessions else { fail("\(open) durable sessions listed, expected \(sessions)") }
+    Thread.sleep(forTimeInterval: 10)
+    let all = serve.residentBytes()
+    let budget = serveBudgetMiB(idle: Double(baselineRSS) / 1_048_576)
+    let what = "\(hosts) monitors, \(forwards) forwards, \(sessions) durable sessions"
+    figures.append(Figure(name: "server RSS with \(what) (budget \(Int(budget)) MiB)", value: Double(all) / 1_048_576, unit: "MiB", baseline: budget, resident: servePeak()))
+    figures.append(Figure(name: "  of it for the forwards and sessions", value: Double(all - before) / 1_048_576, unit: "MiB", resident: servePeak()))
+    figures.append(Figure(name: "server threads with \(what) (budget \(Int(threadBudget())))", value: Double(status("Threads")), unit: "", baseline: threadBudget(), resident: servePeak()))
+    for client in clients {
+        client.write(Array("exit\n".utf8))
+        _ = client.finish()
+    }
+    for i in 0..<forwards { try termind(["forward", "stop", "bench-\(i)"]) }
+}
 
 if json {
     struct Report: Encodable { let hosts: Int; let servers: Int; let seconds: Double; let interval: Int; let replay: Bool; let figures: [Figure] }

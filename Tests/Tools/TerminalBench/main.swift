@@ -56,65 +56,6 @@ while let arg = args.popFirst() {
     }
 }
 
-/// A client on a new pseudo-terminal (24 rows × 80 columns) whose master end this holds.
-final class TerminalClient {
-    let pid: pid_t
-    let master: Int32
-    /// Once finished: its peak resident memory in MiB (wait4's ru_maxrss).
-    private(set) var peakResidentMiB = 0.0
-    private var buffer = [UInt8](repeating: 0, count: 1 << 16)
-
-    init(_ argv: [String], environment: [String: String]) {
-        var master: Int32 = -1
-        var size = winsize(ws_row: 24, ws_col: 80, ws_xpixel: 0, ws_ypixel: 0)
-        let cArgv = argv.map { strdup($0) } + [nil]
-        let cEnv = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        let pid = forkpty(&master, nil, nil, &size)
-        if pid == 0 {
-            execve(cArgv[0]!, cArgv, cEnv)
-            _exit(127)
-        }
-        (cArgv + cEnv).forEach { free($0) }
-        guard pid > 0 else { fail("forkpty failed: \(String(cString: strerror(errno)))") }
-        self.pid = pid
-        self.master = master
-    }
-
-    /// Reads what is there within `timeout` seconds (nil: the terminal closed).
-    func read(timeout: Double) -> ArraySlice<UInt8>? {
-        var descriptor = pollfd(fd: master, events: Int16(POLLIN), revents: 0)
-        guard poll(&descriptor, 1, Int32(timeout * 1000)) > 0 else { return [] }
-        let n = Glibc.read(master, &buffer, buffer.count)
-        return n > 0 ? buffer[0..<n] : nil
-    }
-
-    /// Reads until `marker` has arrived; false after `timeout`.
-    func waitFor(_ marker: String, timeout: Double = 30) -> Bool {
-        let wanted = Array(marker.utf8)
-        var seen: [UInt8] = []
-        let deadline = now() + timeout
-        while now() < deadline {
-            guard let chunk = read(timeout: 0.2) else { return false }
-            seen += chunk
-            if seen.count > 1 << 16 { seen.removeFirst(seen.count - (1 << 15)) }
-            if seen.firstRange(of: wanted) != nil { return true }
-        }
-        return false
-    }
-
-    func write(_ bytes: [UInt8]) { _ = bytes.withUnsafeBytes { Glibc.write(master, $0.baseAddress, $0.count) } }
-
-    /// Drains until the terminal closes; the exit status.
-    func finish() -> Int32 {
-        while read(timeout: 1) != nil {}
-        var status: Int32 = 0
-        var usage = rusage()
-        while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
-        peakResidentMiB = Double(usage.ru_maxrss) / 1024
-        close(master)
-        return status
-    }
-}
 
 
 let keyCount = keys
@@ -171,10 +112,15 @@ let bytes = mib << 20
 /// 80-column lines (79 characters and a newline), N MiB of them.
 let flood = "yes 'the quick brown fox jumps over the lazy dog 0123456789 abcdefghijklmnopqrstu' | head -c \(bytes)"
 
+/// A client on a pseudo-terminal of its own, or the end of the benchmark.
+func startClient(_ argv: [String]) -> TerminalClient {
+    do { return try TerminalClient(argv, environment: environment) } catch { fail("\(error)") }
+}
+
 /// Seconds, and the client's peak resident memory (MiB).
 func throughput(_ argv: [String]) -> (seconds: Double, peak: Double) {
     let start = now()
-    let client = TerminalClient(argv, environment: environment)
+    let client = startClient(argv)
     let status = client.finish()
     guard status == 0 else { fail("\(argv.joined(separator: " ")) ended with status \(status)") }
     return (now() - start, client.peakResidentMiB)
@@ -191,7 +137,7 @@ func throughput(_ argv: [String]) -> (seconds: Double, peak: Double) {
 /// meanwhile); and each client's peak resident memory (MiB).
 func echoLatencies(_ ours: [String], _ theirs: [String], keys: Int, helpers: [pid_t] = [])
     -> (ours: [Double], theirs: [Double], cpu: (ours: Double, theirs: Double), peaks: (ours: Double, theirs: Double)) {
-    let clients = [TerminalClient(ours, environment: environment), TerminalClient(theirs, environment: environment)]
+    let clients = [startClient(ours), startClient(theirs)]
     for (client, argv) in zip(clients, [ours, theirs]) where !client.waitFor("READY") { fail("\(argv.last ?? "") never said READY") }
     let oursCPU = { ([clients[0].pid] + helpers).reduce(0) { $0 + ProcessCPU.seconds(of: $1) } }, theirsCPU = { ProcessCPU.seconds(of: clients[1].pid) }
     let cpuBefore = (oursCPU(), theirsCPU())
