@@ -398,6 +398,25 @@ final class DatabaseTests: XCTestCase {
         XCTAssertEqual(Set(try db.query("SELECT body FROM notes").map { try $0.text("body") }), ["committed", "in flight", "after"])
     }
 
+    func testTransactionControlAndTheConnectionsOwnStateStayOnTheWriterBesideABusyOne() throws {
+        let path = directory.file("t.sqlite")
+        do {
+            let db = try StoreAccess.database(path: path)
+            try db.migrate(notes)
+            let finished = try holdWriter(db, inserting: "held", for: 1)
+            // A reader would answer 0 for the writer's last row, and a BEGIN there would leave it
+            // reading a frozen snapshot: these wait for the writer instead.
+            XCTAssertEqual(try db.scalar("SELECT last_insert_rowid()"), .integer(1))
+            finished()
+            try db.execute("INSERT INTO notes (body) VALUES ('later')")
+            let second = try holdWriter(db, inserting: "held again", for: 1)
+            XCTAssertEqual(try db.scalar("SELECT count(*) FROM notes"), .integer(2), "a reader sees the latest commit, not an old snapshot")
+            second()
+        }
+        // Closed, readers and all: the WAL was checkpointed into the file and removed.
+        XCTAssertFalse(FileManager.default.fileExists(atPath: path + "-wal"), "no WAL left beside a closed database")
+    }
+
     func testInsideItsOwnTransactionAThreadReadsItsOwnChanges() throws {
         let db = try StoreAccess.database(path: directory.file("t.sqlite"))
         try db.migrate(notes)

@@ -157,6 +157,9 @@ public final class Database: @unchecked Sendable {
     }
 
     deinit {
+        // Readers first: while one is open the writer's close cannot checkpoint the WAL into
+        // the file and remove it (the last reader, read-only, cannot either).
+        readers?.closeAll()
         for statement in statements.values { sqlite3_finalize(statement) }
         sqlite3_close_v2(handle)
     }
@@ -194,8 +197,9 @@ public final class Database: @unchecked Sendable {
     }
 
     /// Runs `sql` (lock held); with `readOnlyOnly`, nil instead of running a statement that
-    /// would write.
+    /// would write or that belongs on the writer (`Self.writerOnly`).
     func run(_ sql: String, _ bindings: [any SQLBindable], readOnlyOnly: Bool) throws -> [Row]? {
+        if readOnlyOnly && Self.writerOnly(sql) { return nil }
         let statement = try prepared(sql)
         if readOnlyOnly && sqlite3_stmt_readonly(statement) == 0 {
             if statements[sql] != statement { sqlite3_finalize(statement) }
@@ -224,10 +228,25 @@ public final class Database: @unchecked Sendable {
     }
 
     /// Runs `sql` on this reader if it only reads (nil otherwise), under the reader's lock.
+    /// The reader is left with no transaction open, whatever happened.
     func readOnlyQuery(_ sql: String, _ bindings: [any SQLBindable]) throws -> [Row]? {
         lock.lock()
-        defer { lock.unlock() }
+        defer {
+            if sqlite3_get_autocommit(handle) == 0 { sqlite3_exec(handle, "ROLLBACK", nil, nil, nil) }
+            lock.unlock()
+        }
         return try run(sql, bindings, readOnlyOnly: true)
+    }
+
+    /// Statements SQLite calls read-only that still belong on the writer: transaction control
+    /// (a reader left inside a transaction would read a frozen snapshot and hold back every
+    /// checkpoint), ATTACH and DETACH, and what reads the connection's own state rather than
+    /// the file's (`last_insert_rowid()`, `changes()`, `total_changes()`).
+    static func writerOnly(_ sql: String) -> Bool {
+        let text = sql.lowercased()
+        let first = text.split(whereSeparator: { !$0.isLetter }).first.map(String.init) ?? ""
+        if ["begin", "commit", "end", "rollback", "savepoint", "release", "attach", "detach"].contains(first) { return true }
+        return text.contains("last_insert_rowid") || text.contains("changes(") || text.contains("changes (")
     }
 
     /// How many prepared statements a connection keeps.
@@ -439,6 +458,11 @@ public struct StoreError: TermindErrorConvertible, Sendable, Equatable, CustomSt
 final class ReaderPool: Sendable {
     static let limit = 2
     private let state = Mutex<(idle: [Database], opened: Int)>(([], 0))
+
+    /// Lets go of the readers (their connections close as they go): the writer closes next.
+    func closeAll() {
+        state.withLock { $0.idle.removeAll() }
+    }
 
     /// The rows of `sql` read on a reader; nil when it writes, failed there, or no reader is free.
     func query(_ sql: String, _ bindings: [any SQLBindable], opening: () throws -> Database) throws -> [Row]? {
