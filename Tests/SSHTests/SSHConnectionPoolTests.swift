@@ -9,33 +9,31 @@ import XCTest
 /// The pool as its users meet it, against a real sshd: callers with different policies
 /// sharing one opening, leases and open SFTP sessions against the idle sweep, cancelled waiters.
 final class SSHConnectionPoolTests: XCTestCase {
-    private var vault: HarnessSession!
-    private var directory: TemporaryDirectory!
+    private var bed: SSHTestbed!
+    private var directory: TemporaryDirectory { bed.directory }
+    /// The testbed's sshd, or one a test started in its place.
     private var server: SSHServerFixture!
-    private var clientKey: String!
-    private var trust: (any HostKeyTrust)!
+    private var clientKey: String { bed.clientKey }
     private var route: SSHRoute { SSHRoute([SSHTarget(host: "127.0.0.1", port: server.port, username: NSUserName())]) }
+    private var trust: any HostKeyTrust { bed.trust! }
 
     override func setUp() async throws {
-        directory = try TemporaryDirectory()
-        let path = directory.file("client")
-        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", path]).status, 0)
-        clientKey = try String(contentsOfFile: path, encoding: .utf8)
-        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: path + ".pub", encoding: .utf8)])
-        vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
-        trust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
+        bed = try await SSHTestbed()
+        server = bed.server
     }
 
     override func tearDown() async throws {
-        server?.stop()
-        await vault?.shutdown()
-        directory?.remove()
+        if let server, server !== bed?.server {
+            server.signalAll(SIGCONT)
+            server.stop()
+        }
+        await bed?.stop()
     }
 
     /// Answers the host-key question with `answer`, after noting it in `asked` and waiting
     /// `delay` milliseconds (a caller that takes its time, or never answers).
     private func policy(answer: HostKeyAnswer, asked: AskedLog? = nil, delay milliseconds: UInt64 = 0) -> SSHOpenPolicy {
-        let key = clientKey!
+        let key = clientKey
         return SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(key), agentSocket: "") }) { question in
             asked?.append(question)
             if milliseconds > 0 { try? await Task.sleep(nanoseconds: milliseconds * 1_000_000) }
@@ -192,7 +190,19 @@ final class SSHConnectionPoolTests: XCTestCase {
         let live = try await pool.connection(for: route, policy: answer)
         let said = try await live.exec("echo ok")
         XCTAssertEqual(said.stdout, Data("ok\n".utf8))
+        // One more failure (a rest of 2 s follows): a caller resting behind it hears at once that the pool closed.
+        _ = try? await pool.connection(for: refused, policy: answer)
+        let resting = Task { try await pool.connection(for: refused, policy: answer) }
+        try await Task.sleep(nanoseconds: 100_000_000)
+        let closedAt = Date()
         await pool.closeAll()
+        do {
+            _ = try await resting.value
+            XCTFail("a closed pool opened a connection")
+        } catch let error as TermindError {
+            XCTAssertEqual(error.code, "ssh.closed", error.message)
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(closedAt), 0.5, "closing does not wait out a caller's rest")
         XCTAssertFalse(live.isAlive)
         do {
             _ = try await pool.connection(for: route, policy: answer)

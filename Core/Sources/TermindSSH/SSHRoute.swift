@@ -151,9 +151,13 @@ public actor SSHConnectionPool {
             } catch is RetryOpening {
                 continue  // the opening failed for its opener's own reasons: ask with ours
             } catch let rest as Resting {
-                // The route's last openings failed: ask again once it has rested.
-                let nanoseconds = UInt64(max(0, rest.until - Self.now()) * 1e9)
-                do { try await Task.sleep(nanoseconds: nanoseconds) } catch { throw Self.cancelled(route) }
+                // The route's last openings failed: ask again once it has rested — in steps of
+                // at most 0.1 s, so that a pool closed meanwhile answers within one.
+                while !state.isClosed {
+                    let left = rest.until - Self.now()
+                    guard left > 0 else { break }
+                    do { try await Task.sleep(nanoseconds: UInt64(min(left, 0.1) * 1e9)) } catch { throw Self.cancelled(route) }
+                }
             }
         }
     }
