@@ -9,27 +9,19 @@ import XCTest
 /// Many channels over one session against a real sshd: independence, backpressure,
 /// keepalive, cancellation, PTY shells, tunnels, remote listeners, sharing (SFTP itself: Tests/SFTPTests).
 final class SSHChannelTests: XCTestCase {
-    private var vault: HarnessSession!
-    private var directory: TemporaryDirectory!
-    private var server: SSHServerFixture!
-    private var clientKey: String!
-    private var trust: (any HostKeyTrust)!
+    private var bed: SSHTestbed!
+    private var directory: TemporaryDirectory { bed.directory }
+    private var server: SSHServerFixture { bed.server }
+    private var clientKey: String { bed.clientKey }
     private let user = NSUserName()
+    private var trust: any HostKeyTrust { bed.trust! }
 
     override func setUp() async throws {
-        directory = try TemporaryDirectory()
-        let path = directory.file("client")
-        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", path]).status, 0)
-        clientKey = try String(contentsOfFile: path, encoding: .utf8)
-        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: path + ".pub", encoding: .utf8)], extraConfig: ["LogLevel DEBUG1"])
-        vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
-        trust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
+        bed = try await SSHTestbed(extraConfig: ["LogLevel DEBUG1"])
     }
 
     override func tearDown() async throws {
-        server?.stop()
-        await vault?.shutdown()
-        directory?.remove()
+        await bed?.stop()
     }
 
     private var target: SSHTarget { SSHTarget(host: "127.0.0.1", port: server.port, username: user) }
@@ -298,7 +290,7 @@ final class SSHChannelTests: XCTestCase {
 
     func testThePoolSharesOneConnectionPerRoute() async throws {
         let pool = SSHConnectionPool()
-        let key = clientKey!
+        let key = clientKey
         let policy = SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(key), agentSocket: "") }) { _ in .acceptOnce }
         let route = SSHRoute([target])
         async let first = pool.connection(for: route, policy: policy)
@@ -447,7 +439,7 @@ final class SSHChannelTests: XCTestCase {
 
     func testThePoolClosesConnectionsNobodyUses() async throws {
         let pool = SSHConnectionPool(idleTimeout: 2)
-        let key = clientKey!
+        let key = clientKey
         let policy = SSHOpenPolicy(trust: trust, credentials: { _ in SSHCredentials(privateKey: Secret(key), agentSocket: "") }) { _ in .acceptOnce }
         let connection = try await pool.connection(for: SSHRoute([target]), policy: policy)
         // Busy for 3 s (longer than the timeout): kept.
@@ -504,7 +496,7 @@ final class SSHChannelTests: XCTestCase {
         let added = try ProcessRunner.run("/usr/bin/ssh-add", ["-q", "-c", keyFile], environment: ["SSH_AUTH_SOCK": socket])
         XCTAssertEqual(added.status, 0, added.stderr)
 
-        let (target, trust) = (self.target, self.trust!)
+        let (target, trust) = (self.target, self.trust)
         let attempt = Task {
             try await SSHConnection.open(target, credentials: SSHCredentials(agentSocket: socket), trust: trust) { _ in .acceptOnce }
         }

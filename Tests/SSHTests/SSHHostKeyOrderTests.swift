@@ -11,23 +11,19 @@ import XCTest
 /// transport asks for the recorded key type first (as OpenSSH's order_hostkeyalgs does), so
 /// each file OpenSSH accepts is accepted without a question and no correct entry looks changed.
 final class SSHHostKeyOrderTests: XCTestCase {
-    private var directory: TemporaryDirectory!
-    private var server: SSHServerFixture!
-    private var clientKey: String!
+    private var bed: SSHTestbed!
+    private var directory: TemporaryDirectory { bed.directory }
+    private var server: SSHServerFixture { bed.server }
+    private var clientKey: String { bed.clientKey }
     private let user = NSUserName()
 
     override func setUp() async throws {
-        directory = try TemporaryDirectory()
-        let path = directory.file("client")
-        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", path]).status, 0)
-        clientKey = try String(contentsOfFile: path, encoding: .utf8)
-        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: path + ".pub", encoding: .utf8)])
+        bed = try await SSHTestbed(vault: false)
         XCTAssertEqual(Set(server.hostKeys.keys), ["ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa"])
     }
 
     override func tearDown() async throws {
-        server?.stop()
-        directory?.remove()
+        await bed?.stop()
     }
 
     /// Runs OpenSSH's client against the fixture with `options`; true when it logged in.

@@ -9,27 +9,24 @@ import XCTest
 /// Liveness that local activity cannot fake: only bytes from the server count, and a request
 /// the server never answers cannot wedge the session — against a real sshd frozen with SIGSTOP.
 final class SSHLivenessTests: XCTestCase {
-    private var vault: HarnessSession!
-    private var directory: TemporaryDirectory!
+    private var bed: SSHTestbed!
+    private var directory: TemporaryDirectory { bed.directory }
+    /// The testbed's sshd, or one a test started in its place.
     private var server: SSHServerFixture!
-    private var clientKey: String!
-    private var trust: (any HostKeyTrust)!
+    private var clientKey: String { bed.clientKey }
+    private var trust: any HostKeyTrust { bed.trust! }
 
     override func setUp() async throws {
-        directory = try TemporaryDirectory()
-        let path = directory.file("client")
-        XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", path]).status, 0)
-        clientKey = try String(contentsOfFile: path, encoding: .utf8)
-        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: path + ".pub", encoding: .utf8)])
-        vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
-        trust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
+        bed = try await SSHTestbed()
+        server = bed.server
     }
 
     override func tearDown() async throws {
-        server?.signalAll(SIGCONT)
-        server?.stop()
-        await vault?.shutdown()
-        directory?.remove()
+        if let server, server !== bed?.server {
+            server.signalAll(SIGCONT)
+            server.stop()
+        }
+        await bed?.stop()
     }
 
     private func connect(keepalive: SSHKeepalive = SSHKeepalive(), deadlines: SSHDeadlines = SSHDeadlines()) async throws -> SSHConnection {
