@@ -62,7 +62,10 @@ final class SnippetRunTests: XCTestCase {
         XCTAssertEqual(hosts.map { $0["host"]?.stringValue }, ["box2", "box5", "box3"], "in the order given")
         XCTAssertEqual(hosts.map { $0["state"]?.stringValue }, ["failed", "error", "failed"])
         XCTAssertEqual(hosts.first?["exitStatus"]?.intValue, 2)
-        XCTAssertEqual(hosts.first?["stderr"]?.stringValue, "err\n")
+        // The command's own error output comes last: what the account's shell start-up files
+        // print before it (here root's pyenv, which complains when two shells rehash at once)
+        // is the host's, and termind passes it on as it came.
+        XCTAssertTrue(hosts.first?["stderr"]?.stringValue?.hasSuffix("err\n") == true, "\(hosts.first?["stderr"] ?? .null)")
         XCTAssertNotNil(hosts[1]["errorCode"]?.stringValue)
         XCTAssertEqual(report["exitStatus"]?.intValue, 1)
     }
