@@ -3,13 +3,27 @@ import TermindCore
 
 /// A client on a new pseudo-terminal (24 rows × 80 columns) whose master end this holds.
 public final class TerminalClient {
+    /// The process started on the terminal: the program, or GNU time running it (`measured`).
     public let pid: pid_t
     public let master: Int32
-    /// Once finished: its peak resident memory in MiB (wait4's ru_maxrss).
+    /// Once finished: the program's peak resident memory in MiB (from GNU time when measured;
+    /// 0 when GNU time is not installed).
     public private(set) var peakResidentMiB = 0.0
     private var buffer = [UInt8](repeating: 0, count: 1 << 16)
+    private let peakFile: String?
 
-    public init(_ argv: [String], environment: [String: String]) throws {
+    /// `measured`: run through GNU time (`ProcessMemory.measuredCommand`), whose figure is the
+    /// program's own. Not wait4's ru_maxrss: a forked child's high-water mark includes the
+    /// pages it shared with this process at the fork, and Linux carries it across exec.
+    public init(_ argv: [String], environment: [String: String], measured: Bool = true) throws {
+        var argv = argv
+        if measured {
+            let command = ProcessMemory.measuredCommand(argv[0], Array(argv.dropFirst()))
+            argv = [command.program] + command.arguments
+            peakFile = command.peakFile
+        } else {
+            peakFile = nil
+        }
         var master: Int32 = -1
         var size = winsize(ws_row: 24, ws_col: 80, ws_xpixel: 0, ws_ypixel: 0)
         let cArgv = argv.map { strdup($0) } + [nil]
@@ -53,10 +67,22 @@ public final class TerminalClient {
     public func finish() -> Int32 {
         while read(timeout: 1) != nil {}
         var status: Int32 = 0
-        var usage = rusage()
-        while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
-        peakResidentMiB = Double(usage.ru_maxrss) / 1024
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        peakResidentMiB = peakFile.flatMap { ProcessMemory.peakMiB(in: $0) } ?? 0
         close(master)
         return status
+    }
+
+    /// The program's own process: `pid`, or GNU time's child once it has started (for its
+    /// CPU clock).
+    public var programPID: pid_t {
+        guard peakFile != nil else { return pid }
+        let deadline = Date().addingTimeInterval(5)
+        while Date() < deadline {
+            if let text = try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8),
+               let child = text.split(separator: " ").first.flatMap({ pid_t($0) }) { return child }
+            usleep(1_000)
+        }
+        return pid
     }
 }

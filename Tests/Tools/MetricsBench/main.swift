@@ -319,7 +319,7 @@ if forwards > 0 || sessions > 0 {
     let budget = serveBudgetMiB(idle: Double(baselineRSS) / 1_048_576)
     let what = "\(hosts) monitors, \(forwards) forwards, \(sessions) durable sessions"
     figures.append(Figure(name: "server RSS with \(what) (budget \(Int(budget)) MiB)", value: Double(all) / 1_048_576, unit: "MiB", baseline: budget, resident: servePeak()))
-    figures.append(Figure(name: "  of it for the forwards and sessions", value: Double(all - before) / 1_048_576, unit: "MiB", resident: servePeak()))
+    figures.append(Figure(name: "of it, the forwards and the sessions", value: Double(all - before) / 1_048_576, unit: "MiB", resident: servePeak()))
     figures.append(Figure(name: "server threads with \(what) (budget \(Int(threadBudget())))", value: Double(status("Threads")), unit: "", baseline: threadBudget(), resident: servePeak()))
     for client in clients {
         client.write(Array("exit\n".utf8))

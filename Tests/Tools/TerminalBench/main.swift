@@ -20,8 +20,9 @@ import TermindHarness
 //     <= 1.2x) — in-process and through serve; and the CPU each client used per key (its
 //     process CPU clock; termind's through serve counts all of serve's).
 // Beside each ratio, PEAK RSS / PEER RSS: each side's peak resident memory over the row's
-// runs, its largest process: the client's (termind ssh, ssh -tt) from wait4's ru_maxrss (each
-// started by forkpty, a fork, so the figure is the program's own: not this benchmark's), and
+// runs, its largest process: the client's (termind ssh, ssh -tt) from GNU time, which runs it on
+// the pseudo-terminal (wait4's ru_maxrss of a forked child would count pages it shared with this
+// benchmark at the fork), and
 // for a durable session also termind serve's VmHWM from /proc, set back to its current size
 // (clear_refs) as the row starts.
 // --only TEXT runs only the rows whose name contains TEXT ("echo", "durable", "MiB"...).
@@ -139,7 +140,8 @@ func echoLatencies(_ ours: [String], _ theirs: [String], keys: Int, helpers: [pi
     -> (ours: [Double], theirs: [Double], cpu: (ours: Double, theirs: Double), peaks: (ours: Double, theirs: Double)) {
     let clients = [startClient(ours), startClient(theirs)]
     for (client, argv) in zip(clients, [ours, theirs]) where !client.waitFor("READY") { fail("\(argv.last ?? "") never said READY") }
-    let oursCPU = { ([clients[0].pid] + helpers).reduce(0) { $0 + ProcessCPU.seconds(of: $1) } }, theirsCPU = { ProcessCPU.seconds(of: clients[1].pid) }
+    let programs = clients.map(\.programPID)
+    let oursCPU = { ([programs[0]] + helpers).reduce(0) { $0 + ProcessCPU.seconds(of: $1) } }, theirsCPU = { ProcessCPU.seconds(of: programs[1]) }
     let cpuBefore = (oursCPU(), theirsCPU())
     var latencies: [[Double]] = [[], []]
     let letters = Array("abcdefghijklmnopqrstuvwxyz".utf8)

@@ -19,8 +19,10 @@ public struct BenchmarkFigure: Encodable, Sendable {
         self.value = value
         self.unit = unit
         self.baseline = baseline
-        self.resident = resident
-        self.peerResident = peerResident
+        // No process has 0 bytes: 0 is a figure that could not be measured (GNU time missing,
+        // a process already gone), left empty rather than printed as 0.0 MiB.
+        self.resident = resident.flatMap { $0 > 0 ? $0 : nil }
+        self.peerResident = peerResident.flatMap { $0 > 0 ? $0 : nil }
     }
 
     enum CodingKeys: String, CodingKey { case name, value, unit, baseline, ratio, resident = "residentMiB", peerResident = "peerResidentMiB" }
@@ -43,8 +45,8 @@ public struct BenchmarkFigure: Encodable, Sendable {
          resident.map(Self.mebibytes) ?? "", peerResident.map(Self.mebibytes) ?? ""]
     }
 
-    /// A memory figure as the tables print it.
-    public static func mebibytes(_ value: Double) -> String { String(format: "%.1f MiB", value) }
+    /// A memory figure as the tables print it (nothing for 0: not measured).
+    public static func mebibytes(_ value: Double) -> String { value > 0 ? String(format: "%.1f MiB", value) : "" }
 
     /// Figures as an aligned table under `header`, one line each.
     public static func table(_ figures: [BenchmarkFigure]) -> [String] {
