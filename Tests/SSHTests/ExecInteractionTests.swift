@@ -52,7 +52,7 @@ final class ExecInteractionTests: XCTestCase {
         XCTAssertEqual(report["stdoutEncoding"], .string("base64"))
         XCTAssertEqual(report["stdout"]?.stringValue.flatMap { Data(base64Encoded: $0) }, Data([0xFF, 0xFE, 0x6F, 0x6B, 0x80]))
         XCTAssertEqual(report["stderrEncoding"], .string("utf-8"))
-        XCTAssertEqual(report["stderr"], .string("plain"))
+        XCTAssertTrue(report["stderr"]?.stringValue?.hasSuffix("plain") == true, "\(report["stderr"] ?? .null)")  // (stderr ends with the command's own: the account's shell start-up files may print first)
         XCTAssertEqual(report["truncated"], .bool(false))
     }
 
