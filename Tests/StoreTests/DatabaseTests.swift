@@ -456,4 +456,38 @@ final class DatabaseTests: XCTestCase {
         _ = ended.wait(timeout: .now() + 30)
         XCTAssertEqual(try feature.scalar("SELECT count(*) FROM jot_entries"), .integer(2))
     }
+
+    func testAMigrationChangedAfterItsReleaseBringsUpTheStoresItReachedAndStillRefusesOtherText() throws {
+        let path = directory.file("t.sqlite")
+        let released = Schema(feature: "notes", migrations: [
+            Migration(1, "create notes", "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);"),
+        ])
+        do {
+            let db = try StoreAccess.database(path: path)
+            try db.migrate(released)
+            try db.execute("INSERT INTO notes (body) VALUES ('kept')")
+        }
+        // The same migration as it is now: one more column, and how to bring up a store made before.
+        let current = Schema(feature: "notes", migrations: [
+            Migration(1, "create notes", "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL, tags TEXT);",
+                      releasedAs: [(sql: "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);", upgrade: "ALTER TABLE notes ADD COLUMN tags TEXT;")]),
+            Migration(2, "index", "CREATE INDEX notes_tags ON notes (tags);"),
+        ])
+        let db = try StoreAccess.database(path: path)
+        let report = try db.migrate(current)
+        XCTAssertEqual(report.to, 2)
+        XCTAssertEqual(try db.query("SELECT body, tags FROM notes").map { try $0.text("body") }, ["kept"], "the rows stay")
+        try db.execute("UPDATE notes SET tags = 'a'")
+        XCTAssertEqual(try db.migrate(current).from, 2, "brought up once; the record now names the current text")
+        // Text that was never released is still refused, and nothing changes.
+        let edited = Schema(feature: "notes", migrations: [
+            Migration(1, "create notes", "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT);",
+                      releasedAs: [(sql: "CREATE TABLE notes (id INTEGER PRIMARY KEY);", upgrade: "ALTER TABLE notes ADD COLUMN x TEXT;")]),
+            Migration(2, "index", "CREATE INDEX notes_tags ON notes (tags);"),
+        ])
+        XCTAssertThrowsError(try db.migrate(edited)) { error in
+            XCTAssertEqual((error as? StoreError)?.code, "store.migration_changed", "\(error)")
+        }
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM notes"), .integer(1))
+    }
 }

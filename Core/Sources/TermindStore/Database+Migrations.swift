@@ -9,14 +9,21 @@ public struct Migration: Sendable {
     public let version: Int
     public let name: String
     public let sql: String
+    /// A migration that was released with other SQL and changed afterwards (a mistake that
+    /// must not strand the stores it reached): each earlier text, and the SQL that brings a
+    /// store migrated with it to what `sql` makes. Such a store is brought up in the same
+    /// transaction as the other migrations, and its record then names this text.
+    public let releasedAs: [(sql: String, upgrade: String)]
 
-    public init(_ version: Int, _ name: String, _ sql: String) {
+    public init(_ version: Int, _ name: String, _ sql: String, releasedAs: [(sql: String, upgrade: String)] = []) {
         self.version = version
         self.name = name
         self.sql = sql
+        self.releasedAs = releasedAs
     }
 
-    var checksum: String { Data(Digest.sha256(Data(sql.utf8)).prefix(8)).hexEncoded }
+    var checksum: String { Self.checksum(sql) }
+    static func checksum(_ sql: String) -> String { Data(Digest.sha256(Data(sql.utf8)).prefix(8)).hexEncoded }
 }
 
 /// A feature's tables: its id and ordered migrations (versions 1, 2, 3, … without gaps).
@@ -80,8 +87,19 @@ extension Database {
             for row in applied {
                 guard let version = row.int("version"), version >= 1, version <= schema.migrations.count else { continue }
                 let migration = schema.migrations[version - 1]
-                if row.string("checksum") != migration.checksum {
+                guard let recorded = row.string("checksum"), recorded != migration.checksum else { continue }
+                // A text this migration was released as: the store is brought up to the current one.
+                guard let earlier = migration.releasedAs.first(where: { Migration.checksum($0.sql) == recorded }) else {
                     throw StoreError(.storeMigrationChanged, "Migration \(version) ('\(migration.name)') of '\(schema.feature)' differs from the one applied to \(path). Released migrations must not change; add a new one instead.")
+                }
+                do {
+                    try executeScript(earlier.upgrade)
+                } catch let error as StoreError {
+                    throw StoreError(.storeMigrationFailed, "Migration \(version) ('\(migration.name)') of '\(schema.feature)' could not be brought up from the text it was released as on \(path), nothing was changed: \(error.message)")
+                }
+                try privileged {
+                    try execute("UPDATE termind_migrations SET name = ?, checksum = ? WHERE feature = ? AND version = ?",
+                                [migration.name, migration.checksum, schema.feature, version])
                 }
             }
             for migration in schema.migrations where migration.version > current {
