@@ -467,10 +467,10 @@ final class DatabaseTests: XCTestCase {
             try db.migrate(released)
             try db.execute("INSERT INTO notes (body) VALUES ('kept')")
         }
-        // The same migration as it is now: one more column, and how to bring up a store made before.
+        // The same migration as it is now: a statement added after its release.
         let current = Schema(feature: "notes", migrations: [
-            Migration(1, "create notes", "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL, tags TEXT);",
-                      releasedAs: [(sql: "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);", upgrade: "ALTER TABLE notes ADD COLUMN tags TEXT;")]),
+            Migration(1, "create notes", "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);\nALTER TABLE notes ADD COLUMN tags TEXT;",
+                      releasedAs: ["CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);"]),
             Migration(2, "index", "CREATE INDEX notes_tags ON notes (tags);"),
         ])
         let db = try StoreAccess.database(path: path)
@@ -481,8 +481,8 @@ final class DatabaseTests: XCTestCase {
         XCTAssertEqual(try db.migrate(current).from, 2, "brought up once; the record now names the current text")
         // Text that was never released is still refused, and nothing changes.
         let edited = Schema(feature: "notes", migrations: [
-            Migration(1, "create notes", "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT);",
-                      releasedAs: [(sql: "CREATE TABLE notes (id INTEGER PRIMARY KEY);", upgrade: "ALTER TABLE notes ADD COLUMN x TEXT;")]),
+            Migration(1, "create notes", "CREATE TABLE notes (id INTEGER PRIMARY KEY);\nALTER TABLE notes ADD COLUMN x TEXT;",
+                      releasedAs: ["CREATE TABLE notes (id INTEGER PRIMARY KEY);"]),
             Migration(2, "index", "CREATE INDEX notes_tags ON notes (tags);"),
         ])
         XCTAssertThrowsError(try db.migrate(edited)) { error in

@@ -9,13 +9,14 @@ public struct Migration: Sendable {
     public let version: Int
     public let name: String
     public let sql: String
-    /// A migration that was released with other SQL and changed afterwards (a mistake that
-    /// must not strand the stores it reached): each earlier text, and the SQL that brings a
-    /// store migrated with it to what `sql` makes. Such a store is brought up in the same
-    /// transaction as the other migrations, and its record then names this text.
-    public let releasedAs: [(sql: String, upgrade: String)]
+    /// A migration that was released shorter and had statements added afterwards (a mistake
+    /// that must not strand the stores it reached): each earlier text, which `sql` begins
+    /// with. A store migrated with one runs what `sql` adds after it, in the same transaction
+    /// as the other migrations, and its record then names the current text.
+    public let releasedAs: [String]
 
-    public init(_ version: Int, _ name: String, _ sql: String, releasedAs: [(sql: String, upgrade: String)] = []) {
+    public init(_ version: Int, _ name: String, _ sql: String, releasedAs: [String] = []) {
+        precondition(releasedAs.allSatisfy(sql.hasPrefix), "migration \(version): a text it was released as must be where its SQL begins")
         self.version = version
         self.name = name
         self.sql = sql
@@ -89,13 +90,11 @@ extension Database {
                 let migration = schema.migrations[version - 1]
                 guard let recorded = row.string("checksum"), recorded != migration.checksum else { continue }
                 // A text this migration was released as: the store is brought up to the current one.
-                guard let earlier = migration.releasedAs.first(where: { Migration.checksum($0.sql) == recorded }) else {
+                guard let earlier = migration.releasedAs.first(where: { Migration.checksum($0) == recorded }) else {
                     throw StoreError(.storeMigrationChanged, "Migration \(version) ('\(migration.name)') of '\(schema.feature)' differs from the one applied to \(path). Released migrations must not change; add a new one instead.")
                 }
-                do {
-                    try executeScript(earlier.upgrade)
-                } catch let error as StoreError {
-                    throw StoreError(.storeMigrationFailed, "Migration \(version) ('\(migration.name)') of '\(schema.feature)' could not be brought up from the text it was released as on \(path), nothing was changed: \(error.message)")
+                try runScript(String(migration.sql.dropFirst(earlier.count))) {
+                    "Migration \(version) ('\(migration.name)') of '\(schema.feature)' could not be brought up from the text it was released as on \(path), nothing was changed: \($0)"
                 }
                 try privileged {
                     try execute("UPDATE termind_migrations SET name = ?, checksum = ? WHERE feature = ? AND version = ?",
@@ -103,10 +102,8 @@ extension Database {
                 }
             }
             for migration in schema.migrations where migration.version > current {
-                do {
-                    try executeScript(migration.sql)
-                } catch let error as StoreError {
-                    throw StoreError(.storeMigrationFailed, "Migration \(migration.version) ('\(migration.name)') of '\(schema.feature)' failed on \(path), nothing was changed: \(error.message)")
+                try runScript(migration.sql) {
+                    "Migration \(migration.version) ('\(migration.name)') of '\(schema.feature)' failed on \(path), nothing was changed: \($0)"
                 }
                 try privileged {
                     try execute("INSERT INTO termind_migrations (feature, version, name, checksum, applied_at) VALUES (?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
@@ -115,6 +112,11 @@ extension Database {
             }
             return MigrationReport(feature: schema.feature, from: current, to: schema.latestVersion)
         }
+    }
+
+    /// Runs a migration's SQL; a failure becomes `store.migration_failed` with `message(why)`.
+    private func runScript(_ sql: String, failure message: (String) -> String) throws {
+        do { try executeScript(sql) } catch let error as StoreError { throw StoreError(.storeMigrationFailed, message(error.message)) }
     }
 
     /// The applied version of a feature's schema (0 when none); a feature's connection asks

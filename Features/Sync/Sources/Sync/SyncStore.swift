@@ -69,19 +69,9 @@ enum SyncSchema {
                 at INTEGER NOT NULL,
                 PRIMARY KEY (zone, kind, id));
             """,
-                  // Released at 04b3108 (stop 46) with only the first statement, and changed in place
-                  // afterwards: stores migrated then get the rest now instead of being refused.
-                  releasedAs: [(sql: """
-                      ALTER TABLE sync_cursors ADD COLUMN rescan INTEGER NOT NULL DEFAULT 0;
-                      """, upgrade: """
-                      ALTER TABLE sync_entities ADD COLUMN local_secrets TEXT;
-                      CREATE TABLE sync_secret_changes (
-                          zone TEXT NOT NULL,
-                          kind TEXT NOT NULL,
-                          id TEXT NOT NULL,
-                          at INTEGER NOT NULL,
-                          PRIMARY KEY (zone, kind, id));
-                      """)]),
+                  // Released at 04b3108 (stop 46) with only its first statement, and the rest added in
+                  // place afterwards: stores migrated then run the rest now instead of being refused.
+                  releasedAs: ["ALTER TABLE sync_cursors ADD COLUMN rescan INTEGER NOT NULL DEFAULT 0;"]),
     ])
 }
 
