@@ -24,10 +24,10 @@ final class SSHChannelTests: XCTestCase {
         await bed?.stop()
     }
 
-    private var target: SSHTarget { SSHTarget(host: "127.0.0.1", port: server.port, username: user) }
+    private var target: SSHTarget { bed.target }
 
     private func connect(keepalive: SSHKeepalive = SSHKeepalive()) async throws -> SSHConnection {
-        try await SSHConnection.open(target, credentials: SSHCredentials(privateKey: Secret(clientKey), agentSocket: ""), trust: trust,
+        try await SSHConnection.open(target, credentials: bed.credentials, trust: trust,
                                      keepalive: keepalive) { _ in .acceptOnce }
     }
 
@@ -129,7 +129,7 @@ final class SSHChannelTests: XCTestCase {
         let account = throwaway?.name ?? user
         if throwaway != nil { chmod(server.directory.file("authorized_keys"), 0o644) }  // sshd reads it as that user
         let connection = try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: server.port, username: account),
-                                                      credentials: SSHCredentials(privateKey: Secret(clientKey), agentSocket: ""),
+                                                      credentials: bed.credentials,
                                                       trust: trust) { _ in .acceptOnce }
         let task = Task { try await connection.exec("sleep 31.5; echo never") }
         try await Task.sleep(nanoseconds: 500_000_000)

@@ -14,7 +14,6 @@ final class SSHHostKeyOrderTests: XCTestCase {
     private var bed: SSHTestbed!
     private var directory: TemporaryDirectory { bed.directory }
     private var server: SSHServerFixture { bed.server }
-    private var clientKey: String { bed.clientKey }
     private let user = NSUserName()
 
     override func setUp() async throws {
@@ -37,7 +36,7 @@ final class SSHHostKeyOrderTests: XCTestCase {
     private func connect(_ vault: HarnessSession, asked: AskedLog) async throws -> SSHConnection {
         let trust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
         return try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: server.port, username: user),
-                                            credentials: SSHCredentials(privateKey: Secret(clientKey), agentSocket: ""), trust: trust) { question in
+                                            credentials: bed.credentials, trust: trust) { question in
             asked.append(question)
             return .reject
         }
@@ -103,7 +102,7 @@ final class SSHHostKeyOrderTests: XCTestCase {
         let asked = AskedLog()
         do {
             _ = try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: ecdsaOnly.port, username: user),
-                                             credentials: SSHCredentials(privateKey: Secret(clientKey), agentSocket: ""), trust: trust) { question in
+                                             credentials: bed.credentials, trust: trust) { question in
                 asked.append(question)
                 return .acceptAndSave
             }

@@ -13,7 +13,6 @@ final class SSHLivenessTests: XCTestCase {
     private var directory: TemporaryDirectory { bed.directory }
     /// The testbed's sshd, or one a test started in its place.
     private var server: SSHServerFixture!
-    private var clientKey: String { bed.clientKey }
     private var trust: any HostKeyTrust { bed.trust! }
 
     override func setUp() async throws {
@@ -31,7 +30,7 @@ final class SSHLivenessTests: XCTestCase {
 
     private func connect(keepalive: SSHKeepalive = SSHKeepalive(), deadlines: SSHDeadlines = SSHDeadlines()) async throws -> SSHConnection {
         try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: server.port, username: NSUserName()),
-                                     credentials: SSHCredentials(privateKey: Secret(clientKey), agentSocket: ""), trust: trust,
+                                     credentials: bed.credentials, trust: trust,
                                      deadlines: deadlines, keepalive: keepalive) { _ in .acceptOnce }
     }
 
@@ -71,7 +70,7 @@ final class SSHLivenessTests: XCTestCase {
                                       extraConfig: ["RekeyLimit default 1s", "LogLevel DEBUG1"], hostKeyTypes: ["ed25519"])
         let logFile = directory.file("engine.log")
         let connection = try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: server.port, username: NSUserName()),
-                                                      credentials: SSHCredentials(privateKey: Secret(clientKey), agentSocket: ""), trust: trust,
+                                                      credentials: bed.credentials, trust: trust,
                                                       keepalive: SSHKeepalive(interval: 1, countMax: 3),
                                                       logger: Logger(label: "ssh", sink: try .file(at: logFile, level: .debug))) { _ in .acceptOnce }
         let reason = UncheckedSendableBox<TermindError?>(nil)
