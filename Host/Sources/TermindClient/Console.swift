@@ -25,8 +25,8 @@ final class Console: Sendable {
     /// command is over.
     private let wake: Int32
     private let wakeWriter = Mutex<Int32>(-1)
-    private let readers = Mutex(0)
-    private let readersDone = NSCondition()
+    /// Readers of `input` still running.
+    private let readers = ConditionLock(0)
     /// A reader of our output went away (only seen where SIGPIPE does not end the process).
     private let brokenPipe = Atomic<Bool>(false)
     /// Writes wait while the person's job is stopped (a launcher's Ctrl-Z), as they would
@@ -184,7 +184,7 @@ final class Console: Sendable {
         let thread = Thread { [self] in
             defer {
                 readers.withLock { $0 -= 1 }
-                readersDone.withLock { readersDone.broadcast() }
+                readers.broadcast()
             }
             var buffer = [UInt8](repeating: 0, count: 64 << 10)
             while true {
@@ -214,39 +214,26 @@ final class Console: Sendable {
             if $0 >= 0 { close($0) }
             $0 = -1
         }
-        readersDone.lock()
-        while readers.withLock({ $0 }) > 0 { readersDone.wait() }
-        readersDone.unlock()
+        readers.withLock(whenever: { $0 == 0 }) { _ in }
     }
 }
 
 /// Holds writers while a job is stopped; open for good once the run is over.
-///
-/// `@unchecked Sendable`: `stopped` and `opened` are read and written only under `condition`'s
-/// lock.
-private final class StopGate: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var stopped = false
-    private var opened = false
+private final class StopGate: Sendable {
+    private let gate = ConditionLock((stopped: false, opened: false))
 
     func pass() {
-        condition.lock()
-        while stopped && !opened { condition.wait() }
-        condition.unlock()
+        gate.withLock(whenever: { !$0.stopped || $0.opened }) { _ in }
     }
 
     func set(stopped value: Bool) {
-        condition.withLock {
-            stopped = value
-            condition.broadcast()
-        }
+        gate.withLock { $0.stopped = value }
+        gate.broadcast()
     }
 
     func open() {
-        condition.withLock {
-            opened = true
-            condition.broadcast()
-        }
+        gate.withLock { $0.opened = true }
+        gate.broadcast()
     }
 }
 

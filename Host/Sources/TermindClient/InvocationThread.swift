@@ -11,12 +11,8 @@ import TermindCore
 /// unowned, so one must outlive any job a finished command's leftovers may still enqueue.
 /// Their number is bounded by the most commands the server ran at once (the control socket
 /// takes 128 clients).
-///
-/// `@unchecked Sendable`: `jobs` is read and written only under `condition`'s lock; the static
-/// lists are Mutexes.
-final class InvocationThread: TaskExecutor, @unchecked Sendable {
-    private let condition = NSCondition()
-    private var jobs: [UnownedJob] = []
+final class InvocationThread: TaskExecutor, Sendable {
+    private let jobs = ConditionLock<[UnownedJob]>([])
 
     private static let idle = Mutex<[InvocationThread]>([])
     /// Every thread made, so that none is ever deallocated.
@@ -44,19 +40,16 @@ final class InvocationThread: TaskExecutor, @unchecked Sendable {
 
     func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
-        condition.withLock {
-            jobs.append(job)
-            condition.signal()
-        }
+        jobs.withLock { $0.append(job) }
+        jobs.signal()
     }
 
     private func loop() {
         while true {
-            condition.lock()
-            while jobs.isEmpty { condition.wait() }
-            let batch = jobs
-            jobs.removeAll(keepingCapacity: true)
-            condition.unlock()
+            let batch = jobs.withLock(whenever: { !$0.isEmpty }) { jobs in
+                defer { jobs.removeAll(keepingCapacity: true) }
+                return jobs
+            }
             for job in batch { job.runSynchronously(on: asUnownedTaskExecutor()) }
         }
     }

@@ -9,9 +9,7 @@ import Synchronization
 /// FIFO order, and a job beyond that is refused at once rather than queued without bound.
 /// A caller of `run` resumes only after its job's place is free again.
 ///
-/// `@unchecked Sendable`: every stored `var` (`jobs`, `head`, `threads`, `idle`, `active`) is
-/// read and written only under `condition`'s lock; the other stored properties are `let`s.
-public final class BlockingExecutor: @unchecked Sendable {
+public final class BlockingExecutor: Sendable {
     public let name: String
     public let threadLimit: Int
     public let queueLimit: Int
@@ -21,12 +19,17 @@ public final class BlockingExecutor: @unchecked Sendable {
 
     /// An idle thread ends after this long without work.
     public let idleSeconds: TimeInterval
-    private let condition = NSCondition()
-    private var jobs: [Job] = []
-    private var head = 0
-    private var threads = 0
-    private var idle = 0
-    private var active = 0
+    private let queue = ConditionLock(Queue())
+
+    /// The jobs waiting (from `head` on), and the threads: started, idle, running a job.
+    private struct Queue {
+        var jobs: [Job] = []
+        var head = 0
+        var threads = 0
+        var idle = 0
+        var active = 0
+        var waiting: Int { jobs.count - head }
+    }
 
     /// Core's executor for blocking work no other executor owns (features' blocking
     /// handlers, file reads). Each kind of work that can stall for long has its own, so one
@@ -65,11 +68,11 @@ public final class BlockingExecutor: @unchecked Sendable {
     }
 
     /// Threads the executor has now (busy or idle).
-    public var threadCount: Int { condition.withLock { threads } }
+    public var threadCount: Int { queue.withLock { $0.threads } }
 
     /// Jobs running now and jobs waiting for a thread.
     public var load: (running: Int, queued: Int) {
-        condition.withLock { (active, jobs.count - head) }
+        queue.withLock { ($0.active, $0.waiting) }
     }
 
     /// Queues `job`; false (and nothing queued) when `threadLimit` jobs run and
@@ -79,20 +82,21 @@ public final class BlockingExecutor: @unchecked Sendable {
     }
 
     private func enqueue(_ job: @escaping Job) -> Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        let waiting = jobs.count - head
-        guard active + waiting < threadLimit + queueLimit else { return false }
-        jobs.append(job)
-        if idle > 0 { condition.signal() }
-        // More jobs waiting than idle threads to take them: start another thread.
-        if jobs.count - head > idle && threads < threadLimit {
-            threads += 1
+        let (accepted, startThread) = queue.withLock { q in
+            guard q.active + q.waiting < threadLimit + queueLimit else { return (false, false) }
+            q.jobs.append(job)
+            if q.idle > 0 { queue.signal() }
+            // More jobs waiting than idle threads to take them: start another thread.
+            guard q.waiting > q.idle && q.threads < threadLimit else { return (true, false) }
+            q.threads += 1
+            return (true, true)
+        }
+        if startThread {
             let thread = Thread { [self] in work() }
             thread.name = name
             thread.start()
         }
-        return true
+        return accepted
     }
 
     /// Runs `body` on one of the executor's threads and returns its result; throws
@@ -140,28 +144,29 @@ public final class BlockingExecutor: @unchecked Sendable {
     private func work() {
         Thread.current.threadDictionary[Self.threadKey] = name
         while true {
-            condition.lock()
-            while head == jobs.count {
-                idle += 1
-                let woken = condition.wait(until: Date().addingTimeInterval(idleSeconds))
-                idle -= 1
-                if !woken && head == jobs.count {
-                    threads -= 1
-                    condition.unlock()
-                    return
+            var waited = false
+            let next: Job? = queue.wait { q, timedOut in
+                if waited { q.idle -= 1; waited = false }
+                if q.waiting == 0 {
+                    // Idle for `idleSeconds` with nothing to do: this thread ends.
+                    if timedOut { q.threads -= 1; return .done(nil) }
+                    q.idle += 1
+                    waited = true
+                    return .waitAtMost(seconds: idleSeconds)
                 }
+                let job = q.jobs[q.head]
+                q.head += 1
+                // Drop consumed slots once they dominate, so the array does not grow.
+                if q.head >= 64 && q.head * 2 >= q.jobs.count {
+                    q.jobs.removeFirst(q.head)
+                    q.head = 0
+                }
+                q.active += 1
+                return .done(job)
             }
-            let job = jobs[head]
-            head += 1
-            // Drop consumed slots once they dominate, so the array does not grow.
-            if head >= 64 && head * 2 >= jobs.count {
-                jobs.removeFirst(head)
-                head = 0
-            }
-            active += 1
-            condition.unlock()
+            guard let job = next else { return }
             let completion = job()
-            condition.withLock { active -= 1 }
+            queue.withLock { $0.active -= 1 }
             completion?()
         }
     }

@@ -105,7 +105,7 @@ public final class StreamSession: Sendable {
         input = StreamInput(limit: Self.defaultWindow)
         (controls, controlFeed) = AsyncStream.makeStream(of: JSONValue.self, bufferingPolicy: .bufferingNewest(16))
         self.sink = sink
-        input.onConsumed = { [weak self] bytes, empty in self?.consumed(bytes, drained: empty) }
+        input.onConsumed { [weak self] bytes, empty in self?.consumed(bytes, drained: empty) }
     }
 
     /// Sends an event with `fields` (and "id", "event"), once the client has room for it.
@@ -397,82 +397,92 @@ public struct StreamEvent: Sendable {
 /// A stream's input: chunks in order, at most `limit` bytes held. An in-process sender
 /// waits for room (backpressure all the way to the reader of standard input); the socket's
 /// reader never waits, because its client sends only what the session granted.
-///
-/// `@unchecked Sendable`: `chunks`, `head`, `heldBytes`, `finished` and `waiting` are read and
-/// written only under `condition`'s lock; `onConsumed` is set once, by the StreamSession that
-/// makes the input before anyone else holds it, and only read afterwards.
-public final class StreamInput: AsyncSequence, @unchecked Sendable {
+public final class StreamInput: AsyncSequence, Sendable {
     public typealias Element = Data
-    private let condition = NSCondition()
-    private var chunks: [Data] = []
-    private var head = 0
-    private var heldBytes = 0
-    private var finished = false
-    private var waiting: CheckedContinuation<Data?, Never>?
+    private let held = ConditionLock(Held())
     /// Bytes held at most.
     public let limit: Int
-    /// Told after each chunk the reader takes: its size, and whether nothing is left held.
-    var onConsumed: (@Sendable (Int, Bool) -> Void)?
+
+    /// The chunks not yet read (from `head` on), their size, whether the input ended, the
+    /// reader waiting for the next chunk, and who is told of each chunk read.
+    private struct Held {
+        var chunks: [Data] = []
+        var head = 0
+        var bytes = 0
+        var finished = false
+        var waiting: CheckedContinuation<Data?, Never>?
+        var onConsumed: (@Sendable (Int, Bool) -> Void)?
+    }
 
     init(limit: Int) { self.limit = limit }
+
+    /// Told after each chunk the reader takes: its size, and whether nothing is left held.
+    /// Set by the StreamSession that makes the input, before anyone else holds it.
+    func onConsumed(_ consumed: @escaping @Sendable (Int, Bool) -> Void) {
+        held.withLock { $0.onConsumed = consumed }
+    }
 
     /// Adds a chunk (one larger than `limit` is accepted alone, when nothing is held); false
     /// when the input has ended or, not waiting, there was no room.
     @discardableResult
     package func put(_ data: Data, waitForRoom: Bool) -> Bool {
-        condition.lock()
-        while waitForRoom && !finished && heldBytes > 0 && heldBytes + data.count > limit { condition.wait() }
-        guard !finished, heldBytes == 0 || heldBytes + data.count <= limit else {
-            condition.unlock()
-            return false
+        let (accepted, reader, consumed) = held.wait { h, _ -> ConditionLock<Held>.Step<(Bool, CheckedContinuation<Data?, Never>?, (@Sendable (Int, Bool) -> Void)?)> in
+            if waitForRoom && !h.finished && h.bytes > 0 && h.bytes + data.count > limit { return .wait }
+            guard !h.finished, h.bytes == 0 || h.bytes + data.count <= limit else { return .done((false, nil, nil)) }
+            if let reader = h.waiting {
+                h.waiting = nil
+                return .done((true, reader, h.onConsumed))
+            }
+            h.chunks.append(data)
+            h.bytes += data.count
+            return .done((true, nil, nil))
         }
-        if let waiting {
-            self.waiting = nil
-            condition.unlock()
-            waiting.resume(returning: data)
-            onConsumed?(data.count, true)
-            return true
+        if let reader {
+            reader.resume(returning: data)
+            consumed?(data.count, true)
         }
-        chunks.append(data)
-        heldBytes += data.count
-        condition.unlock()
-        return true
+        return accepted
     }
 
     /// Whether the input has ended (the client ended it, or the stream did).
-    package var isFinished: Bool { condition.withLock { finished } }
+    package var isFinished: Bool { held.withLock { $0.finished } }
 
     /// No more input: the reader sees the end once it has read what is held.
     package func finish() {
-        condition.lock()
-        finished = true
-        let waiting = self.waiting
-        self.waiting = nil
-        condition.broadcast()
-        condition.unlock()
-        waiting?.resume(returning: nil)
+        let reader = held.withLock { h in
+            h.finished = true
+            defer { h.waiting = nil }
+            return h.waiting
+        }
+        held.broadcast()
+        reader?.resume(returning: nil)
     }
 
     func next() async -> Data? {
         await withCheckedContinuation { (continuation: CheckedContinuation<Data?, Never>) in
-            condition.lock()
-            if head < chunks.count {
-                let chunk = chunks[head]
-                chunks[head] = Data()
-                head += 1
-                if head == chunks.count { chunks.removeAll(keepingCapacity: true); head = 0 }
-                heldBytes -= chunk.count
-                let empty = heldBytes == 0
-                condition.broadcast()
-                condition.unlock()
+            enum Taken { case chunk(Data, empty: Bool, (@Sendable (Int, Bool) -> Void)?), end, waiting }
+            let taken: Taken = held.withLock { h in
+                if h.head < h.chunks.count {
+                    let chunk = h.chunks[h.head]
+                    h.chunks[h.head] = Data()
+                    h.head += 1
+                    if h.head == h.chunks.count { h.chunks.removeAll(keepingCapacity: true); h.head = 0 }
+                    h.bytes -= chunk.count
+                    return .chunk(chunk, empty: h.bytes == 0, h.onConsumed)
+                }
+                if h.finished { return .end }
+                h.waiting = continuation
+                return .waiting
+            }
+            switch taken {
+            case .chunk(let chunk, let empty, let consumed):
+                held.broadcast()
                 continuation.resume(returning: chunk)
-                onConsumed?(chunk.count, empty)
-            } else if finished {
-                condition.unlock()
+                consumed?(chunk.count, empty)
+            case .end:
                 continuation.resume(returning: nil)
-            } else {
-                waiting = continuation
-                condition.unlock()
+            case .waiting:
+                break
             }
         }
     }

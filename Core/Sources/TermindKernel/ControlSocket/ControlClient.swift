@@ -192,35 +192,26 @@ public final class ControlClient: @unchecked Sendable {
 }
 
 /// The input bytes a stream's server has granted and the client not yet sent.
-///
-/// `@unchecked Sendable`: `bytes` and `ended` are read and written only under `condition`'s lock.
-final class InputAllowance: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var bytes = 0
-    private var ended = false
+final class InputAllowance: Sendable {
+    private let allowance = ConditionLock((bytes: 0, ended: false))
 
     func add(_ granted: Int) {
-        condition.withLock {
-            bytes += max(0, granted)
-            condition.broadcast()
-        }
+        allowance.withLock { $0.bytes += max(0, granted) }
+        allowance.broadcast()
     }
 
     /// Up to `wanted` bytes of the allowance (waiting for some); nil once the stream ended.
     func take(upTo wanted: Int) -> Int? {
-        condition.lock()
-        defer { condition.unlock() }
-        while bytes == 0 && !ended { condition.wait() }
-        guard !ended else { return nil }
-        let taken = min(bytes, wanted)
-        bytes -= taken
-        return taken
+        allowance.withLock(whenever: { $0.bytes > 0 || $0.ended }) { a in
+            guard !a.ended else { return nil }
+            let taken = min(a.bytes, wanted)
+            a.bytes -= taken
+            return taken
+        }
     }
 
     func end() {
-        condition.withLock {
-            ended = true
-            condition.broadcast()
-        }
+        allowance.withLock { $0.ended = true }
+        allowance.broadcast()
     }
 }

@@ -314,22 +314,24 @@ public final class ControlServer: Sendable {
 /// `ControlServer.maximumQueuedReplyBytes`, `waitForRoom()` holds the connection's reader,
 /// so a client that stops reading stops being read — its memory stays bounded and it
 /// never slows anyone else. After `sendTimeoutSeconds` of blocking the connection is shut down.
-///
-/// `@unchecked Sendable`: every stored `var` is read and written only under `condition`'s lock;
-/// `fd`, `bound` and `onFailure` are `let`s.
-final class ReplyWriter: @unchecked Sendable {
+final class ReplyWriter: Sendable {
     private let fd: Int32
     private let bound: Int
-    private let condition = NSCondition()
-    private var pending: [Data] = []
-    private var head = 0
-    private var pendingBytes = 0
-    /// The writer thread holds a line it is sending (still counted in `pendingBytes`).
-    private var writing = false
-    private var failed = false
-    private var finished = false
-    private var threadRunning = false
+    private let queue = ConditionLock(Queue())
     private let onFailure: @Sendable () -> Void
+
+    /// The lines not yet written (from `head` on), their size, and the writer thread's state.
+    private struct Queue {
+        var pending: [Data] = []
+        var head = 0
+        var pendingBytes = 0
+        /// The writer thread holds a line it is sending (still counted in `pendingBytes`).
+        var writing = false
+        var failed = false
+        var finished = false
+        var threadRunning = false
+        var isEmpty: Bool { head == pending.count }
+    }
 
     init(fd: Int32, bound: Int, onFailure: @escaping @Sendable () -> Void) {
         self.fd = fd
@@ -338,89 +340,87 @@ final class ReplyWriter: @unchecked Sendable {
     }
 
     func send(_ line: Data) {
-        condition.lock()
-        defer { condition.unlock() }
-        guard !failed else { return }
-        if head == pending.count && !writing {
-            let sent = line.withUnsafeBytes { Foundation.send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
-            if sent == line.count { return }
-            if sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK {
-                failLocked()
-                return
+        queue.withLock { q in
+            guard !q.failed else { return }
+            if q.isEmpty && !q.writing {
+                let sent = line.withUnsafeBytes { Foundation.send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+                if sent == line.count { return }
+                if sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK {
+                    fail(&q)
+                    return
+                }
+                enqueue(sent > 0 ? Data(line.dropFirst(sent)) : line, in: &q)
+            } else {
+                enqueue(line, in: &q)
             }
-            enqueueLocked(sent > 0 ? Data(line.dropFirst(sent)) : line)
-        } else {
-            enqueueLocked(line)
         }
     }
 
     /// Bytes waiting to be written.
-    var queuedBytes: Int { condition.withLock { pendingBytes } }
+    var queuedBytes: Int { queue.withLock { $0.pendingBytes } }
 
     /// Blocks while more than the bound waits to be written (and the connection works).
     func waitForRoom() {
-        condition.lock()
-        while pendingBytes > bound && !failed { condition.wait() }
-        condition.unlock()
+        queue.withLock(whenever: { $0.pendingBytes <= bound || $0.failed }) { _ in }
     }
 
     /// No more lines will come: waits until the queue is written out (or the connection failed).
     func finish() {
-        condition.lock()
-        finished = true
-        condition.broadcast()
-        while threadRunning { condition.wait() }
-        condition.unlock()
+        queue.withLock { $0.finished = true }
+        queue.broadcast()
+        queue.withLock(whenever: { !$0.threadRunning }) { _ in }
     }
 
-    private func enqueueLocked(_ bytes: Data) {
-        pending.append(bytes)
-        pendingBytes += bytes.count
-        if !threadRunning {
-            threadRunning = true
+    private func enqueue(_ bytes: Data, in q: inout Queue) {
+        q.pending.append(bytes)
+        q.pendingBytes += bytes.count
+        if !q.threadRunning {
+            q.threadRunning = true
             let thread = Thread { [self] in drain() }
             thread.name = "termind.client.write"
             thread.start()
         }
-        condition.broadcast()
+        queue.broadcast()
     }
 
     private func drain() {
         while true {
-            condition.lock()
-            while head == pending.count && !finished && !failed { condition.wait() }
-            if head == pending.count || failed {
-                threadRunning = false
-                condition.broadcast()
-                condition.unlock()
-                return
+            let next: Data? = queue.wait { q, _ in
+                if q.isEmpty && !q.finished && !q.failed { return .wait }
+                if q.isEmpty || q.failed {
+                    q.threadRunning = false
+                    queue.broadcast()
+                    return .done(nil)
+                }
+                let line = q.pending[q.head]
+                q.pending[q.head] = Data()
+                q.head += 1
+                if q.isEmpty { q.pending.removeAll(keepingCapacity: true); q.head = 0 }
+                q.writing = true
+                return .done(line)
             }
-            let line = pending[head]
-            pending[head] = Data()
-            head += 1
-            if head == pending.count { pending.removeAll(keepingCapacity: true); head = 0 }
-            writing = true
-            condition.unlock()
+            guard let line = next else { return }
             let ok = SocketIO.writeAll(fd, line)
-            condition.lock()
-            writing = false
-            if !failed {
-                pendingBytes -= line.count
-                if !ok { failLocked() }
+            queue.withLock { q in
+                q.writing = false
+                if !q.failed {
+                    q.pendingBytes -= line.count
+                    if !ok { fail(&q) }
+                }
             }
-            condition.broadcast()
-            condition.unlock()
+            queue.broadcast()
         }
     }
 
-    /// Called with the lock held: drops what is queued, wakes the reader, ends the connection.
-    private func failLocked() {
-        guard !failed else { return }
-        failed = true
-        pending.removeAll()
-        head = 0
-        pendingBytes = 0
-        condition.broadcast()
+    /// Called with the lock held: drops what is queued, wakes the reader, ends the connection
+    /// (before the lock is let go, so the descriptor is still this connection's).
+    private func fail(_ q: inout Queue) {
+        guard !q.failed else { return }
+        q.failed = true
+        q.pending.removeAll()
+        q.head = 0
+        q.pendingBytes = 0
+        queue.broadcast()
         onFailure()
         shutdown(fd, Int32(SHUT_RDWR))
     }

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TermindCore
 
 /// One clock for every monitor of the process. Monitors wait for its instants instead of
 /// timers of their own, and those that sample at the same interval wait for the same
@@ -10,21 +11,22 @@ import Synchronization
 ///
 /// It runs on a thread of its own; what fires is only a continuation's resume or a
 /// watchdog's check, never a monitor's work.
-///
-/// `@unchecked Sendable`: every stored `var` (`timers`, `nextToken`, `watchdogs`,
-/// `nextWatchdogCheck`, `running`) is read and written only under `condition`'s lock.
-final class MonitorClock: @unchecked Sendable {
+final class MonitorClock: Sendable {
     static let shared = MonitorClock()
     static let watchdogPeriod: UInt64 = 2_000_000_000
 
-    private let condition = NSCondition()
-    private var timers: [UInt64: (deadline: UInt64, fire: @Sendable () -> Void)] = [:]
-    private var nextToken: UInt64 = 0
-    private var watchdogs: [ObjectIdentifier: WeakWatchdog] = [:]
-    private var nextWatchdogCheck: UInt64 = 0
-    private var running = false
+    private let clock = ConditionLock(Timers())
 
-    private struct WeakWatchdog { weak var watchdog: Watchdog? }
+    /// The timers and watchdogs waiting, and whether the clock's thread runs.
+    private struct Timers {
+        var timers: [UInt64: (deadline: UInt64, fire: @Sendable () -> Void)] = [:]
+        var nextToken: UInt64 = 0
+        var watchdogs: [ObjectIdentifier: WeakWatchdog] = [:]
+        var nextWatchdogCheck: UInt64 = 0
+        var running = false
+    }
+
+    private struct WeakWatchdog: Sendable { weak var watchdog: Watchdog? }
 
     /// Nanoseconds on the monotonic clock the deadlines are given in.
     static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
@@ -32,37 +34,38 @@ final class MonitorClock: @unchecked Sendable {
 
     /// Calls `fire` on the clock's thread at `deadline`, unless `cancel` takes it first.
     func schedule(at deadline: UInt64, _ fire: @escaping @Sendable () -> Void) -> UInt64 {
-        condition.withLock {
-            nextToken += 1
-            timers[nextToken] = (deadline, fire)
-            startLocked()
-            condition.signal()
-            return nextToken
+        let token = clock.withLock { c in
+            c.nextToken += 1
+            c.timers[c.nextToken] = (deadline, fire)
+            startIfStopped(&c)
+            return c.nextToken
         }
+        clock.signal()
+        return token
     }
 
     /// Withdraws a timer; false when it has fired (or is firing) already.
     @discardableResult
     func cancel(_ token: UInt64) -> Bool {
-        condition.withLock { timers.removeValue(forKey: token) != nil }
+        clock.withLock { $0.timers.removeValue(forKey: token) != nil }
     }
 
     func watch(_ watchdog: Watchdog) {
-        condition.withLock {
-            watchdogs[ObjectIdentifier(watchdog)] = WeakWatchdog(watchdog: watchdog)
-            if nextWatchdogCheck == 0 { nextWatchdogCheck = Self.now() + Self.watchdogPeriod }
-            startLocked()
-            condition.signal()
+        clock.withLock { c in
+            c.watchdogs[ObjectIdentifier(watchdog)] = WeakWatchdog(watchdog: watchdog)
+            if c.nextWatchdogCheck == 0 { c.nextWatchdogCheck = Self.now() + Self.watchdogPeriod }
+            startIfStopped(&c)
         }
+        clock.signal()
     }
 
     func unwatch(_ watchdog: Watchdog) {
-        condition.withLock { _ = watchdogs.removeValue(forKey: ObjectIdentifier(watchdog)) }
+        clock.withLock { _ = $0.watchdogs.removeValue(forKey: ObjectIdentifier(watchdog)) }
     }
 
-    private func startLocked() {
-        guard !running else { return }
-        running = true
+    private func startIfStopped(_ c: inout Timers) {
+        guard !c.running else { return }
+        c.running = true
         let thread = Thread { [self] in loop() }
         thread.name = "termind.metrics.clock"
         thread.start()
@@ -70,30 +73,24 @@ final class MonitorClock: @unchecked Sendable {
 
     private func loop() {
         while true {
-            condition.lock()
-            var due: [@Sendable () -> Void] = []
-            var checks: [Watchdog] = []
-            while due.isEmpty && checks.isEmpty {
+            let (due, checks) = clock.wait { c, _ -> ConditionLock<Timers>.Step<([@Sendable () -> Void], [Watchdog])> in
                 let now = Self.now()
-                for (token, timer) in timers where timer.deadline <= now {
+                var due: [@Sendable () -> Void] = []
+                var checks: [Watchdog] = []
+                for (token, timer) in c.timers where timer.deadline <= now {
                     due.append(timer.fire)
-                    timers[token] = nil
+                    c.timers[token] = nil
                 }
-                if !watchdogs.isEmpty, nextWatchdogCheck <= now {
-                    checks = watchdogs.values.compactMap(\.watchdog)
-                    watchdogs = watchdogs.filter { $0.value.watchdog != nil }
-                    nextWatchdogCheck = now + Self.watchdogPeriod
+                if !c.watchdogs.isEmpty, c.nextWatchdogCheck <= now {
+                    checks = c.watchdogs.values.compactMap(\.watchdog)
+                    c.watchdogs = c.watchdogs.filter { $0.value.watchdog != nil }
+                    c.nextWatchdogCheck = now + Self.watchdogPeriod
                 }
-                guard due.isEmpty && checks.isEmpty else { break }
-                let next = ([watchdogs.isEmpty ? nil : nextWatchdogCheck] + timers.values.map(\.deadline)).compactMap { $0 }.min()
-                if let next {
-                    let seconds = Double(next - min(next, now)) / 1e9
-                    _ = condition.wait(until: Date().addingTimeInterval(seconds))
-                } else {
-                    condition.wait()
-                }
+                guard due.isEmpty && checks.isEmpty else { return .done((due, checks)) }
+                let next = ([c.watchdogs.isEmpty ? nil : c.nextWatchdogCheck] + c.timers.values.map(\.deadline)).compactMap { $0 }.min()
+                guard let next else { return .wait }
+                return .waitAtMost(seconds: Double(next - min(next, now)) / 1e9)
             }
-            condition.unlock()
             for fire in due { fire() }
             for watchdog in checks { watchdog.check() }
         }

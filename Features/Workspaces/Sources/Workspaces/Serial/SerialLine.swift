@@ -7,11 +7,7 @@ import WorkspacesAPI
 /// previous settings put back by `close()`. Reading happens on a thread of its own that waits
 /// for the consumer (at most four chunks outstanding), writing on a queue of its own, so no
 /// task of the cooperative pool ever blocks on the device.
-///
-/// `@unchecked Sendable`: `outstanding` and `readerDone` are touched only under `pace`'s
-/// lock (a condition variable the reader sleeps on); every other stored property is a
-/// `let` or under `flags`.
-final class SerialLine: @unchecked Sendable {
+final class SerialLine: Sendable {
     static let speeds: [Int: speed_t] = [
         50: speed_t(B50), 75: speed_t(B75), 110: speed_t(B110), 134: speed_t(B134), 150: speed_t(B150), 200: speed_t(B200), 300: speed_t(B300),
         600: speed_t(B600), 1200: speed_t(B1200), 1800: speed_t(B1800), 2400: speed_t(B2400), 4800: speed_t(B4800), 9600: speed_t(B9600),
@@ -28,10 +24,9 @@ final class SerialLine: @unchecked Sendable {
     private let flags = Mutex((closed: false, closedForGood: false, reading: false))
     /// A pipe whose write end wakes the reader from poll().
     private let wake: [Int32]
-    /// Chunks the reader handed over and the consumer has not yet said it handled.
-    private let pace = NSCondition()
-    private var outstanding = 0
-    private var readerDone = false
+    /// Chunks the reader handed over and the consumer has not yet said it handled, and
+    /// whether the reader has stopped.
+    private let pace = ConditionLock((outstanding: 0, readerDone: false))
 
     /// Opens and configures `request.device`; throws naming the device and what is wrong.
     init(_ request: WorkspacesStreams.Serial.Request) throws {
@@ -103,10 +98,8 @@ final class SerialLine: @unchecked Sendable {
                 let n = read(fd, &buffer, buffer.count)
                 if n > 0 {
                     feed.yield(Data(buffer[0..<n]))
-                    pace.lock()
-                    outstanding += 1
-                    while outstanding >= 4 && !flags.withLock({ $0.closed }) { pace.wait() }
-                    pace.unlock()
+                    pace.withLock { $0.outstanding += 1 }
+                    pace.withLock(whenever: { $0.outstanding < 4 || flags.withLock({ $0.closed }) }) { _ in }
                 } else if n < 0 && (errno == EAGAIN || errno == EINTR) {
                     continue
                 } else {
@@ -114,10 +107,8 @@ final class SerialLine: @unchecked Sendable {
                 }
             }
             feed.finish()
-            pace.lock()
-            readerDone = true
+            pace.withLock { $0.readerDone = true }
             pace.broadcast()
-            pace.unlock()
         }
         thread.start()
         return stream
@@ -125,10 +116,8 @@ final class SerialLine: @unchecked Sendable {
 
     /// The consumer handled a chunk of `output()`.
     func consumed() {
-        pace.lock()
-        outstanding = max(0, outstanding - 1)
+        pace.withLock { $0.outstanding = max(0, $0.outstanding - 1) }
         pace.signal()
-        pace.unlock()
     }
 
     /// Ends the reading (its stream finishes) without waiting: for a cancellation.
@@ -136,9 +125,7 @@ final class SerialLine: @unchecked Sendable {
         flags.withLock { $0.closed = true }
         var one: UInt8 = 1
         _ = Glibc.write(wake[1], &one, 1)
-        pace.lock()
         pace.broadcast()
-        pace.unlock()
     }
 
     /// Writes `data` whole (waiting while the line's buffer is full); false once closed.
@@ -173,10 +160,11 @@ final class SerialLine: @unchecked Sendable {
         guard first else { return }
         stop()
         if flags.withLock({ $0.reading }) {
-            pace.lock()
             let deadline = Date().addingTimeInterval(2)
-            while !readerDone, pace.wait(until: deadline) {}
-            pace.unlock()
+            pace.wait { pace, _ in
+                let left = deadline.timeIntervalSinceNow
+                return pace.readerDone || left <= 0 ? .done(()) : .waitAtMost(seconds: left)
+            }
         }
         writes.sync {
             var settings = saved

@@ -176,13 +176,15 @@ final class ScreenModel: @unchecked Sendable {
 /// One durable session's drawing thread: work runs in order, on CPU time nothing else wants
 /// (SCHED_IDLE), so that on a busy machine the screen model falls behind (and drops output,
 /// bounded: `ScreenBacklog`) rather than the data path. Ends once stopped and drained.
-///
-/// `@unchecked Sendable`: `work`, `stopped` and `poked` are read and written only under
-/// `condition`'s lock.
-final class DrawingThread: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var work: [@Sendable () -> Void] = []
-    private var stopped = false
+final class DrawingThread: Sendable {
+    /// The work queued in order, whether the thread is to end once it is done, and whether
+    /// a `poke` came.
+    private let queue = ConditionLock(Queue())
+    private struct Queue {
+        var work: [@Sendable () -> Void] = []
+        var stopped = false
+        var poked = false
+    }
 
     init() {
         let thread = Thread { [self] in run() }
@@ -191,34 +193,32 @@ final class DrawingThread: @unchecked Sendable {
     }
 
     func async(_ body: @escaping @Sendable () -> Void) {
-        condition.withLock {
-            work.append(body)
-            condition.signal()
-        }
+        queue.withLock { $0.work.append(body) }
+        queue.signal()
     }
 
     func stop() {
-        condition.withLock {
-            stopped = true
-            condition.signal()
-        }
+        queue.withLock { $0.stopped = true }
+        queue.signal()
     }
 
     /// From the work running on this thread: waits up to `seconds`, or until `poke` or `stop`.
     func linger(_ seconds: Double) {
-        condition.withLock {
-            if !poked && !stopped { _ = condition.wait(until: Date(timeIntervalSinceNow: seconds)) }
-            poked = false
+        var waited = false
+        queue.wait { q, _ -> ConditionLock<Queue>.Step<Void> in
+            if !q.poked && !q.stopped && !waited {
+                waited = true
+                return .waitAtMost(seconds: seconds)
+            }
+            q.poked = false
+            return .done(())
         }
     }
-    private var poked = false
 
     /// Ends a `linger` now (or the next one, if none waits yet).
     func poke() {
-        condition.withLock {
-            poked = true
-            condition.signal()
-        }
+        queue.withLock { $0.poked = true }
+        queue.signal()
     }
 
     private func run() {
@@ -230,14 +230,10 @@ final class DrawingThread: @unchecked Sendable {
             _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 19)  // who 0: this thread only, on Linux
         }
         while true {
-            condition.lock()
-            while work.isEmpty && !stopped { condition.wait() }
-            guard !work.isEmpty else {
-                condition.unlock()
-                return
+            let next = queue.withLock(whenever: { !$0.work.isEmpty || $0.stopped }) { q in
+                q.work.isEmpty ? nil : q.work.removeFirst()
             }
-            let next = work.removeFirst()
-            condition.unlock()
+            guard let next else { return }
             next()
         }
     }
