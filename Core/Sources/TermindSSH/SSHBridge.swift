@@ -50,11 +50,11 @@ final class BridgePump: EnginePump, @unchecked Sendable {
     private var toLocal = Data()
     private var toLocalOffset = 0
     private var localEOF = false
-    private var channelEOFSent = false
+    /// The server's EOF was read: the channel is read no more.
     private var remoteEOF = false
-    private var localShut = false
-    private var closeSent = false
-    private var failed = false
+    /// Each direction ends on its own; the channel closes once both have (the pure machine
+    /// decides, this pump performs).
+    private(set) var lifecycle = ChannelLifecycle(.bridge)
     private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
     private static let capacity = 256 * 1024
     /// Reads of `buffer`'s size each direction may make in one step (512 KiB), so one busy
@@ -101,6 +101,7 @@ final class BridgePump: EnginePump, @unchecked Sendable {
         guard let channel else { return .finished }
         let eagain = Int(termind_ssh2_error_eagain())
         var progressed = false
+        guard lifecycle.isOpen else { return closeChannel(session) }
 
         // Local → channel: up to `rounds` reads a step, while the channel takes what was read.
         for _ in 0..<Self.rounds {
@@ -124,16 +125,17 @@ final class BridgePump: EnginePump, @unchecked Sendable {
                 if n > 0 { toChannelOffset += n; counters?.add(sent: n); progressed = true; continue }
                 if n == eagain { break }
                 if SessionEngine.isFatal(Int32(n)) { return end(.sessionLost("while forwarding a stream"), session) }
-                return finish(error: nil, session)
+                lifecycle.refused()
+                return closeChannel(session)
             }
             if toChannelOffset == toChannel.count { toChannel.removeAll(keepingCapacity: true); toChannelOffset = 0 }
             // Nothing more to read now, or the channel's window or the session's backlog is full.
             if !readSome || !toChannel.isEmpty { break }
         }
-        if localEOF && toChannel.isEmpty && !channelEOFSent {
-            let rc = libssh2_channel_send_eof(channel)
-            if rc == 0 { channelEOFSent = true; progressed = true }
-            else if rc != Int32(eagain) { channelEOFSent = true }
+        if lifecycle.wantsToSendEOF(inputDone: localEOF && toChannel.isEmpty) {
+            let outcome = ChannelLifecycle.Outcome.of(libssh2_channel_send_eof(channel), eagain: Int32(eagain), isFatal: { _ in false })
+            lifecycle.eofSending(outcome)
+            if outcome == .done { progressed = true }
         }
 
         // Channel → local: likewise, while the local side takes what was read.
@@ -163,36 +165,49 @@ final class BridgePump: EnginePump, @unchecked Sendable {
                 if n > 0 { toLocalOffset += n; progressed = true; continue }
                 if n < 0 && (errno == EAGAIN || errno == EINTR) { break }
                 // The local side is gone: nothing more can be delivered.
-                return finish(error: nil, session)
+                lifecycle.localOutputFailed()
+                return closeChannel(session)
             }
             if toLocalOffset == toLocal.count { toLocal.removeAll(keepingCapacity: true); toLocalOffset = 0 }
             if !readSome || !toLocal.isEmpty { break }
         }
-        if remoteEOF && toLocal.isEmpty && !localShut {
+        // The server's EOF, everything before it written: the local side's writing ends.
+        if remoteEOF && toLocal.isEmpty && lifecycle.outputEnded() {
             shutdown(fd, Int32(SHUT_WR))
-            localShut = true
             progressed = true
         }
-        if localShut && channelEOFSent {
-            return finish(error: nil, session)
-        }
+        // Both directions ended: the channel closes.
+        if lifecycle.isClosing { return closeChannel(session) }
         return progressed ? .progressed : .idle
     }
 
-    /// Closes and frees the channel (repeating after EAGAIN), then the descriptor.
-    private func finish(error: TermindError?, _ session: OpaquePointer) -> PumpStep {
+    /// The close handshake the lifecycle gives (each call repeated after EAGAIN), then the
+    /// channel is freed and the descriptor closed.
+    private func closeChannel(_ session: OpaquePointer) -> PumpStep {
         guard let channel else { return .finished }
         let eagain = termind_ssh2_error_eagain()
-        if !closeSent {
-            let rc = libssh2_channel_close(channel)
-            if rc == eagain { return .idle }
-            closeSent = true
+        while true {
+            let action = lifecycle.nextAction(lanePending: false, serverEOF: remoteEOF)
+            switch action {
+            case .releaseLocal, .sendSignal:
+                // The descriptor is closed with the flow's end; a bridge sends no signal.
+                lifecycle.completed(action, .done)
+            case .waitForLane, .awaitServerClose, .none:
+                if lifecycle.phase == .lost { return end(.sessionLost("while closing a forwarded stream"), session) }
+                return .idle
+            case .sendClose:
+                let outcome = ChannelLifecycle.Outcome.of(libssh2_channel_close(channel), eagain: eagain, isFatal: SessionEngine.isFatal)
+                lifecycle.completed(action, outcome)
+                if outcome == .again { return .idle }
+            case .free:
+                let freed = libssh2_channel_free(channel)
+                lifecycle.completed(action, freed == eagain ? .again : .done)
+                if freed == eagain { return .idle }
+                self.channel = nil
+                over(nil)
+                return .finished
+            }
         }
-        let freed = libssh2_channel_free(channel)
-        if freed == eagain { return .idle }
-        self.channel = nil
-        over(error)
-        return .finished
     }
 
     private func end(_ step: PumpStep, _ session: OpaquePointer) -> PumpStep {
@@ -207,6 +222,7 @@ final class BridgePump: EnginePump, @unchecked Sendable {
 
     override func fail(_ error: TermindError) {
         guard channel != nil else { return }
+        lifecycle.sessionLost()
         channel = nil
         over(error)
     }

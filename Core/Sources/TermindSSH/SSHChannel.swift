@@ -1,6 +1,7 @@
 internal import CLibSSH2
 import Dispatch
 import Foundation
+import Synchronization
 import TermindCore
 
 /// Which stream a chunk of channel output came from.
@@ -202,41 +203,41 @@ public final class SSHChannel: Sendable {
 }
 
 /// The channel's buffers between its consumer/producer (any thread) and its pump (the
-/// engine thread).
-///
-/// `@unchecked Sendable`: every stored `var` is read and written only under `lock`; `limit` is
-/// a `let`.
-final class ChannelState: @unchecked Sendable {
+/// engine thread), in one Mutex.
+final class ChannelState: Sendable {
     let limit: Int
-    private let lock = PlainLock()
-    private var output: [(ExecStream, Data)] = []
-    private var outputBytes = 0
-    private var waiter: CheckedContinuation<(ExecStream, Data)?, Error>?
-    private var ended = false
-    private var failure: TermindError?
-    private var exitValue: ChannelExit?
+    private let buffers = Mutex(Buffers())
 
-    private var input: [Data] = []
-    private var inputBytes = 0
-    private var inputOffset = 0
-    private var writers: [(UInt64, CheckedContinuation<Void, Error>)] = []  // (ticket, writer)
-    private var nextTicket: UInt64 = 0
-    private var eofRequested = false
-    private var closeRequested = false
-    private var closeSignal: String?
-    private var pendingResize: (columns: Int, rows: Int)?
-    private var resizing = false
-    private var localOutputErrno: Int32?
+    private struct Buffers {
+        var output: [(ExecStream, Data)] = []
+        var outputBytes = 0
+        var waiter: CheckedContinuation<(ExecStream, Data)?, Error>?
+        var ended = false
+        var failure: TermindError?
+        var exitValue: ChannelExit?
+
+        var input: [Data] = []
+        var inputBytes = 0
+        var inputOffset = 0
+        var writers: [(UInt64, CheckedContinuation<Void, Error>)] = []  // (ticket, writer)
+        var nextTicket: UInt64 = 0
+        var eofRequested = false
+        var closeRequested = false
+        var closeSignal: String?
+        var pendingResize: (columns: Int, rows: Int)?
+        var resizing = false
+        var localOutputErrno: Int32?
+    }
 
     init(limit: Int) { self.limit = max(64 * 1024, limit) }
 
-    var exitInfo: ChannelExit? { lock.withLock { exitValue } }
+    var exitInfo: ChannelExit? { buffers.withLock { $0.exitValue } }
 
     /// errno of the write to a handed-over output descriptor that failed (EPIPE: its
     /// reader went away), set before the channel ends.
     var localOutputError: Int32? {
-        get { lock.withLock { localOutputErrno } }
-        set { lock.withLock { if localOutputErrno == nil { localOutputErrno = newValue } } }
+        get { buffers.withLock { $0.localOutputErrno } }
+        set { buffers.withLock { b in if b.localOutputErrno == nil { b.localOutputErrno = newValue } } }
     }
 
     // Consumer side.
@@ -244,9 +245,9 @@ final class ChannelState: @unchecked Sendable {
         try await withTaskCancellationHandler {
             try await waitForOutput(wake: engine)
         } onCancel: {
-            let waiting: CheckedContinuation<(ExecStream, Data)?, Error>? = lock.withLock {
-                defer { waiter = nil }
-                return waiter
+            let waiting: CheckedContinuation<(ExecStream, Data)?, Error>? = buffers.withLock { b in
+                defer { b.waiter = nil }
+                return b.waiter
             }
             waiting?.resume(throwing: CancellationError())
         }
@@ -254,20 +255,18 @@ final class ChannelState: @unchecked Sendable {
 
     private func waitForOutput(wake engine: SessionEngine) async throws -> (ExecStream, Data)? {
         try await withCheckedThrowingContinuation { continuation in
-            var wakeEngine = false
-            let immediate: Result<(ExecStream, Data)?, Error>? = lock.withLock {
-                if !output.isEmpty {
-                    let wasFull = outputBytes >= limit
-                    let item = output.removeFirst()
-                    outputBytes -= item.1.count
-                    wakeEngine = wasFull && outputBytes < limit
-                    return .success(item)
+            let (immediate, wakeEngine): (Result<(ExecStream, Data)?, Error>?, Bool) = buffers.withLock { b in
+                if !b.output.isEmpty {
+                    let wasFull = b.outputBytes >= limit
+                    let item = b.output.removeFirst()
+                    b.outputBytes -= item.1.count
+                    return (.success(item), wasFull && b.outputBytes < limit)
                 }
-                if let failure { return .failure(failure) }
-                if ended { return .success(nil) }
-                if Task.isCancelled { return .failure(CancellationError()) }
-                waiter = continuation
-                return nil
+                if let failure = b.failure { return (.failure(failure), false) }
+                if b.ended { return (.success(nil), false) }
+                if Task.isCancelled { return (.failure(CancellationError()), false) }
+                b.waiter = continuation
+                return (nil, false)
             }
             if wakeEngine { engine.wake() }
             if let immediate { continuation.resume(with: immediate) }
@@ -280,9 +279,9 @@ final class ChannelState: @unchecked Sendable {
             try await queueInput(data, wake: engine, token: token)
         } onCancel: {
             // The bytes stay queued (they are part of the stream); only the wait ends.
-            let waiting: CheckedContinuation<Void, Error>? = lock.withLock {
-                guard let mine = token.value, let index = writers.firstIndex(where: { $0.0 == mine }) else { return nil }
-                return writers.remove(at: index).1
+            let waiting: CheckedContinuation<Void, Error>? = buffers.withLock { b in
+                guard let mine = token.value, let index = b.writers.firstIndex(where: { $0.0 == mine }) else { return nil }
+                return b.writers.remove(at: index).1
             }
             waiting?.resume(throwing: CancellationError())
         }
@@ -290,18 +289,18 @@ final class ChannelState: @unchecked Sendable {
 
     private func queueInput(_ data: Data, wake engine: SessionEngine, token: SharedSlot<UInt64?>) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
-            let immediate: Result<Void, Error>? = lock.withLock {
-                if let failure { return .failure(failure) }
-                if ended || closeRequested || eofRequested {
+            let immediate: Result<Void, Error>? = buffers.withLock { b in
+                if let failure = b.failure { return .failure(failure) }
+                if b.ended || b.closeRequested || b.eofRequested {
                     return .failure(SSHError.make(.sshClosed, "The channel's input is closed."))
                 }
-                input.append(data)
-                inputBytes += data.count
-                if inputBytes <= limit { return .success(()) }
+                b.input.append(data)
+                b.inputBytes += data.count
+                if b.inputBytes <= limit { return .success(()) }
                 if Task.isCancelled { return .failure(CancellationError()) }
-                nextTicket += 1
-                token.value = nextTicket
-                writers.append((nextTicket, continuation))
+                b.nextTicket += 1
+                token.value = b.nextTicket
+                b.writers.append((b.nextTicket, continuation))
                 return nil
             }
             engine.wake()
@@ -311,61 +310,62 @@ final class ChannelState: @unchecked Sendable {
 
     /// `data` queued if the input is open and it fits under the limit now.
     func offer(_ data: Data) -> Bool {
-        lock.withLock {
-            guard failure == nil, !ended, !closeRequested, !eofRequested, inputBytes + data.count <= limit else { return false }
-            input.append(data)
-            inputBytes += data.count
+        buffers.withLock { b in
+            guard b.failure == nil, !b.ended, !b.closeRequested, !b.eofRequested, b.inputBytes + data.count <= limit else { return false }
+            b.input.append(data)
+            b.inputBytes += data.count
             return true
         }
     }
 
-    func requestEOF() { lock.withLock { eofRequested = true } }
+    func requestEOF() { buffers.withLock { $0.eofRequested = true } }
     /// Closing ends the consumer's side at once (unread output is dropped, `next()` returns
     /// nil); the pump finishes the close handshake with the server in the background.
     func requestClose(signal: String? = nil) {
-        lock.withLock {
-            closeRequested = true
-            if closeSignal == nil { closeSignal = signal }
+        buffers.withLock { b in
+            b.closeRequested = true
+            if b.closeSignal == nil { b.closeSignal = signal }
         }
         finish(exit: nil, error: nil)
     }
 
-    /// The signal asked for by `close(signal:)`, if any (the first one wins).
-    var requestedCloseSignal: String? { lock.withLock { closeSignal } }
-
     func claimResize(columns: Int, rows: Int) -> Bool {
-        lock.withLock {
-            pendingResize = (columns, rows)
-            if resizing { return false }
-            resizing = true
+        buffers.withLock { b in
+            b.pendingResize = (columns, rows)
+            if b.resizing { return false }
+            b.resizing = true
             return true
         }
     }
 
-    func resetResize() { lock.withLock { resizing = false; pendingResize = nil } }
+    func resetResize() { buffers.withLock { b in b.resizing = false; b.pendingResize = nil } }
 
     func takeResize() -> (columns: Int, rows: Int)? {
-        lock.withLock {
-            guard let size = pendingResize else { resizing = false; return nil }
-            pendingResize = nil
+        buffers.withLock { b in
+            guard let size = b.pendingResize else { b.resizing = false; return nil }
+            b.pendingResize = nil
             return size
         }
     }
 
     // Pump side (engine thread).
-    var roomForOutput: Int { lock.withLock { closeRequested ? limit : ended || failure != nil ? 0 : max(0, limit - outputBytes) } }
-    var wantsClose: Bool { lock.withLock { closeRequested } }
-    var wantsEOF: Bool { lock.withLock { eofRequested && input.isEmpty } }
+    var roomForOutput: Int {
+        buffers.withLock { b in b.closeRequested ? limit : b.ended || b.failure != nil ? 0 : max(0, limit - b.outputBytes) }
+    }
+    /// Whether its user asked to close the channel: nil when not, else the signal asked for
+    /// (empty when none).
+    var closeRequest: String?? { buffers.withLock { b in b.closeRequested ? .some(b.closeSignal) : .none } }
+    var wantsEOF: Bool { buffers.withLock { b in b.eofRequested && b.input.isEmpty } }
 
     func deliver(_ stream: ExecStream, _ data: Data) {
-        let waiting: CheckedContinuation<(ExecStream, Data)?, Error>? = lock.withLock {
-            if closeRequested { return nil }
-            if let waiter {
-                self.waiter = nil
+        let waiting: CheckedContinuation<(ExecStream, Data)?, Error>? = buffers.withLock { b in
+            if b.closeRequested { return nil }
+            if let waiter = b.waiter {
+                b.waiter = nil
                 return waiter
             }
-            output.append((stream, data))
-            outputBytes += data.count
+            b.output.append((stream, data))
+            b.outputBytes += data.count
             return nil
         }
         waiting?.resume(returning: (stream, data))
@@ -373,48 +373,46 @@ final class ChannelState: @unchecked Sendable {
 
     /// The unsent input at the head of the queue (the same bytes until `consumed`).
     func pendingInput() -> Data? {
-        lock.withLock {
-            guard let head = input.first else { return nil }
-            return inputOffset == 0 ? head : head.dropFirst(inputOffset)
+        buffers.withLock { b in
+            guard let head = b.input.first else { return nil }
+            return b.inputOffset == 0 ? head : head.dropFirst(b.inputOffset)
         }
     }
 
     func consumed(_ count: Int) {
-        var released: [CheckedContinuation<Void, Error>] = []
-        lock.withLock {
-            inputOffset += count
-            inputBytes -= count
-            if let head = input.first, inputOffset >= head.count {
-                input.removeFirst()
-                inputOffset = 0
+        let released: [CheckedContinuation<Void, Error>] = buffers.withLock { b in
+            b.inputOffset += count
+            b.inputBytes -= count
+            if let head = b.input.first, b.inputOffset >= head.count {
+                b.input.removeFirst()
+                b.inputOffset = 0
             }
-            if inputBytes <= limit {
-                released = writers.map(\.1)
-                writers.removeAll()
-            }
+            guard b.inputBytes <= limit else { return [] }
+            defer { b.writers.removeAll() }
+            return b.writers.map(\.1)
         }
         for writer in released { writer.resume() }
     }
 
     func finish(exit: ChannelExit?, error: TermindError?) {
-        var waiting: CheckedContinuation<(ExecStream, Data)?, Error>?
-        var blocked: [CheckedContinuation<Void, Error>] = []
-        lock.withLock {
-            guard !ended else { return }
-            ended = true
-            exitValue = exit
-            failure = error
-            waiting = waiter
-            waiter = nil
-            blocked = writers.map(\.1)
-            writers.removeAll()
-            input.removeAll()
-            inputBytes = 0
+        let ended: (waiting: CheckedContinuation<(ExecStream, Data)?, Error>?, blocked: [CheckedContinuation<Void, Error>])? = buffers.withLock { b in
+            guard !b.ended else { return nil }
+            b.ended = true
+            b.exitValue = exit
+            b.failure = error
+            defer {
+                b.waiter = nil
+                b.writers.removeAll()
+                b.input.removeAll()
+                b.inputBytes = 0
+            }
+            return (b.waiter, b.writers.map(\.1))
         }
-        if let waiting {
+        guard let ended else { return }
+        if let waiting = ended.waiting {
             if let error { waiting.resume(throwing: error) } else { waiting.resume(returning: nil) }
         }
-        for writer in blocked { writer.resume(throwing: error ?? SSHError.make(.sshClosed, "The channel closed before its input was sent.")) }
+        for writer in ended.blocked { writer.resume(throwing: error ?? SSHError.make(.sshClosed, "The channel closed before its input was sent.")) }
     }
 }
 
@@ -435,19 +433,13 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
     private(set) var channel: OpaquePointer?
     let state: ChannelState
     private let endpoint: String
-    private var eofSent = false
-    private var remoteEOF = false
-    private var closing = false
-    private var closeSent = false
+    /// Open, closing, the close handshake: decided by the pure machine, performed here.
+    private(set) var lifecycle: ChannelLifecycle
+    private var closing: Bool { lifecycle.isClosing }
     /// At most this many bytes move per step, so one busy channel cannot starve the others.
     private static let stepBudget = 512 * 1024
     /// Each handed-over stream's buffer: a quarter of a pass's budget, read and written whole.
     static let localBufferSize = 256 * 1024
-
-    /// Sent to the remote process group when this side closes the channel first (OpenSSH
-    /// otherwise keeps a running command and its channel until the command exits).
-    private let hangup: String?
-    private var hangupSent = false
 
     /// The handed-over descriptors (the pump's own copies, closed when it ends) and their
     /// buffers: input from `localInput`; outputs[0] stdout, [1] stderr.
@@ -466,7 +458,9 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
         self.channel = channel
         self.state = state
         self.endpoint = endpoint
-        self.hangup = hangup
+        // `hangup` goes to the remote process group when this side closes the channel first
+        // (OpenSSH otherwise keeps a running command and its channel until the command exits).
+        lifecycle = ChannelLifecycle(.session(hangup: hangup))
         self.tap = tap
         localInput = local.input.map { ($0, PendingBytes(capacity: Self.localBufferSize)) }
         localOutputs = [local.output, local.error].map { $0.map { ($0, PendingBytes(capacity: Self.localBufferSize)) } }
@@ -509,7 +503,7 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
         guard let channel else { return .finished }
         let eagain = Int(termind_ssh2_error_eagain())
         var progressed = false
-        if !closing && state.wantsClose { closing = true }
+        if let signal = state.closeRequest { lifecycle.closeRequested(signal: signal) }
 
         if !closing {
             // Input: the same bytes are offered again after EAGAIN.
@@ -529,7 +523,7 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                     if n > 0 { input.buffer.consume(n); budget -= n; progressed = true; continue }
                     if n == eagain { break }
                     if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while sending input") }
-                    closing = true  // the channel is gone on the server side
+                    lifecycle.refused()  // the channel is gone on the server side
                     break
                 }
             } else {
@@ -540,7 +534,7 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                     if n > 0 { state.consumed(n); budget -= n; progressed = true; continue }
                     if n == eagain { break }
                     if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while sending input") }
-                    closing = true  // the channel is gone on the server side
+                    lifecycle.refused()  // the channel is gone on the server side
                     break
                 }
                 // Then the linked terminal's keys, read as they come (no thread in between) and
@@ -559,18 +553,16 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                         engine.flush()  // a failure is the pass's to find, at its own flush
                     } else if n != eagain {
                         if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while sending keys") }
-                        closing = true
+                        lifecycle.refused()
                     }
                 }
             }
             let inputDone = localInput.map { localInputEnded && $0.buffer.isEmpty } ?? state.wantsEOF
-            if !eofSent && !closing && inputDone {
-                let rc = libssh2_channel_send_eof(channel)
-                if rc == 0 { eofSent = true; progressed = true }
-                else if rc != Int32(eagain) {
-                    if SessionEngine.isFatal(rc) { return .sessionLost("while closing input") }
-                    eofSent = true
-                }
+            if lifecycle.wantsToSendEOF(inputDone: inputDone) {
+                let outcome = ChannelLifecycle.Outcome.of(libssh2_channel_send_eof(channel), eagain: Int32(eagain), isFatal: SessionEngine.isFatal)
+                if outcome == .sessionLost { return .sessionLost("while closing input") }
+                lifecycle.eofSending(outcome)
+                if outcome == .done { progressed = true }
             }
             // Output, while the consumer has room.
             var readBudget = Self.stepBudget
@@ -601,7 +593,7 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                             }
                         } else if n < 0 && n != eagain {
                             if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while the channel was open") }
-                            closing = true
+                            lifecycle.refused()
                         }
                     }
                     if !read {
@@ -619,13 +611,10 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                     }
                 }
                 let eof = libssh2_channel_eof(channel) == 1
-                if !closing && eof && !progressed && tap.hasRoom() && (link?.drained ?? true) {
-                    // Everything the server sent went through the tap and to the terminal.
-                    remoteEOF = true
-                    closing = true
-                }
+                // The server's EOF once everything it sent went through the tap and to the terminal.
+                lifecycle.passEnded(serverEOF: eof, progressed: progressed, delivered: tap.hasRoom() && (link?.drained ?? true))
                 // Keys sent and echo written, with nothing left over: poll() sees what comes next.
-                if progressed, readAll, !eof, !closing, eofSent || !inputDone, state.pendingInput() == nil,
+                if progressed, readAll, !eof, !closing, lifecycle.eofSent || !inputDone, state.pendingInput() == nil,
                    let link, link.pendingKeys == nil, link.drained {
                     return .settled
                 }
@@ -643,7 +632,7 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                             // be delivered; the channel closes and the caller learns why.
                             // (sshd takes no PIPE signal request: the command gets the usual TERM.)
                             state.localOutputError = n < 0 ? errno : EIO
-                            closing = true
+                            lifecycle.localOutputFailed()
                             progressed = true
                             break
                         }
@@ -652,7 +641,7 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                         if n > 0 { output.buffer.filled(n); readBudget -= n; progressed = true; continue }
                         if n < 0 && n != eagain {
                             if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while the channel was open") }
-                            closing = true
+                            lifecycle.refused()
                         }
                         break
                     }
@@ -670,61 +659,72 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                     }
                     if n < 0 && n != eagain {
                         if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while the channel was open") }
-                        closing = true
+                        lifecycle.refused()
                     }
                     break
                 }
             }
-            let delivered = localOutputs.allSatisfy { $0?.buffer.isEmpty ?? true }
-            if tap == nil && !closing && libssh2_channel_eof(channel) == 1 && !progressed && state.roomForOutput > 0 && delivered {
-                // Everything the server sent has been delivered.
-                remoteEOF = true
-                closing = true
+            if tap == nil && !closing {
+                // The server's EOF once everything it sent has been delivered.
+                let delivered = state.roomForOutput > 0 && localOutputs.allSatisfy { $0?.buffer.isEmpty ?? true }
+                lifecycle.passEnded(serverEOF: libssh2_channel_eof(channel) == 1, progressed: progressed, delivered: delivered)
             }
         }
         guard closing else { return progressed ? .progressed : .idle }
-        // Nothing moves to or from handed-over descriptors once closing: they go now, so a
-        // reader downstream sees its end without waiting for the server's CLOSE.
-        closeLocal()
-        // Requests still queued on this channel's lane (a resize, the start of a channel
-        // whose opener gave up) use the channel: it is closed and freed after them.
-        if engine.hasPendingOperations(lane: self) { return progressed ? .progressed : .idle }
-
-        // The close handshake; each call is repeated after EAGAIN.
-        if let hangup = state.requestedCloseSignal ?? hangup, !hangupSent, !remoteEOF, libssh2_channel_eof(channel) == 0 {
-            let rc = hangup.withCString { libssh2_channel_signal_ex(channel, $0, hangup.utf8.count) }
-            if rc == Int32(eagain) { return progressed ? .progressed : .idle }
-            hangupSent = true  // refused or sent: either way, close next
+        let idle: PumpStep = progressed ? .progressed : .idle
+        let eagain32 = Int32(eagain)
+        while true {
+            let action = lifecycle.nextAction(lanePending: engine.hasPendingOperations(lane: self), serverEOF: libssh2_channel_eof(channel) == 1)
+            switch action {
+            case .releaseLocal:
+                // Nothing moves to or from handed-over descriptors once closing: they go now,
+                // so a reader downstream sees its end without waiting for the server's CLOSE.
+                closeLocal()
+            case .waitForLane:
+                // Requests still queued on this channel's lane (a resize, the start of a
+                // channel whose opener gave up) use the channel: it is closed after them.
+                return idle
+            case .sendSignal(let name):
+                let rc = name.withCString { libssh2_channel_signal_ex(channel, $0, name.utf8.count) }
+                lifecycle.completed(action, .of(rc, eagain: eagain32, isFatal: SessionEngine.isFatal))
+                if rc == eagain32 { return idle }
+            case .sendClose:
+                let outcome = ChannelLifecycle.Outcome.of(libssh2_channel_close(channel), eagain: eagain32, isFatal: SessionEngine.isFatal)
+                lifecycle.completed(action, outcome)
+                if outcome == .again { return idle }
+                if outcome == .sessionLost { return .sessionLost("while closing a channel") }
+            case .awaitServerClose:
+                let outcome = ChannelLifecycle.Outcome.of(libssh2_channel_wait_closed(channel), eagain: eagain32, isFatal: SessionEngine.isFatal)
+                lifecycle.completed(action, outcome)
+                if outcome == .again {
+                    // Drain what still arrives so the server's CLOSE can be read.
+                    _ = termind_ssh2_channel_read(channel, 0, engine.scratch, SessionEngine.scratchSize)
+                    _ = termind_ssh2_channel_read(channel, SSH_EXTENDED_DATA_STDERR, engine.scratch, SessionEngine.scratchSize)
+                    return .idle
+                }
+                if outcome == .sessionLost { return .sessionLost("while closing a channel") }
+            case .free:
+                var signal: UnsafeMutablePointer<CChar>?
+                var signalLength = 0
+                libssh2_channel_get_exit_signal(channel, &signal, &signalLength, nil, nil, nil, nil)
+                let signalName = signal.map { String(cString: $0) }
+                if let signal { libssh2_free(session, signal) }
+                let status = libssh2_channel_get_exit_status(channel)
+                let freed = libssh2_channel_free(channel)
+                lifecycle.completed(action, freed == eagain32 ? .again : .done)
+                if freed == eagain32 { return .idle }
+                self.channel = nil
+                state.finish(exit: ChannelExit(status: signalName == nil ? status : nil, signal: signalName), error: nil)
+                return .finished
+            case .none:
+                return idle
+            }
         }
-        if !closeSent {
-            let rc = libssh2_channel_close(channel)
-            if rc == Int32(eagain) { return progressed ? .progressed : .idle }
-            if rc != 0 && SessionEngine.isFatal(rc) { return .sessionLost("while closing a channel") }
-            closeSent = true
-        }
-        let waited = libssh2_channel_wait_closed(channel)
-        if waited == Int32(eagain) {
-            // Drain what still arrives so the server's CLOSE can be read.
-            _ = termind_ssh2_channel_read(channel, 0, engine.scratch, SessionEngine.scratchSize)
-            _ = termind_ssh2_channel_read(channel, SSH_EXTENDED_DATA_STDERR, engine.scratch, SessionEngine.scratchSize)
-            return .idle
-        }
-        if waited != 0 && SessionEngine.isFatal(waited) { return .sessionLost("while closing a channel") }
-        var signal: UnsafeMutablePointer<CChar>?
-        var signalLength = 0
-        libssh2_channel_get_exit_signal(channel, &signal, &signalLength, nil, nil, nil, nil)
-        let signalName = signal.map { String(cString: $0) }
-        if let signal { libssh2_free(session, signal) }
-        let status = libssh2_channel_get_exit_status(channel)
-        let freed = libssh2_channel_free(channel)
-        if freed == Int32(eagain) { return .idle }
-        self.channel = nil
-        state.finish(exit: ChannelExit(status: signalName == nil ? status : nil, signal: signalName), error: nil)
-        return .finished
     }
 
     override func fail(_ error: TermindError) {
         // The session is gone (its free releases every channel); only report.
+        lifecycle.sessionLost()
         channel = nil
         closeLocal()
         state.finish(exit: nil, error: error)
