@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Synchronization
 import TermindCore
 
 /// What one feature's connection may touch: its own tables and indexes (named
@@ -9,23 +10,34 @@ import TermindCore
 /// defensive mode (no writable_schema, no schema-corrupting pragmas). Enforced by an SQLite authorizer when each statement is prepared, so no
 /// SQL a feature writes can read or change another feature's data, attach another
 /// database, or read the schema of others.
-///
-/// `@unchecked Sendable`: `privileged` and `window` are touched only by its one Database with
-/// that database's lock held: in `privileged`, `prepared`, `executeScript`, and in `allows`,
-/// which SQLite's authorizer calls during the statements those run.
-final class TableScope: @unchecked Sendable {
+final class TableScope: Sendable {
     let owner: String
     let prefix: String
-    /// Set (under the database's lock) while `migrate` runs its own bookkeeping statements
-    /// (never the feature's migration SQL).
-    var privileged = false
+    /// `privileged` and `window`. Only its one connection's statements touch them, with that
+    /// connection's lock held (a reader connection has a scope of its own), so this Mutex is
+    /// never contended; it makes that a checked fact instead of a promise.
+    private let marks = Mutex(Marks())
+    private struct Marks {
+        var privileged = false
+        var window = Window.none
+    }
+
+    /// Set while `migrate` runs its own bookkeeping statements (never the feature's
+    /// migration SQL).
+    var privileged: Bool {
+        get { marks.withLock { $0.privileged } }
+        set { marks.withLock { $0.privileged = newValue } }
+    }
 
     /// What the statement being prepared has shown itself to be, so SQLite's own nested
     /// statements for a feature's DDL (reading and rewriting its schema rows) may read
     /// sqlite_master while the feature's SQL may not. Reset before each statement is
     /// prepared (`beginStatement`).
     enum Window { case none, create, createAfterSelect, alter, drop }
-    private(set) var window = Window.none
+    private(set) var window: Window {
+        get { marks.withLock { $0.window } }
+        set { marks.withLock { $0.window = newValue } }
+    }
 
     func beginStatement() { window = .none }
 

@@ -416,23 +416,48 @@ actor HostRun {
 
 /// One rule's run: its listener, its flows and counters, its state. Changed only by its
 /// `HostRun` (an actor), read by status; the flow callbacks touch only the thread-safe parts.
-///
-/// `@unchecked Sendable`: the plain `var`s are written and read only inside its `HostRun`
-/// actor; what status reads from elsewhere (state, last error) is under a Mutex, and the
-/// counters and flows are Sendable types of their own.
-final class RuleRun: @unchecked Sendable {
-    var rule: ForwardRule
+final class RuleRun: Sendable {
     let counters = FlowCounters()
     let flows = FlowSet()
     private let shown = Mutex<(state: ForwardState, error: String?)>((.stopped, nil))
-    var listener: LocalListener?
-    var remote: Task<Void, Never>?
-    /// The connecting of a start under way (cancelled by a stop).
-    var starting: Task<SSHConnection, Error>?
-    var bound: String?
-    var runningSince: Double?
+    /// What only its `HostRun` changes (in the actor, so never contended).
+    private let fields: Mutex<Fields>
+    private struct Fields {
+        var rule: ForwardRule
+        var listener: LocalListener?
+        var remote: Task<Void, Never>?
+        var starting: Task<SSHConnection, Error>?
+        var bound: String?
+        var runningSince: Double?
+    }
 
-    init(rule: ForwardRule) { self.rule = rule }
+    init(rule: ForwardRule) { fields = Mutex(Fields(rule: rule)) }
+
+    var rule: ForwardRule {
+        get { fields.withLock { $0.rule } }
+        set { fields.withLock { $0.rule = newValue } }
+    }
+    var listener: LocalListener? {
+        get { fields.withLock { $0.listener } }
+        set { fields.withLock { $0.listener = newValue } }
+    }
+    var remote: Task<Void, Never>? {
+        get { fields.withLock { $0.remote } }
+        set { fields.withLock { $0.remote = newValue } }
+    }
+    /// The connecting of a start under way (cancelled by a stop).
+    var starting: Task<SSHConnection, Error>? {
+        get { fields.withLock { $0.starting } }
+        set { fields.withLock { $0.starting = newValue } }
+    }
+    var bound: String? {
+        get { fields.withLock { $0.bound } }
+        set { fields.withLock { $0.bound = newValue } }
+    }
+    var runningSince: Double? {
+        get { fields.withLock { $0.runningSince } }
+        set { fields.withLock { $0.runningSince = newValue } }
+    }
 
     var state: ForwardState {
         get { shown.withLock { $0.state } }
