@@ -72,6 +72,19 @@ public func waitUntil(seconds: Double = 10, _ condition: () throws -> Bool) reth
     return try condition()
 }
 
+/// Asks `condition` every `every` seconds until it holds or `seconds` have passed, and says
+/// whether it held: a test's wait for an event, in place of a fixed sleep or a loop whose
+/// count a slow machine could run out. The limit is generous on purpose — on a fast
+/// machine the wait ends as soon as the event happens.
+public func eventually(seconds: Double = 30, every: Double = 0.05, _ condition: () async throws -> Bool) async rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try await condition() { return true }
+        try? await Task.sleep(nanoseconds: UInt64(every * 1e9))
+    }
+    return try await condition()
+}
+
 /// Words for `/bin/sh -c` (or bash's): each single-quoted, so that spaces and quotes in them
 /// stay literal.
 public enum Shell {

@@ -144,12 +144,8 @@ final class SSHChannelTests: XCTestCase {
         XCTAssertLessThan(Date().timeIntervalSince(started), 5)
         XCTAssertTrue(connection.isAlive)
         // The remote command was told to stop (a TERM signal request to its process group).
-        var running = true
-        for _ in 0..<50 where running {
-            running = try ProcessRunner.run("/usr/bin/pgrep", ["-u", account, "-f", "sleep 31.5"]).status == 0
-            if running { try await Task.sleep(nanoseconds: 100_000_000) }
-        }
-        XCTAssertFalse(running, "the cancelled command still runs on the server; sshd said:\n\(server.log)")
+        let stopped = try await eventually { try ProcessRunner.run("/usr/bin/pgrep", ["-u", account, "-f", "sleep 31.5"]).status != 0 }
+        XCTAssertTrue(stopped, "the cancelled command still runs on the server; sshd said:\n\(server.log)")
         let alive = try await connection.exec("echo alive")
         XCTAssertEqual(alive.stdout, Data("alive\n".utf8))
         await connection.close()
@@ -278,11 +274,8 @@ final class SSHChannelTests: XCTestCase {
             XCTAssertEqual(error.code, "ssh.closed", error.message)
         }
         XCTAssertLessThan(Date().timeIntervalSince(started), 5, "the accept did not keep the stop waiting")
-        var refused = false
-        for _ in 0..<50 where !refused {
-            let probe = try ProcessRunner.run("/usr/bin/python3", ["-c", "import socket; socket.create_connection(('127.0.0.1', \(port)), 1)"])
-            refused = probe.status != 0
-            if !refused { try await Task.sleep(nanoseconds: 100_000_000) }
+        let refused = try await eventually(every: 0.1) {
+            try ProcessRunner.run("/usr/bin/python3", ["-c", "import socket; socket.create_connection(('127.0.0.1', \(port)), 1)"]).status != 0
         }
         XCTAssertTrue(refused, "the server stopped listening on \(port)")
         await connection.close()
@@ -318,7 +311,7 @@ final class SSHChannelTests: XCTestCase {
         let agent = try SpawnedProcess("/usr/bin/ssh-agent", ["-D", "-a", socket], captureOutput: false)
         defer { agent.signal(SIGKILL); agent.wait() }
         agent.closeInput()
-        for _ in 0..<200 where !FileManager.default.fileExists(atPath: socket) { usleep(10_000) }
+        _ = waitUntil { FileManager.default.fileExists(atPath: socket) }
         // A stranger key first, then the authorized one: the agent's keys are offered in turn.
         let stranger = agentDirectory.file("stranger")
         XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ecdsa", "-N", "", "-f", stranger]).status, 0)
@@ -447,8 +440,8 @@ final class SSHChannelTests: XCTestCase {
         XCTAssertEqual(busy.stdout, Data("done\n".utf8))
         XCTAssertTrue(connection.isAlive, "a connection in use is never idle")
         // Then idle: closed within a couple of sweeps, and the pool forgets it.
-        for _ in 0..<80 where connection.isAlive { try await Task.sleep(nanoseconds: 100_000_000) }
-        XCTAssertFalse(connection.isAlive)
+        let swept = await eventually { !connection.isAlive }
+        XCTAssertTrue(swept, "an idle connection is closed")
         let routes = await pool.routes
         XCTAssertEqual(routes, [])
         await pool.closeAll()
@@ -489,7 +482,7 @@ final class SSHChannelTests: XCTestCase {
             _ = try? ProcessRunner.run("/usr/bin/pkill", ["-f", askpass])
         }
         agent.closeInput()
-        for _ in 0..<200 where !FileManager.default.fileExists(atPath: socket) { usleep(10_000) }
+        _ = waitUntil { FileManager.default.fileExists(atPath: socket) }
         let keyFile = agentDirectory.file("confirm")
         try clientKey.write(toFile: keyFile, atomically: true, encoding: .utf8)
         chmod(keyFile, 0o600)
@@ -500,10 +493,8 @@ final class SSHChannelTests: XCTestCase {
         let attempt = Task {
             try await SSHConnection.open(target, credentials: SSHCredentials(agentSocket: socket), trust: trust) { _ in .acceptOnce }
         }
-        for _ in 0..<100 where !FileManager.default.fileExists(atPath: agentDirectory.file("asked")) {
-            try await Task.sleep(nanoseconds: 50_000_000)
-        }
-        XCTAssertTrue(FileManager.default.fileExists(atPath: agentDirectory.file("asked")), "the agent is waiting for its confirmation")
+        let asked = await eventually { FileManager.default.fileExists(atPath: agentDirectory.file("asked")) }
+        XCTAssertTrue(asked, "the agent is waiting for its confirmation")
         let cancelled = Date()
         attempt.cancel()
         do {

@@ -50,7 +50,7 @@ final class SSHConnectionPoolTests: XCTestCase {
         let personPolicy = policy(answer: .acceptOnce)
         let sampler = Task { try await pool.connection(for: route, policy: samplerPolicy) }
         // The person comes while the sampler's opening waits on its host-key question.
-        for _ in 0..<500 where asked.questions.isEmpty { try await Task.sleep(nanoseconds: 20_000_000) }
+        _ = await eventually { !asked.questions.isEmpty }
         XCTAssertEqual(asked.questions.count, 1, "the sampler's opening reached the host-key question")
         let person = Task { try await pool.connection(for: route, policy: personPolicy) }
         do {
@@ -100,8 +100,8 @@ final class SSHConnectionPoolTests: XCTestCase {
         try await Task.sleep(nanoseconds: 1_500_000_000)
         XCTAssertTrue(lease.connection.isAlive, "an open channel keeps its connection")
         channel.close()
-        for _ in 0..<50 where lease.connection.isAlive { try await Task.sleep(nanoseconds: 100_000_000) }
-        XCTAssertFalse(lease.connection.isAlive, "unleased and idle: swept")
+        let swept = await eventually { !lease.connection.isAlive }
+        XCTAssertTrue(swept, "unleased and idle: swept")
         let routes = await pool.routes
         XCTAssertEqual(routes, [])
         await pool.closeAll()
@@ -113,7 +113,7 @@ final class SSHConnectionPoolTests: XCTestCase {
         let slow = policy(answer: .reject, asked: asked, delay: 30_000)  // a person who never answers
         let route = self.route
         let waiter = Task { try await pool.connection(for: route, policy: slow) }
-        for _ in 0..<100 where asked.questions.isEmpty { try await Task.sleep(nanoseconds: 20_000_000) }
+        _ = await eventually { !asked.questions.isEmpty }
         XCTAssertEqual(asked.questions.count, 1, "the opening reached the host-key question")
         let started = Date()
         waiter.cancel()
@@ -141,7 +141,7 @@ final class SSHConnectionPoolTests: XCTestCase {
         let route = SSHRoute([SSHTarget(host: "127.0.0.1", port: relay.port, username: NSUserName())])
         let accepting = policy(answer: .acceptOnce)
         let waiter = Task { try await pool.connection(for: route, policy: accepting) }
-        for _ in 0..<250 where relay.heldCount == 0 { try await Task.sleep(nanoseconds: 20_000_000) }
+        _ = await eventually { relay.heldCount > 0 }
         XCTAssertEqual(relay.heldCount, 1, "the opening connected and waits for the server's banner")
         XCTAssertEqual(relay.heldAbandoned, 0)
         let started = Date()

@@ -9,25 +9,23 @@ import XCTest
 /// The SSH transport against a real OpenSSH sshd started by the test, with the real Vault
 /// (loaded from its .so) deciding host-key trust.
 final class SSHConnectionTests: XCTestCase {
-    private var vault: HarnessSession!
-    private var directory: TemporaryDirectory!
-    private var server: SSHServerFixture!
-    private var clientKey: String!   // private key text
-    private var trust: (any HostKeyTrust)!
-    private let user = NSUserName()
+    private var bed: SSHTestbed!
+    /// A server started by a test in place of the testbed's.
+    private var replacement: SSHServerFixture?
+    private var directory: TemporaryDirectory { bed.directory }
+    private var server: SSHServerFixture { replacement ?? bed.server }
+    private var clientKey: String { bed.clientKey }   // private key text
+    private var trust: any HostKeyTrust { bed.trust! }
+    private var user: String { bed.user }
+    private var vault: HarnessSession { bed.vault! }
 
     override func setUp() async throws {
-        directory = try TemporaryDirectory()
-        clientKey = try makeKey("ed25519", "client")
-        server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: directory.file("client.pub"), encoding: .utf8)])
-        vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
-        trust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
+        bed = try await SSHTestbed()
     }
 
     override func tearDown() async throws {
-        server?.stop()
-        await vault?.shutdown()
-        directory?.remove()
+        replacement?.stop()
+        await bed?.stop()
     }
 
     private func makeKey(_ type: String, _ name: String) throws -> String {
@@ -169,7 +167,7 @@ final class SSHConnectionTests: XCTestCase {
     /// that Dispatch worker's nice -2, under its name. (The priority part can only fail where
     /// Dispatch may raise a worker's priority, i.e. as root; the name part fails anywhere.)
     func testTheEngineThreadIsNamedAndRunsAtTheProcessPriority() async throws {
-        let (port, key, trust, user) = (server.port, clientKey!, trust!, user)
+        let (port, key, trust, user) = (server.port, clientKey, trust, user)
         let connection = try await Task(priority: .userInitiated) {
             try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: port, username: user), credentials: SSHCredentials(privateKey: Secret(key)),
                                          trust: trust, deadlines: SSHDeadlines()) { _ in .acceptAndSave }
@@ -308,8 +306,8 @@ final class SSHConnectionTests: XCTestCase {
     func testRSAAndECDSAKeysAuthenticateAgainstSshdDefaults() async throws {
         let rsa = try makeKey("rsa", "rsa-client")
         let ecdsa = try makeKey("ecdsa", "ecdsa-client")
-        server.stop()
-        server = try SSHServerFixture(authorizedKeys: ["rsa-client", "ecdsa-client"].map { try! String(contentsOfFile: directory.file("\($0).pub"), encoding: .utf8) })
+        bed.server.stop()
+        replacement = try SSHServerFixture(authorizedKeys: ["rsa-client", "ecdsa-client"].map { try! String(contentsOfFile: directory.file("\($0).pub"), encoding: .utf8) })
         for key in [rsa, ecdsa] {
             let connection = try await connect(key: key)
             XCTAssertEqual(connection.authenticatedWith, "publickey")
@@ -360,7 +358,7 @@ final class SSHConnectionTests: XCTestCase {
         let start = Date()
         Task.detached { [server] in
             try await Task.sleep(nanoseconds: 500_000_000)
-            server?.kill()
+            server.kill()
         }
         do {
             _ = try await connection.exec("sleep 30", timeout: 20)

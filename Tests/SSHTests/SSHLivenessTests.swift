@@ -49,7 +49,7 @@ final class SSHLivenessTests: XCTestCase {
         XCTAssertFalse(connection.isAlive, "busy local work kept a frozen server alive")
         XCTAssertLessThan(Date().timeIntervalSince(started), 10, "lost within the keepalive bound (3 s), with slack for a loaded machine")
         // isAlive turns false just before the engine thread tells the observers why.
-        for _ in 0..<200 where reason.value == nil { try await Task.sleep(nanoseconds: 10_000_000) }
+        _ = await eventually(every: 0.01) { reason.value != nil }
         XCTAssertEqual(reason.value?.code, "ssh.connection_lost")
         XCTAssertTrue(reason.value?.message.contains("keepalive") ?? false, reason.value?.message ?? "")
         server.signalAll(SIGCONT)
@@ -125,7 +125,7 @@ final class SSHLivenessTests: XCTestCase {
         while connection.isAlive && Date().timeIntervalSince(started) < 15 { try await Task.sleep(nanoseconds: 100_000_000) }
         XCTAssertFalse(connection.isAlive, failure)
         // isAlive turns false just before the engine thread tells the observers why.
-        for _ in 0..<200 where reason.value == nil { try await Task.sleep(nanoseconds: 10_000_000) }
+        _ = await eventually(every: 0.01) { reason.value != nil }
         XCTAssertEqual(reason.value?.code, "ssh.connection_lost")
         XCTAssertTrue(reason.value?.message.contains("after it was given up") ?? false, reason.value?.message ?? "")
     }

@@ -9,29 +9,20 @@ import XCTest
 /// sshd, with a pseudo-terminal pair standing in for the person's terminal: the test types
 /// into its master end and reads the screen from it, the link holds the slave end.
 final class TerminalLinkTests: XCTestCase {
-    private var vault: HarnessSession!
-    private var directory: TemporaryDirectory!
-    private var server: SSHServerFixture!
-    private var clientKey: String!
+    private var bed: SSHTestbed!
 
     override func setUp() async throws {
-        directory = try TemporaryDirectory()
-        server = try SSHServerFixture.withNewKey(in: directory)
-        clientKey = try String(contentsOfFile: directory.file("id"), encoding: .utf8)
-        vault = try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"))
+        bed = try await SSHTestbed()
     }
 
     override func tearDown() async throws {
-        server?.stop()
-        await vault?.shutdown()
-        directory?.remove()
+        await bed?.stop()
     }
 
     /// A shell on a remote terminal whose output goes through `tap` (everything, by default).
     private func shell(tap: TerminalTap = TerminalTap(output: { $0 })) async throws -> (SSHConnection, SSHChannel) {
-        let trust: any HostKeyTrust = try XCTUnwrap(vault.kernel.port(.hostKeyTrust))
-        let connection = try await SSHConnection.open(SSHTarget(host: "127.0.0.1", port: server.port, username: NSUserName()),
-                                                      credentials: SSHCredentials(privateKey: Secret(clientKey), agentSocket: ""), trust: trust) { _ in .acceptOnce }
+        let trust = try XCTUnwrap(bed.trust)
+        let connection = try await SSHConnection.open(bed.target, credentials: bed.credentials, trust: trust) { _ in .acceptOnce }
         // A plain prompt, so that what the test types and reads is easy to tell apart.
         let channel = try await connection.openChannel(.exec("PS1='$ ' exec /bin/sh -i"), pty: PTYRequest(term: "dumb", columns: 80, rows: 24), terminal: tap)
         return (connection, channel)
