@@ -6,31 +6,37 @@ import TermindCore
 /// When the server closed the connection while it was idle (`socket.idle`), the next call
 /// connects again first; a server that is full answers `socket.busy`, which `call` throws.
 ///
-/// `@unchecked Sendable`: `fd`, `reader` and `nextID` are used by the one thread running `call`
-/// or `stream` (one request at a time); other threads may only send while a stream runs, through
-/// `send` (under `writing`) and `inputAllowance` (a Mutex), and `fd` changes only between
-/// requests (a reconnect), under `writing` too.
-public final class ControlClient: @unchecked Sendable {
+/// The thread running `call` or `stream` reads; other threads may only send while a stream
+/// runs (`streamInput`, `streamMessage`). So the descriptor is under `writing` (a sender never
+/// writes to one being closed or reused by a reconnect) and the reader under `reading`, which
+/// only the one requesting thread takes.
+public final class ControlClient: Sendable {
     private let path: String
-    private var fd: Int32
-    private var reader: LineReader
-    private var nextID: Int64 = 1
+    /// The connection's descriptor, held while a line is written so that concurrent senders
+    /// never interleave.
+    private let writing: Mutex<Int32>
+    private let reading: Mutex<LineReader>
+    private let nextID = Atomic<Int64>(1)
 
     /// Connects, or throws `socket.connect_failed` when no server listens at `path`.
     public init(path: String) throws {
         self.path = path
-        fd = try SocketIO.connect(path)
-        reader = LineReader(fd: fd, maximum: 64 << 20)
+        let fd = try SocketIO.connect(path)
+        writing = Mutex(fd)
+        reading = Mutex(LineReader(fd: fd, maximum: 64 << 20))
     }
 
-    deinit { close(fd) }
+    deinit { close(writing.withLock { $0 }) }
+
+    private var fd: Int32 { writing.withLock { $0 } }
+    private func takeID() -> JSONValue { .integer(nextID.wrappingAdd(1, ordering: .relaxed).oldValue) }
+    private func nextLine() -> LineReader.Event { reading.withLock { $0.next() } }
 
     /// Sends one contract call and waits for its reply.
     public func call(_ contract: String, body: Data) throws -> Data {
         try reconnectIfClosedWhileIdle()
-        let id = JSONValue.integer(nextID)
-        nextID += 1
-        guard SocketIO.writeAll(fd, Envelope.encodeRequest(id: id, contract: contract, body: body)) else {
+        let id = takeID()
+        guard send(Envelope.encodeRequest(id: id, contract: contract, body: body)) else {
             // A server that was full wrote why before it closed.
             throw pendingNotice() ?? TermindError(.socketClosed, "The termind server closed the connection.")
         }
@@ -45,18 +51,19 @@ public final class ControlClient: @unchecked Sendable {
         if let notice = pendingNotice(), !notice.is(.socketIdle) { throw notice }
         // Under `writing`: a late message from another thread (an input reader's end, a
         // signal) never writes to a descriptor being closed or reused.
-        try writing.withLock { _ in
+        let fd = try writing.withLock { fd in
             close(fd)
             fd = -1
             fd = try SocketIO.connect(path)
+            return fd
         }
-        reader = LineReader(fd: fd, maximum: 64 << 20)
+        reading.withLock { $0 = LineReader(fd: fd, maximum: 64 << 20) }
     }
 
     /// The error a server sent before closing (`socket.busy`, `socket.idle`), if any.
     private func pendingNotice() -> TermindError? {
         var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        guard poll(&descriptor, 1, 100) > 0, case .line(let line) = reader.next(),
+        guard poll(&descriptor, 1, 100) > 0, case .line(let line) = nextLine(),
               let reply = try? Envelope.parseReply(line), case .failure(let error) = reply.result else { return nil }
         return error
     }
@@ -70,8 +77,7 @@ public final class ControlClient: @unchecked Sendable {
     public func stream(_ name: String, body: Data, window: Int = StreamSession.defaultWindow, descriptors: StreamDescriptors? = nil,
                        onOpen: (JSONValue) -> Void = { _ in }, onEvent: (StreamEvent) throws -> JSONValue?) throws -> Data {
         try reconnectIfClosedWhileIdle()
-        let id = JSONValue.integer(nextID)
-        nextID += 1
+        let id = takeID()
         var open = Data("{\"id\":".utf8)
         open += (try? JSONCoding.encode(id)) ?? Data("null".utf8)
         open += Data(",\"stream\":".utf8) + ((try? JSONCoding.encode(name)) ?? Data("\"\"".utf8))
@@ -90,7 +96,7 @@ public final class ControlClient: @unchecked Sendable {
         onOpen(id)
         var handled = 0
         while true {
-            guard case .line(let line) = reader.next() else {
+            guard case .line(let line) = nextLine() else {
                 throw TermindError(.socketClosed, "The termind server closed the connection before the operation ended.")
             }
             let value = try JSONCoding.parse(line, source: "The server's reply")
@@ -106,7 +112,7 @@ public final class ControlClient: @unchecked Sendable {
             var size = line.count + 1
             if let attached = object["attached"] {
                 guard case .integer(let count) = attached, count >= 0, count <= Envelope.maximumBytes,
-                      let bytes = reader.read(count: Int(count)) else {
+                      let bytes = reading.withLock({ $0.read(count: Int(count)) }) else {
                     throw TermindError(.envelopeMalformed, "The server sent an event with a broken \"attached\" size.")
                 }
                 event.fields["attached"] = nil
@@ -159,10 +165,8 @@ public final class ControlClient: @unchecked Sendable {
         return send(line)
     }
 
-    /// Held while a line is written, so that concurrent senders never interleave.
-    private let writing = Mutex(())
     private func send(_ data: Data, descriptors: [Int32] = []) -> Bool {
-        writing.withLock { _ in SocketIO.writeAll(fd, data, descriptors: descriptors) }
+        writing.withLock { fd in SocketIO.writeAll(fd, data, descriptors: descriptors) }
     }
 
     /// Sends raw bytes, with `descriptors` (SCM_RIGHTS) on the first (tests use this to send
@@ -171,7 +175,7 @@ public final class ControlClient: @unchecked Sendable {
 
     /// Reads the next reply line, whatever its id.
     public func readReply() throws -> Data {
-        switch reader.next() {
+        switch nextLine() {
         case .line(let line):
             let reply = try Envelope.parseReply(line)
             return try reply.result.get()
@@ -184,7 +188,7 @@ public final class ControlClient: @unchecked Sendable {
 
     /// Reads the next reply line with its id, without throwing on an error reply.
     public func readEnvelope() throws -> (id: JSONValue, result: Result<Data, TermindError>) {
-        guard case .line(let line) = reader.next() else {
+        guard case .line(let line) = nextLine() else {
             throw TermindError(.socketClosed, "The termind server closed the connection before replying.")
         }
         return try Envelope.parseReply(line)

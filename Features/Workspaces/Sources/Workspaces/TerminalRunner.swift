@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import PortForwardingAPI
 import SettingsAPI
 import TermindCore
@@ -256,14 +257,14 @@ func terminalLink(of client: StreamSession, detachable: Bool) -> TerminalLink? {
 }
 
 /// A plain session's output on the engine thread (its `TerminalTap`): OSC 133/7 marks read,
-/// what the shell bootstrap's run printed hidden.
-///
-/// `@unchecked Sendable`: `scanner` is touched only in `visible`, which only its channel's
-/// TerminalTap calls, on the engine thread, one chunk at a time; `integration` is a `let`.
-final class OutputMarks: @unchecked Sendable {
-    private var scanner = TerminalScanner()
+/// what the shell bootstrap's run printed hidden. Only its channel's TerminalTap calls it, on
+/// the engine thread, one chunk at a time: the scanner's Mutex is never contended.
+final class OutputMarks: Sendable {
+    private let scanner = Mutex(TerminalScanner())
     private let integration: ShellIntegration
     init(integration: ShellIntegration) { self.integration = integration }
-    /// Engine thread only (one chunk at a time).
-    func visible(_ data: Data) -> Data { integration.output(data, marks: scanner.scanWithOffsets(data)) }
+    func visible(_ data: Data) -> Data {
+        let marks = scanner.withLock { $0.scanWithOffsets(data) }
+        return integration.output(data, marks: marks)
+    }
 }

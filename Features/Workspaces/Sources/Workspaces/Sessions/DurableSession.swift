@@ -20,10 +20,9 @@ import WorkspacesRules
 /// input. Either way a slow client holds the remote side back, as a plain session does;
 /// with nobody attached the output only feeds the screen.
 ///
-/// `@unchecked Sendable`: every stored `var` (the bound channel, scanner, attachment, activity,
-/// size, ending, pump, `awaitingFirst`…) is read and written only under `lock`; the other stored
-/// properties are `let`s (`model` is a ScreenModel, which locks its own state).
-final class DurableSession: @unchecked Sendable {
+/// What changes (the bound channel, scanner, attachment, activity, size, ending, pump…) is in
+/// one Mutex, `live`; the rest are `let`s (`model` is a ScreenModel, which locks its own state).
+final class DurableSession: Sendable {
     let id: Int
     /// The saved host's label, or the quick-connect target.
     let host: String
@@ -31,21 +30,25 @@ final class DurableSession: @unchecked Sendable {
     /// The workspace pane it was opened for.
     let pane: PaneTag?
     let started: Date
-    private var boundChannel: SSHChannel?
     private let model: ScreenModel
     private let logger: Logger
 
-    private let lock = PlainLock()
-    private var scanner = TerminalScanner()
-    private var attachment: Attachment?
-    private var lastActivity: Date
-    private var directory: String?
-    private var title: String?
-    private var size: (columns: Int, rows: Int)
-    private var ending: Ending?
-    private var closing = false
-    private var closedBecause: String?
-    private var pump: Task<Void, Never>?
+    private let live: Mutex<Live>
+    private struct Live {
+        var boundChannel: SSHChannel?
+        var scanner = TerminalScanner()
+        var attachment: Attachment?
+        var lastActivity: Date
+        var directory: String?
+        var title: String?
+        var size: (columns: Int, rows: Int)
+        var ending: Ending?
+        var closing = false
+        var closedBecause: String?
+        var pump: Task<Void, Never>?
+        /// No client has attached yet: output waits for the first (it is theirs to see, live).
+        var awaitingFirst = true
+    }
     /// Told once the session has ended.
     let ended = Promise<Void>()
     /// The shell bootstrap's gate on output and keys, and the history it feeds.
@@ -103,8 +106,7 @@ final class DurableSession: @unchecked Sendable {
         self.logger = logger
         self.integration = integration
         started = Date()
-        lastActivity = started
-        size = (columns, rows)
+        live = Mutex(Live(lastActivity: started, size: (columns, rows)))
         model = ScreenModel(rows: rows, columns: columns, scrollbackLines: scrollbackLines)
     }
 
@@ -113,12 +115,12 @@ final class DurableSession: @unchecked Sendable {
     /// The session's channel, opened with `tap`; set once, before the first attach. From
     /// now on the session ends when the channel does.
     func bind(_ channel: SSHChannel) {
-        lock.withLock { boundChannel = channel }
+        live.withLock { $0.boundChannel = channel }
         startPump()
     }
 
     private var channel: SSHChannel {
-        guard let channel = lock.withLock({ boundChannel }) else { preconditionFailure("a durable session is bound to its channel before use") }
+        guard let channel = live.withLock({ $0.boundChannel }) else { preconditionFailure("a durable session is bound to its channel before use") }
         return channel
     }
 
@@ -133,22 +135,22 @@ final class DurableSession: @unchecked Sendable {
     /// One chunk of output (engine thread): drawn, its marks read, and the attached client's
     /// share — returned for a linked one, queued for another.
     private func take(_ data: Data) -> Data {
-        lock.withLock {
-            let before = scanner.modes
-            let found = scanner.scanWithOffsets(data)
+        live.withLock { l in
+            let before = l.scanner.modes
+            let found = l.scanner.scanWithOffsets(data)
             // What the bootstrap's run printed is neither shown nor drawn.
             let visible = integration.output(data, marks: found)
             // Drawn once the engine wrote the client's share (`wrote`): the screen first.
             if !visible.isEmpty { model.feed(visible, modesBefore: before) }
-            lastActivity = Date()
+            l.lastActivity = Date()
             for (_, mark) in found {
                 switch mark {
-                case .workingDirectory(let path): directory = path
-                case .title(let text): title = text
+                case .workingDirectory(let path): l.directory = path
+                case .title(let text): l.title = text
                 default: break
                 }
             }
-            guard let attachment, !visible.isEmpty else { return Data() }
+            guard let attachment = l.attachment, !visible.isEmpty else { return Data() }
             if attachment.link != nil { return visible }
             attachment.outbox.push(visible)
             return Data()
@@ -157,8 +159,7 @@ final class DurableSession: @unchecked Sendable {
 
     /// Whether the engine may read more output: the first client is there (what comes
     /// before it is its to see, live), and an unlinked client's outbox has room.
-    private var hasRoom: Bool { lock.withLock { !awaitingFirst && (attachment.map { $0.link != nil || $0.outbox.hasRoom } ?? true) } }
-    private var awaitingFirst = true
+    private var hasRoom: Bool { live.withLock { l in !l.awaitingFirst && (l.attachment.map { $0.link != nil || $0.outbox.hasRoom } ?? true) } }
 
     /// Waits for the channel's end: its output all goes through `tap` (read once the first
     /// client is there).
@@ -168,18 +169,18 @@ final class DurableSession: @unchecked Sendable {
             do {
                 while try await channel.next() != nil {}
                 await integration.finish()
-                finish(.exited(channel.exit, closed: lock.withLock { closing }))
+                finish(.exited(channel.exit, closed: live.withLock { $0.closing }))
             } catch {
                 finish(.lost(TermindError.from(error)))
             }
         }
-        lock.withLock { pump = task }
+        live.withLock { $0.pump = task }
     }
 
     private func finish(_ ending: Ending) {
-        let attached: Attachment? = lock.withLock {
-            self.ending = ending
-            return attachment
+        let attached: Attachment? = live.withLock { l in
+            l.ending = ending
+            return l.attachment
         }
         switch ending {
         case .exited(let exit, let closed):
@@ -212,18 +213,18 @@ final class DurableSession: @unchecked Sendable {
         // thread at the moment it takes over.
         let swapped = Handoff<Swap?>(nil)
         let swap: @Sendable () -> Void = { [self] in
-            swapped.set(lock.withLock {
-                guard ending == nil else { return nil }
-                let previous = self.attachment
-                self.attachment = attachment
-                awaitingFirst = false
+            swapped.set(live.withLock { l in
+                guard l.ending == nil else { return nil }
+                let previous = l.attachment
+                l.attachment = attachment
+                l.awaitingFirst = false
                 // A linked client replaced keeps no keys or screen of the session meanwhile.
                 previous?.link?.pause()
                 var resized: (columns: Int, rows: Int)?
-                if let terminal, terminal.columns > 0, terminal.rows > 0, (terminal.columns, terminal.rows) != size {
-                    size = (terminal.columns, terminal.rows)
+                if let terminal, terminal.columns > 0, terminal.rows > 0, (terminal.columns, terminal.rows) != l.size {
+                    l.size = (terminal.columns, terminal.rows)
                     model.resize(rows: terminal.rows, columns: terminal.columns)
-                    resized = size
+                    resized = l.size
                 }
                 // Queued after every output fed so far, before any that follows.
                 return Swap(previous: previous, redraw: first ? nil : model.redraw(scrollbackLines: scrollback), resized: resized)
@@ -294,8 +295,8 @@ final class DurableSession: @unchecked Sendable {
         let input = Task { [self] in
             for await chunk in client.input {
                 // Keys of a client that another replaced go nowhere (its input may still arrive).
-                guard lock.withLock({ self.attachment === attachment }) else { break }
-                lock.withLock { lastActivity = Date() }
+                guard live.withLock({ $0.attachment === attachment }) else { break }
+                live.withLock { $0.lastActivity = Date() }
                 await integration.inputAllowed()
                 try? await channel.write(chunk)
             }
@@ -341,7 +342,7 @@ final class DurableSession: @unchecked Sendable {
                 let exit = try ChannelExit.afterLocalOutputFailure(failure, of: "session \(id) on \(host)")
                 return .init(exitStatus: exit.status, exitSignal: exit.signal, session: id)
             }
-            let (ending, reason) = lock.withLock { (self.ending, closedBecause) }
+            let (ending, reason) = live.withLock { ($0.ending, $0.closedBecause) }
             if let reason {
                 await client.emit("notice", ["text": .string("Session \(id) on \(host) was closed (\(reason)).")])
             }
@@ -351,7 +352,7 @@ final class DurableSession: @unchecked Sendable {
             case nil: return .init(exitStatus: nil, exitSignal: nil, session: id)
             }
         case .detached(let reason):
-            lock.withLock { if self.attachment === attachment { self.attachment = nil } }
+            live.withLock { l in if l.attachment === attachment { l.attachment = nil } }
             channel.wake()  // an outbox that held the channel back no longer does
             attachment.outbox.finish()
             if let link {
@@ -392,7 +393,7 @@ final class DurableSession: @unchecked Sendable {
     /// hung) is given up on after two seconds.
     private func farewell(_ client: StreamSession, writer: Task<Void, Never>?, reason: String) async {
         // The modes as the session's own scanner saw them (the model may lag behind).
-        let reset = lock.withLock { scanner.modes.resetSequences }
+        let reset = live.withLock { $0.scanner.modes.resetSequences }
         let id = self.id, host = self.host
         let told = Task {
             await writer?.value
@@ -415,9 +416,9 @@ final class DurableSession: @unchecked Sendable {
     /// client that was replaced meanwhile changes nothing).
     private func resize(columns: Int, rows: Int, by attachment: Attachment) {
         guard columns > 0, rows > 0 else { return }
-        let changed: Bool = lock.withLock {
-            guard self.attachment === attachment, ending == nil, (columns, rows) != size else { return false }
-            size = (columns, rows)
+        let changed: Bool = live.withLock { l in
+            guard l.attachment === attachment, l.ending == nil, (columns, rows) != l.size else { return false }
+            l.size = (columns, rows)
             model.resize(rows: rows, columns: columns)
             return true
         }
@@ -435,11 +436,11 @@ final class DurableSession: @unchecked Sendable {
     /// never typed (any in the text are dropped). Returns what was written.
     func type(_ text: String, enter: Bool) async throws -> (bytes: Int, bracketed: Bool) {
         try requireRunning()
-        let bracketed = lock.withLock { scanner.modes.bracketedPaste }
+        let bracketed = live.withLock { $0.scanner.modes.bracketedPaste }
         let keys = TerminalInput.keys(for: text, bracketedPaste: bracketed, enter: enter)
         await integration.inputAllowed()
         try await channel.write(Data(keys))
-        lock.withLock { lastActivity = Date() }
+        live.withLock { $0.lastActivity = Date() }
         return (keys.count, bracketed)
     }
 
@@ -450,11 +451,11 @@ final class DurableSession: @unchecked Sendable {
     /// `reason`: why termind closed it, told to the attached client (`sessions close`, the
     /// server stopping); nil when the client itself ended it (`~.`).
     func close(signal: String = "HUP", because reason: String? = nil) {
-        let (running, attached): (Bool, Attachment?) = lock.withLock {
-            guard ending == nil else { return (false, nil) }
-            closing = true
-            if closedBecause == nil { closedBecause = reason }
-            return (true, attachment)
+        let (running, attached): (Bool, Attachment?) = live.withLock { l in
+            guard l.ending == nil else { return (false, nil) }
+            l.closing = true
+            if l.closedBecause == nil { l.closedBecause = reason }
+            return (true, l.attachment)
         }
         guard running else { return }
         // A client that stopped reading (suspended, hung) must not hold the pump, and with it
@@ -475,20 +476,20 @@ final class DurableSession: @unchecked Sendable {
 
     // MARK: - Listing
 
-    var isEnded: Bool { lock.withLock { ending != nil } }
+    var isEnded: Bool { live.withLock { $0.ending != nil } }
 
     /// Throws how the session ended, if it has.
     func requireRunning() throws {
-        try lock.withLock { if let ending { throw endedError(ending) } }
+        if let ending = live.withLock({ $0.ending }) { throw endedError(ending) }
     }
 
     func info(now: Date = Date()) -> WorkspacesContracts.SessionInfo {
-        lock.withLock {
+        live.withLock { l in
             var exit: ChannelExit?
-            if case .exited(let value, _)? = ending { exit = value }
-            return .init(id: id, host: host, command: command, state: ending != nil ? "ended" : attachment != nil ? "attached" : "detached",
-                         started: Self.timestamp(started), lastActivity: Self.timestamp(lastActivity), directory: directory, title: title,
-                         size: "\(size.columns)x\(size.rows)", exitStatus: exit?.status, exitSignal: exit?.signal,
+            if case .exited(let value, _)? = l.ending { exit = value }
+            return .init(id: id, host: host, command: command, state: l.ending != nil ? "ended" : l.attachment != nil ? "attached" : "detached",
+                         started: Self.timestamp(started), lastActivity: Self.timestamp(l.lastActivity), directory: l.directory, title: l.title,
+                         size: "\(l.size.columns)x\(l.size.rows)", exitStatus: exit?.status, exitSignal: exit?.signal,
                          workspace: pane?.name, pane: pane?.pane)
         }
     }
