@@ -68,7 +68,9 @@ let package = Package(
             name: "TermindLauncher",
             dependencies: [],
             path: "Host/Sources/TermindLauncher",
-            swiftSettings: launcherSettings
+            swiftSettings: launcherSettings,
+            // `termind version`'s facts as constants (no Core loaded to ask).
+            plugins: [signature]
         ),
         // The generic client: commands, streams, questions, views, `serve` and, inside it,
         // the launcher's commands (libTermindClient.so, loaded by the launcher).

@@ -1,6 +1,7 @@
 import Foundation
 import TermindCore
 import TermindHarness
+import TermindKernel
 import XCTest
 
 /// The termind executable as a user and a script see it: exit codes, --json, errors.
@@ -171,6 +172,37 @@ final class CLITests: XCTestCase {
         let version = try run(["version", "--json"])
         XCTAssertEqual(version.status, 0)
         XCTAssertEqual(try json(version)["pluginABI"], .integer(1))
+    }
+
+    /// `termind version` (`--version`, with or without `--json`) is answered by the launcher
+    /// alone — no termind library, no Foundation, no feature loaded (the dynamic loader's own
+    /// list of what it opened says so) — and says word for word what the kernel's
+    /// `kernel.version@1` says: the build's facts, the plugin ABI and the libraries.
+    func testVersionRunsInTheLauncherAloneAndSaysWhatTheKernelSays() async throws {
+        let kernel = Kernel(configuration: KernelConfiguration(registryPath: nil), sink: .disabled())
+        let reply = try await kernel.call(KernelContracts.Version.self, Empty())
+        var expected = "termind \(reply.termind)\nbuild: \(reply.signature)\nplugin ABI: \(reply.pluginABI)\n"
+        for (name, version) in reply.libraries.sorted(by: { $0.key < $1.key }) { expected += "\(name): \(version)\n" }
+        XCTAssertFalse(reply.libraries.values.contains("unknown"), expected)
+
+        let text = try run(["version"], extra: ["LD_DEBUG": "files"])
+        XCTAssertEqual(text.status, 0, text.stderr)
+        XCTAssertEqual(text.stdout, expected)
+        let opened = text.stderr.split(separator: "\n").filter { $0.contains("file=") }
+        XCTAssertFalse(opened.isEmpty, "LD_DEBUG=files listed nothing: the check below would prove nothing")
+        let heavy = opened.filter { line in ["libTermind", "libFoundation", "libdispatch", "libicu"].contains { line.contains($0) } }
+        XCTAssertEqual(heavy, [], "the launcher loaded more than it needs to say its version")
+        XCTAssertEqual(try run(["--version"]).stdout, expected)
+
+        for arguments in [["version", "--json"], ["--json", "--version"]] {
+            let json = try run(arguments)
+            XCTAssertEqual(json.status, 0, json.stderr)
+            XCTAssertEqual(try self.json(json), try JSONCoding.parse(try JSONCoding.encode(reply), source: "the kernel's reply"), "\(arguments)")
+        }
+        // Anything more is the client's to judge.
+        let extra = try run(["version", "now"])
+        XCTAssertEqual(extra.status, 2, extra.stdout)
+        XCTAssertTrue(extra.stderr.contains("version takes no arguments"), extra.stderr)
     }
 
     func testPluginCommandsMapArgumentsTypeOptionsAndResolvePaths() throws {

@@ -23,6 +23,8 @@ public enum Launcher {
             exit(2)
         }
         let arguments = Array(CommandLine.arguments.dropFirst())
+        // Nothing of termind's needs loading to say what it is.
+        if let json = LauncherVersion.request(arguments) { exit(LauncherVersion.run(json: json)) }
         let environment = LaunchPlan.currentEnvironment()
         if case .server(let path) = LaunchPlan.decide(arguments, environment: environment),
            let code = runOnServer(path: path, arguments: arguments, environment: environment) {
