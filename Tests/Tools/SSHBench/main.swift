@@ -24,6 +24,7 @@ import TermindSSH
 // started through GNU time (a millisecond more for each side; the `exec true` row is timed
 // without it and takes the peaks from one more pair), and through a server also the server's
 // (termind serve, the ssh master) VmHWM from /proc, set back (clear_refs) as the row starts.
+//   start-up: version, vault host list, settings get (in-process) vs ssh -V; exec true in-process vs ssh
 // Usage: termind-ssh-bench [--mib N] [--runs N] [--quick] [--only TEXT] (only the rows whose name contains TEXT)
 
 var mib = 1024
@@ -200,6 +201,36 @@ print("termind-ssh-bench: libssh2 \(SSHLibrary.version) vs \(try ProcessRunner.r
 print("speed ratio = ssh's time / termind's time, pair by pair (> 1: termind faster); CPU = client (+ server) seconds per GiB")
 row("FIGURE", ["TERMIND min/med/max", "OPENSSH min/med/max", "RATIO", "PEAK RSS", "PEER RSS", "CPU s/GiB t / ssh", "CPU ×", "STEAL"])
 
+/// A start-up row in milliseconds: `count` pairs timed without GNU time in front (a
+/// millisecond each is much of the figure), then one more pair through it for the peaks.
+func startupRow(_ name: String, servers: (pid_t, pid_t)? = nil, _ a: (Bool) throws -> Run, _ b: (Bool) throws -> Run) throws {
+    guard wanted(name) else { return }
+    if let servers { ProcessMemory.resetPeak(of: servers.0); ProcessMemory.resetPeak(of: servers.1) }
+    let stealBefore = CPUSteal.now()
+    let pairs = try paired(count: max(20, runCount), { try a(false) }, { try b(false) })
+    let steal = CPUSteal.now().share(since: stealBefore)
+    let peaks = [(try a(true), try b(true))]
+    let ours = spread(pairs.map { $0.0.wall * 1e3 }), theirs = spread(pairs.map { $0.1.wall * 1e3 })
+    let ratio = spread(pairs.map { $0.1.wall / $0.0.wall }).median
+    let cpuOurs = spread(pairs.map { $0.0.cpu * 1e3 }).median, cpuTheirs = spread(pairs.map { $0.1.cpu * 1e3 }).median
+    row(name, [triple(ours), triple(theirs), String(format: "%.2f×", ratio),
+               BenchmarkFigure.mebibytes(sidePeak(peaks.map(\.0), server: servers?.0)), BenchmarkFigure.mebibytes(sidePeak(peaks.map(\.1), server: servers?.1)),
+               "\(f(cpuOurs)) / \(f(cpuTheirs)) ms", String(format: "%.2f×", spread(pairs.map { $0.0.cpu / max($0.1.cpu, 1e-6) }).median), steal])
+}
+
+// What a one-shot command pays before it does anything (issue 40): in this process, no
+// server asked (`--local`), against `ssh -V` (which loads OpenSSL and exits).
+func termindLocal(_ words: [String], peak: Bool) throws -> Run {
+    try measure(termind, store + ["--local"] + words, environment: termindEnvironment, stdin: "/dev/null", log: log, peak: peak)
+}
+func sshVersion(peak: Bool) throws -> Run {
+    try measure("/usr/bin/ssh", ["-V"], environment: sshEnvironment, stdin: "/dev/null", log: log, peak: peak)
+}
+_ = try termindLocal(["vault", "host", "add", "127.0.0.1", "--label", "bench-host"], peak: false)
+try startupRow("version vs ssh -V (ms)", { try measure(termind, ["version"], environment: termindEnvironment, stdin: "/dev/null", log: log, peak: $0) }, sshVersion)
+try startupRow("vault host list --local vs ssh -V (ms)", { try termindLocal(["vault", "host", "list"], peak: $0) }, sshVersion)
+try startupRow("settings get --local vs ssh -V (ms)", { try termindLocal(["settings", "get", "terminal.preferences"], peak: $0) }, sshVersion)
+
 let ciphers = ["chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com"]
 for cipher in ciphers {
     let server = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: keyPath + ".pub", encoding: .utf8)],
@@ -229,6 +260,10 @@ for cipher in ciphers {
                   paired({ try termindExec(port: port, local: false, up, stdin: source, server: serve.pid) },
                              { try ssh(port: port, control: control, up, stdin: source, server: master) }))
 
+    if cipher == ciphers[0] {  // start-up does not depend on the cipher: once
+        try startupRow("exec true --local vs ssh new conn. (ms)", { try termindExec(port: port, local: true, "true", peak: $0) },
+                       { try ssh(port: port, "true", peak: $0) })
+    }
     if cipher == ciphers[0] && wanted("exec true serve/master (ms)") {  // start-up does not depend on the cipher: once
         ProcessMemory.resetPeak(of: serve.pid); ProcessMemory.resetPeak(of: master)
         let stealBefore = CPUSteal.now()
