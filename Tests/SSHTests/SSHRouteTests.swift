@@ -292,12 +292,17 @@ final class ExecRouteCommandTests: XCTestCase {
     private func silentNameServer(in chain: NetworkChain) throws -> SpawnedProcess {
         let bound = directory.file("dns-bound")
         try? FileManager.default.removeItem(atPath: bound)
+        // It says how many queries it has taken (and answers none).
         let silent = try chain.spawn(in: 1, "/usr/bin/python3", ["-c", """
             import socket, time
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 53))
             open("\(bound)", "w").close()
-            while True: s.recvfrom(4096)
-            """])
+            queries = 0
+            while True:
+                s.recvfrom(4096)
+                queries += 1
+                print(f"query {queries}", flush=True)
+            """], captureOutput: true)
         XCTAssertTrue(waitUntil { FileManager.default.fileExists(atPath: bound) }, "the silent name server started")
         return silent
     }
@@ -414,7 +419,9 @@ final class ExecRouteCommandTests: XCTestCase {
                                environment: environment, captureOutput: true)
         }
         defer { for process in waiting { process.signal(SIGKILL); _ = process.wait() } }
-        Thread.sleep(forTimeInterval: 2)  // the 64 lookups reach the name server and wait
+        // The lookups reach the name server and wait: it has taken as many queries as the
+        // resolver has threads.
+        XCTAssertNotNil(silent.readOutput(until: "query 16\n", timeout: 30), "the name server is asked by every resolver thread")
         var started = Date()
         let list = try viaServe(["--json", "vault", "host", "list"])
         let listed = Date().timeIntervalSince(started)
