@@ -148,7 +148,8 @@ final class ChannelLifecycleTests: XCTestCase {
         }
         var closing = Machine(.session(hangup: nil))
         closing.closeRequested()
-        _ = closing.nextAction(lanePending: false, serverEOF: false)
+        XCTAssertEqual(closing.nextAction(lanePending: false, serverEOF: false), .releaseLocal)
+        XCTAssertEqual(closing.nextAction(lanePending: false, serverEOF: false), .sendClose)
         closing.completed(.sendClose, .sessionLost)
         XCTAssertEqual(closing.phase, .lost, "a close that finds the session dead")
         var eof = Machine(.session(hangup: nil))

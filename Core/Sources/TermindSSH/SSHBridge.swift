@@ -91,6 +91,9 @@ final class BridgePump: EnginePump, @unchecked Sendable {
     override var wantsSessionInput: Bool { !remoteEOF && toLocal.count - toLocalOffset < Self.capacity }
 
     override func addPollRequests(to requests: inout [pollfd]) {
+        // Closing: the descriptor is neither read nor written any more (a failed one would
+        // report ready at once and keep the engine from sleeping).
+        guard lifecycle.isOpen else { return }
         var events: Int16 = 0
         if !localEOF && toChannel.count - toChannelOffset < Self.capacity { events |= Int16(POLLIN) }
         if toLocalOffset < toLocal.count { events |= Int16(POLLOUT) }

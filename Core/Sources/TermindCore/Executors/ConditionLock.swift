@@ -31,7 +31,7 @@ public final class ConditionLock<State> {
         /// Wait until signalled, then run the step again.
         case wait
         /// Wait until signalled or this many seconds passed, then run the step again (told
-        /// whether the time ran out).
+        /// whether the time ran out). Zero, negative or NaN: the time runs out at once.
         case waitAtMost(seconds: Double)
     }
 
@@ -83,7 +83,8 @@ public final class ConditionLock<State> {
             case .waitAtMost(let seconds):
                 var deadline = timespec()
                 clock_gettime(CLOCK_MONOTONIC, &deadline)
-                let whole = seconds.isFinite ? max(0, seconds) : 86_400 * 365
+                // Not positive (or NaN): no wait at all; at most about 31 years.
+                let whole = seconds > 0 ? min(seconds, 1e9) : 0
                 let nanoseconds = Int(deadline.tv_nsec) + Int((whole - whole.rounded(.down)) * 1e9)
                 deadline.tv_sec += Int(whole.rounded(.down)) + nanoseconds / 1_000_000_000
                 deadline.tv_nsec = nanoseconds % 1_000_000_000

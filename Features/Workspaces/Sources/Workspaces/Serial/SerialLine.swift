@@ -125,7 +125,9 @@ final class SerialLine: Sendable {
         flags.withLock { $0.closed = true }
         var one: UInt8 = 1
         _ = Glibc.write(wake[1], &one, 1)
-        pace.broadcast()
+        // Under `pace`'s lock: the reader checks `closed` (another lock's) while it holds
+        // `pace`, so a broadcast outside it could fall between that check and its wait.
+        pace.withLock { _ in pace.broadcast() }
     }
 
     /// Writes `data` whole (waiting while the line's buffer is full); false once closed.
