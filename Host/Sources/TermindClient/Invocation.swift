@@ -37,7 +37,7 @@ struct Invocation {
     var command: String?
     var arguments: [String] = []
 
-    static let version = "0.1.0"
+    static let version = KernelConfiguration.termindVersion
 
     /// Exit codes: 0 success, 1 the operation failed, 2 bad usage, 3 termind could not boot;
     /// a remote command's own status (128 + a signal's number when one ended it).

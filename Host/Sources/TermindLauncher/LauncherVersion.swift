@@ -9,8 +9,8 @@ import Glibc
 /// the shared libraries termind runs with (OpenSSL, SQLite) are asked for their versions
 /// through `dlopen`, as the running process would see them.
 public enum LauncherVersion {
-    /// termind's own version (the client's `Invocation.version`).
-    static let termind = "0.1.0"
+    /// termind's own version (`KernelConfiguration.termindVersion`, read when built).
+    static let termind = LauncherBuildFacts.termind
 
     /// Whether `arguments` ask only for the version: its `--json` flag, or nil when they ask
     /// for anything else (which the client handles, usage errors included).

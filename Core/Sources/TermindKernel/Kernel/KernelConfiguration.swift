@@ -59,8 +59,12 @@ public struct KernelConfiguration: Sendable {
     public var pluginStartSeconds: Double = 10
     public var pluginStopSeconds: Double = 5
 
+    /// termind's version: the one place it is written (the launcher's copy is read from
+    /// this line when it is built).
+    public static let termindVersion = "0.1.0"
+
     public init(registryPath: String?, libraryDirectory: String? = nil, pluginDirectories: [String] = [], selection: Set<String>? = nil,
-                hostVersion: String = "0.1.0", libraryVersions: [String: String] = [:]) {
+                hostVersion: String = KernelConfiguration.termindVersion, libraryVersions: [String: String] = [:]) {
         self.registryPath = registryPath
         self.libraryDirectory = libraryDirectory
         self.pluginDirectories = pluginDirectories
