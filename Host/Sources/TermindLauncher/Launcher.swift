@@ -68,8 +68,14 @@ public enum Launcher {
         ])
         var line: [String: LauncherJSON] = ["id": .number(1), "stream": .string(stream), "body": body]
         if !open.isEmpty { line["descriptors"] = .array(open.map { .string(roles[Int($0)]) }) }
-        guard socket.send(LauncherJSON.object(line).text, descriptors: open) else { return nil }
+        // Signals are caught before the server has the command: it may write to our output
+        // (and a person may press Ctrl-C) before this process is scheduled again, and one
+        // arriving in between must be passed on, not end this process by default.
         LauncherSignals.install()
+        guard socket.send(LauncherJSON.object(line).text, descriptors: open) else {
+            LauncherSignals.restore()
+            return nil
+        }
         let terminal = LauncherTerminal()
         let outcome = serve(socket, terminal: terminal)
         terminal.restore()

@@ -61,11 +61,16 @@ enum LauncherSignals {
         return caught
     }
 
+    /// Puts the default dispositions back; a signal caught meanwhile and not passed on is
+    /// raised again, so it acts as it would have (a Ctrl-C pressed as the command was handed
+    /// back to this process still ends it).
     static func restore() {
+        let pending = drain()
         for number in relayed + [SIGPIPE] { signal(number, SIG_DFL) }
         if readEnd >= 0 { close(readEnd); close(writeEnd) }
         readEnd = -1
         writeEnd = -1
+        for number in pending where number != SIGWINCH { raise(number) }
     }
 
     /// The SSH name the server's client uses for a signal.
