@@ -202,7 +202,10 @@ final class MCPHTTPTests: XCTestCase {
         let port = self.port
         let started = Date()
         let slow = Task.detached { try RawHTTP.send(port: port, method: "POST", path: "/mcp", headers: inSession, body: call) }
-        try await Task.sleep(for: .milliseconds(1500))
+        // The call is running on the host before it is cancelled (a cancel that came first
+        // would name no call, and the command would run its 30 s).
+        let running = try await eventually { try ProcessRunner.run("/usr/bin/pgrep", ["-f", "touch \(marker)"]).status == 0 }
+        XCTAssertTrue(running, "the call never started on the host")
         let cancel = try RawHTTP.send(port: port, method: "POST", path: "/mcp", headers: inSession,
                                       body: Data(#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"slow","reason":"user"}}"#.utf8))
         XCTAssertEqual(cancel.status, 202)

@@ -471,7 +471,10 @@ final class TransferFeatureTests: XCTestCase {
             for i in 0..<4 {
                 XCTAssertEqual(try? digest(landed + "/f\(i).bin"), try digest(tree + "/f\(i).bin"), "\(strategy) f\(i)")
             }
-            usleep(200_000)  // sshd writes its log line a moment after the login
+            // sshd writes its log line a moment after the login: wait for the first (every
+            // strategy logs in at least once), then a moment for any other.
+            _ = waitUntil(seconds: 10) { logins() - before >= 1 }
+            usleep(200_000)
             return logins() - before
         }
         XCTAssertEqual(try put("channels-only", to: directory.file("one")), 1, "every file on a channel of the one connection")
@@ -590,7 +593,10 @@ final class TransferFeatureTests: XCTestCase {
         let landed = ["a.bin", "b.bin"].filter { FileManager.default.fileExists(atPath: landing + "/pair/" + $0) }
         XCTAssertEqual(landed.count, 1, "\(landed)")
         for name in landed { XCTAssertEqual(try digest(landing + "/pair/" + name), try digest(tree + "/" + name)) }
-        usleep(200_000)  // sshd writes its log line a moment after the login
+        // sshd writes its log line a moment after the login: wait for the first, then a
+        // moment for a second that must not come.
+        _ = waitUntil(seconds: 10) { logins() - before >= 1 }
+        usleep(200_000)
         XCTAssertEqual(logins() - before, 1, "the second file's connection, and not the cancelled probe's")
     }
 
