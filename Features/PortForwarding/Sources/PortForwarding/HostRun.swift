@@ -416,16 +416,19 @@ actor HostRun {
 
 /// One rule's run: its listener, its flows and counters, its state. Changed only by its
 /// `HostRun` (an actor), read by status; the flow callbacks touch only the thread-safe parts.
+@dynamicMemberLookup
 final class RuleRun: Sendable {
     let counters = FlowCounters()
     let flows = FlowSet()
     private let shown = Mutex<(state: ForwardState, error: String?)>((.stopped, nil))
-    /// What only its `HostRun` changes (in the actor, so never contended).
+    /// What only its `HostRun` changes (in the actor, so never contended), reached as
+    /// `run.listener`, `run.bound`… through `subscript(dynamicMember:)`.
     private let fields: Mutex<Fields>
-    private struct Fields {
+    struct Fields {
         var rule: ForwardRule
         var listener: LocalListener?
         var remote: Task<Void, Never>?
+        /// The connecting of a start under way (cancelled by a stop).
         var starting: Task<SSHConnection, Error>?
         var bound: String?
         var runningSince: Double?
@@ -433,30 +436,9 @@ final class RuleRun: Sendable {
 
     init(rule: ForwardRule) { fields = Mutex(Fields(rule: rule)) }
 
-    var rule: ForwardRule {
-        get { fields.withLock { $0.rule } }
-        set { fields.withLock { $0.rule = newValue } }
-    }
-    var listener: LocalListener? {
-        get { fields.withLock { $0.listener } }
-        set { fields.withLock { $0.listener = newValue } }
-    }
-    var remote: Task<Void, Never>? {
-        get { fields.withLock { $0.remote } }
-        set { fields.withLock { $0.remote = newValue } }
-    }
-    /// The connecting of a start under way (cancelled by a stop).
-    var starting: Task<SSHConnection, Error>? {
-        get { fields.withLock { $0.starting } }
-        set { fields.withLock { $0.starting = newValue } }
-    }
-    var bound: String? {
-        get { fields.withLock { $0.bound } }
-        set { fields.withLock { $0.bound = newValue } }
-    }
-    var runningSince: Double? {
-        get { fields.withLock { $0.runningSince } }
-        set { fields.withLock { $0.runningSince = newValue } }
+    subscript<Value: Sendable>(dynamicMember field: WritableKeyPath<Fields, Value>) -> Value {
+        get { fields.withLock { $0[keyPath: field] } }
+        set { fields.withLock { $0[keyPath: field] = newValue } }
     }
 
     var state: ForwardState {
@@ -472,7 +454,7 @@ final class RuleRun: Sendable {
     func running() {
         state = .running
         lastError = nil
-        runningSince = Date().timeIntervalSince1970
+        self.runningSince = Date().timeIntervalSince1970
     }
 
     /// A flow that could not be opened: the rule keeps running; the error shows in status.
@@ -482,17 +464,17 @@ final class RuleRun: Sendable {
     func connectionLost(_ message: String) {
         state = .recovering
         lastError = message
-        runningSince = nil
-        remote?.cancel()
-        remote = nil
-        if rule.kind == .remote { bound = nil }
+        self.runningSince = nil
+        self.remote?.cancel()
+        self.remote = nil
+        if self.rule.kind == .remote { self.bound = nil }
     }
 
     /// Stopped trying: the listener closes, its flows end.
     func fail(_ error: TermindError, needsAttention: Bool) {
         state = needsAttention ? .needsAttention : .failed
         lastError = error.message
-        runningSince = nil
+        self.runningSince = nil
         release()
     }
 
@@ -502,13 +484,13 @@ final class RuleRun: Sendable {
     }
 
     private func release() {
-        starting?.cancel()
-        starting = nil
-        listener?.stop()
-        listener = nil
-        remote?.cancel()
-        remote = nil
+        self.starting?.cancel()
+        self.starting = nil
+        self.listener?.stop()
+        self.listener = nil
+        self.remote?.cancel()
+        self.remote = nil
         flows.closeAll()
-        bound = nil
+        self.bound = nil
     }
 }
