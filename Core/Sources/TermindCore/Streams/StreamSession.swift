@@ -411,7 +411,8 @@ public final class StreamInput: AsyncSequence, Sendable {
         var bytes = 0
         var finished = false
         var waiting: CheckedContinuation<Data?, Never>?
-        var onConsumed: (@Sendable (Int, Bool) -> Void)?
+        var onConsumed: Consumed?
+        typealias Consumed = @Sendable (Int, Bool) -> Void
     }
 
     init(limit: Int) { self.limit = limit }
@@ -426,16 +427,17 @@ public final class StreamInput: AsyncSequence, Sendable {
     /// when the input has ended or, not waiting, there was no room.
     @discardableResult
     package func put(_ data: Data, waitForRoom: Bool) -> Bool {
-        let (accepted, reader, consumed) = held.wait { h, _ -> ConditionLock<Held>.Step<(Bool, CheckedContinuation<Data?, Never>?, (@Sendable (Int, Bool) -> Void)?)> in
-            if waitForRoom && !h.finished && h.bytes > 0 && h.bytes + data.count > limit { return .wait }
-            guard !h.finished, h.bytes == 0 || h.bytes + data.count <= limit else { return .done((false, nil, nil)) }
+        let limit = self.limit
+        let fits = { (h: Held) in h.bytes == 0 || h.bytes + data.count <= limit }
+        let (accepted, reader, consumed) = held.withLock(whenever: { !waitForRoom || $0.finished || fits($0) }) { h in
+            guard !h.finished, fits(h) else { return (false, nil, nil) as (Bool, CheckedContinuation<Data?, Never>?, Held.Consumed?) }
             if let reader = h.waiting {
                 h.waiting = nil
-                return .done((true, reader, h.onConsumed))
+                return (true, reader, h.onConsumed)
             }
             h.chunks.append(data)
             h.bytes += data.count
-            return .done((true, nil, nil))
+            return (true, nil, nil)
         }
         if let reader {
             reader.resume(returning: data)
@@ -460,7 +462,7 @@ public final class StreamInput: AsyncSequence, Sendable {
 
     func next() async -> Data? {
         await withCheckedContinuation { (continuation: CheckedContinuation<Data?, Never>) in
-            enum Taken { case chunk(Data, empty: Bool, (@Sendable (Int, Bool) -> Void)?), end, waiting }
+            enum Taken { case chunk(Data, empty: Bool, Held.Consumed?), end, waiting }
             let taken: Taken = held.withLock { h in
                 if h.head < h.chunks.count {
                     let chunk = h.chunks[h.head]
