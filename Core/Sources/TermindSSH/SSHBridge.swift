@@ -45,20 +45,20 @@ final class BridgePump: EnginePump, @unchecked Sendable {
     private let fd: Int32
     private let endpoint: String
     private let onEnd: @Sendable (TermindError?) -> Void
-    private var toChannel = Data()
-    private var toChannelOffset = 0
-    private var toLocal = Data()
-    private var toLocalOffset = 0
+    /// Each direction's bytes read and not yet written (`ByteQueue`: bounded, never grown).
+    private var toChannel: ByteQueue
+    private var toLocal: ByteQueue
     private var localEOF = false
     /// The server's EOF was read: the channel is read no more.
     private var remoteEOF = false
     /// Each direction ends on its own; the channel closes once both have (the pure machine
     /// decides, this pump performs).
     private(set) var lifecycle = ChannelLifecycle(.bridge)
-    private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
     private static let capacity = 256 * 1024
-    /// Reads of `buffer`'s size each direction may make in one step (512 KiB), so one busy
-    /// flow moves a useful amount per pass without starving the session's other channels.
+    /// At most this much is read at once, and at most `rounds` reads each direction in one
+    /// step (512 KiB), so one busy flow moves a useful amount per pass without starving the
+    /// session's other channels.
+    private static let readSize = 64 * 1024
     private static let rounds = 8
     private let counters: FlowCounters?
     private var ended = false
@@ -73,8 +73,8 @@ final class BridgePump: EnginePump, @unchecked Sendable {
         self.endpoint = endpoint
         self.counters = counters
         self.onEnd = onEnd
-        toLocal = greeting
-        toChannel = early
+        toLocal = ByteQueue(capacity: Self.capacity, initial: greeting)
+        toChannel = ByteQueue(capacity: Self.capacity, initial: early)
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         counters?.opened()
     }
@@ -83,20 +83,27 @@ final class BridgePump: EnginePump, @unchecked Sendable {
     private func over(_ error: TermindError?) {
         guard !ended else { return }
         ended = true
+        toChannel.discard()
+        toLocal.discard()
         close(fd)
         counters?.closed()
         onEnd(error)
     }
 
-    override var wantsSessionInput: Bool { !remoteEOF && toLocal.count - toLocalOffset < Self.capacity }
+    deinit {
+        toChannel.discard()
+        toLocal.discard()
+    }
+
+    override var wantsSessionInput: Bool { !remoteEOF && toLocal.room > 0 }
 
     override func addPollRequests(to requests: inout [pollfd]) {
         // Closing: the descriptor is neither read nor written any more (a failed one would
         // report ready at once and keep the engine from sleeping).
         guard lifecycle.isOpen else { return }
         var events: Int16 = 0
-        if !localEOF && toChannel.count - toChannelOffset < Self.capacity { events |= Int16(POLLIN) }
-        if toLocalOffset < toLocal.count { events |= Int16(POLLOUT) }
+        if !localEOF && toChannel.room > 0 { events |= Int16(POLLIN) }
+        if !toLocal.isEmpty { events |= Int16(POLLOUT) }
         if events != 0 { requests.append(pollfd(fd: fd, events: events, revents: 0)) }
     }
 
@@ -109,11 +116,9 @@ final class BridgePump: EnginePump, @unchecked Sendable {
         // Local → channel: up to `rounds` reads a step, while the channel takes what was read.
         for _ in 0..<Self.rounds {
             var readSome = false
-            if !localEOF && toChannel.count - toChannelOffset < Self.capacity {
-                let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, Self.capacity - (toChannel.count - toChannelOffset))) }
+            if !localEOF && toChannel.room > 0 {
+                let n = toChannel.fill(atMost: Self.readSize) { read(fd, $0, $1) }
                 if n > 0 {
-                    if toChannelOffset > 0 { toChannel.removeFirst(toChannelOffset); toChannelOffset = 0 }
-                    toChannel.append(contentsOf: buffer[0..<n])
                     progressed = true
                     readSome = true
                 } else if n == 0 || (errno != EAGAIN && errno != EINTR) {
@@ -121,17 +126,14 @@ final class BridgePump: EnginePump, @unchecked Sendable {
                     progressed = true
                 }
             }
-            while toChannelOffset < toChannel.count && engine.canSend {
-                let n = toChannel.withUnsafeBytes { raw in
-                    Int(termind_ssh2_channel_write(channel, raw.baseAddress!.assumingMemoryBound(to: CChar.self) + toChannelOffset, raw.count - toChannelOffset))
-                }
-                if n > 0 { toChannelOffset += n; counters?.add(sent: n); progressed = true; continue }
+            while !toChannel.isEmpty && engine.canSend {
+                let n = toChannel.drain { Int(termind_ssh2_channel_write(channel, $0.assumingMemoryBound(to: CChar.self), $1)) }
+                if n > 0 { counters?.add(sent: n); progressed = true; continue }
                 if n == eagain { break }
                 if SessionEngine.isFatal(Int32(n)) { return end(.sessionLost("while forwarding a stream"), session) }
                 lifecycle.refused()
                 return closeChannel(session)
             }
-            if toChannelOffset == toChannel.count { toChannel.removeAll(keepingCapacity: true); toChannelOffset = 0 }
             // Nothing more to read now, or the channel's window or the session's backlog is full.
             if !readSome || !toChannel.isEmpty { break }
         }
@@ -144,14 +146,9 @@ final class BridgePump: EnginePump, @unchecked Sendable {
         // Channel → local: likewise, while the local side takes what was read.
         for _ in 0..<Self.rounds {
             var readSome = false
-            if !remoteEOF && toLocal.count - toLocalOffset < Self.capacity {
-                let room = min(buffer.count, Self.capacity - (toLocal.count - toLocalOffset))
-                let n = buffer.withUnsafeMutableBytes { raw in
-                    termind_ssh2_channel_read(channel, 0, raw.baseAddress!.assumingMemoryBound(to: CChar.self), room)
-                }
+            if !remoteEOF && toLocal.room > 0 {
+                let n = toLocal.fill(atMost: Self.readSize) { termind_ssh2_channel_read(channel, 0, $0.assumingMemoryBound(to: CChar.self), $1) }
                 if n > 0 {
-                    if toLocalOffset > 0 { toLocal.removeFirst(toLocalOffset); toLocalOffset = 0 }
-                    toLocal.append(contentsOf: buffer[0..<n])
                     counters?.add(received: n)
                     progressed = true
                     readSome = true
@@ -162,16 +159,15 @@ final class BridgePump: EnginePump, @unchecked Sendable {
                     remoteEOF = true
                 }
             }
-            while toLocalOffset < toLocal.count {
+            while !toLocal.isEmpty {
                 // send() with MSG_NOSIGNAL: a peer that went away is an error here, never a SIGPIPE.
-                let n = toLocal.withUnsafeBytes { raw in send(fd, raw.baseAddress! + toLocalOffset, raw.count - toLocalOffset, Int32(MSG_NOSIGNAL)) }
-                if n > 0 { toLocalOffset += n; progressed = true; continue }
+                let n = toLocal.drain { send(fd, $0, $1, Int32(MSG_NOSIGNAL)) }
+                if n > 0 { progressed = true; continue }
                 if n < 0 && (errno == EAGAIN || errno == EINTR) { break }
                 // The local side is gone: nothing more can be delivered.
                 lifecycle.localOutputFailed()
                 return closeChannel(session)
             }
-            if toLocalOffset == toLocal.count { toLocal.removeAll(keepingCapacity: true); toLocalOffset = 0 }
             if !readSome || !toLocal.isEmpty { break }
         }
         // The server's EOF, everything before it written: the local side's writing ends.
@@ -181,7 +177,11 @@ final class BridgePump: EnginePump, @unchecked Sendable {
         }
         // Both directions ended: the channel closes.
         if lifecycle.isClosing { return closeChannel(session) }
-        return progressed ? .progressed : .idle
+        if progressed { return .progressed }
+        // Idle: an empty direction lets its buffer go (a quiet flow holds none).
+        toChannel.release()
+        toLocal.release()
+        return .idle
     }
 
     /// The close handshake the lifecycle gives (each call repeated after EAGAIN), then the

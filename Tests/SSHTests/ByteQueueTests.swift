@@ -1,0 +1,102 @@
+@testable import TermindSSH
+import XCTest
+
+/// The bounded buffer a bridge keeps for each direction (issue 40: `Data` with `removeFirst`
+/// grew its storage without bound under steady traffic).
+final class ByteQueueTests: XCTestCase {
+    /// Reads of uneven sizes and writes that take part of what is offered, interleaved:
+    /// every byte comes out once, in order, and no more than `capacity` ever wait.
+    func testBytesComeOutInOrderThroughUnevenReadsAndPartialWrites() {
+        var queue = ByteQueue(capacity: 1000)
+        let source = (0..<50_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 8) }
+        var read = 0
+        var written: [UInt8] = []
+        var generator = SplitMix(seed: 42)
+        while written.count < source.count {
+            let asked = Int(generator.next() % 700) + 1
+            let got = queue.fill(atMost: asked) { pointer, length in
+                XCTAssertLessThanOrEqual(length, asked)
+                let n = min(length, source.count - read, Int(generator.next() % 400))
+                guard n > 0 else { return read == source.count ? 0 : -1 }
+                source[read..<(read + n)].withUnsafeBytes { pointer.copyMemory(from: $0.baseAddress!, byteCount: n) }
+                read += n
+                return n
+            }
+            XCTAssertLessThanOrEqual(queue.count, 1000)
+            XCTAssertLessThanOrEqual(got, asked)
+            let take = Int(generator.next() % 900)
+            _ = queue.drain { pointer, length in
+                let n = min(length, take)
+                guard n > 0 else { return -11 }
+                written += UnsafeRawBufferPointer(start: pointer, count: n)
+                return n
+            }
+        }
+        XCTAssertEqual(written, source)
+        XCTAssertTrue(queue.isEmpty)
+    }
+
+    func testAFullQueueReadsNothingMoreUntilSomethingIsWritten() {
+        var queue = ByteQueue(capacity: 8)
+        XCTAssertEqual(queue.fill(atMost: 100) { pointer, length in
+            XCTAssertEqual(length, 8)
+            pointer.initializeMemory(as: UInt8.self, repeating: 1, count: length)
+            return length
+        }, 8)
+        XCTAssertEqual(queue.room, 0)
+        var asked = false
+        XCTAssertEqual(queue.fill(atMost: 100) { _, _ in asked = true; return 1 }, 0)
+        XCTAssertFalse(asked, "a full queue must not read")
+        XCTAssertEqual(queue.drain { _, _ in 3 }, 3)
+        XCTAssertEqual(queue.room, 3)
+        // What a failed read or write returns is passed on and changes nothing.
+        XCTAssertEqual(queue.fill(atMost: 100) { _, _ in -1 }, -1)
+        XCTAssertEqual(queue.drain { _, _ in -37 }, -37)
+        XCTAssertEqual(queue.count, 5)
+    }
+
+    func testInitialBytesGoFirstAndMayExceedTheCapacity() {
+        var queue = ByteQueue(capacity: 4, initial: Array("greeting".utf8))
+        XCTAssertEqual(queue.capacity, 8)
+        XCTAssertEqual(queue.count, 8)
+        var out: [UInt8] = []
+        _ = queue.drain { pointer, length in out += UnsafeRawBufferPointer(start: pointer, count: length); return length }
+        XCTAssertEqual(String(decoding: out, as: UTF8.self), "greeting")
+    }
+
+    /// `release` lets the buffer go only when nothing waits; the queue works on after it.
+    func testReleaseKeepsWaitingBytesAndTheQueueWorksAfterwards() {
+        var queue = ByteQueue(capacity: 16)
+        _ = queue.fill(atMost: 3) { pointer, _ in
+            pointer.copyMemory(from: [UInt8]([1, 2, 3]), byteCount: 3)
+            return 3
+        }
+        queue.release()
+        var out: [UInt8] = []
+        _ = queue.drain { pointer, length in out += UnsafeRawBufferPointer(start: pointer, count: length); return length }
+        XCTAssertEqual(out, [1, 2, 3], "bytes waiting survive a release")
+        queue.release()
+        XCTAssertEqual(queue.drain { _, _ in XCTFail("nothing waits"); return 0 }, 0)
+        _ = queue.fill(atMost: 2) { pointer, _ in
+            pointer.copyMemory(from: [UInt8]([9, 8]), byteCount: 2)
+            return 2
+        }
+        out = []
+        _ = queue.drain { pointer, length in out += UnsafeRawBufferPointer(start: pointer, count: length); return length }
+        XCTAssertEqual(out, [9, 8])
+        queue.discard()
+    }
+}
+
+/// A small deterministic generator, so a failure repeats.
+private struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
