@@ -3,6 +3,7 @@ import SFTPWire
 import Synchronization
 import TermindCore
 import TermindSSH
+import TransferRules
 import VaultAPI
 
 /// Where a transfer's file lives: this machine or a host over SFTP. Paths are bytes (a
@@ -516,19 +517,22 @@ final class RemoteSide: FileSide, Sendable {
     func realpath(_ path: [UInt8]) async throws -> [UInt8] { try await controlSession().realpath(path) }
 
     func openRead(_ path: [UInt8], extra: Bool, stripes: Int, shared: Bool) async throws -> any ReadHandle {
-        try await openHandles(stripes: stripes, extra: extra, shared: shared, size: { $0.readSize }) { session, first in try await session.open(path, .read) }
+        try await openHandles(stripes: stripes, window: Int(SSHConnection.channelWindow), extra: extra, shared: shared, size: { $0.readSize }) { session, first in
+            try await session.open(path, .read)
+        }
     }
 
     func openWrite(_ path: [UInt8], mode: UInt32, resume: Bool, extra: Bool, stripes: Int, shared: Bool) async throws -> any WriteHandle {
-        try await openHandles(stripes: stripes, extra: extra, shared: shared, size: { $0.writeSize }) { session, first in
+        try await openHandles(stripes: stripes, window: Striping.serverWindow, extra: extra, shared: shared, size: { $0.writeSize }) { session, first in
             // Only the first opening creates the file; the other stripes open what it made.
             let flags: SFTPOpenFlags = resume || !first ? [.write] : [.write, .create, .exclusive]
             return try await session.open(path, flags, permissions: mode & 0o7777)
         }
     }
 
-    /// The file opened on one session, and on up to `stripes - 1` more that are there at once.
-    private func openHandles(stripes: Int, extra: Bool, shared: Bool, size: @Sendable (SFTPLimits) -> Int,
+    /// The file opened on one session, and on up to `stripes - 1` more that are there at once
+    /// where the session's round trip makes its channel's `window` the limit (`Striping`).
+    private func openHandles(stripes: Int, window: Int, extra: Bool, shared: Bool, size: @Sendable (SFTPLimits) -> Int,
                              _ open: (SFTPSession, Bool) async throws -> SFTPSession.Handle) async throws -> RemoteHandle {
         let session = try await (shared && !extra ? leaseShared() : lease(extra: extra))
         var parts: [(SFTPSession, SFTPSession.Handle)] = []
@@ -539,6 +543,7 @@ final class RemoteSide: FileSide, Sendable {
             throw error
         }
         var chunk = size(await session.limits)
+        let stripes = Striping.channels(upTo: stripes, roundTrip: await session.roundTrip, window: window)
         while parts.count < stripes, let more = await tryLease() {
             guard let handle = try? await open(more, false) else {
                 await release(more)
@@ -546,6 +551,12 @@ final class RemoteSide: FileSide, Sendable {
             }
             parts.append((more, handle))
             chunk = min(chunk, size(await more.limits))
+        }
+        // The topology a big file got, in the log (issue 40 asks how many connections and
+        // sessions a file gets); a file on one shared channel is the common case, not logged.
+        let onExtra = state.withLock { $0.extraSessions.contains(ObjectIdentifier(session)) }
+        if parts.count > 1 || onExtra {
+            logger.info("sftp.file.channels", ["host": .identifier(host), "channels": .int(parts.count), "extraConnection": .bool(onExtra)])
         }
         return RemoteHandle(side: self, parts: parts, chunk: chunk)
     }

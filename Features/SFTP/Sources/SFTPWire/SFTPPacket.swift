@@ -112,9 +112,11 @@ public struct SFTPWriter: Sendable {
         if let atime = a.accessTime, let mtime = a.modifiedTime { uint32(atime); uint32(mtime) }
     }
 
-    /// The packet with its length filled in.
-    public func finished() -> [UInt8] {
+    /// The packet with its length filled in: the writer's own bytes, patched in place (its
+    /// copy let go first, so a 255 KiB write is not copied once more).
+    public consuming func finished() -> [UInt8] {
         var out = bytes
+        bytes = []
         let length = UInt32(out.count - 4)
         out[0] = UInt8(length >> 24); out[1] = UInt8(length >> 16 & 0xFF); out[2] = UInt8(length >> 8 & 0xFF); out[3] = UInt8(length & 0xFF)
         return out

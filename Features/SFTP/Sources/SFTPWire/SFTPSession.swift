@@ -69,13 +69,21 @@ public actor SFTPSession {
         let session = SFTPSession(transport: transport, info: info)
         await session.run(framer)
         if info.supports("limits@openssh.com") {
+            let asked = ContinuousClock.now
             var reply = try await session.extended("limits@openssh.com") { _ in }
-            await session.setLimits(try SFTPLimits.parse(&reply))
+            await session.setLimits(try SFTPLimits.parse(&reply), roundTrip: ContinuousClock.now - asked)
         }
         return session
     }
 
-    private func setLimits(_ new: SFTPLimits) { limits = new }
+    private func setLimits(_ new: SFTPLimits, roundTrip: Duration) {
+        limits = new
+        self.roundTrip = Double(roundTrip.components.seconds) + Double(roundTrip.components.attoseconds) / 1e18
+    }
+
+    /// Seconds one small request took to be answered when the session started (the limits
+    /// request, which the server answers at once): the round trip, or nil when not measured.
+    public private(set) var roundTrip: Double?
 
     private func run(_ framer: SFTPFramer) {
         let transport = self.transport
@@ -141,15 +149,21 @@ public actor SFTPSession {
         if let failure { throw failure }
         nextID &+= 1
         let id = nextID
-        var writer = SFTPWriter(type, id: id, capacity: capacity)
-        body(&writer)
-        let bytes = writer.finished()
+        let bytes = Self.packet(type, id: id, capacity: capacity, body)
         return try await withCheckedThrowingContinuation { continuation in
             pending[id] = continuation
             if queued == 0, transport.offer(bytes) { return }
             queued += 1
             post.yield(bytes)
         }
+    }
+
+    /// A request's bytes, built outside the async frame of `request` so that the writer is
+    /// gone once they are (nothing of a write's data is held twice while it waits).
+    private static func packet(_ type: SFTPType, id: UInt32, capacity: Int, _ body: (inout SFTPWriter) -> Void) -> [UInt8] {
+        var writer = SFTPWriter(type, id: id, capacity: capacity)
+        body(&writer)
+        return writer.finished()
     }
 
     /// A reply's reader after its type and id, or the server's status as an error.
