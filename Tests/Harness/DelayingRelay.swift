@@ -3,8 +3,24 @@ import TermindCore
 
 /// A TCP relay on loopback that holds every byte for `oneWayDelay` seconds in each
 /// direction before passing it on, so a client through it sees a round trip of twice that
-/// (this kernel has no netem). Each direction buffers up to `bufferLimit` bytes in flight,
-/// well above any SSH window, so the relay adds latency, not a bandwidth limit.
+/// (this kernel has no netem).
+///
+/// What it lets through, so that a figure measured behind it can be trusted (issue 40):
+/// - **A window per round trip** (`window`, 4 MiB by default): each direction of a connection
+///   has at most that many bytes read and not yet "acknowledged" — a byte counts from when
+///   the relay reads it until a round trip later, as a TCP sender's byte counts until its
+///   ACK comes back. So one connection moves at most `window` per round trip (200 MiB/s at
+///   20 ms), as one TCP connection over a real 20 ms path does: the sender's unacknowledged
+///   bytes are bounded by its send buffer, whose default maximum here is 4 MiB
+///   (`net.ipv4.tcp_wmem`). Before this, the relay read everything at once (up to 256 MiB
+///   per direction), so a connection behind it was never limited by TCP, only by SSH's
+///   windows: a client that opened more SSH channels or connections gained without bound
+///   (3.0–4.6× `sftp` at 20 ms, where a relay with real TCP limits gave 1.9–2.6×).
+/// - **Queues** of at most `bufferLimit` bytes per direction (256 MiB by default, so only the
+///   window limits; a test passes a small one to slow a transfer down).
+/// - Reads of up to 256 KiB, each passed on whole once due; `TCP_NODELAY` on both legs, so
+///   the relay adds no Nagle delay of its own. The loopback legs' own socket buffers (the
+///   kernel's autotuning) are not delayed; the window gates what the relay reads from them.
 ///
 /// It also counts the bytes it carried (`bytesRelayed`: what crossed "the network") and can
 /// hold new connections (`holdNewConnections`): accepted, but not passed on, so a client's
@@ -17,6 +33,7 @@ public final class DelayingRelay: @unchecked Sendable {
     private let targetPort: Int
     private let delay: Double
     private let bufferLimit: Int
+    private let window: Int
     private let lock = NSLock()
     private var sockets: [Int32] = []
     private var stopped = false
@@ -64,10 +81,14 @@ public final class DelayingRelay: @unchecked Sendable {
         return poll(&probe, 1, 0) == 1 && probe.revents & Int16(0x2000 | POLLHUP) != 0
     }
 
-    public init(to targetPort: Int, oneWayDelay: Double, bufferLimit: Int = 256 << 20) throws {
+    /// A connection's bytes per round trip in each direction by default (see above).
+    public static let defaultWindow = 4 << 20
+
+    public init(to targetPort: Int, oneWayDelay: Double, bufferLimit: Int = 256 << 20, window: Int = DelayingRelay.defaultWindow) throws {
         self.targetPort = targetPort
         delay = oneWayDelay
         self.bufferLimit = bufferLimit
+        self.window = max(1, window)
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
@@ -136,7 +157,7 @@ public final class DelayingRelay: @unchecked Sendable {
         }
         let closer = Closer(client, server)
         for (from, to) in [(client, server), (server, client)] {
-            let line = DelayLine(delay: delay, limit: bufferLimit, counter: counter, valve: valve)
+            let line = DelayLine(delay: delay, limit: bufferLimit, window: window, counter: counter, valve: valve)
             Thread.detachNewThread { line.read(from: from); closer.done() }
             Thread.detachNewThread { line.write(to: to); closer.done() }
         }
@@ -181,19 +202,40 @@ public final class DelayingRelay: @unchecked Sendable {
         private var writerFailed = false
         private let delay: Double
         private let limit: Int
+        private let window: Int
         private let counter: Counter
         private let valve: Valve
 
-        init(delay: Double, limit: Int, counter: Counter, valve: Valve) {
-            self.delay = delay; self.limit = limit; self.counter = counter; self.valve = valve
+        init(delay: Double, limit: Int, window: Int, counter: Counter, valve: Valve) {
+            self.delay = delay; self.limit = limit; self.window = window; self.counter = counter; self.valve = valve
         }
 
         private static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
         func read(from fd: Int32) {
             var buffer = [UInt8](repeating: 0, count: 256 * 1024)
+            // Bytes read within the last round trip, each with the moment it stops counting
+            // (the reader's own: no lock).
+            var unacknowledged: [(until: Double, bytes: Int)] = []
+            var inFlight = 0
             while true {
-                let n = recv(fd, &buffer, buffer.count, 0)
+                // Wait, as a TCP sender does for ACKs, until the window has room.
+                var room = window
+                while true {
+                    let now = Self.now()
+                    while let first = unacknowledged.first, first.until <= now {
+                        inFlight -= first.bytes
+                        unacknowledged.removeFirst()
+                    }
+                    room = window - inFlight
+                    guard room <= 0, let first = unacknowledged.first else { break }
+                    usleep(UInt32(max(0, first.until - now) * 1e6) + 1)
+                }
+                let n = recv(fd, &buffer, min(buffer.count, room), 0)
+                if n > 0, delay > 0 {
+                    unacknowledged.append((Self.now() + 2 * delay, n))
+                    inFlight += n
+                }
                 condition.lock()
                 if n <= 0 || writerFailed {
                     readerEnded = true

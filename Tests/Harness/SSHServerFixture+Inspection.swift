@@ -17,6 +17,31 @@ extension SSHServerFixture {
         for pid in [root] + Self.descendants(of: root) { Foundation.kill(pid, signal) }
     }
 
+    /// The CPU seconds sshd has used, its finished session processes included (their time
+    /// joins the listener's once it reaps them): waits up to `settle` seconds for the
+    /// sessions of a client that just ended to go, so that their time is counted.
+    public func serverCPUSeconds(settle: Double = 3) -> Double? {
+        guard let root = listenerPID else { return nil }
+        let deadline = Date().addingTimeInterval(settle)
+        while !Self.descendants(of: root).isEmpty, Date() < deadline { usleep(10_000) }
+        guard let stat = try? String(contentsOfFile: "/proc/\(root)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return nil }
+        // After the name: state is field 3, utime/stime/cutime/cstime are fields 14-17.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 14 else { return nil }
+        let ticks = fields[11...14].compactMap { Double($0) }.reduce(0, +)
+        return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// sshd's connection processes now: the listener's children, one per connection (its log
+    /// cannot count them: each session process writes the -E file at its own offset).
+    public func connectionProcesses() -> Int {
+        guard let root = listenerPID else { return 0 }
+        return Self.descendants(of: root).filter { pid in
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return false }
+            return stat[stat.index(after: close)...].split(separator: " ").dropFirst().first.flatMap { pid_t($0) } == root
+        }.count
+    }
+
     /// How many TCP connections to sshd's port are established now (from `ss`, in sshd's
     /// namespace).
     public func acceptedConnections() -> Int {

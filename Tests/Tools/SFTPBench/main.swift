@@ -1,9 +1,10 @@
 import Dispatch
 import Foundation
+import Synchronization
 import TermindCore
 import TermindHarness
 
-// termind-sftp-bench [--mib N] [--rtt-mib N] [--files N] [--rtt-files N] [--runs R] [--only loopback,rtt,files,rttfiles,fair]
+// termind-sftp-bench [--mib N] [--rtt-mib N] [--files N] [--rtt-files N] [--runs R] [--only loopback,rtt,files,rttfiles,fair] [--relay-window MiB]
 //
 // Whole `termind get`/`put` processes (each one starts, connects over a saved host, moves
 // the bytes, commits by rename) against whole OpenSSH `sftp -b` processes on the same sshd
@@ -12,7 +13,9 @@ import TermindHarness
 //
 //   loopback  N MiB (default 1024) get and put;
 //   rtt       N MiB (default 1024) get and put through a relay that delays each direction by
-//             10 ms (a 20 ms round trip; this kernel has no netem);
+//             10 ms (a 20 ms round trip; this kernel has no netem) and lets each connection
+//             have 4 MiB per round trip in flight each way, as TCP with the default 4 MiB
+//             send buffer does (`--relay-window MiB` changes it, 0: no limit; DelayingRelay);
 //   files     a tree of N files (default 2000) of 1-64 KiB, put -r and get -r, on the disk
 //             and again in /dev/shm (a tmpfs) when there is one;
 //   rttfiles  the same with N files (default 200) through the 20 ms relay;
@@ -24,7 +27,7 @@ import TermindHarness
 // second files row in memory).
 
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: termind-sftp-bench [--mib N] [--rtt-mib N] [--files N] [--rtt-files N] [--runs R] [--only loopback,rtt,files,rttfiles,fair]\n".utf8))
+    FileHandle.standardError.write(Data("usage: termind-sftp-bench [--mib N] [--rtt-mib N] [--files N] [--rtt-files N] [--runs R] [--only loopback,rtt,files,rttfiles,fair] [--relay-window MiB]\n".utf8))
     exit(2)
 }
 func fail(_ message: String) -> Never {
@@ -35,6 +38,9 @@ func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
 
 var mib = 1024, rttMib = 1024, fileCount = 2000, rttFiles = 200, runs = 3
+/// The relay's window per round trip (DelayingRelay: 4 MiB, a TCP sender's default send
+/// buffer); `--relay-window 0` lets it read without limit (up to 256 MiB), as before issue 40.
+var relayWindow = DelayingRelay.defaultWindow
 var only: Set<String> = ["loopback", "rtt", "files", "rttfiles", "fair"]
 var args = CommandLine.arguments.dropFirst()
 while let arg = args.popFirst() {
@@ -45,6 +51,7 @@ while let arg = args.popFirst() {
     case "--rtt-files": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; rttFiles = v
     case "--runs": guard let v = args.popFirst().flatMap(Int.init), v > 0 else { usage() }; runs = v
     case "--only": guard let v = args.popFirst() else { usage() }; only = Set(v.split(separator: ",").map(String.init))
+    case "--relay-window": guard let v = args.popFirst().flatMap(Int.init), v >= 0 else { usage() }; relayWindow = v == 0 ? 256 << 20 : v << 20
     default: usage()
     }
 }
@@ -55,15 +62,18 @@ chmod(scratch.path, 0o755)
 guard (try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", scratch.file("id")])).status == 0 else { fail("ssh-keygen") }
 let cipher = "chacha20-poly1305@openssh.com"
 let sshd = try SSHServerFixture(authorizedKeys: [try String(contentsOfFile: scratch.file("id.pub"), encoding: .utf8)],
-                                extraConfig: ["Ciphers \(cipher)", "LogLevel ERROR", "MaxSessions 100", "MaxStartups 100"], hostKeyTypes: ["ed25519"])
+                                extraConfig: ["Ciphers \(cipher)", "LogLevel VERBOSE", "MaxSessions 100", "MaxStartups 100"], hostKeyTypes: ["ed25519"])
 defer { sshd.stop() }
-let relay = try DelayingRelay(to: sshd.port, oneWayDelay: 0.010)
+let relay = try DelayingRelay(to: sshd.port, oneWayDelay: 0.010, window: relayWindow)
 defer { relay.stop() }
 let hostKey = sshd.hostKeys["ssh-ed25519"] ?? ""
 try "[127.0.0.1]:\(sshd.port) \(hostKey)\n[127.0.0.1]:\(relay.port) \(hostKey)\n".write(toFile: scratch.file("known_hosts"), atomically: true, encoding: .utf8)
 
 let termindPath = FeatureHarness.buildDirectory + "/termind"
-let environment = ProcessInfo.termindEnvironment(home: scratch.file("home"), socket: scratch.file("none.sock"))
+var environment = ProcessInfo.termindEnvironment(home: scratch.file("home"), socket: scratch.file("none.sock"))
+// termind's log says which files got more than one channel or a connection of their own.
+let termindLog = scratch.file("termind.log")
+environment["TERMIND_LOG_FILE"] = termindLog
 var location = ["--store", scratch.file("db.sqlite"), "--secrets-key", scratch.file("k")]
 @MainActor @discardableResult
 func termind(_ arguments: [String]) throws -> ProcessResult {
@@ -144,14 +154,47 @@ var notes: [String] = []
     let source = scratch.file("source-\(label.filter { $0.isLetter || $0.isNumber }).bin")
     makeFile(source, bytes: mebibytes << 20, seed: 88172645463325252)
     var values: [String: [Double]] = [:]
+    // sshd's side of each transfer: its CPU (the session processes', counted once they are
+    // reaped) and the connections and SFTP sessions it logged.
+    var serverCPU: [String: [Double]] = [:]
+    var topology: [String: (connections: Int, channels: String)] = [:]
+    func server(_ key: String, _ run: () throws -> Double) rethrows -> Double {
+        let cpu = sshd.serverCPUSeconds() ?? 0
+        let logged = (try? String(contentsOfFile: termindLog, encoding: .utf8))?.count ?? 0
+        // The most connection processes sshd had at once while it ran, sampled.
+        let most = Mutex((seen: 0, done: false))
+        let sampler = Thread {
+            while !most.withLock({ $0.done }) {
+                let now = sshd.connectionProcesses()
+                most.withLock { $0.seen = max($0.seen, now) }
+                usleep(20_000)
+            }
+        }
+        sampler.start()
+        let seconds = try run()
+        most.withLock { $0.done = true }
+        serverCPU[key, default: []].append((sshd.serverCPUSeconds() ?? 0) - cpu)
+        // termind's own account of its data channels (only files with more than one, or on a connection of their own).
+        let lines = String(((try? String(contentsOfFile: termindLog, encoding: .utf8)) ?? "").dropFirst(logged)).split(separator: "\n").filter { $0.contains("sftp.file.channels") }
+        let channels = lines.compactMap { $0.split(separator: " ").first { $0.hasPrefix("channels=") }?.dropFirst(9) }.joined(separator: "+")
+        topology[key] = (most.withLock { $0.seen }, key.hasSuffix("sftp") ? "1" : (channels.isEmpty ? "1" : channels))
+        return seconds
+    }
     for _ in 0..<runs {
         clear(scratch.file("got.termind"), scratch.file("got.sftp"), scratch.file("put.termind"), scratch.file("put.sftp"))
-        values["get termind", default: []].append(Double(mebibytes) / (try timed(["get", "\(host):\(source)", scratch.file("got.termind")])))
-        values["get sftp", default: []].append(Double(mebibytes) / (try openssh("get \(source) \(scratch.file("got.sftp"))", port: port)))
-        values["put termind", default: []].append(Double(mebibytes) / (try timed(["put", source, "\(host):\(scratch.file("put.termind"))"])))
-        values["put sftp", default: []].append(Double(mebibytes) / (try openssh("put \(source) \(scratch.file("put.sftp"))", port: port)))
+        values["get termind", default: []].append(Double(mebibytes) / (try server("get termind") { try timed(["get", "\(host):\(source)", scratch.file("got.termind")]) }))
+        values["get sftp", default: []].append(Double(mebibytes) / (try server("get sftp") { try openssh("get \(source) \(scratch.file("got.sftp"))", port: port) }))
+        values["put termind", default: []].append(Double(mebibytes) / (try server("put termind") { try timed(["put", source, "\(host):\(scratch.file("put.termind"))"]) }))
+        values["put sftp", default: []].append(Double(mebibytes) / (try server("put sftp") { try openssh("put \(source) \(scratch.file("put.sftp"))", port: port) }))
     }
     for (name, list) in values.sorted(by: { $0.key < $1.key }) { print("\(label) \(name): \(list.map(BenchmarkFigure.format)) MiB/s") }
+    let gibibytes = Double(mebibytes) / 1024
+    for verb in ["get", "put"] {
+        let ours = median(serverCPU["\(verb) termind"]!) / gibibytes, theirs = median(serverCPU["\(verb) sftp"]!) / gibibytes
+        let a = topology["\(verb) termind"]!, b = topology["\(verb) sftp"]!
+        notes.append("\(label) \(verb): sshd CPU \(String(format: "%.2f", ours)) s/GiB for termind, \(String(format: "%.2f", theirs)) for sftp "
+                     + "(\(String(format: "%.2f", ours / max(theirs, 0.001)))×); the file's data channels: termind \(a.channels), sftp \(b.channels); sshd connections at once: termind \(a.connections), sftp \(b.connections)")
+    }
     for verb in ["get", "put"] {
         figures.append(row("\(mebibytes) MiB \(verb), \(label) (MiB/s)", verb: verb, value: median(values["\(verb) termind"]!), unit: "MiB/s", baseline: median(values["\(verb) sftp"]!)))
     }
@@ -159,7 +202,10 @@ var notes: [String] = []
 }
 
 if only.contains("loopback") { try bulk("loopback", mebibytes: mib, host: "box", port: sshd.port) }
-if only.contains("rtt") { try bulk("20 ms RTT", mebibytes: rttMib, host: "far", port: relay.port) }
+if only.contains("rtt") {
+    try bulk("20 ms RTT", mebibytes: rttMib, host: "far", port: relay.port)
+    notes.append("20 ms RTT: the relay let each connection have \(relayWindow >> 20) MiB per round trip in flight each way (\(relayWindow >> 20) MiB / 20 ms = \(relayWindow / (1 << 20) * 50) MiB/s per connection at most)")
+}
 
 /// A tree of `count` files of 1-64 KiB in 20 folders, put -r and get -r over `host`.
 @MainActor func tree(_ label: String, count: Int, host: String, port: Int, in folder: TemporaryDirectory = scratch) throws {
