@@ -5,6 +5,19 @@ import XCTest
 
 /// The executor behind C plugin calls: bounded threads, a bounded FIFO queue, refusal beyond it.
 final class BlockingExecutorTests: XCTestCase {
+    /// Threads carry their names where the system shows them (top, gdb, /proc), not their
+    /// creator's: issue 40's thread budget is read by name.
+    func testThreadsCarryTheirNamesWhereTheSystemShowsThem() async throws {
+        @Sendable func comm() -> String { ((try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines) }
+        let seen = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<String, Error>) in
+            Thread.named("termind.test.name.long") { continuation.resume(returning: comm()) }.start()
+        }
+        XCTAssertEqual(seen, "termind.test.na", "the first 15 bytes")
+        let executor = BlockingExecutor(name: "termind.probe", threadLimit: 1, queueLimit: 4)
+        let onExecutor = try await executor.run(busy: CancellationError()) { comm() }
+        XCTAssertEqual(onExecutor, "termind.probe")
+    }
+
     /// The blocking check can fire: a task on Swift's pool is an offending thread, an
     /// executor's thread and a dedicated thread (started from that pool, so carrying its
     /// name) are not. Without this, a toolchain naming its workers otherwise would turn every

@@ -30,11 +30,10 @@ final class InvocationThread: TaskExecutor, Sendable {
     func release() { Self.idle.withLock { $0.append(self) } }
 
     private init() {
-        let thread = Thread { [self] in
+        let thread = Thread.named("termind.invocation") { [self] in
             BlockingCheck.dedicatedThread()
             loop()
         }
-        thread.name = "termind.invocation"
         thread.start()
     }
 

@@ -94,8 +94,7 @@ public final class ControlServer: Sendable {
             throw error
         }
         state.withLock { s in s.listener = fd }
-        let thread = Thread { [self] in acceptLoop(fd) }
-        thread.name = "termind.accept"
+        let thread = Thread.named("termind.accept") { [self] in acceptLoop(fd) }
         thread.start()
         logger.info("socket.listening")
     }
@@ -148,8 +147,7 @@ public final class ControlServer: Sendable {
                 close(client)
                 continue
             }
-            let thread = Thread { [self] in serve(client, connection: connection) }
-            thread.name = "termind.client"
+            let thread = Thread.named("termind.client") { [self] in serve(client, connection: connection) }
             thread.start()
         }
     }
@@ -376,8 +374,7 @@ final class ReplyWriter: Sendable {
         q.pendingBytes += bytes.count
         if !q.threadRunning {
             q.threadRunning = true
-            let thread = Thread { [self] in drain() }
-            thread.name = "termind.client.write"
+            let thread = Thread.named("termind.client.write") { [self] in drain() }
             thread.start()
         }
         queue.broadcast()

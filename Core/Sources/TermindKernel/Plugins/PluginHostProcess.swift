@@ -211,8 +211,7 @@ final class PluginHostServer: Sendable {
                             streams: Dictionary(registrar.publishedStreams.map { ($0.id.description, $0) }, uniquingKeysWith: { a, _ in a }))
         send(["op": .string("ready")])
         for index in 0..<PluginLimits.callThreads {
-            let thread = Thread { [self] in serveFrames(served) }
-            thread.name = "termind.plugin.call.\(index)"
+            let thread = Thread.named("termind.plugin.call.\(index)") { [self] in serveFrames(served) }
             thread.start()
         }
         serveFrames(served)

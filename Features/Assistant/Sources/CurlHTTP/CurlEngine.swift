@@ -27,8 +27,7 @@ final class CurlEngine: @unchecked Sendable {
         curl_global_init(termind_curl_global_default)
         guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed") }
         self.multi = multi
-        let thread = Thread { [self] in run() }
-        thread.name = "termind.http"
+        let thread = Thread.named("termind.http") { [self] in run() }
         thread.start()
     }
 

@@ -66,8 +66,7 @@ final class MonitorClock: Sendable {
     private func startIfStopped(_ c: inout Timers) {
         guard !c.running else { return }
         c.running = true
-        let thread = Thread { [self] in loop() }
-        thread.name = "termind.metrics.clock"
+        let thread = Thread.named("termind.metrics.clock") { [self] in loop() }
         thread.start()
     }
 

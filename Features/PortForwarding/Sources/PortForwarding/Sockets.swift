@@ -172,7 +172,7 @@ final class LocalListener: Sendable {
     /// handler from then on) to `handler`.
     func start(_ handler: @escaping @Sendable (Int32) -> Void) {
         let fd = self.fd
-        let thread = Thread { [self] in
+        let thread = Thread.named("termind.forward.accept") { [self] in
             while true {
                 let client = accept(fd, nil, nil)
                 if client < 0 {
@@ -192,7 +192,6 @@ final class LocalListener: Sendable {
             // reused by another socket while this thread is still on its way into accept().
             close(fd)
         }
-        thread.name = "termind.forward.accept"
         thread.start()
     }
 

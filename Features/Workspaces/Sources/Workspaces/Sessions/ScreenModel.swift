@@ -187,8 +187,7 @@ final class DrawingThread: Sendable {
     }
 
     init() {
-        let thread = Thread { [self] in run() }
-        thread.name = "termind.screen"
+        let thread = Thread.named("termind.screen") { [self] in run() }
         thread.start()
     }
 
