@@ -7,9 +7,10 @@
 /// drains to empty (an upload faster than the channel's window) the storage behind the
 /// slice grew without bound — 34 MiB for eight forwarded uploads (heaptrack, issue 40).
 ///
-/// The buffer is allocated on the first fill and let go by `release()` once empty, so an
-/// idle flow holds nothing.
-struct ByteQueue {
+/// The buffer is allocated when a read first brings bytes (an empty queue reads into the
+/// engine's scratch buffer, so a read that finds nothing allocates nothing) and let go by
+/// `release()` once empty, so an idle flow holds nothing. Not copyable: it owns its buffer.
+struct ByteQueue: ~Copyable {
     let capacity: Int
     private var storage: UnsafeMutableRawPointer?
     private var head = 0
@@ -31,13 +32,26 @@ struct ByteQueue {
     var isEmpty: Bool { head == tail }
     /// Bytes that may still be added.
     var room: Int { capacity - count }
+    /// Whether it has a buffer now.
+    var holdsBuffer: Bool { storage != nil }
 
     /// Adds what `read` writes into at most `limit` (and at most `room`) free bytes; returns
-    /// what `read` returned (the bytes added when positive, nothing added otherwise).
-    mutating func fill(atMost limit: Int, _ read: (UnsafeMutableRawPointer, Int) -> Int) -> Int {
+    /// what `read` returned (the bytes added when positive, nothing added otherwise). With
+    /// no buffer yet, `read` writes into `scratch` and the buffer is made only for bytes.
+    mutating func fill(atMost limit: Int, scratch: UnsafeMutableRawBufferPointer, _ read: (UnsafeMutableRawPointer, Int) -> Int) -> Int {
         let wanted = min(limit, room)
         guard wanted > 0 else { return 0 }
-        if storage == nil { storage = Self.allocate(capacity) }
+        if storage == nil {
+            guard let base = scratch.baseAddress else { return 0 }
+            let n = read(base, min(wanted, scratch.count))
+            if n > 0 {
+                storage = Self.allocate(capacity)
+                storage!.copyMemory(from: base, byteCount: n)
+                head = 0
+                tail = n
+            }
+            return n
+        }
         if capacity - tail < wanted {
             // Compact: the unsent bytes move to the front.
             if head < tail { (storage! + 0).copyMemory(from: storage! + head, byteCount: tail - head) }
@@ -75,6 +89,8 @@ struct ByteQueue {
         head = 0
         tail = 0
     }
+
+    deinit { storage?.deallocate() }
 
     private static func allocate(_ count: Int) -> UnsafeMutableRawPointer {
         UnsafeMutableRawPointer.allocate(byteCount: max(count, 1), alignment: 16)

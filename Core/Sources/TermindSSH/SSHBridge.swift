@@ -90,11 +90,6 @@ final class BridgePump: EnginePump, @unchecked Sendable {
         onEnd(error)
     }
 
-    deinit {
-        toChannel.discard()
-        toLocal.discard()
-    }
-
     override var wantsSessionInput: Bool { !remoteEOF && toLocal.room > 0 }
 
     override func addPollRequests(to requests: inout [pollfd]) {
@@ -117,7 +112,7 @@ final class BridgePump: EnginePump, @unchecked Sendable {
         for _ in 0..<Self.rounds {
             var readSome = false
             if !localEOF && toChannel.room > 0 {
-                let n = toChannel.fill(atMost: Self.readSize) { read(fd, $0, $1) }
+                let n = toChannel.fill(atMost: Self.readSize, scratch: engine.scratchBytes) { read(fd, $0, $1) }
                 if n > 0 {
                     progressed = true
                     readSome = true
@@ -147,7 +142,7 @@ final class BridgePump: EnginePump, @unchecked Sendable {
         for _ in 0..<Self.rounds {
             var readSome = false
             if !remoteEOF && toLocal.room > 0 {
-                let n = toLocal.fill(atMost: Self.readSize) { termind_ssh2_channel_read(channel, 0, $0.assumingMemoryBound(to: CChar.self), $1) }
+                let n = toLocal.fill(atMost: Self.readSize, scratch: engine.scratchBytes) { termind_ssh2_channel_read(channel, 0, $0.assumingMemoryBound(to: CChar.self), $1) }
                 if n > 0 {
                     counters?.add(received: n)
                     progressed = true

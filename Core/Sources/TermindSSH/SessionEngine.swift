@@ -93,6 +93,8 @@ final class SessionEngine: @unchecked Sendable {
     /// thread): per-channel memory stays in the channels' own bounded queues.
     static let scratchSize = 256 * 1024
     let scratch = UnsafeMutablePointer<CChar>.allocate(capacity: SessionEngine.scratchSize)
+    /// `scratch` as bytes, for a pump's read that may find nothing (engine thread only).
+    var scratchBytes: UnsafeMutableRawBufferPointer { UnsafeMutableRawBufferPointer(start: scratch, count: Self.scratchSize) }
 
     init(fd: Int32, endpoint: String) throws {
         SSHLibrary.initialize()
