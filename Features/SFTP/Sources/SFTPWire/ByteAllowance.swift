@@ -2,85 +2,39 @@ import Synchronization
 
 /// Bytes a process lets be in flight at once, shared by every transfer in it (issue 40:
 /// "bounded per file and per process, not per channel times channels"). A data request
-/// takes its length before it is sent and gives it back once its bytes are where they go;
-/// requests that must wait are served first come, first served, so one busy file cannot
-/// starve another.
+/// takes its length before it is sent and gives it back once its bytes are where they go.
+///
+/// A file with nothing in flight always sends one request (`overdraw`), even when others
+/// hold the whole allowance: a host that stalls with its files' requests out can slow the
+/// rest of the process but never stop it, and no file waits on another to be let go. So the
+/// process holds at most its capacity plus one request per moving file (the scheduler's
+/// `active` bounds those).
 public final class ByteAllowance: Sendable {
     public let capacity: Int
-    private struct Waiter {
-        let id: UInt64
-        let bytes: Int
-        let continuation: CheckedContinuation<Bool, Never>
-    }
-    private struct State {
-        var available: Int
-        var waiters: [Waiter] = []
-        var nextID: UInt64 = 0
-    }
-    private let state: Mutex<State>
+    private let taken = Atomic<Int>(0)
 
-    public init(capacity: Int) {
-        self.capacity = max(1, capacity)
-        state = Mutex(State(available: max(1, capacity)))
-    }
+    public init(capacity: Int) { self.capacity = max(1, capacity) }
 
-    /// Bytes not taken now.
-    public var available: Int { state.withLock { $0.available } }
-    /// Requests waiting for their turn now.
-    public var waiting: Int { state.withLock { $0.waiters.count } }
+    /// Bytes not taken now (negative while requests overdraw it).
+    public var available: Int { capacity - taken.load(ordering: .relaxed) }
 
-    /// Takes `bytes` (at most the capacity) when they are there and nobody waits before.
+    /// Takes `bytes` when they are there.
     public func tryTake(_ bytes: Int) -> Bool {
-        let bytes = min(bytes, capacity)
-        return state.withLock { s in
-            guard s.waiters.isEmpty, s.available >= bytes else { return false }
-            s.available -= bytes
-            return true
+        var now = taken.load(ordering: .relaxed)
+        while now + bytes <= capacity {
+            let (exchanged, original) = taken.compareExchange(expected: now, desired: now + bytes, ordering: .acquiringAndReleasing)
+            if exchanged { return true }
+            now = original
         }
+        return false
     }
 
-    /// Waits for `bytes` (at most the capacity), in turn; false when the task was cancelled
-    /// first (then nothing was taken).
-    public func take(_ bytes: Int) async -> Bool {
-        let bytes = min(bytes, capacity)
-        let id = state.withLock { s -> UInt64 in
-            s.nextID += 1
-            return s.nextID
-        }
-        return await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-                let now = state.withLock { s -> Bool? in
-                    if Task.isCancelled { return false }
-                    if s.waiters.isEmpty, s.available >= bytes {
-                        s.available -= bytes
-                        return true
-                    }
-                    s.waiters.append(Waiter(id: id, bytes: bytes, continuation: continuation))
-                    return nil
-                }
-                if let now { continuation.resume(returning: now) }
-            }
-        } onCancel: {
-            let waiter = state.withLock { s -> Waiter? in
-                guard let index = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-                return s.waiters.remove(at: index)
-            }
-            waiter?.continuation.resume(returning: false)
-        }
-    }
+    /// Takes `bytes` whether or not they are there: a file's only request.
+    public func overdraw(_ bytes: Int) { taken.add(bytes, ordering: .acquiringAndReleasing) }
 
-    /// Gives back what `tryTake` or `take` took; waiters whose turn it is are let go.
+    /// Gives back what `tryTake` or `overdraw` took.
     public func give(_ bytes: Int) {
-        let bytes = min(bytes, capacity)
-        let ready = state.withLock { s -> [Waiter] in
-            s.available = min(capacity, s.available + bytes)
-            var ready: [Waiter] = []
-            while let first = s.waiters.first, s.available >= first.bytes {
-                s.available -= first.bytes
-                ready.append(s.waiters.removeFirst())
-            }
-            return ready
-        }
-        for waiter in ready { waiter.continuation.resume(returning: true) }
+        let before = taken.subtract(bytes, ordering: .acquiringAndReleasing).oldValue
+        assert(before >= bytes, "given back more than was taken")
     }
 }

@@ -159,7 +159,8 @@ public actor SFTPSession {
     }
 
     /// A request's bytes, built outside the async frame of `request` so that the writer is
-    /// gone once they are (nothing of a write's data is held twice while it waits).
+    /// gone once they are: while a write waits for its answer, its data is held by the caller
+    /// (the pipe's slice) and by this packet until sent, not a third time by the writer.
     private static func packet(_ type: SFTPType, id: UInt32, capacity: Int, _ body: (inout SFTPWriter) -> Void) -> [UInt8] {
         var writer = SFTPWriter(type, id: id, capacity: capacity)
         body(&writer)

@@ -33,7 +33,8 @@ public enum SFTPTransfer {
     /// `read` returns nothing), with up to `window` chunks of `chunk` bytes in flight (fewer
     /// when they would pass `fileBytesInFlight`), each read then written at its own offset,
     /// and each holding its length of `allowance` (the process's) from before it is asked
-    /// until it is written. A short read asks again for the rest of its range.
+    /// until it is written; one request is always let go when the file has none out
+    /// (`ByteAllowance.overdraw`). A short read asks again for the rest of its range.
     /// Returns the end offset. On failure or cancellation nothing more is asked, what is in
     /// flight drains, and `Interrupted` says how far the destination is whole.
     public static func pipe(from start: UInt64 = 0, size: UInt64?, chunk: Int, window: Int, allowance: ByteAllowance? = processAllowance,
@@ -75,19 +76,19 @@ public enum SFTPTransfer {
                 guard end == nil, limit.map({ next < $0 }) ?? true else { return nil }
                 return (next, limit.map { Int(min(UInt64(chunk), $0 - next)) } ?? chunk)
             }
-            func refill() async {
+            func refill() {
                 while inFlight < window, let range = nextRange() {
                     if let allowance, !allowance.tryTake(range.1) {
                         // Other transfers hold the process's bytes: a request of ours comes back
-                        // first, or, with none in flight, this file waits its turn.
-                        guard inFlight == 0, await allowance.take(range.1) else { return }
-                        guard nextRange() != nil else { allowance.give(range.1); return }
+                        // first, or, with none out, this one goes anyway.
+                        guard inFlight == 0 else { return }
+                        allowance.overdraw(range.1)
                     }
                     if again.isEmpty { next += UInt64(range.1) } else { again.removeFirst() }
                     issue(range.0, range.1)
                 }
             }
-            await refill()
+            refill()
             while let (offset, asked, got, error) = try await group.next() {
                 inFlight -= 1
                 allowance?.give(asked)
@@ -105,7 +106,7 @@ public enum SFTPTransfer {
                     }
                     progress?(contiguous)
                 }
-                await refill()
+                refill()
             }
             if let failure { throw Interrupted(contiguous: contiguous, reason: failure) }
             if Task.isCancelled { throw Interrupted(contiguous: contiguous, reason: CancellationError()) }
@@ -121,10 +122,9 @@ public enum SFTPTransfer {
                                 progress: (@Sendable (UInt64) -> Void)?) async throws -> UInt64 {
         var contiguous = start
         while contiguous < limit {
+            // The file's only request: it goes whether or not the process has bytes left.
             let length = Int(limit - contiguous)
-            if let allowance, !allowance.tryTake(length), !(await allowance.take(length)) {
-                throw Interrupted(contiguous: contiguous, reason: CancellationError())
-            }
+            if let allowance, !allowance.tryTake(length) { allowance.overdraw(length) }
             defer { allowance?.give(length) }
             if Task.isCancelled { throw Interrupted(contiguous: contiguous, reason: CancellationError()) }
             let count: Int
