@@ -8,8 +8,8 @@ import TermindCore
 /// What it lets through, so that a figure measured behind it can be trusted (issue 40):
 /// - **A window per round trip** (`window`, 4 MiB by default): each direction of a connection
 ///   has at most that many bytes read and not yet "acknowledged" — a byte counts from when
-///   the relay reads it until a round trip later, as a TCP sender's byte counts until its
-///   ACK comes back. So one connection moves at most `window` per round trip (200 MiB/s at
+///   the relay reads it until one delay after it was delivered (a round trip when the
+///   receiver keeps up), as a TCP sender's byte counts until its ACK comes back. So one connection moves at most `window` per round trip (200 MiB/s at
 ///   20 ms), as one TCP connection over a real 20 ms path does: the sender's unacknowledged
 ///   bytes are bounded by its send buffer, whose default maximum here is 4 MiB
 ///   (`net.ipv4.tcp_wmem`). Before this, the relay read everything at once (up to 256 MiB
@@ -200,6 +200,10 @@ public final class DelayingRelay: @unchecked Sendable {
         private let condition = NSCondition()
         private var queue: [(due: Double, data: Data)] = []
         private var queued = 0
+        /// Bytes read and not yet acknowledged (the window's use), and when the delivered
+        /// ones will be (one delay after the writer sent them).
+        private var unacknowledged = 0
+        private var acknowledgements: [(at: Double, bytes: Int)] = []
         private var readerEnded = false
         private var writerFailed = false
         private let delay: Double
@@ -216,28 +220,28 @@ public final class DelayingRelay: @unchecked Sendable {
 
         func read(from fd: Int32) {
             var buffer = [UInt8](repeating: 0, count: 256 * 1024)
-            // Bytes read within the last round trip, each with the moment it stops counting
-            // (the reader's own: no lock).
-            var unacknowledged: [(until: Double, bytes: Int)] = []
-            var inFlight = 0
             while true {
-                // Wait, as a TCP sender does for ACKs, until the window has room.
+                // Wait, as a TCP sender does for ACKs, until the window has room: a byte counts
+                // from its read until one delay after the writer delivered it (its ACK's trip
+                // back), so a slow receiver closes the window too.
                 var room = window
-                while true {
+                condition.lock()
+                while !writerFailed {
                     let now = Self.now()
-                    while let first = unacknowledged.first, first.until <= now {
-                        inFlight -= first.bytes
-                        unacknowledged.removeFirst()
+                    while let first = acknowledgements.first, first.at <= now {
+                        unacknowledged -= first.bytes
+                        acknowledgements.removeFirst()
                     }
-                    room = window - inFlight
-                    guard room <= 0, let first = unacknowledged.first else { break }
-                    usleep(UInt32(max(0, first.until - now) * 1e6) + 1)
+                    room = window - unacknowledged
+                    if room > 0 { break }
+                    if let first = acknowledgements.first {
+                        _ = condition.wait(until: Date(timeIntervalSinceNow: first.at - now))
+                    } else {
+                        condition.wait()
+                    }
                 }
-                let n = recv(fd, &buffer, min(buffer.count, room), 0)
-                if n > 0, delay > 0 {
-                    unacknowledged.append((Self.now() + 2 * delay, n))
-                    inFlight += n
-                }
+                condition.unlock()
+                let n = recv(fd, &buffer, min(buffer.count, max(room, 1)), 0)
                 condition.lock()
                 if n <= 0 || writerFailed {
                     readerEnded = true
@@ -249,6 +253,7 @@ public final class DelayingRelay: @unchecked Sendable {
                 counter.add(n)
                 queue.append((Self.now() + delay, Data(buffer[0..<n])))
                 queued += n
+                unacknowledged += n
                 condition.broadcast()
                 condition.unlock()
             }
@@ -280,6 +285,7 @@ public final class DelayingRelay: @unchecked Sendable {
                 condition.lock()
                 queue.removeFirst()
                 queued -= data.count
+                acknowledgements.append((Self.now() + delay, data.count))
                 if !sent { writerFailed = true; queue.removeAll(); queued = 0 }
                 condition.broadcast()
                 condition.unlock()

@@ -181,7 +181,7 @@ final class Console: Sendable {
     func readInput(_ fd: Int32, _ body: @escaping @Sendable (Data) -> Bool, end: @escaping @Sendable () -> Void) {
         readers.withLock { $0 += 1 }
         let wake = self.wake
-        let thread = Thread { [self] in
+        let thread = Thread.named("termind.input") { [self] in
             defer {
                 readers.withLock { $0 -= 1 }
                 readers.broadcast()
@@ -202,7 +202,6 @@ final class Console: Sendable {
             }
             end()
         }
-        thread.name = "termind.input"
         thread.start()
     }
 

@@ -333,7 +333,7 @@ final class PluginChild: Sendable {
         }
         defer { watchdog.cancel() }
         let ready: Result<Void, TermindError> = await withCheckedContinuation { continuation in
-            let thread = Thread {
+            let thread = Thread.named("termind.plugin.\(manifest.id)") {
                 func failed(_ error: TermindError) {
                     child.end()
                     _ = child.reap()
@@ -358,7 +358,6 @@ final class PluginChild: Sendable {
                 child.watchDeadlines()
                 child.readLoop(frames, onEnd: onEnd)
             }
-            thread.name = "termind.plugin.\(manifest.id)"
             thread.start()
         }
         try ready.get()
