@@ -149,18 +149,19 @@ public actor SFTPSession {
         if let failure { throw failure }
         nextID &+= 1
         let id = nextID
-        let bytes = Self.packet(type, id: id, capacity: capacity, body)
         return try await withCheckedThrowingContinuation { continuation in
             pending[id] = continuation
+            // Built here, not in this function's async frame, so that the packet is let go once
+            // it is handed over instead of being held until the answer comes.
+            let bytes = Self.packet(type, id: id, capacity: capacity, body)
             if queued == 0, transport.offer(bytes) { return }
             queued += 1
             post.yield(bytes)
         }
     }
 
-    /// A request's bytes, built outside the async frame of `request` so that the writer is
-    /// gone once they are: while a write waits for its answer, its data is held by the caller
-    /// (the pipe's slice) and by this packet until sent, not a third time by the writer.
+    /// A request's bytes (the writer's storage, patched in place): while a write waits for its
+    /// answer its data is held by the caller (the pipe's slice) and, until sent, by the channel.
     private static func packet(_ type: SFTPType, id: UInt32, capacity: Int, _ body: (inout SFTPWriter) -> Void) -> [UInt8] {
         var writer = SFTPWriter(type, id: id, capacity: capacity)
         body(&writer)
