@@ -274,7 +274,7 @@ struct EditRun {
             throw TermindError(.sftpFailed, TransferRun.message(error))
         }
         do {
-            _ = try await SFTPTransfer.pipe(size: nil, chunk: reader.chunk, window: 16, read: { try await reader.read($0, $1) }, write: { try await writer.write($0, $1) })
+            _ = try await SFTPTransfer.pipe(size: nil, chunk: reader.chunk, window: 16, read: { try await reader.read($0, $1) }, write: { offset, data in try await writer.write(offset, consume data) })
             await reader.close()
             try await writer.finish()
         } catch {
@@ -345,7 +345,7 @@ struct EditRun {
                     return false
                 }
                 _ = try await SFTPTransfer.pipe(size: UInt64(info.st_size), chunk: writer.chunk, window: 16,
-                                                read: { try SFTPTransfer.readLocal(fd, offset: $0, length: $1) }, write: { try await writer.write($0, $1) })
+                                                read: { try SFTPTransfer.readLocal(fd, offset: $0, length: $1) }, write: { offset, data in try await writer.write(offset, consume data) })
                 try await writer.finish()
             } catch {
                 await writer.abandon()

@@ -653,7 +653,7 @@ struct TransferRun {
             do {
                 let window = min(file.from.side.window, file.to.side.window)
                 end = try await SFTPTransfer.pipe(from: start, size: size, chunk: min(reader.chunk, writer.chunk), window: window,
-                                                  read: { try await reader.read($0, $1) }, write: { try await writer.write($0, $1) }, progress: progress)
+                                                  read: { try await reader.read($0, $1) }, write: { offset, data in try await writer.write(offset, consume data) }, progress: progress)
             } catch {
                 await reader.close()
                 await writer.abandon()

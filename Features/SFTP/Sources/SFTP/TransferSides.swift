@@ -39,7 +39,8 @@ protocol ReadHandle: Sendable {
 
 protocol WriteHandle: Sendable {
     var chunk: Int { get }
-    func write(_ offset: UInt64, _ data: ArraySlice<UInt8>) async throws
+    /// The bytes are the handle's to let go once sent.
+    func write(_ offset: UInt64, _ data: consuming ArraySlice<UInt8>) async throws
     /// Everything written is saved (a local file synced, a remote handle closed).
     func finish() async throws
     /// Closed without more ado (the copy failed or stopped).
@@ -187,8 +188,9 @@ private struct LocalHandle: ReadHandle, WriteHandle {
     func read(_ offset: UInt64, _ length: Int) async throws -> ArraySlice<UInt8> {
         try await LocalSide.files.run { [fd] in try SFTPTransfer.readLocal(fd, offset: offset, length: length) }
     }
-    func write(_ offset: UInt64, _ data: ArraySlice<UInt8>) async throws {
-        try await LocalSide.files.run { [fd] in try SFTPTransfer.writeLocal(fd, offset: offset, data) }
+    func write(_ offset: UInt64, _ data: consuming ArraySlice<UInt8>) async throws {
+        let bytes = consume data
+        try await LocalSide.files.run { [fd] in try SFTPTransfer.writeLocal(fd, offset: offset, bytes) }
     }
     func close() async { Glibc.close(fd) }
     func abandon() async { Glibc.close(fd) }
@@ -700,9 +702,9 @@ private struct RemoteHandle: ReadHandle, WriteHandle {
         return try await session.read(handle, offset: offset, length: length)
     }
 
-    func write(_ offset: UInt64, _ data: ArraySlice<UInt8>) async throws {
+    func write(_ offset: UInt64, _ data: consuming ArraySlice<UInt8>) async throws {
         let (session, handle) = part(offset)
-        try await session.write(handle, offset: offset, data)
+        try await session.write(handle, offset: offset, consume data)
     }
 
     func close() async {

@@ -39,7 +39,7 @@ public enum SFTPTransfer {
     /// flight drains, and `Interrupted` says how far the destination is whole.
     public static func pipe(from start: UInt64 = 0, size: UInt64?, chunk: Int, window: Int, allowance: ByteAllowance? = processAllowance,
                             read: @escaping @Sendable (UInt64, Int) async throws -> ArraySlice<UInt8>,
-                            write: @escaping @Sendable (UInt64, ArraySlice<UInt8>) async throws -> Void,
+                            write: @escaping @Sendable (UInt64, consuming ArraySlice<UInt8>) async throws -> Void,
                             progress: (@Sendable (UInt64) -> Void)? = nil) async throws -> UInt64 {
         let limit = size.flatMap { $0 > 0 ? $0 : nil }
         if let limit, limit > start, limit - start <= UInt64(chunk) {
@@ -62,7 +62,9 @@ public enum SFTPTransfer {
                     do {
                         let data = try await read(offset, length)
                         let count = data.count
-                        if count > 0 { try await write(offset, data) }
+                        // Handed over (consumed): `write` lets the bytes go once they are sent,
+                        // not when the answer comes.
+                        if count > 0 { try await write(offset, consume data) }
                         return (offset, length, count, nil)
                     } catch {
                         return (offset, length, 0, error)
@@ -118,7 +120,7 @@ public enum SFTPTransfer {
     /// no task group, asking again after a short read, as `pipe` does.
     private static func pipeOne(from start: UInt64, to limit: UInt64, allowance: ByteAllowance?,
                                 read: @escaping @Sendable (UInt64, Int) async throws -> ArraySlice<UInt8>,
-                                write: @escaping @Sendable (UInt64, ArraySlice<UInt8>) async throws -> Void,
+                                write: @escaping @Sendable (UInt64, consuming ArraySlice<UInt8>) async throws -> Void,
                                 progress: (@Sendable (UInt64) -> Void)?) async throws -> UInt64 {
         var contiguous = start
         while contiguous < limit {
@@ -131,7 +133,7 @@ public enum SFTPTransfer {
             do {
                 let data = try await read(contiguous, length)
                 count = data.count
-                if count > 0 { try await write(contiguous, data) }
+                if count > 0 { try await write(contiguous, consume data) }
             } catch {
                 throw Interrupted(contiguous: contiguous, reason: error)
             }
@@ -216,7 +218,7 @@ public enum SFTPTransfer {
             if size > 0 {
                 sent = try await pipe(size: size, chunk: chunk, window: window,
                                       read: { offset, length in try readLocal(fd, offset: offset, length: length) },
-                                      write: { offset, data in try await session.write(handle, offset: offset, data) },
+                                      write: { offset, data in try await session.write(handle, offset: offset, consume data) },
                                       progress: report)
             }
             guard sent == size else {
