@@ -35,6 +35,9 @@ public enum SFTPTransfer {
     /// and each holding its length of `allowance` (the process's) from before it is asked
     /// until it is written; one request is always let go when the file has none out
     /// (`ByteAllowance.overdraw`). A short read asks again for the rest of its range.
+    /// `progress` hears the bytes moved so far (from `start`, in whatever order requests were
+    /// answered: a request that lags does not hold the figure back); `Interrupted` says how
+    /// far the destination is whole.
     /// Returns the end offset. On failure or cancellation nothing more is asked, what is in
     /// flight drains, and `Interrupted` says how far the destination is whole.
     public static func pipe(from start: UInt64 = 0, size: UInt64?, chunk: Int, window: Int, allowance: ByteAllowance? = processAllowance,
@@ -54,6 +57,8 @@ public enum SFTPTransfer {
             // Ranges done beyond the contiguous prefix, by their start.
             var finished: [UInt64: UInt64] = [:]
             var contiguous = start
+            // Every byte answered so far (what `progress` shows).
+            var moved = start
             // The rest of short reads, asked again before anything new.
             var again: [(UInt64, Int)] = []
             func issue(_ offset: UInt64, _ length: Int) {
@@ -100,13 +105,14 @@ public enum SFTPTransfer {
                     if got > 0 {
                         finished[offset] = offset + UInt64(got)
                         while let upTo = finished.removeValue(forKey: contiguous) { contiguous = upTo }
+                        moved += UInt64(got)
                     }
                     if got == 0 {
                         end = min(end ?? offset, offset)
                     } else if got < asked, failure == nil, end.map({ offset + UInt64(got) < $0 }) ?? true {
                         again.append((offset + UInt64(got), asked - got))
                     }
-                    progress?(contiguous)
+                    progress?(moved)
                 }
                 refill()
             }
