@@ -1,4 +1,5 @@
 @testable import TermindSSH
+import TermindHarness
 import XCTest
 
 /// The bounded buffer a bridge keeps for each direction (issue 40: `Data` with `removeFirst`
@@ -11,7 +12,7 @@ final class ByteQueueTests: XCTestCase {
     /// A read that finds nothing allocates nothing (an idle flow is stepped on every pass of
     /// its engine); the buffer comes with the first bytes and goes with `release` once empty.
     func testOnlyBytesMakeABufferAndAnEmptyQueueLetsItGo() {
-        var queue = ByteQueue(capacity: 1 << 20)
+        let queue = ByteQueue(capacity: 1 << 20)
         XCTAssertEqual(queue.fill(atMost: 1 << 20, scratch: scratch) { _, _ in -1 }, -1)
         XCTAssertFalse(queue.holdsBuffer, "EAGAIN: nothing allocated")
         XCTAssertEqual(queue.fill(atMost: 1 << 20, scratch: scratch) { pointer, length in
@@ -32,11 +33,11 @@ final class ByteQueueTests: XCTestCase {
     /// Reads of uneven sizes and writes that take part of what is offered, interleaved:
     /// every byte comes out once, in order, and no more than `capacity` ever wait.
     func testBytesComeOutInOrderThroughUnevenReadsAndPartialWrites() {
-        var queue = ByteQueue(capacity: 1000)
+        let queue = ByteQueue(capacity: 1000)
         let source = (0..<50_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 8) }
         var read = 0
         var written: [UInt8] = []
-        var generator = SplitMix(seed: 42)
+        var generator = SeededGenerator(seed: 42)
         while written.count < source.count {
             let asked = Int(generator.next() % 700) + 1
             let got = queue.fill(atMost: asked, scratch: scratch) { pointer, length in
@@ -62,7 +63,7 @@ final class ByteQueueTests: XCTestCase {
     }
 
     func testAFullQueueReadsNothingMoreUntilSomethingIsWritten() {
-        var queue = ByteQueue(capacity: 8)
+        let queue = ByteQueue(capacity: 8)
         XCTAssertEqual(queue.fill(atMost: 100, scratch: scratch) { pointer, length in
             XCTAssertEqual(length, 8)
             pointer.initializeMemory(as: UInt8.self, repeating: 1, count: length)
@@ -81,7 +82,7 @@ final class ByteQueueTests: XCTestCase {
     }
 
     func testInitialBytesGoFirstAndMayExceedTheCapacity() {
-        var queue = ByteQueue(capacity: 4, initial: Array("greeting".utf8))
+        let queue = ByteQueue(capacity: 4, initial: Array("greeting".utf8))
         XCTAssertEqual(queue.capacity, 8)
         XCTAssertEqual(queue.count, 8)
         var out: [UInt8] = []
@@ -91,7 +92,7 @@ final class ByteQueueTests: XCTestCase {
 
     /// `release` lets the buffer go only when nothing waits; the queue works on after it.
     func testReleaseKeepsWaitingBytesAndTheQueueWorksAfterwards() {
-        var queue = ByteQueue(capacity: 16)
+        let queue = ByteQueue(capacity: 16)
         _ = queue.fill(atMost: 3, scratch: scratch) { pointer, _ in
             pointer.copyMemory(from: [UInt8]([1, 2, 3]), byteCount: 3)
             return 3
@@ -109,18 +110,5 @@ final class ByteQueueTests: XCTestCase {
         out = []
         _ = queue.drain { pointer, length in out += UnsafeRawBufferPointer(start: pointer, count: length); return length }
         XCTAssertEqual(out, [9, 8])
-    }
-}
-
-/// A small deterministic generator, so a failure repeats.
-private struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

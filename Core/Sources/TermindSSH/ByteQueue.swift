@@ -9,8 +9,9 @@
 ///
 /// The buffer is allocated when a read first brings bytes (an empty queue reads into the
 /// engine's scratch buffer, so a read that finds nothing allocates nothing) and let go by
-/// `release()` once empty, so an idle flow holds nothing. Not copyable: it owns its buffer.
-struct ByteQueue: ~Copyable {
+/// `release()` once empty, so an idle flow holds nothing. A bridge keeps one each way, a
+/// channel pump one for each local descriptor it serves (engine thread only).
+final class ByteQueue {
     let capacity: Int
     private var storage: UnsafeMutableRawPointer?
     private var head = 0
@@ -18,7 +19,7 @@ struct ByteQueue: ~Copyable {
 
     /// `initial` waits first (a SOCKS reply, or what a client sent with its SOCKS request);
     /// the queue is at least as big as it.
-    init(capacity: Int, initial: some Collection<UInt8> = EmptyCollection()) {
+    init(capacity: Int, initial: some Collection<UInt8> = EmptyCollection<UInt8>()) {
         self.capacity = max(capacity, initial.count)
         if !initial.isEmpty {
             let buffer = UnsafeMutableRawBufferPointer(start: Self.allocate(self.capacity), count: self.capacity)
@@ -38,7 +39,7 @@ struct ByteQueue: ~Copyable {
     /// Adds what `read` writes into at most `limit` (and at most `room`) free bytes; returns
     /// what `read` returned (the bytes added when positive, nothing added otherwise). With
     /// no buffer yet, `read` writes into `scratch` and the buffer is made only for bytes.
-    mutating func fill(atMost limit: Int, scratch: UnsafeMutableRawBufferPointer, _ read: (UnsafeMutableRawPointer, Int) -> Int) -> Int {
+    func fill(atMost limit: Int, scratch: UnsafeMutableRawBufferPointer, _ read: (UnsafeMutableRawPointer, Int) -> Int) -> Int {
         let wanted = min(limit, room)
         guard wanted > 0 else { return 0 }
         if storage == nil {
@@ -65,7 +66,7 @@ struct ByteQueue: ~Copyable {
 
     /// Offers the waiting bytes to `write`, which returns how many it took (positive) or
     /// why not (zero or negative, returned as is); those taken leave the queue.
-    mutating func drain(_ write: (UnsafeRawPointer, Int) -> Int) -> Int {
+    func drain(_ write: (UnsafeRawPointer, Int) -> Int) -> Int {
         guard let storage, head < tail else { return 0 }
         let n = write(storage + head, tail - head)
         if n > 0 {
@@ -76,14 +77,14 @@ struct ByteQueue: ~Copyable {
     }
 
     /// Lets the buffer go when nothing waits in it (the next fill allocates it again).
-    mutating func release() {
+    func release() {
         guard isEmpty, let storage else { return }
         storage.deallocate()
         self.storage = nil
     }
 
     /// Frees the buffer, whatever waits in it (the flow is over).
-    mutating func discard() {
+    func discard() {
         storage?.deallocate()
         storage = nil
         head = 0

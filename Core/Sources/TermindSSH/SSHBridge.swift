@@ -46,8 +46,8 @@ final class BridgePump: EnginePump, @unchecked Sendable {
     private let endpoint: String
     private let onEnd: @Sendable (TermindError?) -> Void
     /// Each direction's bytes read and not yet written (`ByteQueue`: bounded, never grown).
-    private var toChannel: ByteQueue
-    private var toLocal: ByteQueue
+    private let toChannel: ByteQueue
+    private let toLocal: ByteQueue
     private var localEOF = false
     /// The server's EOF was read: the channel is read no more.
     private var remoteEOF = false

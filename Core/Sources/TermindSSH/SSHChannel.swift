@@ -443,9 +443,9 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
 
     /// The handed-over descriptors (the pump's own copies, closed when it ends) and their
     /// buffers: input from `localInput`; outputs[0] stdout, [1] stderr.
-    private var localInput: (descriptor: LocalDescriptor, buffer: PendingBytes)?
+    private var localInput: (descriptor: LocalDescriptor, buffer: ByteQueue)?
     private var localInputEnded = false
-    private var localOutputs: [(descriptor: LocalDescriptor, buffer: PendingBytes)?]
+    private var localOutputs: [(descriptor: LocalDescriptor, buffer: ByteQueue)?]
 
     /// A terminal channel bridged by the engine (`TerminalTap`): its output goes through the
     /// tap to the linked terminal, if any, never to `next()`; its keys come from the link
@@ -462,8 +462,8 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
         // (OpenSSH otherwise keeps a running command and its channel until the command exits).
         lifecycle = ChannelLifecycle(.session(hangup: hangup))
         self.tap = tap
-        localInput = local.input.map { ($0, PendingBytes(capacity: Self.localBufferSize)) }
-        localOutputs = [local.output, local.error].map { $0.map { ($0, PendingBytes(capacity: Self.localBufferSize)) } }
+        localInput = local.input.map { ($0, ByteQueue(capacity: Self.localBufferSize)) }
+        localOutputs = [local.output, local.error].map { $0.map { ($0, ByteQueue(capacity: Self.localBufferSize)) } }
     }
 
     deinit { closeLocal() }
@@ -511,16 +511,15 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
             if let input = localInput {
                 while budget > 0 {
                     if input.buffer.isEmpty && !localInputEnded {
-                        input.buffer.reset()
-                        let n = input.descriptor.read(input.buffer.base, input.buffer.capacity)
-                        if n > 0 { input.buffer.filled(n); progressed = true }
+                        let n = input.buffer.fill(atMost: input.buffer.capacity, scratch: engine.scratchBytes) { input.descriptor.read($0, $1) }
+                        if n > 0 { progressed = true }
                         else if n < 0 && errno == EINTR { continue }
                         else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
                         else { localInputEnded = true; progressed = true }  // the end, or a read error: EOF either way
                     }
                     guard !input.buffer.isEmpty, engine.canSend else { break }
-                    let n = Int(termind_ssh2_channel_write(channel, input.buffer.head.assumingMemoryBound(to: CChar.self), min(input.buffer.count, budget)))
-                    if n > 0 { input.buffer.consume(n); budget -= n; progressed = true; continue }
+                    let n = input.buffer.drain { Int(termind_ssh2_channel_write(channel, $0.assumingMemoryBound(to: CChar.self), min($1, budget))) }
+                    if n > 0 { budget -= n; progressed = true; continue }
                     if n == eagain { break }
                     if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while sending input") }
                     lifecycle.refused()  // the channel is gone on the server side
@@ -624,8 +623,8 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                     // What waits goes out first; the channel is read again once it all went.
                     while readBudget > 0 {
                         if !output.buffer.isEmpty {
-                            let n = output.descriptor.write(output.buffer.head, output.buffer.count)
-                            if n > 0 { output.buffer.consume(n); progressed = true; continue }
+                            let n = output.buffer.drain { output.descriptor.write($0, $1) }
+                            if n > 0 { progressed = true; continue }
                             if n < 0 && errno == EINTR { continue }
                             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
                             // The reader went away (EPIPE) or the write failed: nothing more can
@@ -636,9 +635,10 @@ final class ChannelPump: EnginePump, @unchecked Sendable {
                             progressed = true
                             break
                         }
-                        output.buffer.reset()
-                        let n = termind_ssh2_channel_read(channel, id, output.buffer.base.assumingMemoryBound(to: CChar.self), min(output.buffer.capacity, readBudget))
-                        if n > 0 { output.buffer.filled(n); readBudget -= n; progressed = true; continue }
+                        let n = output.buffer.fill(atMost: readBudget, scratch: engine.scratchBytes) {
+                            termind_ssh2_channel_read(channel, id, $0.assumingMemoryBound(to: CChar.self), $1)
+                        }
+                        if n > 0 { readBudget -= n; progressed = true; continue }
                         if n < 0 && n != eagain {
                             if SessionEngine.isFatal(Int32(n)) { return .sessionLost("while the channel was open") }
                             lifecycle.refused()
@@ -768,27 +768,4 @@ struct LocalDescriptors {
         output?.close()
         error?.close()
     }
-}
-
-/// A bounded buffer of bytes read and not yet written on: filled whole when empty, then
-/// drained from its head (the same bytes are offered again after EAGAIN).
-final class PendingBytes {
-    let capacity: Int
-    let base: UnsafeMutableRawPointer
-    private var start = 0
-    private var end = 0
-
-    init(capacity: Int) {
-        self.capacity = capacity
-        base = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16)
-    }
-
-    deinit { base.deallocate() }
-
-    var isEmpty: Bool { start == end }
-    var count: Int { end - start }
-    var head: UnsafeMutableRawPointer { base + start }
-    func reset() { start = 0; end = 0 }
-    func filled(_ n: Int) { end = n }
-    func consume(_ n: Int) { start += n }
 }
