@@ -2,6 +2,7 @@ import Foundation
 import SyncRules
 import TermindCore
 import TermindCrypto
+import TermindHarness
 import XCTest
 
 /// Sync's pure rules: the clock, per-field merge, change detection and sealed files.
@@ -218,20 +219,6 @@ final class SyncRulesTests: XCTestCase {
         XCTAssertFalse(SyncEnvelope.isDeviceID("sync.json"))
     }
 }
-
-/// splitmix64, so a failing random run can be replayed from its seed.
-struct SeededGenerator: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 extension JSONValue: @retroactive ExpressibleByStringLiteral, @retroactive ExpressibleByIntegerLiteral {
     public init(stringLiteral value: String) { self = .string(value) }
     public init(integerLiteral value: Int64) { self = .integer(value) }
