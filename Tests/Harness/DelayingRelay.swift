@@ -9,15 +9,16 @@ import TermindCore
 /// - **A window per round trip** (`window`, 4 MiB by default): each direction of a connection
 ///   has at most that many bytes read and not yet "acknowledged" — a byte counts from when
 ///   the relay reads it until one delay after it was delivered (a round trip when the
-///   receiver keeps up), as a TCP sender's byte counts until its ACK comes back. So one connection moves at most `window` per round trip (200 MiB/s at
-///   20 ms), as one TCP connection over a real 20 ms path does: the sender's unacknowledged
-///   bytes are bounded by its send buffer, whose default maximum here is 4 MiB
-///   (`net.ipv4.tcp_wmem`). Before this, the relay read everything at once (up to 256 MiB
-///   per direction), so a connection behind it was never limited by TCP, only by SSH's
-///   windows, and a client with more SSH windows gained without bound: the same termind
-///   build measured 2.58× (get) and 2.20× (put) `sftp` at 20 ms behind the old relay, and
-///   2.06× and 1.96× behind this one (`sftp`, bound by its 2 MiB channel window, moved 83
-///   MiB/s behind both; 2026-12-07).
+///   receiver keeps up), as a TCP sender's byte counts until its ACK comes back. So one
+///   connection moves at most `window` per round trip (200 MiB/s at 20 ms), as one TCP
+///   connection over a real 20 ms path does: the sender's unacknowledged bytes are bounded
+///   by its send buffer, whose default maximum here is 4 MiB (`net.ipv4.tcp_wmem`). Before
+///   this, the relay read everything at once (up to 256 MiB per direction), so a connection
+///   behind it was never limited by TCP, only by SSH's windows, and a client with more SSH
+///   windows gained without bound: one termind build (324806a) measured 2.58× (get) and
+///   2.20× (put) `sftp` at 20 ms behind the old relay, and 2.06× and 1.96× behind this
+///   window in its first form, which counted a byte from its read (`sftp`, bound by its
+///   2 MiB channel window, moved 83 MiB/s behind both; 2026-12-07).
 /// - **Queues** of at most `bufferLimit` bytes per direction (256 MiB by default, so only the
 ///   window limits; a test passes a small one to slow a transfer down).
 /// - Reads of up to 256 KiB, each passed on whole once due; `TCP_NODELAY` on both legs, so

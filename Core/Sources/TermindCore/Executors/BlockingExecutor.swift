@@ -92,12 +92,7 @@ public final class BlockingExecutor: Sendable {
             return (true, true)
         }
         if startThread {
-            let thread = Thread { [self] in
-                Self.nameThisThread(name)
-                work()
-            }
-            thread.name = name
-            thread.start()
+            Thread.named(name) { [self] in work() }.start()
         }
         return accepted
     }
@@ -174,31 +169,14 @@ public final class BlockingExecutor: Sendable {
         }
     }
 
-    /// Gives the running thread `name` where the system shows it (`/proc/…/task/*/comm`, top,
-    /// gdb; its first 15 bytes): Foundation's `Thread.name`, set before `start`, does not
-    /// reach it on Linux, and a new thread would otherwise show its creator's name (a
-    /// dispatch worker's), hiding which executor a thread belongs to.
-    /// (Written to /proc/thread-self/comm: pthread_setname_np and prctl are not callable from
-    /// Swift's Glibc here, one being a GNU extension and the other variadic.)
-    public static func nameThisThread(_ name: String) {
-        let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        let bytes = Array(name.utf8.prefix(15))
-        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        close(fd)
-    }
-
     /// Runs `body` on a new thread of its own (a plugin's start and stop, which must not
     /// wait behind its calls).
     public static func detached<T: Sendable>(name: String, _ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
-            let thread = Thread {
-                nameThisThread(name)
+            Thread.named(name) {
                 BlockingCheck.dedicatedThread()
                 continuation.resume(with: Result { try body() })
-            }
-            thread.name = name
-            thread.start()
+            }.start()
         }
     }
 }
@@ -211,14 +189,28 @@ final class CancellationToken: Sendable {
 }
 
 extension Thread {
-    /// A thread that takes `name` where the system shows it (`BlockingExecutor.nameThisThread`)
-    /// as well as in Foundation; not started.
+    /// A thread that takes `name` where the system shows it (`nameCurrent`) as well as in
+    /// Foundation; not started.
     public static func named(_ name: String, _ body: @escaping @Sendable () -> Void) -> Thread {
         let thread = Thread {
-            BlockingExecutor.nameThisThread(name)
+            nameCurrent(name)
             body()
         }
         thread.name = name
         return thread
+    }
+
+    /// Gives the running thread `name` where the system shows it (`/proc/…/task/*/comm`, top,
+    /// gdb; its first 15 bytes): Foundation's `Thread.name`, set before `start`, does not
+    /// reach it on Linux, and a new thread would otherwise show its creator's name (a
+    /// dispatch worker's), hiding which executor a thread belongs to.
+    /// (Written to /proc/thread-self/comm: pthread_setname_np and prctl are not callable from
+    /// Swift's Glibc here, one being a GNU extension and the other variadic.)
+    static func nameCurrent(_ name: String) {
+        let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        let bytes = Array(name.utf8.prefix(15))
+        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
     }
 }

@@ -29,7 +29,8 @@ public final class ByteAllowance: Sendable {
         return false
     }
 
-    /// Takes `bytes` whether or not they are there: a file's only request.
+    /// Takes `bytes` whether or not they are there: a file's only request (counted, so that
+    /// others see the process's bytes in use).
     public func overdraw(_ bytes: Int) { taken.add(bytes, ordering: .acquiringAndReleasing) }
 
     /// Gives back what `tryTake` or `overdraw` took.

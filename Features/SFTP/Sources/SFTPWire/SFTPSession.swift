@@ -356,24 +356,15 @@ public actor SFTPSession {
         return data
     }
 
-    public func write(_ handle: Handle, offset: UInt64, _ data: some Collection<UInt8>) async throws {
-        let reply = try await request(.write, capacity: data.count + 64) { w in
-            w.string(handle.bytes)
-            w.uint64(offset)
-            w.string(data)
-        }
-        try Self.expectOK(reply, "write")
-    }
-
-    /// A write that owns its bytes: they are let go as soon as the packet holds them, not
-    /// kept until the answer (a transfer's 8 MiB in flight held once, not twice).
-    public func write(_ handle: Handle, offset: UInt64, _ data: consuming ArraySlice<UInt8>) async throws {
-        var owned: ArraySlice<UInt8>? = consume data
+    /// Writes `data` at `offset`. It owns the bytes: they are let go as soon as the packet
+    /// holds them, not kept until the answer (a transfer's 8 MiB in flight held once, not twice).
+    public func write<Bytes: Collection<UInt8>>(_ handle: Handle, offset: UInt64, _ data: consuming Bytes) async throws {
+        var owned: Bytes? = consume data
         let capacity = (owned?.count ?? 0) + 64
         let reply = try await request(.write, capacity: capacity) { w in
             w.string(handle.bytes)
             w.uint64(offset)
-            w.string(owned.take() ?? [])
+            w.string(owned.take()!)  // the body runs once: the packet is built once
         }
         try Self.expectOK(reply, "write")
     }

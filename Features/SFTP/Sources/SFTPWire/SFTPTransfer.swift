@@ -36,8 +36,7 @@ public enum SFTPTransfer {
     /// until it is written; one request is always let go when the file has none out
     /// (`ByteAllowance.overdraw`). A short read asks again for the rest of its range.
     /// `progress` hears the bytes moved so far (from `start`, in whatever order requests were
-    /// answered: a request that lags does not hold the figure back); `Interrupted` says how
-    /// far the destination is whole.
+    /// answered: a request that lags does not hold the figure back).
     /// Returns the end offset. On failure or cancellation nothing more is asked, what is in
     /// flight drains, and `Interrupted` says how far the destination is whole.
     public static func pipe(from start: UInt64 = 0, size: UInt64?, chunk: Int, window: Int, allowance: ByteAllowance? = processAllowance,
@@ -132,7 +131,7 @@ public enum SFTPTransfer {
         while contiguous < limit {
             // The file's only request: it goes whether or not the process has bytes left.
             let length = Int(limit - contiguous)
-            if let allowance, !allowance.tryTake(length) { allowance.overdraw(length) }
+            allowance?.overdraw(length)
             defer { allowance?.give(length) }
             if Task.isCancelled { throw Interrupted(contiguous: contiguous, reason: CancellationError()) }
             let count: Int
