@@ -3,6 +3,7 @@ import Foundation
 import LoopbackHTTP
 import TermindCore
 import TermindHarness
+import Synchronization
 import XCTest
 
 /// `termind serve --mcp-listen` (MCP's Streamable HTTP on loopback) against the official MCP
@@ -214,6 +215,44 @@ final class MCPHTTPTests: XCTestCase {
         XCTAssertEqual(response.body.count, 0)
         XCTAssertLessThan(Date().timeIntervalSince(started), 20, "stopped, not run for its 30 s")
         XCTAssertFalse(FileManager.default.fileExists(atPath: marker))
+    }
+
+    /// JSON-RPC lets a client reuse an id once its answer came. The run that answered it used
+    /// to forget the id only after the answer went, so a next call under the same id that came
+    /// in between was taken for a cancelled one and got 202 with no answer (seen twice in CI,
+    /// in MCPFilesTests). That needs the answering thread put aside at one exact instant, so
+    /// this test catches it only when the scheduler does that (it did not in 9 runs against
+    /// the old code here); the fix settles the id before the answer goes, by construction.
+    func testAnIdReusedAfterItsAnswerIsAnsweredEveryTime() throws {
+        let token = try token()
+        let port = self.port
+        let headers = ["Authorization": "Bearer \(token)", "Content-Type": "application/json", "Accept": "application/json, text/event-stream"]
+        // A call that fails its schema: answered at once, without a host.
+        let call = Data(#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ssh_exec","arguments":{"host":5}}}"#.utf8)
+        // Four sessions at once beside two busy threads, so that the server's threads are
+        // often put aside between handing an answer over and what they do next.
+        let stop = Atomic<Bool>(false)
+        let spinners = (0..<2).map { _ in Thread { while !stop.load(ordering: .relaxed) {} } }
+        spinners.forEach { $0.start() }
+        defer { stop.store(true, ordering: .relaxed) }
+        let unanswered = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 4) { client in
+            do {
+                var inSession = headers
+                let hello = try RawHTTP.send(port: port, method: "POST", path: "/mcp", headers: headers,
+                                             body: Data(#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#.utf8))
+                inSession["Mcp-Session-Id"] = hello.header("mcp-session-id") ?? ""
+                for round in 0..<150 {
+                    let response = try RawHTTP.send(port: port, method: "POST", path: "/mcp", headers: inSession, body: call)
+                    if response.status != 200 || response.json?["result"]?["isError"] != .bool(true) {
+                        unanswered.withLock { $0.append("client \(client) round \(round): HTTP \(response.status)") }
+                    }
+                }
+            } catch {
+                unanswered.withLock { $0.append("client \(client): \(error)") }
+            }
+        }
+        XCTAssertEqual(unanswered.withLock { $0 }, [], "calls answered without a result")
     }
 
     func testTheListenerIsLoopbackOnlyAndAnUnknownServeOptionIsAUsageError() throws {

@@ -142,7 +142,10 @@ final class MCPSession: Sendable {
         var value: String { state.withLock { $0 } }
         func withLock<T>(_ body: (inout String) -> T) -> T { state.withLock { body(&$0) } }
     }
-    private let state = Mutex<(era: MCPProtocol.Era?, calls: Int, live: Set<String>, tasks: [String: Task<Void, Never>], lastUsed: Double)>((nil, 0, [], [:], 0))
+    /// `live`: the calls that still owe an answer, by JSON-RPC id, each with the serial of its
+    /// run (a client may reuse an id once it has its answer, while the earlier run is still
+    /// ending); `tasks`: the runs not yet ended, by serial.
+    private let state = Mutex<(era: MCPProtocol.Era?, calls: Int, live: [String: UInt64], tasks: [UInt64: Task<Void, Never>], serial: UInt64, lastUsed: Double)>((nil, 0, [:], [:], 0, 0))
 
     init(number: Int, origin: String, tools: HostTools, policy: AssistantPolicy, mode: AssistantSettings.Policy.Mode, name: Name) {
         self.number = number
@@ -277,8 +280,7 @@ final class MCPSession: Sendable {
         guard method == "notifications/cancelled", let id = params["requestId"] else { return }
         let key = String(describing: id)
         state.withLock { state -> Task<Void, Never>? in
-            state.live.remove(key)
-            return state.tasks.removeValue(forKey: key)
+            state.live.removeValue(forKey: key).flatMap { state.tasks[$0] }
         }?.cancel()
     }
 
@@ -286,28 +288,25 @@ final class MCPSession: Sendable {
     /// its answer, or nil when it was cancelled (no answer is owed then).
     func call(id: JSONValue, method: String, params: JSONValue, era: MCPProtocol.Era,
               deliver: @escaping @Sendable (Result<JSONValue, MCPProtocol.Rejection>?) async -> Void) {
-        start(id: id) { [self] in
-            let answer = await answer(method: method, params: params, era: era)
-            await deliver(isLive(id) && !Task.isCancelled ? answer : nil)
-        }
-    }
-
-    /// Runs `body` (a call and its answer) at once, unless the call is cancelled first.
-    private func start(id: JSONValue, _ body: @escaping @Sendable () async -> Void) {
         let key = String(describing: id)
-        state.withLock { _ = $0.live.insert(key) }
-        let task = Task { [self] in
-            await body()
-            state.withLock { state in
-                state.tasks.removeValue(forKey: key)
-                state.live.remove(key)
+        state.withLock { state in
+            state.serial += 1
+            let serial = state.serial
+            state.live[key] = serial
+            state.tasks[serial] = Task { [self] in
+                let answer = await answer(method: method, params: params, era: era)
+                // Settled before the answer goes: once the client has it, it may send its next
+                // request under the same id.
+                let owed = self.state.withLock { state in
+                    guard state.live[key] == serial else { return false }
+                    state.live.removeValue(forKey: key)
+                    return true
+                }
+                await deliver(owed && !Task.isCancelled ? answer : nil)
+                self.state.withLock { _ = $0.tasks.removeValue(forKey: serial) }
             }
         }
-        state.withLock { state in if state.live.contains(key) { state.tasks[key] = task } }
     }
-
-    /// Whether the call `id` was cancelled (its answer is dropped).
-    private func isLive(_ id: JSONValue) -> Bool { state.withLock { $0.live.contains(String(describing: id)) } }
 
     /// Waits for the calls still going.
     func drain() async {
