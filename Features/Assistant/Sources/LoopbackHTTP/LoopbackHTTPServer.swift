@@ -330,8 +330,9 @@ public final class LoopbackHTTPServer: Sendable {
 }
 
 /// A streamed response body between its source (Swift concurrency) and the library's reader
-/// callback (its polling thread): one piece at a time, fetched after the one before was
-/// copied out; while none is ready the connection is suspended.
+/// callback (its polling thread): one piece at a time, the next fetched as soon as the one
+/// before was copied out to be sent (so it is usually ready when the library asks again,
+/// and at most one piece waits here); while none is ready the connection is suspended.
 final class StreamedBody: Sendable {
     static let piece = 65536
     private struct State {
@@ -362,7 +363,11 @@ final class StreamedBody: Sendable {
                 state.ready.withUnsafeBytes { UnsafeMutableRawPointer(buffer).copyMemory(from: $0.baseAddress!, byteCount: count) }
                 state.ready.removeFirst(count)
                 state.sent += count
-                return (count, false)
+                // Sent whole: the next piece is fetched now, while the library sends this one
+                // (a suspend and a resume per piece otherwise).
+                guard state.ready.isEmpty, !state.ended, !state.failed, !state.fetching, length.map({ state.sent < $0 }) ?? true else { return (count, false) }
+                state.fetching = true
+                return (count, true)
             }
             if state.failed { return (-2, false) }
             if state.ended { return (-1, false) }
