@@ -210,15 +210,29 @@ func downloadRow(mib: Int, rounds: Int, environment: [String: String]) throws {
     /// Each way's peak resident memory over the rounds (MiB): serve's during its transfers,
     /// and for `termind get` its client's too.
     var peaks = (get: 0.0, link: 0.0)
+    /// Each round's CPU seconds: serve's, sshd's (its session processes too) and the
+    /// client's (`termind get`'s process; for the link, this thread receiving and writing).
+    var cpu: (get: [(serve: Double, sshd: Double, client: Double)], link: [(serve: Double, sshd: Double, client: Double)]) = ([], [])
+    func sides() -> (serve: Double, sshd: Double) {
+        (SSHServerFixture.cpuSeconds(of: serve.process.pid) ?? 0, sshd.liveServerCPUSeconds() ?? 0)
+    }
+    func threadCPU() -> Double {
+        var spec = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &spec)
+        return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
+    }
     /// `measured`: GNU time in front, for the client's peak (untimed runs only: it would add
     /// to this side's time and not the link's).
     func viaGet(measured: Bool = false) throws -> Double {
         let target = directory.file("got.bin")
         try? FileManager.default.removeItem(atPath: target)
         ProcessMemory.resetPeak(of: serve.process.pid)
+        let before = sides()
         let start = now()
         let result = try ProcessRunner.run(termind, viaServe + ["get", "box:\(source)", target], environment: environment, measured: measured)
         let wall = now() - start
+        let after = sides()
+        if !measured { cpu.get.append((after.serve - before.serve, after.sshd - before.sshd, result.cpuSeconds)) }
         peaks.get = max(peaks.get, result.peakResidentMiB ?? 0, ProcessMemory.peakMiB(of: serve.process.pid) ?? 0)
         let got = (try? FileManager.default.attributesOfItem(atPath: target)[.size] as? UInt64) ?? 0
         guard result.status == 0, got == size else { throw TermindError(code: "bench.get", message: "termind get: \(result.status) \(got) bytes \(result.stderr)") }
@@ -228,6 +242,7 @@ func downloadRow(mib: Int, rounds: Int, environment: [String: String]) throws {
         let target = directory.file("linked.bin")
         try? FileManager.default.removeItem(atPath: target)
         ProcessMemory.resetPeak(of: serve.process.pid)
+        let before = sides(), clientBefore = threadCPU()
         let start = now()
         let (_, _, answer) = try mcp.post(#"{"jsonrpc":"2.0","id":\#(round + 1),"method":"tools/call","params":{"name":"sftp_download_link","arguments":{"host":"box","path":"\#(source)"}}}"#)
         let result = try JSONCoding.parse(Data(answer.utf8), source: "link")["result"]
@@ -264,6 +279,8 @@ func downloadRow(mib: Int, rounds: Int, environment: [String: String]) throws {
             body += UInt64(n)
         }
         let wall = now() - start
+        let after = sides()
+        cpu.link.append((after.serve - before.serve, after.sshd - before.sshd, threadCPU() - clientBefore))
         peaks.link = max(peaks.link, ProcessMemory.peakMiB(of: serve.process.pid) ?? 0)
         guard body == size else { throw TermindError(code: "bench.link", message: "the link delivered \(body) of \(size) bytes") }
         return wall
@@ -280,6 +297,10 @@ func downloadRow(mib: Int, rounds: Int, environment: [String: String]) throws {
     print("download \(mib) MiB from a saved host on loopback, \(rounds) rounds alternated (wall s min/median/max, MB/s at the median):")
     print("  termind get (inside serve)     \(String(format: "%.2f/%.2f/%.2f", gets.min()!, median(gets), gets.max()!))   \(String(format: "%.0f", mb / median(gets)))")
     print("  sftp_download_link + GET       \(String(format: "%.2f/%.2f/%.2f", links.min()!, median(links), links.max()!))   \(String(format: "%.0f", mb / median(links)))")
+    let gib = Double(size) / Double(1 << 30)
+    for (name, rows) in [("termind get", cpu.get), ("the link", cpu.link)] {
+        print("  CPU s/GiB, median of rounds, \(name): serve \(String(format: "%.2f", median(rows.map(\.serve)) / gib)), sshd \(String(format: "%.2f", median(rows.map(\.sshd)) / gib)), client \(String(format: "%.2f", median(rows.map(\.client)) / gib))")
+    }
     let ratio = median(gets) / median(links)
     print("target: the link ≥ 0.9× termind get's throughput: \(String(format: "%.2f", ratio))× (\(ratio >= 0.9 ? "met" : "missed")); "
           + "peak RSS \(BenchmarkFigure.mebibytes(peaks.link)) (link: serve) / \(BenchmarkFigure.mebibytes(peaks.get)) (termind get: serve and its client)")
