@@ -35,6 +35,38 @@ final class SFTPPacketTests: XCTestCase {
         XCTAssertThrowsError(try empty.feed([0, 0, 0, 0]))
     }
 
+    /// Packets of every size up to the bound, the stream cut at random places (a byte, a
+    /// header's middle, several packets at once): each comes out whole and in order.
+    func testAFramerGivesBackEveryPacketWhereverTheStreamIsCut() throws {
+        var generator = SeededGenerator(seed: 40)
+        var expected: [[UInt8]] = []
+        var stream: [UInt8] = []
+        for _ in 0..<300 {
+            let length = [1, 2, 5, 4096, Int.random(in: 1...300_000, using: &generator)].randomElement(using: &generator)!
+            let seed = Int.random(in: 0...255, using: &generator)
+            let packet = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ seed) }
+            expected.append(packet)
+            stream += [UInt8(length >> 24 & 0xff), UInt8(length >> 16 & 0xff), UInt8(length >> 8 & 0xff), UInt8(length & 0xff)] + packet
+        }
+        for shape in ["bytes", "random", "whole"] {
+            var framer = SFTPFramer()
+            var got: [[UInt8]] = []
+            var offset = 0
+            while offset < stream.count {
+                let piece = switch shape {
+                case "bytes": offset < 64 ? 1 : 70_001
+                case "random": [1, 3, 4, 7, 32_768, Int.random(in: 1...600_000, using: &generator)].randomElement(using: &generator)!
+                default: stream.count
+                }
+                let end = min(stream.count, offset + piece)
+                got += try framer.feed(Data(stream[offset..<end]))
+                offset = end
+            }
+            XCTAssertEqual(got.count, expected.count, shape)
+            XCTAssertTrue(got == expected, shape)
+        }
+    }
+
     func testStringsAndAttributesStayInsideTheirPacket() throws {
         // A string that claims more bytes than the packet has.
         var reader = SFTPReader([0, 0, 0, 9, 65, 66])

@@ -182,33 +182,50 @@ public struct SFTPReader: Sendable {
 }
 
 /// Splits a byte stream into SFTP packets, bounding each by `maximum` bytes so a server
-/// cannot make us buffer without limit.
+/// cannot make us buffer without limit. Each packet's bytes are copied once, straight into
+/// the packet's own array (sized from its length field), whatever pieces they came in.
 public struct SFTPFramer: Sendable {
     public let maximum: Int
-    private var buffer: [UInt8] = []
-    private var start = 0
+    /// The next packet's length field, while fewer than its 4 bytes came.
+    private var header: [UInt8] = []
+    /// The packet being filled, and how many of its bytes are still to come (0: none begun).
+    private var packet: [UInt8] = []
+    private var missing = 0
 
     /// OpenSSH's sftp-server sends packets of at most 256 KiB of data plus headers; a
     /// client asking for more than the server's limits is the client's own mistake.
     public init(maximum: Int = 1 << 20) { self.maximum = maximum }
 
     /// Adds what arrived; returns the complete packets (each: type byte then payload).
-    public mutating func feed(_ data: some Collection<UInt8>) throws -> [[UInt8]] {
-        buffer += data
+    public mutating func feed<Bytes: Collection<UInt8>>(_ data: Bytes) throws -> [[UInt8]] {
         var packets: [[UInt8]] = []
-        while buffer.count - start >= 4 {
-            let length = Int(UInt32(buffer[start]) << 24 | UInt32(buffer[start + 1]) << 16 | UInt32(buffer[start + 2]) << 8 | UInt32(buffer[start + 3]))
-            guard length >= 1 else { throw SFTPError(status: .badMessage, message: "The server sent an empty SFTP packet.") }
-            guard length <= maximum else {
-                throw SFTPError(status: .badMessage, message: "The server sent an SFTP packet of \(length) bytes (at most \(maximum) are accepted).")
+        var index = data.startIndex
+        while index != data.endIndex {
+            if missing == 0 {
+                while header.count < 4, index != data.endIndex {
+                    header.append(data[index])
+                    data.formIndex(after: &index)
+                }
+                guard header.count == 4 else { break }
+                let length = Int(UInt32(header[0]) << 24 | UInt32(header[1]) << 16 | UInt32(header[2]) << 8 | UInt32(header[3]))
+                header.removeAll(keepingCapacity: true)
+                guard length >= 1 else { throw SFTPError(status: .badMessage, message: "The server sent an empty SFTP packet.") }
+                guard length <= maximum else {
+                    throw SFTPError(status: .badMessage, message: "The server sent an SFTP packet of \(length) bytes (at most \(maximum) are accepted).")
+                }
+                packet = []
+                packet.reserveCapacity(length)
+                missing = length
+                continue
             }
-            guard buffer.count - start - 4 >= length else { break }
-            packets.append(Array(buffer[(start + 4)..<(start + 4 + length)]))
-            start += 4 + length
-        }
-        if start > 0 && (start == buffer.count || start > 1 << 16) {
-            buffer.removeFirst(start)
-            start = 0
+            let end = data.index(index, offsetBy: missing, limitedBy: data.endIndex) ?? data.endIndex
+            packet.append(contentsOf: data[index..<end])
+            missing -= data.distance(from: index, to: end)
+            index = end
+            if missing == 0 {
+                packets.append(packet)
+                packet = []
+            }
         }
         return packets
     }
