@@ -85,7 +85,14 @@ public enum JSONCoding {
     }
 
     public static func encode<T: Encodable>(_ value: T, pretty: Bool = false) throws -> Data {
-        try encoder(pretty: pretty).encode(value)
+        if !pretty, let json = value as? JSONValue, let bytes = JSONWriter.bytes(json) { return Data(bytes) }
+        return try encoder(pretty: pretty).encode(value)
+    }
+
+    /// A `JSONValue`'s text, written directly (JSONWriter: the same bytes as the encoder's).
+    public static func encode(_ value: JSONValue, pretty: Bool = false) throws -> Data {
+        if !pretty, let bytes = JSONWriter.bytes(value) { return Data(bytes) }
+        return try encoder(pretty: pretty).encode(value)
     }
 
     /// Parses `data` as JSON (RFC 8259, strictly: see `JSONParser`), reporting an error

@@ -43,51 +43,10 @@ public enum PluginWire {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// RFC 8259 text of `value` (object keys in no particular order: the reader parses).
+    /// RFC 8259 text of `value` (object keys in no particular order: the reader parses; a
+    /// non-finite double as null).
     static func serialize(_ value: JSONValue, into out: inout [UInt8]) {
-        switch value {
-        case .null: out += Array("null".utf8)
-        case .bool(let flag): out += Array((flag ? "true" : "false").utf8)
-        case .integer(let number): out += Array(String(number).utf8)
-        case .unsignedInteger(let number): out += Array(String(number).utf8)
-        case .double(let number): out += Array((number.isFinite ? "\(number)" : "null").utf8)
-        case .string(let text): quote(text, into: &out)
-        case .array(let items):
-            out.append(UInt8(ascii: "["))
-            for (index, item) in items.enumerated() {
-                if index > 0 { out.append(UInt8(ascii: ",")) }
-                serialize(item, into: &out)
-            }
-            out.append(UInt8(ascii: "]"))
-        case .object(let fields):
-            out.append(UInt8(ascii: "{"))
-            var first = true
-            for (key, item) in fields {
-                if !first { out.append(UInt8(ascii: ",")) }
-                first = false
-                quote(key, into: &out)
-                out.append(UInt8(ascii: ":"))
-                serialize(item, into: &out)
-            }
-            out.append(UInt8(ascii: "}"))
-        }
-    }
-
-    private static func quote(_ text: String, into out: inout [UInt8]) {
-        let hex = Array("0123456789abcdef".utf8)
-        out.append(UInt8(ascii: "\""))
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): out += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
-            case UInt8(ascii: "\\"): out += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
-            case 0x0A: out += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
-            case 0x0D: out += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
-            case 0x09: out += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
-            case 0..<0x20: out += [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 15)]]
-            default: out.append(byte)
-            }
-        }
-        out.append(UInt8(ascii: "\""))
+        JSONWriter.write(value, into: &out, sortedKeys: false, nonFiniteAsNull: true)
     }
 
     /// Frames read through a buffer: one `recv` takes in as many frames as have arrived.
