@@ -43,6 +43,12 @@ final class CapabilityTests: XCTestCase {
         let refused = try await call(session, "vault.host.list@1")
         XCTAssertEqual(refused.errorCode, "capability.denied")
         XCTAssertTrue(refused.errorMessage?.contains("'fixture-probe' may not call vault.host.list@1") ?? false, refused.errorMessage ?? "")
+        // The typed call (no JSON between Swift features) is held to the same list.
+        let typed = try await session.call("fixture-probe.call@1", json: #"{"contract": "kernel.ping@1", "body": "typed hi", "typed": true}"#)
+        XCTAssertEqual(try JSONDecoder().decode(ProbeReply.self, from: typed).reply, "typed hi")
+        let typedRefused = try JSONDecoder().decode(ProbeReply.self, from: try await session.call("fixture-probe.call@1",
+                                                                                                  json: #"{"contract": "kernel.plugins.enable@1", "body": "digest", "typed": true}"#))
+        XCTAssertEqual(typedRefused.errorCode, "capability.denied", typedRefused.errorMessage ?? "")
         let own = try await call(session, "fixture-probe.sql@1", #"{"sql": "SELECT 1"}"#)
         XCTAssertNil(own.errorCode, "its own contracts need no listing")
         // What it declares is shown.

@@ -21,7 +21,7 @@ final class JSONWriterTests: XCTestCase {
         case 0: return Double(Int.random(in: -1_000_000...1_000_000, using: &generator))
         case 1: return Double.random(in: -1...1, using: &generator)
         case 2: return Double(bitPattern: UInt64.random(in: 0...UInt64.max, using: &generator) & ~(0x7FF << 52) | (UInt64.random(in: 1...0x7FE, using: &generator) << 52))
-        case 3: return [0.0, -0.0, 0.1, 1e21, 1e-7, 1e300, 5e-324, 1.5e16, 2.5e-5, 123456789012345678, Double.greatestFiniteMagnitude].randomElement(using: &generator)!
+        case 3: return [0.0, -0.0, 0.1, 1e21, 1e-7, 1e300, Double.leastNonzeroMagnitude, 1.5e16, 2.5e-5, 123_456_789_012_345_680, Double.greatestFiniteMagnitude].randomElement(using: &generator)!
         case 4: return Double(Int.random(in: 0...1000, using: &generator)) / 100
         default: return Double.random(in: -1e20...1e20, using: &generator)
         }

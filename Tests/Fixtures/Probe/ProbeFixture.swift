@@ -8,7 +8,9 @@ import TermindStore
 /// contract, run SQL on its database connection, use the secret store — and reports what
 /// the kernel let it do. It holds whatever its manifest lets it have, nothing more.
 public enum ProbeCall: Contract {
-    public struct Request: Codable, Sendable { public var contract: String; public var body: String }
+    /// `typed`: through the typed call (kernel.ping@1 with the body as its payload, or
+    /// kernel.plugins.enable@1 with it as the id), not the JSON one.
+    public struct Request: Codable, Sendable { public var contract: String; public var body: String; public var typed: Bool? }
     public struct Response: Codable, Sendable { public var reply: String?; public var errorCode: String?; public var errorMessage: String? }
     public static let name = "fixture-probe.call"
     public static let effect: Effect = .read
@@ -63,6 +65,12 @@ final class ProbeFeature: Feature {
                 return .init(reply: nil, errorCode: "probe.bad_request", errorMessage: nil)
             }
             do {
+                if request.typed == true {
+                    if id == KernelContracts.Ping.id {
+                        return .init(reply: try await context.call(KernelContracts.Ping.self, .init(payload: request.body)).payload, errorCode: nil, errorMessage: nil)
+                    }
+                    return .init(reply: try await context.call(KernelContracts.PluginEnable.self, .init(id: request.body)).message, errorCode: nil, errorMessage: nil)
+                }
                 let reply = try await context.call(id, Data(request.body.utf8))
                 return .init(reply: String(decoding: reply, as: UTF8.self), errorCode: nil, errorMessage: nil)
             } catch let error as TermindError {

@@ -49,13 +49,19 @@ public struct FeatureContext: Sendable {
     /// `withSession`, which ends it.
     let makeSession: @Sendable (@escaping @Sendable (StreamEvent) -> Void) -> (StreamSession, drained: @Sendable () async -> Void)
 
+    /// The kernel's typed calls for this feature (the same checks as `call`); nil: typed calls
+    /// go through JSON.
+    let typedCall: (any TypedContractCall)?
+
     /// Made by the kernel only: what a feature reaches is what the kernel hands it.
     package init(featureID: String, logger: Logger, ports: PortDirectory, resident: Bool = false, clientCommand: [String]? = nil,
                  options: [String: String] = [:],
                  call: @escaping @Sendable (ContractID, Data) async throws -> Data,
                  runStream: @escaping @Sendable (ContractID, Data, Data?, @escaping @Sendable (StreamEvent) -> Void) async throws -> Data,
-                 makeSession: @escaping @Sendable (@escaping @Sendable (StreamEvent) -> Void) -> (StreamSession, drained: @Sendable () async -> Void)) {
+                 makeSession: @escaping @Sendable (@escaping @Sendable (StreamEvent) -> Void) -> (StreamSession, drained: @Sendable () async -> Void),
+                 typedCall: (any TypedContractCall)? = nil) {
         self.makeSession = makeSession
+        self.typedCall = typedCall
         self.clientCommand = clientCommand
         self.options = options
         self.featureID = featureID
@@ -66,8 +72,10 @@ public struct FeatureContext: Sendable {
         self.runStream = runStream
     }
 
-    /// Typed convenience over `call`.
+    /// A typed call, as `call` with its checks: to a Swift endpoint of these very types the
+    /// value crosses without JSON (the kernel's typed path); otherwise it is encoded and decoded.
     public func call<C: Contract>(_ contract: C.Type, _ request: C.Request) async throws -> C.Response {
+        if let typedCall { return try await typedCall.call(C.self, request) }
         let reply = try await call(C.id, try JSONCoding.encode(request))
         return try JSONDecoder().decode(C.Response.self, from: reply)
     }
@@ -107,4 +115,9 @@ public struct FeatureContext: Sendable {
     }
 }
 
-
+/// A feature's typed contract calls, made by the kernel with the checks of
+/// `FeatureContext.call` (what the feature's manifest lets it call, the policy for an
+/// agent's chain).
+package protocol TypedContractCall: Sendable {
+    func call<C: Contract>(_ contract: C.Type, _ request: C.Request) async throws -> C.Response
+}

@@ -233,6 +233,24 @@ public actor Kernel {
         return try await call(id, body: body, origin: origin)
     }
 
+    /// A feature's typed calls (`FeatureContext.call`): the checks of its JSON `call` (its
+    /// manifest's `calls`, its own contracts), then the kernel's typed call as that feature.
+    struct FeatureTypedCall: TypedContractCall {
+        weak var kernel: Kernel?
+        let feature: String
+        let calls: Set<String>
+
+        func call<C: Contract>(_ contract: C.Type, _ request: C.Request) async throws -> C.Response {
+            guard let kernel else { throw TermindError.internalFailure("The kernel has shut down.") }
+            let origin = (CallOrigin.current ?? .inProcess).appending(Caller(.feature, feature))
+            guard calls.contains(C.id.description) || kernel.routes.endpoint(C.id)?.owner == feature else {
+                throw Refusal.capabilityDenied(feature: feature, contract: C.id.description, declared: calls, origin: origin,
+                                               effect: kernel.routes.endpoint(C.id)?.effect).termindError
+            }
+            return try await kernel.call(C.self, request, origin: origin)
+        }
+    }
+
     /// A typed call. When the endpoint is a Swift handler of these very request and
     /// response types, the value crosses without JSON; otherwise (a C plugin, a client-side
     /// declaration of the contract) it is encoded, validated and decoded like any request.
@@ -241,7 +259,15 @@ public actor Kernel {
         let served = CallOrigin.current ?? .inProcess
         let origin = origin ?? served
         do {
-            if origin.hasAgent { try await authorize(C.id, effect: endpoint.effect, facts: endpoint.facts, stream: false, origin: origin, body: try JSONCoding.encode(request)) }
+            if origin.hasAgent {
+                // On an agent's behalf the request is held to its schema, as a JSON one would be.
+                let body = try JSONCoding.encode(request)
+                try await authorize(C.id, effect: endpoint.effect, facts: endpoint.facts, stream: false, origin: origin, body: body)
+                let problems = endpoint.requestSchema.problems(in: try JSONCoding.parse(body, source: "The request body for \(C.id)"))
+                guard problems.isEmpty else {
+                    throw TermindError.badRequest("Invalid request for \(C.id): \(problems.prefix(5).joined(separator: "; "))\(problems.count > 5 ? "; …" : "").")
+                }
+            }
             if served.isSame(origin) { return try await Self.dispatch(C.self, request, to: endpoint, origin: origin) }
             return try await CallOrigin.$current.withValue(origin) { try await Self.dispatch(C.self, request, to: endpoint, origin: origin) }
         } catch {
@@ -651,7 +677,8 @@ public actor Kernel {
                 }))
                 answers.session = session
                 return (session, drained: { await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in events.async { done.resume() } } })
-            }
+            },
+            typedCall: FeatureTypedCall(kernel: self, feature: id, calls: calls)
         )
     }
 
