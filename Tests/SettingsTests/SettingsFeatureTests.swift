@@ -131,6 +131,9 @@ final class SettingsFeatureTests: SettingsTestCase {
     }
 
     func testEachChangeBumpsTheRevisionAndJournalsSyncedRecordsInTheSameTransaction() async throws {
+        // Read (and decoded) once before: a read after each change still gets the new value.
+        let before = try await port.read(SFTPSettings.Limits.self)
+        XCTAssertEqual(before, SFTPSettings.Limits.defaults)
         let first = try await set("sftp.limits", #"{"perHost": 4}"#)
         XCTAssertEqual(first.state, .saved)
         XCTAssertEqual(first.revision, 1)

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TermindCore
 
 /// `settings.values`: the one place features keep their settings. A feature registers its
@@ -34,7 +35,12 @@ extension SettingsValues {
     /// saved one is quarantined.
     public func read<R: SettingsRecord>(_ type: R.Type) async throws -> R {
         let value = try await current(R.key)
-        return try JSONDecoder().decode(R.self, from: JSONCoding.encode(value.value))
+        // Read from the store every time (a change made by another process applies at once);
+        // only the decoding of the very same value is not done again.
+        if let known = SettingsDecoded.cache.withLock({ $0[R.key] }), known.value == value.value, let record = known.record as? R { return record }
+        let record = try JSONDecoder().decode(R.self, from: JSONCoding.encode(value.value))
+        SettingsDecoded.cache.withLock { $0[R.key] = (value.value, record) }
+        return record
     }
 
     /// `R` each time it changes.
@@ -50,4 +56,10 @@ extension SettingsValues {
             continuation.onTermination = { _ in task.cancel() }
         }
     }
+}
+
+/// The last value of each record `read` decoded, with what it decoded to: a policy or a
+/// limit read on every call is decoded once per change, not once per read.
+enum SettingsDecoded {
+    static let cache = Mutex<[String: (value: JSONValue, record: any Sendable)]>([:])
 }

@@ -324,7 +324,7 @@ public actor Kernel {
         case nil:
             throw refuse(.policyUnavailable, "The policy did not decide on \(operation) within \(Int(CallPolicyLimits.seconds)) s, so it was refused.")
         case .allow?:
-            logger.debug("kernel.policy.allowed", ["contract": .identifier(operation), "chain": .identifier(Self.compact(origin))])
+            if logger.isEnabled(.debug) { logger.debug("kernel.policy.allowed", ["contract": .identifier(operation), "chain": .identifier(Self.compact(origin))]) }
         case .deny(let reason)?:
             throw refuse(.policyDenied, reason)
         case .ask(let question)?:
@@ -344,7 +344,7 @@ public actor Kernel {
 
     /// A chain as a log identifier: `client:uid1000+feature:assistant+agent:assistant`.
     static func compact(_ origin: CallOrigin) -> String {
-        origin.chain.map { "\($0.kind.rawValue):\($0.id.replacingOccurrences(of: " ", with: ""))" }.joined(separator: "+")
+        origin.chain.map { "\($0.kind.rawValue):\(String($0.id.filter { $0 != " " }))" }.joined(separator: "+")
     }
 
     /// The provider of a port (for the host and tests; features use their context).
