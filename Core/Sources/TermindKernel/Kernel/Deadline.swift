@@ -14,17 +14,21 @@ enum Deadline {
                 guard settled.withLock({ done in defer { done = true }; return !done }) else { return }
                 continuation.resume(with: result)
             }
-            let task = Task { await Result(catching: work) }
-            let timer = Task {
-                try await Task.sleep(for: .seconds(seconds))
+            // One task for the work and a dispatch timer, not a sleeping task: this runs for
+            // every decision of the policy hook.
+            let working = Mutex<Task<Void, Never>?>(nil)
+            // DispatchWorkItem's cancel may be called from any thread (libdispatch's contract).
+            nonisolated(unsafe) let timer = DispatchWorkItem {
                 resume(.success(nil))
-                task.cancel()
+                working.withLock { $0 }?.cancel()
             }
-            Task {
-                let result = await task.value
+            let task = Task {
+                let result = await Result(catching: work)
                 timer.cancel()
                 resume(result.map(Optional.some))
             }
+            working.withLock { $0 = task }
+            DispatchQueue.global().asyncAfter(deadline: .now() + seconds, execute: timer)
         }
     }
 }

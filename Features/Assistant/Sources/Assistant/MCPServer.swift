@@ -278,7 +278,7 @@ final class MCPSession: Sendable {
     /// answer); the others need nothing.
     func notify(_ method: String, params: JSONValue) {
         guard method == "notifications/cancelled", let id = params["requestId"] else { return }
-        let key = String(describing: id)
+        let key = Self.key(id)
         state.withLock { state -> Task<Void, Never>? in
             state.live.removeValue(forKey: key).flatMap { state.tasks[$0] }
         }?.cancel()
@@ -288,7 +288,7 @@ final class MCPSession: Sendable {
     /// its answer, or nil when it was cancelled (no answer is owed then).
     func call(id: JSONValue, method: String, params: JSONValue, era: MCPProtocol.Era,
               deliver: @escaping @Sendable (Result<JSONValue, MCPProtocol.Rejection>?) async -> Void) {
-        let key = String(describing: id)
+        let key = Self.key(id)
         state.withLock { state in
             state.serial += 1
             let serial = state.serial
@@ -306,6 +306,11 @@ final class MCPSession: Sendable {
                 self.state.withLock { _ = $0.tasks.removeValue(forKey: serial) }
             }
         }
+    }
+
+    /// A request id as a key of the calls in flight (its JSON text: 7 and "7" differ).
+    private static func key(_ id: JSONValue) -> String {
+        JSONWriter.bytes(id).map { String(decoding: $0, as: UTF8.self) } ?? "\(id)"
     }
 
     /// Waits for the calls still going.

@@ -105,8 +105,18 @@ public enum MCPHTTPRules {
 
     /// Whether an Accept header admits `type` (exactly, by its family's wildcard or `*/*`).
     public static func accepts(_ accept: String, _ type: String) -> Bool {
-        let family = type.split(separator: "/").first.map(String.init) ?? type
-        return accept.split(separator: ",").map { mediaType(String($0)) }.contains { $0 == type || $0 == "*/*" || $0 == "\(family)/*" }
+        let family = (type.split(separator: "/").first.map(String.init) ?? type) + "/*"
+        // Asked on every request: each media type compared in place, without copies.
+        return accept.utf8.split(separator: UInt8(ascii: ",")).contains { item in
+            var name = item.prefix { $0 != UInt8(ascii: ";") }
+            while let first = name.first, first == UInt8(ascii: " ") || first == UInt8(ascii: "\t") { name = name.dropFirst() }
+            while let last = name.last, last == UInt8(ascii: " ") || last == UInt8(ascii: "\t") { name = name.dropLast() }
+            func lower(_ byte: UInt8) -> UInt8 { (0x41...0x5A).contains(byte) ? byte | 0x20 : byte }
+            func equals(_ text: String) -> Bool {
+                name.count == text.utf8.count && zip(name, text.utf8).allSatisfy { lower($0) == lower($1) }
+            }
+            return equals(type) || equals("*/*") || equals(family)
+        }
     }
 
     /// A new token: 256 random bits, base64url without padding (43 characters).
