@@ -305,12 +305,13 @@ func serveBudgetMiB(idle: Double) -> Double { idle + 0.5 * Double(hosts) + Doubl
 /// - per durable session, its screen's drawing thread (`termind.screen`), and for its
 ///   attached client the control socket's reader (`termind.client`) and the invocation's
 ///   thread (`termind.invocation`);
-/// - and 6 plus one per core: the main thread, the control socket's acceptor, the metrics
+/// - and 7 plus one per core: the main thread, the control socket's acceptor, the metrics
 ///   clock, an invocation thread kept idle for the next client, dispatch's overcommit thread
-///   and one more of dispatch's for its timers, and Swift's cooperative pool (one per core).
-/// Measured (issue 40, 2 cores, 100/10/5): 147 against this 148.
+///   and one more of dispatch's for its timers, the kernel's deadline timer
+///   (`termind.deadline`: features' start and stop, the policy hook), and Swift's
+///   cooperative pool (one per core).
 @MainActor
-func steadyThreadBudget() -> Double { Double(hosts + 2 * forwards + 4 * sessions + 6 + ProcessInfo.processInfo.activeProcessorCount) }
+func steadyThreadBudget() -> Double { Double(hosts + 2 * forwards + 4 * sessions + 7 + ProcessInfo.processInfo.activeProcessorCount) }
 /// Right after connections were opened, the on-demand pools may still hold threads (each lets
 /// one go after 30 idle seconds): name lookups 16, connects 16, blocking work 16, the store 4
 /// and crypto 2 at most, so never more than 54 above the steady budget.

@@ -14,21 +14,79 @@ enum Deadline {
                 guard settled.withLock({ done in defer { done = true }; return !done }) else { return }
                 continuation.resume(with: result)
             }
-            // One task for the work and a dispatch timer, not a sleeping task: this runs for
-            // every decision of the policy hook.
+            // One task for the work and an entry in the shared timer (forgotten when the work
+            // ends), not a sleeping task and two more: this runs for every decision of the
+            // policy hook.
             let working = Mutex<Task<Void, Never>?>(nil)
-            // DispatchWorkItem's cancel may be called from any thread (libdispatch's contract).
-            nonisolated(unsafe) let timer = DispatchWorkItem {
+            let entry = DeadlineTimer.shared.add(after: seconds) {
                 resume(.success(nil))
                 working.withLock { $0 }?.cancel()
             }
             let task = Task {
                 let result = await Result(catching: work)
-                timer.cancel()
+                DeadlineTimer.shared.remove(entry)
                 resume(result.map(Optional.some))
             }
             working.withLock { $0 = task }
-            DispatchQueue.global().asyncAfter(deadline: .now() + seconds, execute: timer)
+        }
+    }
+}
+
+/// The deadlines of `Deadline.run`: one thread (started with the first) asleep until the
+/// earliest is due, running the action of each that comes due; an entry removed before
+/// then is forgotten at once. The thread is woken only for an entry due before the time it
+/// sleeps until (a call after call, each with the same 10 s, wakes it once per 10 s).
+final class DeadlineTimer: @unchecked Sendable {
+    static let shared = DeadlineTimer()
+
+    /// `entries`, `next`, `started` and `wakeAt` are only touched with `condition` locked.
+    private let condition = NSCondition()
+    private var entries: [UInt64: (due: Date, action: @Sendable () -> Void)] = [:]
+    private var next: UInt64 = 0
+    private var started = false
+    /// When the thread wakes next by itself.
+    private var wakeAt = Date.distantFuture
+
+    func add(after seconds: Double, _ action: @escaping @Sendable () -> Void) -> UInt64 {
+        condition.lock()
+        defer { condition.unlock() }
+        next += 1
+        let due = Date(timeIntervalSinceNow: seconds)
+        entries[next] = (due, action)
+        if !started {
+            started = true
+            Thread.named("termind.deadline") { [self] in loop() }.start()
+        } else if due < wakeAt {
+            condition.signal()
+        }
+        return next
+    }
+
+    func remove(_ entry: UInt64) {
+        condition.lock()
+        entries.removeValue(forKey: entry)
+        condition.unlock()
+    }
+
+    private func loop() -> Never {
+        condition.lock()
+        while true {
+            let now = Date()
+            let due = entries.filter { $0.value.due <= now }
+            if !due.isEmpty {
+                for key in due.keys { entries.removeValue(forKey: key) }
+                condition.unlock()
+                for entry in due.values { entry.action() }
+                condition.lock()
+                continue
+            }
+            if let earliest = entries.values.map(\.due).min() {
+                wakeAt = earliest
+                _ = condition.wait(until: earliest)
+            } else {
+                wakeAt = .distantFuture
+                condition.wait()
+            }
         }
     }
 }
