@@ -127,10 +127,7 @@ public enum ContractCoding {
     /// message naming each offending field instead of a decoder dump.
     public static func decodeRequest<T: Decodable>(_ body: Data, schema: JSONSchema, contract: ContractID) throws -> T {
         let value = body.isEmpty ? JSONValue.object([:]) : try JSONCoding.parse(body, source: "The request body for \(contract)")
-        let problems = schema.problems(in: value)
-        if !problems.isEmpty {
-            throw TermindError.badRequest("Invalid request for \(contract): \(problems.prefix(5).joined(separator: "; "))\(problems.count > 5 ? "; …" : "").")
-        }
+        try check(value, schema, contract: contract.description)
         do {
             // The body is valid JSON matching the schema: decode it as it came.
             return try JSONDecoder().decode(T.self, from: body.isEmpty ? Data("{}".utf8) : body)
@@ -138,6 +135,15 @@ public enum ContractCoding {
             throw TermindError.badRequest("Invalid request for \(contract): \(path(context.codingPath)): \(context.debugDescription).")
         } catch {
             throw TermindError.badRequest("Invalid request for \(contract): the body does not match the contract's schema.")
+        }
+    }
+
+    /// Refuses a request that does not match `schema`, naming each offending field (the
+    /// first five).
+    public static func check(_ value: JSONValue, _ schema: JSONSchema, contract: String) throws {
+        let problems = schema.problems(in: value)
+        guard problems.isEmpty else {
+            throw TermindError.badRequest("Invalid request for \(contract): \(problems.prefix(5).joined(separator: "; "))\(problems.count > 5 ? "; …" : "").")
         }
     }
 

@@ -84,14 +84,9 @@ public enum JSONCoding {
         return e
     }
 
+    /// A `JSONValue` is written directly (JSONWriter: the same bytes as the encoder's).
     public static func encode<T: Encodable>(_ value: T, pretty: Bool = false) throws -> Data {
         if !pretty, let json = value as? JSONValue, let bytes = JSONWriter.bytes(json) { return Data(bytes) }
-        return try encoder(pretty: pretty).encode(value)
-    }
-
-    /// A `JSONValue`'s text, written directly (JSONWriter: the same bytes as the encoder's).
-    public static func encode(_ value: JSONValue, pretty: Bool = false) throws -> Data {
-        if !pretty, let bytes = JSONWriter.bytes(value) { return Data(bytes) }
         return try encoder(pretty: pretty).encode(value)
     }
 

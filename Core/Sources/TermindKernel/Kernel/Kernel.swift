@@ -233,8 +233,20 @@ public actor Kernel {
         return try await call(id, body: body, origin: origin)
     }
 
-    /// A feature's typed calls (`FeatureContext.call`): the checks of its JSON `call` (its
-    /// manifest's `calls`, its own contracts), then the kernel's typed call as that feature.
+    /// The chain of a call feature `feature` makes, on behalf of whoever it serves now (the
+    /// chain goes on, never restarts); refused unless its manifest lists the contract under
+    /// `calls` or the contract is its own.
+    nonisolated static func origin(ofCall contract: ContractID, by feature: String, calls: Set<String>, routes: RoutingTable) throws -> CallOrigin {
+        let origin = (CallOrigin.current ?? .inProcess).appending(Caller(.feature, feature))
+        guard calls.contains(contract.description) || routes.endpoint(contract)?.owner == feature else {
+            throw Refusal.capabilityDenied(feature: feature, contract: contract.description, declared: calls, origin: origin,
+                                           effect: routes.endpoint(contract)?.effect).termindError
+        }
+        return origin
+    }
+
+    /// A feature's typed calls (`FeatureContext.call`): the checks of its JSON `call`
+    /// (`origin(ofCall:)`), then the kernel's typed call as that feature.
     struct FeatureTypedCall: TypedContractCall {
         weak var kernel: Kernel?
         let feature: String
@@ -242,12 +254,7 @@ public actor Kernel {
 
         func call<C: Contract>(_ contract: C.Type, _ request: C.Request) async throws -> C.Response {
             guard let kernel else { throw TermindError.internalFailure("The kernel has shut down.") }
-            let origin = (CallOrigin.current ?? .inProcess).appending(Caller(.feature, feature))
-            guard calls.contains(C.id.description) || kernel.routes.endpoint(C.id)?.owner == feature else {
-                throw Refusal.capabilityDenied(feature: feature, contract: C.id.description, declared: calls, origin: origin,
-                                               effect: kernel.routes.endpoint(C.id)?.effect).termindError
-            }
-            return try await kernel.call(C.self, request, origin: origin)
+            return try await kernel.call(C.self, request, origin: try Kernel.origin(ofCall: C.id, by: feature, calls: calls, routes: kernel.routes))
         }
     }
 
@@ -259,15 +266,9 @@ public actor Kernel {
         let served = CallOrigin.current ?? .inProcess
         let origin = origin ?? served
         do {
-            if origin.hasAgent {
-                // On an agent's behalf the request is held to its schema, as a JSON one would be.
-                let body = try JSONCoding.encode(request)
-                try await authorize(C.id, effect: endpoint.effect, facts: endpoint.facts, stream: false, origin: origin, body: body)
-                let problems = endpoint.requestSchema.problems(in: try JSONCoding.parse(body, source: "The request body for \(C.id)"))
-                guard problems.isEmpty else {
-                    throw TermindError.badRequest("Invalid request for \(C.id): \(problems.prefix(5).joined(separator: "; "))\(problems.count > 5 ? "; …" : "").")
-                }
-            }
+            // A Swift request matches the schema derived from its own type; any other endpoint
+            // (a C plugin) checks the encoded body itself (`dispatch`).
+            if origin.hasAgent { try await authorize(C.id, effect: endpoint.effect, facts: endpoint.facts, stream: false, origin: origin, body: try JSONCoding.encode(request)) }
             if served.isSame(origin) { return try await Self.dispatch(C.self, request, to: endpoint, origin: origin) }
             return try await CallOrigin.$current.withValue(origin) { try await Self.dispatch(C.self, request, to: endpoint, origin: origin) }
         } catch {
@@ -633,13 +634,7 @@ public actor Kernel {
             options: configuration.serveOptions.filter { option in m.serveOptions.contains { $0.name == option.key } },
             call: { [weak self] contract, body in
                 guard let self else { throw TermindError.internalFailure("The kernel has shut down.") }
-                // On behalf of whoever the feature serves now: the chain goes on, never restarts.
-                let origin = (CallOrigin.current ?? .inProcess).appending(Caller(.feature, id))
-                guard calls.contains(contract.description) || routes.endpoint(contract)?.owner == id else {
-                    throw Refusal.capabilityDenied(feature: id, contract: contract.description, declared: calls, origin: origin,
-                                                   effect: routes.endpoint(contract)?.effect).termindError
-                }
-                return try await self.call(contract, body: body, origin: origin)
+                return try await self.call(contract, body: body, origin: try Self.origin(ofCall: contract, by: id, calls: calls, routes: routes))
             },
             runStream: { [weak self] stream, body, input, onEvent in
                 guard let self else { throw TermindError.internalFailure("The kernel has shut down.") }

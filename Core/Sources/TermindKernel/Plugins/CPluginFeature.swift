@@ -155,11 +155,7 @@ final class CPluginFeature: Feature, @unchecked Sendable {
 
     static func checked(_ body: Data, _ schema: JSONSchema, _ text: String) throws -> Data {
         let request = body.isEmpty ? Data("{}".utf8) : body
-        let value = try JSONCoding.parse(request, source: "The request body for \(text)")
-        let problems = schema.problems(in: value)
-        guard problems.isEmpty else {
-            throw TermindError.badRequest("Invalid request for \(text): \(problems.prefix(5).joined(separator: "; "))\(problems.count > 5 ? "; …" : "").")
-        }
+        try ContractCoding.check(try JSONCoding.parse(request, source: "The request body for \(text)"), schema, contract: text)
         return request
     }
 
