@@ -24,30 +24,15 @@ extension SSHServerFixture {
         guard let root = listenerPID else { return nil }
         let deadline = Date().addingTimeInterval(settle)
         while !Self.descendants(of: root).isEmpty, Date() < deadline { usleep(10_000) }
-        guard let stat = try? String(contentsOfFile: "/proc/\(root)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return nil }
-        // After the name: state is field 3, utime/stime/cutime/cstime are fields 14-17.
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        guard fields.count > 14 else { return nil }
-        let ticks = fields[11...14].compactMap { Double($0) }.reduce(0, +)
-        return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
+        return ProcessCPU.withReapedChildren(of: root)
     }
 
     /// The CPU seconds sshd has used so far, its live session processes' own included (a
     /// pooled connection's process has not ended, so `serverCPUSeconds` cannot count it yet):
     /// differences of two readings give what a piece of work cost the server.
     public func liveServerCPUSeconds() -> Double? {
-        guard let root = listenerPID, let own = Self.cpuSeconds(of: root, children: true) else { return nil }
-        return own + Self.descendants(of: root).compactMap { Self.cpuSeconds(of: $0, children: true) }.reduce(0, +)
-    }
-
-    /// A process's user and system CPU seconds (all its threads) from /proc; with `children`,
-    /// those of the children it reaped too.
-    public static func cpuSeconds(of pid: pid_t, children: Bool = false) -> Double? {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return nil }
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        guard fields.count > 14 else { return nil }
-        let ticks = fields[11...(children ? 14 : 12)].compactMap { Double($0) }.reduce(0, +)
-        return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
+        guard let root = listenerPID, let own = ProcessCPU.withReapedChildren(of: root) else { return nil }
+        return own + Self.descendants(of: root).compactMap { ProcessCPU.withReapedChildren(of: $0) }.reduce(0, +)
     }
 
     /// sshd's connection processes now: the listener's children, one per connection (its log

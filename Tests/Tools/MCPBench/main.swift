@@ -214,12 +214,7 @@ func downloadRow(mib: Int, rounds: Int, environment: [String: String]) throws {
     /// client's (`termind get`'s process; for the link, this thread receiving and writing).
     var cpu: (get: [(serve: Double, sshd: Double, client: Double)], link: [(serve: Double, sshd: Double, client: Double)]) = ([], [])
     func sides() -> (serve: Double, sshd: Double) {
-        (SSHServerFixture.cpuSeconds(of: serve.process.pid) ?? 0, sshd.liveServerCPUSeconds() ?? 0)
-    }
-    func threadCPU() -> Double {
-        var spec = timespec()
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &spec)
-        return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
+        (ProcessCPU.seconds(of: serve.process.pid), sshd.liveServerCPUSeconds() ?? 0)
     }
     /// `measured`: GNU time in front, for the client's peak (untimed runs only: it would add
     /// to this side's time and not the link's).
@@ -242,7 +237,7 @@ func downloadRow(mib: Int, rounds: Int, environment: [String: String]) throws {
         let target = directory.file("linked.bin")
         try? FileManager.default.removeItem(atPath: target)
         ProcessMemory.resetPeak(of: serve.process.pid)
-        let before = sides(), clientBefore = threadCPU()
+        let before = sides(), clientBefore = ProcessCPU.thisThread()
         let start = now()
         let (_, _, answer) = try mcp.post(#"{"jsonrpc":"2.0","id":\#(round + 1),"method":"tools/call","params":{"name":"sftp_download_link","arguments":{"host":"box","path":"\#(source)"}}}"#)
         let result = try JSONCoding.parse(Data(answer.utf8), source: "link")["result"]
@@ -280,7 +275,7 @@ func downloadRow(mib: Int, rounds: Int, environment: [String: String]) throws {
         }
         let wall = now() - start
         let after = sides()
-        cpu.link.append((after.serve - before.serve, after.sshd - before.sshd, threadCPU() - clientBefore))
+        cpu.link.append((after.serve - before.serve, after.sshd - before.sshd, ProcessCPU.thisThread() - clientBefore))
         peaks.link = max(peaks.link, ProcessMemory.peakMiB(of: serve.process.pid) ?? 0)
         guard body == size else { throw TermindError(code: "bench.link", message: "the link delivered \(body) of \(size) bytes") }
         return wall
