@@ -93,16 +93,16 @@ public enum JSONCoding {
     /// Parses `data` as JSON (RFC 8259, strictly: see `JSONParser`), reporting an error
     /// with its line and column. `source` names the input in the message
     /// ("Registry.json", "The request body for kernel.ping@1").
-    public static func parse(_ data: Data, source: String) throws -> JSONValue {
+    public static func parse(_ data: Data, source: @autoclosure () -> String) throws -> JSONValue {
         switch data.withUnsafeBytes({ JSONParser.result($0) }) {
         case .success(let value):
             return value
         case .failure(let error):
             if error.offset == 0 && data.isEmpty {
-                throw TermindError(.jsonMalformed, "\(source) is not valid JSON: the input is empty.")
+                throw TermindError(.jsonMalformed, "\(source()) is not valid JSON: the input is empty.")
             }
             let (line, column) = location(of: error.offset, in: data)
-            throw TermindError(.jsonMalformed, "\(source) is not valid JSON: \(error.reason) at line \(line), column \(column).")
+            throw TermindError(.jsonMalformed, "\(source()) is not valid JSON: \(error.reason) at line \(line), column \(column).")
         }
     }
 
