@@ -9,7 +9,7 @@ import XCTest
 /// behind them, and calls beyond the executor's queue are refused with `plugin.busy`.
 final class SlowPluginTests: XCTestCase {
     /// `slow.wait@1` blocks until the file named by "gate" exists (at most 60 s);
-    /// `slow.quick@1` answers at once.
+    /// `slow.quick@1` answers at once; `slow.echo@1` answers with its request.
     static let source = #"""
     #include "termind_plugin.h"
     #include <stdio.h>
@@ -18,6 +18,12 @@ final class SlowPluginTests: XCTestCase {
     static const termind_host_api *host;
     static char *copy_string(const char *s) { size_t n = strlen(s) + 1; char *c = host->alloc(n); memcpy(c, s, n); return c; }
     static int handle(const char *contract, const char *request, size_t length, char **reply) {
+        if (strcmp(contract, "slow.echo@1") == 0) {
+            *reply = host->alloc(length + 1);
+            memcpy(*reply, request, length);
+            (*reply)[length] = 0;
+            return TERMIND_OK;
+        }
         if (strcmp(contract, "slow.wait@1") == 0) {
             char *gate = host->json_string_field(request, "gate");
             for (int i = 0; gate != NULL && i < 12000 && access(gate, F_OK) != 0; i++) usleep(5000);
@@ -32,7 +38,7 @@ final class SlowPluginTests: XCTestCase {
     const termind_plugin_descriptor *termind_plugin_entry_v1(const termind_host_api *api) { host = api; return &descriptor; }
     """#
 
-    static let manifest = #"{"id": "slow", "version": "1.0.0", "abi": 1, "kind": "c", "library": "libslow.so", "contracts": ["slow.wait@1", "slow.quick@1"]}"#
+    static let manifest = #"{"id": "slow", "version": "1.0.0", "abi": 1, "kind": "c", "library": "libslow.so", "contracts": ["slow.wait@1", "slow.quick@1", "slow.echo@1"]}"#
 
     private var directory: TemporaryDirectory!
 
@@ -104,6 +110,47 @@ final class SlowPluginTests: XCTestCase {
     /// threads read the calls, run four, queue 64 and refuse the rest there.
     func testCallsBeyondTheBoundAreRefusedAsBusyAtOnceInThePluginsOwnProcess() async throws {
         try await callsBeyondTheBound(.process)
+    }
+
+    /// Quick calls from several tasks at once, while slow ones wait and then finish: in the
+    /// plugin's own process, where the replies come back over one socket in whatever order
+    /// the plugin's threads finish, each caller gets its own reply; and one caller alone after.
+    func testEveryCallerGetsItsOwnReplyFromThePluginsOwnProcess() async throws {
+        var configuration = KernelConfiguration(registryPath: nil, pluginDirectories: [directory.file("plugins")])
+        configuration.pluginIsolation = .process
+        let kernel = Kernel(configuration: configuration, sink: .disabled())
+        let statuses = try await kernel.boot()
+        XCTAssertEqual(statuses.first?.state, .running, statuses.first?.reason ?? "")
+        let gate = directory.file("gate")
+        let results = SlowResults()
+        let waitBody = waitBody(gate)
+        @Sendable func echoes(_ task: Int, _ count: Int) async {
+            for index in 0..<count {
+                let body = #"{"task": \#(task), "n": \#(index), "pad": "\#(String(repeating: "x", count: (task * 37 + index) % 300))"}"#
+                do {
+                    let reply = try await kernel.call("slow.echo@1", body: Data(body.utf8))
+                    results.add(try JSONCoding.parse(reply, source: "reply") == JSONCoding.parse(Data(body.utf8), source: "body") ? nil : "task \(task) call \(index) got \(String(decoding: reply, as: UTF8.self))")
+                } catch {
+                    results.add("task \(task) call \(index): \(error)")
+                }
+            }
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<3 {
+                group.addTask {
+                    do { _ = try await kernel.call("slow.wait@1", body: waitBody); results.add(nil) } catch { results.add("wait: \(error)") }
+                }
+            }
+            for task in 0..<6 { group.addTask { await echoes(task, 300) } }
+            try? await Task.sleep(nanoseconds: 200_000_000)
+            XCTAssertTrue(FileManager.default.createFile(atPath: gate, contents: Data()))
+            await group.waitForAll()
+        }
+        // One caller alone, after the slow ones.
+        await echoes(99, 200)
+        XCTAssertEqual(results.count, 3 + 6 * 300 + 200)
+        XCTAssertEqual(results.failures, [], "every caller got its own reply")
+        await kernel.shutdown()
     }
 
     private func callsBeyondTheBound(_ isolation: FeatureManifest.Isolation) async throws {

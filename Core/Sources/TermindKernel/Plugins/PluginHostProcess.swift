@@ -107,8 +107,8 @@ final class PluginHostServer: Sendable {
         }
     }
 
-    /// Reads all the socket holds (until `EAGAIN`: the epoll set is edge-triggered, so what
-    /// is left would wake no one) and handles each whole frame in order; calls are queued, and the oldest one that may run is returned to run on
+    /// Reads all the socket holds (until `EAGAIN` or a short read: the epoll set is
+    /// edge-triggered, so what is left would wake no one) and handles each whole frame in order; calls are queued, and the oldest one that may run is returned to run on
     /// this thread (counted as running) with an idle thread woken for any other. termind
     /// gone, or a frame out of bounds: exit.
     private func readFrames(_ served: Served) -> (@Sendable () -> Void)? {
@@ -131,6 +131,9 @@ final class PluginHostServer: Sendable {
                         var one: UInt64 = 1
                         _ = Glibc.write(wake, &one, 8)
                     }
+                    // A short read emptied the socket: no second recv to hear EAGAIN (a
+                    // system call per call); what arrives later is a new edge.
+                    if inbox.drained { more = false }
                 }
                 while true {
                     let next: [String: JSONValue]?

@@ -55,6 +55,10 @@ public enum PluginWire {
         private var bytes: [UInt8] = []
         private var start = 0
         private var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        /// Whether the last `recv` that took bytes in took fewer than it asked for: the socket
+        /// held no more at that moment, so a reader woken by an edge-triggered epoll set
+        /// need not ask again (the next arrival wakes a reader anyway).
+        private(set) var drained = false
 
         init(fd: Int32) { self.fd = fd }
 
@@ -74,6 +78,7 @@ public enum PluginWire {
                     start = 0
                 }
                 bytes.append(contentsOf: chunk[0..<n])
+                drained = n < chunk.count
                 return .bytes
             }
         }
