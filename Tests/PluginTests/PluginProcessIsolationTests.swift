@@ -222,6 +222,20 @@ final class PluginProcessIsolationTests: XCTestCase {
             *(volatile int *)16 = 1;
         } else if (strcmp(contract, "probe.spin@1") == 0) {
             for (;;) {}
+        } else if (strcmp(contract, "probe.forge@1") == 0) {
+            /* Replies of its own on the host's socket (standard input), for every call id
+               termind may have given this call, before the host's: a body that is not JSON. */
+            for (unsigned long id = 1; id <= 4096; id++) {
+                unsigned char frame[4 + 9 + 8] = {0, 0, 0, 17, 2};
+                for (int i = 0; i < 8; i++) frame[5 + i] = (unsigned char)(id >> (56 - 8 * i));
+                memcpy(frame + 13, "not json", 8);
+                if (write(0, frame, sizeof frame) != (ssize_t)sizeof frame) break;
+            }
+            ok = 1;
+        } else if (strcmp(contract, "probe.garble@1") == 0) {
+            /* A reply frame too short to hold its call's id. */
+            unsigned char frame[7] = {0, 0, 0, 3, 2, 0, 0};
+            ok = write(0, frame, sizeof frame) == (ssize_t)sizeof frame;
         }
         host->free(path);
         *reply = answer(ok);
@@ -290,6 +304,30 @@ final class PluginProcessIsolationTests: XCTestCase {
         }
         XCTAssertTrue(waitUntil(seconds: 10) { (try? probe("read", allowed + "/data.txt").ok) == true }, "the call after the restart succeeds")
         XCTAssertNoThrow(try client.call("kernel.ping@1", body: Data(#"{"payload": "x"}"#.utf8)))
+        XCTAssertEqual(server.stop(), 0)
+    }
+
+    /// The process speaks the frames' binary form too (a call's reply): what it sends is
+    /// still held to the reply's checks, and a frame that is not well formed ends it.
+    func testForgedAndMalformedFramesFromThePluginsProcessAreRefused() throws {
+        let contracts = ["read", "forge", "garble"].map { "\"probe.\($0)@1\"" }.joined(separator: ", ")
+        try CPluginCompiler.build(source: Self.probe, folder: directory.file("plugins/probe"), name: "probe",
+                                  manifest: #"{"id": "probe", "version": "1.0.0", "abi": 1, "kind": "c", "library": "libprobe.so", "isolation": "process", "contracts": [\#(contracts)]}"#)
+        let server = try ServeProcess(directory: directory, arguments: ["--plugins", directory.file("plugins")])
+        let client = try ControlClient(path: server.socketPath)
+        let body = Data(#"{"path": "/nonexistent"}"#.utf8)
+        XCTAssertNoThrow(try client.call("probe.read@1", body: body))
+        XCTAssertThrowsError(try client.call("probe.forge@1", body: body)) { error in
+            XCTAssertEqual((error as? TermindError)?.code, "plugin.bad_reply", "\(error)")
+            XCTAssertTrue((error as? TermindError)?.message.contains("is not valid JSON") ?? false, "\(error)")
+        }
+        // The forged replies for other ids reached no caller: the next call gets its own.
+        let next = try JSONCoding.parse(try client.call("probe.read@1", body: body), source: "reply")
+        XCTAssertEqual(next["errno"], .integer(Int64(ENOENT)))
+        XCTAssertThrowsError(try client.call("probe.garble@1", body: body)) { error in
+            XCTAssertEqual((error as? TermindError)?.code, "plugin.crashed", "\(error)")
+        }
+        XCTAssertTrue(waitUntil(seconds: 10) { (try? client.call("probe.read@1", body: body)) != nil }, "a new process answers")
         XCTAssertEqual(server.stop(), 0)
     }
 

@@ -136,12 +136,18 @@ final class PluginHostServer: Sendable {
                     if inbox.drained { more = false }
                 }
                 while true {
-                    let next: [String: JSONValue]?
+                    let next: PluginWire.Frame?
                     do { next = try inbox.buffered() } catch { exit(0) }
-                    guard let frame = next else { break }
+                    guard let next else { break }
+                    let frame: [String: JSONValue]
+                    switch next {
+                    case .call(let id, let contract, let origin, let body):
+                        if call(id, contract, origin, body, served) { queuedAny = true }
+                        continue
+                    case .reply: continue  // termind sends none
+                    case .object(let object): frame = object
+                    }
                     switch frame["op"]?.stringValue {
-                    case "call":
-                        if call(frame, served) { queuedAny = true }
                     case "stream": stream(frame, served.streams)
                     case "to-stream":
                         if case .integer(let id)? = frame["id"], case .object(let message)? = frame["message"] {
@@ -172,6 +178,11 @@ final class PluginHostServer: Sendable {
 
     func send(_ object: [String: JSONValue]) {
         writing.withLock { _ in _ = PluginWire.write(fd, object) }
+    }
+
+    /// A call's successful reply, as a binary frame.
+    func sendReply(_ id: Int64, _ body: Data) {
+        writing.withLock { _ in _ = PluginWire.writeReply(fd, id: id, body: body) }
     }
 
     func run() -> Int32 {
@@ -222,19 +233,17 @@ final class PluginHostServer: Sendable {
 
     /// A contract call: for a C plugin, queued for a call thread (true), or refused as busy;
     /// anything else runs as a task.
-    private func call(_ frame: [String: JSONValue], _ served: Served) -> Bool {
-        guard case .integer(let id)? = frame["id"], let name = frame["contract"]?.stringValue else { return false }
+    private func call(_ id: Int64, _ name: String, _ origin: CallOrigin, _ request: Data, _ served: Served) -> Bool {
         guard let endpoint = served.contracts[name] else {
             send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(TermindError.unknownContract(name))])
             return false
         }
-        let body = Data((frame["body"]?.stringValue ?? "{}").utf8)
-        let origin = PluginWire.origin(frame["origin"])
+        let body = request
         guard let plugin = served.plugin else {
             Task {
                 do {
                     let reply = try await endpoint.handler(body, origin)
-                    send(["op": .string("reply"), "id": .integer(id), "body": .string(String(decoding: reply, as: UTF8.self))])
+                    sendReply(id, reply)
                 } catch {
                     send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(error)])
                 }
@@ -245,7 +254,7 @@ final class PluginHostServer: Sendable {
         let job: @Sendable () -> Void = { [self] in
             do {
                 let reply = try plugin.blockingCall(name, body: body, origin: origin)
-                send(["op": .string("reply"), "id": .integer(id), "body": .string(String(decoding: reply, as: UTF8.self))])
+                sendReply(id, reply)
             } catch {
                 send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(error)])
             }
@@ -287,7 +296,7 @@ final class PluginHostServer: Sendable {
             session.finish()
             sessions.withLock { $0[id] = nil }
             switch outcome {
-            case .success(let reply): send(["op": .string("reply"), "id": .integer(id), "body": .string(String(decoding: reply, as: UTF8.self))])
+            case .success(let reply): sendReply(id, reply)
             case .failure(let error): send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(error)])
             }
         }

@@ -2,14 +2,31 @@ import Foundation
 import TermindCore
 
 /// The frames termind and a plugin's own process (`termind-plugin-host`) exchange over their
-/// socketpair: a 4-byte big-endian length, then one JSON object of that many bytes. Binary
-/// data travels base64 in a field. Both ends read on a thread of their own and write whole
-/// frames under a lock, so frames never interleave.
+/// socketpair: a 4-byte big-endian length, then that many bytes: one JSON object, or (for a
+/// contract call and its successful reply, the frames every call pays for) a tag byte and
+/// fixed fields, with the body as raw bytes rather than a JSON string inside JSON:
+///
+///     call:  0x01, id (8 bytes, big-endian), contract length (2), contract,
+///            caller chain length (4), caller chain (JSON, `chain`; none: in process), body
+///     reply: 0x02, id (8 bytes), body
+///
+/// Binary data of streams travels base64 in a field. Both ends read on a thread of their own
+/// and write whole frames under a lock, so frames never interleave.
 public enum PluginWire {
     /// A reply may be 4 MiB of JSON (the reply bound), plus its envelope and base64.
     static let maximumFrame = 8 << 20
 
     struct Closed: Error {}
+
+    static let callTag: UInt8 = 0x01
+    static let replyTag: UInt8 = 0x02
+
+    /// A frame as read: a JSON object, or one of the two binary frames.
+    enum Frame {
+        case object([String: JSONValue])
+        case call(id: Int64, contract: String, origin: CallOrigin, body: Data)
+        case reply(id: Int64, body: Data)
+    }
 
     /// Writes one frame; false when the other end is gone.
     static func write(_ fd: Int32, _ object: [String: JSONValue]) -> Bool {
@@ -18,6 +35,44 @@ public enum PluginWire {
         var frame: [UInt8] = [0, 0, 0, 0]
         frame.reserveCapacity(256)
         serialize(.object(object), into: &frame)
+        return send(fd, &frame)
+    }
+
+    /// Writes a contract call (binary: `call` above); false when the other end is gone.
+    static func writeCall(_ fd: Int32, id: Int64, contract: String, origin: CallOrigin, body: Data) -> Bool {
+        var frame: [UInt8] = [0, 0, 0, 0, callTag]
+        frame.reserveCapacity(32 + contract.utf8.count + body.count)
+        append(id, bytes: 8, to: &frame)
+        let name = Array(contract.utf8.prefix(Int(UInt16.max)))
+        append(Int64(name.count), bytes: 2, to: &frame)
+        frame.append(contentsOf: name)
+        var chain: [UInt8] = []
+        if !origin.chain.isEmpty { serialize(Self.chain(origin), into: &chain) }
+        append(Int64(chain.count), bytes: 4, to: &frame)
+        frame.append(contentsOf: chain)
+        frame.append(contentsOf: body)
+        return send(fd, &frame)
+    }
+
+    /// Writes a call's successful reply (binary: `reply` above); false when the other end is gone.
+    static func writeReply(_ fd: Int32, id: Int64, body: Data) -> Bool {
+        var frame: [UInt8] = [0, 0, 0, 0, replyTag]
+        frame.reserveCapacity(13 + body.count)
+        append(id, bytes: 8, to: &frame)
+        frame.append(contentsOf: body)
+        return send(fd, &frame)
+    }
+
+    private static func append(_ value: Int64, bytes: Int, to frame: inout [UInt8]) {
+        for shift in stride(from: (bytes - 1) * 8, through: 0, by: -8) { frame.append(UInt8(truncatingIfNeeded: value >> Int64(shift))) }
+    }
+
+    private static func integer(_ bytes: ArraySlice<UInt8>) -> Int64 {
+        bytes.reduce(0) { $0 << 8 | Int64($1) }
+    }
+
+    /// Fills in the length of `frame` (its first four bytes) and sends it whole.
+    private static func send(_ fd: Int32, _ frame: inout [UInt8]) -> Bool {
         let length = frame.count - 4
         guard length <= maximumFrame else { return false }
         frame[0] = UInt8(truncatingIfNeeded: length >> 24)
@@ -84,30 +139,61 @@ public enum PluginWire {
         }
 
         /// The next whole frame already received, nil when more bytes are needed; throws
-        /// `Closed` on a frame out of bounds or not a JSON object.
-        mutating func buffered() throws -> [String: JSONValue]? {
+        /// `Closed` on a frame out of bounds, or neither a JSON object nor a well-formed
+        /// binary frame.
+        mutating func buffered() throws -> Frame? {
             let available = bytes.count - start
             guard available >= 4 else { return nil }
             let length = Int(UInt32(bytes[start]) << 24 | UInt32(bytes[start + 1]) << 16 | UInt32(bytes[start + 2]) << 8 | UInt32(bytes[start + 3]))
             guard length > 0, length <= maximumFrame else { throw Closed() }
             guard available >= 4 + length else { return nil }
-            let body = Data(bytes[(start + 4)..<(start + 4 + length)])
+            let range = (start + 4)..<(start + 4 + length)
             start += 4 + length
-            if start == bytes.count {
-                bytes.removeAll(keepingCapacity: bytes.capacity <= 1 << 20)
-                start = 0
+            defer {
+                if start == bytes.count {
+                    bytes.removeAll(keepingCapacity: bytes.capacity <= 1 << 20)
+                    start = 0
+                }
             }
-            guard case .object(let object) = try? JSONCoding.parse(body, source: "a plugin frame") else { throw Closed() }
-            return object
+            let frame = bytes[range]
+            switch frame.first {
+            case replyTag:
+                guard frame.count >= 9 else { throw Closed() }
+                return .reply(id: integer(frame.dropFirst().prefix(8)), body: Data(frame.dropFirst(9)))
+            case callTag:
+                guard frame.count >= 15 else { throw Closed() }
+                let id = integer(frame.dropFirst().prefix(8))
+                let nameLength = Int(integer(frame.dropFirst(9).prefix(2)))
+                guard frame.count >= 15 + nameLength else { throw Closed() }
+                let name = frame.dropFirst(11).prefix(nameLength)
+                let chainLength = Int(integer(frame.dropFirst(11 + nameLength).prefix(4)))
+                guard frame.count >= 15 + nameLength + chainLength, let contract = String(validating: name, as: UTF8.self) else { throw Closed() }
+                var origin = CallOrigin.inProcess
+                if chainLength > 0 {
+                    let chain = Data(frame.dropFirst(15 + nameLength).prefix(chainLength))
+                    guard let value = try? JSONCoding.parse(chain, source: "a plugin frame") else { throw Closed() }
+                    origin = PluginWire.origin(value)
+                }
+                return .call(id: id, contract: contract, origin: origin, body: Data(frame.dropFirst(15 + nameLength + chainLength)))
+            default:
+                guard case .object(let object) = try? JSONCoding.parse(Data(frame), source: "a plugin frame") else { throw Closed() }
+                return .object(object)
+            }
         }
 
         /// The next frame, blocking until it has arrived; throws `Closed` at the end of the
-        /// stream or on a frame that is not a JSON object within the bound.
-        mutating func next() throws -> [String: JSONValue] {
+        /// stream or on a frame out of bounds or malformed.
+        mutating func nextFrame() throws -> Frame {
             while true {
                 if let frame = try buffered() { return frame }
                 guard case .bytes = receive(wait: true) else { throw Closed() }
             }
+        }
+
+        /// The next frame, which must be a JSON object (while loading, nothing else is sent).
+        mutating func next() throws -> [String: JSONValue] {
+            guard case .object(let object) = try nextFrame() else { throw Closed() }
+            return object
         }
     }
 

@@ -227,7 +227,7 @@ final class PluginChild: Sendable {
 
     struct Calls {
         var next: Int64 = 0
-        var replies: [Int64: CheckedContinuation<[String: JSONValue], any Error>] = [:]
+        var replies: [Int64: CheckedContinuation<PluginWire.Frame, any Error>] = [:]
         var streams: [Int64: AsyncStream<[String: JSONValue]>.Continuation] = [:]
         /// Event bytes of each stream received but not yet passed on, and its questions
         /// waiting for answers: bounded, a child past them is ended.
@@ -339,7 +339,7 @@ final class PluginChild: Sendable {
                     _ = child.reap()
                     continuation.resume(returning: .failure(error))
                 }
-                var frames = PluginWire.Reader(fd: child.fd)
+                var frames = PluginWire.Reader(fd: child.fd)  // JSON frames while loading
                 guard child.write(loadFrame), let first = try? frames.next(), first["op"] == .string("sandboxed") else {
                     return failed(TermindError(.featureStartFailed, "plugin '\(manifest.id)': its process ended or did not answer while loading."))
                 }
@@ -366,15 +366,19 @@ final class PluginChild: Sendable {
 
     /// Reads the child's frames until it goes away, then fails what was in flight.
     private func readLoop(_ frames: consuming PluginWire.Reader, onEnd: @escaping @Sendable (PluginChild, String) -> Void) {
-        while let frame = try? frames.next() {
+        while let next = try? frames.nextFrame() {
+            let frame: [String: JSONValue]
+            switch next {
+            case .reply(let call, _):
+                resume(call, next)
+                continue
+            case .call: continue  // a child sends none
+            case .object(let object): frame = object
+            }
             guard case .integer(let call)? = frame["id"] else { continue }
             switch frame["op"]?.stringValue {
             case "reply":
-                let waiting = calls.withLock { calls in
-                    calls.due[call] = nil
-                    return calls.replies.removeValue(forKey: call)
-                }
-                waiting?.resume(returning: frame)
+                resume(call, next)
             case "event":
                 // Bounded: a child that sends past its window, or asks without waiting for
                 // answers, is ended.
@@ -406,6 +410,15 @@ final class PluginChild: Sendable {
         onEnd(self, overdue.isEmpty ? reason : "it did not answer within its deadline")
         for (call, reply) in replies { reply.resume(throwing: overdue[call] ?? failure) }
         for stream in streams { stream.finish() }
+    }
+
+    /// Hands a reply to its caller (none: a call that already ended).
+    private func resume(_ call: Int64, _ reply: PluginWire.Frame) {
+        let waiting = calls.withLock { calls in
+            calls.due[call] = nil
+            return calls.replies.removeValue(forKey: call)
+        }
+        waiting?.resume(returning: reply)
     }
 
     /// Ends the child: killed, its socket shut down both ways (a descendant holding it
@@ -444,8 +457,12 @@ final class PluginChild: Sendable {
     /// Writes a frame; a child that does not take it within `writeTimeout` is ended.
     @discardableResult
     private func write(_ object: [String: JSONValue]) -> Bool {
+        send { PluginWire.write($0, object) }
+    }
+
+    private func send(_ frame: (Int32) -> Bool) -> Bool {
         guard isAlive else { return false }
-        let written = writing.withLock { _ in PluginWire.write(fd, object) }
+        let written = writing.withLock { _ in frame(fd) }
         if !written { end() }
         return written
     }
@@ -500,7 +517,11 @@ final class PluginChild: Sendable {
     }
 
     private func reply(_ call: Int64, sending frame: [String: JSONValue], afterSending: @Sendable () -> Void = {}) async throws -> Data {
-        let answer = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[String: JSONValue], any Error>) in
+        try await reply(call, send: { [self] in write(frame) }, afterSending: afterSending)
+    }
+
+    private func reply(_ call: Int64, send: () -> Bool, afterSending: @Sendable () -> Void = {}) async throws -> Data {
+        let answer = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<PluginWire.Frame, any Error>) in
             let failed: TermindError? = calls.withLock { calls in
                 if let ended = calls.ended { return ended }
                 calls.replies[call] = continuation
@@ -508,14 +529,19 @@ final class PluginChild: Sendable {
             }
             if let failed { return continuation.resume(throwing: failed) }
             // A child that stops reading is ended by the write's timeout, and so the call ends.
-            if write(frame) {
+            if send() {
                 afterSending()
             } else if let waiting = calls.withLock({ $0.replies.removeValue(forKey: call) }) {
                 waiting.resume(throwing: TermindError(.pluginCrashed, "plugin '\(id)' went away before the call was sent."))
             }
         }
-        if let error = answer["error"] { throw PluginWire.decode(error, plugin: id) }
-        return Data((answer["body"]?.stringValue ?? "").utf8)
+        switch answer {
+        case .reply(_, let body): return body
+        case .object(let answer):
+            if let error = answer["error"] { throw PluginWire.decode(error, plugin: id) }
+            return Data((answer["body"]?.stringValue ?? "").utf8)
+        case .call: throw PluginWire.decode(nil, plugin: id)
+        }
     }
 
     func call(_ contract: String, _ request: Data, _ origin: CallOrigin) async throws -> Data {
@@ -523,8 +549,7 @@ final class PluginChild: Sendable {
         // A C call cannot be interrupted: past its deadline the process is ended.
         calls.withLock { $0.due[call] = (ContinuousClock.now + deadline, contract) }
         defer { calls.withLock { $0.due[call] = nil } }
-        return try await reply(call, sending: ["op": .string("call"), "id": .integer(call), "contract": .string(contract),
-                                               "body": .string(String(decoding: request, as: UTF8.self)), "origin": PluginWire.chain(origin)])
+        return try await reply(call, send: { [self] in send { PluginWire.writeCall($0, id: call, contract: contract, origin: origin, body: request) } })
     }
 
     /// Runs a stream in the child: its events and questions reach `session`'s client, its
