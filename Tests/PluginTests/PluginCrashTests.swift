@@ -135,4 +135,19 @@ final class PluginCrashTests: XCTestCase {
         XCTAssertEqual(link["id"], .string("uid \(getuid())"))
         XCTAssertTrue(link["detail"]?.stringValue?.hasPrefix("pid \(getpid())") == true, "\(reply)")
     }
+
+    /// In the plugin's own process `call_chain` says the same (the chain crosses as the text
+    /// termind wrote, untouched).
+    func testThePluginReadsWhoACallIsForInItsOwnProcessToo() throws {
+        let manifest = #"{"id": "stale", "version": "1.0.0", "abi": 1, "kind": "c", "library": "libstale.so", "isolation": "process", "contracts": ["stale.poke@1", "stale.chain@1"], "streams": ["stale.keep@1"]}"#
+        try CPluginCompiler.build(source: Self.staleSource, folder: directory.file("stale/stale"), name: "stale", manifest: manifest)
+        let server = try ServeProcess(directory: directory, arguments: ["--registry", directory.file("Registry.json"), "--plugins", directory.file("stale")])
+        defer { server.stop() }
+        let reply = try JSONCoding.parse(try ControlClient(path: server.socketPath).call("stale.chain@1", body: Data("{}".utf8)), source: "chain")
+        XCTAssertEqual(reply["chain"]?.arrayValue?.count, 1, "\(reply)")
+        let link = try XCTUnwrap(reply["chain"]?.arrayValue?.first)
+        XCTAssertEqual(link["kind"], .string("client"))
+        XCTAssertEqual(link["id"], .string("uid \(getuid())"))
+        XCTAssertTrue(link["detail"]?.stringValue?.hasPrefix("pid \(getpid())") == true, "\(reply)")
+    }
 }

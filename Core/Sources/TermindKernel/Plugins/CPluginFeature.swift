@@ -189,14 +189,16 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     /// A contract or function call run on the calling thread, start to end, with the same
     /// checks as the endpoints (request schema, status mapping, reply bound and schema):
     /// what `termind-plugin-host` runs on its own call threads, with no task or executor hop.
-    func blockingCall(_ text: String, body: Data, origin: CallOrigin) throws -> Data {
+    /// `chain` is the caller chain as `PluginWire.chain` writes it (empty: in process): read
+    /// only by `call_chain`, so it is passed on as text, never parsed here.
+    func blockingCall(_ text: String, body: Data, chain: Data) throws -> Data {
         let id = manifest.id
         if let (contract, function) = functionsByContract[text] {
             return try Self.functionReply(try function.call(try Self.functionArguments(body, contract)))
         }
         guard let schemas = contractSchemas[text], let handler = descriptor.pointee.handle else { throw TermindError.unknownContract(text) }
         let request = try Self.checked(body, schemas.request, text)
-        let (reply, parsed) = try Self.serving(origin) {
+        let (reply, parsed) = try Self.serving(chain: chain.isEmpty ? "[]" : String(decoding: chain, as: UTF8.self)) {
             try invoke(text, body: request) { name, request, length, reply in handler(name, request, length, reply) }
         }
         let replyProblems = schemas.response.problems(in: parsed)
@@ -225,7 +227,10 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     /// Runs `body` (a call into the plugin, on its thread) with `origin` as the chain the
     /// host table's `call_chain` answers.
     static func serving<T>(_ origin: CallOrigin, _ body: () throws -> T) rethrows -> T {
-        let text = (try? JSONCoding.encode(PluginWire.chain(origin))).map { String(decoding: $0, as: UTF8.self) }
+        try serving(chain: PluginWire.text(PluginWire.chain(origin)), body)
+    }
+
+    static func serving<T>(chain text: String, _ body: () throws -> T) rethrows -> T {
         Thread.current.threadDictionary[chainKey] = text
         defer { Thread.current.threadDictionary[chainKey] = nil }
         return try body()

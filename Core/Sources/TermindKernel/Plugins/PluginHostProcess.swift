@@ -141,8 +141,8 @@ final class PluginHostServer: Sendable {
                     guard let next else { break }
                     let frame: [String: JSONValue]
                     switch next {
-                    case .call(let id, let contract, let origin, let body):
-                        if call(id, contract, origin, body, served) { queuedAny = true }
+                    case .call(let id, let contract, let chain, let body):
+                        if call(id, contract, chain, body, served) { queuedAny = true }
                         continue
                     case .reply: continue  // termind sends none
                     case .object(let object): frame = object
@@ -233,13 +233,14 @@ final class PluginHostServer: Sendable {
 
     /// A contract call: for a C plugin, queued for a call thread (true), or refused as busy;
     /// anything else runs as a task.
-    private func call(_ id: Int64, _ name: String, _ origin: CallOrigin, _ request: Data, _ served: Served) -> Bool {
+    private func call(_ id: Int64, _ name: String, _ chain: Data, _ request: Data, _ served: Served) -> Bool {
         guard let endpoint = served.contracts[name] else {
             send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(TermindError.unknownContract(name))])
             return false
         }
         let body = request
         guard let plugin = served.plugin else {
+            let origin = chain.isEmpty ? CallOrigin.inProcess : PluginWire.origin(try? JSONCoding.parse(chain, source: "the caller chain"))
             Task {
                 do {
                     let reply = try await endpoint.handler(body, origin)
@@ -253,7 +254,7 @@ final class PluginHostServer: Sendable {
         // On the thread that read it (or the next free one), start to end: no task hop.
         let job: @Sendable () -> Void = { [self] in
             do {
-                let reply = try plugin.blockingCall(name, body: body, origin: origin)
+                let reply = try plugin.blockingCall(name, body: body, chain: chain)
                 sendReply(id, reply)
             } catch {
                 send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(error)])

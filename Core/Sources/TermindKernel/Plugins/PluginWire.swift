@@ -24,7 +24,8 @@ public enum PluginWire {
     /// A frame as read: a JSON object, or one of the two binary frames.
     enum Frame {
         case object([String: JSONValue])
-        case call(id: Int64, contract: String, origin: CallOrigin, body: Data)
+        /// `chain`: the caller chain's JSON as `chain` wrote it, unparsed (empty: in process).
+        case call(id: Int64, contract: String, chain: Data, body: Data)
         case reply(id: Int64, body: Data)
     }
 
@@ -168,13 +169,8 @@ public enum PluginWire {
                 let name = frame.dropFirst(11).prefix(nameLength)
                 let chainLength = Int(integer(frame.dropFirst(11 + nameLength).prefix(4)))
                 guard frame.count >= 15 + nameLength + chainLength, let contract = String(validating: name, as: UTF8.self) else { throw Closed() }
-                var origin = CallOrigin.inProcess
-                if chainLength > 0 {
-                    let chain = Data(frame.dropFirst(15 + nameLength).prefix(chainLength))
-                    guard let value = try? JSONCoding.parse(chain, source: "a plugin frame") else { throw Closed() }
-                    origin = PluginWire.origin(value)
-                }
-                return .call(id: id, contract: contract, origin: origin, body: Data(frame.dropFirst(15 + nameLength + chainLength)))
+                return .call(id: id, contract: contract, chain: Data(frame.dropFirst(15 + nameLength).prefix(chainLength)),
+                             body: Data(frame.dropFirst(15 + nameLength + chainLength)))
             default:
                 guard case .object(let object) = try? JSONCoding.parse(Data(frame), source: "a plugin frame") else { throw Closed() }
                 return .object(object)
