@@ -199,7 +199,18 @@ public final class Database: @unchecked Sendable {
     /// Runs `sql` (lock held); with `readOnlyOnly`, nil instead of running a statement that
     /// would write or that belongs on the writer (`Self.writerOnly`).
     func run(_ sql: String, _ bindings: [any SQLBindable], readOnlyOnly: Bool) throws -> [Row]? {
-        if readOnlyOnly && Self.writerOnly(sql) { return nil }
+        if readOnlyOnly {
+            // The verdict is the text's alone: worked out once per statement text.
+            let writer: Bool
+            if let known = writerOnlyVerdicts[sql] {
+                writer = known
+            } else {
+                writer = Self.writerOnly(sql)
+                if writerOnlyVerdicts.count >= Self.statementCacheLimit { writerOnlyVerdicts.removeAll() }
+                writerOnlyVerdicts[sql] = writer
+            }
+            if writer { return nil }
+        }
         let statement = try prepared(sql)
         if readOnlyOnly && sqlite3_stmt_readonly(statement) == 0 {
             if statements[sql] != statement { sqlite3_finalize(statement) }
@@ -252,6 +263,7 @@ public final class Database: @unchecked Sendable {
     /// How many prepared statements a connection keeps.
     public static let statementCacheLimit = 128
     private var statements: [String: OpaquePointer] = [:]
+    private var writerOnlyVerdicts: [String: Bool] = [:]
 
     /// The statement for `sql`, from the cache or prepared now (lock held).
     private func prepared(_ sql: String) throws -> OpaquePointer {

@@ -116,12 +116,22 @@ struct HostRepository: Sendable {
         return ids
     }
 
+    /// A stored list of strings (tags, a route), as JSONEncoder wrote it before: the same text.
     static func json(_ values: [String]) throws -> String {
-        String(decoding: try JSONCoding.encode(values), as: UTF8.self)
+        String(decoding: try JSONCoding.encode(JSONValue.array(values.map(JSONValue.string))), as: UTF8.self)
     }
 
+    /// A stored list of strings; none when the text is not a JSON array of strings. (Read
+    /// for every host listed: the parser, not a JSONDecoder made per row.)
     static func strings(_ text: String?) -> [String] {
-        text.flatMap { try? JSONDecoder().decode([String].self, from: Data($0.utf8)) } ?? []
+        guard let text, case .array(let items)? = try? JSONCoding.parse(Data(text.utf8), source: "a stored list") else { return [] }
+        var strings: [String] = []
+        strings.reserveCapacity(items.count)
+        for item in items {
+            guard case .string(let value) = item else { return [] }
+            strings.append(value)
+        }
+        return strings
     }
 
     static func record(_ row: Row) throws -> HostRecord {
