@@ -1,5 +1,7 @@
 import Foundation
+import Synchronization
 import TermindCore
+import TermindHarness
 import TermindKernel
 import XCTest
 
@@ -22,6 +24,39 @@ final class BlockingExecutorTests: XCTestCase {
     /// executor's thread and a dedicated thread (started from that pool, so carrying its
     /// name) are not. Without this, a toolchain naming its workers otherwise would turn every
     /// serve test's check into a no-op.
+    /// A thread-local value is the setting thread's alone, a replaced value is released,
+    /// and a thread's value is released when the thread ends.
+    func testAThreadLocalValueIsEachThreadsOwnAndReleasedWithIt() throws {
+        final class Tracked: @unchecked Sendable {
+            static let alive = NSLock()
+            nonisolated(unsafe) static var count = 0
+            let name: String
+            init(_ name: String) { self.name = name; Self.alive.withLock { Self.count += 1 } }
+            deinit { Self.alive.withLock { Self.count -= 1 } }
+        }
+        let local = ThreadLocal<Tracked>()
+        XCTAssertNil(local.value)
+        local.value = Tracked("here")
+        local.value = Tracked("replaced")
+        XCTAssertEqual(Tracked.alive.withLock { Tracked.count }, 1, "the replaced value was released")
+        // (A synchronous test: an async one may resume on another thread.)
+        let done = DispatchSemaphore(value: 0)
+        let seen = Mutex<[String?]>([])
+        Thread.named("termind.test.local") {
+            let before = local.value?.name
+            local.value = Tracked("there")
+            seen.withLock { $0 = [before, local.value?.name] }
+            done.signal()
+        }.start()
+        done.wait()
+        XCTAssertEqual(seen.withLock { $0 }, [nil, "there"], "another thread starts with none and keeps its own")
+        XCTAssertEqual(local.value?.name, "replaced")
+        // The other thread ended: its value goes with it.
+        XCTAssertTrue(waitUntil(seconds: 5) { Tracked.alive.withLock { Tracked.count } == 1 }, "the ended thread's value was released")
+        local.value = nil
+        XCTAssertEqual(Tracked.alive.withLock { Tracked.count }, 0)
+    }
+
     func testTheBlockingCheckKnowsThePoolFromExecutorAndDedicatedThreads() async throws {
         let onPool = await Task.detached { BlockingCheck.offendingThread }.value
         XCTAssertNotNil(onPool, "a detached task runs on a worker of the cooperative pool")

@@ -37,18 +37,18 @@ public enum BlockingCheck {
     /// task executor's), where blocking is its purpose: a thread started from a worker of the
     /// pool carries the worker's name, so the name alone cannot tell.
     public static func dedicatedThread() {
-        Thread.current.threadDictionary[poolKey] = ""
+        poolNames.value = ThreadLocalBox("")
     }
 
-    private static let poolKey = "termind.blocking-check.pool"
+    /// This thread's name if it is a worker of the pool, "" if not (once known).
+    private static let poolNames = ThreadLocal<ThreadLocalBox<String>>()
 
     /// The name of this thread when it is one of libdispatch's workers (read once per thread).
     static func poolThreadName() -> String? {
-        let key = poolKey
-        if let known = Thread.current.threadDictionary[key] as? String { return known.isEmpty ? nil : known }
+        if let known = poolNames.value?.value { return known.isEmpty ? nil : known }
         let name = ((try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
         let pool = name.hasSuffix("-qos") || name.hasSuffix("qos.overcommit") || name.hasPrefix("com.apple.root")
-        Thread.current.threadDictionary[key] = pool ? name : ""
+        poolNames.value = ThreadLocalBox(pool ? name : "")
         return pool ? name : nil
     }
 

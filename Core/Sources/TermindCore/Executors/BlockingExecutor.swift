@@ -127,20 +127,20 @@ public final class BlockingExecutor: Sendable {
 
     /// The job this thread runs now.
     private static var currentToken: CancellationToken? {
-        get { Thread.current.threadDictionary[tokenKey] as? CancellationToken }
-        set { Thread.current.threadDictionary[tokenKey] = newValue }
+        get { tokens.value }
+        set { tokens.value = newValue }
     }
-    private static let tokenKey = "termind.blocking-executor.job"
+    private static let tokens = ThreadLocal<CancellationToken>()
 
     /// The name of the executor whose thread runs the caller, or nil (a cooperative-pool
     /// thread, the main thread): lets code and tests check where blocking work runs.
     public static var currentExecutorName: String? {
-        Thread.current.threadDictionary[threadKey] as? String
+        names.value?.value
     }
-    private static let threadKey = "termind.blocking-executor"
+    private static let names = ThreadLocal<ThreadLocalBox<String>>()
 
     private func work() {
-        Thread.current.threadDictionary[Self.threadKey] = name
+        Self.names.value = ThreadLocalBox(name)
         while true {
             var waited = false
             let next: Job? = queue.wait { q, timedOut in

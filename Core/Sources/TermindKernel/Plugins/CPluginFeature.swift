@@ -221,9 +221,6 @@ final class CPluginFeature: Feature, @unchecked Sendable {
         }
     }
 
-    /// Where `call_chain` finds the chain of the call the plugin's thread serves.
-    static let chainKey = "termind.plugin.chain"
-
     /// Runs `body` (a call into the plugin, on its thread) with `origin` as the chain the
     /// host table's `call_chain` answers.
     static func serving<T>(_ origin: CallOrigin, _ body: () throws -> T) rethrows -> T {
@@ -231,10 +228,12 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     }
 
     static func serving<T>(chain text: String, _ body: () throws -> T) rethrows -> T {
-        Thread.current.threadDictionary[chainKey] = text
-        defer { Thread.current.threadDictionary[chainKey] = nil }
+        chains.value = ThreadLocalBox(text)
+        defer { chains.value = nil }
         return try body()
     }
+    /// Where `call_chain` finds the chain of the call the plugin's thread serves.
+    static let chains = ThreadLocal<ThreadLocalBox<String>>()
 
     /// Runs `handle_stream` for `stream` on one of the plugin's threads; the plugin talks
     /// back through the host table's stream_* calls (CStreamContext).
@@ -392,7 +391,7 @@ final class CPluginHost: @unchecked Sendable {
             return context.session.isCancelled ? 1 : 0
         }
         table.pointee.call_chain = {
-            guard let chain = Thread.current.threadDictionary[CPluginFeature.chainKey] as? String else { return nil }
+            guard let chain = CPluginFeature.chains.value?.value else { return nil }
             return strdup(chain)
         }
         // The table outlives every call; keep the context alive with it.
