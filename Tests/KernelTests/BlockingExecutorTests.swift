@@ -20,10 +20,6 @@ final class BlockingExecutorTests: XCTestCase {
         XCTAssertEqual(onExecutor, "termind.probe")
     }
 
-    /// The blocking check can fire: a task on Swift's pool is an offending thread, an
-    /// executor's thread and a dedicated thread (started from that pool, so carrying its
-    /// name) are not. Without this, a toolchain naming its workers otherwise would turn every
-    /// serve test's check into a no-op.
     /// A thread-local value is the setting thread's alone, a replaced value is released,
     /// and a thread's value is released when the thread ends.
     func testAThreadLocalValueIsEachThreadsOwnAndReleasedWithIt() throws {
@@ -57,6 +53,10 @@ final class BlockingExecutorTests: XCTestCase {
         XCTAssertEqual(Tracked.alive.withLock { Tracked.count }, 0)
     }
 
+    /// The blocking check can fire: a task on Swift's pool is an offending thread, an
+    /// executor's thread and a dedicated thread (started from that pool, so carrying its
+    /// name) are not. Without this, a toolchain naming its workers otherwise would turn every
+    /// serve test's check into a no-op.
     func testTheBlockingCheckKnowsThePoolFromExecutorAndDedicatedThreads() async throws {
         let onPool = await Task.detached { BlockingCheck.offendingThread }.value
         XCTAssertNotNil(onPool, "a detached task runs on a worker of the cooperative pool")

@@ -79,9 +79,12 @@ final class PluginCrashTests: XCTestCase {
         if (strcmp(contract, "stale.chain@1") == 0) {
             /* Who this call is for, as the host says. */
             char *chain = TERMIND_HOST_HAS(host, call_chain) ? host->call_chain() : NULL;
-            size_t n = (chain ? strlen(chain) : 4) + 16;
+            /* The same text for the same chain: keys in order. */
+            const char *d = chain ? strstr(chain, "\"detail\"") : NULL, *i = chain ? strstr(chain, "\"id\"") : NULL, *k = chain ? strstr(chain, "\"kind\"") : NULL;
+            int ordered = d && i && k && d < i && i < k;
+            size_t n = (chain ? strlen(chain) : 4) + 32;
             char *text = host->alloc(n);
-            snprintf(text, n, "{\"chain\": %s}", chain ? chain : "null");
+            snprintf(text, n, "{\"chain\": %s, \"ordered\": %d}", chain ? chain : "null", ordered);
             host->free(chain);
             *reply = text;
             return TERMIND_OK;
@@ -134,6 +137,7 @@ final class PluginCrashTests: XCTestCase {
         XCTAssertEqual(link["kind"], .string("client"))
         XCTAssertEqual(link["id"], .string("uid \(getuid())"))
         XCTAssertTrue(link["detail"]?.stringValue?.hasPrefix("pid \(getpid())") == true, "\(reply)")
+        XCTAssertEqual(reply["ordered"], .integer(1), "call_chain's keys are sorted: \(reply)")
     }
 
     /// In the plugin's own process `call_chain` says the same (the chain crosses as the text
@@ -149,5 +153,6 @@ final class PluginCrashTests: XCTestCase {
         XCTAssertEqual(link["kind"], .string("client"))
         XCTAssertEqual(link["id"], .string("uid \(getuid())"))
         XCTAssertTrue(link["detail"]?.stringValue?.hasPrefix("pid \(getpid())") == true, "\(reply)")
+        XCTAssertEqual(reply["ordered"], .integer(1), "call_chain's keys are sorted: \(reply)")
     }
 }

@@ -25,7 +25,13 @@ public final class ThreadLocal<Value: AnyObject>: @unchecked Sendable {
         get { pthread_getspecific(key).map { Unmanaged<Value>.fromOpaque($0).takeUnretainedValue() } }
         set {
             let old = pthread_getspecific(key)
-            pthread_setspecific(key, newValue.map { Unmanaged.passRetained($0).toOpaque() })
+            let new = newValue.map { Unmanaged.passRetained($0) }
+            // Only once the slot holds the new value may the old one go (the slot keeps the
+            // old one if the set fails, and the thread's end would release it again).
+            guard pthread_setspecific(key, new?.toOpaque()) == 0 else {
+                new?.release()
+                preconditionFailure("a thread-local value could not be set (no memory for this thread's slots)")
+            }
             if let old { Unmanaged<Value>.fromOpaque(old).release() }
         }
     }

@@ -224,7 +224,7 @@ final class CPluginFeature: Feature, @unchecked Sendable {
     /// Runs `body` (a call into the plugin, on its thread) with `origin` as the chain the
     /// host table's `call_chain` answers.
     static func serving<T>(_ origin: CallOrigin, _ body: () throws -> T) rethrows -> T {
-        try serving(chain: PluginWire.text(PluginWire.chain(origin)), body)
+        try serving(chain: PluginWire.chainText(origin), body)
     }
 
     static func serving<T>(chain text: String, _ body: () throws -> T) rethrows -> T {

@@ -47,8 +47,7 @@ public enum PluginWire {
         let name = Array(contract.utf8.prefix(Int(UInt16.max)))
         append(Int64(name.count), bytes: 2, to: &frame)
         frame.append(contentsOf: name)
-        var chain: [UInt8] = []
-        if !origin.chain.isEmpty { serialize(Self.chain(origin), into: &chain) }
+        let chain: [UInt8] = origin.chain.isEmpty ? [] : Array(chainText(origin).utf8)
         append(Int64(chain.count), bytes: 4, to: &frame)
         frame.append(contentsOf: chain)
         frame.append(contentsOf: body)
@@ -191,6 +190,14 @@ public enum PluginWire {
             guard case .object(let object) = try nextFrame() else { throw Closed() }
             return object
         }
+    }
+
+    /// The caller chain's text as `call_chain` gives it to a C plugin (and as it crosses to a
+    /// plugin's process): keys sorted, so a plugin sees the same text for the same chain.
+    static func chainText(_ origin: CallOrigin) -> String {
+        var out: [UInt8] = []
+        JSONWriter.write(chain(origin), into: &out, sortedKeys: true, nonFiniteAsNull: true)
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// The caller chain as it crosses (and as `call_chain` shows it to a C plugin): links of
