@@ -61,7 +61,7 @@ final class ProcessPluginFeature: Feature, Sendable {
         let responses = CPluginFeature.responseSchemas(manifest)
         let functionResponse = CPluginFeature.functionResponseSchema
         // What comes back from the plugin's process is checked here again, as it would be in
-        // process: parsed within the reply bound, held to the declared schema, written anew.
+        // process: parsed within the reply bound, held to the declared schema.
         CPluginFeature.registerEndpoints(manifest, functions: functions, into: registrar, call: { [self] contract, request, origin in
             try Self.checkedReply(try await child().call(contract, request, origin), responses[contract] ?? .any, manifest.id, contract)
         }, serve: { [self] stream, request, session in
@@ -85,7 +85,10 @@ final class ProcessPluginFeature: Feature, Sendable {
         guard problems.isEmpty else {
             throw TermindError(.pluginBadReply, "The reply of plugin '\(id)' to \(contract) does not match the response schema in its manifest: \(problems.prefix(5).joined(separator: "; ")).")
         }
-        return Data(PluginWire.text(value).utf8)
+        // As it came, as a reply in process is returned: the strict parser took all of it
+        // (JSON, UTF-8, no duplicate keys, bounded depth). Written anew it would have its
+        // keys in a different order on every run.
+        return body
     }
 
     /// Starts the child at boot, so a plugin that does not load or start is disabled with
