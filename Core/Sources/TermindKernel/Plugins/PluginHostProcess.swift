@@ -233,12 +233,11 @@ final class PluginHostServer: Sendable {
 
     /// A contract call: for a C plugin, queued for a call thread (true), or refused as busy;
     /// anything else runs as a task.
-    private func call(_ id: Int64, _ name: String, _ chain: Data, _ request: Data, _ served: Served) -> Bool {
+    private func call(_ id: Int64, _ name: String, _ chain: Data, _ body: Data, _ served: Served) -> Bool {
         guard let endpoint = served.contracts[name] else {
             send(["op": .string("reply"), "id": .integer(id), "error": PluginWire.encode(TermindError.unknownContract(name))])
             return false
         }
-        let body = request
         guard let plugin = served.plugin else {
             let origin = chain.isEmpty ? CallOrigin.inProcess : PluginWire.origin(try? JSONCoding.parse(chain, source: "the caller chain"))
             Task {
