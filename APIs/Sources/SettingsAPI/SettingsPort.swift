@@ -38,7 +38,7 @@ extension SettingsValues {
         // Read from the store every time (a change made by another process applies at once);
         // only the decoding of the very same value is not done again.
         if let known = SettingsDecoded.cache.withLock({ $0[R.key] }), known.value == value.value, let record = known.record as? R { return record }
-        let record = try JSONDecoder().decode(R.self, from: JSONCoding.encode(value.value))
+        let record = try JSONValueDecoder.decode(R.self, from: value.value)
         SettingsDecoded.cache.withLock { $0[R.key] = (value.value, record) }
         return record
     }
@@ -49,7 +49,7 @@ extension SettingsValues {
         return AsyncStream { continuation in
             let task = Task {
                 for await change in changes {
-                    if let record = try? JSONDecoder().decode(R.self, from: JSONCoding.encode(change.value)) { continuation.yield(record) }
+                    if let record = try? JSONValueDecoder.decode(R.self, from: change.value) { continuation.yield(record) }
                 }
                 continuation.finish()
             }

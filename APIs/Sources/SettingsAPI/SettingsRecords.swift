@@ -73,7 +73,7 @@ extension SettingsRecord {
                                   secretReferences: secretReferences) { value in
             let record: Self
             do {
-                record = try JSONDecoder().decode(Self.self, from: JSONCoding.encode(value))
+                record = try JSONValueDecoder.decode(Self.self, from: value)
             } catch let error as DecodingError {
                 return .invalid([SettingsProblem.decoding(error, key: key)])
             }

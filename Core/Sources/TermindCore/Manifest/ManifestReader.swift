@@ -71,7 +71,7 @@ public enum ManifestReader {
                                            message: "\(name): field \"\(field)\": \(detail)\(more)."))
         }
         do {
-            var manifest = try JSONDecoder().decode(FeatureManifest.self, from: JSONCoding.encode(entry))
+            var manifest = try JSONValueDecoder.decode(FeatureManifest.self, from: entry)
             manifest.source = source
             manifest.baseDirectory = baseDirectory
             manifest.origin = origin

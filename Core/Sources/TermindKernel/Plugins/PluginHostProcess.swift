@@ -187,7 +187,7 @@ final class PluginHostServer: Sendable {
 
     func run() -> Int32 {
         guard let load = try? inbox.withLock({ try $0.next() }), load["op"] == .string("load"), let manifestValue = load["manifest"],
-              var manifest = try? JSONDecoder().decode(FeatureManifest.self, from: JSONCoding.encode(manifestValue)) else {
+              var manifest = try? JSONValueDecoder.decode(FeatureManifest.self, from: manifestValue) else {
             return 2
         }
         manifest.isolation = .inline  // here, in this process: that is the point

@@ -138,7 +138,7 @@ final class AssistantFeature: Feature {
 
     private static func providers(_ ports: Ports) async throws -> (AssistantSettings.Providers, revision: Int) {
         let value = try await ports.settings.current(AssistantSettings.Providers.key)
-        let providers = (try? JSONDecoder().decode(AssistantSettings.Providers.self, from: JSONCoding.encode(value.value))) ?? .defaults
+        let providers = (try? JSONValueDecoder.decode(AssistantSettings.Providers.self, from: value.value)) ?? .defaults
         return (providers, value.revision)
     }
 

@@ -124,7 +124,7 @@ extension AssistantFeature {
                 chosen = parsed
             }
             let stored = try await ports.settings.current(AssistantSettings.Policy.key)
-            var policy = (try? JSONDecoder().decode(AssistantSettings.Policy.self, from: JSONCoding.encode(stored.value))) ?? .defaults
+            var policy = (try? JSONValueDecoder.decode(AssistantSettings.Policy.self, from: stored.value)) ?? .defaults
             switch (host, request.tag) {
             case (let name?, nil):
                 guard let found = try await ports.hosts.host(named: name) else {

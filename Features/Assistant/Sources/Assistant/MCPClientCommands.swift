@@ -12,7 +12,7 @@ extension AssistantFeature {
         registrar.handle(AssistantContracts.MCPServerRemove.self) { [self] request, _ in
             let ports = try current()
             let value = try await ports.settings.current(AssistantSettings.MCPServers.key)
-            var record = try JSONDecoder().decode(AssistantSettings.MCPServers.self, from: JSONCoding.encode(value.value))
+            var record = try JSONValueDecoder.decode(AssistantSettings.MCPServers.self, from: value.value)
             guard let server = record.servers.removeValue(forKey: request.name) else {
                 throw TermindError(.assistantUnknown, "No MCP server named \(request.name) (termind assistant mcp list).")
             }
@@ -59,7 +59,7 @@ extension AssistantFeature {
             throw TermindError(.assistantInvalid, "Give the server's command after -- (termind assistant mcp add files -- mcp-files --root /srv) or its --url.")
         }
         let value = try await ports.settings.current(AssistantSettings.MCPServers.key)
-        var record = try JSONDecoder().decode(AssistantSettings.MCPServers.self, from: JSONCoding.encode(value.value))
+        var record = try JSONValueDecoder.decode(AssistantSettings.MCPServers.self, from: value.value)
         if record.servers[request.name] != nil && request.replace != true {
             throw TermindError(.assistantInvalid, "An MCP server named \(request.name) exists; --replace true replaces it.")
         }

@@ -515,7 +515,7 @@ actor PreferenceStore {
         }
         for attempt in 1...5 {
             let stored = try await settings.current(MetricsSettings.Preferences.key)
-            var prefs = try JSONDecoder().decode(MetricsSettings.Preferences.self, from: JSONCoding.encode(stored.value))
+            var prefs = try JSONValueDecoder.decode(MetricsSettings.Preferences.self, from: stored.value)
             let before = prefs
             change(&prefs)
             if prefs == before { return }

@@ -75,7 +75,7 @@ struct ForwardingSyncZone: SyncZone {
             do {
                 var object = fields.filter { $0.value != .null }
                 object["id"] = .string(entity.id)
-                var rule = try JSONDecoder().decode(ForwardRule.self, from: try JSONCoding.encode(JSONValue.object(object)))
+                var rule = try JSONValueDecoder.decode(ForwardRule.self, from: JSONValue.object(object))
                 rule.name = try ForwardingFeature.checkName(rule.name)
                 rule.color = try ForwardingFeature.checkColor(rule.color)
                 rule.tags = try ForwardingFeature.checkTags(rule.tags)

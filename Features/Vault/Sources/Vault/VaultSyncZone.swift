@@ -424,7 +424,7 @@ private struct VaultSyncApply {
         guard let layoutValue = value["layout"] else { return .invalid("layout: missing") }
         let layout: WorkspaceLayout
         do {
-            layout = try JSONDecoder().decode(WorkspaceLayout.self, from: try JSONCoding.encode(layoutValue)).validated()
+            layout = try JSONValueDecoder.decode(WorkspaceLayout.self, from: layoutValue).validated()
         } catch {
             return .invalid("layout: \(TermindError.from(error).message)")
         }
