@@ -113,7 +113,7 @@ let package = Package(
         // modes), unit-tested directly.
         .target(
             name: "WorkspacesRules",
-            dependencies: [],
+            dependencies: [core],
             path: "Features/Workspaces/Sources/WorkspacesRules"
         ),
         // libvterm 0.3.3 built from Debian 13's source with termind's patches

@@ -12,7 +12,7 @@ final class BlockingExecutorTests: XCTestCase {
     func testThreadsCarryTheirNamesWhereTheSystemShowsThem() async throws {
         @Sendable func comm() -> String { ((try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines) }
         let seen = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<String, Error>) in
-            Thread.named("termind.test.name.long") { continuation.resume(returning: comm()) }.start()
+            SystemThread.named("termind.test.name.long") { continuation.resume(returning: comm()) }.start()
         }
         XCTAssertEqual(seen, "termind.test.na", "the first 15 bytes")
         let executor = BlockingExecutor(name: "termind.probe", threadLimit: 1, queueLimit: 4)
@@ -38,7 +38,7 @@ final class BlockingExecutorTests: XCTestCase {
         // (A synchronous test: an async one may resume on another thread.)
         let done = DispatchSemaphore(value: 0)
         let seen = Mutex<[String?]>([])
-        Thread.named("termind.test.local") {
+        SystemThread.named("termind.test.local") {
             let before = local.value?.name
             local.value = Tracked("there")
             seen.withLock { $0 = [before, local.value?.name] }

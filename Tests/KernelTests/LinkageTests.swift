@@ -104,6 +104,19 @@ final class LinkageTests: XCTestCase {
         }
     }
 
+    /// What a one-shot command loads in process (the client, Core, the APIs and the features
+    /// but the Assistant) links FoundationEssentials, never the whole of Foundation with ICU
+    /// (issue 40: about 6 MiB and a good part of a one-shot command's start).
+    func testAOneShotCommandsLibrariesLinkNoFoundationBeyondItsEssentials() throws {
+        let dir = FeatureHarness.buildDirectory
+        for image in ["libTermindClient.so", "libTermindCore.so", "libTermindAPIs.so", "libTermindVault.so", "libTermindPortForwarding.so",
+                      "libTermindSettings.so", "libTermindSync.so", "libTermindMetrics.so", "libTermindSFTP.so", "libTermindWorkspaces.so"] {
+            let linked = try needed(dir + "/" + image)
+            XCTAssertFalse(linked.contains { $0.hasPrefix("libFoundation.") || $0.hasPrefix("libFoundationInternationalization") || $0.hasPrefix("lib_FoundationICU") },
+                           "\(image) links \(linked)")
+        }
+    }
+
     /// The launcher starts with the Swift runtime and Glibc only: Foundation, ICU, Dispatch,
     /// OpenSSL, SQLite, libffi and termind's own libraries come with libTermindClient.so,
     /// which it loads only for a command no server takes — that is the start-up a command
@@ -119,7 +132,7 @@ final class LinkageTests: XCTestCase {
         }
         XCTAssertEqual(heavy, [], "the launcher links \(heavy)")
         let client = try needed(dir + "/libTermindClient.so")
-        XCTAssertTrue(client.contains("libTermindCore.so") && client.contains("libFoundation.so"), "\(client)")
+        XCTAssertTrue(client.contains("libTermindCore.so") && client.contains("libFoundationEssentials.so"), "\(client)")
         XCTAssertTrue(try tool("nm", ["-D", "--defined-only", dir + "/libTermindClient.so"]).contains("termind_client_main"),
                       "the launcher's entry into the client is not exported")
     }

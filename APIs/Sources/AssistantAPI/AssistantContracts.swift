@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// The Assistant's operations: providers and models (kept in the settings records of

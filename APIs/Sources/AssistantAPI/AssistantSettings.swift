@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import SettingsAPI
 import TermindCore
 
@@ -465,7 +465,7 @@ extension AssistantSettings {
         public static func isMCPToolName(_ name: String) -> Bool {
             guard name.hasPrefix("mcp__"), name.count <= 64 else { return false }
             let rest = name.dropFirst(5)
-            guard let split = rest.range(of: "__") else { return false }
+            guard let split = rest.firstRange(of: "__") else { return false }
             return !rest[..<split.lowerBound].isEmpty && !rest[split.upperBound...].isEmpty
                 && name.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }
         }

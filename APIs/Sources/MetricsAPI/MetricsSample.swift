@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// One sample of a monitored host, as every client of the process sees it (`termind metrics

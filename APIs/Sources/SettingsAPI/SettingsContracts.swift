@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// `termind settings …`: every registered record, read and changed by key.

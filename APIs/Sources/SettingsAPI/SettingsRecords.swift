@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// Where a settings record lives: synced to the user's other devices (through the journal,

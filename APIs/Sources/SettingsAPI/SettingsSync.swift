@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// `settings.sync`: what a sync engine (its own issue) uses. It reads the journal of

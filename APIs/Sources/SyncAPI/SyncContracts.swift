@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// `termind sync …`: this device's records sealed into its own log in a folder on a saved

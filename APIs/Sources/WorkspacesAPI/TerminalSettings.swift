@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import SettingsAPI
 
 /// The terminal's settings, registered by Workspaces. What shows the same everywhere syncs

@@ -1,5 +1,5 @@
 import CCrypto
-import Foundation
+import FoundationEssentials
 
 /// AES-256-GCM, the one authenticated cipher termind uses (secret store, key wrapping).
 /// A fresh 96-bit random nonce per message; the 128-bit tag authenticates ciphertext and

@@ -1,5 +1,5 @@
 import CCrypto
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// Blowfish's initial state: the first 1042 32-bit words of the hexadecimal fraction of

@@ -1,5 +1,5 @@
 import CCrypto
-import Foundation
+import FoundationEssentials
 
 /// Hashes and MACs through OpenSSL's EVP interface. One-shot, allocation-bounded, never
 /// logs. These are the only digest implementations in termind.
@@ -90,7 +90,16 @@ public final class IncrementalDigest {
 
 extension Data {
     /// Lowercase hexadecimal, two digits a byte (digests, ids, checksums).
-    public var hexEncoded: String { map { String(format: "%02x", $0) }.joined() }
+    public var hexEncoded: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var text = [UInt8]()
+        text.reserveCapacity(count * 2)
+        for byte in self {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
 }
 
 /// Cryptographically secure random bytes (OpenSSL's DRBG, seeded by the kernel).

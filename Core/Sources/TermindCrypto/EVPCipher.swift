@@ -1,5 +1,5 @@
 import CCrypto
-import Foundation
+import FoundationEssentials
 
 /// The one OpenSSL symmetric cipher routine: AES-GCM for the secret store (AEAD) and the
 /// ciphers of openssh-key-v1 private keys (OpenSSHKeyCipher) both run through it.

@@ -1,5 +1,5 @@
 import CCrypto
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// scrypt (RFC 7914) through OpenSSL, for keys derived from passphrases.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// The `-----BEGIN label-----` … `-----END label-----` wrapping of a key file: which format
@@ -19,7 +19,7 @@ struct KeyArmour {
 
     init(parsing text: String) throws {
         let lines = text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline)
-            .map { $0.trimmingCharacters(in: .whitespaces) }
+            .map { $0.trimmedWhitespace }
         guard let begin = lines.firstIndex(where: { $0.hasPrefix("-----BEGIN ") && $0.hasSuffix("-----") && $0.count > 16 }) else {
             throw Self.unrecognised(text)
         }

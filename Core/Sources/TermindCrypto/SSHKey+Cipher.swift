@@ -1,5 +1,5 @@
 import CCrypto
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// The ciphers an openssh-key-v1 file may name for its private section, with the key,

@@ -1,5 +1,5 @@
 import CCrypto
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// A private key's components in the order and encoding the SSH formats use (unsigned

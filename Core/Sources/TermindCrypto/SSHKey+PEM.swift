@@ -1,5 +1,5 @@
 import CCrypto
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// PEM private keys, decoded by OpenSSL's PEM_read_bio_PrivateKey: PKCS#1 RSA

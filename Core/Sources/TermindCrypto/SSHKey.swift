@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// The SSH key types termind generates, reads and writes, named as on the wire.

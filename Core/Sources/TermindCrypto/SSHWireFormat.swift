@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// Writes the SSH wire encoding of RFC 4251 §5 (uint32, string, mpint) used by key blobs,

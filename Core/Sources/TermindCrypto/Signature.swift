@@ -1,5 +1,5 @@
 import CCrypto
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// Signatures with a PEM private key, through OpenSSL's EVP interface: what a service

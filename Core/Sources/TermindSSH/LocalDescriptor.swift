@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// A command's local standard streams that the engine reads and writes itself: the
@@ -72,13 +75,13 @@ struct LocalDescriptor {
 
     /// read(2) that never blocks (but for a regular file): -1 with EAGAIN when nothing waits.
     func read(_ buffer: UnsafeMutableRawPointer, _ count: Int) -> Int {
-        kind == .socket ? recv(fd, buffer, count, Int32(MSG_DONTWAIT)) : Foundation.read(fd, buffer, count)
+        kind == .socket ? recv(fd, buffer, count, Int32(MSG_DONTWAIT)) : Glibc.read(fd, buffer, count)
     }
 
     /// write(2) that never blocks; a reader that went away is EPIPE (MSG_NOSIGNAL for a
     /// socket; for a pipe the engine thread blocks SIGPIPE for itself).
     func write(_ buffer: UnsafeRawPointer, _ count: Int) -> Int {
-        kind == .socket ? send(fd, buffer, count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) : Foundation.write(fd, buffer, count)
+        kind == .socket ? send(fd, buffer, count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) : Glibc.write(fd, buffer, count)
     }
 
     /// Whether poll() is needed before the next attempt (a regular file is always ready).
@@ -86,6 +89,6 @@ struct LocalDescriptor {
 
     func close() {
         if case .shared(let flags) = kind { _ = fcntl(fd, F_SETFL, flags) }
-        _ = Foundation.close(fd)
+        _ = Glibc.close(fd)
     }
 }

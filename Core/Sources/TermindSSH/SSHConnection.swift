@@ -1,6 +1,9 @@
 internal import CLibSSH2
 import Dispatch
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindCrypto
 
@@ -555,7 +558,7 @@ public final class SSHConnection: Sendable {
         do {
             channel = try await openDirect(host: host, port: port, window: window)
         } catch {
-            if closeOnFailure { Foundation.close(fd) }
+            if closeOnFailure { Glibc.close(fd) }
             throw error
         }
         engine.attach(BridgePump(channel: channel, fd: fd, endpoint: engine.endpoint, greeting: greeting, early: early, counters: counters, onEnd: onEnd))
@@ -571,7 +574,7 @@ public final class SSHConnection: Sendable {
         do {
             try await forward(pair[0], to: host, port: port, window: Self.tunnelWindow)
         } catch {
-            Foundation.close(pair[1])  // forward closed pair[0]
+            Glibc.close(pair[1])  // forward closed pair[0]
             throw error
         }
         _ = fcntl(pair[1], F_SETFL, fcntl(pair[1], F_GETFL) | O_NONBLOCK)
@@ -657,7 +660,7 @@ public final class SSHConnection: Sendable {
     }
 
     static func seconds(_ value: Double) -> String {
-        value == value.rounded() ? "\(Int(value)) s" : String(format: "%.1f s", value)
+        value == value.rounded() ? "\(Int(value)) s" : String(printf: "%.1f s", value)
     }
 }
 
@@ -770,7 +773,7 @@ public final class ForwardedConnection: Sendable {
     /// from now on) until either side ends; see `SSHConnection.forward`.
     public func bridge(to fd: Int32, counters: FlowCounters? = nil, onEnd: @escaping @Sendable (TermindError?) -> Void = { _ in }) {
         guard taken.setFirst() else {
-            Foundation.close(fd)
+            Glibc.close(fd)
             return
         }
         let handle = channel.take()

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindCrypto
 
@@ -49,7 +52,7 @@ extension SSHCredentials {
             material.append(Data(text.utf8))
         }
         material.append(Data((agentSocket ?? "-").utf8))
-        return Digest.hmac(.sha256, key: Self.processKey, data: material).prefix(12).map { String(format: "%02x", $0) }.joined()
+        return Digest.hmac(.sha256, key: Self.processKey, data: material).prefix(12).hexEncoded
     }
 
     private static let processKey: Data = {

@@ -1,5 +1,8 @@
 internal import CLibSSH2
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The libssh2 library in use, initialised once per process before any session exists.
 /// This module is the only one that imports CLibSSH2.

@@ -1,6 +1,9 @@
 internal import CLibSSH2
 import Dispatch
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 
@@ -123,7 +126,7 @@ final class SessionEngine: @unchecked Sendable {
         libssh2_session_set_blocking(session, 0)
         self.context = context
         self.session = session
-        let thread = Thread { [self] in
+        let thread = SystemThread { [self] in
             BlockingCheck.dedicatedThread()
             self.runLoop()
         }
@@ -606,7 +609,7 @@ final class SessionEngine: @unchecked Sendable {
             var local = LocalDescriptors()
             if case .enabled(let path) = agentForwarding, let address = UnixSocket.address(path), let fd = try? UnixSocket.connect(address) {
                 local = (try? LocalDescriptors.adopt(ChannelDescriptors(input: fd, output: fd))) ?? LocalDescriptors()
-                Foundation.close(fd)
+                Glibc.close(fd)
             }
             if local.input == nil {
                 logger?.debug("ssh.agent.unreachable")

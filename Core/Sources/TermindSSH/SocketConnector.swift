@@ -1,6 +1,9 @@
 internal import CLibSSH2
 import Dispatch
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 
@@ -205,7 +208,7 @@ enum SocketConnector {
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
         let started = address.bytes.withUnsafeBytes { raw in
-            Foundation.connect(fd, raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(raw.count))
+            Glibc.connect(fd, raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(raw.count))
         }
         if started == 0 { return .connected(fd) }
         guard errno == EINPROGRESS else {

@@ -1,5 +1,8 @@
 import CSQLite
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 
@@ -54,7 +57,7 @@ final class TableScope: Sendable {
 
     init(owner: String) {
         self.owner = owner
-        prefix = owner.replacingOccurrences(of: "-", with: "_").lowercased() + "_"
+        prefix = owner.replacing("-", with: "_").lowercased() + "_"
     }
 
     private func own(_ name: String?) -> Bool { name.map { $0.lowercased().hasPrefix(prefix) } ?? false }

@@ -1,5 +1,8 @@
 import CSQLite
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 
@@ -21,7 +24,7 @@ import TermindCore
 public final class Database: @unchecked Sendable {
     public let path: String
     private let handle: OpaquePointer
-    private let lock = NSRecursiveLock()
+    private let lock = RecursiveLock()
     /// The option that chooses this file (`--store`, `--secrets`), for remedies.
     let option: String
     /// A feature's connection: what it may touch (nil for the kernel's own).
@@ -50,7 +53,7 @@ public final class Database: @unchecked Sendable {
         self.scope = scope
         isReader = reader
         readers = reader ? nil : ReaderPool()
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = PathText.deletingLastComponent(path)
         if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
             do {
                 try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -132,7 +135,7 @@ public final class Database: @unchecked Sendable {
             throw StoreError.openFailed(path, "it is a symbolic link\(target), and termind opens only a regular file there, so that a link cannot move "
                 + "the database elsewhere; give \(option) the file's own path")
         case S_IFDIR:
-            throw StoreError.openFailed(path, "it is a folder; give \(option) the path of a file in it (e.g. \((path as NSString).appendingPathComponent("termind.sqlite")))")
+            throw StoreError.openFailed(path, "it is a folder; give \(option) the path of a file in it (e.g. \(PathText.appending(path, "termind.sqlite")))")
         default:
             throw StoreError.openFailed(path, "it is not a regular file (a FIFO, socket or device); give \(option) the path of a file")
         }
@@ -280,7 +283,7 @@ public final class Database: @unchecked Sendable {
             return status
         }
         guard status == SQLITE_OK, let statement else { throw failure(status, sql) }
-        guard trailing.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+        guard trailing.trimmedWhitespaceAndNewlines.isEmpty else {
             sqlite3_finalize(statement)
             throw StoreError.sql(path, "query runs one statement; use executeScript for several")
         }
@@ -402,7 +405,7 @@ public final class Database: @unchecked Sendable {
 
     /// The table named by SQLite's "no such table: main.x" (without its schema), or nil.
     static func missingTable(_ message: String) -> String? {
-        guard let range = message.range(of: "no such table: ") else { return nil }
+        guard let range = message.firstRange(of: "no such table: ") else { return nil }
         let name = message[range.upperBound...].split(separator: " ").first.map(String.init) ?? ""
         return name.split(separator: ".").last.map(String.init)
     }

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindCrypto
 
@@ -36,7 +39,7 @@ public final class SecretStore: Sendable {
     private final class Keys: @unchecked Sendable {
         /// Guards `dataKey` and `source`, and makes every seal-and-write atomic against a
         /// rotation (a secret sealed under a retired key would be unreadable).
-        let lock = NSRecursiveLock()
+        let lock = RecursiveLock()
         var dataKey: SymmetricKey
         var source: KeySource
         init(dataKey: SymmetricKey, source: KeySource) {
@@ -47,7 +50,7 @@ public final class SecretStore: Sendable {
     private let keys: Keys
     /// The feature this view belongs to; nil for the kernel's own view of every secret.
     public let owner: String?
-    private var lock: NSRecursiveLock { keys.lock }
+    private var lock: RecursiveLock { keys.lock }
     private var dataKey: SymmetricKey {
         get { keys.dataKey }
         set { keys.dataKey = newValue }
@@ -165,9 +168,7 @@ public final class SecretStore: Sendable {
     }
 
     private static func recordRotation(_ database: Database) throws {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        let now = formatter.string(from: Date())
+        let now = Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(Date())
         try database.execute("INSERT OR REPLACE INTO secret_meta (name, value) VALUES ('key_rotated_at', ?)", [Data(now.utf8)])
     }
 
@@ -404,12 +405,12 @@ enum KeyFile {
     }
 
     private static func syncDirectory(of path: String) {
-        let fd = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let fd = open(PathText.deletingLastComponent(path), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if fd >= 0 { fsync(fd); close(fd) }
     }
 
     private static func write(_ key: SymmetricKey, to path: String) throws -> SymmetricKey {
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = PathText.deletingLastComponent(path)
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else {

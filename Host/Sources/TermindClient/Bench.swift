@@ -1,5 +1,8 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindKernel
 
@@ -214,7 +217,7 @@ enum Bench {
                 let statuses = try await kernel.boot()
                 guard statuses.contains(where: { $0.id == "digest" && $0.state == .running }) else { await kernel.shutdown(); break }
                 let note = await kernel.featureStatuses().first(where: { $0.id == "digest" })?.isolation
-                let pid = isolation == .process ? note?.split(separator: " ").dropFirst(2).first.flatMap({ Int32($0.trimmingCharacters(in: .punctuationCharacters)) }) : nil
+                let pid = isolation == .process ? note?.split(separator: " ").dropFirst(2).first.flatMap({ Int32($0.trimming { $0.isPunctuation }) }) : nil
                 booted.append((isolation, kernel, pid))
             }
             if booted.count == 2 {
@@ -297,7 +300,7 @@ enum Bench {
     /// Runs blocking socket code on its own thread, off the cooperative pool.
     static func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
-            Thread { continuation.resume(with: Result { try body() }) }.start()
+            SystemThread { continuation.resume(with: Result { try body() }) }.start()
         }
     }
 }
@@ -314,7 +317,7 @@ enum LineClient {
         }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         let ok = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         guard fd >= 0, ok == 0 else { throw TermindError(Bench.connectFailed, "cannot connect to \(path)") }
         return fd
@@ -357,7 +360,7 @@ enum LineClient {
         defer { close(fd) }
         var reader = Lines(fd: fd)
         let start = Bench.now()
-        Thread { for _ in 0..<count { write(fd, line) } }.start()
+        SystemThread { for _ in 0..<count { write(fd, line) } }.start()
         for _ in 0..<count {
             guard reader.next() else { throw TermindError(Bench.peerClosed, "peer closed") }
         }
@@ -420,11 +423,11 @@ final class EchoServer: Sendable {
         }
         guard bound == 0, listen(fd, 64) == 0 else { throw TermindError(Bench.echoFailed, "cannot start the echo peer") }
         let listener = fd
-        Thread {
+        SystemThread {
             while true {
                 let client = accept(listener, nil, nil)
                 guard client >= 0 else { return }
-                Thread {
+                SystemThread {
                     var buffer = [UInt8](repeating: 0, count: 65_536)
                     while true {
                         let n = buffer.withUnsafeMutableBytes { recv(client, $0.baseAddress!, $0.count, 0) }

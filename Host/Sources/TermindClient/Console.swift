@@ -1,5 +1,8 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 import TermindStore
@@ -87,7 +90,7 @@ final class Console: Sendable {
         data.withUnsafeBytes { raw in
             var offset = 0
             while offset < raw.count {
-                let count = Foundation.write(fd, raw.baseAddress! + offset, raw.count - offset)
+                let count = Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset)
                 if count < 0 && errno == EINTR { continue }
                 if count < 0 && errno == EAGAIN {
                     var ready = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
@@ -181,7 +184,7 @@ final class Console: Sendable {
     func readInput(_ fd: Int32, _ body: @escaping @Sendable (Data) -> Bool, end: @escaping @Sendable () -> Void) {
         readers.withLock { $0 += 1 }
         let wake = self.wake
-        let thread = Thread.named("termind.input") { [self] in
+        let thread = SystemThread.named("termind.input") { [self] in
             defer {
                 readers.withLock { $0 -= 1 }
                 readers.broadcast()

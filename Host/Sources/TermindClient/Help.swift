@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindKernel
 
@@ -7,7 +10,7 @@ enum Help {
     /// loads (or the running server has) in place.
     static func general(_ inv: Invocation) async -> String {
         let marker = "__FEATURE_COMMANDS__\n"
-        return template.replacingOccurrences(of: marker, with: await featureCommands(inv))
+        return template.replacing(marker, with: await featureCommands(inv))
     }
 
     /// Every command of each running feature and plugin, under its feature's `help` title
@@ -81,7 +84,7 @@ enum Help {
     }
 
     private static func row(_ usage: String, _ summary: String) -> String {
-        usage.count <= 30 ? "  \(usage.padding(toLength: 30, withPad: " ", startingAt: 0))  \(summary)" : "  \(usage)\n  \(String(repeating: " ", count: 30))  \(summary)"
+        usage.count <= 30 ? "  \(usage.padded(to: 30))  \(summary)" : "  \(usage)\n  \(String(repeating: " ", count: 30))  \(summary)"
     }
 
     static let template = """

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindKernel
 import TermindStore
@@ -58,7 +61,7 @@ struct Invocation {
     static func parse(_ argv: [String], console: Console, server: Kernel? = nil) throws -> Invocation {
         let environment = console.environment
         func env(_ name: String) -> String? { console.variable(name) }
-        let home = env("HOME") ?? NSHomeDirectory()
+        let home = env("HOME") ?? LocalUser.home
         let dataHome = env("XDG_DATA_HOME").flatMap { $0.hasPrefix("/") ? $0 : nil } ?? "\(home)/.local/share"
         let configHome = env("XDG_CONFIG_HOME").flatMap { $0.hasPrefix("/") ? $0 : nil } ?? "\(home)/.config"
         var inv = Invocation(console: console, server: server,
@@ -74,7 +77,7 @@ struct Invocation {
             inv.pluginDirectories = plugins.split(separator: ":").map(String.init)
         }
         if let features = environment["TERMIND_FEATURES"], !features.isEmpty {
-            inv.selection = Set(features.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
+            inv.selection = Set(features.split(separator: ",").map { $0.trimmedWhitespace })
         }
         if let mode = environment["TERMIND_PLUGIN_ISOLATION"], !mode.isEmpty {
             guard let isolation = FeatureManifest.Isolation(rawValue: mode) else {
@@ -113,7 +116,7 @@ struct Invocation {
             case "--registry": inv.registryPath = try take(flag); inv.shapesBoot = true
             case "--plugins": inv.pluginDirectories.append(try take(flag)); inv.shapesBoot = true
             case "--features":
-                let list = try take(flag).split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+                let list = try take(flag).split(separator: ",").map { $0.trimmedWhitespace }.filter { !$0.isEmpty }
                 guard !list.isEmpty else { throw UsageError(description: "--features needs a comma-separated list of feature ids.") }
                 inv.selection = Set(list)
                 inv.shapesBoot = true
@@ -180,7 +183,7 @@ struct Invocation {
         if let registryPath { return registryPath }
         let dir = ExecutablePaths.executableDirectory()
         for candidate in ["\(dir)/Registry.json", "\(dir)/../share/termind/Registry.json"] where FileManager.default.fileExists(atPath: candidate) {
-            return (candidate as NSString).standardizingPath
+            return PathText.standardized(candidate, home: nil)
         }
         return nil
     }
@@ -193,7 +196,7 @@ struct Invocation {
             selection: selection,
             hostVersion: Invocation.version)
         configuration.storePath = storePath
-        configuration.secretsPath = secretsPath ?? ((storePath as NSString).deletingLastPathComponent as NSString).appendingPathComponent("secrets.sqlite")
+        configuration.secretsPath = secretsPath ?? PathText.appending(PathText.deletingLastComponent(storePath), "secrets.sqlite")
         configuration.secretsKey = try secretsKeySource()
         configuration.secretsKeyFilePath = secretsKeyPath
         configuration.pluginIsolation = pluginIsolation

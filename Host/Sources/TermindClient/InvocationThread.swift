@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 
@@ -30,7 +33,7 @@ final class InvocationThread: TaskExecutor, Sendable {
     func release() { Self.idle.withLock { $0.append(self) } }
 
     private init() {
-        let thread = Thread.named("termind.invocation") { [self] in
+        let thread = SystemThread.named("termind.invocation") { [self] in
             BlockingCheck.dedicatedThread()
             loop()
         }

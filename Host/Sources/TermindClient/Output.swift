@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindKernel
 
@@ -45,7 +48,7 @@ extension Console {
         let plain = keys.filter { !lists.contains($0) }
         let width = plain.map(\.count).max() ?? 0
         for key in plain {
-            line("\(key.padding(toLength: width, withPad: " ", startingAt: 0))  \(Output.cell(key, o[key]!))")
+            line("\(key.padded(to: width))  \(Output.cell(key, o[key]!))")
         }
         for key in lists {
             guard case .array(let items) = o[key]! else { continue }
@@ -211,18 +214,16 @@ enum Output {
     /// An RFC 3339 time (`2026-12-06T07:20:10Z`, with or without fractions), or nil.
     static func timestamp(_ text: String) -> Date? {
         guard text.count >= 20, text.count <= 35, text.dropFirst(10).first == "T", text.first?.isNumber == true else { return nil }
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = text.contains(".") ? [.withInternetDateTime, .withFractionalSeconds] : [.withInternetDateTime]
-        return formatter.date(from: text)
+        return try? Date.ISO8601FormatStyle(includingFractionalSeconds: text.contains(".")).parse(text)
     }
 
     /// `2026-12-06 08:20:10` in this machine's time zone.
     static func localTime(_ date: Date) -> String {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = .current
-        formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
-        return formatter.string(from: date)
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var parts = tm()
+        guard localtime_r(&seconds, &parts) != nil else { return "?" }
+        return String(printf: "%04ld-%02ld-%02ld %02ld:%02ld:%02ld", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday),
+                      Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec))
     }
 
     static func records(_ rows: [JSONValue]) -> [[String: JSONValue]]? {

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindKernel
 import TermindStore
@@ -28,7 +31,7 @@ enum PluginCommand {
                 if !resolved.partial.isEmpty {
                     // `termind vault host`: list what can follow.
                     inv.console.line("Usage: termind \(prefix.joined(separator: " ")) <command>")
-                    for c in resolved.partial { inv.console.line("  \(c.name.padding(toLength: 24, withPad: " ", startingAt: 0))  \(c.summary ?? "")") }
+                    for c in resolved.partial { inv.console.line("  \(c.name.padded(to: 24))  \(c.summary ?? "")") }
                     return { inv.help ? .success : .usage }
                 }
                 if let disabled = resolved.disabledFeature {
@@ -266,7 +269,7 @@ enum PluginCommand {
         }
         switch property?["type"]?.stringValue {
         case "array"?:
-            let items = listItems(text).map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            let items = listItems(text).map { $0.trimmedWhitespace }.filter { !$0.isEmpty }
             return .array(try items.map { try typed(item: $0, field: field, type: itemType, console: console) })
         case "integer"?:
             if let v = Int64(text) { return .integer(v) }

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// The questions a stream may ask (docs/contracts.md, Streams), answered in this order:
@@ -121,7 +124,7 @@ struct Questions: Sendable {
     /// Shows `text [y/N]` (or `[Y/n]`), reads one line: y/yes or n/no, Enter the default.
     private func confirm(_ question: JSONValue) -> JSONValue? {
         let fallback = question["default"] == .bool(true)
-        let text = (question["text"]?.stringValue ?? "").trimmingCharacters(in: .whitespaces)
+        let text = (question["text"]?.stringValue ?? "").trimmedWhitespace
         while true {
             guard let typed = readLine(text + (fallback ? " [Y/n] " : " [y/N] ")) else { return nil }
             switch typed {
@@ -136,7 +139,7 @@ struct Questions: Sendable {
     /// One line typed at the controlling terminal, trimmed and lowercased; nil without one.
     private func readLine(_ text: String) -> String? {
         console.terminal.readLine(TerminalText.escaped(text), echo: true, controllingTerminal: true)?
-            .trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
+            .trimmedWhitespaceAndNewlines.lowercased()
     }
 
     /// Shows the header lines, then reads each prompt's answer, with echo as it asks.

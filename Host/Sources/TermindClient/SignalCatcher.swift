@@ -1,5 +1,8 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 
 /// Catches SIGINT, SIGTERM and the like for a command that must clean up before it exits

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 
@@ -134,7 +137,7 @@ final class StreamView: Sendable {
             var parts: [String] = []
             if !item.isEmpty { parts.append(TerminalText.escaped(item, singleLine: true)) }
             if let total, total > 0 {
-                parts.append(Self.bar(done / total) + String(format: " %3.0f%%", min(100, done / total * 100)))
+                parts.append(Self.bar(done / total) + String(printf: " %3.0f%%", min(100, done / total * 100)))
                 parts.append("\(Self.amount(done, bytes: bytes))/\(Self.amount(total, bytes: bytes))")
             } else {
                 parts.append(Self.amount(done, bytes: bytes))
@@ -287,18 +290,18 @@ final class StreamView: Sendable {
     }
 
     static func amount(_ value: Double, bytes: Bool) -> String {
-        guard bytes else { return value == value.rounded() ? String(Int(value)) : String(format: "%.1f", value) }
+        guard bytes else { return value == value.rounded() ? String(Int(value)) : String(printf: "%.1f", value) }
         let units = ["B", "KiB", "MiB", "GiB", "TiB"]
         var scaled = value
         var unit = 0
         while scaled >= 1024 && unit < units.count - 1 { scaled /= 1024; unit += 1 }
-        return unit == 0 ? "\(Int(scaled)) B" : String(format: "%.1f %@", scaled, units[unit])
+        return unit == 0 ? "\(Int(scaled)) B" : String(printf: "%.1f ", scaled) + units[unit]
     }
 
     static func duration(_ seconds: Double) -> String {
         guard seconds.isFinite, seconds >= 0 else { return "?" }
         let s = Int(seconds.rounded())
-        return s >= 3600 ? String(format: "%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60) : String(format: "%d:%02d", s / 60, s % 60)
+        return s >= 3600 ? String(printf: "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60) : String(printf: "%ld:%02ld", s / 60, s % 60)
     }
 
     static func bar(_ fraction: Double) -> String {

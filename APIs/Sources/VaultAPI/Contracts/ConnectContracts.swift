@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// Quick connect: `user@host:port`, `ssh -p N -l user -i key -J a,b host`, parsed without a

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// ssh_config import: preview → selection → commit. Nothing in the file is executed.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// An SSH key pair in the Vault. The private key lives only in the secret store; records

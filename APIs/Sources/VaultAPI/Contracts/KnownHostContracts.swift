@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// Known hosts: trusted host keys, independent of saved hosts.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// The Vault's contracts. Records are addressed by id or label (`ref`).

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// A saved host. `label` defaults to the address (see `VaultContracts`); credentials are

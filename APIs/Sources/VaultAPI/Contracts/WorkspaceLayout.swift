@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// A saved workspace: a named template of panes, each an SSH session on a saved host, an

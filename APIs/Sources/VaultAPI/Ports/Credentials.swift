@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// What the SSH transport asks the Vault for before it authenticates.

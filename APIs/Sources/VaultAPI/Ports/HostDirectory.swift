@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TermindCore
 
 /// A saved host as other features see it: public metadata only, never credentials.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One measured figure of a benchmark (`make bench`), with the same figure of the named peer
 /// when there is one: printed as a table row, or encoded for `--json`.
@@ -41,24 +41,24 @@ public struct BenchmarkFigure: Encodable, Sendable {
 
     /// The table row: name, value, the peer's value, the ratio, and each side's peak memory.
     public var row: [String] {
-        [name, Self.format(value) + " " + unit, baseline.map { Self.format($0) + " " + unit } ?? "", ratio.map { String(format: "%.3f×", $0) } ?? "",
+        [name, Self.format(value) + " " + unit, baseline.map { Self.format($0) + " " + unit } ?? "", ratio.map { String(printf: "%.3f×", $0) } ?? "",
          resident.map(Self.mebibytes) ?? "", peerResident.map(Self.mebibytes) ?? ""]
     }
 
     /// A memory figure as the tables print it (nothing for 0: not measured).
-    public static func mebibytes(_ value: Double) -> String { value > 0 ? String(format: "%.1f MiB", value) : "" }
+    public static func mebibytes(_ value: Double) -> String { value > 0 ? String(printf: "%.1f MiB", value) : "" }
 
     /// Figures as an aligned table under `header`, one line each.
     public static func table(_ figures: [BenchmarkFigure]) -> [String] {
         let rows = [header] + figures.map(\.row)
         let widths = (0..<header.count).map { column in rows.map { $0[column].count }.max() ?? 0 }
         return rows.map { row in
-            row.enumerated().map { $0.offset == header.count - 1 ? $0.element : $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) }
-                .joined(separator: "  ").trimmingCharacters(in: .whitespaces)
+            row.enumerated().map { $0.offset == header.count - 1 ? $0.element : $0.element.padded(to: widths[$0.offset]) }
+                .joined(separator: "  ").trimmedWhitespace
         }
     }
 
     public static func format(_ value: Double) -> String {
-        value >= 100 ? String(format: "%.0f", value) : String(format: "%.2f", value)
+        value >= 100 ? String(printf: "%.0f", value) : String(printf: "%.2f", value)
     }
 }

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// One link of a call's chain: who asked first (a client), then each feature that called on
 /// its behalf, and an agent where one decided what to do (docs/contracts.md, "The caller

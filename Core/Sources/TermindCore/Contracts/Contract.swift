@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A named, versioned request/response pair: the one definition of an operation that the
 /// CLI, the control socket, MCP and plugins all reach. The JSON Schemas of `Request` and

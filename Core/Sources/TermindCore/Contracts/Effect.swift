@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// What an operation does, declared beside every contract and stream (and in a C plugin's
 /// manifest), so that a policy can be decided and enforced by the kernel before it

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A call or stream the kernel refused before it ran, as one typed error: what was refused
 /// (`contract`), what it does (`effect`), for whom (`chain`) and why. Its codes:

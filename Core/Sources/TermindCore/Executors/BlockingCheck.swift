@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Checks that blocking work stays off Swift's cooperative pool. Each blocking primitive (an
 /// SQLite statement, a name lookup, a connect, a local file's read or write in a transfer, a
@@ -46,7 +49,7 @@ public enum BlockingCheck {
     /// The name of this thread when it is one of libdispatch's workers (read once per thread).
     static func poolThreadName() -> String? {
         if let known = poolNames.value?.value { return known.isEmpty ? nil : known }
-        let name = ((try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+        let name = ((try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "").trimmedWhitespaceAndNewlines
         let pool = name.hasSuffix("-qos") || name.hasSuffix("qos.overcommit") || name.hasPrefix("com.apple.root")
         poolNames.value = ThreadLocalBox(pool ? name : "")
         return pool ? name : nil
@@ -57,14 +60,30 @@ public enum BlockingCheck {
     static let logPath = ProcessInfo.processInfo.environment["TERMIND_BLOCKING_CHECK_LOG"]
 
     private static func report(_ what: StaticString, _ thread: String) {
-        let stack = Thread.callStackSymbols.dropFirst(2).prefix(40).joined(separator: "\n  ")
-        let text = Data("termind: blocking work (\(what)) on a thread of Swift's cooperative pool (\(thread)):\n  \(stack)\n".utf8)
-        FileHandle.standardError.write(text)
-        if let logPath, let log = FileHandle(forWritingAtPath: logPath) ?? (FileManager.default.createFile(atPath: logPath, contents: nil) ? FileHandle(forWritingAtPath: logPath) : nil) {
-            log.seekToEndOfFile()
-            log.write(text)
-            try? log.close()
+        let stack = callStack().dropFirst(2).prefix(40).joined(separator: "\n  ")
+        let text = Array("termind: blocking work (\(what)) on a thread of Swift's cooperative pool (\(thread)):\n  \(stack)\n".utf8)
+        FileText.write(text, to: STDERR_FILENO)
+        if let logPath {
+            let fd = open(logPath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
+            if fd >= 0 {
+                FileText.write(text, to: fd)
+                close(fd)
+            }
         }
         if mode == .abort { abort() }
+    }
+
+    /// This thread's stack as glibc's `backtrace_symbols` names it (what Foundation's
+    /// `Thread.callStackSymbols` gives on Linux), found at run time: Swift's Glibc does not
+    /// import execinfo.h.
+    private static func callStack() -> [String] {
+        typealias Backtrace = @convention(c) (UnsafeMutablePointer<UnsafeMutableRawPointer?>?, Int32) -> Int32
+        typealias Symbols = @convention(c) (UnsafePointer<UnsafeMutableRawPointer?>?, Int32) -> UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?
+        guard let take = dlsym(nil, "backtrace"), let name = dlsym(nil, "backtrace_symbols") else { return [] }
+        var frames = [UnsafeMutableRawPointer?](repeating: nil, count: 64)
+        let count = unsafeBitCast(take, to: Backtrace.self)(&frames, Int32(frames.count))
+        guard count > 0, let symbols = unsafeBitCast(name, to: Symbols.self)(&frames, count) else { return [] }
+        defer { free(symbols) }
+        return (0..<Int(count)).map { symbols[$0].map { String(cString: $0) } ?? "?" }
     }
 }

@@ -1,4 +1,5 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
 import Synchronization
 
 /// Runs blocking work (C plugin calls, anything that may sleep in the kernel or wait on
@@ -92,7 +93,7 @@ public final class BlockingExecutor: Sendable {
             return (true, true)
         }
         if startThread {
-            Thread.named(name) { [self] in work() }.start()
+            SystemThread.named(name) { [self] in work() }.start()
         }
         return accepted
     }
@@ -173,7 +174,7 @@ public final class BlockingExecutor: Sendable {
     /// wait behind its calls).
     public static func detached<T: Sendable>(name: String, _ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
-            Thread.named(name) {
+            SystemThread.named(name) {
                 BlockingCheck.dedicatedThread()
                 continuation.resume(with: Result { try body() })
             }.start()
@@ -186,31 +187,4 @@ final class CancellationToken: Sendable {
     private let cancelled = Atomic(false)
     var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
     func cancel() { cancelled.store(true, ordering: .releasing) }
-}
-
-extension Thread {
-    /// A thread that takes `name` where the system shows it (`nameCurrent`) as well as in
-    /// Foundation; not started.
-    public static func named(_ name: String, _ body: @escaping @Sendable () -> Void) -> Thread {
-        let thread = Thread {
-            nameCurrent(name)
-            body()
-        }
-        thread.name = name
-        return thread
-    }
-
-    /// Gives the running thread `name` where the system shows it (`/proc/…/task/*/comm`, top,
-    /// gdb; its first 15 bytes): Foundation's `Thread.name`, set before `start`, does not
-    /// reach it on Linux, and a new thread would otherwise show its creator's name (a
-    /// dispatch worker's), hiding which executor a thread belongs to.
-    /// (Written to /proc/thread-self/comm: pthread_setname_np and prctl are not callable from
-    /// Swift's Glibc here, one being a GNU extension and the other variadic.)
-    static func nameCurrent(_ name: String) {
-        let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        let bytes = Array(name.utf8.prefix(15))
-        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        close(fd)
-    }
 }

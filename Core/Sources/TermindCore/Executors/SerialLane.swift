@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Runs work one at a time, in the order it came (an MCP server's destructive calls, the
 /// syncs of one process).

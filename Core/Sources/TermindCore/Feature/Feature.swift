@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A feature library's runtime object. The kernel calls `register` once (publish ports
 /// and contract handlers), then `start` in dependency order, and `stop` in reverse order

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// What a Swift feature library hands the kernel from its entry point. Must match the
 /// manifest (id, version, ABI); `signature` must equal the host's, because Swift has no

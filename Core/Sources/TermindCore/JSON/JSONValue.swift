@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// An arbitrary JSON value, used where a payload passes through without a Swift type
 /// (envelope bodies, C plugin replies, libffi arguments). Integers keep their exact

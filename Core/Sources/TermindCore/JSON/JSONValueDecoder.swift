@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Decodes a `Decodable` straight from a parsed `JSONValue`, as `JSONDecoder` (default
 /// strategies) would decode the value's text: no writing it out and parsing it again.

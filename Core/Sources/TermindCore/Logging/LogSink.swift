@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 
 /// The one log writer of a process. It owns a single file descriptor behind a lock so
@@ -57,7 +60,7 @@ public final class LogSink: Sendable {
             var offset = 0
             let total = buffer.count - 1 // without the NUL
             while offset < total {
-                let n = Foundation.write(fd, buffer.baseAddress! + offset, total - offset)
+                let n = Glibc.write(fd, buffer.baseAddress! + offset, total - offset)
                 if n <= 0 { if errno == EINTR { continue }; return }
                 offset += n
             }
@@ -70,7 +73,7 @@ public final class LogSink: Sendable {
         var seconds = now.tv_sec
         var parts = tm()
         gmtime_r(&seconds, &parts)
-        return String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+        return String(printf: "%04ld-%02ld-%02ldT%02ld:%02ld:%02ld.%03ldZ",
                       Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday),
                       Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), Int(now.tv_nsec / 1_000_000))
     }

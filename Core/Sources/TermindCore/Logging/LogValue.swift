@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Metadata attached to a log line. Only non-sensitive shapes exist: numbers, flags,
 /// durations and identifiers. An identifier is restricted to `[A-Za-z0-9._@:+-]` and 64
@@ -14,7 +14,7 @@ public enum LogValue: Sendable, Equatable, CustomStringConvertible {
         switch self {
         case .int(let v): String(v)
         case .bool(let v): v ? "true" : "false"
-        case .seconds(let v): String(format: "%.6f", v)
+        case .seconds(let v): String(printf: "%.6f", v)
         case .identifier(let v): LogValue.sanitizeIdentifier(v)
         }
     }

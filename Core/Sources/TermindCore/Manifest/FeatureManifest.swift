@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One feature or plugin as declared in Registry.json or a plugin's plugin.json.
 /// Read and validated before any library is opened; no code runs at this stage.
@@ -380,7 +380,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     /// The absolute path of the library. Relative names resolve against `baseDirectory`,
     /// never against the working directory.
     public var libraryPath: String {
-        library.hasPrefix("/") ? library : (baseDirectory as NSString).appendingPathComponent(library)
+        library.hasPrefix("/") ? library : PathText.appending(baseDirectory, library)
     }
 }
 

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Reads Registry.json and plugin.json files into manifests. Structural problems of one
 /// entry (a missing field, a wrong type) disable that entry with a message naming the
@@ -64,8 +64,8 @@ public enum ManifestReader {
         let name = id.map { "feature '\($0)' (\(label))" } ?? label
         let problems = schema.problems(in: entry, at: "")
         if let first = problems.first {
-            let field = String(first.prefix { $0 != ":" }).trimmingCharacters(in: CharacterSet(charactersIn: "."))
-            let detail = first.drop { $0 != ":" }.dropFirst().trimmingCharacters(in: .whitespaces)
+            let field = String(first.prefix { $0 != ":" }).trimming { $0 == "." }
+            let detail = first.drop { $0 != ":" }.dropFirst().trimmedWhitespace
             let more = problems.count > 1 ? " (and \(problems.count - 1) more problem\(problems.count == 2 ? "" : "s"))" : ""
             return .failure(FeatureProblem(featureID: id, field: field, code: .manifestInvalidField,
                                            message: "\(name): field \"\(field)\": \(detail)\(more)."))

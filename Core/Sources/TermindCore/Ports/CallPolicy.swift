@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The kernel's policy hook (`kernel.policy`): provided by at most one feature of the
 /// registry (the Assistant), consulted by the kernel before it dispatches any call or stream

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A program termind starts (tmux, an editor). Whatever this process ignores or blocks
 /// (`serve` ignores SIGTERM and SIGINT to handle them itself, the SSH engine blocks

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The subset of JSON Schema (draft 2020-12) that contracts use. Schemas are derived from
 /// the contracts' Codable types (`SchemaDerivation`), exported by `termind contracts`,

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Derives a `JSONSchema` from a `Decodable` type by decoding a placeholder instance
 /// with a recording decoder: every key the type's `init(from:)` asks for becomes a

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// AF_UNIX stream sockets: the one place that builds their addresses and connects them
 /// (termind's control socket, an ssh-agent's socket). Descriptors are close-on-exec.
@@ -33,7 +36,7 @@ public enum UnixSocket {
         guard fd >= 0 else { throw .create }
         var address = address
         let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         guard result == 0 else {
             let code = errno

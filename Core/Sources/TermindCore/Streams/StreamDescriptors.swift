@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A client's own standard streams, handed to a stream that declares `acceptsDescriptors`:
 /// over the control socket as SCM_RIGHTS with the stream's open line (OpenSSH's

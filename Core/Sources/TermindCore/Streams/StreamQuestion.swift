@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The questions a stream may ask its client (docs/contracts.md, Streams), built the same
 /// way by every feature so every client can ask them. `topic` names what is asked

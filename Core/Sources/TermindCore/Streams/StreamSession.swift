@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// A long-running operation that talks back while it runs: it sends events (output), asks

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// OpenSSH's escape sequences for a bridged terminal (`ssh(1)`, ESCAPE CHARACTERS): the
 /// escape character (`~`) is special only as the first character of a line, that is at

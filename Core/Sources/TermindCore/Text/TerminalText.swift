@@ -10,7 +10,7 @@ public enum TerminalText {
         var value = Double(count)
         var unit = 0
         while value >= 1024, unit < units.count - 1 { value /= 1024; unit += 1 }
-        return unit == 0 ? "\(count) B" : String(format: "%.1f %@", value, units[unit])
+        return unit == 0 ? "\(count) B" : String(printf: "%.1f ", value) + units[unit]
     }
 
     public static func escaped(_ text: String, singleLine: Bool = false) -> String {

@@ -1,5 +1,9 @@
 import CTermindSystem
-import Foundation
+import Dispatch
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 
@@ -53,7 +57,7 @@ public final class ControlServer: Sendable {
 
     /// Binds and listens. Refuses to replace a socket another server still answers on.
     public func start() throws {
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = PathText.deletingLastComponent(path)
         if !FileManager.default.fileExists(atPath: directory) {
             guard mkdir(directory, 0o700) == 0 || errno == EEXIST else {
                 throw TermindError.posix(.socketDirectory, "Cannot create the socket folder \(directory)")
@@ -94,7 +98,7 @@ public final class ControlServer: Sendable {
             throw error
         }
         state.withLock { s in s.listener = fd }
-        let thread = Thread.named("termind.accept") { [self] in acceptLoop(fd) }
+        let thread = SystemThread.named("termind.accept") { [self] in acceptLoop(fd) }
         thread.start()
         logger.info("socket.listening")
     }
@@ -147,7 +151,7 @@ public final class ControlServer: Sendable {
                 close(client)
                 continue
             }
-            let thread = Thread.named("termind.client") { [self] in serve(client, connection: connection) }
+            let thread = SystemThread.named("termind.client") { [self] in serve(client, connection: connection) }
             thread.start()
         }
     }
@@ -341,7 +345,7 @@ final class ReplyWriter: Sendable {
         queue.withLock { q in
             guard !q.failed else { return }
             if q.isEmpty && !q.writing {
-                let sent = line.withUnsafeBytes { Foundation.send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+                let sent = line.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
                 if sent == line.count { return }
                 if sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK {
                     fail(&q)
@@ -374,7 +378,7 @@ final class ReplyWriter: Sendable {
         q.pendingBytes += bytes.count
         if !q.threadRunning {
             q.threadRunning = true
-            let thread = Thread.named("termind.client.write") { [self] in drain() }
+            let thread = SystemThread.named("termind.client.write") { [self] in drain() }
             thread.start()
         }
         queue.broadcast()

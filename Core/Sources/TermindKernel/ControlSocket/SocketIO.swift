@@ -1,6 +1,9 @@
 import CTermindSystem
 import TermindCore
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Small POSIX helpers for the Unix control socket. All descriptors are CLOEXEC.
 enum SocketIO {

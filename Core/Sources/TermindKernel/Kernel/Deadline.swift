@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 
@@ -36,57 +39,58 @@ enum Deadline {
 /// earliest is due, running the action of each that comes due; an entry removed before
 /// then is forgotten at once. The thread is woken only for an entry due before the time it
 /// sleeps until (a call after call, each with the same 10 s, wakes it once per 10 s).
-final class DeadlineTimer: @unchecked Sendable {
+final class DeadlineTimer: Sendable {
     static let shared = DeadlineTimer()
 
-    /// `entries`, `next`, `started` and `wakeAt` are only touched with `condition` locked.
-    private let condition = NSCondition()
-    private var entries: [UInt64: (due: Date, action: @Sendable () -> Void)] = [:]
-    private var next: UInt64 = 0
-    private var started = false
-    /// When the thread wakes next by itself.
-    private var wakeAt = Date.distantFuture
+    private struct State: Sendable {
+        var entries: [UInt64: (due: Date, action: @Sendable () -> Void)] = [:]
+        var next: UInt64 = 0
+        var started = false
+        /// When the thread wakes next by itself.
+        var wakeAt = Date.distantFuture
+    }
+    private let state = ConditionLock(State())
 
     func add(after seconds: Double, _ action: @escaping @Sendable () -> Void) -> UInt64 {
-        condition.lock()
-        defer { condition.unlock() }
-        next += 1
-        let due = Date(timeIntervalSinceNow: seconds)
-        entries[next] = (due, action)
-        if !started {
-            started = true
-            Thread.named("termind.deadline") { [self] in loop() }.start()
-        } else if due < wakeAt {
-            condition.signal()
+        let (entry, start, wake) = state.withLock { s -> (UInt64, Bool, Bool) in
+            s.next += 1
+            let due = Date(timeIntervalSinceNow: seconds)
+            s.entries[s.next] = (due, action)
+            if !s.started {
+                s.started = true
+                return (s.next, true, false)
+            }
+            return (s.next, false, due < s.wakeAt)
         }
-        return next
+        if start {
+            SystemThread.named("termind.deadline") { [self] in loop() }.start()
+        } else if wake {
+            state.signal()
+        }
+        return entry
     }
 
     func remove(_ entry: UInt64) {
-        condition.lock()
-        entries.removeValue(forKey: entry)
-        condition.unlock()
+        state.withLock { _ = $0.entries.removeValue(forKey: entry) }
     }
 
     private func loop() -> Never {
-        condition.lock()
         while true {
-            let now = Date()
-            let due = entries.filter { $0.value.due <= now }
-            if !due.isEmpty {
-                for key in due.keys { entries.removeValue(forKey: key) }
-                condition.unlock()
-                for entry in due.values { entry.action() }
-                condition.lock()
-                continue
+            let due: [@Sendable () -> Void] = state.wait { s, _ in
+                let now = Date()
+                let ready = s.entries.filter { $0.value.due <= now }
+                if !ready.isEmpty {
+                    for key in ready.keys { s.entries.removeValue(forKey: key) }
+                    return .done(ready.values.map(\.action))
+                }
+                if let earliest = s.entries.values.map(\.due).min() {
+                    s.wakeAt = earliest
+                    return .waitAtMost(seconds: earliest.timeIntervalSince(now))
+                }
+                s.wakeAt = .distantFuture
+                return .wait
             }
-            if let earliest = entries.values.map(\.due).min() {
-                wakeAt = earliest
-                _ = condition.wait(until: earliest)
-            } else {
-                wakeAt = .distantFuture
-                condition.wait()
-            }
+            for action in due { action() }
         }
     }
 }

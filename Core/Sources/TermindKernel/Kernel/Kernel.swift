@@ -1,4 +1,8 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 import TermindCrypto
@@ -489,9 +493,9 @@ public actor Kernel {
                 throw BootFailure(problems: [FeatureProblem(featureID: nil, field: nil, code: .registryMissing,
                                                             message: "\(error.message) Pass --registry PATH or set TERMIND_REGISTRY.")])
             }
-            let base = configuration.libraryDirectory ?? (path as NSString).deletingLastPathComponent
+            let base = configuration.libraryDirectory ?? PathText.deletingLastComponent(path)
             do {
-                let read = try ManifestReader.readRegistry(data, source: (path as NSString).lastPathComponent, baseDirectory: base)
+                let read = try ManifestReader.readRegistry(data, source: PathText.lastComponent(path), baseDirectory: base)
                 result.manifests += read.manifests
                 result.rejected += read.rejected
             } catch let error as TermindError {

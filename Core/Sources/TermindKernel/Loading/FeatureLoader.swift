@@ -1,5 +1,8 @@
 import CTermindPluginABI
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// Opens a feature's library and checks that what it hands back matches its manifest.

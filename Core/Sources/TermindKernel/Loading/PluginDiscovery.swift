@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindStore
 
@@ -29,8 +32,8 @@ enum PluginDiscovery {
                                                  message: "The plugin folder \(given) (from --plugins or TERMIND_PLUGINS) does not exist."))
             return found
         }
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
+        var status = stat()
+        guard stat(root, &status) == 0, status.st_mode & S_IFMT == S_IFDIR else {
             found.problems.append(FeatureProblem(featureID: nil, field: nil, code: .pluginsNotAFolder,
                                                  message: "The plugin folder \(given) (from --plugins or TERMIND_PLUGINS) is not a folder."))
             return found
@@ -60,10 +63,10 @@ enum PluginDiscovery {
     /// The root itself when it holds plugin.json, else its subfolders that do (sorted).
     static func pluginFolders(in root: String) -> [String] {
         var info = stat()
-        if lstat((root as NSString).appendingPathComponent("plugin.json"), &info) == 0 { return [root] }
+        if lstat(PathText.appending(root, "plugin.json"), &info) == 0 { return [root] }
         let names = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
-        return names.sorted().map { (root as NSString).appendingPathComponent($0) }.filter {
-            lstat(($0 as NSString).appendingPathComponent("plugin.json"), &info) == 0
+        return names.sorted().map { PathText.appending(root, $0) }.filter {
+            lstat(PathText.appending($0, "plugin.json"), &info) == 0
         }
     }
 
@@ -73,7 +76,7 @@ enum PluginDiscovery {
             return FeatureProblem(featureID: id, field: field, code: .pluginInsecure,
                                   message: "\(name) is not loaded: \(detail).")
         }
-        guard let folder = SafePath.resolve(given), let manifestPath = SafePath.resolve((given as NSString).appendingPathComponent("plugin.json")) else {
+        guard let folder = SafePath.resolve(given), let manifestPath = SafePath.resolve(PathText.appending(given, "plugin.json")) else {
             return .failure(insecure(nil, "its plugin.json cannot be resolved (a dangling symlink?)"))
         }
         // A plugin folder symlinked from the root is checked from its own folder down.
@@ -95,7 +98,7 @@ enum PluginDiscovery {
         } catch {
             return .failure(FeatureProblem(featureID: nil, field: nil, code: .pluginManifestUnreadable, message: "The plugin in \(given) is not loaded: plugin.json cannot be read."))
         }
-        let source = (given as NSString).appendingPathComponent("plugin.json")
+        let source = PathText.appending(given, "plugin.json")
         var manifest: FeatureManifest
         switch ManifestReader.readPlugin(data, source: source, baseDirectory: folder) {
         case .success(let m): manifest = m
@@ -108,7 +111,7 @@ enum PluginDiscovery {
             return .failure(insecure(manifest.id, "its library \(manifest.library) resolves to \(library), outside the plugin folder \(folder); set \"libraryOutsidePlugin\": true in plugin.json to allow that", field: "library"))
         }
         do throws(SafePath.Unsafe) {
-            try SafePath.check(library, strictFrom: inside ? strict : (library as NSString).deletingLastPathComponent)
+            try SafePath.check(library, strictFrom: inside ? strict : PathText.deletingLastComponent(library))
         } catch {
             return .failure(insecure(manifest.id, "\(error). Fix it with chmod go-w or chown", field: "library"))
         }

@@ -1,5 +1,8 @@
 import CFFI
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// A C function a plugin declared in its manifest, bound at run time through libffi from

@@ -1,6 +1,9 @@
 import CTermindSystem
 import Dispatch
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 
@@ -17,12 +20,12 @@ public enum PluginHostProcess {
         signal(SIGPIPE, SIG_IGN)
         var info = stat()
         guard fstat(0, &info) == 0, (info.st_mode & S_IFMT) == S_IFSOCK else {
-            FileHandle.standardError.write(Data("termind-plugin-host runs a plugin for termind (a manifest with \"isolation\": \"process\"); termind starts it, it is not run by hand.\n".utf8))
+            FileText.write("termind-plugin-host runs a plugin for termind (a manifest with \"isolation\": \"process\"); termind starts it, it is not run by hand.\n")
             return 2
         }
         let server = PluginHostServer(fd: 0)
         guard server.canServe else {
-            FileHandle.standardError.write(Data("termind-plugin-host: no epoll set or eventfd (\(String(cString: strerror(errno)))).\n".utf8))
+            FileText.write("termind-plugin-host: no epoll set or eventfd (\(String(cString: strerror(errno)))).\n")
             return 1
         }
         return server.run()
@@ -225,7 +228,7 @@ final class PluginHostServer: Sendable {
                             streams: Dictionary(registrar.publishedStreams.map { ($0.id.description, $0) }, uniquingKeysWith: { a, _ in a }))
         send(["op": .string("ready")])
         for index in 0..<PluginLimits.callThreads {
-            let thread = Thread.named("termind.plugin.call.\(index)") { [self] in serveFrames(served) }
+            let thread = SystemThread.named("termind.plugin.call.\(index)") { [self] in serveFrames(served) }
             thread.start()
         }
         serveFrames(served)

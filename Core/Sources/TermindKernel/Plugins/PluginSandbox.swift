@@ -1,5 +1,8 @@
 import CTermindSystem
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 extension ErrorCode {
@@ -80,7 +83,7 @@ enum PluginSandbox {
     }
 
     private static func resolved(_ path: String) -> String {
-        guard let real = realpath(path, nil) else { return (path as NSString).standardizingPath }
+        guard let real = realpath(path, nil) else { return PathText.standardized(path, home: nil) }
         defer { free(real) }
         return String(cString: real)
     }
@@ -92,7 +95,7 @@ enum PluginSandbox {
     /// stay out of reach there: Landlock refuses ptrace-mode access to any process outside
     /// the sandbox (what /proc/PID/environ, fd and mem require).
     private static func readable(_ m: FeatureManifest, protected: [String]) -> [String] {
-        var paths: Set<String> = [(m.libraryPath as NSString).deletingLastPathComponent, "/usr/lib", "/lib", "/lib64", "/usr/lib64", "/usr/local/lib",
+        var paths: Set<String> = [PathText.deletingLastComponent(m.libraryPath), "/usr/lib", "/lib", "/lib64", "/usr/lib64", "/usr/local/lib",
                                   "/etc/ld.so.cache", "/sys/devices/system/cpu", "/sys/fs/cgroup", "/dev/null", "/dev/urandom", "/proc"]
         // The folders of the libraries already mapped: regular files only (never a
         // `/memfd:…` mapping, whose folder would be `/`).
@@ -102,7 +105,7 @@ enum PluginSandbox {
                 let file = String(line[slash...])
                 var info = stat()
                 guard stat(file, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
-                let folder = (file as NSString).deletingLastPathComponent
+                let folder = PathText.deletingLastComponent(file)
                 if folder != "/" { paths.insert(folder) }
             }
         }
@@ -116,8 +119,7 @@ enum PluginSandbox {
 
     /// A /proc file's text (they report no size: read to the end).
     private static func procText(_ path: String) -> String? {
-        guard let handle = FileHandle(forReadingAtPath: path), let data = try? handle.readToEnd() else { return nil }
-        return String(decoding: data, as: UTF8.self)
+        FileText.read(path).map { String(decoding: $0, as: UTF8.self) }
     }
 
     private static func failure(_ m: FeatureManifest, _ what: String) -> TermindError {

@@ -1,6 +1,9 @@
 import CTermindSystem
 import Dispatch
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 import TermindSSH
@@ -150,7 +153,7 @@ final class ProcessPluginFeature: Feature, Sendable {
         case .off(let reason):
             throw TermindError(.pluginDisabled, "plugin '\(manifest.id)' is off: \(reason). Run 'termind plugins enable \(manifest.id)' to start it again.")
         case .wait(let seconds):
-            throw TermindError(.pluginRestarting, "plugin '\(manifest.id)' crashed and is restarted in \(String(format: "%.1f", seconds)) s; try again then.")
+            throw TermindError(.pluginRestarting, "plugin '\(manifest.id)' crashed and is restarted in \(String(printf: "%.1f", seconds)) s; try again then.")
         case .launch:
             return try await launch()
         }
@@ -336,7 +339,7 @@ final class PluginChild: Sendable {
         }
         defer { watchdog.cancel() }
         let ready: Result<Void, TermindError> = await withCheckedContinuation { continuation in
-            let thread = Thread.named("termind.plugin.\(manifest.id)") {
+            let thread = SystemThread.named("termind.plugin.\(manifest.id)") {
                 func failed(_ error: TermindError) {
                     child.end()
                     _ = child.reap()

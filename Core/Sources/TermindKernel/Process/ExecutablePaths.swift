@@ -1,5 +1,9 @@
 import CTermindSystem
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+import TermindCore
 
 /// Where the running executable lives (from /proc/self/exe, never the working directory),
 /// and the default locations derived from it and from the XDG environment.
@@ -13,7 +17,7 @@ public enum ExecutablePaths {
 
     public static func executableDirectory() -> String {
         let path = executable() ?? CommandLine.arguments[0]
-        return (path as NSString).deletingLastPathComponent
+        return PathText.deletingLastComponent(path)
     }
 
     /// `$XDG_RUNTIME_DIR/termind/control.sock`, else `/tmp/termind-<uid>/control.sock`.

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// Reads a file a person named (an ssh_config, a known_hosts, a key) with a size bound and

@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+import TermindCore
 
 /// A path as a person typed it, made absolute: `~` and `~/…` in the home folder (as a shell
 /// expands them, for paths that arrive unexpanded, like `-i ~/.ssh/id` inside a
@@ -7,11 +11,12 @@ import Foundation
 public enum LocalPath {
     public static func absolute(_ path: String, relativeTo directory: String? = nil, home: String? = nil) -> String {
         if path == "~" || path.hasPrefix("~/") {
-            let home = (home ?? ProcessInfo.processInfo.environment["HOME"]).flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
-            return ((home as NSString).appendingPathComponent(String(path.dropFirst(2))) as NSString).standardizingPath
+            let home = (home ?? ProcessInfo.processInfo.environment["HOME"]).flatMap { $0.hasPrefix("/") ? $0 : nil } ?? LocalUser.home
+            return PathText.standardized(PathText.appending(home, String(path.dropFirst(2))), home: home)
         }
-        if path.hasPrefix("/") { return (path as NSString).standardizingPath }
+        let environmentHome = ProcessInfo.processInfo.environment["HOME"]
+        if path.hasPrefix("/") { return PathText.standardized(path, home: environmentHome) }
         let base = directory ?? FileManager.default.currentDirectoryPath
-        return ((base as NSString).appendingPathComponent(path) as NSString).standardizingPath
+        return PathText.standardized(PathText.appending(base, path), home: environmentHome)
     }
 }

@@ -58,7 +58,7 @@ final class MCPStdioTransport: MCPClientTransport {
         input = pair[0]
         let output = stdout.fileHandleForReading
         // Its answers are read on a thread of their own (a blocking read), never the pool's.
-        let thread = Thread.named("termind-mcp-client") { [weak self] in
+        let thread = SystemThread.named("termind-mcp-client") { [weak self] in
             var buffer = Data()
             while true {
                 let chunk = output.availableData

@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import TermindCore
 import Synchronization
 
 /// libcurl's multi interface on a thread of its own: every request of the process is one
@@ -27,7 +28,7 @@ final class CurlEngine: @unchecked Sendable {
         curl_global_init(termind_curl_global_default)
         guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed") }
         self.multi = multi
-        let thread = Thread.named("termind.http") { [self] in run() }
+        let thread = SystemThread.named("termind.http") { [self] in run() }
         thread.start()
     }
 

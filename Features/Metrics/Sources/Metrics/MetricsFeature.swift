@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import MetricsAPI
 import MetricsRules
 import SettingsAPI
@@ -462,7 +465,7 @@ final class MetricsFeature: Feature {
         var t = time_t(time)
         var parts = tm()
         localtime_r(&t, &parts)
-        return String(format: "%02d:%02d:%02d", parts.tm_hour, parts.tm_min, parts.tm_sec)
+        return String(printf: "%02d:%02d:%02d", parts.tm_hour, parts.tm_min, parts.tm_sec)
     }
 }
 

@@ -1,4 +1,8 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 
@@ -66,7 +70,7 @@ final class MonitorClock: Sendable {
     private func startIfStopped(_ c: inout Timers) {
         guard !c.running else { return }
         c.running = true
-        let thread = Thread.named("termind.metrics.clock") { [self] in loop() }
+        let thread = SystemThread.named("termind.metrics.clock") { [self] in loop() }
         thread.start()
     }
 

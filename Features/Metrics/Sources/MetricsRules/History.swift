@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import MetricsAPI
 
 /// A host's recent history: the headline figures of each sample (a few dozen bytes each),

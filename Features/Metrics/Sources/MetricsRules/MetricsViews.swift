@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import MetricsAPI
 import TermindCore
 
@@ -24,7 +27,7 @@ public enum MetricsViews {
         } else {
             row["memory"] = .string("-")
         }
-        row["load"] = .string(s?.load.map { String(format: "%.2f", $0.one) } ?? "-")
+        row["load"] = .string(s?.load.map { String(printf: "%.2f", $0.one) } ?? "-")
         let rx = s?.network.compactMap(\.receive).reduce(0, +)
         let tx = s?.network.compactMap(\.transmit).reduce(0, +)
         let known = s.map { !$0.network.isEmpty && $0.network.allSatisfy { $0.receive != nil } } ?? false
@@ -86,8 +89,8 @@ public enum MetricsViews {
             sections.append(("GPUs", gpus.map { g in
                 var row: [String: JSONValue] = ["id": .string(g.id), "name": .string(g.name ?? "-"), "util": .string(percent(g.utilization)),
                                                 "memory": .string("\(bytes(g.memoryUsed.map { Double($0) }))/\(bytes(g.memoryTotal.map { Double($0) }))"),
-                                                "temp": .string(g.temperature.map { String(format: "%.0f C", $0) } ?? "-"),
-                                                "power": .string(g.power.map { String(format: "%.0f W", $0) } ?? "-")]
+                                                "temp": .string(g.temperature.map { String(printf: "%.0f C", $0) } ?? "-"),
+                                                "power": .string(g.power.map { String(printf: "%.0f W", $0) } ?? "-")]
                 if g.migMode { row["mig"] = .string("\(g.migDevices.count) devices") }
                 return row
             }))
@@ -106,7 +109,7 @@ public enum MetricsViews {
 
     public static func percent(_ value: Double?) -> String {
         guard let value, value.isFinite else { return "-" }
-        return String(format: "%.0f%%", value)
+        return String(printf: "%.0f%%", value)
     }
 
     public static func bytes(_ value: Double?) -> String {
@@ -118,7 +121,7 @@ public enum MetricsViews {
             scaled /= 1024
             unit += 1
         }
-        return unit == 0 ? "\(Int(scaled))B" : String(format: scaled < 10 ? "%.1f%@" : "%.0f%@", scaled, units[unit])
+        return unit == 0 ? "\(Int(scaled))B" : String(printf: scaled < 10 ? "%.1f" : "%.0f", scaled) + units[unit]
     }
 
     /// The view event's fields for `sections`.

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import MetricsAPI
 
 /// GPUs from `nvidia-smi -q -x` (root `nvidia_smi_log`, one `gpu` element per device), as

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Parsers of what the remote script prints: procfs files, sysfs listings and `df -P`.
 /// Each takes text that came from a host (untrusted, already size-bounded by

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The remote side of a monitor: one POSIX `sh` loop, sent as one command and left running
 /// for as long as the monitor samples. It installs nothing and needs no root: it reads
@@ -190,7 +193,7 @@ public enum RemoteScript {
         let script = lines.map { line in
             // Compound openers take no `;` after them, nor does a command put in the background.
             [" do", " then", "else", " {", "$(", " &"].contains { line.hasSuffix($0) } ? line + " " : line + "; "
-        }.joined().replacingOccurrences(of: "; ); ", with: " ); ")
+        }.joined().replacing("; ); ", with: " ); ")
         precondition(!script.contains("'"), "the remote script must not contain a single quote")
         return "exec /bin/sh -c '\(script)'"
     }

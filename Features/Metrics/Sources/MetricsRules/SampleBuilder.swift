@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import MetricsAPI
 
 /// Turns a host's raw snapshots into samples. Rates divide counter deltas by the remote

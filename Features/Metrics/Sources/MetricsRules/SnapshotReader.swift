@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// What the remote script said once, before its first snapshot.
 public struct RemoteHeader: Sendable, Equatable {

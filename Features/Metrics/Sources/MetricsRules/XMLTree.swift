@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A small, strict XML reader for nvidia-smi's `-q -x` output, which comes from a remote
 /// host and so is untrusted. Foundation's XMLParser (libxml2) is not used: this reader takes
@@ -31,7 +34,7 @@ public struct XMLElement: Sendable, Equatable {
 
     public func all(_ name: String) -> [XMLElement] { children.filter { $0.name == name } }
 
-    public var trimmedText: String { text.trimmingCharacters(in: .whitespacesAndNewlines) }
+    public var trimmedText: String { text.trimmedWhitespaceAndNewlines }
 }
 
 public struct XMLError: Error, Sendable, Equatable, CustomStringConvertible {

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The SOCKS server side of a dynamic forward, as a pure state machine over the bytes a
 /// client sends: SOCKS5 (RFC 1928; no authentication; CONNECT; IPv4, IPv6 and domain names,

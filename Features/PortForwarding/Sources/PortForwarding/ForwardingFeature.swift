@@ -1,5 +1,8 @@
 import ForwardingRules
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import PortForwardingAPI
 import SyncAPI
 import Synchronization
@@ -353,7 +356,7 @@ final class ForwardingFeature: Feature {
 
     /// A saved host's id (stays right through renames), else the line as a quick-connect target.
     static func hostReference(_ text: String, ports: Ports) async throws -> String {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let trimmed = text.trimmedWhitespace
         guard !trimmed.isEmpty, trimmed.utf8.count <= 1024 else { throw TermindError(.forwardingBadSpec, "A rule's host is 1 to 1024 bytes: a saved host or a quick-connect line.") }
         return try await ports.hosts.host(named: trimmed)?.id ?? trimmed
     }
@@ -373,7 +376,7 @@ final class ForwardingFeature: Feature {
     }
 
     static func checkName(_ name: String) throws -> String {
-        let trimmed = name.trimmingCharacters(in: .whitespaces)
+        let trimmed = name.trimmedWhitespace
         guard !trimmed.isEmpty, trimmed.count <= 64, !trimmed.hasPrefix("-"), trimmed.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F }) else {
             throw TermindError(.forwardingBadSpec, "A rule's name is 1 to 64 printable characters, not starting with '-' (got '\(String(name.prefix(80)))').")
         }
@@ -390,7 +393,7 @@ final class ForwardingFeature: Feature {
 
     static func checkTags(_ tags: [String]) throws -> [String] {
         var result: [String] = []
-        for tag in tags.map({ $0.trimmingCharacters(in: .whitespaces) }) where !tag.isEmpty {
+        for tag in tags.map({ $0.trimmedWhitespace }) where !tag.isEmpty {
             guard tag.count <= 32, !tag.contains(","), tag.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value != 0x7F }) else {
                 throw TermindError(.forwardingBadSpec, "A tag is 1 to 32 characters without spaces or commas (got '\(String(tag.prefix(40)))').")
             }
@@ -400,7 +403,7 @@ final class ForwardingFeature: Feature {
     }
 
     static func shell(_ word: String) -> String {
-        word.allSatisfy({ $0.isLetter || $0.isNumber || "@.:-_/".contains($0) }) ? word : "'" + word.replacingOccurrences(of: "'", with: "'\\''") + "'"
+        word.allSatisfy({ $0.isLetter || $0.isNumber || "@.:-_/".contains($0) }) ? word : "'" + word.replacing("'", with: "'\\''") + "'"
     }
 }
 

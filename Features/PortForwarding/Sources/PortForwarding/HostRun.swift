@@ -1,5 +1,9 @@
+import Dispatch
 import ForwardingRules
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import PortForwardingAPI
 import TermindCore

@@ -1,5 +1,8 @@
 import ForwardingRules
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import PortForwardingAPI
 import TermindCore
 

@@ -1,5 +1,9 @@
+import Dispatch
 import ForwardingRules
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import PortForwardingAPI
 import TermindCore
@@ -48,7 +52,7 @@ enum ForwardingIO {
             let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
             guard fd >= 0 else { last = errnoText(); continue }
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-            let rc = address.withUnsafeBytes { Foundation.connect(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count)) }
+            let rc = address.withUnsafeBytes { Glibc.connect(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count)) }
             if rc == 0 || errno == EINPROGRESS {
                 var poller = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
                 if rc == 0 || poll(&poller, 1, Int32(connectSeconds * 1000)) == 1 {
@@ -137,7 +141,7 @@ final class LocalListener: Sendable {
             var one: Int32 = 1
             setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
             if family == AF_INET6 { setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size)) }
-            let rc = sockaddrBytes.withUnsafeBytes { Foundation.bind(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count)) }
+            let rc = sockaddrBytes.withUnsafeBytes { Glibc.bind(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count)) }
             if rc == 0, listen(fd, 512) == 0 {
                 return LocalListener(fd: fd, bound: Self.name(of: fd) ?? "\(address):\(port)")
             }
@@ -172,7 +176,7 @@ final class LocalListener: Sendable {
     /// handler from then on) to `handler`.
     func start(_ handler: @escaping @Sendable (Int32) -> Void) {
         let fd = self.fd
-        let thread = Thread.named("termind.forward.accept") { [self] in
+        let thread = SystemThread.named("termind.forward.accept") { [self] in
             while true {
                 let client = accept(fd, nil, nil)
                 if client < 0 {

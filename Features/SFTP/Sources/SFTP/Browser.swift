@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import SFTPAPI
 import SFTPWire
 import TermindCore
@@ -94,8 +97,8 @@ struct Browser {
                     try refuse(flags, allowed: "", command)
                     guard rest.count <= 1 else { throw Problem("lcd takes one PATH") }
                     let target = URL(fileURLWithPath: localPath(rest.first ?? "~")).standardizedFileURL.path
-                    var isDirectory: ObjCBool = false
-                    guard FileManager.default.fileExists(atPath: target, isDirectory: &isDirectory), isDirectory.boolValue else {
+                    var isDirectory = false
+                    guard FileManager.default.fileExists(atPath: target, isDirectory: &isDirectory), isDirectory else {
                         throw Problem("\(target) is not a local folder")
                     }
                     local = target
@@ -105,9 +108,9 @@ struct Browser {
                     let target = localPath(rest.first ?? ".")
                     let names = try FileManager.default.contentsOfDirectory(atPath: target).sorted()
                     let rows: [JSONValue] = names.map { name in
-                        var isDirectory: ObjCBool = false
+                        var isDirectory = false
                         _ = FileManager.default.fileExists(atPath: target + "/" + name, isDirectory: &isDirectory)
-                        return .object(["name": .string(TerminalText.escaped(name) + (isDirectory.boolValue ? "/" : ""))])
+                        return .object(["name": .string(TerminalText.escaped(name) + (isDirectory ? "/" : ""))])
                     }
                     await session.emit("view", ["title": .string(target), "rows": .array(rows), "result": .bool(true)])
                 case "get":

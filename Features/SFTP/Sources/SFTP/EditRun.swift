@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import SFTPAPI
 import SFTPWire
 import Synchronization
@@ -51,7 +54,7 @@ struct EditRun {
     static var root: String {
         let environment = ProcessInfo.processInfo.environment
         if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/termind/edit" }
-        return (environment["HOME"] ?? NSHomeDirectory()) + "/.local/state/termind/edit"
+        return (environment["HOME"] ?? LocalUser.home) + "/.local/state/termind/edit"
     }
 
     /// The folder of one remote file's copy, made 0700 (refused when it is not ours).

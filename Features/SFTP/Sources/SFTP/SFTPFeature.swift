@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import SFTPAPI
 import SFTPWire
 import SettingsAPI
@@ -470,7 +473,7 @@ struct Runner {
     static func entry(_ name: [UInt8], _ a: SFTPAttributes) -> Run.Entry {
         Run.Entry(name: SFTPPaths.isText(name) ? String(decoding: name, as: UTF8.self) : SFTPPaths.display(name),
                   nameBase64: SFTPPaths.isText(name) ? nil : Data(name).base64EncodedString(),
-                  kind: a.kind?.rawValue, size: a.size, permissions: a.permissions.map { String(format: "%04o", $0 & 0o7777) },
+                  kind: a.kind?.rawValue, size: a.size, permissions: a.permissions.map { String(printf: "%04o", $0 & 0o7777) },
                   uid: a.uid, gid: a.gid, modified: a.modifiedTime, accessed: a.accessTime)
     }
 
@@ -497,7 +500,7 @@ struct Runner {
         var t = time_t(seconds)
         var parts = tm()
         gmtime_r(&t, &parts)
-        return String(format: "%04d-%02d-%02d %02d:%02d", parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday, parts.tm_hour, parts.tm_min)
+        return String(printf: "%04d-%02d-%02d %02d:%02d", parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday, parts.tm_hour, parts.tm_min)
     }
 }
 

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import SFTPAPI
 import SFTPWire
 import Synchronization
@@ -259,7 +262,7 @@ struct TransferRun {
         if !skipped.isEmpty { summary += ", \(skipped.count) skipped" }
         if !failed.isEmpty { summary += ", \(failed.count) failed" }
         if created > 0 { summary += ", \(created) director\(created == 1 ? "y" : "ies") created" }
-        summary += " · \(TerminalText.bytes(bytes)) in \(String(format: "%.1f", seconds)) s" + rate
+        summary += " · \(TerminalText.bytes(bytes)) in \(String(printf: "%.1f", seconds)) s" + rate
         await session.emit("view", ["result": .bool(true), "title": .string(summary), "rows": .array([])])
         return result
     }

@@ -1,4 +1,8 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import SFTPWire
 import Synchronization
 import TermindCore
@@ -603,7 +607,7 @@ final class RemoteSide: FileSide, Sendable {
         let line = Array(result.stdout.prefix { $0 != 0x0A }.drop { $0 == 0x5C })
         let digest = line.prefix(64)
         guard result.exitStatus == 0, digest.count == 64, digest.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) else {
-            let said = String(decoding: result.stderr.prefix(300), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            let said = String(decoding: result.stderr.prefix(300), as: UTF8.self).trimmedWhitespaceAndNewlines
             throw SFTPError(status: .failure, message: "\(shown(path)): sha256sum failed (status \(result.exitStatus.map(String.init) ?? "none"))\(said.isEmpty ? "" : ": \(said)")")
         }
         return String(decoding: digest, as: UTF8.self)

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// SFTP version 3 (draft-ietf-secsh-filexfer-02, as OpenSSH's sftp-server speaks it) on the

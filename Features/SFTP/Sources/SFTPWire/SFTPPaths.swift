@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Remote paths as bytes: joining, server-side glob patterns, and showing a name that may
 /// not be UTF-8 (or may hold control characters) without corrupting a terminal.
@@ -108,7 +111,7 @@ public enum SFTPPaths {
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\\") { out += "\\\\"; index += 1; continue }
-            if byte < 0x20 || byte == 0x7F { out += String(format: "\\x%02X", byte); index += 1; continue }
+            if byte < 0x20 || byte == 0x7F { out += String(printf: "\\x%02X", byte); index += 1; continue }
             if byte < 0x80 { out.unicodeScalars.append(Unicode.Scalar(byte)); index += 1; continue }
             // A whole valid UTF-8 sequence stays; a stray byte is escaped.
             let length = byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC0 ? 2 : 1
@@ -116,7 +119,7 @@ public enum SFTPPaths {
                 out += text
                 index += length
             } else {
-                out += String(format: "\\x%02X", byte)
+                out += String(printf: "\\x%02X", byte)
                 index += 1
             }
         }

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import SettingsAPI
 import SyncAPI
 import TermindCore
@@ -428,7 +431,7 @@ struct SettingsStore: Sendable {
         try store(declaration.key, value, revision: revision, device: device)
         // A device-local record never leaves this device: nothing for sync to send.
         guard declaration.scope == .synced else { return }
-        let digest = value.map { Digest.sha256(Data($0.utf8)).map { String(format: "%02x", $0) }.joined() }
+        let digest = value.map { Digest.sha256(Data($0.utf8)).hexEncoded }
         try db.execute("INSERT INTO settings_outbox (key, revision, tombstone, digest, device_id) VALUES (?, ?, ?, ?, ?)",
                        [declaration.key, revision, value == nil ? 1 : 0, digest, device])
         Self.journalSignal.signal()

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindCrypto
 
@@ -32,7 +35,7 @@ public struct SecretSealer: Sendable {
     public func mac(_ plaintext: JSONValue, zone: String, kind: String, id: String, field: String) throws -> String {
         let bytes = try JSONCoding.encode(plaintext)
         let place = Self.place(zone: zone, kind: kind, id: id, field: field)
-        return Digest.hmac(.sha256, key: macKey, data: place + [0] + bytes).map { String(format: "%02x", $0) }.joined()
+        return Digest.hmac(.sha256, key: macKey, data: place + [0] + bytes).hexEncoded
     }
 
     /// The MAC of a sealed value (nil when it is not one).

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 import VaultAPI
@@ -26,7 +29,7 @@ struct ConfigImporter {
         let data = try BoundedFile.read(path, limit: SSHConfig.maxFileBytes, what: "ssh_config file", code: .vaultImportUnreadable)
         let digests = Digests()
         digests.add(path, data)
-        let home = ProcessInfo.processInfo.environment["HOME"] ?? NSHomeDirectory()
+        let home = ProcessInfo.processInfo.environment["HOME"] ?? LocalUser.home
         let config = SSHConfig.parse(String(decoding: data, as: UTF8.self), path: path, origin: .user) { pattern, _ in
             let expanded = pattern.hasPrefix("~/") ? home + pattern.dropFirst(1) : pattern
             return try glob(expanded).map { file in
@@ -110,7 +113,7 @@ struct ConfigImporter {
     }
 
     static func expand(_ path: String) -> String {
-        let home = ProcessInfo.processInfo.environment["HOME"] ?? NSHomeDirectory()
+        let home = ProcessInfo.processInfo.environment["HOME"] ?? LocalUser.home
         return path.hasPrefix("~/") ? home + path.dropFirst(1) : path
     }
 
@@ -203,7 +206,7 @@ struct ConfigImporter {
                             keyIDs.append(existing.id)
                             continue
                         }
-                        let saved = try keys.save(key, label: nil, defaultLabel: (path as NSString).lastPathComponent)
+                        let saved = try keys.save(key, label: nil, defaultLabel: PathText.lastComponent(path))
                         storedSecrets.append(saved.handle)
                         importedKeys.append(saved.record)
                         keyIDs.append(saved.record.id)

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import VaultAPI
 import TermindStore
@@ -133,11 +136,11 @@ struct SnippetRepository: Sendable {
     }
 
     func add(_ r: VaultContracts.SnippetAdd.Request) throws -> SnippetRecord {
-        guard !r.body.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else { throw TermindError.badRequest("body: must not be empty.") }
+        guard !r.body.trimmedWhitespaceAndNewlines.isEmpty else { throw TermindError.badRequest("body: must not be empty.") }
         guard r.body.utf8.count <= 65_536 else { throw TermindError.badRequest("body: at most 64 KiB.") }
         var label = try VaultValidation.label(r.label ?? "")
         if label.isEmpty {
-            let first = r.body.split(separator: "\n").first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+            let first = r.body.split(separator: "\n").first.map { $0.trimmedWhitespace } ?? ""
             label = String(first.prefix(60))
         }
         let id = RecordID.make("snip")

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindCrypto
 import TermindSSH
@@ -11,7 +14,7 @@ struct VaultRoutes: RouteResolver {
     let credentials: VaultCredentials
 
     func route(for request: RouteRequest, askPassphrase: @escaping @Sendable (String) async -> Secret?) async throws -> ResolvedRoute {
-        let localUser = NSUserName()
+        let localUser = LocalUser.name
         var hops: [SSHTarget] = []
         var secrets: [String: SSHCredentials] = [:]
         func saved(_ host: String, isTarget: Bool) async throws {

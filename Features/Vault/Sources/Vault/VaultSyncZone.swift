@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import SyncAPI
 import TermindCore
 import TermindCrypto
@@ -19,7 +22,7 @@ enum VaultJournal {
     /// A trusted host key's entity id for sync: its line's digest, so two devices that
     /// trusted the same key hold one entity (and a removal on one removes it on both).
     static func knownHostID(_ line: String) -> String {
-        "kh-" + Digest.sha256(Data(line.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+        "kh-" + Digest.sha256(Data(line.utf8)).prefix(16).hexEncoded
     }
 
     /// One Vault per process, so one signal.

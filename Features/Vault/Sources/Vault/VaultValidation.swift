@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindCrypto
 
@@ -6,10 +9,10 @@ import TermindCrypto
 /// problem, never a secret.
 enum VaultValidation {
     static func address(_ value: String) throws -> String {
-        let v = value.trimmingCharacters(in: .whitespaces)
+        let v = value.trimmedWhitespace
         guard !v.isEmpty else { throw TermindError.badRequest("address: must not be empty.") }
         guard v.utf8.count <= 253, !v.hasPrefix("-"),
-              v.unicodeScalars.allSatisfy({ CharacterSet.alphanumerics.contains($0) || ".-_:%[]".unicodeScalars.contains($0) }) else {
+              v.unicodeScalars.allSatisfy({ $0.isAlphanumericScalar || ".-_:%[]".unicodeScalars.contains($0) }) else {
             throw TermindError.badRequest("address: '\(v)' is not a host name or IP address.")
         }
         if v.hasPrefix("[") != v.hasSuffix("]") { throw TermindError.badRequest("address: '\(v)' has an unbalanced bracket.") }
@@ -23,15 +26,15 @@ enum VaultValidation {
 
     static func user(_ value: String, field: String = "user") throws -> String {
         guard !value.isEmpty, value.utf8.count <= 255,
-              !value.unicodeScalars.contains(where: { CharacterSet.whitespacesAndNewlines.contains($0) || CharacterSet.controlCharacters.contains($0) }) else {
+              !value.unicodeScalars.contains(where: { $0.isWhitespaceOrNewlineScalar || $0.isControlScalar }) else {
             throw TermindError.badRequest("\(field): '\(value)' is not a user name (no spaces or control characters, at most 255 bytes).")
         }
         return value
     }
 
     static func label(_ value: String) throws -> String {
-        let v = value.trimmingCharacters(in: .whitespaces)
-        guard v.utf8.count <= 128, !v.unicodeScalars.contains(where: { CharacterSet.controlCharacters.contains($0) || CharacterSet.newlines.contains($0) }) else {
+        let v = value.trimmedWhitespace
+        guard v.utf8.count <= 128, !v.unicodeScalars.contains(where: { $0.isControlScalar || $0.isNewlineScalar }) else {
             throw TermindError.badRequest("label: at most 128 bytes on one line.")
         }
         return v
@@ -40,9 +43,9 @@ enum VaultValidation {
     static func tags(_ values: [String]) throws -> [String] {
         var seen = Set<String>()
         return try values.compactMap { raw in
-            let tag = raw.trimmingCharacters(in: .whitespaces)
+            let tag = raw.trimmedWhitespace
             guard !tag.isEmpty else { return nil }
-            guard tag.utf8.count <= 64, tag.unicodeScalars.allSatisfy({ CharacterSet.alphanumerics.contains($0) || "._:=@/+-".unicodeScalars.contains($0) }) else {
+            guard tag.utf8.count <= 64, tag.unicodeScalars.allSatisfy({ $0.isAlphanumericScalar || "._:=@/+-".unicodeScalars.contains($0) }) else {
                 throw TermindError.badRequest("tags: '\(tag)' may use letters, digits and . _ : = @ / + - (at most 64 bytes).")
             }
             return seen.insert(tag).inserted ? tag : nil

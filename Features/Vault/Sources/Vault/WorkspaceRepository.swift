@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindStore
 import VaultAPI
@@ -9,7 +12,7 @@ struct WorkspaceRepository: Sendable {
 
     /// Letters, digits, `-` and `_`: a name is also a tmux session's and window's name.
     static func name(_ raw: String) throws -> String {
-        let name = raw.trimmingCharacters(in: .whitespaces)
+        let name = raw.trimmedWhitespace
         guard !name.isEmpty, name.utf8.count <= 64,
               name.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0) || $0 == "-" || $0 == "_" }) else {
             throw TermindError.badRequest("name: '\(raw)' is not a workspace name (1 to 64 letters, digits, - and _).")
@@ -77,7 +80,7 @@ struct WorkspaceRepository: Sendable {
         do {
             layout = try JSONDecoder().decode(WorkspaceLayout.self, from: Data(try row.text("layout").utf8))
         } catch {
-            throw TermindError.internalFailure("The stored layout of workspace \(id) does not read: \(error.localizedDescription)")
+            throw TermindError.internalFailure("The stored layout of workspace \(id) does not read: \(error)")
         }
         return WorkspaceRecord(id: id, name: try row.text("name"), layout: layout,
                                createdAt: try row.text("created_at"), updatedAt: try row.text("updated_at"))

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCrypto
 
 // MARK: - Host names and patterns (mirrors match.c and hostfile.c match_maybe_hashed)

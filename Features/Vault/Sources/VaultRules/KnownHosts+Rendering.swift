@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCrypto
 
 // MARK: - Hashing and writing (mirrors hostfile.c host_hash and write_host_entry)

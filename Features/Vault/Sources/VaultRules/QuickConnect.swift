@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import VaultAPI
 
@@ -236,7 +239,7 @@ public enum QuickConnect {
         var user: String?
         if let at = rest.lastIndex(of: "@") {
             var name = String(rest[..<at])
-            if isURI { name = name.removingPercentEncoding ?? name }
+            if isURI { name = name.percentDecoded ?? name }
             try validateUser(name, in: text)
             user = name
             rest = rest[rest.index(after: at)...]

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 extension SSHConfig {
     /// What `ssh -G alias` would use, following OpenSSH: blocks in file order with Includes

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 import TermindSSH
@@ -148,13 +151,13 @@ final class WorkspacesFeature: Feature {
         let saved = try await ports.hosts.host(named: request.host)
         var entries = try await store.entries(host: saved?.id ?? request.host)
         if let pattern = request.grep {
-            let regex: NSRegularExpression
-            do { regex = try NSRegularExpression(pattern: pattern) } catch {
+            let regex: Regex<AnyRegexOutput>
+            do { regex = try Regex(pattern) } catch {
                 // (The error itself says only "The value is invalid.")
-                throw TermindError.badRequest("--grep '\(pattern)' is not a valid regular expression (ICU syntax, as grep -E mostly): "
+                throw TermindError.badRequest("--grep '\(pattern)' is not a valid regular expression (Swift Regex syntax, as grep -E mostly): "
                                               + "an unclosed bracket or parenthesis, or a quantifier with nothing before it? Put \\ before a character meant literally (\\[ for [).")
             }
-            entries = entries.filter { regex.firstMatch(in: $0.command, range: NSRange($0.command.startIndex..., in: $0.command)) != nil }
+            entries = entries.filter { $0.command.contains(regex) }
         }
         if let limit = request.limit {
             guard limit > 0 else { throw TermindError.badRequest("--limit must be 1 or more, not \(limit).") }
@@ -237,9 +240,9 @@ final class WorkspacesFeature: Feature {
     /// 850 ms, 12.3 s, 4m05s.
     static func duration(_ milliseconds: Int) -> String {
         if milliseconds < 1000 { return "\(milliseconds) ms" }
-        if milliseconds < 60_000 { return String(format: "%.1f s", Double(milliseconds) / 1000) }
+        if milliseconds < 60_000 { return String(printf: "%.1f s", Double(milliseconds) / 1000) }
         let seconds = milliseconds / 1000
-        return seconds < 3600 ? String(format: "%dm%02ds", seconds / 60, seconds % 60) : String(format: "%dh%02dm", seconds / 3600, seconds / 60 % 60)
+        return seconds < 3600 ? String(printf: "%ldm%02lds", seconds / 60, seconds % 60) : String(printf: "%ldh%02ldm", seconds / 3600, seconds / 60 % 60)
     }
 
     /// Durable sessions live inside `termind serve`.
@@ -305,15 +308,15 @@ extension WorkspacesFeature {
         if let port = request.port { words += ["-p", String(port)] }
         if let jump = request.jump { words += ["-J", quoted(jump)] }
         if let file = request.identityFile { words += ["-i", quoted(file)] }
-        var target = request.target.trimmingCharacters(in: .whitespaces)
-        if target == "ssh" || target.hasPrefix("ssh ") { target = String(target.dropFirst(3)).trimmingCharacters(in: .whitespaces) } else { target = quoted(target) }
+        var target = request.target.trimmedWhitespace
+        if target == "ssh" || target.hasPrefix("ssh ") { target = String(target.dropFirst(3)).trimmedWhitespace } else { target = quoted(target) }
         return (["ssh"] + words + [target]).joined(separator: " ")
     }
 
     /// A word for the quick-connect grammar: as it is when plain, else single-quoted.
     private static func quoted(_ word: String) -> String {
-        let plain = !word.isEmpty && word.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "@%+=:,./_-[]".unicodeScalars.contains($0) }
-        return plain ? word : "'" + word.replacingOccurrences(of: "'", with: "'\\''") + "'"
+        let plain = !word.isEmpty && word.unicodeScalars.allSatisfy { $0.isAlphanumericScalar || "@%+=:,./_-[]".unicodeScalars.contains($0) }
+        return plain ? word : "'" + word.replacing("'", with: "'\\''") + "'"
     }
 }
 

@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+import TermindCore
 
 /// A workspace's split tree as the command line writes it, and how tmux builds it.
 ///
@@ -250,16 +254,16 @@ public enum PaneLayout {
         return fractions.map { fraction in
             let value = rounded(fraction)
             if value == value.rounded() { return String(Int(value)) }
-            var text = String(format: "%.\(digits)f", value)
+            var text = String(printf: "%.\(digits)f", value)
             while text.hasSuffix("0") { text.removeLast() }
             return text
         }
     }
 
     static func word(_ text: String) -> String {
-        let plain = !text.isEmpty && text.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "._@-+/:".unicodeScalars.contains($0) }
+        let plain = !text.isEmpty && text.unicodeScalars.allSatisfy { $0.isAlphanumericScalar || "._@-+/:".unicodeScalars.contains($0) }
             && !text.hasSuffix("%")
-        return plain ? text : "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        return plain ? text : "\"" + text.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"") + "\""
     }
 
     // MARK: - Building it in tmux

@@ -1,4 +1,4 @@
-import struct Foundation.Data
+import struct FoundationEssentials.Data
 
 /// What waits for a durable session's screen model, in order: output (with the terminal's
 /// modes before it), gaps (output dropped), and other operations (`Other`: resizes,

@@ -1,4 +1,4 @@
-import struct Foundation.Data
+import struct FoundationEssentials.Data
 import Glibc
 
 /// What a remote terminal's output says about its shell, beside what it draws: shell

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 import WorkspacesAPI
@@ -45,7 +48,7 @@ final class HistoryRecorder: Sendable {
                     defer { state.running = nil }
                     return state.running
                 }
-                guard let finished, let line = finished.line.map(HistoryText.normalized), !line.trimmingCharacters(in: .whitespaces).isEmpty else { continue }
+                guard let finished, let line = finished.line.map(HistoryText.normalized), !line.trimmedWhitespace.isEmpty else { continue }
                 let entry = WorkspacesContracts.HistoryEntry(command: line, exitStatus: status.map { Int32(truncatingIfNeeded: $0) },
                                                              durationMilliseconds: duration, directory: finished.directory,
                                                              finished: DurableSession.timestamp(Date()))

@@ -1,4 +1,8 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 import WorkspacesAPI
@@ -89,7 +93,7 @@ final class SerialLine: Sendable {
         let (stream, feed) = AsyncStream.makeStream(of: Data.self)
         let fd = self.fd, wakeFD = wake[0]
         flags.withLock { $0.reading = true }
-        let thread = Thread { [self] in
+        let thread = SystemThread { [self] in
             var buffer = [UInt8](repeating: 0, count: 16 << 10)
             while true {
                 var descriptors = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]

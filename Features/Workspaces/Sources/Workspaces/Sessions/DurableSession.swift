@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 import PortForwardingAPI
@@ -498,9 +501,7 @@ final class DurableSession: Sendable {
     func screenLines() async -> [String] { await model.lines().value }
 
     static func timestamp(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        return formatter.string(from: date)
+        Date.ISO8601FormatStyle().format(date)
     }
 }
 

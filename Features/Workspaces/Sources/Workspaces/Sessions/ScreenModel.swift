@@ -1,5 +1,8 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TerminalScreen
 import WorkspacesRules
@@ -187,7 +190,7 @@ final class DrawingThread: Sendable {
     }
 
     init() {
-        let thread = Thread.named("termind.screen") { [self] in run() }
+        let thread = SystemThread.named("termind.screen") { [self] in run() }
         thread.start()
     }
 

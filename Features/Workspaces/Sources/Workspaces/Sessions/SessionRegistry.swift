@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import WorkspacesAPI
 
@@ -65,7 +68,7 @@ actor SessionRegistry {
 
     /// The running sessions of a workspace's panes (by name), in pane order.
     func sessions(ofWorkspace name: String) -> [DurableSession] {
-        sessions.values.filter { !$0.isEnded && $0.pane?.name.caseInsensitiveCompare(name) == .orderedSame }
+        sessions.values.filter { !$0.isEnded && $0.pane?.name.lowercased() == name.lowercased() }
             .sorted { ($0.pane?.pane ?? 0, $0.id) < ($1.pane?.pane ?? 0, $1.id) }
     }
 

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 import TermindSSH
@@ -73,7 +76,7 @@ struct SnippetRun {
                 throw TermindError(.vaultSnippetNotFound, "There is no snippet '\(name)'" + (snippets.isEmpty ? "; save one with termind vault snippet add." : " (termind vault snippet list shows them)."))
             }
             return snippet.body
-        case (nil, let command?) where !command.trimmingCharacters(in: .whitespaces).isEmpty:
+        case (nil, let command?) where !command.trimmedWhitespace.isEmpty:
             return command
         case (nil, _):
             throw TermindError.badRequest("Name a saved snippet (termind snippet run NAME --hosts …) or give the command after -- (termind snippet run --hosts … -- uptime).")

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import VaultAPI
 import WorkspacesAPI
@@ -198,7 +201,7 @@ struct TmuxWorkspace {
             throw TermindError(.workspacesTmuxFailed, "tmux did not start: \(error.message)")
         }
         guard outcome.termination.succeeded else {
-            let said = String(decoding: outcome.stderr.prefix(500), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            let said = String(decoding: outcome.stderr.prefix(500), as: UTF8.self).trimmedWhitespaceAndNewlines
             let how = outcome.termination.signal.map { "killed by signal \($0)" } ?? "status \(outcome.termination.status ?? -1)"
             throw TermindError(.workspacesTmuxFailed, "tmux \(argv.dropFirst().first(where: { !$0.hasPrefix("-") && !$0.hasPrefix("/") }) ?? "") failed: \(said.isEmpty ? how : said)")
         }

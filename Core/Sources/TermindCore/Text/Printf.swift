@@ -1,0 +1,66 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension String {
+    /// printf-style text for numbers, as `String(format:)` writes it without a locale (the C
+    /// locale: `.` for the decimal point): `String(printf: "%.1f MiB", 2.25)` is "2.2 MiB".
+    /// Only C conversions (`%d`, `%ld`, `%.3f`, `%04d`, `%x`, `%s` of a C string): no `%@`.
+    /// Kept here so that Core needs no Foundation for it.
+    public init(printf format: String, _ arguments: any CVarArg...) {
+        var capacity = 64
+        while true {
+            var buffer = [CChar](repeating: 0, count: capacity)
+            let written = withVaList(arguments) { vsnprintf(&buffer, capacity, format, $0) }
+            if written < 0 { self = format; return }
+            if Int(written) < capacity {
+                self = String(decoding: buffer[..<Int(written)].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                return
+            }
+            capacity = Int(written) + 1
+        }
+    }
+}
+
+extension StringProtocol {
+    /// The text without leading and trailing characters for which `drop` holds
+    /// (Foundation's `trimmingCharacters(in:)` for a predicate).
+    public func trimming(_ drop: (Character) -> Bool) -> String {
+        guard let first = firstIndex(where: { !drop($0) }), let last = lastIndex(where: { !drop($0) }) else { return "" }
+        return String(self[first...last])
+    }
+
+    /// Without leading and trailing spaces, tabs and newlines (`.whitespacesAndNewlines`).
+    public var trimmedWhitespaceAndNewlines: String { trimming(\.isWhitespace) }
+
+    /// Without leading and trailing spaces and tabs (`.whitespaces`: newlines stay).
+    public var trimmedWhitespace: String { trimming { $0.isWhitespace && !$0.isNewline } }
+
+    /// The text padded with spaces (or cut) to `width` characters (`padding(toLength:…)`).
+    public func padded(to width: Int) -> String {
+        count >= width ? String(prefix(width)) : String(self) + String(repeating: " ", count: width - count)
+    }
+}
+
+extension StringProtocol {
+    /// `%XX` sequences decoded (`removingPercentEncoding`): nil when one is cut short, not
+    /// hexadecimal, or the bytes are not UTF-8.
+    public var percentDecoded: String? {
+        var bytes: [UInt8] = []
+        var iterator = utf8.makeIterator()
+        func hex(_ byte: UInt8?) -> UInt8? {
+            switch byte {
+            case let b? where (48...57).contains(b): b - 48
+            case let b? where (65...70).contains(b): b - 55
+            case let b? where (97...102).contains(b): b - 87
+            default: nil
+            }
+        }
+        while let byte = iterator.next() {
+            guard byte == UInt8(ascii: "%") else { bytes.append(byte); continue }
+            guard let high = hex(iterator.next()), let low = hex(iterator.next()) else { return nil }
+            bytes.append(high << 4 | low)
+        }
+        return String(validating: bytes, as: UTF8.self)
+    }
+}
