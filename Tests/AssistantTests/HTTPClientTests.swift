@@ -34,6 +34,24 @@ final class HTTPClientTests: XCTestCase {
         }
     }
 
+    /// Retry-After as seconds or as an HTTP date in RFC 9110's IMF-fixdate (GMT), the same
+    /// instant Foundation's DateFormatter reads; anything else (another zone too) is no advice.
+    func testRetryAfterIsReadAsSecondsOrAnHTTPDate() {
+        func head(_ value: String) -> HTTPHead { HTTPHead(status: 429, headers: [HTTPHeader("Retry-After", value)], url: "http://127.0.0.1/") }
+        let date = "Wed, 21 Oct 2015 07:28:00 GMT"
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        let when = try! XCTUnwrap(formatter.date(from: date))
+        XCTAssertEqual(head(date).retryAfter(now: when.addingTimeInterval(-30)), 30)
+        XCTAssertEqual(head(date).retryAfter(now: when.addingTimeInterval(30)), 0, "a date gone by: at once")
+        XCTAssertEqual(head(" 120 ").retryAfter(now: when), 120)
+        for bad in ["soon", "Wed, 21 Oct 2015 07:28:00 PST", "Wed, 32 Oct 2015 07:28:00 GMT", "Wed, 21 Foo 2015 07:28:00 GMT", "Wed 21 Oct 2015 07:28:00 GMT", "-5", ""] {
+            XCTAssertNil(head(bad).retryAfter(now: when), bad)
+        }
+    }
+
     func testABodyArrivesPieceByPieceAsSentAndTheRequestIsSentAsGiven() async throws {
         server.enqueue(.stream(Data("data: one\n\ndata: two\n\n".utf8), piece: 5, gap: 0.05))
         let response = try await client.send(request(headers: [HTTPHeader("Authorization", "Bearer sk-test")]))

@@ -104,13 +104,13 @@ final class LinkageTests: XCTestCase {
         }
     }
 
-    /// What a one-shot command loads in process (the client, Core, the APIs and the features
-    /// but the Assistant) links FoundationEssentials, never the whole of Foundation with ICU
-    /// (issue 40: about 6 MiB and a good part of a one-shot command's start).
+    /// What a one-shot command loads in process (the client, Core, the APIs and the built-in
+    /// features) links FoundationEssentials, never the whole of Foundation with ICU (issue 40:
+    /// about 6 MiB and a good part of a one-shot command's start).
     func testAOneShotCommandsLibrariesLinkNoFoundationBeyondItsEssentials() throws {
         let dir = FeatureHarness.buildDirectory
         for image in ["libTermindClient.so", "libTermindCore.so", "libTermindAPIs.so", "libTermindVault.so", "libTermindPortForwarding.so",
-                      "libTermindSettings.so", "libTermindSync.so", "libTermindMetrics.so", "libTermindSFTP.so", "libTermindWorkspaces.so"] {
+                      "libTermindSettings.so", "libTermindSync.so", "libTermindMetrics.so", "libTermindSFTP.so", "libTermindWorkspaces.so", "libTermindAssistant.so"] {
             let linked = try needed(dir + "/" + image)
             XCTAssertFalse(linked.contains { $0.hasPrefix("libFoundation.") || $0.hasPrefix("libFoundationInternationalization") || $0.hasPrefix("lib_FoundationICU") },
                            "\(image) links \(linked)")

@@ -61,6 +61,10 @@ final class PathTextTests: XCTestCase {
         for text in ["plain", "a%20b", "%41%62", "%e2%82%ac", "%E2%82%AC", "bad%", "bad%4", "bad%zz", "%ff", "%C3%A9t%C3%A9", ""] {
             XCTAssertEqual(text.percentDecoded, text.removingPercentEncoding, text)
         }
+        let segment = CharacterSet.urlPathAllowed.subtracting(CharacterSet(charactersIn: "/?#"))
+        for text in ["gemini-2.5-pro", "models/a b", "x?y#z", "tuned/é-ü", "a%b", "~ok_(1)!$&'*+,;=:@", ""] {
+            XCTAssertEqual(text.percentEncoded(keeping: URLText.isPathSegmentByte), text.addingPercentEncoding(withAllowedCharacters: segment), text)
+        }
         XCTAssertEqual("ab".padded(to: 4), "ab".padding(toLength: 4, withPad: " ", startingAt: 0))
         XCTAssertEqual("abcdef".padded(to: 4), "abcdef".padding(toLength: 4, withPad: " ", startingAt: 0))
     }
@@ -85,5 +89,27 @@ final class PathTextTests: XCTestCase {
         XCTAssertGreaterThan(compared, 50_000)
         XCTAssertEqual(LocalUser.home, NSHomeDirectoryForUser(NSUserName()))
         XCTAssertEqual(LocalUser.name, NSUserName())
+    }
+
+    /// A single-quoted word reaches the shell as it was, whatever it holds: a quote followed
+    /// by a combining mark is one Character to Swift and to NSString, and a Character-level
+    /// replace left it unescaped, ending the word early (the rest ran as shell code).
+    func testASingleQuotedWordIsReadBackByTheShellExactlyAsItWas() throws {
+        let directory = try TemporaryDirectory("termind-quote")
+        defer { directory.remove() }
+        let escaped = directory.file("escaped")
+        let words = ["plain", "it's", "a'\u{301}; touch \(escaped); echo '", "'\u{301}", "''", "\u{301}'x'\u{302}", "tab\tnew\nline", "$(id) `id` \\ \"", ""]
+        for word in words {
+            let quoted = ShellText.singleQuoted(word)
+            let result = try ProcessRunner.run("/bin/sh", ["-c", "printf %s " + quoted])
+            XCTAssertEqual(result.status, 0, quoted)
+            XCTAssertEqual(Array(result.stdout.utf8), Array(word.utf8), quoted)
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: escaped), "a quoted word ran as shell code")
+        // Byte-wise replacing finds what Character-wise search misses, and matches it elsewhere.
+        XCTAssertEqual("x hunter2\u{301} y".replacingUTF8("hunter2", with: "[r]"), "x [r]\u{301} y")
+        for (text, target, replacement) in [("a-b-c", "-", "_"), ("aaa", "aa", "b"), ("abc", "", "x"), ("", "a", "b"), ("1.2.3", ".", "-"), ("é", "e", "x")] {
+            XCTAssertEqual(text.replacingUTF8(target, with: replacement), target.isEmpty ? text : text.replacingOccurrences(of: target, with: replacement), text)
+        }
     }
 }

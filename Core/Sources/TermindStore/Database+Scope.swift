@@ -57,7 +57,7 @@ final class TableScope: Sendable {
 
     init(owner: String) {
         self.owner = owner
-        prefix = owner.replacing("-", with: "_").lowercased() + "_"
+        prefix = owner.replacingUTF8("-", with: "_").lowercased() + "_"
     }
 
     private func own(_ name: String?) -> Bool { name.map { $0.lowercased().hasPrefix(prefix) } ?? false }

@@ -64,7 +64,7 @@ enum Completion {
             }
             options[command.words.joined(separator: " ")] = command.options
         }
-        func quoted(_ words: [String]) -> String { words.map { $0.replacing("'", with: "") }.joined(separator: " ") }
+        func quoted(_ words: [String]) -> String { words.map { $0.replacingUTF8("'", with: "") }.joined(separator: " ") }
         var cases: [String] = []
         for (path, words) in next.sorted(by: { $0.key < $1.key }) {
             cases.append("        '\(path)') words='\(quoted(words.sorted()))' ;;")

@@ -10,7 +10,7 @@ enum Help {
     /// loads (or the running server has) in place.
     static func general(_ inv: Invocation) async -> String {
         let marker = "__FEATURE_COMMANDS__\n"
-        return template.replacing(marker, with: await featureCommands(inv))
+        return template.replacingUTF8(marker, with: await featureCommands(inv))
     }
 
     /// Every command of each running feature and plugin, under its feature's `help` title

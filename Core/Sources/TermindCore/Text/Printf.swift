@@ -64,3 +64,28 @@ extension StringProtocol {
         return String(validating: bytes, as: UTF8.self)
     }
 }
+
+extension StringProtocol {
+    /// Every UTF-8 byte for which `keep` is false written as `%XX` (uppercase), as
+    /// `addingPercentEncoding(withAllowedCharacters:)` does for an ASCII allowed set.
+    public func percentEncoded(keeping keep: (UInt8) -> Bool) -> String {
+        let digits = Array("0123456789ABCDEF".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(utf8.count)
+        for byte in utf8 {
+            if byte < 0x80 && keep(byte) { out.append(byte) } else { out += [UInt8(ascii: "%"), digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]] }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// The bytes a URL path segment keeps as they are: `CharacterSet.urlPathAllowed` (which has
+/// no ";") without "/".
+public enum URLText {
+    public static func isPathSegmentByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true
+        default: Array("!$&'()*+,-.:=@_~".utf8).contains(byte)
+        }
+    }
+}

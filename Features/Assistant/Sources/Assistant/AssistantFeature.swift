@@ -1,7 +1,10 @@
 import AssistantAPI
 import AssistantRules
 import CurlHTTP
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import SettingsAPI
 import SFTPAPI
 import Synchronization
@@ -267,9 +270,7 @@ final class AssistantFeature: Feature {
     private static func serviceAccount(_ path: String?, protocol kind: AssistantSettings.Providers.ProviderProtocol) throws -> Secret? {
         guard let path else { return nil }
         guard kind == .vertex else { throw TermindError(.assistantInvalid, "--service-account is for a vertex provider.") }
-        guard let handle = FileHandle(forReadingAtPath: path) else { throw TermindError(.assistantInvalid, "--service-account: cannot read \(path).") }
-        defer { try? handle.close() }
-        let data = (try? handle.read(upToCount: 65 << 10)) ?? Data()
+        guard let data = FileText.read(path, limit: 65 << 10) else { throw TermindError(.assistantInvalid, "--service-account: cannot read \(path).") }
         guard data.count <= 64 << 10 else { throw TermindError(.assistantInvalid, "--service-account: \(path) is larger than 64 KiB; it is not a service account key.") }
         let secret = Secret(String(decoding: data, as: UTF8.self))
         _ = try VertexTokens.account(secret)
@@ -461,7 +462,7 @@ final class AssistantFeature: Feature {
         """
 
     private func run(_ request: AssistantStreams.Run.Request, session: StreamSession, ports: Ports) async throws -> AssistantStreams.Run.Result {
-        let prompt = request.prompt.trimmingCharacters(in: .whitespacesAndNewlines)
+        let prompt = request.prompt.trimmedWhitespaceAndNewlines
         guard !prompt.isEmpty else { throw TermindError(.assistantInvalid, "The prompt is empty: termind assistant run WHAT YOU WANT.") }
         var modelID = request.model
         if let id = request.conversation {
@@ -566,10 +567,10 @@ final class AssistantFeature: Feature {
     /// A title from a model's reply: its first line, quotes and a closing period dropped, at
     /// most 80 characters; nil when nothing is left.
     static func title(in text: String) -> String? {
-        var line = text.split(separator: "\n").first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
-        line = line.trimmingCharacters(in: CharacterSet(charactersIn: "\"'`*#"))
+        var line = text.split(separator: "\n").first.map { $0.trimmedWhitespace } ?? ""
+        line = line.trimming { "\"'`*#".contains($0) }
         if line.hasSuffix(".") { line.removeLast() }
-        line = line.trimmingCharacters(in: .whitespaces)
+        line = line.trimmedWhitespace
         guard !line.isEmpty else { return nil }
         return line.count > 80 ? String(line.prefix(79)) + "…" : line
     }
@@ -639,7 +640,7 @@ final class AssistantFeature: Feature {
             } else {
                 prompt = await lines.next()
             }
-            guard let text = prompt?.trimmingCharacters(in: .whitespacesAndNewlines), !text.isEmpty, text != "/exit" else { break }
+            guard let text = prompt?.trimmedWhitespaceAndNewlines, !text.isEmpty, text != "/exit" else { break }
             if conversation == nil {
                 let firstLine = text.split(separator: "\n").first.map(String.init) ?? text
                 conversation = try await ports.store.create(model: model.id, title: firstLine.count > 60 ? String(firstLine.prefix(59)) + "…" : firstLine, now: Self.now())
@@ -667,7 +668,7 @@ final class AssistantFeature: Feature {
     }
 
     private func suggest(_ request: AssistantStreams.Suggest.Request, session: StreamSession, ports: Ports) async throws -> AssistantStreams.Suggest.Result {
-        let want = request.want.trimmingCharacters(in: .whitespacesAndNewlines)
+        let want = request.want.trimmedWhitespaceAndNewlines
         guard !want.isEmpty else { throw TermindError(.assistantInvalid, "Say what you want: termind assistant suggest \"free disk space on /var\".") }
         var context = ""
         if let name = request.host {
@@ -689,7 +690,7 @@ final class AssistantFeature: Feature {
 
     /// The command in a model's reply: fences and a leading `$ ` dropped, the first line.
     static func command(in text: String) -> String {
-        var lines = text.split(separator: "\n", omittingEmptySubsequences: true).map { $0.trimmingCharacters(in: .whitespaces) }
+        var lines = text.split(separator: "\n", omittingEmptySubsequences: true).map { $0.trimmedWhitespace }
         lines.removeAll { $0.hasPrefix("```") }
         var first = lines.first ?? ""
         if first.hasPrefix("$ ") { first.removeFirst(2) }

@@ -1,6 +1,9 @@
 import AssistantAPI
 import AssistantRules
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindCrypto
 import TermindStore
@@ -61,7 +64,7 @@ struct AuditLog: Sendable {
                       e.exitStatus.map { String($0) }, e.exitSignal, e.outcome, e.stdoutBytes.map { String($0) }, e.stderrBytes.map { String($0) }] {
             add(field)
         }
-        return Digest.sha256(bytes).map { String(format: "%02x", $0) }.joined()
+        return Digest.sha256(bytes).hexEncoded
     }
 
     /// The first entry whose chain does not follow from the rows before it (nil: intact).
@@ -171,11 +174,8 @@ extension AssistantFeature {
             }
             if let seconds { return now - amount * seconds }
         }
-        let full = ISO8601DateFormatter()
-        if let date = full.date(from: text) { return date.timeIntervalSince1970 }
-        let day = ISO8601DateFormatter()
-        day.formatOptions = [.withFullDate]
-        return day.date(from: text)?.timeIntervalSince1970
+        if let date = try? Date.ISO8601FormatStyle().parse(text) { return date.timeIntervalSince1970 }
+        return (try? Date.ISO8601FormatStyle().year().month().day().parse(text))?.timeIntervalSince1970
     }
 
     private func audit(_ request: AssistantStreams.Audit.Request, session: StreamSession, ports: Ports) async throws -> AssistantStreams.Audit.Result {
@@ -198,11 +198,11 @@ extension AssistantFeature {
                 await session.emit("record", ["record": try JSONCoding.parse(JSONCoding.encode(entry), source: "audit")])
             }
         } else {
-            let formatter = ISO8601DateFormatter()
+            let formatter = Date.ISO8601FormatStyle()
             let rows: [JSONValue] = entries.map { e in
                 let what = e.event == "decision" ? "\(e.decision ?? "") by \(e.decider ?? "")" : "ran: \(e.outcome ?? "")"
                     + (e.exitStatus.map { " (exit \($0))" } ?? "") + (e.exitSignal.map { " (SIG\($0))" } ?? "")
-                return .object(["time": .string(formatter.string(from: Date(timeIntervalSince1970: e.at))), "conversation": .string(e.conversation ?? ""),
+                return .object(["time": .string(formatter.format(Date(timeIntervalSince1970: e.at))), "conversation": .string(e.conversation ?? ""),
                                 "call": .string(e.call ?? ""), "tool": .string(e.tool), "host": .string(e.hostLabel ?? e.host ?? ""),
                                 "effect": .string(e.effect), "what": .string(what), "reason": .string(e.reason ?? ""),
                                 "bytes": .string(e.stdoutBytes.map { "\($0)/\(e.stderrBytes ?? 0)" } ?? "")])

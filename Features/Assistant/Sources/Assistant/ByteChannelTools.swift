@@ -1,6 +1,9 @@
 import AssistantAPI
 import AssistantRules
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// The byte channels' tools, offered to MCP sessions of a serve that listens on HTTP

@@ -1,6 +1,9 @@
 import AssistantAPI
 import AssistantRules
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindStore
 
@@ -136,8 +139,8 @@ struct ConversationStore: Sendable {
         guard started else { return ("failed", "termind stopped before this call started: it did not run.") }
         let rows = try db.query("SELECT event, decision, decider, reason, at FROM assistant_audit WHERE conversation = ? AND call_id = ? ORDER BY seq",
                                 [conversation, call])
-        let formatter = ISO8601DateFormatter()
-        let when: (Row) -> String = { formatter.string(from: Date(timeIntervalSince1970: $0.double("at") ?? 0)) }
+        let formatter = Date.ISO8601FormatStyle()
+        let when: (Row) -> String = { formatter.format(Date(timeIntervalSince1970: $0.double("at") ?? 0)) }
         if let refused = rows.first(where: { $0.string("event") == "decision" && $0.string("decision") == "refused" }) {
             return ("refused", "It was refused (by \(refused.string("decider") ?? "the policy"), \(when(refused))): \(refused.string("reason") ?? "") It did not run.")
         }

@@ -1,7 +1,10 @@
 import AssistantAPI
 import AssistantRules
 import CurlHTTP
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// `fetch`: one public HTTP(S) GET for the model (docs/assistant.md, "fetch"). Every hop —

@@ -1,6 +1,9 @@
 import AssistantAPI
 import AssistantRules
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 

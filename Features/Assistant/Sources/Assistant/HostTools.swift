@@ -1,7 +1,10 @@
 import AssistantAPI
 import AssistantRules
 import CurlHTTP
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import MetricsAPI
 import SFTPAPI
 import Synchronization
@@ -194,7 +197,7 @@ struct HostTools: ToolBox {
             // Proven: a command the classifier reads as read-only, on a saved host, carrying no
             // secret handle, that the policy lets run without asking.
             guard misfit(call, Self.execSchema) == nil, let command = call.arguments["command"]?.stringValue,
-                  !command.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty, command.utf8.count <= 16384,
+                  !command.trimmedWhitespaceAndNewlines.isEmpty, command.utf8.count <= 16384,
                   (1...3600).contains(JSONRead.int(call.arguments["timeoutSeconds"]) ?? Self.defaultTimeout),
                   SecretHandle.handles(in: command).isEmpty, let name = call.arguments["host"]?.stringValue,
                   let host = try? await hosts.host(named: name),
@@ -288,7 +291,7 @@ struct HostTools: ToolBox {
     /// A host name that names no saved host: said, with the saved hosts whose label holds it
     /// (the model asks the operator which one, rather than guessing).
     func unknownHost(_ name: String) async -> ToolOutcome {
-        let near = ((try? await hosts.allHosts()) ?? []).map(\.label).filter { !name.isEmpty && $0.localizedCaseInsensitiveContains(name) }.sorted()
+        let near = ((try? await hosts.allHosts()) ?? []).map(\.label).filter { !name.isEmpty && $0.lowercased().contains(name.lowercased()) }.sorted()
         let hint = near.isEmpty ? "list_hosts lists them" : "it may mean \(near.prefix(5).joined(separator: ", ")); ask the operator which"
         return ToolOutcome(state: .failed, text: "There is no saved host named \(name) (\(hint)). Nothing ran.")
     }
@@ -331,7 +334,7 @@ struct HostTools: ToolBox {
         let name = call.arguments["host"]?.stringValue ?? ""
         let command = call.arguments["command"]?.stringValue ?? ""
         let timeout = JSONRead.int(call.arguments["timeoutSeconds"]) ?? Self.defaultTimeout
-        guard !command.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else { return ToolOutcome(state: .failed, text: "The command is empty.") }
+        guard !command.trimmedWhitespaceAndNewlines.isEmpty else { return ToolOutcome(state: .failed, text: "The command is empty.") }
         guard command.utf8.count <= 16384 else { return ToolOutcome(state: .failed, text: "The command is longer than 16384 bytes.") }
         guard (1...3600).contains(timeout) else { return ToolOutcome(state: .failed, text: "timeoutSeconds must be from 1 to 3600, not \(timeout).") }
         let host: HostSummary
@@ -507,7 +510,7 @@ struct HostTools: ToolBox {
         func stream(_ kind: String) -> (Data, Int) {
             var (data, total) = state.withLock { ($0[kind]?.data ?? Data(), $0[kind]?.total ?? 0) }
             for secret in hidden {
-                while let range = data.range(of: secret) { data.replaceSubrange(range, with: Data("[secret]".utf8)) }
+                while let range = data.firstRange(of: secret) { data.replaceSubrange(range, with: Data("[secret]".utf8)) }
             }
             return (Data(data.prefix(Scratch.fileLimit)), total)
         }

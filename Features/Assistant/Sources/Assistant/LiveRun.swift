@@ -1,5 +1,8 @@
 import AssistantAPI
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TermindCore
 

@@ -1,7 +1,11 @@
+import Dispatch
 import AssistantAPI
 import AssistantRules
 import CurlHTTP
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import SettingsAPI
 import Synchronization
 import TermindCore
@@ -26,7 +30,13 @@ protocol MCPClientTransport: Sendable {
 /// nothing of termind's own (its socket, its store, a passphrase file) reaches it. Its
 /// standard error is dropped.
 final class MCPStdioTransport: MCPClientTransport {
-    private let process: Process
+    /// The server's process id until it is reaped (then nil): only a child that has not been
+    /// reaped is signalled, so a signal never reaches a process that took its id later.
+    private final class Child: Sendable {
+        let pid: Mutex<pid_t?>
+        init(_ pid: pid_t) { self.pid = Mutex(pid) }
+    }
+    private let child: Child
     /// Our end of the server's standard input: a socket, so a write to a server that died is
     /// an error (MSG_NOSIGNAL), never SIGPIPE for termind.
     private let input: Int32
@@ -35,35 +45,42 @@ final class MCPStdioTransport: MCPClientTransport {
 
     init(command: [String]) throws {
         guard let program = command.first, !program.isEmpty else { throw TermindError(.assistantInvalid, "A stdio MCP server needs its program.") }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["--"] + command
         let inherited = ProcessInfo.processInfo.environment
-        process.environment = inherited.filter { ["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR"].contains($0.key) }
+        let environment = inherited.filter { ["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR"].contains($0.key) }
         var pair: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
             throw TermindError(.assistantInvalid, "The MCP server \(program) could not start: no socket pair.")
         }
-        let stdout = Pipe()
-        process.standardInput = FileHandle(fileDescriptor: pair[1], closeOnDealloc: false)
-        process.standardOutput = stdout
-        process.standardError = FileHandle.nullDevice
-        do { try process.run() } catch {
+        var pipeEnds: [Int32] = [-1, -1]
+        guard pipe(&pipeEnds) == 0 else {
             Glibc.close(pair[0])
             Glibc.close(pair[1])
-            throw TermindError(.assistantInvalid, "The MCP server \(program) could not start: \(error.localizedDescription)")
+            throw TermindError(.assistantInvalid, "The MCP server \(program) could not start: no pipe.")
+        }
+        for fd in pipeEnds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        let pid: pid_t
+        do {
+            // Through env(1), as a shell would find the program on PATH; standard error to /dev/null.
+            pid = try ChildProcess.spawn(["/usr/bin/env", "--"] + command, environment: environment, stdin: pair[1], stdout: pipeEnds[1])
+        } catch {
+            for fd in [pair[0], pair[1], pipeEnds[0], pipeEnds[1]] { Glibc.close(fd) }
+            throw TermindError(.assistantInvalid, "The MCP server \(program) could not start: \((error as? TermindError)?.message ?? "\(error)")")
         }
         Glibc.close(pair[1])
-        self.process = process
+        Glibc.close(pipeEnds[1])
+        let child = Child(pid)
+        self.child = child
         input = pair[0]
-        let output = stdout.fileHandleForReading
+        let output = pipeEnds[0]
         // Its answers are read on a thread of their own (a blocking read), never the pool's.
         let thread = SystemThread.named("termind-mcp-client") { [weak self] in
             var buffer = Data()
+            var chunk = [UInt8](repeating: 0, count: 64 << 10)
             while true {
-                let chunk = output.availableData
-                if chunk.isEmpty { break }
-                buffer.append(chunk)
+                let n = chunk.withUnsafeMutableBytes { Glibc.read(output, $0.baseAddress, $0.count) }
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { break }
+                buffer.append(contentsOf: chunk[..<n])
                 while let newline = buffer.firstIndex(of: 0x0A) {
                     let line = Data(buffer[buffer.startIndex..<newline])
                     buffer.removeSubrange(buffer.startIndex...newline)
@@ -71,7 +88,16 @@ final class MCPStdioTransport: MCPClientTransport {
                 }
                 if buffer.count > MCPProtocol.messageLimit { buffer.removeAll() }
             }
+            Glibc.close(output)
             self?.end()
+            // Its output ended: the server exited or is about to. It is reaped here (a blocking
+            // wait, on this thread) so that it never stays a zombie.
+            // Waits for it to end without reaping it (its id stays its own meanwhile), forgets
+            // the id, then reaps it.
+            var info = siginfo_t()
+            while waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR {}
+            child.pid.withLock { $0 = nil }
+            _ = ChildProcess.wait(pid)
         }
         thread.start()
     }
@@ -142,9 +168,9 @@ final class MCPStdioTransport: MCPClientTransport {
 
     func close() {
         writes.async { [input] in Glibc.close(input) }
-        if process.isRunning {
-            let process = self.process
-            DispatchQueue.global().asyncAfter(deadline: .now() + 2) { if process.isRunning { process.terminate() } }
+        // A server that does not end once its input closes is asked to (SIGTERM) after 2 s.
+        DispatchQueue.global().asyncAfter(deadline: .now() + 2) { [child] in
+            child.pid.withLock { pid in if let pid { kill(pid, SIGTERM) } }
         }
     }
 }

@@ -1,7 +1,10 @@
 import AssistantAPI
 import AssistantRules
 import CurlHTTP
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import TermindCrypto
 
@@ -160,20 +163,20 @@ actor VertexTokens {
 
     static func account(_ json: Secret) throws -> Account {
         try json.withPlaintext { text in
-            guard let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] else {
+            guard let object = try? JSONCoding.parse(Data(text.utf8), source: "the service account file"), case .object = object else {
                 throw TermindError(.assistantInvalid, "The service account file is not JSON.")
             }
-            guard object["type"] as? String == "service_account" else {
+            guard object["type"]?.stringValue == "service_account" else {
                 throw TermindError(.assistantInvalid, "The file is not a service account key (its \"type\" is not \"service_account\").")
             }
-            guard let email = object["client_email"] as? String, !email.isEmpty, let key = object["private_key"] as? String, !key.isEmpty else {
+            guard let email = object["client_email"]?.stringValue, !email.isEmpty, let key = object["private_key"]?.stringValue, !key.isEmpty else {
                 throw TermindError(.assistantInvalid, "The service account key lacks client_email or private_key.")
             }
-            let tokenURL = (object["token_uri"] as? String) ?? "https://oauth2.googleapis.com/token"
+            let tokenURL = object["token_uri"]?.stringValue ?? "https://oauth2.googleapis.com/token"
             guard allowed(tokenURL) else {
                 throw TermindError(.assistantInvalid, "The service account's token_uri (\(HTTPURL(tokenURL)?.origin ?? "not a URL")) is not Google's token service; termind does not send a signed assertion there.")
             }
-            return Account(email: email, keyID: object["private_key_id"] as? String, privateKey: Secret(key), tokenURL: tokenURL)
+            return Account(email: email, keyID: object["private_key_id"]?.stringValue, privateKey: Secret(key), tokenURL: tokenURL)
         }
     }
 
@@ -183,7 +186,7 @@ actor VertexTokens {
         if let cached = cached[cacheKey], cached.expires > Date().addingTimeInterval(60) { return cached.token }
         let now = Int(Date().timeIntervalSince1970)
         func base64URL(_ data: Data) -> String {
-            data.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+            data.base64EncodedString().replacingUTF8("+", with: "-").replacingUTF8("/", with: "_").replacingUTF8("=", with: "")
         }
         var header: [String: JSONValue] = ["alg": .string("RS256"), "typ": .string("JWT")]
         if let kid = account.keyID { header["kid"] = .string(kid) }
@@ -202,14 +205,18 @@ actor VertexTokens {
                                transient: failure.beforeResponse, retryAfter: nil)
         }
         let body = try await response.body(limit: 64 << 10)
-        guard response.head.status == 200, let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any],
-              let token = object["access_token"] as? String, !token.isEmpty else {
+        guard response.head.status == 200, let object = try? JSONCoding.parse(body, source: "the token service's answer"),
+              let token = object["access_token"]?.stringValue, !token.isEmpty else {
             let (code, message) = Redaction.providerError(in: body)
             let said = [code, message].compactMap { $0 }.map { Redaction.scrub($0, secrets: [assertion]) }.joined(separator: ": ")
             throw ModelFailure(error: TermindError(.assistantProviderFailed, "\(provider): the token service refused the service account (HTTP \(response.head.status)\(said.isEmpty ? "" : ", " + said))."),
                                transient: RetryRule.isTransient(status: response.head.status, code: code), retryAfter: response.head.retryAfter())
         }
-        let lifetime = (object["expires_in"] as? Double) ?? (object["expires_in"] as? Int).map(Double.init) ?? 3600
+        let lifetime: Double = switch object["expires_in"] {
+        case .integer(let seconds)?: Double(seconds)
+        case .double(let seconds)?: seconds
+        default: 3600
+        }
         cached[cacheKey] = (token, Date().addingTimeInterval(lifetime))
         return token
     }

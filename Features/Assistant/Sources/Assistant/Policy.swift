@@ -1,6 +1,9 @@
 import AssistantAPI
 import AssistantRules
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import MetricsAPI
 import SettingsAPI
 import SFTPAPI
@@ -180,11 +183,11 @@ final class AssistantPolicy: CallPolicy {
     /// The hex SHA-256 of a file's bytes (at most a scratch file's 16 MiB).
     static func digest(ofFile path: String) -> String? {
         guard let data = FileManager.default.contents(atPath: path), data.count <= Scratch.fileLimit else { return nil }
-        return Digest.sha256(data).map { String(format: "%02x", $0) }.joined()
+        return Digest.sha256(data).hexEncoded
     }
 
     static func realpath(_ path: String) -> String? {
-        guard let resolved = Foundation.realpath(path, nil) else { return nil }
+        guard let resolved = Glibc.realpath(path, nil) else { return nil }
         defer { free(resolved) }
         return String(cString: resolved)
     }

@@ -1,6 +1,9 @@
 import AssistantAPI
 import AssistantRules
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// One thing a run shows: the record a script gets (`--json`), and what a person gets on
@@ -67,7 +70,7 @@ struct RunEmitter: Sendable {
         if !text.isEmpty && !text.hasSuffix("\n") { await deliver(RunEvent(stdout: "\n")) }
     }
 
-    static func seconds(_ value: Double) -> String { value == value.rounded() ? "\(Int(value)) s" : String(format: "%.1f s", value) }
+    static func seconds(_ value: Double) -> String { value == value.rounded() ? "\(Int(value)) s" : String(printf: "%.1f s", value) }
 
     static func short(_ arguments: JSONValue) -> String {
         let text = (try? JSONCoding.encode(arguments)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
@@ -335,7 +338,7 @@ struct Compactor: Sendable {
             Condense this conversation between an operator and termind's assistant so it can go on from the summary alone.             Keep the facts, host names, commands and their results that still matter, decisions made and what is left to do. Plain text.
             """, items: items + [.user("Condense the conversation above.")], maxOutputTokens: model.maxOutputTokens ?? 1024)
         let outcome = try await Answerer(client: client, model: model, emitter: nil).answer(request)
-        let summary = outcome.text.trimmingCharacters(in: .whitespacesAndNewlines)
+        let summary = outcome.text.trimmedWhitespaceAndNewlines
         guard !summary.isEmpty else { return false }
         try await store.compact(conversation, upto: upto, summary: summary, now: Date().timeIntervalSince1970)
         return true

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// A conversation's scratch folder (`assistant-scratch/ID` beside the database, 0700): where
@@ -84,10 +87,11 @@ struct Scratch: Sendable {
 
     /// Bytes the conversation's folder holds.
     func used(_ conversation: String) -> Int {
-        let base = URL(fileURLWithPath: root).appendingPathComponent(conversation)
-        guard let walker = FileManager.default.enumerator(at: base, includingPropertiesForKeys: [.fileSizeKey]) else { return 0 }
+        let base = root + "/" + conversation
+        guard let paths = try? FileManager.default.subpathsOfDirectory(atPath: base) else { return 0 }
         var total = 0
-        for case let url as URL in walker { total += (try? url.resourceValues(forKeys: [.fileSizeKey]).fileSize) ?? 0 }
+        var status = stat()
+        for path in paths where lstat(base + "/" + path, &status) == 0 && status.st_mode & S_IFMT == S_IFREG { total += Int(status.st_size) }
         return total
     }
 
@@ -110,7 +114,7 @@ struct Scratch: Sendable {
         var written = 0
         try data.withUnsafeBytes { buffer in
             while written < buffer.count {
-                let n = Foundation.write(fd, buffer.baseAddress! + written, buffer.count - written)
+                let n = Glibc.write(fd, buffer.baseAddress! + written, buffer.count - written)
                 if n < 0 && errno == EINTR { continue }
                 guard n > 0 else { throw Refusal(message: "Writing \(path) failed: \(String(cString: strerror(errno))).") }
                 written += n

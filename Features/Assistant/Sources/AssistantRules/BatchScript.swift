@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+import TermindCore
 
 /// Several read-only commands for one host in one SSH session (docs/assistant.md, "Batches"):
 /// OpenSSH spends most of a command's cost starting its session (about 100 ms of sshd's CPU
@@ -35,7 +39,7 @@ public enum BatchScript {
 
     /// `text` as one single-quoted shell word (`'` written as `'\''`).
     public static func quoted(_ text: String) -> String {
-        "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
+        ShellText.singleQuoted(text)
     }
 
     public struct Outcome: Sendable, Equatable {

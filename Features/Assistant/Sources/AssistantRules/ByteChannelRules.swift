@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// MCP's byte channels (docs/mcp.md, "Files"), pure: a capability's lifetime and limits, the
 /// one Range form a download takes, and what an upload's resume must say.
@@ -24,7 +27,7 @@ public enum ByteChannelRules {
     /// suffix range, several ranges, another unit, N past `size` when it is known.
     public static func rangeStart(_ header: String?, size: UInt64? = nil) -> UInt64?? {
         guard let header else { return .some(0) }
-        let value = header.trimmingCharacters(in: .whitespaces)
+        let value = header.trimmedWhitespace
         guard value.lowercased().hasPrefix("bytes="), !value.contains(",") else { return .some(nil) }
         let spec = value.dropFirst(6)
         guard spec.hasSuffix("-"), let start = UInt64(spec.dropLast()), spec.dropLast().allSatisfy(\.isASCII) else { return .some(nil) }
@@ -37,13 +40,13 @@ public enum ByteChannelRules {
     public static func uploadProblem(said offset: String?, length: String?, acknowledged: UInt64, size: UInt64) -> String? {
         let claimed: UInt64
         if let offset {
-            guard let value = UInt64(offset.trimmingCharacters(in: .whitespaces)) else { return "Upload-Offset is a byte count" }
+            guard let value = UInt64(offset.trimmedWhitespace) else { return "Upload-Offset is a byte count" }
             claimed = value
         } else {
             claimed = 0
         }
         guard claimed == acknowledged else { return "Upload-Offset must be \(acknowledged), the bytes the host has acknowledged (not \(claimed))" }
-        guard let length, let count = UInt64(length.trimmingCharacters(in: .whitespaces)) else { return "an upload says its Content-Length" }
+        guard let length, let count = UInt64(length.trimmedWhitespace) else { return "an upload says its Content-Length" }
         guard count == size - acknowledged else { return "Content-Length must be \(size - acknowledged), the bytes left of \(size) (not \(count))" }
         return nil
     }

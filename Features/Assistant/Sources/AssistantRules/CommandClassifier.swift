@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Whether a command line for `ssh_exec` only reads, decided by parsing it (ShellSyntax) and
 /// checking every command against an allowlist with argument rules. Known wrappers (`sudo`,
@@ -309,7 +312,7 @@ public enum CommandClassifier {
 
     /// `sed -n`'s scripts that only print: `p`, `Np`, `N,Mp`, `$p`, `/re/p`, `/a/,/b/p`.
     static func isPrintScript(_ script: String) -> Bool {
-        let trimmed = script.trimmingCharacters(in: .whitespaces)
+        let trimmed = script.trimmedWhitespace
         guard trimmed.hasSuffix("p") else { return false }
         let address = String(trimmed.dropLast())
         if address.isEmpty { return true }

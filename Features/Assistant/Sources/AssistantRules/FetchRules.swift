@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// What `fetch` may reach (docs/assistant.md, "fetch"): public HTTP(S) only. Every hop's
 /// URL is checked, and every address its host resolves to: loopback, private, shared

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// The Guardian's words and its answer's check (docs/assistant.md, "The Guardian"): an
@@ -47,7 +50,7 @@ public enum GuardianRules {
             case "<": out += "\\u003c"
             case ">": out += "\\u003e"
             default:
-                if scalar.value < 0x20 { out += String(format: "\\u%04x", scalar.value) } else { out.unicodeScalars.append(scalar) }
+                if scalar.value < 0x20 { out += String(printf: "\\u%04x", scalar.value) } else { out.unicodeScalars.append(scalar) }
             }
         }
         return out + "\""
@@ -62,11 +65,11 @@ public enum GuardianRules {
     /// ("approve" or "refuse") and a string `reason`, nothing else; anything else is
     /// malformed — a refusal saying why.
     public static func verdict(_ text: String) -> Verdict {
-        var body = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        var body = text.trimmedWhitespaceAndNewlines
         if body.hasPrefix("```") {
             body = String(body.drop { $0 != "\n" }.dropFirst())
             guard body.hasSuffix("```") else { return .refuse("The Guardian's answer was malformed (an unclosed fence).") }
-            body = String(body.dropLast(3)).trimmingCharacters(in: .whitespacesAndNewlines)
+            body = String(body.dropLast(3)).trimmedWhitespaceAndNewlines
         }
         guard let value = try? JSONCoding.parse(Data(body.utf8), source: "the Guardian's answer"), case .object(let fields) = value else {
             return .refuse("The Guardian's answer was not one JSON object.")

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The byte channels' records (docs/mcp.md, "Files"), pure: every link's state from its
 /// creation to its end, what a request's head may claim, and the limits — at most four links

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// termind as an MCP client (docs/mcp.md, "Other MCP servers"), pure: what a server's tool is
@@ -25,7 +28,7 @@ public enum MCPClientRules {
     /// `mcp__SERVER__TOOL`, or nil when the server's tool name cannot be one (a model's function
     /// names are 1 to 64 of `[A-Za-z0-9_-]`).
     public static func name(server: String, tool: String) -> String? {
-        let serverPart = server.replacingOccurrences(of: ".", with: "-")
+        let serverPart = server.replacingUTF8(".", with: "-")
         let name = "mcp__\(serverPart)__\(tool)"
         guard !tool.isEmpty, name.count <= 64, tool.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }) else { return nil }
         return name
@@ -34,7 +37,7 @@ public enum MCPClientRules {
     public static func isName(_ name: String) -> Bool {
         guard name.hasPrefix("mcp__") else { return false }
         let rest = name.dropFirst(5)
-        guard let split = rest.range(of: "__") else { return false }
+        guard let split = rest.firstRange(of: "__") else { return false }
         return !rest[..<split.lowerBound].isEmpty && !rest[split.upperBound...].isEmpty && name.count <= 64
     }
 

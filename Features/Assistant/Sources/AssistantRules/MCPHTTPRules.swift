@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// What MCP's Streamable HTTP endpoint checks before it reads a body (docs/mcp.md, "HTTP"),
 /// pure: the path, the Host and Origin (a page in a browser — DNS rebinding included — is
@@ -87,7 +90,7 @@ public enum MCPHTTPRules {
     static func bearer(_ value: String) -> String? {
         let parts = value.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else { return nil }
-        return String(parts[1]).trimmingCharacters(in: .whitespaces)
+        return String(parts[1]).trimmedWhitespace
     }
 
     /// Equal without returning early on the first differing byte (the length is no secret).
@@ -100,7 +103,7 @@ public enum MCPHTTPRules {
     }
 
     static func mediaType(_ value: String) -> String {
-        value.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        value.split(separator: ";").first.map { $0.trimmedWhitespace.lowercased() } ?? ""
     }
 
     /// Whether an Accept header admits `type` (exactly, by its family's wildcard or `*/*`).
@@ -123,8 +126,8 @@ public enum MCPHTTPRules {
     public static func newToken() -> String {
         var generator = SystemRandomNumberGenerator()
         let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        return Data(bytes).base64EncodedString().replacingUTF8("+", with: "-").replacingUTF8("/", with: "_")
+            .replacingUTF8("=", with: "")
     }
 
     /// Whether `token` looks like one of termind's (so a pasted one with a stray character

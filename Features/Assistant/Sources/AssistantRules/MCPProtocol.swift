@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// MCP's JSON-RPC framing and the handshake era's rules (docs/mcp.md), pure: what a line
@@ -223,7 +226,7 @@ public enum MCPProtocol {
 
     /// A tool as `tools/list` lists it.
     public static func tool(name: String, description: String, inputSchema: JSONValue, hints: Hints, outputSchema: JSONValue? = nil) -> JSONValue {
-        var tool: [String: JSONValue] = ["name": .string(name), "title": .string(name.replacingOccurrences(of: "_", with: " ")), "description": .string(description),
+        var tool: [String: JSONValue] = ["name": .string(name), "title": .string(name.replacingUTF8("_", with: " ")), "description": .string(description),
                                          "inputSchema": inputSchema, "annotations": hints.json]
         tool["outputSchema"] = outputSchema
         return .object(tool)

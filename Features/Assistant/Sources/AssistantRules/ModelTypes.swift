@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// The wire protocols termind speaks to models.
@@ -175,7 +178,7 @@ public enum JSONRead {
     /// A tool call's arguments: a JSON text (most dialects) or already an object; must end
     /// up an object.
     static func arguments(_ text: String, _ name: String) throws(ParseProblem) -> JSONValue {
-        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        let trimmed = text.trimmedWhitespaceAndNewlines
         guard !trimmed.isEmpty else { return .object([:]) }
         let value: JSONValue
         do { value = try JSONCoding.parse(Data(trimmed.utf8), source: "arguments") } catch {

@@ -1,5 +1,8 @@
 import AssistantAPI
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The assistant's approval policy as a pure function of termind's own facts: the tool's
 /// rule, what the action does (its declared effect, or the command classifier's verdict for

@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+import TermindCore
 
 /// When a turn's request is sent again (the same logical request; what was shown of the
 /// failed attempt is discarded): connection failures before any byte, 408, 409, 429, 5xx
@@ -41,7 +45,7 @@ public enum RetryRule {
 public enum Redaction {
     public static func scrub(_ text: String, secrets: [String], limit: Int = 300) -> String {
         var text = text
-        for secret in secrets where secret.count >= 4 { text = text.replacingOccurrences(of: secret, with: "[redacted]") }
+        for secret in secrets where secret.count >= 4 { text = text.replacingUTF8(secret, with: "[redacted]") }
         var out = ""
         var run = ""
         // A long run of key characters that mixes letters and digits looks like a key or a
@@ -60,16 +64,17 @@ public enum Redaction {
             }
         }
         flush()
-        out = out.trimmingCharacters(in: .whitespaces)
+        out = out.trimmedWhitespace
         return out.count > limit ? String(out.prefix(limit)) + "…" : out
     }
 
     /// The error's type and message in a provider's JSON error body (OpenAI, Anthropic,
     /// Gemini shapes), if it has them.
     public static func providerError(in body: Data) -> (code: String?, message: String?) {
-        guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any] else { return (nil, nil) }
-        let error = (object["error"] as? [String: Any]) ?? object
-        let code = (error["code"] as? String) ?? (error["type"] as? String) ?? (error["status"] as? String)
-        return (code, error["message"] as? String)
+        guard let object = try? JSONCoding.parse(body, source: "an error body"), case .object = object else { return (nil, nil) }
+        var error = object
+        if case .object? = object["error"], let inner = object["error"] { error = inner }
+        let code = error["code"]?.stringValue ?? error["type"]?.stringValue ?? error["status"]?.stringValue
+        return (code, error["message"]?.stringValue)
     }
 }

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Single-use secret handles in `ssh_exec` commands (docs/assistant.md, "Secrets"): the model
 /// gets `@@SECRET_…@@`, never the secret, and writes the handle where the secret goes. The
@@ -21,7 +24,7 @@ public enum SecretHandle {
     public static func handles(in command: String) -> [String] {
         var found: [String] = []
         var rest = command[...]
-        while let start = rest.range(of: prefix) {
+        while let start = rest.firstRange(of: prefix) {
             let after = rest[start.upperBound...]
             let body = after.prefix { $0.isASCII && ($0.isLetter || $0.isNumber) }
             let end = after.index(after.startIndex, offsetBy: body.count)
@@ -47,7 +50,7 @@ public enum SecretHandle {
         var body = command
         var reads: [String] = []
         for (index, handle) in handles.enumerated() {
-            body = body.replacingOccurrences(of: handle, with: "${\(variable(index))}")
+            body = body.replacingUTF8(handle, with: "${\(variable(index))}")
             reads.append("IFS= read -r \(variable(index))")
         }
         guard !reads.isEmpty else { return command }

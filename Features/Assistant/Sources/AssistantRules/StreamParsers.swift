@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// A tool call being assembled from a stream's pieces.
@@ -165,7 +168,7 @@ public struct ChatParser: StreamParser {
 
     public mutating func consume(_ event: SSEEvent) throws(ParseProblem) -> [StreamDelta] {
         guard !finished else { return [] }
-        if event.data.trimmingCharacters(in: .whitespaces) == "[DONE]" {
+        if event.data.trimmedWhitespace == "[DONE]" {
             finished = true
             if state.error == nil { state.complete = true }
             return []

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// Where a provider is and how it is reached: the URL as saved (materialized at save time:
@@ -34,7 +37,7 @@ public struct ProviderAddress: Sendable, Equatable {
     /// Where a streamed answer from `model` is asked for.
     public func streamURL(model: String) -> String {
         let model = model.hasPrefix("models/") ? String(model.dropFirst("models/".count)) : model
-        let escaped = model.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/?#"))) ?? model
+        let escaped = model.percentEncoded(keeping: URLText.isPathSegmentByte)
         switch modelProtocol {
         case .responses: return url
         case .chat: return base + "/chat/completions"

@@ -1,5 +1,8 @@
 import CCurl
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 import Synchronization
 

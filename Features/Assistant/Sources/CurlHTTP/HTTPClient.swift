@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// termind's HTTP client: libcurl (TLS with the system's trust store, `https_proxy`,

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import TermindCore
 
 /// One request header. Values of sensitive headers (`isSensitive`) are never logged.
@@ -80,13 +83,28 @@ public struct HTTPHead: Sendable, Equatable {
 
     /// `Retry-After` in seconds (delta-seconds or an HTTP date), when present and sane.
     public func retryAfter(now: Date = Date()) -> Double? {
-        guard let text = value("retry-after")?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { return nil }
+        guard let text = value("retry-after")?.trimmedWhitespace, !text.isEmpty else { return nil }
         if let seconds = Double(text), seconds >= 0, seconds.isFinite { return seconds }
-        let format = DateFormatter()
-        format.locale = Locale(identifier: "en_US_POSIX")
-        format.timeZone = TimeZone(identifier: "GMT")
-        format.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        return format.date(from: text).map { max(0, $0.timeIntervalSince(now)) }
+        return Self.httpDate(text).map { max(0, $0.timeIntervalSince(now)) }
+    }
+
+    /// An HTTP date in the IMF-fixdate form RFC 9110 requires (`Sun, 06 Nov 1994 08:49:37 GMT`).
+    static func httpDate(_ text: String) -> Date? {
+        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        let parts = text.split(separator: " ")
+        guard parts.count == 6, parts[0].count == 4, parts[0].hasSuffix(","), parts[5] == "GMT" || parts[5] == "UTC",
+              let day = Int32(parts[1]), (1...31).contains(day), let month = months.firstIndex(of: String(parts[2])),
+              let year = Int32(parts[3]), (1970...9999).contains(year) else { return nil }
+        let clock = parts[4].split(separator: ":").compactMap { Int32($0) }
+        guard clock.count == 3, (0...23).contains(clock[0]), (0...59).contains(clock[1]), (0...60).contains(clock[2]) else { return nil }
+        var fields = tm()
+        fields.tm_year = year - 1900
+        fields.tm_mon = Int32(month)
+        fields.tm_mday = day
+        fields.tm_hour = clock[0]
+        fields.tm_min = clock[1]
+        fields.tm_sec = clock[2]
+        return Date(timeIntervalSince1970: Double(timegm(&fields)))
     }
 }
 

@@ -1,5 +1,8 @@
 import CCurl
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 
 /// One request on the engine: its easy handle (touched only on the engine's thread) and
@@ -179,7 +182,7 @@ final class Transfer: @unchecked Sendable {
 
     private func header(_ data: UnsafeMutablePointer<CChar>?, _ count: Int) -> Int {
         guard let data else { return 0 }
-        let line = String(decoding: UnsafeRawBufferPointer(start: data, count: count), as: UTF8.self).trimmingCharacters(in: .newlines)
+        let line = String(decoding: UnsafeRawBufferPointer(start: data, count: count), as: UTF8.self).trimming(\.isNewline)
         var status = 0
         if line.isEmpty { _ = withUnsafeMutablePointer(to: &status) { termind_curl_info_long(easy, CURLINFO_RESPONSE_CODE, $0) } }
         let waiter = state.withLock { state -> (CheckedContinuation<HTTPHead, any Error>, HTTPHead)? in
@@ -189,7 +192,7 @@ final class Transfer: @unchecked Sendable {
                 // A new header block (after a 1xx, or a redirect's): start over.
                 state.headers = []
             } else if let colon = line.firstIndex(of: ":"), !line.isEmpty {
-                state.headers.append(HTTPHeader(String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)))
+                state.headers.append(HTTPHeader(String(line[..<colon]), line[line.index(after: colon)...].trimmedWhitespace))
             } else if line.isEmpty, status >= 200, state.head == nil {
                 let head = HTTPHead(status: status, headers: state.headers, url: request.url)
                 state.head = head
@@ -304,6 +307,6 @@ final class Transfer: @unchecked Sendable {
     }
 
     static func seconds(_ value: Double) -> String {
-        value == value.rounded() ? "\(Int(value)) s" : String(format: "%.1f s", value)
+        value == value.rounded() ? "\(Int(value)) s" : String(printf: "%.1f s", value)
     }
 }

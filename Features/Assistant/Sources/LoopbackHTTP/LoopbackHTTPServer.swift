@@ -1,5 +1,8 @@
 import CMicroHTTPD
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 
 /// One HTTP request as the server read it: header names lowercased, every header line kept

@@ -193,7 +193,7 @@ public enum RemoteScript {
         let script = lines.map { line in
             // Compound openers take no `;` after them, nor does a command put in the background.
             [" do", " then", "else", " {", "$(", " &"].contains { line.hasSuffix($0) } ? line + " " : line + "; "
-        }.joined().replacing("; ); ", with: " ); ")
+        }.joined().replacingUTF8("; ); ", with: " ); ")
         precondition(!script.contains("'"), "the remote script must not contain a single quote")
         return "exec /bin/sh -c '\(script)'"
     }

@@ -403,7 +403,7 @@ final class ForwardingFeature: Feature {
     }
 
     static func shell(_ word: String) -> String {
-        word.allSatisfy({ $0.isLetter || $0.isNumber || "@.:-_/".contains($0) }) ? word : "'" + word.replacing("'", with: "'\\''") + "'"
+        word.allSatisfy({ $0.isLetter || $0.isNumber || "@.:-_/".contains($0) }) ? word : ShellText.singleQuoted(word)
     }
 }
 

@@ -316,7 +316,7 @@ extension WorkspacesFeature {
     /// A word for the quick-connect grammar: as it is when plain, else single-quoted.
     private static func quoted(_ word: String) -> String {
         let plain = !word.isEmpty && word.unicodeScalars.allSatisfy { $0.isAlphanumericScalar || "@%+=:,./_-[]".unicodeScalars.contains($0) }
-        return plain ? word : "'" + word.replacing("'", with: "'\\''") + "'"
+        return plain ? word : ShellText.singleQuoted(word)
     }
 }
 

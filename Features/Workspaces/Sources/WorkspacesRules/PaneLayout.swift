@@ -263,7 +263,7 @@ public enum PaneLayout {
     static func word(_ text: String) -> String {
         let plain = !text.isEmpty && text.unicodeScalars.allSatisfy { $0.isAlphanumericScalar || "._@-+/:".unicodeScalars.contains($0) }
             && !text.hasSuffix("%")
-        return plain ? text : "\"" + text.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"") + "\""
+        return plain ? text : "\"" + text.replacingUTF8("\\", with: "\\\\").replacingUTF8("\"", with: "\\\"") + "\""
     }
 
     // MARK: - Building it in tmux
