@@ -209,41 +209,47 @@ enum Bench {
             // alternating blocks: a change in the machine's speed during the run (this VM's
             // varies by half) falls on both modes alike instead of on whichever ran second.
             var booted: [(isolation: FeatureManifest.Isolation, kernel: Kernel, pid: Int32?)] = []
-            for isolation in [FeatureManifest.Isolation.inline, .process] {
-                var plugins = configuration
-                plugins.pluginIsolation = isolation
-                plugins.storePath = scratch + "/plugin-\(isolation.rawValue).sqlite"
-                let kernel = Kernel(configuration: plugins, sink: .disabled())
-                let statuses = try await kernel.boot()
-                guard statuses.contains(where: { $0.id == "digest" && $0.state == .running }) else { await kernel.shutdown(); break }
-                let note = await kernel.featureStatuses().first(where: { $0.id == "digest" })?.isolation
-                let pid = isolation == .process ? note?.split(separator: " ").dropFirst(2).first.flatMap({ Int32($0.trimming { $0.isPunctuation }) }) : nil
-                booted.append((isolation, kernel, pid))
-            }
-            if booted.count == 2 {
-                for entry in booted { for _ in 0..<100 { _ = try await entry.kernel.call(fn, body: request) } }
-                let block = 50
-                var times: [FeatureManifest.Isolation: [Double]] = [:]
-                for round in 0..<max(1, iterations / block) {
-                    // Which mode goes first alternates too.
-                    for entry in round % 2 == 0 ? booted : booted.reversed() {
-                        let (before, childBefore) = (cpuSeconds(), entry.pid.map { cpuSeconds(of: $0) } ?? 0)
-                        for _ in 0..<block {
-                            let t = now()
-                            _ = try await entry.kernel.call(fn, body: request)
-                            times[entry.isolation, default: []].append(now() - t)
+            // A call that fails midway still ends both kernels (and the plugin's own process).
+            do {
+                for isolation in [FeatureManifest.Isolation.inline, .process] {
+                    var plugins = configuration
+                    plugins.pluginIsolation = isolation
+                    plugins.storePath = scratch + "/plugin-\(isolation.rawValue).sqlite"
+                    let kernel = Kernel(configuration: plugins, sink: .disabled())
+                    let statuses = try await kernel.boot()
+                    guard statuses.contains(where: { $0.id == "digest" && $0.state == .running }) else { await kernel.shutdown(); break }
+                    let note = await kernel.featureStatuses().first(where: { $0.id == "digest" })?.isolation
+                    let pid = isolation == .process ? note?.split(separator: " ").dropFirst(2).first.flatMap({ Int32($0.trimming { $0.isPunctuation }) }) : nil
+                    booted.append((isolation, kernel, pid))
+                }
+                if booted.count == 2 {
+                    for entry in booted { for _ in 0..<100 { _ = try await entry.kernel.call(fn, body: request) } }
+                    let block = 50
+                    var times: [FeatureManifest.Isolation: [Double]] = [:]
+                    for round in 0..<max(1, iterations / block) {
+                        // Which mode goes first alternates too.
+                        for entry in round % 2 == 0 ? booted : booted.reversed() {
+                            let (before, childBefore) = (cpuSeconds(), entry.pid.map { cpuSeconds(of: $0) } ?? 0)
+                            for _ in 0..<block {
+                                let t = now()
+                                _ = try await entry.kernel.call(fn, body: request)
+                                times[entry.isolation, default: []].append(now() - t)
+                            }
+                            let spent = (cpuSeconds() - before, (entry.pid.map { cpuSeconds(of: $0) } ?? 0) - childBefore)
+                            cpu[entry.isolation, default: (0, 0)].termind += spent.0
+                            cpu[entry.isolation, default: (0, 0)].plugin += spent.1
                         }
-                        let spent = (cpuSeconds() - before, (entry.pid.map { cpuSeconds(of: $0) } ?? 0) - childBefore)
-                        cpu[entry.isolation, default: (0, 0)].termind += spent.0
-                        cpu[entry.isolation, default: (0, 0)].plugin += spent.1
+                    }
+                    for (isolation, values) in times { medians[isolation] = median(values) }
+                    if let pid = booted.last?.pid, let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+                       let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+                       let kib = Double(line.split(separator: " ").dropFirst().first ?? "") {
+                        resident = kib / 1024
                     }
                 }
-                for (isolation, values) in times { medians[isolation] = median(values) }
-                if let pid = booted.last?.pid, let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-                   let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-                   let kib = Double(line.split(separator: " ").dropFirst().first ?? "") {
-                    resident = kib / 1024
-                }
+            } catch {
+                for entry in booted { await entry.kernel.shutdown() }
+                throw error
             }
             for entry in booted { await entry.kernel.shutdown() }
             let calls = Double(max(1, iterations / 50) * 50)
