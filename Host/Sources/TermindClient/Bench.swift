@@ -208,7 +208,7 @@ enum Bench {
             // Both kernels at once, each with its own scratch store, and their calls in
             // alternating blocks: a change in the machine's speed during the run (this VM's
             // varies by half) falls on both modes alike instead of on whichever ran second.
-            var booted: [(isolation: FeatureManifest.Isolation, kernel: Kernel, pid: Int32?)] = []
+            var booted: [PluginKernel] = []
             // A call that fails midway still ends both kernels (and the plugin's own process).
             do {
                 for isolation in [FeatureManifest.Isolation.inline, .process] {
@@ -223,29 +223,7 @@ enum Bench {
                     booted.append((isolation, kernel, pid))
                 }
                 if booted.count == 2 {
-                    for entry in booted { for _ in 0..<100 { _ = try await entry.kernel.call(fn, body: request) } }
-                    let block = 50
-                    var times: [FeatureManifest.Isolation: [Double]] = [:]
-                    for round in 0..<max(1, iterations / block) {
-                        // Which mode goes first alternates too.
-                        for entry in round % 2 == 0 ? booted : booted.reversed() {
-                            let (before, childBefore) = (cpuSeconds(), entry.pid.map { cpuSeconds(of: $0) } ?? 0)
-                            for _ in 0..<block {
-                                let t = now()
-                                _ = try await entry.kernel.call(fn, body: request)
-                                times[entry.isolation, default: []].append(now() - t)
-                            }
-                            let spent = (cpuSeconds() - before, (entry.pid.map { cpuSeconds(of: $0) } ?? 0) - childBefore)
-                            cpu[entry.isolation, default: (0, 0)].termind += spent.0
-                            cpu[entry.isolation, default: (0, 0)].plugin += spent.1
-                        }
-                    }
-                    for (isolation, values) in times { medians[isolation] = median(values) }
-                    if let pid = booted.last?.pid, let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-                       let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-                       let kib = Double(line.split(separator: " ").dropFirst().first ?? "") {
-                        resident = kib / 1024
-                    }
+                    (medians, cpu, resident) = try await alternatingPluginCalls(booted, fn: fn, request: request, iterations: iterations)
                 }
             } catch {
                 for entry in booted { await entry.kernel.shutdown() }
@@ -278,6 +256,38 @@ enum Bench {
             inv.console.table(Figure.header, figures.map(\.row))
         }
         return .success
+    }
+
+    typealias PluginKernel = (isolation: FeatureManifest.Isolation, kernel: Kernel, pid: Int32?)
+
+    /// The same call to each kernel in alternating blocks of 50 (the first kernel alternating
+    /// too), after 100 to warm up: each mode's median, CPU (termind's and the plugin process's)
+    /// and the isolated plugin process's resident memory.
+    private static func alternatingPluginCalls(_ booted: [PluginKernel], fn: ContractID, request: Data, iterations: Int) async throws
+        -> (medians: [FeatureManifest.Isolation: Double], cpu: [FeatureManifest.Isolation: (termind: Double, plugin: Double)], resident: Double?) {
+        for entry in booted { for _ in 0..<100 { _ = try await entry.kernel.call(fn, body: request) } }
+        let block = 50
+        var times: [FeatureManifest.Isolation: [Double]] = [:]
+        var cpu: [FeatureManifest.Isolation: (termind: Double, plugin: Double)] = [:]
+        for round in 0..<max(1, iterations / block) {
+            for entry in round % 2 == 0 ? booted : booted.reversed() {
+                let (before, childBefore) = (cpuSeconds(), entry.pid.map { cpuSeconds(of: $0) } ?? 0)
+                for _ in 0..<block {
+                    let t = now()
+                    _ = try await entry.kernel.call(fn, body: request)
+                    times[entry.isolation, default: []].append(now() - t)
+                }
+                cpu[entry.isolation, default: (0, 0)].termind += cpuSeconds() - before
+                cpu[entry.isolation, default: (0, 0)].plugin += (entry.pid.map { cpuSeconds(of: $0) } ?? 0) - childBefore
+            }
+        }
+        var resident: Double?
+        if let pid = booted.last?.pid, let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+           let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+           let kib = Double(line.split(separator: " ").dropFirst().first ?? "") {
+            resident = kib / 1024
+        }
+        return (times.mapValues(median), cpu, resident)
     }
 
     static func parseIterations(_ arguments: [String]) throws -> Int {

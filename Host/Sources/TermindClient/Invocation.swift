@@ -183,7 +183,7 @@ struct Invocation {
         if let registryPath { return registryPath }
         let dir = ExecutablePaths.executableDirectory()
         for candidate in ["\(dir)/Registry.json", "\(dir)/../share/termind/Registry.json"] where FileManager.default.fileExists(atPath: candidate) {
-            return PathText.standardized(candidate, home: nil)
+            return PathText.standardized(candidate)
         }
         return nil
     }

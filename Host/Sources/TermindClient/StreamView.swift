@@ -291,11 +291,7 @@ final class StreamView: Sendable {
 
     static func amount(_ value: Double, bytes: Bool) -> String {
         guard bytes else { return value == value.rounded() ? String(Int(value)) : String(printf: "%.1f", value) }
-        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
-        var scaled = value
-        var unit = 0
-        while scaled >= 1024 && unit < units.count - 1 { scaled /= 1024; unit += 1 }
-        return unit == 0 ? "\(Int(scaled)) B" : String(printf: "%.1f ", scaled) + units[unit]
+        return TerminalText.bytes(UInt64(exactly: max(0, value).rounded(.down)) ?? .max)
     }
 
     static func duration(_ seconds: Double) -> String {

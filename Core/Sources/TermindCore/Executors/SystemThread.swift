@@ -42,7 +42,7 @@ public final class SystemThread: Sendable {
     /// Gives the running thread `name` where the system shows it (written to
     /// /proc/thread-self/comm: pthread_setname_np and prctl are not callable from Swift's
     /// Glibc here, one being a GNU extension and the other variadic).
-    public static func nameCurrent(_ name: String) {
+    static func nameCurrent(_ name: String) {
         let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
         guard fd >= 0 else { return }
         let bytes = Array(name.utf8.prefix(15))

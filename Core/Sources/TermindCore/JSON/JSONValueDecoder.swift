@@ -53,15 +53,13 @@ private struct Node: Decoder {
         if T.self == Bool.self { return try decode(Bool.self) as! T }
         if T.self == Int.self { return try integer(Int.self) as! T }
         if T.self == Data.self {
-            guard case .string(let text) = value else { throw mismatch(String.self) }
-            guard let data = Data(base64Encoded: text) else {
+            guard let data = Data(base64Encoded: try decode(String.self)) else {
                 throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "Encountered Data is not valid Base64."))
             }
             return data as! T
         }
         if T.self == URL.self {
-            guard case .string(let text) = value else { throw mismatch(String.self) }
-            guard let url = URL(string: text) else {
+            guard let url = URL(string: try decode(String.self)) else {
                 throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "Invalid URL string."))
             }
             return url as! T
@@ -78,7 +76,7 @@ private struct Node: Decoder {
         default: throw mismatch(type)
         }
         guard let result else {
-            throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "Parsed JSON number <\(value.numberText)> does not fit in \(type)."))
+            throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "Parsed JSON number <\(JSONWriter.bytes(value).map { String(decoding: $0, as: UTF8.self) } ?? "?")> does not fit in \(type)."))
         }
         return result
     }
@@ -89,17 +87,6 @@ private struct Node: Decoder {
         case .unsignedInteger(let u): return F(u)
         case .double(let d): return F(d)
         default: throw mismatch(type)
-        }
-    }
-}
-
-private extension JSONValue {
-    var numberText: String {
-        switch self {
-        case .integer(let i): "\(i)"
-        case .unsignedInteger(let u): "\(u)"
-        case .double(let d): "\(d)"
-        default: typeName
         }
     }
 }

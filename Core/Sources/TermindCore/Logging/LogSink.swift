@@ -52,19 +52,7 @@ public final class LogSink: Sendable {
             line += " \(LogValue.sanitizeIdentifier(key))=\(value.description)"
         }
         line += "\n"
-        writing.withLock { _ in writeAll(line) }
-    }
-
-    private func writeAll(_ line: String) {
-        line.utf8CString.withUnsafeBufferPointer { buffer in
-            var offset = 0
-            let total = buffer.count - 1 // without the NUL
-            while offset < total {
-                let n = Glibc.write(fd, buffer.baseAddress! + offset, total - offset)
-                if n <= 0 { if errno == EINTR { continue }; return }
-                offset += n
-            }
-        }
+        writing.withLock { _ in FileText.write(line, to: fd) }
     }
 
     private static func timestamp() -> String {

@@ -96,14 +96,22 @@ public enum ChildProcess {
         }
     }
 
+    /// A pipe for a child's output, both ends close-on-exec (the child gets its end only
+    /// through `spawn`'s dup2): `[read, write]`.
+    public static func pipe(for program: String) throws -> [Int32] {
+        var ends: [Int32] = [-1, -1]
+        guard Glibc.pipe(&ends) == 0 else { throw TermindError(.processSpawnFailed, "No pipe for \(program): \(String(cString: strerror(errno))).") }
+        for fd in ends { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        return ends
+    }
+
     private static func runBlocking(_ argv: [String], environment: [String: String]?, limit: Int) throws -> Outcome {
-        var out: [Int32] = [-1, -1], err: [Int32] = [-1, -1]
-        guard pipe(&out) == 0 else { throw TermindError(.processSpawnFailed, "No pipe for \(argv[0]): \(String(cString: strerror(errno))).") }
-        guard pipe(&err) == 0 else {
+        let out = try pipe(for: argv[0])
+        let err: [Int32]
+        do { err = try pipe(for: argv[0]) } catch {
             close(out[0]); close(out[1])
-            throw TermindError(.processSpawnFailed, "No pipe for \(argv[0]): \(String(cString: strerror(errno))).")
+            throw error
         }
-        for fd in out + err { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         let pid: pid_t
         do {
             pid = try spawn(argv, environment: environment, stdout: out[1], stderr: err[1])

@@ -35,7 +35,7 @@ public enum PathText {
     /// `standardizingPath` on Linux: `~` expanded from `home`, empty and `.` components
     /// dropped, and for an absolute path `..` taken back and symbolic links resolved as far
     /// as the path exists ("/tmp/link/new" is "/tmp/real/new"). A relative path keeps its `..`.
-    public static func standardized(_ path: String, home: String?) -> String {
+    public static func standardized(_ path: String, home: String? = nil) -> String {
         var path = path
         if path == "~" || path.hasPrefix("~/"), let home, !home.isEmpty { path = home + path.dropFirst() }
         let absolute = path.hasPrefix("/")

@@ -83,7 +83,7 @@ enum PluginSandbox {
     }
 
     private static func resolved(_ path: String) -> String {
-        guard let real = realpath(path, nil) else { return PathText.standardized(path, home: nil) }
+        guard let real = realpath(path, nil) else { return PathText.standardized(path) }
         defer { free(real) }
         return String(cString: real)
     }

@@ -12,11 +12,10 @@ public enum LocalPath {
     public static func absolute(_ path: String, relativeTo directory: String? = nil, home: String? = nil) -> String {
         if path == "~" || path.hasPrefix("~/") {
             let home = (home ?? ProcessInfo.processInfo.environment["HOME"]).flatMap { $0.hasPrefix("/") ? $0 : nil } ?? LocalUser.home
-            return PathText.standardized(PathText.appending(home, String(path.dropFirst(2))), home: home)
+            return PathText.standardized(PathText.appending(home, String(path.dropFirst(2))))
         }
-        let environmentHome = ProcessInfo.processInfo.environment["HOME"]
-        if path.hasPrefix("/") { return PathText.standardized(path, home: environmentHome) }
+        if path.hasPrefix("/") { return PathText.standardized(path) }
         let base = directory ?? FileManager.default.currentDirectoryPath
-        return PathText.standardized(PathText.appending(base, path), home: environmentHome)
+        return PathText.standardized(PathText.appending(base, path))
     }
 }

@@ -51,13 +51,12 @@ final class MCPStdioTransport: MCPClientTransport {
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
             throw TermindError(.assistantInvalid, "The MCP server \(program) could not start: no socket pair.")
         }
-        var pipeEnds: [Int32] = [-1, -1]
-        guard pipe(&pipeEnds) == 0 else {
+        let pipeEnds: [Int32]
+        do { pipeEnds = try ChildProcess.pipe(for: program) } catch {
             Glibc.close(pair[0])
             Glibc.close(pair[1])
             throw TermindError(.assistantInvalid, "The MCP server \(program) could not start: no pipe.")
         }
-        for fd in pipeEnds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         let pid: pid_t
         do {
             // Through env(1), as a shell would find the program on PATH; standard error to /dev/null.
@@ -90,10 +89,9 @@ final class MCPStdioTransport: MCPClientTransport {
             }
             Glibc.close(output)
             self?.end()
-            // Its output ended: the server exited or is about to. It is reaped here (a blocking
-            // wait, on this thread) so that it never stays a zombie.
-            // Waits for it to end without reaping it (its id stays its own meanwhile), forgets
-            // the id, then reaps it.
+            // Its output ended: the server exited or is about to. It is reaped here, on this
+            // thread: first waited for without reaping (its id stays its own meanwhile), then
+            // its id forgotten, then reaped, so that a late SIGTERM reaches it or nothing.
             var info = siginfo_t()
             while waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR {}
             child.pid.withLock { $0 = nil }

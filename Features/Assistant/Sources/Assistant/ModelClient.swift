@@ -185,16 +185,13 @@ actor VertexTokens {
         let cacheKey = provider + "\n" + account.email
         if let cached = cached[cacheKey], cached.expires > Date().addingTimeInterval(60) { return cached.token }
         let now = Int(Date().timeIntervalSince1970)
-        func base64URL(_ data: Data) -> String {
-            data.base64EncodedString().replacingUTF8("+", with: "-").replacingUTF8("/", with: "_").replacingUTF8("=", with: "")
-        }
         var header: [String: JSONValue] = ["alg": .string("RS256"), "typ": .string("JWT")]
         if let kid = account.keyID { header["kid"] = .string(kid) }
         let claims: JSONValue = .object(["iss": .string(account.email), "scope": .string("https://www.googleapis.com/auth/cloud-platform"),
                                          "aud": .string(account.tokenURL), "iat": .integer(Int64(now)), "exp": .integer(Int64(now + 3600))])
-        let signingInput = base64URL(try JSONCoding.encode(JSONValue.object(header))) + "." + base64URL(try JSONCoding.encode(claims))
+        let signingInput = try JSONCoding.encode(JSONValue.object(header)).base64URLEncoded + "." + JSONCoding.encode(claims).base64URLEncoded
         let signature = try PEMSignature.rs256(Data(signingInput.utf8), key: account.privateKey)
-        let assertion = signingInput + "." + base64URL(signature)
+        let assertion = signingInput + "." + signature.base64URLEncoded
         let form = "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=" + assertion
         let response: HTTPResponse
         do {

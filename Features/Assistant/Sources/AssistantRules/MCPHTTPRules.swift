@@ -126,8 +126,7 @@ public enum MCPHTTPRules {
     public static func newToken() -> String {
         var generator = SystemRandomNumberGenerator()
         let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        return Data(bytes).base64EncodedString().replacingUTF8("+", with: "-").replacingUTF8("/", with: "_")
-            .replacingUTF8("=", with: "")
+        return Data(bytes).base64URLEncoded
     }
 
     /// Whether `token` looks like one of termind's (so a pasted one with a stray character

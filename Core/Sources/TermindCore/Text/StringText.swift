@@ -1,3 +1,4 @@
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -87,5 +88,12 @@ public enum URLText {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true
         default: Array("!$&'()*+,-.:=@_~".utf8).contains(byte)
         }
+    }
+}
+
+extension Data {
+    /// Base64url without padding (RFC 4648 §5): tokens, JWT parts.
+    public var base64URLEncoded: String {
+        base64EncodedString().replacingUTF8("+", with: "-").replacingUTF8("/", with: "_").replacingUTF8("=", with: "")
     }
 }
