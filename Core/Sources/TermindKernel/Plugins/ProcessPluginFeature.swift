@@ -372,16 +372,25 @@ final class PluginChild: Sendable {
 
     /// Reads the child's frames until it goes away, then fails what was in flight.
     private func readLoop(_ frames: consuming PluginWire.Reader, onEnd: @escaping @Sendable (PluginChild, String) -> Void) {
+        // A frame for a call termind never made is no late reply but a process writing
+        // on the socket by itself: it is ended (its own calls are all it could reach).
+        var violation: String?
+        func issued(_ call: Int64) -> Bool {
+            if calls.withLock({ call > 0 && call <= $0.next }) { return true }
+            violation = violation ?? "sent a frame for call \(call), which termind never made, and was ended"
+            end()
+            return false
+        }
         while let next = try? frames.nextFrame() {
             let frame: [String: JSONValue]
             switch next {
             case .reply(let call, _):
-                resume(call, next)
+                if issued(call) { resume(call, next) }
                 continue
             case .call: continue  // a child sends none
             case .object(let object): frame = object
             }
-            guard case .integer(let call)? = frame["id"] else { continue }
+            guard case .integer(let call)? = frame["id"], issued(call) else { continue }
             switch frame["op"]?.stringValue {
             case "reply":
                 resume(call, next)
@@ -404,7 +413,8 @@ final class PluginChild: Sendable {
         }
         alive.store(false, ordering: .releasing)
         watchdog.withLock { $0 }?.cancel()
-        let reason = reap()
+        let ended = reap()
+        let reason = violation ?? ended
         let failure = TermindError(.pluginCrashed, "plugin '\(id)' \(reason) before it answered; its process is restarted for the next call.")
         let (replies, streams, overdue) = calls.withLock { calls in
             calls.ended = failure
