@@ -3,7 +3,7 @@
 PREFIX ?= /usr/local
 test:
 	./scripts/test
-# Every cipher and MAC against OpenSSH's sshd with 256 MiB each way (make test moves 16).
+# Every cipher and MAC against OpenSSH's sshd with 256 MiB each way (make test moves 8).
 interop:
 	TERMIND_INTEROP_MIB=256 ./scripts/test --filter SSHCipherInteropTests
 # 3,000 short in-process sessions, four at a time: a process that ends under live threads (make test runs 24).

@@ -11,7 +11,7 @@ import XCTest
 /// both support, forced one at a time on the server, moves data intact both ways while the
 /// server rekeys every megabyte, and at the packet-size edges.
 ///
-/// The payload is `TERMIND_INTEROP_MIB` MiB each way (16 by default, so that `make test`
+/// The payload is `TERMIND_INTEROP_MIB` MiB each way (8 by default, so that `make test`
 /// stays short; `make interop` runs the full 256 MiB) of random bytes, checked with SHA-256.
 final class SSHCipherInteropTests: XCTestCase {
     /// What libssh2 offers and OpenSSH 9.2 accepts (`ssh -Q cipher`; libssh2 also has
@@ -55,7 +55,7 @@ final class SSHCipherInteropTests: XCTestCase {
         XCTAssertEqual(try ProcessRunner.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", path]).status, 0)
         clientKey = try String(contentsOfFile: path, encoding: .utf8)
         publicKey = try String(contentsOfFile: path + ".pub", encoding: .utf8)
-        let mib = Int(ProcessInfo.processInfo.environment["TERMIND_INTEROP_MIB"] ?? "") ?? 16
+        let mib = Int(ProcessInfo.processInfo.environment["TERMIND_INTEROP_MIB"] ?? "") ?? 8
         payloadSize = mib << 20
         // sshd runs on this machine, so the remote side reads the same file.
         payload = directory.file("payload")
