@@ -272,6 +272,27 @@ final class RegistryValidatorTests: XCTestCase {
     }
 }
 
+extension RegistryValidatorTests {
+    /// A settings record has one owner, named as Settings names keys.
+    func testSettingsRecordsAreKeysAndHaveOneOwner() throws {
+        func declaring(_ id: String, _ keys: [String], order: Int) -> FeatureManifest {
+            var m = FeatureManifest(id: id, library: "/lib/\(id).so", order: order, source: "Registry.json")
+            m.settingsRecords = keys
+            return m
+        }
+        let plan = try validator.plan([declaring("sftp", ["sftp.limits", "sftp.topology"], order: 1), declaring("thief", ["sftp.limits"], order: 2),
+                                       declaring("odd", ["Sftp.limits"], order: 3), declaring("flat", ["limits"], order: 4), declaring("metrics", ["metrics.preferences"], order: 5)])
+        XCTAssertEqual(plan.ordered.map(\.id), ["sftp", "metrics"])
+        XCTAssertEqual(plan.disabled.first { $0.featureID == "thief" }?.message,
+                       "feature 'thief' (Registry.json): field \"settingsRecords\": 'sftp.limits' is declared by another feature already; a record has one owner.")
+        XCTAssertTrue(plan.disabled.first { $0.featureID == "odd" }?.message.contains("'Sftp.limits' is not a settings key (dotted words starting lowercase") == true)
+        XCTAssertEqual(plan.disabled.first { $0.featureID == "flat" }?.field, "settingsRecords")
+        XCTAssertTrue(RegistryValidator.isValidRecordKey("assistant.mcpServers"))
+        XCTAssertFalse(RegistryValidator.isValidRecordKey("assistant..policy"))
+        XCTAssertFalse(RegistryValidator.isValidRecordKey("assistant.pol-icy"))
+    }
+}
+
 /// A one-shot command loads only what it needs, decided from the manifests alone.
 final class CommandSelectionTests: XCTestCase {
     private func feature(_ id: String, commands: [String] = [], contracts: [String] = [], calls: [String] = [], requires: [String] = [],
@@ -308,6 +329,31 @@ final class CommandSelectionTests: XCTestCase {
         // No feature declares it: nil (everything boots, to say so).
         XCTAssertNil(RegistryValidator.selection(forCommand: ["frobnicate"], in: manifests))
     }
+
+    /// A settings command that names one record loads the feature declaring it (and what that
+    /// reaches), not every feature that registers records; one naming none, or a key nobody
+    /// declares, loads them all as before.
+    func testASettingsCommandNamingARecordLoadsOnlyItsOwner() {
+        var settings = feature("settings", contracts: ["settings.get@1"], provides: ["settings.values"], consumersOf: ["settings.values"])
+        settings.commands = [FeatureManifest.Command(name: "settings get", contract: "settings.get@1", arguments: ["key"]),
+                             FeatureManifest.Command(name: "settings set", contract: "settings.get@1", arguments: ["key", "value"]),
+                             FeatureManifest.Command(name: "settings list", contract: "settings.get@1")]
+        var sftp = feature("sftp", requires: ["settings.values", "vault.hosts"])
+        sftp.settingsRecords = ["sftp.limits", "sftp.topology"]
+        var assistant = feature("assistant", requires: ["settings.values"], optional: ["sftp.scheduler"])
+        assistant.settingsRecords = ["assistant.policy"]
+        let quiet = feature("quiet", optional: ["settings.values"])  // registers none it declares
+        let manifests = [settings, sftp, assistant, quiet, feature("vault", provides: ["vault.hosts"])]
+        func selected(_ words: String) -> Set<String>? { RegistryValidator.selection(forCommand: words.split(separator: " ").map(String.init), in: manifests) }
+        XCTAssertEqual(selected("settings get sftp.limits"), ["settings", "sftp", "vault"])
+        XCTAssertEqual(selected("settings get --key sftp.topology"), ["settings", "sftp", "vault"])
+        XCTAssertEqual(selected("settings set sftp.limits {} --replace true"), ["settings", "sftp", "vault"])
+        XCTAssertEqual(selected("settings set --revision 3 assistant.policy {}"), ["settings", "assistant"])
+        // Nobody declares it (or a feature registers it undeclared): every consumer, to find it or say which exist.
+        XCTAssertEqual(selected("settings get nothing.here"), ["settings", "sftp", "assistant", "quiet", "vault"])
+        XCTAssertEqual(selected("settings get"), ["settings", "sftp", "assistant", "quiet", "vault"])
+        XCTAssertEqual(selected("settings list"), ["settings", "sftp", "assistant", "quiet", "vault"])
+    }
 }
 
 import TermindHarness
@@ -342,6 +388,26 @@ final class OneShotLoadingTests: XCTestCase {
         XCTAssertEqual(settings.status, 0, settings.stderr)
         XCTAssertTrue(settings.stdout.contains("assistant.policy") && settings.stdout.contains("metrics.preferences"), settings.stdout)
         XCTAssertTrue(withConsumers.contains("assistant") && withConsumers.contains("metrics"), "\(withConsumers)")
+        // A settings command naming one record starts the feature that declares it, and every
+        // record a built-in feature registers is declared in its manifest (and no other).
+        let (topology, owner) = try termind(["--json", "settings", "get", "sftp.topology"], log: "topology.log")
+        XCTAssertEqual(topology.status, 0, topology.stderr)
+        XCTAssertTrue(topology.stdout.contains("\"strategy\""), topology.stdout)
+        XCTAssertTrue(owner.contains("sftp") && owner.contains("settings"), "\(owner)")
+        XCTAssertFalse(owner.contains("assistant") || owner.contains("metrics") || owner.contains("workspaces"), "\(owner)")
+        let registry = try JSONCoding.parse(Data(contentsOf: URL(fileURLWithPath: FeatureHarness.buildDirectory + "/Registry.json")), source: "Registry.json")
+        var declared: [String: String] = [:]
+        for entry in registry["features"]?.arrayValue ?? [] {
+            for key in entry["settingsRecords"]?.arrayValue?.compactMap(\.stringValue) ?? [] { declared[key] = entry["id"]?.stringValue }
+        }
+        let (listedJSON, _) = try termind(["--json", "settings", "list"], log: "list-json.log")
+        let registered = try JSONCoding.parse(Data(listedJSON.stdout.utf8), source: "settings list")["records"]?.arrayValue?.compactMap { $0["key"]?.stringValue } ?? []
+        XCTAssertEqual(Set(registered), Set(declared.keys), "the records registered are exactly those the manifests declare")
+        for (key, id) in declared.sorted(by: { $0.key < $1.key }) {
+            let (got, loaded) = try termind(["settings", "get", key], log: "get-\(key).log")
+            XCTAssertEqual(got.status, 0, "\(key), declared by \(id), is registered by it: \(got.stderr)")
+            XCTAssertTrue(loaded.contains(id), "\(key): \(loaded)")
+        }
         // termind's own commands see every feature.
         let (features, _) = try termind(["features"], log: "features.log")
         XCTAssertTrue(features.stdout.contains("assistant") && features.stdout.contains("metrics"), features.stdout)

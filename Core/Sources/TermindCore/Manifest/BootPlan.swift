@@ -41,17 +41,25 @@ public struct RegistryValidator: Sendable {
     /// command's own feature the consumers of a port whose consumers its commands need
     /// (`commandsNeedConsumersOf`) — and, for each of those, the same. Decided from the manifests alone: no feature's code
     /// runs to decide.
+    /// A settings record's key as the Settings feature takes it: two or more dot-separated
+    /// words of letters and digits, each starting lowercase.
+    public static func isValidRecordKey(_ key: String) -> Bool {
+        let parts = key.split(separator: ".", omittingEmptySubsequences: false)
+        return key.utf8.count <= 128 && parts.count >= 2
+            && parts.allSatisfy { $0.first.map { $0 >= "a" && $0 <= "z" } == true && $0.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber) } }
+    }
+
     public static func selection(forCommand words: [String], in manifests: [FeatureManifest]) -> Set<String>? {
         let leading = Array(words.prefix { !$0.hasPrefix("-") })
-        var best: (manifest: FeatureManifest, length: Int)?
+        var best: (manifest: FeatureManifest, command: FeatureManifest.Command)?
         for manifest in manifests {
             for command in manifest.commands {
                 let name = command.words
                 guard !name.isEmpty, name.count <= leading.count, Array(leading.prefix(name.count)) == name else { continue }
-                if name.count > (best?.length ?? 0) { best = (manifest, name.count) }
+                if name.count > (best?.command.words.count ?? 0) { best = (manifest, command) }
             }
         }
-        guard let owner = best?.manifest else { return nil }
+        guard let (owner, command) = best else { return nil }
         var byID: [String: FeatureManifest] = [:]
         for manifest in manifests where byID[manifest.id] == nil { byID[manifest.id] = manifest }
         var operationOwner: [String: String] = [:]
@@ -70,7 +78,14 @@ public struct RegistryValidator: Sendable {
             // Only for the command's own feature: a feature reached on the way serves its port,
             // not its commands.
             for port in m.commandsNeedConsumersOf where id == owner.id {
-                next += manifests.filter { ($0.ports.requires + $0.ports.optional).contains(port) }.map(\.id)
+                let consumers = manifests.filter { ($0.ports.requires + $0.ports.optional).contains(port) }
+                // A settings command naming one record needs only the feature declaring it.
+                if port == "settings.values", let key = recordKey(words, command: command),
+                   case let declaring = consumers.filter({ $0.settingsRecords.contains(key) }), declaring.count == 1 {
+                    next += declaring.map(\.id)
+                } else {
+                    next += consumers.map(\.id)
+                }
             }
             for dependency in next where !wanted.contains(dependency) {
                 wanted.insert(dependency)
@@ -78,6 +93,24 @@ public struct RegistryValidator: Sendable {
             }
         }
         return wanted
+    }
+
+    /// The settings record a command names: the word for its argument `key`, given after the
+    /// command's own words or as `--key KEY`; nil when it names none.
+    static func recordKey(_ words: [String], command: FeatureManifest.Command) -> String? {
+        guard let position = command.arguments.firstIndex(of: "key") else { return nil }
+        if let flag = words.firstIndex(of: "--key"), flag + 1 < words.count { return words[flag + 1] }
+        var positional: [String] = []
+        var index = command.words.count
+        while index < words.count {
+            let word = words[index]
+            if word == "--" { positional += words[(index + 1)...]; break }
+            // An option's value is never positional (every command option takes one).
+            if word.hasPrefix("--") { index += word.contains("=") ? 1 : 2; continue }
+            positional.append(word)
+            index += 1
+        }
+        return position < positional.count ? positional[position] : nil
     }
 
     public var libraryExists: @Sendable (String) -> Bool
@@ -192,6 +225,12 @@ public struct RegistryValidator: Sendable {
                 disable(m.id, field: "schemas", code: .manifestSchema, "\(name): field \"schemas\": \(problem).")
             } else if let problem = Self.effectProblem(m) {
                 disable(m.id, field: "effects", code: .manifestInvalidField, "\(name): field \"effects\": \(problem).")
+            } else if let bad = m.settingsRecords.first(where: { !Self.isValidRecordKey($0) }) {
+                disable(m.id, field: "settingsRecords", code: .manifestInvalidField,
+                        "\(name): field \"settingsRecords\": '\(bad)' is not a settings key (dotted words starting lowercase, e.g. sftp.limits).")
+            } else if let bad = m.settingsRecords.first(where: { key in manifests.contains { $0.id != m.id && byID[$0.id] != nil && $0.settingsRecords.contains(key) } }) {
+                disable(m.id, field: "settingsRecords", code: .manifestInvalidField,
+                        "\(name): field \"settingsRecords\": '\(bad)' is declared by another feature already; a record has one owner.")
             }
         }
 

@@ -272,6 +272,11 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     /// the other features register into `settings.values` when they start, and `sync now`
     /// sends those records (a record no loaded feature declares cannot be read).
     public var commandsNeedConsumersOf: [String]
+    /// The keys of the settings records this feature registers into `settings.values`
+    /// (`["sftp.limits", "sftp.topology"]`): a settings command that names one record
+    /// (`settings get KEY`) then loads the feature declaring it instead of every feature
+    /// that may register records. A key declared by no manifest loads them all, as before.
+    public var settingsRecords: [String]
 
     public struct ServeOption: Sendable, Equatable, Codable {
         /// Without the leading dashes: `mcp-listen`.
@@ -309,7 +314,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
 
     enum CodingKeys: String, CodingKey {
         case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, streams, calls, functions, commands, schemas
-        case libraryOutsidePlugin, isolation, access, limits, summary, help, effects, serveOptions, commandsNeedConsumersOf
+        case libraryOutsidePlugin, isolation, access, limits, summary, help, effects, serveOptions, commandsNeedConsumersOf, settingsRecords
     }
 
     public init(id: String, version: String = "1.0.0", abi: Int = 1, kind: Kind = .swift, library: String,
@@ -338,6 +343,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         self.effects = [:]
         self.serveOptions = []
         self.commandsNeedConsumersOf = []
+        self.settingsRecords = []
         self.source = source
         self.baseDirectory = baseDirectory
         self.origin = origin
@@ -369,6 +375,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         effects = try c.decodeIfPresent([String: String].self, forKey: .effects) ?? [:]
         serveOptions = try c.decodeIfPresent([ServeOption].self, forKey: .serveOptions) ?? []
         commandsNeedConsumersOf = try c.decodeIfPresent([String].self, forKey: .commandsNeedConsumersOf) ?? []
+        settingsRecords = try c.decodeIfPresent([String].self, forKey: .settingsRecords) ?? []
     }
 
     /// The declared effect of one of its operations, or nil when it declares none (or one

@@ -192,8 +192,7 @@ final class SettingsRegistry: Sendable {
 
     func add(_ declaration: SettingsRecordDeclaration, owner: String) throws {
         let key = declaration.key
-        let parts = key.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count >= 2, parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy { $0.isLetter || $0.isNumber } && $0.first!.isLowercase }) else {
+        guard RegistryValidator.isValidRecordKey(key) else {
             throw TermindError(.settingsRegistration, "'\(key)' (from \(owner)) is not a settings key: dotted words starting lowercase, e.g. sftp.limits.")
         }
         try state.withLock { state in
