@@ -60,7 +60,10 @@ let package = Package(
             path: "Sources/TermindKernel"
         ),
         // Digests, MACs, AEAD, KDFs and keys through OpenSSL (the only wrapper of CCrypto).
-        .target(name: "TermindCrypto", dependencies: ["TermindCore", "CCrypto"], path: "Sources/TermindCrypto"),
+        // Optimised in debug builds too: bcrypt_pbkdf (a passphrase-protected OpenSSH key) is
+        // Blowfish written here in Swift, and unoptimised it took seconds a key in the tests.
+        .target(name: "TermindCrypto", dependencies: ["TermindCore", "CCrypto"], path: "Sources/TermindCrypto",
+                swiftSettings: [.unsafeFlags(["-O"], .when(configuration: .debug))]),
         // The process database (SQLite, WAL, per-feature migrations) and the secret store.
         .target(name: "TermindStore", dependencies: ["TermindCore", "TermindCrypto", "CSQLite"], path: "Sources/TermindStore"),
         // The SSH transport: libssh2 sessions, each owned by one engine thread (the only wrapper of CLibSSH2).
