@@ -678,10 +678,7 @@ final class ForwardingFeatureTests: XCTestCase {
             var left = bytes
             while left > 0 {
                 let count = min(left, chunk.count)
-                for i in stride(from: 0, to: count, by: 8) {
-                    state ^= state << 13; state ^= state >> 7; state ^= state << 17
-                    withUnsafeBytes(of: state) { raw in for j in 0..<min(8, count - i) { chunk[i + j] = raw[j] } }
-                }
+                chunk.withUnsafeMutableBytes { PseudoRandomBytes.fill(UnsafeMutableRawBufferPointer(rebasing: $0[0..<count]), state: &state) }
                 digest.update(chunk[0..<count])
                 var offset = 0
                 while offset < count {

@@ -60,6 +60,29 @@ public func printingBacktraces(_ environment: [String: String]) -> [String: Stri
     return environment
 }
 
+/// Deterministic pseudo-random bytes (xorshift64 from a nonzero state), written a word at a
+/// time so that a test's bulk data is quick to make in a debug build too. `state` carries on
+/// from one call to the next.
+public enum PseudoRandomBytes {
+    public static func fill(_ buffer: UnsafeMutableRawBufferPointer, state: inout UInt64) {
+        let words = buffer.count / 8
+        for word in 0..<words {
+            state ^= state << 13; state ^= state >> 7; state ^= state << 17
+            buffer.storeBytes(of: state.littleEndian, toByteOffset: word * 8, as: UInt64.self)
+        }
+        guard buffer.count > words * 8 else { return }
+        state ^= state << 13; state ^= state >> 7; state ^= state << 17
+        for j in 0..<(buffer.count - words * 8) { buffer[words * 8 + j] = UInt8(truncatingIfNeeded: state >> (8 * UInt64(j))) }
+    }
+
+    public static func make(_ count: Int, seed: UInt64) -> [UInt8] {
+        var state = seed | 1
+        var bytes = [UInt8](repeating: 0, count: count)
+        bytes.withUnsafeMutableBytes { fill($0, state: &state) }
+        return bytes
+    }
+}
+
 /// Asks `condition` every tenth of a second until it holds or `seconds` have passed, and
 /// says whether it held (a test's wait for something another process does, in place of a
 /// fixed sleep).

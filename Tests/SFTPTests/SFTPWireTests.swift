@@ -317,12 +317,7 @@ final class SFTPSessionTests: XCTestCase {
     func testWholeFilesBothWaysWithManyRequestsInFlight() async throws {
         let source = directory.file("source.bin")
         let size = 48 << 20 + 12_345
-        var data = [UInt8](repeating: 0, count: size)
-        var state: UInt64 = 0x2545F4914F6CDD1D
-        for i in stride(from: 0, to: size, by: 8) {
-            state ^= state << 13; state ^= state >> 7; state ^= state << 17
-            withUnsafeBytes(of: state) { raw in for j in 0..<min(8, size - i) { data[i + j] = raw[j] } }
-        }
+        let data = PseudoRandomBytes.make(size, seed: 0x2545F4914F6CDD1D)
         _ = FileManager.default.createFile(atPath: source, contents: Data(data))
         let digest = Digest.sha256(data)
 

@@ -65,12 +65,7 @@ final class TransferFeatureTests: XCTestCase {
 
     private func write(_ path: String, bytes count: Int, seed: UInt8 = 1) throws {
         try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        var bytes = [UInt8](repeating: 0, count: count)
-        var state = UInt64(seed) &* 0x9E3779B97F4A7C15 | 1
-        for i in 0..<count {
-            state ^= state << 13; state ^= state >> 7; state ^= state << 17
-            bytes[i] = UInt8(truncatingIfNeeded: state)
-        }
+        let bytes = PseudoRandomBytes.make(count, seed: UInt64(seed) &* 0x9E3779B97F4A7C15)
         XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data(bytes)))
     }
 
