@@ -39,16 +39,10 @@ public struct RegistryValidator: Sendable {
     /// begin with, and everything it reaches — its dependencies, the providers of the ports
     /// it requires or may use, the owners of the contracts and streams it calls, and for the
     /// command's own feature the consumers of a port whose consumers its commands need
-    /// (`commandsNeedConsumersOf`) — and, for each of those, the same. Decided from the manifests alone: no feature's code
+    /// (`commandsNeedConsumersOf`; of `settings.values`, only the feature whose
+    /// `settingsRecords` holds the record the command names, when exactly one does) — and,
+    /// for each of those, the same. Decided from the manifests alone: no feature's code
     /// runs to decide.
-    /// A settings record's key as the Settings feature takes it: two or more dot-separated
-    /// words of letters and digits, each starting lowercase.
-    public static func isValidRecordKey(_ key: String) -> Bool {
-        let parts = key.split(separator: ".", omittingEmptySubsequences: false)
-        return key.utf8.count <= 128 && parts.count >= 2
-            && parts.allSatisfy { $0.first.map { $0 >= "a" && $0 <= "z" } == true && $0.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber) } }
-    }
-
     public static func selection(forCommand words: [String], in manifests: [FeatureManifest]) -> Set<String>? {
         let leading = Array(words.prefix { !$0.hasPrefix("-") })
         var best: (manifest: FeatureManifest, command: FeatureManifest.Command)?
@@ -93,6 +87,14 @@ public struct RegistryValidator: Sendable {
             }
         }
         return wanted
+    }
+
+    /// A settings record's key as the Settings feature takes it: two or more dot-separated
+    /// words of letters and digits, each starting lowercase.
+    public static func isValidRecordKey(_ key: String) -> Bool {
+        let parts = key.split(separator: ".", omittingEmptySubsequences: false)
+        return key.utf8.count <= 128 && parts.count >= 2
+            && parts.allSatisfy { $0.first.map { $0 >= "a" && $0 <= "z" } == true && $0.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber) } }
     }
 
     /// The settings record a command names: the word for its argument `key`, given after the
