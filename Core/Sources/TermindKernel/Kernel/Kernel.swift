@@ -82,14 +82,6 @@ public actor Kernel {
             }
         }
 
-        // The stores open beside the loading, on their own executors (the database on the
-        // store's, the secret store, whose key may take a KDF, on the crypto one): neither
-        // needs feature code, and a one-shot command otherwise waits for each in turn.
-        let storeUsers = plan.ordered.filter { statuses[$0.id]?.state != .disabled }
-        let opening = Task.detached { [configuration, logger] in
-            await Self.openStores(for: storeUsers, configuration: configuration, logger: logger)
-        }
-
         // Load.
         var loaded: [(FeatureManifest, any Feature)] = []
         for m in plan.ordered where statuses[m.id]?.state != .disabled {
@@ -115,8 +107,8 @@ public actor Kernel {
             }
         }
 
-        // Kernel ports: the stores that a surviving feature asked for.
-        addKernelPorts(await opening.value, for: loaded.map(\.0).filter { statuses[$0.id]?.state != .disabled })
+        // Kernel ports: open the stores that a surviving feature asked for.
+        await openKernelPorts(for: loaded.map(\.0).filter { statuses[$0.id]?.state != .disabled })
 
         // Start, in order.
         for (m, feature) in loaded where statuses[m.id]?.state != .disabled {
@@ -565,30 +557,24 @@ public actor Kernel {
         for (id, value) in registrar.publishedPorts { try routes.addPort(id, owner: m.id, value: value) }
     }
 
-    /// The stores some feature lists the ports of, opened (or why not) at the same time.
-    struct OpenedStores: Sendable {
-        var database: Database?
-        var secrets: SecretStore?
-        var failures: [String: FeatureProblem] = [:]
-    }
-
-    /// Opens the database and the secret store if some of `manifests` lists their ports, the
-    /// two at once.
-    private static func openStores(for manifests: [FeatureManifest], configuration: KernelConfiguration, logger: Logger) async -> OpenedStores {
+    /// Opens the database and secret store if some feature lists their ports. A store that
+    /// cannot be opened disables the features that require it, with the store's reason.
+    private func openKernelPorts(for manifests: [FeatureManifest]) async {
         let wanted = Set(manifests.flatMap { $0.ports.requires + $0.ports.optional })
-        async let database: Result<Database, FeatureProblem>? = {
-            guard wanted.contains("kernel.store") else { return nil }
+        var failures: [String: FeatureProblem] = [:]
+        if wanted.contains("kernel.store") {
             do {
                 guard let path = configuration.storePath else {
                     throw TermindError(.storeUnconfigured, "No database path is configured (--store or TERMIND_STORE).")
                 }
-                return .success(try await BlockingExecutor.store.run { try Database(path: path) })
+                let database = try await BlockingExecutor.store.run { try Database(path: path) }
+                try routes.addPort("kernel.store", owner: "kernel", value: database)
+                logger.info("kernel.store.opened")
             } catch {
-                return .failure(Self.storeProblem(error, port: "kernel.store"))
+                failures["kernel.store"] = Self.storeProblem(error, port: "kernel.store")
             }
-        }()
-        async let secrets: Result<SecretStore, FeatureProblem>? = {
-            guard wanted.contains("kernel.secrets") else { return nil }
+        }
+        if wanted.contains("kernel.secrets") {
             do {
                 guard let path = configuration.secretsPath, let key = configuration.secretsKey else {
                     throw TermindError(.secretUnconfigured, "No secret store is configured (--secrets or TERMIND_SECRETS).")
@@ -601,41 +587,7 @@ public actor Kernel {
                     let claimed = try await BlockingExecutor.store.run { try store.claimUnowned(for: keeper.id) }
                     if claimed > 0 { logger.info("kernel.secrets.claimed", ["feature": .identifier(keeper.id), "count": .int(claimed)]) }
                 }
-                return .success(store)
-            } catch {
-                return .failure(Self.storeProblem(error, port: "kernel.secrets"))
-            }
-        }()
-        var opened = OpenedStores()
-        switch await database {
-        case .success(let value)?: opened.database = value
-        case .failure(let problem)?: opened.failures["kernel.store"] = problem
-        case nil: break
-        }
-        switch await secrets {
-        case .success(let value)?: opened.secrets = value
-        case .failure(let problem)?: opened.failures["kernel.secrets"] = problem
-        case nil: break
-        }
-        return opened
-    }
-
-    /// Adds the opened stores as ports; a store that could not be opened disables the
-    /// features (of `manifests`, those still running) that require it, with the store's reason.
-    private func addKernelPorts(_ opened: OpenedStores, for manifests: [FeatureManifest]) {
-        let wanted = Set(manifests.flatMap { $0.ports.requires + $0.ports.optional })
-        var failures = opened.failures
-        if let database = opened.database, wanted.contains("kernel.store") {
-            do {
-                try routes.addPort("kernel.store", owner: "kernel", value: database)
-                logger.info("kernel.store.opened")
-            } catch {
-                failures["kernel.store"] = Self.storeProblem(error, port: "kernel.store")
-            }
-        }
-        if let secrets = opened.secrets, wanted.contains("kernel.secrets") {
-            do {
-                try routes.addPort("kernel.secrets", owner: "kernel", value: secrets)
+                try routes.addPort("kernel.secrets", owner: "kernel", value: store)
                 logger.info("kernel.secrets.opened")
             } catch {
                 failures["kernel.secrets"] = Self.storeProblem(error, port: "kernel.secrets")
