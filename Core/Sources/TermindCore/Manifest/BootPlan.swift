@@ -142,6 +142,7 @@ public struct RegistryValidator: Sendable {
         var anonymous: [FeatureProblem] = []
         var byID: [String: FeatureManifest] = [:]
         var declared: [String] = []
+        var recordOwner: [String: String] = [:]
 
         func disable(_ id: String, field: String?, code: ErrorCode, _ message: String) {
             guard disabled[id] == nil else { return }
@@ -186,6 +187,8 @@ public struct RegistryValidator: Sendable {
             }
             byID[m.id] = m
             declared.append(m.id)
+            // A settings record belongs to the first manifest declaring it.
+            for key in m.settingsRecords where recordOwner[key] == nil { recordOwner[key] = m.id }
             if m.abi != Self.supportedABI {
                 disable(m.id, field: "abi", code: .manifestABI, "\(name): field \"abi\" is \(m.abi), but this termind speaks plugin ABI \(Self.supportedABI).")
             } else if !libraryExists(m.libraryPath) {
@@ -230,7 +233,7 @@ public struct RegistryValidator: Sendable {
             } else if let bad = m.settingsRecords.first(where: { !Self.isValidRecordKey($0) }) {
                 disable(m.id, field: "settingsRecords", code: .manifestInvalidField,
                         "\(name): field \"settingsRecords\": '\(bad)' is not a settings key (dotted words starting lowercase, e.g. sftp.limits).")
-            } else if let bad = m.settingsRecords.first(where: { key in manifests.contains { $0.id != m.id && byID[$0.id] != nil && $0.settingsRecords.contains(key) } }) {
+            } else if let bad = m.settingsRecords.first(where: { recordOwner[$0] != m.id }) {
                 disable(m.id, field: "settingsRecords", code: .manifestInvalidField,
                         "\(name): field \"settingsRecords\": '\(bad)' is declared by another feature already; a record has one owner.")
             }
