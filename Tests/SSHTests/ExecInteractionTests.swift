@@ -238,13 +238,15 @@ final class ExecInteractionTests: XCTestCase {
         // channel (and the pipe) closed, and SIGPIPE would end it before the trap runs.
         let script = "exec 2>/dev/null; trap 'echo INT > \(marker); exit 0' INT; trap 'echo TERM > \(marker); exit 0' TERM; \(tag)"
         var daemon: SpawnedProcess?
+        let serveLog = directory.file("serve-\(signal).log")
         var environment = self.environment
         if serve {
             // The test folder is open to the throwaway account (for the marker); the server's
             // socket needs a folder of its own that only we can enter, or serve refuses to start.
             let socket = directory.file("run-\(signal)/termind.sock")
             environment["TERMIND_SOCKET"] = socket
-            daemon = try SpawnedProcess(termind, store + ["serve"], environment: environment, captureOutput: false)
+            // Its debug log goes into a failure's message: what it saw of the client going.
+            daemon = try SpawnedProcess(termind, store + ["--debug", "--log-file", serveLog, "serve"], environment: environment, captureOutput: false)
             for _ in 0..<100 where !FileManager.default.fileExists(atPath: socket) { usleep(50_000) }
             XCTAssertTrue(FileManager.default.fileExists(atPath: socket), "termind serve is not listening")
         }
@@ -266,8 +268,9 @@ final class ExecInteractionTests: XCTestCase {
             recorded = ((try? String(contentsOfFile: marker, encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
             if recorded.isEmpty { usleep(100_000) }
         }
-        XCTAssertFalse(try ProcessRunner.run("/usr/bin/pgrep", ["-u", account, "-f", tag]).status == 0, "the remote command still runs")
-        if recorded.isEmpty { XCTFail("nothing reached the remote command; termind said: \(String(decoding: errors, as: UTF8.self)); sshd: \(server.log)") }
+        let served = serve ? "; serve's log: " + ((try? String(contentsOfFile: serveLog, encoding: .utf8)) ?? "(none)") : ""
+        XCTAssertFalse(try ProcessRunner.run("/usr/bin/pgrep", ["-u", account, "-f", tag]).status == 0, "the remote command still runs\(served)")
+        if recorded.isEmpty { XCTFail("nothing reached the remote command; termind said: \(String(decoding: errors, as: UTF8.self)); sshd: \(server.log)\(served)") }
         return (status, recorded, String(decoding: errors, as: UTF8.self))
     }
 
