@@ -100,6 +100,33 @@ final class SettingsFeatureTests: SettingsTestCase {
         }
     }
 
+    /// A record read again and again (the Assistant reads its policy on every tool call) is
+    /// kept while the database file is unchanged, yet every change by another process — the
+    /// sqlite3 tool here, a `--local` command or an older termind elsewhere — applies at the
+    /// very next read, with no wait.
+    func testAChangeByAnotherProcessAppliesAtTheNextReadOfAKeptRecord() async throws {
+        let path = directory.file("termind.sqlite")
+        XCTAssertNotNil(StoreChangeWatch.of(path)?.stamp(), "records are kept between reads on this machine")
+        _ = try await set("terminal.preferences", #"{"scrollbackLines": 500}"#)
+        for round in 1...20 {
+            let lines = 1000 + round
+            let edited = try ProcessRunner.run("/usr/bin/sqlite3", [path, "UPDATE settings_records SET value = '{\"scrollbackLines\": \(lines)}' WHERE key = 'terminal.preferences'"])
+            XCTAssertEqual(edited.status, 0, edited.stderr)
+            for _ in 0..<3 {
+                let read = try await port.current("terminal.preferences")
+                XCTAssertEqual(read.value["scrollbackLines"], .integer(Int64(lines)), "round \(round)")
+            }
+            let typed = try await port.read(TerminalSettings.Preferences.self)
+            XCTAssertEqual(typed.scrollbackLines, lines)
+        }
+        // A stored value another process broke is quarantined at once too.
+        let broken = try ProcessRunner.run("/usr/bin/sqlite3", [path, "UPDATE settings_records SET value = '{\"scrollbackLines\": \"lots\"}' WHERE key = 'terminal.preferences'"])
+        XCTAssertEqual(broken.status, 0, broken.stderr)
+        let quarantined = try await port.current("terminal.preferences")
+        XCTAssertEqual(quarantined.state, .quarantined)
+        XCTAssertEqual(quarantined.value["scrollbackLines"], .integer(10_000), "the defaults apply meanwhile")
+    }
+
     func testUnsavedRecordsGiveTheirDefaultsAndListShowsEveryRecord() async throws {
         let limits = try await port.read(SFTPSettings.Limits.self)
         XCTAssertEqual(limits, SFTPSettings.Limits(active: 30, perHost: 10))

@@ -492,4 +492,59 @@ final class DatabaseTests: XCTestCase {
         }
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM notes"), .integer(1))
     }
+
+    /// The stamp a reader keeps its reads by moves with every commit, whoever makes it (this
+    /// connection, another one, the sqlite3 tool in another process), and only then: reads,
+    /// other files of the folder and a checkpoint-free idle leave it; lost events count as a
+    /// change; a removed folder leaves a watch that answers nil (nothing may be kept).
+    func testTheChangeStampMovesWithEveryCommitFromAnyProcessAndOnlyThen() throws {
+        let path = directory.file("watched/termind.sqlite")
+        var db: Database! = try StoreAccess.database(path: path)
+        try db.execute("CREATE TABLE t (n INTEGER)")
+        let first = try XCTUnwrap(db.changeStamp(), "inotify is available here")
+        XCTAssertEqual(db.changeStamp(), first, "nothing changed")
+
+        // Reads, here and on another connection, and other files of the folder.
+        _ = try db.query("SELECT count(*) FROM t")
+        var other: Database! = try StoreAccess.database(path: path)
+        _ = try other.query("SELECT * FROM t")
+        try Data("key".utf8).write(to: URL(fileURLWithPath: directory.file("watched/secrets.key")))
+        XCTAssertEqual(db.changeStamp(), first, "a read or another file is not a change")
+
+        // Commits: this connection's, another's, another process's.
+        try db.execute("INSERT INTO t VALUES (1)")
+        let second = try XCTUnwrap(db.changeStamp())
+        XCTAssertNotEqual(second, first)
+        try other.execute("INSERT INTO t VALUES (2)")
+        let third = try XCTUnwrap(db.changeStamp())
+        XCTAssertNotEqual(third, second)
+        for n in 3...12 {
+            let before = try XCTUnwrap(db.changeStamp())
+            let tool = try ProcessRunner.run("/usr/bin/sqlite3", [path, "INSERT INTO t VALUES (\(n))"])
+            XCTAssertEqual(tool.status, 0, tool.stderr)
+            XCTAssertNotEqual(db.changeStamp(), before, "the sqlite3 tool's commit \(n) returned, and the stamp had not moved")
+        }
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM t"), .integer(12))
+
+        // More events than the kernel queues (16,384 by default), all for other files: some
+        // were lost, so it counts as a change.
+        let settled = try XCTUnwrap(db.changeStamp())
+        let names = [directory.file("watched/a"), directory.file("watched/b")]
+        for round in 0..<20_000 {
+            let fd = open(names[round % 2], O_WRONLY | O_CREAT, 0o600)
+            _ = write(fd, "x", 1)
+            close(fd)
+        }
+        XCTAssertNotEqual(db.changeStamp(), settled, "an overflowed queue counts as a change")
+
+        // The folder goes (once nothing holds its files open: until then the kernel keeps it,
+        // and the connections read the files they have open, as what they kept says): the
+        // watch sees nothing from then on.
+        let watch = try XCTUnwrap(StoreChangeWatch.of(path))
+        db = nil
+        other = nil
+        try FileManager.default.removeItem(atPath: directory.file("watched"))
+        XCTAssertNil(watch.stamp())
+        XCTAssertNil(watch.stamp(), "and stays blind")
+    }
 }

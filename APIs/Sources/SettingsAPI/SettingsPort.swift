@@ -35,8 +35,9 @@ extension SettingsValues {
     /// saved one is quarantined.
     public func read<R: SettingsRecord>(_ type: R.Type) async throws -> R {
         let value = try await current(R.key)
-        // Read from the store every time (a change made by another process applies at once);
-        // only the decoding of the very same value is not done again.
+        // As the store holds it now (a change made by another process applies at once: Settings
+        // reads again whenever any process changed the file); only the decoding of the very
+        // same value is not done again.
         if let known = SettingsDecoded.cache.withLock({ $0[R.key] }), known.value == value.value, let record = known.record as? R { return record }
         let record = try JSONValueDecoder.decode(R.self, from: value.value)
         SettingsDecoded.cache.withLock { $0[R.key] = (value.value, record) }

@@ -344,6 +344,12 @@ public final class Database: @unchecked Sendable {
     /// Rows changed by the last statement.
     public var changes: Int { lock.withLock { Int(sqlite3_changes(handle)) } }
 
+    /// A stamp of this database file that moves whenever any process may have changed it
+    /// (`StoreChangeWatch`), read without a trip to the store's executor: what was read after
+    /// taking a stamp may be used again while the stamp is the same. Nil: changes cannot be
+    /// seen here, so nothing read may be kept.
+    public func changeStamp() -> UInt64? { StoreChangeWatch.of(path)?.stamp() }
+
     // MARK: - Internals
 
     /// Runs several statements without bindings (migrations), one at a time: each is

@@ -15,6 +15,9 @@ import TermindStore
 final class SettingsFeature: Feature {
     let registry = SettingsRegistry()
     private let store = Mutex<SettingsStore?>(nil)
+    /// Each record as last read, with the database's change stamp taken before that read:
+    /// used again while the stamp has not moved (no process changed the file since).
+    let kept = Mutex<[String: (stamp: UInt64, value: SettingsValue)]>([:])
 
     func current() throws -> SettingsStore {
         guard let store = store.withLock({ $0 }) else { throw TermindError.internalFailure("Settings is not started.") }
@@ -158,7 +161,15 @@ final class SettingsFeature: Feature {
         func current(_ key: String) async throws -> SettingsValue {
             let declaration = try feature.registry.declaration(key)
             let store = try feature.current()
-            return try await store.db.read { _ in try store.current(declaration) }
+            // A record read on every call (the Assistant's policy for each tool call) costs no
+            // trip to the store's executor while the file is unchanged. Any process's change
+            // moves the stamp before its commit returns, so it applies at the next read, as
+            // before. The stamp is taken before the read: a change during it is not missed.
+            let stamp = store.db.changeStamp()
+            if let stamp, let kept = feature.kept.withLock({ $0[key] }), kept.stamp == stamp { return kept.value }
+            let value = try await store.db.read { _ in try store.current(declaration) }
+            if let stamp { feature.kept.withLock { $0[key] = (stamp, value) } }
+            return value
         }
 
         func changes(_ key: String) -> AsyncStream<SettingsValue> { feature.registry.observe(key) }
