@@ -67,6 +67,41 @@ final class VaultFeatureTests: XCTestCase {
         }
     }
 
+    /// The host list is kept between calls (an agent lists hosts on its calls) only while
+    /// the database file is unchanged: an edit by another process (the sqlite3 tool here, a
+    /// `--local` command elsewhere) shows at the very next list, as does one made here.
+    func testTheHostListShowsEveryChangeByAnyProcessAtTheNextList() async throws {
+        _ = try await session.call(VaultContracts.HostAdd.self, .init(address: "a.example", label: "Alpha", tags: ["gpu"]))
+        _ = try await session.call(VaultContracts.HostAdd.self, .init(address: "b.example", label: "beta"))
+        let directory = try XCTUnwrap(session.kernel.port(.hostDirectory))
+        let path = session.storeDirectory + "/termind.sqlite"
+        func labels() async throws -> ([String], [String]) {
+            let listed = try await session.call(VaultContracts.HostList.self, .init()).hosts.map(\.label)
+            let ported = try await directory.allHosts().map(\.label)
+            return (listed, ported)
+        }
+        var seen = try await labels()
+        XCTAssertEqual(seen.0, ["Alpha", "beta"])
+        XCTAssertEqual(seen.1, ["Alpha", "beta"])
+        for round in 1...10 {
+            let edit = try ProcessRunner.run("/usr/bin/sqlite3", [path, "UPDATE vault_hosts SET label = 'gamma-\(round)' WHERE address = 'b.example'"])
+            XCTAssertEqual(edit.status, 0, edit.stderr)
+            seen = try await labels()
+            XCTAssertEqual(seen.0, ["Alpha", "gamma-\(round)"], "round \(round)")
+            XCTAssertEqual(seen.1, ["Alpha", "gamma-\(round)"], "round \(round)")
+        }
+        let gone = try ProcessRunner.run("/usr/bin/sqlite3", [path, "DELETE FROM vault_hosts WHERE address = 'a.example'"])
+        XCTAssertEqual(gone.status, 0, gone.stderr)
+        let tagged = try await session.call(VaultContracts.HostList.self, .init(tag: "gpu")).hosts
+        XCTAssertEqual(tagged, [])
+        _ = try await session.call(VaultContracts.HostAdd.self, .init(address: "c.example", label: "Delta", tags: ["gpu"]))
+        seen = try await labels()
+        XCTAssertEqual(seen.0, ["Delta", "gamma-10"])
+        XCTAssertEqual(seen.1, ["Delta", "gamma-10"])
+        let gpu = try await session.call(VaultContracts.HostList.self, .init(tag: "gpu")).hosts.map(\.label)
+        XCTAssertEqual(gpu, ["Delta"])
+    }
+
     func testBadInputIsNamedAndNothingIsStored() async throws {
         await expectError("request.invalid", containing: "port: 70000 is not a TCP port") {
             _ = try await session.call(VaultContracts.HostAdd.self, .init(address: "x.example", port: 70_000))

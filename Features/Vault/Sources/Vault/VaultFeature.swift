@@ -35,6 +35,20 @@ final class VaultFeature: Feature {
         return state
     }
 
+    /// Every saved host as last listed, with the database's change stamp taken before that
+    /// read (`Database.changeStamp`): listed again only once some process changed the file.
+    /// An agent lists hosts on its calls, and each list was a trip to the blocking executor.
+    private let keptHosts = Mutex<(stamp: UInt64, hosts: [HostRecord])?>(nil)
+
+    func listedHosts() async throws -> [HostRecord] {
+        let s = try current()
+        let stamp = s.db.changeStamp()
+        if let stamp, let kept = keptHosts.withLock({ $0 }), kept.stamp == stamp { return kept.hosts }
+        let hosts = try await BlockingExecutor.store.run { try s.hosts.list(tag: nil) }
+        if let stamp { keptHosts.withLock { $0 = (stamp, hosts) } }
+        return hosts
+    }
+
     func register(_ registrar: FeatureRegistrar) throws {
         registrar.provide(.hostDirectory, VaultHostDirectory(vault: self))
         registrar.provide(.credentials, VaultCredentials(vault: self))
@@ -78,7 +92,7 @@ final class VaultFeature: Feature {
             }
             return result
         }
-        registrar.handleBlocking(VaultContracts.HostList.self) { [self] r, _ in .init(hosts: try current().hosts.list(tag: r.tag)) }
+        registrar.handle(VaultContracts.HostList.self) { [self] r, _ in .init(hosts: try await listedHosts().filter { r.tag == nil || $0.tags.contains(r.tag!) }) }
         registrar.handleBlocking(VaultContracts.HostGet.self) { [self] r, _ in try current().hosts.get(r.host) }
         registrar.handleBlocking(VaultContracts.HostAdd.self) { [self] r, _ in
             let s = try current()
@@ -232,7 +246,7 @@ struct VaultHostDirectory: HostDirectory {
     }
 
     func allHosts() async throws -> [HostSummary] {
-        try await BlockingExecutor.store.run { [vault] in try vault.hosts().list(tag: nil).map(\.summary) }
+        try await vault.listedHosts().map(\.summary)
     }
 }
 
