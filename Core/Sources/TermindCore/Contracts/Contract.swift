@@ -77,6 +77,9 @@ public struct ContractEndpoint: Sendable {
     public struct TypedHandler: Sendable {
         public let requestType: ObjectIdentifier
         public let responseType: ObjectIdentifier
+        /// `facts` of a request of `requestType` as it is, by the endpoint's own contract
+        /// (never the caller's declaration of it), without encoding and decoding it first.
+        public let facts: @Sendable (any Sendable) -> RequestFacts
         public let call: @Sendable (any Sendable, CallOrigin) async throws -> any Sendable
     }
 
@@ -111,7 +114,10 @@ public struct ContractEndpoint: Sendable {
             id: C.id, summary: C.summary, owner: owner, effect: C.effect,
             request: requestSchema,
             response: DeferredSchema.of(C.Response.self),
-            typed: TypedHandler(requestType: ObjectIdentifier(C.Request.self), responseType: ObjectIdentifier(C.Response.self)) { request, origin in
+            typed: TypedHandler(requestType: ObjectIdentifier(C.Request.self), responseType: ObjectIdentifier(C.Response.self), facts: { request in
+                let request = request as! C.Request
+                return RequestFacts(effect: C.effect(of: request), hosts: C.hosts(in: request))
+            }) { request, origin in
                 try await handler(request as! C.Request, origin)
             },
             facts: RequestFacts.reader(C.Request.self, effect: C.effect(of:), hosts: C.hosts(in:))

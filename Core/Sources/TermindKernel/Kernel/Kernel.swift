@@ -272,7 +272,15 @@ public actor Kernel {
         do {
             // A Swift request matches the schema derived from its own type; any other endpoint
             // (a C plugin) checks the encoded body itself (`dispatch`).
-            if origin.hasAgent { try await authorize(C.id, effect: endpoint.effect, facts: endpoint.facts, stream: false, origin: origin, body: try JSONCoding.encode(request)) }
+            if origin.hasAgent {
+                // A Swift endpoint of this very request type reads its facts from the value.
+                var reader = endpoint.facts
+                if let typed = endpoint.typed, typed.requestType == ObjectIdentifier(C.Request.self) {
+                    let facts = typed.facts(request)
+                    reader = { @Sendable _ in facts }
+                }
+                try await authorize(C.id, effect: endpoint.effect, facts: reader, stream: false, origin: origin, body: try JSONCoding.encode(request))
+            }
             if served.isSame(origin) { return try await Self.dispatch(C.self, request, to: endpoint, origin: origin) }
             return try await CallOrigin.$current.withValue(origin) { try await Self.dispatch(C.self, request, to: endpoint, origin: origin) }
         } catch {

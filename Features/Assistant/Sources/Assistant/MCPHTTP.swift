@@ -229,10 +229,9 @@ final class MCPHTTPEndpoint: Sendable {
         }
         // A call the session can cancel (notifications/cancelled naming its id, in another
         // POST): stopped, it gets no JSON-RPC answer — the POST ends with 202 and no body.
-        let answered = await withCheckedContinuation { (continuation: CheckedContinuation<Result<JSONValue, MCPProtocol.Rejection>?, Never>) in
-            session.call(id: id, method: method, params: params, era: era) { continuation.resume(returning: $0) }
+        guard let answered = await session.run(id: id, method: method, params: params, era: era, stop: request.stop) else {
+            return HTTPServerResponse(status: 202)
         }
-        guard let answered else { return HTTPServerResponse(status: 202) }
         return Self.answer(id, answered, session: session, era: era, sse: sse)
     }
 

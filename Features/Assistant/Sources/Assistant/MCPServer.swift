@@ -147,8 +147,21 @@ final class MCPSession: Sendable {
     }
     /// `live`: the calls that still owe an answer, by JSON-RPC id, each with the serial of its
     /// run (a client may reuse an id once it has its answer, while the earlier run is still
-    /// ending); `tasks`: the runs not yet ended, by serial.
-    private let state = Mutex<(era: MCPProtocol.Era?, calls: Int, live: [String: UInt64], tasks: [UInt64: Task<Void, Never>], serial: UInt64, lastUsed: Double)>((nil, 0, [:], [:], 0, 0))
+    /// ending); `runs`: the runs not yet ended, by serial: a task of their own (`call`; nil
+    /// until it is stored) or a way to stop the caller's task (`run`).
+    private let state = Mutex<(era: MCPProtocol.Era?, calls: Int, live: [String: UInt64], runs: [UInt64: Run], serial: UInt64, lastUsed: Double)>((nil, 0, [:], [:], 0, 0))
+
+    private enum Run {
+        case task(Task<Void, Never>?)
+        case caller(@Sendable () -> Void)
+
+        func cancel() {
+            switch self {
+            case .task(let task): task?.cancel()
+            case .caller(let stop): stop()
+            }
+        }
+    }
 
     init(number: Int, origin: String, tools: HostTools, policy: AssistantPolicy, mode: AssistantSettings.Policy.Mode, name: Name) {
         self.number = number
@@ -282,32 +295,55 @@ final class MCPSession: Sendable {
     func notify(_ method: String, params: JSONValue) {
         guard method == "notifications/cancelled", let id = params["requestId"] else { return }
         let key = Self.key(id)
-        state.withLock { state -> Task<Void, Never>? in
-            state.live.removeValue(forKey: key).flatMap { state.tasks[$0] }
+        state.withLock { state -> Run? in
+            state.live.removeValue(forKey: key).flatMap { state.runs[$0] }
         }?.cancel()
     }
 
-    /// Runs request `id` at once, where `notifications/cancelled` can stop it: `deliver` gets
-    /// its answer, or nil when it was cancelled (no answer is owed then).
+    /// Runs request `id` at once in a task of its own, where `notifications/cancelled` can
+    /// stop it: `deliver` gets its answer, or nil when it was cancelled (no answer is owed then).
     func call(id: JSONValue, method: String, params: JSONValue, era: MCPProtocol.Era,
               deliver: @escaping @Sendable (Result<JSONValue, MCPProtocol.Rejection>?) async -> Void) {
+        let (key, serial) = begin(id, .task(nil))
+        // Made outside the lock (the task's first steps take it), stored unless it already ended.
+        let task = Task { [self] in
+            let answer = await answer(method: method, params: params, era: era)
+            await deliver(settle(key, serial) && !Task.isCancelled ? answer : nil)
+            self.state.withLock { _ = $0.runs.removeValue(forKey: serial) }
+        }
+        state.withLock { state in if state.runs[serial] != nil { state.runs[serial] = .task(task) } }
+    }
+
+    /// Runs request `id` in the caller's own task (an HTTP request's: no second task and no
+    /// hand-over for each call), where `notifications/cancelled` calls `stop` (which cancels
+    /// that task). Returns its answer, or nil when it was cancelled (no answer is owed then).
+    func run(id: JSONValue, method: String, params: JSONValue, era: MCPProtocol.Era,
+             stop: @escaping @Sendable () -> Void) async -> Result<JSONValue, MCPProtocol.Rejection>? {
+        let (key, serial) = begin(id, .caller(stop))
+        let answer = await answer(method: method, params: params, era: era)
+        let owed = settle(key, serial)
+        state.withLock { _ = $0.runs.removeValue(forKey: serial) }
+        return owed && !Task.isCancelled ? answer : nil
+    }
+
+    /// Lists a run of request `id` as the one that owes its answer.
+    private func begin(_ id: JSONValue, _ run: Run) -> (key: String, serial: UInt64) {
         let key = Self.key(id)
-        state.withLock { state in
+        return state.withLock { state in
             state.serial += 1
-            let serial = state.serial
-            state.live[key] = serial
-            state.tasks[serial] = Task { [self] in
-                let answer = await answer(method: method, params: params, era: era)
-                // Settled before the answer goes: once the client has it, it may send its next
-                // request under the same id.
-                let owed = self.state.withLock { state in
-                    guard state.live[key] == serial else { return false }
-                    state.live.removeValue(forKey: key)
-                    return true
-                }
-                await deliver(owed && !Task.isCancelled ? answer : nil)
-                self.state.withLock { _ = $0.tasks.removeValue(forKey: serial) }
-            }
+            state.live[key] = state.serial
+            state.runs[state.serial] = run
+            return (key, state.serial)
+        }
+    }
+
+    /// Whether run `serial` still owes its answer (not cancelled), settled before the answer
+    /// goes: once the client has it, it may send its next request under the same id.
+    private func settle(_ key: String, _ serial: UInt64) -> Bool {
+        state.withLock { state in
+            guard state.live[key] == serial else { return false }
+            state.live.removeValue(forKey: key)
+            return true
         }
     }
 
@@ -318,10 +354,11 @@ final class MCPSession: Sendable {
 
     /// Waits for the calls still going.
     func drain() async {
-        for task in state.withLock({ Array($0.tasks.values) }) { await task.value }
+        let tasks = state.withLock { state in state.runs.values.compactMap { run -> Task<Void, Never>? in if case .task(let task) = run { task } else { nil } } }
+        for task in tasks { await task.value }
     }
 
-    func cancelAll() { state.withLock { Array($0.tasks.values) }.forEach { $0.cancel() } }
+    func cancelAll() { state.withLock { Array($0.runs.values) }.forEach { $0.cancel() } }
 }
 
 /// MCP's stdio framing: one message a line. A line longer than `MCPProtocol.messageLimit` is

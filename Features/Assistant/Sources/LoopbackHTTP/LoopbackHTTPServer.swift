@@ -15,6 +15,9 @@ public struct HTTPServerRequest: Sendable {
     public var body: Data
     /// The port the server listens on (a Host header must name it).
     public var localPort: Int
+    /// Cancels the task computing this request's answer (the handler's own), which then
+    /// answers as the handler returns: for a handler whose work another request may stop.
+    public var stop: @Sendable () -> Void = {}
 
     public init(method: String, path: String, headers: [(name: String, value: String)], query: [(name: String, value: String?)] = [], body: Data = Data(),
                 localPort: Int = 0) {
@@ -209,6 +212,8 @@ public final class LoopbackHTTPServer: Sendable {
         let head: Mutex<HTTPServerRequest>
         let response = Mutex<HTTPServerResponse?>(nil)
         let task = Mutex<Task<Void, Never>?>(nil)
+        /// Its handler stopped it (`HTTPServerRequest.stop`): its answer still goes out.
+        let stopped = Atomic<Bool>(false)
         let suspended = Atomic<Bool>(false)
         /// A streamed body's sink, and whether it stopped taking pieces.
         let sink: (any HTTPBodySink)?
@@ -216,6 +221,12 @@ public final class LoopbackHTTPServer: Sendable {
         init(_ head: HTTPServerRequest, sink: (any HTTPBodySink)?) {
             self.head = Mutex(head)
             self.sink = sink
+        }
+
+        /// Cancels the answering task; one not stored yet is cancelled as it is stored.
+        func stop() {
+            stopped.store(true, ordering: .sequentiallyConsistent)
+            task.withLock { $0 }?.cancel()
         }
     }
 
@@ -275,19 +286,23 @@ public final class LoopbackHTTPServer: Sendable {
         exchange.suspended.store(true, ordering: .relaxed)
         live.withLock { $0[ObjectIdentifier(exchange)] = exchange }
         MHD_suspend_connection(connection)
-        let request = exchange.head.withLock { $0 }
+        var request = exchange.head.withLock { $0 }
+        request.stop = { exchange.stop() }
         let handler = self.handler
         let resume = ConnectionHandle(connection)
         let sink = exchange.sink
         let task = Task { [weak self] in
             var response = if let sink { await sink.finish() } else { await handler(request) }
-            if Task.isCancelled { response = HTTPServerResponse(status: 503, body: Data("termind is stopping.\n".utf8)) }
+            if Task.isCancelled && !exchange.stopped.load(ordering: .sequentiallyConsistent) {
+                response = HTTPServerResponse(status: 503, body: Data("termind is stopping.\n".utf8))
+            }
             exchange.response.withLock { $0 = response }
             exchange.suspended.store(false, ordering: .relaxed)
             self?.live.withLock { _ = $0.removeValue(forKey: ObjectIdentifier(exchange)) }
             MHD_resume_connection(resume.pointer)
         }
         exchange.task.withLock { $0 = task }
+        if exchange.stopped.load(ordering: .sequentiallyConsistent) { task.cancel() }
         return termind_mhd_yes
     }
 
