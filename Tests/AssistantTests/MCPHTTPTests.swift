@@ -284,6 +284,22 @@ final class MCPHTTPTests: XCTestCase {
         XCTAssertTrue(MCPHTTPRules.accepts("application/*", "application/json"))
         XCTAssertFalse(MCPHTTPRules.accepts("application/jsonx, application/json-seq, application", "application/json"))
         XCTAssertFalse(MCPHTTPRules.accepts("", "application/json"))
+        // The token in Authorization (the scheme in any case, spaces around it), once; the body JSON.
+        let token = MCPHTTPRules.newToken()
+        func status(_ authorization: [String], type: String = "application/json") -> Int? {
+            let headers = ["host": ["127.0.0.1:8123"], "authorization": authorization, "content-type": [type]]
+            let head = MCPHTTPRules.Head(method: "POST", path: MCPHTTPRules.path, query: [], values: { headers[$0] ?? [] })
+            return MCPHTTPRules.check(head, port: 8123, token: token)?.status
+        }
+        XCTAssertNil(status(["Bearer \(token)"]))
+        XCTAssertNil(status(["  bEARER   \(token) \t"], type: " Application/JSON ; charset=utf-8"))
+        for refused in [[], ["Basic \(token)"], ["Bearer"], ["Bearer "], ["Bearer\(token)"], ["Bearer \(token)x"], ["Bearer \(token.dropLast())"],
+                        ["Bearer\t\(token)"], ["Bearer \(token)", "Bearer \(token)"], ["Bearer \(token) \(token)"]] {
+            XCTAssertEqual(status(refused), 401, "\(refused)")
+        }
+        for type in ["text/plain", "application/json-seq", "application/jsonx; charset=utf-8", ""] {
+            XCTAssertEqual(status(["Bearer \(token)"], type: type), 415, type)
+        }
         let tokens = Set((0..<50).map { _ in MCPHTTPRules.newToken() })
         XCTAssertEqual(tokens.count, 50)
         XCTAssertTrue(tokens.allSatisfy(MCPHTTPRules.isToken))
