@@ -8,8 +8,14 @@ import TermindCore
 /// Waits for work that may never return (a plugin's `start` or `stop` blocked in C) for at
 /// most a bound: `nil` when the time ran out first. The work is not cancelled — a blocked C
 /// thread cannot be — only no longer waited for; what it returns afterwards is dropped.
+///
+/// `immediate`: the work starts on the caller's thread (`Task.immediate`) and goes on as a
+/// task of its own from its first suspension. Work that never suspends (the policy hook,
+/// whose facts are kept in memory) is then done with no other thread woken to pick a new
+/// task up; only what suspends is bounded. So it is for Swift work that waits by
+/// suspending, never for code that may block its thread (a C plugin's start or stop).
 enum Deadline {
-    static func run<T: Sendable>(seconds: Double, _ work: @escaping @Sendable () async throws -> T) async throws -> T? {
+    static func run<T: Sendable>(seconds: Double, immediate: Bool = false, _ work: @escaping @Sendable () async throws -> T) async throws -> T? {
         let settled = Mutex(false)
         return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T?, any Error>) in
             // Whichever comes first resumes the caller; the other finds it settled.
@@ -25,11 +31,12 @@ enum Deadline {
                 resume(.success(nil))
                 working.withLock { $0 }?.cancel()
             }
-            let task = Task {
+            let body: @Sendable () async -> Void = {
                 let result = await Result(catching: work)
                 DeadlineTimer.shared.remove(entry)
                 resume(result.map(Optional.some))
             }
+            let task = immediate ? Task.immediate(operation: body) : Task(operation: body)
             working.withLock { $0 = task }
         }
     }

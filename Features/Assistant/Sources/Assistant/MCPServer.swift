@@ -305,8 +305,12 @@ final class MCPSession: Sendable {
     func call(id: JSONValue, method: String, params: JSONValue, era: MCPProtocol.Era,
               deliver: @escaping @Sendable (Result<JSONValue, MCPProtocol.Rejection>?) async -> Void) {
         let (key, serial) = begin(id, .task(nil))
-        // Made outside the lock (the task's first steps take it), stored unless it already ended.
-        let task = Task { [self] in
+        // Made outside the lock (the task's first steps take it), stored unless it already
+        // ended. It starts on this thread (`immediate`) and goes on as a task of its own from
+        // its first suspension: a call answered from what is kept in memory is done without
+        // waking another thread, and one that waits (a command on a host) lets the next
+        // request in, as before.
+        let task = Task.immediate { [self] in
             let answer = await answer(method: method, params: params, era: era)
             await deliver(settle(key, serial) && !Task.isCancelled ? answer : nil)
             self.state.withLock { _ = $0.runs.removeValue(forKey: serial) }
