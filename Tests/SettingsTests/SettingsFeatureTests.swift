@@ -106,7 +106,7 @@ final class SettingsFeatureTests: SettingsTestCase {
     /// very next read, with no wait.
     func testAChangeByAnotherProcessAppliesAtTheNextReadOfAKeptRecord() async throws {
         let path = directory.file("termind.sqlite")
-        XCTAssertNotNil(StoreChangeWatch.of(path)?.stamp(), "records are kept between reads on this machine")
+        XCTAssertNotNil(StoreChangeWatch.stamp(of: path), "records are kept between reads on this machine")
         _ = try await set("terminal.preferences", #"{"scrollbackLines": 500}"#)
         for round in 1...20 {
             let lines = 1000 + round

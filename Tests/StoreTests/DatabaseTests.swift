@@ -537,14 +537,32 @@ final class DatabaseTests: XCTestCase {
         }
         XCTAssertNotEqual(db.changeStamp(), settled, "an overflowed queue counts as a change")
 
+        // Another database in the same folder has a stamp of its own.
+        var neighbour: Database! = try StoreAccess.database(path: directory.file("watched/other.sqlite"))
+        try neighbour.execute("CREATE TABLE u (n INTEGER)")
+        let mine = try XCTUnwrap(db.changeStamp()), theirs = try XCTUnwrap(neighbour.changeStamp())
+        try neighbour.execute("INSERT INTO u VALUES (1)")
+        XCTAssertEqual(db.changeStamp(), mine, "a commit to another database of the folder")
+        XCTAssertNotEqual(neighbour.changeStamp(), theirs)
+        try db.execute("INSERT INTO t VALUES (13)")
+        XCTAssertNotEqual(db.changeStamp(), mine)
+
         // The folder goes (once nothing holds its files open: until then the kernel keeps it,
-        // and the connections read the files they have open, as what they kept says): the
-        // watch sees nothing from then on.
-        let watch = try XCTUnwrap(StoreChangeWatch.of(path))
+        // and the connections read the files they have open, as what they kept says): nothing
+        // is seen there, so nothing may be kept. A new database made at the same path gets a
+        // stamp no earlier one had, so nothing kept before matches it.
+        var given: Set<UInt64> = [first, second, third, settled, mine]
+        for _ in 0..<3 { given.insert(try XCTUnwrap(db.changeStamp())) }
         db = nil
         other = nil
+        neighbour = nil
         try FileManager.default.removeItem(atPath: directory.file("watched"))
-        XCTAssertNil(watch.stamp())
-        XCTAssertNil(watch.stamp(), "and stays blind")
+        XCTAssertNil(StoreChangeWatch.stamp(of: path))
+        XCTAssertNil(StoreChangeWatch.stamp(of: path), "and stays so while there is no folder")
+        let again = try StoreAccess.database(path: path)
+        let fresh = try XCTUnwrap(again.changeStamp(), "the new folder is watched")
+        XCTAssertFalse(given.contains(fresh), "\(fresh) was given before: \(given.sorted())")
+        try again.execute("CREATE TABLE v (n INTEGER)")
+        XCTAssertNotEqual(again.changeStamp(), fresh)
     }
 }

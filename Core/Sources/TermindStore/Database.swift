@@ -348,7 +348,7 @@ public final class Database: @unchecked Sendable {
     /// (`StoreChangeWatch`), read without a trip to the store's executor: what was read after
     /// taking a stamp may be used again while the stamp is the same. Nil: changes cannot be
     /// seen here, so nothing read may be kept.
-    public func changeStamp() -> UInt64? { StoreChangeWatch.of(path)?.stamp() }
+    public func changeStamp() -> UInt64? { StoreChangeWatch.stamp(of: path) }
 
     // MARK: - Internals
 

@@ -11,113 +11,124 @@ import TermindCore
 /// `--local` command, the `sqlite3` tool). A reader that keeps what it read beside the stamp
 /// it took before reading may use it again while the stamp has not moved.
 ///
-/// How: one inotify watch per folder of a database (for the whole process), on the folder
-/// rather than the files, so a log that is created or replaced is seen too. The kernel queues
-/// the event inside the writer's own write(2), before that call returns: once another
-/// process's commit has returned, the next `stamp()` here has moved. What the watch cannot
-/// see, it says by answering nil (nothing may be kept then): no inotify, a watch the kernel
-/// refused, its queue overflowing past its limit (counted as a change), the folder removed.
-/// A file changed over a network file system from another machine raises no event; SQLite's
-/// write-ahead log cannot be shared across machines either, so termind's store never is.
-public final class StoreChangeWatch: Sendable {
+/// How: one inotify instance for the process (an instance per database would count against
+/// the user's limit of 128 in a long-lived process that opens many), with a watch on each
+/// database's folder rather than on its files, so a log that is created or replaced is seen
+/// too. The kernel queues the event inside the writer's own write(2), before that call
+/// returns: once another process's commit has returned, the next stamp here has moved.
+///
+/// What the watch cannot see, it says by answering nil (nothing may be kept then): no
+/// inotify, a watch the kernel refused, a folder that is gone. A queue that overflowed counts
+/// as a change of every database. A folder removed or renamed ends its watch; asked again,
+/// the path is watched anew (if there is a folder there) with a stamp never given before, so
+/// nothing kept under the old watch matches. A file changed over a network file system from
+/// another machine raises no event; SQLite's write-ahead log cannot be shared across machines
+/// either, so termind's store never is.
+public enum StoreChangeWatch {
+    private struct Watched {
+        let path: String
+        /// The database and the files beside it, by name in the folder.
+        let names: Set<String>
+    }
+
     private struct State {
-        var fd: Int32
-        var stamp: UInt64 = 0
-    }
-    private let state: Mutex<State>
-    /// The names in the folder whose changes count: the database and the files beside it.
-    private let names: Set<String>
+        /// The inotify instance: nil until first asked, -1 when there is none.
+        var fd: Int32?
+        /// Each watched folder's databases, by watch descriptor.
+        var folders: [Int32: [Watched]] = [:]
+        var watchOf: [String: Int32] = [:]
+        /// Each watched database's stamp: the value `counter` had at its last change.
+        var stamps: [String: UInt64] = [:]
+        var counter: UInt64 = 0
 
-    private init?(path: String) {
-        let directory = PathText.deletingLastComponent(path)
-        let base = String(path.split(separator: "/").last ?? "")
-        guard !base.isEmpty else { return nil }
-        let fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
-        guard fd >= 0 else { return nil }
-        let mask = UInt32(IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF)
-        guard inotify_add_watch(fd, directory.isEmpty ? "." : directory, mask | UInt32(IN_ONLYDIR)) >= 0 else {
-            close(fd)
-            return nil
+        mutating func changed(_ path: String) {
+            counter &+= 1
+            stamps[path] = counter
         }
-        names = [base, base + "-wal", base + "-journal"]
-        state = Mutex(State(fd: fd))
-    }
 
-    deinit { state.withLock { if $0.fd >= 0 { close($0.fd) } } }
-
-    private static let watches = Mutex<[String: StoreChangeWatch?]>([:])
-
-    /// The watch of the database at `path` (made at the first ask; nil when it cannot be made).
-    public static func of(_ path: String) -> StoreChangeWatch? {
-        watches.withLock { watches in
-            if let known = watches[path] { return known }
-            let made = StoreChangeWatch(path: path)
-            watches[path] = .some(made)
-            return made
+        mutating func unwatch(_ wd: Int32) {
+            for watched in folders.removeValue(forKey: wd) ?? [] {
+                watchOf[watched.path] = nil
+                stamps[watched.path] = nil
+            }
         }
     }
 
-    /// The current stamp: equal to an earlier one when nothing the watch can see changed in
-    /// between; nil when the watch no longer sees (then nothing may be kept).
-    public func stamp() -> UInt64? {
+    private static let state = Mutex(State())
+
+    /// The stamp of the database at `path` now: equal to an earlier one when nothing the
+    /// watch can see changed in between; nil when changes cannot be seen (keep nothing).
+    public static func stamp(of path: String) -> UInt64? {
         state.withLock { state -> UInt64? in
-            guard state.fd >= 0 else { return nil }
-            // Usually one read(2) that finds nothing queued.
-            let seen: Scan? = withUnsafeTemporaryAllocation(byteCount: 4096, alignment: 8) { buffer -> Scan? in
-                var seen = Scan.unchanged
-                while true {
-                    let n = read(state.fd, buffer.baseAddress, buffer.count)
-                    if n < 0 && errno == EINTR { continue }
-                    guard n > 0 else {
-                        // Nothing more queued; anything else ends the watch (it sees nothing from now on).
-                        return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? seen : nil
-                    }
-                    switch Self.scan(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), names: names) {
-                    case .unchanged: break
-                    case .changed: seen = .changed
-                    case .blind: return nil
-                    }
+            if state.fd == nil { state.fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC)) }
+            guard let fd = state.fd, fd >= 0 else { return nil }
+            drain(fd, &state)
+            if let stamp = state.stamps[path] { return stamp }
+            // Not watched yet (or its folder went): watch its folder now.
+            let directory = PathText.deletingLastComponent(path)
+            let base = String(path.split(separator: "/").last ?? "")
+            let mask = UInt32(IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD)
+            let wd = inotify_add_watch(fd, directory.isEmpty ? "." : directory, mask)
+            guard !base.isEmpty, wd >= 0 else { return nil }
+            state.folders[wd, default: []].append(Watched(path: path, names: [base, base + "-wal", base + "-journal"]))
+            state.watchOf[path] = wd
+            state.changed(path)
+            return state.stamps[path]
+        }
+    }
+
+    /// Reads every queued event (usually one read(2) that finds none) into the stamps.
+    private static func drain(_ fd: Int32, _ state: inout State) {
+        withUnsafeTemporaryAllocation(byteCount: 4096, alignment: 8) { buffer in
+            while true {
+                let n = read(fd, buffer.baseAddress, buffer.count)
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { return }
+                for event in events(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) {
+                    apply(event, fd: fd, to: &state)
                 }
             }
-            switch seen {
-            case .unchanged?: return state.stamp
-            case .changed?:
-                state.stamp &+= 1
-                return state.stamp
-            case .blind?, nil:
-                close(state.fd)
-                state.fd = -1
-                return nil
-            }
         }
     }
 
-    enum Scan: Equatable { case unchanged, changed, blind }
+    private static func apply(_ event: Event, fd: Int32, to state: inout State) {
+        if event.mask & UInt32(IN_Q_OVERFLOW) != 0 {
+            // Events were lost: any database may have changed.
+            for path in state.stamps.keys { state.changed(path) }
+            return
+        }
+        if event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT) != 0 {
+            // The folder is gone or elsewhere: its path is watched anew when next asked.
+            if event.mask & UInt32(IN_MOVE_SELF) != 0 { inotify_rm_watch(fd, event.wd) }
+            state.unwatch(event.wd)
+            return
+        }
+        for watched in state.folders[event.wd] ?? [] where watched.names.contains(event.name) {
+            state.changed(watched.path)
+        }
+    }
 
-    /// What a read of inotify events says about the files named `names`: changed (one of
-    /// them, or an overflow: some events were lost), blind (the folder is gone or the watch
-    /// was dropped), or unchanged (only other files of the folder).
-    static func scan(_ events: UnsafeRawBufferPointer, names: Set<String>) -> Scan {
-        var result = Scan.unchanged
+    struct Event: Equatable {
+        let wd: Int32
+        let mask: UInt32
+        let name: String
+    }
+
+    /// The events in what one read(2) of an inotify descriptor returned.
+    static func events(_ bytes: UnsafeRawBufferPointer) -> [Event] {
+        var events: [Event] = []
         var offset = 0
         let header = 16  // int wd; uint32 mask, cookie, len
-        while offset + header <= events.count {
+        while offset + header <= bytes.count {
             func word(_ at: Int) -> UInt32 {
-                UInt32(events[at]) | UInt32(events[at + 1]) << 8 | UInt32(events[at + 2]) << 16 | UInt32(events[at + 3]) << 24
+                UInt32(bytes[at]) | UInt32(bytes[at + 1]) << 8 | UInt32(bytes[at + 2]) << 16 | UInt32(bytes[at + 3]) << 24
             }
-            let mask = word(offset + 4)
-            let length = Int(word(offset + 12))
             let nameStart = offset + header
-            let nameEnd = min(nameStart + length, events.count)
-            if mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT) != 0 { return .blind }
-            if mask & UInt32(IN_Q_OVERFLOW) != 0 {
-                result = .changed
-            } else {
-                let name = String(decoding: events[nameStart..<nameEnd].prefix { $0 != 0 }, as: UTF8.self)
-                if names.contains(name) { result = .changed }
-            }
-            offset = nameStart + length
+            let nameEnd = min(nameStart + Int(word(offset + 12)), bytes.count)
+            let name = String(decoding: bytes[nameStart..<nameEnd].prefix { $0 != 0 }, as: UTF8.self)
+            events.append(Event(wd: Int32(bitPattern: word(offset)), mask: word(offset + 4), name: name))
+            offset = nameEnd
         }
-        return result
+        return events
     }
 }
