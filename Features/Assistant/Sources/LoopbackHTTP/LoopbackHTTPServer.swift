@@ -214,6 +214,10 @@ public final class LoopbackHTTPServer: Sendable {
         let task = Mutex<Task<Void, Never>?>(nil)
         /// Its handler stopped it (`HTTPServerRequest.stop`): its answer still goes out.
         let stopped = Atomic<Bool>(false)
+        /// Whether the answer was ready before the connection was suspended (it is then
+        /// queued at once), or the connection is suspended until the answer resumes it.
+        let answering = Mutex(Answering.computing)
+        enum Answering { case computing, answered, suspended }
         let suspended = Atomic<Bool>(false)
         /// A streamed body's sink, and whether it stopped taking pieces.
         let sink: (any HTTPBodySink)?
@@ -285,24 +289,41 @@ public final class LoopbackHTTPServer: Sendable {
         }
         exchange.suspended.store(true, ordering: .relaxed)
         live.withLock { $0[ObjectIdentifier(exchange)] = exchange }
-        MHD_suspend_connection(connection)
-        var request = exchange.head.withLock { $0 }
-        request.stop = { exchange.stop() }
+        var head = exchange.head.withLock { $0 }
+        head.stop = { exchange.stop() }
+        let request = head
         let handler = self.handler
         let resume = ConnectionHandle(connection)
         let sink = exchange.sink
-        let task = Task { [weak self] in
+        let body: @Sendable () async -> Void = { [weak self] in
             var response = if let sink { await sink.finish() } else { await handler(request) }
             if Task.isCancelled && !exchange.stopped.load(ordering: .sequentiallyConsistent) {
                 response = HTTPServerResponse(status: 503, body: Data("termind is stopping.\n".utf8))
             }
             exchange.response.withLock { $0 = response }
-            exchange.suspended.store(false, ordering: .relaxed)
             self?.live.withLock { _ = $0.removeValue(forKey: ObjectIdentifier(exchange)) }
-            MHD_resume_connection(resume.pointer)
+            let waiting = exchange.answering.withLock { state -> Bool in
+                guard state == .suspended else { state = .answered; return false }
+                return true
+            }
+            exchange.suspended.store(false, ordering: .relaxed)
+            if waiting { MHD_resume_connection(resume.pointer) }
         }
+        // A handler starts on this thread (`immediate`) and goes on in Swift's pool from its
+        // first suspension: an answer computed from memory (an MCP call whose policy and
+        // data are kept) is queued at once, with no thread woken either way. A streamed
+        // body's sink runs as a task of its own.
+        let task = sink == nil ? Task.immediate(operation: body) : Task(operation: body)
         exchange.task.withLock { $0 = task }
         if exchange.stopped.load(ordering: .sequentiallyConsistent) { task.cancel() }
+        let answered = exchange.answering.withLock { state -> Bool in
+            if state == .answered { return true }
+            // Suspended under the lock: the task cannot resume the connection before this.
+            state = .suspended
+            MHD_suspend_connection(connection)
+            return false
+        }
+        if answered, let response = exchange.response.withLock({ $0 }) { return queue(connection, response) }
         return termind_mhd_yes
     }
 
