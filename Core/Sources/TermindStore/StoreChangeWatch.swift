@@ -15,11 +15,7 @@ import TermindCore
 /// the user's limit of 128 in a long-lived process that opens many), with a watch on each
 /// database's folder rather than on its files, so a log that is created or replaced is seen
 /// too. The kernel queues the event inside the writer's own write(2), before that call
-/// returns. A commit becomes visible only later, when SQLite writes the WAL index header
-/// (after the commit's fsync), and that is a store to shared memory with no event; so the
-/// stamp also moves whenever that header changes, read on every ask. A reader that took a
-/// stamp before reading therefore read at least what the stamp stood for: once another
-/// process's commit has returned, the next stamp here has moved.
+/// returns: once another process's commit has returned, the next stamp here has moved.
 ///
 /// What the watch cannot see, it says by answering nil (nothing may be kept then): no
 /// inotify, a watch the kernel refused, a folder that is gone. A queue that overflowed counts
@@ -44,8 +40,6 @@ public enum StoreChangeWatch {
         /// Each watched database's stamp: the value `counter` had at its last change.
         var stamps: [String: UInt64] = [:]
         var counter: UInt64 = 0
-        /// Each watched database's WAL index header when last looked at.
-        var headers: [String: [UInt8]] = [:]
 
         mutating func changed(_ path: String) {
             counter &+= 1
@@ -56,7 +50,6 @@ public enum StoreChangeWatch {
             for watched in folders.removeValue(forKey: wd) ?? [] {
                 watchOf[watched.path] = nil
                 stamps[watched.path] = nil
-                headers[watched.path] = nil
             }
         }
     }
@@ -70,53 +63,18 @@ public enum StoreChangeWatch {
             if state.fd == nil { state.fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC)) }
             guard let fd = state.fd, fd >= 0 else { return nil }
             drain(fd, &state)
-            if state.stamps[path] != nil {
-                // A commit is visible once SQLite has written the WAL index header, after the
-                // last write(2) of the commit (and its fsync): a reader between the two would
-                // see the write's event and yet the old data. The header moves with every
-                // commit, so it is compared too.
-                guard let header = walIndexHeader(path + "-shm") else { return nil }
-                if header != state.headers[path] {
-                    state.headers[path] = header
-                    state.changed(path)
-                }
-                return state.stamps[path]
-            }
+            if let stamp = state.stamps[path] { return stamp }
             // Not watched yet (or its folder went): watch its folder now.
             let directory = PathText.deletingLastComponent(path)
             let base = String(path.split(separator: "/").last ?? "")
             let mask = UInt32(IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD)
             let wd = inotify_add_watch(fd, directory.isEmpty ? "." : directory, mask)
             guard !base.isEmpty, wd >= 0 else { return nil }
-            guard let header = walIndexHeader(path + "-shm") else {
-                if state.folders[wd] == nil { inotify_rm_watch(fd, wd) }
-                return nil
-            }
             state.folders[wd, default: []].append(Watched(path: path, names: [base, base + "-wal", base + "-journal"]))
             state.watchOf[path] = wd
-            state.headers[path] = header
             state.changed(path)
             return state.stamps[path]
         }
-    }
-
-    /// The WAL index header as SQLite reads it (sqlite.org/walformat.html, "The WAL-Index
-    /// Header"), from the database's -shm file: the first copy, then the second, equal when
-    /// no writer was midway (a writer writes the second first); nil when there is no WAL index
-    /// (not in WAL mode, no connection has it open) or the copies kept differing. Its counter,
-    /// frame count and salts change with every commit. Read with pread(2), never mapped: a
-    /// mapping would pin the folder, and a file another opener truncates would fault.
-    private static func walIndexHeader(_ path: String) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var bytes = [UInt8](repeating: 0, count: 96)
-        for _ in 0..<100 {
-            guard bytes.withUnsafeMutableBytes({ pread(fd, $0.baseAddress, 96, 0) }) == 96 else { return nil }
-            if bytes[0..<48] == bytes[48..<96] { return Array(bytes[0..<48]) }
-            sched_yield()
-        }
-        return nil
     }
 
     /// Reads every queued event (usually one read(2) that finds none) into the stamps.
