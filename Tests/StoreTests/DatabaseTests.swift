@@ -547,6 +547,14 @@ final class DatabaseTests: XCTestCase {
         try db.execute("INSERT INTO t VALUES (13)")
         XCTAssertNotEqual(db.changeStamp(), mine)
 
+        // termind's writers touch the database file once a commit is visible (SQLite's WAL
+        // hook): that counts; a touch of another file of the folder does not.
+        let touched = try XCTUnwrap(db.changeStamp())
+        _ = utimensat(AT_FDCWD, directory.file("watched/a"), nil, 0)
+        XCTAssertEqual(db.changeStamp(), touched)
+        StoreChangeWatch.committed(path)
+        XCTAssertNotEqual(db.changeStamp(), touched)
+
         // The folder goes (once nothing holds its files open: until then the kernel keeps it,
         // and the connections read the files they have open, as what they kept says): nothing
         // is seen there, so nothing may be kept. A new database made at the same path gets a
@@ -564,5 +572,18 @@ final class DatabaseTests: XCTestCase {
         XCTAssertFalse(given.contains(fresh), "\(fresh) was given before: \(given.sorted())")
         try again.execute("CREATE TABLE v (n INTEGER)")
         XCTAssertNotEqual(again.changeStamp(), fresh)
+    }
+
+    /// The WAL hook that signals commits replaces SQLite's own, which checkpointed the log
+    /// every 1,000 frames: it still does, so the log does not grow with every commit.
+    func testTheLogIsStillCheckpointedAsItGrows() throws {
+        let path = directory.file("log/termind.sqlite")
+        let db = try StoreAccess.database(path: path)
+        try db.execute("CREATE TABLE t (n INTEGER, pad TEXT)")
+        for n in 0..<3_000 { try db.execute("INSERT INTO t VALUES (?, ?)", [n, String(repeating: "x", count: 100)]) }
+        var info = stat()
+        XCTAssertEqual(stat(path + "-wal", &info), 0)
+        XCTAssertLessThan(info.st_size, 8 << 20, "3,000 commits of a page each: without checkpoints the log would hold about 12 MiB")
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM t"), .integer(3_000))
     }
 }

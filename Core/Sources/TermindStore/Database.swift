@@ -34,6 +34,15 @@ public final class Database: @unchecked Sendable {
     /// Read-only connections to the same file for reads that find this connection busy
     /// (nil on a reader itself).
     private let readers: ReaderPool?
+    /// The path as the WAL hook gets it (freed once the connection is closed).
+    private var walHookPath: UnsafeMutablePointer<CChar>?
+
+    private static let walHook: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafePointer<CChar>?, Int32) -> Int32 = { context, db, name, frames in
+        // SQLite's default: a passive checkpoint once the log holds 1,000 frames.
+        if frames >= 1000 { sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil) }
+        if let context { StoreChangeWatch.committed(String(cString: context.assumingMemoryBound(to: CChar.self))) }
+        return SQLITE_OK
+    }
     public static let busyTimeoutMilliseconds: Int32 = 5_000
     /// The SQLite library version in use, for `termind version`.
     public static var sqliteVersion: String { String(cString: sqlite3_libversion()) }
@@ -83,6 +92,12 @@ public final class Database: @unchecked Sendable {
         handle = db
         sqlite3_extended_result_codes(db, 1)
         sqlite3_busy_timeout(db, Self.busyTimeoutMilliseconds)
+        if !reader {
+            // After each commit is visible: the change stamp's signal (`StoreChangeWatch`),
+            // and the checkpoint SQLite's own hook did (which this one replaces).
+            walHookPath = strdup(path)
+            sqlite3_wal_hook(db, Self.walHook, walHookPath)
+        }
         // Never unlink on failure: another process may have created this file a moment ago
         // and be writing to it (seen: a losing opener deleted a live database).
         do {
@@ -164,7 +179,9 @@ public final class Database: @unchecked Sendable {
         // the file and remove it (the last reader, read-only, cannot either).
         readers?.closeAll()
         for statement in statements.values { sqlite3_finalize(statement) }
+        if walHookPath != nil { sqlite3_wal_hook(handle, nil, nil) }
         sqlite3_close_v2(handle)
+        free(walHookPath)
     }
 
     // MARK: - Statements

@@ -15,7 +15,13 @@ import TermindCore
 /// the user's limit of 128 in a long-lived process that opens many), with a watch on each
 /// database's folder rather than on its files, so a log that is created or replaced is seen
 /// too. The kernel queues the event inside the writer's own write(2), before that call
-/// returns: once another process's commit has returned, the next stamp here has moved.
+/// returns. A commit becomes visible later, when SQLite writes the WAL index header (after
+/// the commit's fsync), a store to shared memory that raises no event; so termind's writers
+/// also touch the database file once a commit is visible (`committed`, from SQLite's WAL
+/// hook), and that event moves the stamp again. Once another termind process's commit has
+/// returned, the next stamp here has moved past it. A writer that is not termind (the sqlite3
+/// tool) does not touch the file: a read in the moment between its log write and its index
+/// header may keep the old data until the next change.
 ///
 /// What the watch cannot see, it says by answering nil (nothing may be kept then): no
 /// inotify, a watch the kernel refused, a folder that is gone. A queue that overflowed counts
@@ -27,6 +33,8 @@ import TermindCore
 public enum StoreChangeWatch {
     private struct Watched {
         let path: String
+        /// The database's own name in the folder.
+        let base: String
         /// The database and the files beside it, by name in the folder.
         let names: Set<String>
     }
@@ -67,10 +75,10 @@ public enum StoreChangeWatch {
             // Not watched yet (or its folder went): watch its folder now.
             let directory = PathText.deletingLastComponent(path)
             let base = String(path.split(separator: "/").last ?? "")
-            let mask = UInt32(IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD)
+            let mask = UInt32(IN_MODIFY | IN_ATTRIB | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD)
             let wd = inotify_add_watch(fd, directory.isEmpty ? "." : directory, mask)
             guard !base.isEmpty, wd >= 0 else { return nil }
-            state.folders[wd, default: []].append(Watched(path: path, names: [base, base + "-wal", base + "-journal"]))
+            state.folders[wd, default: []].append(Watched(path: path, base: base, names: [base, base + "-wal", base + "-journal"]))
             state.watchOf[path] = wd
             state.changed(path)
             return state.stamps[path]
@@ -103,9 +111,21 @@ public enum StoreChangeWatch {
             state.unwatch(event.wd)
             return
         }
-        for watched in state.folders[event.wd] ?? [] where watched.names.contains(event.name) {
+        // A touch of the database file itself is `committed`'s signal; other attribute
+        // changes (SQLite setting a new log's owner) are not changes.
+        let attributesOnly = event.mask & UInt32(IN_ATTRIB) != 0 && event.mask & UInt32(IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO) == 0
+        for watched in state.folders[event.wd] ?? [] where attributesOnly ? event.name == watched.base : watched.names.contains(event.name) {
             state.changed(watched.path)
         }
+    }
+
+    /// Says that a commit to the database at `path` is now visible (called from SQLite's WAL
+    /// hook, which runs once the commit's index header is written): touches the file's times,
+    /// an event every watch sees after the commit can be read. The write's own events come
+    /// earlier, during the commit, while a reader still gets the old data; without this, a
+    /// reader in that moment could keep the old data under the new stamp.
+    public static func committed(_ path: String) {
+        _ = utimensat(AT_FDCWD, path, nil, 0)
     }
 
     struct Event: Equatable {
