@@ -44,7 +44,6 @@ public enum StoreChangeWatch {
         var fd: Int32?
         /// Each watched folder's databases, by watch descriptor.
         var folders: [Int32: [Watched]] = [:]
-        var watchOf: [String: Int32] = [:]
         /// Each watched database's stamp: the value `counter` had at its last change.
         var stamps: [String: UInt64] = [:]
         var counter: UInt64 = 0
@@ -55,10 +54,7 @@ public enum StoreChangeWatch {
         }
 
         mutating func unwatch(_ wd: Int32) {
-            for watched in folders.removeValue(forKey: wd) ?? [] {
-                watchOf[watched.path] = nil
-                stamps[watched.path] = nil
-            }
+            for watched in folders.removeValue(forKey: wd) ?? [] { stamps[watched.path] = nil }
         }
     }
 
@@ -79,7 +75,6 @@ public enum StoreChangeWatch {
             let wd = inotify_add_watch(fd, directory.isEmpty ? "." : directory, mask)
             guard !base.isEmpty, wd >= 0 else { return nil }
             state.folders[wd, default: []].append(Watched(path: path, base: base, names: [base, base + "-wal", base + "-journal"]))
-            state.watchOf[path] = wd
             state.changed(path)
             return state.stamps[path]
         }
