@@ -19,13 +19,11 @@ public enum SchemaDerivation {
     static let maximumDepth = 24
 
     static func placeholder<T: Decodable>(_ type: T.Type, node: SchemaNode, depth: Int) throws -> T {
-        if let describable = T.self as? any SchemaDescribable.Type {
-            node.fixed = describable.schema
-            if let e = T.self as? any (SchemaEnum & Decodable).Type {
-                return firstCase(e) as! T
-            }
-            return try T(from: SchemaDecoder(node: node, depth: depth, describedOnly: true))
-        }
+        // The plain types first: comparing a metatype with a concrete one is a pointer
+        // compare, while asking whether a type conforms to a protocol it does not conform to
+        // scans every conformance record of every loaded library, once per type and
+        // protocol in each process — most of the cost of deriving a schema in a one-shot
+        // command. None of these types conforms to SchemaDescribable.
         switch T.self {
         case is String.Type: node.fixed = .string(); return "" as! T
         case is UUID.Type: node.fixed = .string(format: "uuid"); return UUID() as! T
@@ -42,6 +40,13 @@ public enum SchemaDerivation {
         case is UInt8.Type: node.fixed = .integer; return UInt8(0) as! T
         case is JSONValue.Type: node.fixed = .any; return JSONValue.null as! T
         default: break
+        }
+        if let describable = T.self as? any SchemaDescribable.Type {
+            node.fixed = describable.schema
+            if let e = T.self as? any (SchemaEnum & Decodable).Type {
+                return firstCase(e) as! T
+            }
+            return try T(from: SchemaDecoder(node: node, depth: depth, describedOnly: true))
         }
         if let dictionary = T.self as? any StringKeyedDictionary.Type {
             node.fixed = .dictionary(dictionary.valueSchema(depth: depth + 1))
