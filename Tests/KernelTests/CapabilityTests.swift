@@ -15,15 +15,39 @@ final class CapabilityTests: XCTestCase {
     override func setUpWithError() throws { directory = try TemporaryDirectory() }
     override func tearDown() { directory?.remove() }
 
-    private func probe(calls: [String]) -> FeatureManifest {
-        FeatureManifest(id: "fixture-probe", version: "1.0.0", library: FeatureHarness.libraryPath(product: "TermindFixtureProbe"), order: 50,
-                        ports: .init(requires: ["kernel.store", "kernel.secrets", "kernel.ssh"]),
-                        contracts: ["fixture-probe.call@1", "fixture-probe.sql@1", "fixture-probe.secrets@1", "fixture-probe.escape@1"], calls: calls, source: "test")
+    private func probe(calls: [String], callsFrom: [String: [String]] = [:]) -> FeatureManifest {
+        var m = FeatureManifest(id: "fixture-probe", version: "1.0.0", library: FeatureHarness.libraryPath(product: "TermindFixtureProbe"), order: 50,
+                                ports: .init(requires: ["kernel.store", "kernel.secrets", "kernel.ssh"]),
+                                contracts: ["fixture-probe.call@1", "fixture-probe.sql@1", "fixture-probe.secrets@1", "fixture-probe.escape@1"], calls: calls, source: "test")
+        m.callsFrom = callsFrom
+        return m
     }
 
-    private func boot(calls: [String]) async throws -> HarnessSession {
-        try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"), others: [probe(calls: calls)],
+    private func boot(calls: [String], callsFrom: [String: [String]] = [:]) async throws -> HarnessSession {
+        try await FeatureHarness.boot(try FeatureHarness.registryManifest(id: "vault"), others: [probe(calls: calls, callsFrom: callsFrom)],
                                       storeDirectory: directory.path)
+    }
+
+    /// A call the manifest allows only from some of the feature's own contracts (`callsFrom`)
+    /// goes through from their handlers, JSON and typed alike, and is refused from any other.
+    func testACallDeclaredFromSomeContractsIsRefusedFromAnyOther() async throws {
+        let served = try await boot(calls: ["kernel.ping@1"], callsFrom: ["kernel.ping@1": ["fixture-probe.call@1"]])
+        let allowed = try await call(served, "kernel.ping@1", #"{"payload": "hi"}"#)
+        XCTAssertNil(allowed.errorCode, allowed.errorMessage ?? "")
+        XCTAssertTrue(allowed.reply?.contains("hi") ?? false)
+        let typed = try await served.call("fixture-probe.call@1", json: #"{"contract": "kernel.ping@1", "body": "typed hi", "typed": true}"#)
+        XCTAssertEqual(try JSONDecoder().decode(ProbeReply.self, from: typed).reply, "typed hi")
+        await served.shutdown()
+
+        let elsewhere = try await boot(calls: ["kernel.ping@1"], callsFrom: ["kernel.ping@1": ["fixture-probe.sql@1"]])
+        let refused = try await call(elsewhere, "kernel.ping@1", #"{"payload": "hi"}"#)
+        XCTAssertEqual(refused.errorCode, "capability.denied")
+        XCTAssertTrue(refused.errorMessage?.contains("'fixture-probe' may call kernel.ping@1 only while serving fixture-probe.sql@1 (its manifest's callsFrom), "
+                                                     + "and this call came from fixture-probe.call@1") ?? false, refused.errorMessage ?? "")
+        let typedRefused = try JSONDecoder().decode(ProbeReply.self, from: try await elsewhere.call("fixture-probe.call@1",
+                                                                                                    json: #"{"contract": "kernel.ping@1", "body": "typed hi", "typed": true}"#))
+        XCTAssertEqual(typedRefused.errorCode, "capability.denied", typedRefused.errorMessage ?? "")
+        await elsewhere.shutdown()
     }
 
     private func call(_ session: HarnessSession, _ contract: String, _ body: String = "{}") async throws -> ProbeReply {

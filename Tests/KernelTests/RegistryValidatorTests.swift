@@ -291,6 +291,35 @@ extension RegistryValidatorTests {
         XCTAssertFalse(RegistryValidator.isValidRecordKey("assistant..policy"))
         XCTAssertFalse(RegistryValidator.isValidRecordKey("assistant.pol-icy"))
     }
+
+    /// `callsFrom` names calls the feature lists and contracts of its own, each call from one
+    /// or more; anything else disables the feature, naming what is wrong.
+    func testCallsFromNamesListedCallsAndTheFeaturesOwnContracts() throws {
+        func vault(_ callsFrom: [String: [String]], calls: [String] = ["forwarding.add@1"]) -> FeatureManifest {
+            var m = FeatureManifest(id: "vault", library: "/lib/vault.so", contracts: ["vault.import.commit@1", "vault.host.list@1"], calls: calls,
+                                    source: "Registry.json")
+            m.callsFrom = callsFrom
+            return m
+        }
+        XCTAssertEqual(try validator.plan([vault(["forwarding.add@1": ["vault.import.commit@1"]])]).ordered.map(\.id), ["vault"])
+        for (callsFrom, calls, expected) in [
+            (["forwarding.remove@1": ["vault.import.commit@1"]], ["forwarding.add@1"], "'forwarding.remove@1' is not among the feature's \"calls\""),
+            (["forwarding.add@1": []], ["forwarding.add@1"], "'forwarding.add@1' names no contract it is made from"),
+            (["forwarding.add@1": ["sftp.transfer@1"]], ["forwarding.add@1"], "'forwarding.add@1' is made from 'sftp.transfer@1', which is not one of the feature's own contracts"),
+        ] {
+            let plan = try validator.plan([vault(callsFrom, calls: calls)])
+            XCTAssertEqual(plan.ordered.map(\.id), [], "\(callsFrom)")
+            XCTAssertEqual(reason(plan, "vault")?.field, "callsFrom")
+            XCTAssertTrue(reason(plan, "vault")?.message.contains("field \"callsFrom\": \(expected)") == true, reason(plan, "vault")?.message ?? "enabled")
+        }
+        // Read from a manifest's JSON, and refused by the manifest's schema when not a map of lists.
+        let text = #"{"id": "vault", "version": "1.0.0", "abi": 1, "library": "v.so", "calls": ["forwarding.add@1"], "callsFrom": {"forwarding.add@1": ["vault.import.commit@1"]}}"#
+        guard case .success(let read) = ManifestReader.readPlugin(Data(text.utf8), source: "plugin.json", baseDirectory: "/p") else { return XCTFail("not read") }
+        XCTAssertEqual(read.callsFrom, ["forwarding.add@1": ["vault.import.commit@1"]])
+        let bad = #"{"id": "vault", "version": "1.0.0", "abi": 1, "library": "v.so", "callsFrom": {"forwarding.add@1": "vault.import.commit@1"}}"#
+        guard case .failure(let problem) = ManifestReader.readPlugin(Data(bad.utf8), source: "plugin.json", baseDirectory: "/p") else { return XCTFail("read") }
+        XCTAssertEqual(problem.field, "callsFrom.forwarding.add@1", problem.message)
+    }
 }
 
 /// A one-shot command loads only what it needs, decided from the manifests alone.
@@ -328,6 +357,21 @@ final class CommandSelectionTests: XCTestCase {
         XCTAssertEqual(RegistryValidator.selection(forCommand: ["sync", "now"], in: manifests), ["sync", "sftp", "settings", "assistant"])
         // No feature declares it: nil (everything boots, to say so).
         XCTAssertNil(RegistryValidator.selection(forCommand: ["frobnicate"], in: manifests))
+    }
+
+    /// A call the command's feature makes only from other contracts (`callsFrom`) does not
+    /// load its owner; from the command's own contract it does. A feature reached on the way
+    /// keeps all its calls: any of its contracts may be called.
+    func testACallMadeOnlyFromOtherContractsDoesNotLoadItsOwner() {
+        var vault = feature("vault", contracts: ["vault.host.list@1", "vault.import.commit@1"], calls: ["forwarding.add@1"])
+        vault.commands = [FeatureManifest.Command(name: "vault host list", contract: "vault.host.list@1"),
+                          FeatureManifest.Command(name: "vault import commit", contract: "vault.import.commit@1")]
+        vault.callsFrom = ["forwarding.add@1": ["vault.import.commit@1"]]
+        let manifests = [vault, feature("forwarding", contracts: ["forwarding.add@1"]),
+                         feature("workspaces", commands: ["workspaces list"], contracts: ["workspaces.list@1"], calls: ["vault.host.list@1"])]
+        XCTAssertEqual(RegistryValidator.selection(forCommand: ["vault", "host", "list"], in: manifests), ["vault"])
+        XCTAssertEqual(RegistryValidator.selection(forCommand: ["vault", "import", "commit", "--path", "x"], in: manifests), ["vault", "forwarding"])
+        XCTAssertEqual(RegistryValidator.selection(forCommand: ["workspaces", "list"], in: manifests), ["workspaces", "vault", "forwarding"])
     }
 
     /// A settings command that names one record loads the feature declaring it (and what that
@@ -383,6 +427,8 @@ final class OneShotLoadingTests: XCTestCase {
         XCTAssertTrue(listed.stdout.contains("box"))
         XCTAssertTrue(started.contains("vault"), "\(started)")
         XCTAssertFalse(started.contains("assistant") || started.contains("metrics") || started.contains("workspaces"), "\(started)")
+        // The Vault calls forwarding.add@1 only from an import's commit (`callsFrom`).
+        XCTAssertFalse(started.contains("forwarding"), "\(started)")
         // settings list needs the features that register records: they start too.
         let (settings, withConsumers) = try termind(["settings", "list"], log: "settings.log")
         XCTAssertEqual(settings.status, 0, settings.stderr)

@@ -128,6 +128,29 @@ public struct ContractEndpoint: Sendable {
     }
 }
 
+/// The contract whose handler this task runs, where the kernel keeps it: around the
+/// handlers of contracts that a feature's manifest names in `callsFrom`, so that a call it
+/// makes only from those is refused from anywhere else.
+public enum ServedContract {
+    @TaskLocal package static var current: ContractID?
+}
+
+extension ContractEndpoint {
+    /// This endpoint with its handlers run as serving it (`ServedContract.current`).
+    package func markingServed() -> ContractEndpoint {
+        let id = id, handler = handler
+        let typed = typed.map { typed in
+            TypedHandler(requestType: typed.requestType, responseType: typed.responseType, facts: typed.facts) { request, origin in
+                try await ServedContract.$current.withValue(id) { try await typed.call(request, origin) }
+            }
+        }
+        return ContractEndpoint(id: id, summary: summary, owner: owner, effect: effect, request: request, response: response, typed: typed,
+                                facts: facts) { body, origin in
+            try await ServedContract.$current.withValue(id) { try await handler(body, origin) }
+        }
+    }
+}
+
 public enum ContractCoding {
     /// Decodes a request body after checking it against `schema`, so a bad body gets a
     /// message naming each offending field instead of a decoder dump.

@@ -41,6 +41,17 @@ public struct Refusal: Error, Sendable, Equatable, TermindErrorConvertible, Cust
     }
 }
 
+extension Refusal {
+    /// A call the feature's manifest allows only while it serves some of its own contracts
+    /// (`callsFrom`), made from elsewhere.
+    public static func capabilityDenied(feature: String, contract: String, from: Set<String>, serving: ContractID?, origin: CallOrigin,
+                                        effect: Effect? = nil) -> Refusal {
+        Refusal(.capabilityDenied, contract: contract, effect: effect, chain: origin,
+                reason: "Feature '\(feature)' may call \(contract) only while serving \(from.sorted().joined(separator: ", ")) (its manifest's callsFrom), "
+                    + "and this call came from \(serving.map { "\($0)" } ?? "none of its contracts").")
+    }
+}
+
 extension ErrorCode {
     /// The policy hook refused a call made on an agent's behalf.
     public static let policyDenied: ErrorCode = "policy.denied"

@@ -37,7 +37,8 @@ public struct RegistryValidator: Sendable {
     /// The features a one-shot command needs (nil: a command no feature declares, which
     /// boots them all to say so): the feature declaring the longest command that `words`
     /// begin with, and everything it reaches — its dependencies, the providers of the ports
-    /// it requires or may use, the owners of the contracts and streams it calls, and for the
+    /// it requires or may use, the owners of the contracts and streams it calls (for the
+    /// command's own feature, not those it calls only from other contracts), and for the
     /// command's own feature the consumers of a port whose consumers its commands need
     /// (`commandsNeedConsumersOf`; of `settings.values`, only the feature whose
     /// `settingsRecords` holds the record the command names, when exactly one does) — and,
@@ -68,7 +69,10 @@ public struct RegistryValidator: Sendable {
             for port in m.ports.requires + m.ports.optional {
                 next += manifests.filter { $0.ports.provides.contains(port) }.map(\.id)
             }
-            next += m.calls.compactMap { operationOwner[$0] }
+            // A call made only from some contracts (`callsFrom`) counts for the command's own
+            // feature only when the command is one of them.
+            next += m.calls.filter { call in id != owner.id || m.callsFrom[call].map { $0.contains(command.target) } ?? true }
+                .compactMap { operationOwner[$0] }
             // Only for the command's own feature: a feature reached on the way serves its port,
             // not its commands.
             for port in m.commandsNeedConsumersOf where id == owner.id {
@@ -222,6 +226,8 @@ public struct RegistryValidator: Sendable {
                 disable(m.id, field: "isolation", code: .manifestInvalidField, "\(name): field \"isolation\" applies to C plugins only (a Swift feature runs in termind's process).")
             } else if m.origin != .plugin && m.libraryOutsidePlugin {
                 disable(m.id, field: "libraryOutsidePlugin", code: .manifestInvalidField, "\(name): field \"libraryOutsidePlugin\" applies to plugins only.")
+            } else if let problem = Self.callsFromProblem(m) {
+                disable(m.id, field: "callsFrom", code: .manifestInvalidField, "\(name): field \"callsFrom\": \(problem).")
             } else if let problem = Self.functionProblem(m) {
                 disable(m.id, field: "functions", code: .manifestFunction, "\(name): field \"functions\": \(problem).")
             } else if let problem = Self.commandProblem(m) {
@@ -397,7 +403,8 @@ public struct RegistryValidator: Sendable {
         let hostCommands = Self.hostCommands
         let functionContracts = m.functions.map { "\(m.id).fn.\($0.name)@1" }
         for c in m.commands {
-            guard !c.words.isEmpty, c.words.joined(separator: " ") == c.name, c.words.allSatisfy(isValidID) else {
+            let words = c.words
+            guard !words.isEmpty, words.joined(separator: " ") == c.name, words.allSatisfy(isValidID) else {
                 return "command name '\(c.name)' must be words of lowercase letters, digits, '-' or '_' separated by single spaces"
             }
             switch (c.contract, c.stream) {
@@ -429,11 +436,24 @@ public struct RegistryValidator: Sendable {
             }
             // Built-in features (Registry.json) may give a command a top-level word of its own
             // (`termind exec`); a plugin's commands stay in its namespace.
-            guard c.words[0] == m.id || m.origin == .registry else {
+            guard words[0] == m.id || m.origin == .registry else {
                 return "command '\(c.name)' is outside the feature's namespace; its commands must start with '\(m.id)'"
             }
-            guard c.words[0] == m.id || !hostCommands.contains(c.words[0]) else {
-                return "command '\(c.name)' takes the word '\(c.words[0])' of one of termind's own commands"
+            guard words[0] == m.id || !hostCommands.contains(words[0]) else {
+                return "command '\(c.name)' takes the word '\(words[0])' of one of termind's own commands"
+            }
+        }
+        return nil
+    }
+
+    /// `callsFrom`: each call is one the feature lists under `calls`, made from one or more
+    /// of its own contracts.
+    private static func callsFromProblem(_ m: FeatureManifest) -> String? {
+        for (call, contracts) in m.callsFrom.sorted(by: { $0.key < $1.key }) {
+            guard m.calls.contains(call) else { return "'\(call)' is not among the feature's \"calls\"" }
+            guard !contracts.isEmpty else { return "'\(call)' names no contract it is made from (list them, or remove it to allow it from anywhere)" }
+            if let bad = contracts.first(where: { !m.contracts.contains($0) }) {
+                return "'\(call)' is made from '\(bad)', which is not one of the feature's own contracts"
             }
         }
         return nil

@@ -200,6 +200,11 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     /// The contracts (`name@version`) of other features and of the kernel this feature may
     /// call; the kernel refuses any other (its own contracts need no listing).
     public var calls: [String]
+    /// Calls of `calls` this feature makes only while serving some of its own contracts:
+    /// call → those contracts (`{"forwarding.add@1": ["vault.import.commit@1"]}`). The
+    /// kernel refuses such a call made from anywhere else, and a one-shot command loads the
+    /// call's owner only for a command of one of those contracts.
+    public var callsFrom: [String: [String]]
     public var functions: [Function]
     public var commands: [Command]
     /// C plugins only: request/response JSON Schemas of declared contracts.
@@ -313,7 +318,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
     public var baseDirectory: String = ""
 
     enum CodingKeys: String, CodingKey {
-        case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, streams, calls, functions, commands, schemas
+        case id, version, abi, kind, library, order, permanent, dependencies, ports, contracts, streams, calls, callsFrom, functions, commands, schemas
         case libraryOutsidePlugin, isolation, access, limits, summary, help, effects, serveOptions, commandsNeedConsumersOf, settingsRecords
     }
 
@@ -335,6 +340,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         self.contracts = contracts
         self.streams = streams
         self.calls = calls
+        self.callsFrom = [:]
         self.functions = functions
         self.commands = commands
         self.schemas = schemas
@@ -363,6 +369,7 @@ public struct FeatureManifest: Sendable, Equatable, Codable {
         contracts = try c.decodeIfPresent([String].self, forKey: .contracts) ?? []
         streams = try c.decodeIfPresent([String].self, forKey: .streams) ?? []
         calls = try c.decodeIfPresent([String].self, forKey: .calls) ?? []
+        callsFrom = try c.decodeIfPresent([String: [String]].self, forKey: .callsFrom) ?? [:]
         functions = try c.decodeIfPresent([Function].self, forKey: .functions) ?? []
         commands = try c.decodeIfPresent([Command].self, forKey: .commands) ?? []
         schemas = try c.decodeIfPresent([String: ContractSchemas].self, forKey: .schemas) ?? [:]

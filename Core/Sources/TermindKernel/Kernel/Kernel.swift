@@ -240,10 +240,16 @@ public actor Kernel {
     /// The chain of a call feature `feature` makes, on behalf of whoever it serves now (the
     /// chain goes on, never restarts); refused unless its manifest lists the contract under
     /// `calls` or the contract is its own.
-    nonisolated static func origin(ofCall contract: ContractID, by feature: String, calls: Set<String>, routes: RoutingTable) throws -> CallOrigin {
+    nonisolated static func origin(ofCall contract: ContractID, by feature: String, calls: Set<String>, callsFrom: [String: Set<String>],
+                                   routes: RoutingTable) throws -> CallOrigin {
         let origin = (CallOrigin.current ?? .inProcess).appending(Caller(.feature, feature))
         guard calls.contains(contract.description) || routes.endpoint(contract)?.owner == feature else {
             throw Refusal.capabilityDenied(feature: feature, contract: contract.description, declared: calls, origin: origin,
+                                           effect: routes.endpoint(contract)?.effect).termindError
+        }
+        if !callsFrom.isEmpty, let from = callsFrom[contract.description],
+           !(ServedContract.current.map { from.contains($0.description) } ?? false) {
+            throw Refusal.capabilityDenied(feature: feature, contract: contract.description, from: from, serving: ServedContract.current, origin: origin,
                                            effect: routes.endpoint(contract)?.effect).termindError
         }
         return origin
@@ -255,10 +261,12 @@ public actor Kernel {
         weak var kernel: Kernel?
         let feature: String
         let calls: Set<String>
+        let callsFrom: [String: Set<String>]
 
         func call<C: Contract>(_ contract: C.Type, _ request: C.Request) async throws -> C.Response {
             guard let kernel else { throw TermindError.internalFailure("The kernel has shut down.") }
-            return try await kernel.call(C.self, request, origin: try Kernel.origin(ofCall: C.id, by: feature, calls: calls, routes: kernel.routes))
+            return try await kernel.call(C.self, request, origin: try Kernel.origin(ofCall: C.id, by: feature, calls: calls, callsFrom: callsFrom,
+                                                                                       routes: kernel.routes))
         }
     }
 
@@ -562,7 +570,9 @@ public actor Kernel {
             throw FeatureProblem(featureID: m.id, field: "ports.provides", code: .featureMissingPort,
                                  message: "feature '\(m.id)' declares port '\(missing)' but provides no implementation.")
         }
-        for endpoint in registrar.publishedEndpoints { try routes.add(endpoint) }
+        // A feature with calls made only from some of its contracts (`callsFrom`): its
+        // handlers keep which contract they serve, for the check and its message.
+        for endpoint in registrar.publishedEndpoints { try routes.add(m.callsFrom.isEmpty ? endpoint : endpoint.markingServed()) }
         for stream in registrar.publishedStreams { try routes.add(stream) }
         for (id, value) in registrar.publishedPorts { try routes.addPort(id, owner: m.id, value: value) }
     }
@@ -631,6 +641,7 @@ public actor Kernel {
         let routes = self.routes
         let id = m.id
         let calls = Set(m.calls)
+        let callsFrom = m.callsFrom.mapValues(Set.init)
         let scoped = await scopedStores(for: m)
         return FeatureContext(
             featureID: id,
@@ -648,7 +659,7 @@ public actor Kernel {
             options: configuration.serveOptions.filter { option in m.serveOptions.contains { $0.name == option.key } },
             call: { [weak self] contract, body in
                 guard let self else { throw TermindError.internalFailure("The kernel has shut down.") }
-                return try await self.call(contract, body: body, origin: try Self.origin(ofCall: contract, by: id, calls: calls, routes: routes))
+                return try await self.call(contract, body: body, origin: try Self.origin(ofCall: contract, by: id, calls: calls, callsFrom: callsFrom, routes: routes))
             },
             runStream: { [weak self] stream, body, input, onEvent in
                 guard let self else { throw TermindError.internalFailure("The kernel has shut down.") }
@@ -687,7 +698,7 @@ public actor Kernel {
                 answers.session = session
                 return (session, drained: { await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in events.async { done.resume() } } })
             },
-            typedCall: FeatureTypedCall(kernel: self, feature: id, calls: calls)
+            typedCall: FeatureTypedCall(kernel: self, feature: id, calls: calls, callsFrom: callsFrom)
         )
     }
 
