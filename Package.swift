@@ -66,17 +66,25 @@ let package = Package(
         // The launcher's logic, on the Swift runtime and Glibc alone (unit-tested directly).
         .target(
             name: "TermindLauncher",
-            dependencies: [],
+            dependencies: ["TermindHelpText"],
             path: "Host/Sources/TermindLauncher",
             swiftSettings: launcherSettings,
             // `termind version`'s facts as constants (no Core loaded to ask).
             plugins: [signature]
         ),
+        // termind's general help, written by the client and by the launcher alike (pure
+        // Swift, with the launcher's settings: it is linked into the launcher).
+        .target(
+            name: "TermindHelpText",
+            dependencies: [],
+            path: "Host/Sources/TermindHelpText",
+            swiftSettings: launcherSettings
+        ),
         // The generic client: commands, streams, questions, views, `serve` and, inside it,
         // the launcher's commands (libTermindClient.so, loaded by the launcher).
         .target(
             name: "TermindClient",
-            dependencies: [core, apis],
+            dependencies: [core, apis, "TermindHelpText"],
             path: "Host/Sources/TermindClient"
         ),
         // termind-plugin-host: the whole of it is Core's PluginHostProcess.
@@ -417,7 +425,7 @@ let package = Package(
         // exercised end to end by every process test that starts termind.
         .testTarget(
             name: "LauncherTests",
-            dependencies: ["TermindLauncher"],
+            dependencies: ["TermindLauncher", "TermindHelpText"],
             path: "Tests/LauncherTests"
         ),
         .testTarget(

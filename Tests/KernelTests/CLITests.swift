@@ -205,6 +205,29 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(extra.stderr.contains("version takes no arguments"), extra.stderr)
     }
 
+    /// With no server, the general help is the launcher's, written from Registry.json with
+    /// none of termind's libraries loaded, and it says what the full client says after booting
+    /// every feature of the same registry (`--registry` makes the client boot them).
+    func testTheGeneralHelpRunsInTheLauncherAloneAndListsWhatTheClientLists() throws {
+        let client = try run(["--registry", FeatureHarness.buildDirectory + "/Registry.json", "help"])
+        XCTAssertEqual(client.status, 0, client.stderr)
+        XCTAssertTrue(client.stdout.contains("vault host list|show|add") && client.stdout.contains("Port forwards (forwarding):"), client.stdout)
+        let launcher = try run(["help"], extra: ["LD_DEBUG": "files"])
+        XCTAssertEqual(launcher.status, 0, launcher.stderr)
+        XCTAssertEqual(launcher.stdout, client.stdout)
+        let opened = launcher.stderr.split(separator: "\n").filter { $0.contains("file=") }
+        XCTAssertFalse(opened.isEmpty, "LD_DEBUG=files listed nothing: the check below would prove nothing")
+        let heavy = opened.filter { line in ["libTermind", "libFoundation", "libdispatch", "libicu"].contains { line.contains($0) } }
+        XCTAssertEqual(heavy, [], "the launcher loaded more than it needs to list the registry's commands")
+        for arguments in [[], ["--help"], ["-h"], ["--json", "help"]] {
+            XCTAssertEqual(try run(arguments).stdout, client.stdout, "\(arguments)")
+        }
+        // A command's own help is the client's, from the feature that declares it.
+        let command = try run(["help", "vault", "host", "add"])
+        XCTAssertEqual(command.status, 0, command.stderr)
+        XCTAssertTrue(command.stdout.contains("Usage: termind vault host add"), command.stdout)
+    }
+
     func testPluginCommandsMapArgumentsTypeOptionsAndResolvePaths() throws {
         let file = try directory.write("data/payload.txt", "termind\n")
         let digest = try run(["--plugins", plugins, "--json", "digest", "payload.txt", "--algorithm", "sha256"], cwd: directory.file("data"))

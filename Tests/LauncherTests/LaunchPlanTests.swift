@@ -1,3 +1,5 @@
+import Foundation
+import TermindHelpText
 import TermindLauncher
 import XCTest
 
@@ -29,5 +31,47 @@ final class LaunchPlanTests: XCTestCase {
                                                     "GITHUB_TOKEN": "t", "PGPASSWORD": "p", "SSH_AUTH_SOCK": "/a", "MY_CREDENTIALS": "c",
                                                     "api_key": "k"])
         XCTAssertEqual(Set(sent.keys), ["TERM", "LANG", "TMUX"])
+    }
+}
+
+/// The general help the launcher writes itself when no server takes it.
+final class LauncherHelpTests: XCTestCase {
+    func testOnlyTheGeneralHelpOfAnUnshapedBootIsTheLaunchers() {
+        for words in [[], ["help"], ["--help"], ["-h"], ["--json", "help"], ["--store", "/s.db", "--debug", "-h"], ["--socket=/s", "help", "--local"]] {
+            XCTAssertTrue(LauncherHelp.request(words, environment: [:]), "\(words)")
+        }
+        for words in [["help", "vault"], ["vault", "--help"], ["features", "--help"], ["--registry", "/r.json", "help"], ["--plugins=/p", "help"],
+                      ["--features", "vault", "-h"], ["version"], ["--store"]] {
+            XCTAssertFalse(LauncherHelp.request(words, environment: [:]), "\(words)")
+        }
+        XCTAssertFalse(LauncherHelp.request(["help"], environment: ["TERMIND_PLUGINS": "/p"]))
+        XCTAssertTrue(LauncherHelp.request(["help"], environment: ["TERMIND_PLUGINS": ""]))
+    }
+
+    func testAFeatureIsListedWhenItsLibraryIsThereAndARegistryThatIsNotOneIsLeftToTheClient() throws {
+        let folder = "/tmp/termind-launcher-help-\(getpid())"
+        mkdir(folder, 0o700)
+        defer { unlink(folder + "/libthere.so"); rmdir(folder) }
+        XCTAssertTrue(FileManager.default.createFile(atPath: folder + "/libthere.so", contents: Data()))
+        let registry = #"""
+        {"schema": 1, "features": [
+          {"id": "there", "library": "libthere.so", "help": {"title": "Here", "rank": 2},
+           "commands": [{"name": "there go", "arguments": ["host", "command..."], "summary": "Go there: HOST"}],
+           "serveOptions": [{"name": "there-port", "value": "PORT", "summary": "Where"}]},
+          {"id": "gone", "library": "libgone.so", "commands": [{"name": "gone x", "arguments": []}]},
+          {"id": "there", "library": "libthere.so", "commands": [{"name": "there twice", "arguments": []}]}
+        ]}
+        """#
+        let features = try XCTUnwrap(LauncherHelp.features(registry: Array(registry.utf8), folder: folder))
+        XCTAssertEqual(features.map(\.id), ["there"], "a missing library is left out, a repeated id counts once")
+        XCTAssertEqual(features.first?.title, "Here")
+        XCTAssertEqual(features.first?.rank, 2)
+        XCTAssertEqual(features.first?.commands, [HelpText.Command(name: "there go", arguments: ["host", "command..."], summary: "Go there: HOST")])
+        XCTAssertEqual(features.first?.serveOptions.map(\.name), ["there-port"])
+        let text = HelpText.general(features)
+        // Usage padded to 30 columns, then the summary's gist.
+        XCTAssertTrue(text.contains("Here (there):\n  there go HOST [-- COMMAND...]   Go there\n  serve --there-port PORT         Where\n"), text)
+        XCTAssertNil(LauncherHelp.features(registry: Array("[1, 2]".utf8), folder: folder))
+        XCTAssertNil(LauncherHelp.features(registry: Array("{\"features\": ".utf8), folder: folder))
     }
 }

@@ -47,6 +47,8 @@ public enum Launcher {
            let code = runOnServer(path: path, arguments: arguments, environment: environment) {
             exit(code)
         }
+        // Nor to list the registry's commands when no server does.
+        if LauncherHelp.request(arguments, environment: environment), let code = LauncherHelp.run() { exit(code) }
         ClientLibrary.run()
     }
 
