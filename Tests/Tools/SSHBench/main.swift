@@ -228,6 +228,9 @@ func sshVersion(peak: Bool) throws -> Run {
 }
 _ = try termindLocal(["vault", "host", "add", "127.0.0.1", "--label", "bench-host"], peak: false)
 try startupRow("version vs ssh -V (ms)", { try measure(termind, ["version"], environment: termindEnvironment, stdin: "/dev/null", log: log, peak: $0) }, sshVersion)
+// The general help with no server to ask: the launcher's, from Registry.json.
+let noServer = termindEnvironment.merging(["TERMIND_SOCKET": directory.file("run/none.sock")]) { $1 }
+try startupRow("help (no server) vs ssh -V (ms)", { try measure(termind, ["help"], environment: noServer, stdin: "/dev/null", log: log, peak: $0) }, sshVersion)
 try startupRow("vault host list --local vs ssh -V (ms)", { try termindLocal(["vault", "host", "list"], peak: $0) }, sshVersion)
 try startupRow("settings get --local vs ssh -V (ms)", { try termindLocal(["settings", "get", "terminal.preferences"], peak: $0) }, sshVersion)
 
