@@ -140,7 +140,7 @@ final class ArchitectureTests: XCTestCase {
         let apis = try FileManager.default.contentsOfDirectory(atPath: Repository.path("APIs/Sources")).filter { $0.hasSuffix("API") }
         XCTAssertFalse(apis.isEmpty)
         let forbidden = Set(apis + ["TermindSSH", "TermindCrypto"])
-        let hostRoots = ["Host/Sources/termind", "Host/Sources/TermindLauncher", "Host/Sources/TermindClient"]
+        let hostRoots = ["Host/Sources/termind", "Host/Sources/TermindLauncher", "Host/Sources/TermindHelpText", "Host/Sources/TermindClient"]
         XCTAssertEqual(try hostRoots.flatMap { try imports(in: $0) }.filter { forbidden.contains($0.module) }.map(\.description), [])
         let registry = try XCTUnwrap(FileManager.default.contents(atPath: Repository.path("Registry.json")))
         let ids = try ManifestReader.readRegistry(registry, source: "Registry.json", baseDirectory: "/").manifests.map(\.id)
@@ -156,13 +156,13 @@ final class ArchitectureTests: XCTestCase {
         XCTAssertEqual(found, [])
     }
 
-    /// The launcher is what starts for every command: it imports the Swift runtime's Glibc
-    /// and its own module only, so it loads no Foundation and no termind library (LinkageTests
-    /// checks the linked result).
+    /// The launcher is what starts for every command: it imports the Swift runtime's Glibc,
+    /// its own module and the help text (pure Swift, linked into it) only, so it loads no
+    /// Foundation and no termind library (LinkageTests checks the linked result).
     func testTheLauncherImportsOnlyGlibc() throws {
-        let found = try ["Host/Sources/termind", "Host/Sources/TermindLauncher"].flatMap { try imports(in: $0) }
+        let found = try ["Host/Sources/termind", "Host/Sources/TermindLauncher", "Host/Sources/TermindHelpText"].flatMap { try imports(in: $0) }
         XCTAssertFalse(found.isEmpty)
-        XCTAssertEqual(found.filter { !["Glibc", "TermindLauncher"].contains($0.module) }.map(\.description), [])
+        XCTAssertEqual(found.filter { !["Glibc", "TermindLauncher", "TermindHelpText"].contains($0.module) }.map(\.description), [])
     }
 
     func testFeaturesAndPluginsImportOnlyCoreAndTheToolchain() throws {
