@@ -60,6 +60,14 @@ public enum ManifestReader {
 
     static func readEntry(_ entry: JSONValue, label: String, source: String, baseDirectory: String,
                           origin: FeatureManifest.Origin) -> Swift.Result<FeatureManifest, FeatureProblem> {
+        // A manifest exactly of the manifest's shape is read as it is; any other is checked
+        // against the schema, which names its problems, and decoded.
+        if var manifest = FeatureManifest(exactly: entry) {
+            manifest.source = source
+            manifest.baseDirectory = baseDirectory
+            manifest.origin = origin
+            return .success(manifest)
+        }
         let id = entry["id"]?.stringValue
         let name = id.map { "feature '\($0)' (\(label))" } ?? label
         let problems = schema.problems(in: entry, at: "")
