@@ -33,6 +33,11 @@ final class LauncherJSONTests: XCTestCase {
             XCTAssertNil(parse(bad), "accepted \(bad.prefix(40))")
         }
         XCTAssertNil(LauncherJSON.parse([0x22, 0xFF, 0x22]), "invalid UTF-8 in a string")
+        // Next to an escape, a cut sequence or a stray continuation byte stays invalid: "\xC3\n",
+        // "\u00e9\xA9"; "\u00e9é" is text.
+        XCTAssertNil(LauncherJSON.parse([0x22, 0xC3, 0x5C, 0x6E, 0x22]), "a lead byte cut by an escape")
+        XCTAssertNil(LauncherJSON.parse([0x22, 0x5C, 0x75, 0x30, 0x30, 0x65, 0x39, 0xA9, 0x22]), "a continuation byte after an escape")
+        XCTAssertEqual(LauncherJSON.parse([0x22, 0x5C, 0x75, 0x30, 0x30, 0x65, 0x39, 0xC3, 0xA9, 0x22]), .string("\u{E9}\u{E9}"))
     }
 
     func testIntegersAreWrittenWithoutAFraction() {

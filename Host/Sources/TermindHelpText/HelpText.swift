@@ -65,15 +65,17 @@ public enum HelpText {
     /// A feature's commands as help rows, in their declared order; a feature with many
     /// (more than 12) shows each family of three or more (`vault host add|list|…`) as one row.
     static func rows(_ commands: [Command]) -> [String] {
-        func parent(_ command: Command) -> String { command.words.dropLast().joined(separator: " ") }
+        let parents = commands.map { $0.words.dropLast().joined(separator: " ") }
+        var familySize: [String: Int] = [:]
+        for parent in parents where !parent.isEmpty { familySize[parent, default: 0] += 1 }
         var shown: Set<String> = []
         var lines: [String] = []
-        for command in commands {
-            let family = commands.filter { !parent($0).isEmpty && parent($0) == parent(command) }
-            if commands.count > 12 && family.count >= 3 {
-                let key = parent(command)
+        for (index, command) in commands.enumerated() {
+            let key = parents[index]
+            if commands.count > 12 && !key.isEmpty && familySize[key, default: 0] >= 3 {
                 guard shown.insert(key).inserted else { continue }
-                lines.append(row("\(key) " + family.compactMap { $0.words.last.map(String.init) }.joined(separator: "|"), "'termind help \(key) COMMAND' explains one"))
+                let members = commands.indices.filter { parents[$0] == key }.compactMap { commands[$0].words.last.map(String.init) }
+                lines.append(row("\(key) " + members.joined(separator: "|"), "'termind help \(key) COMMAND' explains one"))
             } else {
                 let usage = ([command.name] + command.arguments.enumerated().map { index, name in
                     guard name.hasSuffix("...") else { return name.uppercased() }
@@ -90,22 +92,25 @@ public enum HelpText {
     /// in tmux, …: WORKSPACE | …`) or its first sentence.
     static func gist(_ summary: String?) -> String? {
         guard let summary else { return nil }
-        // Up to the first ': ' or '. ' outside parentheses (not an "e.g. ").
+        // Up to the first ': ' or '. ' outside parentheses (not an "e.g. "), read as UTF-8:
+        // every character looked for is ASCII, so the cut falls between characters.
+        let bytes = Array(summary.utf8)
         var depth = 0
-        var end = summary.endIndex
-        var index = summary.startIndex
-        while index < summary.endIndex {
-            let character = summary[index]
-            if character == "(" { depth += 1 } else if character == ")" { depth = max(0, depth - 1) }
-            let next = summary.index(after: index)
-            if depth == 0, character == ":" || character == ".", next < summary.endIndex, summary[next] == " ",
-               !summary[..<index].hasSuffix("e.g"), !summary[..<index].hasSuffix("i.e") {
+        var end = bytes.count
+        func follows(_ word: String, at index: Int) -> Bool {
+            let word = Array(word.utf8)
+            return index >= word.count && Array(bytes[(index - word.count)..<index]) == word
+        }
+        for index in bytes.indices {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "(") { depth += 1 } else if byte == UInt8(ascii: ")") { depth = max(0, depth - 1) }
+            if depth == 0, byte == UInt8(ascii: ":") || byte == UInt8(ascii: "."), index + 1 < bytes.count, bytes[index + 1] == UInt8(ascii: " "),
+               !follows("e.g", at: index), !follows("i.e", at: index) {
                 end = index
                 break
             }
-            index = next
         }
-        var text = String(summary[..<end])
+        var text = String(decoding: bytes[..<end], as: UTF8.self)
         if text.hasSuffix(".") { text.removeLast() }
         return text
     }

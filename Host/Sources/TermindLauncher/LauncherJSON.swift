@@ -152,36 +152,28 @@ public indirect enum LauncherJSON: Equatable, Sendable {
 
         mutating func string() -> String? {
             index += 1
-            var scalars = String.UnicodeScalarView()
-            var run: [UInt8] = []
-            func flush() -> Bool {
-                guard !run.isEmpty else { return true }
-                // Bytes between escapes must be valid UTF-8 (a repair would change the text).
-                guard let text = String(validating: run, as: UTF8.self) else { return false }
-                scalars.append(contentsOf: text.unicodeScalars)
-                run.removeAll(keepingCapacity: true)
-                return true
-            }
+            // The text's UTF-8, escapes written out, checked whole at the end: an escape's
+            // bytes never begin with a continuation byte nor leave one dangling, so bytes
+            // that are not UTF-8 between escapes are not UTF-8 in the whole either.
+            var out: [UInt8] = []
+            func append(_ scalar: Unicode.Scalar) { UTF8.encode(scalar, into: { out.append($0) }) }
             while index < bytes.count {
                 let byte = bytes[index]
                 index += 1
                 switch byte {
                 case UInt8(ascii: "\""):
-                    guard flush() else { return nil }
-                    return String(scalars)
+                    return String(validating: out, as: UTF8.self)
                 case UInt8(ascii: "\\"):
-                    guard flush(), index < bytes.count else { return nil }
+                    guard index < bytes.count else { return nil }
                     let escape = bytes[index]
                     index += 1
                     switch escape {
-                    case UInt8(ascii: "\""): scalars.append("\"")
-                    case UInt8(ascii: "\\"): scalars.append("\\")
-                    case UInt8(ascii: "/"): scalars.append("/")
-                    case UInt8(ascii: "b"): scalars.append("\u{08}")
-                    case UInt8(ascii: "f"): scalars.append("\u{0C}")
-                    case UInt8(ascii: "n"): scalars.append("\n")
-                    case UInt8(ascii: "r"): scalars.append("\r")
-                    case UInt8(ascii: "t"): scalars.append("\t")
+                    case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): out.append(escape)
+                    case UInt8(ascii: "b"): out.append(0x08)
+                    case UInt8(ascii: "f"): out.append(0x0C)
+                    case UInt8(ascii: "n"): out.append(0x0A)
+                    case UInt8(ascii: "r"): out.append(0x0D)
+                    case UInt8(ascii: "t"): out.append(0x09)
                     case UInt8(ascii: "u"):
                         guard var code = hex4() else { return nil }
                         if (0xD800..<0xDC00).contains(code) {
@@ -192,11 +184,11 @@ public indirect enum LauncherJSON: Equatable, Sendable {
                             code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
                         }
                         guard let scalar = Unicode.Scalar(code) else { return nil }
-                        scalars.append(scalar)
+                        append(scalar)
                     default: return nil
                     }
                 case 0..<0x20: return nil
-                default: run.append(byte)
+                default: out.append(byte)
                 }
             }
             return nil
