@@ -361,7 +361,7 @@ final class CommandSelectionTests: XCTestCase {
 
     /// A call the command's feature makes only from other contracts (`callsFrom`) does not
     /// load its owner; from the command's own contract it does. A feature reached on the way
-    /// keeps all its calls: any of its contracts may be called.
+    /// makes such a call only when a feature may call one of those contracts.
     func testACallMadeOnlyFromOtherContractsDoesNotLoadItsOwner() {
         var vault = feature("vault", contracts: ["vault.host.list@1", "vault.import.commit@1"], calls: ["forwarding.add@1"])
         vault.commands = [FeatureManifest.Command(name: "vault host list", contract: "vault.host.list@1"),
@@ -371,7 +371,12 @@ final class CommandSelectionTests: XCTestCase {
                          feature("workspaces", commands: ["workspaces list"], contracts: ["workspaces.list@1"], calls: ["vault.host.list@1"])]
         XCTAssertEqual(RegistryValidator.selection(forCommand: ["vault", "host", "list"], in: manifests), ["vault"])
         XCTAssertEqual(RegistryValidator.selection(forCommand: ["vault", "import", "commit", "--path", "x"], in: manifests), ["vault", "forwarding"])
-        XCTAssertEqual(RegistryValidator.selection(forCommand: ["workspaces", "list"], in: manifests), ["workspaces", "vault", "forwarding"])
+        // Reached on the way (for its host list), it makes no call from the import's commit...
+        XCTAssertEqual(RegistryValidator.selection(forCommand: ["workspaces", "list"], in: manifests), ["workspaces", "vault"])
+        // ...unless a feature may call that contract.
+        let importer = feature("importer", commands: ["importer run"], contracts: ["importer.run@1"], calls: ["vault.import.commit@1"])
+        XCTAssertEqual(RegistryValidator.selection(forCommand: ["workspaces", "list"], in: manifests + [importer]), ["workspaces", "vault", "forwarding"])
+        XCTAssertEqual(RegistryValidator.selection(forCommand: ["importer", "run"], in: manifests + [importer]), ["importer", "vault", "forwarding"])
     }
 
     /// A settings command that names one record loads the feature declaring it (and what that
@@ -397,6 +402,26 @@ final class CommandSelectionTests: XCTestCase {
         XCTAssertEqual(selected("settings get nothing.here"), ["settings", "sftp", "assistant", "quiet", "vault"])
         XCTAssertEqual(selected("settings get"), ["settings", "sftp", "assistant", "quiet", "vault"])
         XCTAssertEqual(selected("settings list"), ["settings", "sftp", "assistant", "quiet", "vault"])
+    }
+
+    /// A feature wanted only to register its records brings what it requires, not what it
+    /// may use when present; one that is also wanted for itself brings both.
+    func testARecordOwnerBringsItsRequiredPortsNotItsOptionalOnes() {
+        var settings = feature("settings", contracts: ["settings.get@1"], provides: ["settings.values"], consumersOf: ["settings.values"])
+        settings.commands = [FeatureManifest.Command(name: "settings get", contract: "settings.get@1", arguments: ["key"])]
+        var workspaces = feature("workspaces", commands: ["exec"], contracts: ["workspaces.exec@1"], requires: ["vault.hosts"],
+                                 optional: ["settings.values", "forwarding.session"])
+        workspaces.settingsRecords = ["terminal.preferences"]
+        let manifests = [settings, workspaces, feature("vault", provides: ["vault.hosts"]), feature("forwarding", provides: ["forwarding.session"])]
+        func selected(_ words: String) -> Set<String>? { RegistryValidator.selection(forCommand: words.split(separator: " ").map(String.init), in: manifests) }
+        XCTAssertEqual(selected("settings get terminal.preferences"), ["settings", "workspaces", "vault"])
+        XCTAssertEqual(selected("settings get"), ["settings", "workspaces", "vault"])
+        XCTAssertEqual(selected("exec box"), ["workspaces", "vault", "settings", "forwarding"])
+        // Wanted as a consumer first and then wholly (its own feature calls it): all it may use.
+        var caller = settings
+        caller.calls = ["workspaces.exec@1"]
+        XCTAssertEqual(RegistryValidator.selection(forCommand: ["settings", "get", "terminal.preferences"], in: [caller] + manifests.dropFirst()),
+                       ["settings", "workspaces", "vault", "forwarding"])
     }
 }
 
@@ -440,6 +465,11 @@ final class OneShotLoadingTests: XCTestCase {
         XCTAssertEqual(topology.status, 0, topology.stderr)
         XCTAssertTrue(topology.stdout.contains("\"strategy\""), topology.stdout)
         XCTAssertTrue(owner.contains("sftp") && owner.contains("settings"), "\(owner)")
+        // A record's owner brings what it requires, not what it may use (Workspaces' forwards).
+        let (preferences, itsOwner) = try termind(["settings", "get", "terminal.preferences"], log: "preferences.log")
+        XCTAssertEqual(preferences.status, 0, preferences.stderr)
+        XCTAssertTrue(itsOwner.contains("workspaces") && itsOwner.contains("vault"), "\(itsOwner)")
+        XCTAssertFalse(itsOwner.contains("forwarding"), "\(itsOwner)")
         XCTAssertFalse(owner.contains("assistant") || owner.contains("metrics") || owner.contains("workspaces"), "\(owner)")
         let registry = try JSONCoding.parse(Data(contentsOf: URL(fileURLWithPath: FeatureHarness.buildDirectory + "/Registry.json")), source: "Registry.json")
         var declared: [String: String] = [:]

@@ -37,13 +37,14 @@ public struct RegistryValidator: Sendable {
     /// The features a one-shot command needs (nil: a command no feature declares, which
     /// boots them all to say so): the feature declaring the longest command that `words`
     /// begin with, and everything it reaches — its dependencies, the providers of the ports
-    /// it requires or may use, the owners of the contracts and streams it calls (for the
-    /// command's own feature, not those it calls only from other contracts), and for the
+    /// it requires or may use, the owners of the contracts and streams it calls (not those it
+    /// calls only from contracts that neither the command nor any feature calls), and for the
     /// command's own feature the consumers of a port whose consumers its commands need
     /// (`commandsNeedConsumersOf`; of `settings.values`, only the feature whose
     /// `settingsRecords` holds the record the command names, when exactly one does) — and,
-    /// for each of those, the same. Decided from the manifests alone: no feature's code
-    /// runs to decide.
+    /// for each of those, the same, except that a feature wanted only as such a consumer
+    /// brings its required ports and dependencies, not its optional ones. Decided from the
+    /// manifests alone: no feature's code runs to decide.
     public static func selection(forCommand words: [String], in manifests: [FeatureManifest]) -> Set<String>? {
         let leading = Array(words.prefix { !$0.hasPrefix("-") })
         var best: (manifest: FeatureManifest, command: FeatureManifest.Command)?
@@ -61,36 +62,45 @@ public struct RegistryValidator: Sendable {
         for manifest in manifests {
             for operation in manifest.contracts + manifest.streams where operationOwner[operation] == nil { operationOwner[operation] = manifest.id }
         }
-        var wanted: Set<String> = [owner.id]
+        let calledByFeatures = Set(manifests.flatMap(\.calls))
+        // Each feature wanted, and whether wholly (`true`) or only as a consumer the command's
+        // feature needs (`commandsNeedConsumersOf`): such a feature registers into that port
+        // (its settings records) and is not asked to work, so what it may use when present
+        // (optional ports and dependencies) is not loaded for it.
+        var wanted: [String: Bool] = [owner.id: true]
         var frontier = [owner.id]
         while let id = frontier.popLast() {
-            guard let m = byID[id] else { continue }
-            var next = m.dependencies.required + m.dependencies.optional
-            for port in m.ports.requires + m.ports.optional {
+            guard let m = byID[id], let whole = wanted[id] else { continue }
+            var next = m.dependencies.required + (whole ? m.dependencies.optional : [])
+            for port in m.ports.requires + (whole ? m.ports.optional : []) {
                 next += manifests.filter { $0.ports.provides.contains(port) }.map(\.id)
             }
-            // A call made only from some contracts (`callsFrom`) counts for the command's own
-            // feature only when the command is one of them.
-            next += m.calls.filter { call in id != owner.id || m.callsFrom[call].map { $0.contains(command.target) } ?? true }
-                .compactMap { operationOwner[$0] }
+            // A call made only from some contracts (`callsFrom`) counts when one of them can be
+            // called: it is the command's (for its own feature), or a feature lists it in `calls`.
+            next += m.calls.filter { call in
+                m.callsFrom[call].map { from in from.contains { (id == owner.id && $0 == command.target) || calledByFeatures.contains($0) } } ?? true
+            }.compactMap { operationOwner[$0] }
+            var consumers: [String] = []
             // Only for the command's own feature: a feature reached on the way serves its port,
             // not its commands.
             for port in m.commandsNeedConsumersOf where id == owner.id {
-                let consumers = manifests.filter { ($0.ports.requires + $0.ports.optional).contains(port) }
+                let all = manifests.filter { ($0.ports.requires + $0.ports.optional).contains(port) }
                 // A settings command naming one record needs only the feature declaring it.
                 if port == "settings.values", let key = recordKey(words, command: command),
-                   case let declaring = consumers.filter({ $0.settingsRecords.contains(key) }), declaring.count == 1 {
-                    next += declaring.map(\.id)
+                   case let declaring = all.filter({ $0.settingsRecords.contains(key) }), declaring.count == 1 {
+                    consumers += declaring.map(\.id)
                 } else {
-                    next += consumers.map(\.id)
+                    consumers += all.map(\.id)
                 }
             }
-            for dependency in next where !wanted.contains(dependency) {
-                wanted.insert(dependency)
+            for (dependency, wholly) in next.map({ ($0, true) }) + consumers.map({ ($0, false) }) {
+                // New, or wanted as a consumer until now and now wholly: (again) its needs.
+                guard wanted[dependency] == nil || (wholly && wanted[dependency] == false) else { continue }
+                wanted[dependency] = wholly
                 frontier.append(dependency)
             }
         }
-        return wanted
+        return Set(wanted.keys)
     }
 
     /// A settings record's key as the Settings feature takes it: two or more dot-separated
