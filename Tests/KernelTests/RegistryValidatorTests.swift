@@ -312,6 +312,9 @@ extension RegistryValidatorTests {
             XCTAssertEqual(reason(plan, "vault")?.field, "callsFrom")
             XCTAssertTrue(reason(plan, "vault")?.message.contains("field \"callsFrom\": \(expected)") == true, reason(plan, "vault")?.message ?? "enabled")
         }
+        var plugin = vault(["forwarding.add@1": ["vault.import.commit@1"]])
+        plugin.kind = .c
+        XCTAssertTrue(reason(try validator.plan([plugin]), "vault")?.message.contains("field \"callsFrom\": applies to Swift features only") == true)
         // Read from a manifest's JSON, and refused by the manifest's schema when not a map of lists.
         let text = #"{"id": "vault", "version": "1.0.0", "abi": 1, "library": "v.so", "calls": ["forwarding.add@1"], "callsFrom": {"forwarding.add@1": ["vault.import.commit@1"]}}"#
         guard case .success(let read) = ManifestReader.readPlugin(Data(text.utf8), source: "plugin.json", baseDirectory: "/p") else { return XCTFail("not read") }

@@ -151,4 +151,22 @@ final class ContractIDTests: XCTestCase {
             XCTAssertNil(ContractID(parsing: bad), bad)
         }
     }
+
+    /// The one-pass reading says what splitting at '@' and '.' says, on the edges too.
+    func testTheBytewiseReadingAgreesWithSplitting() {
+        func split(_ text: String) -> ContractID? {
+            let parts = text.split(separator: "@", omittingEmptySubsequences: false)
+            let words = parts.first.map { $0.split(separator: ".", omittingEmptySubsequences: false) } ?? []
+            guard parts.count == 2, let version = Int(parts[1]), version >= 1, !words.isEmpty,
+                  words.allSatisfy({ RegistryValidator.isValidID(String($0)) }) else { return nil }
+            return ContractID(name: String(parts[0]), version: version)
+        }
+        let long = String(repeating: "a", count: 64)
+        for text in ["a.b@+1", "a.b@01", "a-b_c.d9@2", "a.@1", ".a@1", "a@", "", "@", "\u{E9}@1", "a.b@1 ", " a@1", "a.b@-1", "a.B@1", "1a@1",
+                     "a._b@1", "a.-@1", long + "@1", long + "a@1", "x." + long + "@3", "a.b@99999999999999999999", "a\u{301}.b@1", "a.b@1\u{301}",
+                     "vault.host.list@1", "v@1@", "a..@1", "a.b.@1"] {
+            XCTAssertEqual(ContractID(parsing: text), split(text), text)
+            XCTAssertEqual(RegistryValidator.isValidPortID(String(text.prefix { $0 != "@" })), split(String(text.prefix { $0 != "@" }) + "@1") != nil, text)
+        }
+    }
 }

@@ -10,10 +10,11 @@ public struct ContractID: Sendable, Hashable, Comparable, Codable, CustomStringC
 
     /// Parses `name@version`; nil unless the name is dotted lowercase words and version ≥ 1.
     public init?(parsing text: String) {
-        let parts = text.split(separator: "@", omittingEmptySubsequences: false)
-        guard parts.count == 2, let version = Int(parts[1]), version >= 1,
-              RegistryValidator.isValidPortID(String(parts[0])) else { return nil }
-        self.init(name: String(parts[0]), version: version)
+        // '@' is ASCII: where it is found in the bytes, a character ends.
+        guard let at = text.utf8.firstIndex(of: UInt8(ascii: "@")) else { return nil }
+        let name = String(text[..<at]), rest = text[text.utf8.index(after: at)...]
+        guard !rest.utf8.contains(UInt8(ascii: "@")), let version = Int(rest), version >= 1, RegistryValidator.isValidPortID(name) else { return nil }
+        self.init(name: name, version: version)
     }
 
     public var description: String { "\(name)@\(version)" }

@@ -386,9 +386,21 @@ public struct RegistryValidator: Sendable {
         return id.utf8.allSatisfy { isLowerAlnum($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }
     }
 
+    /// Dot-separated ids (`vault.hosts`), each as `isValidID` takes it: read in one pass
+    /// over the bytes, since every manifest's contracts and ports go through here at boot.
     public static func isValidPortID(_ id: String) -> Bool {
-        let parts = id.split(separator: ".", omittingEmptySubsequences: false)
-        return !parts.isEmpty && parts.allSatisfy { isValidID(String($0)) }
+        var length = 0
+        for byte in id.utf8 {
+            if byte == UInt8(ascii: ".") {
+                guard length > 0 else { return false }
+                length = 0
+                continue
+            }
+            guard length == 0 ? (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) : isLowerAlnum(byte) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_"),
+                  length < 64 else { return false }
+            length += 1
+        }
+        return length > 0
     }
 
     private static func isLowerAlnum(_ b: UInt8) -> Bool {
@@ -459,6 +471,9 @@ public struct RegistryValidator: Sendable {
     /// `callsFrom`: each call is one the feature lists under `calls`, made from one or more
     /// of its own contracts.
     private static func callsFromProblem(_ m: FeatureManifest) -> String? {
+        // The kernel knows which contract a Swift handler serves; a C plugin's calls come back
+        // through its own thread, where it does not.
+        if !m.callsFrom.isEmpty && m.kind != .swift { return "applies to Swift features only; a C plugin lists its calls under \"calls\"" }
         for (call, contracts) in m.callsFrom.sorted(by: { $0.key < $1.key }) {
             guard m.calls.contains(call) else { return "'\(call)' is not among the feature's \"calls\"" }
             guard !contracts.isEmpty else { return "'\(call)' names no contract it is made from (list them, or remove it to allow it from anywhere)" }
