@@ -582,25 +582,38 @@ public actor Kernel {
     private func openKernelPorts(for manifests: [FeatureManifest]) async {
         let wanted = Set(manifests.flatMap { $0.ports.requires + $0.ports.optional })
         var failures: [String: FeatureProblem] = [:]
-        if wanted.contains("kernel.store") {
+        // The two stores open at once, each on its own thread (a one-shot command waits for
+        // both before any feature starts).
+        let storePath = configuration.storePath, secretsPath = configuration.secretsPath, secretsKey = configuration.secretsKey
+        async let database: Result<Database, any Error>? = wanted.contains("kernel.store") ? Self.opened {
+            guard let path = storePath else {
+                throw TermindError(.storeUnconfigured, "No database path is configured (--store or TERMIND_STORE).")
+            }
+            return try await BlockingExecutor.store.run { try Database(path: path) }
+        } : nil
+        async let secrets: Result<SecretStore, any Error>? = wanted.contains("kernel.secrets") ? Self.opened {
+            guard let path = secretsPath, let key = secretsKey else {
+                throw TermindError(.secretUnconfigured, "No secret store is configured (--secrets or TERMIND_SECRETS).")
+            }
+            // scrypt (for a passphrase) takes its time: off the cooperative pool.
+            return try await BlockingExecutor.crypto.run { try SecretStore(path: path, keySource: key) }
+        } : nil
+        switch await database {
+        case .success(let database)?:
             do {
-                guard let path = configuration.storePath else {
-                    throw TermindError(.storeUnconfigured, "No database path is configured (--store or TERMIND_STORE).")
-                }
-                let database = try await BlockingExecutor.store.run { try Database(path: path) }
                 try routes.addPort("kernel.store", owner: "kernel", value: database)
                 logger.info("kernel.store.opened")
             } catch {
                 failures["kernel.store"] = Self.storeProblem(error, port: "kernel.store")
             }
+        case .failure(let error)?:
+            failures["kernel.store"] = Self.storeProblem(error, port: "kernel.store")
+        case nil:
+            break
         }
-        if wanted.contains("kernel.secrets") {
+        switch await secrets {
+        case .success(let store)?:
             do {
-                guard let path = configuration.secretsPath, let key = configuration.secretsKey else {
-                    throw TermindError(.secretUnconfigured, "No secret store is configured (--secrets or TERMIND_SECRETS).")
-                }
-                // scrypt (for a passphrase) takes its time: off the cooperative pool.
-                let store = try await BlockingExecutor.crypto.run { try SecretStore(path: path, keySource: key) }
                 // Secrets stored before they had owners were the built-in feature's that keeps
                 // them: the first permanent feature (never a plugin) requiring the store.
                 if let keeper = manifests.first(where: { $0.isPermanent && $0.ports.requires.contains("kernel.secrets") }) {
@@ -612,6 +625,10 @@ public actor Kernel {
             } catch {
                 failures["kernel.secrets"] = Self.storeProblem(error, port: "kernel.secrets")
             }
+        case .failure(let error)?:
+            failures["kernel.secrets"] = Self.storeProblem(error, port: "kernel.secrets")
+        case nil:
+            break
         }
         if wanted.contains("kernel.ssh") {
             // Each feature gets a view of the pool (`SSHConnectionsView`), never the pool.
@@ -623,6 +640,11 @@ public actor Kernel {
                                          message: "feature '\(m.id)': \(failure.message)"))
             routes.remove(owner: m.id)
         }
+    }
+
+    /// What `open` gave or threw.
+    private static func opened<T: Sendable>(_ open: @Sendable () async throws -> T) async -> Result<T, any Error> {
+        do { return .success(try await open()) } catch { return .failure(error) }
     }
 
     private static func storeProblem(_ error: any Error, port: String) -> FeatureProblem {
