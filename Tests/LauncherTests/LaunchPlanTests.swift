@@ -41,7 +41,8 @@ final class LauncherHelpTests: XCTestCase {
             XCTAssertTrue(LauncherHelp.request(words, environment: [:]), "\(words)")
         }
         for words in [["help", "vault"], ["vault", "--help"], ["features", "--help"], ["--registry", "/r.json", "help"], ["--plugins=/p", "help"],
-                      ["--features", "vault", "-h"], ["version"], ["--store"]] {
+                      ["--features", "vault", "-h"], ["version"], ["--store"], ["--store=", "help"], ["--plugin-isolation", "bogus", "help"],
+                      ["--verbose", "help"]] {
             XCTAssertFalse(LauncherHelp.request(words, environment: [:]), "\(words)")
         }
         XCTAssertFalse(LauncherHelp.request(["help"], environment: ["TERMIND_PLUGINS": "/p"]))

@@ -11,10 +11,10 @@ import TermindHelpText
 /// variables). A feature is listed when its manifest names a library that is there; one
 /// that would fail to start is still listed, and its commands say why when run.
 public enum LauncherHelp {
-    /// Global flags that change nothing in the help, and options that take a value.
+    /// Global flags that change nothing in the help, and options that take a value (any
+    /// other option, or one the client would refuse, is the client's to judge).
     static let flags: Set<String> = ["--json", "--debug", "--yes", "-y", "--local"]
-    static let valued: Set<String> = ["--socket", "--store", "--secrets", "--secrets-key", "--secrets-passphrase-file", "--log-file", "--answers",
-                                      "--plugin-isolation"]
+    static let valued: Set<String> = ["--socket", "--store", "--secrets", "--secrets-key", "--secrets-passphrase-file", "--log-file", "--answers"]
 
     /// Whether `arguments` ask for the general help alone, with a boot that is not shaped.
     public static func request(_ arguments: [String], environment: [String: String]) -> Bool {
@@ -28,7 +28,7 @@ public enum LauncherHelp {
             } else if valued.contains(argument) {
                 guard index + 1 < arguments.count else { return false }  // the client says it needs a value
                 index += 1
-            } else if argument.hasPrefix("--"), valued.contains(name), name != argument {
+            } else if argument.hasPrefix("--"), valued.contains(name), argument.count > name.count + 1 {
             } else {
                 words.append(argument)
             }
