@@ -127,6 +127,26 @@ final class BlockingExecutorTests: XCTestCase {
         release.signal()
     }
 
+    /// What a job captured is let go once the job has run, not kept in the queue's consumed
+    /// slots (which held up to 64 jobs, each a transfer's 255 KiB reply on its way to disk).
+    func testAJobsCapturesAreLetGoOnceItHasRun() async throws {
+        final class Payload: Sendable {}
+        let executor = BlockingExecutor(name: "termind.test-release", threadLimit: 1, queueLimit: 16)
+        weak var seen: Payload?
+        func runOne() async throws {
+            let payload = Payload()
+            seen = payload
+            _ = try await executor.run { [payload] in ObjectIdentifier(payload).hashValue }
+        }
+        for _ in 0..<10 {
+            try await runOne()
+            // The thread lets go of the job when its iteration ends, a moment after resuming us.
+            let deadline = ContinuousClock.now + .seconds(5)
+            while seen != nil && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+            XCTAssertNil(seen, "a job that has run still holds what it captured")
+        }
+    }
+
     func testIdleThreadsEndAndNewWorkStartsThemAgain() async throws {
         let executor = BlockingExecutor(name: "test.executor", threadLimit: 3, queueLimit: 10, idleSeconds: 0.2)
         let release = DispatchSemaphore(value: 0)

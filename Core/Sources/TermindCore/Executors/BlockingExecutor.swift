@@ -17,6 +17,8 @@ public final class BlockingExecutor: Sendable {
 
     /// A job, and what to do once its place is given back (resume its caller).
     private typealias Job = @Sendable () -> (@Sendable () -> Void)?
+    /// What a taken job's slot holds until the slots are dropped.
+    private static let consumed: Job = { nil }
 
     /// An idle thread ends after this long without work.
     public let idleSeconds: TimeInterval
@@ -154,6 +156,10 @@ public final class BlockingExecutor: Sendable {
                     return .waitAtMost(seconds: idleSeconds)
                 }
                 let job = q.jobs[q.head]
+                // The slot lets go of the job at once: a consumed slot stays in the array until
+                // the slots are dropped below, and a job holds what its body captured (a
+                // transfer's 255 KiB reply on its way to the disk, up to 64 of them).
+                q.jobs[q.head] = Self.consumed
                 q.head += 1
                 // Drop consumed slots once they dominate, so the array does not grow.
                 if q.head >= 64 && q.head * 2 >= q.jobs.count {
