@@ -214,11 +214,13 @@ public final class LoopbackHTTPServer: Sendable {
         let task = Mutex<Task<Void, Never>?>(nil)
         /// Its handler stopped it (`HTTPServerRequest.stop`): its answer still goes out.
         let stopped = Atomic<Bool>(false)
-        /// Whether the answer was ready before the connection was suspended (it is then
-        /// queued at once), or the connection is suspended until the answer resumes it.
-        let answering = Mutex(Answering.computing)
-        enum Answering { case computing, answered, suspended }
-        let suspended = Atomic<Bool>(false)
+        /// Where its answer is: not asked for yet, being computed (the connection not yet
+        /// suspended, or suspended until the answer resumes it), or answered — before the
+        /// connection was suspended (then queued at once) or after.
+        let answering = Mutex(Answering.idle)
+        enum Answering { case idle, computing, suspended, answered }
+        /// Its answer is being computed.
+        var isComputing: Bool { answering.withLock { $0 == .computing || $0 == .suspended } }
         /// A streamed body's sink, and whether it stopped taking pieces.
         let sink: (any HTTPBodySink)?
         let dropping = Atomic<Bool>(false)
@@ -283,11 +285,11 @@ public final class LoopbackHTTPServer: Sendable {
         }
         // The whole request is in: answer it, or start computing the answer.
         if let response = exchange.response.withLock({ $0 }) { return queue(connection, response) }
-        if exchange.suspended.load(ordering: .relaxed) { return termind_mhd_yes }
+        if exchange.isComputing { return termind_mhd_yes }
         if stopping.load(ordering: .relaxed) {
             return queue(connection, HTTPServerResponse(status: 503, body: Data("termind is stopping.\n".utf8)))
         }
-        exchange.suspended.store(true, ordering: .relaxed)
+        exchange.answering.withLock { $0 = .computing }
         live.withLock { $0[ObjectIdentifier(exchange)] = exchange }
         var head = exchange.head.withLock { $0 }
         head.stop = { exchange.stop() }
@@ -303,10 +305,9 @@ public final class LoopbackHTTPServer: Sendable {
             exchange.response.withLock { $0 = response }
             self?.live.withLock { _ = $0.removeValue(forKey: ObjectIdentifier(exchange)) }
             let waiting = exchange.answering.withLock { state -> Bool in
-                guard state == .suspended else { state = .answered; return false }
-                return true
+                defer { state = .answered }
+                return state == .suspended
             }
-            exchange.suspended.store(false, ordering: .relaxed)
             if waiting { MHD_resume_connection(resume.pointer) }
         }
         // A handler starts on this thread (`immediate`) and goes on in Swift's pool from its
@@ -332,7 +333,7 @@ public final class LoopbackHTTPServer: Sendable {
         context.pointee = nil
         let exchange = Unmanaged<Exchange>.fromOpaque(raw).takeRetainedValue()
         // A streamed body whose sink never answered: its client went away mid-body.
-        if let sink = exchange.sink, exchange.response.withLock({ $0 == nil }), !exchange.suspended.load(ordering: .relaxed) {
+        if let sink = exchange.sink, exchange.response.withLock({ $0 == nil }), !exchange.isComputing {
             Task { await sink.aborted() }
         }
     }
