@@ -40,7 +40,7 @@ public final class Database: @unchecked Sendable {
     private static let walHook: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafePointer<CChar>?, Int32) -> Int32 = { context, db, name, frames in
         // SQLite's default: a passive checkpoint once the log holds 1,000 frames.
         if frames >= 1000 { sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil) }
-        if let context { StoreChangeWatch.committed(String(cString: context.assumingMemoryBound(to: CChar.self))) }
+        if let context { StoreChangeWatch.committed(context.assumingMemoryBound(to: CChar.self)) }
         return SQLITE_OK
     }
     public static let busyTimeoutMilliseconds: Int32 = 5_000

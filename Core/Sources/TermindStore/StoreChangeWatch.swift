@@ -71,9 +71,10 @@ public enum StoreChangeWatch {
             // Not watched yet (or its folder went): watch its folder now.
             let directory = PathText.deletingLastComponent(path)
             let base = String(path.split(separator: "/").last ?? "")
+            guard !base.isEmpty else { return nil }
             let mask = UInt32(IN_MODIFY | IN_ATTRIB | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD)
             let wd = inotify_add_watch(fd, directory.isEmpty ? "." : directory, mask)
-            guard !base.isEmpty, wd >= 0 else { return nil }
+            guard wd >= 0 else { return nil }
             state.folders[wd, default: []].append(Watched(path: path, base: base, names: [base, base + "-wal", base + "-journal"]))
             state.changed(path)
             return state.stamps[path]
@@ -119,7 +120,8 @@ public enum StoreChangeWatch {
     /// an event every watch sees after the commit can be read. The write's own events come
     /// earlier, during the commit, while a reader still gets the old data; without this, a
     /// reader in that moment could keep the old data under the new stamp.
-    public static func committed(_ path: String) {
+    /// The path as a C string: the hook has it so, and runs at every commit.
+    public static func committed(_ path: UnsafePointer<CChar>) {
         _ = utimensat(AT_FDCWD, path, nil, 0)
     }
 
