@@ -4,7 +4,7 @@
 /// neither Concurrency nor StringProcessing imported (the launcher maps neither).
 public enum HelpText {
     /// One feature (or plugin) as help shows it.
-    public struct Feature: Equatable {
+    public struct Feature {
         public var id: String
         public var title: String?
         public var rank: Int?
@@ -20,11 +20,6 @@ public enum HelpText {
             self.isPlugin = isPlugin
             self.commands = commands
             self.serveOptions = serveOptions
-        }
-
-        public static func == (a: Feature, b: Feature) -> Bool {
-            a.id == b.id && a.title == b.title && a.rank == b.rank && a.isPlugin == b.isPlugin && a.commands == b.commands
-                && a.serveOptions.map { [$0.name, $0.value, $0.summary] } == b.serveOptions.map { [$0.name, $0.value, $0.summary] }
         }
     }
 

@@ -125,7 +125,7 @@ private struct ManifestFields {
     }
 
     static func string(_ value: JSONValue) throws -> String {
-        guard case .string(let text) = value else { throw Mismatch() }
+        guard let text = value.stringValue else { throw Mismatch() }
         return text
     }
     static func bool(_ value: JSONValue) throws -> Bool {
